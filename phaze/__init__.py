@@ -1,0 +1,22 @@
+"""Phaze: co-design of an ML accelerator and the parallel placement of LLM training.
+
+The public API (``phaze.search``, ``phaze.evaluate``) is imported lazily so that the
+leaf packages can import :mod:`phaze.errors` without pulling in the whole tool.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "evaluate", "search"]
+
+_LAZY = {"search": "phaze.api", "evaluate": "phaze.api"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'phaze' has no attribute {name!r}")

@@ -1,0 +1,62 @@
+"""The ``phaze`` command line: one click group, commands added explicitly.
+
+Each command module under ``phaze.cli`` is thin: parse, one API call, render. Exit codes:
+0 success; 1 a fixable error (one ``Error:`` line, no traceback); 2 a usage error;
+3 the command ran but found no feasible point, or ``validate`` is outside tolerance.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from phaze import __version__
+from phaze.errors import ConfigError, Infeasible, PhazeError
+
+__all__ = ["main", "cli", "NoFeasiblePoint"]
+
+
+class NoFeasiblePoint(click.ClickException):
+    """Exit status 3: the command ran but nothing was feasible or within tolerance."""
+
+    exit_code = 3
+
+
+class _PhazeGroup(click.Group):
+    """Turns Phaze's own errors into one-line messages with the documented exit codes."""
+
+    def invoke(self, ctx: click.Context):  # noqa: D102
+        try:
+            return super().invoke(ctx)
+        except ConfigError as e:
+            raise click.ClickException(str(e)) from None
+        except Infeasible as e:
+            raise NoFeasiblePoint(f"infeasible: {e.reason}") from None
+        except PhazeError as e:
+            raise click.ClickException(str(e)) from None
+
+
+@click.group(cls=_PhazeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="phaze")
+@click.option("-v", "--verbose", count=True, help="More log output on stderr (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """Phaze: co-design an ML accelerator and the parallel placement of LLM training."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _register() -> None:
+    """Add every command module's command to the group (explicitly, in one place)."""
+    from phaze.cli import workloads_cmd
+
+    for command in (workloads_cmd.workloads,):
+        cli.add_command(command)
+
+
+_register()
+
+
+def main() -> None:
+    cli(prog_name="phaze")

@@ -1,0 +1,80 @@
+"""Shared rendering helpers for the CLI: one JSON document on stdout, aligned text tables."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, is_dataclass
+from enum import Enum
+from typing import Any
+
+import click
+import numpy as np
+
+__all__ = ["SCHEMA_VERSION", "echo_json", "to_jsonable", "table", "si"]
+
+SCHEMA_VERSION = 1
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types from dataclasses, enums, numpy scalars/arrays, tuples and mappings."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(asdict(obj))
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def echo_json(doc: Mapping[str, Any]) -> None:
+    """Print exactly one JSON object on stdout, with ``schema_version`` first."""
+    out = {"schema_version": SCHEMA_VERSION, **to_jsonable(doc)}
+    click.echo(json.dumps(out, indent=2))
+
+
+def si(value: float, unit: str = "", digits: int = 3) -> str:
+    """A number with an SI prefix: ``si(3.2e14, 'FLOP/s') == '320 TFLOP/s'``."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} {unit}".strip()
+    prefixes = ["", "k", "M", "G", "T", "P", "E"]
+    small = ["", "m", "µ", "n", "p"]
+    exp = int(math.floor(math.log10(abs(value)) / 3))
+    if exp >= 0:
+        exp = min(exp, len(prefixes) - 1)
+        p = prefixes[exp]
+    else:
+        exp = max(exp, -(len(small) - 1))
+        p = small[-exp]
+    return f"{value / 10 ** (3 * exp):.{digits}g} {p}{unit}".strip()
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    """A plain aligned text table (numbers right-aligned)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [
+        all(_is_number(r[i]) for r in rows) if rows else False for i in range(len(headers))
+    ]
+    lines = []
+    for j, r in enumerate(cells):
+        parts = [
+            c.rjust(widths[i]) if numeric[i] and j else c.ljust(widths[i]) for i, c in enumerate(r)
+        ]
+        lines.append("  ".join(parts).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float | np.number) and not isinstance(x, bool)

@@ -1,0 +1,77 @@
+"""The layer graph of a model at one tensor-parallel width (DESIGN.md §2).
+
+Nodes are layers (embedding, each transformer block, the head); edges carry the bytes of the
+boundary tensor per micro-batch. Identical layers share a ``class_id``; the forward and
+backward :class:`~workloads.ops.OpGraph` of each distinct layer is kept once in
+``op_graphs``, so each is scheduled once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from workloads.ops import OpGraph
+
+__all__ = ["LayerKind", "Layer", "LayerEdge", "PassGraphs", "LayerGraph"]
+
+
+class LayerKind(StrEnum):
+    EMBEDDING = "embedding"
+    BLOCK = "block"
+    HEAD = "head"  # final norm + LM head (or pooler/MLM head) + loss
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One layer on one device of its tensor-parallel group, for one micro-batch.
+
+    ``parameters`` is this shard's parameter count; ``activation_bytes`` what the layer
+    stashes for its backward pass per micro-batch under the setup's recompute mode (and
+    sequence parallelism), per device.
+    """
+
+    index: int
+    name: str
+    kind: LayerKind
+    class_id: str
+    parameters: int
+    activation_bytes: int
+    tensor_parallel: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LayerEdge:
+    """Producer -> consumer, with the boundary tensor's bytes per micro-batch per device."""
+
+    src: int
+    dst: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PassGraphs:
+    """Forward and backward op graphs of one distinct layer.
+
+    ``recompute`` is the work re-run before the backward pass under the setup's recompute
+    mode (an empty graph with no recompute; the attention core with selective; the whole
+    forward with full).
+    """
+
+    forward: OpGraph
+    backward: OpGraph
+    recompute: OpGraph
+
+
+@dataclass(frozen=True, slots=True)
+class LayerGraph:
+    """All layers of a model at tensor-parallel width ``tp``, in topological order."""
+
+    tp: int
+    layers: tuple[Layer, ...]
+    edges: tuple[LayerEdge, ...]
+    op_graphs: MappingProxyType[str, PassGraphs]
+
+    def pass_graphs(self, layer: Layer) -> PassGraphs:
+        return self.op_graphs[layer.class_id]

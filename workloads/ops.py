@@ -1,0 +1,106 @@
+"""Operators and operator graphs: the unit of work the cost model and the scheduler see.
+
+An :class:`Op` carries everything needed to cost it on any accelerator (GEMM dims, element
+counts, FLOPs, bytes moved, collective kind and group) and nothing about the hardware.
+An :class:`OpGraph` is an immutable DAG of ops; :meth:`OpGraph.to_networkx` gives the
+networkx view the scheduler consumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import networkx as nx
+
+__all__ = ["OpKind", "CoreType", "CollectiveKind", "Op", "OpGraph"]
+
+
+class OpKind(StrEnum):
+    """What an op computes."""
+
+    MATMUL = "matmul"
+    BATCHED_MATMUL = "batched_matmul"
+    ELEMENTWISE = "elementwise"
+    SOFTMAX = "softmax"
+    NORM = "norm"
+    COLLECTIVE = "collective"
+    NOP = "nop"
+
+
+class CoreType(StrEnum):
+    """Which cores an op occupies (the scheduler's resource classes)."""
+
+    TC = "TC"  # tensor (systolic) cores
+    VC = "VC"  # vector cores
+    TC_AND_VC = "TCandVC"  # a GEMM with a fused elementwise epilogue holds one of each
+    NOP = "Nop"  # no core: collectives on the network, graph joins
+
+
+class CollectiveKind(StrEnum):
+    """Collectives Megatron inserts on the tensor-parallel group."""
+
+    ALL_REDUCE = "all_reduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operator of one layer pass, on one tensor-parallel shard.
+
+    GEMMs are ``batch`` independent (m x k) @ (k x n) products (``batch == 1`` for a plain
+    matmul). Vector ops touch ``elements`` elements doing ``flops`` FLOPs in all. A fused
+    ``TC_AND_VC`` op is a GEMM whose ``epilogue_flops`` run on a vector core as the output
+    streams out. Collectives move ``collective_bytes`` (the full tensor, per device) over a
+    group of ``group`` devices.
+
+    ``flops`` counts a multiply-accumulate as 2 FLOPs. ``bytes_read``/``bytes_written`` are
+    the op's operands and results in device memory (the cost model decides how much of it
+    really crosses the HBM interface).
+    """
+
+    name: str
+    kind: OpKind
+    core: CoreType
+    flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    batch: int = 1
+    m: int = 0
+    k: int = 0
+    n: int = 0
+    elements: int = 0
+    epilogue_flops: int = 0
+    collective: CollectiveKind | None = None
+    collective_bytes: int = 0
+    group: int = 1
+
+    @property
+    def is_gemm(self) -> bool:
+        return self.kind in (OpKind.MATMUL, OpKind.BATCHED_MATMUL)
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of a GEMM (0 for other ops)."""
+        return self.batch * self.m * self.k * self.n if self.is_gemm else 0
+
+
+@dataclass(frozen=True, slots=True)
+class OpGraph:
+    """An immutable DAG of ops; ``edges`` are (producer, consumer) indices into ``ops``."""
+
+    ops: tuple[Op, ...]
+    edges: tuple[tuple[int, int], ...]
+
+    def to_networkx(self) -> nx.DiGraph:
+        """A frozen DiGraph: nodes are op names with attributes ``op`` (the Op) and ``core``."""
+        g = nx.DiGraph()
+        for op in self.ops:
+            g.add_node(op.name, op=op, core=str(op.core))
+        g.add_edges_from((self.ops[a].name, self.ops[b].name) for a, b in self.edges)
+        return nx.freeze(g)
+
+    @property
+    def flops(self) -> int:
+        return sum(op.flops for op in self.ops)
