@@ -2,19 +2,72 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
+from arch_space.tech import known_nodes
 from phaze.errors import ConfigError
 
-__all__ = ["Accelerator", "Cluster"]
+__all__ = ["Accelerator", "Cluster", "accelerator_problems"]
+
+_POSITIVE_INTS = (
+    "num_tc",
+    "tc_rows",
+    "tc_cols",
+    "num_vc",
+    "vc_lanes",
+    "glb_bytes",
+    "hbm_bytes",
+    "node_nm",
+    "bytes_per_element",
+)
+_POSITIVE_REALS = ("hbm_bandwidth_bytes_per_s", "clock_hz")
 
 
 def _check_positive(owner: str, obj: object, fields: tuple[str, ...]) -> list[str]:
     problems = []
     for f in fields:
         v = getattr(obj, f)
-        if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
+        if not isinstance(v, numbers.Real) or isinstance(v, bool) or v <= 0:
             problems.append(f"{owner}: {f} = {v!r} must be a positive number")
+    return problems
+
+
+def _is_int(v: Any) -> bool:
+    # ``type(...) is int`` first: the ABC check is slow and designs are built by the ten thousand
+    return type(v) is int or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
+
+
+def _is_real(v: Any) -> bool:
+    return type(v) in (int, float) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+
+
+def accelerator_problems(values: Mapping[str, Any], owner: str) -> list[str]:
+    """Every rule the accelerator fields in ``values`` break, each message naming ``owner``,
+    the field, the value and what is allowed. Used on construction and by file loaders."""
+    problems = []
+    for f in _POSITIVE_INTS:
+        v = values[f]
+        if not _is_int(v) or v <= 0:
+            problems.append(f"{owner}: {f} = {v!r} must be a positive integer")
+    for f in _POSITIVE_REALS:
+        v = values[f]
+        if not _is_real(v) or not 0 < v < math.inf:
+            problems.append(f"{owner}: {f} = {v!r} must be a positive number")
+    stacks = values["hbm_stacks"]
+    if not _is_int(stacks) or stacks < 0:
+        problems.append(f"{owner}: hbm_stacks = {stacks!r} must be an integer >= 0 (0 = derived)")
+    node = values["node_nm"]
+    if _is_int(node) and node > 0 and node not in known_nodes():
+        problems.append(
+            f"{owner}: node_nm = {node} is not a known process node "
+            f"(known: {', '.join(map(str, known_nodes()))})"
+        )
+    if not isinstance(values["name"], str):
+        problems.append(f"{owner}: name = {values['name']!r} must be a string")
     return problems
 
 
@@ -25,6 +78,8 @@ class Accelerator:
 
     All sizes in SI units: bytes, bytes/s, Hz. ``node_nm`` names the process node whose
     technology data (``arch_space/data/tech.toml``) gives area, energy and cost.
+    ``hbm_stacks`` is the number of HBM stacks (PHYs on the die, stacks in the package);
+    0 derives it from the node's HBM generation (:func:`arch_space.area.hbm_stacks`).
     """
 
     num_tc: int
@@ -39,27 +94,20 @@ class Accelerator:
     node_nm: int = 7
     bytes_per_element: int = 2
     name: str = ""
+    hbm_stacks: int = 0
 
     def __post_init__(self) -> None:
-        problems = _check_positive(
-            f"accelerator {self.name or '(unnamed)'}",
-            self,
-            (
-                "num_tc",
-                "tc_rows",
-                "tc_cols",
-                "num_vc",
-                "vc_lanes",
-                "glb_bytes",
-                "hbm_bytes",
-                "hbm_bandwidth_bytes_per_s",
-                "clock_hz",
-                "node_nm",
-                "bytes_per_element",
-            ),
-        )
+        values = {f: getattr(self, f) for f in _FIELD_NAMES}
+        problems = accelerator_problems(values, f"accelerator {self.name or '(unnamed)'}")
         if problems:
             raise ConfigError("; ".join(problems))
+        # One representation per value, so equal designs compare, hash and print equal.
+        for f in _POSITIVE_INTS + ("hbm_stacks",):
+            if type(values[f]) is not int:
+                object.__setattr__(self, f, int(values[f]))
+        for f in _POSITIVE_REALS:
+            if type(values[f]) is not float:
+                object.__setattr__(self, f, float(values[f]))
 
     @property
     def macs_per_cycle(self) -> int:
@@ -69,6 +117,9 @@ class Accelerator:
     def peak_flops(self) -> float:
         """Peak dense FLOP/s of the tensor cores (one MAC = 2 FLOPs)."""
         return 2.0 * self.macs_per_cycle * self.clock_hz
+
+
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Accelerator))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +152,11 @@ class Cluster:
         for f in ("intra_node_latency_s", "inter_node_latency_s"):
             if getattr(self, f) < 0:
                 problems.append(f"cluster: {f} = {getattr(self, f)!r} must be >= 0")
-        if not problems and self.devices % self.devices_per_node and self.devices > self.devices_per_node:
+        if (
+            not problems
+            and self.devices % self.devices_per_node
+            and self.devices > self.devices_per_node
+        ):
             problems.append(
                 f"cluster: devices = {self.devices} must be a multiple of "
                 f"devices_per_node = {self.devices_per_node} (or at most one node)"

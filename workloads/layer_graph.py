@@ -29,7 +29,9 @@ class Layer:
 
     ``parameters`` is this shard's parameter count; ``activation_bytes`` what the layer
     stashes for its backward pass per micro-batch under the setup's recompute mode (and
-    sequence parallelism), per device.
+    sequence parallelism), per device. ``tied_parameters`` are parameters shared with
+    another layer and counted there (a tied LM head): a pipeline stage holding this layer
+    but not that one keeps a copy, as Megatron-LM does.
     """
 
     index: int
@@ -39,6 +41,7 @@ class Layer:
     parameters: int
     activation_bytes: int
     tensor_parallel: bool
+    tied_parameters: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ class NoFeasiblePoint(click.ClickException):
 class _PhazeGroup(click.Group):
     """Turns Phaze's own errors into one-line messages with the documented exit codes."""
 
-    def invoke(self, ctx: click.Context):  # noqa: D102
+    def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except ConfigError as e:
@@ -44,14 +44,16 @@ class _PhazeGroup(click.Group):
 def cli(verbose: int) -> None:
     """Phaze: co-design an ML accelerator and the parallel placement of LLM training."""
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 def _register() -> None:
     """Add every command module's command to the group (explicitly, in one place)."""
-    from phaze.cli import workloads_cmd
+    from phaze.cli import arch_cmd, space_cmd, validate_cmd, workloads_cmd
 
-    for command in (workloads_cmd.workloads,):
+    for command in (workloads_cmd.workloads, validate_cmd.validate, arch_cmd.arch, space_cmd.space):
         cli.add_command(command)
 
 

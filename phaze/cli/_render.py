@@ -62,9 +62,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     """A plain aligned text table (numbers right-aligned)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    numeric = [
-        all(_is_number(r[i]) for r in rows) if rows else False for i in range(len(headers))
-    ]
+    numeric = [all(_is_number(r[i]) for r in rows) if rows else False for i in range(len(headers))]
     lines = []
     for j, r in enumerate(cells):
         parts = [

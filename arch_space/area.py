@@ -1,0 +1,173 @@
+"""Die area, peak throughput and power of an accelerator, from per-node technology data.
+
+The area model is a sum of components (DESIGN.md §3), each a count times a per-unit area from
+``data/tech.toml``::
+
+    tensor_cores  = num_tc * (tc_rows * tc_cols * mac_area + core_fixed_area)
+    vector_cores  = num_vc * (vc_lanes * vector_lane_area + core_fixed_area)
+    glb_sram      = glb MiB * sram_area_per_mib
+    hbm_phy       = hbm_stacks * hbm_phy_area_per_stack
+    uncore        = overhead_fraction * (sum of the above)       # NoC, IO, PCIe, clocking
+
+The same kernel (:func:`area_terms_mm2`) works on numpy arrays, so a whole design grid is
+costed in one vectorised call (:mod:`arch_space.space`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from arch_space.accelerator import Accelerator
+from arch_space.tech import TechNode, tech_node
+
+__all__ = [
+    "COMPONENTS",
+    "area_terms_mm2",
+    "hbm_stacks",
+    "hbm_stacks_for",
+    "area_breakdown_mm2",
+    "area_mm2",
+    "static_power_w",
+    "dynamic_power_breakdown_w",
+    "tdp_w",
+]
+
+_MIB = 2**20
+_UM2_PER_MM2 = 1e6
+_PJ = 1e-12
+
+#: The area components, in the order they are reported.
+COMPONENTS: tuple[str, ...] = ("tensor_cores", "vector_cores", "glb_sram", "hbm_phy", "uncore")
+
+
+def hbm_stacks_for(hbm_bytes: Any, hbm_bandwidth_bytes_per_s: Any, tech: TechNode) -> Any:
+    """Stacks needed for a capacity and a bandwidth with the node's HBM generation.
+
+    ``max(ceil(bandwidth / stack bandwidth), ceil(capacity / largest stack), 1)``; works
+    elementwise on numpy arrays.
+    """
+    by_bw = np.ceil(np.asarray(hbm_bandwidth_bytes_per_s) / tech.hbm_stack_bandwidth_bytes_per_s)
+    by_cap = np.ceil(np.asarray(hbm_bytes) / tech.hbm_stack_max_bytes)
+    stacks = np.maximum(np.maximum(by_bw, by_cap), 1).astype(np.int64)
+    return int(stacks) if stacks.ndim == 0 else stacks
+
+
+def hbm_stacks(acc: Accelerator, tech: TechNode | None = None) -> int:
+    """HBM stacks of ``acc``: its own ``hbm_stacks`` if set, else :func:`hbm_stacks_for`."""
+    if acc.hbm_stacks:
+        return acc.hbm_stacks
+    return hbm_stacks_for(
+        acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s, tech or tech_node(acc.node_nm)
+    )
+
+
+def area_terms_mm2(
+    tech: TechNode,
+    *,
+    num_tc: Any,
+    tc_rows: Any,
+    tc_cols: Any,
+    num_vc: Any,
+    vc_lanes: Any,
+    glb_bytes: Any,
+    stacks: Any,
+) -> dict[str, Any]:
+    """Area of each component (mm2) for scalars or broadcastable numpy arrays.
+
+    The one kernel behind :func:`area_breakdown_mm2` and the vectorised space enumeration.
+    """
+    tensor = num_tc * (
+        tc_rows * tc_cols * tech.mac_area_um2 / _UM2_PER_MM2 + tech.core_fixed_area_mm2
+    )
+    vector = num_vc * (
+        vc_lanes * tech.vector_lane_area_um2 / _UM2_PER_MM2 + tech.core_fixed_area_mm2
+    )
+    glb = glb_bytes / _MIB * tech.sram_area_mm2_per_mib
+    phy = stacks * tech.hbm_phy_area_mm2_per_stack
+    uncore = tech.overhead_fraction * (tensor + vector + glb + phy)
+    return {
+        "tensor_cores": tensor,
+        "vector_cores": vector,
+        "glb_sram": glb,
+        "hbm_phy": phy,
+        "uncore": uncore,
+    }
+
+
+def area_breakdown_mm2(acc: Accelerator, tech: TechNode | None = None) -> Mapping[str, float]:
+    """Die area per component (mm2), keys in :data:`COMPONENTS` order.
+
+    Examples
+    --------
+    >>> from arch_space.presets import preset
+    >>> b = area_breakdown_mm2(preset("a100"))
+    >>> round(sum(b.values())) == round(area_mm2(preset("a100")))
+    True
+    """
+    tech = tech or tech_node(acc.node_nm)
+    terms = area_terms_mm2(
+        tech,
+        num_tc=acc.num_tc,
+        tc_rows=acc.tc_rows,
+        tc_cols=acc.tc_cols,
+        num_vc=acc.num_vc,
+        vc_lanes=acc.vc_lanes,
+        glb_bytes=acc.glb_bytes,
+        stacks=hbm_stacks(acc, tech),
+    )
+    return MappingProxyType({k: float(terms[k]) for k in COMPONENTS})
+
+
+def area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
+    """Total modelled die area (mm2)."""
+    return math.fsum(area_breakdown_mm2(acc, tech).values())
+
+
+def static_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:
+    """Leakage power (W): die area x the node's leakage per mm2."""
+    tech = tech or tech_node(acc.node_nm)
+    return area_mm2(acc, tech) * tech.leakage_w_per_mm2
+
+
+def dynamic_power_breakdown_w(
+    acc: Accelerator, tech: TechNode | None = None
+) -> Mapping[str, float]:
+    """Peak dynamic power (W) per component when every unit is busy every cycle.
+
+    * tensor cores: every MAC each cycle;
+    * vector cores: every lane one operation each cycle;
+    * GLB: each weight-stationary tensor core reads ``tc_rows`` input elements and writes
+      ``tc_cols`` output elements per cycle; each vector lane streams one element per cycle
+      from the buffer (its other operand and its result stay in its register slice);
+    * HBM: the full bandwidth;
+    * uncore: the overhead fraction of the on-die dynamic power (clock tree, NoC, control),
+      the same fraction the area model uses for uncore area.
+    """
+    tech = tech or tech_node(acc.node_nm)
+    f = acc.clock_hz
+    e = acc.bytes_per_element
+    tc = acc.macs_per_cycle * f * tech.mac_energy_pj * _PJ
+    vc = acc.num_vc * acc.vc_lanes * f * tech.vector_lane_energy_pj * _PJ
+    read_b = (acc.num_tc * acc.tc_rows + acc.num_vc * acc.vc_lanes) * e * f
+    write_b = acc.num_tc * acc.tc_cols * e * f
+    glb = (read_b * tech.sram_read_pj_per_byte + write_b * tech.sram_write_pj_per_byte) * _PJ
+    uncore = tech.overhead_fraction * (tc + vc + glb)
+    hbm = acc.hbm_bandwidth_bytes_per_s * tech.hbm_energy_pj_per_byte * _PJ
+    return MappingProxyType(
+        {"tensor_cores": tc, "vector_cores": vc, "glb_sram": glb, "uncore": uncore, "hbm": hbm}
+    )
+
+
+def tdp_w(acc: Accelerator, tech: TechNode | None = None) -> float:
+    """A TDP-like power (W): peak dynamic power of every component plus leakage.
+
+    A design-time bound, not a measured TDP: real parts throttle below it. The presets land
+    near their data sheets (A100 SXM 400 W, H100 SXM 700 W; tests/test_arch_presets.py).
+    """
+    tech = tech or tech_node(acc.node_nm)
+    return math.fsum(dynamic_power_breakdown_w(acc, tech).values()) + static_power_w(acc, tech)

@@ -1,0 +1,136 @@
+"""Accelerators to and from TOML, and resolving a preset name or a file to an Accelerator.
+
+File layout (sizes in MiB / GiB, rates in SI; ``accelerator_to_toml`` writes it)::
+
+    [accelerator]
+    name = "a100"
+    num_tc = 432
+    tc_rows = 16
+    tc_cols = 16
+    num_vc = 108
+    vc_lanes = 64
+    glb_mib = 40
+    hbm_gib = 80
+    hbm_bandwidth_bytes_per_s = 2.039e12
+    clock_hz = 1.41e9
+    node_nm = 7              # optional, default 7
+    bytes_per_element = 2    # optional, default 2
+    hbm_stacks = 5           # optional, default 0 = derived from bandwidth and capacity
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from arch_space._data import read_toml, toml_literal, unknown_keys
+from arch_space.accelerator import Accelerator, accelerator_problems
+from arch_space.presets import preset, preset_names
+from phaze.errors import ConfigError, unknown_name
+
+__all__ = [
+    "accelerator_from_mapping",
+    "accelerator_from_toml",
+    "accelerator_to_toml",
+    "load_accelerator",
+]
+
+_MIB = 2**20
+_GIB = 2**30
+
+# TOML key -> (Accelerator field, bytes per unit or None for as-is).
+_KEYS: Mapping[str, tuple[str, int | None]] = MappingProxyType(
+    {
+        "name": ("name", None),
+        "num_tc": ("num_tc", None),
+        "tc_rows": ("tc_rows", None),
+        "tc_cols": ("tc_cols", None),
+        "num_vc": ("num_vc", None),
+        "vc_lanes": ("vc_lanes", None),
+        "glb_mib": ("glb_bytes", _MIB),
+        "hbm_gib": ("hbm_bytes", _GIB),
+        "hbm_bandwidth_bytes_per_s": ("hbm_bandwidth_bytes_per_s", None),
+        "clock_hz": ("clock_hz", None),
+        "node_nm": ("node_nm", None),
+        "bytes_per_element": ("bytes_per_element", None),
+        "hbm_stacks": ("hbm_stacks", None),
+    }
+)
+_MISSING = dataclasses.MISSING
+_REQUIRED = (
+    "num_tc",
+    "tc_rows",
+    "tc_cols",
+    "num_vc",
+    "vc_lanes",
+    "glb_mib",
+    "hbm_gib",
+    "hbm_bandwidth_bytes_per_s",
+    "clock_hz",
+)
+
+
+def accelerator_from_mapping(data: Mapping[str, Any], source: str = "accelerator") -> Accelerator:
+    """An Accelerator from ``{"accelerator": {...}}`` (the TOML layout), reporting every
+    unknown key (with the nearest known one), missing key and bad value at once."""
+    problems = unknown_keys(source, data, ["accelerator"])
+    table = data.get("accelerator")
+    if not isinstance(table, Mapping):
+        raise ConfigError("; ".join([*problems, f"{source}: needs an [accelerator] table"]))
+    where = f"{source} [accelerator]"
+    problems += unknown_keys(where, table, _KEYS)
+    problems += [f"{where}: missing key {k!r}" for k in _REQUIRED if k not in table]
+    values = {f.name: f.default for f in fields(Accelerator)}
+    for key, raw in table.items():
+        if key not in _KEYS:
+            continue
+        field_name, unit = _KEYS[key]
+        if unit is None:
+            values[field_name] = raw
+        elif not isinstance(raw, numbers.Real) or isinstance(raw, bool) or raw <= 0:
+            problems.append(f"{where}: {key} = {raw!r} must be a positive number")
+            values[field_name] = 1
+        elif (raw * unit) % 1:
+            problems.append(f"{where}: {key} = {raw!r} is not a whole number of bytes")
+            values[field_name] = 1
+        else:
+            values[field_name] = int(raw * unit)
+    for key in _REQUIRED:
+        if key not in table or values[_KEYS[key][0]] is _MISSING:
+            values[_KEYS[key][0]] = 1  # a valid stand-in, so only real problems are listed
+    problems += accelerator_problems(values, where)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    for f in ("hbm_bandwidth_bytes_per_s", "clock_hz"):
+        values[f] = float(values[f])
+    return Accelerator(**values)
+
+
+def accelerator_from_toml(path: str | Path) -> Accelerator:
+    """An Accelerator from a TOML file (layout in the module docstring)."""
+    return accelerator_from_mapping(read_toml(path), source=str(path))
+
+
+def accelerator_to_toml(acc: Accelerator) -> str:
+    """``acc`` as TOML text that :func:`accelerator_from_toml` reads back to an equal value."""
+    lines = ["[accelerator]"]
+    for key, (field_name, unit) in _KEYS.items():
+        v = getattr(acc, field_name)
+        if unit is not None:
+            v = v // unit if v % unit == 0 else v / unit
+        lines.append(f"{key} = {toml_literal(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def load_accelerator(spec: str) -> Accelerator:
+    """A preset by name, or an accelerator TOML file by path (``*.toml`` or an existing file)."""
+    if spec.endswith(".toml") or Path(spec).is_file():
+        return accelerator_from_toml(spec)
+    if spec not in preset_names():
+        raise unknown_name("accelerator preset (or a .toml file)", spec, preset_names())
+    return preset(spec)

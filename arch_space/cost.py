@@ -1,0 +1,208 @@
+"""Dollar cost of one device: die (wafer price / good dies per wafer), HBM and packaging.
+
+Die cost follows the textbook chain (Hennessy & Patterson, "Computer Architecture", 6th ed.,
+§1.6): dies per wafer with edge loss, a negative-binomial yield, and the wafer price of the
+node. Every constant comes from ``data/cost.toml`` (with its source) and can be overridden
+from a user TOML file of the same layout (:meth:`CostParams.from_toml`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from arch_space._data import build_params, read_toml, shipped_toml
+from arch_space.accelerator import Accelerator
+from arch_space.area import area_mm2, hbm_stacks
+from arch_space.tech import TechNode
+from phaze.errors import ConfigError, Infeasible
+
+__all__ = [
+    "CostParams",
+    "dies_per_wafer",
+    "die_yield",
+    "die_cost_usd",
+    "hbm_cost_usd",
+    "package_cost_usd",
+    "cost_breakdown_usd",
+    "device_cost_usd",
+]
+
+_MM2_PER_CM2 = 100.0
+_BYTES_PER_GB = 1e9
+
+_SCHEMA: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "wafer": {
+            "diameter_mm": "wafer_diameter_mm",
+            "edge_exclusion_mm": "edge_exclusion_mm",
+            "scribe_mm": "scribe_mm",
+        },
+        "yield": {"cluster_alpha": "cluster_alpha"},
+        "memory": {"hbm_usd_per_gb": "hbm_usd_per_gb"},
+        "package": {
+            "base_usd": "package_base_usd",
+            "interposer_usd_per_mm2": "interposer_usd_per_mm2",
+            "hbm_stack_footprint_mm2": "hbm_stack_footprint_mm2",
+            "interposer_margin": "interposer_margin",
+        },
+    }
+)
+_NODE_SCHEMA: Mapping[str, str] = MappingProxyType(
+    {"wafer_usd": "wafer_usd", "defect_density_per_cm2": "defect_density_per_cm2"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CostParams:
+    """Constants of the cost model (units in the names); per-node values keyed by nm."""
+
+    wafer_diameter_mm: float
+    edge_exclusion_mm: float
+    scribe_mm: float
+    cluster_alpha: float
+    hbm_usd_per_gb: float
+    package_base_usd: float
+    interposer_usd_per_mm2: float
+    hbm_stack_footprint_mm2: float
+    interposer_margin: float
+    wafer_usd: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
+    defect_density_per_cm2: Mapping[int, float] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    @classmethod
+    def default(cls) -> CostParams:
+        """The shipped constants (``arch_space/data/cost.toml``)."""
+        return _shipped_cost()
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], source: str = "cost params", base: CostParams | None = None
+    ) -> CostParams:
+        """``base`` (default: the shipped constants) with the values in ``data`` replaced.
+
+        ``data`` has the layout of ``cost.toml``: ``[wafer]``, ``[yield]``, ``[memory]``,
+        ``[package]`` and ``[node.N]`` tables, plain numbers or ``{value, source}``.
+        """
+        return build_params(
+            cls, data, source, base if base is not None else cls.default(), _SCHEMA, _NODE_SCHEMA
+        )
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> CostParams:
+        """The shipped constants overridden by the TOML file at ``path``."""
+        return cls.from_mapping(read_toml(path), source=str(path))
+
+    def node(self, node_nm: int) -> tuple[float, float]:
+        """(wafer price USD, defect density per cm2) of ``node_nm``."""
+        if node_nm not in self.wafer_usd or node_nm not in self.defect_density_per_cm2:
+            known = sorted(set(self.wafer_usd) & set(self.defect_density_per_cm2), reverse=True)
+            raise ConfigError(
+                f"cost params: no wafer price / defect density for node {node_nm} nm "
+                f"(known: {', '.join(map(str, known))})"
+            )
+        return self.wafer_usd[node_nm], self.defect_density_per_cm2[node_nm]
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_cost() -> CostParams:
+    return build_params(
+        CostParams,
+        shipped_toml("cost.toml"),
+        "arch_space/data/cost.toml",
+        None,
+        _SCHEMA,
+        _NODE_SCHEMA,
+    )
+
+
+def dies_per_wafer(die_area_mm2: Any, params: CostParams | None = None) -> Any:
+    """Whole dies per wafer, with edge loss (works elementwise on numpy arrays).
+
+    ``DPW = pi (d/2)^2 / A - pi d / sqrt(2 A)`` (Hennessy & Patterson 6th ed., eq. on p. 31)
+    with ``d`` the usable diameter (wafer minus twice the edge exclusion) and ``A`` the die
+    area grown by the scribe line on each edge (a square die is assumed).
+    """
+    p = params or CostParams.default()
+    a = (np.sqrt(np.asarray(die_area_mm2, dtype=float)) + p.scribe_mm) ** 2
+    d = p.wafer_diameter_mm - 2.0 * p.edge_exclusion_mm
+    dpw = np.floor(np.maximum(math.pi * (d / 2.0) ** 2 / a - math.pi * d / np.sqrt(2.0 * a), 0.0))
+    return int(dpw) if dpw.ndim == 0 else dpw.astype(np.int64)
+
+
+def die_yield(die_area_mm2: Any, defect_density_per_cm2: float, cluster_alpha: float) -> Any:
+    """Negative-binomial die yield ``Y = (1 + A D0 / alpha)^-alpha`` (A in cm2).
+
+    Stapper (1983); tends to Poisson ``exp(-A D0)`` as alpha grows and to 1 as A -> 0.
+    """
+    a_cm2 = np.asarray(die_area_mm2, dtype=float) / _MM2_PER_CM2
+    y = (1.0 + a_cm2 * defect_density_per_cm2 / cluster_alpha) ** (-cluster_alpha)
+    return float(y) if y.ndim == 0 else y
+
+
+def _die_terms(
+    acc: Accelerator, params: CostParams, tech: TechNode | None
+) -> tuple[float, int, float, float]:
+    """(area mm2, dies per wafer, yield, wafer USD) of ``acc``'s die."""
+    area = area_mm2(acc, tech)
+    wafer_usd, d0 = params.node(acc.node_nm)
+    dpw = dies_per_wafer(area, params)
+    if dpw < 1:
+        raise Infeasible(
+            f"a {area:.0f} mm2 die does not fit on a {params.wafer_diameter_mm:g} mm wafer"
+        )
+    return area, dpw, die_yield(area, d0, params.cluster_alpha), wafer_usd
+
+
+def die_cost_usd(
+    acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
+) -> float:
+    """Cost of one good die: wafer price / (dies per wafer x yield)."""
+    _, dpw, y, wafer_usd = _die_terms(acc, params or CostParams.default(), tech)
+    return wafer_usd / (dpw * y)
+
+
+def hbm_cost_usd(acc: Accelerator, params: CostParams | None = None) -> float:
+    """HBM cost: capacity in GB (10^9 bytes) x $/GB."""
+    p = params or CostParams.default()
+    return acc.hbm_bytes / _BYTES_PER_GB * p.hbm_usd_per_gb
+
+
+def package_cost_usd(
+    acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
+) -> float:
+    """2.5D package (CoWoS-like): base assembly and test + interposer under die and stacks."""
+    p = params or CostParams.default()
+    interposer_mm2 = p.interposer_margin * (
+        area_mm2(acc, tech) + hbm_stacks(acc, tech) * p.hbm_stack_footprint_mm2
+    )
+    return p.package_base_usd + interposer_mm2 * p.interposer_usd_per_mm2
+
+
+def cost_breakdown_usd(
+    acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
+) -> Mapping[str, float]:
+    """Device cost by part: ``die``, ``hbm``, ``package`` (USD)."""
+    p = params or CostParams.default()
+    return MappingProxyType(
+        {
+            "die": die_cost_usd(acc, p, tech),
+            "hbm": hbm_cost_usd(acc, p),
+            "package": package_cost_usd(acc, p, tech),
+        }
+    )
+
+
+def device_cost_usd(
+    acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
+) -> float:
+    """Manufacturing cost of one device (die + HBM + package), USD."""
+    return math.fsum(cost_breakdown_usd(acc, params, tech).values())

@@ -1,0 +1,396 @@
+"""Latency and energy of every op of an op graph on one accelerator (DESIGN.md §4).
+
+Each op gets two estimates: on one core of its type (one tensor core, one vector core, or one
+of each for a GEMM with a fused epilogue) and split over all cores of its type. Both are
+computed for the whole graph at once with numpy, over the graph's distinct ops only, and
+cached by content: the key is the ops' cost-relevant fields (never their names or positions)
+plus the accelerator, cluster, technology and settings.
+
+Per op kind:
+
+* GEMM (plain, batched, or fused with a vector epilogue): :mod:`arch_space.perf.gemm` gives
+  compute time, buffer time and HBM traffic; the epilogue's FLOPs run on the vector cores as
+  the outputs stream out (overlapped, so the slower of the two counts).
+* Vector ops: FLOPs over ``lanes x cores`` one-FLOP-per-cycle lanes, against the compulsory
+  HBM bytes and the buffer bytes of their passes (softmax and norms re-read their rows from
+  the global buffer; rows always fit).
+* Collectives on the tensor-parallel group of ``t`` devices, ring algorithms (Patarasuk &
+  Yuan, JPDC 2009; Thakur, Rabenseifner & Gropp, IJHPCA 2005) with one latency term per
+  collective as in DESIGN.md §4 and ``placement.network``: all-reduce
+  ``alpha + 2(t-1)/t * bytes/bw``; reduce-scatter and all-gather ``alpha + (t-1)/t * bytes/bw``.
+  Links are intra-node when the group fits in a node (:meth:`Cluster.group_link`).
+* Empty ``NOP`` ops cost nothing.
+
+Latency is ``max(compute, HBM, buffer) + issue overhead`` for core ops (double-buffered
+overlap) and the ring time for collectives. Energy is ``MACs x pJ/MAC + lane ops x pJ/op +
+buffer bytes x pJ/byte + HBM bytes x pJ/byte + link bits x pJ/bit + static power x latency``
+(all cores of the chip leak while any op runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+import numpy as np
+
+from arch_space.accelerator import Accelerator, Cluster
+from arch_space.area import static_power_w
+from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
+from arch_space.perf.settings import PerfSettings, default_settings
+from arch_space.tech import TechNode, tech_node
+from phaze.errors import unknown_name
+from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
+
+__all__ = [
+    "BOUNDS",
+    "OpCost",
+    "OpCostTable",
+    "OpTerms",
+    "op_costs",
+    "evaluate_ops",
+    "op_key",
+    "resolve_energy_inputs",
+]
+
+#: Names of what limits an op, indexed by :attr:`OpCostTable.bound_code`.
+BOUNDS: Final = ("compute", "memory", "buffer", "network", "none")
+_COMPUTE, _MEMORY, _BUFFER, _NETWORK, _NONE = range(5)
+_PJ: Final = 1e-12
+_BITS_PER_BYTE: Final = 8
+_CACHE_SIZE: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """Latency and energy of one op under one placement on the cores."""
+
+    latency_s: float
+    energy_j: float
+
+
+@dataclass(frozen=True, slots=True)
+class OpCostTable:
+    """Costs of every op of a graph, in graph order (read-only numpy arrays).
+
+    ``latency_s``/``energy_j`` are on one core of the op's type; ``parallel_*`` split the op
+    over all cores of its type. ``hbm_bytes`` and ``bound`` belong to the parallel estimate.
+    """
+
+    names: tuple[str, ...]
+    latency_s: np.ndarray
+    energy_j: np.ndarray
+    parallel_latency_s: np.ndarray
+    parallel_energy_j: np.ndarray
+    hbm_bytes: np.ndarray
+    bound_code: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def index(self, name: str) -> int:
+        """Position of the op called ``name``."""
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise unknown_name("op", name, self.names) from None
+
+    def single(self, i: int) -> OpCost:
+        """Cost of op ``i`` on one core of its type."""
+        return OpCost(float(self.latency_s[i]), float(self.energy_j[i]))
+
+    def parallel(self, i: int) -> OpCost:
+        """Cost of op ``i`` split over all cores of its type."""
+        return OpCost(float(self.parallel_latency_s[i]), float(self.parallel_energy_j[i]))
+
+    def bound(self, i: int) -> str:
+        """What limits op ``i`` (one of :data:`BOUNDS`)."""
+        return BOUNDS[int(self.bound_code[i])]
+
+
+@dataclass(frozen=True, slots=True)
+class OpTerms:
+    """Per-op arrays of one estimate (single core or all cores)."""
+
+    latency_s: np.ndarray
+    energy_j: np.ndarray
+    compute_s: np.ndarray
+    hbm_s: np.ndarray
+    buffer_s: np.ndarray
+    network_s: np.ndarray
+    hbm_bytes: np.ndarray
+    bound_code: np.ndarray
+
+
+_KINDS: Final = tuple(OpKind)
+_CORES: Final = tuple(CoreType)
+_COLLECTIVES: Final = (None, *CollectiveKind)
+_GEMM_CODES: Final = (_KINDS.index(OpKind.MATMUL), _KINDS.index(OpKind.BATCHED_MATMUL))
+_VECTOR_CODES: Final = tuple(
+    _KINDS.index(k) for k in (OpKind.ELEMENTWISE, OpKind.SOFTMAX, OpKind.NORM)
+)
+
+
+def op_key(op: Op) -> tuple[int, ...]:
+    """The fields that decide an op's cost, as integers (its name does not count).
+
+    Enums become their index in declaration order, so a graph's keys convert to one numpy
+    array in a single call.
+    """
+    return (
+        _KINDS.index(op.kind),
+        _CORES.index(op.core),
+        _COLLECTIVES.index(op.collective),
+        op.flops,
+        op.bytes_read,
+        op.bytes_written,
+        op.batch,
+        op.m,
+        op.k,
+        op.n,
+        op.elements,
+        op.epilogue_flops,
+        op.collective_bytes,
+        op.group,
+    )
+
+
+def _scatter(n: int, index: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = np.zeros(n)
+    out[index] = values
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """What an op moves and computes, independent of how many cores run it."""
+
+    is_gemm: np.ndarray
+    is_core_op: np.ndarray
+    is_coll: np.ndarray
+    gemm_index: np.ndarray
+    gemm: GemmShape
+    gemm_hbm: tuple[np.ndarray, np.ndarray]
+    macs: np.ndarray
+    vector_flops: np.ndarray
+    epilogue_flops: np.ndarray
+    vector_buffer_read: np.ndarray
+    vector_buffer_write: np.ndarray
+    hbm_bytes: np.ndarray
+    network_s: np.ndarray
+    network_pj: np.ndarray
+
+
+def _work(
+    keys: Sequence[tuple[int, ...]], acc: Accelerator, cluster: Cluster, settings: PerfSettings
+) -> _Work:
+    a = np.array(keys, dtype=np.float64).reshape(len(keys), 14)
+    kind, core, coll = a[:, 0], a[:, 1], a[:, 2]
+    flops, reads, writes, batch, m, k, n, _, epilogue, coll_bytes, group = a[:, 3:].T
+    is_gemm = np.isin(kind, _GEMM_CODES)
+    is_vector = np.isin(kind, _VECTOR_CODES)
+    is_coll = (kind == _KINDS.index(OpKind.COLLECTIVE)) & (group > 1) & (coll_bytes > 0)
+
+    gi = np.flatnonzero(is_gemm)
+    shape = GemmShape(*(np.maximum(x[gi], 1.0) for x in (batch, m, k, n)))
+    hbm_read, hbm_write = gemm_hbm_bytes(
+        shape,
+        acc.tc_rows,
+        acc.tc_cols,
+        acc.glb_bytes,
+        acc.bytes_per_element,
+        settings.accumulator_bytes,
+    )
+
+    # Vector ops: compulsory HBM bytes; extra passes re-read their rows from the buffer.
+    passes = np.select(
+        [kind == _KINDS.index(OpKind.SOFTMAX), kind == _KINDS.index(OpKind.NORM)],
+        [settings.softmax_passes, settings.norm_passes],
+        settings.elementwise_passes,
+    )
+    vector_reads = np.where(is_vector, reads, 0.0)
+    vector_writes = np.where(is_vector, writes, 0.0)
+
+    # Collectives: ring over the group's slowest link (Cluster.group_link per distinct group).
+    t = np.maximum(group, 1.0)
+    groups, which = np.unique(t, return_inverse=True)
+    links = np.array([cluster.group_link(int(x)) for x in groups]).reshape(len(groups), 2)
+    bw, alpha = links[which, 0], links[which, 1]
+    pj_per_bit = np.where(
+        t <= cluster.devices_per_node,
+        settings.intra_node_link_pj_per_bit,
+        settings.inter_node_link_pj_per_bit,
+    )
+    halves = np.where(coll == _COLLECTIVES.index(CollectiveKind.ALL_REDUCE), 2.0, 1.0)
+    sent = np.where(is_coll, halves * (t - 1) / t * coll_bytes, 0.0)
+    # Each ring step reads the outgoing chunk from device memory and writes the incoming one.
+    hbm = vector_reads + vector_writes + 2 * sent + _scatter(len(a), gi, hbm_read + hbm_write)
+    return _Work(
+        is_gemm=is_gemm,
+        is_core_op=is_gemm | is_vector,
+        is_coll=is_coll,
+        gemm_index=gi,
+        gemm=shape,
+        gemm_hbm=(hbm_read, hbm_write),
+        macs=_scatter(len(a), gi, shape.batch * shape.m * shape.k * shape.n),
+        vector_flops=np.where(is_vector, flops, 0.0),
+        epilogue_flops=np.where(
+            is_gemm & (core == _CORES.index(CoreType.TC_AND_VC)), epilogue, 0.0
+        ),
+        vector_buffer_read=passes * vector_reads + vector_writes,
+        vector_buffer_write=vector_reads + vector_writes,
+        hbm_bytes=hbm,
+        network_s=np.where(is_coll, alpha + sent / bw, 0.0),
+        network_pj=sent * _BITS_PER_BYTE * pj_per_bit,
+    )
+
+
+def _estimate(
+    w: _Work,
+    acc: Accelerator,
+    tech: TechNode,
+    static_w: float,
+    settings: PerfSettings,
+    *,
+    tcs: int,
+    vcs: int,
+) -> OpTerms:
+    """Latency, energy and bound of every op on ``tcs`` tensor and ``vcs`` vector cores."""
+    size = len(w.is_gemm)
+    clock = acc.clock_hz
+    glb_bytes_per_s = settings.glb_bytes_per_cycle_per_mib * acc.glb_bytes / 2**20 * clock
+    g = gemm_terms(
+        w.gemm,
+        w.gemm_hbm,
+        rows=acc.tc_rows,
+        cols=acc.tc_cols,
+        cores=tcs,
+        clock_hz=clock,
+        glb_bytes_per_s=glb_bytes_per_s,
+        bytes_per_element=acc.bytes_per_element,
+    )
+    gi = w.gemm_index
+    lane_ops = w.vector_flops + w.epilogue_flops
+    buf_read = w.vector_buffer_read + _scatter(size, gi, g.buffer_read_bytes)
+    buf_write = w.vector_buffer_write + _scatter(size, gi, g.buffer_write_bytes)
+    compute_s = np.maximum(_scatter(size, gi, g.compute_s), lane_ops / (acc.vc_lanes * vcs * clock))
+    buffer_s = (buf_read + buf_write) / glb_bytes_per_s
+    hbm_s = np.where(w.is_core_op, w.hbm_bytes / acc.hbm_bandwidth_bytes_per_s, 0.0)
+
+    stack = np.stack([compute_s, hbm_s, buffer_s, w.network_s])
+    latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, w.network_s)
+    bound = np.where(w.is_core_op | w.is_coll, stack.argmax(axis=0), _NONE)
+    dynamic_pj = (
+        w.macs * tech.mac_energy_pj
+        + lane_ops * tech.vector_lane_energy_pj
+        + buf_read * tech.sram_read_pj_per_byte
+        + buf_write * tech.sram_write_pj_per_byte
+        + w.hbm_bytes * tech.hbm_energy_pj_per_byte
+        + w.network_pj
+    )
+    return OpTerms(
+        latency_s=latency,
+        energy_j=dynamic_pj * _PJ + static_w * latency,
+        compute_s=compute_s,
+        hbm_s=hbm_s,
+        buffer_s=buffer_s,
+        network_s=w.network_s,
+        hbm_bytes=w.hbm_bytes,
+        bound_code=bound.astype(np.int8),
+    )
+
+
+def evaluate_ops(
+    keys: Sequence[tuple[int, ...]],
+    acc: Accelerator,
+    cluster: Cluster,
+    tech: TechNode,
+    static_w: float,
+    settings: PerfSettings,
+) -> tuple[OpTerms, OpTerms]:
+    """(one core, all cores) cost terms of ops given by their :func:`op_key`, vectorised.
+
+    The work (tiling, HBM traffic, network time) is shared by both estimates; only the
+    split over cores differs.
+    """
+    w = _work(keys, acc, cluster, settings)
+    return (
+        _estimate(w, acc, tech, static_w, settings, tcs=1, vcs=1),
+        _estimate(w, acc, tech, static_w, settings, tcs=acc.num_tc, vcs=acc.num_vc),
+    )
+
+
+def resolve_energy_inputs(
+    acc: Accelerator, tech: TechNode | None, static_w: float | None
+) -> tuple[TechNode, float]:
+    """The technology node and chip static power (W): the given ones, else the accelerator's
+    (``tech_node(acc.node_nm)`` and ``static_power_w(acc, tech)``)."""
+    tech = tech or tech_node(acc.node_nm)
+    if static_w is None:
+        static_w = static_power_w(acc, tech)
+    return tech, float(static_w)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    a.flags.writeable = False
+    return a
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _cached(
+    keys: tuple[tuple, ...],
+    acc: Accelerator,
+    cluster: Cluster,
+    tech: TechNode,
+    static_w: float,
+    settings: PerfSettings,
+) -> tuple[np.ndarray, ...]:
+    one, par = evaluate_ops(keys, acc, cluster, tech, static_w, settings)
+    return tuple(
+        _readonly(a)
+        for a in (
+            one.latency_s,
+            one.energy_j,
+            par.latency_s,
+            par.energy_j,
+            par.hbm_bytes,
+            par.bound_code,
+        )
+    )
+
+
+def op_costs(
+    graph: OpGraph,
+    acc: Accelerator,
+    cluster: Cluster,
+    *,
+    tech: TechNode | None = None,
+    static_w: float | None = None,
+    settings: PerfSettings | None = None,
+) -> OpCostTable:
+    """Single-core and all-core latency and energy of every op of ``graph`` on ``acc``.
+
+    ``tech`` defaults to ``tech_node(acc.node_nm)``, ``static_w`` (chip static power, W) to
+    ``static_power_w(acc)`` and ``settings`` to the packaged :func:`default_settings`.
+    Results are cached by content (distinct op fields + hardware), so repeated layers and
+    repeated designs cost one evaluation.
+
+    Notes
+    -----
+    O(distinct ops x candidate splits) numpy work; no Python loop over ops except building
+    the content keys.
+    """
+    tech, static_w = resolve_energy_inputs(acc, tech, static_w)
+    settings = settings or default_settings()
+    keys = [op_key(op) for op in graph.ops]
+    position = {}
+    inverse = np.fromiter(
+        (position.setdefault(k, len(position)) for k in keys), dtype=np.intp, count=len(keys)
+    )
+    design = dataclasses.replace(acc, name="")
+    arrays = _cached(tuple(position), design, cluster, tech, static_w, settings)
+    return OpCostTable(tuple(op.name for op in graph.ops), *(_readonly(a[inverse]) for a in arrays))

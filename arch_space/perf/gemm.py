@@ -1,0 +1,131 @@
+"""Vectorised GEMM terms: compute split over cores, global-buffer tiling and HBM traffic.
+
+All functions take float64 arrays with one entry per GEMM (``batch`` independent
+(m x k) @ (k x n) products) and return arrays of the same length.
+
+*Compute.* The work unit of a weight-stationary array is one column fold (``cols`` output
+columns) of one chunk of ``mc`` input rows, run through all ``ceil(k/rows)`` row folds so the
+K reduction stays inside the core (no cross-core partial sums). The ``batch * ceil(n/cols) * s``
+units of a split of m into ``s`` chunks run on ``cores`` cores in ``ceil(units / cores)``
+waves (wave quantisation); each unit costs ``ceil(k/rows) * fold_cycles(mc)``. A finer split
+fills more cores but pays the per-fold load, fill and drain more often; the split with the
+least time (compute against buffer bandwidth) is taken.
+
+*Buffer traffic* (global buffer <-> cores, bytes): every unit loads its weights
+(``k x cols``); input rows are multicast to all cores working on the same rows, so they cross
+the buffer port once per group of ``cores`` column folds; outputs are written once (partial
+sums accumulate in the cores). HBM fills and drains also pass through the buffer.
+
+*HBM traffic.* An output tile ``tm x tn`` stays in the buffer (fp32 accumulators) while
+double-buffered ``tm x tk`` input and ``tk x tn`` weight panels stream along K (``tk`` = one
+fold, the array's rows). Inputs are re-read once per column tile and weights once per row
+tile: ``e * (m*k*ceil(n/tn) + k*n*ceil(m/tm)) + e*m*n``. For each candidate ``tm`` the widest
+``tn`` that fits is taken, and the candidate with the least traffic wins, so a larger buffer
+never moves more bytes (Hong & Kung's I/O bound, STOC 1981, is the limit this approaches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from arch_space.perf.systolic import fold_cycles
+
+__all__ = ["GemmShape", "GemmTerms", "gemm_hbm_bytes", "gemm_terms"]
+
+# Candidate splits of m over cores and candidate row tiles: powers of two (tm also gets m).
+_SPLITS: Final = 2.0 ** np.arange(0, 17)
+_ROW_TILES: Final = 2.0 ** np.arange(4, 17)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    """Float64 arrays, one entry per GEMM: ``batch`` products of (m x k) @ (k x n)."""
+
+    batch: np.ndarray
+    m: np.ndarray
+    k: np.ndarray
+    n: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class GemmTerms:
+    """Per-GEMM time terms (s) and buffer traffic (bytes) of the chosen split over cores."""
+
+    compute_s: np.ndarray
+    buffer_s: np.ndarray
+    buffer_read_bytes: np.ndarray
+    buffer_write_bytes: np.ndarray
+
+
+def gemm_hbm_bytes(
+    g: GemmShape,
+    rows: int,
+    cols: int,
+    glb_bytes: float,
+    bytes_per_element: int,
+    accumulator_bytes: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(read, write) HBM bytes of the least-traffic tiling that fits the global buffer.
+
+    If no candidate tile fits, every operand element is fetched for every product.
+    """
+    e = float(bytes_per_element)
+    m, k, n = g.m[:, None], g.k[:, None], g.n[:, None]
+    tk = np.minimum(k, rows)
+    tm = np.concatenate([np.minimum(_ROW_TILES[None, :], m), m], axis=1)
+    widest = np.floor((glb_bytes - 2 * e * tk * tm) / (accumulator_bytes * tm + 2 * e * tk))
+    tn = np.minimum(n, widest)
+    tn = np.where((tn < n) & (tn >= cols), np.floor(tn / cols) * cols, tn)
+    fits = tn >= 1
+    tn = np.where(fits, tn, 1.0)
+    reads = e * (m * k * np.ceil(n / tn) + k * n * np.ceil(m / tm))
+    no_reuse = 2 * e * m * k * n
+    reads = np.where(fits, reads, no_reuse).min(axis=1)
+    return g.batch * reads, g.batch * e * g.m * g.n
+
+
+def gemm_terms(
+    g: GemmShape,
+    hbm: tuple[np.ndarray, np.ndarray],
+    *,
+    rows: int,
+    cols: int,
+    cores: int,
+    clock_hz: float,
+    glb_bytes_per_s: float,
+    bytes_per_element: int,
+) -> GemmTerms:
+    """Compute and buffer time of the best split over ``cores`` arrays, and the traffic.
+
+    ``hbm`` is the (read, write) HBM traffic of :func:`gemm_hbm_bytes`, which does not
+    depend on the number of cores.
+    """
+    e = float(bytes_per_element)
+    b, m, k, n = (a[:, None] for a in (g.batch, g.m, g.k, g.n))
+    row_folds = np.ceil(k / rows)
+    col_folds = np.ceil(n / cols)
+    s = _SPLITS[None, :]
+    waves = np.ceil(b * col_folds * s / cores)
+    compute_s = waves * row_folds * fold_cycles(rows, cols, np.ceil(m / s)) / clock_hz
+
+    hbm_read, hbm_write = hbm
+    input_passes = np.ceil(col_folds / np.minimum(col_folds, cores))
+    buffer_reads = e * b * (m * k * input_passes + k * n * s) + hbm_write[:, None]
+    buffer_writes = e * g.batch * g.m * g.n + hbm_read  # the same for every split
+    buffer_s = (buffer_reads + buffer_writes[:, None]) / glb_bytes_per_s
+
+    score = np.where(s <= m, np.maximum(compute_s, buffer_s), np.inf)
+    best = np.argmin(score, axis=1)[:, None]
+
+    def pick(a: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(a, best, axis=1)[:, 0]
+
+    return GemmTerms(
+        compute_s=pick(compute_s),
+        buffer_s=pick(buffer_s),
+        buffer_read_bytes=pick(buffer_reads),
+        buffer_write_bytes=buffer_writes,
+    )

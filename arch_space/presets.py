@@ -1,0 +1,123 @@
+"""Named accelerators: real chips for validation and the reference's maximum design.
+
+Each preset's parameters come from a data sheet or paper, cited beside it. Peak FLOP/s follows
+from the counts (``2 x MACs x clock``) and is checked against the data sheet in
+tests/test_arch_presets.py, as is the modelled die area where one is published.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from arch_space.accelerator import Accelerator
+from phaze.errors import unknown_name
+
+__all__ = ["preset", "preset_names", "PUBLISHED"]
+
+_MIB = 2**20
+_GIB = 2**30
+
+_PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
+    {
+        # Google TPU v4 (Jouppi et al., "TPU v4", ISCA 2023; "Ten lessons...", ISCA 2021):
+        # 2 TensorCores x 4 MXUs of 128x128 bf16 MACs at 1050 MHz = 275 TFLOP/s; a VPU of
+        # 8 sublanes x 128 lanes per TensorCore; 128 MiB CMEM; 32 GiB HBM2 in 4 stacks,
+        # 1200 GB/s; 7 nm.
+        "tpuv4": Accelerator(
+            num_tc=8,
+            tc_rows=128,
+            tc_cols=128,
+            num_vc=2,
+            vc_lanes=1024,
+            glb_bytes=128 * _MIB,
+            hbm_bytes=32 * _GIB,
+            hbm_bandwidth_bytes_per_s=1.2e12,
+            clock_hz=1.05e9,
+            node_nm=7,
+            name="tpuv4",
+            hbm_stacks=4,
+        ),
+        # NVIDIA A100 SXM4 80GB (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020;
+        # A100 80GB datasheet): 108 SMs x 4 Tensor Cores of 256 dense FP16/BF16 FMA per clock
+        # (modelled 16x16) at 1410 MHz = 312 TFLOP/s; 64 FP32 lanes per SM; 40 MB L2 as the
+        # global buffer; 80 GB HBM2e in 5 stacks at 2039 GB/s; TSMC N7; die 826 mm2.
+        "a100": Accelerator(
+            num_tc=432,
+            tc_rows=16,
+            tc_cols=16,
+            num_vc=108,
+            vc_lanes=64,
+            glb_bytes=40 * _MIB,
+            hbm_bytes=80 * _GIB,
+            hbm_bandwidth_bytes_per_s=2.039e12,
+            clock_hz=1.41e9,
+            node_nm=7,
+            name="a100",
+            hbm_stacks=5,
+        ),
+        # NVIDIA H100 SXM5 80GB (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022;
+        # H100 datasheet): 132 SMs x 4 Tensor Cores of 512 dense FP16/BF16 FMA per clock
+        # (modelled 16x32) at 1830 MHz = 989 TFLOP/s; 128 FP32 lanes per SM; 50 MB L2;
+        # 80 GB HBM3 in 5 stacks at 3.35 TB/s; TSMC 4N (modelled as 5 nm); die 814 mm2.
+        "h100": Accelerator(
+            num_tc=528,
+            tc_rows=16,
+            tc_cols=32,
+            num_vc=132,
+            vc_lanes=128,
+            glb_bytes=50 * _MIB,
+            hbm_bytes=80 * _GIB,
+            hbm_bandwidth_bytes_per_s=3.35e12,
+            clock_hz=1.83e9,
+            node_nm=5,
+            name="h100",
+            hbm_stacks=5,
+        ),
+        # The reference's maximum design (msr-fiddle/phaze Estimator/architecture.py,
+        # max_acc_config): 8 tensor cores of 128x128, 2 vector cores of 128 lanes, 128 MiB
+        # buffer, at the TPUv4 clock (1.05 GHz) and memory (32 GiB HBM2 at 1.2 TB/s), 7 nm.
+        # Its area is the default space's budget.
+        "ref-max": Accelerator(
+            num_tc=8,
+            tc_rows=128,
+            tc_cols=128,
+            num_vc=2,
+            vc_lanes=128,
+            glb_bytes=128 * _MIB,
+            hbm_bytes=32 * _GIB,
+            hbm_bandwidth_bytes_per_s=1.2e12,
+            clock_hz=1.05e9,
+            node_nm=7,
+            name="ref-max",
+        ),
+    }
+)
+
+#: Published figures the presets are checked against: (peak dense bf16 FLOP/s, die mm2 or
+#: None, TDP W or None), from the sources cited above.
+PUBLISHED: MappingProxyType[str, tuple[float, float | None, float | None]] = MappingProxyType(
+    {
+        "tpuv4": (275e12, None, 192.0),  # die "<400 mm2" is a bound, not a figure
+        "a100": (312e12, 826.0, 400.0),
+        "h100": (989e12, 814.0, 700.0),
+    }
+)
+
+
+def preset_names() -> tuple[str, ...]:
+    """Names of the shipped presets, in a stable order."""
+    return tuple(_PRESETS)
+
+
+def preset(name: str) -> Accelerator:
+    """The preset accelerator ``name``; unknown names suggest the nearest.
+
+    Examples
+    --------
+    >>> preset("a100").peak_flops / 1e12
+    311.86944
+    """
+    try:
+        return _PRESETS[name]
+    except KeyError:
+        raise unknown_name("accelerator preset", name, _PRESETS) from None

@@ -1,0 +1,67 @@
+"""Every figure of merit of one accelerator in one plain mapping (what ``phaze arch show``
+prints), computed by the area, power, cost and carbon models with the given parameters."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from arch_space.accelerator import Accelerator
+from arch_space.area import (
+    area_breakdown_mm2,
+    dynamic_power_breakdown_w,
+    hbm_stacks,
+    static_power_w,
+    tdp_w,
+)
+from arch_space.carbon import CarbonParams, embodied_breakdown_kgco2e
+from arch_space.cost import CostParams, cost_breakdown_usd, die_yield, dies_per_wafer
+from arch_space.space import design_id
+from arch_space.tech import TechNode, tech_node
+
+__all__ = ["describe"]
+
+
+def describe(
+    acc: Accelerator,
+    tech: TechNode | None = None,
+    cost: CostParams | None = None,
+    carbon: CarbonParams | None = None,
+) -> dict[str, Any]:
+    """All parameters of ``acc`` (SI units) and its modelled figures, as a flat dict.
+
+    Keys: the Accelerator fields, ``design_id``, ``hbm_stacks_effective``, ``peak_flops``,
+    ``area_mm2``, ``area_breakdown_mm2``, ``tdp_w``, ``power_breakdown_w``, ``static_power_w``,
+    ``dies_per_wafer``, ``yield``, ``die_cost_usd``, ``device_cost_usd``, ``cost_breakdown_usd``,
+    ``embodied_kgco2e``, ``embodied_breakdown_kgco2e``.
+    """
+    tech = tech or tech_node(acc.node_nm)
+    cost = cost or CostParams.default()
+    carbon = carbon or CarbonParams.default()
+    area = dict(area_breakdown_mm2(acc, tech))
+    area_total = sum(area.values())
+    _, d0 = cost.node(acc.node_nm)
+    costs = dict(cost_breakdown_usd(acc, cost, tech))
+    embodied = dict(embodied_breakdown_kgco2e(acc, carbon, cost, tech))
+    doc: dict[str, Any] = {f.name: getattr(acc, f.name) for f in fields(acc)}
+    doc.update(
+        design_id=design_id(acc),
+        hbm_stacks_effective=hbm_stacks(acc, tech),
+        peak_flops=acc.peak_flops,
+        area_mm2=area_total,
+        area_breakdown_mm2=area,
+        tdp_w=tdp_w(acc, tech),
+        power_breakdown_w={
+            **dynamic_power_breakdown_w(acc, tech),
+            "leakage": static_power_w(acc, tech),
+        },
+        static_power_w=static_power_w(acc, tech),
+        dies_per_wafer=dies_per_wafer(area_total, cost),
+        **{"yield": die_yield(area_total, d0, cost.cluster_alpha)},
+        die_cost_usd=costs["die"],
+        device_cost_usd=sum(costs.values()),
+        cost_breakdown_usd=costs,
+        embodied_kgco2e=sum(embodied.values()),
+        embodied_breakdown_kgco2e=embodied,
+    )
+    return doc

@@ -1,0 +1,347 @@
+"""The mixed-integer program of DESIGN.md §5, built and solved through PuLP.
+
+Variables (times scaled so the heuristic makespan is :data:`_SCALE`, which keeps every
+coefficient well inside the solvers' tolerances): makespan ``T``; start ``t_i``; ``y_i`` = 1
+if op i runs intra-op parallel (only where that mode is not dominated); ``x_ij`` = 1 if i
+finishes before j starts, only for incomparable pairs that can compete for cores (comparable
+pairs are fixed by the DAG, so they get no variable); ``z_ic`` = 1 if single-core op i runs
+on core c of a core type whose capacity the previous solve exceeded.
+
+Constraints: ``T >= t_i + p_i`` at sinks; ``t_i + p_i <= t_j`` on (transitively reduced)
+edges; ``x_ij + x_ji <= 1``; transitivity ``x_ik >= x_ij + x_jk - 1`` on triples of
+variables; big-M ordering ``t_i + p_i - M_ij (1 - x_ij) <= t_j``; ``x_ij + x_ji >= y_i`` when
+i's parallel mode conflicts with j; and with assignment ``sum_c z_ic + y_i = 1`` and
+``x_ij + x_ji >= z_ic + z_jc - 1``. Tightening, all valid for some optimal schedule:
+
+* ``T <= UB`` (a list schedule's makespan), so ``t_i + p_i <= UB - tail_i`` and ``t_j >=
+  head_j`` give ``M_ij = UB - tail_i - head_j`` instead of the sum of all latencies;
+* cores are interchangeable: the k-th op of a type (in the warm start's start order) may
+  only use cores 0..k-1 (relabel cores by first use);
+* a fused ``TCandVC`` op gets one tensor-core index and one vector-core index of its own,
+  which is exactly "at most T tensor and W vector cores busy at any instant" (interval
+  graphs are perfect, so such a schedule always has a per-core assignment).
+
+References
+----------
+Phaze reference, Solver/ilp.py (msr-fiddle/phaze) for the original model.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+import pulp
+
+from ilp.listsched import Structure
+from ilp.problem import PARALLEL, SINGLE, Problem, demand, uses
+from phaze.errors import ConfigError, SolverError, unknown_name
+
+__all__ = ["SOLVERS", "IlpOutcome", "check_solver", "solve_ilp"]
+
+logger = logging.getLogger(__name__)
+
+SOLVERS: Final = ("highs", "cbc", "gurobi")
+_SCALE: Final = 100.0  # the heuristic makespan in model units (dimensionless)
+_SLACK: Final = 1e-7  # model units added to upper bounds so the warm start stays feasible
+_MAX_TRIPLES: Final = 3000  # transitivity rows are implied by the times; add only this many
+
+
+@dataclass(frozen=True, slots=True)
+class IlpOutcome:
+    """What one solve returned, in seconds. ``start``/``modes`` are None without a solution.
+
+    ``bound_s`` is a proven lower bound on the makespan of this model (0 when unknown).
+    """
+
+    optimal: bool
+    modes: tuple[int, ...] | None
+    start: tuple[float, ...] | None
+    objective_s: float
+    bound_s: float
+    solver_status: str
+
+
+@lru_cache(maxsize=1)
+def _gurobi_problem() -> str:
+    """Empty if Gurobi can solve here, else why not (checked once: import and license)."""
+    try:
+        import gurobipy
+    except ImportError:
+        return "gurobipy is not installed (pip install gurobipy)"
+    try:
+        with gurobipy.Env(params={"OutputFlag": 0}):
+            pass
+    except gurobipy.GurobiError as e:
+        return f"Gurobi has no usable license ({e})"
+    return ""
+
+
+def check_solver(name: str) -> None:
+    """Raise a ConfigError unless ``name`` is a known solver that can run here."""
+    if name not in SOLVERS:
+        raise unknown_name("solver", name, SOLVERS)
+    if name == "highs" and not pulp.HiGHS(msg=False).available():
+        raise ConfigError("solver 'highs' needs highspy (pip install highspy), or pass solver='cbc'")
+    if name == "cbc" and not pulp.PULP_CBC_CMD(msg=False).available():
+        raise ConfigError("solver 'cbc' needs PuLP's bundled CBC binary (reinstall pulp)")
+    if name == "gurobi" and (why := _gurobi_problem()):
+        raise ConfigError(f"solver 'gurobi' cannot run: {why}; use solver='highs' or 'cbc'")
+
+
+def _highs_class() -> type:
+    """pulp.HiGHS that passes the variables' initial values to HiGHS as a MIP start."""
+    import highspy
+
+    class _WarmHiGHS(pulp.HiGHS):
+        def callSolver(self, lp):  # noqa: N802 (PuLP's name)
+            variables = lp.variables()
+            if all(v.varValue is not None for v in variables):
+                sol = highspy.HighsSolution()
+                sol.col_value = [float(v.varValue) for v in variables]
+                sol.value_valid = True
+                lp.solverModel.setSolution(sol)
+            lp.solverModel.run()
+
+    return _WarmHiGHS
+
+
+class _Model:
+    """The PuLP problem for one (problem, upper bound, assigned core types)."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        st: Structure,
+        ub_s: float,
+        lb_s: float,
+        assign: frozenset[str],
+        warm_modes: Sequence[int],
+        warm_start: Sequence[float],
+    ) -> None:
+        self.problem = problem
+        self.scale = _SCALE / ub_s
+        n = problem.n
+        sc = self.scale
+        ub = _SCALE + _SLACK
+        lp = pulp.LpProblem("layer_schedule", pulp.LpMinimize)
+        self.lp = lp
+        single = [problem.single_s[i] * sc for i in range(n)]
+        gain = [(problem.parallel_s[i] - problem.single_s[i]) * sc for i in range(n)]
+        dmin = [problem.min_duration(i) * sc for i in range(n)]
+        head = [h * sc for h in st.head]
+        tail = [t * sc for t in st.tail]
+        self.T = pulp.LpVariable("T", lowBound=max(0.0, min(lb_s * sc, _SCALE) - _SLACK), upBound=ub)
+        self.t = [
+            pulp.LpVariable(f"t{i}", lowBound=head[i], upBound=max(head[i], ub - tail[i] - dmin[i]))
+            for i in range(n)
+        ]
+        self.y = {i: pulp.LpVariable(f"y{i}", cat="Binary") for i in range(n) if problem.can_parallel[i]}
+        lp += pulp.LpAffineExpression([(self.T, 1.0)])
+
+        def end(i: int) -> list[tuple[pulp.LpVariable, float]]:
+            terms = [(self.t[i], 1.0)]
+            if i in self.y:
+                terms.append((self.y[i], gain[i]))
+            return terms
+
+        def add(terms: list[tuple[pulp.LpVariable, float]], sense: int, rhs: float) -> None:
+            lp.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms), sense, rhs=rhs))
+
+        le, ge, eq = pulp.LpConstraintLE, pulp.LpConstraintGE, pulp.LpConstraintEQ
+        for i in range(n):
+            if not st.succs[i]:
+                add([*end(i), (self.T, -1.0)], le, -single[i])
+            for j in st.succs[i]:
+                add([*end(i), (self.t[j], -1.0)], le, -single[i])
+
+        # Which incomparable pairs need ordering variables, and why.
+        blocks: dict[tuple[int, int], list[int]] = {}
+        share: dict[str, list[tuple[int, int]]] = {r: [] for r in assign}
+        for i in range(n):
+            for j in range(i + 1, n):
+                if st.comparable(i, j) or problem.core[i] == "Nop" or problem.core[j] == "Nop":
+                    continue
+                why = [k for k, o in ((i, j), (j, i)) if k in self.y and _conflict(problem, k, o)]
+                if why:
+                    blocks[i, j] = why
+                for r in assign:
+                    if _uses(problem, i, r) and _uses(problem, j, r):
+                        share[r].append((i, j))
+        pairs = sorted(set(blocks) | {p for ps in share.values() for p in ps})
+        self.x: dict[tuple[int, int], pulp.LpVariable] = {}
+        for i, j in pairs:
+            self.x[i, j] = pulp.LpVariable(f"x{i}_{j}", cat="Binary")
+            self.x[j, i] = pulp.LpVariable(f"x{j}_{i}", cat="Binary")
+            add([(self.x[i, j], 1.0), (self.x[j, i], 1.0)], le, 1.0)
+            for a, b in ((i, j), (j, i)):
+                big_m = max(0.0, ub - tail[a] - head[b])
+                add([*end(a), (self.t[b], -1.0), (self.x[a, b], big_m)], le, big_m - single[a])
+            for k in blocks.get((i, j), ()):
+                add([(self.x[i, j], 1.0), (self.x[j, i], 1.0), (self.y[k], -1.0)], ge, 0.0)
+        self._transitivity(pairs, add, ge)
+
+        self.z: dict[tuple[str, int, int], pulp.LpVariable] = {}
+        order = sorted(range(n), key=lambda i: (warm_start[i], i))
+        for r in sorted(assign):
+            cap = problem.num_tc if r == "TC" else problem.num_vc
+            users = [i for i in order if _uses(problem, i, r)]
+            for k, i in enumerate(users):
+                for c in range(min(cap, k + 1)):
+                    self.z[r, i, c] = pulp.LpVariable(f"z{r}{i}_{c}", cat="Binary")
+                terms = [(self.z[r, i, c], 1.0) for c in range(min(cap, k + 1))]
+                if i in self.y:
+                    terms.append((self.y[i], 1.0))
+                add(terms, eq, 1.0)
+            for i, j in share[r]:
+                for c in range(cap):
+                    if (r, i, c) in self.z and (r, j, c) in self.z:
+                        add(
+                            [
+                                (self.x[i, j], 1.0),
+                                (self.x[j, i], 1.0),
+                                (self.z[r, i, c], -1.0),
+                                (self.z[r, j, c], -1.0),
+                            ],
+                            ge,
+                            -1.0,
+                        )
+        self._warm(warm_modes, warm_start, assign)
+
+    def _transitivity(self, pairs, add, ge) -> None:
+        """x_ik >= x_ij + x_jk - 1 where all three are variables (up to _MAX_TRIPLES rows)."""
+        nbrs: dict[int, list[int]] = {}
+        for i, j in pairs:
+            nbrs.setdefault(i, []).append(j)
+            nbrs.setdefault(j, []).append(i)
+        count = 0
+        for j, around in sorted(nbrs.items()):
+            for i in around:
+                for k in around:
+                    if i != k and (i, k) in self.x:
+                        if count >= _MAX_TRIPLES:
+                            return
+                        add(
+                            [(self.x[i, k], 1.0), (self.x[i, j], -1.0), (self.x[j, k], -1.0)],
+                            ge,
+                            -1.0,
+                        )
+                        count += 1
+
+    def _warm(self, modes: Sequence[int], start: Sequence[float], assign: frozenset[str]) -> None:
+        """Set the list schedule as every variable's initial value (a feasible MIP start)."""
+        p, sc = self.problem, self.scale
+        finish = [start[i] + p.duration(i, modes[i]) for i in range(p.n)]
+        self.T.setInitialValue(max(finish, default=0.0) * sc)
+        for i in range(p.n):
+            self.t[i].setInitialValue(start[i] * sc)
+            if i in self.y:
+                self.y[i].setInitialValue(float(modes[i] == PARALLEL))
+        for (i, j), var in self.x.items():
+            var.setInitialValue(float(finish[i] <= start[j]))
+        for r in sorted(assign):
+            busy_until: list[float] = []
+            for i in sorted(range(p.n), key=lambda i: (start[i], i)):
+                if not _uses(p, i, r) or modes[i] == PARALLEL:
+                    continue
+                c = next((c for c, f in enumerate(busy_until) if f <= start[i]), len(busy_until))
+                if c == len(busy_until):
+                    busy_until.append(finish[i])
+                busy_until[c] = finish[i]
+                var = self.z.get((r, i, c))
+                if var is not None:
+                    var.setInitialValue(1.0)
+        for var in self.z.values():
+            if var.varValue is None:
+                var.setInitialValue(0.0)
+
+    def values(self) -> tuple[tuple[int, ...], tuple[float, ...], float]:
+        modes = tuple(
+            PARALLEL if i in self.y and (self.y[i].varValue or 0.0) > 0.5 else SINGLE
+            for i in range(self.problem.n)
+        )
+        start = tuple(max(0.0, (v.varValue or 0.0) / self.scale) for v in self.t)
+        return modes, start, (self.T.varValue or 0.0) / self.scale
+
+
+def _uses(problem: Problem, i: int, resource: str) -> bool:
+    tc, vc = uses(problem.core[i])
+    return tc if resource == "TC" else vc
+
+
+def _conflict(problem: Problem, i: int, j: int) -> bool:
+    """Does op i in parallel mode share a core with op j in its single mode?"""
+    ti, vi = demand(problem, i, PARALLEL)
+    tj, vj = demand(problem, j, SINGLE)
+    return bool((ti and tj) or (vi and vj))
+
+
+def _make_solver(name: str, time_limit_s: float, mip_gap: float) -> pulp.LpSolver:
+    limit = max(time_limit_s, 1e-3)
+    if name == "highs":
+        return _highs_class()(msg=False, timeLimit=limit, gapRel=mip_gap, threads=1)
+    if name == "cbc":
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=mip_gap, warmStart=True, threads=1)
+    return pulp.GUROBI(msg=False, timeLimit=limit, gapRel=mip_gap, warmStart=True, Threads=1)
+
+
+def _outcome(name: str, model: _Model, mip_gap: float) -> IlpOutcome:
+    lp = model.lp
+    if name == "highs":
+        import highspy
+
+        h = lp.solverModel
+        status = h.getModelStatus()
+        info = h.getInfo()
+        text = h.modelStatusToString(status)
+        has = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        optimal = status == highspy.HighsModelStatus.kOptimal
+        bound = info.mip_dual_bound if info.mip_dual_bound > -1e30 else 0.0
+    elif name == "gurobi":
+        m = lp.solverModel
+        text = f"gurobi status {m.Status}"
+        has = m.SolCount >= 1
+        optimal = m.Status == 2  # GRB.OPTIMAL
+        bound = float(m.ObjBound) if has else 0.0
+    else:
+        text = pulp.LpSolution[lp.sol_status]
+        has = lp.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+        optimal = lp.sol_status == pulp.LpSolutionOptimal
+        bound = (model.T.varValue or 0.0) * (1.0 - mip_gap) if optimal else 0.0
+    if not has:
+        if "nfeasible" in text:
+            raise SolverError(f"{name}: the schedule MIP has no solution ({text})", text)
+        return IlpOutcome(False, None, None, float("inf"), bound / model.scale, text)
+    modes, start, objective = model.values()
+    return IlpOutcome(optimal, modes, start, objective, bound / model.scale, text)
+
+
+def solve_ilp(
+    problem: Problem,
+    st: Structure,
+    *,
+    ub_s: float,
+    lb_s: float,
+    assign: frozenset[str],
+    warm: tuple[Sequence[int], Sequence[float]],
+    solver: str,
+    time_limit_s: float,
+    mip_gap: float,
+) -> IlpOutcome:
+    """Build and solve the model once.
+
+    Raises
+    ------
+    SolverError
+        The solver failed or called the model infeasible (it never is: the warm start is a
+        feasible point), with the solver's status.
+    """
+    model = _Model(problem, st, ub_s, lb_s, assign, warm[0], warm[1])
+    try:
+        model.lp.solve(_make_solver(solver, time_limit_s, mip_gap))
+    except pulp.PulpSolverError as e:
+        raise SolverError(f"{solver}: {e}", "error") from e
+    return _outcome(solver, model, mip_gap)

@@ -1,0 +1,360 @@
+"""Schedule one layer pass's ops on a design's cores: :func:`solve_schedule`.
+
+The pipeline for one graph (DESIGN.md §5):
+
+1. validate and canonicalise the graph (:mod:`ilp.problem`); identical content hits a cache;
+2. a list schedule gives an upper bound, the critical path and core-seconds a lower bound;
+   when they meet (always for chains, where nothing can overlap) the list schedule is
+   optimal and no MIP is built;
+3. otherwise solve the MIP without per-core assignment, turn its modes and start order into
+   an exact schedule with the serial SGS, and accept it if it matches the MIP's makespan (no
+   more cores were busy than exist); else re-solve with assignment variables for the core
+   types that were over-subscribed (:mod:`ilp.formulation`).
+
+Every solve shares one wall-clock budget; on timeout the best feasible schedule is returned
+with status ``time_limit`` (or ``list_schedule`` when the solver found nothing better than
+the list schedule to start from), never an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Final
+
+import networkx as nx
+
+from ilp.formulation import check_solver, solve_ilp
+from ilp.listsched import heuristic, lower_bound, makespan, serial_sgs, structure
+from ilp.problem import PARALLEL, SINGLE, Problem, build_problem, demand, uses
+from phaze.errors import ConfigError, SolverError
+
+__all__ = [
+    "ScheduleStatus",
+    "Method",
+    "Schedule",
+    "solve_schedule",
+    "DEFAULT_TIME_LIMIT_S",
+    "DEFAULT_MIP_GAP",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIME_LIMIT_S: Final = 10.0  # wall seconds per graph, all solves together
+DEFAULT_MIP_GAP: Final = 1e-6  # relative; HiGHS's own default (1e-4) would be inexact
+_TOL: Final = 1e-6  # relative slack when comparing makespans computed two ways
+
+
+class ScheduleStatus(StrEnum):
+    OPTIMAL = "optimal"  # proven optimal within the MIP gap
+    TIME_LIMIT = "time_limit"  # the best feasible schedule found in time; gap says how good
+    LIST_SCHEDULE = "list_schedule"  # no MIP solution in time: the list schedule is returned
+
+
+class Method(StrEnum):
+    EMPTY = "empty"  # nothing takes time
+    BOUND = "bound"  # the list schedule meets the lower bound (chains and the like)
+    ILP = "ilp"  # MIP without per-core assignment
+    ILP_CORES = "ilp_cores"  # MIP re-solved with per-core assignment
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """An exact, feasible schedule of one layer pass.
+
+    ``start_s``/``duration_s`` are per node; ``parallel`` holds the nodes run intra-op
+    parallel; ``cores[node]`` is (tensor cores, vector cores) the node holds (a parallel op
+    holds every core of its type, and every core at all when parallel ops block everything);
+    ``core_ids[node]`` names them ("TC3", "TC0+VC1", "TC0-7", "" for ``Nop``).
+    Utilisation is the share of a type's cores doing work: peak over time and average over
+    the makespan. ``gap`` is (makespan - best lower bound) / makespan.
+    """
+
+    makespan_s: float
+    energy_j: float
+    start_s: Mapping[Hashable, float]
+    duration_s: Mapping[Hashable, float]
+    parallel: frozenset[Hashable]
+    cores: Mapping[Hashable, tuple[int, int]]
+    core_ids: Mapping[Hashable, str]
+    num_tc: int
+    num_vc: int
+    tc_utilisation: float
+    vc_utilisation: float
+    tc_peak_utilisation: float
+    vc_peak_utilisation: float
+    solver: str
+    status: ScheduleStatus
+    method: Method
+    gap: float
+    wall_s: float
+    time_limit_s: float
+
+    def finish_s(self, node: Hashable) -> float:
+        return self.start_s[node] + self.duration_s[node]
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    modes: tuple[int, ...]
+    start: tuple[float, ...]
+    makespan_s: float
+    status: ScheduleStatus
+    method: Method
+    gap: float
+    solver: str
+    wall_s: float
+
+
+def solve_schedule(
+    graph: nx.DiGraph,
+    num_tc: int,
+    num_vc: int,
+    *,
+    solver: str = "highs",
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    mip_gap: float = DEFAULT_MIP_GAP,
+    parallel_blocks_all: bool = True,
+) -> Schedule:
+    """The minimum-makespan schedule of ``graph`` on ``num_tc`` tensor and ``num_vc``
+    vector cores.
+
+    Parameters
+    ----------
+    graph
+        DAG whose nodes carry ``core`` ("TC", "VC", "TCandVC", "Nop"), ``latency_s`` (one
+        core), ``parallel_latency_s`` (all cores of its type; not needed for "Nop") and
+        optionally ``energy_j``/``parallel_energy_j``.
+    solver
+        "highs" (in-process, default), "cbc" (PuLP's bundled binary) or "gurobi" (when
+        installed and licensed). If HiGHS fails, CBC is tried before giving up.
+    time_limit_s, mip_gap
+        Wall-clock budget of all solves for this graph, and the relative MIP gap.
+    parallel_blocks_all
+        True (default): an intra-op parallel op runs alone on the chip. False: it holds only
+        the cores of its own type(s).
+
+    Raises
+    ------
+    ConfigError
+        Bad graph attributes, core counts, solver name or settings (all listed at once).
+    SolverError
+        Every solver failed (not a timeout), with the solver's status.
+
+    Examples
+    --------
+    >>> g = nx.DiGraph()
+    >>> g.add_node("a", core="TC", latency_s=4.0, parallel_latency_s=1.0)
+    >>> g.add_node("b", core="VC", latency_s=2.0, parallel_latency_s=2.0)
+    >>> solve_schedule(g, 4, 1).makespan_s  # a on all 4 tensor cores, then b
+    3.0
+    """
+    problems = []
+    if not isinstance(time_limit_s, int | float) or not time_limit_s > 0:
+        problems.append(f"solve_schedule: time_limit_s = {time_limit_s!r} must be > 0 seconds")
+    if not isinstance(mip_gap, int | float) or not 0 <= mip_gap < 1:
+        problems.append(f"solve_schedule: mip_gap = {mip_gap!r} must be in [0, 1)")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    check_solver(solver)
+    contracted = build_problem(graph, num_tc, num_vc, parallel_blocks_all=parallel_blocks_all)
+    result = _solve(contracted.problem, solver, float(time_limit_s), float(mip_gap))
+    return _assemble(graph, contracted.nodes, contracted.zero, contracted.problem, result, time_limit_s)
+
+
+@lru_cache(maxsize=16384)
+def _solve(problem: Problem, solver: str, time_limit_s: float, mip_gap: float) -> _Result:
+    """Optimal (or best in time) modes and starts of a canonical problem, by content."""
+    t0 = time.perf_counter()
+    if problem.n == 0:
+        return _Result((), (), 0.0, ScheduleStatus.OPTIMAL, Method.EMPTY, 0.0, "none", 0.0)
+    st = structure(problem)
+    lb = lower_bound(problem)
+    modes, start, ub = heuristic(problem, lb * (1 + _TOL))
+    if ub <= lb * (1 + _TOL):
+        return _Result(modes, start, ub, ScheduleStatus.OPTIMAL, Method.BOUND, 0.0, "none",
+                       time.perf_counter() - t0)
+
+    best = (modes, start, ub)
+    assign: frozenset[str] = frozenset()
+    used = solver
+    status = ScheduleStatus.LIST_SCHEDULE
+    method = Method.ILP
+    while True:
+        remaining = time_limit_s - (time.perf_counter() - t0)
+        if remaining <= 0:
+            break
+        method = Method.ILP_CORES if assign else Method.ILP
+        out, used = _solve_with_fallback(
+            problem, st, best, lb, assign, solver, remaining, mip_gap
+        )
+        lb = max(lb, out.bound_s)
+        if out.modes is None or out.start is None:
+            break  # out of time before any solution: keep the list schedule
+        s = serial_sgs(problem, out.modes, out.start)
+        ms = makespan(problem, out.modes, s)
+        if ms < best[2]:
+            best = (out.modes, s, ms)
+        status = ScheduleStatus.OPTIMAL if out.optimal else ScheduleStatus.TIME_LIMIT
+        if ms <= out.objective_s * (1 + _TOL) or best[2] <= lb * (1 + _TOL):
+            break  # the solver's schedule fits the cores (or the bound proves best optimal)
+        status = ScheduleStatus.TIME_LIMIT  # over-subscribed: not a schedule yet
+        over = _oversubscribed(problem, out.modes, out.start) - assign
+        if not over:
+            over = frozenset(("TC", "VC")) - assign
+        if not over:
+            raise SolverError(
+                f"{used}: schedule with per-core assignment exceeds the cores "
+                f"(MIP makespan {out.objective_s:.6g} s, simulated {ms:.6g} s)",
+                out.solver_status,
+            )
+        assign = assign | over
+        logger.debug("re-solving with per-core assignment for %s", sorted(assign))
+    gap = max(0.0, (best[2] - lb) / best[2]) if best[2] > 0 else 0.0
+    if status == ScheduleStatus.OPTIMAL:
+        gap = min(gap, mip_gap)
+    return _Result(best[0], best[1], best[2], status, method, gap, used, time.perf_counter() - t0)
+
+
+def _solve_with_fallback(problem, st, best, lb, assign, solver, remaining, mip_gap):
+    """One MIP solve; if HiGHS fails, retry once with CBC."""
+    kwargs = dict(
+        ub_s=best[2], lb_s=lb, assign=assign, warm=(best[0], best[1]), time_limit_s=remaining,
+        mip_gap=mip_gap,
+    )
+    try:
+        return solve_ilp(problem, st, solver=solver, **kwargs), solver
+    except SolverError as e:
+        if solver != "highs":
+            raise
+        logger.warning("HiGHS failed (%s); falling back to CBC", e)
+        return solve_ilp(problem, st, solver="cbc", **kwargs), "cbc (fallback from highs)"
+
+
+def _oversubscribed(problem: Problem, modes, start) -> frozenset[str]:
+    """Core types with more single-core ops running at once than cores, by the MIP's times
+    (overlaps shorter than a relative tolerance are ignored)."""
+    tol = _TOL * max((start[i] + problem.duration(i, modes[i]) for i in range(problem.n)), default=0)
+    over = set()
+    for r, cap in (("TC", problem.num_tc), ("VC", problem.num_vc)):
+        events = []
+        for i in range(problem.n):
+            if modes[i] == SINGLE and uses(problem.core[i])[r == "VC"]:
+                events.append((start[i] + tol, 1))
+                events.append((start[i] + problem.duration(i, SINGLE) - tol, -1))
+        busy = 0
+        for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+            busy += step
+            if busy > cap:
+                over.add(r)
+                break
+    return frozenset(over)
+
+
+def _assemble(
+    graph: nx.DiGraph,
+    nodes: tuple[Hashable, ...],
+    zero: tuple[tuple[Hashable, int, tuple[Hashable, ...]], ...],
+    problem: Problem,
+    result: _Result,
+    time_limit_s: float,
+) -> Schedule:
+    """Map an index-space result back onto the graph's nodes, with energy and cores."""
+    start = {v: result.start[i] for i, v in enumerate(nodes)}
+    duration = {v: problem.duration(i, result.modes[i]) for i, v in enumerate(nodes)}
+    held = {v: demand(problem, i, result.modes[i]) for i, v in enumerate(nodes)}
+    mode = {v: result.modes[i] for i, v in enumerate(nodes)}
+    for v, m, preds in zero:  # in topological order: predecessors are already placed
+        start[v] = max((start[p] + duration[p] for p in preds), default=0.0)
+        duration[v] = 0.0
+        held[v] = (0, 0)
+        mode[v] = m
+    attrs = graph.nodes
+    energy = 0.0
+    for v in graph.nodes:
+        key = "parallel_energy_j" if mode[v] == PARALLEL else "energy_j"
+        energy += float(attrs[v].get(key, attrs[v].get("energy_j", 0.0)))
+    ids = _core_ids(graph, start, duration, mode, problem.num_tc, problem.num_vc)
+    util = _utilisation(graph, start, duration, mode, problem, result.makespan_s)
+    ordered = [v for v in graph.nodes]
+    return Schedule(
+        makespan_s=result.makespan_s,
+        energy_j=energy,
+        start_s=MappingProxyType({v: start[v] for v in ordered}),
+        duration_s=MappingProxyType({v: duration[v] for v in ordered}),
+        parallel=frozenset(v for v in ordered if mode[v] == PARALLEL and duration[v] > 0),
+        cores=MappingProxyType({v: held[v] for v in ordered}),
+        core_ids=MappingProxyType({v: ids[v] for v in ordered}),
+        num_tc=problem.num_tc,
+        num_vc=problem.num_vc,
+        tc_utilisation=util[0],
+        vc_utilisation=util[1],
+        tc_peak_utilisation=util[2],
+        vc_peak_utilisation=util[3],
+        solver=result.solver,
+        status=result.status,
+        method=result.method,
+        gap=result.gap,
+        wall_s=result.wall_s,
+        time_limit_s=float(time_limit_s),
+    )
+
+
+def _core_ids(graph, start, duration, mode, num_tc, num_vc) -> dict[Hashable, str]:
+    """Label each node's cores: single ops get the lowest free core of each type they use
+    (greedy by start time, which never needs more cores than are busy at once)."""
+    ids: dict[Hashable, str] = {}
+    free_at = {"TC": [0.0] * num_tc, "VC": [0.0] * num_vc}
+    for v in sorted(graph.nodes, key=lambda v: (start[v], duration[v] > 0)):
+        core = graph.nodes[v]["core"]
+        tc, vc = uses(core)
+        if core == "Nop" or duration[v] == 0:
+            ids[v] = ""
+            continue
+        parts = []
+        for r, on, cap in (("TC", tc, num_tc), ("VC", vc, num_vc)):
+            if not on:
+                continue
+            if mode[v] == PARALLEL:
+                parts.append(f"{r}0-{cap - 1}" if cap > 1 else f"{r}0")
+                continue
+            c = next(c for c, f in enumerate(free_at[r]) if f <= start[v])
+            free_at[r][c] = start[v] + duration[v]
+            parts.append(f"{r}{c}")
+        ids[v] = "+".join(parts)
+    return ids
+
+
+def _utilisation(graph, start, duration, mode, problem: Problem, span: float):
+    """(average TC, average VC, peak TC, peak VC) share of cores doing work."""
+    if span <= 0:
+        return 0.0, 0.0, 0.0, 0.0
+    caps = (problem.num_tc, problem.num_vc)
+    work = [0.0, 0.0]
+    events: list[tuple[float, int, int, int]] = []
+    for v in graph.nodes:
+        if duration[v] <= 0:
+            continue
+        use = uses(graph.nodes[v]["core"])
+        busy = [caps[k] if mode[v] == PARALLEL else 1 for k in range(2)]
+        for k in range(2):
+            if use[k]:
+                work[k] += busy[k] * duration[v]
+                events.append((start[v], 1, k, busy[k]))
+                events.append((start[v] + duration[v], 0, k, -busy[k]))
+    peak = [0, 0]
+    now = [0, 0]
+    for _, _, k, step in sorted(events):
+        now[k] += step
+        peak[k] = max(peak[k], now[k])
+    return (
+        work[0] / (caps[0] * span),
+        work[1] / (caps[1] * span),
+        peak[0] / caps[0],
+        peak[1] / caps[1],
+    )

@@ -1,0 +1,261 @@
+"""``phaze arch``: list the accelerator presets and show one design's modelled figures."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from arch_space.accelerator import Accelerator
+from arch_space.carbon import CarbonParams
+from arch_space.config import load_accelerator
+from arch_space.cost import CostParams
+from arch_space.perf import gemm_report
+from arch_space.presets import preset, preset_names
+from arch_space.summary import describe
+from arch_space.tech import tech_node, tech_overrides_from_toml
+from phaze.cli._render import echo_json, si, table, to_jsonable
+
+__all__ = ["arch"]
+
+_MIB = 2**20
+_GIB = 2**30
+
+_cost_option = click.option(
+    "--cost-params",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML overriding the cost constants (layout of arch_space/data/cost.toml).",
+)
+_tech_option = click.option(
+    "--tech-params",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML overriding technology constants ([node.N] tables as in arch_space/data/tech.toml).",
+)
+_carbon_option = click.option(
+    "--carbon-params",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML overriding the carbon constants (layout of arch_space/data/carbon.toml).",
+)
+
+
+def _describe(
+    acc: Accelerator, tech_params: Path | None, cost_params: Path | None, carbon_params: Path | None
+) -> dict[str, Any]:
+    """:func:`describe` with the constants overridden by the user's TOML files, if any."""
+    overrides = tech_overrides_from_toml(tech_params) if tech_params else {}
+    return describe(
+        acc,
+        tech=tech_node(acc.node_nm, overrides.get(acc.node_nm)),
+        cost=CostParams.from_toml(cost_params) if cost_params else CostParams.default(),
+        carbon=CarbonParams.from_toml(carbon_params) if carbon_params else CarbonParams.default(),
+    )
+
+
+@click.group()
+def arch() -> None:
+    """Accelerators: presets, custom designs, and their area, power, cost and carbon."""
+
+
+@arch.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@_tech_option
+@_cost_option
+@_carbon_option
+def list_cmd(
+    as_json: bool, tech_params: Path | None, cost_params: Path | None, carbon_params: Path | None
+) -> None:
+    """List the preset accelerators with their main figures."""
+    docs = [_describe(preset(n), tech_params, cost_params, carbon_params) for n in preset_names()]
+    if as_json:
+        echo_json({"accelerators": docs})
+        return
+    rows = [
+        [
+            d["name"],
+            f"{d['num_tc']} x {d['tc_rows']}x{d['tc_cols']}",
+            f"{d['num_vc']} x {d['vc_lanes']}",
+            f"{d['glb_bytes'] / _MIB:g} MiB",
+            f"{d['hbm_bytes'] / _GIB:g} GiB",
+            si(d["hbm_bandwidth_bytes_per_s"], "B/s"),
+            si(d["clock_hz"], "Hz"),
+            f"{d['node_nm']} nm",
+            si(d["peak_flops"], "FLOP/s"),
+            round(d["area_mm2"]),
+            round(d["tdp_w"]),
+            round(d["device_cost_usd"]),
+            round(d["embodied_kgco2e"], 1),
+        ]
+        for d in docs
+    ]
+    headers = [
+        "name",
+        "tensor cores",
+        "vector cores",
+        "GLB",
+        "HBM",
+        "HBM BW",
+        "clock",
+        "node",
+        "peak bf16",
+        "area mm2",
+        "TDP W",
+        "device $",
+        "kgCO2e",
+    ]
+    click.echo(table(rows, headers))
+
+
+def _parse_gemm(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[int, int, int] | None:
+    if value is None:
+        return None
+    try:
+        dims = tuple(int(p) for p in value.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) < 1:
+        raise click.BadParameter(
+            f"{value!r} must be three positive integers M,K,N (e.g. 8192,12288,12288)"
+        )
+    return dims
+
+
+@arch.command("show")
+@click.argument("spec", metavar="NAME|FILE.toml")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option(
+    "--gemm",
+    metavar="M,K,N",
+    callback=_parse_gemm,
+    help="Instead, cost one (M x K) @ (K x N) GEMM on all tensor cores of the design.",
+)
+@_tech_option
+@_cost_option
+@_carbon_option
+def show(
+    spec: str,
+    as_json: bool,
+    gemm: tuple[int, int, int] | None,
+    tech_params: Path | None,
+    cost_params: Path | None,
+    carbon_params: Path | None,
+) -> None:
+    """Show every parameter and modelled figure of a preset or an accelerator TOML file."""
+    acc = load_accelerator(spec)
+    if gemm is not None:
+        _show_gemm(acc, *gemm, as_json=as_json)
+        return
+    doc = _describe(acc, tech_params, cost_params, carbon_params)
+    if as_json:
+        echo_json(doc)
+    else:
+        click.echo(render_accelerator(doc))
+
+
+def _show_gemm(acc: Accelerator, m: int, k: int, n: int, *, as_json: bool) -> None:
+    """One GEMM's latency, achieved FLOP/s, bound and energy (:func:`gemm_report`)."""
+    r = gemm_report(acc, m, k, n)
+    if as_json:
+        echo_json({"accelerator": acc.name, **to_jsonable(r)})
+        return
+    click.echo(
+        f"GEMM ({m} x {k}) @ ({k} x {n}) on {acc.num_tc} tensor cores of {acc.name or '(unnamed)'}"
+    )
+    rows = [
+        ["latency", si(r.latency_s, "s", 4)],
+        [
+            "achieved",
+            f"{si(r.flops_per_s, 'FLOP/s')} ({r.flops_per_s / acc.peak_flops:.1%} of peak)",
+        ],
+        ["bound", r.bound],
+        ["energy", si(r.energy_j, "J")],
+        ["compute time", si(r.compute_s, "s")],
+        ["HBM time", f"{si(r.hbm_s, 's')} ({si(r.hbm_bytes, 'B')} moved)"],
+        ["buffer time", si(r.buffer_s, "s")],
+    ]
+    click.echo(table(rows, ["quantity", "value"]))
+
+
+def render_accelerator(doc: Mapping[str, Any]) -> str:
+    """Text view of :func:`arch_space.summary.describe`'s mapping; keys it does not know
+    (sections other commands or options add) are printed after it as ``key: value`` lines."""
+    d = doc
+    lines = [
+        f"{d['name'] or '(unnamed)'}  design {d['design_id']}",
+        "",
+        table(
+            [
+                ["tensor cores", f"{d['num_tc']} x {d['tc_rows']}x{d['tc_cols']} bf16 MACs"],
+                ["vector cores", f"{d['num_vc']} x {d['vc_lanes']} lanes"],
+                ["global buffer", f"{d['glb_bytes'] / _MIB:g} MiB"],
+                [
+                    "HBM",
+                    f"{d['hbm_bytes'] / _GIB:g} GiB in {d['hbm_stacks_effective']} stacks, "
+                    f"{si(d['hbm_bandwidth_bytes_per_s'], 'B/s')}",
+                ],
+                ["clock", si(d["clock_hz"], "Hz")],
+                ["process node", f"{d['node_nm']} nm"],
+                ["bytes per element", d["bytes_per_element"]],
+                ["peak dense bf16", si(d["peak_flops"], "FLOP/s")],
+            ],
+            ["parameter", "value"],
+        ),
+        "",
+        _breakdown("area", d["area_mm2"], d["area_breakdown_mm2"], "mm2", 1),
+        "",
+        _breakdown("TDP-like power", d["tdp_w"], d["power_breakdown_w"], "W", 1),
+        "",
+        f"die: {d['dies_per_wafer']} dies per wafer, yield {d['yield']:.1%}",
+        _breakdown("device cost", d["device_cost_usd"], d["cost_breakdown_usd"], "USD", 0),
+        "",
+        _breakdown(
+            "embodied carbon", d["embodied_kgco2e"], d["embodied_breakdown_kgco2e"], "kgCO2e", 2
+        ),
+    ]
+    extra = [k for k in d if k not in _KNOWN_KEYS]
+    for key in extra:
+        lines += ["", f"{key}: {d[key]}"]
+    return "\n".join(lines)
+
+
+def _breakdown(title: str, total: float, parts: Mapping[str, float], unit: str, digits: int) -> str:
+    rows = [[k, round(v, digits), f"{v / total:.0%}" if total else "-"] for k, v in parts.items()]
+    rows.append(["total", round(total, digits), "100%"])
+    return table(rows, [title, unit, "share"])
+
+
+_KNOWN_KEYS = frozenset(
+    {
+        "num_tc",
+        "tc_rows",
+        "tc_cols",
+        "num_vc",
+        "vc_lanes",
+        "glb_bytes",
+        "hbm_bytes",
+        "hbm_bandwidth_bytes_per_s",
+        "clock_hz",
+        "node_nm",
+        "bytes_per_element",
+        "name",
+        "hbm_stacks",
+        "design_id",
+        "hbm_stacks_effective",
+        "peak_flops",
+        "area_mm2",
+        "area_breakdown_mm2",
+        "tdp_w",
+        "power_breakdown_w",
+        "static_power_w",
+        "dies_per_wafer",
+        "yield",
+        "die_cost_usd",
+        "device_cost_usd",
+        "cost_breakdown_usd",
+        "embodied_kgco2e",
+        "embodied_breakdown_kgco2e",
+    }
+)

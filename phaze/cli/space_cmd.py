@@ -1,0 +1,75 @@
+"""``phaze space``: show a design space: its budget, area range and designs per value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from arch_space.space import PARAMETERS, Space, load_space
+from phaze.cli._render import echo_json, table
+
+__all__ = ["space"]
+
+_MIB = 2**20
+_GIB = 2**30
+
+# How each parameter's values read in the text view (JSON keeps SI units).
+_DISPLAY = {
+    "glb_bytes": ("glb MiB", _MIB),
+    "hbm_bytes": ("hbm GiB", _GIB),
+    "hbm_bandwidth_bytes_per_s": ("hbm GB/s", 10**9),
+}
+
+
+@click.group()
+def space() -> None:
+    """Accelerator design spaces: the shipped ones (default, tiny) or a TOML file."""
+
+
+def _space_doc(s: Space) -> dict[str, Any]:
+    summ = s.summary()
+    return {
+        "name": s.name,
+        "designs": summ.designs,
+        "grid_points": summ.grid_points,
+        "budget_mm2": summ.budget_mm2,
+        "area_mm2_min": summ.area_mm2_min,
+        "area_mm2_max": summ.area_mm2_max,
+        "area_fraction_min": s.area_fraction_min,
+        "area_fraction_max": s.area_fraction_max,
+        "keep_single_core": s.keep_single_core,
+        "vc_lanes_tied_to_tc_cols": not s.vc_lanes,
+        "clock_hz": s.clock_hz,
+        "node_nm": s.node_nm,
+        "bytes_per_element": s.bytes_per_element,
+        "counts": {p: dict(summ.counts[p]) for p in PARAMETERS},
+    }
+
+
+@space.command("show")
+@click.argument("spec", metavar="[NAME|FILE.toml]", default="default")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def show(spec: str, as_json: bool) -> None:
+    """Show a space (default: the reference's): designs, budget, areas, designs per value."""
+    doc = _space_doc(load_space(spec))
+    if as_json:
+        echo_json(doc)
+        return
+    lines = [
+        f"space {doc['name'] or spec}: {doc['designs']} designs of {doc['grid_points']} grid points",
+        f"budget {doc['budget_mm2']:.1f} mm2; kept {doc['area_fraction_min']:.0%}.."
+        f"{doc['area_fraction_max']:.0%} of it"
+        + (" (single-core designs kept at any size)" if doc["keep_single_core"] else ""),
+        f"areas {doc['area_mm2_min']:.1f}..{doc['area_mm2_max']:.1f} mm2; node {doc['node_nm']} nm, "
+        f"clock {doc['clock_hz'] / 1e9:g} GHz"
+        + ("; vector width = tensor-core width" if doc["vc_lanes_tied_to_tc_cols"] else ""),
+        "",
+    ]
+    rows = []
+    for p in PARAMETERS:
+        label, scale = _DISPLAY.get(p, (p, 1))
+        counts = doc["counts"][p]
+        rows.append([label, "  ".join(f"{v / scale:g}:{n}" for v, n in counts.items())])
+    lines.append(table(rows, ["parameter", "value:designs"]))
+    click.echo("\n".join(lines))

@@ -1,0 +1,130 @@
+"""``phaze validate``: published measurements beside the model's predictions.
+
+Every subcommand builds :class:`ValidationRow` values (measured, predicted, source) and hands
+them to the one routine :func:`report_validation`, which prints the % errors with their mean
+and maximum and exits with status 3 when any error is outside the tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import click
+
+from arch_space.perf import gemm_measurements, gemm_report
+from arch_space.presets import preset
+from phaze.cli import NoFeasiblePoint
+from phaze.cli._render import echo_json, si, table
+
+__all__ = ["ValidationRow", "report_validation", "validate"]
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationRow:
+    """One published measurement beside the model's prediction of it (same unit)."""
+
+    case: str
+    measured: float
+    predicted: float
+    source: str
+
+    @property
+    def error_pct(self) -> float:
+        """Signed error of the prediction, in % of the measurement."""
+        return 100.0 * (self.predicted - self.measured) / self.measured
+
+
+def report_validation(
+    title: str,
+    rows: Sequence[ValidationRow],
+    *,
+    unit: str,
+    tolerance_pct: float,
+    as_json: bool,
+) -> None:
+    """Print ``rows`` (case, measured, predicted, % error) with the mean and max |error|.
+
+    Raises
+    ------
+    NoFeasiblePoint
+        (exit status 3) if any |error| exceeds ``tolerance_pct``; the report is printed first.
+    """
+    errors = [abs(r.error_pct) for r in rows]
+    mean_pct = math.fsum(errors) / len(errors) if errors else 0.0
+    max_pct = max(errors, default=0.0)
+    outside = [r.case for r in rows if abs(r.error_pct) > tolerance_pct]
+    if as_json:
+        echo_json(
+            {
+                "title": title,
+                "unit": unit,
+                "tolerance_pct": tolerance_pct,
+                "rows": [
+                    {
+                        "case": r.case,
+                        "measured": r.measured,
+                        "predicted": r.predicted,
+                        "error_pct": r.error_pct,
+                        "source": r.source,
+                    }
+                    for r in rows
+                ],
+                "mean_abs_error_pct": mean_pct,
+                "max_abs_error_pct": max_pct,
+                "within_tolerance": not outside,
+            }
+        )
+    else:
+        sources = list(dict.fromkeys(r.source for r in rows))
+        body = [
+            (
+                r.case,
+                si(r.measured, unit, digits=4),
+                si(r.predicted, unit, digits=4),
+                f"{r.error_pct:+.1f}",
+                f"[{sources.index(r.source) + 1}]",
+            )
+            for r in rows
+        ]
+        click.echo(f"{title} (tolerance ±{tolerance_pct:g}%)")
+        click.echo(table(body, ["case", "measured", "predicted", "error %", "source"]))
+        click.echo(f"mean |error| {mean_pct:.1f}%, max |error| {max_pct:.1f}%")
+        for i, s in enumerate(sources, 1):
+            click.echo(f"[{i}] {s}")
+    if outside:
+        raise NoFeasiblePoint(
+            f"validation outside ±{tolerance_pct:g}%: {', '.join(outside)} "
+            f"(max |error| {max_pct:.1f}%)"
+        )
+
+
+@click.group()
+def validate() -> None:
+    """Compare the models with published measurements (exit 3 if outside tolerance)."""
+
+
+@validate.command()
+@click.option(
+    "--tolerance-pct",
+    type=click.FloatRange(min=0, min_open=True),
+    default=20.0,
+    show_default=True,
+    help="Largest allowed |error| of any case, in %.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def gemm(tolerance_pct: float, as_json: bool) -> None:
+    """GEMM latency on all tensor cores of a preset against published chip measurements."""
+    rows = [
+        ValidationRow(
+            case=f"{c.preset} {c.case}",
+            measured=c.measured_s,
+            predicted=gemm_report(preset(c.preset), c.m, c.k, c.n).latency_s,
+            source=c.source,
+        )
+        for c in gemm_measurements()
+    ]
+    report_validation(
+        "GEMM latency, M x N x K", rows, unit="s", tolerance_pct=tolerance_pct, as_json=as_json
+    )

@@ -1,0 +1,205 @@
+"""Sweep configuration: TOML -> validated, immutable :class:`SweepConfig`.
+
+Validation happens once, here, at the boundary (STYLE §3): every problem in a file is reported
+at once, each naming the file, the section, the field, the value and what is allowed; unknown
+keys suggest the nearest known key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+from phaze.errors import ConfigError
+from phaze.scoring import ScoringParams
+
+__all__ = [
+    "RECOMPUTE_MODES",
+    "SOLVERS",
+    "SolverSettings",
+    "SweepConfig",
+    "load_sweep_config",
+    "quick_sweep_config",
+]
+
+RECOMPUTE_MODES: Final = ("none", "selective", "full")
+SOLVERS: Final = ("highs", "cbc", "gurobi")
+_GIB: Final = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class SolverSettings:
+    """The scheduling ILP's solver and limits (recorded in the manifest)."""
+
+    name: str = "highs"
+    time_limit_s: float = 10.0
+    mip_gap: float = 1e-4
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    """One sweep: workloads x designs x micro-batches x HBM sizes x recompute modes.
+
+    ``hbm_gib`` empty means each design keeps the HBM capacity of its space; otherwise every
+    design is evaluated with each capacity listed. ``global_batch`` is in sequences.
+    """
+
+    workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
+    space: str = "tiny"
+    devices: int = 64
+    devices_per_node: int = 8
+    intra_node_bandwidth_bytes_per_s: float = 300e9
+    inter_node_bandwidth_bytes_per_s: float = 25e9
+    seq_len: int = 2048
+    global_batch: int = 512
+    micro_batches: tuple[int, ...] = (1, 2, 4)
+    hbm_gib: tuple[float, ...] = ()
+    recompute: tuple[str, ...] = ("none", "full")
+    sequence_parallel: bool = True
+    objectives: tuple[str, ...] = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp")
+    prune: bool = True
+    solver: SolverSettings = field(default_factory=SolverSettings)
+    scoring: ScoringParams = field(default_factory=ScoringParams)
+
+    @property
+    def hbm_bytes(self) -> tuple[int, ...]:
+        return tuple(int(round(g * _GIB)) for g in self.hbm_gib)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def config_hash(self) -> str:
+        """A content hash of everything that changes results (not the output directory)."""
+        text = json.dumps(self.as_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_TOP_KEYS: Final = tuple(f.name for f in fields(SweepConfig) if f.name not in ("solver", "scoring"))
+
+
+def _nearest(key: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check(source: str, section: str, data: Mapping[str, Any], known: tuple[str, ...]) -> list[str]:
+    return [
+        f"{source} [{section}]: unknown key {k!r}{_nearest(k, known)}; known keys: {', '.join(known)}"
+        for k in data
+        if k not in known
+    ]
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, list | tuple) else (value,)
+
+
+def _is_pos_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _is_pos_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+
+
+def _is_name(v: Any) -> bool:
+    return isinstance(v, str) and bool(v)
+
+
+# field -> (is the value a list?, element check, what is allowed)
+_RULES: Final = MappingProxyType(
+    {
+        "workloads": (True, _is_name, "a non-empty list of workload names or config.json paths"),
+        "space": (False, _is_name, "a space name or a TOML path"),
+        "devices": (False, _is_pos_int, "a positive integer"),
+        "devices_per_node": (False, _is_pos_int, "a positive integer"),
+        "intra_node_bandwidth_bytes_per_s": (False, _is_pos_num, "a positive number (bytes/s)"),
+        "inter_node_bandwidth_bytes_per_s": (False, _is_pos_num, "a positive number (bytes/s)"),
+        "seq_len": (False, _is_pos_int, "a positive integer (tokens)"),
+        "global_batch": (False, _is_pos_int, "a positive integer (sequences)"),
+        "micro_batches": (True, _is_pos_int, "a non-empty list of positive integers"),
+        "hbm_gib": (True, _is_pos_num, "a list of positive numbers (GiB)"),
+        "recompute": (
+            True,
+            lambda v: v in RECOMPUTE_MODES,
+            f"a non-empty list of {', '.join(RECOMPUTE_MODES)}",
+        ),
+        "sequence_parallel": (False, lambda v: isinstance(v, bool), "true or false"),
+        "objectives": (True, _is_name, "a non-empty list of metric names"),
+        "prune": (False, lambda v: isinstance(v, bool), "true or false"),
+    }
+)
+
+
+def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -> SweepConfig:
+    """Validate a parsed TOML mapping (sections ``[sweep]``, ``[solver]``, ``[scoring]``)."""
+    problems = _check(source, "top level", data, ("sweep", "solver", "scoring"))
+    sweep = dict(data.get("sweep", {}))
+    problems += _check(source, "sweep", sweep, _TOP_KEYS)
+    solver_d = dict(data.get("solver", {}))
+    problems += _check(source, "solver", solver_d, tuple(f.name for f in fields(SolverSettings)))
+    scoring_d = dict(data.get("scoring", {}))
+    problems += _check(source, "scoring", scoring_d, ScoringParams.field_names())
+    kw: dict[str, Any] = {}
+    for key, value in sweep.items():
+        if key not in _RULES:
+            continue
+        is_list, ok, allowed = _RULES[key]
+        vals = _as_tuple(value) if is_list else (value,)
+        if (is_list and not vals and key != "hbm_gib") or not all(ok(v) for v in vals):
+            problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")
+        kw[key] = vals if is_list else value
+    if "hbm_gib" in kw:
+        kw["hbm_gib"] = tuple(float(v) for v in kw["hbm_gib"])
+    solver = SolverSettings(**solver_d) if not problems else SolverSettings()
+    if solver.name not in SOLVERS:
+        problems.append(
+            f"{source} [solver]: name = {solver.name!r} must be one of {', '.join(SOLVERS)}"
+        )
+    if not _is_pos_num(solver.time_limit_s):
+        problems.append(f"{source} [solver]: time_limit_s = {solver.time_limit_s!r} must be > 0")
+    if not (isinstance(solver.mip_gap, int | float) and 0 <= solver.mip_gap < 1):
+        problems.append(f"{source} [solver]: mip_gap = {solver.mip_gap!r} must be in [0, 1)")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    scoring = _scoring_from_mapping(scoring_d, source)
+    return replace(SweepConfig(), **kw, solver=solver, scoring=scoring)
+
+
+def _scoring_from_mapping(data: Mapping[str, Any], source: str) -> ScoringParams:
+    """Scoring defaults; ``grid_region`` picks a preset intensity unless one is given."""
+    kw = dict(data)
+    if "grid_region" in kw and "grid_gco2e_per_kwh" not in kw:
+        from arch_space.carbon import grid_intensity
+
+        kw["grid_gco2e_per_kwh"] = grid_intensity(kw["grid_region"])
+    try:
+        return ScoringParams(**kw)
+    except ConfigError as e:
+        raise ConfigError(f"{source} [scoring]: {e}") from None
+
+
+def load_sweep_config(path: str | Path) -> SweepConfig:
+    """Read and validate a sweep TOML file."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"sweep config {str(p)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    return sweep_config_from_mapping(data, source=p.name)
+
+
+def quick_sweep_config() -> SweepConfig:
+    """The built-in quick sweep run by ``phaze sweep`` with no arguments."""
+    text = resources.files("phaze").joinpath("data/quick.toml").read_text()
+    return sweep_config_from_mapping(tomllib.loads(text), source="quick.toml")

@@ -1,0 +1,178 @@
+"""The Ray executor: the same chunks as the local pool, run as Ray tasks.
+
+Ray comes from the optional ``ray`` extra and is imported only here, when this executor is
+chosen. With ``address=None`` a local Ray instance is started (``num_cpus=jobs``) and shut
+down afterwards; with an address we connect to that cluster and only disconnect. If Ray is
+already initialised in this process, that instance is used and left running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final, TypeVar
+
+from phaze.errors import ConfigError
+from phaze.executors._common import (
+    Chunker,
+    Delivery,
+    RunSummary,
+    StopSignals,
+    TaskError,
+    rest_of_chunk,
+    run_chunk,
+)
+
+__all__ = ["import_ray", "run_ray"]
+
+logger = logging.getLogger("phaze.executors")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_IN_FLIGHT_PER_WORKER: Final[int] = 2  # chunks queued per CPU, hiding Ray's ~ms dispatch
+_POLL_S: Final[float] = 1.0  # s; ray.wait wakes at least this often to see a stop request
+
+
+def import_ray() -> ModuleType:
+    """The ``ray`` module, or a ConfigError saying which extra to install."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("the ray executor needs the ray extra: pip install 'phaze[ray]'") from exc
+    return ray
+
+
+def _code_search_path() -> list[str]:
+    """This process's import path minus the interpreter's own directories.
+
+    A local Ray instance's workers run the same interpreter but start with their own
+    ``sys.path``; adding these directories lets them import whatever the driver can (a
+    source checkout, a test directory), as local worker processes do.
+    """
+    own = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+    paths = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.curdir)
+        if os.path.isdir(path) and not path.startswith(own) and path not in paths:
+            paths.append(path)
+    return paths
+
+
+def run_ray(
+    fn: Callable[[T], R],
+    chunker: Chunker[T],
+    delivery: Delivery[T, R],
+    initializer: Callable[[], object] | None,
+    jobs: int | None,
+    address: str | None,
+) -> RunSummary:
+    """Run the tasks as Ray tasks, at most ``2 × workers`` chunks in flight.
+
+    ``workers`` is ``jobs`` if given, else the cluster's CPU count. Results stream back in
+    completion order through ``ray.wait``. On an error or a stop request, outcomes already
+    finished are delivered, pending tasks are cancelled (their workers killed), and a Ray
+    instance started here is shut down.
+    """
+    ray = import_ray()
+    start = time.perf_counter()
+    started = not ray.is_initialized()
+    sigterm_handler = signal.getsignal(signal.SIGTERM)
+    if started:
+        options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
+        if address is None:
+            options["num_cpus"] = jobs
+            options["job_config"] = ray.job_config.JobConfig(code_search_path=_code_search_path())
+        logger.info("starting Ray (address=%s)", address or "a new local instance")
+        ray.init(address=address, **options)
+    try:
+        workers = jobs or max(int(ray.cluster_resources().get("CPU", 1)), 1)
+        remote = ray.remote(run_chunk).options(num_cpus=1)
+        fn_ref = ray.put(fn)
+        init_ref = ray.put(initializer)
+        in_flight: dict[Any, tuple[T, ...]] = {}
+        with StopSignals() as stop:
+            try:
+                _ray_loop(
+                    ray, remote, fn_ref, init_ref, chunker, delivery, workers, in_flight, stop
+                )
+            except BaseException as exc:
+                with stop.deferred():
+                    try:
+                        if isinstance(exc, KeyboardInterrupt | TaskError):
+                            _drain(ray, in_flight, delivery)
+                    finally:
+                        for ref in in_flight:
+                            ray.cancel(ref, force=True)
+                raise
+    finally:
+        if started:
+            ray.shutdown()
+            # ray.init installs a SIGTERM handler and shutdown leaves it behind
+            main = threading.current_thread() is threading.main_thread()
+            if main and signal.getsignal(signal.SIGTERM) is not sigterm_handler:
+                signal.signal(signal.SIGTERM, sigterm_handler)
+    return delivery.summary("ray", workers, time.perf_counter() - start)
+
+
+def _ray_loop(
+    ray: ModuleType,
+    remote: Any,
+    fn_ref: Any,
+    init_ref: Any,
+    chunker: Chunker[T],
+    delivery: Delivery[T, R],
+    workers: int,
+    in_flight: dict[Any, tuple[T, ...]],
+    stop: StopSignals,
+) -> None:
+    limit = workers * _IN_FLIGHT_PER_WORKER
+    exhausted = False
+    while True:
+        with stop.deferred():
+            while not exhausted and len(in_flight) < limit:
+                chunk = chunker.take()
+                if not chunk:
+                    exhausted = True
+                    break
+                in_flight[remote.remote(fn_ref, chunk, init_ref)] = chunk
+        if not in_flight:
+            return
+        stop.check()  # a signal deferred while submitting; later ones raise in ray.wait()
+        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=_POLL_S)
+        if done:
+            done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
+        with stop.deferred(), stop.stop_wins():
+            for ref in done:
+                chunk = in_flight.pop(ref)
+                delivery.deliver(chunk, _get(ray, ref, chunk))
+        stop.check()
+
+
+def _get(ray: ModuleType, ref: Any, chunk: tuple[T, ...]) -> Any:
+    """A finished chunk's outcome; Ray's own failures (a worker lost) name the chunk."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        extra = rest_of_chunk(len(chunk))
+        raise TaskError(chunk[0], f"Ray could not run it{extra}: {exc}") from exc
+
+
+def _drain(ray: ModuleType, in_flight: dict[Any, tuple[T, ...]], delivery: Delivery) -> None:
+    """Deliver chunks that already finished, without waiting for running ones."""
+    if not in_flight:
+        return
+    done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
+    for ref in done:
+        chunk = in_flight.pop(ref)
+        try:
+            outcome = ray.get(ref)
+        except ray.exceptions.RayError:
+            continue
+        delivery.deliver(chunk, outcome, raise_failure=False)

@@ -1,0 +1,188 @@
+"""A dependency-free progress display: points done / total, rate and ETA on stderr.
+
+On a terminal the line is redrawn in place with ``\\r`` (at most every 0.1 s); on a pipe or
+a log file a plain line is written every ``interval_s`` (10 s by default) so logs stay short.
+The text itself comes from the pure :func:`format_progress`, which the tests check exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import Final, TextIO
+
+__all__ = ["Progress", "format_duration", "format_progress"]
+
+_TTY_INTERVAL_S: Final[float] = 0.1  # s between redraws on a terminal (10 Hz is smooth, cheap)
+_LOG_INTERVAL_S: Final[float] = 10.0  # s between lines when stderr is a file or a pipe
+
+
+def format_duration(seconds: float) -> str:
+    """A short human duration: ``42s``, ``3m07s``, ``2h05m``, ``3d04h``; ``--`` if unknown.
+
+    Examples
+    --------
+    >>> format_duration(187.4), format_duration(7500), format_duration(math.inf)
+    ('3m07s', '2h05m', '--')
+    """
+    if not math.isfinite(seconds) or seconds < 0:
+        return "--"
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def format_progress(
+    label: str, done: int, total: int | None, rate_per_s: float, elapsed_s: float
+) -> str:
+    """One progress line: count, percentage, rate and ETA (or elapsed time when finished).
+
+    ``rate_per_s`` is the rate of this run only (items already done before it, e.g. points
+    found in the store, count towards ``done`` but not towards the rate).
+
+    Examples
+    --------
+    >>> format_progress("points", 250, 1000, 12.5, 20.0)
+    'points 250/1000 (25.0%)  12.5/s  ETA 1m00s'
+    >>> format_progress("points", 1000, 1000, 12.5, 80.0)
+    'points 1000/1000 (100.0%)  12.5/s  done in 1m20s'
+    >>> format_progress("points", 7, None, 0.0, 1.0)
+    'points 7  --/s  elapsed 1s'
+    """
+    if rate_per_s <= 0:
+        rate = "--/s"
+    else:
+        rate = f"{rate_per_s:.0f}/s" if rate_per_s >= 100 else f"{rate_per_s:.3g}/s"
+    if total is None:
+        return f"{label} {done}  {rate}  elapsed {format_duration(elapsed_s)}"
+    pct = 100.0 * done / total if total else 100.0
+    if done >= total:
+        tail = f"done in {format_duration(elapsed_s)}"
+    else:
+        eta_s = (total - done) / rate_per_s if rate_per_s > 0 else math.inf
+        tail = f"ETA {format_duration(eta_s)}"
+    return f"{label} {done}/{total} ({pct:.1f}%)  {rate}  {tail}"
+
+
+class Progress:
+    """Progress of a run of tasks, drawn on ``stream`` (stderr by default).
+
+    :func:`phaze.executors.run_tasks` calls :meth:`start`, :meth:`advance` and
+    :meth:`close`; callers only construct it. Pass ``progress=None`` to ``run_tasks`` (or
+    ``enabled=False`` here) for no output.
+
+    Parameters
+    ----------
+    stream
+        Where to draw; ``None`` means ``sys.stderr`` at the time of drawing.
+    label
+        The noun counted, e.g. ``"points"``.
+    skipped
+        Items already done before this run (e.g. found in the store): they count towards
+        done / total but not towards the rate.
+    enabled
+        ``False`` draws nothing.
+    is_tty
+        Redraw in place (``True``) or write periodic lines (``False``); ``None`` asks the
+        stream.
+    interval_s
+        Minimum time between two draws; defaults to 0.1 s on a terminal and 10 s otherwise.
+    clock
+        Monotonic time source in seconds (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        label: str = "tasks",
+        skipped: int = 0,
+        enabled: bool = True,
+        is_tty: bool | None = None,
+        interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._stream = stream
+        self.label = label
+        self.skipped = skipped
+        self.enabled = enabled
+        self._is_tty = is_tty
+        self._interval_s = interval_s
+        self._clock = clock
+        self.total: int | None = None
+        self.done = 0
+        self._start = 0.0
+        self._last_draw = -math.inf
+        self._width = 0
+        self._open = False
+
+    @property
+    def stream(self) -> TextIO:
+        """The stream drawn on."""
+        return self._stream if self._stream is not None else sys.stderr
+
+    @property
+    def tty(self) -> bool:
+        """Whether the line is redrawn in place."""
+        if self._is_tty is not None:
+            return self._is_tty
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+    def start(self, total: int | None) -> None:
+        """Begin a run of ``total`` new items (``None`` if unknown) and draw the first line."""
+        self.total = None if total is None else total + self.skipped
+        self.done = self.skipped
+        self._start = self._clock()
+        self._last_draw = -math.inf
+        self._open = True
+        self._draw(force=True)
+
+    def advance(self, n: int = 1) -> None:
+        """Count ``n`` more items done, redrawing if the interval has passed."""
+        self.done += n
+        self._draw(force=False)
+
+    def close(self) -> None:
+        """Draw the final line and end it with a newline (idempotent)."""
+        if not self._open:
+            return
+        self._draw(force=True)
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+        self._open = False
+
+    def line(self) -> str:
+        """The current progress text."""
+        elapsed_s = max(self._clock() - self._start, 0.0)
+        new = self.done - self.skipped
+        rate = new / elapsed_s if elapsed_s > 0 and new > 0 else 0.0
+        return format_progress(self.label, self.done, self.total, rate, elapsed_s)
+
+    def _draw(self, *, force: bool) -> None:
+        if not self.enabled:
+            return
+        now = self._clock()
+        tty = self.tty
+        interval_s = self._interval_s
+        if interval_s is None:
+            interval_s = _TTY_INTERVAL_S if tty else _LOG_INTERVAL_S
+        if not force and now - self._last_draw < interval_s:
+            return
+        self._last_draw = now
+        text = self.line()
+        if tty:
+            # pad with spaces to wipe the rest of a longer previous line
+            self.stream.write("\r" + text.ljust(self._width))
+            self._width = len(text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()

@@ -1,0 +1,187 @@
+"""Scoring of one (workload, design, placement) point: throughput, MFU, energy, cost, carbon.
+
+The formulas are DESIGN.md §7's; :data:`FORMULAS` states them in words for the report, and
+:class:`ScoringParams` holds every default (printed by the CLI and the report, overridable).
+
+References
+----------
+- Gupta et al., "ACT: Designing Sustainable Computer Systems with an Architectural Carbon
+  Modeling Tool", ISCA 2022: embodied carbon amortised by the job's share of device lifetime.
+- Elgamal et al., "Design Space Exploration and Optimization for Carbon-Efficient Extended
+  Reality Systems" (arXiv:2305.01831) and CORDOBA: tCDP, the total carbon delay product,
+  is tC x D; here D is the time to train.
+- Narayanan et al., SC21: model FLOPs utilisation (MFU) uses model FLOPs, no recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from types import MappingProxyType
+from typing import Final, Literal
+
+from phaze.errors import ConfigError
+
+__all__ = [
+    "SECONDS_PER_YEAR",
+    "FORMULAS",
+    "ScoringParams",
+    "BatchEnergy",
+    "Score",
+    "score_point",
+]
+
+# Julian year, the convention of ACT's lifetime figures.
+SECONDS_PER_YEAR: Final = 365.25 * 24 * 3600
+_J_PER_KWH: Final = 3.6e6
+
+FORMULAS: Final = MappingProxyType(
+    {
+        "tokens_per_s": "global batch x sequence length / iteration time",
+        "mfu": "model FLOPs per batch (fwd + bwd, no recompute) / (iteration time x devices x peak FLOP/s)",
+        "time_to_train_s (D)": "tokens to train / tokens per second",
+        "energy_per_batch_j": "sum over devices of op energies (MACs, buffer, HBM) + network + static power x idle time",
+        "job_energy_j": "energy per batch x batches to train",
+        "avg_power_w": "energy per batch / iteration time (all devices)",
+        "system_cost_usd": "devices x (device cost + per-device host and network share)",
+        "embodied_kgco2e (amortised, ACT)": "devices x embodied per device x D / (lifetime x utilisation)",
+        "embodied_kgco2e (whole-life)": "devices x embodied per device",
+        "operational_kgco2e": "job energy x PUE x grid carbon intensity",
+        "total_kgco2e (tC)": "embodied + operational",
+        "tcdp": "tC x D, in kgCO2e*s (also reported in kgCO2e*days)",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringParams:
+    """Every default of the scoring, in SI units.
+
+    ``pue`` 1.10 is Google's fleet-wide trailing-twelve-month PUE (Google 2023 Environmental
+    Report). The grid intensity defaults to the world average (see arch_space.carbon's
+    region presets and their sources). ``lifetime_s`` 5 years is ACT's default device life.
+    ``host_network_usd_per_device`` defaults to 0: the system cost is the accelerators alone
+    unless the user adds their share of hosts and network.
+    """
+
+    pue: float = 1.10
+    grid_gco2e_per_kwh: float = 481.0
+    grid_region: str = "world"
+    lifetime_s: float = 5 * SECONDS_PER_YEAR
+    utilisation: float = 1.0
+    embodied_mode: Literal["amortised", "whole-life"] = "amortised"
+    host_network_usd_per_device: float = 0.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("pue", "lifetime_s", "utilisation"):
+            if getattr(self, name) <= 0:
+                problems.append(f"scoring: {name} = {getattr(self, name)!r} must be > 0")
+        if self.pue < 1:
+            problems.append(f"scoring: pue = {self.pue!r} must be >= 1 (facility / IT energy)")
+        if self.utilisation > 1:
+            problems.append(f"scoring: utilisation = {self.utilisation!r} must be in (0, 1]")
+        for name in ("grid_gco2e_per_kwh", "host_network_usd_per_device"):
+            if getattr(self, name) < 0:
+                problems.append(f"scoring: {name} = {getattr(self, name)!r} must be >= 0")
+        if self.embodied_mode not in ("amortised", "whole-life"):
+            problems.append(
+                f"scoring: embodied_mode = {self.embodied_mode!r} must be 'amortised' or 'whole-life'"
+            )
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEnergy:
+    """Energy of one training iteration over all devices, by cause, in joules."""
+
+    compute_j: float  # MACs and vector-lane operations
+    memory_j: float  # on-chip buffer and HBM traffic
+    static_j: float  # leakage over the whole iteration
+    network_j: float  # bytes moved over links
+
+    @property
+    def total_j(self) -> float:
+        return self.compute_j + self.memory_j + self.static_j + self.network_j
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """All metrics of one point (units in the names; tcdp in kgCO2e*s)."""
+
+    iteration_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    mfu: float
+    time_to_train_s: float
+    energy_per_batch_j: float
+    energy_compute_j: float
+    energy_memory_j: float
+    energy_static_j: float
+    energy_network_j: float
+    job_energy_j: float
+    avg_power_w: float
+    system_cost_usd: float
+    embodied_kgco2e: float
+    operational_kgco2e: float
+    total_kgco2e: float
+    tcdp: float
+    tcdp_kgco2e_days: float
+
+
+def score_point(
+    *,
+    iteration_s: float,
+    global_batch: int,
+    seq_len: int,
+    model_flops_per_batch: float,
+    tokens_to_train: float,
+    devices: int,
+    peak_flops_per_device: float,
+    energy: BatchEnergy,
+    device_cost_usd: float,
+    embodied_kgco2e_per_device: float,
+    params: ScoringParams,
+) -> Score:
+    """Score one evaluated placement (DESIGN.md §7); pure arithmetic, see :data:`FORMULAS`."""
+    assert iteration_s > 0 and devices > 0
+    tokens_per_batch = global_batch * seq_len
+    tokens_per_s = tokens_per_batch / iteration_s
+    time_to_train_s = tokens_to_train / tokens_per_s
+    batches = tokens_to_train / tokens_per_batch
+    job_energy_j = energy.total_j * batches
+    embodied_system = devices * embodied_kgco2e_per_device
+    if params.embodied_mode == "amortised":
+        embodied = embodied_system * time_to_train_s / (params.lifetime_s * params.utilisation)
+    else:
+        embodied = embodied_system
+    operational = job_energy_j / _J_PER_KWH * params.pue * params.grid_gco2e_per_kwh / 1000.0
+    total = embodied + operational
+    tcdp = total * time_to_train_s
+    return Score(
+        iteration_s=iteration_s,
+        samples_per_s=global_batch / iteration_s,
+        tokens_per_s=tokens_per_s,
+        mfu=model_flops_per_batch / (iteration_s * devices * peak_flops_per_device),
+        time_to_train_s=time_to_train_s,
+        energy_per_batch_j=energy.total_j,
+        energy_compute_j=energy.compute_j,
+        energy_memory_j=energy.memory_j,
+        energy_static_j=energy.static_j,
+        energy_network_j=energy.network_j,
+        job_energy_j=job_energy_j,
+        avg_power_w=energy.total_j / iteration_s,
+        system_cost_usd=devices * (device_cost_usd + params.host_network_usd_per_device),
+        embodied_kgco2e=embodied,
+        operational_kgco2e=operational,
+        total_kgco2e=total,
+        tcdp=tcdp,
+        tcdp_kgco2e_days=tcdp / 86400.0,
+    )

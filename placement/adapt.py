@@ -1,0 +1,58 @@
+"""Build a :class:`~placement.types.StageGraph` from a workloads layer graph and layer times.
+
+The only place placement touches ``workloads``: the caller passes the times its schedules
+found for each distinct layer (by ``class_id``); bytes and flags come from the layer graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from phaze.errors import ConfigError
+from placement.types import RecomputeMode, StageEdge, StageGraph, StageLayer
+from workloads.layer_graph import LayerGraph
+
+__all__ = ["stage_graph"]
+
+
+def stage_graph(
+    graph: LayerGraph,
+    times_s: Mapping[str, tuple[float, float, float]],
+    *,
+    micro_batch: int,
+    recompute: RecomputeMode,
+    sequence_parallel: bool = False,
+    workspace_bytes: Mapping[str, float] | None = None,
+) -> StageGraph:
+    """``times_s[class_id] = (forward, backward, recompute)`` seconds per micro-batch.
+
+    Layer indices become positions in ``graph.layers`` (already topological).
+    """
+    missing = sorted({x.class_id for x in graph.layers} - set(times_s))
+    if missing:
+        raise ConfigError(f"stage graph (tp={graph.tp}): no times for layer classes {missing}")
+    index = {x.index: i for i, x in enumerate(graph.layers)}
+    ws = workspace_bytes or {}
+    layers = tuple(
+        StageLayer(
+            name=x.name,
+            fwd_s=times_s[x.class_id][0],
+            bwd_s=times_s[x.class_id][1],
+            recompute_s=times_s[x.class_id][2],
+            parameters=x.parameters,
+            stash_bytes=float(x.activation_bytes),
+            workspace_bytes=float(ws.get(x.class_id, 0.0)),
+            tensor_parallel=x.tensor_parallel and graph.tp > 1,
+            kind=str(x.kind),
+        )
+        for x in graph.layers
+    )
+    edges = tuple(StageEdge(index[e.src], index[e.dst], float(e.bytes)) for e in graph.edges)
+    return StageGraph(
+        tp=graph.tp,
+        layers=layers,
+        edges=edges,
+        micro_batch=micro_batch,
+        recompute=recompute,
+        sequence_parallel=sequence_parallel,
+    )

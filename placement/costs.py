@@ -1,0 +1,357 @@
+"""Figures of every candidate stage, as arrays over (outer, inner) downset pairs.
+
+Two geometries share each objective's formulas:
+
+* **chain** (every LLM here): downsets are suffixes, so a stage is an interval ``[a, b)`` of
+  layers; sums come from prefix sums and the candidates form a dense
+  ``(n+1) x (n+1)`` grid, state ``k`` being the suffix of the last ``k`` layers;
+* **DAG**: the stages of :func:`placement.downsets.downset_pairs`, with per-pair sums as
+  matrix products and stage timing simulated layer by layer, vectorised over all pairs.
+
+Two objectives:
+
+* :func:`phaze_costs` - our model: per micro-batch a stage computes forward + backward +
+  recompute and receives one message per boundary edge (the activation in the forward pass,
+  its gradient in the backward pass); memory under 1F1B is
+  ``weights/grads/optimizer + in_flight * stash + workspace``, with ``in_flight`` the number of
+  stages from this one to the end (Narayanan et al. SC21 §2.2; PipeDream-flush).
+* :func:`reference_costs` - the objective of the Phaze reference / Piper instance format
+  (msr-fiddle/phaze ``Solver/device_placement``), see :mod:`placement.reference`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from placement.dp import SegmentCosts
+from placement.downsets import downset_pairs
+
+__all__ = [
+    "LayerArrays",
+    "StageFigures",
+    "phaze_costs",
+    "reference_costs",
+    "max_stages_fitting",
+    "stage_layers",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerArrays:
+    """Per-layer figures of one graph as arrays, layers in topological order.
+
+    ``params`` is in the unit the all-reduce and memory formulas expect (bytes for the
+    reference format, parameter counts for ours). Edges are ``(src, dst, bytes)`` rows.
+    """
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    rec: np.ndarray
+    params: np.ndarray
+    stash: np.ndarray
+    workspace: np.ndarray
+    tp: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    is_chain: bool
+
+    @property
+    def n(self) -> int:
+        return int(self.fwd.size)
+
+
+@dataclass(frozen=True, slots=True)
+class StageFigures:
+    """Report-only figures per pair: compute and receive time, memory base and per-stash."""
+
+    compute: np.ndarray
+    p2p: np.ndarray
+    mem_base: np.ndarray
+    mem_stash: np.ndarray
+    in_stage: np.ndarray | None
+
+
+def max_stages_fitting(base: np.ndarray, stash: np.ndarray, limit: float, cap: int) -> np.ndarray:
+    """Largest ``s <= cap`` with ``base + (s - 1) * stash <= limit`` (0 if even s = 1 fails)."""
+    positive = stash > 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = np.where(positive, (limit - base) / np.where(positive, stash, 1.0), cap)
+    s = np.clip(np.floor(ratio) + 1, 0, cap).astype(np.int64)
+    # floor() of a quotient can be off by one in floating point; settle on the exact test.
+    s -= (s >= 1) & (base + (s - 1) * stash > limit)
+    s += (s < cap) & (base + s * stash <= limit)
+    s[base > limit] = 0
+    return s
+
+
+# --- geometry -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    """Dense grid of candidate intervals: row = outer state k, column = inner state k'.
+
+    The stage of (k, k') is layers ``[n - k, n - k')``; it is valid when k' < k.
+    """
+
+    n: int
+    valid: np.ndarray
+    cin: np.ndarray  # (n+1, 1): bytes of the edge entering the stage (0 if none)
+    cout: np.ndarray  # (1, n+1): bytes of the edge leaving it (0 if none)
+    has_in: np.ndarray
+    has_out: np.ndarray
+
+
+def _chain(la: LayerArrays) -> _Chain:
+    n = la.n
+    into = np.zeros(n + 1)  # into[i]: bytes of edge i-1 -> i (0 for i = 0 and i = n)
+    into[la.dst] = la.nbytes
+    by_state = into[::-1]  # state k starts (or, as inner state, ends) the stage at n - k
+    k = np.arange(n + 1)
+    return _Chain(
+        n=n,
+        valid=k[None, :] < k[:, None],
+        cin=by_state[:, None],
+        cout=by_state[None, :],
+        has_in=(k < n)[:, None],
+        has_out=(k > 0)[None, :],
+    )
+
+
+def _span(prefix: np.ndarray) -> np.ndarray:
+    """sum(x[n-k : n-k']) on the grid, from ``prefix`` = [0, cumsum(x)]."""
+    pr = prefix[::-1]
+    return pr[None, :] - pr[:, None]
+
+
+def _prefix(x: np.ndarray) -> np.ndarray:
+    return np.concatenate(([0.0], np.cumsum(x, dtype=np.float64)))
+
+
+def _chain_max(x: np.ndarray, ch: _Chain) -> np.ndarray:
+    """max(x[n-k : n-k']) on the grid (0 for empty), via a running maximum per start."""
+    n = ch.n
+    grid = np.where(np.arange(n)[None, :] >= np.arange(n + 1)[:, None], x[None, :], 0.0)
+    run = np.maximum.accumulate(grid, axis=1)  # run[a, j] = max(x[a..j])
+    run = np.concatenate((np.zeros((n + 1, 1)), run), axis=1)  # run[a, b] = max(x[a..b-1])
+    return np.where(ch.valid, run[::-1, ::-1], 0.0)
+
+
+def _segments(
+    la: LayerArrays,
+    ch: _Chain | None,
+    pairs,
+    load_last: np.ndarray,
+    load_mid: np.ndarray,
+    max_s: np.ndarray,
+    one: np.ndarray,
+    params: np.ndarray,
+) -> SegmentCosts:
+    n_one = int((~la.tp).sum())
+    if ch is not None:
+        size = ch.n + 1
+        q = np.arange(size * size)
+        ms = np.where(ch.valid, max_s, 0).ravel()
+        return SegmentCosts(
+            n_states=size,
+            full=ch.n,
+            outer=q // size,
+            inner=q % size,
+            dense=True,
+            load_last=np.where(ch.valid, load_last, np.inf).ravel(),
+            load_mid=np.where(ch.valid, load_mid, np.inf).ravel(),
+            max_s=ms,
+            one=one.ravel(),
+            params=params.ravel(),
+            n_one_layers=n_one,
+        )
+    return SegmentCosts(
+        n_states=pairs.members.shape[0],
+        full=pairs.full,
+        outer=pairs.outer,
+        inner=pairs.inner,
+        dense=False,
+        load_last=load_last,
+        load_mid=load_mid,
+        max_s=max_s,
+        one=one,
+        params=params,
+        n_one_layers=n_one,
+    )
+
+
+def _geometry(la: LayerArrays, chain: bool):
+    if chain:
+        return _chain(la), None
+    edges = tuple(zip(la.src.tolist(), la.dst.tolist(), strict=True))
+    return None, downset_pairs(la.n, edges)
+
+
+def stage_layers(costs: SegmentCosts, figures: StageFigures, q: int) -> tuple[int, ...]:
+    """The layer indices of candidate stage ``q``."""
+    if costs.dense:
+        n = costs.n_states - 1
+        k, kk = divmod(int(q), costs.n_states)
+        return tuple(range(n - k, n - kk))
+    assert figures.in_stage is not None
+    return tuple(int(v) for v in np.flatnonzero(figures.in_stage[q]))
+
+
+# --- our objective --------------------------------------------------------------------------
+
+
+def phaze_costs(
+    la: LayerArrays,
+    *,
+    chain: bool,
+    p2p_bandwidth: float,
+    p2p_latency_s: float,
+    hbm_bytes: float,
+    state_bytes_per_parameter: float,
+    max_stages: int,
+) -> tuple[SegmentCosts, StageFigures]:
+    """Stage figures under Phaze's model (see the module docstring)."""
+    ch, pairs = _geometry(la, chain)
+    work = la.fwd + la.bwd + la.rec
+    if ch is not None:
+        compute = _span(_prefix(work))
+        params = _span(_prefix(la.params))
+        stash = _span(_prefix(la.stash))
+        tp_count = _span(_prefix(la.tp.astype(np.float64)))
+        workspace = _chain_max(la.workspace, ch)
+        p2p = np.where(ch.has_in, p2p_latency_s + ch.cin / p2p_bandwidth, 0.0) + np.where(
+            ch.has_out, p2p_latency_s + ch.cout / p2p_bandwidth, 0.0
+        )
+        in_stage = None
+    else:
+        in_stage = pairs.in_stage
+        m = in_stage.astype(np.float64)
+        compute = m @ work
+        params = m @ la.params
+        stash = m @ la.stash
+        tp_count = m @ la.tp.astype(np.float64)
+        workspace = np.where(in_stage, la.workspace[None, :], 0.0).max(axis=1, initial=0.0)
+        crossing = in_stage[:, la.src] != in_stage[:, la.dst]
+        p2p = crossing.astype(np.float64) @ (p2p_latency_s + la.nbytes / p2p_bandwidth)
+    load = compute + p2p
+    base = params * state_bytes_per_parameter + stash + workspace
+    max_s = max_stages_fitting(base, stash, hbm_bytes, max_stages)
+    one = tp_count == 0
+    costs = _segments(la, ch, pairs, load, load, max_s, one, params)
+    figures = StageFigures(
+        compute=_flat(compute, ch),
+        p2p=_flat(p2p, ch),
+        mem_base=_flat(base, ch),
+        mem_stash=_flat(stash, ch),
+        in_stage=in_stage,
+    )
+    return costs, figures
+
+
+def _flat(x: np.ndarray, ch: _Chain | None) -> np.ndarray:
+    return x.ravel() if ch is not None else x
+
+
+# --- the reference objective ----------------------------------------------------------------
+
+
+def reference_costs(
+    la: LayerArrays,
+    *,
+    chain: bool,
+    bandwidth: float,
+    max_memory: float,
+    adam: bool,
+    recompute: bool,
+    max_stages: int,
+) -> tuple[SegmentCosts, StageFigures]:
+    """Stage figures under the reference instance format's own objective.
+
+    Forward: layers in topological order, each starting when its inputs are ready (from
+    inside the stage when the producer finishes, from outside at ``bytes / bandwidth``) and
+    after the previous layer of the stage; backward likewise in reverse over outgoing edges.
+    With recomputation, stages before the last run forward + a combined pass (forward with
+    outside inputs ready at 0, then backward). Memory ``2P (+P for Adam) + sum(act)
+    + (s - 1) * stash``, stash being all activations, or with recomputation the bytes of
+    the edges entering the stage.
+    """
+    ch, pairs = _geometry(la, chain)
+    if ch is not None:
+        f = _span(_prefix(la.fwd))
+        bk = _span(_prefix(la.bwd))
+        fw = ch.cin / bandwidth + f
+        bw = ch.cout / bandwidth + bk
+        combined = f + bk
+        params = _span(_prefix(la.params))
+        act = _span(_prefix(la.stash))
+        tp_count = _span(_prefix(la.tp.astype(np.float64)))
+        entering = ch.cin
+        in_stage = None
+    else:
+        in_stage = pairs.in_stage
+        fw, bw, combined = _simulate(la, in_stage, bandwidth)
+        m = in_stage.astype(np.float64)
+        params = m @ la.params
+        act = m @ la.stash
+        tp_count = m @ la.tp.astype(np.float64)
+        enters = in_stage[:, la.dst] & ~in_stage[:, la.src]
+        entering = enters.astype(np.float64) @ la.nbytes
+    base = 2 * params + (params if adam else 0.0) + act
+    stash = entering if recompute else act
+    max_s = max_stages_fitting(base, stash, max_memory, max_stages)
+    load_last = fw + bw
+    load_mid = fw + combined if recompute else load_last
+    one = tp_count == 0
+    costs = _segments(la, ch, pairs, load_last, load_mid, max_s, one, params)
+    figures = StageFigures(
+        compute=_flat(load_last, ch),
+        p2p=_flat(np.zeros_like(load_last), ch),
+        mem_base=_flat(base, ch),
+        mem_stash=_flat(stash, ch),
+        in_stage=in_stage,
+    )
+    return costs, figures
+
+
+def _simulate(
+    la: LayerArrays, in_stage: np.ndarray, bandwidth: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward, backward and combined (recompute) pass times of every pair's stage."""
+    q, n = in_stage.shape
+    ins: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    outs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for u, v, c in zip(la.src.tolist(), la.dst.tolist(), la.nbytes.tolist(), strict=True):
+        ins[v].append((u, c / bandwidth))
+        outs[u].append((v, c / bandwidth))
+
+    def forward(outside: bool) -> np.ndarray:
+        finish = np.zeros((q, n))
+        prev = np.zeros(q)
+        for v in range(n):
+            start = prev.copy()
+            for u, arrive in ins[v]:
+                ext = arrive if outside else 0.0
+                start = np.maximum(start, np.where(in_stage[:, u], finish[:, u], ext))
+            finish[:, v] = start + la.fwd[v]
+            prev = np.where(in_stage[:, v], finish[:, v], prev)
+        return prev
+
+    def backward(begin: np.ndarray) -> np.ndarray:
+        finish = np.zeros((q, n))
+        prev = begin.copy()
+        for v in range(n - 1, -1, -1):
+            start = prev.copy()
+            for w, arrive in outs[v]:
+                start = np.maximum(start, np.where(in_stage[:, w], finish[:, w], arrive))
+            finish[:, v] = start + la.bwd[v]
+            prev = np.where(in_stage[:, v], finish[:, v], prev)
+        return prev
+
+    fw = forward(outside=True)
+    bw = backward(np.zeros(q))
+    fw_part = forward(outside=False)
+    combined = backward(fw_part)
+    return fw, bw, combined

@@ -1,0 +1,332 @@
+"""The min-max pipeline DP over nested downsets, shared by every objective and both paths.
+
+``dp_s[D, c]`` is the smallest possible maximum stage load when the layers of downset ``D``
+form exactly ``s`` stages, ``c`` of which run on one device (no tensor-parallel layer) and the
+rest on ``t`` devices each; the stage at position ``s`` from the end must fit its memory
+(``s <= max_s``). The device count of such a partition is ``t*s - (t-1)*c``, so this is the
+DP of DESIGN.md §6 ("at most k devices") with ``k`` replaced by the few values of ``c``
+that can occur: ``c`` is 0 when every layer is tensor-parallel (or ``t = 1``), and at most the
+number of non-tensor-parallel layers otherwise.
+
+The DP iterates over ``s``: ``dp_s = min over stages (D \\ D') of max(load, dp_(s-1)[D'])``,
+one vectorised numpy step over all candidate stages. The final round places the first stage
+(whose parameters set the exposed data-parallel all-reduce) and, for every data-parallel
+degree ``d``, prices ``L * (ceil(m/d) + s - 1) + allreduce(d, P_first)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["SegmentCosts", "DpSolution", "DpTask", "solve_segments", "solve_many"]
+
+_INF = np.inf
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentCosts:
+    """Candidate stages (pairs of nested downsets) with their figures, as flat arrays.
+
+    State 0 is the empty downset and ``full`` the whole graph. With ``dense`` the pairs are
+    the full ``n_states x n_states`` grid in row-major order (outer = row, inner = column)
+    and invalid pairs carry ``max_s = 0``; otherwise pairs are sorted by ``outer``.
+    ``load_last`` applies to the last stage (s = 1), ``load_mid`` to the others; ``params``
+    feeds the data-parallel all-reduce when the stage comes first.
+    """
+
+    n_states: int
+    full: int
+    outer: np.ndarray
+    inner: np.ndarray
+    dense: bool
+    load_last: np.ndarray
+    load_mid: np.ndarray
+    max_s: np.ndarray
+    one: np.ndarray
+    params: np.ndarray
+    n_one_layers: int
+
+
+@dataclass(frozen=True, slots=True)
+class DpSolution:
+    """The best pipeline for one graph: pairs from the first stage to the last."""
+
+    time_s: float
+    load_s: float
+    d: int
+    s: int
+    pairs: tuple[int, ...]
+
+
+def _masks_by_s(max_s: np.ndarray, s_max: int) -> list[np.ndarray]:
+    """For each s in 1..s_max, the pair indices whose memory allows s - 1 but not s."""
+    order = np.argsort(max_s, kind="stable")
+    cuts = np.searchsorted(max_s[order], np.arange(s_max + 1), side="left")
+    # pairs with max_s == s - 1 become infeasible at step s
+    return [order[cuts[s - 1] : cuts[s]] for s in range(1, s_max + 1)]
+
+
+def _sparse_step(
+    costs: SegmentCosts,
+    one: np.ndarray,
+    loads: np.ndarray,
+    prev: np.ndarray,
+    starts: np.ndarray,
+    owners: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One DP step over all pairs: candidate values per pair and their minimum per state."""
+    n, c1 = prev.shape
+    if c1 == 1:
+        vals = np.maximum(loads, prev[costs.inner, 0])[:, None]
+    else:
+        g = prev[costs.inner]
+        shifted = np.full_like(g, _INF)
+        shifted[:, 1:] = g[:, :-1]
+        vals = np.maximum(loads[:, None], np.where(one[:, None], shifted, g))
+    cur = np.full((n, c1), _INF)
+    cur[owners] = np.minimum.reduceat(vals, starts, axis=0)
+    return vals, cur
+
+
+@dataclass(frozen=True, slots=True)
+class DpTask:
+    """One graph's DP: its stages, tensor-parallel width and batch/device figures.
+
+    ``allreduce(d, params)`` is the exposed data-parallel all-reduce for arrays of degrees
+    and first-stage parameters.
+    """
+
+    costs: SegmentCosts
+    t: int
+    max_stages: int
+    max_devices: int
+    micro_batches: int
+    allreduce: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+    @property
+    def c1(self) -> int:
+        """How many one-device stage counts c the DP tracks (1 when c is always 0)."""
+        return min(self.costs.n_one_layers if self.t > 1 else 0, self.max_stages) + 1
+
+
+def solve_segments(
+    costs: SegmentCosts,
+    *,
+    t: int,
+    max_stages: int,
+    max_devices: int,
+    micro_batches: int,
+    allreduce: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> DpSolution | None:
+    """The best (time, d, stages) for one graph, or None when nothing fits."""
+    task = DpTask(costs, t, max_stages, max_devices, micro_batches, allreduce)
+    return solve_many((task,))[0]
+
+
+def solve_many(tasks: tuple[DpTask, ...]) -> list[DpSolution | None]:
+    """Solve several graphs; chains of equal length run through one batched DP.
+
+    Batching the grids of all tensor-parallel widths into one array makes each of the ``s``
+    steps one set of numpy calls for all of them. Ties go to the smaller ``d``, then fewer
+    stages.
+    """
+    out: list[DpSolution | None] = [None] * len(tasks)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, task in enumerate(tasks):
+        if task.costs.dense:
+            groups.setdefault((task.costs.n_states, task.c1), []).append(i)
+        else:
+            out[i] = _sparse_solve(task)
+    for idx in groups.values():
+        for i, sol in zip(idx, _dense_solve([tasks[i] for i in idx]), strict=True):
+            out[i] = sol
+    return out
+
+
+def _one(task: DpTask) -> np.ndarray:
+    return task.costs.one if task.c1 > 1 else np.zeros_like(task.costs.one)
+
+
+def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
+    """The DP on stacked interval grids (all tasks share n_states and c1).
+
+    Outer state k needs k >= s layers and inner state k' >= s - 1, so at step s only the
+    block ``[s:, s-1:n]`` of each grid can be finite.
+    """
+    g_count = len(tasks)
+    size, c1 = tasks[0].costs.n_states, tasks[0].c1
+    n = size - 1
+    s_max = max(task.max_stages for task in tasks)
+    max_s = np.stack([task.costs.max_s for task in tasks]).ravel()
+    last = np.stack([t.costs.load_last for t in tasks]).ravel()
+    last = np.where(max_s >= 1, last, _INF).reshape(g_count, size, size)
+    mid_flat = np.stack([t.costs.load_mid for t in tasks]).ravel()
+    mid_flat[max_s < 2] = _INF
+    mid = mid_flat.reshape(g_count, size, size)
+    one = np.stack([_one(t) for t in tasks]).reshape(g_count, size, size)
+    drop = _masks_by_s(max_s, s_max)
+    dp = np.full((s_max + 1, g_count, size, c1), _INF)
+    dp[0, :, 0, 0] = 0.0
+    choice = np.full((s_max + 1, g_count, size, c1), -1, dtype=np.int64)
+    finals = np.full((s_max, g_count, size, c1), _INF)
+    steps = s_max
+    for s in range(1, s_max + 1):
+        if s > 1:
+            mid_flat[drop[s - 1]] = _INF  # stages whose memory allows s - 1 but not s
+        block = (last if s == 1 else mid)[:, s:, s - 1 : n]
+        prev = dp[s - 1, :, s - 1 : n]  # (G, C, c1)
+        if c1 == 1:
+            vals = np.maximum(block, prev[:, None, :, 0])  # (G, R, C)
+            arg = vals.argmin(axis=2)
+            dp[s, :, s:, 0] = np.take_along_axis(vals, arg[:, :, None], axis=2)[:, :, 0]
+            choice[s, :, s:, 0] = arg + (s - 1)
+            finals[s - 1, :, s - 1 : n, 0] = vals[:, -1, :]
+        else:
+            shifted = np.full_like(prev, _INF)
+            shifted[:, :, 1:] = prev[:, :, :-1]
+            src = np.where(
+                one[:, s:, s - 1 : n, None], shifted[:, None, :, :], prev[:, None, :, :]
+            )
+            vals = np.maximum(block[:, :, :, None], src)  # (G, R, C, c1)
+            arg = vals.argmin(axis=2)
+            dp[s, :, s:] = np.take_along_axis(vals, arg[:, :, None, :], axis=2)[:, :, 0, :]
+            choice[s, :, s:] = arg + (s - 1)
+            finals[s - 1, :, s - 1 : n] = vals[:, -1]
+        if not np.isfinite(dp[s, :, s:]).any():
+            steps = s
+            break
+    sols: list[DpSolution | None] = []
+    for g, task in enumerate(tasks):
+        rows = np.arange(n * size, size * size)  # pairs (full, k')
+        best = _final_round(task, finals[:steps, g], rows)
+        if best is None:
+            sols.append(None)
+            continue
+        time_s, load_s, d, s, c, q = best
+        pairs = [q]
+        one_g = one[g].ravel()
+        state, c = int(task.costs.inner[q]), c - int(one_g[q])
+        for pos in range(s - 1, 0, -1):
+            q = state * size + int(choice[pos, g, state, c])
+            pairs.append(q)
+            state, c = int(task.costs.inner[q]), c - int(one_g[q])
+        assert state == 0 and c == 0, "reconstruction must end at the empty downset"
+        sols.append(DpSolution(time_s, load_s, d, s, tuple(pairs)))
+    return sols
+
+
+def _sparse_solve(task: DpTask) -> DpSolution | None:
+    """The DP over explicit downset pairs (general DAGs)."""
+    costs = task.costs
+    n, c1, s_max = costs.n_states, task.c1, task.max_stages
+    one = _one(task)
+    drop = _masks_by_s(costs.max_s, s_max)
+    mid = costs.load_mid.copy()
+    mid[costs.max_s < 2] = _INF
+    last = np.where(costs.max_s >= 1, costs.load_last, _INF)
+    starts = np.flatnonzero(np.r_[True, costs.outer[1:] != costs.outer[:-1]])
+    owners = costs.outer[starts]
+    rows = np.flatnonzero(costs.outer == costs.full)
+    prev = np.full((n, c1), _INF)
+    prev[0, 0] = 0.0
+    tables = [prev]
+    finals = []
+    for s in range(1, s_max + 1):
+        if s > 1:
+            mid[drop[s - 1]] = _INF
+        vals, cur = _sparse_step(costs, one, last if s == 1 else mid, prev, starts, owners)
+        finals.append(vals[rows])
+        tables.append(cur)
+        if not np.isfinite(cur).any():
+            break
+        prev = cur
+    best = _final_round(task, np.stack(finals), rows)
+    if best is None:
+        return None
+    time_s, load_s, d, s, c, q = best
+    pairs = [q]
+    state, c = int(costs.inner[q]), c - int(one[q])
+    for pos in range(s - 1, 0, -1):
+        q = _backtrack(costs, one, state, pos, c, tables, last, costs.load_mid)
+        pairs.append(q)
+        state, c = int(costs.inner[q]), c - int(one[q])
+    assert state == 0 and c == 0, "reconstruction must end at the empty downset"
+    return DpSolution(time_s, load_s, d, s, tuple(pairs))
+
+
+def _final_round(
+    task: DpTask, vals: np.ndarray, rows: np.ndarray
+) -> tuple[float, float, int, int, int, int] | None:
+    """Price every (stages s, one-device count c, first stage, d) and keep the best.
+
+    ``vals[s-1, j, c]`` is the largest stage load with ``s`` stages when the first stage is
+    pair ``rows[j]``.
+    """
+    costs, t, max_devices, m = task.costs, task.t, task.max_devices, task.micro_batches
+    s_count, _, c1 = vals.shape
+    p1 = costs.params[rows]
+    order = np.argsort(p1, kind="stable")
+    vals = vals[:, order, :]
+    # Only first stages that beat every cheaper-to-all-reduce one can win: keep record lows.
+    run = np.minimum.accumulate(vals, axis=1)
+    better = np.empty_like(vals, dtype=bool)
+    better[:, 0, :] = np.isfinite(vals[:, 0, :])
+    better[:, 1:, :] = vals[:, 1:, :] < run[:, :-1, :]
+    s_idx = np.arange(1, s_count + 1)[:, None]
+    devices = t * s_idx - (t - 1) * np.arange(c1)[None, :]
+    d_max = np.minimum(np.minimum(max_devices, m), max_devices // np.maximum(devices, 1))
+    d_max = np.where(devices <= max_devices, d_max, 0)
+    si, ki, ci = np.nonzero(better & (d_max[:, None, :] >= 1))
+    if si.size == 0:
+        return None
+    counts = d_max[si, ci]
+    cand = np.repeat(np.arange(si.size), counts)
+    offsets = np.cumsum(counts) - counts
+    d = np.arange(cand.size) - np.repeat(offsets, counts) + 1
+    load = vals[si, ki, ci][cand]
+    s = s_idx[si, 0][cand]
+    q = rows[order[ki]][cand]
+    mbs = -(-m // d)
+    time = load * (mbs + s - 1) + task.allreduce(d, costs.params[q])
+    pick = np.lexsort((s, d, time))[0]
+    return (
+        float(time[pick]),
+        float(load[pick]),
+        int(d[pick]),
+        int(s[pick]),
+        int(ci[cand[pick]]),
+        int(q[pick]),
+    )
+
+
+def _backtrack(
+    costs: SegmentCosts,
+    one: np.ndarray,
+    state: int,
+    s: int,
+    c: int,
+    tables: list[np.ndarray],
+    last: np.ndarray,
+    mid: np.ndarray,
+) -> int:
+    """A pair (stage) that attains ``dp_s[state, c]``: the first in pair order."""
+    target = tables[s][state, c]
+    if costs.dense:
+        n = costs.n_states
+        qs = np.arange(state * n, (state + 1) * n)
+    else:
+        lo, hi = np.searchsorted(costs.outer, [state, state + 1])
+        qs = np.arange(lo, hi)
+    ok = costs.max_s[qs] >= s
+    loads = last[qs] if s == 1 else mid[qs]
+    cc = c - one[qs].astype(np.int64)
+    prev = tables[s - 1]
+    valid = ok & (cc >= 0) & (cc < prev.shape[1])
+    sub = np.where(valid, prev[costs.inner[qs], np.clip(cc, 0, prev.shape[1] - 1)], np.inf)
+    val = np.maximum(loads, sub)
+    hit = np.flatnonzero(valid & (val == target))
+    assert hit.size, "the DP value must be attained by some stage"
+    return int(qs[hit[0]])

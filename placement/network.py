@@ -1,0 +1,106 @@
+"""The cluster network model: which link a transfer uses and how long a collective takes.
+
+Devices are ranked as in Megatron-LM (tensor-parallel rank fastest, then data-parallel, then
+pipeline: ``rank = tp_rank + t * (dp_rank + d * pp_rank)``), with ``devices_per_node``
+consecutive ranks in a node. Hence:
+
+* a tensor-parallel group of ``t`` devices stays inside a node when ``t <= devices_per_node``;
+* the ``d`` replicas of a stage shard are ``t`` ranks apart and span nodes when
+  ``t * d > devices_per_node``;
+* the pipeline neighbour of a device is ``t * d`` ranks away; stage boundaries cross nodes
+  whenever the job spans more than one node (the bottleneck boundary does).
+
+Collectives are ring algorithms; the formulas follow DESIGN.md §4 (one latency term per
+collective): all-reduce ``alpha + 2 (n - 1) / n * bytes / bw``, reduce-scatter and all-gather
+half of that volume (Patarasuk & Yuan, JPDC 2009; Thakur et al., IJHPCA 2005).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from placement.types import Network
+
+__all__ = [
+    "Link",
+    "link",
+    "tp_link",
+    "dp_link",
+    "p2p_link",
+    "p2p_s",
+    "allreduce_s",
+    "reduce_scatter_s",
+    "all_gather_s",
+    "tp_collective_s",
+]
+
+Link = tuple[float, float]  # (bandwidth bytes/s, latency s)
+
+
+def link(network: Network, *, inter_node: bool) -> Link:
+    """The (bandwidth, latency) of an intra-node or an inter-node link."""
+    if inter_node:
+        return network.inter_node_bandwidth_bytes_per_s, network.inter_node_latency_s
+    return network.intra_node_bandwidth_bytes_per_s, network.intra_node_latency_s
+
+
+def tp_link(network: Network, t: int) -> Link:
+    """Link of a tensor-parallel group: inside a node when ``t <= devices_per_node``."""
+    return link(network, inter_node=t > network.devices_per_node)
+
+
+def dp_link(network: Network, t: int, d: int) -> Link:
+    """Link of the data-parallel ring: across nodes when the replicas span nodes."""
+    return link(network, inter_node=t * d > network.devices_per_node)
+
+
+def p2p_link(network: Network) -> Link:
+    """Link between pipeline stages: across nodes whenever the job spans several nodes."""
+    return link(network, inter_node=network.devices > network.devices_per_node)
+
+
+def p2p_s(nbytes: float, ln: Link) -> float:
+    """One point-to-point message: latency + bytes / bandwidth."""
+    bw, lat = ln
+    return lat + nbytes / bw
+
+
+def allreduce_s(nbytes: float, n: int, ln: Link) -> float:
+    """Ring all-reduce of ``nbytes`` over ``n`` devices (0 for a single device)."""
+    if n <= 1:
+        return 0.0
+    bw, lat = ln
+    return lat + 2.0 * (n - 1) / n * nbytes / bw
+
+
+def reduce_scatter_s(nbytes: float, n: int, ln: Link) -> float:
+    """Ring reduce-scatter of ``nbytes`` (the full tensor) over ``n`` devices."""
+    if n <= 1:
+        return 0.0
+    bw, lat = ln
+    return lat + (n - 1) / n * nbytes / bw
+
+
+def all_gather_s(nbytes: float, n: int, ln: Link) -> float:
+    """Ring all-gather producing ``nbytes`` (the full tensor) on each of ``n`` devices."""
+    return reduce_scatter_s(nbytes, n, ln)
+
+
+def tp_collective_s(
+    kind: Literal["all_reduce", "reduce_scatter", "all_gather"],
+    nbytes: float,
+    t: int,
+    network: Network,
+) -> float:
+    """Time of one tensor-parallel collective on a group of ``t`` devices.
+
+    Megatron puts two all-reduces per block in the forward pass and two in the backward pass;
+    with sequence parallelism each becomes a reduce-scatter plus an all-gather, which moves
+    the same bytes (Korthikanti et al. 2022, §4.2.2).
+    """
+    ln = tp_link(network, t)
+    if kind == "all_reduce":
+        return allreduce_s(nbytes, t, ln)
+    if kind == "reduce_scatter":
+        return reduce_scatter_s(nbytes, t, ln)
+    return all_gather_s(nbytes, t, ln)

@@ -1,0 +1,294 @@
+"""The values the placement reads and returns (DESIGN.md §6).
+
+Placement depends on nothing of ours but :mod:`phaze.errors`: the caller (``phaze``) maps its
+layer timings, :class:`workloads.LayerGraph` and :class:`arch_space.Cluster` onto these plain
+frozen values. One :class:`StageGraph` describes the model at one tensor-parallel width ``tp``,
+one micro-batch size and one recompute mode; a :class:`PlacementProblem` holds every variant
+the search may choose from, the :class:`Network` and the memory budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final, Literal
+
+from phaze.errors import ConfigError
+
+__all__ = [
+    "RecomputeMode",
+    "STATE_BYTES_PER_PARAMETER",
+    "Network",
+    "StageLayer",
+    "StageEdge",
+    "StageGraph",
+    "PlacementProblem",
+    "Stage",
+    "Placement",
+]
+
+RecomputeMode = Literal["none", "selective", "full"]
+_RECOMPUTE_MODES: Final = ("none", "selective", "full")
+
+# Bytes of weights + gradients + optimizer state per parameter in mixed-precision training.
+# source: Rajbhandari et al., "ZeRO", SC20, §3.1 (Adam: 2 fp16 weights + 2 fp16 gradients +
+# 12 fp32 master weights, momentum, variance = 16 B; with fp32 gradients as in Megatron-LM's
+# main_grad, 18 B, DESIGN.md §2). SGD with momentum: 2 + 4 + 4 (master) + 4 (momentum).
+STATE_BYTES_PER_PARAMETER: Final = MappingProxyType({"adam": 18.0, "sgd": 14.0})
+
+
+def _problems_nonneg(source: str, obj: object, names: tuple[str, ...]) -> list[str]:
+    out = []
+    for name in names:
+        value = getattr(obj, name)
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            out.append(f"{source}: {name} = {value!r} must be a finite number >= 0")
+    return out
+
+
+def _raise(problems: list[str]) -> None:
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class Network:
+    """The cluster network as the placement sees it (field names follow arch_space.Cluster).
+
+    Bandwidths are per device and per direction; latencies are per message.
+    """
+
+    devices: int
+    devices_per_node: int = 8
+    intra_node_bandwidth_bytes_per_s: float = 300e9
+    inter_node_bandwidth_bytes_per_s: float = 25e9
+    intra_node_latency_s: float = 2e-6
+    inter_node_latency_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("devices", "devices_per_node"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                problems.append(f"network: {name} = {value!r} must be an integer >= 1")
+        for name in ("intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                problems.append(f"network: {name} = {value!r} must be a finite number > 0")
+        problems += _problems_nonneg(
+            "network", self, ("intra_node_latency_s", "inter_node_latency_s")
+        )
+        _raise(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class StageLayer:
+    """One layer for one micro-batch on the ``tp`` devices of its tensor-parallel group.
+
+    Times include the layer's tensor-parallel collectives (the caller's op model adds them).
+    ``recompute_s`` is the forward work re-run before the backward pass (0 without
+    recompute). ``parameters`` counts this device's shard; ``stash_bytes`` is what the layer
+    keeps per in-flight micro-batch per device under the graph's recompute mode;
+    ``workspace_bytes`` is live only while the layer runs its backward pass (e.g. the
+    activations recomputed for it), counted once per stage.
+    """
+
+    name: str
+    fwd_s: float
+    bwd_s: float
+    parameters: int
+    stash_bytes: float
+    tensor_parallel: bool = True
+    recompute_s: float = 0.0
+    workspace_bytes: float = 0.0
+    kind: str = "block"
+
+    def __post_init__(self) -> None:
+        _raise(
+            _problems_nonneg(
+                f"layer {self.name!r}",
+                self,
+                (
+                    "fwd_s",
+                    "bwd_s",
+                    "recompute_s",
+                    "parameters",
+                    "stash_bytes",
+                    "workspace_bytes",
+                ),
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StageEdge:
+    """Producer -> consumer (layer indices), with the boundary tensor's bytes per micro-batch."""
+
+    src: int
+    dst: int
+    bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class StageGraph:
+    """The layers of a model at tensor-parallel width ``tp``, in topological order.
+
+    Every edge goes from a lower to a higher index. The labels (``micro_batch``,
+    ``recompute``, ``sequence_parallel``) say which training setup the figures describe.
+    """
+
+    tp: int
+    layers: tuple[StageLayer, ...]
+    edges: tuple[StageEdge, ...]
+    micro_batch: int = 1
+    recompute: RecomputeMode = "none"
+    sequence_parallel: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        src = f"stage graph (tp={self.tp})"
+        if not (isinstance(self.tp, int) and self.tp >= 1):
+            problems.append(f"{src}: tp = {self.tp!r} must be an integer >= 1")
+        if not (isinstance(self.micro_batch, int) and self.micro_batch >= 1):
+            problems.append(f"{src}: micro_batch = {self.micro_batch!r} must be an integer >= 1")
+        if self.recompute not in _RECOMPUTE_MODES:
+            problems.append(
+                f"{src}: recompute = {self.recompute!r} must be one of {', '.join(_RECOMPUTE_MODES)}"
+            )
+        if not self.layers:
+            problems.append(f"{src}: layers is empty; a graph needs at least one layer")
+        n = len(self.layers)
+        seen = set()
+        for e in self.edges:
+            if not (0 <= e.src < e.dst < n):
+                problems.append(
+                    f"{src}: edge {e.src}->{e.dst} must join layer indices 0 <= src < dst < {n}"
+                )
+            if (e.src, e.dst) in seen:
+                problems.append(f"{src}: edge {e.src}->{e.dst} appears twice")
+            seen.add((e.src, e.dst))
+            if not (math.isfinite(e.bytes) and e.bytes >= 0):
+                problems.append(f"{src}: edge {e.src}->{e.dst} bytes = {e.bytes!r} must be >= 0")
+        if self.tp == 1 and any(layer.tensor_parallel for layer in self.layers):
+            # Consistent with the reference: at width 1 nothing is sharded.
+            problems.append(f"{src}: a tensor_parallel layer needs tp > 1")
+        _raise(problems)
+
+    @property
+    def is_chain(self) -> bool:
+        """True when the edges are exactly i -> i+1 for every consecutive pair of layers."""
+        n = len(self.layers)
+        return len(self.edges) == n - 1 and all(
+            (e.src, e.dst) == (i, i + 1) for i, e in enumerate(sorted(self.edges, key=_key))
+        )
+
+
+def _key(e: StageEdge) -> tuple[int, int]:
+    return (e.src, e.dst)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementProblem:
+    """Everything the placement search needs.
+
+    ``graphs`` are the variants to choose from (one per tensor-parallel width, micro-batch
+    size and recompute mode). ``global_batch`` is in samples (sequences); each variant runs
+    ``global_batch / micro_batch`` micro-batches per iteration.
+    ``state_bytes_per_parameter`` covers weights, gradients and optimizer state
+    (:data:`STATE_BYTES_PER_PARAMETER`); ``gradient_bytes_per_parameter`` is what the
+    data-parallel all-reduce moves per parameter (2: fp16 gradients, Narayanan et al. SC21).
+    ``max_stages`` optionally caps the pipeline depth.
+    """
+
+    graphs: tuple[StageGraph, ...]
+    network: Network
+    hbm_bytes: float
+    global_batch: int
+    state_bytes_per_parameter: float = STATE_BYTES_PER_PARAMETER["adam"]
+    gradient_bytes_per_parameter: float = 2.0
+    max_stages: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.graphs:
+            problems.append("placement problem: graphs is empty; give at least one variant")
+        if not (isinstance(self.global_batch, int) and self.global_batch >= 1):
+            problems.append(
+                f"placement problem: global_batch = {self.global_batch!r} must be an integer >= 1"
+            )
+        else:
+            for g in self.graphs:
+                if self.global_batch % g.micro_batch:
+                    problems.append(
+                        f"placement problem: global_batch = {self.global_batch} is not a "
+                        f"multiple of micro_batch = {g.micro_batch} (tp={g.tp})"
+                    )
+        if not (math.isfinite(self.hbm_bytes) and self.hbm_bytes > 0):
+            problems.append(f"placement problem: hbm_bytes = {self.hbm_bytes!r} must be > 0")
+        problems += _problems_nonneg(
+            "placement problem",
+            self,
+            ("state_bytes_per_parameter", "gradient_bytes_per_parameter"),
+        )
+        if self.max_stages is not None and not (
+            isinstance(self.max_stages, int) and self.max_stages >= 1
+        ):
+            problems.append(
+                f"placement problem: max_stages = {self.max_stages!r} must be None or >= 1"
+            )
+        _raise(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One pipeline stage: its layers (indices), devices, and figures per micro-batch.
+
+    With interleaving, a device holds ``v`` stages (chunks); ``device`` says which pipeline
+    rank runs this one.
+    """
+
+    layers: tuple[int, ...]
+    devices: int
+    load_s: float
+    compute_s: float
+    p2p_s: float
+    memory_bytes: float
+    device: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A parallel placement and its predicted time per iteration (one global batch).
+
+    ``time_per_batch_s = pipeline_s + allreduce_s`` where
+    ``pipeline_s = load_s * (micro_batches + (p - 1) / v)`` (1F1B, interleaved with ``v``
+    chunks per device; Narayanan et al. SC21 §2.2), ``load_s`` the bottleneck device's time per
+    micro-batch. ``compute_s + p2p_s = pipeline_s`` split the pipeline time by the bottleneck's
+    shares; ``communication_s = p2p_s + allreduce_s`` (TP collectives sit inside the layer
+    times). ``bubble_fraction = (p - 1) / (v * micro_batches)`` (SC21's bubble time over ideal
+    time). ``memory_per_device_bytes`` is the maximum over stages.
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    micro_batches: int
+    recompute: RecomputeMode
+    sequence_parallel: bool
+    virtual_stages: int
+    stages: tuple[Stage, ...]
+    devices_used: int
+    load_s: float
+    time_per_batch_s: float
+    pipeline_s: float
+    compute_s: float
+    p2p_s: float
+    allreduce_s: float
+    memory_per_device_bytes: float
+    bubble_fraction: float
+    communication_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "communication_s", self.p2p_s + self.allreduce_s)

@@ -1,0 +1,178 @@
+"""The one definition of a result point's columns: name, SQL type, unit, sense and meaning.
+
+The store's tables, the CSV/JSON export, the Pareto senses, the plots' axis labels and the
+report's units all read :data:`POINT_COLUMNS`, so a metric is named, typed and explained in
+exactly one place. Units are SI (DESIGN.md §7); tCDP is in kgCO2e·s.
+
+A record is a flat mapping from column names to plain values (``str``, ``int``, ``float``,
+``bool`` or ``None``). Rows with ``workload == AGGREGATE_WORKLOAD`` hold one design's aggregate
+over all the sweep's workloads (``throughput_score``, summed cost and carbon).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, Literal
+
+from phaze.errors import ConfigError, unknown_name
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AGGREGATE_WORKLOAD",
+    "Sense",
+    "Column",
+    "POINT_COLUMNS",
+    "COLUMNS",
+    "COLUMN_NAMES",
+    "NUMERIC_COLUMNS",
+    "DESIGN_COLUMNS",
+    "column",
+    "numeric_column",
+]
+
+# Version of the store layout and of the exported documents; bump on any incompatible change.
+SCHEMA_VERSION: Final = 1
+
+# The workload name of the per-design aggregate rows (issue 7, item 7).
+AGGREGATE_WORKLOAD: Final = "*all*"
+
+Sense = Literal["max", "min"]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of the ``points`` table.
+
+    ``sense`` is how a better value moves ("max", "min", or ``None`` for a parameter that has no
+    better direction); ``label`` is the short human name used on plot axes and table headers;
+    ``unit`` is the SI unit as displayed ("" for a pure number).
+    """
+
+    name: str
+    sqltype: Literal["TEXT", "INTEGER", "REAL"]
+    unit: str
+    sense: Sense | None
+    label: str
+    description: str
+
+    @property
+    def numeric(self) -> bool:
+        return self.sqltype != "TEXT"
+
+    @property
+    def axis_label(self) -> str:
+        """``label (unit)``, or just the label for unit-less numbers."""
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+def _c(name, sqltype, unit, sense, label, description) -> Column:
+    return Column(name, sqltype, unit, sense, label, description)
+
+
+POINT_COLUMNS: Final[tuple[Column, ...]] = (
+    # identity
+    _c("key", "TEXT", "", None, "key", "content key of (workload, design, knobs), set by the sweep"),
+    _c("workload", "TEXT", "", None, "workload", "model trained ('*all*' = aggregate over workloads)"),
+    _c("design_id", "TEXT", "", None, "design id", "content id of the accelerator design"),
+    _c("design_name", "TEXT", "", None, "design", "human name of the design (a preset's name)"),
+    # accelerator parameters
+    _c("num_tc", "INTEGER", "", None, "tensor cores", "tensor (systolic-array) cores per device"),
+    _c("tc_rows", "INTEGER", "", None, "TC rows", "rows of each tensor core's array"),
+    _c("tc_cols", "INTEGER", "", None, "TC cols", "columns of each tensor core's array"),
+    _c("num_vc", "INTEGER", "", None, "vector cores", "vector cores per device"),
+    _c("vc_lanes", "INTEGER", "", None, "VC lanes", "lanes of each vector core"),
+    _c("glb_bytes", "INTEGER", "B", None, "global buffer", "on-chip global buffer per device"),
+    _c("hbm_bytes", "INTEGER", "B", None, "HBM", "HBM capacity per device"),
+    _c("hbm_bandwidth_bytes_per_s", "REAL", "B/s", None, "HBM bandwidth", "HBM bandwidth per device"),
+    _c("clock_hz", "REAL", "Hz", None, "clock", "core clock frequency"),
+    _c("node_nm", "INTEGER", "nm", None, "node", "process technology node"),
+    # training knobs and placement
+    _c("devices", "INTEGER", "", None, "devices", "accelerators in the cluster"),
+    _c("micro_batch", "INTEGER", "", None, "micro-batch", "micro-batch size (sequences)"),
+    _c("recompute", "TEXT", "", None, "recompute", "activation recomputation mode"),
+    _c("feasible", "INTEGER", "", None, "feasible", "1 if a placement fits, else 0"),
+    _c("reason", "TEXT", "", None, "reason", "why the point is infeasible"),
+    _c("tp", "INTEGER", "", None, "TP", "tensor-parallel width"),
+    _c("pp", "INTEGER", "", None, "PP", "pipeline-parallel depth (stages)"),
+    _c("dp", "INTEGER", "", None, "DP", "data-parallel width"),
+    # speed
+    _c("iteration_s", "REAL", "s", "min", "iteration time", "time of one training iteration"),
+    _c("samples_per_s", "REAL", "samples/s", "max", "throughput", "training samples per second"),
+    _c("tokens_per_s", "REAL", "tokens/s", "max", "throughput", "training tokens per second"),
+    _c("mfu", "REAL", "", "max", "MFU", "model FLOPs utilisation, fraction of peak (0-1)"),
+    _c("time_to_train_s", "REAL", "s", "min", "time to train", "D: tokens to train / tokens per s"),
+    _c("compute_s", "REAL", "s", "min", "compute time", "compute part of one iteration"),
+    _c("communication_s", "REAL", "s", "min", "communication time", "exposed communication per iteration"),
+    _c("bubble_s", "REAL", "s", "min", "pipeline bubble", "pipeline bubble per iteration"),
+    # energy
+    _c("energy_per_batch_j", "REAL", "J", "min", "energy per batch", "energy of one iteration, all devices"),
+    _c("energy_compute_j", "REAL", "J", "min", "compute energy", "MAC and vector energy per batch"),
+    _c("energy_memory_j", "REAL", "J", "min", "memory energy", "buffer and HBM energy per batch"),
+    _c("energy_static_j", "REAL", "J", "min", "static energy", "leakage energy per batch"),
+    _c("energy_network_j", "REAL", "J", "min", "network energy", "link energy per batch"),
+    _c("job_energy_j", "REAL", "J", "min", "job energy", "energy of the whole training job"),
+    _c("avg_power_w", "REAL", "W", "min", "average power", "average power of all devices"),
+    # area, cost, carbon
+    _c("area_mm2", "REAL", "mm²", "min", "die area", "silicon area of one device"),
+    _c("peak_flops", "REAL", "FLOP/s", "max", "peak compute", "peak FLOP/s of one device"),
+    _c("device_cost_usd", "REAL", "USD", "min", "device cost", "cost of one device"),
+    _c("system_cost_usd", "REAL", "USD", "min", "system cost", "cost of all devices (+ host/network share)"),
+    _c("embodied_kgco2e", "REAL", "kgCO2e", "min", "embodied carbon", "manufacturing carbon charged to the job"),
+    _c("operational_kgco2e", "REAL", "kgCO2e", "min", "operational carbon", "job energy x PUE x grid intensity"),
+    _c("total_kgco2e", "REAL", "kgCO2e", "min", "total carbon", "tC = embodied + operational"),
+    _c("tcdp", "REAL", "kgCO2e·s", "min", "tCDP", "total carbon x time to train"),
+    _c("tcdp_kgco2e_days", "REAL", "kgCO2e·day", "min", "tCDP", "tCDP in kgCO2e·days"),
+    _c("memory_per_device_bytes", "REAL", "B", "min", "memory per device", "peak memory on one device"),
+    _c("throughput_score", "REAL", "", "max", "throughput score",
+       "aggregate rows: geometric mean over workloads of throughput / best throughput"),
+    _c("placement", "TEXT", "", None, "placement", "the chosen placement, as JSON text"),
+)  # fmt: skip
+
+COLUMNS: Final = MappingProxyType({c.name: c for c in POINT_COLUMNS})
+COLUMN_NAMES: Final = tuple(c.name for c in POINT_COLUMNS)
+NUMERIC_COLUMNS: Final = tuple(c.name for c in POINT_COLUMNS if c.numeric and c.name != "feasible")
+
+# Columns of the ``designs`` table besides its free-form JSON ``extra``; a design record's other
+# keys (whatever the sweep knows about a design) are kept in ``extra``.
+DESIGN_COLUMNS: Final = (
+    "design_id",
+    "design_name",
+    "num_tc",
+    "tc_rows",
+    "tc_cols",
+    "num_vc",
+    "vc_lanes",
+    "glb_bytes",
+    "hbm_bytes",
+    "hbm_bandwidth_bytes_per_s",
+    "clock_hz",
+    "node_nm",
+    "area_mm2",
+    "peak_flops",
+    "device_cost_usd",
+)
+
+assert len(COLUMNS) == len(POINT_COLUMNS), "duplicate column name"
+assert set(DESIGN_COLUMNS) <= set(COLUMNS)
+
+
+def column(name: str) -> Column:
+    """The column called ``name``; an unknown name raises a ConfigError naming the nearest."""
+    try:
+        return COLUMNS[name]
+    except KeyError:
+        raise unknown_name("column", name, COLUMN_NAMES) from None
+
+
+def numeric_column(name: str) -> Column:
+    """The numeric metric ``name`` (anything a Pareto front or a plot axis can use)."""
+    if name not in COLUMNS:
+        raise unknown_name("metric", name, NUMERIC_COLUMNS)
+    col = COLUMNS[name]
+    if name not in NUMERIC_COLUMNS:
+        raise ConfigError(
+            f"metric {name!r} is not a number (it holds {col.description}); "
+            f"use a numeric column such as tokens_per_s, system_cost_usd, total_kgco2e or tcdp"
+        )
+    return col

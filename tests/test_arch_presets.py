@@ -1,0 +1,59 @@
+"""Presets against published figures (peak FLOP/s, die area, TDP) and their TOML round trip."""
+
+import tomllib
+
+import pytest
+
+from arch_space.area import area_breakdown_mm2, area_mm2, hbm_stacks, tdp_w
+from arch_space.config import accelerator_from_mapping, accelerator_to_toml
+from arch_space.presets import PUBLISHED, preset, preset_names
+from phaze.errors import ConfigError
+
+
+@pytest.mark.parametrize("name", ["a100", "h100", "tpuv4"])
+def test_peak_flops_within_5_percent_of_data_sheet(name):
+    published_flops, _, _ = PUBLISHED[name]
+    assert preset(name).peak_flops == pytest.approx(published_flops, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["a100", "h100"])
+def test_die_area_within_30_percent_of_published(name):
+    _, published_mm2, _ = PUBLISHED[name]
+    assert area_mm2(preset(name)) == pytest.approx(published_mm2, rel=0.30)
+
+
+def test_tpuv4_area_below_googles_bound():
+    # Jouppi et al. give "<400 mm2" for the TPU v4 family's 7 nm die, not a figure.
+    assert 200 < area_mm2(preset("tpuv4")) < 400
+
+
+@pytest.mark.parametrize("name", ["a100", "h100", "tpuv4"])
+def test_tdp_like_power_near_published(name):
+    _, _, published_w = PUBLISHED[name]
+    assert tdp_w(preset(name)) == pytest.approx(published_w, rel=0.30)
+
+
+def test_ref_max_is_the_reference_maximum_design():
+    r = preset("ref-max")
+    assert (r.num_tc, r.tc_rows, r.tc_cols, r.num_vc, r.vc_lanes) == (8, 128, 128, 2, 128)
+    assert r.glb_bytes == 128 * 2**20 and r.clock_hz == 1.05e9
+    assert hbm_stacks(r) == 3  # 1.2 TB/s over 409.6 GB/s HBM2E stacks
+
+
+def test_breakdown_sums_to_total_and_has_every_component():
+    for name in preset_names():
+        b = area_breakdown_mm2(preset(name))
+        assert set(b) == {"tensor_cores", "vector_cores", "glb_sram", "hbm_phy", "uncore"}
+        assert all(v > 0 for v in b.values())
+        assert sum(b.values()) == pytest.approx(area_mm2(preset(name)))
+
+
+@pytest.mark.parametrize("name", ["tpuv4", "a100", "h100", "ref-max"])
+def test_preset_toml_round_trip(name):
+    text = accelerator_to_toml(preset(name))
+    assert accelerator_from_mapping(tomllib.loads(text)) == preset(name)
+
+
+def test_unknown_preset_suggests_nearest():
+    with pytest.raises(ConfigError, match="unknown accelerator preset 'a10'; did you mean a100"):
+        preset("a10")

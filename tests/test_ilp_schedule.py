@@ -1,0 +1,288 @@
+"""solve_schedule against an independent brute force and an independent schedule checker.
+
+The brute force enumerates every precedence-feasible order x every mode of every op (also
+dominated ones), placing each op at its earliest feasible start (serial schedule
+generation, which reaches an optimal schedule over all orders; Kolisch, EJOR 1996), pruning
+branches already no better than the best found. It shares no code with ``ilp``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from ilp import Method, ScheduleStatus, solve_schedule
+from phaze.errors import ConfigError
+
+CORES = ("TC", "VC", "TCandVC", "Nop")
+US = 1e-6  # latencies in microseconds, to exercise the solver's scaling
+
+
+def _holds(core, parallel, num_tc, num_vc, blocks_all):
+    if core == "Nop":
+        return 0, 0
+    if not parallel:
+        return int(core in ("TC", "TCandVC")), int(core in ("VC", "TCandVC"))
+    if blocks_all or core == "TCandVC":
+        return num_tc, num_vc
+    return (num_tc, 0) if core == "TC" else (0, num_vc)
+
+
+def _usage_ok(placed, start, dur, need, cap):
+    """Do ops in ``placed`` (start, dur, tc, vc) leave room for ``need`` on [start, start+dur)?"""
+    if dur == 0:
+        return True
+    points = [start] + [s for s, _, _, _ in placed if start < s < start + dur]
+    for p in points:
+        tc = need[0] + sum(t for s, d, t, _ in placed if s <= p < s + d)
+        vc = need[1] + sum(v for s, d, _, v in placed if s <= p < s + d)
+        if tc > cap[0] or vc > cap[1]:
+            return False
+    return True
+
+
+def brute_force(g, num_tc, num_vc, blocks_all=True):
+    """Optimal makespan by exhaustive search over orders x modes (with bound pruning)."""
+    nodes = list(g.nodes)
+    cap = (num_tc, num_vc)
+    modes = {
+        v: ((False,) if g.nodes[v]["core"] == "Nop" else (False, True)) for v in nodes
+    }
+    best = [math.inf]
+
+    def dur(v, par):
+        a = g.nodes[v]
+        return a["parallel_latency_s"] if par else a["latency_s"]
+
+    def rec(done, placed, finish, span):
+        if span >= best[0] * (1 - 1e-12) and len(done) < len(nodes):
+            return
+        if len(done) == len(nodes):
+            best[0] = min(best[0], span)
+            return
+        for v in nodes:
+            if v in done or any(p not in done for p in g.predecessors(v)):
+                continue
+            est = max((finish[p] for p in g.predecessors(v)), default=0.0)
+            for par in modes[v]:
+                d = dur(v, par)
+                need = _holds(g.nodes[v]["core"], par, num_tc, num_vc, blocks_all)
+                cands = sorted({est} | {s + dd for s, dd, _, _ in placed if s + dd > est})
+                c = next(c for c in cands if _usage_ok(placed, c, d, need, cap))
+                rec(
+                    done | {v},
+                    placed + [(c, d, *need)],
+                    {**finish, v: c + d},
+                    max(span, c + d),
+                )
+
+    rec(frozenset(), [], {}, 0.0)
+    return best[0] if nodes else 0.0
+
+
+def check_schedule(g, s, num_tc, num_vc, blocks_all=True):
+    """Independent checks: modes and durations, precedence, cores at every instant,
+    per-core labels, makespan, energy."""
+    eps = 1e-12
+    assert set(s.start_s) == set(g.nodes)
+    energy = 0.0
+    intervals = []
+    for v, a in g.nodes(data=True):
+        par = v in s.parallel
+        d = s.duration_s[v]
+        assert s.start_s[v] >= 0
+        if a["core"] == "Nop":
+            assert not par and d == a.get("latency_s", 0.0)
+        else:
+            assert d == (a["parallel_latency_s"] if par else a["latency_s"]) or d == 0.0
+        if d > 0:
+            need = _holds(a["core"], par, num_tc, num_vc, blocks_all)
+            assert s.cores[v] == need, (v, s.cores[v], need)
+            intervals.append((s.start_s[v], s.start_s[v] + d, need, s.core_ids[v], par))
+        energy += a.get("parallel_energy_j" if par else "energy_j", 0.0)
+    for u, v in g.edges:
+        assert s.start_s[u] + s.duration_s[u] <= s.start_s[v] + eps, (u, v)
+    for t0, _, _, _, _ in intervals:
+        tc = sum(n[0] for a, b, n, _, _ in intervals if a <= t0 < b)
+        vc = sum(n[1] for a, b, n, _, _ in intervals if a <= t0 < b)
+        assert tc <= num_tc and vc <= num_vc, (t0, tc, vc)
+    singles = [(a, b, set(lbl.split("+"))) for a, b, _, lbl, par in intervals if not par and lbl]
+    for k, (a, b, lab) in enumerate(singles):
+        for a2, b2, lab2 in singles[k + 1 :]:
+            if lab & lab2:
+                assert b <= a2 + eps or b2 <= a + eps, (lab, lab2)
+    ends = [s.start_s[v] + s.duration_s[v] for v in g.nodes]
+    assert s.makespan_s == pytest.approx(max(ends, default=0.0), rel=1e-12, abs=1e-15)
+    assert s.energy_j == pytest.approx(energy, rel=1e-9, abs=1e-15)
+    for x in (s.tc_utilisation, s.vc_utilisation, s.tc_peak_utilisation, s.vc_peak_utilisation):
+        assert 0.0 <= x <= 1.0 + 1e-9
+
+
+@st.composite
+def dags(draw, max_ops=6):
+    n = draw(st.integers(1, max_ops))
+    g = nx.DiGraph()
+    for i in range(n):
+        core = draw(st.sampled_from(CORES))
+        lat = draw(st.integers(0 if core == "Nop" else 1, 9)) * US
+        attrs = {"core": core, "latency_s": lat, "energy_j": float(i + 1)}
+        if core != "Nop":
+            attrs["parallel_latency_s"] = draw(st.integers(1, 9)) * US
+            attrs["parallel_energy_j"] = float(10 * (i + 1))
+        g.add_node(f"op{i}", **attrs)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if draw(st.booleans()) and draw(st.booleans()):
+                g.add_edge(f"op{i}", f"op{j}")
+    return g
+
+
+def _run(g, num_tc, num_vc, blocks_all):
+    s = solve_schedule(g, num_tc, num_vc, parallel_blocks_all=blocks_all)
+    check_schedule(g, s, num_tc, num_vc, blocks_all)
+    assert s.status == ScheduleStatus.OPTIMAL
+    best = brute_force(g, num_tc, num_vc, blocks_all)
+    assert s.makespan_s == pytest.approx(best, rel=1e-6, abs=1e-15)
+    return s
+
+
+@settings(max_examples=120, deadline=None)
+@given(dags(), st.integers(1, 4), st.integers(1, 4), st.booleans())
+def test_makespan_equals_brute_force(g, num_tc, num_vc, blocks_all):
+    _run(g, num_tc, num_vc, blocks_all)
+
+
+@pytest.mark.slow
+@settings(max_examples=600, deadline=None)
+@given(dags(max_ops=7), st.integers(1, 4), st.integers(1, 4), st.booleans())
+def test_makespan_equals_brute_force_bigger(g, num_tc, num_vc, blocks_all):
+    _run(g, num_tc, num_vc, blocks_all)
+
+
+def _graph(spec, edges=()):
+    g = nx.DiGraph()
+    for name, core, lat, par in spec:
+        g.add_node(name, core=core, latency_s=lat, parallel_latency_s=par)
+    g.add_edges_from(edges)
+    return g
+
+
+def test_oversubscribed_cores_need_assignment():
+    """Four independent single-core TC ops (parallel no faster) on 2 cores: two rounds."""
+    g = _graph([(f"m{i}", "TC", 3.0, 3.0) for i in range(4)])
+    s = solve_schedule(g, 2, 1)
+    check_schedule(g, s, 2, 1)
+    assert s.makespan_s == 6.0
+    assert s.tc_peak_utilisation == 1.0 and s.vc_peak_utilisation == 0.0
+
+
+def test_parallel_blocks_everything_by_default():
+    """A parallel TC op may overlap a VC op only when parallel ops do not block all cores."""
+    g = _graph([("mm", "TC", 8.0, 2.0), ("gelu", "VC", 2.0, 2.0)])
+    assert solve_schedule(g, 4, 1).makespan_s == 4.0
+    assert solve_schedule(g, 4, 1, parallel_blocks_all=False).makespan_s == 2.0
+
+
+def test_chain_fast_path_takes_fastest_modes():
+    spec = [("a", "TC", 4.0, 1.0), ("b", "VC", 1.0, 3.0), ("c", "TCandVC", 5.0, 2.5)]
+    g = _graph(spec, [("a", "b"), ("b", "c")])
+    s = solve_schedule(g, 4, 4)
+    assert s.method == Method.BOUND and s.makespan_s == 1.0 + 1.0 + 2.5
+    assert s.parallel == {"a", "c"} and s.gap == 0.0
+
+
+def test_nop_latency_delays_successors_and_zero_nops_contract():
+    g = _graph([("mm", "TC", 2.0, 2.0), ("rest", "VC", 1.0, 1.0)])
+    g.add_node("allreduce", core="Nop", latency_s=5.0)
+    g.add_node("join", core="Nop", latency_s=0.0)
+    g.add_edges_from([("mm", "allreduce"), ("allreduce", "join"), ("join", "rest")])
+    s = solve_schedule(g, 1, 1)
+    check_schedule(g, s, 1, 1)
+    assert s.start_s["join"] == 7.0 and s.start_s["rest"] == 7.0 and s.makespan_s == 8.0
+    assert s.cores["allreduce"] == (0, 0) and s.core_ids["allreduce"] == ""
+
+
+def test_empty_graph_and_results_are_read_only():
+    s = solve_schedule(nx.DiGraph(), 1, 1)
+    assert s.makespan_s == 0.0 and s.method == Method.EMPTY
+    g = _graph([("a", "TC", 1.0, 1.0)])
+    s = solve_schedule(g, 1, 1)
+    with pytest.raises(TypeError):
+        s.start_s["a"] = 5.0  # type: ignore[index]
+
+
+def test_cbc_agrees_with_highs():
+    g = _graph(
+        [("q", "TC", 4.0, 1.5), ("k", "TC", 4.0, 1.5), ("v", "TC", 4.0, 1.5), ("s", "VC", 1.0, 0.5)],
+        [("q", "s"), ("k", "s")],
+    )
+    a = solve_schedule(g, 2, 1, solver="highs")
+    b = solve_schedule(g, 2, 1, solver="cbc")
+    check_schedule(g, b, 2, 1)
+    assert b.solver == "cbc" or b.method == Method.BOUND
+    assert a.makespan_s == pytest.approx(b.makespan_s, rel=1e-6)
+
+
+@example(0.0)
+@given(st.floats(1e-3, 1e3))
+def test_scaling_all_latencies_scales_makespan(factor):
+    base = _graph(
+        [("a", "TC", 3.0, 1.0), ("b", "TC", 2.0, 1.0), ("c", "VC", 2.0, 1.0), ("d", "TCandVC", 1.0, 0.4)],
+        [("a", "d"), ("c", "d")],
+    )
+    ref = solve_schedule(base, 2, 1).makespan_s
+    g = nx.DiGraph(base)
+    for _, attrs in g.nodes(data=True):
+        attrs["latency_s"] *= factor
+        attrs["parallel_latency_s"] *= factor
+    assert solve_schedule(g, 2, 1).makespan_s == pytest.approx(ref * factor, rel=1e-6, abs=1e-12)
+
+
+def test_timeout_returns_a_feasible_schedule():
+    """Many incomparable ops and a tiny budget: a checked schedule with a timeout status."""
+    g = _graph([(f"o{i}", ("TC", "VC", "TCandVC")[i % 3], 1.0 + i % 5, 0.3 + i % 3) for i in range(40)])
+    g.add_edges_from((f"o{i}", f"o{i + 13}") for i in range(0, 27, 2))
+    s = solve_schedule(g, 3, 2, time_limit_s=0.01)
+    check_schedule(g, s, 3, 2)
+    assert s.status in (ScheduleStatus.TIME_LIMIT, ScheduleStatus.LIST_SCHEDULE, ScheduleStatus.OPTIMAL)
+    assert s.time_limit_s == 0.01 and 0.0 <= s.gap < 1.0
+
+
+def test_bad_input_lists_every_problem():
+    g = nx.DiGraph()
+    g.add_node("a", core="GPU", latency_s=1.0)
+    g.add_node("b", core="TC", latency_s=-1.0)
+    with pytest.raises(ConfigError) as e:
+        solve_schedule(g, 0, 1)
+    msg = str(e.value)
+    assert "num_tc = 0 must be an integer >= 1" in msg
+    assert "graph node 'a': core = 'GPU' must be one of TC, VC, TCandVC, Nop" in msg
+    assert "graph node 'b': latency_s = -1.0 must be a finite number >= 0" in msg
+    assert "graph node 'b': missing attribute 'parallel_latency_s'" in msg
+
+
+def test_bad_settings_and_cycles():
+    g = _graph([("a", "TC", 1.0, 1.0), ("b", "VC", 1.0, 1.0)], [("a", "b"), ("b", "a")])
+    with pytest.raises(ConfigError, match="graph has a cycle"):
+        solve_schedule(g, 1, 1)
+    with pytest.raises(ConfigError, match="unknown solver 'higs'; did you mean highs"):
+        solve_schedule(g, 1, 1, solver="higs")
+    with pytest.raises(ConfigError, match=r"time_limit_s = 0 must be > 0 seconds"):
+        solve_schedule(g, 1, 1, time_limit_s=0)
+    with pytest.raises(ConfigError, match=r"mip_gap = 2 must be in \[0, 1\)"):
+        solve_schedule(g, 1, 1, mip_gap=2)
+
+
+def test_gurobi_is_checked_up_front():
+    try:
+        import gurobipy  # noqa: F401
+    except ImportError:
+        g = _graph([("a", "TC", 1.0, 1.0)])
+        with pytest.raises(ConfigError, match="solver 'gurobi' cannot run: gurobipy is not installed"):
+            solve_schedule(g, 1, 1, solver="gurobi")
+    else:
+        pytest.skip("gurobipy is installed")

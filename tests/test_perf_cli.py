@@ -1,0 +1,114 @@
+"""``phaze validate gemm`` and the shared validation report routine."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from arch_space.perf import gemm_measurements, gemm_report
+from arch_space.presets import preset
+from phaze.cli import cli
+from phaze.cli.validate_cmd import ValidationRow, report_validation
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+@pytest.mark.parametrize("args", [("validate", "--help"), ("validate", "gemm", "--help")])
+def test_help(args):
+    result = _run(*args)
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_a100_gemms_within_20_percent_of_llmcompass():
+    cases = gemm_measurements()
+    assert {(c.m, c.n, c.k) for c in cases} >= {
+        (8192, 12288, 12288),
+        (1024, 12288, 12288),
+        (8192, 8192, 8192),
+    }
+    for c in cases:
+        assert "LLMCompass" in c.source
+        predicted = gemm_report(preset(c.preset), c.m, c.k, c.n).latency_s
+        assert abs(predicted / c.measured_s - 1) < 0.20, c
+
+
+def test_validate_gemm_text():
+    result = _run("validate", "gemm")
+    assert result.exit_code == 0, result.output
+    assert "a100 8192x12288x12288" in result.output
+    assert "8.62 ms" in result.output
+    assert "mean |error|" in result.output and "max |error|" in result.output
+    assert "LLMCompass" in result.output
+
+
+def test_validate_gemm_json():
+    result = _run("validate", "gemm", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["schema_version"] == 1 and doc["unit"] == "s"
+    assert doc["within_tolerance"] is True
+    assert len(doc["rows"]) == 3
+    assert all(abs(r["error_pct"]) < 20 for r in doc["rows"])
+    assert doc["max_abs_error_pct"] == max(abs(r["error_pct"]) for r in doc["rows"])
+
+
+def test_validate_gemm_outside_tolerance_exits_3():
+    result = _run("validate", "gemm", "--tolerance-pct", "0.001")
+    assert result.exit_code == 3
+    assert "validation outside ±0.001%" in result.output
+    assert "a100 8192x8192x8192" in result.output  # the report is printed before failing
+
+
+def test_validate_gemm_rejects_bad_tolerance():
+    result = _run("validate", "gemm", "--tolerance-pct", "-5")
+    assert result.exit_code == 2
+
+
+def test_report_routine_mean_max_and_json(capsys):
+    rows = [
+        ValidationRow("a", measured=2.0, predicted=2.2, source="paper A"),
+        ValidationRow("b", measured=4.0, predicted=3.8, source="paper A"),
+    ]
+    assert rows[0].error_pct == pytest.approx(10.0)
+    report_validation("t", rows, unit="s", tolerance_pct=15, as_json=True)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mean_abs_error_pct"] == pytest.approx(7.5)
+    assert doc["max_abs_error_pct"] == pytest.approx(10.0)
+    with pytest.raises(click.ClickException) as info:
+        report_validation("t", rows, unit="s", tolerance_pct=8, as_json=False)
+    assert info.value.exit_code == 3
+    assert "a (max |error| 10.0%)" in info.value.message
+    out = capsys.readouterr().out
+    assert "[1] paper A" in out and "[2]" not in out
+
+
+def test_arch_show_gemm_text():
+    result = _run("arch", "show", "a100", "--gemm", "8192,8192,8192")
+    assert result.exit_code == 0, result.output
+    assert "GEMM (8192 x 8192) @ (8192 x 8192) on 432 tensor cores of a100" in result.output
+    for word in ("latency", "FLOP/s", "of peak", "compute", "energy"):
+        assert word in result.output
+
+
+def test_arch_show_gemm_json():
+    result = _run("arch", "show", "a100", "--gemm", "1,8192,8192", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert {"latency_s", "flops_per_s", "bound", "energy_j"} <= set(doc)
+    assert doc["bound"] == "memory"  # a GEMV streams its weights once
+    assert doc["flops_per_s"] == pytest.approx(2 * 8192 * 8192 / doc["latency_s"])
+    expected = gemm_report(preset("a100"), 1, 8192, 8192)
+    assert doc["latency_s"] == pytest.approx(expected.latency_s)
+
+
+@pytest.mark.parametrize("bad", ["8192,8192", "1,x,3", "0,4,4"])
+def test_arch_show_gemm_rejects_bad_dims(bad):
+    result = _run("arch", "show", "a100", "--gemm", bad)
+    assert result.exit_code == 2
+    assert "must be three positive integers M,K,N" in result.output

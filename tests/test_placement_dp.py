@@ -1,0 +1,333 @@
+"""The placement DP and its chain fast path against brute force over every contiguous split."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phaze.errors import Infeasible
+from placement import (
+    Network,
+    PlacementProblem,
+    StageEdge,
+    StageGraph,
+    StageLayer,
+    evaluate_fixed,
+    parse_reference_instance,
+    place,
+    solve_reference,
+)
+from placement.fixed import Strategy
+
+# --- brute force (independent of the DP code) -----------------------------------------------
+
+
+def _downset_chains(n: int, edges: list[tuple[int, int]]):
+    """Every sequence of stages (first to last) that is a chain of downsets."""
+    succ = [0] * n
+    for u, v in edges:
+        succ[u] |= 1 << v
+    downs = [m for m in range(1 << n) if all(succ[v] & ~m == 0 for v in range(n) if m >> v & 1)]
+
+    def rec(cur: int):
+        if cur == 0:
+            yield []
+            return
+        for sub in downs:
+            if sub & ~cur == 0 and sub != cur:
+                stage = [v for v in range(n) if (cur & ~sub) >> v & 1]
+                for rest in rec(sub):
+                    yield [stage, *rest]
+
+    yield from rec((1 << n) - 1)
+
+
+def _ref_stage(stage, doc_w, bw, recompute_pass):
+    """Reference stage timing: sequential layers, outside inputs at bytes / bandwidth."""
+    fw, bk, ins, outs = doc_w
+    inside = set(stage)
+    fin, prev = {}, 0.0
+    for v in stage:
+        start = prev
+        for u, c in ins[v]:
+            start = max(start, fin[u] if u in inside else (0.0 if recompute_pass else c / bw))
+        fin[v] = start + fw[v]
+        prev = fin[v]
+    fwd = prev
+    fin, back = {}, (fwd if recompute_pass else 0.0)
+    for v in reversed(stage):
+        start = back
+        for w, c in outs[v]:
+            start = max(start, fin[w] if w in inside else c / bw)
+        fin[v] = start + bk[v]
+        back = fin[v]
+    return fwd, back
+
+
+def _ref_brute(doc) -> float:
+    best = math.inf
+    bw, mem, devs, mbs = doc["bandwidth"], doc["maxMemoryPerDevice"], doc["maxDevices"], doc[
+        "mbsInBatch"
+    ]
+    rec, adam = doc["activationRecomputation"], doc["optimizerAlgorithm"] == "Adam"
+    for w, nodes in doc["nodes"].items():
+        t = int(w)
+        n = len(nodes)
+        fw = [x["optimalLatencyFw"] for x in nodes]
+        bk = [x["optimalLatencyBw"] for x in nodes]
+        ins = [[] for _ in range(n)]
+        outs = [[] for _ in range(n)]
+        edges = []
+        for e in doc["edges"][w]:
+            u, v = e["sourceId"] // 3, e["destId"] // 3
+            ins[v].append((u, e["communicationCost"]))
+            outs[u].append((v, e["communicationCost"]))
+            edges.append((u, v))
+        for stages in _downset_chains(n, edges):
+            big_s = len(stages)
+            if big_s > min(devs, n):
+                continue
+            load, used, ok = 0.0, 0, True
+            for i, stage in enumerate(stages):
+                s = big_s - i
+                f, b = _ref_stage(stage, (fw, bk, ins, outs), bw, False)
+                if rec and s > 1:
+                    _, comb = _ref_stage(stage, (fw, bk, ins, outs), bw, True)
+                    ld = f + comb
+                else:
+                    ld = f + b
+                p = sum(nodes[v]["parameterSize"] for v in stage)
+                act = sum(nodes[v]["activationSize"] for v in stage)
+                const = 2 * p + (p if adam else 0) + act
+                inside = set(stage)
+                stash = (
+                    sum(c for v in stage for u, c in ins[v] if u not in inside) if rec else act
+                )
+                ok &= const + (s - 1) * stash <= mem
+                load = max(load, ld)
+                used += t if any(nodes[v]["isTensorParallelized"] for v in stage) else 1
+            if not ok:
+                continue
+            p1 = sum(nodes[v]["parameterSize"] for v in stages[0])
+            for d in range(1, min(devs, mbs) + 1):
+                if used > devs // d:
+                    continue
+                tpb = load * (-(-mbs // d) + big_s - 1) + 4.0 * (d - 1) * p1 / bw / d
+                best = min(best, tpb)
+    return best
+
+
+ints = st.integers
+
+
+@st.composite
+def reference_docs(draw, max_layers: int, chain: bool):
+    n = draw(ints(1, max_layers))
+    if chain:
+        edges = [(i, i + 1) for i in range(n - 1)]
+    else:
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        edges = [e for e in pairs if draw(st.booleans())]
+    widths = draw(st.sets(st.sampled_from([1, 2, 4]), min_size=1, max_size=3))
+    doc = {
+        "maxMemoryPerDevice": draw(ints(4, 80)),
+        "maxDevices": draw(ints(1, 8)),
+        "bandwidth": draw(st.sampled_from([0.5, 1.0, 2.0, 4.0])),
+        "mbsInBatch": draw(ints(1, 8)),
+        "activationRecomputation": draw(st.booleans()),
+        "optimizerAlgorithm": draw(st.sampled_from(["SGD", "Adam"])),
+        "nodes": {},
+        "edges": {},
+    }
+    for w in sorted(widths):
+        doc["nodes"][str(w)] = [
+            {
+                "id": 3 * i,
+                "parameterSize": draw(ints(0, 6)),
+                "activationSize": draw(ints(0, 6)),
+                "optimalLatencyFw": draw(ints(0, 9)),
+                "optimalLatencyBw": draw(ints(0, 9)),
+                "isTensorParallelized": w > 1 and draw(st.booleans()),
+            }
+            for i in range(n)
+        ]
+        doc["edges"][str(w)] = [
+            {"sourceId": 3 * u, "destId": 3 * v, "communicationCost": draw(ints(0, 40))}
+            for u, v in edges
+        ]
+    return doc
+
+
+def _check_reference(doc, methods):
+    ins = parse_reference_instance(doc)
+    want = _ref_brute(doc)
+    for method in methods:
+        if math.isinf(want):
+            with pytest.raises(Infeasible):
+                solve_reference(ins, method=method)
+            continue
+        got = solve_reference(ins, method=method)
+        assert math.isclose(got.final_time_per_batch, want, rel_tol=1e-9), method
+        covered = sorted(v for s in got.stages for v in s.nodes)
+        assert covered == sorted(x["id"] for x in next(iter(doc["nodes"].values())))
+
+
+@settings(max_examples=150)
+@given(reference_docs(max_layers=8, chain=True))
+def test_reference_chain_matches_brute_force(doc):
+    _check_reference(doc, ("chain", "dag"))
+
+
+@settings(max_examples=100)
+@given(reference_docs(max_layers=6, chain=False))
+def test_reference_dag_matches_brute_force(doc):
+    _check_reference(doc, ("auto",))
+
+
+# --- our model ------------------------------------------------------------------------------
+
+
+def _phaze_brute(problem: PlacementProblem) -> float:
+    netw = problem.network
+    inter = netw.devices > netw.devices_per_node
+    bw = netw.inter_node_bandwidth_bytes_per_s if inter else netw.intra_node_bandwidth_bytes_per_s
+    lat = netw.inter_node_latency_s if inter else netw.intra_node_latency_s
+    best = math.inf
+    for g in problem.graphs:
+        n = len(g.layers)
+        m = problem.global_batch // g.micro_batch
+        edges = [(e.src, e.dst) for e in g.edges]
+        cap = min(n, netw.devices, problem.max_stages or n)
+        for stages in _downset_chains(n, edges):
+            p = len(stages)
+            if p > cap:
+                continue
+            load, used, ok = 0.0, 0, True
+            for i, stage in enumerate(stages):
+                pos = p - i
+                ls = [g.layers[v] for v in stage]
+                inside = set(stage)
+                comm = sum(
+                    lat + e.bytes / bw for e in g.edges if (e.src in inside) != (e.dst in inside)
+                )
+                load = max(load, sum(x.fwd_s + x.bwd_s + x.recompute_s for x in ls) + comm)
+                stash = sum(x.stash_bytes for x in ls)
+                mem = (
+                    sum(x.parameters for x in ls) * problem.state_bytes_per_parameter
+                    + max(x.workspace_bytes for x in ls)
+                    + pos * stash
+                )
+                ok &= mem <= problem.hbm_bytes
+                used += g.tp if any(x.tensor_parallel for x in ls) else 1
+            if not ok:
+                continue
+            p1 = sum(g.layers[v].parameters for v in stages[0])
+            for d in range(1, min(netw.devices, m) + 1):
+                if used > netw.devices // d:
+                    continue
+                ar = 0.0
+                if d > 1:
+                    x = g.tp * d > netw.devices_per_node
+                    b2 = (
+                        netw.inter_node_bandwidth_bytes_per_s
+                        if x
+                        else netw.intra_node_bandwidth_bytes_per_s
+                    )
+                    l2 = netw.inter_node_latency_s if x else netw.intra_node_latency_s
+                    ar = l2 + 2.0 * (d - 1) / d * (p1 * problem.gradient_bytes_per_parameter) / b2
+                best = min(best, load * (-(-m // d) + p - 1) + ar)
+    return best
+
+
+@st.composite
+def problems(draw, max_layers: int, chain: bool):
+    n = draw(ints(1, max_layers))
+    if chain:
+        edge_list = [(i, i + 1) for i in range(n - 1)]
+    else:
+        edge_list = [(i, j) for i in range(n) for j in range(i + 1, n) if draw(st.booleans())]
+    graphs = []
+    for t in sorted(draw(st.sets(st.sampled_from([1, 2, 4]), min_size=1, max_size=2))):
+        layers = tuple(
+            StageLayer(
+                f"l{i}",
+                fwd_s=draw(ints(0, 9)),
+                bwd_s=draw(ints(0, 9)),
+                recompute_s=draw(ints(0, 3)),
+                parameters=draw(ints(0, 5)),
+                stash_bytes=draw(ints(0, 5)),
+                workspace_bytes=draw(ints(0, 3)),
+                tensor_parallel=t > 1 and draw(st.booleans()),
+            )
+            for i in range(n)
+        )
+        edges = tuple(StageEdge(u, v, draw(ints(0, 8))) for u, v in edge_list)
+        graphs.append(StageGraph(t, layers, edges))
+    devices = draw(ints(1, 8))
+    netw = Network(
+        devices=devices,
+        devices_per_node=draw(ints(1, 4)),
+        intra_node_bandwidth_bytes_per_s=4.0,
+        inter_node_bandwidth_bytes_per_s=draw(st.sampled_from([1.0, 2.0])),
+        intra_node_latency_s=0.0,
+        inter_node_latency_s=draw(st.sampled_from([0.0, 0.5])),
+    )
+    return PlacementProblem(
+        tuple(graphs),
+        netw,
+        hbm_bytes=draw(ints(6, 60)),
+        global_batch=draw(ints(1, 8)),
+        state_bytes_per_parameter=draw(st.sampled_from([2.0, 3.0])),
+        gradient_bytes_per_parameter=1.0,
+    )
+
+
+def _check_phaze(problem, methods):
+    want = _phaze_brute(problem)
+    for method in methods:
+        if math.isinf(want):
+            with pytest.raises(Infeasible):
+                place(problem, method=method)
+            continue
+        got = place(problem, method=method)
+        assert math.isclose(got.time_per_batch_s, want, rel_tol=1e-9), method
+        assert got.memory_per_device_bytes <= problem.hbm_bytes
+        assert got.devices_used <= problem.network.devices
+        assert sorted(v for s in got.stages for v in s.layers) == list(
+            range(len(problem.graphs[0].layers))
+        )
+
+
+@settings(max_examples=150)
+@given(problems(max_layers=8, chain=True))
+def test_phaze_chain_matches_brute_force(problem):
+    _check_phaze(problem, ("chain", "dag"))
+
+
+@settings(max_examples=100)
+@given(problems(max_layers=6, chain=False))
+def test_phaze_dag_matches_brute_force(problem):
+    _check_phaze(problem, ("auto",))
+
+
+@settings(max_examples=60)
+@given(problems(max_layers=7, chain=True))
+def test_fixed_strategy_reproduces_the_searched_placement(problem):
+    """Evaluating the DP's own stages as a fixed strategy gives the same time and memory."""
+    try:
+        best = place(problem)
+    except Infeasible:
+        return
+    graph = next(g for g in problem.graphs if g.tp == best.tp)
+    if any(s.devices != best.tp for s in best.stages):
+        return  # fixed strategies put t devices on every stage
+    strategy = Strategy(tp=best.tp, pp=best.pp, dp=best.dp)
+    got = evaluate_fixed(
+        problem, strategy, chunks=tuple(s.layers for s in best.stages), check_memory=False
+    )
+    assert math.isclose(got.time_per_batch_s, best.time_per_batch_s, rel_tol=1e-9)
+    assert math.isclose(got.memory_per_device_bytes, best.memory_per_device_bytes, rel_tol=1e-9)
+    assert graph.tp == got.tp

@@ -1,0 +1,103 @@
+"""`phaze workloads list|show` through click's CliRunner."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from phaze.cli import cli
+from workloads import get_model, model_names, to_hf_config
+
+SHOW_KEYS = {
+    "name",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn_hidden",
+    "vocab",
+    "seq_len",
+    "parameters",
+    "active_parameters",
+    "model_flops_per_sequence",
+    "hardware_flops_per_sequence",
+    "activation_bytes_per_layer",
+    "layer_graph",
+    "op_counts",
+}
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["workloads", *args])
+
+
+def test_help():
+    for args in ((), ("list", "--help"), ("show", "--help")):
+        r = run(*args) if args else run("--help")
+        assert r.exit_code == 0 and "Usage" in r.output
+
+
+def test_list_table_and_json():
+    r = run("list")
+    assert r.exit_code == 0
+    assert all(name in r.output for name in model_names())
+    r = run("list", "--json")
+    doc = json.loads(r.output)
+    assert [m["name"] for m in doc["models"]] == list(model_names())
+    mixtral = next(m for m in doc["models"] if m["name"] == "mixtral-8x7b")
+    assert mixtral["active_parameters"] == get_model("mixtral-8x7b").active_parameters
+
+
+def test_show_json_has_the_issue_keys():
+    r = run("show", "gpt3-175b", "--tp", "8", "--sp", "--recompute", "selective", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert SHOW_KEYS <= set(doc)
+    m, s = get_model("gpt3-175b"), 2048
+    assert doc["seq_len"] == s and doc["parameters"] == m.parameters
+    assert doc["activation_bytes_per_layer"] == 34 * s * m.hidden // 8  # Korthikanti
+    assert doc["hardware_flops_per_sequence"] - doc["model_flops_per_sequence"] == (
+        m.layers * 4 * s * s * m.hidden
+    )
+    lg = doc["layer_graph"]
+    assert len(lg["nodes"]) == m.layers + 2 and len(lg["edges"]) == m.layers + 1
+    assert lg["edges"][0]["bytes"] == 2 * s * m.hidden // 8
+    assert doc["op_counts"]["block"]["forward"]["collective"] == 4
+
+
+def test_show_table():
+    r = run("show", "mixtral-8x7b", "--seq-len", "1024", "--micro-batch", "2", "--tp", "2")
+    assert r.exit_code == 0, r.output
+    assert "block1..block32 (x32)" in r.output and "hardware FLOPs" in r.output
+
+
+def test_show_config_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(to_hf_config(get_model("llama3-8b"))))
+    r = run("show", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["parameters"] == get_model("llama3-8b").parameters
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("show", "gpt-9"), "unknown model 'gpt-9'"),
+        (("show", "llama2-70b", "--tp", "3"), "tp = 3 must divide heads = 64"),
+        (("show", "gpt3-175b", "--seq-len", "4096"), "seq_len = 4096 exceeds"),
+    ],
+)
+def test_errors_exit_1_with_one_line(args, message):
+    r = run(*args)
+    assert r.exit_code == 1
+    assert r.output.startswith("Error: ") and message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_unknown_name_lists_known_models():
+    r = run("show", "nonsense")
+    assert r.exit_code == 1 and "known: " in r.output and "llama3-405b" in r.output
+
+
+def test_bad_option_is_usage_error():
+    assert run("show", "gpt3-175b", "--recompute", "half").exit_code == 2

@@ -1,0 +1,148 @@
+"""Legal tensor-parallel widths and the :class:`LayerGraph` of a model (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import operator
+from functools import lru_cache
+from types import MappingProxyType
+
+from phaze.errors import ConfigError
+from workloads.layer_graph import Layer, LayerEdge, LayerGraph, LayerKind
+from workloads.memory import (
+    block_activation_bytes,
+    boundary_bytes,
+    embedding_activation_bytes,
+    head_activation_bytes,
+)
+from workloads.model import Model, PositionKind
+from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
+from workloads.setup import TrainingSetup
+
+__all__ = ["valid_tp_widths", "build_layer_graph"]
+
+EMBEDDING_CLASS = "embedding"
+BLOCK_CLASS = "block"
+HEAD_CLASS = "head"
+
+
+def valid_tp_widths(model: Model, max_tp: int | None = None) -> tuple[int, ...]:
+    """Every tensor-parallel width ``t <= max_tp`` Megatron-LM accepts for ``model``.
+
+    ``t`` must divide the attention heads, the key/value heads and the FFN width (Megatron
+    asserts each); the vocabulary need not divide, it is padded (see
+    :func:`workloads.model.padded_vocab`).
+
+    >>> from workloads.catalog import get_model
+    >>> valid_tp_widths(get_model("llama2-70b"))
+    (1, 2, 4, 8)
+    >>> valid_tp_widths(get_model("gpt2-xl"))
+    (1, 5, 25)
+    """
+    limit = model.kv_heads if max_tp is None else min(max_tp, model.kv_heads)
+    return tuple(t for t in range(1, limit + 1) if _tp_problems(model, t) == [])
+
+
+def _tp_problems(model: Model, tp: int) -> list[str]:
+    return [
+        f"{field} = {value}"
+        for field, value in (
+            ("heads", model.heads),
+            ("kv_heads", model.kv_heads),
+            ("ffn_hidden", model.ffn_hidden),
+        )
+        if value % tp
+    ]
+
+
+def _check(model: Model, setup: TrainingSetup, tp: int) -> None:
+    problems = []
+    bad = _tp_problems(model, tp)
+    if bad:
+        widths = ", ".join(map(str, valid_tp_widths(model)))
+        problems.append(f"tp = {tp} must divide {' and '.join(bad)} (valid widths: {widths})")
+    if setup.sequence_parallel and tp > 1 and setup.seq_len % tp:
+        problems.append(
+            f"seq_len = {setup.seq_len} must be a multiple of tp = {tp} with sequence parallelism"
+        )
+    if model.positions is PositionKind.LEARNED and setup.seq_len > model.max_positions:
+        problems.append(
+            f"seq_len = {setup.seq_len} exceeds the learned position table "
+            f"(max_positions = {model.max_positions})"
+        )
+    if problems:
+        raise ConfigError(f"model {model.name!r}: " + "; ".join(problems))
+
+
+def build_layer_graph(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
+    """The layer graph of ``model`` trained with ``setup`` at tensor-parallel width ``tp``.
+
+    Layers: the embedding, ``model.layers`` identical blocks (one ``class_id``, one set of
+    op graphs), the head. Each layer carries its shard's parameters and the activation
+    bytes it stashes per micro-batch per device; each edge the boundary tensor's bytes.
+    Cached by the (frozen) arguments.
+
+    Raises
+    ------
+    ConfigError
+        ``tp`` does not divide the heads, kv heads or FFN width; with sequence parallelism
+        ``tp`` does not divide the sequence; the sequence is longer than a learned position
+        table.
+    """
+    try:
+        width = operator.index(tp)
+    except TypeError:
+        width = 0
+    if isinstance(tp, bool) or width <= 0:
+        raise ConfigError(f"tp = {tp!r} must be a positive integer")
+    return _build(model, setup, width)
+
+
+@lru_cache(maxsize=2048)
+def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
+    _check(model, setup, tp)
+    tensor_parallel = tp > 1
+    layers = [
+        Layer(
+            index=0,
+            name="embedding",
+            kind=LayerKind.EMBEDDING,
+            class_id=EMBEDDING_CLASS,
+            parameters=model.embedding_parameters(tp),
+            activation_bytes=embedding_activation_bytes(model, setup, tp),
+            tensor_parallel=tensor_parallel,
+        )
+    ]
+    block_params = model.block_parameters(tp)
+    block_bytes = block_activation_bytes(model, setup, tp)
+    layers += [
+        Layer(
+            index=i,
+            name=f"block{i}",
+            kind=LayerKind.BLOCK,
+            class_id=BLOCK_CLASS,
+            parameters=block_params,
+            activation_bytes=block_bytes,
+            tensor_parallel=tensor_parallel,
+        )
+        for i in range(1, model.layers + 1)
+    ]
+    layers.append(
+        Layer(
+            index=model.layers + 1,
+            name="head",
+            kind=LayerKind.HEAD,
+            class_id=HEAD_CLASS,
+            parameters=model.head_parameters(tp),
+            activation_bytes=head_activation_bytes(model, setup, tp),
+            tensor_parallel=tensor_parallel,
+            tied_parameters=model.tied_head_parameters(tp),
+        )
+    )
+    edge_bytes = boundary_bytes(model, setup, tp)
+    edges = tuple(LayerEdge(i, i + 1, edge_bytes) for i in range(model.layers + 1))
+    graphs = {
+        EMBEDDING_CLASS: embedding_pass_graphs(model, setup, tp),
+        BLOCK_CLASS: block_pass_graphs(model, setup, tp),
+        HEAD_CLASS: head_pass_graphs(model, setup, tp),
+    }
+    return LayerGraph(tp=tp, layers=tuple(layers), edges=edges, op_graphs=MappingProxyType(graphs))

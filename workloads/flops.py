@@ -1,0 +1,100 @@
+"""Closed-form FLOP counts (a multiply-accumulate = 2 FLOPs), matrix multiplies only.
+
+These are the papers' counts (DESIGN.md §2): a GPT block's forward pass is
+``24 b s h^2 + 4 b s^2 h`` FLOPs (FFN width 4h), the logits ``2 b s h V``, and one
+iteration with full recompute ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` (Narayanan et al.,
+"Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC21,
+eq. 3). The attention score and value GEMMs count the whole ``s x s`` matrix also for causal
+models, as the papers do. The backward pass is twice the forward (input and weight
+gradients). MoE blocks count the router and the ``top_k`` activated experts per token.
+Vector-op FLOPs (norms, softmax, activations) are in the op graphs, not here.
+"""
+
+from __future__ import annotations
+
+from workloads.model import FfnKind, Model
+from workloads.setup import Recompute
+
+__all__ = [
+    "attention_core_flops",
+    "block_forward_flops",
+    "embedding_forward_flops",
+    "head_forward_flops",
+    "forward_flops_per_sequence",
+    "model_flops_per_sequence",
+    "hardware_flops_per_sequence",
+]
+
+
+def attention_core_flops(model: Model, seq_len: int, batch: int = 1) -> int:
+    """Forward FLOPs of QK^T and attention x V: ``4 b s^2 a d`` (= ``4 b s^2 h``)."""
+    return 4 * batch * seq_len * seq_len * model.heads * model.head_dim
+
+
+def block_forward_flops(model: Model, seq_len: int, batch: int = 1) -> int:
+    """Forward FLOPs of one transformer block on ``batch`` sequences.
+
+    >>> from workloads.catalog import get_model
+    >>> m = get_model("gpt3-175b"); b, s, h = 1, 2048, m.hidden
+    >>> block_forward_flops(m, s, b) == 24 * b * s * h**2 + 4 * b * s**2 * h
+    True
+    """
+    tokens, h, d = batch * seq_len, model.hidden, model.head_dim
+    qkv = 2 * tokens * h * (model.heads + 2 * model.kv_heads) * d
+    proj = 2 * tokens * model.heads * d * h
+    gemms = 3 if model.ffn_kind is FfnKind.SWIGLU else 2
+    ffn = model.top_k * 2 * gemms * tokens * h * model.ffn_hidden
+    router = 2 * tokens * h * model.experts if model.is_moe else 0
+    return qkv + proj + attention_core_flops(model, seq_len, batch) + ffn + router
+
+
+def embedding_forward_flops(model: Model, seq_len: int, batch: int = 1) -> int:
+    """GEMM FLOPs of the embedding layer: OPT's project-in, else none (a lookup)."""
+    e, h = model.embedding_dim, model.hidden
+    return 2 * batch * seq_len * e * h if e != h else 0
+
+
+def head_forward_flops(model: Model, seq_len: int, batch: int = 1) -> int:
+    """Logits ``2 b s h V`` (+ OPT's project-out, + BERT's MLM dense layer)."""
+    tokens, e, h = batch * seq_len, model.embedding_dim, model.hidden
+    n = 2 * tokens * e * model.vocab
+    if e != h:
+        n += 2 * tokens * h * e
+    if not model.causal:
+        n += 2 * tokens * h * h
+    return n
+
+
+def forward_flops_per_sequence(model: Model, seq_len: int) -> int:
+    return (
+        embedding_forward_flops(model, seq_len)
+        + model.layers * block_forward_flops(model, seq_len)
+        + head_forward_flops(model, seq_len)
+    )
+
+
+def model_flops_per_sequence(model: Model, seq_len: int) -> int:
+    """Forward + backward FLOPs of one sequence, no recompute (the MFU numerator)."""
+    return 3 * forward_flops_per_sequence(model, seq_len)
+
+
+def hardware_flops_per_sequence(
+    model: Model, seq_len: int, recompute: Recompute | str = Recompute.NONE
+) -> int:
+    """:func:`model_flops_per_sequence` plus the recomputed forward work of each block:
+    the whole block (full) or the attention core (selective).
+
+    >>> from workloads.catalog import get_model
+    >>> m = get_model("megatron-1t"); s, l, h, V = 2048, m.layers, m.hidden, m.vocab
+    >>> exact = 96 * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    >>> abs(hardware_flops_per_sequence(m, s, "full") / exact - 1) < 1e-3
+    True
+    """
+    match Recompute(recompute):
+        case Recompute.NONE:
+            extra = 0
+        case Recompute.SELECTIVE:
+            extra = attention_core_flops(model, seq_len)
+        case Recompute.FULL:
+            extra = block_forward_flops(model, seq_len)
+    return model_flops_per_sequence(model, seq_len) + model.layers * extra

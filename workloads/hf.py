@@ -1,0 +1,314 @@
+"""Import (and export) Hugging Face ``config.json`` files as :class:`~workloads.model.Model`.
+
+Supported ``model_type`` values: ``gpt2``, ``opt``, ``llama``, ``mistral``, ``mixtral`` and
+``bert``. Only the architecture is read (no weights). Not modelled: Mistral's sliding-window
+attention (attention FLOPs count the whole sequence), OPT's post-norm variant (norm placement
+does not change FLOPs or stashed bytes) and OPT's two-row position offset.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from phaze.errors import ConfigError
+from workloads.model import FfnKind, Model, NormKind, PositionKind
+
+__all__ = ["SUPPORTED_MODEL_TYPES", "load_hf_config", "model_from_hf", "to_hf_config"]
+
+_GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"})
+_LLAMA_TYPES = ("llama", "mistral", "mixtral")
+
+
+class _Reader:
+    """Reads keys of one config, collecting every missing or unsupported field."""
+
+    def __init__(self, data: Mapping[str, Any], source: str) -> None:
+        self.data, self.source, self.problems = data, source, []
+
+    def get(self, key: str, default: Any = ..., check: Callable[[Any], bool] | None = None) -> Any:
+        if key not in self.data or (self.data[key] is None and default is not ...):
+            if default is ...:
+                self.problems.append(f"missing field {key!r}")
+                return None
+            return default
+        value = self.data[key]
+        if check is not None and not check(value):
+            self.problems.append(f"unsupported value {key} = {value!r}")
+        return value
+
+    def unsupported(self, key: str, value: Any, allowed: str) -> None:
+        self.problems.append(f"unsupported value {key} = {value!r} (supported: {allowed})")
+
+
+def _dropout(*rates: Any) -> bool:
+    return any(isinstance(r, int | float) and r > 0 for r in rates)
+
+
+def _gpt2(r: _Reader) -> dict[str, Any]:
+    hidden = r.get("n_embd")
+    act = r.get("activation_function", "gelu_new")
+    if act not in _GELU_ACTS | {"relu"}:
+        r.unsupported("activation_function", act, "gelu variants, relu")
+    return dict(
+        layers=r.get("n_layer"),
+        hidden=hidden,
+        heads=r.get("n_head"),
+        ffn_hidden=r.get("n_inner", 4 * hidden if isinstance(hidden, int) else None),
+        vocab=r.get("vocab_size"),
+        max_positions=r.get("n_positions"),
+        ffn_kind=FfnKind.RELU if act == "relu" else FfnKind.GELU,
+        tied_embeddings=r.get("tie_word_embeddings", True),
+        dropout=_dropout(
+            r.get("resid_pdrop", 0.1), r.get("embd_pdrop", 0.1), r.get("attn_pdrop", 0.1)
+        ),
+    )
+
+
+def _opt(r: _Reader) -> dict[str, Any]:
+    act = r.get("activation_function", "relu")
+    if act not in _GELU_ACTS | {"relu"}:
+        r.unsupported("activation_function", act, "relu, gelu variants")
+    hidden = r.get("hidden_size")
+    return dict(
+        layers=r.get("num_hidden_layers"),
+        hidden=hidden,
+        heads=r.get("num_attention_heads"),
+        ffn_hidden=r.get("ffn_dim"),
+        vocab=r.get("vocab_size"),
+        max_positions=r.get("max_position_embeddings"),
+        ffn_kind=FfnKind.RELU if act == "relu" else FfnKind.GELU,
+        embedding_dim=r.get("word_embed_proj_dim", hidden),
+        biases=r.get("enable_bias", True),
+        tied_embeddings=r.get("tie_word_embeddings", True),
+        dropout=_dropout(r.get("dropout", 0.1), r.get("attention_dropout", 0.0)),
+    )
+
+
+def _llama(r: _Reader, model_type: str) -> dict[str, Any]:
+    hidden, heads = r.get("hidden_size"), r.get("num_attention_heads")
+    act = r.get("hidden_act", "silu")
+    if act != "silu":
+        r.unsupported("hidden_act", act, "silu (SwiGLU)")
+    head_dim = r.get("head_dim", None)
+    if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads:
+        if head_dim * heads != hidden:
+            r.unsupported(
+                "head_dim", head_dim, f"hidden_size / num_attention_heads = {hidden / heads:g}"
+            )
+    attention_bias, mlp_bias = r.get("attention_bias", False), r.get("mlp_bias", False)
+    if attention_bias != mlp_bias:
+        r.unsupported("mlp_bias", mlp_bias, f"the same as attention_bias = {attention_bias}")
+    moe = model_type == "mixtral"
+    return dict(
+        layers=r.get("num_hidden_layers"),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=r.get("num_key_value_heads", heads),
+        ffn_hidden=r.get("intermediate_size"),
+        vocab=r.get("vocab_size"),
+        max_positions=r.get("max_position_embeddings"),
+        ffn_kind=FfnKind.SWIGLU,
+        norm=NormKind.RMSNORM,
+        positions=PositionKind.ROTARY,
+        experts=r.get("num_local_experts") if moe else 1,
+        top_k=r.get("num_experts_per_tok") if moe else 1,
+        tied_embeddings=r.get("tie_word_embeddings", False),
+        biases=bool(attention_bias),
+        dropout=_dropout(r.get("attention_dropout", 0.0)),
+    )
+
+
+def _bert(r: _Reader) -> dict[str, Any]:
+    act = r.get("hidden_act", "gelu")
+    if act not in _GELU_ACTS:
+        r.unsupported("hidden_act", act, "gelu variants")
+    return dict(
+        layers=r.get("num_hidden_layers"),
+        hidden=r.get("hidden_size"),
+        heads=r.get("num_attention_heads"),
+        ffn_hidden=r.get("intermediate_size"),
+        vocab=r.get("vocab_size"),
+        max_positions=r.get("max_position_embeddings"),
+        type_vocab=r.get("type_vocab_size", 2),
+        causal=False,
+        embedding_norm=True,
+        tied_embeddings=r.get("tie_word_embeddings", True),
+        dropout=_dropout(
+            r.get("hidden_dropout_prob", 0.1), r.get("attention_probs_dropout_prob", 0.1)
+        ),
+    )
+
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("gpt2", "opt", "llama", "mistral", "mixtral", "bert")
+
+
+def model_from_hf(
+    data: Mapping[str, Any],
+    name: str,
+    source: str = "config.json",
+    tokens_to_train: int | None = None,
+) -> Model:
+    """A Model from the parsed contents of a ``config.json``.
+
+    Raises
+    ------
+    ConfigError
+        Naming every missing field, unsupported ``model_type`` or value, and invalid size.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    model_type = data.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        what = (
+            "missing field 'model_type'" if model_type is None else f"model_type = {model_type!r}"
+        )
+        raise ConfigError(
+            f"{source}: {what} is not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
+    r = _Reader(data, source)
+    if model_type == "gpt2":
+        kw = _gpt2(r)
+    elif model_type == "opt":
+        kw = _opt(r)
+    elif model_type == "bert":
+        kw = _bert(r)
+    else:
+        kw = _llama(r, model_type)
+    if r.problems:
+        raise ConfigError(f"{source} (model_type {model_type!r}): " + "; ".join(r.problems))
+    try:
+        return Model(name=name, source=source, tokens_to_train=tokens_to_train, **kw)
+    except (ConfigError, TypeError) as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def load_hf_config(path: str | Path) -> Model:
+    """Read a Hugging Face ``config.json`` (GPT-2, OPT, Llama, Mistral/Mixtral, BERT).
+
+    The model is named after ``_name_or_path`` if the file has one, else its directory
+    (for ``.../<name>/config.json``) or its file name.
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read, is not valid JSON (with line and column), or has a missing
+        or unsupported field.
+    """
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text("utf-8")
+    except OSError as e:
+        raise ConfigError(f"{source}: cannot read the file ({e.strerror or e})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
+        ) from None
+    name = data.get("_name_or_path") if isinstance(data, dict) else None
+    if not isinstance(name, str) or not name:
+        name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return model_from_hf(data, name=name, source=source)
+
+
+def to_hf_config(model: Model) -> dict[str, Any]:
+    """A ``config.json`` dictionary that :func:`model_from_hf` reads back as ``model``.
+
+    The family follows the architecture: MoE -> ``mixtral``, SwiGLU -> ``llama``, encoder ->
+    ``bert``, a separate embedding width or ReLU -> ``opt``, else ``gpt2``.
+
+    Raises
+    ------
+    ConfigError
+        The model combines features no supported family has (e.g. SwiGLU with learned
+        positions); the message names the fields that would not survive.
+    """
+    m = model
+    drop = 0.1 if m.dropout else 0.0
+    common_llama = {
+        "num_hidden_layers": m.layers,
+        "hidden_size": m.hidden,
+        "num_attention_heads": m.heads,
+        "num_key_value_heads": m.kv_heads,
+        "intermediate_size": m.ffn_hidden,
+        "vocab_size": m.vocab,
+        "max_position_embeddings": m.max_positions,
+        "hidden_act": "silu",
+        "tie_word_embeddings": m.tied_embeddings,
+        "attention_bias": m.biases,
+        "mlp_bias": m.biases,
+        "attention_dropout": drop,
+    }
+    if m.is_moe:
+        data = {
+            "model_type": "mixtral",
+            **common_llama,
+            "num_local_experts": m.experts,
+            "num_experts_per_tok": m.top_k,
+        }
+    elif m.ffn_kind is FfnKind.SWIGLU:
+        data = {"model_type": "llama", **common_llama}
+    elif not m.causal:
+        data = {
+            "model_type": "bert",
+            "num_hidden_layers": m.layers,
+            "hidden_size": m.hidden,
+            "num_attention_heads": m.heads,
+            "intermediate_size": m.ffn_hidden,
+            "vocab_size": m.vocab,
+            "max_position_embeddings": m.max_positions,
+            "type_vocab_size": m.type_vocab,
+            "hidden_act": "gelu",
+            "tie_word_embeddings": m.tied_embeddings,
+            "hidden_dropout_prob": drop,
+            "attention_probs_dropout_prob": drop,
+        }
+    elif m.embedding_dim != m.hidden or m.ffn_kind is FfnKind.RELU:
+        data = {
+            "model_type": "opt",
+            "num_hidden_layers": m.layers,
+            "hidden_size": m.hidden,
+            "num_attention_heads": m.heads,
+            "ffn_dim": m.ffn_hidden,
+            "vocab_size": m.vocab,
+            "max_position_embeddings": m.max_positions,
+            "activation_function": str(m.ffn_kind),
+            "word_embed_proj_dim": m.embedding_dim,
+            "enable_bias": m.biases,
+            "tie_word_embeddings": m.tied_embeddings,
+            "dropout": drop,
+            "attention_dropout": 0.0,
+        }
+    else:
+        data = {
+            "model_type": "gpt2",
+            "n_layer": m.layers,
+            "n_embd": m.hidden,
+            "n_head": m.heads,
+            "n_inner": m.ffn_hidden,
+            "vocab_size": m.vocab,
+            "n_positions": m.max_positions,
+            "activation_function": "gelu_new",
+            "tie_word_embeddings": m.tied_embeddings,
+            "resid_pdrop": drop,
+            "embd_pdrop": drop,
+            "attn_pdrop": drop,
+        }
+    data["_name_or_path"] = m.name
+    back = model_from_hf(data, m.name, m.source, m.tokens_to_train)
+    lost = [
+        f"{f} = {getattr(m, f)!r}"
+        for f in (fld.name for fld in fields(m))
+        if getattr(back, f) != getattr(m, f)
+    ]
+    if lost:
+        raise ConfigError(
+            f"model {m.name!r}: no supported config.json family ({data['model_type']} chosen) "
+            f"can express {', '.join(lost)}"
+        )
+    return data

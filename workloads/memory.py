@@ -1,0 +1,119 @@
+"""Stashed-activation and boundary bytes per layer, per micro-batch, per device (DESIGN.md §2).
+
+Transformer blocks follow Korthikanti et al., "Reducing Activation Recomputation in Large
+Transformer Models", 2022, §4 (Table 2): with 2-byte activations and 1-byte dropout masks a
+GPT block stashes
+
+* ``s b h (34 + 5 a s / h)`` bytes without parallelism,
+* ``s b h (10 + 24/t + 5 a s / (h t))`` with tensor parallelism,
+* ``s b h / t (34 + 5 a s / h)`` with tensor and sequence parallelism,
+* ``s b h (10 + 24/t)``, or ``34 s b h / t`` with sequence parallelism, with selective
+  recompute, and
+* ``2 s b h`` (the block input; ``/t`` with sequence parallelism) with full recompute.
+
+The terms, generalised here term by term:
+
+* replicated over the tensor-parallel group (split by ``t`` with sequence parallelism): the
+  two norm inputs, the Q/K/V input and the MLP input (``p s b h`` each) and the two dropout
+  masks after attention and MLP (``s b h`` bytes each, only if the model uses dropout);
+* split by ``t``: Q, K and V (``p s b (a + 2 g) d``: smaller K and V with grouped-query
+  attention), the output-projection input ``p s b h``, and the FFN's inner tensors: the
+  activation input and FC2 input (``2 p s b f``) for a GELU/ReLU MLP, the gate, up and FC2
+  inputs (``3 p s b f``) for SwiGLU, times ``top_k`` for MoE (each token passes through
+  ``top_k`` experts);
+* the attention core, split by ``t``, dropped by selective recompute: the softmax output
+  (``p a s^2 b``) and, with dropout, its mask (``a s^2 b``) and output (``p a s^2 b``);
+* MoE only, computed after the all-gather so not split by sequence parallelism: the router
+  probabilities (``p s b E``) and the dispatched expert inputs (``p s b k h``).
+
+``p`` is the setup's precision in bytes, so ``p = 2`` gives the paper's formulas exactly.
+"""
+
+from __future__ import annotations
+
+from workloads.model import FfnKind, Model, padded_vocab
+from workloads.setup import Recompute, TrainingSetup
+
+__all__ = [
+    "MASK_BYTES",
+    "LOGIT_BYTES",
+    "block_activation_bytes",
+    "embedding_activation_bytes",
+    "head_activation_bytes",
+    "boundary_bytes",
+]
+
+MASK_BYTES = 1  # per dropout-mask element (Korthikanti et al. 2022, §4.1)
+LOGIT_BYTES = 4  # logits kept in fp32 for the cross entropy (Korthikanti et al. 2022, §4.3)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _sp_divisor(setup: TrainingSetup, tp: int) -> int:
+    return tp if setup.sequence_parallel and tp > 1 else 1
+
+
+def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
+    """Bytes one transformer block stashes for its backward pass, per micro-batch per device.
+
+    Examples
+    --------
+    GPT-3 175B, s = 2048, b = 1, t = 8 with sequence parallelism and selective recompute:
+    34 s b h / t.
+
+    >>> from workloads.catalog import get_model
+    >>> m, s = get_model("gpt3-175b"), TrainingSetup(2048, 1, recompute="selective",
+    ...     sequence_parallel=True)
+    >>> block_activation_bytes(m, s, 8) == 34 * 2048 * 12288 // 8
+    True
+    """
+    p, b, s, t = setup.precision_bytes, setup.micro_batch, setup.seq_len, tp
+    h, tokens = model.hidden, setup.micro_batch * setup.seq_len
+    rep = _sp_divisor(setup, tp)
+    if setup.recompute is Recompute.FULL:
+        return _ceil_div(p * tokens * h, rep)
+    mask = MASK_BYTES if model.dropout else 0
+    replicated = (4 * p + 2 * mask) * tokens * h
+    qkv = p * tokens * (model.heads + 2 * model.kv_heads) * model.head_dim
+    inner = (3 if model.ffn_kind is FfnKind.SWIGLU else 2) * p * tokens * model.ffn_hidden
+    split = qkv + p * tokens * h + model.top_k * inner
+    total = _ceil_div(replicated, rep) + _ceil_div(split, t)
+    if setup.recompute is Recompute.NONE:
+        per_score = p + (mask + p if model.dropout else 0)
+        total += _ceil_div(per_score * model.heads * s * s * b, t)
+    if model.is_moe:
+        total += p * tokens * (model.experts + model.top_k * h)
+    return total
+
+
+def embedding_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
+    """The embedding's stash: the dropout mask, the embedding-norm input (BERT) and OPT's
+    project-in input (token ids are negligible and not counted)."""
+    p, tokens, h = setup.precision_bytes, setup.micro_batch * setup.seq_len, model.hidden
+    n = tokens * h * (MASK_BYTES if model.dropout else 0)
+    if model.embedding_norm:
+        n += p * tokens * h
+    if model.embedding_dim != h:
+        n += p * tokens * model.embedding_dim
+    return _ceil_div(n, _sp_divisor(setup, tp))
+
+
+def head_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
+    """The head's stash: norm input(s) (and the MLM transform's for an encoder), the logits
+    GEMM input, and the fp32 logits for the cross entropy (``4 s b V / t``)."""
+    p, tokens, h = setup.precision_bytes, setup.micro_batch * setup.seq_len, model.hidden
+    n = p * tokens * h * (1 if model.causal else 3)  # final norm | dense, GELU, norm inputs
+    if model.embedding_dim != h:
+        n += p * tokens * h  # project-out input
+    n += p * tokens * model.embedding_dim  # logits GEMM input
+    logits = LOGIT_BYTES * tokens * padded_vocab(model.vocab, tp) // tp
+    return _ceil_div(n, _sp_divisor(setup, tp)) + logits
+
+
+def boundary_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
+    """The tensor passed between consecutive layers, per micro-batch per device:
+    ``p s b h``, split by ``t`` with sequence parallelism."""
+    p, tokens = setup.precision_bytes, setup.micro_batch * setup.seq_len
+    return _ceil_div(p * tokens * model.hidden, _sp_divisor(setup, tp))

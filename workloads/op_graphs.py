@@ -1,0 +1,376 @@
+"""Forward, backward and recompute op graphs of each distinct layer (DESIGN.md §2).
+
+Megatron-LM tensor parallelism on ``t`` devices (Shoeybi et al. 2019; Narayanan et al. 2021):
+Q, K, V and FC1 (gate/up for SwiGLU, each expert's for MoE) are column-parallel, the attention
+output projection and FC2 row-parallel, each followed by an all-reduce; the embedding and the
+LM head are vocab-parallel, with the vocab-parallel cross entropy's two small all-reduces.
+With sequence parallelism (Korthikanti et al. 2022) the norms, dropouts and residual adds run
+on ``s/t`` tokens, and each all-reduce becomes a reduce-scatter after the row-parallel GEMM and
+an all-gather before the column-parallel ones. ``t = 1`` has no collectives.
+
+Independent work is kept as separate nodes so a scheduler can overlap it: unfused Q, K, V
+projections; the attention core split into up to :data:`MAX_HEAD_GROUPS` head groups; one
+GEMM chain per MoE expert; input- and weight-gradient GEMMs in the backward pass.
+
+Attention FLOPs count the full ``s x s`` score matrix, also for causal models, as the closed
+forms (and Megatron's kernels of the papers' time) do. GEMM bias adds of column-parallel
+layers ride in the GEMM (cuBLAS epilogue) and are not counted as FLOPs; row-parallel biases
+are added after the all-reduce in the fused bias-dropout-add op, as Megatron does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads._autodiff import (
+    Grad,
+    Node,
+    backward_graph,
+    collective,
+    forward_graph,
+    gemm,
+    sub_graph,
+    vector,
+)
+from workloads.layer_graph import PassGraphs
+from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
+from workloads.ops import CollectiveKind, OpKind
+from workloads.setup import Recompute, TrainingSetup
+
+__all__ = [
+    "MAX_HEAD_GROUPS",
+    "embedding_pass_graphs",
+    "block_pass_graphs",
+    "head_pass_graphs",
+    "head_groups",
+    "expert_tokens",
+]
+
+MAX_HEAD_GROUPS = 4  # attention head groups per shard (independent nodes for the scheduler)
+_CORE_PREFIX = "heads"  # op names of the attention core (QK^T, softmax, dropout, AV): heads0.qk
+
+# FLOPs per element of vector ops (an exp, tanh, division or rsqrt counts as one FLOP):
+_NORM_FLOPS = {
+    NormKind.LAYERNORM: 7,  # mean add, centre, square, variance add, normalise, scale, shift
+    NormKind.RMSNORM: 4,  # square, add, normalise, scale
+}
+_SOFTMAX_FLOPS = 7  # scale, causal mask, max, subtract, exp, sum, divide
+_DROPOUT_FLOPS = 2  # compare a random draw with the keep probability, scale
+_GELU_FLOPS = 8  # tanh form: x^3 (2), x 0.044715, + x, x sqrt(2/pi), tanh, + 1, x 0.5x
+_RELU_FLOPS = 1
+_SWIGLU_FLOPS = 5  # sigmoid (exp, add, divide), x gate, x up
+_ROPE_FLOPS = 3  # x cos + rotate(x) sin: two multiplies, one add
+_BIAS_FLOPS = 1
+_ADD_FLOPS = 1
+_COMBINE_FLOPS = 2  # routing weight x expert output, accumulate over the top-k
+_CE_MAX_FLOPS = 1  # running max over the local logits
+_CE_SOFTMAX_FLOPS = 3  # subtract max, exp, sum (and pick the target logit)
+_CE_LOSS_FLOPS = 2  # log of the sum, subtract the target logit (per token)
+_FP32_BYTES = 4  # cross-entropy statistics are all-reduced in fp32 (Megatron)
+
+
+@dataclass(frozen=True, slots=True)
+class _Dims:
+    """Per-shard sizes of one micro-batch: ``tokens`` for GEMMs, ``local`` for the ops that
+    sequence parallelism splits."""
+
+    b: int
+    s: int
+    tokens: int
+    local: int
+    t: int
+    p: int
+    sp: bool
+
+    @classmethod
+    def of(cls, setup: TrainingSetup, tp: int) -> _Dims:
+        b, s = setup.micro_batch, setup.seq_len
+        sp = setup.sequence_parallel and tp > 1
+        local = b * s // tp if sp else b * s
+        return cls(b, s, b * s, local, tp, setup.precision_bytes, sp)
+
+
+def head_groups(heads: int) -> tuple[int, ...]:
+    """Split a shard's ``heads`` into up to :data:`MAX_HEAD_GROUPS` near-equal groups.
+
+    >>> head_groups(12), head_groups(3)
+    ((3, 3, 3, 3), (1, 1, 1))
+    """
+    n = min(MAX_HEAD_GROUPS, heads)
+    return tuple(heads // n + (1 if i < heads % n else 0) for i in range(n))
+
+
+def expert_tokens(tokens: int, model: Model) -> tuple[int, ...]:
+    """Tokens each expert processes: ``tokens x top_k`` routed copies spread evenly (the
+    balanced routing that auxiliary load-balancing losses aim for).
+
+    >>> expert_tokens(10, Model("m", 1, 8, 1, 8, 8, experts=4, top_k=2))
+    (5, 5, 5, 5)
+    """
+    routed, e = tokens * model.top_k, model.experts
+    return tuple(routed // e + (1 if i < routed % e else 0) for i in range(e))
+
+
+def _pass_graphs(
+    nodes: list[Node], d: _Dims, recompute: frozenset[str] | None = None
+) -> PassGraphs:
+    """Forward, backward and recompute graphs; ``recompute`` None = the whole forward."""
+    forward = forward_graph(nodes)
+    backward = backward_graph(nodes, d.p, d.t)
+    if recompute is None:
+        again = forward
+    else:
+        again = sub_graph(nodes, set(recompute))
+    return PassGraphs(forward=forward, backward=backward, recompute=again)
+
+
+_EMPTY: frozenset[str] = frozenset()
+
+
+def _row_parallel_reduce(nodes: list[Node], src: str, d: _Dims, h: int) -> str:
+    """The collective after a row-parallel GEMM (all-reduce, or reduce-scatter with SP)."""
+    if d.t == 1:
+        return src
+    if d.sp:
+        op = collective(
+            f"{src}.reduce_scatter", CollectiveKind.REDUCE_SCATTER, d.p * d.tokens * h, d.t
+        )
+        nodes.append(Node(op, (src,), Grad.SCATTER))
+    else:
+        op = collective(f"{src}.allreduce", CollectiveKind.ALL_REDUCE, d.p * d.tokens * h, d.t)
+        nodes.append(Node(op, (src,), Grad.IDENTITY))
+    return op.name
+
+
+def _column_parallel_input(nodes: list[Node], src: str, d: _Dims, width: int) -> str:
+    """With SP, all-gather the sequence-sharded input of column-parallel GEMMs."""
+    if not d.sp:
+        return src
+    op = collective(f"{src}.allgather", CollectiveKind.ALL_GATHER, d.p * d.tokens * width, d.t)
+    nodes.append(Node(op, (src,), Grad.GATHER))
+    return op.name
+
+
+def _norm(
+    nodes: list[Node], name: str, src: tuple[str, ...], model: Model, d: _Dims, tp_next: bool
+) -> str:
+    op = vector(name, OpKind.NORM, d.local * model.hidden, _NORM_FLOPS[model.norm], d.p)
+    nodes.append(Node(op, src, enter_tp=tp_next and not d.sp))
+    return name
+
+
+def _residual(nodes: list[Node], name: str, src: str, model: Model, d: _Dims) -> str:
+    """(Bias +) (dropout +) residual add on the sequence-local tokens."""
+    flops = _ADD_FLOPS + (_BIAS_FLOPS if model.biases else 0)
+    flops += _DROPOUT_FLOPS if model.dropout else 0
+    n = d.local * model.hidden
+    op = vector(
+        name, OpKind.ELEMENTWISE, n, flops, d.p, inputs=2, mask_bytes=n if model.dropout else 0
+    )
+    nodes.append(Node(op, (src,)))
+    return name
+
+
+# ---- transformer block -------------------------------------------------------------------
+
+
+def _attention(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
+    h, hd, p, t, T = model.hidden, model.head_dim, d.p, d.t, d.tokens
+    a_t, g_t = model.heads // t, model.kv_heads // t
+    bias = model.biases
+    q = gemm("q", T, h, a_t * hd, p, bias=bias)
+    k = gemm("k", T, h, g_t * hd, p, bias=bias)
+    v = gemm("v", T, h, g_t * hd, p, bias=bias)
+    nodes += [Node(q, (src,), Grad.GEMM), Node(k, (src,), Grad.GEMM), Node(v, (src,), Grad.GEMM)]
+    q_in, k_in = "q", "k"
+    if model.positions is PositionKind.ROTARY:
+        for name, width in (("q", a_t), ("k", g_t)):
+            rope = vector(f"{name}.rope", OpKind.ELEMENTWISE, T * width * hd, _ROPE_FLOPS, p)
+            nodes.append(Node(rope, (name,)))
+        q_in, k_in = "q.rope", "k.rope"
+    outputs = []
+    for i, hg in enumerate(head_groups(a_t)):
+        bh, s = d.b * hg, d.s
+        qk = gemm(f"{_CORE_PREFIX}{i}.qk", s, hd, s, p, batch=bh, batched=True)
+        nodes.append(Node(qk, (q_in, k_in), Grad.BGEMM))
+        sm = vector(f"{_CORE_PREFIX}{i}.softmax", OpKind.SOFTMAX, bh * s * s, _SOFTMAX_FLOPS, p)
+        nodes.append(Node(sm, (qk.name,)))
+        probs = sm.name
+        if model.dropout:
+            n = bh * s * s
+            dr = vector(
+                f"{_CORE_PREFIX}{i}.dropout", OpKind.ELEMENTWISE, n, _DROPOUT_FLOPS, p, mask_bytes=n
+            )
+            nodes.append(Node(dr, (probs,)))
+            probs = dr.name
+        av = gemm(f"{_CORE_PREFIX}{i}.av", s, s, hd, p, batch=bh, batched=True)
+        nodes.append(Node(av, (probs, "v"), Grad.BGEMM))
+        outputs.append(av.name)
+    proj = gemm("proj", T, a_t * hd, h, p)
+    nodes.append(Node(proj, tuple(outputs), Grad.GEMM))
+    return proj.name
+
+
+def _ffn(nodes: list[Node], prefix: str, src: str, tokens: int, model: Model, d: _Dims) -> str:
+    """FC1 (fused bias + activation, or SwiGLU's gate and up) then FC2, on ``tokens`` rows."""
+    h, f_t, p = model.hidden, model.ffn_hidden // d.t, d.p
+    bias = model.biases
+    if model.ffn_kind is FfnKind.SWIGLU:
+        gate = gemm(f"{prefix}fc1.gate", tokens, h, f_t, p, bias=bias)
+        up = gemm(f"{prefix}fc1.up", tokens, h, f_t, p, bias=bias)
+        act = vector(
+            f"{prefix}swiglu", OpKind.ELEMENTWISE, tokens * f_t, _SWIGLU_FLOPS, p, inputs=2
+        )
+        nodes += [
+            Node(gate, (src,), Grad.GEMM),
+            Node(up, (src,), Grad.GEMM),
+            Node(act, (gate.name, up.name)),
+        ]
+        hidden = act.name
+    else:
+        act_flops = _GELU_FLOPS if model.ffn_kind is FfnKind.GELU else _RELU_FLOPS
+        epilogue = tokens * f_t * (act_flops + (_BIAS_FLOPS if bias else 0))
+        fc1 = gemm(f"{prefix}fc1", tokens, h, f_t, p, bias=bias, epilogue_flops=epilogue)
+        nodes.append(Node(fc1, (src,), Grad.GEMM))
+        hidden = fc1.name
+    fc2 = gemm(f"{prefix}fc2", tokens, f_t, h, p)
+    nodes.append(Node(fc2, (hidden,), Grad.GEMM))
+    return fc2.name
+
+
+def _moe(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
+    """Router GEMM + top-k, dispatch, one FFN per expert, weighted combine."""
+    h, p, T, E, k = model.hidden, d.p, d.tokens, model.experts, model.top_k
+    router = gemm("router", T, h, E, p)
+    topk = vector("router.topk", OpKind.SOFTMAX, T * E, _SOFTMAX_FLOPS, p)
+    dispatch = vector("dispatch", OpKind.ELEMENTWISE, T * k * h, 0, p, read_elements=T * h + T * E)
+    nodes += [
+        Node(router, (src,), Grad.GEMM),
+        Node(topk, (router.name,)),
+        Node(dispatch, (src, topk.name), nondiff=(topk.name,)),
+    ]
+    outs = [
+        _ffn(nodes, f"expert{e}.", dispatch.name, n, model, d)
+        for e, n in enumerate(expert_tokens(T, model))
+        if n
+    ]
+    combine = vector(
+        "combine",
+        OpKind.ELEMENTWISE,
+        T * h,
+        0,
+        p,
+        read_elements=T * k * h + T * E,
+        flops=_COMBINE_FLOPS * T * k * h,
+    )
+    nodes.append(Node(combine, (*outs, topk.name)))
+    return combine.name
+
+
+def _block_nodes(model: Model, d: _Dims) -> list[Node]:
+    nodes: list[Node] = []
+    h = model.hidden
+    x = _norm(nodes, "ln1", (), model, d, tp_next=True)
+    x = _column_parallel_input(nodes, x, d, h)
+    x = _attention(nodes, x, model, d)
+    x = _row_parallel_reduce(nodes, x, d, h)
+    x = _residual(nodes, "attn.residual", x, model, d)
+    x = _norm(nodes, "ln2", (x,), model, d, tp_next=True)
+    x = _column_parallel_input(nodes, x, d, h)
+    x = _moe(nodes, x, model, d) if model.is_moe else _ffn(nodes, "", x, d.tokens, model, d)
+    x = _row_parallel_reduce(nodes, x, d, h)
+    _residual(nodes, "mlp.residual", x, model, d)
+    return nodes
+
+
+def block_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
+    """One transformer block's graphs; the recompute graph follows ``setup.recompute``."""
+    d = _Dims.of(setup, tp)
+    nodes = _block_nodes(model, d)
+    match setup.recompute:
+        case Recompute.NONE:
+            keep: frozenset[str] | None = _EMPTY
+        case Recompute.SELECTIVE:
+            keep = frozenset(n.op.name for n in nodes if n.op.name.startswith(_CORE_PREFIX))
+        case Recompute.FULL:
+            keep = None
+    return _pass_graphs(nodes, d, keep)
+
+
+# ---- embedding and head ------------------------------------------------------------------
+
+
+def embedding_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
+    """Vocab-parallel lookup, its reduction, (OPT project-in,) position/type add, dropout,
+    (BERT embedding norm). Never recomputed."""
+    d = _Dims.of(setup, tp)
+    h, e, p, T = model.hidden, model.embedding_dim, d.p, d.tokens
+    nodes: list[Node] = []
+    lookup = vector("embed.lookup", OpKind.ELEMENTWISE, T * e, 0, p)
+    nodes.append(Node(lookup))
+    x = _row_parallel_reduce(nodes, lookup.name, d, e)
+    if e != h:
+        proj = gemm("embed.project_in", d.local, e, h, p)
+        nodes.append(Node(proj, (x,), Grad.GEMM))
+        x = proj.name
+    adds = int(model.positions is PositionKind.LEARNED) + int(model.type_vocab > 0)
+    if adds:
+        op = vector(
+            "embed.add_positions",
+            OpKind.ELEMENTWISE,
+            d.local * h,
+            adds * _ADD_FLOPS,
+            p,
+            inputs=1 + adds,
+        )
+        nodes.append(Node(op, (x,)))
+        x = op.name
+    if model.embedding_norm:
+        x = _norm(nodes, "embed.norm", (x,), model, d, tp_next=False)
+    if model.dropout:
+        n = d.local * h
+        op = vector("embed.dropout", OpKind.ELEMENTWISE, n, _DROPOUT_FLOPS, p, mask_bytes=n)
+        nodes.append(Node(op, (x,)))
+    return _pass_graphs(nodes, d, _EMPTY)
+
+
+def head_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
+    """Final norm (decoder) or MLM transform (encoder), (OPT project-out,) vocab-parallel
+    logits and cross entropy. Never recomputed."""
+    d = _Dims.of(setup, tp)
+    h, e, p, T, t = model.hidden, model.embedding_dim, d.p, d.tokens, d.t
+    v_t = padded_vocab(model.vocab, t) // t
+    nodes: list[Node] = []
+    if model.causal:
+        x = _norm(nodes, "final_norm", (), model, d, tp_next=e == h)
+    else:  # BERT: dense + bias + GELU, norm
+        epi = d.local * h * (_GELU_FLOPS + _BIAS_FLOPS)
+        dense = gemm("mlm.dense", d.local, h, h, p, bias=True, epilogue_flops=epi)
+        nodes.append(Node(dense, (), Grad.GEMM))
+        x = _norm(nodes, "mlm.norm", (dense.name,), model, d, tp_next=e == h)
+    if e != h:
+        proj = gemm("head.project_out", d.local, h, e, p)
+        nodes.append(Node(proj, (x,), Grad.GEMM, enter_tp=not d.sp))
+        x = proj.name
+    x = _column_parallel_input(nodes, x, d, e)
+    logits = gemm("logits", T, e, v_t, p, bias=not model.causal)
+    nodes.append(Node(logits, (x,), Grad.GEMM))
+    ce_max = vector(
+        "ce.max", OpKind.ELEMENTWISE, T, 0, p, read_elements=T * v_t, flops=_CE_MAX_FLOPS * T * v_t
+    )
+    nodes.append(Node(ce_max, (logits.name,), Grad.NONE))
+    m = ce_max.name
+    if t > 1:
+        ar = collective("ce.max.allreduce", CollectiveKind.ALL_REDUCE, _FP32_BYTES * T, t)
+        nodes.append(Node(ar, (m,), Grad.NONE))
+        m = ar.name
+    sm = vector("ce.softmax", OpKind.SOFTMAX, T * v_t, _CE_SOFTMAX_FLOPS, p)
+    nodes.append(Node(sm, (logits.name, m), nondiff=(m,)))
+    x = sm.name
+    if t > 1:
+        ar = collective("ce.sum.allreduce", CollectiveKind.ALL_REDUCE, 2 * _FP32_BYTES * T, t)
+        nodes.append(Node(ar, (x,), Grad.IDENTITY))
+        x = ar.name
+    loss = vector("ce.loss", OpKind.ELEMENTWISE, T, _CE_LOSS_FLOPS, p)
+    nodes.append(Node(loss, (x,)))
+    return _pass_graphs(nodes, d, _EMPTY)

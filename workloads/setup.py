@@ -1,0 +1,122 @@
+"""How a model is trained: sequence, batch, precision, optimizer, recompute, SP (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from phaze.errors import ConfigError
+
+__all__ = ["Recompute", "Optimizer", "TrainingSetup", "optimizer_state_bytes"]
+
+Optimizer = Literal["adam", "sgd"]
+_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
+
+
+class Recompute(StrEnum):
+    """Activation recomputation (Korthikanti et al. 2022, §4)."""
+
+    NONE = "none"  # stash every activation the backward pass needs
+    SELECTIVE = "selective"  # drop and recompute the attention core (QK^T, softmax, dropout, AV)
+    FULL = "full"  # stash only each block's input; recompute the whole block forward
+
+
+def optimizer_state_bytes(optimizer: str, precision_bytes: int) -> int:
+    """Bytes per parameter for weights + gradients + optimizer state in mixed precision.
+
+    Weights in ``precision_bytes``; gradients accumulated in fp32 (4 B); an fp32 master copy
+    (4 B) when the weights are narrower than fp32; Adam keeps two fp32 moments (8 B), SGD with
+    momentum one (4 B). Adam with fp16/bf16 weights gives 2 + 4 + 4 + 8 = 18 B
+    (Korthikanti et al. 2022 §2; Rajbhandari et al., ZeRO, 2020, counts 16 B with fp16
+    gradients).
+
+    >>> optimizer_state_bytes("adam", 2), optimizer_state_bytes("sgd", 4)
+    (18, 12)
+    """
+    master = 4 if precision_bytes < 4 else 0
+    moments = 8 if optimizer == "adam" else 4
+    return precision_bytes + 4 + master + moments
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSetup:
+    """One training configuration, independent of the hardware and of the parallel split.
+
+    Parameters
+    ----------
+    seq_len : tokens per sequence.
+    global_batch : sequences per optimizer step.
+    micro_batch : sequences per micro-batch (per pipeline/data-parallel replica step).
+    precision_bytes : bytes per weight and activation element (2 = fp16/bf16).
+    optimizer : "adam" or "sgd" (with momentum).
+    recompute : see :class:`Recompute`.
+    sequence_parallel : Megatron sequence parallelism (Korthikanti et al. 2022) on the
+        tensor-parallel group.
+    tokens_to_train : overrides the model's published token budget for whole-job figures.
+    state_bytes_per_parameter : weights + gradients + optimizer state per parameter; None
+        derives it with :func:`optimizer_state_bytes` (18 for Adam in mixed precision).
+    """
+
+    seq_len: int
+    global_batch: int
+    micro_batch: int = 1
+    precision_bytes: int = 2
+    optimizer: Optimizer = "adam"
+    recompute: Recompute = Recompute.NONE
+    sequence_parallel: bool = False
+    tokens_to_train: int | None = None
+    state_bytes_per_parameter: int | None = None
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for f in ("seq_len", "global_batch", "micro_batch", "precision_bytes"):
+            value = getattr(self, f)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                problems.append(f"{f} = {value!r} must be a positive integer")
+        if self.optimizer not in _OPTIMIZERS:
+            problems.append(
+                f"optimizer = {self.optimizer!r} must be one of {', '.join(_OPTIMIZERS)}"
+            )
+        try:
+            object.__setattr__(self, "recompute", Recompute(self.recompute))
+        except ValueError:
+            allowed = ", ".join(r.value for r in Recompute)
+            problems.append(f"recompute = {self.recompute!r} must be one of {allowed}")
+        for f in ("tokens_to_train", "state_bytes_per_parameter"):
+            value = getattr(self, f)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                problems.append(f"{f} = {value!r} must be a positive integer or unset")
+        if not problems and self.global_batch % self.micro_batch:
+            problems.append(
+                f"global_batch = {self.global_batch} must be a multiple of "
+                f"micro_batch = {self.micro_batch}"
+            )
+        if problems:
+            raise ConfigError("training setup: " + "; ".join(problems))
+        object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
+        if self.state_bytes_per_parameter is None:
+            object.__setattr__(
+                self,
+                "state_bytes_per_parameter",
+                optimizer_state_bytes(self.optimizer, self.precision_bytes),
+            )
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per global batch (before dividing among data-parallel replicas)."""
+        return self.global_batch // self.micro_batch
+
+    @property
+    def tokens_per_batch(self) -> int:
+        return self.global_batch * self.seq_len
+
+    def training_tokens(self, published: int | None) -> int:
+        """Tokens of the whole job: this setup's override, else the model's ``published``."""
+        tokens = self.tokens_to_train if self.tokens_to_train is not None else published
+        if tokens is None:
+            raise ConfigError(
+                "training setup: tokens_to_train is unset and the model has no published "
+                "token budget; set tokens_to_train"
+            )
+        return tokens
