@@ -23,7 +23,13 @@ from arch_space.carbon import (
     grid_regions,
     operational_kgco2e,
 )
-from arch_space.config import accelerator_from_toml, accelerator_to_toml, load_accelerator
+from arch_space.config import (
+    accelerator_from_toml,
+    accelerator_to_toml,
+    cluster_from_toml,
+    cluster_to_toml,
+    load_accelerator,
+)
 from arch_space.cost import CostParams, device_cost_usd, die_cost_usd, die_yield, dies_per_wafer
 from arch_space.presets import preset, preset_names
 from arch_space.space import Space, design_id, load_space, space_names
@@ -56,6 +62,8 @@ __all__ = [
     "accelerator_from_toml",
     "accelerator_to_toml",
     "load_accelerator",
+    "cluster_from_toml",
+    "cluster_to_toml",
     "Space",
     "space_names",
     "load_space",

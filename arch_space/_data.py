@@ -31,6 +31,7 @@ __all__ = [
     "parse_sections",
     "build_params",
     "toml_literal",
+    "params_hash",
 ]
 
 
@@ -126,23 +127,28 @@ def parse_sections(
             problems.append(p)
         return v
 
+    def _table(w: str, raw: Any) -> Mapping[str, Any]:
+        if isinstance(raw, Mapping):
+            return raw
+        problems.append(f"{w}: must be a table, got {raw!r}")
+        return {}
+
     for section, keys in schema.items():
-        table = data.get(section, {})
-        if not isinstance(table, Mapping):
-            problems.append(f"{where} [{section}]: must be a table")
-            continue
-        problems.extend(unknown_keys(f"{where} [{section}]", table, keys))
+        w = f"{where} [{section}]"
+        table = _table(w, data.get(section, {}))
+        problems.extend(unknown_keys(w, table, keys))
         for key, raw in table.items():
             if key in keys:
-                scalars[keys[key]] = _value(f"{where} [{section}]", key, raw)
+                scalars[keys[key]] = _value(w, key, raw)
     for section in free_sections:
-        table = data.get(section, {})
-        free[section] = {k: _value(f"{where} [{section}]", k, v) for k, v in table.items()}
-    for name, table in data.get("node", {}).items():
+        w = f"{where} [{section}]"
+        free[section] = {k: _value(w, k, v) for k, v in _table(w, data.get(section, {})).items()}
+    for name, raw_table in _table(f"{where} [node]", data.get("node", {})).items():
         w = f"{where} [node.{name}]"
         if not name.isdigit() or int(name) <= 0:
             problems.append(f"{w}: node name must be a positive integer (nm), got {name!r}")
             continue
+        table = _table(w, raw_table)
         problems.extend(unknown_keys(w, table, node_schema))
         for key, raw in table.items():
             if key in node_schema:
@@ -194,3 +200,14 @@ def toml_literal(v: Any) -> str:
     if isinstance(v, tuple | list):
         return "[" + ", ".join(toml_literal(x) for x in v) + "]"
     return repr(v)
+
+
+def params_hash(obj: Any) -> int:
+    """Hash of a frozen params dataclass whose fields may be (read-only) mappings, so params
+    objects can key caches by content."""
+    return hash(
+        tuple(
+            tuple(sorted(v.items())) if isinstance(v, Mapping) else v
+            for v in (getattr(obj, f.name) for f in fields(obj))
+        )
+    )

@@ -11,7 +11,7 @@ from typing import Any
 from arch_space.tech import known_nodes
 from phaze.errors import ConfigError
 
-__all__ = ["Accelerator", "Cluster", "accelerator_problems"]
+__all__ = ["Accelerator", "Cluster", "accelerator_problems", "cluster_problems"]
 
 _POSITIVE_INTS = (
     "num_tc",
@@ -25,15 +25,6 @@ _POSITIVE_INTS = (
     "bytes_per_element",
 )
 _POSITIVE_REALS = ("hbm_bandwidth_bytes_per_s", "clock_hz")
-
-
-def _check_positive(owner: str, obj: object, fields: tuple[str, ...]) -> list[str]:
-    problems = []
-    for f in fields:
-        v = getattr(obj, f)
-        if not isinstance(v, numbers.Real) or isinstance(v, bool) or v <= 0:
-            problems.append(f"{owner}: {f} = {v!r} must be a positive number")
-    return problems
 
 
 def _is_int(v: Any) -> bool:
@@ -122,6 +113,37 @@ class Accelerator:
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Accelerator))
 
 
+_CLUSTER_FIELDS: tuple[str, ...] = (
+    "devices",
+    "devices_per_node",
+    "intra_node_bandwidth_bytes_per_s",
+    "inter_node_bandwidth_bytes_per_s",
+    "intra_node_latency_s",
+    "inter_node_latency_s",
+)
+
+
+def cluster_problems(values: Mapping[str, Any], owner: str) -> list[str]:
+    """Every rule the cluster fields in ``values`` break (see :func:`accelerator_problems`)."""
+    problems = []
+    for f in _CLUSTER_FIELDS[:2]:
+        if not _is_int(values[f]) or values[f] <= 0:
+            problems.append(f"{owner}: {f} = {values[f]!r} must be a positive integer")
+    for f in _CLUSTER_FIELDS[2:4]:
+        if not _is_real(values[f]) or not 0 < values[f] < math.inf:
+            problems.append(f"{owner}: {f} = {values[f]!r} must be a positive number")
+    for f in _CLUSTER_FIELDS[4:]:
+        if not _is_real(values[f]) or not 0 <= values[f] < math.inf:
+            problems.append(f"{owner}: {f} = {values[f]!r} must be a number >= 0")
+    devices, per_node = values["devices"], values["devices_per_node"]
+    if not problems and devices % per_node and devices > per_node:
+        problems.append(
+            f"{owner}: devices = {devices} must be a multiple of "
+            f"devices_per_node = {per_node} (or at most one node)"
+        )
+    return problems
+
+
 @dataclass(frozen=True, slots=True)
 class Cluster:
     """Devices and the network between them.
@@ -132,37 +154,23 @@ class Cluster:
     """
 
     devices: int
-    devices_per_node: int = 8
+    devices_per_node: int = 8  # an HGX/DGX node: 8 GPUs
+    # NVLink 3 on A100: 600 GB/s total per GPU = 300 GB/s per direction (A100 whitepaper)
     intra_node_bandwidth_bytes_per_s: float = 300e9
+    # one 200 Gb/s HDR InfiniBand NIC per GPU = 25 GB/s per direction (DGX A100 user guide)
     inter_node_bandwidth_bytes_per_s: float = 25e9
-    intra_node_latency_s: float = 2e-6
-    inter_node_latency_s: float = 5e-6
+    intra_node_latency_s: float = 2e-6  # approx. NVLink/NCCL per-hop latency
+    inter_node_latency_s: float = 5e-6  # approx. InfiniBand + NCCL per-hop latency
 
     def __post_init__(self) -> None:
-        problems = _check_positive(
-            "cluster",
-            self,
-            (
-                "devices",
-                "devices_per_node",
-                "intra_node_bandwidth_bytes_per_s",
-                "inter_node_bandwidth_bytes_per_s",
-            ),
-        )
-        for f in ("intra_node_latency_s", "inter_node_latency_s"):
-            if getattr(self, f) < 0:
-                problems.append(f"cluster: {f} = {getattr(self, f)!r} must be >= 0")
-        if (
-            not problems
-            and self.devices % self.devices_per_node
-            and self.devices > self.devices_per_node
-        ):
-            problems.append(
-                f"cluster: devices = {self.devices} must be a multiple of "
-                f"devices_per_node = {self.devices_per_node} (or at most one node)"
-            )
+        values = {f: getattr(self, f) for f in _CLUSTER_FIELDS}
+        problems = cluster_problems(values, "cluster")
         if problems:
             raise ConfigError("; ".join(problems))
+        for f in ("devices", "devices_per_node"):
+            object.__setattr__(self, f, int(values[f]))
+        for f in _CLUSTER_FIELDS[2:]:
+            object.__setattr__(self, f, float(values[f]))
 
     @property
     def nodes(self) -> int:

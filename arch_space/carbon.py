@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from arch_space._data import build_params, read_toml, shipped_toml
+from arch_space._data import build_params, params_hash, read_toml, shipped_toml
 from arch_space.accelerator import Accelerator
 from arch_space.area import area_mm2
 from arch_space.cost import CostParams, die_yield
@@ -71,6 +71,9 @@ class CarbonParams:
     gpa_g_per_cm2: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
     mpa_g_per_cm2: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
     grid: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __hash__(self) -> int:
+        return params_hash(self)
 
     @classmethod
     def default(cls) -> CarbonParams:

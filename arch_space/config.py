@@ -16,6 +16,16 @@ File layout (sizes in MiB / GiB, rates in SI; ``accelerator_to_toml`` writes it)
     node_nm = 7              # optional, default 7
     bytes_per_element = 2    # optional, default 2
     hbm_stacks = 5           # optional, default 0 = derived from bandwidth and capacity
+
+Clusters use the Cluster field names (SI units); only ``devices`` is required::
+
+    [cluster]
+    devices = 1024
+    devices_per_node = 8
+    intra_node_bandwidth_bytes_per_s = 3e11
+    inter_node_bandwidth_bytes_per_s = 2.5e10
+    intra_node_latency_s = 2e-6
+    inter_node_latency_s = 5e-6
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from arch_space._data import read_toml, toml_literal, unknown_keys
-from arch_space.accelerator import Accelerator, accelerator_problems
+from arch_space.accelerator import Accelerator, Cluster, accelerator_problems, cluster_problems
 from arch_space.presets import preset, preset_names
 from phaze.errors import ConfigError, unknown_name
 
@@ -38,6 +48,9 @@ __all__ = [
     "accelerator_from_toml",
     "accelerator_to_toml",
     "load_accelerator",
+    "cluster_from_mapping",
+    "cluster_from_toml",
+    "cluster_to_toml",
 ]
 
 _MIB = 2**20
@@ -134,3 +147,35 @@ def load_accelerator(spec: str) -> Accelerator:
     if spec not in preset_names():
         raise unknown_name("accelerator preset (or a .toml file)", spec, preset_names())
     return preset(spec)
+
+
+def cluster_from_mapping(data: Mapping[str, Any], source: str = "cluster") -> Cluster:
+    """A Cluster from ``{"cluster": {...}}``, reporting every bad key and value at once."""
+    problems = unknown_keys(source, data, ["cluster"])
+    table = data.get("cluster")
+    if not isinstance(table, Mapping):
+        raise ConfigError("; ".join([*problems, f"{source}: needs a [cluster] table"]))
+    where = f"{source} [cluster]"
+    names = [f.name for f in fields(Cluster)]
+    problems += unknown_keys(where, table, names)
+    values = {f.name: f.default for f in fields(Cluster)}
+    values.update((k, v) for k, v in table.items() if k in names)
+    if "devices" not in table:
+        problems.append(f"{where}: missing key 'devices'")
+        values["devices"] = 1  # a valid stand-in, so only real problems are listed
+    problems += cluster_problems(values, where)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return Cluster(**values)
+
+
+def cluster_from_toml(path: str | Path) -> Cluster:
+    """A Cluster from a TOML file with a ``[cluster]`` table."""
+    return cluster_from_mapping(read_toml(path), source=str(path))
+
+
+def cluster_to_toml(cluster: Cluster) -> str:
+    """``cluster`` as TOML text that :func:`cluster_from_toml` reads back to an equal value."""
+    lines = ["[cluster]"]
+    lines += [f"{f.name} = {toml_literal(getattr(cluster, f.name))}" for f in fields(Cluster)]
+    return "\n".join(lines) + "\n"

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from arch_space._data import build_params, read_toml, shipped_toml
+from arch_space._data import build_params, params_hash, read_toml, shipped_toml
 from arch_space.accelerator import Accelerator
 from arch_space.area import area_mm2, hbm_stacks
 from arch_space.tech import TechNode
@@ -78,6 +78,9 @@ class CostParams:
         default_factory=lambda: MappingProxyType({})
     )
 
+    def __hash__(self) -> int:
+        return params_hash(self)
+
     @classmethod
     def default(cls) -> CostParams:
         """The shipped constants (``arch_space/data/cost.toml``)."""
@@ -127,7 +130,7 @@ def _shipped_cost() -> CostParams:
 def dies_per_wafer(die_area_mm2: Any, params: CostParams | None = None) -> Any:
     """Whole dies per wafer, with edge loss (works elementwise on numpy arrays).
 
-    ``DPW = pi (d/2)^2 / A - pi d / sqrt(2 A)`` (Hennessy & Patterson 6th ed., eq. on p. 31)
+    ``DPW = pi (d/2)^2 / A - pi d / sqrt(2 A)`` (Hennessy & Patterson 6th ed., §1.6)
     with ``d`` the usable diameter (wafer minus twice the edge exclusion) and ``A`` the die
     area grown by the scribe line on each edge (a square die is assumed).
     """

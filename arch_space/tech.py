@@ -117,8 +117,14 @@ def tech_overrides_from_toml(path: str | Path) -> dict[int, dict[str, Any]]:
     problems = unknown_keys(str(path), data, ["node"])
     names = [f.name for f in fields(TechNode) if f.name != "node_nm"]
     out: dict[int, dict[str, Any]] = {}
-    for name, table in data.get("node", {}).items():
+    nodes = data.get("node", {})
+    if not isinstance(nodes, Mapping):
+        raise ConfigError(f"{path} [node]: must be a table of [node.N] tables, got {nodes!r}")
+    for name, table in nodes.items():
         where = f"{path} [node.{name}]"
+        if not isinstance(table, Mapping):
+            problems.append(f"{where}: must be a table, got {table!r}")
+            continue
         if not name.isdigit() or int(name) not in known_nodes():
             problems.append(
                 f"{where}: unknown process node {name!r} (known: {', '.join(map(str, known_nodes()))})"

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placement.dp import SegmentCosts
 from placement.downsets import downset_pairs
+from placement.dp import SegmentCosts
 
 __all__ = [
     "LayerArrays",
@@ -284,7 +284,7 @@ def reference_costs(
         bk = _span(_prefix(la.bwd))
         fw = ch.cin / bandwidth + f
         bw = ch.cout / bandwidth + bk
-        combined = f + bk
+        combined = np.maximum(f, ch.cout / bandwidth) + bk
         params = _span(_prefix(la.params))
         act = _span(_prefix(la.stash))
         tp_count = _span(_prefix(la.tp.astype(np.float64)))

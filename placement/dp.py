@@ -187,9 +187,7 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
         else:
             shifted = np.full_like(prev, _INF)
             shifted[:, :, 1:] = prev[:, :, :-1]
-            src = np.where(
-                one[:, s:, s - 1 : n, None], shifted[:, None, :, :], prev[:, None, :, :]
-            )
+            src = np.where(one[:, s:, s - 1 : n, None], shifted[:, None, :, :], prev[:, None, :, :])
             vals = np.maximum(block[:, :, :, None], src)  # (G, R, C, c1)
             arg = vals.argmin(axis=2)
             dp[s, :, s:] = np.take_along_axis(vals, arg[:, :, None, :], axis=2)[:, :, 0, :]
@@ -312,14 +310,10 @@ def _backtrack(
     last: np.ndarray,
     mid: np.ndarray,
 ) -> int:
-    """A pair (stage) that attains ``dp_s[state, c]``: the first in pair order."""
+    """A pair (stage) that attains ``dp_s[state, c]`` (sparse layout): the first in order."""
     target = tables[s][state, c]
-    if costs.dense:
-        n = costs.n_states
-        qs = np.arange(state * n, (state + 1) * n)
-    else:
-        lo, hi = np.searchsorted(costs.outer, [state, state + 1])
-        qs = np.arange(lo, hi)
+    lo, hi = np.searchsorted(costs.outer, [state, state + 1])
+    qs = np.arange(lo, hi)
     ok = costs.max_s[qs] >= s
     loads = last[qs] if s == 1 else mid[qs]
     cc = c - one[qs].astype(np.int64)

@@ -180,9 +180,7 @@ def evaluate_fixed(
             f"{problem.network.devices}"
         )
     parts = chunks if chunks is not None else megatron_chunks(graph, p * v)
-    if len(parts) != p * v or sorted(i for c in parts for i in c) != list(
-        range(len(graph.layers))
-    ):
+    if len(parts) != p * v or sorted(i for c in parts for i in c) != list(range(len(graph.layers))):
         raise ConfigError(
             f"strategy: chunks must be {p * v} groups covering every layer once "
             f"(got {len(parts)} groups)"
@@ -225,10 +223,8 @@ def evaluate_fixed(
                     device=r,
                 )
             )
-    stages.sort(key=lambda st: (min(st.layers) if st.layers else 0))
-    first_params = sum(
-        graph.layers[i].parameters for c in range(0, p * v, p) for i in parts[c]
-    )
+    stages.sort(key=lambda st: min(st.layers) if st.layers else 0)
+    first_params = sum(graph.layers[i].parameters for c in range(0, p * v, p) for i in parts[c])
     placement = assemble(
         problem,
         graph,

@@ -346,8 +346,10 @@ def _arrays(ins: ReferenceInstance, width: int) -> LayerArrays:
     src = arr([pos[e.source] for e in es], np.int64)
     dst = arr([pos[e.dest] for e in es], np.int64)
     n = len(ns)
-    is_chain = len(es) == n - 1 and bool(np.all(src == np.arange(n - 1))) and bool(
-        np.all(dst == np.arange(1, n))
+    is_chain = (
+        len(es) == n - 1
+        and bool(np.all(src == np.arange(n - 1)))
+        and bool(np.all(dst == np.arange(1, n)))
     )
     return LayerArrays(
         fwd=arr([x.latency_fw_s for x in ns]),

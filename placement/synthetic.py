@@ -67,8 +67,15 @@ def gpt_stage_graph(
     tp = t > 1
     head_f = 2 * b * s * h * v / t / flops_per_s
     layers = [
-        StageLayer("embedding", 1e-6, 2e-6, parameters=v * h // t, stash_bytes=act,
-                   tensor_parallel=tp, kind="embedding"),
+        StageLayer(
+            "embedding",
+            1e-6,
+            2e-6,
+            parameters=v * h // t,
+            stash_bytes=act,
+            tensor_parallel=tp,
+            kind="embedding",
+        ),
     ]
     layers += [
         StageLayer(
@@ -84,8 +91,15 @@ def gpt_stage_graph(
         for i in range(shape.layers)
     ]
     layers.append(
-        StageLayer("head", head_f, 2 * head_f, parameters=v * h // t + 2 * h,
-                   stash_bytes=4 * b * s * v / t, tensor_parallel=tp, kind="head")
+        StageLayer(
+            "head",
+            head_f,
+            2 * head_f,
+            parameters=v * h // t + 2 * h,
+            stash_bytes=4 * b * s * v / t,
+            tensor_parallel=tp,
+            kind="head",
+        )
     )
     boundary = act / (t if sequence_parallel else 1)
     edges = tuple(StageEdge(i, i + 1, boundary) for i in range(len(layers) - 1))

@@ -136,6 +136,7 @@ class StageGraph:
 
     Every edge goes from a lower to a higher index. The labels (``micro_batch``,
     ``recompute``, ``sequence_parallel``) say which training setup the figures describe.
+    At ``tp = 1`` the ``tensor_parallel`` flags make no difference (every stage has 1 device).
     """
 
     tp: int
@@ -170,9 +171,6 @@ class StageGraph:
             seen.add((e.src, e.dst))
             if not (math.isfinite(e.bytes) and e.bytes >= 0):
                 problems.append(f"{src}: edge {e.src}->{e.dst} bytes = {e.bytes!r} must be >= 0")
-        if self.tp == 1 and any(layer.tensor_parallel for layer in self.layers):
-            # Consistent with the reference: at width 1 nothing is sharded.
-            problems.append(f"{src}: a tensor_parallel layer needs tp > 1")
         _raise(problems)
 
     @property

@@ -88,7 +88,7 @@ class Store:
 
     def __init__(self, conn: sqlite3.Connection, path: Path, *, writable: bool) -> None:
         self._conn = conn
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.path = path
         self.writable = writable
 

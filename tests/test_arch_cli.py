@@ -118,3 +118,14 @@ def test_space_show_bad_file_exit_1(tmp_path):
     assert f"Error: {f} [space]: tc_rows = 300 must be a power of two in [2, 256]" in r.output
     r = _run("space", "show", "hug")
     assert r.exit_code == 1 and "unknown space 'hug'" in r.output
+
+
+def test_arch_show_tech_override_and_bad_override(tmp_path):
+    f = tmp_path / "tech.toml"
+    f.write_text("[node.7]\nmac_area_um2 = 400\n")
+    base = json.loads(_run("arch", "show", "a100", "--json").output)
+    big = json.loads(_run("arch", "show", "a100", "--json", "--tech-params", str(f)).output)
+    assert big["area_breakdown_mm2"]["tensor_cores"] > base["area_breakdown_mm2"]["tensor_cores"]
+    f.write_text("[node.7]\nmac_area = 400\n")
+    r = _run("arch", "list", "--tech-params", str(f))
+    assert r.exit_code == 1 and "did you mean 'mac_area_um2'?" in r.output

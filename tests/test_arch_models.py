@@ -25,7 +25,7 @@ from arch_space.cost import (
     dies_per_wafer,
 )
 from arch_space.presets import preset
-from arch_space.tech import known_nodes, tech_node
+from arch_space.tech import known_nodes, tech_node, tech_overrides_from_toml
 from phaze.errors import ConfigError, Infeasible
 
 REF = preset("ref-max")
@@ -170,3 +170,27 @@ def test_carbon_params_user_region(tmp_path):
     f.write_text("[grid]\nmy_dc = 'low'\n")
     with pytest.raises(ConfigError, match=r"\[grid\]: my_dc = 'low' must be a number"):
         CarbonParams.from_toml(f)
+
+
+def test_tech_overrides_from_toml(tmp_path):
+    f = tmp_path / "tech.toml"
+    f.write_text(
+        "[node.7]\nmac_area_um2 = 400\nleakage_w_per_mm2 = { value = 0.1, source = 'me' }\n"
+    )
+    over = tech_overrides_from_toml(f)
+    assert over == {7: {"mac_area_um2": 400, "leakage_w_per_mm2": 0.1}}
+    assert area_mm2(REF, tech_node(7, over[7])) > area_mm2(REF)
+    f.write_text("[node.9]\nmac_area_um2 = 1\n[node.7]\nmac_area = 1\nmac_energy_pj = 0\n")
+    with pytest.raises(ConfigError) as e:
+        tech_overrides_from_toml(f)
+    msg = str(e.value)
+    assert "[node.9]: unknown process node '9'" in msg
+    assert "unknown key 'mac_area'; did you mean 'mac_area_um2'?" in msg
+    assert "mac_energy_pj = 0 must be > 0" in msg
+
+
+def test_params_are_hashable_by_content():
+    assert hash(CostParams.default()) == hash(CostParams.from_mapping({}))
+    assert CostParams.default() == CostParams.from_mapping({})
+    assert CarbonParams.from_mapping({"grid": {"x": 1.0}}) != CarbonParams.default()
+    assert len({CarbonParams.default(), CarbonParams.from_mapping({})}) == 1

@@ -69,9 +69,12 @@ def _ref_stage(stage, doc_w, bw, recompute_pass):
 
 def _ref_brute(doc) -> float:
     best = math.inf
-    bw, mem, devs, mbs = doc["bandwidth"], doc["maxMemoryPerDevice"], doc["maxDevices"], doc[
-        "mbsInBatch"
-    ]
+    bw, mem, devs, mbs = (
+        doc["bandwidth"],
+        doc["maxMemoryPerDevice"],
+        doc["maxDevices"],
+        doc["mbsInBatch"],
+    )
     rec, adam = doc["activationRecomputation"], doc["optimizerAlgorithm"] == "Adam"
     for w, nodes in doc["nodes"].items():
         t = int(w)
@@ -103,9 +106,7 @@ def _ref_brute(doc) -> float:
                 act = sum(nodes[v]["activationSize"] for v in stage)
                 const = 2 * p + (p if adam else 0) + act
                 inside = set(stage)
-                stash = (
-                    sum(c for v in stage for u, c in ins[v] if u not in inside) if rec else act
-                )
+                stash = sum(c for v in stage for u, c in ins[v] if u not in inside) if rec else act
                 ok &= const + (s - 1) * stash <= mem
                 load = max(load, ld)
                 used += t if any(nodes[v]["isTensorParallelized"] for v in stage) else 1

@@ -3,8 +3,11 @@
 from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workloads import (
+    Model,
     TrainingSetup,
     block_activation_bytes,
     boundary_bytes,
@@ -113,3 +116,27 @@ def test_precision_scales_activations():
     # 4-byte tensors, 1-byte masks: 4 (norms, QKV in, MLP in) x 4 + 2 masks + 12 x 4 (split)
     assert block_activation_bytes(m, fp32, 1) == (16 + 2 + 48) * sbh + 9 * a * s * s * b
     assert fp32.state_bytes_per_parameter == 16
+
+
+@given(
+    heads=st.sampled_from([2, 4, 8, 16]),
+    head_dim=st.sampled_from([8, 64, 128]),
+    s=st.sampled_from([16, 128, 2048]),
+    b=st.integers(1, 8),
+    t=st.sampled_from([1, 2, 4]),
+)
+def test_korthikanti_formulas_random_gpt_shapes(heads, head_dim, s, b, t):
+    h = heads * head_dim
+    m = Model("gpt-shaped", 2, h, heads, 4 * h, 1000, max_positions=s)
+    sbh, core = s * b * h, 5 * heads * s * s * b
+    assert block_activation_bytes(m, setup(s, b), t) == 10 * sbh + (24 * sbh + core) // t
+    assert block_activation_bytes(m, setup(s, b, sp=True), t) == (34 * sbh + core) // t
+    assert block_activation_bytes(m, setup(s, b, "selective", sp=True), t) == 34 * sbh // t
+    assert block_activation_bytes(m, setup(s, b, "full"), t) == 2 * sbh
+
+
+def test_numpy_integer_tp_is_accepted():
+    import numpy as np
+
+    m = get_model("gpt3-175b")
+    assert build_layer_graph(m, setup(2048, 1), np.int64(8)).tp == 8

@@ -94,6 +94,7 @@ def test_unknown_model_names_the_nearest():
         ({"heads": 7}, "hidden = 12288 must be a multiple of heads = 7"),
         ({"top_k": 2}, "top_k = 2 must be at most experts = 1"),
         ({"ffn_kind": "tanh"}, "ffn_kind = 'tanh' must be one of gelu, relu, swiglu"),
+        ({"causal": "yes"}, "causal = 'yes' must be true or false"),
     ],
 )
 def test_model_validation_names_field_value_and_rule(change, message):

@@ -26,8 +26,9 @@ _LLAMA_TYPES = ("llama", "mistral", "mixtral")
 class _Reader:
     """Reads keys of one config, collecting every missing or unsupported field."""
 
-    def __init__(self, data: Mapping[str, Any], source: str) -> None:
-        self.data, self.source, self.problems = data, source, []
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data: Mapping[str, Any] = data
+        self.problems: list[str] = []
 
     def get(self, key: str, default: Any = ..., check: Callable[[Any], bool] | None = None) -> Any:
         if key not in self.data or (self.data[key] is None and default is not ...):
@@ -169,7 +170,7 @@ def model_from_hf(
         raise ConfigError(
             f"{source}: {what} is not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
         )
-    r = _Reader(data, source)
+    r = _Reader(data)
     if model_type == "gpt2":
         kw = _gpt2(r)
     elif model_type == "opt":

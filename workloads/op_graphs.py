@@ -13,9 +13,11 @@ projections; the attention core split into up to :data:`MAX_HEAD_GROUPS` head gr
 GEMM chain per MoE expert; input- and weight-gradient GEMMs in the backward pass.
 
 Attention FLOPs count the full ``s x s`` score matrix, also for causal models, as the closed
-forms (and Megatron's kernels of the papers' time) do. GEMM bias adds of column-parallel
-layers ride in the GEMM (cuBLAS epilogue) and are not counted as FLOPs; row-parallel biases
-are added after the all-reduce in the fused bias-dropout-add op, as Megatron does.
+forms (and Megatron's kernels of the papers' time) do. Q/K/V biases ride in their GEMMs
+(cuBLAS epilogue, no FLOPs counted); FC1's bias is part of its fused bias + activation
+epilogue; row-parallel biases are added after the all-reduce in the fused
+bias-dropout-residual op, as Megatron does. Backward vector ops take twice their forward
+FLOPs (a modelling convention: local derivative and chain-rule product per forward FLOP).
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ Per op kind:
   Links are intra-node when the group fits in a node (:meth:`Cluster.group_link`).
 * Empty ``NOP`` ops cost nothing.
 
-Latency is ``max(compute, HBM, buffer) + issue overhead`` for core ops (double-buffered
-overlap) and the ring time for collectives. Energy is ``MACs x pJ/MAC + lane ops x pJ/op +
+The global buffer's bandwidth grows with its capacity (``glb_bytes_per_cycle_per_mib`` of
+``arch_space/data/perf.toml``, from the A100's L2), and the whole chip's HBM bandwidth is
+available to an op on one core as well as on all. Latency is
+``max(compute, HBM, buffer) + issue overhead`` for core ops (double-buffered overlap) and the ring time for collectives. Energy is ``MACs x pJ/MAC + lane ops x pJ/op +
 buffer bytes x pJ/byte + HBM bytes x pJ/byte + link bits x pJ/bit + static power x latency``
 (all cores of the chip leak while any op runs).
 """
@@ -134,6 +136,9 @@ _VECTOR_CODES: Final = tuple(
 )
 
 
+_KEY_WIDTH: Final = 14  # entries of an op_key
+
+
 def op_key(op: Op) -> tuple[int, ...]:
     """The fields that decide an op's cost, as integers (its name does not count).
 
@@ -187,7 +192,8 @@ class _Work:
 def _work(
     keys: Sequence[tuple[int, ...]], acc: Accelerator, cluster: Cluster, settings: PerfSettings
 ) -> _Work:
-    a = np.array(keys, dtype=np.float64).reshape(len(keys), 14)
+    """Tiling, traffic and network terms of every op (one row per :func:`op_key`)."""
+    a = np.array(keys, dtype=np.float64).reshape(len(keys), _KEY_WIDTH)
     kind, core, coll = a[:, 0], a[:, 1], a[:, 2]
     flops, reads, writes, batch, m, k, n, _, epilogue, coll_bytes, group = a[:, 3:].T
     is_gemm = np.isin(kind, _GEMM_CODES)

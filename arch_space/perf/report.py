@@ -75,12 +75,11 @@ def gemm_report(
     Examples
     --------
     >>> from arch_space.accelerator import Accelerator
-    >>> from arch_space.tech import TechNode
+    >>> from arch_space.tech import tech_node
     >>> acc = Accelerator(num_tc=4, tc_rows=128, tc_cols=128, num_vc=1, vc_lanes=128,
     ...                   glb_bytes=32 * 2**20, hbm_bytes=16 * 2**30,
     ...                   hbm_bandwidth_bytes_per_s=1.2e12, clock_hz=1e9)
-    >>> tech = TechNode(7, 300.0, 0.5, 1.0, 1.0, 1.0, 50.0, 1.0, 10.0, 4.0, 0.1, 0.01)
-    >>> gemm_report(acc, 4096, 4096, 4096, tech=tech, static_w=10.0).bound
+    >>> gemm_report(acc, 4096, 4096, 4096, tech=tech_node(7), static_w=10.0).bound
     'compute'
     """
     dims = {"m": m, "k": k, "n": n, "batch": batch}

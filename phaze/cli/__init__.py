@@ -51,9 +51,15 @@ def cli(verbose: int) -> None:
 
 def _register() -> None:
     """Add every command module's command to the group (explicitly, in one place)."""
-    from phaze.cli import arch_cmd, space_cmd, validate_cmd, workloads_cmd
+    from phaze.cli import arch_cmd, place_cmd, space_cmd, validate_cmd, workloads_cmd
 
-    for command in (workloads_cmd.workloads, validate_cmd.validate, arch_cmd.arch, space_cmd.space):
+    for command in (
+        workloads_cmd.workloads,
+        validate_cmd.validate,
+        arch_cmd.arch,
+        space_cmd.space,
+        place_cmd.place,
+    ):
         cli.add_command(command)
 
 

@@ -162,16 +162,15 @@ def run_tasks(
         executor = "serial"
     workers = 1 if executor == "serial" else (jobs or _default_jobs())
     chunker = Chunker(tasks, total, workers, 1 if executor == "serial" else chunksize)
-    delivery = Delivery(on_result, progress, chunker)
+    delivery = Delivery(on_result, progress, chunker, total)
     logger.info("running %s tasks on executor %s", "?" if total is None else total, executor)
-    if progress is not None:
-        progress.start(total)
     try:
         if executor == "serial":
             summary = run_serial(fn, chunker, delivery, initializer)
         elif executor == "local":
             summary = run_pool(fn, chunker, delivery, initializer, workers)
         elif total == 0:
+            delivery.begin()
             summary = delivery.summary("ray", 0, 0.0)
         else:
             summary = run_ray(fn, chunker, delivery, initializer, jobs, address)

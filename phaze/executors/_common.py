@@ -239,14 +239,24 @@ class Delivery(Generic[T, R]):
     """Hands finished results to ``on_result`` in the parent and keeps the counts."""
 
     def __init__(
-        self, on_result: Callable[[T, R], Any], progress: Progress | None, chunker: Chunker[T]
+        self,
+        on_result: Callable[[T, R], Any],
+        progress: Progress | None,
+        chunker: Chunker[T],
+        total: int | None,
     ) -> None:
         self._on_result = on_result
         self._progress = progress
         self._chunker = chunker
+        self._total = total
         self.tasks_done = 0
         self.chunks = 0
         self.worker_s = 0.0
+
+    def begin(self) -> None:
+        """Start the progress display, once the executor is ready (Ray takes seconds)."""
+        if self._progress is not None:
+            self._progress.start(self._total)
 
     def deliver(
         self, chunk: tuple[T, ...], outcome: ChunkOutcome[R], *, raise_failure: bool = True

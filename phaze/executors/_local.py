@@ -60,6 +60,7 @@ def run_serial(
     is lost but that task), but waits while a result is being delivered.
     """
     start = time.perf_counter()
+    delivery.begin()
     with StopSignals() as stop:
         while chunk := chunker.take():
             outcome = run_chunk(fn, chunk, initializer)
@@ -175,6 +176,7 @@ def run_pool(
     start = time.perf_counter()
     ctx = multiprocessing.get_context(_start_method())
     workers: list[_Worker] = []
+    delivery.begin()
     with StopSignals() as stop:
         try:
             _pool_loop(ctx, fn, chunker, delivery, initializer, jobs, workers, stop)

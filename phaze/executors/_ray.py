@@ -97,6 +97,7 @@ def run_ray(
         fn_ref = ray.put(fn)
         init_ref = ray.put(initializer)
         in_flight: dict[Any, tuple[T, ...]] = {}
+        delivery.begin()
         with StopSignals() as stop:
             try:
                 _ray_loop(

@@ -1,0 +1,291 @@
+"""Closed forms, invariants and error messages of the placement model."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phaze.errors import ConfigError, Infeasible
+from placement import (
+    Network,
+    PlacementProblem,
+    StageEdge,
+    StageGraph,
+    StageLayer,
+    Strategy,
+    evaluate_fixed,
+    megatron_chunks,
+    parse_reference_instance,
+    parse_strategy,
+    place,
+    solve_reference,
+)
+from placement import network as net
+from placement.synthetic import GptShape, gpt_stage_graph
+
+
+def _ref_doc(**over):
+    doc = {
+        "maxMemoryPerDevice": 6,
+        "maxDevices": 2,
+        "bandwidth": 1.0,
+        "mbsInBatch": 4,
+        "activationRecomputation": True,
+        "optimizerAlgorithm": "SGD",
+        "nodes": {
+            "1": [
+                {
+                    "id": 7,
+                    "parameterSize": 0,
+                    "activationSize": 5,
+                    "optimalLatencyFw": 1,
+                    "optimalLatencyBw": 20,
+                    "isTensorParallelized": False,
+                },
+                {
+                    "id": 9,
+                    "parameterSize": 0,
+                    "activationSize": 5,
+                    "optimalLatencyFw": 1,
+                    "optimalLatencyBw": 2,
+                    "isTensorParallelized": False,
+                },
+            ]
+        },
+        "edges": {"1": [{"sourceId": 7, "destId": 9, "communicationCost": 8}]},
+    }
+    doc.update(over)
+    return doc
+
+
+def test_reference_objective_by_hand():
+    # One stage needs 5 + 5 > 6 bytes, so two stages on two devices and d = 1.
+    # First stage (s = 2, recompute): forward 1, combined pass max(1, 8/1) + 20 = 28 -> 29.
+    # Last stage: forward 8 + 1, backward 2 -> 11. Time 29 * (4 + 2 - 1) = 145.
+    got = solve_reference(parse_reference_instance(_ref_doc()))
+    assert got.final_time_per_batch == 145
+    assert [s.nodes for s in got.stages] == [(7,), (9,)]
+    assert (got.tensor_parallel_degree, got.data_parallel_degree) == (1, 1)
+
+
+def test_reference_data_parallel_term_by_hand():
+    # Plenty of memory and 4 devices: one stage of load 1+1 + 20+2 = 24 on each of d devices,
+    # time 24 * ceil(4 / d) + 4 (d - 1) P / (bandwidth d) with P = 3 bytes: d = 4 gives
+    # 24 + 9 = 33 (d = 2: 48 + 6; d = 1: 96).
+    doc = _ref_doc(maxMemoryPerDevice=1000, maxDevices=4, activationRecomputation=False)
+    doc["nodes"]["1"][0]["parameterSize"] = 3
+    got = solve_reference(parse_reference_instance(doc))
+    assert got.final_time_per_batch == 33
+    assert got.data_parallel_degree == 4
+    assert len(got.stages) == 1
+
+
+def test_reference_infeasible_says_why():
+    doc = _ref_doc(maxMemoryPerDevice=4)
+    with pytest.raises(Infeasible, match=r"needs .* GiB per device .* has maxMemoryPerDevice"):
+        solve_reference(parse_reference_instance(doc))
+
+
+def test_reference_errors_are_reported_together():
+    doc = _ref_doc(optimizerAlgorithm="adam", maxDevice=3)
+    doc["nodes"]["1"][0]["optimalLatencyFW"] = 1
+    with pytest.raises(ConfigError) as e:
+        parse_reference_instance(doc, source="x.json")
+    msg = str(e.value)
+    assert "unknown key 'maxDevice'; did you mean 'maxDevices'?" in msg
+    assert "optimizerAlgorithm = 'adam' must be one of SGD, Adam" in msg
+    assert "unknown key 'optimalLatencyFW'; did you mean 'optimalLatencyFw'?" in msg
+
+
+def test_reference_rejects_missing_keys_and_cycles():
+    doc = _ref_doc()
+    del doc["bandwidth"]
+    with pytest.raises(ConfigError, match="missing required keys bandwidth"):
+        parse_reference_instance(doc)
+    doc = _ref_doc()
+    doc["edges"]["1"].append({"sourceId": 9, "destId": 7, "communicationCost": 1})
+    with pytest.raises(ConfigError, match="cycle"):
+        parse_reference_instance(doc)
+
+
+# --- network --------------------------------------------------------------------------------
+
+
+def test_ring_collectives_closed_forms():
+    ln = (100.0, 1.0)
+    assert net.allreduce_s(300.0, 4, ln) == 1.0 + 2 * 3 / 4 * 3.0
+    assert net.reduce_scatter_s(300.0, 4, ln) == 1.0 + 3 / 4 * 3.0
+    assert net.all_gather_s(300.0, 4, ln) == net.reduce_scatter_s(300.0, 4, ln)
+    assert net.allreduce_s(300.0, 1, ln) == 0.0
+    assert net.p2p_s(300.0, ln) == 4.0
+
+
+def test_links_follow_the_megatron_rank_order():
+    netw = Network(
+        devices=64,
+        devices_per_node=8,
+        intra_node_bandwidth_bytes_per_s=300e9,
+        inter_node_bandwidth_bytes_per_s=25e9,
+    )
+    assert net.tp_link(netw, 8)[0] == 300e9
+    assert net.tp_link(netw, 16)[0] == 25e9
+    assert net.dp_link(netw, 2, 4)[0] == 300e9  # 8 consecutive ranks: one node
+    assert net.dp_link(netw, 2, 8)[0] == 25e9
+    assert net.p2p_link(netw)[0] == 25e9
+    assert net.p2p_link(dataclasses.replace(netw, devices=8))[0] == 300e9
+    sp = net.tp_collective_s("reduce_scatter", 1e9, 8, netw)
+    sp += net.tp_collective_s("all_gather", 1e9, 8, netw)
+    ar = net.tp_collective_s("all_reduce", 1e9, 8, netw)
+    assert math.isclose(sp - netw.intra_node_latency_s, ar)  # same bytes, one more message
+
+
+# --- our model ------------------------------------------------------------------------------
+
+
+def _chain(n, t=1, f=1.0, b=2.0, r=0.0, params=10, stash=5.0, nbytes=0.0, tp=None):
+    tp = (t > 1) if tp is None else tp
+    layers = tuple(
+        StageLayer(
+            f"b{i}", f, b, parameters=params, stash_bytes=stash, recompute_s=r, tensor_parallel=tp
+        )
+        for i in range(n)
+    )
+    return StageGraph(t, layers, tuple(StageEdge(i, i + 1, nbytes) for i in range(n - 1)))
+
+
+def _problem(graphs, devices=1, hbm=1e12, batch=4, **netw):
+    return PlacementProblem(
+        tuple(graphs), Network(devices=devices, **netw), hbm_bytes=hbm, global_batch=batch
+    )
+
+
+def test_one_device_is_the_sum_of_the_layers():
+    g = _chain(5, f=1.0, b=2.0, r=0.5)
+    got = place(_problem([g], devices=1, batch=6))
+    assert (got.tp, got.pp, got.dp) == (1, 1, 1)
+    assert got.time_per_batch_s == 6 * 5 * 3.5
+    assert got.bubble_fraction == 0
+    assert got.communication_s == 0
+    assert got.memory_per_device_bytes == 5 * 10 * 18 + 5 * 5.0
+
+
+def test_infeasible_names_the_need_and_the_capacity():
+    g = _chain(3, params=int(2e9))  # 3 layers of 2e9 params * 18 B on one device: 100.6 GiB
+    with pytest.raises(Infeasible, match=r"needs 100\.6 GiB per device, has 20\.0 GiB"):
+        place(_problem([g], devices=1, hbm=20 * 2**30))
+
+
+@st.composite
+def _small(draw):
+    n = draw(st.integers(2, 7))
+    layers = tuple(
+        StageLayer(
+            f"l{i}",
+            draw(st.integers(1, 9)),
+            draw(st.integers(1, 9)),
+            parameters=draw(st.integers(0, 4)),
+            stash_bytes=draw(st.integers(0, 4)),
+        )
+        for i in range(n)
+    )
+    edges = tuple(StageEdge(i, i + 1, draw(st.integers(0, 9))) for i in range(n - 1))
+    return _problem(
+        [StageGraph(1, layers, edges)],
+        devices=draw(st.integers(1, 6)),
+        hbm=draw(st.integers(20, 80)),
+        batch=draw(st.integers(1, 6)),
+        devices_per_node=2,
+        intra_node_bandwidth_bytes_per_s=2.0,
+        inter_node_bandwidth_bytes_per_s=1.0,
+    )
+
+
+@settings(max_examples=60)
+@given(_small(), st.sampled_from([1.5, 2.0, 4.0]))
+def test_more_memory_or_bandwidth_never_slows_down(problem, factor):
+    def time_of(p):
+        try:
+            return place(p).time_per_batch_s
+        except Infeasible:
+            return math.inf
+
+    base = time_of(problem)
+    more_hbm = dataclasses.replace(problem, hbm_bytes=problem.hbm_bytes * factor)
+    faster = dataclasses.replace(
+        problem,
+        network=dataclasses.replace(
+            problem.network,
+            intra_node_bandwidth_bytes_per_s=2.0 * factor,
+            inter_node_bandwidth_bytes_per_s=1.0 * factor,
+        ),
+    )
+    assert time_of(more_hbm) <= base
+    assert time_of(faster) <= base
+
+
+def test_chain_fast_path_equals_dag_path_on_a_gpt():
+    netw = Network(devices=64, devices_per_node=8)
+    shape = GptShape(layers=24, hidden=2048, heads=16)
+    graphs = tuple(
+        gpt_stage_graph(shape, t, netw, flops_per_s=1e14, recompute="selective")
+        for t in (1, 2, 4, 8)
+    )
+    prob = PlacementProblem(graphs, netw, hbm_bytes=16 * 2**30, global_batch=256)
+    fast, full = place(prob, method="chain"), place(prob, method="dag")
+    assert (fast.tp, fast.pp, fast.dp) == (full.tp, full.pp, full.dp)
+    assert math.isclose(fast.time_per_batch_s, full.time_per_batch_s, rel_tol=1e-12)
+    assert math.isclose(fast.compute_s + fast.communication_s, fast.time_per_batch_s)
+
+
+# --- fixed strategies -----------------------------------------------------------------------
+
+
+def test_interleaved_schedule_closed_form():
+    # 12 equal blocks, no transfers: per micro-batch a rank runs 12/p blocks; SC21 eq. 2.
+    f, b, p, v, m = 1.0, 2.0, 4, 3, 8
+    g = _chain(12, t=2, f=f, b=b, stash=1.0, params=0)
+    prob = _problem([g], devices=8, batch=m, intra_node_latency_s=0.0, inter_node_latency_s=0.0)
+    got = evaluate_fixed(prob, Strategy(tp=2, pp=p, dp=1, virtual_stages=v))
+    assert got.time_per_batch_s == pytest.approx((m + (p - 1) / v) * 12 / p * (f + b))
+    assert got.bubble_fraction == pytest.approx((p - 1) / (v * m))
+    # rank 0 holds min(2 (p-1) + (v-1) p + 1, m v) = 15 chunk activations of 1 block each
+    assert got.memory_per_device_bytes == pytest.approx(15 * 1.0)
+    assert got.devices_used == 8
+    assert sorted(s.device for s in got.stages) == sorted(list(range(p)) * v)
+
+
+def test_megatron_chunks_put_embedding_first_and_head_last():
+    netw = Network(devices=8)
+    g = gpt_stage_graph(GptShape(layers=6, hidden=256, heads=4), 2, netw, flops_per_s=1e12)
+    chunks = megatron_chunks(g, 3)
+    assert chunks == ((0, 1, 2), (3, 4), (5, 6, 7))
+    with pytest.raises(ConfigError, match="7 model chunks but the model has 6 blocks"):
+        megatron_chunks(g, 7)
+
+
+def test_fixed_strategy_errors():
+    g = _chain(4, t=2)
+    prob = _problem([g], devices=4)
+    with pytest.raises(ConfigError, match=r"t\*p\*d = 2\*2\*2 = 8 devices, the cluster has 4"):
+        evaluate_fixed(prob, Strategy(tp=2, pp=2, dp=2))
+    with pytest.raises(ConfigError, match="no graph for t=4"):
+        evaluate_fixed(prob, Strategy(tp=4, pp=1, dp=1))
+    tight = dataclasses.replace(prob, hbm_bytes=100.0)
+    with pytest.raises(Infeasible, match="GiB per device, has"):
+        evaluate_fixed(tight, Strategy(tp=2, pp=2, dp=1))
+
+
+def test_parse_strategy():
+    s = parse_strategy("t=8,p=8,d=1,mbs=2,v=3,recompute=full,sp=on")
+    assert s == Strategy(
+        tp=8, pp=8, dp=1, micro_batch=2, virtual_stages=3, recompute="full", sequence_parallel=True
+    )
+    with pytest.raises(ConfigError, match="unknown key 'pd'; did you mean 'p'") as e:
+        parse_strategy("t=8,pd=8")
+    assert "p, d must be given" in str(e.value)
+    with pytest.raises(ConfigError, match="recompute = 'most' must be one of"):
+        parse_strategy("t=1,p=1,d=1,recompute=most")
