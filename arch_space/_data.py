@@ -37,9 +37,18 @@ __all__ = [
 
 @functools.cache
 def shipped_toml(name: str) -> Mapping[str, Any]:
-    """The parsed data file ``arch_space/data/<name>`` (cached; callers must not mutate it)."""
+    """The parsed data file ``arch_space/data/<name>``, read-only and cached."""
     text = importlib.resources.files("arch_space").joinpath("data", name).read_text("utf-8")
-    return tomllib.loads(text)
+    return _frozen(tomllib.loads(text))
+
+
+def _frozen(obj: Any) -> Any:
+    """Read-only copy of parsed TOML: tables become MappingProxyType, arrays tuples."""
+    if isinstance(obj, dict):
+        return MappingProxyType({k: _frozen(v) for k, v in obj.items()})
+    if isinstance(obj, list):
+        return tuple(_frozen(v) for v in obj)
+    return obj
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -401,8 +401,8 @@ _TOML_FIELD: Mapping[str, tuple[str, int | None]] = MappingProxyType(
 
 def _choices(where: str, key: str, value: Any) -> tuple[list[Any], list[str]]:
     """A list of choices from a list, a single value or a ``{min, max}`` power-of-two range."""
-    if isinstance(value, list):
-        return value, []
+    if isinstance(value, list | tuple):
+        return list(value), []
     if isinstance(value, Mapping):
         bad = unknown_keys(f"{where} {key}", value, ["min", "max"])
         lo, hi = value.get("min"), value.get("max")

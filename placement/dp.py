@@ -170,29 +170,14 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
     drop = _masks_by_s(max_s, s_max)
     dp = np.full((s_max + 1, g_count, size, c1), _INF)
     dp[0, :, 0, 0] = 0.0
-    choice = np.full((s_max + 1, g_count, size, c1), -1, dtype=np.int64)
     finals = np.full((s_max, g_count, size, c1), _INF)
     steps = s_max
     for s in range(1, s_max + 1):
         if s > 1:
             mid_flat[drop[s - 1]] = _INF  # stages whose memory allows s - 1 but not s
-        block = (last if s == 1 else mid)[:, s:, s - 1 : n]
-        prev = dp[s - 1, :, s - 1 : n]  # (G, C, c1)
-        if c1 == 1:
-            vals = np.maximum(block, prev[:, None, :, 0])  # (G, R, C)
-            arg = vals.argmin(axis=2)
-            dp[s, :, s:, 0] = np.take_along_axis(vals, arg[:, :, None], axis=2)[:, :, 0]
-            choice[s, :, s:, 0] = arg + (s - 1)
-            finals[s - 1, :, s - 1 : n, 0] = vals[:, -1, :]
-        else:
-            shifted = np.full_like(prev, _INF)
-            shifted[:, :, 1:] = prev[:, :, :-1]
-            src = np.where(one[:, s:, s - 1 : n, None], shifted[:, None, :, :], prev[:, None, :, :])
-            vals = np.maximum(block[:, :, :, None], src)  # (G, R, C, c1)
-            arg = vals.argmin(axis=2)
-            dp[s, :, s:] = np.take_along_axis(vals, arg[:, :, None, :], axis=2)[:, :, 0, :]
-            choice[s, :, s:] = arg + (s - 1)
-            finals[s - 1, :, s - 1 : n] = vals[:, -1]
+        vals = _dense_vals((last if s == 1 else mid)[:, s:, s - 1 : n], one, dp[s - 1], s)
+        dp[s, :, s:] = vals.min(axis=2)
+        finals[s - 1, :, s - 1 : n] = vals[:, -1]
         if not np.isfinite(dp[s, :, s:]).any():
             steps = s
             break
@@ -208,12 +193,36 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
         one_g = one[g].ravel()
         state, c = int(task.costs.inner[q]), c - int(one_g[q])
         for pos in range(s - 1, 0, -1):
-            q = state * size + int(choice[pos, g, state, c])
+            # the first inner state attaining dp[pos, state, c], as the DP found it
+            loads = (last if pos == 1 else mid)[g : g + 1, state : state + 1, pos - 1 : n]
+            row = _dense_vals(
+                loads, one[g : g + 1, state : state + 1], dp[pos - 1, g : g + 1], pos, row=state
+            )[0, 0, :, c]
+            q = state * size + pos - 1 + int(np.flatnonzero(row == dp[pos, g, state, c])[0])
             pairs.append(q)
             state, c = int(task.costs.inner[q]), c - int(one_g[q])
         assert state == 0 and c == 0, "reconstruction must end at the empty downset"
         sols.append(DpSolution(time_s, load_s, d, s, tuple(pairs)))
     return sols
+
+
+def _dense_vals(
+    block: np.ndarray, one: np.ndarray, prev: np.ndarray, s: int, row: int | None = None
+) -> np.ndarray:
+    """max(stage load, dp_(s-1) of the rest) on the block of outer rows x inner ``s-1 .. n-1``.
+
+    ``block`` is (G, R, C) loads, ``prev`` the (G, n+1, c1) table of step ``s - 1``;
+    ``one`` the full (G, n+1, n+1) one-device flags (or a single row of them with ``row``).
+    """
+    n = prev.shape[1] - 1
+    pb = prev[:, s - 1 : n]  # (G, C, c1)
+    if pb.shape[2] == 1:
+        return np.maximum(block, pb[:, None, :, 0])[..., None]
+    shifted = np.full_like(pb, _INF)
+    shifted[:, :, 1:] = pb[:, :, :-1]
+    flags = one[:, :, s - 1 : n] if row is not None else one[:, s:, s - 1 : n]
+    src = np.where(flags[..., None], shifted[:, None], pb[:, None])
+    return np.maximum(block[..., None], src)
 
 
 def _sparse_solve(task: DpTask) -> DpSolution | None:

@@ -244,14 +244,27 @@ def _objective_matrix(
 
 
 def _ordered(idx: np.ndarray, v: np.ndarray, points: Sequence[Mapping[str, Any]]) -> list[int]:
-    """``idx`` (rows of ``v``) sorted by values, then design_id, then key."""
-    rows = v.tolist()
-    order = sorted(
-        range(len(idx)),
-        key=lambda j: (
-            rows[j],
-            str(points[idx[j]].get("design_id") or ""),
-            str(points[idx[j]].get("key") or ""),
-        ),
-    )
-    return [int(idx[j]) for j in order]
+    """``idx`` (rows of ``v``) sorted by values, then design_id, then key.
+
+    A numeric lexsort orders the values; only runs of equal values are sorted again in
+    Python by (design_id, key), so big fronts stay fast.
+    """
+    n = len(idx)
+    if n == 0:
+        return []
+    order = np.lexsort(v.T[::-1]) if v.shape[1] else np.arange(n)
+    s = v[order]
+    same = np.zeros(n + 1, dtype=bool)
+    same[1:n] = np.all(s[1:] == s[:-1], axis=1)
+    out = idx[order].tolist()
+    starts = np.flatnonzero(~same[:n] & same[1:])  # first row of each run of equal values
+    for a in starts.tolist():
+        b = a + 1
+        while same[b]:
+            b += 1
+        out[a:b] = sorted(out[a:b], key=lambda i: _tie_key(points[i]))
+    return out
+
+
+def _tie_key(p: Mapping[str, Any]) -> tuple[str, str]:
+    return str(p.get("design_id") or ""), str(p.get("key") or "")

@@ -295,12 +295,18 @@ def test_gemm_report_rejects_bad_dims(field, value):
 @settings(max_examples=150)
 def test_latency_never_below_peak_or_bandwidth(acc, m, k, n, batch):
     op = _gemm(m, k, n, batch)
+    vec = _vector(OpKind.SOFTMAX, m * n, flops_per_element=batch)
     compulsory = 2 * batch * (m * k + k * n + m * n)
-    for parallel, peak in ((False, acc.peak_flops / acc.num_tc), (True, acc.peak_flops)):
-        t = _terms([op], acc, parallel=parallel)
+    for parallel, cores in ((False, 1), (True, acc.num_tc)):
+        t = _terms([op, vec], acc, parallel=parallel)
+        peak = 2 * acc.tc_rows * acc.tc_cols * cores * acc.clock_hz
         assert t.latency_s[0] >= op.flops / peak * (1 - 1e-12)
         assert t.hbm_bytes[0] >= compulsory
         assert t.latency_s[0] >= t.hbm_bytes[0] / acc.hbm_bandwidth_bytes_per_s * (1 - 1e-12)
+        lanes = acc.vc_lanes * (acc.num_vc if parallel else 1)
+        assert t.latency_s[1] >= vec.flops / (lanes * acc.clock_hz) * (1 - 1e-12)
+        vec_bytes = vec.bytes_read + vec.bytes_written
+        assert t.latency_s[1] >= vec_bytes / acc.hbm_bandwidth_bytes_per_s * (1 - 1e-12)
 
 
 @given(

@@ -1,0 +1,122 @@
+"""The progress display: exact text, redraw in place on a terminal, periodic lines otherwise."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+from _executors_tasks import Job, square_job
+
+from phaze.executors import Progress, run_tasks
+from phaze.executors.progress import format_duration, format_progress
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (59.4, "59s"),
+        (60, "1m00s"),
+        (187.4, "3m07s"),
+        (3600, "1h00m"),
+        (7500, "2h05m"),
+        (86400 + 4 * 3600 + 59, "1d04h"),
+        (math.inf, "--"),
+        (math.nan, "--"),
+        (-1, "--"),
+    ],
+)
+def test_durations(seconds, text):
+    assert format_duration(seconds) == text
+
+
+def test_progress_text_has_count_percentage_rate_and_eta():
+    assert format_progress("points", 250, 1000, 12.5, 20.0) == (
+        "points 250/1000 (25.0%)  12.5/s  ETA 1m00s"
+    )
+    assert format_progress("points", 0, 1000, 0.0, 3.0) == "points 0/1000 (0.0%)  --/s  ETA --"
+    assert format_progress("points", 10, 10, 2340.7, 0.004) == (
+        "points 10/10 (100.0%)  2341/s  done in 0s"
+    )
+    assert format_progress("points", 0, 0, 0.0, 0.0) == "points 0/0 (100.0%)  --/s  done in 0s"
+    assert format_progress("tasks", 7, None, 0.5, 14.0) == "tasks 7  0.5/s  elapsed 14s"
+
+
+def test_a_terminal_line_is_redrawn_in_place_at_most_every_interval():
+    out, clock = io.StringIO(), FakeClock()
+    bar = Progress(out, label="points", is_tty=True, clock=clock)
+    bar.start(100)
+    assert out.getvalue() == "\rpoints 0/100 (0.0%)  --/s  ETA --"
+    clock.now += 0.05
+    bar.advance(10)  # too soon: not drawn
+    assert out.getvalue().count("\r") == 1
+    clock.now += 0.05
+    bar.advance(10)  # 20 done in 0.1 s: 200/s, 80 left -> 0.4 s
+    assert out.getvalue().endswith("\rpoints 20/100 (20.0%)  200/s  ETA 0s")
+    clock.now += 0.9
+    bar.advance(80)
+    bar.close()
+    bar.close()  # idempotent
+    assert out.getvalue().endswith("\rpoints 100/100 (100.0%)  100/s  done in 1s\n")
+    assert out.getvalue().count("\n") == 1
+
+
+def test_a_shorter_line_wipes_the_longer_one_before_it():
+    out, clock = io.StringIO(), FakeClock()
+    bar = Progress(out, label="p", is_tty=True, clock=clock)
+    bar.start(10)  # "p 0/10 (0.0%)  --/s  ETA --" is 27 characters
+    clock.now += 1.0
+    bar.advance(10)  # "p 10/10 (100.0%)  10/s  done in 1s" is 34: no padding needed
+    bar.start(1)
+    first_len = len("p 10/10 (100.0%)  10/s  done in 1s")
+    assert out.getvalue().endswith("\r" + "p 0/1 (0.0%)  --/s  ETA --".ljust(first_len))
+
+
+def test_a_log_gets_a_line_per_interval_and_skipped_items_count_but_not_in_the_rate():
+    out, clock = io.StringIO(), FakeClock()
+    bar = Progress(out, label="points", skipped=50, is_tty=False, clock=clock)
+    bar.start(50)
+    for _ in range(25):
+        clock.now += 1.0
+        bar.advance()  # a line at 10 s and 20 s only
+    bar.close()
+    assert out.getvalue().splitlines() == [
+        "points 50/100 (50.0%)  --/s  ETA --",
+        "points 60/100 (60.0%)  1/s  ETA 40s",
+        "points 70/100 (70.0%)  1/s  ETA 30s",
+        "points 75/100 (75.0%)  1/s  ETA 25s",
+    ]
+
+
+def test_disabled_progress_draws_nothing():
+    out = io.StringIO()
+    bar = Progress(out, enabled=False)
+    bar.start(3)
+    bar.advance(3)
+    bar.close()
+    assert out.getvalue() == "" and bar.done == 3
+
+
+def test_run_tasks_draws_progress_to_the_end():
+    out = io.StringIO()
+    run_tasks(
+        square_job,
+        [Job(n) for n in range(12)],
+        on_result=lambda t, r: None,
+        executor="serial",
+        progress=Progress(out, label="points", is_tty=False),
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "points 0/12 (0.0%)  --/s  ETA --"
+    assert lines[-1].startswith("points 12/12 (100.0%)") and "done in" in lines[-1]
