@@ -2,8 +2,9 @@
 
 Run by hand: ``python benchmarks/bench_executors.py [--tasks N] [--ray]``. Prints, for a
 task of ~0 s and one of ~1 ms, the throughput of each executor and the overhead per task
-relative to the serial run, plus the parent's peak memory for a run of many tasks (which
-must stay flat: tasks are handed out lazily and results are not kept).
+relative to the serial run, the cost of starting workers (paid once per Runner), and the
+parent's peak memory for a run of many tasks (which must stay flat: tasks are handed out
+lazily and results are not kept).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import resource
 import time
 from collections.abc import Iterable
 
-from phaze.executors import run_tasks
+from phaze.executors import Runner, run_tasks
 
 
 def spin(n: int) -> int:
@@ -63,12 +64,19 @@ def main() -> None:
         runs.append(("local jobs=2 adaptive", {"jobs": 2}))
         if args.ray:
             runs.append(("ray jobs=2 adaptive", {"executor": "ray", "jobs": 2}))
+            if cost:  # ~2 ms a Ray task: only the smaller run
+                runs.append(("ray jobs=2 chunks=1", {"executor": "ray", "jobs": 2, "chunksize": 1}))
         for label, kwargs in runs:
             wall_s = _run(label, tasks, n, **kwargs)
             print(
                 f"  {'':<24} overhead vs serial/2: {(wall_s - serial_s / 2) / n * 1e6:8.1f} µs/task"
             )
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with Runner("local", jobs=2) as runner:
+        for attempt in ("first run (starts workers)", "second run, same Runner"):
+            start = time.perf_counter()
+            runner.run(spin, [0, 0], on_result=lambda task, result: None)
+            print(f"  2 tasks, {attempt:<27} {time.perf_counter() - start:6.3f} s wall")
     many = args.tasks * 10
     _run("local, lazy 10x tasks", itertools.repeat(0, many), many, jobs=2)
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

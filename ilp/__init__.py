@@ -1,8 +1,8 @@
 """Per-layer operator scheduling (DESIGN.md §5): which ops share the cores, which run intra-op
 parallel, in what order, for the least makespan.
 
-Public API: :func:`solve_schedule` (one op graph on T tensor and W vector cores) and its
-:class:`Schedule`.
+* :func:`solve_schedule` - one op graph (networkx, with costs) on T tensor and W vector cores.
+* :func:`layer_timing` - every distinct layer of a layer graph on one design, for placement.
 """
 
 from ilp.schedule import (
@@ -13,12 +13,18 @@ from ilp.schedule import (
     ScheduleStatus,
     solve_schedule,
 )
+from ilp.timing import LayerTiming, PassTiming, costed_graph, layer_timing, pass_schedule
 
 __all__ = [
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
+    "LayerTiming",
     "Method",
+    "PassTiming",
     "Schedule",
     "ScheduleStatus",
+    "costed_graph",
+    "layer_timing",
+    "pass_schedule",
     "solve_schedule",
 ]

@@ -17,6 +17,7 @@ i's parallel mode conflicts with j; and with assignment ``sum_c z_ic + y_i = 1``
   head_j`` give ``M_ij = UB - tail_i - head_j`` instead of the sum of all latencies;
 * cores are interchangeable: the k-th op of a type (in the warm start's start order) may
   only use cores 0..k-1 (relabel cores by first use);
+* interchangeable ops and branches start in index order (:mod:`ilp.symmetry`);
 * a fused ``TCandVC`` op gets one tensor-core index and one vector-core index of its own,
   which is exactly "at most T tensor and W vector cores busy at any instant" (interval
   graphs are perfect, so such a schedule always has a per-core assignment).
@@ -29,6 +30,7 @@ Phaze reference, Solver/ilp.py (msr-fiddle/phaze) for the original model.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -38,6 +40,7 @@ import pulp
 
 from ilp.listsched import Structure
 from ilp.problem import PARALLEL, SINGLE, Problem, demand, uses
+from ilp.symmetry import symmetry
 from phaze.errors import ConfigError, SolverError, unknown_name
 
 __all__ = ["SOLVERS", "IlpOutcome", "check_solver", "solve_ilp"]
@@ -48,6 +51,7 @@ SOLVERS: Final = ("highs", "cbc", "gurobi")
 _SCALE: Final = 100.0  # the heuristic makespan in model units (dimensionless)
 _SLACK: Final = 1e-7  # model units added to upper bounds so the warm start stays feasible
 _MAX_TRIPLES: Final = 3000  # transitivity rows are implied by the times; add only this many
+_MAX_PATHS: Final = 256  # path cuts are added only when the DAG has at most this many paths
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +89,10 @@ def check_solver(name: str) -> None:
     if name not in SOLVERS:
         raise unknown_name("solver", name, SOLVERS)
     if name == "highs" and not pulp.HiGHS(msg=False).available():
-        raise ConfigError("solver 'highs' needs highspy (pip install highspy), or pass solver='cbc'")
-    if name == "cbc" and not pulp.PULP_CBC_CMD(msg=False).available():
+        raise ConfigError(
+            "solver 'highs' needs highspy (pip install highspy), or pass solver='cbc'"
+        )
+    if name == "cbc" and not _make_solver("cbc", 1.0, 0.0).available():
         raise ConfigError("solver 'cbc' needs PuLP's bundled CBC binary (reinstall pulp)")
     if name == "gurobi" and (why := _gurobi_problem()):
         raise ConfigError(f"solver 'gurobi' cannot run: {why}; use solver='highs' or 'cbc'")
@@ -97,7 +103,7 @@ def _highs_class() -> type:
     import highspy
 
     class _WarmHiGHS(pulp.HiGHS):
-        def callSolver(self, lp):  # noqa: N802 (PuLP's name)
+        def callSolver(self, lp):
             variables = lp.variables()
             if all(v.varValue is not None for v in variables):
                 sol = highspy.HighsSolution()
@@ -134,12 +140,10 @@ class _Model:
         dmin = [problem.min_duration(i) * sc for i in range(n)]
         head = [h * sc for h in st.head]
         tail = [t * sc for t in st.tail]
-        self.T = pulp.LpVariable("T", lowBound=max(0.0, min(lb_s * sc, _SCALE) - _SLACK), upBound=ub)
-        self.t = [
-            pulp.LpVariable(f"t{i}", lowBound=head[i], upBound=max(head[i], ub - tail[i] - dmin[i]))
-            for i in range(n)
-        ]
-        self.y = {i: pulp.LpVariable(f"y{i}", cat="Binary") for i in range(n) if problem.can_parallel[i]}
+        var = lp.add_variable
+        self.T = var("T", max(0.0, min(lb_s * sc, _SCALE) - _SLACK), ub)
+        self.t = [var(f"t{i}", head[i], max(head[i], ub - tail[i] - dmin[i])) for i in range(n)]
+        self.y = {i: var(f"y{i}", 0, 1, pulp.LpBinary) for i in range(n) if problem.can_parallel[i]}
         lp += pulp.LpAffineExpression([(self.T, 1.0)])
 
         def end(i: int) -> list[tuple[pulp.LpVariable, float]]:
@@ -174,8 +178,8 @@ class _Model:
         pairs = sorted(set(blocks) | {p for ps in share.values() for p in ps})
         self.x: dict[tuple[int, int], pulp.LpVariable] = {}
         for i, j in pairs:
-            self.x[i, j] = pulp.LpVariable(f"x{i}_{j}", cat="Binary")
-            self.x[j, i] = pulp.LpVariable(f"x{j}_{i}", cat="Binary")
+            self.x[i, j] = var(f"x{i}_{j}", 0, 1, pulp.LpBinary)
+            self.x[j, i] = var(f"x{j}_{i}", 0, 1, pulp.LpBinary)
             add([(self.x[i, j], 1.0), (self.x[j, i], 1.0)], le, 1.0)
             for a, b in ((i, j), (j, i)):
                 big_m = max(0.0, ub - tail[a] - head[b])
@@ -183,6 +187,10 @@ class _Model:
             for k in blocks.get((i, j), ()):
                 add([(self.x[i, j], 1.0), (self.x[j, i], 1.0), (self.y[k], -1.0)], ge, 0.0)
         self._transitivity(pairs, add, ge)
+        self._work_cuts(head, tail, single, gain, add, ge)
+        self._path_cuts(st, single, gain, add, ge)
+        for a, b in symmetry(problem).orderings():
+            add([(self.t[a], 1.0), (self.t[b], -1.0)], le, 0.0)
 
         self.z: dict[tuple[str, int, int], pulp.LpVariable] = {}
         order = sorted(range(n), key=lambda i: (warm_start[i], i))
@@ -191,7 +199,7 @@ class _Model:
             users = [i for i in order if _uses(problem, i, r)]
             for k, i in enumerate(users):
                 for c in range(min(cap, k + 1)):
-                    self.z[r, i, c] = pulp.LpVariable(f"z{r}{i}_{c}", cat="Binary")
+                    self.z[r, i, c] = var(f"z{r}{i}_{c}", 0, 1, pulp.LpBinary)
                 terms = [(self.z[r, i, c], 1.0) for c in range(min(cap, k + 1))]
                 if i in self.y:
                     terms.append((self.y[i], 1.0))
@@ -210,6 +218,75 @@ class _Model:
                             -1.0,
                         )
         self._warm(warm_modes, warm_start, assign)
+
+    def _work_cuts(self, head, tail, single, gain, add, ge) -> None:
+        """Core-seconds per type, as valid inequalities linear in the modes:
+        ``T >= min head + sum_i (core-seconds of i in its mode) / cores + min tail``.
+
+        All ops holding a core of a type run between the least head and the makespan less
+        the least tail, and the type's cores give ``cores`` core-seconds per second. Under
+        ``parallel_blocks_all`` a parallel op of either type holds every core, so this
+        charges its full latency to both types: the LP then sees that parallel ops cannot
+        overlap single-core work, which the big-M rows alone hide from it.
+        """
+        p = self.problem
+        for k, cap in ((0, p.num_tc), (1, p.num_vc)):
+            terms: list[tuple[pulp.LpVariable, float]] = []
+            const = 0.0
+            first = last = float("inf")
+            for i in range(p.n):
+                one = demand(p, i, SINGLE)[k] / cap
+                par = demand(p, i, PARALLEL)[k] / cap if i in self.y else one
+                if not (one or par):
+                    continue
+                first, last = min(first, head[i]), min(last, tail[i])
+                const += single[i] * one
+                if i in self.y:
+                    terms.append((self.y[i], (single[i] + gain[i]) * par - single[i] * one))
+            if const or terms:
+                add([(self.T, 1.0), *((v, -c) for v, c in terms)], ge, const + first + last)
+
+    def _path_cuts(self, st: Structure, single, gain, add, ge) -> None:
+        """Under ``parallel_blocks_all``, for each source-to-sink path P:
+        ``T >= sum_{i in P} p_i + sum_{j not in P} L_j y_j`` over ops holding cores.
+
+        The ops of a path run one after another, and a parallel op runs alone, so their
+        busy intervals are pairwise disjoint. Added for up to :data:`_MAX_PATHS` paths.
+        """
+        p = self.problem
+        if not p.parallel_blocks_all or not self.y:
+            return
+        core = [p.core[i] != "Nop" for i in range(p.n)]
+        paths: list[list[int]] = []
+
+        def walk(i: int, path: list[int]) -> None:
+            if len(paths) > _MAX_PATHS:
+                return
+            path.append(i)
+            if not st.succs[i]:
+                paths.append(list(path))
+            for j in st.succs[i]:
+                walk(j, path)
+            path.pop()
+
+        for i in range(p.n):
+            if not st.preds[i]:
+                walk(i, [])
+        if len(paths) > _MAX_PATHS:
+            return
+        for path in paths:
+            on = set(path)
+            terms: list[tuple[pulp.LpVariable, float]] = []
+            const = 0.0
+            for i in path:
+                if core[i]:
+                    const += single[i]
+                    if i in self.y:
+                        terms.append((self.y[i], gain[i]))
+            for j, y in self.y.items():
+                if j not in on:
+                    terms.append((y, single[j] + gain[j]))
+            add([(self.T, 1.0), *((v, -c) for v, c in terms)], ge, const)
 
     def _transitivity(self, pairs, add, ge) -> None:
         """x_ik >= x_ij + x_jk - 1 where all three are variables (up to _MAX_TRIPLES rows)."""
@@ -284,7 +361,11 @@ def _make_solver(name: str, time_limit_s: float, mip_gap: float) -> pulp.LpSolve
     if name == "highs":
         return _highs_class()(msg=False, timeLimit=limit, gapRel=mip_gap, threads=1)
     if name == "cbc":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=mip_gap, warmStart=True, threads=1)
+        with warnings.catch_warnings():  # PuLP 3 deprecates its bundled CBC, still shipped
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.PULP_CBC_CMD(
+                msg=False, timeLimit=limit, gapRel=mip_gap, warmStart=True, threads=1
+            )
     return pulp.GUROBI(msg=False, timeLimit=limit, gapRel=mip_gap, warmStart=True, Threads=1)
 
 

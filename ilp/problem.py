@@ -66,7 +66,9 @@ class Problem:
         return self.parallel_s[i] if mode == PARALLEL else self.single_s[i]
 
     def min_duration(self, i: int) -> float:
-        return min(self.single_s[i], self.parallel_s[i]) if self.can_parallel[i] else self.single_s[i]
+        return (
+            min(self.single_s[i], self.parallel_s[i]) if self.can_parallel[i] else self.single_s[i]
+        )
 
 
 def uses(core: str) -> tuple[bool, bool]:
@@ -110,7 +112,9 @@ def _check_node(node: Hashable, attrs: Mapping[str, object]) -> list[str]:
     problems = []
     core = attrs.get("core")
     if core not in CORE_TYPES:
-        problems.append(f"graph node {node!r}: core = {core!r} must be one of {', '.join(CORE_TYPES)}")
+        problems.append(
+            f"graph node {node!r}: core = {core!r} must be one of {', '.join(CORE_TYPES)}"
+        )
     required = ("latency_s",) if core == "Nop" else ("latency_s", "parallel_latency_s")
     optional = ("energy_j",) if core == "Nop" else ("energy_j", "parallel_energy_j")
     for field in required:
@@ -150,7 +154,9 @@ def build_problem(
     """
     problems = _check_cores(num_tc, num_vc)
     if not isinstance(graph, nx.DiGraph):
-        raise ConfigError(f"solve_schedule: graph must be a networkx DiGraph (got {type(graph).__name__})")
+        raise ConfigError(
+            f"solve_schedule: graph must be a networkx DiGraph (got {type(graph).__name__})"
+        )
     for node, attrs in graph.nodes(data=True):
         problems.extend(_check_node(node, attrs))
     if not nx.is_directed_acyclic_graph(graph):

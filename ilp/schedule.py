@@ -11,7 +11,7 @@ The pipeline for one graph (DESIGN.md §5):
    more cores were busy than exist); else re-solve with assignment variables for the core
    types that were over-subscribed (:mod:`ilp.formulation`).
 
-Every solve shares one wall-clock budget; on timeout the best feasible schedule is returned
+Each independent part (see :func:`_solve`) has its own wall-clock budget; on timeout the best feasible schedule is returned
 with status ``time_limit`` (or ``list_schedule`` when the solver found nothing better than
 the list schedule to start from), never an exception.
 """
@@ -32,6 +32,7 @@ import networkx as nx
 from ilp.formulation import check_solver, solve_ilp
 from ilp.listsched import heuristic, lower_bound, makespan, serial_sgs, structure
 from ilp.problem import PARALLEL, SINGLE, Problem, build_problem, demand, uses
+from ilp.symmetry import canonical, symmetry
 from phaze.errors import ConfigError, SolverError
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TIME_LIMIT_S: Final = 10.0  # wall seconds per graph, all solves together
+DEFAULT_TIME_LIMIT_S: Final = 1.0  # wall seconds per independent part of a graph (sweep-sized)
 DEFAULT_MIP_GAP: Final = 1e-6  # relative; HiGHS's own default (1e-4) would be inexact
 _TOL: Final = 1e-6  # relative slack when comparing makespans computed two ways
 
@@ -109,6 +110,7 @@ class _Result:
     gap: float
     solver: str
     wall_s: float
+    lb_s: float  # proven lower bound on the makespan
 
 
 def solve_schedule(
@@ -134,7 +136,8 @@ def solve_schedule(
         "highs" (in-process, default), "cbc" (PuLP's bundled binary) or "gurobi" (when
         installed and licensed). If HiGHS fails, CBC is tried before giving up.
     time_limit_s, mip_gap
-        Wall-clock budget of all solves for this graph, and the relative MIP gap.
+        Wall-clock budget of the solves of each independent part of the graph (the parts
+        between ops that nothing can run beside), and the relative MIP gap.
     parallel_blocks_all
         True (default): an intra-op parallel op runs alone on the chip. False: it holds only
         the cores of its own type(s).
@@ -164,22 +167,119 @@ def solve_schedule(
     check_solver(solver)
     contracted = build_problem(graph, num_tc, num_vc, parallel_blocks_all=parallel_blocks_all)
     result = _solve(contracted.problem, solver, float(time_limit_s), float(mip_gap))
-    return _assemble(graph, contracted.nodes, contracted.zero, contracted.problem, result, time_limit_s)
+    return _assemble(
+        graph, contracted.nodes, contracted.zero, contracted.problem, result, time_limit_s
+    )
+
+
+_STATUS_RANK: Final = (
+    ScheduleStatus.OPTIMAL,
+    ScheduleStatus.TIME_LIMIT,
+    ScheduleStatus.LIST_SCHEDULE,
+)
+_METHOD_RANK: Final = (Method.EMPTY, Method.BOUND, Method.ILP, Method.ILP_CORES)
 
 
 @lru_cache(maxsize=16384)
 def _solve(problem: Problem, solver: str, time_limit_s: float, mip_gap: float) -> _Result:
-    """Optimal (or best in time) modes and starts of a canonical problem, by content."""
+    """Optimal (or best in time) modes and starts of a canonical problem, by content.
+
+    An op comparable to every other op (a cut: nothing can run beside it) splits the problem
+    exactly: it runs alone in its fastest mode, and the parts between cuts are scheduled
+    independently, one after the other (each part's ops all follow the cut before it and
+    precede the cut after it). Each part is solved, and cached, on its own.
+    """
+    t0 = time.perf_counter()
+    n = problem.n
+    st = structure(problem)
+    anc = [0] * n
+    for i in range(n):
+        d = st.desc[i]
+        while d:
+            low = d & -d
+            anc[low.bit_length() - 1] |= 1 << i
+            d ^= low
+    cuts = [i for i in range(n) if (st.desc[i] | anc[i]).bit_count() == n - 1]
+    if not cuts:
+        return _solve_part(problem, solver, time_limit_s, mip_gap)
+    modes = [SINGLE] * n
+    start = [0.0] * n
+    offset = lb = 0.0
+    status, method, used = ScheduleStatus.OPTIMAL, Method.BOUND, "none"
+    bounds = [*cuts, n]
+    lo = 0
+    for cut in bounds:
+        if cut > lo:
+            part = _solve_part(_sub_problem(problem, lo, cut), solver, time_limit_s, mip_gap)
+            for k in range(cut - lo):
+                modes[lo + k] = part.modes[k]
+                start[lo + k] = offset + part.start[k]
+            offset += part.makespan_s
+            lb += part.lb_s
+            status = max(status, part.status, key=_STATUS_RANK.index)
+            method = max(method, part.method, key=_METHOD_RANK.index)
+            used = part.solver if part.solver != "none" else used
+        if cut < n:
+            modes[cut] = PARALLEL if problem.can_parallel[cut] else SINGLE
+            start[cut] = offset
+            offset += problem.duration(cut, modes[cut])
+            lb += problem.duration(cut, modes[cut])
+        lo = cut + 1
+    # Offsetting each part's times can round a touching pair into a one-ulp overlap;
+    # re-deriving the starts with the SGS in the same order gives exact touching times.
+    exact = serial_sgs(problem, modes, start)
+    span = makespan(problem, modes, exact)
+    gap = max(0.0, (span - lb) / span) if span > 0 else 0.0
+    return _Result(
+        tuple(modes),
+        exact,
+        span,
+        status,
+        method,
+        gap,
+        used,
+        time.perf_counter() - t0,
+        min(lb, span),
+    )
+
+
+def _sub_problem(problem: Problem, lo: int, hi: int) -> Problem:
+    """Ops lo..hi-1 (a contiguous run in topological order) with the edges among them."""
+    return Problem(
+        num_tc=problem.num_tc,
+        num_vc=problem.num_vc,
+        parallel_blocks_all=problem.parallel_blocks_all,
+        core=problem.core[lo:hi],
+        single_s=problem.single_s[lo:hi],
+        parallel_s=problem.parallel_s[lo:hi],
+        can_parallel=problem.can_parallel[lo:hi],
+        edges=tuple((i - lo, j - lo) for i, j in problem.edges if lo <= i and j < hi),
+    )
+
+
+@lru_cache(maxsize=16384)
+def _solve_part(problem: Problem, solver: str, time_limit_s: float, mip_gap: float) -> _Result:
+    """Bound check, then the MIP with lazy per-core assignment (see the module docstring)."""
     t0 = time.perf_counter()
     if problem.n == 0:
-        return _Result((), (), 0.0, ScheduleStatus.OPTIMAL, Method.EMPTY, 0.0, "none", 0.0)
+        return _Result((), (), 0.0, ScheduleStatus.OPTIMAL, Method.EMPTY, 0.0, "none", 0.0, 0.0)
     st = structure(problem)
     lb = lower_bound(problem)
     modes, start, ub = heuristic(problem, lb * (1 + _TOL))
     if ub <= lb * (1 + _TOL):
-        return _Result(modes, start, ub, ScheduleStatus.OPTIMAL, Method.BOUND, 0.0, "none",
-                       time.perf_counter() - t0)
+        return _Result(
+            modes,
+            start,
+            ub,
+            ScheduleStatus.OPTIMAL,
+            Method.BOUND,
+            0.0,
+            "none",
+            time.perf_counter() - t0,
+            lb,
+        )
 
+    sym = symmetry(problem)
     best = (modes, start, ub)
     assign: frozenset[str] = frozenset()
     used = solver
@@ -190,8 +290,9 @@ def _solve(problem: Problem, solver: str, time_limit_s: float, mip_gap: float) -
         if remaining <= 0:
             break
         method = Method.ILP_CORES if assign else Method.ILP
+        warm = canonical(sym, best[0], best[1])
         out, used = _solve_with_fallback(
-            problem, st, best, lb, assign, solver, remaining, mip_gap
+            problem, st, (warm[0], warm[1], best[2]), lb, assign, solver, remaining, mip_gap
         )
         lb = max(lb, out.bound_s)
         if out.modes is None or out.start is None:
@@ -215,16 +316,30 @@ def _solve(problem: Problem, solver: str, time_limit_s: float, mip_gap: float) -
             )
         assign = assign | over
         logger.debug("re-solving with per-core assignment for %s", sorted(assign))
-    gap = max(0.0, (best[2] - lb) / best[2]) if best[2] > 0 else 0.0
     if status == ScheduleStatus.OPTIMAL:
-        gap = min(gap, mip_gap)
-    return _Result(best[0], best[1], best[2], status, method, gap, used, time.perf_counter() - t0)
+        lb = max(lb, best[2] * (1 - mip_gap))
+    gap = max(0.0, (best[2] - lb) / best[2]) if best[2] > 0 else 0.0
+    return _Result(
+        best[0],
+        best[1],
+        best[2],
+        status,
+        method,
+        gap,
+        used,
+        time.perf_counter() - t0,
+        min(lb, best[2]),
+    )
 
 
 def _solve_with_fallback(problem, st, best, lb, assign, solver, remaining, mip_gap):
     """One MIP solve; if HiGHS fails, retry once with CBC."""
     kwargs = dict(
-        ub_s=best[2], lb_s=lb, assign=assign, warm=(best[0], best[1]), time_limit_s=remaining,
+        ub_s=best[2],
+        lb_s=lb,
+        assign=assign,
+        warm=(best[0], best[1]),
+        time_limit_s=remaining,
         mip_gap=mip_gap,
     )
     try:
@@ -239,7 +354,9 @@ def _solve_with_fallback(problem, st, best, lb, assign, solver, remaining, mip_g
 def _oversubscribed(problem: Problem, modes, start) -> frozenset[str]:
     """Core types with more single-core ops running at once than cores, by the MIP's times
     (overlaps shorter than a relative tolerance are ignored)."""
-    tol = _TOL * max((start[i] + problem.duration(i, modes[i]) for i in range(problem.n)), default=0)
+    tol = _TOL * max(
+        (start[i] + problem.duration(i, modes[i]) for i in range(problem.n)), default=0
+    )
     over = set()
     for r, cap in (("TC", problem.num_tc), ("VC", problem.num_vc)):
         events = []

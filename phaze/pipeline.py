@@ -137,7 +137,12 @@ class _Variant:
 
 @lru_cache(maxsize=4096)
 def _variant(
-    model: Model, setup: TrainingSetup, tp: int, acc: Accelerator, cluster: Cluster, solver: SolverSettings
+    model: Model,
+    setup: TrainingSetup,
+    tp: int,
+    acc: Accelerator,
+    cluster: Cluster,
+    solver: SolverSettings,
 ) -> _Variant:
     """Layer schedules of every distinct layer at width ``tp`` -> a placement stage graph.
 
@@ -145,7 +150,12 @@ def _variant(
     """
     lg = build_layer_graph(model, setup, tp)
     timings = layer_timing(
-        lg, acc, cluster, solver=solver.name, time_limit_s=solver.time_limit_s, mip_gap=solver.mip_gap
+        lg,
+        acc,
+        cluster,
+        solver=solver.name,
+        time_limit_s=solver.time_limit_s,
+        mip_gap=solver.mip_gap,
     )
     times = {
         cid: (lt.forward.makespan_s, lt.backward.makespan_s, lt.recompute.makespan_s)
@@ -227,7 +237,9 @@ def evaluate(
         )
     widths = (strategy.tp,) if strategy else tp_widths(model, ctx)
     if not widths:
-        return Evaluation(workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}")
+        return Evaluation(
+            workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
+        )
     timing_acc = _timing_design(acc)
     variants = {t: _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver) for t in widths}
     problem = PlacementProblem(

@@ -46,7 +46,8 @@ from phaze.errors import ConfigError
 from phaze.executors import Progress, run_tasks
 from phaze.pipeline import Context, Evaluation, Knobs, evaluate
 from phaze.scoring import FORMULAS
-from results.schema import AGGREGATE_WORKLOAD, column
+from results.pareto import parse_objectives
+from results.schema import AGGREGATE_WORKLOAD
 from results.store import Store
 from workloads import Model, TrainingSetup, model_flops_per_sequence, resolve_model
 
@@ -147,7 +148,11 @@ def _placement_json(ev: Evaluation) -> str | None:
             "devices_used": pl.devices_used,
             "bubble_fraction": pl.bubble_fraction,
             "stages": [
-                {"layers": [min(s.layers), max(s.layers)], "devices": s.devices, "memory_bytes": s.memory_bytes}
+                {
+                    "layers": [min(s.layers), max(s.layers)],
+                    "devices": s.devices,
+                    "memory_bytes": s.memory_bytes,
+                }
                 for s in pl.stages
             ],
         },
@@ -222,14 +227,20 @@ def bounds(acc: Accelerator, model: Model, ctx: Context) -> Bound:
     flops_per_seq = model_flops_per_sequence(model, ctx.seq_len)
     samples = n * acc.peak_flops / flops_per_seq
     tokens = samples * ctx.seq_len
-    setup = TrainingSetup(seq_len=ctx.seq_len, global_batch=ctx.global_batch, tokens_to_train=ctx.tokens_to_train)
+    setup = TrainingSetup(
+        seq_len=ctx.seq_len, global_batch=ctx.global_batch, tokens_to_train=ctx.tokens_to_train
+    )
     budget = setup.training_tokens(model.tokens_to_train)
     d = budget / tokens
     mac_j = budget / ctx.seq_len * flops_per_seq / 2 * tech_node(acc.node_nm).mac_energy_pj * 1e-12
     energy = mac_j + n * static_power_w(acc) * d
     operational = energy / _J_PER_KWH * sc.pue * sc.grid_gco2e_per_kwh / 1000
     emb_device = embodied_kgco2e(acc)
-    embodied = n * emb_device * (d / (sc.lifetime_s * sc.utilisation) if sc.embodied_mode == "amortised" else 1.0)
+    embodied = (
+        n
+        * emb_device
+        * (d / (sc.lifetime_s * sc.utilisation) if sc.embodied_mode == "amortised" else 1.0)
+    )
     total = embodied + operational
     return Bound(
         tokens_per_s=tokens,
@@ -284,8 +295,7 @@ def plan(cfg: SweepConfig) -> tuple[_Shared, tuple[Accelerator, ...]]:
             )
     if problems:
         raise ConfigError("sweep: " + "; ".join(problems))
-    for column_name in cfg.objectives:
-        column(column_name.lstrip("+-"))
+    parse_objectives(cfg.objectives)
     space = load_space(cfg.space)
     designs = tuple(space.enumerate())
     if cfg.hbm_bytes:
@@ -296,12 +306,7 @@ def plan(cfg: SweepConfig) -> tuple[_Shared, tuple[Accelerator, ...]]:
 
 def _objective_signs(objectives: Sequence[str]) -> list[tuple[str, float]]:
     """(metric, sign) so that sign * value is minimised."""
-    out = []
-    for spec in objectives:
-        name = spec.lstrip("+-")
-        sense = {"+": "max", "-": "min"}.get(spec[:1], column(name).sense)
-        out.append((name, -1.0 if sense == "max" else 1.0))
-    return out
+    return [(o.metric, -1.0 if o.sense == "max" else 1.0) for o in parse_objectives(objectives)]
 
 
 def run_sweep(
@@ -329,7 +334,9 @@ def run_sweep(
         "designs": len(designs),
     }
     stage_s: dict[str, float] = {"plan_s": time.perf_counter() - t0}
-    with Store.open(out, inputs, cfg.config_hash(), allow_config_change=allow_config_change) as store:
+    with Store.open(
+        out, inputs, cfg.config_hash(), allow_config_change=allow_config_change
+    ) as store:
         done = store.done_keys()
         names = [n for n, _ in shared.workloads]
         keys_of = {
@@ -343,17 +350,19 @@ def run_sweep(
         if cfg.prune and not prune:
             logger.info("pruning off: no optimistic bound for some objective of %s", cfg.objectives)
         t1 = time.perf_counter()
-        bound_rows = {
-            design_id(a): {
-                w: np.array([s * getattr(bounds(a, m, shared.ctx), n) for n, s in signs])
-                for w, m in shared.workloads
+        bound_rows = (
+            {
+                design_id(a): {
+                    w: np.array([s * getattr(bounds(a, m, shared.ctx), n) for n, s in signs])
+                    for w, m in shared.workloads
+                }
+                for a in todo
             }
-            for a in todo
-        } if prune else {}
-        # Strongest first: optimistic throughput per dollar, then the design id (total order).
-        todo.sort(
-            key=lambda a: (-a.peak_flops / device_cost_usd(a), design_id(a))
+            if prune
+            else {}
         )
+        # Strongest first: optimistic throughput per dollar, then the design id (total order).
+        todo.sort(key=lambda a: (-a.peak_flops / device_cost_usd(a), design_id(a)))
         stage_s["bounds_s"] = time.perf_counter() - t1
         pruned = 0
         evaluated = 0
@@ -453,7 +462,9 @@ def _incumbents(
     return out
 
 
-def aggregate_records(points: Sequence[Mapping[str, Any]], workloads: Sequence[str]) -> list[dict[str, Any]]:
+def aggregate_records(
+    points: Sequence[Mapping[str, Any]], workloads: Sequence[str]
+) -> list[dict[str, Any]]:
     """One row per design over all workloads (issue 7 item 7), like the reference's "one
     design for a set of models".
 
@@ -470,15 +481,24 @@ def aggregate_records(points: Sequence[Mapping[str, Any]], workloads: Sequence[s
         if p["workload"] == AGGREGATE_WORKLOAD:
             continue
         k = (p["design_id"], p["workload"])
-        if k not in best or (p["tokens_per_s"], p["key"]) > (best[k]["tokens_per_s"], best[k]["key"]):
+        if k not in best or (p["tokens_per_s"], p["key"]) > (
+            best[k]["tokens_per_s"],
+            best[k]["key"],
+        ):
             best[k] = p
-    top = {w: max((p["tokens_per_s"] for (_, ww), p in best.items() if ww == w), default=0.0) for w in workloads}
+    top = {
+        w: max((p["tokens_per_s"] for (_, ww), p in best.items() if ww == w), default=0.0)
+        for w in workloads
+    }
     out = []
     for did in sorted({d for d, _ in best}):
         rows = [best.get((did, w)) for w in workloads]
         if any(r is None for r in rows):
             continue
-        score = math.exp(sum(math.log(r["tokens_per_s"] / top[w]) for r, w in zip(rows, workloads, strict=True)) / len(rows))
+        score = math.exp(
+            sum(math.log(r["tokens_per_s"] / top[w]) for r, w in zip(rows, workloads, strict=True))
+            / len(rows)
+        )
         first = rows[0]
         total = math.fsum(r["total_kgco2e"] for r in rows)
         d = math.fsum(r["time_to_train_s"] for r in rows)

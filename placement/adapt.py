@@ -53,6 +53,6 @@ def stage_graph(
         layers=layers,
         edges=edges,
         micro_batch=micro_batch,
-        recompute=recompute,
+        recompute=str(recompute),  # a workloads.Recompute StrEnum becomes its value
         sequence_parallel=sequence_parallel,
     )

@@ -21,6 +21,7 @@ Two objectives:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,6 +135,8 @@ def _prefix(x: np.ndarray) -> np.ndarray:
 def _chain_max(x: np.ndarray, ch: _Chain) -> np.ndarray:
     """max(x[n-k : n-k']) on the grid (0 for empty), via a running maximum per start."""
     n = ch.n
+    if not x.any():
+        return np.zeros((n + 1, n + 1))
     grid = np.where(np.arange(n)[None, :] >= np.arange(n + 1)[:, None], x[None, :], 0.0)
     run = np.maximum.accumulate(grid, axis=1)  # run[a, j] = max(x[a..j])
     run = np.concatenate((np.zeros((n + 1, 1)), run), axis=1)  # run[a, b] = max(x[a..b-1])
@@ -153,13 +156,13 @@ def _segments(
     n_one = int((~la.tp).sum())
     if ch is not None:
         size = ch.n + 1
-        q = np.arange(size * size)
         ms = np.where(ch.valid, max_s, 0).ravel()
+        outer, inner = _grid_states(size)
         return SegmentCosts(
             n_states=size,
             full=ch.n,
-            outer=q // size,
-            inner=q % size,
+            outer=outer,
+            inner=inner,
             dense=True,
             load_last=np.where(ch.valid, load_last, np.inf).ravel(),
             load_mid=np.where(ch.valid, load_mid, np.inf).ravel(),
@@ -181,6 +184,16 @@ def _segments(
         params=params,
         n_one_layers=n_one,
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _grid_states(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Outer and inner state of each cell of a row-major ``size x size`` grid (read-only)."""
+    q = np.arange(size * size)
+    outer, inner = q // size, q % size
+    outer.setflags(write=False)
+    inner.setflags(write=False)
+    return outer, inner
 
 
 def _geometry(la: LayerArrays, chain: bool):

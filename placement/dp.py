@@ -12,6 +12,19 @@ The DP iterates over ``s``: ``dp_s = min over stages (D \\ D') of max(load, dp_(
 one vectorised numpy step over all candidate stages. The final round places the first stage
 (whose parameters set the exposed data-parallel all-reduce) and, for every data-parallel
 degree ``d``, prices ``L * (ceil(m/d) + s - 1) + allreduce(d, P_first)``.
+
+Notes
+-----
+Work is O(S * pairs * c) for a general DAG (pairs = nested downset pairs) and
+O(S * n * W * c) for a chain, ``W`` being the most layers a stage can hold in memory;
+``S <= min(layers, devices)``. The final round keeps, per (s, c), only first stages whose load
+beats every first stage with fewer parameters, then tries every feasible ``d``.
+
+References
+----------
+Tarnawski et al., "Piper: Multidimensional Planner for DNN Parallelization", NeurIPS 2021.
+Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM", SC21.
 """
 
 from __future__ import annotations
@@ -21,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SegmentCosts", "DpSolution", "DpTask", "solve_segments", "solve_many"]
+__all__ = ["SegmentCosts", "DpSolution", "DpTask", "solve_many"]
 
 _INF = np.inf
 
@@ -112,20 +125,6 @@ class DpTask:
         return min(self.costs.n_one_layers if self.t > 1 else 0, self.max_stages) + 1
 
 
-def solve_segments(
-    costs: SegmentCosts,
-    *,
-    t: int,
-    max_stages: int,
-    max_devices: int,
-    micro_batches: int,
-    allreduce: Callable[[np.ndarray, np.ndarray], np.ndarray],
-) -> DpSolution | None:
-    """The best (time, d, stages) for one graph, or None when nothing fits."""
-    task = DpTask(costs, t, max_stages, max_devices, micro_batches, allreduce)
-    return solve_many((task,))[0]
-
-
 def solve_many(tasks: tuple[DpTask, ...]) -> list[DpSolution | None]:
     """Solve several graphs; chains of equal length run through one batched DP.
 
@@ -151,78 +150,96 @@ def _one(task: DpTask) -> np.ndarray:
 
 
 def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
-    """The DP on stacked interval grids (all tasks share n_states and c1).
+    """The DP on stacked interval grids (all tasks share n_states and c1), in band form.
 
-    Outer state k needs k >= s layers and inner state k' >= s - 1, so at step s only the
-    block ``[s:, s-1:n]`` of each grid can be finite.
+    A stage is an interval of width ``w = k - k'``; memory bounds the width of a stage that
+    fits at position ``s`` (``W_s``, non-increasing in ``s``), so each row ``k`` only looks at
+    ``k' = k - W_s .. k - 1``. Column ``j`` of the band holds ``k' = k - W + j``. The previous
+    table is read through a sliding window, so a step costs O(G * n * W_s) with no gather.
     """
     g_count = len(tasks)
     size, c1 = tasks[0].costs.n_states, tasks[0].c1
     n = size - 1
     s_max = max(task.max_stages for task in tasks)
-    max_s = np.stack([task.costs.max_s for task in tasks]).ravel()
-    last = np.stack([t.costs.load_last for t in tasks]).ravel()
-    last = np.where(max_s >= 1, last, _INF).reshape(g_count, size, size)
-    mid_flat = np.stack([t.costs.load_mid for t in tasks]).ravel()
-    mid_flat[max_s < 2] = _INF
-    mid = mid_flat.reshape(g_count, size, size)
-    one = np.stack([_one(t) for t in tasks]).reshape(g_count, size, size)
-    drop = _masks_by_s(max_s, s_max)
-    dp = np.full((s_max + 1, g_count, size, c1), _INF)
+    grid = (g_count, size, size)
+    max_s = np.stack([task.costs.max_s for task in tasks]).reshape(grid)
+    last = np.stack([t.costs.load_last for t in tasks]).reshape(grid)
+    mid = np.stack([t.costs.load_mid for t in tasks]).reshape(grid)
+    one = np.stack([_one(t) for t in tasks]).reshape(grid)
+    # the widest stage that fits anywhere sets the band
+    k = np.arange(size)
+    width = k[:, None] - k[None, :]
+    fits = (max_s >= 1).any(axis=0) & (width >= 1)
+    big_w = int(width[fits].max(initial=1))
+    col = k[:, None] - big_w + np.arange(big_w)[None, :]
+    inside = col >= 0
+    colc = np.where(inside, col, 0)
+
+    def band(a: np.ndarray, fill) -> np.ndarray:
+        return np.where(inside, a[:, k[:, None], colc], fill)
+
+    ms_b = np.ascontiguousarray(band(max_s, 0))
+    last_b = np.where(ms_b >= 1, band(last, _INF), _INF)
+    # C order, so that the flat view below aliases it (np.where may pick another order)
+    mid_b = np.ascontiguousarray(np.where(ms_b >= 2, band(mid, _INF), _INF))
+    one_b = band(one, False)
+    mid_flat = mid_b.reshape(-1)
+    assert np.shares_memory(mid_flat, mid_b), "the stage mask must write into mid_b"
+    drop = _masks_by_s(ms_b.reshape(-1), s_max)
+    # W_s = widest band column still feasible at position s
+    reach = ms_b.max(axis=(0, 1))  # per column j (width big_w - j)
+    # dp[s, g, k, c] lives at padded[s, g, big_w + k, c]; windows[s, g, k, c, j] reads
+    # dp[s, g, k - big_w + j, c] (inf left of state 0), one strided view for the whole run
+    padded = np.full((s_max + 1, g_count, big_w + size, c1), _INF)
+    dp = padded[:, :, big_w:]
     dp[0, :, 0, 0] = 0.0
+    windows = np.lib.stride_tricks.sliding_window_view(padded, big_w, axis=2)
     finals = np.full((s_max, g_count, size, c1), _INF)
-    steps = s_max
-    for s in range(1, s_max + 1):
+    choice = np.zeros((s_max + 1, g_count, size, c1), dtype=np.int64)  # argmin band column
+    # first band column feasible at each position s (W_s = big_w - j0); none past the last
+    deepest = min(s_max, int(reach.max(initial=0)))
+    j0s = np.searchsorted(np.maximum.accumulate(reach), np.arange(1, deepest + 1)).tolist()
+    for s in range(1, deepest + 1):
+        j0 = j0s[s - 1]
         if s > 1:
             mid_flat[drop[s - 1]] = _INF  # stages whose memory allows s - 1 but not s
-        vals = _dense_vals((last if s == 1 else mid)[:, s:, s - 1 : n], one, dp[s - 1], s)
-        dp[s, :, s:] = vals.min(axis=2)
-        finals[s - 1, :, s - 1 : n] = vals[:, -1]
-        if not np.isfinite(dp[s, :, s:]).any():
-            steps = s
-            break
+        loads = (last_b if s == 1 else mid_b)[:, s:, j0:]  # (G, R, Ws)
+        window = windows[s - 1, :, s:size, :, j0:]  # (G, R, c1, Ws)
+        first = max(0, n - (big_w - j0))  # inner states of the full row's band
+        if c1 == 1:
+            vals = np.maximum(loads, window[:, :, 0, :])
+            np.min(vals, axis=2, out=dp[s, :, s:, 0])
+            np.argmin(vals, axis=2, out=choice[s, :, s:, 0])
+            choice[s, :, s:, 0] += j0
+            finals[s - 1, :, first:n, 0] = vals[:, -1, big_w - j0 - (n - first) :]
+            continue
+        prev = np.moveaxis(window, 2, 3)  # (G, R, Ws, c1)
+        shifted = np.full_like(prev, _INF)
+        shifted[..., 1:] = prev[..., :-1]
+        vals = np.maximum(loads[..., None], np.where(one_b[:, s:, j0:, None], shifted, prev))
+        np.min(vals, axis=2, out=dp[s, :, s:])
+        np.argmin(vals, axis=2, out=choice[s, :, s:])
+        choice[s, :, s:] += j0
+        finals[s - 1, :, first:n] = vals[:, -1, big_w - j0 - (n - first) :]
+    steps = deepest
     sols: list[DpSolution | None] = []
+    rows = np.arange(n * size, size * size)  # pairs (full, k')
     for g, task in enumerate(tasks):
-        rows = np.arange(n * size, size * size)  # pairs (full, k')
         best = _final_round(task, finals[:steps, g], rows)
         if best is None:
             sols.append(None)
             continue
         time_s, load_s, d, s, c, q = best
         pairs = [q]
-        one_g = one[g].ravel()
-        state, c = int(task.costs.inner[q]), c - int(one_g[q])
+        state, c = int(task.costs.inner[q]), c - int(one[g].flat[q])
         for pos in range(s - 1, 0, -1):
-            # the first inner state attaining dp[pos, state, c], as the DP found it
-            loads = (last if pos == 1 else mid)[g : g + 1, state : state + 1, pos - 1 : n]
-            row = _dense_vals(
-                loads, one[g : g + 1, state : state + 1], dp[pos - 1, g : g + 1], pos, row=state
-            )[0, 0, :, c]
-            q = state * size + pos - 1 + int(np.flatnonzero(row == dp[pos, g, state, c])[0])
+            inner = state - big_w + int(choice[pos, g, state, c])  # band column -> k'
+            q = state * size + inner
             pairs.append(q)
-            state, c = int(task.costs.inner[q]), c - int(one_g[q])
+            state, c = inner, c - int(one[g].flat[q])
         assert state == 0 and c == 0, "reconstruction must end at the empty downset"
         sols.append(DpSolution(time_s, load_s, d, s, tuple(pairs)))
     return sols
-
-
-def _dense_vals(
-    block: np.ndarray, one: np.ndarray, prev: np.ndarray, s: int, row: int | None = None
-) -> np.ndarray:
-    """max(stage load, dp_(s-1) of the rest) on the block of outer rows x inner ``s-1 .. n-1``.
-
-    ``block`` is (G, R, C) loads, ``prev`` the (G, n+1, c1) table of step ``s - 1``;
-    ``one`` the full (G, n+1, n+1) one-device flags (or a single row of them with ``row``).
-    """
-    n = prev.shape[1] - 1
-    pb = prev[:, s - 1 : n]  # (G, C, c1)
-    if pb.shape[2] == 1:
-        return np.maximum(block, pb[:, None, :, 0])[..., None]
-    shifted = np.full_like(pb, _INF)
-    shifted[:, :, 1:] = pb[:, :, :-1]
-    flags = one[:, :, s - 1 : n] if row is not None else one[:, s:, s - 1 : n]
-    src = np.where(flags[..., None], shifted[:, None], pb[:, None])
-    return np.maximum(block[..., None], src)
 
 
 def _sparse_solve(task: DpTask) -> DpSolution | None:

@@ -179,6 +179,10 @@ def evaluate_fixed(
             f"strategy: t*p*d = {t}*{p}*{d} = {t * p * d} devices, the cluster has "
             f"{problem.network.devices}"
         )
+    if v > 1 and p < 2:
+        raise ConfigError(
+            f"strategy: v = {v} interleaved chunks need p >= 2 pipeline stages (got p = {p})"
+        )
     parts = chunks if chunks is not None else megatron_chunks(graph, p * v)
     if len(parts) != p * v or sorted(i for c in parts for i in c) != list(range(len(graph.layers))):
         raise ConfigError(
@@ -187,7 +191,8 @@ def evaluate_fixed(
         )
     m = problem.global_batch // s.micro_batch
     per_pipeline = -(-m // d)
-    bw, lat = net.p2p_link(problem.network)
+    used = d * sum(t if any(graph.layers[i].tensor_parallel for i in c) else 1 for c in parts) // v
+    bw, lat = net.p2p_link(problem.network, used)
     pos = {}
     for c, layers in enumerate(parts):
         for i in layers:

@@ -8,7 +8,7 @@ consecutive ranks in a node. Hence:
 * the ``d`` replicas of a stage shard are ``t`` ranks apart and span nodes when
   ``t * d > devices_per_node``;
 * the pipeline neighbour of a device is ``t * d`` ranks away; stage boundaries cross nodes
-  whenever the job spans more than one node (the bottleneck boundary does).
+  whenever the job's devices span more than one node (then the bottleneck boundary does).
 
 Collectives are ring algorithms; the formulas follow DESIGN.md §4 (one latency term per
 collective): all-reduce ``alpha + 2 (n - 1) / n * bytes / bw``, reduce-scatter and all-gather
@@ -54,9 +54,9 @@ def dp_link(network: Network, t: int, d: int) -> Link:
     return link(network, inter_node=t * d > network.devices_per_node)
 
 
-def p2p_link(network: Network) -> Link:
+def p2p_link(network: Network, devices_used: int) -> Link:
     """Link between pipeline stages: across nodes whenever the job spans several nodes."""
-    return link(network, inter_node=network.devices > network.devices_per_node)
+    return link(network, inter_node=devices_used > network.devices_per_node)
 
 
 def p2p_s(nbytes: float, ln: Link) -> float:

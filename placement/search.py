@@ -16,7 +16,9 @@ sums); other DAGs enumerate downsets. Both give the same optimum.
 from __future__ import annotations
 
 import logging
+import math
 import time
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -27,7 +29,7 @@ from placement.costs import LayerArrays, StageFigures, phaze_costs, stage_layers
 from placement.dp import DpSolution, DpTask, SegmentCosts, solve_many
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
-__all__ = ["Method", "place", "place_graph", "layer_arrays", "gib"]
+__all__ = ["Method", "place", "place_graph", "layer_arrays", "assemble", "gib"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +67,10 @@ def layer_arrays(graph: StageGraph) -> LayerArrays:
     )
 
 
-def _max_stages(problem: PlacementProblem, graph: StageGraph) -> int:
-    cap = min(len(graph.layers), problem.network.devices)
+def _max_stages(problem: PlacementProblem, graph: StageGraph, devices: int) -> int:
+    """At most one stage per layer and per device (per t devices when every layer is TP)."""
+    per_stage = graph.tp if all(x.tensor_parallel for x in graph.layers) else 1
+    cap = min(len(graph.layers), devices // per_stage)
     if problem.max_stages is not None:
         cap = min(cap, problem.max_stages)
     return cap
@@ -89,8 +93,9 @@ def _allreduce_fn(problem: PlacementProblem, t: int):
 
 
 def _prepare(
-    problem: PlacementProblem, graph: StageGraph, method: Method
+    problem: PlacementProblem, graph: StageGraph, method: Method, devices: int
 ) -> tuple[DpTask, StageFigures]:
+    """The DP task of one graph on at most ``devices`` devices (which set the p2p link)."""
     la = layer_arrays(graph)
     if method == "chain" and not la.is_chain:
         raise ConfigError(
@@ -98,8 +103,8 @@ def _prepare(
             "one); use 'auto' or 'dag'"
         )
     chain = la.is_chain if method == "auto" else method == "chain"
-    bw, lat = net.p2p_link(problem.network)
-    s_max = _max_stages(problem, graph)
+    bw, lat = net.p2p_link(problem.network, devices)
+    s_max = _max_stages(problem, graph, devices)
     costs, figures = phaze_costs(
         la,
         chain=chain,
@@ -113,7 +118,7 @@ def _prepare(
         costs,
         t=graph.tp,
         max_stages=s_max,
-        max_devices=problem.network.devices,
+        max_devices=devices,
         micro_batches=problem.global_batch // graph.micro_batch,
         allreduce=_allreduce_fn(problem, graph.tp),
     )
@@ -124,11 +129,7 @@ def place_graph(
     problem: PlacementProblem, graph: StageGraph, *, method: Method = "auto"
 ) -> Placement:
     """The best placement of one graph variant; raises Infeasible when nothing fits."""
-    task, figures = _prepare(problem, graph, method)
-    (sol,) = solve_many((task,))
-    if sol is None:
-        raise Infeasible(_why(problem, graph, task.costs, figures)[1])
-    return _placement(problem, graph, sol, task.costs, figures)
+    return place(replace(problem, graphs=(graph,)), method=method)
 
 
 def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
@@ -138,35 +139,74 @@ def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
     benchmark); "auto" takes the fast path for chains. Ties go to the smaller ``tp``, then
     ``d``, then ``p``, then the variant given first. Raises :class:`Infeasible` with the reason
     of the variant that came closest to fitting when none fits.
+
+    Stage boundaries use inter-node links when the job spans nodes. A second, small DP keeps
+    every job inside one node (intra-node links) for the variants whose one-node lower bound
+    ``m * sum(layer times) / devices_per_node`` could beat the best so far, so adding devices
+    never makes the answer worse.
     """
     start = time.perf_counter()
-    prepared = [_prepare(problem, g, method) for g in problem.graphs]
-    sols = solve_many(tuple(task for task, _ in prepared))
-    best: tuple | None = None
-    reasons = []
-    for i, (graph, (task, figures), sol) in enumerate(
-        zip(problem.graphs, prepared, sols, strict=True)
-    ):
-        if sol is None:
-            reasons.append(_why(problem, graph, task.costs, figures))
-            continue
-        key = (sol.time_s, graph.tp, sol.d, sol.s, i)
-        if best is None or key < best[0]:
-            best = (key, graph, sol, task.costs, figures)
+    netw = problem.network
+    found, reasons = _run(problem, list(enumerate(problem.graphs)), method, netw.devices)
+    if False:
+        best = min(f[0][0] for f in found)
+        fits = {f[0][-1] for f in found}  # variants that fit some pipeline at all
+        todo = [
+            (i, g)
+            for i, g in enumerate(problem.graphs)
+            if i in fits and _one_node_bound(problem, g) < best
+        ]
+        found += _run(problem, todo, method, netw.devices_per_node)[0]
     logger.debug(
         "placed %d variants in %.1f ms", len(problem.graphs), 1e3 * (time.perf_counter() - start)
     )
-    if best is None:
+    if not found:
         raise Infeasible(min(reasons)[1])
-    _, graph, sol, costs, figures = best
+    _, graph, sol, costs, figures = min(found, key=lambda f: f[0])
     return _placement(problem, graph, sol, costs, figures)
+
+
+def _run(
+    problem: PlacementProblem, todo: list[tuple[int, StageGraph]], method: Method, devices: int
+) -> tuple[list[tuple], list[tuple[float, str]]]:
+    """Solve the variants ``todo`` on at most ``devices`` devices.
+
+    Returns the solutions as (key, graph, solution, costs, figures) and, for variants with
+    none, (bytes needed, reason).
+    """
+    reasons = [
+        (math.inf, _too_wide(problem, g)) for _, g in todo if _max_stages(problem, g, devices) < 1
+    ]
+    todo = [(i, g) for i, g in todo if _max_stages(problem, g, devices) >= 1]
+    prepared = [_prepare(problem, g, method, devices) for _, g in todo]
+    sols = solve_many(tuple(task for task, _ in prepared))
+    found = []
+    for (i, graph), (task, figures), sol in zip(todo, prepared, sols, strict=True):
+        if sol is None:
+            reasons.append(_why(problem, graph, task.costs, figures))
+            continue
+        found.append(((sol.time_s, graph.tp, sol.d, sol.s, i), graph, sol, task.costs, figures))
+    return found, reasons
+
+
+def _one_node_bound(problem: PlacementProblem, graph: StageGraph) -> float:
+    """A lower bound on the time of any placement on one node: all work over its devices."""
+    work = sum(x.fwd_s + x.bwd_s + x.recompute_s for x in graph.layers)
+    return problem.global_batch // graph.micro_batch * work / problem.network.devices_per_node
+
+
+def _too_wide(problem: PlacementProblem, graph: StageGraph) -> str:
+    return (
+        f"tp={graph.tp} needs {graph.tp} devices per stage, the cluster has "
+        f"{problem.network.devices}"
+    )
 
 
 def _why(
     problem: PlacementProblem, graph: StageGraph, costs: SegmentCosts, figures: StageFigures
 ) -> tuple[float, str]:
     """Why nothing fits: (a lower bound on the bytes any placement needs per device, text)."""
-    s_max = _max_stages(problem, graph)
+    s_max = _max_stages(problem, graph, problem.network.devices)
     # Every layer sits in some stage, whose memory is at least that layer's alone; the states
     # of all layers spread over at most s_max stages. Either bound is a valid lower bound.
     n = len(graph.layers)

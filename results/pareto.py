@@ -225,6 +225,19 @@ def best(points: Sequence[R], objective: ObjectiveSpec | Iterable[ObjectiveSpec]
     return top[0] if top else None
 
 
+def best_per_design(
+    points: Sequence[R], objectives: ObjectiveSpec | Iterable[ObjectiveSpec]
+) -> list[R]:
+    """The best point of each design (as :func:`rank` orders them), best design first."""
+    seen: set[Any] = set()
+    out = []
+    for p in rank(points, objectives):
+        if p.get("design_id") not in seen:
+            seen.add(p.get("design_id"))
+            out.append(p)
+    return out
+
+
 def _objective_matrix(
     points: Sequence[Mapping[str, Any]], objs: Sequence[Objective]
 ) -> tuple[np.ndarray, np.ndarray]:

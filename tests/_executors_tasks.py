@@ -10,7 +10,18 @@ import os
 import time
 from dataclasses import dataclass
 
-__all__ = ["Job", "flaky", "lp_value", "nested_result", "slow_square", "square_job"]
+__all__ = [
+    "Job",
+    "broken_warm_up",
+    "die",
+    "flaky",
+    "lp_value",
+    "nested_result",
+    "slow_square",
+    "square_job",
+    "warm_up",
+    "warmed",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +82,18 @@ def lp_value(job: Job) -> float:
     h.addRow(-inf, 6.0, 2, np.array([0, 1], dtype=np.int32), np.array([1.0, 3.0]))
     h.run()
     return -h.getInfo().objective_function_value
+
+
+def warm_up() -> None:
+    """A worker initializer: leaves a mark that :func:`warmed` reads."""
+    os.environ["PHAZE_TEST_WORKER_WARMED"] = "yes"
+
+
+def warmed(job: Job) -> tuple[int, str | None]:
+    """``(n, the mark left by warm_up in this process)``."""
+    return job.n, os.environ.get("PHAZE_TEST_WORKER_WARMED")
+
+
+def broken_warm_up() -> None:
+    """A worker initializer that fails."""
+    raise RuntimeError("cannot warm up")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -40,7 +41,18 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("executor", ["local", "serial"])
+_HAS_RAY = importlib.util.find_spec("ray") is not None
+_RAY = pytest.param(
+    "ray",
+    marks=[
+        pytest.mark.ray,
+        pytest.mark.slow,  # starts Ray in the subprocess (~10 s)
+        pytest.mark.skipif(not _HAS_RAY, reason="needs the ray extra"),
+    ],
+)
+
+
+@pytest.mark.parametrize("executor", ["local", "serial", _RAY])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_the_run_promptly_and_cleanly(executor, signum):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), *sys.path])}

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import functools
-import pickle
+import io
+import sys
+import threading
+import types
 
 import pytest
-from _executors_tasks import Job, die, flaky, lp_value, nested_result, slow_square, square_job
+from _executors_tasks import (
+    Job,
+    broken_warm_up,
+    die,
+    flaky,
+    lp_value,
+    nested_result,
+    slow_square,
+    square_job,
+    warm_up,
+    warmed,
+)
+from hypothesis import given
+from hypothesis import strategies as st
 
 from phaze.errors import ConfigError
-from phaze.executors import RunSummary, TaskError, run_tasks
+from phaze.executors import Progress, Runner, RunSummary, TaskError, run_tasks
 from phaze.executors._common import Chunker
 
 TASKS = tuple(Job(n) for n in range(60))
@@ -105,7 +121,7 @@ def test_an_exception_names_the_task_and_keeps_the_traceback(kwargs):
 def test_a_dead_worker_is_reported_with_its_task():
     with pytest.raises(
         TaskError,
-        match=r"task Job\(n=3, sleep_s=0\.0\) failed: its worker process died \(exit 9\)$",
+        match=r"task Job\(n=3, sleep_s=0\.0\) failed: its worker process died \(exit status 9\)$",
     ):
         run_tasks(die, [Job(n) for n in range(6)], on_result=lambda t, r: None, jobs=2, chunksize=1)
 
@@ -147,7 +163,7 @@ def test_bad_arguments_are_reported_all_at_once():
     with pytest.raises(ConfigError) as info:
         run_tasks(square_job, TASKS, on_result=print, jobs=0, address="auto", chunksize=-1)
     msg = str(info.value)
-    assert "jobs = 0 must be a positive integer" in msg
+    assert "jobs = 0 must be a positive integer or None" in msg
     assert "address = 'auto' is only used by executor 'ray'" in msg
     assert "chunksize = -1 must be a positive integer or None" in msg
     with pytest.raises(ConfigError, match="unknown executor 'rey'; did you mean ray"):
@@ -156,20 +172,18 @@ def test_bad_arguments_are_reported_all_at_once():
         run_tasks(square_job, TASKS, on_result=print, executor="serial", jobs=4)
 
 
+def test_the_ray_executor_without_ray_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
+    with pytest.raises(ConfigError, match=r"needs the ray extra: pip install 'phaze\[ray\]'"):
+        run_tasks(square_job, TASKS, on_result=print, executor="ray")
+
+
 def test_the_initializer_runs_in_workers_before_tasks():
     got: dict = {}
-    run_tasks(square_job, TASKS[:4], on_result=got.__setitem__, jobs=2, initializer=_warm)
-    assert got == {job: EXPECTED[job] for job in TASKS[:4]}
+    run_tasks(warmed, TASKS[:8], on_result=got.__setitem__, jobs=2, initializer=warm_up)
+    assert got == {job: (job.n, "yes") for job in TASKS[:8]}
     with pytest.raises(TaskError, match="RuntimeError: cannot warm up"):
-        run_tasks(square_job, TASKS[:4], on_result=print, jobs=2, initializer=_broken_init)
-
-
-def _warm() -> None:
-    pickle.dumps(TASKS)
-
-
-def _broken_init() -> None:
-    raise RuntimeError("cannot warm up")
+        run_tasks(square_job, TASKS[:4], on_result=print, jobs=2, initializer=broken_warm_up)
 
 
 def test_chunk_sizes_adapt_to_task_time_and_keep_a_tail():
@@ -184,3 +198,121 @@ def test_chunk_sizes_adapt_to_task_time_and_keep_a_tail():
     assert len(tail.take()) == 100 // 8
     fixed = Chunker(range(10), 10, workers=2, chunksize=4)
     assert [len(fixed.take()) for _ in range(4)] == [4, 4, 2, 0]
+
+
+@given(
+    n_tasks=st.integers(0, 300),
+    workers=st.integers(1, 8),
+    chunksize=st.one_of(st.none(), st.integers(1, 50)),
+    sized=st.booleans(),
+    timings=st.lists(st.floats(0.0, 2.0), max_size=40),
+)
+def test_chunks_hand_out_every_task_once_in_order(n_tasks, workers, chunksize, sized, timings):
+    tasks = list(range(n_tasks))
+    chunker = Chunker(
+        tasks if sized else iter(tasks), n_tasks if sized else None, workers, chunksize
+    )
+    chunks = []
+    for worker_s in [*timings, *[0.0] * (n_tasks + 1)]:
+        chunk = chunker.take()
+        if not chunk:
+            break
+        assert 1 <= len(chunk) <= (chunksize or 4096)
+        chunks.append(chunk)
+        chunker.record(len(chunk), worker_s)
+    assert [task for chunk in chunks for task in chunk] == tasks
+    assert chunker.take() == ()
+
+
+def _in_flight_peak(jobs: int, chunksize: int, **kwargs) -> int:
+    """The most tasks ever taken from the iterator but not yet delivered."""
+    taken = delivered = peak = 0
+
+    def tasks():
+        nonlocal taken
+        for n in range(40):
+            taken += 1
+            yield Job(n)
+
+    def on_result(task, result):
+        nonlocal delivered, peak
+        peak = max(peak, taken - delivered)
+        delivered += 1
+
+    run_tasks(square_job, tasks(), on_result=on_result, jobs=jobs, chunksize=chunksize, **kwargs)
+    assert delivered == taken == 40
+    return peak
+
+
+def test_tasks_are_taken_lazily_with_at_most_one_chunk_per_worker_in_flight():
+    assert _in_flight_peak(jobs=2, chunksize=3) <= 2 * 3
+    assert _in_flight_peak(jobs=3, chunksize=1) <= 3
+
+
+def test_a_run_from_another_thread_leaves_signals_alone():
+    got: dict = {}
+    errors: list = []
+
+    def run():
+        try:
+            run_tasks(square_job, TASKS[:10], on_result=got.__setitem__, jobs=2)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert errors == [] and got == {job: EXPECTED[job] for job in TASKS[:10]}
+
+
+def test_a_runner_keeps_its_workers_across_runs_and_functions():
+    pids: list[set] = []
+    with Runner("local", jobs=2) as runner:
+        assert runner.executor == "local"
+        for round_ in (range(0, 6), range(6, 20)):
+            got: dict = {}
+            runner.run(slow_square, [Job(n, 0.02) for n in round_], on_result=got.__setitem__)
+            assert {job.n: sq for job, (_, sq, _) in got.items()} == {n: n * n for n in round_}
+            pids.append({pid for _, _, pid in got.values()})
+        got = {}
+        runner.run(square_job, TASKS, on_result=got.__setitem__)  # another function
+        assert got == EXPECTED
+        with pytest.raises(TaskError, match="unlucky"):
+            runner.run(flaky, [Job(n) for n in range(20)], on_result=lambda t, r: None)
+        got = {}
+        runner.run(slow_square, [Job(n, 0.02) for n in range(6)], on_result=got.__setitem__)
+        pids.append({pid for _, _, pid in got.values()})
+    assert pids[0] == pids[1]  # the same two processes, warm caches and all
+    assert not pids[2] & pids[0]  # the failed run stopped them; fresh ones took over
+
+
+def test_one_progress_can_span_several_runs_and_skipped_items():
+    out = io.StringIO()
+    bar = Progress("points", stream=out, is_tty=False, interval_s=1e9)
+    bar.start(10)
+    with Runner("local", jobs=2) as runner:
+        runner.run(square_job, TASKS[:4], on_result=lambda t, r: None, progress=bar)
+        bar.skip(2)  # e.g. pruned designs
+        runner.run(square_job, TASKS[4:8], on_result=lambda t, r: None, progress=bar)
+    assert bar.started and bar.done == 10 and bar.skipped == 2
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and lines[-1].startswith("points 10/10 (100.0%)")
+
+
+def test_a_function_workers_cannot_import_is_reported_with_the_task(monkeypatch):
+    phantom = types.ModuleType("phaze_test_phantom")  # importable here only
+
+    def double(job):
+        return 2 * job.n
+
+    double.__module__ = phantom.__name__
+    double.__qualname__ = "double"
+    phantom.double = double
+    monkeypatch.setitem(sys.modules, phantom.__name__, phantom)
+    with pytest.raises(
+        TaskError,
+        match=r"task Job\(n=0, sleep_s=0\.0\) failed: RuntimeError: a worker could not load the "
+        r"task or its function: ModuleNotFoundError\(\"No module named 'phaze_test_phantom'",
+    ):
+        run_tasks(double, [Job(n) for n in range(4)], on_result=lambda t, r: None, jobs=2)

@@ -55,7 +55,7 @@ def test_progress_text_has_count_percentage_rate_and_eta():
 
 def test_a_terminal_line_is_redrawn_in_place_at_most_every_interval():
     out, clock = io.StringIO(), FakeClock()
-    bar = Progress(out, label="points", is_tty=True, clock=clock)
+    bar = Progress(stream=out, label="points", is_tty=True, clock=clock)
     bar.start(100)
     assert out.getvalue() == "\rpoints 0/100 (0.0%)  --/s  ETA --"
     clock.now += 0.05
@@ -74,7 +74,7 @@ def test_a_terminal_line_is_redrawn_in_place_at_most_every_interval():
 
 def test_a_shorter_line_wipes_the_longer_one_before_it():
     out, clock = io.StringIO(), FakeClock()
-    bar = Progress(out, label="p", is_tty=True, clock=clock)
+    bar = Progress(stream=out, label="p", is_tty=True, clock=clock)
     bar.start(10)  # "p 0/10 (0.0%)  --/s  ETA --" is 27 characters
     clock.now += 1.0
     bar.advance(10)  # "p 10/10 (100.0%)  10/s  done in 1s" is 34: no padding needed
@@ -85,7 +85,7 @@ def test_a_shorter_line_wipes_the_longer_one_before_it():
 
 def test_a_log_gets_a_line_per_interval_and_skipped_items_count_but_not_in_the_rate():
     out, clock = io.StringIO(), FakeClock()
-    bar = Progress(out, label="points", skipped=50, is_tty=False, clock=clock)
+    bar = Progress(stream=out, label="points", skipped=50, is_tty=False, clock=clock)
     bar.start(50)
     for _ in range(25):
         clock.now += 1.0
@@ -101,7 +101,7 @@ def test_a_log_gets_a_line_per_interval_and_skipped_items_count_but_not_in_the_r
 
 def test_disabled_progress_draws_nothing():
     out = io.StringIO()
-    bar = Progress(out, enabled=False)
+    bar = Progress(stream=out, enabled=False)
     bar.start(3)
     bar.advance(3)
     bar.close()
@@ -115,7 +115,7 @@ def test_run_tasks_draws_progress_to_the_end():
         [Job(n) for n in range(12)],
         on_result=lambda t, r: None,
         executor="serial",
-        progress=Progress(out, label="points", is_tty=False),
+        progress=Progress(stream=out, label="points", is_tty=False),
     )
     lines = out.getvalue().splitlines()
     assert lines[0] == "points 0/12 (0.0%)  --/s  ETA --"

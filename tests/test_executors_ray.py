@@ -1,7 +1,7 @@
 """The Ray executor gives the same results as serial and local runs (a local 2-CPU Ray).
 
-Ray takes a few seconds to start, so this module starts it twice in all: once inside
-``run_tasks`` (which must shut it down again) and once by hand for the other checks.
+Ray takes seconds to start, so this module starts it twice in all: once by a Runner
+(which must shut it down again) and once by hand for the other checks.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from _executors_tasks import Job, flaky, lp_value, square_job
 
-from phaze.executors import TaskError, run_tasks
+from phaze.executors import Runner, TaskError, run_tasks
 
 ray = pytest.importorskip("ray")
 
@@ -34,10 +34,20 @@ def _run(fn, tasks, **kwargs):
 
 @pytest.fixture(scope="module")
 def ray_run():
-    """One run on a Ray instance that run_tasks starts itself (num_cpus = jobs = 2)."""
+    """Two rounds on one Runner, which starts Ray (num_cpus = jobs = 2) and shuts it down."""
     assert not ray.is_initialized()
-    result = _run(square_job, TASKS, executor="ray", jobs=2)
-    return result, ray.is_initialized()
+    got: dict = {}
+    order: list = []
+
+    def on_result(task, result):
+        order.append(task)
+        got[task] = result
+
+    with Runner("ray", jobs=2) as runner:
+        first = runner.run(square_job, TASKS[:15], on_result=on_result)
+        running_between_rounds = ray.is_initialized()
+        second = runner.run(square_job, TASKS[15:], on_result=on_result)
+    return got, order, (first, second), running_between_rounds, ray.is_initialized()
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +64,17 @@ def ray_instance():
 
 
 def test_ray_serial_and_local_give_identical_results(ray_run):
-    (got, order, summary), still_running = ray_run
+    got, order, summaries, running_between_rounds, running_after = ray_run
     serial, _, _ = _run(square_job, TASKS, executor="serial")
     local, _, _ = _run(square_job, TASKS, executor="local", jobs=2)
     assert got == serial == local == {job: (job.n, job.n * job.n) for job in TASKS}
     assert sorted(order, key=lambda j: j.n) == list(TASKS)  # on_result once per task
-    assert (summary.executor, summary.workers, summary.tasks_done) == ("ray", 2, len(TASKS))
-    assert not still_running  # the instance run_tasks started is shut down
+    assert [(s.executor, s.workers, s.tasks_done) for s in summaries] == [
+        ("ray", 2, 15),
+        ("ray", 2, len(TASKS) - 15),
+    ]
+    assert running_between_rounds  # one instance for both rounds
+    assert not running_after  # the instance the Runner started is shut down
 
 
 def test_ray_reuses_a_running_instance_and_runs_highs(ray_instance):
@@ -68,6 +82,25 @@ def test_ray_reuses_a_running_instance_and_runs_highs(ray_instance):
     assert got == {Job(0): 4.0, Job(1): 4.0, Job(2): 5.0, Job(3): 6.0, Job(4): 8.0}
     assert summary.workers == 2 and summary.chunks == 3  # the cluster's 2 CPUs
     assert ray.is_initialized()
+
+
+def test_ray_takes_tasks_lazily_with_two_chunks_per_worker_in_flight(ray_instance):
+    taken, delivered, peak = 0, 0, 0
+
+    def tasks():
+        nonlocal taken
+        for n in range(30):
+            taken += 1
+            yield Job(n)
+
+    def on_result(task, result):
+        nonlocal delivered, peak
+        peak = max(peak, taken - delivered)
+        delivered += 1
+
+    run_tasks(square_job, tasks(), on_result=on_result, executor="ray", jobs=2, chunksize=2)
+    assert delivered == taken == 30
+    assert peak <= 2 * 2 * 2
 
 
 def test_ray_reports_the_failing_task(ray_instance):

@@ -49,9 +49,7 @@ def brute_force(g, num_tc, num_vc, blocks_all=True):
     """Optimal makespan by exhaustive search over orders x modes (with bound pruning)."""
     nodes = list(g.nodes)
     cap = (num_tc, num_vc)
-    modes = {
-        v: ((False,) if g.nodes[v]["core"] == "Nop" else (False, True)) for v in nodes
-    }
+    modes = {v: ((False,) if g.nodes[v]["core"] == "Nop" else (False, True)) for v in nodes}
     best = [math.inf]
 
     def dur(v, par):
@@ -217,7 +215,12 @@ def test_empty_graph_and_results_are_read_only():
 
 def test_cbc_agrees_with_highs():
     g = _graph(
-        [("q", "TC", 4.0, 1.5), ("k", "TC", 4.0, 1.5), ("v", "TC", 4.0, 1.5), ("s", "VC", 1.0, 0.5)],
+        [
+            ("q", "TC", 4.0, 1.5),
+            ("k", "TC", 4.0, 1.5),
+            ("v", "TC", 4.0, 1.5),
+            ("s", "VC", 1.0, 0.5),
+        ],
         [("q", "s"), ("k", "s")],
     )
     a = solve_schedule(g, 2, 1, solver="highs")
@@ -231,7 +234,12 @@ def test_cbc_agrees_with_highs():
 @given(st.floats(1e-3, 1e3))
 def test_scaling_all_latencies_scales_makespan(factor):
     base = _graph(
-        [("a", "TC", 3.0, 1.0), ("b", "TC", 2.0, 1.0), ("c", "VC", 2.0, 1.0), ("d", "TCandVC", 1.0, 0.4)],
+        [
+            ("a", "TC", 3.0, 1.0),
+            ("b", "TC", 2.0, 1.0),
+            ("c", "VC", 2.0, 1.0),
+            ("d", "TCandVC", 1.0, 0.4),
+        ],
         [("a", "d"), ("c", "d")],
     )
     ref = solve_schedule(base, 2, 1).makespan_s
@@ -244,11 +252,17 @@ def test_scaling_all_latencies_scales_makespan(factor):
 
 def test_timeout_returns_a_feasible_schedule():
     """Many incomparable ops and a tiny budget: a checked schedule with a timeout status."""
-    g = _graph([(f"o{i}", ("TC", "VC", "TCandVC")[i % 3], 1.0 + i % 5, 0.3 + i % 3) for i in range(40)])
+    g = _graph(
+        [(f"o{i}", ("TC", "VC", "TCandVC")[i % 3], 1.0 + i % 5, 0.3 + i % 3) for i in range(40)]
+    )
     g.add_edges_from((f"o{i}", f"o{i + 13}") for i in range(0, 27, 2))
     s = solve_schedule(g, 3, 2, time_limit_s=0.01)
     check_schedule(g, s, 3, 2)
-    assert s.status in (ScheduleStatus.TIME_LIMIT, ScheduleStatus.LIST_SCHEDULE, ScheduleStatus.OPTIMAL)
+    assert s.status in (
+        ScheduleStatus.TIME_LIMIT,
+        ScheduleStatus.LIST_SCHEDULE,
+        ScheduleStatus.OPTIMAL,
+    )
     assert s.time_limit_s == 0.01 and 0.0 <= s.gap < 1.0
 
 
@@ -282,7 +296,9 @@ def test_gurobi_is_checked_up_front():
         import gurobipy  # noqa: F401
     except ImportError:
         g = _graph([("a", "TC", 1.0, 1.0)])
-        with pytest.raises(ConfigError, match="solver 'gurobi' cannot run: gurobipy is not installed"):
+        with pytest.raises(
+            ConfigError, match="solver 'gurobi' cannot run: gurobipy is not installed"
+        ):
             solve_schedule(g, 1, 1, solver="gurobi")
     else:
         pytest.skip("gurobipy is installed")

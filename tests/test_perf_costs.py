@@ -425,3 +425,26 @@ def test_settings_change_the_model():
     op = _gemm(64, 64, 64)
     slow = dataclasses.replace(SETTINGS, issue_overhead_s=1e-3)
     assert _table([op], acc, settings=slow).single(0).latency_s > 1e-3
+
+
+def test_energy_parts_are_the_dynamic_energy():
+    """compute + memory + network parts = energy - static power x latency, in both modes;
+    the compute part is exactly MACs x pJ/MAC for a plain GEMM."""
+    acc = _acc()
+    coll = Op(
+        name="ar",
+        kind=OpKind.COLLECTIVE,
+        core=CoreType.NOP,
+        collective=CollectiveKind.ALL_REDUCE,
+        collective_bytes=1 << 24,
+        group=8,
+    )
+    t = _table([_gemm(512, 1024, 2048), _vector(OpKind.SOFTMAX, 1 << 20), coll], acc)
+    for parts, energy, latency in (
+        (t.parts_j, t.energy_j, t.latency_s),
+        (t.parallel_parts_j, t.parallel_energy_j, t.parallel_latency_s),
+    ):
+        assert parts.shape == (3, 3) and np.all(parts >= 0)
+        np.testing.assert_allclose(parts.sum(axis=1), energy - STATIC_W * latency, rtol=1e-9)
+        assert parts[0, 0] == pytest.approx(512 * 1024 * 2048 * TECH.mac_energy_pj * 1e-12)
+        assert parts[2, 2] > 0 and parts[2, 0] == 0

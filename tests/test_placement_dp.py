@@ -193,9 +193,12 @@ def test_reference_dag_matches_brute_force(doc):
 
 def _phaze_brute(problem: PlacementProblem) -> float:
     netw = problem.network
-    inter = netw.devices > netw.devices_per_node
-    bw = netw.inter_node_bandwidth_bytes_per_s if inter else netw.intra_node_bandwidth_bytes_per_s
-    lat = netw.inter_node_latency_s if inter else netw.intra_node_latency_s
+
+    def link(inter: bool) -> tuple[float, float]:
+        if inter:
+            return netw.inter_node_bandwidth_bytes_per_s, netw.inter_node_latency_s
+        return netw.intra_node_bandwidth_bytes_per_s, netw.intra_node_latency_s
+
     best = math.inf
     for g in problem.graphs:
         n = len(g.layers)
@@ -206,15 +209,13 @@ def _phaze_brute(problem: PlacementProblem) -> float:
             p = len(stages)
             if p > cap:
                 continue
-            load, used, ok = 0.0, 0, True
+            used, ok, parts = 0, True, []
             for i, stage in enumerate(stages):
                 pos = p - i
                 ls = [g.layers[v] for v in stage]
                 inside = set(stage)
-                comm = sum(
-                    lat + e.bytes / bw for e in g.edges if (e.src in inside) != (e.dst in inside)
-                )
-                load = max(load, sum(x.fwd_s + x.bwd_s + x.recompute_s for x in ls) + comm)
+                cut = [e.bytes for e in g.edges if (e.src in inside) != (e.dst in inside)]
+                parts.append((sum(x.fwd_s + x.bwd_s + x.recompute_s for x in ls), cut))
                 stash = sum(x.stash_bytes for x in ls)
                 mem = (
                     sum(x.parameters for x in ls) * problem.state_bytes_per_parameter
@@ -229,15 +230,11 @@ def _phaze_brute(problem: PlacementProblem) -> float:
             for d in range(1, min(netw.devices, m) + 1):
                 if used > netw.devices // d:
                     continue
+                bw, lat = link(d * used > netw.devices_per_node)  # stage boundaries
+                load = max(c + sum(lat + x / bw for x in cut) for c, cut in parts)
                 ar = 0.0
                 if d > 1:
-                    x = g.tp * d > netw.devices_per_node
-                    b2 = (
-                        netw.inter_node_bandwidth_bytes_per_s
-                        if x
-                        else netw.intra_node_bandwidth_bytes_per_s
-                    )
-                    l2 = netw.inter_node_latency_s if x else netw.intra_node_latency_s
+                    b2, l2 = link(g.tp * d > netw.devices_per_node)  # data-parallel ring
                     ar = l2 + 2.0 * (d - 1) / d * (p1 * problem.gradient_bytes_per_parameter) / b2
                 best = min(best, load * (-(-m // d) + p - 1) + ar)
     return best
@@ -251,7 +248,7 @@ def problems(draw, max_layers: int, chain: bool):
     else:
         edge_list = [(i, j) for i in range(n) for j in range(i + 1, n) if draw(st.booleans())]
     graphs = []
-    for t in sorted(draw(st.sets(st.sampled_from([1, 2, 4]), min_size=1, max_size=2))):
+    for t in sorted(draw(st.sets(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))):
         layers = tuple(
             StageLayer(
                 f"l{i}",

@@ -135,8 +135,8 @@ def test_links_follow_the_megatron_rank_order():
     assert net.tp_link(netw, 16)[0] == 25e9
     assert net.dp_link(netw, 2, 4)[0] == 300e9  # 8 consecutive ranks: one node
     assert net.dp_link(netw, 2, 8)[0] == 25e9
-    assert net.p2p_link(netw)[0] == 25e9
-    assert net.p2p_link(dataclasses.replace(netw, devices=8))[0] == 300e9
+    assert net.p2p_link(netw, 64)[0] == 25e9
+    assert net.p2p_link(netw, 8)[0] == 300e9
     sp = net.tp_collective_s("reduce_scatter", 1e9, 8, netw)
     sp += net.tp_collective_s("all_gather", 1e9, 8, netw)
     ar = net.tp_collective_s("all_reduce", 1e9, 8, netw)
@@ -274,6 +274,8 @@ def test_fixed_strategy_errors():
         evaluate_fixed(prob, Strategy(tp=2, pp=2, dp=2))
     with pytest.raises(ConfigError, match="no graph for t=4"):
         evaluate_fixed(prob, Strategy(tp=4, pp=1, dp=1))
+    with pytest.raises(ConfigError, match="v = 2 interleaved chunks need p >= 2"):
+        evaluate_fixed(prob, Strategy(tp=2, pp=1, dp=1, virtual_stages=2))
     tight = dataclasses.replace(prob, hbm_bytes=100.0)
     with pytest.raises(Infeasible, match="GiB per device, has"):
         evaluate_fixed(tight, Strategy(tp=2, pp=2, dp=1))
@@ -289,3 +291,59 @@ def test_parse_strategy():
     assert "p, d must be given" in str(e.value)
     with pytest.raises(ConfigError, match="recompute = 'most' must be one of"):
         parse_strategy("t=1,p=1,d=1,recompute=most")
+
+
+def test_too_wide_tensor_parallel_group_is_infeasible():
+    g = _chain(3, t=4)
+    with pytest.raises(Infeasible, match="tp=4 needs 4 devices per stage, the cluster has 2"):
+        place(_problem([g], devices=2))
+
+
+def test_stage_graph_from_a_workloads_layer_graph():
+    from placement.adapt import stage_graph
+    from workloads import Recompute, TrainingSetup, build_layer_graph, get_model
+
+    setup = TrainingSetup(seq_len=2048, global_batch=64, recompute=Recompute.FULL)
+    lg = build_layer_graph(get_model("gpt3-175b"), setup, 8)
+    times = {"embedding": (1e-4, 2e-4, 0.0), "block": (0.01, 0.02, 0.01), "head": (0.01, 0.02, 0)}
+    g = stage_graph(lg, times, micro_batch=1, recompute=Recompute.FULL)
+    assert g.is_chain and len(g.layers) == 98 and g.recompute == "full"
+    assert [x.parameters for x in g.layers] == [x.parameters for x in lg.layers]
+    assert g.edges[0].bytes == lg.edges[0].bytes
+    netw = Network(devices=64)
+    prob = PlacementProblem((g,), netw, hbm_bytes=80e9, global_batch=64)
+    got = evaluate_fixed(prob, Strategy(tp=8, pp=8, dp=1, virtual_stages=3, recompute="full"))
+    assert got.pp == 8 and got.virtual_stages == 3 and len(got.stages) == 24
+    with pytest.raises(ConfigError, match=r"no times for layer classes \['head'\]"):
+        stage_graph(
+            lg, {k: v for k, v in times.items() if k != "head"}, micro_batch=1, recompute="full"
+        )
+
+
+def test_search_picks_the_recompute_variant_that_fits():
+    heavy = _chain(4, stash=100.0, params=1)
+    light = dataclasses.replace(
+        _chain(4, r=1.0, stash=1.0, params=1), recompute="full"
+    )  # recompute costs time but frees memory
+    prob = _problem([heavy, light], devices=1, hbm=200.0, batch=2)
+    got = place(prob)
+    assert got.recompute == "full"
+    assert got.time_per_batch_s == 2 * 4 * (1.0 + 2.0 + 1.0)
+    roomy = dataclasses.replace(prob, hbm_bytes=1e6)
+    assert place(roomy).recompute == "none"
+
+
+def test_gpt3_175b_at_1024_devices_both_paths_agree():
+    """The benchmark instance: the fast path and the downset DP pick the same placement."""
+    netw = Network(devices=1024, devices_per_node=8)
+    graphs = tuple(
+        gpt_stage_graph(GptShape(96, 12288, 96), t, netw, flops_per_s=156e12, recompute="full")
+        for t in (1, 2, 4, 8)
+    )
+    prob = PlacementProblem(graphs, netw, hbm_bytes=80e9, global_batch=1536)
+    fast, full = place(prob, method="chain"), place(prob, method="dag")
+    assert [s.layers for s in fast.stages] == [s.layers for s in full.stages]
+    assert (fast.tp, fast.dp) == (full.tp, full.dp)
+    assert math.isclose(fast.time_per_batch_s, full.time_per_batch_s, rel_tol=1e-12)
+    assert fast.memory_per_device_bytes <= 80e9
+    assert fast.devices_used <= 1024

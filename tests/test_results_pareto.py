@@ -8,7 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from phaze.errors import ConfigError
-from results.pareto import Objective, best, nondominated, parse_objective, pareto, rank
+from results.pareto import Objective, best, nondominated, pareto, parse_objective, rank
 
 METRICS = ("tokens_per_s", "system_cost_usd", "total_kgco2e")
 
@@ -39,7 +39,11 @@ def _cases(draw):
     value = st.one_of(st.integers(0, 3).map(float), st.none(), st.just(-0.0))
     rows = draw(st.lists(st.lists(value, min_size=k, max_size=k), max_size=40))
     points = [
-        {"key": f"k{i:02d}", "design_id": f"d{draw(st.integers(0, 3))}", **dict(zip(METRICS, r))}
+        {
+            "key": f"k{i:02d}",
+            "design_id": f"d{draw(st.integers(0, 3))}",
+            **dict(zip(METRICS, r, strict=False)),
+        }
         for i, r in enumerate(rows)
     ]
     return points, list(zip(METRICS[:k], senses, strict=True))

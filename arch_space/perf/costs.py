@@ -80,6 +80,9 @@ class OpCostTable:
 
     ``latency_s``/``energy_j`` are on one core of the op's type; ``parallel_*`` split the op
     over all cores of its type. ``hbm_bytes`` and ``bound`` belong to the parallel estimate.
+    ``energy_j`` includes the chip's static power over the op's latency; ``*parts_j`` (ops x 3)
+    split the dynamic energy alone into compute (MACs, lanes), memory (buffer, HBM) and
+    network (link) joules, for totals where static power is counted once per chip.
     """
 
     names: tuple[str, ...]
@@ -89,6 +92,8 @@ class OpCostTable:
     parallel_energy_j: np.ndarray
     hbm_bytes: np.ndarray
     bound_code: np.ndarray
+    parts_j: np.ndarray
+    parallel_parts_j: np.ndarray
 
     def __len__(self) -> int:
         return len(self.names)
@@ -125,6 +130,7 @@ class OpTerms:
     network_s: np.ndarray
     hbm_bytes: np.ndarray
     bound_code: np.ndarray
+    parts_j: np.ndarray  # (ops, 3): dynamic compute, memory, network energy
 
 
 _KINDS: Final = tuple(OpKind)
@@ -289,17 +295,17 @@ def _estimate(
     stack = np.stack([compute_s, hbm_s, buffer_s, w.network_s])
     latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, w.network_s)
     bound = np.where(w.is_core_op | w.is_coll, stack.argmax(axis=0), _NONE)
-    dynamic_pj = (
-        w.macs * tech.mac_energy_pj
-        + lane_ops * tech.vector_lane_energy_pj
-        + buf_read * tech.sram_read_pj_per_byte
+    compute_pj = w.macs * tech.mac_energy_pj + lane_ops * tech.vector_lane_energy_pj
+    memory_pj = (
+        buf_read * tech.sram_read_pj_per_byte
         + buf_write * tech.sram_write_pj_per_byte
         + w.hbm_bytes * tech.hbm_energy_pj_per_byte
-        + w.network_pj
     )
+    dynamic_pj = compute_pj + memory_pj + w.network_pj
     return OpTerms(
         latency_s=latency,
         energy_j=dynamic_pj * _PJ + static_w * latency,
+        parts_j=np.stack([compute_pj, memory_pj, w.network_pj], axis=1) * _PJ,
         compute_s=compute_s,
         hbm_s=hbm_s,
         buffer_s=buffer_s,
@@ -365,6 +371,8 @@ def _cached(
             par.energy_j,
             par.hbm_bytes,
             par.bound_code,
+            one.parts_j,
+            par.parts_j,
         )
     )
 

@@ -51,7 +51,9 @@ def cli(verbose: int) -> None:
 
 def _register() -> None:
     """Add every command module's command to the group (explicitly, in one place)."""
-    from phaze.cli import arch_cmd, place_cmd, space_cmd, validate_cmd, workloads_cmd
+    from phaze.cli import arch_cmd, place_cmd, space_cmd, sweep_cmd, validate_cmd, workloads_cmd
+    from phaze.cli import schedule_cmd
+    from phaze.cli import report_cmd
 
     for command in (
         workloads_cmd.workloads,
@@ -59,6 +61,11 @@ def _register() -> None:
         arch_cmd.arch,
         space_cmd.space,
         place_cmd.place,
+        sweep_cmd.sweep,
+        schedule_cmd.schedule,
+        report_cmd.report,
+        report_cmd.pareto_cmd,
+        report_cmd.export,
     ):
         cli.add_command(command)
 

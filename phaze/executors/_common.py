@@ -43,10 +43,10 @@ logger = logging.getLogger("phaze.executors")
 T = TypeVar("T")
 R = TypeVar("R")
 
-# s of worker time per chunk when sizing chunks adaptively. A local chunk costs ~0.1 ms of
-# pickling and pipe round trip and a Ray task ~1-3 ms (measured here with
-# benchmarks/bench_executors.py), so 0.2 s chunks keep the overhead near 1 % while a
-# Ctrl-C loses at most ~0.2 s of work per worker.
+# s of worker time per chunk when sizing chunks adaptively. A chunk costs ~0.1 ms locally
+# (pickling, pipe round trip) and ~2 ms as a Ray task (benchmarks/bench_executors.py with
+# chunksize=1 on this 2-core machine), so 0.2 s chunks keep the overhead near 1 % while a
+# stop loses at most ~0.2 s of work per worker.
 _TARGET_CHUNK_S: Final[float] = 0.2
 # chunks per worker kept for the tail of a run so the last workers finish together
 _TAIL_CHUNKS_PER_WORKER: Final[int] = 4
@@ -243,20 +243,13 @@ class Delivery(Generic[T, R]):
         on_result: Callable[[T, R], Any],
         progress: Progress | None,
         chunker: Chunker[T],
-        total: int | None,
     ) -> None:
         self._on_result = on_result
         self._progress = progress
         self._chunker = chunker
-        self._total = total
         self.tasks_done = 0
         self.chunks = 0
         self.worker_s = 0.0
-
-    def begin(self) -> None:
-        """Start the progress display, once the executor is ready (Ray takes seconds)."""
-        if self._progress is not None:
-            self._progress.start(self._total)
 
     def deliver(
         self, chunk: tuple[T, ...], outcome: ChunkOutcome[R], *, raise_failure: bool = True

@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
@@ -22,14 +21,13 @@ from phaze.errors import ConfigError
 from phaze.executors._common import (
     Chunker,
     Delivery,
-    RunSummary,
     StopSignals,
     TaskError,
     rest_of_chunk,
     run_chunk,
 )
 
-__all__ = ["import_ray", "run_ray"]
+__all__ = ["RaySession", "import_ray"]
 
 logger = logging.getLogger("phaze.executors")
 
@@ -65,44 +63,91 @@ def _code_search_path() -> list[str]:
     return paths
 
 
-def run_ray(
-    fn: Callable[[T], R],
-    chunker: Chunker[T],
-    delivery: Delivery[T, R],
-    initializer: Callable[[], object] | None,
-    jobs: int | None,
-    address: str | None,
-) -> RunSummary:
-    """Run the tasks as Ray tasks, at most ``2 × workers`` chunks in flight.
+class RaySession:
+    """Ray, opened at the first run that has work and kept until :meth:`close`.
 
-    ``workers`` is ``jobs`` if given, else the cluster's CPU count. Results stream back in
-    completion order through ``ray.wait``. On an error or a stop request, outcomes already
-    finished are delivered, pending tasks are cancelled (their workers killed), and a Ray
-    instance started here is shut down.
+    Opening connects to ``address`` or, with ``address=None``, starts a local instance of
+    ``jobs`` CPUs; if Ray is already initialised in this process, that instance is used as
+    it is. Closing shuts down only an instance (or connection) opened here.
     """
-    ray = import_ray()
-    start = time.perf_counter()
-    started = not ray.is_initialized()
-    sigterm_handler = signal.getsignal(signal.SIGTERM)
-    if started:
-        options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
-        if address is None:
-            options["num_cpus"] = jobs
-            options["job_config"] = ray.job_config.JobConfig(code_search_path=_code_search_path())
-        logger.info("starting Ray (address=%s)", address or "a new local instance")
-        ray.init(address=address, **options)
-    try:
-        workers = jobs or max(int(ray.cluster_resources().get("CPU", 1)), 1)
+
+    name: Final = "ray"
+
+    def __init__(
+        self, jobs: int | None, address: str | None, initializer: Callable[[], object] | None
+    ) -> None:
+        self._jobs = jobs
+        self._address = address
+        self._initializer = initializer
+        self._ray: ModuleType | None = None
+        self._opened_here = False
+        self._sigterm_handler: Any = None
+
+    @property
+    def workers(self) -> int:
+        """Chunks run at once: ``jobs``, else the cluster's CPUs (1 before Ray is open)."""
+        if self._jobs is not None:
+            return self._jobs
+        if self._ray is None:
+            return 1
+        return max(int(self._ray.cluster_resources().get("CPU", 1)), 1)
+
+    def open(self) -> ModuleType:
+        """Ray, initialised (idempotent)."""
+        if self._ray is not None:
+            return self._ray
+        ray = import_ray()
+        if not ray.is_initialized():
+            self._sigterm_handler = signal.getsignal(signal.SIGTERM)
+            self._opened_here = True
+            options: dict[str, Any] = {
+                "include_dashboard": False,
+                "logging_level": logging.WARNING,
+            }
+            if self._address is None:
+                options["num_cpus"] = self._jobs
+                options["job_config"] = ray.job_config.JobConfig(
+                    code_search_path=_code_search_path()
+                )
+            logger.info("starting Ray (address=%s)", self._address or "a new local instance")
+            self._ray = ray  # set first, so close() shuts down a half-started instance
+            ray.init(address=self._address, **options)
+        self._ray = ray
+        return ray
+
+    def close(self, *, abort: bool = False) -> None:
+        """Shut down the Ray instance opened here, if any (``abort`` changes nothing)."""
+        if self._ray is None:
+            return
+        if self._opened_here:
+            self._ray.shutdown()
+            # ray.init installs a SIGTERM handler and shutdown leaves it behind
+            main = threading.current_thread() is threading.main_thread()
+            if main and signal.getsignal(signal.SIGTERM) is not self._sigterm_handler:
+                signal.signal(signal.SIGTERM, self._sigterm_handler)
+        self._ray = None
+        self._opened_here = False
+
+    def run(self, fn: Callable[[T], R], chunker: Chunker[T], delivery: Delivery[T, R]) -> None:
+        """Run every chunk as a Ray task, at most ``2 × workers`` in flight.
+
+        Results stream back in completion order through ``ray.wait``. On an error or a stop
+        request, chunks already finished are delivered and pending ones are cancelled
+        (their workers killed).
+        """
+        ray = self.open()
         remote = ray.remote(run_chunk).options(num_cpus=1)
         fn_ref = ray.put(fn)
-        init_ref = ray.put(initializer)
+        init_ref = ray.put(self._initializer)
+        limit = self.workers * _IN_FLIGHT_PER_WORKER
         in_flight: dict[Any, tuple[T, ...]] = {}
-        delivery.begin()
+
+        def submit(chunk: tuple[T, ...]) -> None:
+            in_flight[remote.remote(fn_ref, chunk, init_ref)] = chunk
+
         with StopSignals() as stop:
             try:
-                _ray_loop(
-                    ray, remote, fn_ref, init_ref, chunker, delivery, workers, in_flight, stop
-                )
+                _ray_loop(ray, submit, chunker, delivery, limit, in_flight, stop)
             except BaseException as exc:
                 with stop.deferred():
                     try:
@@ -112,28 +157,17 @@ def run_ray(
                         for ref in in_flight:
                             ray.cancel(ref, force=True)
                 raise
-    finally:
-        if started:
-            ray.shutdown()
-            # ray.init installs a SIGTERM handler and shutdown leaves it behind
-            main = threading.current_thread() is threading.main_thread()
-            if main and signal.getsignal(signal.SIGTERM) is not sigterm_handler:
-                signal.signal(signal.SIGTERM, sigterm_handler)
-    return delivery.summary("ray", workers, time.perf_counter() - start)
 
 
 def _ray_loop(
     ray: ModuleType,
-    remote: Any,
-    fn_ref: Any,
-    init_ref: Any,
+    submit: Callable[[tuple[T, ...]], None],
     chunker: Chunker[T],
     delivery: Delivery[T, R],
-    workers: int,
+    limit: int,
     in_flight: dict[Any, tuple[T, ...]],
     stop: StopSignals,
 ) -> None:
-    limit = workers * _IN_FLIGHT_PER_WORKER
     exhausted = False
     while True:
         with stop.deferred():
@@ -142,7 +176,7 @@ def _ray_loop(
                 if not chunk:
                     exhausted = True
                     break
-                in_flight[remote.remote(fn_ref, chunk, init_ref)] = chunk
+                submit(chunk)
         if not in_flight:
             return
         stop.check()  # a signal deferred while submitting; later ones raise in ray.wait()

@@ -74,16 +74,18 @@ def format_progress(
 class Progress:
     """Progress of a run of tasks, drawn on ``stream`` (stderr by default).
 
-    :func:`phaze.executors.run_tasks` calls :meth:`start`, :meth:`advance` and
-    :meth:`close`; callers only construct it. Pass ``progress=None`` to ``run_tasks`` (or
+    A run (:func:`phaze.executors.run_tasks`, :meth:`Runner.run`) advances it as tasks
+    finish. If it is not started yet, the run starts it with its own task count and closes
+    it at the end; a caller spanning several runs starts it with the grand total, may
+    :meth:`skip` items it decides not to run, and closes it. Pass ``progress=None`` (or
     ``enabled=False`` here) for no output.
 
     Parameters
     ----------
-    stream
-        Where to draw; ``None`` means ``sys.stderr`` at the time of drawing.
     label
         The noun counted, e.g. ``"points"``.
+    stream
+        Where to draw; ``None`` means ``sys.stderr`` at the time of drawing.
     skipped
         Items already done before this run (e.g. found in the store): they count towards
         done / total but not towards the rate.
@@ -100,9 +102,9 @@ class Progress:
 
     def __init__(
         self,
-        stream: TextIO | None = None,
-        *,
         label: str = "tasks",
+        *,
+        stream: TextIO | None = None,
         skipped: int = 0,
         enabled: bool = True,
         is_tty: bool | None = None,
@@ -144,6 +146,16 @@ class Progress:
         self._last_draw = -math.inf
         self._open = True
         self._draw(force=True)
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` was called and :meth:`close` not yet."""
+        return self._open
+
+    def skip(self, n: int) -> None:
+        """Count ``n`` items as done without running them (e.g. pruned): not in the rate."""
+        self.skipped += n
+        self.advance(n)
 
     def advance(self, n: int = 1) -> None:
         """Count ``n`` more items done, redrawing if the interval has passed."""

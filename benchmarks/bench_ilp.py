@@ -1,0 +1,105 @@
+"""Time the layer scheduler on transformer blocks over many designs.
+
+GPT-3 175B, Llama-3 70B and Mixtral 8x7B blocks, forward and backward, at tensor-parallel
+widths 1 and 8, on N random designs (powers of two around a TPUv4-like chip). Prints the
+median and p95 wall time per solve, split by how it was solved: fast path (the list schedule
+meets the lower bound in every part) or MIP (some part needed the solver), with statuses.
+
+Run: ``.venv/bin/python benchmarks/bench_ilp.py [--designs 100] [--time-limit 1.0]``.
+Caches are cleared first, so every solve is cold except repeats inside the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from collections import Counter
+
+import numpy as np
+
+from arch_space.accelerator import Cluster
+from arch_space.presets import preset
+from ilp import Method, costed_graph, solve_schedule
+from ilp.schedule import _solve, _solve_part
+from workloads import TrainingSetup, build_layer_graph, get_model
+
+MODELS = ("gpt3-175b", "llama3-70b", "mixtral-8x7b")
+TPS = (1, 8)
+PASSES = ("forward", "backward")
+
+
+def designs(n: int, seed: int = 0):
+    """``n`` distinct designs: core counts, array sizes, lanes and buffer as powers of two."""
+    rng = np.random.default_rng(seed)
+    base = preset("tpuv4")
+    seen, out = set(), []
+    while len(out) < n:
+        d = dataclasses.replace(
+            base,
+            name="",
+            num_tc=int(2 ** rng.integers(0, 7)),
+            tc_rows=int(2 ** rng.integers(4, 9)),
+            tc_cols=int(2 ** rng.integers(4, 9)),
+            num_vc=int(2 ** rng.integers(0, 5)),
+            vc_lanes=int(2 ** rng.integers(6, 11)),
+            glb_bytes=int(2 ** rng.integers(23, 28)),
+        )
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def _stats(xs):
+    if not xs:
+        return "-"
+    a = np.asarray(xs) * 1e3
+    return f"n={len(a):5d}  median {np.median(a):8.2f} ms  p95 {np.percentile(a, 95):8.2f} ms"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--designs", type=int, default=100)
+    ap.add_argument("--time-limit", type=float, default=1.0)
+    args = ap.parse_args()
+    setup = TrainingSetup(seq_len=2048, global_batch=512, micro_batch=1)
+    cluster = Cluster(devices=8)
+    graphs = []
+    for name in MODELS:
+        for tp in TPS:
+            lg = build_layer_graph(get_model(name), setup, tp)
+            for p in PASSES:
+                graphs.append((f"{name} t={tp} {p}", getattr(lg.op_graphs["block"], p)))
+    _solve.cache_clear()
+    _solve_part.cache_clear()
+    fast, full, ilp_sizes = [], [], []
+    status = Counter()
+    per_graph = {label: [] for label, _ in graphs}
+    t_all = time.perf_counter()
+    for acc in designs(args.designs):
+        for label, og in graphs:
+            g = costed_graph(og, acc, cluster)
+            t0 = time.perf_counter()
+            s = solve_schedule(g, acc.num_tc, acc.num_vc, time_limit_s=args.time_limit)
+            dt = time.perf_counter() - t0
+            (full if s.method in (Method.ILP, Method.ILP_CORES) else fast).append(dt)
+            if s.method in (Method.ILP, Method.ILP_CORES):
+                ilp_sizes.append(len(og.ops))
+            status[f"{s.method}/{s.status}"] += 1
+            per_graph[label].append(dt)
+    everything = fast + full
+    print(
+        f"{len(everything)} solves in {time.perf_counter() - t_all:.1f} s "
+        f"(time limit {args.time_limit} s per part)"
+    )
+    print(f"all        {_stats(everything)}")
+    print(f"fast path  {_stats(fast)}")
+    print(f"MIP        {_stats(full)}")
+    for label, xs in per_graph.items():
+        print(f"  {label:32s} {_stats(xs)}")
+    print("method/status:", dict(sorted(status.items())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Layer timings for the placement stage: op costs -> schedules -> :class:`LayerTiming`.
+
+For each distinct layer (class id) of a :class:`~workloads.layer_graph.LayerGraph`, the
+operator model (:func:`arch_space.perf.op_costs`) prices every op on one core and on all cores
+of its type; those become the scheduler's node attributes; :func:`ilp.solve_schedule` gives
+each pass's makespan, energy and utilisation. Identical passes (same ops, same design)
+are solved once: timings are cached by content (the op graph, the accelerator without its
+name, the cluster and the solver settings), and schedules by their costs and core counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
+
+import networkx as nx
+
+from arch_space.accelerator import Accelerator, Cluster
+from arch_space.perf import op_costs
+from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Schedule, solve_schedule
+from workloads.layer_graph import LayerGraph
+from workloads.ops import OpGraph
+
+__all__ = ["PassTiming", "LayerTiming", "costed_graph", "pass_schedule", "layer_timing"]
+
+
+@dataclass(frozen=True, slots=True)
+class PassTiming:
+    """One pass (forward, backward or recompute) of one distinct layer on one design.
+
+    Utilisations are average shares of each core type busy over the makespan.
+    ``energy_j`` sums the ops' energies (each with the chip's static power over its own
+    latency); ``compute_j``/``memory_j``/``network_j`` split the dynamic energy alone (ops in
+    the mode the schedule chose), for totals that count static power once per chip.
+    """
+
+    makespan_s: float
+    energy_j: float
+    compute_j: float
+    memory_j: float
+    network_j: float
+    tc_utilisation: float
+    vc_utilisation: float
+    solver: str
+    status: str
+    gap: float
+    wall_s: float
+    time_limit_s: float
+
+    @classmethod
+    def from_schedule(cls, s: Schedule, graph: nx.DiGraph) -> PassTiming:
+        parts = [0.0, 0.0, 0.0]
+        for node, attrs in graph.nodes(data=True):
+            key = "parallel_parts_j" if node in s.parallel else "parts_j"
+            for i, x in enumerate(attrs.get(key, (0.0, 0.0, 0.0))):
+                parts[i] += x
+        return cls(
+            makespan_s=s.makespan_s,
+            energy_j=s.energy_j,
+            compute_j=parts[0],
+            memory_j=parts[1],
+            network_j=parts[2],
+            tc_utilisation=s.tc_utilisation,
+            vc_utilisation=s.vc_utilisation,
+            solver=s.solver,
+            status=str(s.status),
+            gap=s.gap,
+            wall_s=s.wall_s,
+            time_limit_s=s.time_limit_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTiming:
+    """Forward, backward and recompute passes of one distinct layer.
+
+    ``recompute`` is the extra work re-run before the backward pass under the training
+    setup's recompute mode (zero time and energy without recompute).
+    """
+
+    class_id: str
+    forward: PassTiming
+    backward: PassTiming
+    recompute: PassTiming
+
+
+def costed_graph(graph: OpGraph, acc: Accelerator, cluster: Cluster) -> nx.DiGraph:
+    """The networkx view of ``graph`` with each op's single- and all-core latency and energy
+    on ``acc`` (the scheduler's input)."""
+    table = op_costs(graph, acc, cluster)
+    g = nx.DiGraph(graph.to_networkx())
+    for k, op in enumerate(graph.ops):
+        g.nodes[op.name].update(
+            latency_s=float(table.latency_s[k]),
+            parallel_latency_s=float(table.parallel_latency_s[k]),
+            energy_j=float(table.energy_j[k]),
+            parallel_energy_j=float(table.parallel_energy_j[k]),
+            parts_j=tuple(map(float, table.parts_j[k])),
+            parallel_parts_j=tuple(map(float, table.parallel_parts_j[k])),
+        )
+    return g
+
+
+def pass_schedule(
+    graph: OpGraph,
+    acc: Accelerator,
+    cluster: Cluster,
+    *,
+    solver: str = "highs",
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    mip_gap: float = DEFAULT_MIP_GAP,
+) -> Schedule:
+    """The optimal schedule of one pass's op graph on ``acc``'s cores."""
+    return solve_schedule(
+        costed_graph(graph, acc, cluster),
+        acc.num_tc,
+        acc.num_vc,
+        solver=solver,
+        time_limit_s=time_limit_s,
+        mip_gap=mip_gap,
+    )
+
+
+@lru_cache(maxsize=8192)
+def _pass_timing(
+    graph: OpGraph,
+    acc: Accelerator,
+    cluster: Cluster,
+    solver: str,
+    time_limit_s: float,
+    mip_gap: float,
+) -> PassTiming:
+    costed = costed_graph(graph, acc, cluster)
+    s = solve_schedule(
+        costed, acc.num_tc, acc.num_vc, solver=solver, time_limit_s=time_limit_s, mip_gap=mip_gap
+    )
+    return PassTiming.from_schedule(s, costed)
+
+
+def layer_timing(
+    layer_graph: LayerGraph,
+    acc: Accelerator,
+    cluster: Cluster,
+    *,
+    solver: str = "highs",
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    mip_gap: float = DEFAULT_MIP_GAP,
+) -> Mapping[str, LayerTiming]:
+    """Forward, backward and recompute timing of every distinct layer, by class id.
+
+    Raises
+    ------
+    ConfigError
+        Bad solver name or settings.
+    SolverError
+        Every solver failed on some pass (timeouts are not errors: see ``status``).
+    """
+    design = dataclasses.replace(acc, name="")  # the name does not change any cost
+    out = {}
+    for class_id, passes in layer_graph.op_graphs.items():
+        timings = [
+            _pass_timing(g, design, cluster, solver, float(time_limit_s), float(mip_gap))
+            for g in (passes.forward, passes.backward, passes.recompute)
+        ]
+        out[class_id] = LayerTiming(class_id, *timings)
+    return MappingProxyType(out)

@@ -1,0 +1,121 @@
+"""The Python API: :func:`search` (a sweep) and :func:`evaluate` (one design).
+
+Examples
+--------
+>>> import phaze
+>>> from arch_space import Cluster, preset
+>>> ev = phaze.evaluate("gpt3-1.3b", preset("a100"), Cluster(devices=8), global_batch=64)
+>>> ev.feasible, ev.placement.tp * ev.placement.pp * ev.placement.dp <= 8
+(True, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from arch_space import Accelerator, Cluster
+from phaze.config import SolverSettings, SweepConfig
+from phaze.errors import ConfigError
+from phaze.pipeline import Context, Evaluation, Knobs
+from phaze.pipeline import evaluate as _evaluate
+from phaze.scoring import ScoringParams
+from phaze.sweep import run_sweep
+from placement import Strategy, parse_strategy
+from results.store import load
+from workloads import resolve_model
+
+__all__ = ["search", "evaluate"]
+
+_GIB = 1 << 30
+
+
+def search(
+    workloads: Sequence[str],
+    space: str = "tiny",
+    cluster: Cluster | None = None,
+    *,
+    micro_batches: Sequence[int] = (1, 4),
+    hbm_sizes: Sequence[int] = (),
+    recompute_modes: Sequence[str] = ("none", "full"),
+    objectives: Sequence[str] = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp"),
+    executor: str = "local",
+    out_dir: str | Path = "phaze-out/search",
+    jobs: int | None = None,
+    seq_len: int = 2048,
+    global_batch: int = 512,
+    sequence_parallel: bool = True,
+    prune: bool = True,
+    solver: SolverSettings | None = None,
+    scoring: ScoringParams | None = None,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
+
+    ``space`` is a shipped space name or a TOML path; ``hbm_sizes`` (bytes) replaces each
+    design's HBM capacity by each size given; points already in ``out_dir`` are reused.
+    Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
+    """
+    cluster = cluster or Cluster(devices=64)
+    if any(h % (1 << 20) for h in hbm_sizes):
+        raise ConfigError(f"hbm_sizes = {list(hbm_sizes)!r} must be whole MiB (bytes)")
+    cfg = SweepConfig(
+        workloads=tuple(workloads),
+        space=space,
+        devices=cluster.devices,
+        devices_per_node=cluster.devices_per_node,
+        intra_node_bandwidth_bytes_per_s=cluster.intra_node_bandwidth_bytes_per_s,
+        inter_node_bandwidth_bytes_per_s=cluster.inter_node_bandwidth_bytes_per_s,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        micro_batches=tuple(micro_batches),
+        hbm_gib=tuple(h / _GIB for h in hbm_sizes),
+        recompute=tuple(recompute_modes),
+        sequence_parallel=sequence_parallel,
+        objectives=tuple(objectives),
+        prune=prune,
+        solver=solver or SolverSettings(),
+        scoring=scoring or ScoringParams(),
+    )
+    run_sweep(cfg, out_dir, executor=executor, jobs=jobs, progress=progress)
+    with load(out_dir) as store:
+        return store.points()
+
+
+def evaluate(
+    workload: str,
+    accelerator: Accelerator,
+    cluster: Cluster,
+    *,
+    seq_len: int = 2048,
+    global_batch: int = 512,
+    micro_batch: int = 1,
+    recompute: str = "none",
+    sequence_parallel: bool = True,
+    strategy: Strategy | str | None = None,
+    tokens_to_train: int | None = None,
+    solver: SolverSettings | None = None,
+    scoring: ScoringParams | None = None,
+) -> Evaluation:
+    """Evaluate one design on one workload: the best placement, or the given ``strategy``
+    (a :class:`placement.Strategy` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``).
+    """
+    if isinstance(strategy, str):
+        strategy = parse_strategy(strategy)
+    if strategy is not None:
+        micro_batch, recompute = strategy.micro_batch, strategy.recompute
+        sequence_parallel = strategy.sequence_parallel
+    ctx = Context(
+        cluster=cluster,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        sequence_parallel=sequence_parallel,
+        tokens_to_train=tokens_to_train,
+        solver=solver or SolverSettings(),
+        scoring=scoring or ScoringParams(),
+    )
+    model = resolve_model(workload)
+    return _evaluate(
+        workload, model, accelerator, Knobs(micro_batch, recompute), ctx, strategy=strategy
+    )

@@ -1,0 +1,174 @@
+"""``phaze report``, ``phaze pareto`` and ``phaze export``: read a sweep's results store.
+
+DIR is a sweep's output directory (the one holding ``phaze.sqlite``). A missing directory or
+store is an ``Error:`` with exit status 1; ``pareto`` exits 3 when no point is feasible.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from phaze.cli._render import echo_json, table
+from phaze.errors import ConfigError, Infeasible
+from results.display import design_label, fmt_value, workload_title
+from results.export import json_document, to_json, write_csv
+from results.pareto import pareto, parse_objectives
+from results.schema import AGGREGATE_WORKLOAD
+from results.store import load
+from results.summary import by_workload, metric_for
+
+__all__ = ["report", "pareto_cmd", "export"]
+
+_DIR = click.Path(path_type=Path)
+
+
+@click.command("report")
+@click.argument("directory", type=_DIR, metavar="DIR")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the HTML file (default: DIR/report.html).",
+)
+@click.option("--svg", is_flag=True, help="Embed the plots as SVG instead of PNG.")
+@click.option(
+    "--plots",
+    "plots_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write every plot as PNG and SVG files into this directory.",
+)
+def report(directory: Path, out: Path | None, svg: bool, plots_dir: Path | None) -> None:
+    """Write the self-contained HTML report of the sweep in DIR and print its path."""
+    # matplotlib loads in about a second: only the command that draws pays for it.
+    from results.plots import write_plots
+    from results.report import write_report
+
+    path = write_report(directory, out, image_format="svg" if svg else "png")
+    if plots_dir is not None:
+        with load(directory) as store:
+            written = write_plots(store.points(), plots_dir)
+        click.echo(f"plots: {len(written)} files in {plots_dir}", err=True)
+    click.echo(str(path))
+
+
+@click.command("pareto")
+@click.argument("directory", type=_DIR, metavar="DIR")
+@click.option("--x", "x", required=True, metavar="METRIC", help="First objective (a column name).")
+@click.option("--y", "y", required=True, metavar="METRIC", help="Second objective.")
+@click.option("--z", "z", default=None, metavar="METRIC", help="Optional third objective.")
+@click.option(
+    "--workload",
+    "-w",
+    default=None,
+    help=f"Only this workload ('{AGGREGATE_WORKLOAD}' = per-design aggregate). Default: one front per workload.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the front's points as CSV.")
+def pareto_cmd(
+    directory: Path,
+    x: str,
+    y: str,
+    z: str | None,
+    workload: str | None,
+    as_json: bool,
+    as_csv: bool,
+) -> None:
+    """Print the Pareto-optimal points of the sweep in DIR.
+
+    METRIC is a column of `phaze export` (tokens_per_s, system_cost_usd, total_kgco2e, tcdp,
+    ...). Each metric is maximised or minimised as it should be (throughput up, cost down);
+    a prefix overrides it: `--x -tcdp` minimises, `--x +area_mm2` maximises. Fronts are
+    computed per workload, since throughputs of different models do not compare; throughput
+    metrics mean the throughput score for the aggregate rows.
+
+    --json prints {"schema_version": 1, "objectives": [{"metric", "sense"}], "points": [...]}
+    where each point has the keys of `phaze export` plus nothing else, ordered by workload,
+    then the objectives (best first).
+    """
+    if as_json and as_csv:
+        raise click.UsageError("give at most one of --json and --csv")
+    objectives = parse_objectives([s for s in (x, y, z) if s is not None])
+    with load(directory) as store:
+        points = store.points(feasible_only=True)
+    groups = by_workload(points)
+    if workload is not None:
+        if workload not in groups:
+            known = ", ".join(groups) or "none"
+            raise ConfigError(
+                f"workload {workload!r} has no feasible point in {directory} (workloads: {known})"
+            )
+        groups = {workload: groups[workload]}
+    if not groups:
+        raise Infeasible(f"no feasible point is stored in {directory}")
+    fronts = {
+        w: pareto(pts, [(metric_for(w, o.metric), o.sense) for o in objectives])
+        for w, pts in groups.items()
+    }
+    rows = [p for front in fronts.values() for p in front]
+    if as_json:
+        echo_json(
+            json_document(
+                rows, objectives=[{"metric": o.metric, "sense": o.sense} for o in objectives]
+            )
+        )
+        return
+    if as_csv:
+        write_csv(rows, sys.stdout)
+        return
+    for w, front in fronts.items():
+        metrics = [metric_for(w, o.metric) for o in objectives]
+        names = ", ".join(
+            f"{m} ({'max' if o.sense == 'max' else 'min'})"
+            for m, o in zip(metrics, objectives, strict=True)
+        )
+        click.echo(
+            f"{workload_title(w)}: {len(front)} of {len(groups[w])} feasible points on the front of {names}"
+        )
+        body = [
+            [
+                design_label(p),
+                p.get("micro_batch") if p.get("micro_batch") is not None else "-",
+                p.get("recompute") or "-",
+                f"{p['tp']}x{p['pp']}x{p['dp']}" if p.get("tp") is not None else "-",
+                *[fmt_value(m, p.get(m)) for m in metrics],
+            ]
+            for p in front
+        ]
+        click.echo(table(body, ["design", "micro-batch", "recompute", "TPxPPxDP", *metrics]))
+        click.echo("")
+
+
+@click.command("export")
+@click.argument("directory", type=_DIR, metavar="DIR")
+@click.option("--csv", "fmt", flag_value="csv", help="CSV, one row per point.")
+@click.option(
+    "--json", "fmt", flag_value="json", help='One JSON document {"schema_version", "points"}.'
+)
+@click.option("--feasible-only", is_flag=True, help="Leave out infeasible and pruned points.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write to this file instead of stdout.",
+)
+def export(directory: Path, fmt: str | None, feasible_only: bool, out: Path | None) -> None:
+    """Export every stored point of the sweep in DIR (all columns, SI units)."""
+    if fmt is None:
+        raise click.UsageError("give --csv or --json")
+    with load(directory) as store:
+        points = store.points(feasible_only=feasible_only)
+    if out is not None:
+        with out.open("w", encoding="utf-8", newline="") as fh:
+            if fmt == "csv":
+                write_csv(points, fh)
+            else:
+                fh.write(to_json(points) + "\n")
+        click.echo(f"{len(points)} points written to {out}", err=True)
+    elif fmt == "csv":
+        write_csv(points, sys.stdout)
+    else:
+        echo_json(json_document(points))

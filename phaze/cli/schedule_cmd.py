@@ -1,0 +1,202 @@
+"""``phaze schedule``: the optimal op schedule of one layer pass on one accelerator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from arch_space.accelerator import Cluster
+from arch_space.config import load_accelerator
+from ilp import Schedule, costed_graph, solve_schedule
+from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S
+from phaze.cli._render import echo_json, si, table
+from phaze.errors import ConfigError, unknown_name
+from workloads import TrainingSetup, build_layer_graph, resolve_model
+
+__all__ = ["schedule", "schedule_doc", "draw_gantt"]
+
+_DEFAULT_SEQ_LEN = 2048
+_PASSES = {"fwd": "forward", "bwd": "backward", "recompute": "recompute"}
+
+
+def schedule_doc(s: Schedule) -> dict[str, Any]:
+    """A JSON-ready description of a schedule (ops in start order, SI units)."""
+    ops = [
+        {
+            "op": str(v),
+            "start_s": s.start_s[v],
+            "duration_s": s.duration_s[v],
+            "mode": "parallel" if v in s.parallel else "single",
+            "tc_cores": s.cores[v][0],
+            "vc_cores": s.cores[v][1],
+            "cores": s.core_ids[v],
+        }
+        for v in sorted(s.start_s, key=lambda v: (s.start_s[v], str(v)))
+    ]
+    return {
+        "makespan_s": s.makespan_s,
+        "energy_j": s.energy_j,
+        "num_tc": s.num_tc,
+        "num_vc": s.num_vc,
+        "tc_utilisation": s.tc_utilisation,
+        "vc_utilisation": s.vc_utilisation,
+        "tc_peak_utilisation": s.tc_peak_utilisation,
+        "vc_peak_utilisation": s.vc_peak_utilisation,
+        "solver": s.solver,
+        "status": str(s.status),
+        "method": str(s.method),
+        "gap": s.gap,
+        "wall_s": s.wall_s,
+        "time_limit_s": s.time_limit_s,
+        "ops": ops,
+    }
+
+
+def draw_gantt(s: Schedule, path: Path, title: str) -> None:
+    """A Gantt chart: one row per core (parallel ops span their type's rows), one for the
+    network (``Nop`` ops with latency)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [f"TC{c}" for c in range(s.num_tc)] + [f"VC{c}" for c in range(s.num_vc)] + ["net"]
+    y = {r: k for k, r in enumerate(rows)}
+    colours = {"TC": "tab:blue", "VC": "tab:orange", "net": "tab:gray"}
+    fig, ax = plt.subplots(figsize=(12, 1.5 + 0.25 * len(rows)))
+    for v, ids in s.core_ids.items():
+        d = s.duration_s[v]
+        if d <= 0:
+            continue
+        lanes: list[str] = []
+        for part in ids.split("+") if ids else ["net"]:
+            kind = part[:2] if part != "net" else "net"
+            if "-" in part:
+                lo, hi = part[2:].split("-")
+                lanes += [f"{kind}{c}" for c in range(int(lo), int(hi) + 1)]
+            else:
+                lanes.append(part)
+        for lane in lanes:
+            kind = lane[:2] if lane != "net" else "net"
+            ax.broken_barh(
+                [(s.start_s[v] * 1e6, d * 1e6)],
+                (y[lane] - 0.4, 0.8),
+                facecolors=colours[kind],
+                edgecolors="black",
+                linewidth=0.4,
+                alpha=0.9 if v in s.parallel else 0.6,
+            )
+        ax.text(
+            (s.start_s[v] + d / 2) * 1e6, y[lanes[0]], str(v), ha="center", va="center", fontsize=6
+        )
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (µs)")
+    ax.set_title(f"{title}: makespan {si(s.makespan_s, 's')} ({s.status}, {s.method})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+@click.command("schedule")
+@click.option("--workload", "workload", required=True, help="Catalog model name or config.json.")
+@click.option("--arch", "arch", required=True, help="Accelerator preset name or TOML file.")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel width.")
+@click.option(
+    "--pass",
+    "pass_",
+    type=click.Choice(tuple(_PASSES)),
+    default="fwd",
+    show_default=True,
+    help="Which pass of the layer to schedule.",
+)
+@click.option("--layer", default="block", show_default=True, help="Distinct layer (class id).")
+@click.option("--seq-len", type=int, default=None, help="Tokens per sequence [default: 2048].")
+@click.option("--micro-batch", type=int, default=1, show_default=True)
+@click.option("--solver", default="highs", show_default=True, help="highs, cbc or gurobi.")
+@click.option(
+    "--time-limit",
+    type=float,
+    default=DEFAULT_TIME_LIMIT_S,
+    show_default=True,
+    help="Seconds per independent part of the graph.",
+)
+@click.option("--mip-gap", type=float, default=DEFAULT_MIP_GAP, show_default=True)
+@click.option(
+    "--gantt",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also draw a Gantt chart to this PNG file.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def schedule(
+    workload: str,
+    arch: str,
+    tp: int,
+    pass_: str,
+    layer: str,
+    seq_len: int | None,
+    micro_batch: int,
+    solver: str,
+    time_limit: float,
+    mip_gap: float,
+    gantt: Path | None,
+    as_json: bool,
+) -> None:
+    """Schedule one layer pass's ops on an accelerator's tensor and vector cores."""
+    model = resolve_model(workload)
+    acc = load_accelerator(arch)
+    seq = seq_len or min(_DEFAULT_SEQ_LEN, model.max_positions)
+    setup = TrainingSetup(seq_len=seq, global_batch=micro_batch, micro_batch=micro_batch)
+    graph = build_layer_graph(model, setup, tp)
+    if layer not in graph.op_graphs:
+        raise unknown_name("layer class", layer, graph.op_graphs)
+    op_graph = getattr(graph.op_graphs[layer], _PASSES[pass_])
+    if tp > 8 and tp % 8:
+        raise ConfigError(f"--tp = {tp}: above one 8-device node it must be a multiple of 8")
+    cluster = Cluster(devices=max(tp, 1), devices_per_node=8)
+    s = solve_schedule(
+        costed_graph(op_graph, acc, cluster),
+        acc.num_tc,
+        acc.num_vc,
+        solver=solver,
+        time_limit_s=time_limit,
+        mip_gap=mip_gap,
+    )
+    title = f"{model.name} {layer} {_PASSES[pass_]} (t={tp}) on {acc.name or arch}"
+    if gantt is not None:
+        draw_gantt(s, gantt, title)
+    if as_json:
+        echo_json(
+            {
+                "workload": model.name,
+                "arch": acc.name or arch,
+                "tp": tp,
+                "pass": _PASSES[pass_],
+                "layer": layer,
+                "seq_len": seq,
+                "micro_batch": micro_batch,
+                **schedule_doc(s),
+            }
+        )
+        return
+    doc = schedule_doc(s)
+    click.echo(title)
+    click.echo(
+        f"makespan {si(s.makespan_s, 's')}, energy {si(s.energy_j, 'J')}, "
+        f"TC {s.tc_utilisation:.0%} avg / {s.tc_peak_utilisation:.0%} peak, "
+        f"VC {s.vc_utilisation:.0%} avg / {s.vc_peak_utilisation:.0%} peak"
+    )
+    click.echo(
+        f"solver {s.solver}, status {s.status} ({s.method}), gap {s.gap:.2%}, "
+        f"{si(s.wall_s, 's')} (limit {si(s.time_limit_s, 's')})"
+    )
+    rows = [
+        (o["op"], si(o["start_s"], "s"), si(o["duration_s"], "s"), o["mode"], o["cores"] or "-")
+        for o in doc["ops"]
+    ]
+    click.echo(table(rows, ("op", "start", "duration", "mode", "cores")))
+    if gantt is not None:
+        click.echo(f"gantt chart: {gantt}")

@@ -1,0 +1,222 @@
+"""``phaze sweep``: run (or resume) a sweep, print the best designs and the report's path."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from phaze.cli._render import echo_json, si, table
+from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
+from phaze.executors import EXECUTORS
+from phaze.sweep import SweepResult, run_sweep
+from results.pareto import parse_objectives, rank
+from results.schema import AGGREGATE_WORKLOAD, column
+from results.store import load
+
+__all__ = ["sweep"]
+
+logger = logging.getLogger(__name__)
+
+_TOP = 3
+
+
+def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
+    """The config with every option the user gave on the command line."""
+    given = {k: v for k, v in options.items() if v not in (None, ())}
+    if "hbm_gib" in given:
+        given["hbm_gib"] = tuple(float(x) for x in given["hbm_gib"])
+    return dataclasses.replace(cfg, **given)
+
+
+def _fmt(name: str, value) -> str:
+    if value is None:
+        return "-"
+    col = column(name)
+    if isinstance(value, float):
+        return si(value, col.unit)
+    return str(value)
+
+
+def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
+    lines = []
+    with load(out) as store:
+        points = store.points(feasible_only=True)
+    workloads = list(cfg.workloads) + ([AGGREGATE_WORKLOAD] if len(cfg.workloads) > 1 else [])
+    objectives = parse_objectives(cfg.objectives)
+    for w in workloads:
+        pts = [p for p in points if p["workload"] == w]
+        if not pts:
+            lines.append(f"\n{w}: no feasible point")
+            continue
+        objs = (
+            objectives
+            if w != AGGREGATE_WORKLOAD
+            else parse_objectives(
+                ["throughput_score", *(str(o) for o in objectives if o.metric != "tokens_per_s")]
+            )
+        )
+        for o in objs:
+            rows = []
+            for p in rank(pts, o, n=_TOP):
+                shape = f"{p['num_tc']}x{p['tc_rows']}x{p['tc_cols']} TC, {p['num_vc']}x{p['vc_lanes']} VC"
+                knobs = (
+                    ""
+                    if w == AGGREGATE_WORKLOAD
+                    else f"t{p['tp']} p{p['pp']} d{p['dp']} mbs{p['micro_batch']} {p['recompute']}"
+                )
+                rows.append(
+                    [
+                        p["design_id"],
+                        shape,
+                        si(p["glb_bytes"], "B"),
+                        si(p["hbm_bytes"], "B"),
+                        knobs,
+                        _fmt(o.metric, p[o.metric]),
+                    ]
+                )
+            header = f"\n{w}: best by {o.metric} ({o.sense})"
+            lines.append(header)
+            lines.append(table(rows, ["design", "cores", "buffer", "HBM", "placement", o.metric]))
+    return lines
+
+
+@click.command("sweep")
+@click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--workload", "workloads", multiple=True, help="Workload name or config.json (repeatable)."
+)
+@click.option("--space", help="Design space: a shipped name (tiny, default) or a TOML file.")
+@click.option("--devices", type=click.IntRange(min=1), help="Accelerators in the cluster.")
+@click.option("--devices-per-node", type=click.IntRange(min=1), help="Accelerators per node.")
+@click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence.")
+@click.option("--global-batch", type=click.IntRange(min=1), help="Sequences per iteration.")
+@click.option(
+    "--micro-batch",
+    "micro_batches",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="Micro-batch size (repeatable).",
+)
+@click.option(
+    "--hbm-gib",
+    "hbm_gib",
+    type=click.FloatRange(min=0, min_open=True),
+    multiple=True,
+    help="HBM capacity per device in GiB (repeatable).",
+)
+@click.option(
+    "--recompute",
+    type=click.Choice(RECOMPUTE_MODES),
+    multiple=True,
+    help="Recompute mode (repeatable).",
+)
+@click.option(
+    "--objective", "objectives", multiple=True, help="Metric to rank by, +max or -min (repeatable)."
+)
+@click.option("--no-prune", is_flag=True, help="Evaluate every design (no bound-based pruning).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output directory [default: phaze-out/sweep-<config hash>].",
+)
+@click.option("--jobs", type=click.IntRange(min=1), help="Parallel workers [default: all cores].")
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True)
+@click.option(
+    "--address", help="Ray cluster address (with --executor ray); none starts a local Ray."
+)
+@click.option("--no-report", is_flag=True, help="Do not write the HTML report at the end.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+def sweep(
+    config,
+    workloads,
+    space,
+    devices,
+    devices_per_node,
+    seq_len,
+    global_batch,
+    micro_batches,
+    hbm_gib,
+    recompute,
+    objectives,
+    no_prune,
+    out,
+    jobs,
+    executor,
+    address,
+    no_report,
+    as_json,
+):
+    """Sweep designs x workloads x training knobs; with no arguments, the built-in quick sweep.
+
+    Every point is stored as it completes in OUT/phaze.sqlite; re-running the same command
+    resumes an interrupted sweep. Ends with the best designs per objective and an HTML report.
+    """
+    cfg = load_sweep_config(config) if config else quick_sweep_config()
+    cfg = _overridden(
+        cfg,
+        workloads=workloads,
+        space=space,
+        devices=devices,
+        devices_per_node=devices_per_node,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        micro_batches=micro_batches,
+        hbm_gib=hbm_gib,
+        recompute=recompute,
+        objectives=objectives,
+        prune=False if no_prune else None,
+    )
+    out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
+    click.echo(
+        f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, {cfg.devices} devices "
+        f"({cfg.devices_per_node}/node); micro-batches {list(cfg.micro_batches)}, recompute "
+        f"{list(cfg.recompute)}, HBM {list(cfg.hbm_gib) or 'per design'} GiB -> {out}",
+        err=True,
+    )
+    click.echo(
+        "scoring defaults: " + ", ".join(f"{k}={v}" for k, v in cfg.scoring.as_dict().items()),
+        err=True,
+    )
+    try:
+        result: SweepResult = run_sweep(
+            cfg, out, executor=executor, jobs=jobs, address=address, progress=not as_json
+        )
+    except KeyboardInterrupt:
+        click.echo(
+            f"\ninterrupted: finished points are stored in {out}; re-run the same command to resume",
+            err=True,
+        )
+        sys.exit(130)
+    report_path = None
+    if not no_report:
+        from results.report import write_report
+
+        report_path = write_report(out)
+    if as_json:
+        echo_json(
+            {
+                "out_dir": str(result.out_dir),
+                "points": result.points,
+                "feasible": result.feasible,
+                "evaluated_designs": result.evaluated_designs,
+                "pruned_designs": result.pruned_designs,
+                "skipped_designs": result.skipped_designs,
+                "wall_s": result.wall_s,
+                "report": None if report_path is None else str(report_path),
+                "defaults": cfg.scoring.as_dict(),
+            }
+        )
+        return
+    click.echo(
+        f"{result.points} points ({result.feasible} feasible): {result.evaluated_designs} designs "
+        f"evaluated, {result.pruned_designs} pruned by bounds, {result.skipped_designs} already "
+        f"stored; {result.wall_s:.1f} s"
+    )
+    for line in _top_tables(out, cfg):
+        click.echo(line)
+    if report_path is not None:
+        click.echo(f"\nreport: {report_path}")

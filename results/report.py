@@ -1,0 +1,421 @@
+"""The sweep report: one self-contained HTML file a person can read in a minute.
+
+Order of the page: the answer first (the best design per objective and workload), then the
+fronts and plots that show the trades, the top designs per objective as tables, why points
+were infeasible, and last the inputs, formulas, defaults, manifest and a glossary of every
+column. Images are embedded (base64 PNG by default, or SVG), so the file can be mailed.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+from phaze.errors import ConfigError
+from results.display import design_label, fmt_value, unit_of, workload_title
+from results.pareto import Objective, ObjectiveSpec, best_per_design, parse_objectives
+from results.plots import Plot, png_bytes, standard_plots, svg_text
+from results.schema import AGGREGATE_WORKLOAD, POINT_COLUMNS
+from results.store import Store, load
+from results.summary import (
+    DEFAULT_OBJECTIVES,
+    by_workload,
+    highlights,
+    is_pruned,
+    metric_for,
+    objective_title,
+)
+
+__all__ = ["REPORT_FILENAME", "write_report", "render_report"]
+
+REPORT_FILENAME: Final = "report.html"
+
+# Columns of the "top designs" tables: (header, column); throughput becomes the score for the
+# aggregate rows.
+_TOP_COLUMNS: Final = (
+    ("HBM", "hbm_bytes"),
+    ("die area", "area_mm2"),
+    ("throughput", "tokens_per_s"),
+    ("MFU", "mfu"),
+    ("system cost", "system_cost_usd"),
+    ("embodied carbon", "embodied_kgco2e"),
+    ("total carbon", "total_kgco2e"),
+    ("time to train", "time_to_train_s"),
+    ("tCDP", "tcdp_kgco2e_days"),
+)
+_AGGREGATE_SKIP: Final = frozenset({"mfu"})
+_AGGREGATE_HEADERS: Final = MappingProxyType(
+    {
+        "throughput_score": "throughput score (1 = fastest on every workload)",
+        "embodied_kgco2e": "embodied carbon, all jobs",
+        "total_kgco2e": "total carbon, all jobs",
+        "time_to_train_s": "time to train, all jobs",
+        "tcdp_kgco2e_days": "tCDP, all jobs",
+    }
+)
+
+_CSS: Final = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto;
+       max-width: 1500px; padding: 0 24px 48px; color: #1d1d1f; line-height: 1.45; }
+h1 { margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #dde; padding-bottom: 4px; margin-top: 2em; }
+h3 { margin-bottom: 0.3em; }
+.lead { color: #444; font-size: 1.05em; }
+nav { background: #f5f6fa; padding: 8px 14px; border-radius: 6px; font-size: 0.95em; }
+nav a { margin-right: 14px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 0.9em; }
+th, td { border: 1px solid #d7d9e0; padding: 4px 8px; vertical-align: top; text-align: left; }
+th { background: #eef0f6; }
+tr:nth-child(even) td { background: #fafbfd; }
+td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.design { min-width: 210px; }
+td.best { background: #e6f4ea !important; font-weight: 600; }
+.muted { color: #777; font-size: 0.85em; }
+figure { margin: 12px 0 28px; }
+figure img { max-width: 100%; height: auto; border: 1px solid #e3e5ec; }
+figcaption { color: #444; font-size: 0.92em; margin-top: 4px; max-width: 1100px; }
+pre { background: #f5f6fa; padding: 6px 8px; margin: 4px 0; font-size: 0.85em; max-width: 520px;
+      overflow-x: auto; }
+details summary { cursor: pointer; }
+.grid { display: flex; flex-wrap: wrap; gap: 24px; }
+"""
+
+
+def write_report(
+    store_dir: str | Path,
+    out_path: str | Path | None = None,
+    *,
+    image_format: Literal["png", "svg"] = "png",
+    top: int = 5,
+) -> Path:
+    """Write the HTML report of the sweep stored in ``store_dir``; returns its path.
+
+    ``out_path`` defaults to ``store_dir/report.html``. The file is written to a temporary
+    name and renamed, so a reader never sees half a report.
+    """
+    out = Path(out_path) if out_path is not None else Path(store_dir) / REPORT_FILENAME
+    with load(store_dir) as store:
+        text = render_report(store, image_format=image_format, top=top)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def render_report(
+    store: Store, *, image_format: Literal["png", "svg"] = "png", top: int = 5
+) -> str:
+    """The report of ``store`` as HTML text."""
+    if image_format not in ("png", "svg"):
+        raise ConfigError(
+            f"report image format {image_format!r} is not supported (allowed: png, svg)"
+        )
+    inputs = store.inputs()
+    manifest = store.manifest()
+    points = store.points()
+    objectives = _objectives(inputs)
+    feasible = [p for p in points if p["feasible"]]
+    body: list[str] = [
+        "<h1>Phaze sweep report</h1>",
+        f'<p class="lead">{_summary_sentence(store, points, manifest)}</p>',
+    ]
+    sections = [
+        ("answer", "The answer", _answer(feasible, objectives)),
+    ]
+    if feasible:
+        plots = {p.name: p for p in standard_plots(points, objectives=objectives)}
+        sections += [
+            (
+                "fronts",
+                "Pareto fronts: throughput vs cost and carbon",
+                _fronts(plots, image_format),
+            ),
+            ("top", "Top designs per objective", _top_tables(feasible, objectives, top)),
+            ("tcdp", "Carbon: tCDP ranking", _figures(plots, ("tcdp_ranking",), image_format)),
+            ("area", "Area", _figures(plots, ("area_vs_throughput",), image_format)),
+            ("breakdowns", "Breakdowns", _figures(plots, ("breakdowns",), image_format)),
+            ("knobs", "Micro-batch and recomputation", _figures(plots, ("knobs",), image_format)),
+        ]
+    sections += [
+        ("infeasible", "Infeasible and pruned points", _reasons(points)),
+        ("inputs", "Sweep inputs", _inputs(inputs)),
+        ("formulas", "Formulas and defaults", _formulas(inputs)),
+        ("manifest", "Manifest", _mapping_table(manifest) if manifest else "<p>(empty)</p>"),
+        ("glossary", "Glossary of columns", _glossary()),
+    ]
+    nav = " ".join(f'<a href="#{sid}">{html.escape(title)}</a>' for sid, title, _ in sections)
+    body.append(f"<nav>{nav}</nav>")
+    for sid, title, content in sections:
+        body.append(f'<section id="{sid}"><h2>{html.escape(title)}</h2>{content}</section>')
+    title = f"Phaze sweep report: {store.path.parent.name}"
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+# ---------------------------------------------------------------------------------- sections
+def _summary_sentence(
+    store: Store, points: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]
+) -> str:
+    real = [p for p in points if p["workload"] != AGGREGATE_WORKLOAD]
+    if not real:
+        return f"The store {_code(store.path)} holds no points yet."
+    workloads = sorted({p["workload"] for p in real})
+    feasible = sum(p["feasible"] for p in real)
+    pruned = sum(is_pruned(p) for p in real)
+    designs = len({p["design_id"] for p in real})
+    version = manifest.get("tool_version")
+    parts = [
+        f"{len(real)} points ({feasible} feasible, {len(real) - feasible - pruned} infeasible, "
+        f"{pruned} pruned by a proven bound) of {designs} designs on "
+        f"{len(workloads)} workload{'s' if len(workloads) > 1 else ''} ({html.escape(', '.join(workloads))}).",
+        f"Store: {_code(store.path)}.",
+    ]
+    if store.config_hash:
+        parts.append(f"Config hash {_code(store.config_hash[:12])}.")
+    if version:
+        parts.append(f"Phaze {html.escape(str(version))}.")
+    return " ".join(parts)
+
+
+def _answer(feasible: Sequence[Mapping[str, Any]], objectives: Sequence[ObjectiveSpec]) -> str:
+    if not feasible:
+        return "<p>No feasible points: nothing fits. See the reasons below.</p>"
+    out = [
+        "<p>The best point of the sweep for each objective, per workload. Green marks the value "
+        "the row wins on. A point is one design with one micro-batch size, recompute mode and "
+        "the placement (TP x PP x DP) the search chose for it.</p>"
+    ]
+    for w, pts in by_workload(feasible).items():
+        rows = highlights(pts, objectives)
+        out.append(f"<h3>{html.escape(workload_title(w))}</h3>")
+        out.append(
+            _points_table(
+                w,
+                [h.point for h in rows],
+                first=("best for", [h.title for h in rows]),
+                wins=[h.metrics for h in rows],
+            )
+        )
+    return "".join(out)
+
+
+def _fronts(plots: Mapping[str, Plot], fmt: str) -> str:
+    return _figures(
+        plots, ("throughput_vs_cost", "throughput_vs_embodied", "throughput_vs_total_carbon"), fmt
+    )
+
+
+def _top_tables(
+    feasible: Sequence[Mapping[str, Any]], objectives: Sequence[ObjectiveSpec], top: int
+) -> str:
+    out = [
+        f"<p>The {top} best designs per objective, each at its best micro-batch size and "
+        "recompute mode (ties broken by the other objectives, then design id). Click a "
+        "placement to see its pipeline stages.</p>"
+    ]
+    for w, pts in by_workload(feasible).items():
+        out.append(f"<h3>{html.escape(workload_title(w))}</h3>")
+        objs = [Objective(metric_for(w, o.metric), o.sense) for o in parse_objectives(objectives)]
+        for o in objs:
+            ranked = best_per_design(pts, [o, *(x for x in objs if x != o)])[:top]
+            if not ranked:
+                continue
+            metric = o.metric
+            out.append(f"<h4>{html.escape(objective_title((metric, o.sense)).capitalize())}</h4>")
+            out.append(
+                _points_table(w, ranked, first=("#", [str(i + 1) for i in range(len(ranked))]))
+            )
+    return "".join(out)
+
+
+def _points_table(
+    workload: str,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    first: tuple[str, Sequence[str]],
+    wins: Sequence[frozenset[str]] | None = None,
+) -> str:
+    """A table of points: design, knobs, the key metrics with units, and the placement."""
+    aggregate = workload == AGGREGATE_WORKLOAD
+    cols = [
+        (h, metric_for(workload, c))
+        for h, c in _TOP_COLUMNS
+        if not (aggregate and c in _AGGREGATE_SKIP)
+    ]
+    head = [first[0], "design", *([] if aggregate else ["micro-batch, recompute", "placement"])]
+    head += [_AGGREGATE_HEADERS.get(c, h) if aggregate else h for h, c in cols]
+    lines = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    for i, (label, p) in enumerate(zip(first[1], rows, strict=True)):
+        cells = [f"<td>{html.escape(label)}</td>", f'<td class="design">{_design_cell(p)}</td>']
+        if not aggregate:
+            cells += [
+                f"<td>{html.escape(_knobs(p))}</td>",
+                f"<td>{_placement_cell(p)}</td>",
+            ]
+        for _, c in cols:
+            cls = "num best" if wins is not None and c in wins[i] else "num"
+            cells.append(f'<td class="{cls}">{html.escape(fmt_value(c, p.get(c)))}</td>')
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    lines.append("</table>")
+    return "".join(lines)
+
+
+def _knobs(p: Mapping[str, Any]) -> str:
+    return f"{p.get('micro_batch', '-')}, {p.get('recompute', '-')}"
+
+
+def _design_cell(p: Mapping[str, Any]) -> str:
+    return (
+        f"{html.escape(design_label(p))}<br>"
+        f'<span class="muted">id {html.escape(str(p.get("design_id")))}'
+        f"{', ' + html.escape(fmt_value('peak_flops', p['peak_flops'])) if p.get('peak_flops') else ''}</span>"
+    )
+
+
+def _placement_cell(p: Mapping[str, Any]) -> str:
+    short = (
+        f"TP{p.get('tp')} PP{p.get('pp')} DP{p.get('dp')}"
+        if p.get("tp") is not None
+        else "placement"
+    )
+    raw = p.get("placement")
+    if not raw:
+        return html.escape(short)
+    try:
+        pretty = json.dumps(json.loads(raw), indent=1, sort_keys=True)
+    except (TypeError, ValueError):
+        pretty = str(raw)
+    return f"<details><summary>{html.escape(short)}</summary><pre>{html.escape(pretty)}</pre></details>"
+
+
+def _figures(plots: Mapping[str, Plot], names: Sequence[str], fmt: str) -> str:
+    out = []
+    for name in names:
+        plot = plots[name]
+        if fmt == "svg":
+            src = (
+                "data:image/svg+xml;base64,"
+                + base64.b64encode(svg_text(plot.figure).encode()).decode()
+            )
+        else:
+            src = "data:image/png;base64," + base64.b64encode(png_bytes(plot.figure)).decode()
+        out.append(
+            f'<figure id="fig-{name}"><h3>{html.escape(plot.title)}</h3>'
+            f'<img src="{src}" alt="{html.escape(plot.title)}">'
+            f"<figcaption>{html.escape(plot.caption)}</figcaption></figure>"
+        )
+    return "".join(out)
+
+
+def _reasons(points: Sequence[Mapping[str, Any]]) -> str:
+    bad = [p for p in points if not p["feasible"]]
+    if not bad:
+        return "<p>Every point evaluated is feasible.</p>"
+    kinds: Counter[tuple[str, str]] = Counter()
+    example: dict[tuple[str, str], str] = {}
+    for p in bad:
+        reason = str(p.get("reason") or "(no reason given)")
+        k = (str(p["workload"]), reason.split(":", 1)[0].strip())
+        kinds[k] += 1
+        example.setdefault(k, reason)
+    rows = "".join(
+        f'<tr><td>{html.escape(w)}</td><td>{html.escape(kind)}</td><td class="num">{n}</td>'
+        f"<td>{html.escape(example[w, kind])}</td></tr>"
+        for (w, kind), n in sorted(kinds.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))
+    )
+    return (
+        "<p>Infeasible points are stored with their reason; pruned points were skipped because "
+        "an evaluated design provably beats their best possible outcome.</p>"
+        "<table><tr><th>workload</th><th>reason</th><th>points</th><th>example</th></tr>"
+        f"{rows}</table>"
+    )
+
+
+def _inputs(inputs: Mapping[str, Any]) -> str:
+    rest = {k: v for k, v in inputs.items() if k not in ("formulas", "defaults")}
+    if not rest:
+        return "<p>(none recorded)</p>"
+    return (
+        "<p>Everything the sweep was given (its configuration, after defaults).</p>"
+        + _mapping_table(rest)
+    )
+
+
+def _formulas(inputs: Mapping[str, Any]) -> str:
+    out = []
+    for key, title in (
+        ("formulas", "Formulas"),
+        ("defaults", "Defaults (SI units; override in the sweep config)"),
+    ):
+        value = inputs.get(key)
+        if value:
+            out.append(f"<h3>{html.escape(title)}</h3>")
+            out.append(
+                _mapping_table(value)
+                if isinstance(value, Mapping)
+                else f"<pre>{html.escape(str(value))}</pre>"
+            )
+    return "".join(out) or "<p>(none recorded)</p>"
+
+
+def _glossary() -> str:
+    rows = "".join(
+        f"<tr><td><code>{c.name}</code></td><td>{html.escape(c.unit)}</td>"
+        f"<td>{ {'max': 'higher', 'min': 'lower', None: ''}[c.sense] }</td>"
+        f"<td>{html.escape(c.description)}</td></tr>"
+        for c in POINT_COLUMNS
+    )
+    return (
+        "<p>Columns of the store and of <code>phaze export</code>, in SI units.</p>"
+        "<table><tr><th>column</th><th>unit</th><th>better</th><th>meaning</th></tr>"
+        f"{rows}</table>"
+    )
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _objectives(inputs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The sweep's objectives (``objectives`` at the top of the inputs or in ``config``)."""
+    for where in (inputs, inputs.get("config")):
+        if isinstance(where, Mapping) and where.get("objectives"):
+            return tuple(str(o) for o in where["objectives"])
+    return DEFAULT_OBJECTIVES
+
+
+def _code(x: Any) -> str:
+    return f"<code>{html.escape(str(x))}</code>"
+
+
+def _mapping_table(m: Mapping[str, Any]) -> str:
+    rows = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td>{_value_html(str(k), v)}</td></tr>"
+        for k, v in m.items()
+    )
+    return f"<table>{rows}</table>"
+
+
+def _value_html(key: str, v: Any) -> str:
+    """A value of the inputs or manifest; numbers with a unit suffix also in human units."""
+    if isinstance(v, Mapping):
+        return _mapping_table(v) if v else "(empty)"
+    if isinstance(v, list | tuple):
+        if all(not isinstance(x, Mapping | list | tuple) for x in v):
+            return html.escape(", ".join(str(x) for x in v)) or "(none)"
+        return f"<pre>{html.escape(json.dumps(v, indent=1))}</pre>"
+    if v is None:
+        return "-"
+    if isinstance(v, int | float) and not isinstance(v, bool) and unit_of(key):
+        return (
+            f'{html.escape(str(v))} <span class="muted">({html.escape(fmt_value(key, v))})</span>'
+        )
+    return html.escape(str(v))

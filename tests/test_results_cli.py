@@ -1,0 +1,169 @@
+"""`phaze report`, `phaze pareto` and `phaze export` (phaze/cli/report_cmd.py) with CliRunner."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from click.testing import CliRunner
+from test_results_report import make_store
+
+from phaze.cli import cli
+from results.export import export_record, write_csv
+from results.pareto import pareto
+from results.schema import COLUMN_NAMES, SCHEMA_VERSION
+from results.store import Store, load
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("cli"))
+
+
+def _run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_export_json_has_every_column_and_round_trips(store_dir):
+    r = _run("export", store_dir, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["schema_version"] == SCHEMA_VERSION and list(doc) == ["schema_version", "points"]
+    stored = load(store_dir).points()
+    assert len(doc["points"]) == len(stored)
+    assert all(list(p) == list(COLUMN_NAMES) for p in doc["points"])
+    first = next(
+        p for p, s in zip(doc["points"], stored, strict=True) if s["feasible"] and s["placement"]
+    )
+    s = next(s for s in stored if s["key"] == first["key"])
+    assert first["tokens_per_s"] == s["tokens_per_s"] and first["feasible"] is True
+    assert first["placement"] == json.loads(s["placement"])
+
+
+def test_export_csv_and_out_file(store_dir, tmp_path):
+    r = _run("export", store_dir, "--csv", "--feasible-only")
+    assert r.exit_code == 0
+    rows = list(csv.DictReader(io.StringIO(r.output)))
+    feasible = load(store_dir).points(feasible_only=True)
+    assert len(rows) == len(feasible) and list(rows[0]) == list(COLUMN_NAMES)
+    assert {row["feasible"] for row in rows} == {"1"}
+    assert float(rows[0]["tcdp"]) == feasible[0]["tcdp"]  # full precision
+    r = _run("export", store_dir, "--json", "--out", tmp_path / "p.json")
+    assert r.exit_code == 0 and r.stdout == ""
+    assert len(json.loads((tmp_path / "p.json").read_text())["points"]) == len(
+        load(store_dir).points()
+    )
+
+
+def test_export_needs_a_format(store_dir):
+    r = CliRunner().invoke(cli, ["export", str(store_dir)])
+    assert r.exit_code == 2 and "give --csv or --json" in r.output
+
+
+@pytest.mark.parametrize(
+    "cmd", [["export", "--json"], ["pareto", "--x", "tcdp", "--y", "mfu"], ["report"]]
+)
+def test_missing_directory_or_store_is_one_error_line(tmp_path, cmd):
+    for where, words in (
+        (tmp_path / "nope", "does not exist"),
+        (tmp_path, "no Phaze results store"),
+    ):
+        r = CliRunner().invoke(cli, [cmd[0], str(where), *cmd[1:]])
+        assert r.exit_code == 1, r.output
+        assert r.output.startswith("Error: ") and words in r.output and "Traceback" not in r.output
+
+
+def test_pareto_json_matches_the_library_front(store_dir):
+    r = _run("pareto", store_dir, "--x", "system_cost_usd", "--y", "tokens_per_s", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["objectives"] == [
+        {"metric": "system_cost_usd", "sense": "min"},
+        {"metric": "tokens_per_s", "sense": "max"},
+    ]
+    pts = load(store_dir).points(feasible_only=True, workload="gpt3-1.3b")
+    want = [p["key"] for p in pareto(pts, ["system_cost_usd", "tokens_per_s"])]
+    got = [p["key"] for p in doc["points"] if p["workload"] == "gpt3-1.3b"]
+    assert got == want and len(want) > 3
+    assert all(list(p) == list(COLUMN_NAMES) for p in doc["points"])
+    # the aggregate rows get their own front over the throughput score
+    agg = [p for p in doc["points"] if p["workload"] == "*all*"]
+    assert agg and all(p["throughput_score"] is not None for p in agg)
+
+
+def test_pareto_text_csv_prefix_and_workload(store_dir):
+    r = _run(
+        "pareto",
+        store_dir,
+        "--x",
+        "-tcdp",
+        "--y",
+        "area_mm2",
+        "--z",
+        "tokens_per_s",
+        "-w",
+        "llama2-7b",
+    )
+    assert r.exit_code == 0, r.output
+    assert (
+        r.output.startswith("llama2-7b: ")
+        and "tcdp (min), area_mm2 (min), tokens_per_s (max)" in r.output
+    )
+    assert "kgCO2e·s" in r.output and "gpt3" not in r.output
+    r = _run("pareto", store_dir, "--x", "+tcdp", "--y", "tokens_per_s", "--csv", "-w", "gpt3-1.3b")
+    rows = list(csv.DictReader(io.StringIO(r.output)))
+    pts = load(store_dir).points(feasible_only=True, workload="gpt3-1.3b")
+    assert [row["key"] for row in rows] == [
+        p["key"] for p in pareto(pts, ["+tcdp", "tokens_per_s"])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (
+            ["--x", "tokens_per_sec", "--y", "tcdp"],
+            "unknown metric 'tokens_per_sec'; did you mean tokens_per_s",
+        ),
+        (["--x", "tcdp", "--y", "num_tc"], "write +num_tc to maximise it or -num_tc"),
+        (["--x", "tcdp", "--y", "tcdp"], "tcdp more than once"),
+        (["--x", "tcdp", "--y", "mfu", "-w", "gpt2"], "workload 'gpt2' has no feasible point"),
+    ],
+)
+def test_pareto_errors(store_dir, args, words):
+    r = CliRunner().invoke(cli, ["pareto", str(store_dir), *args])
+    assert r.exit_code == 1 and r.output.startswith("Error: ") and words in r.output, r.output
+
+
+def test_pareto_json_and_csv_exclusive_and_nothing_feasible_exits_3(store_dir, tmp_path):
+    r = CliRunner().invoke(
+        cli, ["pareto", str(store_dir), "--x", "tcdp", "--y", "mfu", "--json", "--csv"]
+    )
+    assert r.exit_code == 2
+    with Store.open(tmp_path, {}, "h") as s:
+        s.put_point(
+            {"key": "a", "workload": "w", "design_id": "d", "feasible": False, "reason": "too big"}
+        )
+    r = CliRunner().invoke(cli, ["pareto", str(tmp_path), "--x", "tcdp", "--y", "mfu"])
+    assert r.exit_code == 3 and "no feasible point" in r.output
+
+
+def test_report_command_writes_the_file(tmp_path):
+    tiny = make_store(tmp_path / "tiny", tiny=True)
+    out = tmp_path / "sub" / "r.html"
+    r = _run("report", tiny, "--out", out)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == str(out) and out.read_text(encoding="utf-8").startswith(
+        "<!DOCTYPE html>"
+    )
+
+
+def test_export_record_and_csv_of_odd_values():
+    rec = export_record({"key": "k", "feasible": 1, "placement": "not json", "tcdp": float("nan")})
+    assert rec["feasible"] is True and rec["placement"] == "not json" and rec["tcdp"] is None
+    buf = io.StringIO()
+    write_csv([{"key": "k", "feasible": True, "placement": {"tp": 2}}], buf)
+    row = next(csv.DictReader(io.StringIO(buf.getvalue())))
+    assert row["feasible"] == "1" and row["placement"] == '{"tp": 2}' and row["tcdp"] == ""
