@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
+
 from placement import Network, PlacementProblem, place
 from placement.synthetic import GPT3_175B, gpt_stage_graph
 
@@ -47,7 +49,10 @@ def main() -> None:
     n = len(prob.graphs[0].layers)
     t_chain, fast = _time(lambda: place(prob, method="chain"), args.repeat)
     t_dag, full = _time(lambda: place(prob, method="dag"), max(1, args.repeat // 10))
+    grid, row = np.random.default_rng(0).random((99, 99)), np.zeros(99)
+    t_op, _ = _time(lambda: np.maximum(grid, row), 200)
     print(f"GPT-3 175B: {n} layers, {prob.network.devices} devices, t in (1, 2, 4, 8)")
+    print(f"machine load gauge: np.maximum on 99x99 takes {t_op * 1e6:.1f} us")
     print(f"chain fast path : {t_chain * 1e3:8.1f} ms per placement (best of {args.repeat})")
     print(f"general DP      : {t_dag * 1e3:8.1f} ms per placement")
     same = (fast.tp, fast.pp, fast.dp) == (full.tp, full.pp, full.dp) and [

@@ -8,16 +8,21 @@ pairs are fixed by the DAG, so they get no variable); ``z_ic`` = 1 if single-cor
 on core c of a core type whose capacity the previous solve exceeded.
 
 Constraints: ``T >= t_i + p_i`` at sinks; ``t_i + p_i <= t_j`` on (transitively reduced)
-edges; ``x_ij + x_ji <= 1``; transitivity ``x_ik >= x_ij + x_jk - 1`` on triples of
-variables; big-M ordering ``t_i + p_i - M_ij (1 - x_ij) <= t_j``; ``x_ij + x_ji >= y_i`` when
-i's parallel mode conflicts with j; and with assignment ``sum_c z_ic + y_i = 1`` and
-``x_ij + x_ji >= z_ic + z_jc - 1``. Tightening, all valid for some optimal schedule:
+edges; ``x_ij + x_ji <= 1``; big-M ordering ``t_i + p_i - M_ij (1 - x_ij) <= t_j``;
+``x_ij + x_ji >= y_i`` when i's parallel mode conflicts with j; and with assignment
+``sum_c z_ic + y_i = 1`` and ``x_ij + x_ji >= z_ic + z_jc - 1``. DESIGN's transitivity rows
+``x_ik >= x_ij + x_jk - 1`` are left out: the big-M rows already imply them for the times
+(``x_ij = x_jk = 1`` gives ``t_i + p_i <= t_j <= t_k``), and on attention blocks they made
+HiGHS ~40% slower. Tightening, all valid for some optimal schedule:
 
 * ``T <= UB`` (a list schedule's makespan), so ``t_i + p_i <= UB - tail_i`` and ``t_j >=
   head_j`` give ``M_ij = UB - tail_i - head_j`` instead of the sum of all latencies;
 * cores are interchangeable: the k-th op of a type (in the warm start's start order) may
   only use cores 0..k-1 (relabel cores by first use);
 * interchangeable ops and branches start in index order (:mod:`ilp.symmetry`);
+* core-seconds per type and, when parallel ops block everything, path-plus-parallel-time
+  inequalities, linear in the modes (see ``_work_cuts`` and ``_path_cuts``): without them
+  the LP bound ignores that a parallel op cannot overlap anything;
 * a fused ``TCandVC`` op gets one tensor-core index and one vector-core index of its own,
   which is exactly "at most T tensor and W vector cores busy at any instant" (interval
   graphs are perfect, so such a schedule always has a per-core assignment).
@@ -50,7 +55,7 @@ logger = logging.getLogger(__name__)
 SOLVERS: Final = ("highs", "cbc", "gurobi")
 _SCALE: Final = 100.0  # the heuristic makespan in model units (dimensionless)
 _SLACK: Final = 1e-7  # model units added to upper bounds so the warm start stays feasible
-_MAX_TRIPLES: Final = 3000  # transitivity rows are implied by the times; add only this many
+_MAX_CLIQUES: Final = 400  # capacity as antichain rows up to this many, else z variables
 _MAX_PATHS: Final = 256  # path cuts are added only when the DAG has at most this many paths
 
 
@@ -186,7 +191,6 @@ class _Model:
                 add([*end(a), (self.t[b], -1.0), (self.x[a, b], big_m)], le, big_m - single[a])
             for k in blocks.get((i, j), ()):
                 add([(self.x[i, j], 1.0), (self.x[j, i], 1.0), (self.y[k], -1.0)], ge, 0.0)
-        self._transitivity(pairs, add, ge)
         self._work_cuts(head, tail, single, gain, add, ge)
         self._path_cuts(st, single, gain, add, ge)
         for a, b in symmetry(problem).orderings():
@@ -197,6 +201,14 @@ class _Model:
         for r in sorted(assign):
             cap = problem.num_tc if r == "TC" else problem.num_vc
             users = [i for i in order if _uses(problem, i, r)]
+            groups = _antichains(st, sorted(users), cap + 1)
+            if groups is not None:
+                # No cap + 1 single-core ops may all overlap (intervals that pairwise
+                # overlap share an instant, so this is exactly the capacity rule).
+                for group in groups:
+                    terms = [(self.x[a, b], 1.0) for a in group for b in group if a != b]
+                    add(terms, ge, 1.0)
+                continue
             for k, i in enumerate(users):
                 for c in range(min(cap, k + 1)):
                     self.z[r, i, c] = var(f"z{r}{i}_{c}", 0, 1, pulp.LpBinary)
@@ -288,26 +300,6 @@ class _Model:
                     terms.append((y, single[j] + gain[j]))
             add([(self.T, 1.0), *((v, -c) for v, c in terms)], ge, const)
 
-    def _transitivity(self, pairs, add, ge) -> None:
-        """x_ik >= x_ij + x_jk - 1 where all three are variables (up to _MAX_TRIPLES rows)."""
-        nbrs: dict[int, list[int]] = {}
-        for i, j in pairs:
-            nbrs.setdefault(i, []).append(j)
-            nbrs.setdefault(j, []).append(i)
-        count = 0
-        for j, around in sorted(nbrs.items()):
-            for i in around:
-                for k in around:
-                    if i != k and (i, k) in self.x:
-                        if count >= _MAX_TRIPLES:
-                            return
-                        add(
-                            [(self.x[i, k], 1.0), (self.x[i, j], -1.0), (self.x[j, k], -1.0)],
-                            ge,
-                            -1.0,
-                        )
-                        count += 1
-
     def _warm(self, modes: Sequence[int], start: Sequence[float], assign: frozenset[str]) -> None:
         """Set the list schedule as every variable's initial value (a feasible MIP start)."""
         p, sc = self.problem, self.scale
@@ -342,6 +334,26 @@ class _Model:
         )
         start = tuple(max(0.0, (v.varValue or 0.0) / self.scale) for v in self.t)
         return modes, start, (self.T.varValue or 0.0) / self.scale
+
+
+def _antichains(st: Structure, users: list[int], size: int) -> list[tuple[int, ...]] | None:
+    """All sets of ``size`` pairwise incomparable ops among ``users``, or None if there are
+    more than :data:`_MAX_CLIQUES` (then per-core assignment variables are used instead)."""
+    out: list[tuple[int, ...]] = []
+
+    def grow(chosen: tuple[int, ...], rest: list[int]) -> bool:
+        if len(chosen) == size:
+            out.append(chosen)
+            return len(out) <= _MAX_CLIQUES
+        for k, i in enumerate(rest):
+            if len(chosen) + len(rest) - k < size:
+                break
+            nxt = [j for j in rest[k + 1 :] if not st.comparable(i, j)]
+            if not grow((*chosen, i), nxt):
+                return False
+        return True
+
+    return out if grow((), users) else None
 
 
 def _uses(problem: Problem, i: int, resource: str) -> bool:

@@ -24,10 +24,13 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 
 from ilp.problem import PARALLEL, SINGLE, Problem, demand
 
 __all__ = ["Structure", "structure", "serial_sgs", "makespan", "lower_bound", "heuristic"]
+
+_PASSES: Final = 4  # local-search passes over all mode moves
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +169,11 @@ def lower_bound(problem: Problem) -> float:
 def heuristic(problem: Problem, bound: float) -> tuple[tuple[int, ...], tuple[float, ...], float]:
     """A good feasible schedule (modes, starts, makespan); stops early on reaching ``bound``.
 
-    Tries fastest and single-core modes under two priority rules (topological order, and
-    longest remaining path first), then flips single ops' modes one at a time while that helps.
+    Starts from fastest and single-core modes under two priority rules (topological order,
+    and longest remaining path first), then a local search over modes: flip one op, or set
+    every op of the same core and durations to one mode, re-scheduling in the incumbent's
+    start order and by remaining path, while that shortens the makespan (at most
+    :data:`_PASSES` passes).
     """
     st = structure(problem)
     n = problem.n
@@ -176,27 +182,43 @@ def heuristic(problem: Problem, bound: float) -> tuple[tuple[int, ...], tuple[fl
     fast = tuple(PARALLEL if problem.can_parallel[i] else SINGLE for i in range(n))
     single = (SINGLE,) * n
     best: tuple[tuple[int, ...], tuple[float, ...], float] | None = None
-    best_rank = by_index
     for modes in dict.fromkeys((fast, single)):
         for rank in (by_tail, by_index):
             s = serial_sgs(problem, modes, rank)
             ms = makespan(problem, modes, s)
             if best is None or ms < best[2]:
-                best, best_rank = (modes, s, ms), rank
+                best = (modes, s, ms)
             if ms <= bound:
                 return best
     assert best is not None
-    improved = True
-    while improved:
+    alike: dict[tuple, list[int]] = {}
+    for i in range(n):
+        if problem.can_parallel[i]:
+            key = (problem.core[i], problem.single_s[i], problem.parallel_s[i])
+            alike.setdefault(key, []).append(i)
+    moves: list[tuple[tuple[int, ...], int | None]] = [
+        ((i,), None) for i in range(n) if problem.can_parallel[i]
+    ]
+    for group in alike.values():
+        if len(group) > 1:
+            moves += [(tuple(group), SINGLE), (tuple(group), PARALLEL)]
+    for _ in range(_PASSES):
         improved = False
-        for i in range(n):
-            if not problem.can_parallel[i]:
+        for ops, to in moves:
+            modes = list(best[0])
+            for i in ops:
+                modes[i] = (1 - modes[i]) if to is None else to
+            trial = tuple(modes)
+            if trial == best[0]:
                 continue
-            modes = best[0][:i] + (1 - best[0][i],) + best[0][i + 1 :]
-            s = serial_sgs(problem, modes, best_rank)
-            ms = makespan(problem, modes, s)
-            if ms < best[2]:
-                best, improved = (modes, s, ms), True
-                if ms <= bound:
-                    return best
+            for rank in (best[1], by_tail):
+                s = serial_sgs(problem, trial, rank)
+                ms = makespan(problem, trial, s)
+                if ms < best[2] * (1 - 1e-12):
+                    best, improved = (trial, s, ms), True
+                    if ms <= bound:
+                        return best
+                    break
+        if not improved:
+            break
     return best

@@ -43,15 +43,25 @@ from arch_space import (
 from phaze import __version__
 from phaze.config import SweepConfig
 from phaze.errors import ConfigError
-from phaze.executors import Progress, run_tasks
+from phaze.executors import Progress, Runner
 from phaze.pipeline import Context, Evaluation, Knobs, evaluate
 from phaze.scoring import FORMULAS
+from placement import Placement
 from results.pareto import parse_objectives
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import Store
 from workloads import Model, TrainingSetup, model_flops_per_sequence, resolve_model
 
-__all__ = ["SweepResult", "Bound", "bounds", "point_key", "run_sweep", "plan"]
+__all__ = [
+    "SweepResult",
+    "Bound",
+    "bounds",
+    "placement_summary",
+    "point_key",
+    "record_of",
+    "run_sweep",
+    "plan",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +95,10 @@ class _Shared:
 
 @dataclass(frozen=True, slots=True)
 class _Task:
+    """One design on one workload (index into ``_Shared.workloads``), every knob setting."""
+
     design: Accelerator
+    workload: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +145,8 @@ def _design_columns(acc: Accelerator) -> dict[str, Any]:
     }
 
 
-def _placement_json(ev: Evaluation) -> str | None:
-    pl = ev.placement
-    if pl is None:
-        return None
+def placement_summary(pl: Placement) -> str:
+    """The placement as compact JSON text (degrees, knobs and each stage's layer range)."""
     return json.dumps(
         {
             "tp": pl.tp,
@@ -184,17 +195,17 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
             communication_s=pl.communication_s,
             bubble_s=pl.bubble_fraction * pl.time_per_batch_s / (1 + pl.bubble_fraction),
             memory_per_device_bytes=pl.memory_per_device_bytes,
-            placement=_placement_json(ev),
+            placement=placement_summary(pl),
         )
     return rec
 
 
 def _run_task(shared: _Shared, task: _Task) -> _TaskResult:
-    """Evaluate one design for every workload and knob setting (runs in a worker)."""
+    """Evaluate one design on one workload for every knob setting (runs in a worker)."""
     start = time.perf_counter()
+    name, model = shared.workloads[task.workload]
     records = tuple(
         record_of(evaluate(name, model, task.design, k, shared.ctx), shared.ctx.cluster.devices)
-        for name, model in shared.workloads
         for k in shared.knobs
     )
     return _TaskResult(records, time.perf_counter() - start)
@@ -367,44 +378,55 @@ def run_sweep(
         pruned = 0
         evaluated = 0
         task_wall = 0.0
-        bar = Progress("designs", enabled=progress) if progress else None
+        bar = Progress(label="designs", skipped=skipped, enabled=progress)
+        bar.start(len(todo))
         fn = functools.partial(_run_task, shared)
+        finished: dict[str, int] = {}
 
         def on_result(task: _Task, result: _TaskResult) -> None:
             nonlocal evaluated, task_wall
             for rec in result.records:
                 store.put_point(rec)
-            evaluated += 1
             task_wall += result.wall_s
+            did = design_id(task.design)
+            finished[did] = finished.get(did, 0) + 1
+            if finished[did] == sum(
+                1 for w in names if not all(point_key(w, did, k) in done for k in shared.knobs)
+            ):
+                evaluated += 1
+                bar.advance()
 
-        start = 0
-        size = _FIRST_ROUND
-        while start < len(todo):
-            batch = todo[start : start + size]
-            start += size
-            size *= 4
-            if prune:
-                incumbents = _incumbents(store, names, signs)
-                keep = []
-                for a in batch:
-                    did = design_id(a)
-                    if all(_dominates_bound(incumbents[w], bound_rows[did][w]) for w in names):
-                        for w, _ in shared.workloads:
-                            for k in shared.knobs:
-                                store.put_point(_pruned_record(a, w, k, cfg.devices))
-                        pruned += 1
-                    else:
-                        keep.append(a)
-                batch = keep
-            run_tasks(
-                fn,
-                [_Task(a) for a in batch],
-                on_result=on_result,
-                executor=executor,
-                jobs=jobs,
-                address=address,
-                progress=bar,
-            )
+        def tasks_of(batch: Sequence[Accelerator]) -> list[_Task]:
+            return [
+                _Task(a, i)
+                for a in batch
+                for i, w in enumerate(names)
+                if not all(point_key(w, design_id(a), k) in done for k in shared.knobs)
+            ]
+
+        with Runner(executor, jobs=jobs, address=address) as runner:
+            start = 0
+            size = _FIRST_ROUND
+            while start < len(todo):
+                batch = todo[start : start + size]
+                start += size
+                size *= 4
+                if prune:
+                    incumbents = _incumbents(store, names, signs)
+                    keep = []
+                    for a in batch:
+                        did = design_id(a)
+                        if all(_dominates_bound(incumbents[w], bound_rows[did][w]) for w in names):
+                            for w in names:
+                                for k in shared.knobs:
+                                    store.put_point(_pruned_record(a, w, k, cfg.devices))
+                            pruned += 1
+                            bar.skip(1)
+                        else:
+                            keep.append(a)
+                    batch = keep
+                runner.run(fn, tasks_of(batch), on_result=on_result)
+        bar.close()
         stage_s["evaluate_s"] = task_wall
         t2 = time.perf_counter()
         for rec in aggregate_records(store.points(feasible_only=True), names):

@@ -7,7 +7,19 @@ Public API:
 * :func:`evaluate_fixed` / :func:`parse_strategy` - a given strategy under the same model;
 * :func:`read_reference_instance` / :func:`solve_reference` - the Piper / Phaze-reference
   instance format under its own objective;
-* :mod:`placement.network` - link choice and ring collectives.
+* :mod:`placement.network` - link choice and ring collectives;
+* :func:`placement.adapt.stage_graph` - a workloads ``LayerGraph`` plus layer times as a
+  :class:`StageGraph`.
+
+Examples
+--------
+>>> from placement import Network, PlacementProblem, StageEdge, StageGraph, StageLayer, place
+>>> layers = tuple(StageLayer(f"b{i}", 1.0, 2.0, parameters=10, stash_bytes=5.0,
+...                           tensor_parallel=False) for i in range(4))
+>>> g = StageGraph(1, layers, tuple(StageEdge(i, i + 1, 0.0) for i in range(3)))
+>>> best = place(PlacementProblem((g,), Network(devices=1), hbm_bytes=1e9, global_batch=2))
+>>> best.pp, best.dp, best.time_per_batch_s   # one device: 2 micro-batches x 4 x (1 + 2) s
+(1, 1, 24.0)
 """
 
 from placement.fixed import Strategy, evaluate_fixed, megatron_chunks, parse_strategy

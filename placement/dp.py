@@ -208,8 +208,8 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
         first = max(0, n - (big_w - j0))  # inner states of the full row's band
         if c1 == 1:
             vals = np.maximum(loads, window[:, :, 0, :])
-            np.min(vals, axis=2, out=dp[s, :, s:, 0])
-            np.argmin(vals, axis=2, out=choice[s, :, s:, 0])
+            np.minimum.reduce(vals, axis=2, out=dp[s, :, s:, 0])
+            vals.argmin(axis=2, out=choice[s, :, s:, 0])
             choice[s, :, s:, 0] += j0
             finals[s - 1, :, first:n, 0] = vals[:, -1, big_w - j0 - (n - first) :]
             continue
@@ -217,8 +217,8 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
         shifted = np.full_like(prev, _INF)
         shifted[..., 1:] = prev[..., :-1]
         vals = np.maximum(loads[..., None], np.where(one_b[:, s:, j0:, None], shifted, prev))
-        np.min(vals, axis=2, out=dp[s, :, s:])
-        np.argmin(vals, axis=2, out=choice[s, :, s:])
+        np.minimum.reduce(vals, axis=2, out=dp[s, :, s:])
+        vals.argmin(axis=2, out=choice[s, :, s:])
         choice[s, :, s:] += j0
         finals[s - 1, :, first:n] = vals[:, -1, big_w - j0 - (n - first) :]
     steps = deepest

@@ -5,7 +5,8 @@ stages follow Megatron-LM: the transformer blocks are split evenly into ``p * v`
 chunks, the layers before the first block join chunk 0 and those after the last block join
 the last chunk; chunk ``c`` runs on pipeline rank ``c mod p`` (interleaved schedule,
 Narayanan et al. SC21 §2.2). Per micro-batch a rank runs all its chunks, so its load is their
-sum (including v times the boundary messages), and
+sum (including v times the boundary messages, priced by
+:func:`placement.network.boundary_link`), and
 
     time per batch = load * (m' + (p - 1) / v) + allreduce(d, rank 0's parameters),
 
@@ -192,7 +193,7 @@ def evaluate_fixed(
     m = problem.global_batch // s.micro_batch
     per_pipeline = -(-m // d)
     used = d * sum(t if any(graph.layers[i].tensor_parallel for i in c) else 1 for c in parts) // v
-    bw, lat = net.p2p_link(problem.network, used)
+    bw, lat = net.boundary_link(problem.network, used, t, graph.sequence_parallel)
     pos = {}
     for c, layers in enumerate(parts):
         for i in layers:

@@ -27,6 +27,7 @@ __all__ = [
     "tp_link",
     "dp_link",
     "p2p_link",
+    "boundary_link",
     "p2p_s",
     "allreduce_s",
     "reduce_scatter_s",
@@ -57,6 +58,23 @@ def dp_link(network: Network, t: int, d: int) -> Link:
 def p2p_link(network: Network, devices_used: int) -> Link:
     """Link between pipeline stages: across nodes whenever the job spans several nodes."""
     return link(network, inter_node=devices_used > network.devices_per_node)
+
+
+def boundary_link(network: Network, devices_used: int, t: int, sequence_parallel: bool) -> Link:
+    """The effective (bandwidth, latency) of one pipeline-boundary message.
+
+    Without sequence parallelism the ``t`` devices of a stage hold the same activation;
+    Megatron-LM sends ``1/t`` of it from each device and all-gathers it in the next stage
+    (the scatter/gather optimisation, Narayanan et al. SC21 §4.1), so a message of ``B`` bytes
+    takes ``alpha + B / (t bw) + all_gather(B, t)``: affine in ``B``, i.e. a link with
+    ``1 / bw_eff = 1 / (t bw) + (t - 1) / (t bw_tp)``. With sequence parallelism the
+    activation is already split and goes as it is.
+    """
+    bw, lat = p2p_link(network, devices_used)
+    if t <= 1 or sequence_parallel:
+        return bw, lat
+    tp_bw, tp_lat = tp_link(network, t)
+    return 1.0 / (1.0 / (t * bw) + (t - 1) / (t * tp_bw)), lat + tp_lat
 
 
 def p2p_s(nbytes: float, ln: Link) -> float:

@@ -103,7 +103,7 @@ def _prepare(
             "one); use 'auto' or 'dag'"
         )
     chain = la.is_chain if method == "auto" else method == "chain"
-    bw, lat = net.p2p_link(problem.network, devices)
+    bw, lat = net.boundary_link(problem.network, devices, graph.tp, graph.sequence_parallel)
     s_max = _max_stages(problem, graph, devices)
     costs, figures = phaze_costs(
         la,
@@ -148,7 +148,7 @@ def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
     start = time.perf_counter()
     netw = problem.network
     found, reasons = _run(problem, list(enumerate(problem.graphs)), method, netw.devices)
-    if False:
+    if netw.devices > netw.devices_per_node and found:
         best = min(f[0][0] for f in found)
         fits = {f[0][-1] for f in found}  # variants that fit some pipeline at all
         todo = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -22,7 +22,7 @@ from matplotlib.ticker import EngFormatter
 
 from phaze.errors import ConfigError
 from results.display import design_label, knob_label, point_label, si, workload_title
-from results.pareto import ObjectiveSpec, best_per_design, pareto, parse_objectives
+from results.pareto import ObjectiveSpec, best_per_design, pareto, parse_objectives, rank
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
 from results.summary import (
     DEFAULT_OBJECTIVES,
@@ -52,6 +52,7 @@ LOG_SPAN: Final = 20.0
 _FRONT_COLOR: Final = "C0"
 _PRESET_COLOR: Final = "C3"
 _CLOUD_COLOR: Final = "0.72"
+_MAX_PRESET_LABELS: Final = 10  # more names than this on one panel are unreadable
 _PART_COLORS: Final = ("C0", "C1", "C2", "C4")
 _BREAKDOWNS: Final = (
     ("time per iteration (s)", ("compute_s", "communication_s", "bubble_s")),
@@ -85,9 +86,9 @@ def _panels(
     return fig, axes[: max(n, 1)]
 
 
-def _scale(ax: Axes, which: str, values: Iterable[float]) -> None:
+def _scale(ax: Axes, which: str, values: np.ndarray) -> None:
     """Log scale when positive data spans more than LOG_SPAN; engineering ticks for big numbers."""
-    v = np.array([x for x in values if x is not None], dtype=float)
+    v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if v.size == 0:
         return
@@ -138,9 +139,11 @@ def front_figure(
         if not pts:
             _empty(ax, workload_title(w))
             continue
+        xs = np.array([p[xm] for p in pts], dtype=float)
+        ys = np.array([p[ym] for p in pts], dtype=float)
         ax.scatter(
-            [p[xm] for p in pts],
-            [p[ym] for p in pts],
+            xs,
+            ys,
             s=10,
             color=_CLOUD_COLOR,
             label=f"all points ({len(pts)})",
@@ -149,8 +152,8 @@ def front_figure(
         )
         front = sorted(pareto(pts, [(xm, xo.sense), (ym, yo.sense)]), key=lambda p: p[xm])
         ax.plot(
-            [p[xm] for p in front],
-            [p[ym] for p in front],
+            np.array([p[xm] for p in front], dtype=float),
+            np.array([p[ym] for p in front], dtype=float),
             drawstyle="steps-post" if xo.sense == "min" else "steps-pre",
             color=_FRONT_COLOR,
             marker="o",
@@ -159,7 +162,7 @@ def front_figure(
             label=f"Pareto front ({len(front)})",
             zorder=3,
         )
-        marked = best_per_design(
+        marked = _best_per_name(
             [
                 p
                 for p in presets
@@ -181,7 +184,7 @@ def front_figure(
                 label="presets (best point of each)",
                 zorder=4,
             )
-            for p in marked:
+            for p in marked[:_MAX_PRESET_LABELS]:
                 ax.annotate(
                     design_label(p),
                     (p[xm], p[ym]),
@@ -190,17 +193,31 @@ def front_figure(
                     fontsize=8,
                     color=_PRESET_COLOR,
                 )
-        _scale(ax, "x", [p[xm] for p in pts])
-        _scale(ax, "y", [p[ym] for p in pts])
+        _scale(ax, "x", xs)
+        _scale(ax, "y", ys)
         ax.set_xlabel(COLUMNS[xm].axis_label)
         ax.set_ylabel(COLUMNS[ym].axis_label)
         ax.set_title(workload_title(w))
         ax.grid(True, which="major", alpha=0.3)
         _better_arrow(ax, xo.sense, yo.sense)
-        ax.legend(fontsize=8, loc="best")
+        # "best" scans every data point: only affordable for small clouds.
+        ax.legend(fontsize=8, loc="best" if len(pts) <= 2000 else "lower right")
     if title:
         fig.suptitle(title, fontsize=13)
     return fig
+
+
+def _best_per_name(
+    points: Sequence[Mapping[str, Any]], objectives: Sequence[ObjectiveSpec]
+) -> list[Mapping[str, Any]]:
+    """The best point of each named design (a preset may come in several HBM sizes)."""
+    seen: set[str] = set()
+    out = []
+    for p in rank(points, objectives):
+        if design_label(p) not in seen:
+            seen.add(design_label(p))
+            out.append(p)
+    return out
 
 
 def _stacked_barh(

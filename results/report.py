@@ -13,7 +13,7 @@ import html
 import json
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal
@@ -93,15 +93,17 @@ def write_report(
     *,
     image_format: Literal["png", "svg"] = "png",
     top: int = 5,
+    plots_dir: str | Path | None = None,
 ) -> Path:
     """Write the HTML report of the sweep stored in ``store_dir``; returns its path.
 
     ``out_path`` defaults to ``store_dir/report.html``. The file is written to a temporary
-    name and renamed, so a reader never sees half a report.
+    name and renamed, so a reader never sees half a report. ``plots_dir``, if given, also
+    receives every figure as ``<name>.png`` and ``<name>.svg``.
     """
     out = Path(out_path) if out_path is not None else Path(store_dir) / REPORT_FILENAME
     with load(store_dir) as store:
-        text = render_report(store, image_format=image_format, top=top)
+        text = render_report(store, image_format=image_format, top=top, plots_dir=plots_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -110,9 +112,13 @@ def write_report(
 
 
 def render_report(
-    store: Store, *, image_format: Literal["png", "svg"] = "png", top: int = 5
+    store: Store,
+    *,
+    image_format: Literal["png", "svg"] = "png",
+    top: int = 5,
+    plots_dir: str | Path | None = None,
 ) -> str:
-    """The report of ``store`` as HTML text."""
+    """The report of ``store`` as HTML text (figures also saved to ``plots_dir`` if given)."""
     if image_format not in ("png", "svg"):
         raise ConfigError(
             f"report image format {image_format!r} is not supported (allowed: png, svg)"
@@ -131,18 +137,25 @@ def render_report(
     ]
     if feasible:
         plots = {p.name: p for p in standard_plots(points, objectives=objectives)}
+        images: dict[tuple[str, str], bytes] = {}
+
+        def figs(*names: str) -> str:
+            return _figures([plots[n] for n in names], image_format, images)
+
         sections += [
             (
                 "fronts",
                 "Pareto fronts: throughput vs cost and carbon",
-                _fronts(plots, image_format),
+                figs("throughput_vs_cost", "throughput_vs_embodied", "throughput_vs_total_carbon"),
             ),
             ("top", "Top designs per objective", _top_tables(feasible, objectives, top)),
-            ("tcdp", "Carbon: tCDP ranking", _figures(plots, ("tcdp_ranking",), image_format)),
-            ("area", "Area", _figures(plots, ("area_vs_throughput",), image_format)),
-            ("breakdowns", "Breakdowns", _figures(plots, ("breakdowns",), image_format)),
-            ("knobs", "Micro-batch and recomputation", _figures(plots, ("knobs",), image_format)),
+            ("tcdp", "Carbon: tCDP ranking", figs("tcdp_ranking")),
+            ("area", "Area", figs("area_vs_throughput")),
+            ("breakdowns", "Breakdowns", figs("breakdowns")),
+            ("knobs", "Micro-batch and recomputation", figs("knobs")),
         ]
+        if plots_dir is not None:
+            _save(plots.values(), Path(plots_dir), images)
     sections += [
         ("infeasible", "Infeasible and pruned points", _reasons(points)),
         ("inputs", "Sweep inputs", _inputs(inputs)),
@@ -208,12 +221,6 @@ def _answer(feasible: Sequence[Mapping[str, Any]], objectives: Sequence[Objectiv
             )
         )
     return "".join(out)
-
-
-def _fronts(plots: Mapping[str, Plot], fmt: str) -> str:
-    return _figures(
-        plots, ("throughput_vs_cost", "throughput_vs_embodied", "throughput_vs_total_carbon"), fmt
-    )
 
 
 def _top_tables(
@@ -299,23 +306,33 @@ def _placement_cell(p: Mapping[str, Any]) -> str:
     return f"<details><summary>{html.escape(short)}</summary><pre>{html.escape(pretty)}</pre></details>"
 
 
-def _figures(plots: Mapping[str, Plot], names: Sequence[str], fmt: str) -> str:
+def _image(plot: Plot, fmt: str, cache: dict[tuple[str, str], bytes]) -> bytes:
+    """The figure drawn as PNG or SVG, drawn once per format."""
+    if (plot.name, fmt) not in cache:
+        cache[plot.name, fmt] = (
+            svg_text(plot.figure).encode() if fmt == "svg" else png_bytes(plot.figure)
+        )
+    return cache[plot.name, fmt]
+
+
+def _figures(plots: Sequence[Plot], fmt: str, cache: dict[tuple[str, str], bytes]) -> str:
+    mime = "image/svg+xml" if fmt == "svg" else "image/png"
     out = []
-    for name in names:
-        plot = plots[name]
-        if fmt == "svg":
-            src = (
-                "data:image/svg+xml;base64,"
-                + base64.b64encode(svg_text(plot.figure).encode()).decode()
-            )
-        else:
-            src = "data:image/png;base64," + base64.b64encode(png_bytes(plot.figure)).decode()
+    for plot in plots:
+        src = f"data:{mime};base64," + base64.b64encode(_image(plot, fmt, cache)).decode()
         out.append(
-            f'<figure id="fig-{name}"><h3>{html.escape(plot.title)}</h3>'
+            f'<figure id="fig-{plot.name}"><h3>{html.escape(plot.title)}</h3>'
             f'<img src="{src}" alt="{html.escape(plot.title)}">'
             f"<figcaption>{html.escape(plot.caption)}</figcaption></figure>"
         )
     return "".join(out)
+
+
+def _save(plots: Iterable[Plot], out_dir: Path, cache: dict[tuple[str, str], bytes]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for plot in plots:
+        for fmt in ("png", "svg"):
+            (out_dir / f"{plot.name}.{fmt}").write_bytes(_image(plot, fmt, cache))
 
 
 def _reasons(points: Sequence[Mapping[str, Any]]) -> str:

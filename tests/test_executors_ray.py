@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from _executors_tasks import Job, flaky, lp_value, square_job
 
+from phaze.errors import ConfigError
 from phaze.executors import Runner, TaskError, run_tasks
 
 ray = pytest.importorskip("ray")
@@ -75,6 +76,13 @@ def test_ray_serial_and_local_give_identical_results(ray_run):
     ]
     assert running_between_rounds  # one instance for both rounds
     assert not running_after  # the instance the Runner started is shut down
+
+
+def test_a_bad_address_is_a_config_error():
+    assert not ray.is_initialized()  # runs before the module's shared instance starts
+    with pytest.raises(ConfigError, match="executor 'ray': cannot connect to address = 'x::'"):
+        run_tasks(square_job, TASKS, on_result=print, executor="ray", address="x::")
+    assert not ray.is_initialized()
 
 
 def test_ray_reuses_a_running_instance_and_runs_highs(ray_instance):

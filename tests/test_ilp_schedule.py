@@ -302,3 +302,82 @@ def test_gurobi_is_checked_up_front():
             solve_schedule(g, 1, 1, solver="gurobi")
     else:
         pytest.skip("gurobipy is installed")
+
+
+@st.composite
+def branchy(draw):
+    """A fork, k copies of one random branch (a short chain or a diamond-free pair), a
+    join, and maybe a side op: the symmetry-breaking constraints get exercised."""
+    g = nx.DiGraph()
+    g.add_node("fork", core="VC", latency_s=1 * US, parallel_latency_s=1 * US)
+    g.add_node("join", core="VC", latency_s=1 * US, parallel_latency_s=1 * US)
+    length = draw(st.integers(1, 2))
+    spec = [
+        (draw(st.sampled_from(CORES[:3])), draw(st.integers(1, 9)), draw(st.integers(1, 9)))
+        for _ in range(length)
+    ]
+    copies = draw(st.integers(2, 3))
+    for c in range(copies):
+        prev = "fork"
+        for k, (core, lat, par) in enumerate(spec):
+            name = f"b{c}.{k}"
+            g.add_node(name, core=core, latency_s=lat * US, parallel_latency_s=par * US)
+            g.add_edge(prev, name)
+            prev = name
+        g.add_edge(prev, "join")
+    if draw(st.booleans()):
+        g.add_node(
+            "side",
+            core="TC",
+            latency_s=draw(st.integers(1, 9)) * US,
+            parallel_latency_s=draw(st.integers(1, 9)) * US,
+        )
+        g.add_edge("fork", "side")
+    return g
+
+
+@settings(max_examples=40, deadline=None)
+@given(branchy(), st.integers(1, 3), st.integers(1, 3), st.booleans())
+def test_symmetric_branches_keep_the_optimum(g, num_tc, num_vc, blocks_all):
+    _run(g, num_tc, num_vc, blocks_all)
+
+
+@settings(max_examples=8, deadline=None)
+@given(dags(max_ops=5), st.integers(1, 3), st.integers(1, 3))
+def test_cbc_is_exact_too(g, num_tc, num_vc):
+    s = solve_schedule(g, num_tc, num_vc, solver="cbc")
+    check_schedule(g, s, num_tc, num_vc)
+    assert s.makespan_s == pytest.approx(brute_force(g, num_tc, num_vc), rel=1e-6, abs=1e-15)
+
+
+def test_parts_between_cuts_add_up():
+    """An op nothing can overlap splits the graph: the makespan is the sum of the parts."""
+    part = [("a", "TC", 3.0, 2.0), ("b", "TC", 3.0, 2.0), ("c", "VC", 2.0, 1.5)]
+    g = _graph(
+        [(f"1{n}", c, x, y) for n, c, x, y in part]
+        + [("mid", "TCandVC", 1.0, 0.5)]
+        + [(f"2{n}", c, x, y) for n, c, x, y in part]
+    )
+    g.add_edges_from((f"1{n}", "mid") for n in "abc")
+    g.add_edges_from(("mid", f"2{n}") for n in "abc")
+    one = _graph(part)
+    s, p = solve_schedule(g, 2, 1), solve_schedule(one, 2, 1)
+    check_schedule(g, s, 2, 1)
+    assert s.makespan_s == pytest.approx(2 * p.makespan_s + 0.5, rel=1e-12)
+    assert s.start_s["mid"] == pytest.approx(p.makespan_s, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dags(), st.integers(1, 3), st.integers(1, 3), st.booleans())
+def test_per_core_assignment_variables_are_exact(g, num_tc, num_vc, blocks_all):
+    """Force the z-variable assignment (instead of antichain rows) and compare again."""
+    from unittest.mock import patch
+
+    from ilp import formulation, schedule
+
+    with patch.object(formulation, "_MAX_CLIQUES", -1):
+        schedule._solve.cache_clear()
+        schedule._solve_part.cache_clear()
+        _run(g, num_tc, num_vc, blocks_all)
+    schedule._solve.cache_clear()
+    schedule._solve_part.cache_clear()

@@ -231,6 +231,10 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                 if used > netw.devices // d:
                     continue
                 bw, lat = link(d * used > netw.devices_per_node)  # stage boundaries
+                if g.tp > 1:  # scatter over t links, all-gather in the node (SC21 §4.1)
+                    tp_bw, tp_lat = link(g.tp > netw.devices_per_node)
+                    bw = 1.0 / (1.0 / (g.tp * bw) + (g.tp - 1) / (g.tp * tp_bw))
+                    lat += tp_lat
                 load = max(c + sum(lat + x / bw for x in cut) for c, cut in parts)
                 ar = 0.0
                 if d > 1:

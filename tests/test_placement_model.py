@@ -137,6 +137,11 @@ def test_links_follow_the_megatron_rank_order():
     assert net.dp_link(netw, 2, 8)[0] == 25e9
     assert net.p2p_link(netw, 64)[0] == 25e9
     assert net.p2p_link(netw, 8)[0] == 300e9
+    bw, lat = net.boundary_link(netw, 64, 8, sequence_parallel=False)  # SC21 scatter/gather
+    assert math.isclose(1 / bw, 1 / (8 * 25e9) + 7 / (8 * 300e9))
+    assert lat == netw.inter_node_latency_s + netw.intra_node_latency_s
+    assert net.boundary_link(netw, 64, 8, sequence_parallel=True) == net.p2p_link(netw, 64)
+    assert net.boundary_link(netw, 64, 1, sequence_parallel=False) == net.p2p_link(netw, 64)
     sp = net.tp_collective_s("reduce_scatter", 1e9, 8, netw)
     sp += net.tp_collective_s("all_gather", 1e9, 8, netw)
     ar = net.tp_collective_s("all_reduce", 1e9, 8, netw)
@@ -206,7 +211,7 @@ def _small(draw):
 
 @settings(max_examples=60)
 @given(_small(), st.sampled_from([1.5, 2.0, 4.0]))
-def test_more_memory_or_bandwidth_never_slows_down(problem, factor):
+def test_more_memory_bandwidth_or_devices_never_slows_down(problem, factor):
     def time_of(p):
         try:
             return place(p).time_per_batch_s
@@ -223,8 +228,12 @@ def test_more_memory_or_bandwidth_never_slows_down(problem, factor):
             inter_node_bandwidth_bytes_per_s=1.0 * factor,
         ),
     )
+    more_devices = dataclasses.replace(
+        problem, network=dataclasses.replace(problem.network, devices=problem.network.devices + 3)
+    )
     assert time_of(more_hbm) <= base
     assert time_of(faster) <= base
+    assert time_of(more_devices) <= base
 
 
 def test_chain_fast_path_equals_dag_path_on_a_gpt():

@@ -5,10 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import xml.etree.ElementTree as ET
 
 import pytest
 from click.testing import CliRunner
-from test_results_report import make_store
+from test_results_report import check_images, make_store, parse_html
 
 from phaze.cli import cli
 from results.export import export_record, write_csv
@@ -112,6 +113,8 @@ def test_pareto_text_csv_prefix_and_workload(store_dir):
         and "tcdp (min), area_mm2 (min), tokens_per_s (max)" in r.output
     )
     assert "kgCO2e·s" in r.output and "gpt3" not in r.output
+    r = _run("pareto", store_dir, "--x", "mfu", "--y", "system_cost_usd")
+    assert "gpt3-1.3b: " in r.output and "llama2-7b: " in r.output and "aggregate" not in r.output
     r = _run("pareto", store_dir, "--x", "+tcdp", "--y", "tokens_per_s", "--csv", "-w", "gpt3-1.3b")
     rows = list(csv.DictReader(io.StringIO(r.output)))
     pts = load(store_dir).points(feasible_only=True, workload="gpt3-1.3b")
@@ -150,14 +153,21 @@ def test_pareto_json_and_csv_exclusive_and_nothing_feasible_exits_3(store_dir, t
     assert r.exit_code == 3 and "no feasible point" in r.output
 
 
-def test_report_command_writes_the_file(tmp_path):
+def test_report_command_svg_and_plot_files(tmp_path):
     tiny = make_store(tmp_path / "tiny", tiny=True)
     out = tmp_path / "sub" / "r.html"
-    r = _run("report", tiny, "--out", out)
+    r = _run("report", tiny, "--out", out, "--svg", "--plots", tmp_path / "plots")
     assert r.exit_code == 0, r.output
-    assert r.stdout.strip() == str(out) and out.read_text(encoding="utf-8").startswith(
-        "<!DOCTYPE html>"
+    assert r.stdout.strip() == str(out) and not list(out.parent.glob(".*tmp"))
+    doc = parse_html(out.read_text(encoding="utf-8"))
+    assert len(doc.images) == 7 and all(
+        s.startswith("data:image/svg+xml;base64,") for s in doc.images
     )
+    check_images(doc)
+    files = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert len(files) == 14 and "tcdp_ranking.png" in files and "knobs.svg" in files
+    for p in (tmp_path / "plots").glob("*.svg"):
+        ET.fromstring(p.read_bytes())
 
 
 def test_export_record_and_csv_of_odd_values():

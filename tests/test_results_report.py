@@ -23,7 +23,7 @@ from matplotlib.image import imread
 
 from phaze.errors import ConfigError
 from results.display import fmt_value
-from results.plots import png_bytes, standard_plots, svg_text, write_plots
+from results.plots import front_figure, png_bytes, standard_plots, svg_text, write_plots
 from results.report import write_report
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import Store, load
@@ -290,7 +290,8 @@ class _Collector(html.parser.HTMLParser):
             self._cell.append(data)
 
 
-def _parse(text: str) -> _Collector:
+def parse_html(text: str) -> _Collector:
+    """Parse HTML, failing on unbalanced tags; returns images, table cells and text."""
     c = _Collector()
     c.feed(text)
     c.close()
@@ -298,7 +299,8 @@ def _parse(text: str) -> _Collector:
     return c
 
 
-def _check_images(doc: _Collector) -> None:
+def check_images(doc: _Collector) -> None:
+    """Every embedded image decodes: PNG by header, IEND and imread; SVG as XML."""
     for src in doc.images:
         head, data = src.split(",", 1)
         raw = base64.b64decode(data)
@@ -312,14 +314,14 @@ def _check_images(doc: _Collector) -> None:
 
 
 def test_report_is_self_contained_parses_and_images_decode(report_text):
-    doc = _parse(report_text)
+    doc = parse_html(report_text)
     assert len(doc.images) == 7
-    _check_images(doc)
+    check_images(doc)
     assert not re.search(r'(src|href)="(?!data:|#)', report_text)  # nothing external
 
 
 def test_report_tables_hold_the_stored_values(store_dir, report_text):
-    doc = _parse(report_text)
+    doc = parse_html(report_text)
     cells = set(doc.cells)
     pts = load(store_dir).points(feasible_only=True, workload="llama2-7b")
     fastest = max(pts, key=lambda p: p["tokens_per_s"])
@@ -355,36 +357,31 @@ def test_report_answer_marks_the_winning_values(report_text):
     assert re.search(r'<td>highest throughput[^<]*</td>.*?<td class="num best">', report_text, re.S)
 
 
-def test_svg_report_and_cli_friendly_output_path(tiny_dir, tmp_path):
-    svg = write_report(tiny_dir, tmp_path / "sub" / "s.html", image_format="svg")
-    assert svg == tmp_path / "sub" / "s.html"
-    doc = _parse(svg.read_text(encoding="utf-8"))
-    assert len(doc.images) == 7 and all(
-        s.startswith("data:image/svg+xml;base64,") for s in doc.images
-    )
-    _check_images(doc)
-    assert not list((tmp_path / "sub").glob(".*tmp"))  # written atomically, no leftovers
-
-
 def test_report_of_an_empty_store_explains_itself(tmp_path):
     Store.open(tmp_path, {"config": {}}, "h").close()
     text = write_report(tmp_path).read_text(encoding="utf-8")
-    _parse(text)
+    parse_html(text)
     assert "holds no points yet" in text and "<img" not in text
 
 
-def test_standard_plots_labels_and_files(store_dir, tiny_dir, tmp_path):
-    plots = standard_plots(load(store_dir).points())
-    assert [p.name for p in plots] == [
+def test_report_shows_every_standard_plot_in_order(report_text):
+    names = re.findall(r'<figure id="fig-(\w+)">', report_text)
+    assert names == [
         "throughput_vs_cost",
         "throughput_vs_embodied",
         "throughput_vs_total_carbon",
-        "area_vs_throughput",
         "tcdp_ranking",
+        "area_vs_throughput",
         "breakdowns",
         "knobs",
     ]
-    fig = plots[0].figure
+
+
+def test_front_figure_labels_units_scales_and_legend(store_dir):
+    pts = load(store_dir).points(feasible_only=True)
+    fig = front_figure(
+        pts, "system_cost_usd", "tokens_per_s", presets=[p for p in pts if p["design_name"]]
+    )
     ax = fig.axes[0]
     assert ax.get_xlabel() == "system cost (USD)" and ax.get_ylabel() == "throughput (tokens/s)"
     assert [a.get_title() for a in fig.axes] == [
@@ -393,16 +390,14 @@ def test_standard_plots_labels_and_files(store_dir, tiny_dir, tmp_path):
         "all workloads (aggregate)",
     ]
     assert ax.get_title(loc="right") == "↖ better" and ax.get_yscale() == "log"
+    assert ax.get_xscale() == "linear"  # cost spans less than a factor of 20
     assert fig.axes[2].get_ylabel() == "throughput score"
     labels = ax.get_legend_handles_labels()[1]
     assert (
         any(lb.startswith("Pareto front") for lb in labels)
         and "presets (best point of each)" in labels
     )
-    paths = write_plots(load(tiny_dir).points(), tmp_path / "plots", formats=("svg",))
-    assert len(paths) == 7
-    for p in paths:
-        ET.fromstring(p.read_bytes())
+    assert sorted(t.get_text() for t in ax.texts) == ["a100-like", "tpu-v4-like"]  # one label each
     assert png_bytes(fig).startswith(b"\x89PNG") and svg_text(fig).lstrip().startswith("<?xml")
 
 

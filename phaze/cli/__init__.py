@@ -51,7 +51,15 @@ def cli(verbose: int) -> None:
 
 def _register() -> None:
     """Add every command module's command to the group (explicitly, in one place)."""
-    from phaze.cli import arch_cmd, place_cmd, space_cmd, sweep_cmd, validate_cmd, workloads_cmd
+    from phaze.cli import (
+        arch_cmd,
+        evaluate_cmd,
+        place_cmd,
+        space_cmd,
+        sweep_cmd,
+        validate_cmd,
+        workloads_cmd,
+    )
     from phaze.cli import schedule_cmd
     from phaze.cli import report_cmd
 
@@ -62,6 +70,7 @@ def _register() -> None:
         space_cmd.space,
         place_cmd.place,
         sweep_cmd.sweep,
+        evaluate_cmd.evaluate,
         schedule_cmd.schedule,
         report_cmd.report,
         report_cmd.pareto_cmd,

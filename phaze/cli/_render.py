@@ -12,7 +12,7 @@ from typing import Any
 import click
 import numpy as np
 
-__all__ = ["SCHEMA_VERSION", "echo_json", "to_jsonable", "table", "si"]
+__all__ = ["SCHEMA_VERSION", "echo_json", "to_jsonable", "table", "si", "size"]
 
 SCHEMA_VERSION = 1
 
@@ -76,3 +76,13 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, int | float | np.number) and not isinstance(x, bool)
+
+
+def size(nbytes: float) -> str:
+    """Bytes with binary prefixes, as memory is sold: ``size(64 * 2**20) == '64 MiB'``."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.3g} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

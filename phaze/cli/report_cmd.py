@@ -44,14 +44,11 @@ _DIR = click.Path(path_type=Path)
 def report(directory: Path, out: Path | None, svg: bool, plots_dir: Path | None) -> None:
     """Write the self-contained HTML report of the sweep in DIR and print its path."""
     # matplotlib loads in about a second: only the command that draws pays for it.
-    from results.plots import write_plots
     from results.report import write_report
 
-    path = write_report(directory, out, image_format="svg" if svg else "png")
+    path = write_report(directory, out, image_format="svg" if svg else "png", plots_dir=plots_dir)
     if plots_dir is not None:
-        with load(directory) as store:
-            written = write_plots(store.points(), plots_dir)
-        click.echo(f"plots: {len(written)} files in {plots_dir}", err=True)
+        click.echo(f"plots: PNG and SVG files in {plots_dir}", err=True)
     click.echo(str(path))
 
 
@@ -108,6 +105,8 @@ def pareto_cmd(
         w: pareto(pts, [(metric_for(w, o.metric), o.sense) for o in objectives])
         for w, pts in groups.items()
     }
+    if workload is None:  # e.g. mfu has no aggregate rows: leave out fronts with no point
+        fronts = {w: front for w, front in fronts.items() if front} or fronts
     rows = [p for front in fronts.values() for p in front]
     if as_json:
         echo_json(

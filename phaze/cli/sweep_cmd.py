@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from phaze.cli._render import echo_json, si, table
+from phaze.cli._render import echo_json, si, size, table
 from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
 from phaze.executors import EXECUTORS
 from phaze.sweep import SweepResult, run_sweep
@@ -72,8 +72,8 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
                     [
                         p["design_id"],
                         shape,
-                        si(p["glb_bytes"], "B"),
-                        si(p["hbm_bytes"], "B"),
+                        size(p["glb_bytes"]),
+                        size(p["hbm_bytes"]),
                         knobs,
                         _fmt(o.metric, p[o.metric]),
                     ]

@@ -50,9 +50,9 @@ def import_ray() -> ModuleType:
 def _code_search_path() -> list[str]:
     """This process's import path minus the interpreter's own directories.
 
-    A local Ray instance's workers run the same interpreter but start with their own
-    ``sys.path``; adding these directories lets them import whatever the driver can (a
-    source checkout, a test directory), as local worker processes do.
+    Ray workers start with their own ``sys.path``; adding these directories lets workers on
+    this machine import whatever the driver can (a source checkout, a test directory), as
+    local worker processes do. On other nodes the code must be installed.
     """
     own = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
     paths = []
@@ -100,18 +100,22 @@ class RaySession:
         if not ray.is_initialized():
             self._sigterm_handler = signal.getsignal(signal.SIGTERM)
             self._opened_here = True
-            options: dict[str, Any] = {
-                "include_dashboard": False,
-                "logging_level": logging.WARNING,
-            }
+            # the driver's import path for this job's workers (ignored where it does not exist)
+            job_config = ray.job_config.JobConfig(code_search_path=_code_search_path())
+            options: dict[str, Any] = {"logging_level": logging.WARNING, "job_config": job_config}
             if self._address is None:
+                options["include_dashboard"] = False
                 options["num_cpus"] = self._jobs
-                options["job_config"] = ray.job_config.JobConfig(
-                    code_search_path=_code_search_path()
-                )
             logger.info("starting Ray (address=%s)", self._address or "a new local instance")
             self._ray = ray  # set first, so close() shuts down a half-started instance
-            ray.init(address=self._address, **options)
+            try:
+                ray.init(address=self._address, **options)
+            except (ConnectionError, ValueError) as exc:
+                if self._address is None:
+                    raise
+                raise ConfigError(
+                    f"executor 'ray': cannot connect to address = {self._address!r}: {exc}"
+                ) from exc
         self._ray = ray
         return ray
 

@@ -1,0 +1,164 @@
+"""``phaze evaluate``: one design on one workload, with a searched or a fixed placement."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from arch_space import Cluster, load_accelerator
+from phaze.api import evaluate as api_evaluate
+from phaze.cli import NoFeasiblePoint
+from phaze.cli._render import echo_json, si, size, table
+from phaze.config import RECOMPUTE_MODES
+from phaze.sweep import placement_summary
+from workloads import model_flops_per_sequence, resolve_model
+
+__all__ = ["evaluate"]
+
+
+@click.command("evaluate")
+@click.option("--workload", required=True, help="Catalog name or a Hugging Face config.json.")
+@click.option("--arch", "arch", required=True, help="Accelerator preset name or TOML file.")
+@click.option(
+    "--devices", type=click.IntRange(min=1), required=True, help="Accelerators in the cluster."
+)
+@click.option("--devices-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--intra-node-gbps",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Intra-node link bandwidth per device, GB/s.",
+)
+@click.option(
+    "--inter-node-gbps",
+    type=click.FloatRange(min=0, min_open=True),
+    default=25.0,
+    show_default=True,
+    help="Inter-node link bandwidth per device, GB/s.",
+)
+@click.option(
+    "--global-batch", type=click.IntRange(min=1), required=True, help="Sequences per iteration."
+)
+@click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
+@click.option(
+    "--micro-batch",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --strategy search.",
+)
+@click.option(
+    "--recompute",
+    type=click.Choice(RECOMPUTE_MODES),
+    default="none",
+    show_default=True,
+    help="With --strategy search.",
+)
+@click.option(
+    "--sp/--no-sp",
+    "sequence_parallel",
+    default=True,
+    show_default=True,
+    help="Sequence parallelism (with --strategy search).",
+)
+@click.option(
+    "--tokens",
+    "tokens_to_train",
+    type=click.IntRange(min=1),
+    help="Tokens to train (default: the model's published budget).",
+)
+@click.option(
+    "--strategy",
+    default="search",
+    show_default=True,
+    help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def evaluate(
+    workload,
+    arch,
+    devices,
+    devices_per_node,
+    intra_node_gbps,
+    inter_node_gbps,
+    global_batch,
+    seq_len,
+    micro_batch,
+    recompute,
+    sequence_parallel,
+    tokens_to_train,
+    strategy,
+    as_json,
+):
+    """Iteration time, throughput, MFU and memory of one design, and its placement."""
+    acc = load_accelerator(arch)
+    cluster = Cluster(
+        devices=devices,
+        devices_per_node=devices_per_node,
+        intra_node_bandwidth_bytes_per_s=intra_node_gbps * 1e9,
+        inter_node_bandwidth_bytes_per_s=inter_node_gbps * 1e9,
+    )
+    model = resolve_model(workload)
+    ev = api_evaluate(
+        workload,
+        acc,
+        cluster,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        micro_batch=micro_batch,
+        recompute=recompute,
+        sequence_parallel=sequence_parallel,
+        strategy=None if strategy == "search" else strategy,
+        tokens_to_train=tokens_to_train or model.tokens_to_train or 1,
+    )
+    if not ev.feasible:
+        raise NoFeasiblePoint(f"infeasible: {ev.reason}")
+    pl, sc = ev.placement, ev.score
+    tflops = (
+        global_batch
+        * model_flops_per_sequence(model, seq_len)
+        / pl.time_per_batch_s
+        / devices
+        / 1e12
+    )
+    doc = {
+        "workload": workload,
+        "arch": acc.name or arch,
+        "devices": devices,
+        "iteration_s": pl.time_per_batch_s,
+        "samples_per_s": sc.samples_per_s,
+        "tokens_per_s": sc.tokens_per_s,
+        "tflops_per_device": tflops,
+        "mfu": sc.mfu,
+        "memory_per_device_bytes": pl.memory_per_device_bytes,
+        "hbm_bytes": acc.hbm_bytes,
+        "bubble_fraction": pl.bubble_fraction,
+        "communication_s": pl.communication_s,
+        "placement": json.loads(placement_summary(pl)),
+    }
+    if as_json:
+        echo_json(doc)
+        return
+    rows = [
+        ["iteration time", si(pl.time_per_batch_s, "s")],
+        ["throughput", f"{sc.samples_per_s:.3g} samples/s, {si(sc.tokens_per_s, 'tokens/s')}"],
+        ["model TFLOP/s per device", f"{tflops:.1f}"],
+        ["MFU", f"{100 * sc.mfu:.1f} %"],
+        ["memory per device", f"{size(pl.memory_per_device_bytes)} of {size(acc.hbm_bytes)}"],
+        ["pipeline bubble", f"{100 * pl.bubble_fraction:.1f} %"],
+        ["exposed communication", si(pl.communication_s, "s")],
+        [
+            "placement",
+            f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "
+            f"recompute={pl.recompute} sp={'on' if pl.sequence_parallel else 'off'}",
+        ],
+    ]
+    click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
+    stage_rows = [
+        [i, f"{min(s.layers)}-{max(s.layers)}", s.devices, si(s.load_s, "s"), size(s.memory_bytes)]
+        for i, s in enumerate(pl.stages)
+    ]
+    click.echo("")
+    click.echo(table(stage_rows, ["stage", "layers", "devices", "load per micro-batch", "memory"]))
