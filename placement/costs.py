@@ -79,13 +79,12 @@ def max_stages_fitting(base: np.ndarray, stash: np.ndarray, limit: float, cap: i
     """Largest ``s <= cap`` with ``base + (s - 1) * stash <= limit`` (0 if even s = 1 fails)."""
     positive = stash > 0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratio = np.where(positive, (limit - base) / np.where(positive, stash, 1.0), cap)
-    s = np.clip(np.floor(ratio) + 1, 0, cap).astype(np.int64)
+        ratio = np.where(positive, (limit - base) / stash, cap)
+    s = np.clip(np.floor(ratio), -1.0, cap - 1.0).astype(np.int64) + 1
     # floor() of a quotient can be off by one in floating point; settle on the exact test.
-    s -= (s >= 1) & (base + (s - 1) * stash > limit)
+    s -= base + (s - 1) * stash > limit
     s += (s < cap) & (base + s * stash <= limit)
-    s[base > limit] = 0
-    return s
+    return np.where(base <= limit, np.maximum(s, 1), 0)
 
 
 # --- geometry -------------------------------------------------------------------------------

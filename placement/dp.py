@@ -221,11 +221,10 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
         vals.argmin(axis=2, out=choice[s, :, s:])
         choice[s, :, s:] += j0
         finals[s - 1, :, first:n] = vals[:, -1, big_w - j0 - (n - first) :]
-    steps = deepest
     sols: list[DpSolution | None] = []
     rows = np.arange(n * size, size * size)  # pairs (full, k')
     for g, task in enumerate(tasks):
-        best = _final_round(task, finals[:steps, g], rows)
+        best = _final_round(task, finals[:deepest, g], rows)
         if best is None:
             sols.append(None)
             continue

@@ -10,8 +10,9 @@ NeurIPS 2021) is one JSON object::
      "edges": {"<t>": [{"sourceId", "destId", "communicationCost"}, ...], ...}}
 
 keyed by tensor-parallel (TMPC) width ``t``; the reference also reads ``fixedPP``,
-``fixedTMPC``, ``fixedDP`` and ``numTransformerLayers`` for a baseline, which we accept and
-ignore. The objective, exactly as the reference prices it:
+``fixedTMPC``, ``fixedDP`` and ``numTransformerLayers`` for a baseline and writes an
+``energy`` per node, which we accept and ignore. ``mbsInBatch`` may be written as a float
+(the reference divides the batch by the micro-batch in Python); it must be whole. The objective, exactly as the reference prices it:
 
 * a stage is a contiguous set of layers; it takes ``t`` devices if it holds a
   tensor-parallel layer, else 1; stages count ``s = 1`` for the last;
@@ -78,6 +79,8 @@ _NODE_KEYS: Final = (
     "optimalLatencyBw",
     "isTensorParallelized",
 )
+# written by the Phaze reference (Solver/solver.py) or Piper for reading; we ignore them
+_NODE_OPTIONAL: Final = ("energy", "name")
 _EDGE_KEYS: Final = ("sourceId", "destId", "communicationCost")
 _OPTIMIZERS: Final = ("SGD", "Adam")
 
@@ -191,8 +194,8 @@ def parse_reference_instance(doc: Any, *, source: str = "instance") -> Reference
         problems.append(
             f"{source}: optimizerAlgorithm = {optimizer!r} must be one of {', '.join(_OPTIMIZERS)}"
         )
-    nodes = _widths(problems, source, "nodes", doc["nodes"], _node, _NODE_KEYS)
-    edges = _widths(problems, source, "edges", doc["edges"], _edge, _EDGE_KEYS)
+    nodes = _widths(problems, source, "nodes", doc["nodes"], _node, _NODE_KEYS, _NODE_OPTIONAL)
+    edges = _widths(problems, source, "edges", doc["edges"], _edge, _EDGE_KEYS, ())
     if not problems:
         _check_graphs(problems, source, nodes, edges)
     order: tuple[int, ...] = ()
@@ -213,7 +216,7 @@ def parse_reference_instance(doc: Any, *, source: str = "instance") -> Reference
     )
 
 
-def _widths(problems, source, key, value, parse, keys) -> dict[int, tuple]:
+def _widths(problems, source, key, value, parse, keys, optional) -> dict[int, tuple]:
     where = f"{source} [{key}]"
     if not isinstance(value, Mapping) or not value:
         problems.append(f"{where}: must be a non-empty object keyed by tensor-parallel width")
@@ -237,7 +240,7 @@ def _widths(problems, source, key, value, parse, keys) -> dict[int, tuple]:
             if not isinstance(item, Mapping):
                 problems.append(f"{loc}: must be an object")
                 continue
-            _unknown(problems, loc, item.keys(), keys)
+            _unknown(problems, loc, item.keys(), keys + optional)
             absent = [k for k in keys if k not in item]
             if absent:
                 problems.append(f"{loc}: missing keys {', '.join(absent)}")

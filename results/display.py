@@ -66,7 +66,7 @@ def fmt_value(name: str, value: Any) -> str:
     >>> fmt_value("system_cost_usd", 1.25e6), fmt_value("tcdp", None)
     ('$1.25M', '-')
     >>> fmt_value("total_kgco2e", 1370.0), fmt_value("tcdp_kgco2e_days", 4.04e6)
-    ('1.37 tCO2e', '4.04 M kgCO2e·day')
+    ('1.37 tCO2e', '4.04 ktCO2e·day')
     """
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -88,10 +88,10 @@ def fmt_value(name: str, value: Any) -> str:
         return si(value, "s")
     if unit == "USD":
         return "$" + si(value).replace(" ", "")
-    if unit == "kgCO2e":
-        return f"{value:.3g} kgCO2e" if abs(value) < 1000 else f"{value / 1000:.3g} tCO2e"
-    if unit.startswith("kgCO2e"):
-        return f"{si(value)} {unit}"
+    if unit.startswith("kgCO2e"):  # tonnes above 1000 kg, then SI prefixes on tonnes
+        if abs(value) < 1000:
+            return f"{value:.3g} {unit}"
+        return si(value / 1000, "t" + unit[2:])  # kt, Mt: kilo- and megatonnes
     if unit == "mm²" or (unit == "" and isinstance(value, float)):
         return f"{value:.3g} {unit}".strip()
     if isinstance(value, int) and not unit:

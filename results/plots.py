@@ -395,8 +395,9 @@ def standard_plots(
         Plot(
             "throughput_vs_cost",
             "Throughput vs system cost",
-            cloud + "the blue staircase is the Pareto front: no point is both cheaper and faster. "
-            "Red stars are the named presets, for reference.",
+            cloud
+            + "the blue staircase is the Pareto front: no point is both cheaper and faster."
+            + (" Red stars are the named presets, for reference." if presets else ""),
             front_figure(feasible, "system_cost_usd", "tokens_per_s", presets=presets),
         ),
         Plot(

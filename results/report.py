@@ -40,7 +40,6 @@ REPORT_FILENAME: Final = "report.html"
 # Columns of the "top designs" tables: (header, column); throughput becomes the score for the
 # aggregate rows.
 _TOP_COLUMNS: Final = (
-    ("HBM", "hbm_bytes"),
     ("die area", "area_mm2"),
     ("throughput", "tokens_per_s"),
     ("MFU", "mfu"),
@@ -69,12 +68,13 @@ h3 { margin-bottom: 0.3em; }
 .lead { color: #444; font-size: 1.05em; }
 nav { background: #f5f6fa; padding: 8px 14px; border-radius: 6px; font-size: 0.95em; }
 nav a { margin-right: 14px; }
-table { border-collapse: collapse; margin: 8px 0 16px; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 0.88em; }
+.scroll { overflow-x: auto; max-width: 100%; }
 th, td { border: 1px solid #d7d9e0; padding: 4px 8px; vertical-align: top; text-align: left; }
 th { background: #eef0f6; }
 tr:nth-child(even) td { background: #fafbfd; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-td.design { min-width: 210px; }
+td.design { min-width: 180px; }
 td.best { background: #e6f4ea !important; font-weight: 600; }
 .muted { color: #777; font-size: 0.85em; }
 figure { margin: 12px 0 28px; }
@@ -262,7 +262,11 @@ def _points_table(
     ]
     head = [first[0], "design", *([] if aggregate else ["micro-batch, recompute", "placement"])]
     head += [_AGGREGATE_HEADERS.get(c, h) if aggregate else h for h, c in cols]
-    lines = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    lines = [
+        '<div class="scroll"><table><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + "</tr>"
+    ]
     for i, (label, p) in enumerate(zip(first[1], rows, strict=True)):
         cells = [f"<td>{html.escape(label)}</td>", f'<td class="design">{_design_cell(p)}</td>']
         if not aggregate:
@@ -274,7 +278,7 @@ def _points_table(
             cls = "num best" if wins is not None and c in wins[i] else "num"
             cells.append(f'<td class="{cls}">{html.escape(fmt_value(c, p.get(c)))}</td>')
         lines.append("<tr>" + "".join(cells) + "</tr>")
-    lines.append("</table>")
+    lines.append("</table></div>")
     return "".join(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from placement import (
     solve_reference,
 )
 from placement import network as net
+from placement.costs import max_stages_fitting
 from placement.synthetic import GptShape, gpt_stage_graph
 
 
@@ -88,6 +90,16 @@ def test_reference_infeasible_says_why():
     doc = _ref_doc(maxMemoryPerDevice=4)
     with pytest.raises(Infeasible, match=r"needs .* GiB per device .* has maxMemoryPerDevice"):
         solve_reference(parse_reference_instance(doc))
+
+
+def test_reference_files_as_the_reference_writes_them():
+    # Solver/solver.py writes mbsInBatch as a float, an energy per node and the fixed baseline
+    doc = _ref_doc(mbsInBatch=4.0, fixedPP=1, fixedTMPC=1, fixedDP=1, numTransformerLayers=2)
+    for node in doc["nodes"]["1"]:
+        node["energy"] = 1.5
+    assert solve_reference(parse_reference_instance(doc)).final_time_per_batch == 145
+    with pytest.raises(ConfigError, match=r"mbsInBatch = 4\.5 must be an integer"):
+        parse_reference_instance(_ref_doc(mbsInBatch=4.5))
 
 
 def test_reference_errors_are_reported_together():
@@ -356,3 +368,19 @@ def test_gpt3_175b_at_1024_devices_both_paths_agree():
     assert math.isclose(fast.time_per_batch_s, full.time_per_batch_s, rel_tol=1e-12)
     assert fast.memory_per_device_bytes <= 80e9
     assert fast.devices_used <= 1024
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 9)), min_size=1, max_size=20),
+    st.integers(1, 60),
+    st.integers(1, 12),
+)
+def test_max_stages_fitting_is_the_exact_memory_test(items, limit, cap):
+    base = np.array([float(b) for b, _ in items])
+    stash = np.array([float(x) for _, x in items])
+    got = max_stages_fitting(base, stash, float(limit), cap)
+    want = [
+        max((s for s in range(1, cap + 1) if b + (s - 1) * x <= limit), default=0) for b, x in items
+    ]
+    assert got.tolist() == want

@@ -55,26 +55,28 @@ def _register() -> None:
         arch_cmd,
         evaluate_cmd,
         place_cmd,
+        report_cmd,
+        schedule_cmd,
         space_cmd,
         sweep_cmd,
         validate_cmd,
+        validate_megatron_cmd,
         workloads_cmd,
     )
-    from phaze.cli import schedule_cmd
-    from phaze.cli import report_cmd
 
+    validate_cmd.validate.add_command(validate_megatron_cmd.megatron)
     for command in (
-        workloads_cmd.workloads,
-        validate_cmd.validate,
-        arch_cmd.arch,
-        space_cmd.space,
-        place_cmd.place,
         sweep_cmd.sweep,
         evaluate_cmd.evaluate,
-        schedule_cmd.schedule,
         report_cmd.report,
         report_cmd.pareto_cmd,
         report_cmd.export,
+        workloads_cmd.workloads,
+        arch_cmd.arch,
+        space_cmd.space,
+        schedule_cmd.schedule,
+        place_cmd.place,
+        validate_cmd.validate,
     ):
         cli.add_command(command)
 
