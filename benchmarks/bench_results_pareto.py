@@ -28,7 +28,10 @@ def main() -> None:
     plane = rng.dirichlet(np.ones(3), N)  # x + y + z = 1: every point is on the front
     cases = {
         "2D random": (u[:, :2], ("tokens_per_s", "system_cost_usd")),
-        "2D all on front": (np.column_stack([u[:, 0], u[:, 0]]), ("tokens_per_s", "system_cost_usd")),
+        "2D all on front": (
+            np.column_stack([u[:, 0], u[:, 0]]),
+            ("tokens_per_s", "system_cost_usd"),
+        ),
         "2D ties (ints 0..99)": (np.floor(u[:, :2] * 100), ("tokens_per_s", "system_cost_usd")),
         "3D random": (u, ("tokens_per_s", "system_cost_usd", "total_kgco2e")),
         "3D all on front": (plane, ("iteration_s", "system_cost_usd", "total_kgco2e")),

@@ -35,6 +35,7 @@ Phaze reference, Solver/ilp.py (msr-fiddle/phaze) for the original model.
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,6 +104,7 @@ def check_solver(name: str) -> None:
         raise ConfigError(f"solver 'gurobi' cannot run: {why}; use solver='highs' or 'cbc'")
 
 
+@lru_cache(maxsize=1)
 def _highs_class() -> type:
     """pulp.HiGHS that passes the variables' initial values to HiGHS as a MIP start."""
     import highspy
@@ -421,10 +423,11 @@ def solve_ilp(
     assign: frozenset[str],
     warm: tuple[Sequence[int], Sequence[float]],
     solver: str,
-    time_limit_s: float,
+    deadline: float,
     mip_gap: float,
 ) -> IlpOutcome:
-    """Build and solve the model once.
+    """Build and solve the model once, stopping at ``deadline`` (a ``time.perf_counter()``
+    value; building the model counts against it).
 
     Raises
     ------
@@ -434,7 +437,8 @@ def solve_ilp(
     """
     model = _Model(problem, st, ub_s, lb_s, assign, warm[0], warm[1])
     try:
-        model.lp.solve(_make_solver(solver, time_limit_s, mip_gap))
+        left = deadline - time.perf_counter()  # building the model counts too
+        model.lp.solve(_make_solver(solver, left, mip_gap))
     except pulp.PulpSolverError as e:
         raise SolverError(f"{solver}: {e}", "error") from e
     return _outcome(solver, model, mip_gap)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -44,6 +44,8 @@ __all__ = [
     "standard_plots",
     "png_bytes",
     "svg_text",
+    "draw",
+    "save_plots",
     "write_plots",
 ]
 
@@ -54,13 +56,15 @@ _PRESET_COLOR: Final = "C3"
 _CLOUD_COLOR: Final = "0.72"
 _MAX_PRESET_LABELS: Final = 10  # more names than this on one panel are unreadable
 _PART_COLORS: Final = ("C0", "C1", "C2", "C4")
+# (axis label, tick unit, stacked columns)
 _BREAKDOWNS: Final = (
-    ("time per iteration (s)", ("compute_s", "communication_s", "bubble_s")),
+    ("time per iteration", "s", ("compute_s", "communication_s", "bubble_s")),
     (
-        "energy per batch (J)",
+        "energy per batch, all devices",
+        "J",
         ("energy_compute_j", "energy_memory_j", "energy_static_j", "energy_network_j"),
     ),
-    ("carbon of the training job (kgCO2e)", ("embodied_kgco2e", "operational_kgco2e")),
+    ("carbon of the training job (kgCO2e)", "", ("embodied_kgco2e", "operational_kgco2e")),
 )
 
 
@@ -221,7 +225,11 @@ def _best_per_name(
 
 
 def _stacked_barh(
-    ax: Axes, rows: Sequence[Mapping[str, Any]], parts: Sequence[str], labels: Sequence[str]
+    ax: Axes,
+    rows: Sequence[Mapping[str, Any]],
+    parts: Sequence[str],
+    labels: Sequence[str],
+    unit: str = "",
 ) -> None:
     y = np.arange(len(rows))[::-1]
     left = np.zeros(len(rows))
@@ -230,7 +238,7 @@ def _stacked_barh(
         ax.barh(y, vals, left=left, color=color, label=COLUMNS[part].label, height=0.62)
         left += vals
     ax.set_yticks(y, labels, fontsize=8)
-    ax.xaxis.set_major_formatter(EngFormatter(sep=" "))
+    ax.xaxis.set_major_formatter(EngFormatter(unit=unit, sep=" "))  # "500 ms", not "500 m"
     ax.grid(True, axis="x", alpha=0.3)
 
 
@@ -282,7 +290,9 @@ def tcdp_ranking(points: Sequence[Mapping[str, Any]], *, top: int = 12) -> Figur
         ax.set_title(f"{workload_title(w)}: top {len(rows)} designs by tCDP", fontsize=11)
         ax.xaxis.set_major_formatter(EngFormatter(sep=" "))
         ax.grid(True, axis="x", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(
+            fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False
+        )
     return fig
 
 
@@ -314,19 +324,21 @@ def breakdown_figure(
         sub.suptitle(workload_title(w), fontsize=12, x=0.01, ha="left")
         axes = sub.subplots(1, len(_BREAKDOWNS), width_ratios=(1.25, 1, 1))
         labels = [f"{label}\n{design_label(p)}\n{knob_label(p)}" for label, p in rows]
-        for c, (ax, (title, parts)) in enumerate(zip(axes, _BREAKDOWNS, strict=True)):
-            _stacked_barh(ax, [p for _, p in rows], parts, labels if c == 0 else [""] * len(rows))
+        for c, (ax, (title, unit, parts)) in enumerate(zip(axes, _BREAKDOWNS, strict=True)):
+            _stacked_barh(
+                ax, [p for _, p in rows], parts, labels if c == 0 else [""] * len(rows), unit
+            )
             ax.set_xlabel(title)
             ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False)
     return fig
 
 
 def knob_effects(points: Sequence[Mapping[str, Any]]) -> Figure:
-    """Best throughput and share of feasible points per micro-batch, one line per recompute mode.
+    """Best throughput and share of feasible points per micro-batch, per recompute mode.
 
-    Top row: the highest tokens/s any design reaches at each micro-batch size. Bottom row: the
-    percentage of evaluated points that fit (pruned points are left out), which shows where
-    memory runs out without recomputation.
+    Top row: the highest tokens/s any design reaches at each micro-batch size (one line per
+    recompute mode). Bottom row: the percentage of evaluated points that fit (pruned points
+    are left out; bars side by side), which shows where memory runs out without recomputation.
     """
     groups = {
         w: [p for p in ps if p.get("micro_batch") is not None and not is_pruned(p)]
@@ -347,6 +359,8 @@ def knob_effects(points: Sequence[Mapping[str, Any]]) -> Figure:
         top, bottom = axes[2 * (i // cols), i % cols], axes[2 * (i // cols) + 1, i % cols]
         sizes = sorted({p["micro_batch"] for p in pts})
         modes = sorted({str(p.get("recompute")) for p in pts})
+        x = np.arange(len(sizes))  # evenly spaced categories: sizes are usually powers of 2
+        width = 0.8 / len(modes)
         for j, mode in enumerate(modes):
             best_tp, feasible = [], []
             for mb in sizes:
@@ -358,19 +372,18 @@ def knob_effects(points: Sequence[Mapping[str, Any]]) -> Figure:
                 ]
                 best_tp.append(max(ok) if ok else np.nan)
                 feasible.append(100.0 * len(ok) / len(sel) if sel else np.nan)
-            style = {"marker": "os^Dv"[j % 5], "color": f"C{j}", "label": f"recompute {mode}"}
-            top.plot(sizes, best_tp, **style)
-            bottom.plot(sizes, feasible, **style)
+            label = f"recompute {mode}"
+            top.plot(x, best_tp, marker="os^Dv"[j % 5], color=f"C{j}", label=label)
+            offset = (j - (len(modes) - 1) / 2) * width
+            bottom.bar(x + offset, feasible, width=width, color=f"C{j}", label=label)
         for ax in (top, bottom):
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(sizes, [str(s) for s in sizes])
-            ax.minorticks_off()
-            ax.grid(True, alpha=0.3)
+            ax.set_xticks(x, [str(s) for s in sizes])
+            ax.grid(True, axis="y", alpha=0.3)
         top.set_title(workload_title(w))
         top.set_ylabel("best throughput (tokens/s)")
         top.yaxis.set_major_formatter(EngFormatter(sep=" "))
         top.legend(fontsize=8)
-        bottom.set_ylim(-5, 105)
+        bottom.set_ylim(0, 105)
         bottom.set_ylabel("points that fit (%)")
         bottom.set_xlabel("micro-batch size (sequences)")
     return fig
@@ -426,7 +439,7 @@ def standard_plots(
         Plot(
             "tcdp_ranking",
             "tCDP ranking",
-            f"The {top} designs with the lowest total-carbon-delay product (tCDP = tC x time to "
+            f"The (up to) {top} designs with the lowest total-carbon-delay product (tCDP = tC x time to "
             "train), best at the top; each bar splits into its embodied and operational parts.",
             tcdp_ranking(feasible, top=top),
         ),
@@ -460,6 +473,41 @@ def svg_text(fig: Figure) -> str:
     return buf.getvalue()
 
 
+def draw(plot: Plot, fmt: str, drawn: dict[tuple[str, str], bytes] | None = None) -> bytes:
+    """The plot as PNG or SVG bytes; ``drawn`` caches by (name, format) to draw each once."""
+    if fmt not in ("png", "svg"):
+        raise ConfigError(f"plot format {fmt!r} is not supported (allowed: png, svg)")
+    if drawn is None:
+        drawn = {}
+    if (plot.name, fmt) not in drawn:
+        drawn[plot.name, fmt] = (
+            svg_text(plot.figure).encode() if fmt == "svg" else png_bytes(plot.figure)
+        )
+    return drawn[plot.name, fmt]
+
+
+def save_plots(
+    plots: Iterable[Plot],
+    out_dir: str | Path,
+    *,
+    formats: Sequence[str] = ("png", "svg"),
+    drawn: dict[tuple[str, str], bytes] | None = None,
+) -> list[Path]:
+    """Write each plot as ``out_dir/<name>.<format>``; returns the paths written."""
+    bad = sorted(set(formats) - {"png", "svg"})
+    if bad:
+        raise ConfigError(f"plot formats {', '.join(bad)} are not supported (allowed: png, svg)")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for plot in plots:
+        for fmt in formats:
+            path = out / f"{plot.name}.{fmt}"
+            path.write_bytes(draw(plot, fmt, drawn))
+            written.append(path)
+    return written
+
+
 def write_plots(
     points: Sequence[Mapping[str, Any]],
     out_dir: str | Path,
@@ -467,19 +515,8 @@ def write_plots(
     formats: Sequence[str] = ("png", "svg"),
     objectives: Sequence[ObjectiveSpec] = DEFAULT_OBJECTIVES,
 ) -> list[Path]:
-    """Write every standard plot as ``out_dir/<name>.<format>``; returns the paths written."""
+    """Write every standard plot of ``points`` as ``out_dir/<name>.<format>``."""
     bad = sorted(set(formats) - {"png", "svg"})
     if bad:
         raise ConfigError(f"plot formats {', '.join(bad)} are not supported (allowed: png, svg)")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for plot in standard_plots(points, objectives=objectives):
-        for fmt in formats:
-            path = out / f"{plot.name}.{fmt}"
-            if fmt == "svg":
-                path.write_text(svg_text(plot.figure), encoding="utf-8")
-            else:
-                path.write_bytes(png_bytes(plot.figure))
-            written.append(path)
-    return written
+    return save_plots(standard_plots(points, objectives=objectives), out_dir, formats=formats)

@@ -13,7 +13,7 @@ import html
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal
@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 from phaze.errors import ConfigError
 from results.display import design_label, fmt_value, unit_of, workload_title
 from results.pareto import Objective, ObjectiveSpec, best_per_design, parse_objectives
-from results.plots import Plot, png_bytes, standard_plots, svg_text
+from results.plots import Plot, draw, save_plots, standard_plots
 from results.schema import AGGREGATE_WORKLOAD, POINT_COLUMNS
 from results.store import Store, load
 from results.summary import (
@@ -148,14 +148,14 @@ def render_report(
                 "Pareto fronts: throughput vs cost and carbon",
                 figs("throughput_vs_cost", "throughput_vs_embodied", "throughput_vs_total_carbon"),
             ),
-            ("top", "Top designs per objective", _top_tables(feasible, objectives, top)),
             ("tcdp", "Carbon: tCDP ranking", figs("tcdp_ranking")),
             ("area", "Area", figs("area_vs_throughput")),
             ("breakdowns", "Breakdowns", figs("breakdowns")),
             ("knobs", "Micro-batch and recomputation", figs("knobs")),
+            ("top", "Top designs per objective", _top_tables(feasible, objectives, top)),
         ]
         if plots_dir is not None:
-            _save(plots.values(), Path(plots_dir), images)
+            save_plots(plots.values(), plots_dir, drawn=images)
     sections += [
         ("infeasible", "Infeasible and pruned points", _reasons(points)),
         ("inputs", "Sweep inputs", _inputs(inputs)),
@@ -196,6 +196,12 @@ def _summary_sentence(
     ]
     if store.config_hash:
         parts.append(f"Config hash {_code(store.config_hash[:12])}.")
+    configs = len(store.sweeps())
+    if configs > 1:
+        parts.append(
+            f"<strong>The store mixes {configs} configurations</strong> (a change was allowed); "
+            "the inputs below are the latest."
+        )
     if version:
         parts.append(f"Phaze {html.escape(str(version))}.")
     return " ".join(parts)
@@ -239,7 +245,8 @@ def _top_tables(
             if not ranked:
                 continue
             metric = o.metric
-            out.append(f"<h4>{html.escape(objective_title((metric, o.sense)).capitalize())}</h4>")
+            title = objective_title((metric, o.sense))
+            out.append(f"<h4>{html.escape(title[0].upper() + title[1:])}</h4>")
             out.append(
                 _points_table(w, ranked, first=("#", [str(i + 1) for i in range(len(ranked))]))
             )
@@ -310,33 +317,17 @@ def _placement_cell(p: Mapping[str, Any]) -> str:
     return f"<details><summary>{html.escape(short)}</summary><pre>{html.escape(pretty)}</pre></details>"
 
 
-def _image(plot: Plot, fmt: str, cache: dict[tuple[str, str], bytes]) -> bytes:
-    """The figure drawn as PNG or SVG, drawn once per format."""
-    if (plot.name, fmt) not in cache:
-        cache[plot.name, fmt] = (
-            svg_text(plot.figure).encode() if fmt == "svg" else png_bytes(plot.figure)
-        )
-    return cache[plot.name, fmt]
-
-
 def _figures(plots: Sequence[Plot], fmt: str, cache: dict[tuple[str, str], bytes]) -> str:
     mime = "image/svg+xml" if fmt == "svg" else "image/png"
     out = []
     for plot in plots:
-        src = f"data:{mime};base64," + base64.b64encode(_image(plot, fmt, cache)).decode()
+        src = f"data:{mime};base64," + base64.b64encode(draw(plot, fmt, cache)).decode()
         out.append(
             f'<figure id="fig-{plot.name}"><h3>{html.escape(plot.title)}</h3>'
             f'<img src="{src}" alt="{html.escape(plot.title)}">'
             f"<figcaption>{html.escape(plot.caption)}</figcaption></figure>"
         )
     return "".join(out)
-
-
-def _save(plots: Iterable[Plot], out_dir: Path, cache: dict[tuple[str, str], bytes]) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for plot in plots:
-        for fmt in ("png", "svg"):
-            (out_dir / f"{plot.name}.{fmt}").write_bytes(_image(plot, fmt, cache))
 
 
 def _reasons(points: Sequence[Mapping[str, Any]]) -> str:

@@ -67,6 +67,24 @@ def test_nondominated_kernel_matches_brute_force(rows, k):
     assert nondominated(v).tolist() == want
 
 
+@given(_cases())
+def test_rank_is_the_lexicographic_sort(case):
+    points, objectives = case
+    sign = {"max": -1.0, "min": 1.0}
+    valid = [p for p in points if all(p.get(m) is not None for m, _ in objectives)]
+    want = sorted(
+        valid,
+        key=lambda p: (
+            tuple(sign[s] * p[m] + 0.0 for m, s in objectives),
+            p["design_id"],
+            p["key"],
+        ),
+    )
+    assert [p["key"] for p in rank(points, objectives)] == [p["key"] for p in want]
+    top = best(points, objectives)
+    assert top is (want[0] if want else None)
+
+
 def test_duplicates_are_all_kept_and_ordered_by_design_then_key():
     p = {"tokens_per_s": 10.0, "system_cost_usd": 5.0}
     pts = [

@@ -377,6 +377,18 @@ def test_report_shows_every_standard_plot_in_order(report_text):
     ]
 
 
+def test_report_of_infeasible_points_in_a_mixed_store(tmp_path):
+    with Store.open(tmp_path, {"config": {"devices": 8}}, "h1") as s:
+        s.put_point(
+            {"key": "a", "workload": "w", "design_id": "d", "feasible": False, "reason": "x: y"}
+        )
+    Store.open(tmp_path, {"config": {"devices": 16}}, "h2", allow_config_change=True).close()
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    doc = parse_html(text)
+    assert "No feasible points" in text and "mixes 2 configurations" in text and "<img" not in text
+    assert {"x", "x: y"} <= set(doc.cells) and "16" in doc.cells
+
+
 def test_front_figure_labels_units_scales_and_legend(store_dir):
     pts = load(store_dir).points(feasible_only=True)
     fig = front_figure(

@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from phaze.errors import ConfigError
 from results.schema import COLUMN_NAMES, POINT_COLUMNS
@@ -202,3 +204,29 @@ def test_kill_9_leaves_only_complete_points(tmp_path):
             {"key": "after", "workload": "w", "design_id": "d", "feasible": False, "reason": "r"}
         )
         assert len(s) == n + 1
+
+
+_VALUE = {
+    "TEXT": st.text(max_size=20),
+    "INTEGER": st.integers(-(2**62), 2**62),
+    "REAL": st.floats(allow_nan=False, allow_infinity=False, width=64),
+}
+
+
+@pytest.fixture(scope="module")
+def shared_store(tmp_path_factory):
+    with Store.open(tmp_path_factory.mktemp("rt"), CONFIG, "h") as s:
+        yield s
+
+
+@given(st.data())
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_record_round_trips_exactly(shared_store, data):
+    rec = {"key": data.draw(st.text(min_size=1, max_size=10)), "workload": "w", "design_id": "d"}
+    rec["feasible"] = data.draw(st.booleans())
+    for c in POINT_COLUMNS:
+        if c.name not in rec and c.name != "placement" and data.draw(st.booleans()):
+            rec[c.name] = data.draw(_VALUE[c.sqltype])
+    shared_store.put_point(rec)
+    (got,) = [p for p in shared_store.points() if p["key"] == rec["key"]]
+    assert got == {**dict.fromkeys(COLUMN_NAMES), **rec}

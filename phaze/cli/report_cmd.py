@@ -83,8 +83,8 @@ def pareto_cmd(
     metrics mean the throughput score for the aggregate rows.
 
     --json prints {"schema_version": 1, "objectives": [{"metric", "sense"}], "points": [...]}
-    where each point has the keys of `phaze export` plus nothing else, ordered by workload,
-    then the objectives (best first).
+    whose points have exactly the keys of `phaze export --json`, ordered by workload, then
+    by the objectives (best first).
     """
     if as_json and as_csv:
         raise click.UsageError("give at most one of --json and --csv")
