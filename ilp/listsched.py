@@ -31,6 +31,7 @@ from ilp.problem import PARALLEL, SINGLE, Problem, demand
 __all__ = ["Structure", "structure", "serial_sgs", "makespan", "lower_bound", "heuristic"]
 
 _PASSES: Final = 4  # local-search passes over all mode moves
+_TRIALS: Final = 200  # list schedules the local search may build (O(n^2) each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +174,8 @@ def heuristic(problem: Problem, bound: float) -> tuple[tuple[int, ...], tuple[fl
     and longest remaining path first), then a local search over modes: flip one op, or set
     every op of the same core and durations to one mode, re-scheduling in the incumbent's
     start order and by remaining path, while that shortens the makespan (at most
-    :data:`_PASSES` passes).
+    :data:`_PASSES` passes and :data:`_TRIALS` schedules, so large parts leave their time
+    budget to the MIP).
     """
     st = structure(problem)
     n = problem.n
@@ -202,9 +204,12 @@ def heuristic(problem: Problem, bound: float) -> tuple[tuple[int, ...], tuple[fl
     for group in alike.values():
         if len(group) > 1:
             moves += [(tuple(group), SINGLE), (tuple(group), PARALLEL)]
+    trials = 0
     for _ in range(_PASSES):
         improved = False
         for ops, to in moves:
+            if trials >= _TRIALS:
+                return best
             modes = list(best[0])
             for i in ops:
                 modes[i] = (1 - modes[i]) if to is None else to
@@ -212,6 +217,7 @@ def heuristic(problem: Problem, bound: float) -> tuple[tuple[int, ...], tuple[fl
             if trial == best[0]:
                 continue
             for rank in (best[1], by_tail):
+                trials += 1
                 s = serial_sgs(problem, trial, rank)
                 ms = makespan(problem, trial, s)
                 if ms < best[2] * (1 - 1e-12):
