@@ -8,6 +8,8 @@ parallel, in what order, for the least makespan.
 from ilp.schedule import (
     DEFAULT_MIP_GAP,
     DEFAULT_TIME_LIMIT_S,
+    HEURISTIC,
+    SCHEDULERS,
     Method,
     Schedule,
     ScheduleStatus,
@@ -18,6 +20,8 @@ from ilp.timing import LayerTiming, PassTiming, costed_graph, layer_timing, pass
 __all__ = [
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
+    "HEURISTIC",
+    "SCHEDULERS",
     "LayerTiming",
     "Method",
     "PassTiming",

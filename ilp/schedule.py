@@ -30,7 +30,7 @@ from typing import Final
 
 import networkx as nx
 
-from ilp.formulation import check_solver, solve_ilp
+from ilp.formulation import SOLVERS, check_solver, solve_ilp
 from ilp.listsched import heuristic, lower_bound, makespan, serial_sgs, structure
 from ilp.problem import PARALLEL, SINGLE, Problem, build_problem, demand, uses
 from ilp.symmetry import canonical, symmetry
@@ -43,12 +43,18 @@ __all__ = [
     "solve_schedule",
     "DEFAULT_TIME_LIMIT_S",
     "DEFAULT_MIP_GAP",
+    "HEURISTIC",
+    "SCHEDULERS",
 ]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S: Final = 1.0  # wall seconds per independent part of a graph (sweep-sized)
 DEFAULT_MIP_GAP: Final = 1e-4  # relative (HiGHS's default): far below the cost model's error
+# The deterministic, MIP-free mode: the list schedule with local search, exact whenever it
+# meets the lower bound (chains, and whatever the bound proves), else with its gap recorded.
+HEURISTIC: Final = "list"
+SCHEDULERS: Final = (*SOLVERS, HEURISTIC)
 _TOL: Final = 1e-6  # relative slack when comparing makespans computed two ways
 
 
@@ -61,6 +67,7 @@ class ScheduleStatus(StrEnum):
 class Method(StrEnum):
     EMPTY = "empty"  # nothing takes time
     BOUND = "bound"  # the list schedule meets the lower bound (chains and the like)
+    LIST = "list"  # solver "list": the heuristic list schedule, no MIP (gap vs the bound)
     ILP = "ilp"  # MIP without per-core assignment
     ILP_CORES = "ilp_cores"  # MIP re-solved with per-core assignment
 
@@ -136,7 +143,9 @@ def solve_schedule(
         optionally ``energy_j``/``parallel_energy_j``.
     solver
         "highs" (in-process, default), "cbc" (PuLP's bundled binary) or "gurobi" (when
-        installed and licensed). If HiGHS fails, CBC is tried before giving up.
+        installed and licensed). If HiGHS fails, CBC is tried before giving up. "list"
+        builds no MIP: the heuristic list schedule, deterministic and fast, proven optimal
+        only where it meets the lower bound (its ``gap`` says how far it may be).
     time_limit_s, mip_gap
         Wall-clock budget of the solves of each independent part of the graph (the parts
         between ops that nothing can run beside), and the relative MIP gap.
@@ -166,7 +175,8 @@ def solve_schedule(
         problems.append(f"solve_schedule: mip_gap = {mip_gap!r} must be in [0, 1)")
     if problems:
         raise ConfigError("; ".join(problems))
-    check_solver(solver)
+    if solver != HEURISTIC:
+        check_solver(solver)
     contracted = build_problem(graph, num_tc, num_vc, parallel_blocks_all=parallel_blocks_all)
     result = _solve(contracted.problem, solver, float(time_limit_s), float(mip_gap))
     return _assemble(
@@ -179,7 +189,7 @@ _STATUS_RANK: Final = (
     ScheduleStatus.TIME_LIMIT,
     ScheduleStatus.LIST_SCHEDULE,
 )
-_METHOD_RANK: Final = (Method.EMPTY, Method.BOUND, Method.ILP, Method.ILP_CORES)
+_METHOD_RANK: Final = (Method.EMPTY, Method.BOUND, Method.LIST, Method.ILP, Method.ILP_CORES)
 
 
 @lru_cache(maxsize=16384)
@@ -282,6 +292,18 @@ def _solve_part(problem: Problem, solver: str, time_limit_s: float, mip_gap: flo
             min(lb, ub),
         )
 
+    if solver == HEURISTIC:
+        return _Result(
+            modes,
+            start,
+            ub,
+            ScheduleStatus.LIST_SCHEDULE,
+            Method.LIST,
+            max(0.0, (ub - lb) / ub) if ub > 0 else 0.0,
+            HEURISTIC,
+            time.perf_counter() - t0,
+            min(lb, ub),
+        )
     sym = symmetry(problem)
     best = (modes, start, ub)
     assign: frozenset[str] = frozenset()

@@ -57,14 +57,14 @@ class ScoringParams:
     """Every default of the scoring, in SI units.
 
     ``pue`` 1.10 is Google's fleet-wide trailing-twelve-month PUE (Google 2023 Environmental
-    Report). The grid intensity defaults to the world average (see arch_space.carbon's
-    region presets and their sources). ``lifetime_s`` 5 years is ACT's default device life.
+    Report). ``grid_gco2e_per_kwh`` None takes the intensity of ``grid_region`` from
+    arch_space.carbon's region presets (each with its source). ``lifetime_s`` 5 years is ACT's default device life.
     ``host_network_usd_per_device`` defaults to 0: the system cost is the accelerators alone
     unless the user adds their share of hosts and network.
     """
 
     pue: float = 1.10
-    grid_gco2e_per_kwh: float = 481.0
+    grid_gco2e_per_kwh: float | None = None
     grid_region: str = "world"
     lifetime_s: float = 5 * SECONDS_PER_YEAR
     utilisation: float = 1.0
@@ -72,6 +72,10 @@ class ScoringParams:
     host_network_usd_per_device: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.grid_gco2e_per_kwh is None:
+            from arch_space.carbon import grid_intensity
+
+            object.__setattr__(self, "grid_gco2e_per_kwh", grid_intensity(self.grid_region))
         problems = []
         for name in ("pue", "lifetime_s", "utilisation"):
             if getattr(self, name) <= 0:

@@ -32,7 +32,7 @@ def test_hbm_gib_to_bytes():
         ({"sweep": {"devices": -4}}, ["devices = -4", "positive integer"]),
         ({"sweep": {"micro_batches": [1, 0]}}, ["micro_batches = [1, 0]"]),
         ({"sweep": {"recompute": ["some"]}}, ["recompute = ['some']", "none, selective, full"]),
-        ({"solver": {"name": "cplex"}}, ["name = 'cplex'", "highs, cbc, gurobi"]),
+        ({"solver": {"name": "cplex"}}, ["name = 'cplex'", "highs, cbc, gurobi, list"]),
         ({"scoring": {"pue": 0.5}}, ["[scoring]", "pue = 0.5"]),
         ({"swep": {}}, ["unknown key 'swep'"]),
     ],

@@ -41,7 +41,7 @@ def test_hand_computed_values():
     assert s.system_cost_usd == pytest.approx(1024 * 10_000)
     emb = 1024 * 100 * d / (5 * SECONDS_PER_YEAR)
     assert s.embodied_kgco2e == pytest.approx(emb)
-    op = 4e6 * batches / 3.6e6 * 1.10 * 481 / 1000
+    op = 4e6 * batches / 3.6e6 * 1.10 * ScoringParams().grid_gco2e_per_kwh / 1000
     assert s.operational_kgco2e == pytest.approx(op)
     assert s.total_kgco2e == pytest.approx(emb + op)
     assert s.tcdp == pytest.approx((emb + op) * d)

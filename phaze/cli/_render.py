@@ -46,6 +46,8 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
     """A number with an SI prefix: ``si(3.2e14, 'FLOP/s') == '320 TFLOP/s'``."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g} {unit}".strip()
+    if unit.startswith("kg") and abs(value) >= 1000:  # kilo-kilograms read as tonnes
+        return si(value / 1000, "t" + unit[2:], digits)
     prefixes = ["", "k", "M", "G", "T", "P", "E"]
     small = ["", "m", "µ", "n", "p"]
     exp = int(math.floor(math.log10(abs(value)) / 3))

@@ -13,7 +13,7 @@ from phaze.cli._render import echo_json, si, size, table
 from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
 from phaze.executors import EXECUTORS
 from phaze.sweep import SweepResult, run_sweep
-from results.pareto import parse_objectives, rank
+from results.pareto import best_per_design, parse_objectives
 from results.schema import AGGREGATE_WORKLOAD, column
 from results.store import load
 
@@ -61,7 +61,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
         )
         for o in objs:
             rows = []
-            for p in rank(pts, o, n=_TOP):
+            for p in best_per_design(pts, o)[:_TOP]:
                 shape = f"{p['num_tc']}x{p['tc_rows']}x{p['tc_cols']} TC, {p['num_vc']}x{p['vc_lanes']} VC"
                 knobs = (
                     ""
