@@ -10,7 +10,7 @@ from phaze.errors import ConfigError
 from phaze.scoring import SECONDS_PER_YEAR, BatchEnergy, ScoringParams, score_point
 
 
-def _score(params=ScoringParams(), **over):
+def _score(params=None, **over):
     kw = dict(
         iteration_s=10.0,
         global_batch=512,
@@ -22,7 +22,7 @@ def _score(params=ScoringParams(), **over):
         energy=BatchEnergy(compute_j=2e6, memory_j=1e6, static_j=5e5, network_j=5e5),
         device_cost_usd=10_000.0,
         embodied_kgco2e_per_device=100.0,
-        params=params,
+        params=params or ScoringParams(),
     )
     kw.update(over)
     return score_point(**kw)
