@@ -56,6 +56,8 @@ class SweepConfig:
 
     ``hbm_gib`` empty means each design keeps the HBM capacity of its space; otherwise every
     design is evaluated with each capacity listed. ``global_batch`` is in sequences.
+    ``presets`` are real chips evaluated beside the space as reference points (never pruned,
+    marked in the plots; their own HBM is kept).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -71,6 +73,7 @@ class SweepConfig:
     recompute: tuple[str, ...] = ("none", "full")
     sequence_parallel: bool = True
     objectives: tuple[str, ...] = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp")
+    presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
     prune: bool = True
     solver: SolverSettings = field(default_factory=SolverSettings)
     scoring: ScoringParams = field(default_factory=ScoringParams)
@@ -140,6 +143,7 @@ _RULES: Final = MappingProxyType(
         ),
         "sequence_parallel": (False, lambda v: isinstance(v, bool), "true or false"),
         "objectives": (True, _is_name, "a non-empty list of metric names"),
+        "presets": (True, _is_name, "a list of accelerator preset names (reference points)"),
         "prune": (False, lambda v: isinstance(v, bool), "true or false"),
     }
 )
@@ -160,7 +164,9 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
             continue
         is_list, ok, allowed = _RULES[key]
         vals = _as_tuple(value) if is_list else (value,)
-        if (is_list and not vals and key != "hbm_gib") or not all(ok(v) for v in vals):
+        if (is_list and not vals and key not in ("hbm_gib", "presets")) or not all(
+            ok(v) for v in vals
+        ):
             problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")
         kw[key] = vals if is_list else value
     if "hbm_gib" in kw:

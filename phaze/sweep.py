@@ -37,6 +37,7 @@ from arch_space import (
     device_cost_usd,
     embodied_kgco2e,
     load_space,
+    preset,
     static_power_w,
     tech_node,
 )
@@ -311,6 +312,7 @@ def plan(cfg: SweepConfig) -> tuple[_Shared, tuple[Accelerator, ...]]:
     designs = tuple(space.enumerate())
     if cfg.hbm_bytes:
         designs = tuple(dataclasses.replace(a, hbm_bytes=h) for a in designs for h in cfg.hbm_bytes)
+    designs = tuple(preset(name) for name in cfg.presets) + designs
     knobs = tuple(Knobs(mb, rc) for mb in cfg.micro_batches for rc in cfg.recompute)
     return _Shared(workloads, knobs, ctx), designs
 
@@ -372,8 +374,9 @@ def run_sweep(
             if prune
             else {}
         )
-        # Strongest first: optimistic throughput per dollar, then the design id (total order).
-        todo.sort(key=lambda a: (-a.peak_flops / device_cost_usd(a), design_id(a)))
+        # Presets first (reference points, never pruned), then the strongest: optimistic
+        # throughput per dollar, then the design id (a total order).
+        todo.sort(key=lambda a: (not a.name, -a.peak_flops / device_cost_usd(a), design_id(a)))
         stage_s["bounds_s"] = time.perf_counter() - t1
         pruned = 0
         evaluated = 0
@@ -416,7 +419,9 @@ def run_sweep(
                     keep = []
                     for a in batch:
                         did = design_id(a)
-                        if all(_dominates_bound(incumbents[w], bound_rows[did][w]) for w in names):
+                        if not a.name and all(
+                            _dominates_bound(incumbents[w], bound_rows[did][w]) for w in names
+                        ):
                             for w in names:
                                 for k in shared.knobs:
                                     store.put_point(_pruned_record(a, w, k, cfg.devices))

@@ -70,7 +70,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
                 )
                 rows.append(
                     [
-                        p["design_id"],
+                        p["design_name"] or p["design_id"],
                         shape,
                         size(p["glb_bytes"]),
                         size(p["hbm_bytes"]),

@@ -1,0 +1,198 @@
+"""Sweep speed on the full default space (issue 7 item 6): gpt3-175b on 1024 devices.
+
+The sweep: every design of ``Space.named("default")`` x HBM {32, 64, 80} GiB x micro-batch
+{1, 2, 4, 8} x recompute {none, full}, list scheduler, global batch 1536, sequence 2048,
+8 devices per node, the default objectives (with exact pruning). Target: the whole sweep
+in at most 30 minutes on this 2-core machine.
+
+The full run takes long, so ``--designs N`` sweeps a deterministic sample instead (every
+k-th design of the enumeration, k = designs // N) and the full-space time is extrapolated
+from the measured time per design (printed as EXTRAPOLATED). Pruning skips fewer designs in
+a sparse sample than in the full space (fewer strong incumbents), so the extrapolation is
+pessimistic where pruning is what saves the time.
+
+Prints the load average (the machine is shared), points/s, the stage times of the store's
+manifest (plan, bounds, evaluate = summed worker time, aggregate, total) and a profile split
+of one more, in-process run on ``--profile-designs`` designs of the sample (layer graphs, op
+costs, networkx costed graphs, schedules, placement, scoring, records and store).
+
+Run: ``.venv/bin/python benchmarks/bench_sweep.py [--designs 50] [--jobs 2]
+[--profile-designs 4] [--no-prune] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+from arch_space import Accelerator, Space
+from phaze.config import SolverSettings, SweepConfig
+from phaze.sweep import run_sweep
+from results.store import load
+
+TARGET_S = 30 * 60.0  # issue 7 item 6
+
+# (label, module path suffix, function name) whose cumulative time makes up each stage of
+# the profile split; nested stages (op costs inside costed graphs) are subtracted below.
+_PROFILED = (
+    ("layer graphs", "workloads/build.py", "build_layer_graph"),
+    ("stage graphs", "placement/adapt.py", "stage_graph"),
+    ("op costs", "arch_space/perf/costs.py", "op_costs"),
+    ("costed graphs (networkx)", "ilp/timing.py", "costed_graph"),
+    ("schedules", "ilp/schedule.py", "solve_schedule"),
+    ("placement", "placement/search.py", "place"),
+    ("scoring", "phaze/scoring.py", "score_point"),
+    ("batch energy", "phaze/pipeline.py", "_batch_energy"),
+    ("records", "phaze/sweep.py", "record_of"),
+    ("store writes", "results/store.py", "put_point"),
+    ("store reads", "results/store.py", "points"),
+    ("bounds", "phaze/sweep.py", "bounds"),
+)
+
+
+def config(*, prune: bool = True) -> SweepConfig:
+    """The sweep of issue 7 item 6."""
+    return SweepConfig(
+        workloads=("gpt3-175b",),
+        space="default",
+        devices=1024,
+        devices_per_node=8,
+        seq_len=2048,
+        global_batch=1536,
+        micro_batches=(1, 2, 4, 8),
+        hbm_gib=(32, 64, 80),
+        recompute=("none", "full"),
+        prune=prune,
+        solver=SolverSettings(name="list"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    """Stands in for the space in ``plan``: enumerates the sampled designs only."""
+
+    designs: tuple[Accelerator, ...]
+
+    def enumerate(self) -> Iterator[Accelerator]:
+        return iter(self.designs)
+
+
+def sample(designs: Sequence[Accelerator], n: int | None) -> tuple[Accelerator, ...]:
+    """Every k-th design (k = len // n), the first n of them; all designs for None."""
+    if n is None or n >= len(designs):
+        return tuple(designs)
+    return tuple(designs[:: len(designs) // n][:n])
+
+
+def _load() -> str:
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
+
+
+def sweep(
+    designs: tuple[Accelerator, ...], out: Path, *, jobs: int | None, prune: bool, serial: bool
+):
+    """Run the sweep over ``designs`` into ``out``; returns (result, manifest)."""
+    cfg = config(prune=prune)
+    with mock.patch("phaze.sweep.load_space", lambda spec: _Sample(designs)):
+        result = run_sweep(
+            cfg,
+            out,
+            executor="serial" if serial else "local",
+            jobs=None if serial else jobs,
+            progress=False,
+        )
+    with load(out) as store:
+        manifest = store.manifest()
+    return result, manifest
+
+
+def _profile_split(stats: pstats.Stats, total_s: float) -> list[tuple[str, float]]:
+    cum = {label: 0.0 for label, _, _ in _PROFILED}
+    for (path, _, func), (_, _, _, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+        for label, suffix, name in _PROFILED:
+            if func == name and path.replace(os.sep, "/").endswith(suffix):
+                cum[label] += ct
+    cum["costed graphs (networkx)"] -= cum["op costs"]  # op_costs runs inside costed_graph
+    rows = list(cum.items())
+    rows.append(("other", total_s - sum(cum.values())))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--designs", type=int, default=None, help="sample size (default: all)")
+    parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: all)")
+    parser.add_argument("--profile-designs", type=int, default=4, help="0 skips the profile")
+    parser.add_argument("--no-prune", action="store_true", help="exhaustive evaluation")
+    parser.add_argument("--out", type=Path, default=None, help="store directory (default: temp)")
+    args = parser.parse_args()
+
+    cfg = config(prune=not args.no_prune)
+    every = tuple(Space.named(cfg.space).enumerate())
+    designs = sample(every, args.designs)
+    hbm = len(cfg.hbm_gib)
+    knobs = len(cfg.micro_batches) * len(cfg.recompute)
+    print(
+        f"space {cfg.space!r}: {len(every)} designs x {hbm} HBM sizes x {knobs} knob settings "
+        f"= {len(every) * hbm * knobs} points for {cfg.workloads[0]} on {cfg.devices} devices"
+    )
+    print(
+        f"sample: {len(designs)} designs (every {max(1, len(every) // len(designs))}th), "
+        f"{len(designs) * hbm} design x HBM tasks, {len(designs) * hbm * knobs} points; "
+        f"jobs {args.jobs or 'all'}; prune {not args.no_prune}"
+    )
+    print(f"before: {_load()}")
+    with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
+        out = args.out or Path(tmp) / "sweep"
+        start = time.perf_counter()
+        result, manifest = sweep(
+            designs, out, jobs=args.jobs, prune=not args.no_prune, serial=False
+        )
+        wall_s = time.perf_counter() - start
+        print(f"after:  {_load()}")
+        stages = manifest["wall_times_s"]
+        print(
+            f"points {result.points} (feasible {result.feasible}); design x HBM: evaluated "
+            f"{result.evaluated_designs}, pruned {result.pruned_designs}, "
+            f"already stored {result.skipped_designs}"
+        )
+        print(
+            f"wall {wall_s:.1f} s: {result.points / wall_s:.1f} points/s, "
+            f"{len(designs) / wall_s:.3f} designs/s"
+        )
+        print("manifest stage times (evaluate = summed worker time):")
+        for key, value in stages.items():
+            print(f"  {key:<14} {value:9.2f} s")
+        full_s = len(every) * wall_s / len(designs)
+        print(
+            f"EXTRAPOLATED full space ({len(every)} designs at {len(designs) / wall_s:.3f} "
+            f"designs/s, pruning as in this sample): {full_s:.0f} s = {full_s / 60:.1f} min "
+            f"(target {TARGET_S / 60:.0f} min: {'met' if full_s <= TARGET_S else 'NOT met'})"
+        )
+
+        if args.profile_designs > 0:
+            few = designs[: args.profile_designs]
+            profiler = cProfile.Profile()
+            start = time.perf_counter()
+            profiler.enable()
+            sweep(few, Path(tmp) / "profile", jobs=1, prune=not args.no_prune, serial=True)
+            profiler.disable()
+            total_s = time.perf_counter() - start
+            print(
+                f"profile split: in-process run of {len(few)} designs x {hbm} HBM, cold caches, "
+                f"{total_s:.1f} s under cProfile ({_load()}):"
+            )
+            for label, s in _profile_split(pstats.Stats(profiler), total_s):
+                print(f"  {label:<26} {s:8.2f} s  {100 * s / total_s:5.1f} %")
+
+
+if __name__ == "__main__":
+    main()
