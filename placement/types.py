@@ -19,6 +19,7 @@ from phaze.errors import ConfigError
 __all__ = [
     "RecomputeMode",
     "STATE_BYTES_PER_PARAMETER",
+    "OPTIMIZER_STEP_BYTES_PER_PARAMETER",
     "Network",
     "StageLayer",
     "StageEdge",
@@ -36,6 +37,16 @@ _RECOMPUTE_MODES: Final = ("none", "selective", "full")
 # 12 fp32 master weights, momentum, variance = 16 B; with fp32 gradients as in Megatron-LM's
 # main_grad, 18 B, DESIGN.md §2). SGD with momentum: 2 + 4 + 4 (master) + 4 (momentum).
 STATE_BYTES_PER_PARAMETER: Final = MappingProxyType({"adam": 18.0, "sgd": 14.0})
+
+# HBM bytes one optimizer step moves per parameter of the device's shard, after the last
+# backward pass (Megatron-LM's Float16OptimizerWithFloat16Params, megatron/optimizer/
+# optimizer.py, 2022, with fp32 main gradients): unscale and inf-check the fp32 gradients
+# (read 4 + write 4); the gradient norm for clipping (read 4); the fused step (apex
+# multi_tensor_adam: read fp32 weight, gradient, momentum, variance = 16, write weight,
+# momentum, variance = 12; SGD with momentum: read 12, write 8); copy the fp32 weights to the
+# fp16 model weights (read 4 + write 2); zero the fp32 gradient buffer (write 4). Every pass
+# streams its tensors once, so the step is HBM-bound (a few FLOPs per byte).
+OPTIMIZER_STEP_BYTES_PER_PARAMETER: Final = MappingProxyType({"adam": 50.0, "sgd": 42.0})
 
 
 def _problems_nonneg(source: str, obj: object, names: tuple[str, ...]) -> list[str]:
@@ -196,7 +207,9 @@ class PlacementProblem:
     ``state_bytes_per_parameter`` covers weights, gradients and optimizer state
     (:data:`STATE_BYTES_PER_PARAMETER`); ``gradient_bytes_per_parameter`` is what the
     data-parallel all-reduce moves per parameter (2: fp16 gradients, Narayanan et al. SC21).
-    ``max_stages`` optionally caps the pipeline depth.
+    ``optimizer_s_per_parameter`` is the optimizer step's time per parameter of a device's
+    shard (:data:`OPTIMIZER_STEP_BYTES_PER_PARAMETER` over the device's HBM bandwidth; 0
+    leaves the step out). ``max_stages`` optionally caps the pipeline depth.
     """
 
     graphs: tuple[StageGraph, ...]
@@ -205,6 +218,7 @@ class PlacementProblem:
     global_batch: int
     state_bytes_per_parameter: float = STATE_BYTES_PER_PARAMETER["adam"]
     gradient_bytes_per_parameter: float = 2.0
+    optimizer_s_per_parameter: float = 0.0
     max_stages: int | None = None
 
     def __post_init__(self) -> None:
@@ -227,7 +241,11 @@ class PlacementProblem:
         problems += _problems_nonneg(
             "placement problem",
             self,
-            ("state_bytes_per_parameter", "gradient_bytes_per_parameter"),
+            (
+                "state_bytes_per_parameter",
+                "gradient_bytes_per_parameter",
+                "optimizer_s_per_parameter",
+            ),
         )
         if self.max_stages is not None and not (
             isinstance(self.max_stages, int) and self.max_stages >= 1
@@ -259,13 +277,14 @@ class Stage:
 class Placement:
     """A parallel placement and its predicted time per iteration (one global batch).
 
-    ``time_per_batch_s = pipeline_s + allreduce_s`` where
+    ``time_per_batch_s = pipeline_s + allreduce_s + optimizer_s`` where
     ``pipeline_s = load_s * (micro_batches + (p - 1) / v)`` (1F1B, interleaved with ``v``
     chunks per device; Narayanan et al. SC21 §2.2), ``load_s`` the bottleneck device's time per
     micro-batch. ``compute_s + p2p_s = pipeline_s`` split the pipeline time by the bottleneck's
     shares; ``communication_s = p2p_s + allreduce_s`` (TP collectives sit inside the layer
-    times). ``bubble_fraction = (p - 1) / (v * micro_batches)`` (SC21's bubble time over ideal
-    time). ``memory_per_device_bytes`` is the maximum over stages.
+    times). ``optimizer_s`` is the optimizer step after the all-reduce (rank 0's shard, like
+    the all-reduce). ``bubble_fraction = (p - 1) / (v * micro_batches)`` (SC21's bubble time
+    over ideal time). ``memory_per_device_bytes`` is the maximum over stages.
     """
 
     tp: int
@@ -286,6 +305,7 @@ class Placement:
     allreduce_s: float
     memory_per_device_bytes: float
     bubble_fraction: float
+    optimizer_s: float = 0.0
     communication_s: float = field(init=False)
 
     def __post_init__(self) -> None:
