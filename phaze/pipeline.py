@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from arch_space import Accelerator, Cluster, device_cost_usd, embodied_kgco2e, static_power_w
+from arch_space.perf import default_settings
 from ilp import layer_timing
 from phaze.config import SolverSettings
 from phaze.errors import ConfigError, Infeasible
 from phaze.scoring import BatchEnergy, Score, ScoringParams, score_point
 from placement import (
+    OPTIMIZER_STEP_BYTES_PER_PARAMETER,
     Network,
     Placement,
     PlacementProblem,
@@ -193,8 +195,6 @@ def _batch_energy(
     micro-batches of the global batch; pipeline and data-parallel traffic at the link energy
     of the op model; leakage of every device over the whole iteration (idle time included).
     """
-    from arch_space.perf import default_settings
-
     micro_batches = setup.global_batch // setup.micro_batch
     perf = default_settings()
     t, p, d = placement.tp, placement.pp, placement.dp
@@ -248,6 +248,9 @@ def evaluate(
         hbm_bytes=float(acc.hbm_bytes),
         global_batch=ctx.global_batch,
         state_bytes_per_parameter=float(setup.state_bytes_per_parameter),
+        # the optimizer step after the last backward pass streams its bytes through HBM
+        optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
+        / (acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency),
     )
     try:
         placement = evaluate_fixed(problem, strategy) if strategy else place(problem)

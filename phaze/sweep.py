@@ -22,7 +22,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -194,7 +194,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
             dp=pl.dp,
             compute_s=pl.compute_s,
             communication_s=pl.communication_s,
-            bubble_s=pl.bubble_fraction * pl.time_per_batch_s / (1 + pl.bubble_fraction),
+            bubble_s=pl.load_s * (pl.pp - 1) / pl.virtual_stages,
             memory_per_device_bytes=pl.memory_per_device_bytes,
             placement=placement_summary(pl),
         )
@@ -375,8 +375,13 @@ def run_sweep(
             else {}
         )
         # Presets first (reference points, never pruned), then the strongest: optimistic
-        # throughput per dollar, then the design id (a total order).
-        todo.sort(key=lambda a: (not a.name, -a.peak_flops / device_cost_usd(a), design_id(a)))
+        # throughput per dollar, then the design id. The rounds are cut from this total order
+        # of *all* designs, not of those left to do, so a resumed sweep prunes each design
+        # against the same earlier rounds as an uninterrupted one.
+        order = sorted(
+            designs, key=lambda a: (not a.name, -a.peak_flops / device_cost_usd(a), design_id(a))
+        )
+        pending = {design_id(a) for a in todo}
         stage_s["bounds_s"] = time.perf_counter() - t1
         pruned = 0
         evaluated = 0
@@ -410,12 +415,14 @@ def run_sweep(
         with Runner(executor, jobs=jobs, address=address) as runner:
             start = 0
             size = _FIRST_ROUND
-            while start < len(todo):
-                batch = todo[start : start + size]
+            earlier: set[str] = set()
+            while start < len(order):
+                round_ = order[start : start + size]
                 start += size
                 size *= 4
-                if prune:
-                    incumbents = _incumbents(store, names, signs)
+                batch = [a for a in round_ if design_id(a) in pending]
+                if prune and batch:
+                    incumbents = _incumbents(store, names, signs, earlier)
                     keep = []
                     for a in batch:
                         did = design_id(a)
@@ -431,6 +438,7 @@ def run_sweep(
                             keep.append(a)
                     batch = keep
                 runner.run(fn, tasks_of(batch), on_result=on_result)
+                earlier.update(design_id(a) for a in round_)
         bar.close()
         stage_s["evaluate_s"] = task_wall
         t2 = time.perf_counter()
@@ -479,12 +487,16 @@ def _pruned_record(acc: Accelerator, workload: str, knobs: Knobs, devices: int) 
 
 
 def _incumbents(
-    store: Store, workloads: Iterable[str], signs: Sequence[tuple[str, float]]
+    store: Store,
+    workloads: Iterable[str],
+    signs: Sequence[tuple[str, float]],
+    designs: Collection[str],
 ) -> Mapping[str, np.ndarray]:
-    """Feasible points so far, per workload, as minimised objective rows."""
+    """Feasible points of ``designs`` (the earlier rounds), per workload, as minimised
+    objective rows."""
     out = {}
     for w in workloads:
-        pts = store.points(feasible_only=True, workload=w)
+        pts = [p for p in store.points(feasible_only=True, workload=w) if p["design_id"] in designs]
         out[w] = np.array([[s * p[n] for n, s in signs] for p in pts]).reshape(len(pts), len(signs))
     return out
 

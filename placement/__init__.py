@@ -33,6 +33,7 @@ from placement.reference import (
 )
 from placement.search import place, place_graph
 from placement.types import (
+    OPTIMIZER_STEP_BYTES_PER_PARAMETER,
     STATE_BYTES_PER_PARAMETER,
     Network,
     Placement,
@@ -49,6 +50,7 @@ __all__ = [
     "PlacementProblem",
     "ReferenceInstance",
     "ReferenceResult",
+    "OPTIMIZER_STEP_BYTES_PER_PARAMETER",
     "STATE_BYTES_PER_PARAMETER",
     "Stage",
     "StageEdge",

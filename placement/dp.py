@@ -11,7 +11,8 @@ number of non-tensor-parallel layers otherwise.
 The DP iterates over ``s``: ``dp_s = min over stages (D \\ D') of max(load, dp_(s-1)[D'])``,
 one vectorised numpy step over all candidate stages. The final round places the first stage
 (whose parameters set the exposed data-parallel all-reduce) and, for every data-parallel
-degree ``d``, prices ``L * (ceil(m/d) + s - 1) + allreduce(d, P_first)``.
+degree ``d``, prices ``L * (ceil(m/d) + s - 1) + allreduce(d, P_first)`` (the all-reduce
+callable also carries the optimizer step, see :class:`DpTask`).
 
 Notes
 -----
@@ -108,8 +109,9 @@ def _sparse_step(
 class DpTask:
     """One graph's DP: its stages, tensor-parallel width and batch/device figures.
 
-    ``allreduce(d, params)`` is the exposed data-parallel all-reduce for arrays of degrees
-    and first-stage parameters.
+    ``allreduce(d, params)`` is the exposed time after the pipeline (the data-parallel
+    all-reduce and the optimizer step) for arrays of degrees and first-stage parameters; it
+    must not decrease with ``params`` (the final round keeps only record-low loads).
     """
 
     costs: SegmentCosts

@@ -8,7 +8,8 @@ Narayanan et al. SC21 §2.2). Per micro-batch a rank runs all its chunks, so its
 sum (including v times the boundary messages, priced by
 :func:`placement.network.boundary_link`), and
 
-    time per batch = load * (m' + (p - 1) / v) + allreduce(d, rank 0's parameters),
+    time per batch = load * (m' + (p - 1) / v) + allreduce(d, rank 0's parameters)
+                     + optimizer step(rank 0's parameters),
 
 ``m'`` the micro-batches per pipeline (the interleaved-1F1B bubble is ``(p - 1) / v`` of a
 micro-batch's time, SC21 eq. 2). Memory on rank ``r`` holds its chunks' weights, gradients

@@ -4,13 +4,16 @@ For each :class:`StageGraph` (a tensor-parallel width, micro-batch size and reco
 mode) the DP of :mod:`placement.dp` finds the stages, devices per stage and data-parallel
 degree minimising
 
-    time per batch = L * (m/d + p - 1) + allreduce(d, first stage)
+    time per batch = L * (m/d + p - 1) + allreduce(d, first stage) + optimizer(first stage)
 
 with ``L`` the largest stage load per micro-batch (including its boundary transfers), ``m``
 the micro-batches per iteration and ``p`` the stages (1F1B; Narayanan et al. SC21 §2.2). The
 exposed all-reduce is the first stage's: in 1F1B it finishes its backward pass last, while the
-other stages' all-reduces overlap with it. Chains take the fast path (intervals and prefix
-sums); other DAGs enumerate downsets. Both give the same optimum.
+other stages' all-reduces overlap with it. The optimizer step follows it on every device
+(``optimizer_s_per_parameter`` x the shard's parameters; the first stage, which also holds
+the embedding, is taken as the slowest). Both tail terms grow with the first stage's
+parameters, which is what the DP's final round needs to stay exact. Chains take the fast
+path (intervals and prefix sums); other DAGs enumerate downsets. Both give the same optimum.
 """
 
 from __future__ import annotations
@@ -92,6 +95,17 @@ def _allreduce_fn(problem: PlacementProblem, t: int):
     return allreduce
 
 
+def _tail_fn(problem: PlacementProblem, t: int):
+    """The time after the pipeline flush: the all-reduce, then the optimizer step."""
+    allreduce = _allreduce_fn(problem, t)
+    per_parameter = problem.optimizer_s_per_parameter
+
+    def tail(d: np.ndarray, params: np.ndarray) -> np.ndarray:
+        return allreduce(d, params) + params * per_parameter
+
+    return tail
+
+
 def _prepare(
     problem: PlacementProblem, graph: StageGraph, method: Method, devices: int
 ) -> tuple[DpTask, StageFigures]:
@@ -120,7 +134,7 @@ def _prepare(
         max_stages=s_max,
         max_devices=devices,
         micro_batches=problem.global_batch // graph.micro_batch,
-        allreduce=_allreduce_fn(problem, graph.tp),
+        allreduce=_tail_fn(problem, graph.tp),
     )
     return task, figures
 
@@ -303,6 +317,7 @@ def assemble(
     allreduce = float(
         _allreduce_fn(problem, graph.tp)(np.array([d]), np.array([first_stage_params]))[0]
     )
+    optimizer = first_stage_params * problem.optimizer_s_per_parameter
     devices_used = d * sum(st.devices for st in stages) // v
     pipeline = load * steps
     # split the pipeline time by the bottleneck device's compute and receive shares
@@ -319,11 +334,12 @@ def assemble(
         stages=stages,
         devices_used=devices_used,
         load_s=load,
-        time_per_batch_s=pipeline + allreduce,
+        time_per_batch_s=pipeline + allreduce + optimizer,
         pipeline_s=pipeline,
         compute_s=pipeline * share,
         p2p_s=pipeline * (1.0 - share),
         allreduce_s=allreduce,
         memory_per_device_bytes=float(memory.max()),
         bubble_fraction=(p - 1) / (v * micro_batches),
+        optimizer_s=optimizer,
     )

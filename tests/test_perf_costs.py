@@ -202,7 +202,8 @@ def test_vector_op_is_memory_bound_when_lanes_are_plenty():
     acc = _acc(num_vc=64, vc_lanes=1024)
     op = _vector(OpKind.ELEMENTWISE, 2**26)
     t = _terms([op], acc)
-    hbm_s = (op.bytes_read + op.bytes_written) / acc.hbm_bandwidth_bytes_per_s
+    sustained = acc.hbm_bandwidth_bytes_per_s * SETTINGS.hbm_efficiency
+    hbm_s = (op.bytes_read + op.bytes_written) / sustained
     assert BOUNDS[t.bound_code[0]] == "memory"
     assert t.latency_s[0] == pytest.approx(hbm_s + SETTINGS.issue_overhead_s)
 
@@ -418,6 +419,8 @@ def test_settings_reject_unknown_keys_and_bad_values():
         PerfSettings.from_mapping({"softmax_pass": 3}, source="perf.toml")
     with pytest.raises(ConfigError, match=r"issue_overhead_s = -1.0 must be >= 0.*norm_passes = 0"):
         PerfSettings(issue_overhead_s=-1.0, norm_passes=0)
+    with pytest.raises(ConfigError, match=r"hbm_efficiency = 1.5 must be <= 1"):
+        PerfSettings(hbm_efficiency=1.5)
 
 
 def test_settings_change_the_model():

@@ -240,7 +240,8 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                 if d > 1:
                     b2, l2 = link(g.tp * d > netw.devices_per_node)  # data-parallel ring
                     ar = l2 + 2.0 * (d - 1) / d * (p1 * problem.gradient_bytes_per_parameter) / b2
-                best = min(best, load * (-(-m // d) + p - 1) + ar)
+                opt = p1 * problem.optimizer_s_per_parameter  # the step after the all-reduce
+                best = min(best, load * (-(-m // d) + p - 1) + ar + opt)
     return best
 
 
@@ -284,6 +285,7 @@ def problems(draw, max_layers: int, chain: bool):
         global_batch=draw(ints(1, 8)),
         state_bytes_per_parameter=draw(st.sampled_from([2.0, 3.0])),
         gradient_bytes_per_parameter=1.0,
+        optimizer_s_per_parameter=draw(st.sampled_from([0.0, 0.5, 3.0])),
     )
 
 

@@ -341,6 +341,24 @@ def test_stage_graph_from_a_workloads_layer_graph():
         )
 
 
+def test_optimizer_step_follows_the_pipeline_on_the_first_stage():
+    g = _chain(4, f=1.0, b=2.0, params=10)
+    prob = dataclasses.replace(
+        _problem([g], devices=2, batch=4, intra_node_latency_s=0.0),
+        optimizer_s_per_parameter=0.25,
+    )
+    fixed = evaluate_fixed(prob, Strategy(tp=1, pp=2, dp=1))
+    # 1F1B on two stages of two layers: 6 s per micro-batch x (4 + 1); rank 0 holds 20 params
+    assert fixed.optimizer_s == 20 * 0.25
+    assert fixed.time_per_batch_s == 6.0 * 5 + 5.0
+    best = place(prob)
+    # two replicas of all four layers beat the pipeline, and each runs the step over 40 params
+    assert (best.pp, best.dp, best.optimizer_s) == (1, 2, 40 * 0.25)
+    assert best.time_per_batch_s == best.pipeline_s + best.allreduce_s + best.optimizer_s
+    with pytest.raises(ConfigError, match="optimizer_s_per_parameter = -1.0 must be"):
+        dataclasses.replace(prob, optimizer_s_per_parameter=-1.0)
+
+
 def test_search_picks_the_recompute_variant_that_fits():
     heavy = _chain(4, stash=100.0, params=1)
     light = dataclasses.replace(

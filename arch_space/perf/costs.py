@@ -23,10 +23,11 @@ Per op kind:
 
 The global buffer's bandwidth grows with its capacity (``glb_bytes_per_cycle_per_mib`` of
 ``arch_space/data/perf.toml``, from the A100's L2), and the whole chip's HBM bandwidth is
-available to an op on one core as well as on all. Latency is
-``max(compute, HBM, buffer) + issue overhead`` for core ops (double-buffered overlap) and the ring time for collectives. Energy is ``MACs x pJ/MAC + lane ops x pJ/op +
-buffer bytes x pJ/byte + HBM bytes x pJ/byte + link bits x pJ/bit + static power x latency``
-(all cores of the chip leak while any op runs).
+available to an op on one core as well as on all, at the sustainable share
+``hbm_efficiency`` of its peak. Latency is ``max(compute, HBM, buffer) + issue overhead`` for
+core ops (double-buffered overlap) and the ring time for collectives. Energy is
+``MACs x pJ/MAC + lane ops x pJ/op + buffer bytes x pJ/byte + HBM bytes x pJ/byte + link
+bits x pJ/bit + static power x latency`` (all cores of the chip leak while any op runs).
 """
 
 from __future__ import annotations
@@ -290,7 +291,8 @@ def _estimate(
     buf_write = w.vector_buffer_write + _scatter(size, gi, g.buffer_write_bytes)
     compute_s = np.maximum(_scatter(size, gi, g.compute_s), lane_ops / (acc.vc_lanes * vcs * clock))
     buffer_s = (buf_read + buf_write) / glb_bytes_per_s
-    hbm_s = np.where(w.is_core_op, w.hbm_bytes / acc.hbm_bandwidth_bytes_per_s, 0.0)
+    hbm_bytes_per_s = acc.hbm_bandwidth_bytes_per_s * settings.hbm_efficiency
+    hbm_s = np.where(w.is_core_op, w.hbm_bytes / hbm_bytes_per_s, 0.0)
 
     stack = np.stack([compute_s, hbm_s, buffer_s, w.network_s])
     latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, w.network_s)

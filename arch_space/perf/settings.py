@@ -27,6 +27,7 @@ class PerfSettings:
 
     glb_bytes_per_cycle_per_mib: float = 128.0
     issue_overhead_s: float = 1.0e-6
+    hbm_efficiency: float = 0.88
     accumulator_bytes: int = 4
     elementwise_passes: int = 1
     softmax_passes: int = 3
@@ -44,6 +45,8 @@ class PerfSettings:
                 problems.append(f"perf settings: {f.name} = {v!r} must be >= 0")
             elif f.name != "issue_overhead_s" and v <= 0:
                 problems.append(f"perf settings: {f.name} = {v!r} must be > 0")
+            elif f.name == "hbm_efficiency" and v > 1:
+                problems.append(f"perf settings: {f.name} = {v!r} must be <= 1")
         if problems:
             raise ConfigError("; ".join(problems))
 
