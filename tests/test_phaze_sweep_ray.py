@@ -1,0 +1,68 @@
+"""A sweep on Ray (a local instance of 2 CPUs) stores exactly the points of a local sweep.
+
+The space is the prunable one of test_phaze_sweep.py, so the check covers pruning rounds
+and the aggregate rows of two workloads as well as the evaluated points.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from phaze.config import sweep_config_from_mapping
+from phaze.sweep import run_sweep
+from results.schema import AGGREGATE_WORKLOAD
+from results.store import load
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.ray
+
+# 48 designs, of which the 8-row arrays and 128 MiB buffers are pruned by bounds.
+SPACE = """\
+[space]
+name = "prunable"
+num_tc = [1, 2, 4, 8]
+tc_rows = [8, 32, 128]
+tc_cols = [32, 128]
+num_vc = [1]
+glb_mib = [16, 128]
+hbm_gib = [32]
+hbm_bandwidth_bytes_per_s = [1.2e12]
+clock_hz = 1.05e9
+node_nm = 7
+area_fraction_min = 0.0
+area_fraction_max = 1.0
+keep_single_core = true
+"""
+
+
+def test_ray_and_local_sweeps_store_identical_points(tmp_path):
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    cfg = sweep_config_from_mapping(
+        {
+            "sweep": {
+                "workloads": ["gpt3-125m", "gpt3-350m"],
+                "space": str(space),
+                "devices": 4,
+                "devices_per_node": 4,
+                "seq_len": 256,
+                "global_batch": 8,
+                "micro_batches": [1],
+                "recompute": ["none"],
+                "presets": ["tpuv4"],
+            },
+            "solver": {"name": "list"},
+        }
+    )
+    assert not ray.is_initialized()
+    on_ray = run_sweep(cfg, tmp_path / "ray", executor="ray", jobs=2, progress=False)
+    assert not ray.is_initialized()  # the instance the sweep started is shut down
+    local = run_sweep(cfg, tmp_path / "local", executor="local", jobs=2, progress=False)
+    with load(tmp_path / "ray") as r, load(tmp_path / "local") as loc:
+        assert r.manifest()["executor"] == "ray" and loc.manifest()["executor"] == "local"
+        ray_points, local_points = r.points(), loc.points()
+    assert ray_points == local_points
+    assert on_ray.pruned_designs == local.pruned_designs > 0
+    assert on_ray.evaluated_designs == local.evaluated_designs > 0
+    assert any(p["workload"] == AGGREGATE_WORKLOAD for p in ray_points)
