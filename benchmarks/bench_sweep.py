@@ -2,8 +2,9 @@
 
 The sweep: every design of ``Space.named("default")`` x HBM {32, 64, 80} GiB x micro-batch
 {1, 2, 4, 8} x recompute {none, full}, list scheduler, global batch 1536, sequence 2048,
-8 devices per node, the default objectives (with exact pruning). Target: the whole sweep
-in at most 30 minutes on this 2-core machine.
+8 devices per node, the default objectives (with exact pruning) and the default reference
+presets (tpuv4, a100, h100). Target: the whole sweep in at most 30 minutes on this 2-core
+machine.
 
 The full run takes long, so ``--designs N`` sweeps a deterministic sample instead (every
 k-th design of the enumeration, k = designs // N) and the full-space time is extrapolated
@@ -12,9 +13,13 @@ a sparse sample than in the full space (fewer strong incumbents), so the extrapo
 pessimistic where pruning is what saves the time.
 
 Prints the load average (the machine is shared), points/s, the stage times of the store's
-manifest (plan, bounds, evaluate = summed worker time, aggregate, total) and a profile split
-of one more, in-process run on ``--profile-designs`` designs of the sample (layer graphs, op
-costs, networkx costed graphs, schedules, placement, scoring, records and store).
+manifest (plan, bounds, evaluate = summed worker wall time, evaluate_cpu = summed worker CPU
+time, which other processes on the cores do not inflate, aggregate, total), the full-space
+time extrapolated from both, and a profile split
+of one more, in-process run under cProfile on ``--profile-designs`` designs of the sample
+(layer graphs, stage graphs, costed graphs, schedules, width lower bounds, op costs,
+placement, scoring, records and store; cProfile inflates code of many small calls, such as
+the placement search, more than the rest).
 
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--designs 50] [--jobs 2]
 [--profile-designs 4] [--no-prune] [--out DIR]``.
@@ -40,22 +45,23 @@ from results.store import load
 
 TARGET_S = 30 * 60.0  # issue 7 item 6
 
-# (label, module path suffix, function name) whose cumulative time makes up each stage of
-# the profile split; nested stages (op costs inside costed graphs) are subtracted below.
+# (label, module path suffix, function name) whose cumulative times make up the profile
+# split; none of them runs inside another, except op costs, shown apart as "of which".
 _PROFILED = (
     ("layer graphs", "workloads/build.py", "build_layer_graph"),
     ("stage graphs", "placement/adapt.py", "stage_graph"),
-    ("op costs", "arch_space/perf/costs.py", "op_costs"),
-    ("costed graphs (networkx)", "ilp/timing.py", "costed_graph"),
+    ("costed graphs (op costs, networkx)", "ilp/timing.py", "costed_graph"),
     ("schedules", "ilp/schedule.py", "solve_schedule"),
+    ("width lower bounds (op costs)", "phaze/pipeline.py", "_pass_bound_s"),
     ("placement", "placement/search.py", "place"),
     ("scoring", "phaze/scoring.py", "score_point"),
     ("batch energy", "phaze/pipeline.py", "_batch_energy"),
     ("records", "phaze/sweep.py", "record_of"),
     ("store writes", "results/store.py", "put_point"),
     ("store reads", "results/store.py", "points"),
-    ("bounds", "phaze/sweep.py", "bounds"),
+    ("pruning bounds", "phaze/sweep.py", "_bound_columns"),
 )
+_OF_WHICH = ("op costs", "arch_space/perf/costs.py", "op_costs")
 
 
 def config(*, prune: bool = True) -> SweepConfig:
@@ -93,7 +99,8 @@ def sample(designs: Sequence[Accelerator], n: int | None) -> tuple[Accelerator, 
 
 
 def _load() -> str:
-    return "load average %.2f %.2f %.2f" % os.getloadavg()
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
 def sweep(
@@ -115,14 +122,14 @@ def sweep(
 
 
 def _profile_split(stats: pstats.Stats, total_s: float) -> list[tuple[str, float]]:
-    cum = {label: 0.0 for label, _, _ in _PROFILED}
+    cum = {label: 0.0 for label, _, _ in (*_PROFILED, _OF_WHICH)}
     for (path, _, func), (_, _, _, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
-        for label, suffix, name in _PROFILED:
+        for label, suffix, name in (*_PROFILED, _OF_WHICH):
             if func == name and path.replace(os.sep, "/").endswith(suffix):
                 cum[label] += ct
-    cum["costed graphs (networkx)"] -= cum["op costs"]  # op_costs runs inside costed_graph
-    rows = list(cum.items())
-    rows.append(("other", total_s - sum(cum.values())))
+    rows = [(label, cum[label]) for label, _, _ in _PROFILED]
+    rows.append(("other", total_s - sum(s for _, s in rows)))
+    rows.append((f"(of which {_OF_WHICH[0]})", cum[_OF_WHICH[0]]))
     return rows
 
 
@@ -159,24 +166,34 @@ def main() -> None:
         wall_s = time.perf_counter() - start
         print(f"after:  {_load()}")
         stages = manifest["wall_times_s"]
+        tasks = result.evaluated_designs + result.pruned_designs + result.skipped_designs
         print(
             f"points {result.points} (feasible {result.feasible}); design x HBM: evaluated "
-            f"{result.evaluated_designs}, pruned {result.pruned_designs}, "
-            f"already stored {result.skipped_designs}"
+            f"{result.evaluated_designs}, pruned {result.pruned_designs} "
+            f"({100 * result.pruned_designs / max(tasks, 1):.1f} %), already stored "
+            f"{result.skipped_designs}, evaluated speculatively then pruned "
+            f"{manifest.get('discarded_designs', 0)}"
         )
         print(
             f"wall {wall_s:.1f} s: {result.points / wall_s:.1f} points/s, "
             f"{len(designs) / wall_s:.3f} designs/s"
         )
-        print("manifest stage times (evaluate = summed worker time):")
+        print("manifest stage times (evaluate = summed worker wall time, evaluate_cpu = CPU):")
         for key, value in stages.items():
-            print(f"  {key:<14} {value:9.2f} s")
+            print(f"  {key:<16} {value:9.2f} s")
         full_s = len(every) * wall_s / len(designs)
         print(
             f"EXTRAPOLATED full space ({len(every)} designs at {len(designs) / wall_s:.3f} "
             f"designs/s, pruning as in this sample): {full_s:.0f} s = {full_s / 60:.1f} min "
             f"(target {TARGET_S / 60:.0f} min: {'met' if full_s <= TARGET_S else 'NOT met'})"
         )
+        if "evaluate_cpu_s" in stages:
+            jobs = args.jobs or len(os.sched_getaffinity(0))
+            cpu_full_s = len(every) * stages["evaluate_cpu_s"] / len(designs) / jobs
+            print(
+                f"EXTRAPOLATED from worker CPU time alone (as if {jobs} cores were free, no "
+                f"parent work): {cpu_full_s:.0f} s = {cpu_full_s / 60:.1f} min"
+            )
 
         if args.profile_designs > 0:
             few = designs[: args.profile_designs]
@@ -191,7 +208,7 @@ def main() -> None:
                 f"{total_s:.1f} s under cProfile ({_load()}):"
             )
             for label, s in _profile_split(pstats.Stats(profiler), total_s):
-                print(f"  {label:<26} {s:8.2f} s  {100 * s / total_s:5.1f} %")
+                print(f"  {label:<36} {s:8.2f} s  {100 * s / total_s:5.1f} %")
 
 
 if __name__ == "__main__":

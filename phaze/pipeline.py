@@ -10,13 +10,15 @@ FLOPs, memory), ``arch_space`` (area, cost, carbon, op costs), ``ilp`` (schedule
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 
 from arch_space import Accelerator, Cluster, device_cost_usd, embodied_kgco2e, static_power_w
-from arch_space.perf import default_settings
+from arch_space.perf import default_settings, op_costs
 from ilp import layer_timing
 from phaze.config import SolverSettings
 from phaze.errors import ConfigError, Infeasible
@@ -26,6 +28,7 @@ from placement import (
     Network,
     Placement,
     PlacementProblem,
+    StageGraph,
     Strategy,
     evaluate_fixed,
     place,
@@ -33,6 +36,7 @@ from placement import (
 from placement.adapt import stage_graph
 from workloads import (
     Model,
+    OpGraph,
     Recompute,
     TrainingSetup,
     build_layer_graph,
@@ -43,6 +47,12 @@ from workloads import (
 __all__ = ["Knobs", "Context", "Evaluation", "network_of", "tp_widths", "evaluate"]
 
 logger = logging.getLogger(__name__)
+
+# Relative margin before a width's lower-bound placement time counts as slower than the best:
+# the bound and a schedule that meets it can differ by rounding (a few ulps) in floating point.
+_BOUND_SLACK: Final = 1e-9
+
+_Hbm = tuple[int, float]  # (capacity bytes, bandwidth bytes/s): all a placement needs of a device
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +226,203 @@ def _batch_energy(
     )
 
 
+def _problem(
+    graphs: tuple[StageGraph, ...], hbm: _Hbm, ctx: Context, setup: TrainingSetup
+) -> PlacementProblem:
+    """The placement problem of ``graphs`` on devices with ``hbm`` in ``ctx``'s cluster."""
+    hbm_bytes, hbm_bytes_per_s = hbm
+    return PlacementProblem(
+        graphs=graphs,
+        network=network_of(ctx.cluster),
+        hbm_bytes=float(hbm_bytes),
+        global_batch=ctx.global_batch,
+        state_bytes_per_parameter=float(setup.state_bytes_per_parameter),
+        # the optimizer step after the last backward pass streams its bytes through HBM
+        optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
+        / (hbm_bytes_per_s * default_settings().hbm_efficiency),
+    )
+
+
+@lru_cache(maxsize=1024)
+def _memory_graph(model: Model, setup: TrainingSetup, tp: int) -> StageGraph:
+    """Width ``tp``'s stage graph with every layer time zero, for memory questions alone:
+    its bytes are those of every design's graph at this width (no schedule needed)."""
+    lg = build_layer_graph(model, setup, tp)
+    return stage_graph(
+        lg,
+        dict.fromkeys(lg.op_graphs, (0.0, 0.0, 0.0)),
+        micro_batch=setup.micro_batch,
+        recompute=str(setup.recompute),
+        sequence_parallel=setup.sequence_parallel,
+    )
+
+
+@lru_cache(maxsize=4096)
+def _fits(model: Model, setup: TrainingSetup, tp: int, hbm: _Hbm, ctx: Context) -> bool:
+    """Does some placement at width ``tp`` fit devices with ``hbm``?
+
+    Whether a placement fits depends on bytes, never on layer times, so the zero-time graph
+    of :func:`_memory_graph` answers for every design with this HBM, without a schedule.
+    """
+    try:
+        place(_problem((_memory_graph(model, setup, tp),), hbm, ctx, setup))
+    except Infeasible:
+        return False
+    return True
+
+
+@lru_cache(maxsize=1024)
+def _why_not(
+    model: Model, setup: TrainingSetup, widths: tuple[int, ...], hbm: _Hbm, ctx: Context
+) -> str:
+    """The reason :func:`placement.place` gives when no width fits (its reasons are about
+    bytes, so the zero-time graphs give the reason of every design's real graphs)."""
+    graphs = tuple(_memory_graph(model, setup, t) for t in widths)
+    try:
+        place(_problem(graphs, hbm, ctx, setup))
+    except Infeasible as e:
+        return e.reason
+    raise AssertionError("no width fits alone, yet one fits among them")
+
+
+def _best_widths(
+    model: Model,
+    setup: TrainingSetup,
+    widths: tuple[int, ...],
+    hbm: _Hbm,
+    timing_acc: Accelerator,
+    ctx: Context,
+) -> tuple[dict[int, _Variant], Placement]:
+    """The variants that can hold the fastest placement over ``widths``, and that placement:
+    the one :func:`placement.place` finds over every width (Infeasible, with its reason,
+    when none fits).
+
+    Widest first (usually the fastest). Once some width has a placement, another is
+    scheduled only when the placement of its lower-bound graph (:func:`_bound_graph`, no
+    schedule) is not slower than the best so far: placement time never falls when layer
+    times rise, so a width whose bound is slower cannot win, and leaving it out of the
+    final search changes no result. One search over the other widths' bound graphs first
+    settles the usual case, where none of them can win.
+    """
+
+    def search(graphs: tuple[StageGraph, ...]) -> Placement | None:
+        try:
+            return place(_problem(graphs, hbm, ctx, setup))
+        except Infeasible:
+            return None
+
+    def slower(p: Placement | None, than: Placement) -> bool:
+        return p is None or p.time_per_batch_s > than.time_per_batch_s * (1 + _BOUND_SLACK)
+
+    widest, *rest = sorted(widths, reverse=True)
+    variants = {widest: _variant(model, setup, widest, timing_acc, ctx.cluster, ctx.solver)}
+    best = search((variants[widest].graph,))
+    bounds = {t: _bound_graph(model, setup, t, timing_acc, ctx.cluster) for t in rest}
+    if best is not None and rest and slower(search(tuple(bounds.values())), best):
+        rest = []
+    for t in rest:
+        if best is not None and slower(search((bounds[t],)), best):
+            continue
+        variants[t] = _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver)
+        alone = search((variants[t].graph,))
+        if alone is not None and (best is None or alone.time_per_batch_s < best.time_per_batch_s):
+            best = alone
+    if best is None or len(variants) > 1:
+        kept = tuple(variants[t].graph for t in widths if t in variants)
+        best = place(_problem(kept, hbm, ctx, setup))
+    return variants, best
+
+
+@lru_cache(maxsize=4096)
+def _bound_graph(
+    model: Model, setup: TrainingSetup, tp: int, acc: Accelerator, cluster: Cluster
+) -> StageGraph:
+    """Width ``tp``'s stage graph with lower bounds of its layer times (no schedule)."""
+    lg = build_layer_graph(model, setup, tp)
+    times = {
+        cid: tuple(
+            _pass_bound_s(g, acc, cluster)
+            for g in (passes.forward, passes.backward, passes.recompute)
+        )
+        for cid, passes in lg.op_graphs.items()
+    }
+    return stage_graph(
+        lg,
+        times,
+        micro_batch=setup.micro_batch,
+        recompute=str(setup.recompute),
+        sequence_parallel=setup.sequence_parallel,
+    )
+
+
+@lru_cache(maxsize=8192)
+def _pass_bound_s(graph: OpGraph, acc: Accelerator, cluster: Cluster) -> float:
+    """A lower bound on the makespan of any schedule of one pass on ``acc``, from its op
+    costs alone: the scheduler's own bound (:func:`ilp.listsched.lower_bound`), computed on
+    the op graph without building the scheduler's problem.
+
+    The larger of the critical path with every op in its fastest mode, and per core type the
+    least core-seconds of its ops over the cores, plus the least time before the first and
+    after the last of them. An op holds one core of its type(s) (a tensor and a vector core
+    for ``TCandVC``, none for ``Nop``) or, split over all cores, the whole chip.
+    """
+    ops = graph.ops
+    if not ops:
+        return 0.0
+    table = op_costs(graph, acc, cluster)
+    single = table.latency_s.tolist()
+    split = table.parallel_latency_s.tolist()
+    fastest = []
+    need = []  # least (tensor, vector) core-seconds of each op over its modes
+    for op, one, all_ in zip(ops, single, split, strict=True):
+        core = str(op.core)
+        tc, vc = core in ("TC", "TCandVC"), core in ("VC", "TCandVC")
+        if core != "Nop" and all_ < one:
+            fastest.append(all_)
+            need.append((min(one * tc, all_ * acc.num_tc), min(one * vc, all_ * acc.num_vc)))
+        else:
+            fastest.append(one)
+            need.append((one * tc, one * vc))
+    preds: list[list[int]] = [[] for _ in ops]
+    succs: list[list[int]] = [[] for _ in ops]
+    for i, j in graph.edges:
+        preds[j].append(i)
+        succs[i].append(j)
+    order = _topological(preds, succs)
+    head = [0.0] * len(ops)
+    for j in order:
+        head[j] = max((head[i] + fastest[i] for i in preds[j]), default=0.0)
+    tail = [0.0] * len(ops)
+    for i in reversed(order):
+        tail[i] = max((fastest[j] + tail[j] for j in succs[i]), default=0.0)
+    bound = max(h + f + t for h, f, t in zip(head, fastest, tail, strict=True))
+    for k, cores in ((0, acc.num_tc), (1, acc.num_vc)):
+        held = [i for i in range(len(ops)) if need[i][k] > 0]
+        if held:
+            work = sum(need[i][k] for i in held)
+            first = min(head[i] for i in held)
+            last = min(tail[i] for i in held)
+            bound = max(bound, first + work / cores + last)
+    return bound
+
+
+def _topological(preds: list[list[int]], succs: list[list[int]]) -> list[int]:
+    """The ops in a topological order (Kahn's algorithm, smallest index first)."""
+    missing = [len(p) for p in preds]
+    ready = [i for i, m in enumerate(missing) if not m]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in succs[i]:
+            missing[j] -= 1
+            if not missing[j]:
+                heapq.heappush(ready, j)
+    assert len(order) == len(preds), "an op graph is acyclic"
+    return order
+
+
 def evaluate(
     workload: str,
     model: Model,
@@ -229,6 +436,13 @@ def evaluate(
 
     Raises ConfigError for bad input; returns an infeasible Evaluation (with the reason) when
     nothing fits.
+
+    Notes
+    -----
+    Layer schedules are the costly step, so without a ``strategy`` only the widths whose
+    placement fits the HBM are scheduled (:func:`_fits`), and a narrower width only when its
+    lower-bound placement could beat the best so far (:func:`_best_widths`). Both are exact:
+    the result is that of scheduling every width and searching them all at once.
     """
     setup = _setup(model, ctx, knobs)
     if ctx.global_batch % knobs.micro_batch:
@@ -240,22 +454,29 @@ def evaluate(
         return Evaluation(
             workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
         )
+    hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
     timing_acc = _timing_design(acc)
-    variants = {t: _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver) for t in widths}
-    problem = PlacementProblem(
-        graphs=tuple(v.graph for v in variants.values()),
-        network=network_of(ctx.cluster),
-        hbm_bytes=float(acc.hbm_bytes),
-        global_batch=ctx.global_batch,
-        state_bytes_per_parameter=float(setup.state_bytes_per_parameter),
-        # the optimizer step after the last backward pass streams its bytes through HBM
-        optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
-        / (acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency),
-    )
-    try:
-        placement = evaluate_fixed(problem, strategy) if strategy else place(problem)
-    except Infeasible as e:
-        return Evaluation(workload, acc, knobs, None, None, e.reason)
+    if strategy is None:
+        # Only widths with a placement that fits the HBM can win; memory does not depend on
+        # layer times, so this needs no layer schedule (the costly step).
+        fitting = tuple(t for t in widths if _fits(model, setup, t, hbm, ctx))
+        if not fitting:
+            return Evaluation(
+                workload, acc, knobs, None, None, _why_not(model, setup, widths, hbm, ctx)
+            )
+        try:
+            variants, placement = _best_widths(model, setup, fitting, hbm, timing_acc, ctx)
+        except Infeasible as e:
+            return Evaluation(workload, acc, knobs, None, None, e.reason)
+    else:
+        variants = {
+            t: _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver) for t in widths
+        }
+        problem = _problem(tuple(v.graph for v in variants.values()), hbm, ctx, setup)
+        try:
+            placement = evaluate_fixed(problem, strategy)
+        except Infeasible as e:
+            return Evaluation(workload, acc, knobs, None, None, e.reason)
     energy = _batch_energy(variants[placement.tp], placement, setup, ctx.cluster, acc, model)
     tokens = setup.training_tokens(model.tokens_to_train)
     score = score_point(

@@ -22,9 +22,11 @@ import json
 import logging
 import math
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
 import numpy as np
@@ -45,7 +47,7 @@ from phaze import __version__
 from phaze.config import SweepConfig
 from phaze.errors import ConfigError
 from phaze.executors import Progress, Runner
-from phaze.pipeline import Context, Evaluation, Knobs, evaluate
+from phaze.pipeline import Context, Evaluation, Knobs, _timing_design, evaluate
 from phaze.scoring import FORMULAS
 from placement import Placement
 from results.pareto import parse_objectives
@@ -83,6 +85,8 @@ _BOUNDED: Final = frozenset(
     }
 )
 _FIRST_ROUND: Final = 8
+# Booleans in the temporaries of one front comparison (bounds x front rows x objectives).
+_COMPARE_CELLS: Final = 1 << 22
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +100,23 @@ class _Shared:
 
 @dataclass(frozen=True, slots=True)
 class _Task:
-    """One design on one workload (index into ``_Shared.workloads``), every knob setting."""
+    """Designs that differ only in HBM capacity (they share every layer schedule, so one
+    worker's caches compute each once) on one workload (index into ``_Shared.workloads``),
+    every knob setting. ``serial`` numbers the tasks of a sweep."""
 
-    design: Accelerator
+    designs: tuple[Accelerator, ...]
     workload: int
+    serial: int
 
 
 @dataclass(frozen=True, slots=True)
 class _TaskResult:
+    """A task's records, design by design (one per knob setting each), and its worker's wall
+    and CPU time (the CPU time does not grow when other processes share the cores)."""
+
     records: tuple[dict[str, Any], ...]
     wall_s: float
+    cpu_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,24 +137,28 @@ def point_key(workload: str, design: str, knobs: Knobs) -> str:
     return f"{workload}|{design}|mbs={knobs.micro_batch}|recompute={knobs.recompute}"
 
 
-def _design_columns(acc: Accelerator) -> dict[str, Any]:
-    return {
-        "design_id": design_id(acc),
-        "design_name": acc.name,
-        "num_tc": acc.num_tc,
-        "tc_rows": acc.tc_rows,
-        "tc_cols": acc.tc_cols,
-        "num_vc": acc.num_vc,
-        "vc_lanes": acc.vc_lanes,
-        "glb_bytes": acc.glb_bytes,
-        "hbm_bytes": acc.hbm_bytes,
-        "hbm_bandwidth_bytes_per_s": acc.hbm_bandwidth_bytes_per_s,
-        "clock_hz": acc.clock_hz,
-        "node_nm": acc.node_nm,
-        "area_mm2": area_mm2(acc),
-        "peak_flops": acc.peak_flops,
-        "device_cost_usd": device_cost_usd(acc),
-    }
+@functools.lru_cache(maxsize=4096)
+def _design_columns(acc: Accelerator) -> Mapping[str, Any]:
+    """The design's columns of a record (cached: every knob setting's record repeats them)."""
+    return MappingProxyType(
+        {
+            "design_id": design_id(acc),
+            "design_name": acc.name,
+            "num_tc": acc.num_tc,
+            "tc_rows": acc.tc_rows,
+            "tc_cols": acc.tc_cols,
+            "num_vc": acc.num_vc,
+            "vc_lanes": acc.vc_lanes,
+            "glb_bytes": acc.glb_bytes,
+            "hbm_bytes": acc.hbm_bytes,
+            "hbm_bandwidth_bytes_per_s": acc.hbm_bandwidth_bytes_per_s,
+            "clock_hz": acc.clock_hz,
+            "node_nm": acc.node_nm,
+            "area_mm2": area_mm2(acc),
+            "peak_flops": acc.peak_flops,
+            "device_cost_usd": device_cost_usd(acc),
+        }
+    )
 
 
 def placement_summary(pl: Placement) -> str:
@@ -174,10 +189,11 @@ def placement_summary(pl: Placement) -> str:
 
 def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
     """A store record (flat, column-named) of one evaluation."""
+    cols = _design_columns(ev.design)
     rec: dict[str, Any] = {
-        "key": point_key(ev.workload, design_id(ev.design), ev.knobs),
+        "key": point_key(ev.workload, cols["design_id"], ev.knobs),
         "workload": ev.workload,
-        **_design_columns(ev.design),
+        **cols,
         "devices": devices,
         "micro_batch": ev.knobs.micro_batch,
         "recompute": ev.knobs.recompute,
@@ -202,14 +218,16 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
 
 
 def _run_task(shared: _Shared, task: _Task) -> _TaskResult:
-    """Evaluate one design on one workload for every knob setting (runs in a worker)."""
-    start = time.perf_counter()
+    """Evaluate a task's designs on its workload for every knob setting (runs in a worker)."""
+    start, cpu = time.perf_counter(), time.process_time()
     name, model = shared.workloads[task.workload]
+    devices = shared.ctx.cluster.devices
     records = tuple(
-        record_of(evaluate(name, model, task.design, k, shared.ctx), shared.ctx.cluster.devices)
+        record_of(evaluate(name, model, a, k, shared.ctx), devices)
+        for a in task.designs
         for k in shared.knobs
     )
-    return _TaskResult(records, time.perf_counter() - start)
+    return _TaskResult(records, time.perf_counter() - start, time.process_time() - cpu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,47 +253,80 @@ def bounds(acc: Accelerator, model: Model, ctx: Context) -> Bound:
     the MACs of the model FLOPs plus leakage of every device over the shortest possible
     time; no memory, network or recompute energy.
     """
+    fields = _bound_fields(
+        acc.peak_flops,
+        tech_node(acc.node_nm).mac_energy_pj,
+        static_power_w(acc),
+        embodied_kgco2e(acc),
+        device_cost_usd(acc),
+        model,
+        ctx,
+    )
+    return Bound(**fields)
+
+
+def _bound_fields(
+    peak_flops: Any,
+    mac_energy_pj: Any,
+    static_w: Any,
+    embodied_kgco2e_per_device: Any,
+    device_cost: Any,
+    model: Model,
+    ctx: Context,
+) -> dict[str, Any]:
+    """The fields of :class:`Bound` from the device's figures: floats, or numpy arrays of
+    many designs' (the same operations in the same order, so the same values)."""
     sc, n = ctx.scoring, ctx.cluster.devices
     flops_per_seq = model_flops_per_sequence(model, ctx.seq_len)
-    samples = n * acc.peak_flops / flops_per_seq
+    samples = n * peak_flops / flops_per_seq
     tokens = samples * ctx.seq_len
     setup = TrainingSetup(
         seq_len=ctx.seq_len, global_batch=ctx.global_batch, tokens_to_train=ctx.tokens_to_train
     )
     budget = setup.training_tokens(model.tokens_to_train)
     d = budget / tokens
-    mac_j = budget / ctx.seq_len * flops_per_seq / 2 * tech_node(acc.node_nm).mac_energy_pj * 1e-12
-    energy = mac_j + n * static_power_w(acc) * d
+    mac_j = budget / ctx.seq_len * flops_per_seq / 2 * mac_energy_pj * 1e-12
+    energy = mac_j + n * static_w * d
     operational = energy / _J_PER_KWH * sc.pue * sc.grid_gco2e_per_kwh / 1000
-    emb_device = embodied_kgco2e(acc)
     embodied = (
         n
-        * emb_device
+        * embodied_kgco2e_per_device
         * (d / (sc.lifetime_s * sc.utilisation) if sc.embodied_mode == "amortised" else 1.0)
     )
     total = embodied + operational
-    return Bound(
-        tokens_per_s=tokens,
-        samples_per_s=samples,
-        iteration_s=ctx.global_batch / samples,
-        time_to_train_s=d,
-        system_cost_usd=n * (device_cost_usd(acc) + sc.host_network_usd_per_device),
-        embodied_kgco2e=embodied,
-        operational_kgco2e=operational,
-        total_kgco2e=total,
-        tcdp=total * d,
-        tcdp_kgco2e_days=total * d / 86400,
+    return {
+        "tokens_per_s": tokens,
+        "samples_per_s": samples,
+        "iteration_s": ctx.global_batch / samples,
+        "time_to_train_s": d,
+        "system_cost_usd": n * (device_cost + sc.host_network_usd_per_device),
+        "embodied_kgco2e": embodied,
+        "operational_kgco2e": operational,
+        "total_kgco2e": total,
+        "tcdp": total * d,
+        "tcdp_kgco2e_days": total * d / 86400,
+    }
+
+
+def _bound_columns(
+    designs: Sequence[Accelerator],
+    costs_usd: np.ndarray,
+    model: Model,
+    ctx: Context,
+    signs: Sequence[tuple[str, float]],
+) -> list[tuple[np.ndarray, float]]:
+    """(values over ``designs``, sign) of each bounded objective, vectorised over designs;
+    ``costs_usd`` are the designs' device costs (already known to the caller)."""
+    fields = _bound_fields(
+        np.array([a.peak_flops for a in designs], dtype=float),
+        np.array([tech_node(a.node_nm).mac_energy_pj for a in designs], dtype=float),
+        np.array([static_power_w(a) for a in designs], dtype=float),
+        np.array([embodied_kgco2e(a) for a in designs], dtype=float),
+        costs_usd,
+        model,
+        ctx,
     )
-
-
-def _dominates_bound(points: np.ndarray, bound: np.ndarray) -> bool:
-    """True if some row of ``points`` (objectives as minimised values) is <= ``bound`` in
-    every objective and < in one."""
-    if points.size == 0:
-        return False
-    le = np.all(points <= bound, axis=1)
-    lt = np.any(points < bound, axis=1)
-    return bool(np.any(le & lt))
+    return [(np.broadcast_to(fields[n], (len(designs),)), s) for n, s in signs]
 
 
 def plan(cfg: SweepConfig) -> tuple[_Shared, tuple[Accelerator, ...]]:
@@ -350,103 +401,68 @@ def run_sweep(
     with Store.open(
         out, inputs, cfg.config_hash(), allow_config_change=allow_config_change
     ) as store:
-        done = store.done_keys()
-        names = [n for n, _ in shared.workloads]
-        keys_of = {
-            design_id(a): [point_key(w, design_id(a), k) for w in names for k in shared.knobs]
-            for a in designs
-        }
-        todo = [a for a in designs if not all(k in done for k in keys_of[design_id(a)])]
-        skipped = len(designs) - len(todo)
-        signs = _objective_signs(cfg.objectives)
-        prune = cfg.prune and all(n in _BOUNDED for n, _ in signs)
-        if cfg.prune and not prune:
-            logger.info("pruning off: no optimistic bound for some objective of %s", cfg.objectives)
         t1 = time.perf_counter()
-        bound_rows = (
-            {
-                design_id(a): {
-                    w: np.array([s * getattr(bounds(a, m, shared.ctx), n) for n, s in signs])
-                    for w, m in shared.workloads
-                }
-                for a in todo
-            }
-            if prune
-            else {}
-        )
+        names = [n for n, _ in shared.workloads]
+        ids = [design_id(a) for a in designs]
+        costs = [device_cost_usd(a) for a in designs]
         # Presets first (reference points, never pruned), then the strongest: optimistic
         # throughput per dollar, then the design id. The rounds are cut from this total order
         # of *all* designs, not of those left to do, so a resumed sweep prunes each design
         # against the same earlier rounds as an uninterrupted one.
-        order = sorted(
-            designs, key=lambda a: (not a.name, -a.peak_flops / device_cost_usd(a), design_id(a))
+        rank = sorted(
+            range(len(designs)),
+            key=lambda i: (not designs[i].name, -designs[i].peak_flops / costs[i], ids[i]),
         )
-        pending = {design_id(a) for a in todo}
+        order = tuple(designs[i] for i in rank)
+        order_ids = tuple(ids[i] for i in rank)
+        done = store.done_keys()
+        need = tuple(
+            tuple(
+                w
+                for w, name in enumerate(names)
+                if not all(point_key(name, did, k) in done for k in shared.knobs)
+            )
+            if done
+            else tuple(range(len(names)))
+            for did in order_ids
+        )
+        skipped = sum(1 for n in need if not n)
+        signs = _objective_signs(cfg.objectives)
+        prune = cfg.prune and all(n in _BOUNDED for n, _ in signs)
+        if cfg.prune and not prune:
+            logger.info("pruning off: no optimistic bound for some objective of %s", cfg.objectives)
         stage_s["bounds_s"] = time.perf_counter() - t1
-        pruned = 0
-        evaluated = 0
-        task_wall = 0.0
         bar = Progress(label="designs", skipped=skipped, enabled=progress)
-        bar.start(len(todo))
+        bar.start(len(designs) - skipped)
+        rounds = _Rounds(
+            store,
+            shared,
+            order,
+            [costs[i] for i in rank],
+            need,
+            prune=prune,
+            signs=signs,
+            bar=bar,
+        )
+        rounds.start(store.points(feasible_only=True) if done else (), order_ids)
         fn = functools.partial(_run_task, shared)
-        finished: dict[str, int] = {}
-
-        def on_result(task: _Task, result: _TaskResult) -> None:
-            nonlocal evaluated, task_wall
-            for rec in result.records:
-                store.put_point(rec)
-            task_wall += result.wall_s
-            did = design_id(task.design)
-            finished[did] = finished.get(did, 0) + 1
-            if finished[did] == sum(
-                1 for w in names if not all(point_key(w, did, k) in done for k in shared.knobs)
-            ):
-                evaluated += 1
-                bar.advance()
-
-        def tasks_of(batch: Sequence[Accelerator]) -> list[_Task]:
-            return [
-                _Task(a, i)
-                for a in batch
-                for i, w in enumerate(names)
-                if not all(point_key(w, design_id(a), k) in done for k in shared.knobs)
-            ]
-
         with Runner(executor, jobs=jobs, address=address) as runner:
-            start = 0
-            size = _FIRST_ROUND
-            earlier: set[str] = set()
-            while start < len(order):
-                round_ = order[start : start + size]
-                start += size
-                size *= 4
-                batch = [a for a in round_ if design_id(a) in pending]
-                if prune and batch:
-                    incumbents = _incumbents(store, names, signs, earlier)
-                    keep = []
-                    for a in batch:
-                        did = design_id(a)
-                        if not a.name and all(
-                            _dominates_bound(incumbents[w], bound_rows[did][w]) for w in names
-                        ):
-                            for w in names:
-                                for k in shared.knobs:
-                                    store.put_point(_pruned_record(a, w, k, cfg.devices))
-                            pruned += 1
-                            bar.skip(1)
-                        else:
-                            keep.append(a)
-                    batch = keep
-                runner.run(fn, tasks_of(batch), on_result=on_result)
-                earlier.update(design_id(a) for a in round_)
+            while not rounds.finished:
+                runner.run(fn, rounds.tasks(), on_result=rounds.on_result)
+                assert rounds.finished or rounds.queued, "the sweep's rounds stalled"
         bar.close()
-        stage_s["evaluate_s"] = task_wall
+        stage_s["bounds_s"] += rounds.bounds_s
+        stage_s["evaluate_s"] = rounds.task_s
+        stage_s["evaluate_cpu_s"] = rounds.task_cpu_s
         t2 = time.perf_counter()
-        for rec in aggregate_records(store.points(feasible_only=True), names):
+        feasible = [
+            p for p in store.points(feasible_only=True) if p["workload"] != AGGREGATE_WORKLOAD
+        ]
+        for rec in aggregate_records(feasible, names):
             store.put_point(rec)
         stage_s["aggregate_s"] = time.perf_counter() - t2
         stage_s["total_s"] = time.perf_counter() - t0
-        points = store.points()
+        points = len(store) - len(store.points(workload=AGGREGATE_WORKLOAD))
         store.set_manifest(
             {
                 "tool_version": __version__,
@@ -456,28 +472,29 @@ def run_sweep(
                 "jobs": jobs,
                 "wall_times_s": stage_s,
                 "designs": len(designs),
-                "evaluated_designs": evaluated,
-                "pruned_designs": pruned,
+                "evaluated_designs": rounds.evaluated,
+                "pruned_designs": rounds.pruned,
                 "skipped_designs": skipped,
+                "discarded_designs": rounds.discarded,
             }
         )
-    real = [p for p in points if p["workload"] != AGGREGATE_WORKLOAD]
     return SweepResult(
         out_dir=out,
-        points=len(real),
-        feasible=sum(1 for p in real if p["feasible"]),
-        evaluated_designs=evaluated,
-        pruned_designs=pruned,
+        points=points,
+        feasible=len(feasible),
+        evaluated_designs=rounds.evaluated,
+        pruned_designs=rounds.pruned,
         skipped_designs=skipped,
         wall_s=time.perf_counter() - t0,
     )
 
 
 def _pruned_record(acc: Accelerator, workload: str, knobs: Knobs, devices: int) -> dict[str, Any]:
+    cols = _design_columns(acc)
     return {
-        "key": point_key(workload, design_id(acc), knobs),
+        "key": point_key(workload, cols["design_id"], knobs),
         "workload": workload,
-        **_design_columns(acc),
+        **cols,
         "devices": devices,
         "micro_batch": knobs.micro_batch,
         "recompute": knobs.recompute,
@@ -486,19 +503,291 @@ def _pruned_record(acc: Accelerator, workload: str, knobs: Knobs, devices: int) 
     }
 
 
-def _incumbents(
-    store: Store,
-    workloads: Iterable[str],
-    signs: Sequence[tuple[str, float]],
-    designs: Collection[str],
-) -> Mapping[str, np.ndarray]:
-    """Feasible points of ``designs`` (the earlier rounds), per workload, as minimised
-    objective rows."""
-    out = {}
-    for w in workloads:
-        pts = [p for p in store.points(feasible_only=True, workload=w) if p["design_id"] in designs]
-        out[w] = np.array([[s * p[n] for n, s in signs] for p in pts]).reshape(len(pts), len(signs))
+def _round_ranges(n: int) -> tuple[range, ...]:
+    """The pruning rounds over ``n`` ordered designs: 8, 32, 128, ... designs each."""
+    out, start, size = [], 0, _FIRST_ROUND
+    while start < n:
+        out.append(range(start, min(start + size, n)))
+        start, size = start + size, size * 4
+    return tuple(out)
+
+
+def _front_add(front: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``front`` (minimised objective rows) with ``rows`` added, keeping only the rows that
+    no other row is <= in every objective.
+
+    A bound is dominated by some point iff it is dominated by some row of this front (a
+    point that another is <= everywhere dominates nothing the other does not), so pruning
+    compares bounds with the front alone: O(front) rather than O(points) per design.
+    """
+    if rows.size == 0:
+        return front
+    rows = rows[~_covered(front, rows)]
+    for r in rows:
+        if front.size and np.any(np.all(front <= r, axis=1)):
+            continue
+        front = np.vstack([front[~np.all(r <= front, axis=1)], r])
+    return front
+
+
+def _covered(front: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``: is some row of ``front`` <= it in every objective?"""
+    return _compare(front, rows, strict=False)
+
+
+def _dominated(front: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``: is some row of ``front`` <= it in every objective and < in one?"""
+    return _compare(front, rows, strict=True)
+
+
+def _compare(front: np.ndarray, rows: np.ndarray, *, strict: bool) -> np.ndarray:
+    out = np.zeros(len(rows), dtype=bool)
+    if front.size == 0 or rows.size == 0:
+        return out
+    step = max(1, _COMPARE_CELLS // front.size)  # bounds the (step, front, objectives) temporaries
+    for lo in range(0, len(rows), step):
+        r = rows[lo : lo + step, None, :]
+        hit = np.all(front <= r, axis=2)
+        if strict:
+            hit &= np.any(front < r, axis=2)
+        out[lo : lo + step] = np.any(hit, axis=1)
     return out
+
+
+_UNDECIDED, _KEEP, _PRUNED = range(3)
+
+
+class _Rounds:
+    """The order of evaluation of a sweep and its exact pruning, keeping the workers busy.
+
+    The ordered designs are cut into rounds (8, 32, 128, ... designs). A design of round q
+    is pruned iff, for every workload, its bound is dominated by a point of rounds < q
+    (presets never are), so every decision depends on the earlier rounds' points alone: the
+    same for any executor, number of workers or interruption. Round q is decided when round
+    q - 1 completes. Meanwhile, workers left idle by the last tasks of round q - 1 start on
+    designs of round q that no point so far dominates: such a result is held, committed once
+    its design is decided kept and dropped if it is pruned, so no round waits on its slowest
+    task and the decisions stay those of strict rounds. Designs that differ only in HBM
+    capacity and are dispatched together share one task, so one worker (with its caches)
+    schedules their layers once.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        shared: _Shared,
+        order: Sequence[Accelerator],
+        costs_usd: Sequence[float],
+        need: Sequence[tuple[int, ...]],
+        *,
+        prune: bool,
+        signs: Sequence[tuple[str, float]],
+        bar: Progress,
+    ) -> None:
+        self._store = store
+        self._shared = shared
+        self._order = order
+        self._costs_usd = costs_usd
+        self._need = need  # workloads still to evaluate, per design (none: all stored)
+        self._prune = prune
+        self._signs = signs
+        self._bar = bar
+        n = len(order)
+        self._rounds = _round_ranges(n) if prune else ((range(n),) if n else ())
+        self._state = [_UNDECIDED] * n
+        self._waiting = [0] * n  # tasks of a dispatched design not yet committed
+        self._held: dict[int, list[tuple[int, tuple[dict[str, Any], ...]]]] = {}
+        self._members: dict[int, tuple[int, ...]] = {}  # task serial -> designs
+        self._serial = 0
+        self._queue: deque[_Task] = deque()
+        self._cache: dict[tuple[str, int], Any] = {}  # (what, round) -> bounds, groups
+        self._stored: list[list[tuple[int, list[float]]]] = [[] for _ in self._rounds]
+        empty = np.empty((0, len(signs)))
+        self._settled = [empty] * len(shared.workloads)  # front of the rounds before `_cur`
+        self._live = list(self._settled)  # the same with round `_cur`'s points so far
+        self._cur = -1
+        self._open = 0  # kept designs of round `_cur` not yet committed
+        self._next = 0  # position in round `_cur + 1` of the next speculative candidate
+        self.evaluated = self.pruned = self.discarded = 0
+        self.task_s = self.task_cpu_s = self.bounds_s = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self._open == 0 and self._cur >= len(self._rounds) - 1
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def start(self, stored: Iterable[Mapping[str, Any]], ids: Sequence[str]) -> None:
+        """Take the stored feasible points of this sweep's designs (``ids``, in order) by
+        round, then decide round 0."""
+        position = {did: i for i, did in enumerate(ids)}
+        names = {n: w for w, (n, _) in enumerate(self._shared.workloads)}
+        knobs = {(k.micro_batch, k.recompute) for k in self._shared.knobs}
+        round_of = np.repeat(np.arange(len(self._rounds)), [len(r) for r in self._rounds])
+        for p in stored:
+            i = position.get(p["design_id"])
+            if i is not None and p["workload"] in names:
+                if (p["micro_batch"], p["recompute"]) in knobs:
+                    row = [s * p[n] for n, s in self._signs]
+                    self._stored[round_of[i]].append((names[p["workload"]], row))
+        self._advance()
+
+    def tasks(self) -> Iterator[_Task]:
+        """Tasks to run now: the current round's, then speculative ones of the next round."""
+        while True:
+            if self._queue:
+                yield self._queue.popleft()
+            elif not self._speculate():
+                return
+
+    def on_result(self, task: _Task, result: _TaskResult) -> None:
+        """Commit (or hold, or drop) a task's records, then decide whatever that completes."""
+        self.task_s += result.wall_s
+        self.task_cpu_s += result.cpu_s
+        k = len(self._shared.knobs)
+        for j, i in enumerate(self._members.pop(task.serial)):
+            records = result.records[j * k : (j + 1) * k]
+            if self._state[i] == _KEEP:
+                self._commit(i, task.workload, records)
+            elif self._state[i] == _UNDECIDED:
+                self._held.setdefault(i, []).append((task.workload, records))
+        self._advance()
+
+    # ------------------------------------------------------------------ internals
+    def _advance(self) -> None:
+        """Settle each completed round and decide the next, as far as that goes."""
+        while self._open == 0 and self._cur < len(self._rounds) - 1:
+            self._settled = list(self._live)
+            self._cur += 1
+            self._next = 0
+            self._decide(self._cur)
+
+    def _decide(self, q: int) -> None:
+        r = self._rounds[q]
+        todo = [i for i in r if self._need[i]]
+        beaten = self._beaten(q, r, self._settled) if self._prune and todo else None
+        for w, row in self._stored[q]:
+            self._live[w] = _front_add(self._live[w], np.array([row]))
+        fresh: dict[tuple[Accelerator, tuple[int, ...]], list[int]] = {}
+        for i in todo:
+            if beaten is not None and beaten[i - r.start]:
+                self._prune_design(i)
+                continue
+            self._state[i] = _KEEP
+            self._open += 1
+            if self._waiting[i]:  # dispatched speculatively
+                for w, records in self._held.pop(i, ()):
+                    self._commit(i, w, records)
+            else:
+                fresh.setdefault(self._groups(q)[1][i - r.start], []).append(i)
+        for members in fresh.values():
+            self._dispatch(members)
+        for key in [k for k in self._cache if k[1] <= q]:
+            del self._cache[key]
+
+    def _speculate(self) -> bool:
+        """Dispatch the next design of round ``_cur + 1`` that no point so far dominates, with
+        its HBM siblings; False when there is none."""
+        q = self._cur + 1
+        if q >= len(self._rounds):
+            return False
+        r = self._rounds[q]
+        while self._next < len(r):
+            i = r.start + self._next
+            self._next += 1
+            if self._waiting[i] or not self._need[i] or self._beaten(q, [i], self._live)[0]:
+                continue
+            groups, key_of = self._groups(q)
+            members = [
+                j
+                for j in groups[key_of[i - r.start]]
+                if j == i or (not self._waiting[j] and not self._beaten(q, [j], self._live)[0])
+            ]
+            self._dispatch(members)
+            return True
+        return False
+
+    def _dispatch(self, members: Sequence[int]) -> None:
+        """Queue the tasks of designs that share their layer schedules and workloads."""
+        designs = tuple(self._order[i] for i in members)
+        need = self._need[members[0]]
+        for i in members:
+            self._waiting[i] = len(need)
+        for w in need:
+            self._serial += 1
+            self._members[self._serial] = tuple(members)
+            self._queue.append(_Task(designs, w, self._serial))
+
+    def _commit(self, i: int, w: int, records: Sequence[dict[str, Any]]) -> None:
+        for rec in records:
+            self._store.put_point(rec)
+        rows = [[s * rec[n] for n, s in self._signs] for rec in records if rec["feasible"]]
+        if rows:
+            self._live[w] = _front_add(self._live[w], np.array(rows))
+        self._waiting[i] -= 1
+        if not self._waiting[i]:
+            self.evaluated += 1
+            self._open -= 1
+            self._bar.advance()
+
+    def _prune_design(self, i: int) -> None:
+        self._state[i] = _PRUNED
+        if self._waiting[i]:
+            self.discarded += 1
+            self._held.pop(i, None)
+        devices = self._shared.ctx.cluster.devices
+        for name, _ in self._shared.workloads:
+            for k in self._shared.knobs:
+                self._store.put_point(_pruned_record(self._order[i], name, k, devices))
+        self.pruned += 1
+        self._bar.skip(1)
+
+    def _beaten(self, q: int, which: Iterable[int], fronts: Sequence[np.ndarray]) -> np.ndarray:
+        """For designs ``which`` (positions in the order) of round ``q``: is the bound of each
+        dominated on every workload by ``fronts``? (Never for a preset.)"""
+        r = self._rounds[q]
+        idx = np.fromiter((i - r.start for i in which), dtype=np.intp)
+        rows = self._bounds(q)[:, idx]
+        out = np.array([not self._order[r.start + j].name for j in idx], dtype=bool)
+        for w, front in enumerate(fronts):
+            out &= _dominated(front, rows[w])
+        return out
+
+    def _bounds(self, q: int) -> np.ndarray:
+        """Minimised bound rows of round ``q``'s designs: (workloads, designs, objectives)."""
+        key = ("bounds", q)
+        if key not in self._cache:
+            start = time.perf_counter()
+            r = self._rounds[q]
+            designs = [self._order[i] for i in r]
+            costs = np.array([self._costs_usd[i] for i in r])
+            ctx = self._shared.ctx
+            self._cache[key] = np.array(
+                [
+                    np.stack(
+                        [s * f for f, s in _bound_columns(designs, costs, m, ctx, self._signs)],
+                        axis=1,
+                    )
+                    for _, m in self._shared.workloads
+                ]
+            ).reshape(len(self._shared.workloads), len(r), len(self._signs))
+            self.bounds_s += time.perf_counter() - start
+        return self._cache[key]
+
+    def _groups(self, q: int) -> tuple[dict[Any, list[int]], list[Any]]:
+        """Round ``q``'s designs grouped by (layer-timing design, workloads to do), and the
+        group key of each design."""
+        key = ("groups", q)
+        if key not in self._cache:
+            r = self._rounds[q]
+            keys = [(_timing_design(self._order[i]), self._need[i]) for i in r]
+            groups: dict[Any, list[int]] = {}
+            for i, k in zip(r, keys, strict=True):
+                groups.setdefault(k, []).append(i)
+            self._cache[key] = (groups, keys)
+        return self._cache[key]
 
 
 def aggregate_records(

@@ -1,0 +1,244 @@
+"""The sweep's speed-ups change no result.
+
+* ``evaluate`` schedules only the tensor-parallel widths whose placement fits the HBM and
+  whose lower-bound placement is not slower than the best so far; the points (placement,
+  score, or the reason nothing fits) are those of scheduling and searching every width.
+* The Pareto front kept for pruning answers "is this bound dominated?" exactly as all the
+  points would.
+* Worker processes running pruning rounds with speculation store exactly the points of an
+  in-process run, HBM siblings sharing a task included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import phaze.pipeline as pipeline
+from arch_space import Accelerator, Cluster
+from ilp import costed_graph, layer_timing
+from ilp.listsched import lower_bound
+from ilp.problem import build_problem
+from phaze.config import SolverSettings, sweep_config_from_mapping
+from phaze.errors import Infeasible
+from phaze.sweep import _dominated, _front_add, run_sweep
+from placement import place
+from results.store import load
+from workloads import build_layer_graph, resolve_model
+
+_MIB = 1 << 20
+
+# 4 tensor-core counts x 2 array shapes x 2 buffers, with two HBM capacities each.
+_SPACE = """\
+[space]
+name = "speed"
+num_tc = [1, 2, 4, 8]
+tc_rows = [8, 128]
+tc_cols = [128]
+num_vc = [1]
+glb_mib = [16, 128]
+hbm_gib = [32]
+hbm_bandwidth_bytes_per_s = [1.2e12]
+clock_hz = 1.05e9
+node_nm = 7
+area_fraction_min = 0.0
+area_fraction_max = 1.0
+keep_single_core = true
+"""
+
+
+def _design(num_tc: int, rows: int, hbm_mib: int) -> Accelerator:
+    return Accelerator(
+        num_tc=num_tc,
+        tc_rows=rows,
+        tc_cols=128,
+        num_vc=1,
+        vc_lanes=128,
+        glb_bytes=16 * _MIB,
+        hbm_bytes=hbm_mib * _MIB,
+        hbm_bandwidth_bytes_per_s=1.2e12,
+        clock_hz=1.05e9,
+        node_nm=7,
+    )
+
+
+@pytest.mark.parametrize("devices, link_bytes_per_s", [(4, 300e9), (8, 300e9), (4, 2e9), (8, 5e9)])
+def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
+    """HBM from no width fitting to all, fast and slow links (the widest width wins or
+    not): every point has the placement, or the reason, of one search over every width's
+    scheduled graph."""
+    model = resolve_model("gpt3-125m")
+    ctx = pipeline.Context(
+        cluster=Cluster(
+            devices=devices,
+            devices_per_node=4,
+            intra_node_bandwidth_bytes_per_s=link_bytes_per_s,
+        ),
+        seq_len=256,
+        global_batch=8,
+        solver=SolverSettings("list"),
+    )
+    widths = pipeline.tp_widths(model, ctx)
+    tps = set()
+    for base, hbm_mib, mb, rc in itertools.product(
+        [_design(1, 8, 1024), _design(8, 128, 1024)],
+        [300, 360, 420, 600, 700, 800],
+        [1, 4],
+        ["none", "full"],
+    ):
+        acc = dataclasses.replace(base, hbm_bytes=hbm_mib * _MIB)
+        knobs = pipeline.Knobs(mb, rc)
+        got = pipeline.evaluate("w", model, acc, knobs, ctx)
+        setup = pipeline._setup(model, ctx, knobs)
+        graphs = tuple(
+            pipeline._variant(model, setup, t, acc, ctx.cluster, ctx.solver).graph for t in widths
+        )
+        hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
+        try:
+            want = place(pipeline._problem(graphs, hbm, ctx, setup))
+        except Infeasible as e:
+            assert (got.placement, got.reason) == (None, e.reason)
+        else:
+            assert got.placement == want
+            tps.add(want.tp)
+    assert len(tps) > 1 or link_bytes_per_s > 1e11  # slow links: narrower widths win too
+
+
+@pytest.mark.parametrize("name", ["gpt3-125m", "llama2-7b"])
+def test_pass_bound_is_the_schedulers_lower_bound(name):
+    """The bound from op costs alone equals ``ilp``'s lower bound of the scheduling problem
+    (to rounding) on every pass of every width, and never exceeds the scheduled makespan."""
+    model = resolve_model(name)
+    cluster = Cluster(devices=8, devices_per_node=8)
+    checked = 0
+    for acc, tp, mb, rc in itertools.product(
+        [_design(1, 8, 1024), _design(4, 128, 1024), _design(8, 8, 1024)],
+        [1, 2, 4],
+        [1, 4],
+        ["none", "full"],
+    ):
+        ctx = pipeline.Context(cluster=cluster, seq_len=256, global_batch=8)
+        setup = pipeline._setup(model, ctx, pipeline.Knobs(mb, rc))
+        lg = build_layer_graph(model, setup, tp)
+        timings = layer_timing(lg, acc, cluster, solver="list")
+        for cid, passes in lg.op_graphs.items():
+            for g, timing in zip(
+                (passes.forward, passes.backward, passes.recompute),
+                (timings[cid].forward, timings[cid].backward, timings[cid].recompute),
+                strict=True,
+            ):
+                ours = pipeline._pass_bound_s(g, acc, cluster)
+                theirs = lower_bound(
+                    build_problem(costed_graph(g, acc, cluster), acc.num_tc, acc.num_vc).problem
+                )
+                assert ours == pytest.approx(theirs, rel=1e-12, abs=0.0)
+                assert ours <= timing.makespan_s * (1 + 1e-12)
+                checked += 1
+    assert checked > 100
+
+
+_ROW = st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0]), min_size=3, max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(points=st.lists(_ROW, max_size=25), bounds=st.lists(_ROW, min_size=1, max_size=25))
+def test_front_dominates_exactly_what_the_points_dominate(points, bounds):
+    pts = np.array(points, dtype=float).reshape(len(points), 3)
+    bnd = np.array(bounds, dtype=float)
+    front = np.empty((0, 3))
+    for chunk in (pts[:7], pts[7:]):  # added in two goes, as rounds add theirs
+        front = _front_add(front, chunk)
+    brute = [any(np.all(p <= b) and np.any(p < b) for p in pts) for b in bnd]
+    assert _dominated(front, bnd).tolist() == brute
+    assert len(front) <= len(pts)
+    # no front row is <= another in every objective
+    assert not any(
+        i != j and np.all(front[i] <= front[j])
+        for i in range(len(front))
+        for j in range(len(front))
+    )
+
+
+@pytest.fixture(scope="module")
+def speed_space(tmp_path_factory):
+    path = tmp_path_factory.mktemp("speed") / "speed.toml"
+    path.write_text(_SPACE)
+    return path
+
+
+def _cfg(space, prune=True):
+    return sweep_config_from_mapping(
+        {
+            "sweep": {
+                "workloads": ["gpt3-125m"],
+                "space": str(space),
+                "devices": 4,
+                "devices_per_node": 4,
+                "seq_len": 256,
+                "global_batch": 8,
+                "micro_batches": [1, 2],
+                "recompute": ["none"],
+                "hbm_gib": [0.5, 1],
+                "presets": [],
+                "prune": prune,
+            },
+            "solver": {"name": "list"},
+        },
+        source="test",
+    )
+
+
+def test_two_workers_store_the_points_of_a_serial_run(speed_space, tmp_path):
+    """Same points (pruned ones included) with 2 local workers as in-process."""
+    cfg = _cfg(speed_space)
+    serial = run_sweep(cfg, tmp_path / "serial", executor="serial", progress=False)
+    local = run_sweep(cfg, tmp_path / "local", executor="local", jobs=2, progress=False)
+    with load(tmp_path / "serial") as a, load(tmp_path / "local") as b:
+        assert a.points() == b.points()
+        assert b.manifest()["pruned_designs"] == serial.pruned_designs
+    assert serial.pruned_designs > 0
+    assert (local.evaluated_designs, local.pruned_designs) == (
+        serial.evaluated_designs,
+        serial.pruned_designs,
+    )
+
+
+class _Greedy:
+    """A stand-in Runner: takes every task on offer (speculative ones too) before finishing
+    any, then finishes them newest first, the most out-of-order a real pool could be."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __enter__(self) -> _Greedy:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def run(self, fn, tasks, *, on_result) -> None:
+        batch = list(tasks)
+        for task in reversed(batch):
+            on_result(task, fn(task))
+
+
+def test_speculation_out_of_order_stores_the_points_of_a_serial_run(
+    speed_space, tmp_path, monkeypatch
+):
+    """Speculative results held, then committed or dropped: the serial run's points."""
+    cfg = _cfg(speed_space)
+    serial = run_sweep(cfg, tmp_path / "serial", executor="serial", progress=False)
+    monkeypatch.setattr("phaze.sweep.Runner", _Greedy)
+    greedy = run_sweep(cfg, tmp_path / "greedy", executor="serial", progress=False)
+    with load(tmp_path / "serial") as a, load(tmp_path / "greedy") as b:
+        assert a.points() == b.points()
+        assert b.manifest()["discarded_designs"] > 0  # some speculation was dropped
+    assert (greedy.evaluated_designs, greedy.pruned_designs) == (
+        serial.evaluated_designs,
+        serial.pruned_designs,
+    )
