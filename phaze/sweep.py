@@ -51,7 +51,7 @@ from phaze.pipeline import Context, Evaluation, Knobs, _timing_design, evaluate
 from phaze.scoring import FORMULAS
 from placement import Placement
 from results.pareto import parse_objectives
-from results.schema import AGGREGATE_WORKLOAD
+from results.schema import AGGREGATE_WORKLOAD, DESIGN_COLUMNS
 from results.store import Store
 from workloads import Model, TrainingSetup, model_flops_per_sequence, resolve_model
 
@@ -830,7 +830,7 @@ def aggregate_records(
         first = rows[0]
         total = math.fsum(r["total_kgco2e"] for r in rows)
         d = math.fsum(r["time_to_train_s"] for r in rows)
-        rec = {k: first[k] for k in _DESIGN_KEYS}
+        rec = {k: first[k] for k in DESIGN_COLUMNS}
         rec.update(
             key=f"{AGGREGATE_WORKLOAD}|{did}",
             workload=AGGREGATE_WORKLOAD,
@@ -848,22 +848,3 @@ def aggregate_records(
         )
         out.append(rec)
     return out
-
-
-_DESIGN_KEYS: Final = (
-    "design_id",
-    "design_name",
-    "num_tc",
-    "tc_rows",
-    "tc_cols",
-    "num_vc",
-    "vc_lanes",
-    "glb_bytes",
-    "hbm_bytes",
-    "hbm_bandwidth_bytes_per_s",
-    "clock_hz",
-    "node_nm",
-    "area_mm2",
-    "peak_flops",
-    "device_cost_usd",
-)
