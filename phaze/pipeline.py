@@ -44,7 +44,7 @@ from workloads import (
     valid_tp_widths,
 )
 
-__all__ = ["Knobs", "Context", "Evaluation", "network_of", "tp_widths", "evaluate"]
+__all__ = ["Knobs", "Context", "Evaluation", "network_of", "tp_widths", "timing_design", "evaluate"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _setup(model: Model, ctx: Context, knobs: Knobs) -> TrainingSetup:
     )
 
 
-def _timing_design(acc: Accelerator) -> Accelerator:
+def timing_design(acc: Accelerator) -> Accelerator:
     """The fields that decide layer times: HBM capacity and the name do not."""
     return dataclasses.replace(acc, name="", hbm_bytes=1 << 30)
 
@@ -455,7 +455,7 @@ def evaluate(
             workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
         )
     hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
-    timing_acc = _timing_design(acc)
+    timing_acc = timing_design(acc)
     if strategy is None:
         # Only widths with a placement that fits the HBM can win; memory does not depend on
         # layer times, so this needs no layer schedule (the costly step).

@@ -47,7 +47,7 @@ from phaze import __version__
 from phaze.config import SweepConfig
 from phaze.errors import ConfigError
 from phaze.executors import Progress, Runner
-from phaze.pipeline import Context, Evaluation, Knobs, _timing_design, evaluate
+from phaze.pipeline import Context, Evaluation, Knobs, evaluate, timing_design
 from phaze.scoring import FORMULAS
 from placement import Placement
 from results.pareto import parse_objectives
@@ -782,7 +782,7 @@ class _Rounds:
         key = ("groups", q)
         if key not in self._cache:
             r = self._rounds[q]
-            keys = [(_timing_design(self._order[i]), self._need[i]) for i in r]
+            keys = [(timing_design(self._order[i]), self._need[i]) for i in r]
             groups: dict[Any, list[int]] = {}
             for i, k in zip(r, keys, strict=True):
                 groups.setdefault(k, []).append(i)
