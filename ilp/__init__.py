@@ -3,8 +3,10 @@ parallel, in what order, for the least makespan.
 
 * :func:`solve_schedule` - one op graph (networkx, with costs) on T tensor and W vector cores.
 * :func:`layer_timing` - every distinct layer of a layer graph on one design, for placement.
+* :func:`makespan_lower_bound` - what no schedule can beat, from op costs alone (pruning).
 """
 
+from ilp.bounds import makespan_lower_bound
 from ilp.schedule import (
     DEFAULT_MIP_GAP,
     DEFAULT_TIME_LIMIT_S,
@@ -29,6 +31,7 @@ __all__ = [
     "ScheduleStatus",
     "costed_graph",
     "layer_timing",
+    "makespan_lower_bound",
     "pass_schedule",
     "solve_schedule",
 ]

@@ -12,9 +12,7 @@ cores are free for its whole duration. Two facts make it the workhorse here:
   resource-constrained project scheduling methods revisited", EJOR 90(2), 1996), which the
   tests' brute force uses independently.
 
-Lower bounds: the critical path with each op in its fastest mode, and per core type the
-least core-seconds any mode of each op needs divided by the number of cores, plus the
-least time before the first and after the last op that needs that type can run.
+Lower bounds come from :mod:`ilp.bounds`.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
+from ilp.bounds import makespan_lower_bound
 from ilp.problem import PARALLEL, SINGLE, Problem, demand
 
 __all__ = ["Structure", "structure", "serial_sgs", "makespan", "lower_bound", "heuristic"]
@@ -40,6 +39,8 @@ class Structure:
 
     ``desc[i]`` is the bitset of i's strict descendants; ``head[i]`` the earliest start and
     ``tail[i]`` the least time after i's finish to the end, both with fastest modes.
+    ``duration[m][i]`` and ``demand[m][i]`` are op i's time and (tensor, vector) cores in
+    mode m, tabulated for the list schedule's inner loop.
     """
 
     preds: tuple[tuple[int, ...], ...]
@@ -47,6 +48,8 @@ class Structure:
     desc: tuple[int, ...]
     head: tuple[float, ...]
     tail: tuple[float, ...]
+    duration: tuple[tuple[float, ...], tuple[float, ...]]
+    demand: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
 
     def comparable(self, i: int, j: int) -> bool:
         return bool((self.desc[i] >> j) & 1 or (self.desc[j] >> i) & 1)
@@ -78,11 +81,20 @@ def structure(problem: Problem) -> Structure:
         desc=tuple(desc),
         head=tuple(head),
         tail=tuple(tail),
+        duration=(problem.single_s, problem.parallel_s),
+        demand=tuple(tuple(demand(problem, i, m) for i in range(n)) for m in (SINGLE, PARALLEL)),
     )
 
 
 def serial_sgs(problem: Problem, modes: Sequence[int], rank: Sequence[float]) -> tuple[float, ...]:
-    """Start times from the serial SGS: among ops whose predecessors are placed, the one of
+    """Start times from the serial SGS: see :func:`_sgs`."""
+    return _sgs(problem, modes, rank)[0]
+
+
+def _sgs(
+    problem: Problem, modes: Sequence[int], rank: Sequence[float]
+) -> tuple[tuple[float, ...], float]:
+    """(start times, makespan) from the serial SGS: among ops whose predecessors are placed, the one of
     least ``rank`` (ties by index) goes next, at the earliest time its cores are free.
 
     Notes
@@ -92,52 +104,62 @@ def serial_sgs(problem: Problem, modes: Sequence[int], rank: Sequence[float]) ->
     """
     st = structure(problem)
     cap_tc, cap_vc = problem.num_tc, problem.num_vc
+    preds, succs, duration, demands = st.preds, st.succs, st.duration, st.demand
     times = [0.0]  # breakpoints; usage on [times[k], times[k+1]), the last segment is idle
     use_tc = [0]
     use_vc = [0]
     start = [0.0] * problem.n
     finish = [0.0] * problem.n
-    missing = [len(p) for p in st.preds]
+    missing = [len(p) for p in preds]
     ready = [(rank[i], i) for i in range(problem.n) if not missing[i]]
     heapq.heapify(ready)
     while ready:
-        _, i = heapq.heappop(ready)
-        d = problem.duration(i, modes[i])
-        dt, dv = demand(problem, i, modes[i])
-        est = max((finish[p] for p in st.preds[i]), default=0.0)
+        i = heapq.heappop(ready)[1]
+        mode = modes[i]
+        d = duration[mode][i]
+        dt, dv = demands[mode][i]
+        est = 0.0
+        for p in preds[i]:
+            if finish[p] > est:
+                est = finish[p]
         if dt or dv:
+            free_tc, free_vc = cap_tc - dt, cap_vc - dv  # usage allowed beside the op
+            nt = len(times)
             k = bisect_right(times, est) - 1
             while True:
-                c = max(est, times[k])
+                c = times[k] if times[k] > est else est
                 end = c + d
                 m = k
-                while m < len(times) and times[m] < end:
-                    if use_tc[m] + dt > cap_tc or use_vc[m] + dv > cap_vc:
+                while m < nt and times[m] < end:
+                    if use_tc[m] > free_tc or use_vc[m] > free_vc:
                         break
                     m += 1
                 else:
                     break
                 k = m + 1
-            for t in (c, end):
-                pos = bisect_right(times, t)
-                if times[pos - 1] != t:
-                    times.insert(pos, t)
-                    use_tc.insert(pos, use_tc[pos - 1])
-                    use_vc.insert(pos, use_vc[pos - 1])
-            m = bisect_right(times, c) - 1
-            while times[m] < end:
-                use_tc[m] += dt
-                use_vc[m] += dv
+            # times[k] <= c and times[m] is the first breakpoint >= end: split there.
+            if times[k] != c:
+                k += 1
                 m += 1
+                times.insert(k, c)
+                use_tc.insert(k, use_tc[k - 1])
+                use_vc.insert(k, use_vc[k - 1])
+            if m == len(times) or times[m] != end:
+                times.insert(m, end)
+                use_tc.insert(m, use_tc[m - 1])
+                use_vc.insert(m, use_vc[m - 1])
+            for q in range(k, m):
+                use_tc[q] += dt
+                use_vc[q] += dv
         else:
             c = est
         start[i] = c
         finish[i] = c + d
-        for j in st.succs[i]:
+        for j in succs[i]:
             missing[j] -= 1
             if not missing[j]:
                 heapq.heappush(ready, (rank[j], j))
-    return tuple(start)
+    return tuple(start), max(finish, default=0.0)
 
 
 def makespan(problem: Problem, modes: Sequence[int], start: Sequence[float]) -> float:
@@ -145,26 +167,16 @@ def makespan(problem: Problem, modes: Sequence[int], start: Sequence[float]) -> 
 
 
 def lower_bound(problem: Problem) -> float:
-    """A valid lower bound on the optimal makespan (critical path; core-seconds per type)."""
-    st = structure(problem)
-    path = max(
-        (st.head[i] + problem.min_duration(i) + st.tail[i] for i in range(problem.n)), default=0.0
+    """A valid lower bound on the optimal makespan (:func:`ilp.bounds.makespan_lower_bound`)."""
+    return makespan_lower_bound(
+        problem.core,
+        problem.single_s,
+        problem.parallel_s,
+        structure(problem).preds,
+        problem.num_tc,
+        problem.num_vc,
+        parallel_blocks_all=problem.parallel_blocks_all,
     )
-    best = path
-    for k, cap in ((0, problem.num_tc), (1, problem.num_vc)):
-        # Every op holding a core of this type runs inside [min head, makespan - min tail].
-        work = 0.0
-        first = last = float("inf")
-        for i in range(problem.n):
-            modes = (SINGLE, PARALLEL) if problem.can_parallel[i] else (SINGLE,)
-            need = min(problem.duration(i, m) * demand(problem, i, m)[k] for m in modes)
-            if need > 0:
-                work += need
-                first = min(first, st.head[i])
-                last = min(last, st.tail[i])
-        if work > 0:
-            best = max(best, first + work / cap + last)
-    return best
 
 
 def heuristic(problem: Problem, bound: float) -> tuple[tuple[int, ...], tuple[float, ...], float]:
@@ -186,8 +198,7 @@ def heuristic(problem: Problem, bound: float) -> tuple[tuple[int, ...], tuple[fl
     best: tuple[tuple[int, ...], tuple[float, ...], float] | None = None
     for modes in dict.fromkeys((fast, single)):
         for rank in (by_tail, by_index):
-            s = serial_sgs(problem, modes, rank)
-            ms = makespan(problem, modes, s)
+            s, ms = _sgs(problem, modes, rank)
             if best is None or ms < best[2]:
                 best = (modes, s, ms)
             if ms <= bound:
@@ -218,8 +229,7 @@ def heuristic(problem: Problem, bound: float) -> tuple[tuple[int, ...], tuple[fl
                 continue
             for rank in (best[1], by_tail):
                 trials += 1
-                s = serial_sgs(problem, trial, rank)
-                ms = makespan(problem, trial, s)
+                s, ms = _sgs(problem, trial, rank)
                 if ms < best[2] * (1 - 1e-12):
                     best, improved = (trial, s, ms), True
                     if ms <= bound:

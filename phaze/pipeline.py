@@ -19,7 +19,7 @@ from typing import Final
 
 from arch_space import Accelerator, Cluster, device_cost_usd, embodied_kgco2e, static_power_w
 from arch_space.perf import default_settings, op_costs
-from ilp import layer_timing
+from ilp import layer_timing, makespan_lower_bound
 from phaze.config import SolverSettings
 from phaze.errors import ConfigError, Infeasible
 from phaze.scoring import BatchEnergy, Score, ScoringParams, score_point
@@ -358,52 +358,29 @@ def _bound_graph(
 @lru_cache(maxsize=8192)
 def _pass_bound_s(graph: OpGraph, acc: Accelerator, cluster: Cluster) -> float:
     """A lower bound on the makespan of any schedule of one pass on ``acc``, from its op
-    costs alone: the scheduler's own bound (:func:`ilp.listsched.lower_bound`), computed on
-    the op graph without building the scheduler's problem.
-
-    The larger of the critical path with every op in its fastest mode, and per core type the
-    least core-seconds of its ops over the cores, plus the least time before the first and
-    after the last of them. An op holds one core of its type(s) (a tensor and a vector core
-    for ``TCandVC``, none for ``Nop``) or, split over all cores, the whole chip.
-    """
+    costs alone: the scheduler's own bound (:func:`ilp.bounds.makespan_lower_bound`),
+    without building the scheduler's problem."""
     ops = graph.ops
     if not ops:
         return 0.0
     table = op_costs(graph, acc, cluster)
-    single = table.latency_s.tolist()
-    split = table.parallel_latency_s.tolist()
-    fastest = []
-    need = []  # least (tensor, vector) core-seconds of each op over its modes
-    for op, one, all_ in zip(ops, single, split, strict=True):
-        core = str(op.core)
-        tc, vc = core in ("TC", "TCandVC"), core in ("VC", "TCandVC")
-        if core != "Nop" and all_ < one:
-            fastest.append(all_)
-            need.append((min(one * tc, all_ * acc.num_tc), min(one * vc, all_ * acc.num_vc)))
-        else:
-            fastest.append(one)
-            need.append((one * tc, one * vc))
     preds: list[list[int]] = [[] for _ in ops]
     succs: list[list[int]] = [[] for _ in ops]
     for i, j in graph.edges:
         preds[j].append(i)
         succs[i].append(j)
     order = _topological(preds, succs)
-    head = [0.0] * len(ops)
-    for j in order:
-        head[j] = max((head[i] + fastest[i] for i in preds[j]), default=0.0)
-    tail = [0.0] * len(ops)
-    for i in reversed(order):
-        tail[i] = max((fastest[j] + tail[j] for j in succs[i]), default=0.0)
-    bound = max(h + f + t for h, f, t in zip(head, fastest, tail, strict=True))
-    for k, cores in ((0, acc.num_tc), (1, acc.num_vc)):
-        held = [i for i in range(len(ops)) if need[i][k] > 0]
-        if held:
-            work = sum(need[i][k] for i in held)
-            first = min(head[i] for i in held)
-            last = min(tail[i] for i in held)
-            bound = max(bound, first + work / cores + last)
-    return bound
+    position = {op: k for k, op in enumerate(order)}
+    single = table.latency_s.tolist()
+    split = table.parallel_latency_s.tolist()
+    return makespan_lower_bound(
+        [str(ops[i].core) for i in order],
+        [single[i] for i in order],
+        [split[i] for i in order],
+        [[position[p] for p in preds[i]] for i in order],
+        acc.num_tc,
+        acc.num_vc,
+    )
 
 
 def _topological(preds: list[list[int]], succs: list[list[int]]) -> list[int]:

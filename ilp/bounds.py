@@ -1,0 +1,184 @@
+"""Lower bounds on the makespan of any schedule of one layer pass, from op costs alone.
+
+Shared by the scheduler (to stop searching once a schedule meets the bound) and the sweep
+(to prune designs before scheduling), so both use exactly one bound.
+
+The bound is the largest of:
+
+* the critical path with every op in its fastest mode;
+* per core type, the least core-seconds any mode of its ops needs over the cores, plus the
+  least time before the first and after the last of them can run;
+* a destructive bound (Klein and Scholl, "Computing lower bounds by destructive improvement:
+  an application to resource-constrained project scheduling", EJOR 112(2), 1999): suppose
+  the makespan were T. An op whose single-core path ``head + single + tail`` exceeds T must
+  run intra-op parallel. When parallel ops hold the whole chip, such forced ops run one at a
+  time and beside nothing that holds a core, so T is at least their summed time plus the
+  longest path of the other core-holding ops; and for every weight a in [0, 1] the chip's
+  weighted occupancy ``a * tensor share + (1 - a) * vector share`` is at most 1 at any
+  instant, so T is at least the integral of that occupancy (each op at its least). T is
+  impossible when either exceeds it. Both only fall as T grows (fewer ops are forced), so
+  the least T that passes is found by bisection over the ops' single-core path lengths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+
+__all__ = ["makespan_lower_bound"]
+
+# Occupancy weights a tried by the destructive bound (0 and 1 are the per-type bounds).
+_WEIGHTS: Final = np.arange(1, 8) / 8.0
+
+
+def makespan_lower_bound(
+    core: Sequence[str],
+    single_s: Sequence[float],
+    parallel_s: Sequence[float],
+    preds: Sequence[Sequence[int]],
+    num_tc: int,
+    num_vc: int,
+    *,
+    parallel_blocks_all: bool = True,
+) -> float:
+    """A valid lower bound on the least makespan of ops ``0..n-1`` on the cores.
+
+    ``core[i]`` is "TC", "VC", "TCandVC" or "Nop" (holds no core); ``single_s[i]`` and
+    ``parallel_s[i]`` are its times on one core and split over all cores of its type (the
+    split mode exists where it is faster); ``preds[j]`` lists j's predecessors, and the ops
+    must be numbered in a topological order (every predecessor index below its successor's).
+    A split op holds every core of its type, and every core at all when
+    ``parallel_blocks_all``.
+    """
+    n = len(core)
+    if n == 0:
+        return 0.0
+    caps = (num_tc, num_vc)
+    can = [c != "Nop" and p < s for c, s, p in zip(core, single_s, parallel_s, strict=True)]
+    fastest = [p if ok else s for ok, s, p in zip(can, single_s, parallel_s, strict=True)]
+    uses = [(c in ("TC", "TCandVC"), c in ("VC", "TCandVC")) for c in core]
+
+    def split_demand(i: int) -> tuple[int, int]:
+        if parallel_blocks_all or core[i] == "TCandVC":
+            return caps
+        return (num_tc, 0) if uses[i][0] else (0, num_vc)
+
+    succs: list[list[int]] = [[] for _ in range(n)]
+    head = [0.0] * n
+    for j in range(n):
+        for i in preds[j]:
+            succs[i].append(j)
+            head[j] = max(head[j], head[i] + fastest[i])
+    tail = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        tail[i] = max((fastest[j] + tail[j] for j in succs[i]), default=0.0)
+    best = max(h + f + t for h, f, t in zip(head, fastest, tail, strict=True))
+
+    # Per core type: least core-seconds over the cores, inside its ops' time window.
+    for k in (0, 1):
+        work, first, last = 0.0, float("inf"), float("inf")
+        for i in range(n):
+            need = single_s[i] * uses[i][k]
+            if can[i]:
+                need = min(need, parallel_s[i] * split_demand(i)[k])
+            if need > 0:
+                work += need
+                first = min(first, head[i])
+                last = min(last, tail[i])
+        if work > 0:
+            best = max(best, first + work / caps[k] + last)
+
+    threshold = [head[i] + single_s[i] + tail[i] if can[i] else -1.0 for i in range(n)]
+    cuts = sorted({x for x in threshold if x > best})
+    if not cuts:
+        return best
+    return max(
+        best,
+        _destructive(
+            best,
+            cuts,
+            threshold,
+            core,
+            single_s,
+            parallel_s,
+            can,
+            uses,
+            split_demand,
+            preds,
+            head,
+            tail,
+            caps,
+            parallel_blocks_all,
+        ),
+    )
+
+
+def _destructive(
+    base,
+    cuts,
+    threshold,
+    core,
+    single_s,
+    parallel_s,
+    can,
+    uses,
+    split_demand,
+    preds,
+    head,
+    tail,
+    caps,
+    blocks_all,
+) -> float:
+    """The least T >= ``base`` that the forced-split reasoning cannot rule out.
+
+    Between consecutive ``cuts`` (the single-core path lengths above ``base``) the set of
+    forced ops is constant, so so is the bound g it implies; the answer is max(lo, g) in the
+    first interval [lo, hi) with g < hi.
+    """
+    n = len(core)
+    a = _WEIGHTS
+    occ_single = np.zeros((n, a.size))
+    occ_split = np.zeros((n, a.size))
+    for i in range(n):
+        tc, vc = uses[i]
+        occ_single[i] = single_s[i] * (a * tc / caps[0] + (1 - a) * vc / caps[1])
+        if can[i]:
+            st, sv = split_demand(i)
+            occ_split[i] = parallel_s[i] * (a * st / caps[0] + (1 - a) * sv / caps[1])
+    least = np.where(np.asarray(can)[:, None], np.minimum(occ_single, occ_split), occ_single)
+    holders = [i for i in range(n) if core[i] != "Nop"]
+    window = min(head[i] for i in holders) + min(tail[i] for i in holders) if holders else 0.0
+    thresholds = np.asarray(threshold)
+    # A core-holding op that is not forced is on the path at its fastest time.
+    path_weight = [
+        (parallel_s[i] if can[i] else single_s[i]) if core[i] != "Nop" else 0.0
+        for i in range(len(core))
+    ]
+
+    def implied(lo: float) -> float:
+        forced = thresholds > lo
+        occupancy = float((np.where(forced[:, None], occ_split, least)).sum(axis=0).max())
+        g = window + occupancy
+        if blocks_all:
+            longest = [0.0] * n
+            top = 0.0
+            for j in range(n):
+                longest[j] = max((longest[i] for i in preds[j]), default=0.0) + (
+                    0.0 if forced[j] else path_weight[j]
+                )
+                top = max(top, longest[j])
+            g = max(g, float(np.asarray(parallel_s)[forced].sum()) + top)
+        return g
+
+    lows = [base, *cuts]
+    highs = [*cuts, float("inf")]
+    lo, hi = 0, len(lows) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if max(lows[mid], implied(lows[mid])) < highs[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return max(lows[lo], implied(lows[lo]))
