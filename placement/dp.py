@@ -197,7 +197,7 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
     dp[0, :, 0, 0] = 0.0
     windows = np.lib.stride_tricks.sliding_window_view(padded, big_w, axis=2)
     finals = np.full((s_max, g_count, size, c1), _INF)
-    choice = np.zeros((s_max + 1, g_count, size, c1), dtype=np.int64)  # argmin band column
+    mid_all = mid_b.copy()  # before the per-position memory masks, for the backtrack
     # first band column feasible at each position s (W_s = big_w - j0); none past the last
     deepest = min(s_max, int(reach.max(initial=0)))
     j0s = np.searchsorted(np.maximum.accumulate(reach), np.arange(1, deepest + 1)).tolist()
@@ -211,8 +211,6 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
         if c1 == 1:
             vals = np.maximum(loads, window[:, :, 0, :])
             np.minimum.reduce(vals, axis=2, out=dp[s, :, s:, 0])
-            vals.argmin(axis=2, out=choice[s, :, s:, 0])
-            choice[s, :, s:, 0] += j0
             finals[s - 1, :, first:n, 0] = vals[:, -1, big_w - j0 - (n - first) :]
             continue
         prev = np.moveaxis(window, 2, 3)  # (G, R, Ws, c1)
@@ -220,8 +218,6 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
         shifted[..., 1:] = prev[..., :-1]
         vals = np.maximum(loads[..., None], np.where(one_b[:, s:, j0:, None], shifted, prev))
         np.minimum.reduce(vals, axis=2, out=dp[s, :, s:])
-        vals.argmin(axis=2, out=choice[s, :, s:])
-        choice[s, :, s:] += j0
         finals[s - 1, :, first:n] = vals[:, -1, big_w - j0 - (n - first) :]
     sols: list[DpSolution | None] = []
     rows = np.arange(n * size, size * size)  # pairs (full, k')
@@ -234,7 +230,13 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
         pairs = [q]
         state, c = int(task.costs.inner[q]), c - int(one[g].flat[q])
         for pos in range(s - 1, 0, -1):
-            inner = state - big_w + int(choice[pos, g, state, c])  # band column -> k'
+            # the first band column attaining dp[pos, g, state, c], as the DP step took it
+            loads = np.where(
+                ms_b[g, state] >= pos, (last_b if pos == 1 else mid_all)[g, state], _INF
+            )
+            below = windows[pos - 1, g, state, c - 1] if c else _INF  # a one-device stage
+            prev = np.where(one_b[g, state], below, windows[pos - 1, g, state, c])
+            inner = state - big_w + int(np.maximum(loads, prev).argmin())  # band column -> k'
             q = state * size + inner
             pairs.append(q)
             state, c = inner, c - int(one[g].flat[q])
