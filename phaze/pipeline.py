@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
+import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,7 +46,16 @@ from workloads import (
     valid_tp_widths,
 )
 
-__all__ = ["Knobs", "Context", "Evaluation", "network_of", "tp_widths", "timing_design", "evaluate"]
+__all__ = [
+    "Knobs",
+    "Context",
+    "Evaluation",
+    "network_of",
+    "tp_widths",
+    "timing_design",
+    "iteration_lower_bound_s",
+    "evaluate",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -353,6 +364,47 @@ def _bound_graph(
         recompute=str(setup.recompute),
         sequence_parallel=setup.sequence_parallel,
     )
+
+
+def iteration_lower_bound_s(
+    model: Model, acc: Accelerator, knobs: Sequence[Knobs], ctx: Context
+) -> float:
+    """A lower bound on the iteration time of every point of ``acc`` over ``knobs`` (0 when
+    no knob setting fits the HBM at any width), from op costs alone: no schedule, no
+    placement.
+
+    Every tensor-parallel layer (every layer at ``t = 1``) holds its ``t`` devices for at
+    least the lower bounds of its forward and backward passes (:func:`_pass_bound_s`) per
+    micro-batch, and a pipeline of ``p`` stages with such layers, replicated ``d`` times,
+    uses ``d p t <= N`` devices;
+    so the largest stage load is at least W / p (W: the summed bounds of those layers, of
+    which only the most numerous kind is counted, to save op costs) and the
+    iteration, at least ``L m / d``, is at least ``W m t / N`` with ``m`` micro-batches.
+    Recomputation, boundary transfers, bubbles and all-reduces only add to it.
+    """
+    timing_acc = timing_design(acc)
+    hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
+    best = math.inf
+    for k in knobs:
+        setup = _setup(model, ctx, k)
+        micro_batches = ctx.global_batch // k.micro_batch
+        for t in tp_widths(model, ctx):
+            if not _fits(model, setup, t, hbm, ctx):
+                continue
+            lg = build_layer_graph(model, setup, t)
+            # at t = 1 every stage holds one device, so every layer counts; only the most
+            # numerous class (the blocks) is costed: leaving layers out keeps a lower bound
+            counts = Counter(x.class_id for x in lg.layers if x.tensor_parallel or t == 1)
+            if not counts:
+                continue
+            cid, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+            passes = lg.op_graphs[cid]
+            work = n * (
+                _pass_bound_s(passes.forward, timing_acc, ctx.cluster)
+                + _pass_bound_s(passes.backward, timing_acc, ctx.cluster)
+            )
+            best = min(best, work * micro_batches * t / ctx.cluster.devices)
+    return 0.0 if math.isinf(best) else best
 
 
 @lru_cache(maxsize=8192)

@@ -47,7 +47,14 @@ from phaze import __version__
 from phaze.config import SweepConfig
 from phaze.errors import ConfigError
 from phaze.executors import Progress, Runner
-from phaze.pipeline import Context, Evaluation, Knobs, evaluate, timing_design
+from phaze.pipeline import (
+    Context,
+    Evaluation,
+    Knobs,
+    evaluate,
+    iteration_lower_bound_s,
+    timing_design,
+)
 from phaze.scoring import FORMULAS
 from placement import Placement
 from results.pareto import parse_objectives
@@ -59,6 +66,7 @@ __all__ = [
     "SweepResult",
     "Bound",
     "bounds",
+    "tight_bound",
     "placement_summary",
     "point_key",
     "record_of",
@@ -96,25 +104,34 @@ class _Shared:
     workloads: tuple[tuple[str, Model], ...]
     knobs: tuple[Knobs, ...]
     ctx: Context
+    signs: tuple[tuple[str, float], ...] = ()  # (objective, sign): sign * value is minimised
 
 
 @dataclass(frozen=True, slots=True)
 class _Task:
     """Designs that differ only in HBM capacity (they share every layer schedule, so one
     worker's caches compute each once) on one workload (index into ``_Shared.workloads``),
-    every knob setting. ``serial`` numbers the tasks of a sweep."""
+    every knob setting. ``serial`` numbers the tasks of a sweep.
+
+    ``front`` (minimised objective rows of points of earlier rounds, or None) lets the
+    worker skip a design whose tight bound it dominates: such a design is pruned whatever
+    else the earlier rounds hold."""
 
     designs: tuple[Accelerator, ...]
     workload: int
     serial: int
+    front: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _TaskResult:
-    """A task's records, design by design (one per knob setting each), and its worker's wall
-    and CPU time (the CPU time does not grow when other processes share the cores)."""
+    """Per design of a task: its records (one per knob setting; None when the task's front
+    dominates its tight bound, so it was not evaluated) and its tight bound row; and the
+    worker's wall and CPU time (the CPU time does not grow when other processes share the
+    cores)."""
 
-    records: tuple[dict[str, Any], ...]
+    records: tuple[tuple[dict[str, Any], ...] | None, ...]
+    rows: tuple[tuple[float, ...], ...]
     wall_s: float
     cpu_s: float
 
@@ -218,16 +235,29 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
 
 
 def _run_task(shared: _Shared, task: _Task) -> _TaskResult:
-    """Evaluate a task's designs on its workload for every knob setting (runs in a worker)."""
+    """Evaluate a task's designs on its workload for every knob setting (runs in a worker),
+    except designs whose tight bound the task's front dominates (never a preset)."""
     start, cpu = time.perf_counter(), time.process_time()
     name, model = shared.workloads[task.workload]
     devices = shared.ctx.cluster.devices
-    records = tuple(
-        record_of(evaluate(name, model, a, k, shared.ctx), devices)
-        for a in task.designs
-        for k in shared.knobs
+    records: list[tuple[dict[str, Any], ...] | None] = []
+    rows = []
+    for a in task.designs:
+        row: tuple[float, ...] = ()
+        if task.front is not None and not a.name:  # presets are never pruned
+            b = tight_bound(a, model, shared.knobs, shared.ctx)
+            row = tuple(sign * getattr(b, n) for n, sign in shared.signs)
+            if _dominated(task.front, np.array([row]))[0]:
+                rows.append(row)
+                records.append(None)
+                continue
+        rows.append(row)
+        records.append(
+            tuple(record_of(evaluate(name, model, a, k, shared.ctx), devices) for k in shared.knobs)
+        )
+    return _TaskResult(
+        tuple(records), tuple(rows), time.perf_counter() - start, time.process_time() - cpu
     )
-    return _TaskResult(records, time.perf_counter() - start, time.process_time() - cpu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +285,29 @@ def bounds(acc: Accelerator, model: Model, ctx: Context) -> Bound:
     """
     fields = _bound_fields(
         acc.peak_flops,
+        tech_node(acc.node_nm).mac_energy_pj,
+        static_power_w(acc),
+        embodied_kgco2e(acc),
+        device_cost_usd(acc),
+        model,
+        ctx,
+    )
+    return Bound(**fields)
+
+
+def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Knobs], ctx: Context) -> Bound:
+    """A tighter optimistic bound than :func:`bounds`, valid for every point of ``acc`` over
+    ``knobs``: the throughput of the iteration-time lower bound of
+    :func:`phaze.pipeline.iteration_lower_bound_s` (layer passes at their schedule lower
+    bounds spread over all devices), when that is below peak FLOP/s. It needs the design's
+    op costs, so workers compute it, and only for designs :func:`bounds` does not prune."""
+    flops_per_batch = ctx.global_batch * model_flops_per_sequence(model, ctx.seq_len)
+    floor_s = iteration_lower_bound_s(model, acc, knobs, ctx)
+    rate = acc.peak_flops
+    if floor_s > 0:
+        rate = min(rate, flops_per_batch / (ctx.cluster.devices * floor_s))
+    fields = _bound_fields(
+        rate,
         tech_node(acc.node_nm).mac_energy_pj,
         static_power_w(acc),
         embodied_kgco2e(acc),
@@ -365,7 +418,7 @@ def plan(cfg: SweepConfig) -> tuple[_Shared, tuple[Accelerator, ...]]:
         designs = tuple(dataclasses.replace(a, hbm_bytes=h) for a in designs for h in cfg.hbm_bytes)
     designs = tuple(preset(name) for name in cfg.presets) + designs
     knobs = tuple(Knobs(mb, rc) for mb in cfg.micro_batches for rc in cfg.recompute)
-    return _Shared(workloads, knobs, ctx), designs
+    return _Shared(workloads, knobs, ctx, tuple(_objective_signs(cfg.objectives))), designs
 
 
 def _objective_signs(objectives: Sequence[str]) -> list[tuple[str, float]]:
@@ -561,15 +614,23 @@ class _Rounds:
     """The order of evaluation of a sweep and its exact pruning, keeping the workers busy.
 
     The ordered designs are cut into rounds (8, 32, 128, ... designs). A design of round q
-    is pruned iff, for every workload, its bound is dominated by a point of rounds < q
+    is pruned iff, for every workload, its bound is dominated by the points of rounds < q
     (presets never are), so every decision depends on the earlier rounds' points alone: the
-    same for any executor, number of workers or interruption. Round q is decided when round
-    q - 1 completes. Meanwhile, workers left idle by the last tasks of round q - 1 start on
-    designs of round q that no point so far dominates: such a result is held, committed once
-    its design is decided kept and dropped if it is pruned, so no round waits on its slowest
-    task and the decisions stay those of strict rounds. Designs that differ only in HBM
-    capacity and are dispatched together share one task, so one worker (with its caches)
-    schedules their layers once.
+    same for any executor, number of workers or interruption. Two bounds are checked: the
+    cheap one of :func:`bounds` for all the round's designs at once, when round q - 1
+    completes; then the tight one of :func:`tight_bound`, which workers compute at the start
+    of a design's task (it needs op costs). A task carries the front of points known when it
+    was dispatched (a subset of the earlier rounds' points), and its worker skips the
+    evaluation of a design whose tight bound that front already dominates; the parent
+    decides with the tight bounds the tasks return, against the earlier rounds' points, and
+    evaluates whatever a kept design still lacks (a workload skipped while another kept it).
+
+    Meanwhile, workers left idle by the last tasks of round q - 1 start on designs of round
+    q that no point so far dominates: such results are held, committed once the design is
+    decided kept and dropped if it is pruned, so no round waits on its slowest task and the
+    decisions stay those of strict rounds. Designs that differ only in HBM capacity and are
+    dispatched together share one task, so one worker (with its caches) schedules their
+    layers once.
     """
 
     def __init__(
@@ -594,9 +655,11 @@ class _Rounds:
         self._bar = bar
         n = len(order)
         self._rounds = _round_ranges(n) if prune else ((range(n),) if n else ())
+        self._round_of = np.repeat(np.arange(len(self._rounds)), [len(r) for r in self._rounds])
         self._state = [_UNDECIDED] * n
-        self._waiting = [0] * n  # tasks of a dispatched design not yet committed
-        self._held: dict[int, list[tuple[int, tuple[dict[str, Any], ...]]]] = {}
+        self._waiting = [0] * n  # tasks of a dispatched design not yet returned
+        # returned (workload, records or None when skipped, tight bound row) per design
+        self._held: dict[int, list[tuple[int, Any, tuple[float, ...]]]] = {}
         self._members: dict[int, tuple[int, ...]] = {}  # task serial -> designs
         self._serial = 0
         self._queue: deque[_Task] = deque()
@@ -606,7 +669,7 @@ class _Rounds:
         self._settled = [empty] * len(shared.workloads)  # front of the rounds before `_cur`
         self._live = list(self._settled)  # the same with round `_cur`'s points so far
         self._cur = -1
-        self._open = 0  # kept designs of round `_cur` not yet committed
+        self._open = 0  # designs of round `_cur` not yet pruned or committed
         self._next = 0  # position in round `_cur + 1` of the next speculative candidate
         self.evaluated = self.pruned = self.discarded = 0
         self.task_s = self.task_cpu_s = self.bounds_s = 0.0
@@ -625,13 +688,12 @@ class _Rounds:
         position = {did: i for i, did in enumerate(ids)}
         names = {n: w for w, (n, _) in enumerate(self._shared.workloads)}
         knobs = {(k.micro_batch, k.recompute) for k in self._shared.knobs}
-        round_of = np.repeat(np.arange(len(self._rounds)), [len(r) for r in self._rounds])
         for p in stored:
             i = position.get(p["design_id"])
             if i is not None and p["workload"] in names:
                 if (p["micro_batch"], p["recompute"]) in knobs:
                     row = [s * p[n] for n, s in self._signs]
-                    self._stored[round_of[i]].append((names[p["workload"]], row))
+                    self._stored[self._round_of[i]].append((names[p["workload"]], row))
         self._advance()
 
     def tasks(self) -> Iterator[_Task]:
@@ -643,16 +705,21 @@ class _Rounds:
                 return
 
     def on_result(self, task: _Task, result: _TaskResult) -> None:
-        """Commit (or hold, or drop) a task's records, then decide whatever that completes."""
+        """Hold (or commit, or drop) a task's results, then decide whatever that completes."""
         self.task_s += result.wall_s
         self.task_cpu_s += result.cpu_s
-        k = len(self._shared.knobs)
         for j, i in enumerate(self._members.pop(task.serial)):
-            records = result.records[j * k : (j + 1) * k]
-            if self._state[i] == _KEEP:
+            self._waiting[i] -= 1
+            if self._state[i] == _PRUNED:
+                continue
+            records, row = result.records[j], result.rows[j]
+            if self._state[i] == _KEEP:  # an evaluation a kept design still lacked
                 self._commit(i, task.workload, records)
-            elif self._state[i] == _UNDECIDED:
-                self._held.setdefault(i, []).append((task.workload, records))
+                self._finish_if_done(i)
+                continue
+            self._held.setdefault(i, []).append((task.workload, records, row))
+            if not self._waiting[i] and self._round_of[i] <= self._cur:
+                self._settle(i)
         self._advance()
 
     # ------------------------------------------------------------------ internals
@@ -665,6 +732,8 @@ class _Rounds:
             self._decide(self._cur)
 
     def _decide(self, q: int) -> None:
+        """Round ``q``: prune by the cheap bound; settle designs whose speculative tasks have
+        all returned; dispatch the rest (with the earlier rounds' fronts)."""
         r = self._rounds[q]
         todo = [i for i in r if self._need[i]]
         beaten = self._beaten(q, r, self._settled) if self._prune and todo else None
@@ -675,17 +744,44 @@ class _Rounds:
             if beaten is not None and beaten[i - r.start]:
                 self._prune_design(i)
                 continue
-            self._state[i] = _KEEP
             self._open += 1
-            if self._waiting[i]:  # dispatched speculatively
-                for w, records in self._held.pop(i, ()):
-                    self._commit(i, w, records)
+            if self._waiting[i]:
+                continue  # dispatched speculatively: settled when its last task returns
+            if i in self._held:
+                self._settle(i)
             else:
                 fresh.setdefault(self._groups(q)[1][i - r.start], []).append(i)
         for members in fresh.values():
-            self._dispatch(members)
+            self._dispatch(members, self._settled)
         for key in [k for k in self._cache if k[1] <= q]:
             del self._cache[key]
+
+    def _settle(self, i: int) -> None:
+        """Design ``i`` of the current round has every tight bound back: prune it (every
+        workload's bound dominated by the earlier rounds) or keep it and commit."""
+        held = self._held.pop(i)
+        if (
+            self._prune
+            and not self._order[i].name
+            and all(_dominated(self._settled[w], np.array([row]))[0] for w, _, row in held)
+        ):
+            self._held[i] = held  # for the discarded-work count
+            self._prune_design(i)
+            self._open -= 1
+            return
+        self._state[i] = _KEEP
+        for w, records, _ in held:
+            if records is None:  # skipped for this workload, but another keeps the design
+                self._dispatch([i], None, workloads=(w,))
+            else:
+                self._commit(i, w, records)
+        self._finish_if_done(i)
+
+    def _finish_if_done(self, i: int) -> None:
+        if not self._waiting[i]:
+            self.evaluated += 1
+            self._open -= 1
+            self._bar.advance()
 
     def _speculate(self) -> bool:
         """Dispatch the next design of round ``_cur + 1`` that no point so far dominates, with
@@ -703,22 +799,35 @@ class _Rounds:
             members = [
                 j
                 for j in groups[key_of[i - r.start]]
-                if j == i or (not self._waiting[j] and not self._beaten(q, [j], self._live)[0])
+                if j == i
+                or (
+                    not self._waiting[j]
+                    and j not in self._held
+                    and not self._beaten(q, [j], self._live)[0]
+                )
             ]
-            self._dispatch(members)
+            self._dispatch(members, self._live)
             return True
         return False
 
-    def _dispatch(self, members: Sequence[int]) -> None:
-        """Queue the tasks of designs that share their layer schedules and workloads."""
+    def _dispatch(
+        self,
+        members: Sequence[int],
+        fronts: Sequence[np.ndarray] | None,
+        *,
+        workloads: Sequence[int] | None = None,
+    ) -> None:
+        """Queue the tasks of designs that share their layer schedules and workloads; with
+        ``fronts`` (per workload), workers may skip designs those fronts prune."""
         designs = tuple(self._order[i] for i in members)
-        need = self._need[members[0]]
+        need = self._need[members[0]] if workloads is None else workloads
         for i in members:
-            self._waiting[i] = len(need)
+            self._waiting[i] += len(need)
         for w in need:
             self._serial += 1
             self._members[self._serial] = tuple(members)
-            self._queue.append(_Task(designs, w, self._serial))
+            front = fronts[w] if fronts is not None and self._prune else None
+            self._queue.append(_Task(designs, w, self._serial, front))
 
     def _commit(self, i: int, w: int, records: Sequence[dict[str, Any]]) -> None:
         for rec in records:
@@ -726,17 +835,12 @@ class _Rounds:
         rows = [[s * rec[n] for n, s in self._signs] for rec in records if rec["feasible"]]
         if rows:
             self._live[w] = _front_add(self._live[w], np.array(rows))
-        self._waiting[i] -= 1
-        if not self._waiting[i]:
-            self.evaluated += 1
-            self._open -= 1
-            self._bar.advance()
 
     def _prune_design(self, i: int) -> None:
+        held = self._held.pop(i, ())
+        if self._waiting[i] or any(records is not None for _, records, _ in held):
+            self.discarded += 1  # evaluated speculatively, then pruned
         self._state[i] = _PRUNED
-        if self._waiting[i]:
-            self.discarded += 1
-            self._held.pop(i, None)
         devices = self._shared.ctx.cluster.devices
         for name, _ in self._shared.workloads:
             for k in self._shared.knobs:
@@ -745,8 +849,8 @@ class _Rounds:
         self._bar.skip(1)
 
     def _beaten(self, q: int, which: Iterable[int], fronts: Sequence[np.ndarray]) -> np.ndarray:
-        """For designs ``which`` (positions in the order) of round ``q``: is the bound of each
-        dominated on every workload by ``fronts``? (Never for a preset.)"""
+        """For designs ``which`` (positions in the order) of round ``q``: is the cheap bound
+        of each dominated on every workload by ``fronts``? (Never for a preset.)"""
         r = self._rounds[q]
         idx = np.fromiter((i - r.start for i in which), dtype=np.intp)
         rows = self._bounds(q)[:, idx]

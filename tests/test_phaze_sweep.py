@@ -14,6 +14,7 @@ process, so the sweeps after the first of each space cost little.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -38,7 +39,7 @@ from phaze.config import SweepConfig, quick_sweep_config, sweep_config_from_mapp
 from phaze.errors import ConfigError
 from phaze.pipeline import Knobs
 from phaze.pipeline import evaluate as evaluate_point
-from phaze.sweep import bounds, plan, record_of, run_sweep
+from phaze.sweep import Bound, bounds, plan, record_of, run_sweep, tight_bound
 from results.pareto import pareto, parse_objectives
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import STORE_FILENAME, Store, load
@@ -329,6 +330,57 @@ def test_pruning_skips_dominated_designs_and_keeps_the_front(clean, exhaustive):
     assert not {p["design_id"] for p in front} & {p["design_id"] for p in pruned}
 
 
+def _oracle_bounds(points):
+    """The tightest valid bound of each (design, workload): its evaluated points' best
+    values (vacuous for a design with none)."""
+    best: dict[tuple[str, str], dict] = {}
+    for p in points:
+        if p["feasible"] and p["workload"] != AGGREGATE_WORKLOAD:
+            b = best.setdefault((p["design_id"], p["workload"]), {})
+            for f in dataclasses.fields(Bound):
+                pick = max if f.name in ("tokens_per_s", "samples_per_s") else min
+                b[f.name] = pick(b.get(f.name, p[f.name]), p[f.name])
+    worst = {
+        f.name: 0.0 if f.name.endswith("per_s") else math.inf for f in dataclasses.fields(Bound)
+    }
+
+    def bound(acc, model, knobs, ctx):
+        return Bound(**best.get((design_id(acc), model.name), worst))
+
+    return bound
+
+
+@pytest.mark.parametrize("workloads", [["gpt3-125m"], ["gpt3-125m", "gpt3-350m"]])
+def test_tighter_worker_bounds_prune_more_and_keep_the_fronts(
+    spaces, tmp_path, monkeypatch, workloads
+):
+    """Workers' tight bounds decide pruning exactly. With the tightest valid bound (a
+    design's own best values, from an exhaustive run) many more designs are pruned, and
+    with two workloads a design a worker skipped on one workload but the other keeps is
+    evaluated there too: every kept point and every front is the exhaustive run's."""
+    exhaustive_dir, cheap_dir, tight_dir = tmp_path / "all", tmp_path / "cheap", tmp_path / "tight"
+    _run(_config(spaces["prunable"], prune=False, workloads=workloads), exhaustive_dir)
+    all_points = _points(exhaustive_dir)
+    cheap = _run(_config(spaces["prunable"], workloads=workloads), cheap_dir)
+    monkeypatch.setattr("phaze.sweep.tight_bound", _oracle_bounds(all_points))
+    tight = _run(_config(spaces["prunable"], workloads=workloads), tight_dir)
+    assert cheap.pruned_designs < tight.pruned_designs
+    points = _points(tight_dir)
+    per_workload = [p["key"] for p in all_points if p["workload"] != AGGREGATE_WORKLOAD]
+    assert [p["key"] for p in points if p["workload"] != AGGREGATE_WORKLOAD] == per_workload
+    by_key = {p["key"]: p for p in all_points}
+    pruned = {p["design_id"] for p in points if (p["reason"] or "").startswith("pruned:")}
+    assert len(pruned) == tight.pruned_designs
+    for p in points:
+        if p["design_id"] not in pruned:
+            assert p == by_key[p["key"]]
+    for name in workloads:
+        mine = [p for p in points if p["workload"] == name]
+        assert _front(mine, OBJECTIVES) == _front(
+            [p for p in all_points if p["workload"] == name], OBJECTIVES
+        )
+
+
 @pytest.mark.parametrize(
     "objectives",
     [c for r in (2, 3) for c in itertools.combinations(OBJECTIVES, r)],
@@ -344,8 +396,13 @@ def test_pruned_and_exhaustive_pareto_fronts_agree(spaces, exhaustive, tmp_path,
     assert sorted(p["key"] for p in front) == [p["key"] for p in _front(all_points, objectives)]
 
 
-def _check_bound(acc: Accelerator, model, ctx, point: dict) -> None:
-    b = bounds(acc, model, ctx)
+def _check_bound(acc: Accelerator, model, ctx, point: dict, knobs) -> None:
+    """Both bounds (the cheap one and the tight one over ``knobs``) are optimistic."""
+    for b in (bounds(acc, model, ctx), tight_bound(acc, model, knobs, ctx)):
+        _check_one_bound(b, point)
+
+
+def _check_one_bound(b, point: dict) -> None:
     where = point["key"]
     assert b.tokens_per_s >= point["tokens_per_s"], where
     assert b.samples_per_s >= point["samples_per_s"], where
@@ -364,8 +421,13 @@ def test_bounds_are_optimistic_for_every_evaluated_point(exhaustive):
     ((_, model),) = shared.workloads
     feasible = [p for p in points if p["feasible"]]
     assert len(feasible) > 30
+    tighter = 0
     for p in feasible:
-        _check_bound(by_id[p["design_id"]], model, shared.ctx, p)
+        acc = by_id[p["design_id"]]
+        _check_bound(acc, model, shared.ctx, p, shared.knobs)
+        cheap = bounds(acc, model, shared.ctx).iteration_s
+        tighter += tight_bound(acc, model, shared.knobs, shared.ctx).iteration_s > cheap
+    assert tighter == len(feasible)  # no design here reaches 100 % MFU
 
 
 @settings(max_examples=25)
@@ -408,7 +470,9 @@ def test_bounds_are_optimistic_on_random_designs_and_knobs(
     )
     ev = evaluate_point(name, model, acc, Knobs(micro_batch, recompute), shared.ctx)
     if ev.feasible:
-        _check_bound(acc, model, shared.ctx, record_of(ev, devices))
+        _check_bound(
+            acc, model, shared.ctx, record_of(ev, devices), (Knobs(micro_batch, recompute),)
+        )
 
 
 # --------------------------------------------------------------------------- aggregates
