@@ -426,8 +426,10 @@ def test_bounds_are_optimistic_for_every_evaluated_point(exhaustive):
         acc = by_id[p["design_id"]]
         _check_bound(acc, model, shared.ctx, p, shared.knobs)
         cheap = bounds(acc, model, shared.ctx).iteration_s
-        tighter += tight_bound(acc, model, shared.knobs, shared.ctx).iteration_s > cheap
-    assert tighter == len(feasible)  # no design here reaches 100 % MFU
+        tight = tight_bound(acc, model, shared.knobs, shared.ctx).iteration_s
+        assert tight >= cheap
+        tighter += tight > cheap
+    assert tighter > len(feasible) // 2  # most designs here are far from 100 % MFU
 
 
 @settings(max_examples=25)
