@@ -23,6 +23,7 @@ The bound is the largest of:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -31,6 +32,28 @@ __all__ = ["makespan_lower_bound"]
 
 # Occupancy weights a tried by the destructive bound (0 and 1 are the per-type bounds).
 _WEIGHTS: Final = np.arange(1, 8) / 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Ops:
+    """The facts of one instance that every bound reads (see :func:`makespan_lower_bound`).
+
+    ``fastest[i]`` is op i's least time; ``split[i]`` the (tensor, vector) cores it holds
+    split; ``head[i]``/``tail[i]`` the least time before its start and after its finish.
+    """
+
+    core: Sequence[str]
+    single_s: Sequence[float]
+    parallel_s: Sequence[float]
+    preds: Sequence[Sequence[int]]
+    caps: tuple[int, int]
+    blocks_all: bool
+    can: list[bool]
+    fastest: list[float]
+    uses: list[tuple[bool, bool]]
+    split: list[tuple[int, int]]
+    head: list[float]
+    tail: list[float]
 
 
 def makespan_lower_bound(
@@ -55,16 +78,40 @@ def makespan_lower_bound(
     n = len(core)
     if n == 0:
         return 0.0
-    caps = (num_tc, num_vc)
+    ops = _facts(core, single_s, parallel_s, preds, (num_tc, num_vc), parallel_blocks_all)
+    head, tail = ops.head, ops.tail
+    best = max(h + f + t for h, f, t in zip(head, ops.fastest, tail, strict=True))
+
+    # Per core type: least core-seconds over the cores, inside its ops' time window.
+    for k in (0, 1):
+        work, first, last = 0.0, float("inf"), float("inf")
+        for i in range(n):
+            need = single_s[i] * ops.uses[i][k]
+            if ops.can[i]:
+                need = min(need, parallel_s[i] * ops.split[i][k])
+            if need > 0:
+                work += need
+                first = min(first, head[i])
+                last = min(last, tail[i])
+        if work > 0:
+            best = max(best, first + work / ops.caps[k] + last)
+
+    threshold = [head[i] + single_s[i] + tail[i] if ops.can[i] else -1.0 for i in range(n)]
+    cuts = sorted({x for x in threshold if x > best})
+    if not cuts:
+        return best
+    return max(best, _destructive(ops, best, cuts, threshold))
+
+
+def _facts(core, single_s, parallel_s, preds, caps, blocks_all) -> _Ops:
+    n = len(core)
     can = [c != "Nop" and p < s for c, s, p in zip(core, single_s, parallel_s, strict=True)]
     fastest = [p if ok else s for ok, s, p in zip(can, single_s, parallel_s, strict=True)]
     uses = [(c in ("TC", "TCandVC"), c in ("VC", "TCandVC")) for c in core]
-
-    def split_demand(i: int) -> tuple[int, int]:
-        if parallel_blocks_all or core[i] == "TCandVC":
-            return caps
-        return (num_tc, 0) if uses[i][0] else (0, num_vc)
-
+    split = [
+        caps if blocks_all or c == "TCandVC" else ((caps[0], 0) if tc else (0, caps[1]))
+        for c, (tc, _) in zip(core, uses, strict=True)
+    ]
     succs: list[list[int]] = [[] for _ in range(n)]
     head = [0.0] * n
     for j in range(n):
@@ -74,102 +121,52 @@ def makespan_lower_bound(
     tail = [0.0] * n
     for i in range(n - 1, -1, -1):
         tail[i] = max((fastest[j] + tail[j] for j in succs[i]), default=0.0)
-    best = max(h + f + t for h, f, t in zip(head, fastest, tail, strict=True))
-
-    # Per core type: least core-seconds over the cores, inside its ops' time window.
-    for k in (0, 1):
-        work, first, last = 0.0, float("inf"), float("inf")
-        for i in range(n):
-            need = single_s[i] * uses[i][k]
-            if can[i]:
-                need = min(need, parallel_s[i] * split_demand(i)[k])
-            if need > 0:
-                work += need
-                first = min(first, head[i])
-                last = min(last, tail[i])
-        if work > 0:
-            best = max(best, first + work / caps[k] + last)
-
-    threshold = [head[i] + single_s[i] + tail[i] if can[i] else -1.0 for i in range(n)]
-    cuts = sorted({x for x in threshold if x > best})
-    if not cuts:
-        return best
-    return max(
-        best,
-        _destructive(
-            best,
-            cuts,
-            threshold,
-            core,
-            single_s,
-            parallel_s,
-            can,
-            uses,
-            split_demand,
-            preds,
-            head,
-            tail,
-            caps,
-            parallel_blocks_all,
-        ),
+    return _Ops(
+        core, single_s, parallel_s, preds, caps, blocks_all, can, fastest, uses, split, head, tail
     )
 
 
-def _destructive(
-    base,
-    cuts,
-    threshold,
-    core,
-    single_s,
-    parallel_s,
-    can,
-    uses,
-    split_demand,
-    preds,
-    head,
-    tail,
-    caps,
-    blocks_all,
-) -> float:
+def _destructive(ops: _Ops, base: float, cuts: list[float], threshold: list[float]) -> float:
     """The least T >= ``base`` that the forced-split reasoning cannot rule out.
 
     Between consecutive ``cuts`` (the single-core path lengths above ``base``) the set of
     forced ops is constant, so so is the bound g it implies; the answer is max(lo, g) in the
     first interval [lo, hi) with g < hi.
     """
-    n = len(core)
+    n = len(ops.core)
     a = _WEIGHTS
+    caps = ops.caps
     occ_single = np.zeros((n, a.size))
     occ_split = np.zeros((n, a.size))
     for i in range(n):
-        tc, vc = uses[i]
-        occ_single[i] = single_s[i] * (a * tc / caps[0] + (1 - a) * vc / caps[1])
-        if can[i]:
-            st, sv = split_demand(i)
-            occ_split[i] = parallel_s[i] * (a * st / caps[0] + (1 - a) * sv / caps[1])
-    least = np.where(np.asarray(can)[:, None], np.minimum(occ_single, occ_split), occ_single)
-    holders = [i for i in range(n) if core[i] != "Nop"]
-    window = min(head[i] for i in holders) + min(tail[i] for i in holders) if holders else 0.0
+        tc, vc = ops.uses[i]
+        occ_single[i] = ops.single_s[i] * (a * tc / caps[0] + (1 - a) * vc / caps[1])
+        if ops.can[i]:
+            st, sv = ops.split[i]
+            occ_split[i] = ops.parallel_s[i] * (a * st / caps[0] + (1 - a) * sv / caps[1])
+    least = np.where(np.asarray(ops.can)[:, None], np.minimum(occ_single, occ_split), occ_single)
+    holders = [i for i in range(n) if ops.core[i] != "Nop"]
+    window = (
+        min(ops.head[i] for i in holders) + min(ops.tail[i] for i in holders) if holders else 0.0
+    )
     thresholds = np.asarray(threshold)
+    split_s = np.asarray(ops.parallel_s)
     # A core-holding op that is not forced is on the path at its fastest time.
-    path_weight = [
-        (parallel_s[i] if can[i] else single_s[i]) if core[i] != "Nop" else 0.0
-        for i in range(len(core))
-    ]
+    path_weight = [f if c != "Nop" else 0.0 for c, f in zip(ops.core, ops.fastest, strict=True)]
 
     def implied(lo: float) -> float:
         forced = thresholds > lo
         occupancy = float((np.where(forced[:, None], occ_split, least)).sum(axis=0).max())
         g = window + occupancy
-        if blocks_all:
+        if ops.blocks_all:
             longest = [0.0] * n
             top = 0.0
             for j in range(n):
-                longest[j] = max((longest[i] for i in preds[j]), default=0.0) + (
+                longest[j] = max((longest[i] for i in ops.preds[j]), default=0.0) + (
                     0.0 if forced[j] else path_weight[j]
                 )
                 top = max(top, longest[j])
-            g = max(g, float(np.asarray(parallel_s)[forced].sum()) + top)
+            g = max(g, float(split_s[forced].sum()) + top)
         return g
 
     lows = [base, *cuts]

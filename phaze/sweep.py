@@ -283,16 +283,7 @@ def bounds(acc: Accelerator, model: Model, ctx: Context) -> Bound:
     the MACs of the model FLOPs plus leakage of every device over the shortest possible
     time; no memory, network or recompute energy.
     """
-    fields = _bound_fields(
-        acc.peak_flops,
-        tech_node(acc.node_nm).mac_energy_pj,
-        static_power_w(acc),
-        embodied_kgco2e(acc),
-        device_cost_usd(acc),
-        model,
-        ctx,
-    )
-    return Bound(**fields)
+    return _bound_at(acc, acc.peak_flops, model, ctx)
 
 
 def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Knobs], ctx: Context) -> Bound:
@@ -306,8 +297,13 @@ def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Knobs], ctx: Con
     rate = acc.peak_flops
     if floor_s > 0:
         rate = min(rate, flops_per_batch / (ctx.cluster.devices * floor_s))
+    return _bound_at(acc, rate, model, ctx)
+
+
+def _bound_at(acc: Accelerator, flops_per_s: float, model: Model, ctx: Context) -> Bound:
+    """The bound of ``acc`` when every device does model FLOPs at ``flops_per_s``."""
     fields = _bound_fields(
-        rate,
+        flops_per_s,
         tech_node(acc.node_nm).mac_energy_pj,
         static_power_w(acc),
         embodied_kgco2e(acc),
