@@ -3,7 +3,9 @@
 GPT-3 175B, Llama-3 70B and Mixtral 8x7B blocks, forward and backward, at tensor-parallel
 widths 1 and 8, on N random designs (powers of two around a TPUv4-like chip). Prints the
 median and p95 wall time per solve, split by how it was solved: fast path (the list schedule
-meets the lower bound in every part) or MIP (some part needed the solver), with statuses.
+meets the lower bound in every part) or MIP (some part needed the solver), with statuses;
+the MIP solves of layers of at most 30 ops (the dense blocks' forward passes) on their own,
+for issue 5's full-ILP target; and per graph its op count, all solves and MIP solves.
 
 Run: ``.venv/bin/python benchmarks/bench_ilp.py [--designs 100] [--time-limit 1.0]``.
 Caches are cleared first, so every solve is cold except repeats inside the run.
@@ -26,6 +28,7 @@ from workloads import TrainingSetup, build_layer_graph, get_model
 
 MODELS = ("gpt3-175b", "llama3-70b", "mixtral-8x7b")
 TPS = (1, 8)
+SMALL_LAYER_OPS = 30  # the dense blocks' forward passes (26-28 ops): issue 5's "20-op layer"
 PASSES = ("forward", "backward")
 
 
@@ -73,9 +76,9 @@ def main() -> None:
                 graphs.append((f"{name} t={tp} {p}", getattr(lg.op_graphs["block"], p)))
     _solve.cache_clear()
     _solve_part.cache_clear()
-    fast, full, ilp_sizes = [], [], []
+    fast, full, small_full = [], [], []
     status = Counter()
-    per_graph = {label: [] for label, _ in graphs}
+    per_graph = {label: ([], []) for label, _ in graphs}  # (all solves, MIP solves)
     t_all = time.perf_counter()
     for acc in designs(args.designs):
         for label, og in graphs:
@@ -83,11 +86,14 @@ def main() -> None:
             t0 = time.perf_counter()
             s = solve_schedule(g, acc.num_tc, acc.num_vc, time_limit_s=args.time_limit)
             dt = time.perf_counter() - t0
-            (full if s.method in (Method.ILP, Method.ILP_CORES) else fast).append(dt)
-            if s.method in (Method.ILP, Method.ILP_CORES):
-                ilp_sizes.append(len(og.ops))
+            mip = s.method in (Method.ILP, Method.ILP_CORES)
+            (full if mip else fast).append(dt)
+            if mip and len(og.ops) <= SMALL_LAYER_OPS:
+                small_full.append(dt)
             status[f"{s.method}/{s.status}"] += 1
-            per_graph[label].append(dt)
+            per_graph[label][0].append(dt)
+            if mip:
+                per_graph[label][1].append(dt)
     everything = fast + full
     print(
         f"{len(everything)} solves in {time.perf_counter() - t_all:.1f} s "
@@ -96,8 +102,11 @@ def main() -> None:
     print(f"all        {_stats(everything)}")
     print(f"fast path  {_stats(fast)}")
     print(f"MIP        {_stats(full)}")
-    for label, xs in per_graph.items():
-        print(f"  {label:32s} {_stats(xs)}")
+    print(f"MIP, layers of <= {SMALL_LAYER_OPS} ops  {_stats(small_full)}")
+    for label, og in graphs:
+        every, mip = per_graph[label]
+        print(f"  {label:26s} {len(og.ops):3d} ops  all {_stats(every)}")
+        print(f"  {'':26s}          MIP {_stats(mip)}")
     print("method/status:", dict(sorted(status.items())))
 
 

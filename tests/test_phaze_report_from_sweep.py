@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from spaces import space_toml
 from test_results_report import check_images, parse_html
 
 import phaze
@@ -14,22 +15,7 @@ from results.display import fmt_value
 from results.report import write_report
 from results.store import load
 
-SPACE = """
-[space]
-name = "report-test"
-num_tc = [1, 4]
-tc_rows = [128]
-tc_cols = [128]
-num_vc = [1]
-glb_mib = [16]
-hbm_gib = [32]
-hbm_bandwidth_bytes_per_s = [1.2e12]
-clock_hz = 1.05e9
-node_nm = 7
-area_fraction_min = 0.0
-area_fraction_max = 1.0
-keep_single_core = true
-"""
+SPACE = space_toml("report-test", num_tc=(1, 4), tc_rows=(128,))
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spaces import PRUNABLE_SPACE, space_toml
 
 import phaze
 from arch_space import Accelerator, design_id
@@ -45,42 +46,8 @@ from results.schema import AGGREGATE_WORKLOAD
 from results.store import STORE_FILENAME, Store, load
 
 # Six designs (1, 2, 4 tensor cores of 64 or 128 rows), all kept whatever their area.
-SMALL_SPACE = """\
-[space]
-name = "test"
-num_tc = [1, 2, 4]
-tc_rows = [64, 128]
-tc_cols = [128]
-num_vc = [1]
-glb_mib = [16]
-hbm_gib = [32]
-hbm_bandwidth_bytes_per_s = [1.2e12]
-clock_hz = 1.05e9
-node_nm = 7
-area_fraction_min = 0.0
-area_fraction_max = 1.0
-keep_single_core = true
-"""
+SMALL_SPACE = space_toml("test", num_tc=(1, 2, 4), tc_rows=(64, 128))
 
-# 48 designs built to hold dominated ones: 8-row arrays (a tenth of the FLOP/s) and 128 MiB
-# buffers (dearer, no faster on this small model). With the four default objectives, 18 of
-# them are pruned, in both pruning rounds.
-PRUNABLE_SPACE = """\
-[space]
-name = "prunable"
-num_tc = [1, 2, 4, 8]
-tc_rows = [8, 32, 128]
-tc_cols = [32, 128]
-num_vc = [1]
-glb_mib = [16, 128]
-hbm_gib = [32]
-hbm_bandwidth_bytes_per_s = [1.2e12]
-clock_hz = 1.05e9
-node_nm = 7
-area_fraction_min = 0.0
-area_fraction_max = 1.0
-keep_single_core = true
-"""
 
 OBJECTIVES = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp")
 

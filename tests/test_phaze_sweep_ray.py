@@ -7,6 +7,7 @@ and the aggregate rows of two workloads as well as the evaluated points.
 from __future__ import annotations
 
 import pytest
+from spaces import PRUNABLE_SPACE
 
 from phaze.config import sweep_config_from_mapping
 from phaze.sweep import run_sweep
@@ -17,23 +18,7 @@ ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.ray
 
-# 48 designs, of which the 8-row arrays and 128 MiB buffers are pruned by bounds.
-SPACE = """\
-[space]
-name = "prunable"
-num_tc = [1, 2, 4, 8]
-tc_rows = [8, 32, 128]
-tc_cols = [32, 128]
-num_vc = [1]
-glb_mib = [16, 128]
-hbm_gib = [32]
-hbm_bandwidth_bytes_per_s = [1.2e12]
-clock_hz = 1.05e9
-node_nm = 7
-area_fraction_min = 0.0
-area_fraction_max = 1.0
-keep_single_core = true
-"""
+SPACE = PRUNABLE_SPACE  # 48 designs, of which the 8-row arrays and 128 MiB buffers are pruned
 
 
 def test_ray_and_local_sweeps_store_identical_points(tmp_path):

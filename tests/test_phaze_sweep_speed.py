@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spaces import space_toml
 
 import phaze.pipeline as pipeline
 from arch_space import Accelerator, Cluster
@@ -34,22 +35,7 @@ from workloads import build_layer_graph, resolve_model
 _MIB = 1 << 20
 
 # 4 tensor-core counts x 2 array shapes x 2 buffers, with two HBM capacities each.
-_SPACE = """\
-[space]
-name = "speed"
-num_tc = [1, 2, 4, 8]
-tc_rows = [8, 128]
-tc_cols = [128]
-num_vc = [1]
-glb_mib = [16, 128]
-hbm_gib = [32]
-hbm_bandwidth_bytes_per_s = [1.2e12]
-clock_hz = 1.05e9
-node_nm = 7
-area_fraction_min = 0.0
-area_fraction_max = 1.0
-keep_single_core = true
-"""
+_SPACE = space_toml("speed", num_tc=(1, 2, 4, 8), tc_rows=(8, 128), glb_mib=(16, 128))
 
 
 def _design(num_tc: int, rows: int, hbm_mib: int) -> Accelerator:
