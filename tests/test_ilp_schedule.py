@@ -16,6 +16,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ilp import DEFAULT_MIP_GAP, Method, ScheduleStatus, makespan_lower_bound, solve_schedule
+from ilp.listsched import justify, makespan, serial_sgs
+from ilp.problem import PARALLEL, SINGLE, build_problem, demand
 from phaze.errors import ConfigError
 
 CORES = ("TC", "VC", "TCandVC", "Nop")
@@ -476,3 +478,55 @@ def test_forced_split_ops_are_serialised_by_the_bound():
     assert _bound(g, 4, 4, True) == 2.0
     assert _bound(g, 4, 4, False) == 1.0  # split ops of different types may overlap then
     assert brute_force(g, 4, 4, blocks_all=False) == 1.0
+
+
+def _check_problem_schedule(problem, modes, start):
+    """Precedence and core capacity of an index-space schedule, checked at every start."""
+    dur = [problem.duration(i, modes[i]) for i in range(problem.n)]
+    for i, j in problem.edges:
+        assert start[i] + dur[i] <= start[j] * (1 + 1e-12) + 1e-15, (i, j)
+    for t in start:
+        busy = [
+            demand(problem, i, modes[i])
+            for i in range(problem.n)
+            if dur[i] > 0 and start[i] <= t < start[i] + dur[i]
+        ]
+        assert sum(b[0] for b in busy) <= problem.num_tc
+        assert sum(b[1] for b in busy) <= problem.num_vc
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dags(max_ops=7),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.booleans(),
+    st.randoms(use_true_random=False),
+)
+def test_justification_keeps_schedules_feasible_and_never_longer(
+    g, num_tc, num_vc, blocks_all, rnd
+):
+    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
+    modes = tuple(
+        PARALLEL if problem.can_parallel[i] and rnd.random() < 0.5 else SINGLE
+        for i in range(problem.n)
+    )
+    start = serial_sgs(problem, modes, tuple(rnd.random() for _ in range(problem.n)))
+    justified, span = justify(problem, modes, start)
+    _check_problem_schedule(problem, modes, justified)
+    assert span == makespan(problem, modes, justified)
+    assert span <= makespan(problem, modes, start) * (1 + 1e-12)
+
+
+def test_justification_closes_a_list_schedules_gap():
+    """Ops of 1, 2 and 3 s on two cores, listed shortest first: 1 and 2 start at 0, 3 waits
+    for the first core (makespan 4). Right-justified, 3 goes first; left again, the ops pack
+    into 3 s."""
+    g = _graph([("a", "TC", 1.0, 1.0), ("b", "TC", 2.0, 2.0), ("c", "TC", 3.0, 3.0)])
+    problem = build_problem(g, 2, 1).problem
+    modes = (SINGLE,) * 3
+    start = serial_sgs(problem, modes, problem.single_s)
+    assert makespan(problem, modes, start) == 4.0
+    justified, span = justify(problem, modes, start)
+    assert span == 3.0
+    _check_problem_schedule(problem, modes, justified)
