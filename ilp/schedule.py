@@ -4,9 +4,10 @@ The pipeline for one graph (DESIGN.md §5):
 
 1. validate and canonicalise the graph (:mod:`ilp.problem`); identical content hits a cache;
 2. split it at ops nothing can run beside (exact: see :func:`_solve`); for each part,
-3. a list schedule gives an upper bound, the critical path and core-seconds a lower bound;
-   when they meet (always for chains, where nothing can overlap) the list schedule is
-   optimal and no MIP is built;
+3. a list schedule gives an upper bound, the critical path and core-seconds a lower bound
+   (:mod:`ilp.bounds`), raised where they fall short by an LP over the modes
+   (:mod:`ilp.lpbound`); when they meet (always for chains, where nothing can overlap) the
+   list schedule is optimal and no MIP is built;
 4. otherwise solve the MIP without per-core assignment, turn its modes and start order into
    an exact schedule with the serial SGS, and accept it if it matches the MIP's makespan (no
    more cores were busy than exist); else re-solve with capacity rows for the core types
@@ -32,6 +33,7 @@ import networkx as nx
 
 from ilp.formulation import SOLVERS, check_solver, solve_ilp
 from ilp.listsched import heuristic, lower_bound, makespan, serial_sgs, structure
+from ilp.lpbound import collapsed_lower_bound
 from ilp.problem import PARALLEL, SINGLE, Problem, build_problem, demand, uses
 from ilp.symmetry import canonical, symmetry
 from phaze.errors import ConfigError, SolverError
@@ -279,6 +281,8 @@ def _solve_part(problem: Problem, solver: str, time_limit_s: float, mip_gap: flo
     lb = lower_bound(problem)
     close = max(_TOL, mip_gap)  # a schedule this close to a lower bound counts as optimal
     modes, start, ub = heuristic(problem, lb * (1 + close))
+    if ub > lb * (1 + close):
+        lb = max(lb, collapsed_lower_bound(problem, st, ub))
     if ub <= lb * (1 + close):
         return _Result(
             modes,

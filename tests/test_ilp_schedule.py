@@ -16,7 +16,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ilp import DEFAULT_MIP_GAP, Method, ScheduleStatus, makespan_lower_bound, solve_schedule
-from ilp.listsched import justify, makespan, serial_sgs
+from ilp.listsched import justify, makespan, serial_sgs, structure
+from ilp.lpbound import collapsed_lower_bound
 from ilp.problem import PARALLEL, SINGLE, build_problem, demand
 from phaze.errors import ConfigError
 
@@ -530,3 +531,29 @@ def test_justification_closes_a_list_schedules_gap():
     justified, span = justify(problem, modes, start)
     assert span == 3.0
     _check_problem_schedule(problem, modes, justified)
+
+
+@settings(max_examples=300, deadline=None)
+@given(dags(max_ops=7), st.integers(1, 4), st.integers(1, 4))
+def test_collapsed_lp_bound_never_exceeds_the_optimum(g, num_tc, num_vc):
+    problem = build_problem(g, num_tc, num_vc).problem
+    best = brute_force(g, num_tc, num_vc)
+    st_ = structure(problem)
+    # with the optimum as the feasible makespan given (the most ops forced to split) and
+    # with a loose one (all ops one after another on one core)
+    for ub in (best, sum(problem.single_s)):
+        assert collapsed_lower_bound(problem, st_, ub) <= best * (1 + 1e-9)
+
+
+def test_collapsed_lp_bound_pays_every_parallel_op_outside_the_rest():
+    """Four tensor ops of 3.9 s on the one tensor core (1 s split, which holds the chip)
+    beside a 4 s vector chain. Splitting k of them costs k s of the chip; the rest queue on
+    the core: the best is k = 3, 3 + max(4, 3.9) = 7 s. Every path is at most 4 s and the
+    core-seconds 4 s; the LP pays each split second outside the rest and finds 6.97 s."""
+    spec = [(f"t{k}", "TC", 3.9, 1.0) for k in range(4)]
+    g = _graph([*spec, ("v1", "VC", 2.0, 2.0), ("v2", "VC", 2.0, 2.0)], [("v1", "v2")])
+    problem = build_problem(g, 1, 1).problem
+    assert brute_force(g, 1, 1) == pytest.approx(7.0)
+    old = _bound(g, 1, 1, True)
+    new = collapsed_lower_bound(problem, structure(problem), 7.0)
+    assert old < 6.5 < 6.97 < new <= 7.0

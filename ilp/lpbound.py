@@ -1,0 +1,136 @@
+"""A linear-programming lower bound on the makespan when intra-op parallel ops hold the chip.
+
+The argument (valid only with ``parallel_blocks_all``): take any schedule and cut out of the
+time axis every interval in which a parallel op runs. Nothing else runs then, so what is left
+holds every single-core op whole, still in precedence order and within the core counts; a
+``Nop`` op (which holds no core) may lose the part of its time that overlapped parallel ops,
+so it keeps at least its latency minus the parallel time of the ops it is incomparable with.
+Hence, with ``x_i`` = 1 when op i runs parallel,
+
+    makespan = sum_i x_i p_i + C,
+
+where C, the length of the collapsed schedule, is at least every path of collapsed durations
+((1 - x_i) s_i for core ops) and, per core type, the single-core work of that type over its
+cores. Relaxing x_i to [0, 1] gives a small LP (three variables and two rows per op, one row
+per edge) whose optimum is a lower bound. It adds what the combinatorial bounds of
+:mod:`ilp.bounds` miss: every parallel op's time is paid outside the single ops' schedule,
+not only along one path. (The same rows over the MIP's mode variables, tried as cuts in
+:mod:`ilp.formulation`, proved no more parts optimal in ``benchmarks/bench_ilp.py``.)
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import highspy
+import numpy as np
+
+from ilp.listsched import Structure
+from ilp.problem import Problem, uses
+
+__all__ = ["collapsed_lower_bound"]
+
+# The LP's optimum is computed to the solver's tolerances (1e-7 on rows of O(1) coefficients
+# after scaling); the bound returned is shaded by this much so it stays valid.
+_SAFETY: Final = 1e-6
+
+# A column of the rows: ("x", i) op i's split share, ("e", i) its collapsed start, ("d", i)
+# its collapsed duration, ("C", 0) the collapsed length, ("T", 0) the makespan.
+_Column = tuple[str, int]
+
+
+def _rows(
+    problem: Problem, st: Structure, scale: float
+) -> list[tuple[list[_Column], list[float], float]]:
+    """The rows ``sum(coef * column) >= rhs`` of the module docstring, times multiplied by
+    ``scale``. ("x", i) appears only for ops that can split; other ops run single-core."""
+    n = problem.n
+    single = [s * scale for s in problem.single_s]
+    split = [
+        p * scale if ok else 0.0
+        for p, ok in zip(problem.parallel_s, problem.can_parallel, strict=True)
+    ]
+    can = problem.can_parallel
+    rows: list[tuple[list[_Column], list[float], float]] = []
+    for i in range(n):
+        if problem.core[i] == "Nop":
+            # d_i >= s_i - sum of x_j p_j over ops j that may split beside i
+            beside = [j for j in range(n) if can[j] and not st.comparable(i, j) and j != i]
+            rows.append(
+                (
+                    [("d", i), *(("x", j) for j in beside)],
+                    [1.0, *(split[j] for j in beside)],
+                    single[i],
+                )
+            )
+        elif can[i]:
+            rows.append(([("d", i), ("x", i)], [1.0, single[i]], single[i]))  # (1 - x_i) s_i
+        else:
+            rows.append(([("d", i)], [1.0], single[i]))
+        rows.append(([("C", 0), ("e", i), ("d", i)], [1.0, -1.0, -1.0], 0.0))  # C >= e_i + d_i
+    for i, j in problem.edges:
+        rows.append(([("e", j), ("e", i), ("d", i)], [1.0, -1.0, -1.0], 0.0))  # e_j >= e_i + d_i
+    for k, cap in enumerate((problem.num_tc, problem.num_vc)):
+        w = [
+            single[i] / cap if problem.core[i] != "Nop" and uses(problem.core[i])[k] else 0.0
+            for i in range(n)
+        ]
+        if any(w):  # C >= sum (1 - x_i) w_i
+            ops = [i for i in range(n) if w[i] and can[i]]
+            rows.append(([("C", 0), *(("x", i) for i in ops)], [1.0, *(w[i] for i in ops)], sum(w)))
+    splits = [i for i in range(n) if can[i]]
+    # T >= sum x_i p_i + C
+    rows.append(
+        (
+            [("T", 0), ("C", 0), *(("x", i) for i in splits)],
+            [1.0, -1.0, *(-split[i] for i in splits)],
+            0.0,
+        )
+    )
+    return rows
+
+
+def collapsed_lower_bound(problem: Problem, st: Structure, ub_s: float) -> float:
+    """A lower bound on the optimal makespan by the LP of the module docstring, in seconds
+    (0 when it does not apply), never above ``ub_s``.
+
+    ``ub_s`` is the makespan of a feasible schedule (the list schedule's). An optimal schedule
+    is no longer, so an op whose single-core path (head + single + tail) exceeds it runs split
+    there: such ops are fixed to the split mode. Times are scaled by ``ub_s`` inside the LP.
+    """
+    n = problem.n
+    if not problem.parallel_blocks_all or not any(problem.can_parallel) or ub_s <= 0:
+        return 0.0
+    rows = _rows(problem, st, 1.0 / ub_s)
+    index: dict[_Column, int] = {}
+    for cols, _, _ in rows:
+        for c in cols:
+            index.setdefault(c, len(index))
+    lower = np.zeros(len(index))
+    upper = np.full(len(index), highspy.kHighsInf)
+    for i in range(n):
+        if ("x", i) in index:
+            upper[index["x", i]] = 1.0
+            if st.head[i] + problem.single_s[i] + st.tail[i] > ub_s:
+                lower[index["x", i]] = 1.0  # cannot run single-core in an optimal schedule
+    cost = np.zeros(len(index))
+    cost[index["T", 0]] = 1.0
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.addVars(len(index), lower, upper)
+    h.changeColsCost(len(index), np.arange(len(index), dtype=np.int32), cost)
+    h.addRows(
+        len(rows),
+        np.array([r[2] for r in rows]),
+        np.full(len(rows), highspy.kHighsInf),
+        sum(len(r[0]) for r in rows),
+        np.cumsum([0] + [len(r[0]) for r in rows[:-1]]).astype(np.int32),
+        np.array([index[c] for r in rows for c in r[0]], dtype=np.int32),
+        np.array([v for r in rows for v in r[1]]),
+    )
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return 0.0
+    return min(1.0, max(0.0, h.getInfo().objective_function_value * (1 - _SAFETY))) * ub_s
