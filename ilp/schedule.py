@@ -282,7 +282,7 @@ def _solve_part(problem: Problem, solver: str, time_limit_s: float, mip_gap: flo
     close = max(_TOL, mip_gap)  # a schedule this close to a lower bound counts as optimal
     modes, start, ub = heuristic(problem, lb * (1 + close))
     if ub > lb * (1 + close):
-        lb = max(lb, collapsed_lower_bound(problem, st, ub))
+        lb = max(lb, collapsed_lower_bound(problem, st, ub, close))
     if ub <= lb * (1 + close):
         return _Result(
             modes,

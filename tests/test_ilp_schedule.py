@@ -393,22 +393,20 @@ def test_per_core_assignment_variables_are_exact(g, num_tc, num_vc, blocks_all):
 
 
 def _needs_mip():
-    """Three attention-like head chains: the list schedule does not meet the bound."""
-    g = _graph([("q", "TC", 8.0, 1.0), ("v", "TC", 2.0, 0.5), ("proj", "TC", 8.0, 1.0)])
-    for h in range(2):
-        g.add_node(f"h{h}.qk", core="TC", latency_s=4.0, parallel_latency_s=1.5)
-        g.add_node(f"h{h}.sm", core="VC", latency_s=3.0, parallel_latency_s=1.6)
-        g.add_node(f"h{h}.av", core="TC", latency_s=4.0, parallel_latency_s=1.5)
-        g.add_edges_from(
-            [
-                ("q", f"h{h}.qk"),
-                (f"h{h}.qk", f"h{h}.sm"),
-                (f"h{h}.sm", f"h{h}.av"),
-                ("v", f"h{h}.av"),
-                (f"h{h}.av", "proj"),
-            ]
-        )
-    return g
+    """Seven ops on two tensor cores and one vector core (found by random search) whose list
+    schedule neither the combinatorial bounds nor the LP bound over the modes prove optimal."""
+    return _graph(
+        [
+            ("o0", "VC", 5.0, 1.0),
+            ("o1", "TC", 2.0, 1.0),
+            ("o2", "TC", 2.0, 1.0),
+            ("o3", "TC", 6.0, 5.0),
+            ("o4", "TC", 4.0, 1.0),
+            ("o5", "TC", 7.0, 3.0),
+            ("o6", "TC", 8.0, 7.0),
+        ],
+        [("o1", "o6"), ("o3", "o4"), ("o4", "o5")],
+    )
 
 
 def test_highs_failure_falls_back_to_cbc_then_raises():
