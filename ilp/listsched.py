@@ -108,8 +108,9 @@ def serial_sgs(problem: Problem, modes: Sequence[int], rank: Sequence[float]) ->
 def _sgs(
     problem: Problem, modes: Sequence[int], rank: Sequence[float]
 ) -> tuple[tuple[float, ...], float]:
-    """(start times, makespan) from the serial SGS: among ops whose predecessors are placed, the one of
-    least ``rank`` (ties by index) goes next, at the earliest time its cores are free.
+    """(start times, makespan) from the serial SGS: among ops whose predecessors are placed,
+    the one of least ``rank`` (ties by index) goes next, at the earliest time its cores are
+    free.
 
     Notes
     -----
@@ -239,11 +240,12 @@ def heuristic(problem: Problem, bound: float) -> tuple[tuple[int, ...], tuple[fl
     """A good feasible schedule (modes, starts, makespan); stops early on reaching ``bound``.
 
     Starts from fastest and single-core modes under two priority rules (topological order,
-    and longest remaining path first), each justified (:func:`justify`), then a local search
-    over modes: flip one op, or set every op of the same core and durations to one mode,
-    re-scheduling in the incumbent's start order and by remaining path, while that shortens
-    the makespan (at most :data:`_PASSES` passes and :data:`_TRIALS` schedules, so large parts
-    leave their time budget to the MIP); the result is justified once more. Justifying every
+    and longest remaining path first), each justified (:func:`justify`) unless it meets
+    ``bound``, then a local search over modes: flip one op, or set every op of the same core
+    and durations to one mode, re-scheduling in the incumbent's start order and by remaining
+    path, while that shortens the makespan (at most :data:`_PASSES` passes and
+    :data:`_TRIALS` schedules, so large parts leave their time budget to the MIP); the result
+    is justified once more. Justifying every
     trial instead finds shorter schedules only with three times the schedules built: on the
     216 hardest parts of ``benchmarks/bench_ilp.py`` the mode moves matter more.
     """
@@ -265,7 +267,9 @@ def _local_search(
     best: tuple[tuple[int, ...], tuple[float, ...], float] | None = None
     for modes in dict.fromkeys((fast, single)):
         for rank in (by_tail, by_index):
-            s, ms = justify(problem, modes, _sgs(problem, modes, rank)[0])
+            s, ms = _sgs(problem, modes, rank)
+            if ms > bound:
+                s, ms = justify(problem, modes, s)
             if best is None or ms < best[2]:
                 best = (modes, s, ms)
             if ms <= bound:
