@@ -21,7 +21,7 @@ from _executors_tasks import (
     warm_up,
     warmed,
 )
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from phaze.errors import ConfigError
@@ -207,6 +207,7 @@ def test_chunk_sizes_adapt_to_task_time_and_keep_a_tail():
     sized=st.booleans(),
     timings=st.lists(st.floats(0.0, 2.0), max_size=40),
 )
+@example(n_tasks=1, workers=1, chunksize=None, sized=False, timings=[5e-324])  # 1 / mean: inf
 def test_chunks_hand_out_every_task_once_in_order(n_tasks, workers, chunksize, sized, timings):
     tasks = list(range(n_tasks))
     chunker = Chunker(

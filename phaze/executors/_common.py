@@ -208,7 +208,10 @@ class Chunker(Generic[T]):
         if self._timed_tasks == 0:
             return 1
         mean_s = self._timed_s / self._timed_tasks
-        size = _MAX_CHUNK if mean_s <= 0 else int(_TARGET_CHUNK_S / mean_s)
+        # Tasks this fast fill the largest chunk (and 1 / a subnormal mean would overflow).
+        size = (
+            _MAX_CHUNK if mean_s * _MAX_CHUNK <= _TARGET_CHUNK_S else int(_TARGET_CHUNK_S / mean_s)
+        )
         if self._remaining is not None:
             size = min(size, self._remaining // (self._workers * _TAIL_CHUNKS_PER_WORKER))
         return max(1, min(size, _MAX_CHUNK))
