@@ -8,7 +8,8 @@ demand, without losing optimality:
 * twins (same core, durations, predecessors and successors) start in index order;
 * interchangeable branches start (at a chosen op of each) in index order, where a branch is
   a connected set of ops whose colour (Weisfeiler-Leman refinement of core, durations and
-  neighbours) is shared with other ops, and two branches are interchangeable when the
+  neighbours) is shared with other ops, not counting hubs (ops with two neighbours of one
+  colour on one side, which fan out to several branches), and two branches are interchangeable when the
   colour-preserving map between them keeps every edge inside and every neighbour outside.
 
 Both hold at once: sort twins first (inside each branch), then permute whole branches with
@@ -91,7 +92,17 @@ def symmetry(problem: Problem) -> Symmetry:
     size: dict[int, int] = {}
     for c in colour:
         size[c] = size.get(c, 0) + 1
-    shared = [size[colour[i]] > 1 for i in range(n)]
+    # A hub (an op with two neighbours of one colour, not twins, on one side, like a GEMM
+    # feeding every head group) is shared by the branches it fans out to: it is in none.
+    twin_of = {v: c[0] for c in twins for v in c}
+    hub = [
+        any(
+            len({(colour[w], twin_of.get(w, w)) for w in nbrs}) != len({colour[w] for w in nbrs})
+            for nbrs in (st.preds[i], st.succs[i])
+        )
+        for i in range(n)
+    ]
+    shared = [size[colour[i]] > 1 and not hub[i] for i in range(n)]
     comp = [-1] * n
     comps: list[list[int]] = []
     for i in range(n):
