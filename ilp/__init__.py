@@ -9,6 +9,7 @@ parallel, in what order, for the least makespan.
 from ilp.bounds import makespan_lower_bound
 from ilp.schedule import (
     DEFAULT_MIP_GAP,
+    DEFAULT_SEARCH_NODES,
     DEFAULT_TIME_LIMIT_S,
     HEURISTIC,
     SCHEDULERS,
@@ -21,6 +22,7 @@ from ilp.timing import LayerTiming, PassTiming, costed_graph, layer_timing, pass
 
 __all__ = [
     "DEFAULT_MIP_GAP",
+    "DEFAULT_SEARCH_NODES",
     "DEFAULT_TIME_LIMIT_S",
     "HEURISTIC",
     "SCHEDULERS",

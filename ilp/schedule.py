@@ -5,10 +5,12 @@ The pipeline for one graph (DESIGN.md §5):
 1. validate and canonicalise the graph (:mod:`ilp.problem`); identical content hits a cache;
 2. split it at ops nothing can run beside (exact: see :func:`_solve`); for each part,
 3. a list schedule gives an upper bound, the critical path and core-seconds a lower bound
-   (:mod:`ilp.bounds`), raised where they fall short, before any MIP, by an LP over the modes
-   (:mod:`ilp.lpbound`); when they meet (always for chains, where nothing can overlap) the
-   list schedule is optimal and no MIP is built;
-4. otherwise solve the MIP without per-core assignment, turn its modes and start order into
+   (:mod:`ilp.bounds`); when they meet (always for chains, where nothing can overlap) the
+   list schedule is optimal;
+4. else an exact branch and bound (:mod:`ilp.branch`) improves the list schedule and proves
+   it optimal within a node budget; failing that, an LP over the modes (:mod:`ilp.lpbound`)
+   may still prove it before any MIP is built;
+5. otherwise solve the MIP without per-core assignment, turn its modes and start order into
    an exact schedule with the serial SGS, and accept it if it matches the MIP's makespan (no
    more cores were busy than exist); else re-solve with capacity rows for the core types
    that were over-subscribed (:mod:`ilp.formulation`).
@@ -31,6 +33,7 @@ from typing import Final
 
 import networkx as nx
 
+from ilp.branch import branch_and_bound
 from ilp.formulation import SOLVERS, check_solver, solve_ilp
 from ilp.listsched import heuristic, lower_bound, makespan, serial_sgs, structure
 from ilp.lpbound import collapsed_lower_bound
@@ -45,6 +48,7 @@ __all__ = [
     "solve_schedule",
     "DEFAULT_TIME_LIMIT_S",
     "DEFAULT_MIP_GAP",
+    "DEFAULT_SEARCH_NODES",
     "HEURISTIC",
     "SCHEDULERS",
 ]
@@ -53,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S: Final = 1.0  # wall seconds per independent part of a graph (sweep-sized)
 DEFAULT_MIP_GAP: Final = 1e-4  # relative (HiGHS's default): far below the cost model's error
+# Branch-and-bound nodes per part (about 30-60 us each): proves the dense blocks' forward
+# parts (17-19 ops) in a few thousand (benchmarks/bench_ilp.py).
+DEFAULT_SEARCH_NODES: Final = 20_000
 # The deterministic, MIP-free mode: the list schedule with local search, exact whenever it
 # meets the lower bound (chains, and whatever the bound proves), else with its gap recorded.
 HEURISTIC: Final = "list"
@@ -69,6 +76,7 @@ class ScheduleStatus(StrEnum):
 class Method(StrEnum):
     EMPTY = "empty"  # nothing takes time
     BOUND = "bound"  # the list schedule meets the lower bound (chains and the like)
+    SEARCH = "search"  # the exact branch and bound finished within its node budget
     LIST = "list"  # solver "list": the heuristic list schedule, no MIP (gap vs the bound)
     ILP = "ilp"  # MIP without per-core assignment
     ILP_CORES = "ilp_cores"  # MIP re-solved with per-core assignment
@@ -133,6 +141,7 @@ def solve_schedule(
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     mip_gap: float = DEFAULT_MIP_GAP,
     parallel_blocks_all: bool = True,
+    search_nodes: int = DEFAULT_SEARCH_NODES,
 ) -> Schedule:
     """The minimum-makespan schedule of ``graph`` on ``num_tc`` tensor and ``num_vc``
     vector cores.
@@ -154,6 +163,11 @@ def solve_schedule(
     parallel_blocks_all
         True (default): an intra-op parallel op runs alone on the chip. False: it holds only
         the cores of its own type(s).
+    search_nodes
+        Node budget of the exact branch and bound (:mod:`ilp.branch`) that runs on every
+        part the list schedule does not prove optimal, before any MIP (0: none). Within the
+        budget it proves the optimum, deterministically; the MIP solvers also stop it at
+        ``time_limit_s``.
 
     Raises
     ------
@@ -175,12 +189,16 @@ def solve_schedule(
         problems.append(f"solve_schedule: time_limit_s = {time_limit_s!r} must be > 0 seconds")
     if not isinstance(mip_gap, int | float) or not 0 <= mip_gap < 1:
         problems.append(f"solve_schedule: mip_gap = {mip_gap!r} must be in [0, 1)")
+    if isinstance(search_nodes, bool) or not isinstance(search_nodes, int) or search_nodes < 0:
+        problems.append(f"solve_schedule: search_nodes = {search_nodes!r} must be an integer >= 0")
     if problems:
         raise ConfigError("; ".join(problems))
     if solver != HEURISTIC:
         check_solver(solver)
     contracted = build_problem(graph, num_tc, num_vc, parallel_blocks_all=parallel_blocks_all)
-    result = _solve(contracted.problem, solver, float(time_limit_s), float(mip_gap))
+    result = _solve(
+        contracted.problem, solver, float(time_limit_s), float(mip_gap), int(search_nodes)
+    )
     return _assemble(
         graph, contracted.nodes, contracted.zero, contracted.problem, result, time_limit_s
     )
@@ -191,11 +209,20 @@ _STATUS_RANK: Final = (
     ScheduleStatus.TIME_LIMIT,
     ScheduleStatus.LIST_SCHEDULE,
 )
-_METHOD_RANK: Final = (Method.EMPTY, Method.BOUND, Method.LIST, Method.ILP, Method.ILP_CORES)
+_METHOD_RANK: Final = (
+    Method.EMPTY,
+    Method.BOUND,
+    Method.SEARCH,
+    Method.LIST,
+    Method.ILP,
+    Method.ILP_CORES,
+)
 
 
 @lru_cache(maxsize=16384)
-def _solve(problem: Problem, solver: str, time_limit_s: float, mip_gap: float) -> _Result:
+def _solve(
+    problem: Problem, solver: str, time_limit_s: float, mip_gap: float, search_nodes: int
+) -> _Result:
     """Optimal (or best in time) modes and starts of a canonical problem, by content.
 
     An op comparable to every other op (a cut: nothing can run beside it) splits the problem
@@ -215,7 +242,7 @@ def _solve(problem: Problem, solver: str, time_limit_s: float, mip_gap: float) -
             d ^= low
     cuts = [i for i in range(n) if (st.desc[i] | anc[i]).bit_count() == n - 1]
     if not cuts:
-        return _solve_part(problem, solver, time_limit_s, mip_gap)
+        return _solve_part(problem, solver, time_limit_s, mip_gap, search_nodes)
     modes = [SINGLE] * n
     start = [0.0] * n
     offset = lb = 0.0
@@ -224,7 +251,9 @@ def _solve(problem: Problem, solver: str, time_limit_s: float, mip_gap: float) -
     lo = 0
     for cut in bounds:
         if cut > lo:
-            part = _solve_part(_sub_problem(problem, lo, cut), solver, time_limit_s, mip_gap)
+            part = _solve_part(
+                _sub_problem(problem, lo, cut), solver, time_limit_s, mip_gap, search_nodes
+            )
             for k in range(cut - lo):
                 modes[lo + k] = part.modes[k]
                 start[lo + k] = offset + part.start[k]
@@ -272,8 +301,11 @@ def _sub_problem(problem: Problem, lo: int, hi: int) -> Problem:
 
 
 @lru_cache(maxsize=16384)
-def _solve_part(problem: Problem, solver: str, time_limit_s: float, mip_gap: float) -> _Result:
-    """Bound check, then the MIP with lazy per-core assignment (see the module docstring)."""
+def _solve_part(
+    problem: Problem, solver: str, time_limit_s: float, mip_gap: float, search_nodes: int
+) -> _Result:
+    """Bound check, search, then the MIP with lazy per-core assignment (see the module
+    docstring)."""
     t0 = time.perf_counter()
     if problem.n == 0:
         return _Result((), (), 0.0, ScheduleStatus.OPTIMAL, Method.EMPTY, 0.0, "none", 0.0, 0.0)
@@ -282,33 +314,39 @@ def _solve_part(problem: Problem, solver: str, time_limit_s: float, mip_gap: flo
     close = max(_TOL, mip_gap)  # a schedule this close to a lower bound counts as optimal
     modes, start, ub = heuristic(problem, lb * (1 + close))
     if ub > lb * (1 + close) and solver != HEURISTIC:
-        # Milliseconds to a few tenths of a second: worth it to spare a MIP, not in the
-        # sweeps' MIP-free mode, where it would only sharpen the recorded gap.
+        # Milliseconds to a few tenths of a second: worth it to spare a search or a MIP, not
+        # in the sweeps' MIP-free mode, where the search's node budget bounds the time.
         lb = max(lb, collapsed_lower_bound(problem, st, ub, close))
-    if ub <= lb * (1 + close):
-        return _Result(
-            modes,
-            start,
-            ub,
-            ScheduleStatus.OPTIMAL,
-            Method.BOUND,
-            max(0.0, (ub - lb) / ub) if ub > 0 else 0.0,
-            "none",
-            time.perf_counter() - t0,
-            min(lb, ub),
+    searched = False
+    if ub > lb * (1 + close) and search_nodes > 0:
+        # The solver modes may stop it at their wall-clock budget; "list" stays deterministic.
+        deadline = None if solver == HEURISTIC else t0 + time_limit_s
+        found = branch_and_bound(
+            problem, st, (modes, start, ub), close, search_nodes, deadline, floor_s=lb
         )
-
-    if solver == HEURISTIC:
-        return _Result(
+        modes, start, ub = found.modes, found.start, found.makespan_s
+        searched = True
+        if found.proven:
+            lb = max(lb, ub / (1 + close))
+    if ub <= lb * (1 + close):
+        return _partial(
             modes,
             start,
             ub,
-            ScheduleStatus.LIST_SCHEDULE,
-            Method.LIST,
-            max(0.0, (ub - lb) / ub) if ub > 0 else 0.0,
-            HEURISTIC,
-            time.perf_counter() - t0,
-            min(lb, ub),
+            lb,
+            ScheduleStatus.OPTIMAL,
+            Method.SEARCH if searched else Method.BOUND,
+            "search" if searched else "none",
+            t0,
+        )
+    if solver == HEURISTIC:
+        return _partial(
+            modes, start, ub, lb, ScheduleStatus.LIST_SCHEDULE, Method.LIST, HEURISTIC, t0
+        )
+    if time.perf_counter() - t0 >= time_limit_s:
+        # The search used the whole budget: its best schedule, unproven, with its gap.
+        return _partial(
+            modes, start, ub, lb, ScheduleStatus.TIME_LIMIT, Method.SEARCH, "search", t0
         )
     sym = symmetry(problem)
     best = (modes, start, ub)
@@ -364,6 +402,23 @@ def _solve_part(problem: Problem, solver: str, time_limit_s: float, mip_gap: flo
         used,
         time.perf_counter() - t0,
         min(lb, best[2]),
+    )
+
+
+def _partial(
+    modes: tuple[int, ...],
+    start: tuple[float, ...],
+    ub: float,
+    lb: float,
+    status: ScheduleStatus,
+    method: Method,
+    used: str,
+    t0: float,
+) -> _Result:
+    """A part's result without a MIP: its gap against the best lower bound ``lb``."""
+    gap = max(0.0, (ub - lb) / ub) if ub > 0 else 0.0
+    return _Result(
+        modes, start, ub, status, method, gap, used, time.perf_counter() - t0, min(lb, ub)
     )
 
 

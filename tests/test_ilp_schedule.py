@@ -16,7 +16,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ilp import DEFAULT_MIP_GAP, Method, ScheduleStatus, makespan_lower_bound, solve_schedule
-from ilp.listsched import justify, makespan, serial_sgs, structure
+from ilp.branch import branch_and_bound
+from ilp.listsched import heuristic, justify, makespan, serial_sgs, structure
 from ilp.lpbound import collapsed_lower_bound
 from ilp.problem import PARALLEL, SINGLE, build_problem, demand
 from phaze.errors import ConfigError
@@ -142,8 +143,8 @@ def dags(draw, max_ops=6):
     return g
 
 
-def _run(g, num_tc, num_vc, blocks_all):
-    s = solve_schedule(g, num_tc, num_vc, parallel_blocks_all=blocks_all, time_limit_s=60.0)
+def _run(g, num_tc, num_vc, blocks_all, **kw):
+    s = solve_schedule(g, num_tc, num_vc, parallel_blocks_all=blocks_all, time_limit_s=60.0, **kw)
     check_schedule(g, s, num_tc, num_vc, blocks_all)
     assert s.status == ScheduleStatus.OPTIMAL
     best = brute_force(g, num_tc, num_vc, blocks_all)
@@ -167,6 +168,13 @@ def test_makespan_equals_brute_force(g, num_tc, num_vc, blocks_all):
 @given(dags(max_ops=7), st.integers(1, 4), st.integers(1, 4), st.booleans())
 def test_makespan_equals_brute_force_bigger(g, num_tc, num_vc, blocks_all):
     _run(g, num_tc, num_vc, blocks_all)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dags(), st.integers(1, 4), st.integers(1, 4), st.booleans())
+def test_mip_alone_equals_brute_force(g, num_tc, num_vc, blocks_all):
+    """Without the branch and bound, every part the bounds leave open goes to the MIP."""
+    _run(g, num_tc, num_vc, blocks_all, search_nodes=0)
 
 
 def _graph(spec, edges=()):
@@ -231,8 +239,8 @@ def test_cbc_agrees_with_highs():
         ],
         [("q", "s"), ("k", "s")],
     )
-    a = solve_schedule(g, 2, 1, solver="highs")
-    b = solve_schedule(g, 2, 1, solver="cbc")
+    a = solve_schedule(g, 2, 1, solver="highs", search_nodes=0)
+    b = solve_schedule(g, 2, 1, solver="cbc", search_nodes=0)
     check_schedule(g, b, 2, 1)
     assert b.solver == "cbc" or b.method == Method.BOUND
     assert a.makespan_s == pytest.approx(b.makespan_s, rel=2 * DEFAULT_MIP_GAP)
@@ -273,6 +281,7 @@ def test_timeout_returns_a_feasible_schedule():
         ScheduleStatus.OPTIMAL,
     )
     assert s.time_limit_s == 0.01 and 0.0 <= s.gap < 1.0
+    assert s.status != ScheduleStatus.OPTIMAL or s.gap <= DEFAULT_MIP_GAP
 
 
 def test_bad_input_lists_every_problem():
@@ -298,6 +307,9 @@ def test_bad_settings_and_cycles():
         solve_schedule(g, 1, 1, time_limit_s=0)
     with pytest.raises(ConfigError, match=r"mip_gap = 2 must be in \[0, 1\)"):
         solve_schedule(g, 1, 1, mip_gap=2)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ConfigError, match=rf"search_nodes = {bad!r} must be an integer >= 0"):
+            solve_schedule(g, 1, 1, search_nodes=bad)
 
 
 def test_gurobi_is_checked_up_front():
@@ -354,7 +366,7 @@ def test_symmetric_branches_keep_the_optimum(g, num_tc, num_vc, blocks_all):
 @settings(max_examples=8, deadline=None)
 @given(dags(max_ops=5), st.integers(1, 3), st.integers(1, 3))
 def test_cbc_is_exact_too(g, num_tc, num_vc):
-    s = solve_schedule(g, num_tc, num_vc, solver="cbc", time_limit_s=60.0)
+    s = solve_schedule(g, num_tc, num_vc, solver="cbc", time_limit_s=60.0, search_nodes=0)
     check_schedule(g, s, num_tc, num_vc)
     _assert_optimal(s.makespan_s, brute_force(g, num_tc, num_vc))
 
@@ -387,7 +399,7 @@ def test_per_core_assignment_variables_are_exact(g, num_tc, num_vc, blocks_all):
     with patch.object(formulation, "_MAX_CLIQUES", -1):
         schedule._solve.cache_clear()
         schedule._solve_part.cache_clear()
-        _run(g, num_tc, num_vc, blocks_all)
+        _run(g, num_tc, num_vc, blocks_all, search_nodes=0)
     schedule._solve.cache_clear()
     schedule._solve_part.cache_clear()
 
@@ -426,10 +438,10 @@ def test_highs_failure_falls_back_to_cbc_then_raises():
     schedule._solve.cache_clear()
     schedule._solve_part.cache_clear()
     with patch.object(schedule, "solve_ilp", broken):
-        s = solve_schedule(g, 2, 1, time_limit_s=30.0)
+        s = solve_schedule(g, 2, 1, time_limit_s=30.0, search_nodes=0)
     assert s.method in (Method.ILP, Method.ILP_CORES)
     assert s.solver == "cbc (fallback from highs)"
-    cbc = solve_schedule(g, 2, 1, solver="cbc").makespan_s
+    cbc = solve_schedule(g, 2, 1, solver="cbc", search_nodes=0).makespan_s
     assert s.makespan_s == pytest.approx(cbc, rel=2 * DEFAULT_MIP_GAP)
 
     def always(problem, st, *, solver, **kw):
@@ -438,7 +450,7 @@ def test_highs_failure_falls_back_to_cbc_then_raises():
     schedule._solve.cache_clear()
     schedule._solve_part.cache_clear()
     with patch.object(schedule, "solve_ilp", always), pytest.raises(SolverError) as e:
-        solve_schedule(g, 2, 1)
+        solve_schedule(g, 2, 1, search_nodes=0)
     assert e.value.status == "error" and "cbc: boom" in str(e.value)
     schedule._solve.cache_clear()
     schedule._solve_part.cache_clear()
@@ -555,3 +567,111 @@ def test_collapsed_lp_bound_pays_every_parallel_op_outside_the_rest():
     old = _bound(g, 1, 1, True)
     new = collapsed_lower_bound(problem, structure(problem), 7.0)
     assert old < 6.5 < 6.97 < new <= 7.0
+
+
+@st.composite
+def fanned(draw):
+    """Twin sources feeding every one of k copies of a chain, and a third source feeding
+    every chain's last op, all in one part (like Q and K projections feeding the attention
+    head groups, and V their ends): branch symmetry behind hubs, found as the state of the
+    search evolves."""
+    g = nx.DiGraph()
+    twin = (draw(st.sampled_from(CORES[:3])), draw(st.integers(1, 9)), draw(st.integers(1, 9)))
+    for name in ("q", "k"):
+        g.add_node(name, core=twin[0], latency_s=twin[1] * US, parallel_latency_s=twin[2] * US)
+    g.add_node(
+        "v",
+        core="TC",
+        latency_s=draw(st.integers(1, 9)) * US,
+        parallel_latency_s=draw(st.integers(1, 9)) * US,
+    )
+    copies = draw(st.integers(2, 4))
+    length = draw(st.integers(1, 4 // copies))
+    spec = [
+        (draw(st.sampled_from(CORES[:3])), draw(st.integers(1, 9)), draw(st.integers(1, 9)))
+        for _ in range(length)
+    ]
+    for c in range(copies):
+        for k, (core, lat, par) in enumerate(spec):
+            g.add_node(f"h{c}.{k}", core=core, latency_s=lat * US, parallel_latency_s=par * US)
+            if k:
+                g.add_edge(f"h{c}.{k - 1}", f"h{c}.{k}")
+        g.add_edges_from((src, f"h{c}.0") for src in ("q", "k"))
+        g.add_edge("v", f"h{c}.{length - 1}")
+    return g
+
+
+@settings(max_examples=40, deadline=None)
+@given(fanned(), st.integers(1, 3), st.integers(1, 2), st.booleans())
+def test_search_is_exact_on_branches_behind_hubs(g, num_tc, num_vc, blocks_all):
+    _run(g, num_tc, num_vc, blocks_all, solver="list")
+
+
+@settings(max_examples=40, deadline=None)
+@given(dags(max_ops=7), st.integers(1, 3), st.integers(1, 3), st.integers(1, 30))
+def test_search_out_of_nodes_keeps_its_best_schedule(g, num_tc, num_vc, nodes):
+    """A tiny node budget still returns a checked schedule, no longer than the list
+    schedule, and the same one every time (no clock involved)."""
+    from ilp import schedule
+
+    runs = []
+    for _ in range(2):
+        schedule._solve.cache_clear()
+        schedule._solve_part.cache_clear()
+        runs.append(solve_schedule(g, num_tc, num_vc, solver="list", search_nodes=nodes))
+    s = runs[0]
+    check_schedule(g, s, num_tc, num_vc)
+    assert (s.makespan_s, dict(s.start_s), s.parallel) == (
+        runs[1].makespan_s,
+        dict(runs[1].start_s),
+        runs[1].parallel,
+    )
+    plain = solve_schedule(g, num_tc, num_vc, solver="list", search_nodes=0)
+    assert s.makespan_s <= plain.makespan_s * (1 + 1e-12)
+    assert s.makespan_s >= brute_force(g, num_tc, num_vc) * (1 - 1e-9)
+    if s.method == Method.SEARCH:
+        assert s.status == ScheduleStatus.OPTIMAL
+
+
+@settings(max_examples=40, deadline=None)
+@given(dags(max_ops=7), st.integers(1, 3), st.integers(1, 3), st.booleans())
+def test_search_stops_where_its_schedule_meets_a_known_bound(g, num_tc, num_vc, blocks_all):
+    """Given the optimum as a lower bound, the search stops at a schedule that meets it,
+    proven, no later than the search that has to exhaust its tree."""
+    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
+    st_ = structure(problem)
+    start = heuristic(problem, 0.0)
+    close = 1e-6
+    full = branch_and_bound(problem, st_, start, close, 10**6)
+    assert full.proven
+    best = brute_force(g, num_tc, num_vc, blocks_all)
+    _assert_optimal(full.makespan_s, best)
+    met = branch_and_bound(problem, st_, start, close, 10**6, floor_s=best)
+    assert met.proven and met.nodes <= full.nodes
+    assert met.makespan_s <= best * (1 + close)
+    assert makespan(problem, met.modes, met.start) == pytest.approx(met.makespan_s)
+
+
+def test_a_known_bound_spares_the_proof():
+    """Here the list schedule (14) is one off the optimum (13): once the search finds 13 the
+    bound ends it, where without it the tree must be searched to prove 13."""
+    g = _graph(
+        [
+            ("o0", "VC", 4 * US, 3 * US),
+            ("o1", "VC", 3 * US, 9 * US),
+            ("o2", "TC", 5 * US, 5 * US),
+            ("o3", "TCandVC", 5 * US, 8 * US),
+            ("o4", "TC", 9 * US, 6 * US),
+        ],
+        [("o1", "o4"), ("o2", "o4")],
+    )
+    assert brute_force(g, 3, 2) == pytest.approx(13 * US)
+    problem = build_problem(g, 3, 2).problem
+    st_ = structure(problem)
+    start = heuristic(problem, 0.0)
+    assert start[2] == pytest.approx(14 * US)
+    full = branch_and_bound(problem, st_, start, 1e-6, 10**6)
+    met = branch_and_bound(problem, st_, start, 1e-6, 10**6, floor_s=13 * US)
+    assert full.proven and met.proven
+    assert full.makespan_s == pytest.approx(13 * US) == met.makespan_s
+    assert met.nodes < full.nodes

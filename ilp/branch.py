@@ -1,0 +1,356 @@
+"""Exact branch and bound over start-ordered list schedules, with a node budget.
+
+The search builds the op list one op at a time and places each op, in a chosen mode, at the
+earliest time at or after both its predecessors' finish and the previous op's start where
+its cores are free. Every schedule that cannot be shifted left (semi-active) is produced by
+the list of its ops sorted by start time (such an op could not start earlier beside the ops
+placed before it, or it could start earlier in the schedule too), so the search is complete;
+and starts never go back in time, which keeps a node's state small: every placed op started
+at or before the last start ``L``, so the cores in use after ``L`` only ever fall as placed
+ops finish, and an op fits at time c exactly when it fits at the instant c.
+
+Pruning, each exact:
+
+* bounds: the longest remaining path from each unplaced op's earliest start; per core type,
+  the least core-seconds of the ops that can start no earlier than each of their earliest
+  starts, plus that start and the shortest tail among them; and, weighting tensor and vector
+  shares by a and 1 - a, the least chip occupancy left after ``L`` (a parallel op fills the
+  chip in both shares when parallel ops block every core);
+* dominance (the cutset rule of Demeulemeester and Herroelen, "A branch-and-bound procedure
+  for the multiple resource-constrained project scheduling problem", Management Science
+  38(12), 1992): a node whose placed ops equal those of a node already searched, with a
+  last start and every still-running op's finish no earlier (in the same mode), has no
+  completion the earlier node lacks: fed the same remaining list, the earlier node places
+  every op no later;
+* symmetry: twin ops and interchangeable branches (:mod:`ilp.symmetry`) enter the list in
+  index order, which some optimal schedule sorted by start meets.
+
+A node budget ends an unfinished search, so results are deterministic; a wall-clock deadline
+can end it sooner where the caller allows that.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from ilp.bounds import makespan_lower_bound
+from ilp.listsched import Structure
+from ilp.problem import PARALLEL, SINGLE, Problem
+from ilp.symmetry import symmetry
+
+__all__ = ["SearchResult", "branch_and_bound"]
+
+# Weights a of the tensor share in the chip-occupancy bound (0 and 1 are the per-type ones).
+_WEIGHTS: Final = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """The best schedule found, whether the search proved it within the tolerance, and the
+    number of nodes it took."""
+
+    modes: tuple[int, ...]
+    start: tuple[float, ...]
+    makespan_s: float
+    proven: bool
+    nodes: int
+
+
+class _Budget(Exception):
+    """The node budget or the time ran out."""
+
+
+class _Met(Exception):
+    """The best schedule met the caller's lower bound: proven optimal."""
+
+
+def branch_and_bound(
+    problem: Problem,
+    st: Structure,
+    incumbent: tuple[tuple[int, ...], tuple[float, ...], float],
+    close: float,
+    max_nodes: int,
+    deadline: float | None = None,
+    floor_s: float = 0.0,
+) -> SearchResult:
+    """Improve ``incumbent`` (modes, starts, makespan) until no schedule shorter than
+    ``makespan / (1 + close)`` remains or the makespan is within ``close`` of ``floor_s`` (a
+    lower bound known to the caller), ``max_nodes`` nodes were searched, or the clock
+    (:func:`time.perf_counter`) passes ``deadline``."""
+    n = problem.n
+    cap_tc, cap_vc = problem.num_tc, problem.num_vc
+    preds = st.preds
+    head, tail = _heads_and_tails(problem, st)
+    duration, demand = st.duration, st.demand
+    modes_of = [(SINGLE, PARALLEL) if problem.can_parallel[i] else (SINGLE,) for i in range(n)]
+    least = [problem.min_duration(i) for i in range(n)]
+    pred_mask = [sum(1 << p for p in preds[i]) for i in range(n)]
+    sym = symmetry(problem)
+    before = [0] * n
+    for twins in sym.twins:
+        for a, b in zip(twins, twins[1:], strict=False):
+            before[b] |= 1 << a
+    # Op -> the aligned branches of its group, and its branch's index there.
+    in_branch: dict[int, tuple[tuple[tuple[int, ...], ...], int]] = {}
+    for group, _ in sym.branches:
+        for k, ops in enumerate(group):
+            for i in ops:
+                in_branch[i] = (group, k)
+
+    # Per op: core-seconds on each type and weighted chip occupancy (per weight), least over
+    # its modes ([0]) and in the split mode ([1], for ops the bound forces to split).
+    def cost(i: int, m: int, weight: tuple[float, float]) -> float:
+        return duration[m][i] * (weight[0] * demand[m][i][0] + weight[1] * demand[m][i][1])
+
+    def table(weight: tuple[float, float]) -> tuple[list[float], list[float]]:
+        free = [min(cost(i, m, weight) for m in modes_of[i]) for i in range(n)]
+        split = [cost(i, PARALLEL, weight) if can[i] else free[i] for i in range(n)]
+        return free, split
+
+    can = problem.can_parallel
+    work = list(zip(*(table(w) for w in ((1.0, 0.0), (0.0, 1.0))), strict=True))
+    occupancy = list(zip(*(table((a / cap_tc, (1 - a) / cap_vc)) for a in _WEIGHTS), strict=True))
+    holds = [problem.core[i] != "Nop" for i in range(n)]
+    single = problem.single_s
+    blocks_all = problem.parallel_blocks_all
+    caps = (cap_tc, cap_vc)
+    full = (1 << n) - 1
+
+    best_modes, best_start, best_span = incumbent
+    best = [tuple(best_modes), tuple(best_start), best_span]
+    mode = [SINGLE] * n
+    start = [0.0] * n
+    finish = [0.0] * n
+    seen: dict[int, list[tuple[float, tuple[tuple[int, int, float], ...]]]] = {}
+    count = [0]
+
+    def bound(
+        placed: int, last: float, active: list[tuple[float, int, int, int]], target: float
+    ) -> float:
+        """A lower bound on every completion below ``target``; fills ``est`` of unplaced ops.
+
+        An op whose single-core path from its earliest start reaches ``target`` must run
+        split (the destructive reasoning of :mod:`ilp.bounds`, per node), and split ops that
+        block every core run one at a time beside nothing that holds a core.
+        """
+        lb = max((f for f, _, _, _ in active), default=last)
+        heads: list[list[tuple[float, float, float]]] = [[], []]
+        occ = [0.0] * len(_WEIGHTS)
+        forced_s = 0.0
+        path = [0.0] * n  # core-holding time on a path of non-forced ops, after `last`
+        longest = 0.0
+        for f, _, dt, dv in active:
+            if (dt or dv) and f - last > longest:
+                longest = f - last
+        for i in range(n):
+            if (placed >> i) & 1:
+                continue
+            e = last if last > head[i] else head[i]
+            p_len = 0.0
+            for p in preds[i]:
+                if (placed >> p) & 1:
+                    f = finish[p]
+                    if holds[p] and f - last > p_len:
+                        p_len = f - last
+                else:
+                    f = est[p] + least[p]
+                    if path[p] > p_len:
+                        p_len = path[p]
+                if f > e:
+                    e = f
+            est[i] = e
+            t = tail[i]
+            if e + least[i] + t > lb:
+                lb = e + least[i] + t
+            forced = blocks_all and can[i] and e + single[i] + t >= target
+            if forced:
+                forced_s += least[i]
+            elif holds[i]:
+                p_len += least[i]
+            path[i] = p_len
+            if p_len > longest:
+                longest = p_len
+            k = 1 if forced else 0
+            for r in (0, 1):
+                u = work[k][r][i]
+                if u > 0:
+                    heads[r].append((e, u, t))
+            row = occupancy[k]
+            for w in range(len(occ)):
+                occ[w] += row[w][i]
+        if last + forced_s + longest > lb:
+            lb = last + forced_s + longest
+        for r in (0, 1):
+            ops = heads[r]
+            if not ops:
+                continue
+            ops.sort(reverse=True)
+            w_sum, t_min = 0.0, float("inf")
+            for e, u, t in ops:  # latest heads first: suffix sums
+                w_sum += u
+                if t < t_min:
+                    t_min = t
+                v = e + w_sum / caps[r] + t_min
+                if v > lb:
+                    lb = v
+        left_tc = left_vc = 0.0
+        for f, _, dt, dv in active:
+            left_tc += (f - last) * dt
+            left_vc += (f - last) * dv
+        for w, a in enumerate(_WEIGHTS):
+            v = last + occ[w] + a * left_tc / cap_tc + (1 - a) * left_vc / cap_vc
+            if v > lb:
+                lb = v
+        return lb
+
+    est = [0.0] * n
+
+    def dominated(placed: int, last: float, active: list[tuple[float, int, int, int]]) -> bool:
+        entries = seen.setdefault(placed, [])
+        for s_last, s_active in entries:
+            if s_last > last:
+                continue
+            if all(f <= last or (mode[i] == m and f <= finish[i]) for i, m, f in s_active):
+                return True
+        entries.append((last, tuple((op, mode[op], f) for f, op, _, _ in active)))
+        return False
+
+    def _fits_before(ready: float, last: float, d: float, dt: int, dv: int) -> bool:
+        """Could an op holding (dt, dv) cores for d start in [ready, last) beside the placed
+        ops? Candidate starts: ``ready`` and every placed finish in between."""
+        for tau in (ready, *(finish[j] for j in placed_ops if ready < finish[j] < last)):
+            end = tau + d
+            for x in (tau, *(start[j] for j in placed_ops if tau < start[j] < end)):
+                use_t = use_v = 0
+                for j in placed_ops:
+                    if start[j] <= x < finish[j]:
+                        use_t += demand[mode[j]][j][0]
+                        use_v += demand[mode[j]][j][1]
+                if use_t + dt > cap_tc or use_v + dv > cap_vc:
+                    break
+            else:
+                return True
+        return False
+
+    placed_ops: list[int] = []
+
+    def _mirrors_earlier_branch(placed: int, last: float, group, k: int) -> bool:
+        """Is an earlier branch of the group in the same state for what is left (each
+        position unplaced in both, finished by ``last`` in both, or running in the same mode
+        to the same finish)? Then the remaining problem is symmetric under swapping the two,
+        and the earlier branch moves first."""
+        mine = group[k]
+        for other in group[:k]:
+            for a, b in zip(mine, other, strict=True):
+                pa, pb = (placed >> a) & 1, (placed >> b) & 1
+                if pa != pb:
+                    break
+                if pa and (finish[a] > last or finish[b] > last):
+                    if mode[a] != mode[b] or finish[a] != finish[b]:
+                        break
+            else:
+                return True
+        return False
+
+    def visit(placed: int, last: float, active: list[tuple[float, int, int, int]]) -> None:
+        count[0] += 1
+        if count[0] > max_nodes:
+            raise _Budget
+        if deadline is not None and not count[0] % 256 and time.perf_counter() > deadline:
+            raise _Budget
+        if placed == full:
+            span = max(finish, default=0.0)
+            if span < best[2]:
+                best[0], best[1], best[2] = tuple(mode), tuple(start), span
+                if span <= floor_s * (1 + close):
+                    raise _Met
+            return
+        target = best[2] / (1 + close)
+        if bound(placed, last, active, target) >= target or dominated(placed, last, active):
+            return
+        children = []
+        for i in range(n):
+            if (placed >> i) & 1 or pred_mask[i] & ~placed or before[i] & ~placed:
+                continue
+            if i in in_branch and _mirrors_earlier_branch(placed, last, *in_branch[i]):
+                continue
+            ready = 0.0
+            for p in preds[i]:
+                if finish[p] > ready:
+                    ready = finish[p]
+            for m in modes_of[i]:
+                dt, dv = demand[m][i]
+                c = ready if ready > last else last
+                if dt or dv:
+                    # Cores in use after `last` only fall: find the first instant they fit.
+                    use_t = sum(a_dt for f, _, a_dt, _ in active if f > c)
+                    use_v = sum(a_dv for f, _, _, a_dv in active if f > c)
+                    if use_t + dt > cap_tc or use_v + dv > cap_vc:
+                        for f, _, a_dt, a_dv in sorted(active):
+                            if f <= c:
+                                continue
+                            use_t -= a_dt
+                            use_v -= a_dv
+                            if use_t + dt <= cap_tc and use_v + dv <= cap_vc:
+                                c = f
+                                break
+                end = c + duration[m][i]
+                if ready < last and _fits_before(ready, last, duration[m][i], dt, dv):
+                    continue  # it could start earlier: not semi-active
+                if end + tail[i] < target:
+                    children.append((end + tail[i], -tail[i], i, m, c, end, dt, dv))
+        children.sort()
+        for _, _, i, m, c, end, dt, dv in children:
+            if end + tail[i] >= best[2] / (1 + close):
+                break
+            mode[i], start[i], finish[i] = m, c, end
+            nxt = [a for a in active if a[0] > c]
+            if end > c:
+                nxt.append((end, i, dt, dv))
+            placed_ops.append(i)
+            visit(placed | (1 << i), c, nxt)
+            placed_ops.pop()
+
+    proven = True
+    try:
+        visit(0, 0.0, [])
+    except _Met:
+        pass
+    except _Budget:
+        proven = False
+    return SearchResult(best[0], best[1], best[2], proven, count[0])
+
+
+def _heads_and_tails(problem: Problem, st: Structure) -> tuple[list[float], list[float]]:
+    """Per op, lower bounds on the time before its start and after its finish: the makespan
+    bound (:mod:`ilp.bounds`) of its ancestors and of its descendants, each on their own.
+    Unlike path lengths they see that parallel ops run one at a time."""
+    n = problem.n
+    anc = [0] * n
+    for i in range(n):
+        d = st.desc[i]
+        while d:
+            low = d & -d
+            anc[low.bit_length() - 1] |= 1 << i
+            d ^= low
+
+    def bound(mask: int) -> float:
+        ops = [i for i in range(n) if (mask >> i) & 1]
+        if len(ops) <= 1:
+            return sum(problem.min_duration(i) for i in ops)
+        pos = {v: k for k, v in enumerate(ops)}
+        return makespan_lower_bound(
+            [problem.core[i] for i in ops],
+            [problem.single_s[i] for i in ops],
+            [problem.parallel_s[i] for i in ops],
+            [[pos[p] for p in st.preds[i] if p in pos] for i in ops],
+            problem.num_tc,
+            problem.num_vc,
+            parallel_blocks_all=problem.parallel_blocks_all,
+        )
+
+    head = [max(st.head[i], bound(anc[i])) for i in range(n)]
+    tail = [max(st.tail[i], bound(st.desc[i])) for i in range(n)]
+    return head, tail
