@@ -21,7 +21,7 @@ of one more, in-process run under cProfile on ``--profile-designs`` designs of t
 placement, scoring, records and store; cProfile inflates code of many small calls, such as
 the placement search, more than the rest).
 
-Run: ``.venv/bin/python benchmarks/bench_sweep.py [--designs 50] [--jobs 2]
+Run: ``.venv/bin/python benchmarks/bench_sweep.py [--designs 50] [--jobs 2] [--search-nodes N]
 [--profile-designs 4] [--no-prune] [--out DIR]``.
 """
 
@@ -64,7 +64,7 @@ _PROFILED = (
 _OF_WHICH = ("op costs", "arch_space/perf/costs.py", "op_costs")
 
 
-def config(*, prune: bool = True) -> SweepConfig:
+def config(*, prune: bool = True, search_nodes: int = 0) -> SweepConfig:
     """The sweep of issue 7 item 6."""
     return SweepConfig(
         workloads=("gpt3-175b",),
@@ -77,7 +77,7 @@ def config(*, prune: bool = True) -> SweepConfig:
         hbm_gib=(32, 64, 80),
         recompute=("none", "full"),
         prune=prune,
-        solver=SolverSettings(name="list"),
+        solver=SolverSettings(name="list", search_nodes=search_nodes),
     )
 
 
@@ -104,10 +104,16 @@ def _load() -> str:
 
 
 def sweep(
-    designs: tuple[Accelerator, ...], out: Path, *, jobs: int | None, prune: bool, serial: bool
+    designs: tuple[Accelerator, ...],
+    out: Path,
+    *,
+    jobs: int | None,
+    prune: bool,
+    serial: bool,
+    search_nodes: int,
 ):
     """Run the sweep over ``designs`` into ``out``; returns (result, manifest)."""
-    cfg = config(prune=prune)
+    cfg = config(prune=prune, search_nodes=search_nodes)
     with mock.patch("phaze.sweep.load_space", lambda spec: _Sample(designs)):
         result = run_sweep(
             cfg,
@@ -139,10 +145,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: all)")
     parser.add_argument("--profile-designs", type=int, default=4, help="0 skips the profile")
     parser.add_argument("--no-prune", action="store_true", help="exhaustive evaluation")
+    parser.add_argument(
+        "--search-nodes",
+        type=int,
+        default=0,
+        help="branch-and-bound nodes per graph part (default 0: the plain list schedule)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="store directory (default: temp)")
     args = parser.parse_args()
 
-    cfg = config(prune=not args.no_prune)
+    cfg = config(prune=not args.no_prune, search_nodes=args.search_nodes)
     every = tuple(Space.named(cfg.space).enumerate())
     designs = sample(every, args.designs)
     hbm = len(cfg.hbm_gib)
@@ -154,14 +166,20 @@ def main() -> None:
     print(
         f"sample: {len(designs)} designs (every {max(1, len(every) // len(designs))}th), "
         f"{len(designs) * hbm} design x HBM tasks, {len(designs) * hbm * knobs} points; "
-        f"jobs {args.jobs or 'all'}; prune {not args.no_prune}"
+        f"jobs {args.jobs or 'all'}; prune {not args.no_prune}; "
+        f"search budget {args.search_nodes} nodes"
     )
     print(f"before: {_load()}")
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
         out = args.out or Path(tmp) / "sweep"
         start = time.perf_counter()
         result, manifest = sweep(
-            designs, out, jobs=args.jobs, prune=not args.no_prune, serial=False
+            designs,
+            out,
+            jobs=args.jobs,
+            prune=not args.no_prune,
+            serial=False,
+            search_nodes=args.search_nodes,
         )
         wall_s = time.perf_counter() - start
         print(f"after:  {_load()}")
@@ -205,7 +223,14 @@ def main() -> None:
             profiler = cProfile.Profile()
             start = time.perf_counter()
             profiler.enable()
-            sweep(few, Path(tmp) / "profile", jobs=1, prune=not args.no_prune, serial=True)
+            sweep(
+                few,
+                Path(tmp) / "profile",
+                jobs=1,
+                prune=not args.no_prune,
+                serial=True,
+                search_nodes=args.search_nodes,
+            )
             profiler.disable()
             total_s = time.perf_counter() - start
             print(

@@ -20,7 +20,13 @@ import networkx as nx
 
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.perf import op_costs
-from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Schedule, solve_schedule
+from ilp.schedule import (
+    DEFAULT_MIP_GAP,
+    DEFAULT_SEARCH_NODES,
+    DEFAULT_TIME_LIMIT_S,
+    Schedule,
+    solve_schedule,
+)
 from workloads.layer_graph import LayerGraph
 from workloads.ops import OpGraph
 
@@ -112,6 +118,7 @@ def pass_schedule(
     solver: str = "highs",
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     mip_gap: float = DEFAULT_MIP_GAP,
+    search_nodes: int = DEFAULT_SEARCH_NODES,
 ) -> Schedule:
     """The optimal schedule of one pass's op graph on ``acc``'s cores."""
     return solve_schedule(
@@ -121,6 +128,7 @@ def pass_schedule(
         solver=solver,
         time_limit_s=time_limit_s,
         mip_gap=mip_gap,
+        search_nodes=search_nodes,
     )
 
 
@@ -132,10 +140,17 @@ def _pass_timing(
     solver: str,
     time_limit_s: float,
     mip_gap: float,
+    search_nodes: int,
 ) -> PassTiming:
     costed = costed_graph(graph, acc, cluster)
     s = solve_schedule(
-        costed, acc.num_tc, acc.num_vc, solver=solver, time_limit_s=time_limit_s, mip_gap=mip_gap
+        costed,
+        acc.num_tc,
+        acc.num_vc,
+        solver=solver,
+        time_limit_s=time_limit_s,
+        mip_gap=mip_gap,
+        search_nodes=search_nodes,
     )
     return PassTiming.from_schedule(s, costed)
 
@@ -148,6 +163,7 @@ def layer_timing(
     solver: str = "highs",
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     mip_gap: float = DEFAULT_MIP_GAP,
+    search_nodes: int = DEFAULT_SEARCH_NODES,
 ) -> Mapping[str, LayerTiming]:
     """Forward, backward and recompute timing of every distinct layer, by class id.
 
@@ -162,7 +178,9 @@ def layer_timing(
     out = {}
     for class_id, passes in layer_graph.op_graphs.items():
         timings = [
-            _pass_timing(g, design, cluster, solver, float(time_limit_s), float(mip_gap))
+            _pass_timing(
+                g, design, cluster, solver, float(time_limit_s), float(mip_gap), search_nodes
+            )
             for g in (passes.forward, passes.backward, passes.recompute)
         ]
         out[class_id] = LayerTiming(class_id, *timings)

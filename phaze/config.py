@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from ilp import SCHEDULERS
+from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
 from phaze.errors import ConfigError
 from phaze.scoring import ScoringParams
 
@@ -39,16 +39,27 @@ class SolverSettings:
     """The layer scheduler and its limits (recorded in the manifest).
 
     ``name`` "list" (the default for sweeps) is the deterministic list schedule with local
-    search, no MIP: on the block graphs of GPT-3, Llama-3 and Mixtral that needed the MIP
-    (``benchmarks/bench_ilp.py --designs 20``) it matched the time-limited HiGHS MIP's
-    makespan in 114 of 145 solves (6.1 % longer at worst) in milliseconds instead of about a
-    second, and its results never depend on machine load. "highs", "cbc" or "gurobi" run the
-    exact ILP of DESIGN §5 within ``time_limit_s`` per independent part of a graph.
+    search, no MIP: on the block graphs of GPT-3, Llama-3 and Mixtral that the bounds do not
+    close (``benchmarks/bench_ilp.py --designs 20``) it matched the best schedule of the
+    branch and bound and the HiGHS MIP in 119 of 145 solves (0.3 % longer in the median of
+    the rest, 3.6 % at worst) in milliseconds, and its results never depend on machine
+    load. "highs", "cbc" or "gurobi" first run the exact branch and bound of
+    :mod:`ilp.branch` for ``search_nodes`` nodes, then the ILP of DESIGN §5, within
+    ``time_limit_s`` per independent part of a graph. ``search_nodes`` defaults to 0 for
+    "list" (a budget of 2,000 made the default sweep 3.2 times slower,
+    ``benchmarks/bench_sweep.py --designs 200 --search-nodes 2000``) and to
+    :data:`ilp.DEFAULT_SEARCH_NODES` for the solvers.
     """
 
     name: str = "list"
     time_limit_s: float = 1.0
     mip_gap: float = 1e-4
+    search_nodes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.search_nodes is None:
+            nodes = 0 if self.name == HEURISTIC else DEFAULT_SEARCH_NODES
+            object.__setattr__(self, "search_nodes", nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +124,11 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
 
 
 def _is_pos_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+    return _is_count(v) and v > 0
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _is_pos_num(v: Any) -> bool:
@@ -181,6 +196,10 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
         problems.append(f"{source} [solver]: time_limit_s = {solver.time_limit_s!r} must be > 0")
     if not (isinstance(solver.mip_gap, int | float) and 0 <= solver.mip_gap < 1):
         problems.append(f"{source} [solver]: mip_gap = {solver.mip_gap!r} must be in [0, 1)")
+    if not _is_count(solver.search_nodes):
+        problems.append(
+            f"{source} [solver]: search_nodes = {solver.search_nodes!r} must be an integer >= 0"
+        )
     if problems:
         raise ConfigError("; ".join(problems))
     scoring = _scoring_from_mapping(scoring_d, source)

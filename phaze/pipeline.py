@@ -179,6 +179,7 @@ def _variant(
         solver=solver.name,
         time_limit_s=solver.time_limit_s,
         mip_gap=solver.mip_gap,
+        search_nodes=solver.search_nodes,
     )
     times = {
         cid: (lt.forward.makespan_s, lt.backward.makespan_s, lt.recompute.makespan_s)

@@ -204,7 +204,12 @@ def test_manifest_records_version_config_solver_and_stage_times(clean):
         manifest, inputs, stored_hash = store.manifest(), store.inputs(), store.config_hash
     assert manifest["tool_version"] == phaze.__version__
     assert manifest["config_hash"] == cfg.config_hash() == stored_hash
-    assert manifest["solver"] == {"name": "list", "time_limit_s": 1.0, "mip_gap": 1e-4}
+    assert manifest["solver"] == {
+        "name": "list",
+        "time_limit_s": 1.0,
+        "mip_gap": 1e-4,
+        "search_nodes": 0,
+    }
     assert set(manifest["wall_times_s"]) >= {"plan_s", "evaluate_s", "aggregate_s", "total_s"}
     assert all(t >= 0 for t in manifest["wall_times_s"].values())
     assert manifest["designs"] == result.evaluated_designs == 7  # six designs and the TPUv4
@@ -534,6 +539,11 @@ BAD_TOML = {  # (line of the good config, its replacement, what the error must n
         ["recompute = ['sometimes']", "none, selective, full"],
     ),
     "not TOML": ("devices = 4", "devices = ", ["not valid TOML"]),
+    "bad search budget": (
+        'name = "list"',
+        'name = "list"\nsearch_nodes = -1',
+        ["[solver]: search_nodes = -1 must be an integer >= 0"],
+    ),
 }
 
 

@@ -10,7 +10,7 @@ import click
 from arch_space.accelerator import Cluster
 from arch_space.config import load_accelerator
 from ilp import Schedule, costed_graph, solve_schedule
-from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S
+from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIMIT_S
 from phaze.cli._render import echo_json, si, table
 from phaze.errors import ConfigError, unknown_name
 from workloads import TrainingSetup, build_layer_graph, resolve_model
@@ -125,6 +125,13 @@ def draw_gantt(s: Schedule, path: Path, title: str) -> None:
 )
 @click.option("--mip-gap", type=float, default=DEFAULT_MIP_GAP, show_default=True)
 @click.option(
+    "--search-nodes",
+    type=int,
+    default=DEFAULT_SEARCH_NODES,
+    show_default=True,
+    help="Branch-and-bound nodes per part before the MIP (0: none).",
+)
+@click.option(
     "--gantt",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -142,6 +149,7 @@ def schedule(
     solver: str,
     time_limit: float,
     mip_gap: float,
+    search_nodes: int,
     gantt: Path | None,
     as_json: bool,
 ) -> None:
@@ -164,6 +172,7 @@ def schedule(
         solver=solver,
         time_limit_s=time_limit,
         mip_gap=mip_gap,
+        search_nodes=search_nodes,
     )
     title = f"{model.name} {layer} {_PASSES[pass_]} (t={tp}) on {acc.name or arch}"
     if gantt is not None:
