@@ -44,6 +44,7 @@ from typing import Final
 
 import pulp
 
+from ilp._native import native_stdout_silenced
 from ilp.listsched import Structure
 from ilp.problem import PARALLEL, SINGLE, Problem, demand, uses
 from ilp.symmetry import symmetry
@@ -438,7 +439,8 @@ def solve_ilp(
     model = _Model(problem, st, ub_s, lb_s, assign, warm[0], warm[1])
     try:
         left = deadline - time.perf_counter()  # building the model counts too
-        model.lp.solve(_make_solver(solver, left, mip_gap))
+        with native_stdout_silenced():
+            model.lp.solve(_make_solver(solver, left, mip_gap))
     except pulp.PulpSolverError as e:
         raise SolverError(f"{solver}: {e}", "error") from e
     return _outcome(solver, model, mip_gap)

@@ -26,6 +26,7 @@ from typing import Final
 import highspy
 import numpy as np
 
+from ilp._native import native_stdout_silenced
 from ilp.listsched import Structure
 from ilp.problem import Problem, uses
 
@@ -127,7 +128,8 @@ def collapsed_lower_bound(
     cost = np.zeros(len(index))
     cost[index["T", 0]] = 1.0
 
-    h = highspy.Highs()
+    with native_stdout_silenced():
+        h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
     h.addVars(len(index), lower, upper)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -130,5 +132,36 @@ def test_cli_schedule_errors():
         cli, ["schedule", "--workload", "gpt3-125m", "--arch", "tpuv4", "--solver", "gurobo"]
     )
     assert r.exit_code == 1 and "unknown solver 'gurobo'" in r.output
+    r = runner.invoke(
+        cli, ["schedule", "--workload", "gpt3-125m", "--arch", "tpuv4", "--search-nodes", "-1"]
+    )
+    assert r.exit_code == 1 and "search_nodes = -1 must be an integer >= 0" in r.output
     r = runner.invoke(cli, ["schedule", "--help"])
     assert r.exit_code == 0 and "--gantt" in r.output
+
+
+def test_cli_schedule_json_is_the_whole_stdout_of_a_fresh_process():
+    """HiGHS prints a banner to descriptor 1 when a process builds its first solver (here the
+    LP bound); stdout must still be one JSON document."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from phaze.cli import cli; cli()",
+            "schedule",
+            "--workload",
+            "gpt3-175b",
+            "--arch",
+            "tpuv4",
+            "--search-nodes",
+            "0",
+            "--time-limit",
+            "0.2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    doc = json.loads(out.stdout)
+    assert doc["workload"] == "gpt3-175b" and doc["solver"] in ("highs", "cbc", "none")
