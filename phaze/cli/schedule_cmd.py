@@ -115,7 +115,7 @@ def draw_gantt(s: Schedule, path: Path, title: str) -> None:
 @click.option("--layer", default="block", show_default=True, help="Distinct layer (class id).")
 @click.option("--seq-len", type=int, default=None, help="Tokens per sequence [default: 2048].")
 @click.option("--micro-batch", type=int, default=1, show_default=True)
-@click.option("--solver", default="highs", show_default=True, help="highs, cbc or gurobi.")
+@click.option("--solver", default="highs", show_default=True, help="highs, cbc, gurobi or list.")
 @click.option(
     "--time-limit",
     type=float,
