@@ -328,13 +328,6 @@ def _heads_and_tails(problem: Problem, st: Structure) -> tuple[list[float], list
     bound (:mod:`ilp.bounds`) of its ancestors and of its descendants, each on their own.
     Unlike path lengths they see that parallel ops run one at a time."""
     n = problem.n
-    anc = [0] * n
-    for i in range(n):
-        d = st.desc[i]
-        while d:
-            low = d & -d
-            anc[low.bit_length() - 1] |= 1 << i
-            d ^= low
 
     def bound(mask: int) -> float:
         ops = [i for i in range(n) if (mask >> i) & 1]
@@ -351,6 +344,6 @@ def _heads_and_tails(problem: Problem, st: Structure) -> tuple[list[float], list
             parallel_blocks_all=problem.parallel_blocks_all,
         )
 
-    head = [max(st.head[i], bound(anc[i])) for i in range(n)]
+    head = [max(st.head[i], bound(st.anc[i])) for i in range(n)]
     tail = [max(st.tail[i], bound(st.desc[i])) for i in range(n)]
     return head, tail

@@ -51,7 +51,8 @@ _JUSTIFY_ROUNDS: Final = 3  # backward-forward passes of one justification, at m
 class Structure:
     """Precomputed graph facts of a problem.
 
-    ``desc[i]`` is the bitset of i's strict descendants; ``head[i]`` the earliest start and
+    ``desc[i]``/``anc[i]`` are the bitsets of i's strict descendants and ancestors;
+    ``head[i]`` the earliest start and
     ``tail[i]`` the least time after i's finish to the end, both with fastest modes.
     ``duration[m][i]`` and ``demand[m][i]`` are op i's time and (tensor, vector) cores in
     mode m, tabulated for the list schedule's inner loop.
@@ -60,6 +61,7 @@ class Structure:
     preds: tuple[tuple[int, ...], ...]
     succs: tuple[tuple[int, ...], ...]
     desc: tuple[int, ...]
+    anc: tuple[int, ...]
     head: tuple[float, ...]
     tail: tuple[float, ...]
     duration: tuple[tuple[float, ...], tuple[float, ...]]
@@ -87,12 +89,16 @@ def structure(problem: Problem) -> Structure:
             t = max(t, problem.min_duration(j) + tail[j])
         desc[i], tail[i] = d, t
     head = [0.0] * n
+    anc = [0] * n
     for j in range(n):
         head[j] = max((head[i] + problem.min_duration(i) for i in preds[j]), default=0.0)
+        for i in preds[j]:
+            anc[j] |= (1 << i) | anc[i]
     return Structure(
         preds=tuple(map(tuple, preds)),
         succs=tuple(map(tuple, succs)),
         desc=tuple(desc),
+        anc=tuple(anc),
         head=tuple(head),
         tail=tuple(tail),
         duration=(problem.single_s, problem.parallel_s),

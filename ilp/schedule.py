@@ -233,14 +233,7 @@ def _solve(
     t0 = time.perf_counter()
     n = problem.n
     st = structure(problem)
-    anc = [0] * n
-    for i in range(n):
-        d = st.desc[i]
-        while d:
-            low = d & -d
-            anc[low.bit_length() - 1] |= 1 << i
-            d ^= low
-    cuts = [i for i in range(n) if (st.desc[i] | anc[i]).bit_count() == n - 1]
+    cuts = [i for i in range(n) if (st.desc[i] | st.anc[i]).bit_count() == n - 1]
     if not cuts:
         return _solve_part(problem, solver, time_limit_s, mip_gap, search_nodes)
     modes = [SINGLE] * n

@@ -121,8 +121,20 @@ def pass_schedule(
     search_nodes: int = DEFAULT_SEARCH_NODES,
 ) -> Schedule:
     """The optimal schedule of one pass's op graph on ``acc``'s cores."""
+    costed = costed_graph(graph, acc, cluster)
+    return _schedule(costed, acc, solver, time_limit_s, mip_gap, search_nodes)
+
+
+def _schedule(
+    costed: nx.DiGraph,
+    acc: Accelerator,
+    solver: str,
+    time_limit_s: float,
+    mip_gap: float,
+    search_nodes: int,
+) -> Schedule:
     return solve_schedule(
-        costed_graph(graph, acc, cluster),
+        costed,
         acc.num_tc,
         acc.num_vc,
         solver=solver,
@@ -143,15 +155,7 @@ def _pass_timing(
     search_nodes: int,
 ) -> PassTiming:
     costed = costed_graph(graph, acc, cluster)
-    s = solve_schedule(
-        costed,
-        acc.num_tc,
-        acc.num_vc,
-        solver=solver,
-        time_limit_s=time_limit_s,
-        mip_gap=mip_gap,
-        search_nodes=search_nodes,
-    )
+    s = _schedule(costed, acc, solver, time_limit_s, mip_gap, search_nodes)
     return PassTiming.from_schedule(s, costed)
 
 

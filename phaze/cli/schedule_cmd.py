@@ -9,8 +9,9 @@ import click
 
 from arch_space.accelerator import Cluster
 from arch_space.config import load_accelerator
-from ilp import Schedule, costed_graph, solve_schedule
+from ilp import Schedule
 from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIMIT_S
+from ilp.timing import pass_schedule
 from phaze.cli._render import echo_json, si, table
 from phaze.errors import ConfigError, unknown_name
 from workloads import TrainingSetup, build_layer_graph, resolve_model
@@ -165,10 +166,10 @@ def schedule(
     if tp > 8 and tp % 8:
         raise ConfigError(f"--tp = {tp}: above one 8-device node it must be a multiple of 8")
     cluster = Cluster(devices=max(tp, 1), devices_per_node=8)
-    s = solve_schedule(
-        costed_graph(op_graph, acc, cluster),
-        acc.num_tc,
-        acc.num_vc,
+    s = pass_schedule(
+        op_graph,
+        acc,
+        cluster,
         solver=solver,
         time_limit_s=time_limit,
         mip_gap=mip_gap,
