@@ -112,6 +112,13 @@ def branch_and_bound(
     can = problem.can_parallel
     work = list(zip(*(table(w) for w in ((1.0, 0.0), (0.0, 1.0))), strict=True))
     occupancy = list(zip(*(table((a / cap_tc, (1 - a) / cap_vc)) for a in _WEIGHTS), strict=True))
+    # Per op: its least occupancy per weight, and what running split adds to it; the sum over
+    # unplaced ops is carried down the search rather than summed at every node.
+    occ_free = [tuple(occupancy[0][w][i] for w in range(len(_WEIGHTS))) for i in range(n)]
+    occ_split = [
+        tuple(occupancy[1][w][i] - occupancy[0][w][i] for w in range(len(_WEIGHTS)))
+        for i in range(n)
+    ]
     holds = [problem.core[i] != "Nop" for i in range(n)]
     single = problem.single_s
     blocks_all = problem.parallel_blocks_all
@@ -127,7 +134,11 @@ def branch_and_bound(
     count = [0]
 
     def bound(
-        placed: int, last: float, active: list[tuple[float, int, int, int]], target: float
+        placed: int,
+        last: float,
+        active: list[tuple[float, int, int, int]],
+        target: float,
+        left: tuple[float, ...],
     ) -> float:
         """A lower bound on every completion below ``target``; fills ``est`` of unplaced ops.
 
@@ -137,7 +148,7 @@ def branch_and_bound(
         """
         lb = max((f for f, _, _, _ in active), default=last)
         heads: list[list[tuple[float, float, float]]] = [[], []]
-        occ = [0.0] * len(_WEIGHTS)
+        occ = list(left)
         forced_s = 0.0
         path = [0.0] * n  # core-holding time on a path of non-forced ops, after `last`
         longest = 0.0
@@ -177,9 +188,9 @@ def branch_and_bound(
                 u = work[k][r][i]
                 if u > 0:
                     heads[r].append((e, u, t))
-            row = occupancy[k]
-            for w in range(len(occ)):
-                occ[w] += row[w][i]
+            if forced:
+                for w, extra in enumerate(occ_split[i]):
+                    occ[w] += extra
         if last + forced_s + longest > lb:
             lb = last + forced_s + longest
         for r in (0, 1):
@@ -254,7 +265,12 @@ def branch_and_bound(
                 return True
         return False
 
-    def visit(placed: int, last: float, active: list[tuple[float, int, int, int]]) -> None:
+    def visit(
+        placed: int,
+        last: float,
+        active: list[tuple[float, int, int, int]],
+        left: tuple[float, ...],
+    ) -> None:
         count[0] += 1
         if count[0] > max_nodes:
             raise _Budget
@@ -268,7 +284,7 @@ def branch_and_bound(
                     raise _Met
             return
         target = best[2] / (1 + close)
-        if bound(placed, last, active, target) >= target or dominated(placed, last, active):
+        if bound(placed, last, active, target, left) >= target or dominated(placed, last, active):
             return
         children = []
         for i in range(n):
@@ -310,12 +326,17 @@ def branch_and_bound(
             if end > c:
                 nxt.append((end, i, dt, dv))
             placed_ops.append(i)
-            visit(placed | (1 << i), c, nxt)
+            visit(
+                placed | (1 << i),
+                c,
+                nxt,
+                tuple(a - b for a, b in zip(left, occ_free[i], strict=True)),
+            )
             placed_ops.pop()
 
     proven = True
     try:
-        visit(0, 0.0, [])
+        visit(0, 0.0, [], tuple(map(sum, zip(*occ_free, strict=True))))
     except _Met:
         pass
     except _Budget:
