@@ -284,6 +284,21 @@ def test_timeout_returns_a_feasible_schedule():
     assert s.status != ScheduleStatus.OPTIMAL or s.gap <= DEFAULT_MIP_GAP
 
 
+def test_a_search_out_of_time_returns_its_best_schedule_unproven():
+    """An unlimited node budget on a graph no bound closes: the clock stops the search, and
+    its best schedule comes back with the time-limit status and a positive gap."""
+    g = _graph(
+        [(f"o{i}", ("TC", "VC", "TCandVC")[i % 3], 1.0 + i % 5, 0.3 + i % 3) for i in range(40)]
+    )
+    g.add_edges_from((f"o{i}", f"o{i + 13}") for i in range(0, 27, 2))
+    s = solve_schedule(g, 3, 2, time_limit_s=0.2, search_nodes=10**9)
+    check_schedule(g, s, 3, 2)
+    assert (s.status, s.method, s.solver) == (ScheduleStatus.TIME_LIMIT, Method.SEARCH, "search")
+    assert 0.0 < s.gap < 0.2
+    plain = solve_schedule(g, 3, 2, solver="list", search_nodes=0)
+    assert s.makespan_s <= plain.makespan_s
+
+
 def test_bad_input_lists_every_problem():
     g = nx.DiGraph()
     g.add_node("a", core="GPU", latency_s=1.0)
