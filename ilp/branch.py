@@ -22,11 +22,17 @@ Pruning, each exact:
   last start and every still-running op's finish no earlier (in the same mode), has no
   completion the earlier node lacks: fed the same remaining list, the earlier node places
   every op no later;
-* symmetry: twin ops and interchangeable branches (:mod:`ilp.symmetry`) enter the list in
-  index order, which some optimal schedule sorted by start meets.
+* semi-activity: an op that would fit before ``L`` beside the placed ops is not placed
+  after it (its schedule is not semi-active, and the list that starts it earlier is searched);
+* symmetry: twin ops (:mod:`ilp.symmetry`) enter the list in index order, which some optimal
+  schedule sorted by start meets; of two interchangeable branches (attention heads, experts)
+  whose ops are in the same state (unplaced, finished, or running in the same mode to the
+  same finish), the earlier one moves first, since swapping them maps every completion of
+  the one onto a completion of the other.
 
-A node budget ends an unfinished search, so results are deterministic; a wall-clock deadline
-can end it sooner where the caller allows that.
+The search ends early where its schedule meets a lower bound the caller knows. A node budget
+ends an unfinished search, so results are deterministic; a wall-clock deadline can end it
+sooner where the caller allows that.
 """
 
 from __future__ import annotations

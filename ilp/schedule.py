@@ -5,19 +5,19 @@ The pipeline for one graph (DESIGN.md §5):
 1. validate and canonicalise the graph (:mod:`ilp.problem`); identical content hits a cache;
 2. split it at ops nothing can run beside (exact: see :func:`_solve`); for each part,
 3. a list schedule gives an upper bound, the critical path and core-seconds a lower bound
-   (:mod:`ilp.bounds`); when they meet (always for chains, where nothing can overlap) the
+   (:mod:`ilp.bounds`), raised for the MIP solvers by an LP over the modes
+   (:mod:`ilp.lpbound`); when they meet (always for chains, where nothing can overlap) the
    list schedule is optimal;
 4. else an exact branch and bound (:mod:`ilp.branch`) improves the list schedule and proves
-   it optimal within a node budget; failing that, an LP over the modes (:mod:`ilp.lpbound`)
-   may still prove it before any MIP is built;
+   it optimal within a node budget (or stops where it meets the lower bound);
 5. otherwise solve the MIP without per-core assignment, turn its modes and start order into
    an exact schedule with the serial SGS, and accept it if it matches the MIP's makespan (no
    more cores were busy than exist); else re-solve with capacity rows for the core types
    that were over-subscribed (:mod:`ilp.formulation`).
 
-Each part has its own wall-clock budget; on timeout the best feasible schedule is returned
-with status ``time_limit`` (or ``list_schedule`` when the solver found nothing better than
-the list schedule to start from), never an exception.
+Each part has its own wall-clock budget, shared by the search and the MIP; on timeout the
+best feasible schedule is returned with status ``time_limit`` (or ``list_schedule`` when the
+MIP found nothing better than the schedule it started from), never an exception.
 """
 
 from __future__ import annotations
@@ -336,7 +336,7 @@ def _solve_part(
         return _partial(
             modes, start, ub, lb, ScheduleStatus.LIST_SCHEDULE, Method.LIST, HEURISTIC, t0
         )
-    if time.perf_counter() - t0 >= time_limit_s:
+    if searched and time.perf_counter() - t0 >= time_limit_s:
         # The search used the whole budget: its best schedule, unproven, with its gap.
         return _partial(
             modes, start, ub, lb, ScheduleStatus.TIME_LIMIT, Method.SEARCH, "search", t0
