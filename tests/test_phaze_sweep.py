@@ -35,6 +35,7 @@ from spaces import PRUNABLE_SPACE, space_toml
 
 import phaze
 from arch_space import Accelerator, design_id
+from ilp import DEFAULT_SEARCH_NODES
 from phaze.cli import cli
 from phaze.config import SweepConfig, quick_sweep_config, sweep_config_from_mapping
 from phaze.errors import ConfigError
@@ -626,6 +627,18 @@ def test_the_api_refuses_a_changed_config_too(spaces, clean, tmp_path):
 
 
 # --------------------------------------------------------------------------- smoke
+
+
+def test_the_search_budget_defaults_by_scheduler_and_is_kept_when_given():
+    """The list schedule runs no search unless asked; the MIP solvers search first."""
+
+    def solver(**kw):
+        return sweep_config_from_mapping({"solver": kw}).solver
+
+    assert solver(name="list").search_nodes == 0
+    assert solver(name="highs").search_nodes == DEFAULT_SEARCH_NODES
+    assert solver(name="list", search_nodes=500).search_nodes == 500
+    assert solver(name="cbc", search_nodes=0).search_nodes == 0
 
 
 def test_quick_sweep_config_plans_a_few_hundred_points():
