@@ -189,11 +189,12 @@ class Runner:
         TaskError
             ``fn`` raised (the message names the task; the worker's traceback is the
             cause), a task or result could not be pickled, or a worker died. Raised after
-            the workers are stopped and every result that already arrived is delivered.
+            the same stop as below and once every result that already arrived is delivered.
         KeyboardInterrupt
             On Ctrl-C (SIGINT) or SIGTERM, after the same clean stop: no new work, pending
-            work cancelled, workers terminated, finished results delivered. A second
-            signal interrupts the stop itself.
+            work dropped, local workers terminated (Ray's at :meth:`close`, if Ray was
+            started here), finished results delivered. A second signal interrupts the stop
+            itself.
         """
         problems = _problems(self._backend.name, None, None, chunksize)
         if problems:

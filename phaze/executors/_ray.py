@@ -136,8 +136,11 @@ class RaySession:
         """Run every chunk as a Ray task, at most ``2 × workers`` in flight.
 
         Results stream back in completion order through ``ray.wait``. On an error or a stop
-        request, chunks already finished are delivered and pending ones are cancelled
-        (their workers killed).
+        request, chunks already finished are delivered and the rest (at most two per
+        worker) are dropped: :meth:`close` shuts down an instance opened here, workers and
+        all, and on a cluster they run out unseen. They are not ``ray.cancel``-ed: Ray 2.60
+        can fail a cancelled task locally while its reply is on the way, and then aborts
+        the whole driver ("Tried to complete task that was not pending", exit status 1).
         """
         ray = self.open()
         remote = ray.remote(run_chunk).options(num_cpus=1)
@@ -153,13 +156,9 @@ class RaySession:
             try:
                 _ray_loop(ray, submit, chunker, delivery, limit, in_flight, stop)
             except BaseException as exc:
-                with stop.deferred():
-                    try:
-                        if isinstance(exc, KeyboardInterrupt | TaskError):
-                            _drain(ray, in_flight, delivery)
-                    finally:
-                        for ref in in_flight:
-                            ray.cancel(ref, force=True)
+                if isinstance(exc, KeyboardInterrupt | TaskError):
+                    with stop.deferred():
+                        _drain(ray, in_flight, delivery)
                 raise
 
 
