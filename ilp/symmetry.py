@@ -9,8 +9,9 @@ demand, without losing optimality:
 * interchangeable branches start (at a chosen op of each) in index order, where a branch is
   a connected set of ops whose colour (Weisfeiler-Leman refinement of core, durations and
   neighbours) is shared with other ops, not counting hubs (ops with two neighbours of one
-  colour on one side, which fan out to several branches), and two branches are interchangeable when the
-  colour-preserving map between them keeps every edge inside and every neighbour outside.
+  colour on one side, which fan out to several branches), and two branches are
+  interchangeable when the colour-preserving map between them keeps every edge inside and
+  every neighbour outside.
 
 Both hold at once: sort twins first (inside each branch), then permute whole branches with
 maps that send the i-th twin to the i-th twin (Margot, "Symmetry in integer linear
