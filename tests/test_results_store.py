@@ -128,6 +128,7 @@ def test_reopen_same_hash_resumes_and_other_hash_is_refused(tmp_path):
     with pytest.raises(ConfigError) as e:
         Store.open(tmp_path, {"other": 1}, "hash-two")
     assert "config hash hash-one" in str(e.value) and "hash-two" in str(e.value)
+    assert "allow_config_change=True" in str(e.value)  # the way to allow it, named
     with Store.open(tmp_path, {"other": 1}, "hash-two", allow_config_change=True) as s:
         assert s.inputs() == {"other": 1} and s.config_hash == "hash-two"
         assert [w["config_hash"] for w in s.sweeps()] == ["hash-one", "hash-two"]
