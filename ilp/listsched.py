@@ -54,8 +54,8 @@ class Structure:
     """Precomputed graph facts of a problem.
 
     ``desc[i]``/``anc[i]`` are the bitsets of i's strict descendants and ancestors;
-    ``head[i]`` the earliest start and
-    ``tail[i]`` the least time after i's finish to the end, both with fastest modes.
+    ``head[i]`` the earliest start and ``tail[i]`` the least time after i's finish to the
+    end, both with fastest modes.
     ``duration[m][i]`` and ``demand[m][i]`` are op i's time and (tensor, vector) cores in
     mode m, tabulated for the list schedule's inner loop.
     """
