@@ -134,17 +134,22 @@ def _destructive(ops: _Ops, base: float, cuts: list[float], threshold: list[floa
     first interval [lo, hi) with g < hi.
     """
     n = len(ops.core)
-    a = _WEIGHTS
+    a = _WEIGHTS[None, :]
     caps = ops.caps
-    occ_single = np.zeros((n, a.size))
-    occ_split = np.zeros((n, a.size))
-    for i in range(n):
-        tc, vc = ops.uses[i]
-        occ_single[i] = ops.single_s[i] * (a * tc / caps[0] + (1 - a) * vc / caps[1])
-        if ops.can[i]:
-            st, sv = ops.split[i]
-            occ_split[i] = ops.parallel_s[i] * (a * st / caps[0] + (1 - a) * sv / caps[1])
-    least = np.where(np.asarray(ops.can)[:, None], np.minimum(occ_single, occ_split), occ_single)
+    # Per op (rows) and weight (columns): tensor and vector shares integrated over the op.
+    uses = np.asarray(ops.uses, dtype=float).reshape(n, 2)
+    split = np.asarray(ops.split, dtype=float).reshape(n, 2)
+    can = np.asarray(ops.can)[:, None]
+    occ_single = np.asarray(ops.single_s)[:, None] * (
+        a * uses[:, :1] / caps[0] + (1 - a) * uses[:, 1:] / caps[1]
+    )
+    occ_split = np.where(
+        can,
+        np.asarray(ops.parallel_s)[:, None]
+        * (a * split[:, :1] / caps[0] + (1 - a) * split[:, 1:] / caps[1]),
+        0.0,
+    )
+    least = np.where(can, np.minimum(occ_single, occ_split), occ_single)
     holders = [i for i in range(n) if ops.core[i] != "Nop"]
     window = (
         min(ops.head[i] for i in holders) + min(ops.tail[i] for i in holders) if holders else 0.0

@@ -24,6 +24,10 @@ Pruning, each exact:
   every op no later;
 * semi-activity: an op that would fit before ``L`` beside the placed ops is not placed
   after it (its schedule is not semi-active, and the list that starts it earlier is searched);
+* split sinks last: where split ops hold the whole chip, a split op with no successors
+  can move to the end of any schedule without changing it otherwise (see :func:`_tail_ops`),
+  so such ops are only ever split at the end: once every op left is one, the node is also
+  completed by splitting all of them there, one after another;
 * symmetry: twin ops (:mod:`ilp.symmetry`) enter the list in index order, which some optimal
   schedule sorted by start meets; of two interchangeable branches (attention heads, experts)
   whose ops are in the same state (unplaced, finished, or running in the same mode to the
@@ -128,6 +132,7 @@ def branch_and_bound(
     holds = [problem.core[i] != "Nop" for i in range(n)]
     single = problem.single_s
     blocks_all = problem.parallel_blocks_all
+    tail_ops = _tail_ops(problem, st)
     caps = (cap_tc, cap_vc)
     full = (1 << n) - 1
 
@@ -282,13 +287,20 @@ def branch_and_bound(
             raise _Budget
         if deadline is not None and not count[0] % 256 and time.perf_counter() > deadline:
             raise _Budget
-        if placed == full:
-            span = max(finish, default=0.0)
-            if span < best[2]:
-                best[0], best[1], best[2] = tuple(mode), tuple(start), span
-                if span <= floor_s * (1 + close):
+        rest = full & ~placed
+        if not rest & ~tail_ops:
+            # Every op left is a split sink: complete by splitting them all at the end.
+            end = max((finish[j] for j in placed_ops), default=0.0)
+            for i in range(n):
+                if (rest >> i) & 1:
+                    mode[i], start[i], finish[i] = PARALLEL, end, end + duration[PARALLEL][i]
+                    end = finish[i]
+            if end < best[2]:
+                best[0], best[1], best[2] = tuple(mode), tuple(start), end
+                if end <= floor_s * (1 + close):
                     raise _Met
-            return
+            if not rest:
+                return
         target = best[2] / (1 + close)
         if bound(placed, last, active, target, left) >= target or dominated(placed, last, active):
             return
@@ -303,6 +315,8 @@ def branch_and_bound(
                 if finish[p] > ready:
                     ready = finish[p]
             for m in modes_of[i]:
+                if m == PARALLEL and (tail_ops >> i) & 1:
+                    continue  # split only at the end, above
                 dt, dv = demand[m][i]
                 c = ready if ready > last else last
                 if dt or dv:
@@ -371,6 +385,28 @@ def _heads_and_tails(problem: Problem, st: Structure) -> tuple[list[float], list
             parallel_blocks_all=problem.parallel_blocks_all,
         )
 
-    head = [max(st.head[i], bound(st.anc[i])) for i in range(n)]
-    tail = [max(st.tail[i], bound(st.desc[i])) for i in range(n)]
+    memo: dict[int, float] = {}  # ops often share their ancestors or descendants
+    for mask in (*st.anc, *st.desc):
+        if mask not in memo:
+            memo[mask] = bound(mask)
+    head = [max(st.head[i], memo[st.anc[i]]) for i in range(n)]
+    tail = [max(st.tail[i], memo[st.desc[i]]) for i in range(n)]
     return head, tail
+
+
+def _tail_ops(problem: Problem, st: Structure) -> int:
+    """The ops that, when split, some optimal schedule runs last (a bitset).
+
+    Where split ops hold the whole chip, a split op with no successors runs beside nothing
+    that holds a core; cutting its interval out of the time axis and appending it at the end
+    keeps every other op's precedence and cores and the makespan. The cut would shorten a
+    ``Nop`` op running beside it, so only an op every ``Nop`` op precedes qualifies.
+    """
+    if not problem.parallel_blocks_all:
+        return 0
+    nops = [i for i in range(problem.n) if problem.core[i] == "Nop"]
+    mask = 0
+    for i in range(problem.n):
+        if problem.can_parallel[i] and not st.succs[i] and all((st.anc[i] >> j) & 1 for j in nops):
+            mask |= 1 << i
+    return mask

@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ilp import DEFAULT_MIP_GAP, Method, ScheduleStatus, makespan_lower_bound, solve_schedule
-from ilp.branch import branch_and_bound
+from ilp.branch import _tail_ops, branch_and_bound
 from ilp.listsched import heuristic, justify, makespan, serial_sgs, structure
 from ilp.lpbound import collapsed_lower_bound
 from ilp.problem import PARALLEL, SINGLE, build_problem, demand
@@ -665,6 +665,47 @@ def test_search_stops_where_its_schedule_meets_a_known_bound(g, num_tc, num_vc, 
     assert met.proven and met.nodes <= full.nodes
     assert met.makespan_s <= best * (1 + close)
     assert makespan(problem, met.modes, met.start) == pytest.approx(met.makespan_s)
+
+
+@settings(max_examples=300, deadline=None)
+@given(dags(max_ops=7), st.integers(1, 3), st.integers(1, 3), st.booleans())
+def test_search_from_a_serial_schedule_finds_the_optimum(g, num_tc, num_vc, blocks_all):
+    """Started from every op single-core, one after another (not the list schedule, which
+    is often optimal already), the search alone must reach the brute-force optimum: its
+    pruning rules (split sinks last among them) may cut schedules, never every optimal one."""
+    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
+    start, t = [], 0.0
+    for i in range(problem.n):
+        start.append(t)
+        t += problem.single_s[i]
+    serial = ((SINGLE,) * problem.n, tuple(start), t)
+    found = branch_and_bound(problem, structure(problem), serial, 1e-9, 10**6)
+    assert found.proven
+    _assert_optimal(found.makespan_s, brute_force(g, num_tc, num_vc, blocks_all))
+    assert makespan(problem, found.modes, found.start) == pytest.approx(found.makespan_s)
+
+
+def test_split_sinks_end_the_schedule_unless_a_nop_may_run_beside_them():
+    """A split op with no successors can move to the end, where it blocks nothing; not
+    when a ``Nop`` op it does not follow could run beside it, as cutting its time out would
+    shorten that op, nor when split ops hold only their own cores."""
+
+    def tail_names(g, blocks_all=True):
+        c = build_problem(g, 4, 1, parallel_blocks_all=blocks_all)
+        mask = _tail_ops(c.problem, structure(c.problem))
+        return {v for k, v in enumerate(c.nodes) if (mask >> k) & 1}
+
+    g = _graph(
+        [("a", "TC", 8.0, 2.0), ("w", "TC", 8.0, 2.0), ("x", "VC", 1.0, 1.0)],
+        [("a", "w"), ("a", "x")],
+    )
+    assert tail_names(g) == {"w"}  # x cannot split faster
+    assert tail_names(g, blocks_all=False) == set()
+    g.add_node("n", core="Nop", latency_s=5.0)
+    g.add_edge("a", "n")
+    assert tail_names(g) == set()
+    g.add_edge("n", "w")
+    assert tail_names(g) == {"w"}
 
 
 def test_a_known_bound_spares_the_proof():
