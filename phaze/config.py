@@ -8,7 +8,9 @@ keys suggest the nearest known key.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
+import importlib
 import json
 import tomllib
 from collections.abc import Mapping
@@ -27,11 +29,43 @@ __all__ = [
     "SolverSettings",
     "SweepConfig",
     "load_sweep_config",
+    "model_digest",
     "quick_sweep_config",
 ]
 
 RECOMPUTE_MODES: Final = ("none", "selective", "full")
 _GIB: Final = 1 << 30
+# The code and data that decide a sweep's numbers: the packages of the models, and the
+# modules of this package that score points and choose which are evaluated (not the CLI,
+# the executors or the output).
+_MODEL_PACKAGES: Final = ("arch_space", "workloads", "ilp", "placement")
+_MODEL_MODULES: Final = (
+    "phaze/config.py",
+    "phaze/pipeline.py",
+    "phaze/scoring.py",
+    "phaze/sweep.py",
+)
+
+
+@functools.cache
+def model_digest() -> str:
+    """A content hash of the files of the models behind every result (see
+    :data:`_MODEL_PACKAGES`), so a sweep directory is never resumed by a Phaze whose models
+    changed, even where the version number did not."""
+    digest = hashlib.sha256()
+    files: list[tuple[str, Path]] = []
+    for name in _MODEL_PACKAGES:
+        root = Path(importlib.import_module(name).__file__).parent
+        files += [
+            (f"{name}/{f.relative_to(root).as_posix()}", f)
+            for f in root.rglob("*")
+            if f.is_file() and "__pycache__" not in f.parts
+        ]
+    here = Path(__file__).parent.parent
+    files += [(rel, here / rel) for rel in _MODEL_MODULES]
+    for rel, path in sorted(files):
+        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +132,9 @@ class SweepConfig:
         return asdict(self)
 
     def config_hash(self) -> str:
-        """A content hash of everything that changes results (not the output directory)."""
-        text = json.dumps(self.as_dict(), sort_keys=True, default=str)
+        """A content hash of everything that changes results: the settings and the models'
+        code (:func:`model_digest`), not the output directory."""
+        text = json.dumps({**self.as_dict(), "models": model_digest()}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

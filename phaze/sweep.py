@@ -44,7 +44,7 @@ from arch_space import (
     tech_node,
 )
 from phaze import __version__
-from phaze.config import SweepConfig
+from phaze.config import SweepConfig, model_digest
 from phaze.errors import ConfigError
 from phaze.executors import Progress, Runner
 from phaze.pipeline import (
@@ -516,6 +516,7 @@ def run_sweep(
             {
                 "tool_version": __version__,
                 "config_hash": cfg.config_hash(),
+                "model_digest": model_digest(),
                 "solver": dataclasses.asdict(cfg.solver),
                 "executor": executor,
                 "jobs": jobs,

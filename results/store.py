@@ -130,7 +130,8 @@ class Store:
                     raise ConfigError(
                         f"{path} holds results of a sweep with config hash {old[:12]}, "
                         f"but this sweep's hash is {config_hash[:12]}; results of different "
-                        f"configurations must not mix: choose another output directory or "
+                        f"configurations (settings, or the code of the models) must not mix: "
+                        f"choose another output directory or "
                         f"delete {path.name} (the Python API keeps both with "
                         f"allow_config_change=True; a resume then skips every point stored "
                         f"under the old configuration)"

@@ -2,7 +2,13 @@
 
 import pytest
 
-from phaze.config import load_sweep_config, quick_sweep_config, sweep_config_from_mapping
+import phaze.config
+from phaze.config import (
+    load_sweep_config,
+    model_digest,
+    quick_sweep_config,
+    sweep_config_from_mapping,
+)
 from phaze.errors import ConfigError
 
 
@@ -18,6 +24,40 @@ def test_hash_changes_with_content_only():
     b = sweep_config_from_mapping({"sweep": {"devices": 64}})
     c = sweep_config_from_mapping({"sweep": {"devices": 128}})
     assert a.config_hash() == b.config_hash() != c.config_hash()
+
+
+def test_hash_changes_with_the_models_code(monkeypatch):
+    """The same settings under changed model code hash differently, so a sweep directory is
+    not resumed by a Phaze that would compute other numbers."""
+    cfg = quick_sweep_config()
+    before = cfg.config_hash()
+    assert len(model_digest()) == 16 and model_digest() == model_digest()
+    monkeypatch.setattr(phaze.config, "model_digest", lambda: "0" * 16)
+    assert cfg.config_hash() != before
+
+
+def test_the_model_digest_reads_every_model_file_and_no_cache(tmp_path, monkeypatch):
+    """Data files count (a changed catalog changes results); compiled caches do not."""
+    pkg = tmp_path / "fakemodel"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "data" / "table.json").write_text("[1]")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(phaze.config, "_MODEL_PACKAGES", ("fakemodel",))
+
+    def digest():
+        phaze.config.model_digest.cache_clear()
+        return phaze.config.model_digest()
+
+    try:
+        first = digest()
+        (pkg / "__pycache__").mkdir()
+        (pkg / "__pycache__" / "x.pyc").write_bytes(b"\0")
+        assert digest() == first
+        (pkg / "data" / "table.json").write_text("[2]")
+        assert digest() != first
+    finally:
+        phaze.config.model_digest.cache_clear()
 
 
 def test_hbm_gib_to_bytes():

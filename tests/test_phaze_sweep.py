@@ -37,7 +37,12 @@ import phaze
 from arch_space import Accelerator, design_id
 from ilp import DEFAULT_SEARCH_NODES
 from phaze.cli import cli
-from phaze.config import SweepConfig, quick_sweep_config, sweep_config_from_mapping
+from phaze.config import (
+    SweepConfig,
+    model_digest,
+    quick_sweep_config,
+    sweep_config_from_mapping,
+)
 from phaze.errors import ConfigError
 from phaze.pipeline import Knobs
 from phaze.pipeline import evaluate as evaluate_point
@@ -205,6 +210,7 @@ def test_manifest_records_version_config_solver_and_stage_times(clean):
         manifest, inputs, stored_hash = store.manifest(), store.inputs(), store.config_hash
     assert manifest["tool_version"] == phaze.__version__
     assert manifest["config_hash"] == cfg.config_hash() == stored_hash
+    assert manifest["model_digest"] == model_digest()
     assert manifest["solver"] == {
         "name": "list",
         "time_limit_s": 1.0,
