@@ -42,6 +42,7 @@ sooner where the caller allows that.
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Final
 
@@ -120,7 +121,10 @@ def branch_and_bound(
         return free, split
 
     can = problem.can_parallel
-    work = list(zip(*(table(w) for w in ((1.0, 0.0), (0.0, 1.0))), strict=True))
+    tc_free, tc_split = table((1.0, 0.0))  # per op: tensor and vector core-seconds
+    vc_free, vc_split = table((0.0, 1.0))
+    work_free = list(zip(tc_free, vc_free, strict=True))
+    work_split = list(zip(tc_split, vc_split, strict=True))
     occupancy = list(zip(*(table((a / cap_tc, (1 - a) / cap_vc)) for a in _WEIGHTS), strict=True))
     # Per op: its least occupancy per weight, and what running split adds to it; the sum over
     # unplaced ops is carried down the search rather than summed at every node.
@@ -158,7 +162,8 @@ def branch_and_bound(
         block every core run one at a time beside nothing that holds a core.
         """
         lb = max((f for f, _, _, _ in active), default=last)
-        heads: list[list[tuple[float, float, float]]] = [[], []]
+        heads_tc: list[tuple[float, float, float]] = []
+        heads_vc: list[tuple[float, float, float]] = []
         occ = list(left)
         forced_s = 0.0
         path = [0.0] * n  # core-holding time on a path of non-forced ops, after `last`
@@ -194,18 +199,17 @@ def branch_and_bound(
             path[i] = p_len
             if p_len > longest:
                 longest = p_len
-            k = 1 if forced else 0
-            for r in (0, 1):
-                u = work[k][r][i]
-                if u > 0:
-                    heads[r].append((e, u, t))
+            u_tc, u_vc = work_split[i] if forced else work_free[i]
+            if u_tc > 0:
+                heads_tc.append((e, u_tc, t))
+            if u_vc > 0:
+                heads_vc.append((e, u_vc, t))
             if forced:
                 for w, extra in enumerate(occ_split[i]):
                     occ[w] += extra
         if last + forced_s + longest > lb:
             lb = last + forced_s + longest
-        for r in (0, 1):
-            ops = heads[r]
+        for r, ops in enumerate((heads_tc, heads_vc)):
             if not ops:
                 continue
             ops.sort(reverse=True)
@@ -242,18 +246,41 @@ def branch_and_bound(
     def _fits_before(ready: float, last: float, d: float, dt: int, dv: int) -> bool:
         """Could an op holding (dt, dv) cores for d start in [ready, last) beside the placed
         ops? Candidate starts: ``ready`` and every placed finish in between."""
-        for tau in (ready, *(finish[j] for j in placed_ops if ready < finish[j] < last)):
-            end = tau + d
-            for x in (tau, *(start[j] for j in placed_ops if tau < start[j] < end)):
-                use_t = use_v = 0
-                for j in placed_ops:
-                    if start[j] <= x < finish[j]:
-                        use_t += demand[mode[j]][j][0]
-                        use_v += demand[mode[j]][j][1]
-                if use_t + dt > cap_tc or use_v + dv > cap_vc:
-                    break
+        # The cores the placed ops use over [ready, last + d), the only window that matters,
+        # as a step function: use_t/use_v on [times[k], times[k + 1]).
+        horizon = last + d
+        events = []
+        for j in placed_ops:
+            if finish[j] > ready and start[j] < horizon:
+                a_dt, a_dv = demand[mode[j]][j]
+                events.append((start[j], a_dt, a_dv))
+                events.append((finish[j], -a_dt, -a_dv))
+        events.sort()
+        times: list[float] = []
+        use_t: list[int] = []
+        use_v: list[int] = []
+        now_t = now_v = 0
+        for x, a_dt, a_dv in events:
+            now_t += a_dt
+            now_v += a_dv
+            if times and times[-1] == x:
+                use_t[-1], use_v[-1] = now_t, now_v
             else:
-                return True
+                times.append(x)
+                use_t.append(now_t)
+                use_v.append(now_v)
+        free_t, free_v = cap_tc - dt, cap_vc - dv
+        for tau in (ready, *(x for x in times if ready < x < last)):
+            k = bisect_right(times, tau) - 1  # the segment holding tau (-1: before any op)
+            if k < 0 or use_t[k] <= free_t and use_v[k] <= free_v:
+                end = tau + d
+                k += 1
+                while k < len(times) and times[k] < end:
+                    if use_t[k] > free_t or use_v[k] > free_v:
+                        break
+                    k += 1
+                else:
+                    return True
         return False
 
     placed_ops: list[int] = []
@@ -302,7 +329,7 @@ def branch_and_bound(
             if not rest:
                 return
         target = best[2] / (1 + close)
-        if bound(placed, last, active, target, left) >= target or dominated(placed, last, active):
+        if dominated(placed, last, active) or bound(placed, last, active, target, left) >= target:
             return
         children = []
         for i in range(n):
@@ -333,14 +360,14 @@ def branch_and_bound(
                                 c = f
                                 break
                 end = c + duration[m][i]
-                if ready < last and _fits_before(ready, last, duration[m][i], dt, dv):
-                    continue  # it could start earlier: not semi-active
                 if end + tail[i] < target:
-                    children.append((end + tail[i], -tail[i], i, m, c, end, dt, dv))
+                    children.append((end + tail[i], -tail[i], i, m, c, end, dt, dv, ready))
         children.sort()
-        for _, _, i, m, c, end, dt, dv in children:
+        for _, _, i, m, c, end, dt, dv, ready in children:
             if end + tail[i] >= best[2] / (1 + close):
                 break
+            if ready < last and _fits_before(ready, last, duration[m][i], dt, dv):
+                continue  # it could start earlier: not semi-active
             mode[i], start[i], finish[i] = m, c, end
             nxt = [a for a in active if a[0] > c]
             if end > c:
