@@ -21,7 +21,8 @@ Pruning, each exact:
   38(12), 1992): a node whose placed ops equal those of a node already searched, with a
   last start and every still-running op's finish no earlier (in the same mode), has no
   completion the earlier node lacks: fed the same remaining list, the earlier node places
-  every op no later;
+  every op no later (nodes the bound pruned count as searched: the incumbent only improves,
+  so what they dominate is pruned too);
 * semi-activity: an op that would fit before ``L`` beside the placed ops is not placed
   after it (its schedule is not semi-active, and the list that starts it earlier is searched);
 * split sinks last: where split ops hold the whole chip, a split op with no successors
@@ -245,7 +246,8 @@ def branch_and_bound(
 
     def _fits_before(ready: float, last: float, d: float, dt: int, dv: int) -> bool:
         """Could an op holding (dt, dv) cores for d start in [ready, last) beside the placed
-        ops? Candidate starts: ``ready`` and every placed finish in between."""
+        ops? Candidate starts: ``ready`` and every breakpoint of their core usage in between
+        (the earliest fit is at ``ready`` or where usage falls, at a finish)."""
         # The cores the placed ops use over [ready, last + d), the only window that matters,
         # as a step function: use_t/use_v on [times[k], times[k + 1]).
         horizon = last + d
@@ -272,7 +274,7 @@ def branch_and_bound(
         free_t, free_v = cap_tc - dt, cap_vc - dv
         for tau in (ready, *(x for x in times if ready < x < last)):
             k = bisect_right(times, tau) - 1  # the segment holding tau (-1: before any op)
-            if k < 0 or use_t[k] <= free_t and use_v[k] <= free_v:
+            if k < 0 or (use_t[k] <= free_t and use_v[k] <= free_v):
                 end = tau + d
                 k += 1
                 while k < len(times) and times[k] < end:

@@ -59,6 +59,11 @@ _SCALE: Final = 100.0  # the heuristic makespan in model units (dimensionless)
 _SLACK: Final = 1e-7  # model units added to upper bounds so the warm start stays feasible
 _MAX_CLIQUES: Final = 400  # capacity as antichain rows up to this many, else z variables
 _MAX_PATHS: Final = 256  # path cuts are added only when the DAG has at most this many paths
+_MIN_LIMIT_S: Final = 1e-3  # the least time limit handed to a solver
+
+
+class _OutOfTime(Exception):
+    """The deadline passed while the model was being built."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +112,14 @@ def check_solver(name: str) -> None:
 
 @lru_cache(maxsize=1)
 def _highs_class() -> type:
-    """pulp.HiGHS that passes the variables' initial values to HiGHS as a MIP start."""
+    """pulp.HiGHS that passes the variables' initial values to HiGHS as a MIP start and,
+    given a ``deadline``, sets HiGHS's time limit to what is left of it when HiGHS starts
+    (PuLP's copy of a large model into HiGHS takes a tenth of a second or more)."""
     import highspy
 
     class _WarmHiGHS(pulp.HiGHS):
+        deadline: float | None = None
+
         def callSolver(self, lp):
             variables = lp.variables()
             if all(v.varValue is not None for v in variables):
@@ -118,6 +127,9 @@ def _highs_class() -> type:
                 sol.col_value = [float(v.varValue) for v in variables]
                 sol.value_valid = True
                 lp.solverModel.setSolution(sol)
+            if self.deadline is not None:
+                left = max(self.deadline - time.perf_counter(), _MIN_LIMIT_S)
+                lp.solverModel.setOptionValue("time_limit", left)
             lp.solverModel.run()
 
     return _WarmHiGHS
@@ -135,6 +147,7 @@ class _Model:
         assign: frozenset[str],
         warm_modes: Sequence[int],
         warm_start: Sequence[float],
+        deadline: float | None = None,
     ) -> None:
         self.problem = problem
         self.scale = _SCALE / ub_s
@@ -160,8 +173,13 @@ class _Model:
                 terms.append((self.y[i], gain[i]))
             return terms
 
+        rows = [0]
+
         def add(terms: list[tuple[pulp.LpVariable, float]], sense: int, rhs: float) -> None:
             lp.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms), sense, rhs=rhs))
+            rows[0] += 1
+            if deadline is not None and not rows[0] % 256 and time.perf_counter() > deadline:
+                raise _OutOfTime  # large parts' models take a tenth of a second or more
 
         le, ge, eq = pulp.LpConstraintLE, pulp.LpConstraintGE, pulp.LpConstraintEQ
         for i in range(n):
@@ -371,10 +389,14 @@ def _conflict(problem: Problem, i: int, j: int) -> bool:
     return bool((ti and tj) or (vi and vj))
 
 
-def _make_solver(name: str, time_limit_s: float, mip_gap: float) -> pulp.LpSolver:
-    limit = max(time_limit_s, 1e-3)
+def _make_solver(
+    name: str, time_limit_s: float, mip_gap: float, deadline: float | None = None
+) -> pulp.LpSolver:
+    limit = max(time_limit_s, _MIN_LIMIT_S)
     if name == "highs":
-        return _highs_class()(msg=False, timeLimit=limit, gapRel=mip_gap, threads=1)
+        highs = _highs_class()(msg=False, timeLimit=limit, gapRel=mip_gap, threads=1)
+        highs.deadline = deadline
+        return highs
     if name == "cbc":
         with warnings.catch_warnings():  # PuLP 3 deprecates its bundled CBC, still shipped
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -436,11 +458,16 @@ def solve_ilp(
         The solver failed or called the model infeasible (it never is: the warm start is a
         feasible point), with the solver's status.
     """
-    model = _Model(problem, st, ub_s, lb_s, assign, warm[0], warm[1])
     try:
-        left = deadline - time.perf_counter()  # building the model counts too
+        model = _Model(problem, st, ub_s, lb_s, assign, warm[0], warm[1], deadline)
+    except _OutOfTime:
+        return IlpOutcome(False, None, None, float("inf"), 0.0, "time limit while building")
+    left = deadline - time.perf_counter()  # building the model counts too
+    if left <= 0:
+        return IlpOutcome(False, None, None, float("inf"), 0.0, "time limit while building")
+    try:
         with native_stdout_silenced():
-            model.lp.solve(_make_solver(solver, left, mip_gap))
+            model.lp.solve(_make_solver(solver, left, mip_gap, deadline))
     except pulp.PulpSolverError as e:
         raise SolverError(f"{solver}: {e}", "error") from e
     return _outcome(solver, model, mip_gap)

@@ -9,6 +9,7 @@ branches already no better than the best found. It shares no code with ``ilp``.
 from __future__ import annotations
 
 import math
+import time
 
 import networkx as nx
 import pytest
@@ -434,6 +435,35 @@ def _needs_mip():
         ],
         [("o1", "o6"), ("o3", "o4"), ("o4", "o5")],
     )
+
+
+def test_a_mip_out_of_time_while_built_is_not_solved():
+    """The deadline counts the model's construction: past it, no solver is started (a
+    97-op part's model took half a second to build with per-core variables, and the
+    solve ran its full time limit on top)."""
+    from unittest.mock import patch
+
+    from ilp import formulation
+
+    problem = build_problem(_needs_mip(), 2, 1).problem
+    st_ = structure(problem)
+    modes, start, ub = heuristic(problem, 0.0)
+    kw = dict(ub_s=ub, lb_s=0.0, warm=(modes, start), solver="highs", mip_gap=1e-4)
+
+    def never(*args, **kwargs):
+        raise AssertionError("a solver was started after the deadline")
+
+    with patch.object(formulation, "_make_solver", never):
+        for assign in (frozenset(), frozenset(("TC", "VC"))):
+            out = formulation.solve_ilp(
+                problem, st_, assign=assign, deadline=time.perf_counter() - 1.0, **kw
+            )
+            assert out.modes is None and out.start is None and not out.optimal
+            assert out.solver_status == "time limit while building"
+    solved = formulation.solve_ilp(
+        problem, st_, assign=frozenset(), deadline=time.perf_counter() + 30.0, **kw
+    )
+    assert solved.optimal and solved.modes is not None
 
 
 def test_highs_failure_falls_back_to_cbc_then_raises():
