@@ -4,10 +4,11 @@ The pipeline for one graph (DESIGN.md §5):
 
 1. validate and canonicalise the graph (:mod:`ilp.problem`); identical content hits a cache;
 2. split it at ops nothing can run beside (exact: see :func:`_solve`); for each part,
-3. a list schedule gives an upper bound, the critical path and core-seconds a lower bound
+3. list schedules give an upper bound, the critical path and core-seconds a lower bound
    (:mod:`ilp.bounds`), raised for the MIP solvers by an LP over the modes
-   (:mod:`ilp.lpbound`); when they meet (always for chains, where nothing can overlap) the
-   list schedule is optimal;
+   (:mod:`ilp.lpbound`), and a local search over modes improves the list schedule where
+   they do not meet; when they meet (always for chains, where nothing can overlap) the list
+   schedule is optimal;
 4. else an exact branch and bound (:mod:`ilp.branch`) improves the list schedule and proves
    it optimal within a node budget (or stops where it meets the lower bound);
 5. otherwise solve the MIP without per-core assignment, turn its modes and start order into
@@ -35,7 +36,7 @@ import networkx as nx
 
 from ilp.branch import branch_and_bound
 from ilp.formulation import SOLVERS, check_solver, solve_ilp
-from ilp.listsched import heuristic, lower_bound, makespan, serial_sgs, structure
+from ilp.listsched import improve, initial_schedule, lower_bound, makespan, serial_sgs, structure
 from ilp.lpbound import collapsed_lower_bound
 from ilp.problem import PARALLEL, SINGLE, Problem, build_problem, demand, uses
 from ilp.symmetry import canonical, symmetry
@@ -305,11 +306,14 @@ def _solve_part(
     st = structure(problem)
     lb = lower_bound(problem)
     close = max(_TOL, mip_gap)  # a schedule this close to a lower bound counts as optimal
-    modes, start, ub = heuristic(problem, lb * (1 + close))
+    modes, start, ub = initial_schedule(problem, lb * (1 + close))
     if ub > lb * (1 + close) and solver != HEURISTIC:
-        # Milliseconds to a few tenths of a second: worth it to spare a search or a MIP, not
-        # in the sweeps' MIP-free mode, where the search's node budget bounds the time.
+        # Milliseconds to a few tenths of a second: worth it to spare the local search, a
+        # search or a MIP, not in the sweeps' MIP-free mode, where the search's node budget
+        # bounds the time. It comes before the local search, which it often makes needless.
         lb = max(lb, collapsed_lower_bound(problem, st, ub, close))
+    if ub > lb * (1 + close):
+        modes, start, ub = improve(problem, (modes, start, ub), lb * (1 + close))
     searched = False
     if ub > lb * (1 + close) and search_nodes > 0:
         # The solver modes may stop it at their wall-clock budget; "list" stays deterministic.

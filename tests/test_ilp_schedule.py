@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 
 from ilp import DEFAULT_MIP_GAP, Method, ScheduleStatus, makespan_lower_bound, solve_schedule
 from ilp.branch import _tail_ops, branch_and_bound
-from ilp.listsched import heuristic, justify, makespan, serial_sgs, structure
+from ilp.listsched import (
+    _parallel_sgs,
+    heuristic,
+    initial_schedule,
+    justify,
+    makespan,
+    serial_sgs,
+    structure,
+)
 from ilp.lpbound import collapsed_lower_bound
 from ilp.problem import PARALLEL, SINGLE, build_problem, demand
 from phaze.errors import ConfigError
@@ -586,6 +594,67 @@ def test_justification_closes_a_list_schedules_gap():
     justified, span = justify(problem, modes, start)
     assert span == 3.0
     _check_problem_schedule(problem, modes, justified)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dags(max_ops=7),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.booleans(),
+    st.randoms(use_true_random=False),
+)
+def test_parallel_sgs_builds_feasible_non_delay_schedules(g, num_tc, num_vc, blocks_all, rnd):
+    """Feasible, and no op waits while its predecessors are done and its cores are free: at
+    its earliest start and at every start or finish before its own start, the cores in use
+    then leave too few for it."""
+    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
+    modes = tuple(
+        PARALLEL if problem.can_parallel[i] and rnd.random() < 0.5 else SINGLE
+        for i in range(problem.n)
+    )
+    start, span = _parallel_sgs(problem, modes, tuple(rnd.random() for _ in range(problem.n)))
+    _check_problem_schedule(problem, modes, start)
+    assert span == makespan(problem, modes, start)
+    dur = [problem.duration(i, modes[i]) for i in range(problem.n)]
+    events = {t for i in range(problem.n) for t in (start[i], start[i] + dur[i])}
+    for j in range(problem.n):
+        ready = max((start[i] + dur[i] for i, k in problem.edges if k == j), default=0.0)
+        need = demand(problem, j, modes[j])
+        for t in {ready} | {t for t in events if ready < t < start[j]}:
+            if t >= start[j]:
+                continue
+            used = [
+                demand(problem, i, modes[i])
+                for i in range(problem.n)
+                if start[i] <= t < start[i] + dur[i]
+            ]
+            assert (
+                sum(u[0] for u in used) + need[0] > problem.num_tc
+                or sum(u[1] for u in used) + need[1] > problem.num_vc
+            ), (j, t)
+
+
+def test_parallel_sgs_keeps_the_bottleneck_busy():
+    """One tensor and one vector core: a (VC, 1 s) feeds b (TC, 5 s); c (TC, 4 s) is free.
+    Longest path first, the serial SGS places a, then b after it, and c (too long for the
+    1 s gap before b) after b: 10 s. The parallel SGS starts c beside a at 0 and b when the
+    tensor core frees: 9 s, the tensor core's work, so the list schedule is proven optimal
+    without a search."""
+    g = _graph(
+        [("a", "VC", 1.0, 1.0), ("b", "TC", 5.0, 5.0), ("c", "TC", 4.0, 4.0)], [("a", "b")]
+    )
+    problem = build_problem(g, 1, 1).problem
+    st_ = structure(problem)
+    by_tail = tuple(-(problem.single_s[i] + st_.tail[i]) for i in range(problem.n))
+    modes = (SINGLE,) * 3
+    assert makespan(problem, modes, serial_sgs(problem, modes, by_tail)) == 10.0
+    assert _parallel_sgs(problem, modes, by_tail)[1] == 9.0
+    assert initial_schedule(problem, 0.0)[2] == 9.0
+    s = solve_schedule(g, 1, 1, solver="list", search_nodes=0)
+    assert s.makespan_s == 9.0 and s.method == Method.BOUND
+    assert s.status == ScheduleStatus.OPTIMAL
+    check_schedule(g, s, 1, 1)
 
 
 @settings(max_examples=300, deadline=None)
