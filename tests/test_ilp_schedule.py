@@ -641,9 +641,7 @@ def test_parallel_sgs_keeps_the_bottleneck_busy():
     1 s gap before b) after b: 10 s. The parallel SGS starts c beside a at 0 and b when the
     tensor core frees: 9 s, the tensor core's work, so the list schedule is proven optimal
     without a search."""
-    g = _graph(
-        [("a", "VC", 1.0, 1.0), ("b", "TC", 5.0, 5.0), ("c", "TC", 4.0, 4.0)], [("a", "b")]
-    )
+    g = _graph([("a", "VC", 1.0, 1.0), ("b", "TC", 5.0, 5.0), ("c", "TC", 4.0, 4.0)], [("a", "b")])
     problem = build_problem(g, 1, 1).problem
     st_ = structure(problem)
     by_tail = tuple(-(problem.single_s[i] + st_.tail[i]) for i in range(problem.n))
