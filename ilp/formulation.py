@@ -460,10 +460,10 @@ def solve_ilp(
     """
     try:
         model = _Model(problem, st, ub_s, lb_s, assign, warm[0], warm[1], deadline)
+        left = deadline - time.perf_counter()  # building the model counts too
+        if left <= 0:
+            raise _OutOfTime
     except _OutOfTime:
-        return IlpOutcome(False, None, None, float("inf"), 0.0, "time limit while building")
-    left = deadline - time.perf_counter()  # building the model counts too
-    if left <= 0:
         return IlpOutcome(False, None, None, float("inf"), 0.0, "time limit while building")
     try:
         with native_stdout_silenced():

@@ -1,4 +1,5 @@
-"""Serial list scheduling, lower bounds and the heuristic upper bound of a :class:`Problem`.
+"""Serial and parallel list scheduling, lower bounds and the heuristic upper bound of a
+:class:`Problem` (:func:`initial_schedule`, improved by :func:`improve`).
 
 The serial schedule-generation scheme (SGS) takes modes and a priority order and starts each
 op, in priority order among those whose predecessors are placed, at the earliest time its
@@ -40,7 +41,6 @@ __all__ = [
     "justify",
     "makespan",
     "lower_bound",
-    "heuristic",
     "initial_schedule",
     "improve",
     "Incumbent",
@@ -298,13 +298,6 @@ def lower_bound(problem: Problem) -> float:
         problem.num_vc,
         parallel_blocks_all=problem.parallel_blocks_all,
     )
-
-
-def heuristic(problem: Problem, bound: float) -> Incumbent:
-    """A good feasible schedule (modes, starts, makespan); stops early on reaching ``bound``:
-    :func:`initial_schedule`, then :func:`improve` unless that meets ``bound``."""
-    best = initial_schedule(problem, bound)
-    return best if best[2] <= bound else improve(problem, best, bound)
 
 
 def initial_schedule(problem: Problem, bound: float) -> Incumbent:

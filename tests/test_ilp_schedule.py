@@ -20,7 +20,7 @@ from ilp import DEFAULT_MIP_GAP, Method, ScheduleStatus, makespan_lower_bound, s
 from ilp.branch import _tail_ops, branch_and_bound
 from ilp.listsched import (
     _parallel_sgs,
-    heuristic,
+    improve,
     initial_schedule,
     justify,
     makespan,
@@ -428,6 +428,11 @@ def test_per_core_assignment_variables_are_exact(g, num_tc, num_vc, blocks_all):
     schedule._solve_part.cache_clear()
 
 
+def _list_schedule(problem):
+    """The list scheduler's best schedule (modes, starts, makespan), with no bound to stop at."""
+    return improve(problem, initial_schedule(problem, 0.0), 0.0)
+
+
 def _needs_mip():
     """Seven ops on two tensor cores and one vector core (found by random search) whose list
     schedule neither the combinatorial bounds nor the LP bound over the modes prove optimal."""
@@ -455,7 +460,7 @@ def test_a_mip_out_of_time_while_built_is_not_solved():
 
     problem = build_problem(_needs_mip(), 2, 1).problem
     st_ = structure(problem)
-    modes, start, ub = heuristic(problem, 0.0)
+    modes, start, ub = _list_schedule(problem)
     kw = dict(ub_s=ub, lb_s=0.0, warm=(modes, start), solver="highs", mip_gap=1e-4)
 
     def never(*args, **kwargs):
@@ -559,23 +564,26 @@ def _check_problem_schedule(problem, modes, start):
         assert sum(b[1] for b in busy) <= problem.num_vc
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    dags(max_ops=7),
-    st.integers(1, 4),
-    st.integers(1, 4),
-    st.booleans(),
-    st.randoms(use_true_random=False),
-)
-def test_justification_keeps_schedules_feasible_and_never_longer(
-    g, num_tc, num_vc, blocks_all, rnd
-):
-    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
+@st.composite
+def moded_problems(draw):
+    """A problem of up to 7 ops on 1-4 cores of each type, with random modes and a random
+    priority per op."""
+    g = draw(dags(max_ops=7))
+    num_tc, num_vc = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=draw(st.booleans())).problem
+    rnd = draw(st.randoms(use_true_random=False))
     modes = tuple(
         PARALLEL if problem.can_parallel[i] and rnd.random() < 0.5 else SINGLE
         for i in range(problem.n)
     )
-    start = serial_sgs(problem, modes, tuple(rnd.random() for _ in range(problem.n)))
+    return problem, modes, tuple(rnd.random() for _ in range(problem.n))
+
+
+@settings(max_examples=200, deadline=None)
+@given(moded_problems())
+def test_justification_keeps_schedules_feasible_and_never_longer(drawn):
+    problem, modes, rank = drawn
+    start = serial_sgs(problem, modes, rank)
     justified, span = justify(problem, modes, start)
     _check_problem_schedule(problem, modes, justified)
     assert span == makespan(problem, modes, justified)
@@ -597,23 +605,13 @@ def test_justification_closes_a_list_schedules_gap():
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    dags(max_ops=7),
-    st.integers(1, 4),
-    st.integers(1, 4),
-    st.booleans(),
-    st.randoms(use_true_random=False),
-)
-def test_parallel_sgs_builds_feasible_non_delay_schedules(g, num_tc, num_vc, blocks_all, rnd):
+@given(moded_problems())
+def test_parallel_sgs_builds_feasible_non_delay_schedules(drawn):
     """Feasible, and no op waits while its predecessors are done and its cores are free: at
     its earliest start and at every start or finish before its own start, the cores in use
     then leave too few for it."""
-    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
-    modes = tuple(
-        PARALLEL if problem.can_parallel[i] and rnd.random() < 0.5 else SINGLE
-        for i in range(problem.n)
-    )
-    start, span = _parallel_sgs(problem, modes, tuple(rnd.random() for _ in range(problem.n)))
+    problem, modes, rank = drawn
+    start, span = _parallel_sgs(problem, modes, rank)
     _check_problem_schedule(problem, modes, start)
     assert span == makespan(problem, modes, start)
     dur = [problem.duration(i, modes[i]) for i in range(problem.n)]
@@ -752,7 +750,7 @@ def test_search_stops_where_its_schedule_meets_a_known_bound(g, num_tc, num_vc, 
     proven, no later than the search that has to exhaust its tree."""
     problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
     st_ = structure(problem)
-    start = heuristic(problem, 0.0)
+    start = _list_schedule(problem)
     close = 1e-6
     full = branch_and_bound(problem, st_, start, close, 10**6)
     assert full.proven
@@ -821,7 +819,7 @@ def test_a_known_bound_spares_the_proof():
     assert brute_force(g, 3, 2) == pytest.approx(13 * US)
     problem = build_problem(g, 3, 2).problem
     st_ = structure(problem)
-    start = heuristic(problem, 0.0)
+    start = _list_schedule(problem)
     assert start[2] == pytest.approx(14 * US)
     full = branch_and_bound(problem, st_, start, 1e-6, 10**6)
     met = branch_and_bound(problem, st_, start, 1e-6, 10**6, floor_s=13 * US)
