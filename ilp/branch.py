@@ -11,7 +11,10 @@ ops finish, and an op fits at time c exactly when it fits at the instant c.
 
 Pruning, each exact:
 
-* bounds: the longest remaining path from each unplaced op's earliest start; per core type,
+* bounds: the longest remaining path from each unplaced op's earliest start, which is no
+  earlier than the running ops leave the cores it holds free (split, every core of its type,
+  or of the chip when parallel ops block every core: an op that must split waits for every
+  running op); per core type,
   the least core-seconds of the ops that can start no earlier than each of their earliest
   starts, plus that start and the shortest tail among them; and, weighting tensor and vector
   shares by a and 1 - a, the least chip occupancy left after ``L`` (a parallel op fills the
@@ -135,7 +138,11 @@ def branch_and_bound(
         for i in range(n)
     ]
     holds = [problem.core[i] != "Nop" for i in range(n)]
-    single = problem.single_s
+    single, split_s = problem.single_s, problem.parallel_s
+    # The distinct core demands, single-core and split, and each op's index among them.
+    needs = sorted({*demand[SINGLE], *demand[PARALLEL]})
+    single_need = [needs.index(demand[SINGLE][i]) for i in range(n)]
+    split_need = [needs.index(demand[PARALLEL][i]) for i in range(n)]
     blocks_all = problem.parallel_blocks_all
     tail_ops = _tail_ops(problem, st)
     caps = (cap_tc, cap_vc)
@@ -156,7 +163,8 @@ def branch_and_bound(
         target: float,
         left: tuple[float, ...],
     ) -> float:
-        """A lower bound on every completion below ``target``; fills ``est`` of unplaced ops.
+        """A lower bound on every completion below ``target``; fills ``est`` and ``done`` of
+        unplaced ops.
 
         An op whose single-core path from its earliest start reaches ``target`` must run
         split (the destructive reasoning of :mod:`ilp.bounds`, per node), and split ops that
@@ -172,6 +180,20 @@ def branch_and_bound(
         for f, _, dt, dv in active:
             if (dt or dv) and f - last > longest:
                 longest = f - last
+        # Per distinct demand, the earliest time the running ops leave its cores free: they
+        # all started by `last`, so the cores they hold only fall, finish by finish.
+        wait = [last] * len(needs)
+        if active:
+            ordered = sorted(active)
+            held_t = sum(a[2] for a in active)
+            held_v = sum(a[3] for a in active)
+            for k, (need_t, need_v) in enumerate(needs):
+                at, use_t, use_v = last, held_t, held_v
+                for f, _, dt, dv in ordered:
+                    if use_t + need_t <= cap_tc and use_v + need_v <= cap_vc:
+                        break
+                    at, use_t, use_v = f, use_t - dt, use_v - dv
+                wait[k] = at
         for i in range(n):
             if (placed >> i) & 1:
                 continue
@@ -183,16 +205,29 @@ def branch_and_bound(
                     if holds[p] and f - last > p_len:
                         p_len = f - last
                 else:
-                    f = est[p] + least[p]
+                    f = done[p]
                     if path[p] > p_len:
                         p_len = path[p]
                 if f > e:
                     e = f
-            est[i] = e
             t = tail[i]
-            if e + least[i] + t > lb:
-                lb = e + least[i] + t
-            forced = blocks_all and can[i] and e + single[i] + t >= target
+            # Earliest start and finish, single-core and split, behind the running ops.
+            if wait[single_need[i]] > e:
+                e = wait[single_need[i]]
+            end = e + single[i]
+            forced = blocks_all and can[i] and end + t >= target
+            if can[i]:
+                split_at = wait[split_need[i]]  # holds more cores: never before e
+                if split_at < e:
+                    split_at = e
+                if forced:
+                    e, end = split_at, split_at + split_s[i]
+                elif split_at + split_s[i] < end:
+                    end = split_at + split_s[i]
+            est[i] = e
+            done[i] = end
+            if end + t > lb:
+                lb = end + t
             if forced:
                 forced_s += least[i]
             elif holds[i]:
@@ -232,7 +267,8 @@ def branch_and_bound(
                 lb = v
         return lb
 
-    est = [0.0] * n
+    est = [0.0] * n  # per unplaced op, the earliest start in any mode (bound's scratch)
+    done = [0.0] * n  # and the earliest finish
 
     def dominated(placed: int, last: float, active: list[tuple[float, int, int, int]]) -> bool:
         entries = seen.setdefault(placed, [])

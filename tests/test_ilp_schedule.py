@@ -803,6 +803,32 @@ def test_split_sinks_end_the_schedule_unless_a_nop_may_run_beside_them():
     assert tail_names(g) == {"w"}
 
 
+def test_an_op_that_must_split_waits_for_the_running_ops():
+    """o3 -> o4 on the vector cores takes 16 with o3 single-core, so below 10 o3 must split,
+    and a split op holds the whole chip. Once the search starts any single-core op first
+    (o1 for 5 on a tensor core), o3 cannot split before that op finishes: 5 + 1 + 7 > 10.
+    The node bound sees it at once, so the list schedule's 10 is proven optimal one level
+    down; taking o3's earliest start as 0 there left five of those nodes open."""
+    g = _graph(
+        [
+            ("o0", "TC", 9 * US, 4 * US),
+            ("o1", "TC", 5 * US, 6 * US),
+            ("o2", "TC", 5 * US, 2 * US),
+            ("o3", "VC", 9 * US, 1 * US),
+            ("o4", "VC", 7 * US, 7 * US),
+            ("o5", "TC", 3 * US, 8 * US),
+        ],
+        [("o3", "o4")],
+    )
+    assert brute_force(g, 3, 2) == pytest.approx(10 * US)
+    problem = build_problem(g, 3, 2).problem
+    start = _list_schedule(problem)
+    assert start[2] == pytest.approx(10 * US)
+    found = branch_and_bound(problem, structure(problem), start, 1e-6, 10**6)
+    assert found.proven and found.makespan_s == pytest.approx(10 * US)
+    assert found.nodes == 6  # the root and its five children, each pruned by the bound
+
+
 def test_a_known_bound_spares_the_proof():
     """Here the list schedule (14) is one off the optimum (13): once the search finds 13 the
     bound ends it, where without it the tree must be searched to prove 13."""
