@@ -162,9 +162,10 @@ def branch_and_bound(
         active: list[tuple[float, int, int, int]],
         target: float,
         left: tuple[float, ...],
+        wait: list[float],
     ) -> float:
         """A lower bound on every completion below ``target``; fills ``est`` and ``done`` of
-        unplaced ops.
+        unplaced ops. ``wait`` is :func:`free_from` of the node.
 
         An op whose single-core path from its earliest start reaches ``target`` must run
         split (the destructive reasoning of :mod:`ilp.bounds`, per node), and split ops that
@@ -180,20 +181,6 @@ def branch_and_bound(
         for f, _, dt, dv in active:
             if (dt or dv) and f - last > longest:
                 longest = f - last
-        # Per distinct demand, the earliest time the running ops leave its cores free: they
-        # all started by `last`, so the cores they hold only fall, finish by finish.
-        wait = [last] * len(needs)
-        if active:
-            ordered = sorted(active)
-            held_t = sum(a[2] for a in active)
-            held_v = sum(a[3] for a in active)
-            for k, (need_t, need_v) in enumerate(needs):
-                at, use_t, use_v = last, held_t, held_v
-                for f, _, dt, dv in ordered:
-                    if use_t + need_t <= cap_tc and use_v + need_v <= cap_vc:
-                        break
-                    at, use_t, use_v = f, use_t - dt, use_v - dv
-                wait[k] = at
         for i in range(n):
             if (placed >> i) & 1:
                 continue
@@ -266,6 +253,24 @@ def branch_and_bound(
             if v > lb:
                 lb = v
         return lb
+
+    def free_from(last: float, active: list[tuple[float, int, int, int]]) -> list[float]:
+        """Per distinct demand (``needs``), the first instant from ``last`` on at which the
+        running ops leave its cores free. They all started by ``last``, so the cores they
+        hold only fall, finish by finish: an op of that demand fits at any later instant."""
+        wait = [last] * len(needs)
+        if active:
+            ordered = sorted(active)
+            held_t = sum(a[2] for a in active)
+            held_v = sum(a[3] for a in active)
+            for k, (need_t, need_v) in enumerate(needs):
+                at, use_t, use_v = last, held_t, held_v
+                for f, _, dt, dv in ordered:
+                    if use_t + need_t <= cap_tc and use_v + need_v <= cap_vc:
+                        break
+                    at, use_t, use_v = f, use_t - dt, use_v - dv
+                wait[k] = at
+        return wait
 
     est = [0.0] * n  # per unplaced op, the earliest start in any mode (bound's scratch)
     done = [0.0] * n  # and the earliest finish
@@ -367,7 +372,10 @@ def branch_and_bound(
             if not rest:
                 return
         target = best[2] / (1 + close)
-        if dominated(placed, last, active) or bound(placed, last, active, target, left) >= target:
+        if dominated(placed, last, active):
+            return
+        wait = free_from(last, active)
+        if bound(placed, last, active, target, left, wait) >= target:
             return
         children = []
         for i in range(n):
@@ -383,20 +391,9 @@ def branch_and_bound(
                 if m == PARALLEL and (tail_ops >> i) & 1:
                     continue  # split only at the end, above
                 dt, dv = demand[m][i]
-                c = ready if ready > last else last
-                if dt or dv:
-                    # Cores in use after `last` only fall: find the first instant they fit.
-                    use_t = sum(a_dt for f, _, a_dt, _ in active if f > c)
-                    use_v = sum(a_dv for f, _, _, a_dv in active if f > c)
-                    if use_t + dt > cap_tc or use_v + dv > cap_vc:
-                        for f, _, a_dt, a_dv in sorted(active):
-                            if f <= c:
-                                continue
-                            use_t -= a_dt
-                            use_v -= a_dv
-                            if use_t + dt <= cap_tc and use_v + dv <= cap_vc:
-                                c = f
-                                break
+                c = wait[split_need[i] if m == PARALLEL else single_need[i]]
+                if ready > c:
+                    c = ready
                 end = c + duration[m][i]
                 if end + tail[i] < target:
                     children.append((end + tail[i], -tail[i], i, m, c, end, dt, dv, ready))
