@@ -130,19 +130,57 @@ def _sgs(
     The core profile is a step function kept as breakpoints; placing an op scans it once, so
     a schedule costs O(n^2).
     """
+    return _place(problem, modes, _order(problem, rank))
+
+
+def _order(problem: Problem, rank: Sequence[float]) -> tuple[int, ...]:
+    """The serial SGS's placing order under ``rank``: it depends on the precedence and the
+    ranks only, never on modes or times."""
     st = structure(problem)
-    cap_tc, cap_vc = problem.num_tc, problem.num_vc
-    preds, succs, duration, demands = st.preds, st.succs, st.duration, st.demand
-    times = [0.0]  # breakpoints; usage on [times[k], times[k+1]), the last segment is idle
-    use_tc = [0]
-    use_vc = [0]
-    start = [0.0] * problem.n
-    finish = [0.0] * problem.n
-    missing = [len(p) for p in preds]
+    missing = [len(p) for p in st.preds]
     ready = [(rank[i], i) for i in range(problem.n) if not missing[i]]
     heapq.heapify(ready)
+    order = []
     while ready:
         i = heapq.heappop(ready)[1]
+        order.append(i)
+        for j in st.succs[i]:
+            missing[j] -= 1
+            if not missing[j]:
+                heapq.heappush(ready, (rank[j], j))
+    return tuple(order)
+
+
+# The serial SGS's state between two ops: breakpoints of the core profile, tensor and vector
+# cores in use from each, and every op's start and finish (zero until placed).
+_State = tuple[list[float], list[int], list[int], list[float], list[float]]
+
+
+def _place(
+    problem: Problem,
+    modes: Sequence[int],
+    order: Sequence[int],
+    first: int = 0,
+    state: _State | None = None,
+    record: list[_State] | None = None,
+) -> tuple[tuple[float, ...], float]:
+    """(start times, makespan) of the serial SGS placing ``order[first:]`` in ``modes``, from
+    ``state`` (the state after ``order[:first]``; an empty chip when None), each op at the
+    earliest time its cores are free. With ``record``, a copy of the state before each op
+    is appended to it, so a schedule that differs only from some op on can resume there.
+    """
+    st = structure(problem)
+    cap_tc, cap_vc = problem.num_tc, problem.num_vc
+    preds, duration, demands = st.preds, st.duration, st.demand
+    if state is None:
+        # usage on [times[k], times[k+1]); the last segment is idle
+        times, use_tc, use_vc = [0.0], [0], [0]
+        start, finish = [0.0] * problem.n, [0.0] * problem.n
+    else:
+        times, use_tc, use_vc, start, finish = (list(x) for x in state)
+    for i in order[first:]:
+        if record is not None:
+            record.append((times[:], use_tc[:], use_vc[:], start[:], finish[:]))
         mode = modes[i]
         d = duration[mode][i]
         dt, dv = demands[mode][i]
@@ -183,10 +221,6 @@ def _sgs(
             c = est
         start[i] = c
         finish[i] = c + d
-        for j in succs[i]:
-            missing[j] -= 1
-            if not missing[j]:
-                heapq.heappush(ready, (rank[j], j))
     return tuple(start), max(finish, default=0.0)
 
 
@@ -371,6 +405,24 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
     # benchmarks/bench_ilp.py it shortened 8 of 60 list schedules, by up to 10.8 %.
     splittable = [i for i in range(n) if problem.can_parallel[i]]
     pairs = [((i, j), None) for i, j in combinations(splittable, 2) if not st.comparable(i, j)]
+    by_tail_order = _order(problem, by_tail)
+    # A trial is scheduled in the incumbent's start order and by remaining path. Its ops up to
+    # the first one it flips keep the incumbent's modes, so they land where they did in the
+    # incumbent's schedule under the same order: the SGS resumes from the state it had
+    # there (per order: the order, each op's position in it, the states before each op).
+    plans: dict[int, tuple[tuple[int, ...], list[int], list[_State]]] = {}
+
+    def plan(which: int) -> tuple[tuple[int, ...], list[int], list[_State]]:
+        if which not in plans:
+            order = _order(problem, best[1]) if which == 0 else by_tail_order
+            states: list[_State] = []
+            _place(problem, best[0], order, record=states)
+            position = [0] * n
+            for k, i in enumerate(order):
+                position[i] = k
+            plans[which] = order, position, states
+        return plans[which]
+
     trials = 0
     for phase, cap in ((moves, _TRIALS), (pairs, _TRIALS + _PAIR_TRIALS)):
         for _ in range(_PASSES):
@@ -384,11 +436,15 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
                 trial = tuple(modes)
                 if trial == best[0]:
                     continue
-                for rank in (best[1], by_tail):
+                flipped = [i for i in ops if trial[i] != best[0][i]]
+                for which in (0, 1):
                     trials += 1
-                    s, ms = _sgs(problem, trial, rank)
+                    order, position, states = plan(which)
+                    first = min(position[i] for i in flipped)
+                    s, ms = _place(problem, trial, order, first, states[first])
                     if ms < best[2] * (1 - 1e-12):
                         best, improved = (trial, s, ms), True
+                        plans.clear()
                         if ms <= bound:
                             return best
                         break

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from ilp import DEFAULT_MIP_GAP, Method, ScheduleStatus, makespan_lower_bound, solve_schedule
 from ilp.branch import _tail_ops, branch_and_bound
 from ilp.listsched import (
+    _order,
     _parallel_sgs,
+    _place,
     improve,
     initial_schedule,
     justify,
@@ -602,6 +604,27 @@ def test_justification_closes_a_list_schedules_gap():
     justified, span = justify(problem, modes, start)
     assert span == 3.0
     _check_problem_schedule(problem, modes, justified)
+
+
+@settings(max_examples=200, deadline=None)
+@given(moded_problems(), st.randoms(use_true_random=False))
+def test_serial_sgs_resumed_midway_equals_a_full_run(drawn, rnd):
+    """The local search re-schedules a trial from the state the incumbent's schedule had
+    before the first op whose mode the trial flips; that must be the trial's whole schedule."""
+    problem, modes, rank = drawn
+    order = _order(problem, rank)
+    states = []
+    _place(problem, modes, order, record=states)
+    flipped = list(modes)
+    first = rnd.randrange(problem.n)
+    for k in range(first, problem.n):
+        i = order[k]
+        if problem.can_parallel[i] and rnd.random() < 0.5:
+            flipped[i] = 1 - flipped[i]
+    whole = _place(problem, flipped, order)
+    assert whole[0] == serial_sgs(problem, flipped, rank)
+    for _ in range(2):  # resuming leaves the recorded state as it was
+        assert _place(problem, flipped, order, first, states[first]) == whole
 
 
 @settings(max_examples=200, deadline=None)
