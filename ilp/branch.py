@@ -232,6 +232,8 @@ def branch_and_bound(
                     occ[w] += extra
         if last + forced_s + longest > lb:
             lb = last + forced_s + longest
+        if lb >= target:
+            return lb  # pruned already: spare the sorts below
         for r, ops in enumerate((heads_tc, heads_vc)):
             if not ops:
                 continue
