@@ -41,6 +41,13 @@ _SAFETY: Final = 1e-5
 # modes 65, and none beyond a 10% gap (where the MIP's time would be wasted).
 _INTEGER_WITHIN: Final = 0.10
 
+_PRIMAL_HEURISTICS: Final = (
+    "mip_heuristic_run_feasibility_jump",
+    "mip_heuristic_run_rins",
+    "mip_heuristic_run_rens",
+    "mip_heuristic_run_root_reduced_cost",
+)
+
 # A column of the rows: ("x", i) op i's split share, ("e", i) its collapsed start, ("d", i)
 # its collapsed duration, ("C", 0) the collapsed length, ("T", 0) the makespan.
 _Column = tuple[str, int]
@@ -153,6 +160,13 @@ def collapsed_lower_bound(
             modes.size, modes, np.full(modes.size, highspy.HighsVarType.kInteger)
         )
         h.setOptionValue("mip_rel_gap", _SAFETY)
+        # Only the dual bound is wanted (the list schedule is the primal side), so HiGHS's
+        # primal heuristics and restarts are switched off: on 552 parts of bench_ilp the
+        # MIPs took 1.1 s instead of 3.1 s and proved the same 55 list schedules optimal.
+        for option in _PRIMAL_HEURISTICS:
+            h.setOptionValue(option, False)
+        h.setOptionValue("mip_heuristic_effort", 0.0)
+        h.setOptionValue("mip_allow_restart", False)
         h.run()  # no node or time limit: single-threaded, so deterministic
         bound = max(bound, h.getInfo().mip_dual_bound * (1 - _SAFETY))
     return min(1.0, max(0.0, bound)) * ub_s
