@@ -58,8 +58,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S: Final = 1.0  # wall seconds per independent part of a graph (sweep-sized)
 DEFAULT_MIP_GAP: Final = 1e-4  # relative (HiGHS's default): far below the cost model's error
-# Branch-and-bound nodes per part (about 30-60 us each): proves the dense blocks' forward
-# parts (17-19 ops) in a few thousand (benchmarks/bench_ilp.py).
+# Branch-and-bound nodes per part (about 20 us each): proves the dense blocks' forward
+# parts (17-19 ops) in hundreds to a few thousand (benchmarks/bench_ilp.py).
 DEFAULT_SEARCH_NODES: Final = 20_000
 # The deterministic, MIP-free mode: the list schedule with local search, exact whenever it
 # meets the lower bound (chains, and whatever the bound proves), else with its gap recorded.
