@@ -204,7 +204,9 @@ def branch_and_bound(
             end = e + single[i]
             forced = blocks_all and can[i] and end + t >= target
             if can[i]:
-                split_at = wait[split_need[i]]  # holds more cores: never before e
+                # Split, it waits for every core of its type (or of the chip) to be free,
+                # and for its predecessors.
+                split_at = wait[split_need[i]]
                 if split_at < e:
                     split_at = e
                 if forced:
