@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -163,15 +164,19 @@ def _place(
     first: int = 0,
     state: _State | None = None,
     record: list[_State] | None = None,
+    cutoff: float = math.inf,
 ) -> tuple[tuple[float, ...], float]:
     """(start times, makespan) of the serial SGS placing ``order[first:]`` in ``modes``, from
     ``state`` (the state after ``order[:first]``; an empty chip when None), each op at the
     earliest time its cores are free. With ``record``, a copy of the state before each op
     is appended to it, so a schedule that differs only from some op on can resume there.
+    Once an op's finish plus its tail (the least time its descendants need after it) reaches
+    ``cutoff``, the makespan can only be at least that: it stops there and returns
+    ``((), inf)``.
     """
     st = structure(problem)
     cap_tc, cap_vc = problem.num_tc, problem.num_vc
-    preds, duration, demands = st.preds, st.duration, st.demand
+    preds, duration, demands, tail = st.preds, st.duration, st.demand, st.tail
     if state is None:
         # usage on [times[k], times[k+1]); the last segment is idle
         times, use_tc, use_vc = [0.0], [0], [0]
@@ -221,6 +226,8 @@ def _place(
             c = est
         start[i] = c
         finish[i] = c + d
+        if (c + d + tail[i]) * (1 - 1e-12) >= cutoff:  # shaded: tails add in another order
+            return (), math.inf
     return tuple(start), max(finish, default=0.0)
 
 
@@ -442,8 +449,9 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
                     trials += 1
                     order, position, states = plan(which)
                     first = min(position[i] for i in flipped)
-                    s, ms = _place(problem, trial, order, first, states[first])
-                    if ms < best[2] * (1 - 1e-12):
+                    cutoff = best[2] * (1 - 1e-12)
+                    s, ms = _place(problem, trial, order, first, states[first], cutoff=cutoff)
+                    if ms < cutoff:
                         best, improved = (trial, s, ms), True
                         plans.clear()
                         if ms <= bound:

@@ -629,6 +629,23 @@ def test_serial_sgs_resumed_midway_equals_a_full_run(drawn, rnd):
 
 
 @settings(max_examples=200, deadline=None)
+@given(moded_problems(), st.sampled_from((0.5, 1 - 1e-9, 1.0, 1 + 1e-9, 1.5)))
+def test_serial_sgs_with_a_cutoff_stops_only_schedules_that_reach_it(drawn, share):
+    """The local search passes its incumbent's makespan as a cutoff: a schedule shorter
+    than the cutoff comes out whole, and one that reaches it comes out as ``((), inf)``."""
+    problem, modes, rank = drawn
+    assume(problem.n > 0)
+    order = _order(problem, rank)
+    whole = _place(problem, modes, order)
+    cutoff = whole[1] * share
+    cut = _place(problem, modes, order, cutoff=cutoff)
+    if whole[1] < cutoff:
+        assert cut == whole
+    elif whole[1] * (1 - 1e-12) >= cutoff:  # the check is shaded by rounding's worth
+        assert cut == ((), math.inf)
+
+
+@settings(max_examples=200, deadline=None)
 @given(moded_problems())
 def test_parallel_sgs_builds_feasible_non_delay_schedules(drawn):
     """Feasible, and no op waits while its predecessors are done and its cores are free: at
