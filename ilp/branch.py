@@ -18,7 +18,14 @@ Pruning, each exact:
   the least core-seconds of the ops that can start no earlier than each of their earliest
   starts, plus that start and the shortest tail among them; and, weighting tensor and vector
   shares by a and 1 - a, the least chip occupancy left after ``L`` (a parallel op fills the
-  chip in both shares when parallel ops block every core);
+  chip in both shares when parallel ops block every core); and, when they do, the collapsed
+  time of :mod:`ilp.lpbound` per node: after the running split ops, the time left is at
+  least the forced ops' split time plus, for any distribution mu over paths of the other
+  ops, the sum of min(split, mu(i) * single) over them (each op either splits, beside
+  nothing, or runs whole on every path through it in the time no split op takes). With mu
+  even over one path in each of k interchangeable branches (attention heads, experts) it
+  sees what one path misses: k chains of ops cheaper split than single run one after
+  another (on the forward parts of ``benchmarks/bench_ilp.py``, 24 % fewer nodes);
 * dominance (the cutset rule of Demeulemeester and Herroelen, "A branch-and-bound procedure
   for the multiple resource-constrained project scheduling problem", Management Science
   38(12), 1992): a node whose placed ops equal those of a node already searched, with a
@@ -219,6 +226,7 @@ def branch_and_bound(
             done[i] = end
             if end + t > lb:
                 lb = end + t
+            is_forced[i] = forced
             if forced:
                 forced_s += least[i]
             elif holds[i]:
@@ -238,6 +246,32 @@ def branch_and_bound(
             lb = last + forced_s + longest
         if lb >= target:
             return lb  # pruned already: spare the sorts below
+        if branch_paths:
+            # Collapsed time over k interchangeable branches: each non-forced op left adds its
+            # split time or 1/k of its single-core time on its branch's heaviest path.
+            after = last  # nothing holding a core starts before a running split op ends
+            for f, op, _, _ in active:
+                if mode[op] == PARALLEL and f > after:
+                    after = f
+            for branches in branch_paths:
+                total = 0.0
+                for path_ops in branches:
+                    heaviest = 0.0
+                    for i, share, inner in path_ops:
+                        v = 0.0
+                        for q in inner:
+                            if heaviest_to[q] > v:
+                                v = heaviest_to[q]
+                        if not ((placed >> i) & 1 or is_forced[i]):
+                            v += share
+                        heaviest_to[i] = v
+                        if v > heaviest:
+                            heaviest = v
+                    total += heaviest
+                if after + forced_s + total > lb:
+                    lb = after + forced_s + total
+            if lb >= target:
+                return lb
         for r, ops in enumerate((heads_tc, heads_vc)):
             if not ops:
                 continue
@@ -278,6 +312,28 @@ def branch_and_bound(
                 wait[k] = at
         return wait
 
+    # Per group of k interchangeable branches, per branch in index (topological) order: each
+    # op, its share min(split, single / k) of the collapsed-time bound, and its predecessors
+    # in the branch (see the module docstring).
+    branch_paths = [
+        [
+            [
+                (
+                    i,
+                    min(split_s[i] if can[i] else float("inf"), single[i] / len(group))
+                    if holds[i]
+                    else 0.0,
+                    tuple(q for q in preds[i] if q in ops),
+                )
+                for i in sorted(ops)
+            ]
+            for ops in group
+        ]
+        for group, _ in sym.branches
+        if blocks_all
+    ]
+    is_forced = [False] * n  # bound's scratch: the unplaced ops it forces to split
+    heaviest_to = [0.0] * n  # and the heaviest branch path ending at each op
     est = [0.0] * n  # per unplaced op, the earliest start in any mode (bound's scratch)
     done = [0.0] * n  # and the earliest finish
 

@@ -870,6 +870,66 @@ def test_an_op_that_must_split_waits_for_the_running_ops():
     assert found.nodes == 6  # the root and its five children, each pruned by the bound
 
 
+def test_interchangeable_chains_split_one_after_another():
+    """Two copies of a -> b (a: 4 single, 2 split on the tensor cores; b: 7 single, 3 split
+    on the vector cores), on 4 tensor and 2 vector cores. All four split take 10, each op
+    alone on the chip; any single-core b takes 7 beside at most one more, so 11 or more. The
+    node bound spreads one path's worth evenly over the two chains: each op adds
+    min(split, single / 2), 2 + 3 per chain, 10 in all, and proves the list schedule at the
+    root. Each path alone (5) and each core type's work left the root open, with six more
+    nodes below it."""
+    g = _graph(
+        [
+            ("a0", "TC", 4 * US, 2 * US),
+            ("b0", "VC", 7 * US, 3 * US),
+            ("a1", "TC", 4 * US, 2 * US),
+            ("b1", "VC", 7 * US, 3 * US),
+        ],
+        [("a0", "b0"), ("a1", "b1")],
+    )
+    assert brute_force(g, 4, 2) == pytest.approx(10 * US)
+    problem = build_problem(g, 4, 2).problem
+    start = _list_schedule(problem)
+    assert start[2] == pytest.approx(10 * US)
+    found = branch_and_bound(problem, structure(problem), start, 1e-6, 10**6)
+    assert found.proven and found.nodes == 1
+
+
+@st.composite
+def chains(draw):
+    """k copies of one random chain of one to three ops, nothing else: interchangeable
+    branches with nothing around them to hide the node bound's branch term."""
+    copies = draw(st.integers(2, 3))
+    spec = [
+        (draw(st.sampled_from(CORES[:3])), draw(st.integers(1, 9)), draw(st.integers(1, 9)))
+        for _ in range(draw(st.integers(1, 3 if copies == 2 else 2)))
+    ]
+    ops = [(f"c{c}.{k}", *op) for c in range(copies) for k, op in enumerate(spec)]
+    edges = [(f"c{c}.{k - 1}", f"c{c}.{k}") for c in range(copies) for k in range(1, len(spec))]
+    return _graph([(name, core, s * US, p * US) for name, core, s, p in ops], edges)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(chains(), branchy(), fanned()), st.integers(1, 4), st.integers(1, 4), st.booleans()
+)
+def test_search_from_a_serial_schedule_is_exact_on_branches(g, num_tc, num_vc, blocks_all):
+    """On graphs with interchangeable branches, where the node bound spreads a path over the
+    branches, the search must find the optimum below an incumbent just above it: a bound
+    above the best completion of any node on the way would leave that incumbent."""
+    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
+    best = brute_force(g, num_tc, num_vc, blocks_all)
+    start, t = [], 0.0
+    for i in range(problem.n):
+        start.append(t)
+        t += problem.single_s[i]
+    above = ((SINGLE,) * problem.n, tuple(start), best * (1 + 1e-6))
+    found = branch_and_bound(problem, structure(problem), above, 1e-9, 10**6)
+    assert found.proven
+    _assert_optimal(found.makespan_s, best)
+    assert makespan(problem, found.modes, found.start) == pytest.approx(found.makespan_s)
+
+
 def test_a_known_bound_spares_the_proof():
     """Here the list schedule (14) is one off the optimum (13): once the search finds 13 the
     bound ends it, where without it the tree must be searched to prove 13."""
