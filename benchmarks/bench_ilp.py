@@ -11,7 +11,7 @@ all solves and those beyond the fast path; and, where they ran, how the plain li
 (no search) compares.
 
 Run: ``.venv/bin/python benchmarks/bench_ilp.py [--designs 100] [--time-limit 1.0]
-[--search-nodes 20000]``.
+[--search-nodes 10000]``.
 Caches are cleared first, so every solve is cold except repeats inside the run.
 """
 

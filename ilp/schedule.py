@@ -58,9 +58,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S: Final = 1.0  # wall seconds per independent part of a graph (sweep-sized)
 DEFAULT_MIP_GAP: Final = 1e-4  # relative (HiGHS's default): far below the cost model's error
-# Branch-and-bound nodes per part (about 20 us each): proves the dense blocks' forward
-# parts (17-19 ops) in hundreds to a few thousand (benchmarks/bench_ilp.py).
-DEFAULT_SEARCH_NODES: Final = 20_000
+# Branch-and-bound nodes per part (about 30 us each on a 17-op part, more on larger ones;
+# dominated children are not counted): proves the dense blocks' forward parts (17-19 ops)
+# in hundreds to a few thousand (benchmarks/bench_ilp.py), and leaves a MIP time within a
+# 1 s limit where it does not.
+DEFAULT_SEARCH_NODES: Final = 10_000
 # The deterministic, MIP-free mode: the list schedule with local search, exact whenever it
 # meets the lower bound (chains, and whatever the bound proves), else with its gap recorded.
 HEURISTIC: Final = "list"
