@@ -913,7 +913,9 @@ def chains(draw):
 @given(
     st.one_of(chains(), branchy(), fanned()), st.integers(1, 4), st.integers(1, 4), st.booleans()
 )
-def test_search_from_a_serial_schedule_is_exact_on_branches(g, num_tc, num_vc, blocks_all):
+def test_search_beats_an_incumbent_just_above_the_optimum_on_branches(
+    g, num_tc, num_vc, blocks_all
+):
     """On graphs with interchangeable branches, where the node bound spreads a path over the
     branches, the search must find the optimum below an incumbent just above it: a bound
     above the best completion of any node on the way would leave that incumbent."""
