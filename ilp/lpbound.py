@@ -141,7 +141,7 @@ def collapsed_lower_bound(
     h.setOptionValue("threads", 1)
     # The LP is small and sparse: presolve costs more than it saves (on the 1,153 open parts
     # of bench_ilp at 100 designs, the LPs took 0.57 s instead of 0.98 s). The MIP below
-    # wants it back.
+    # turns it back on: there it pays.
     h.setOptionValue("presolve", "off")
     h.addVars(len(index), lower, upper)
     h.changeColsCost(len(index), np.arange(len(index), dtype=np.int32), cost)
