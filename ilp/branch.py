@@ -14,10 +14,9 @@ Pruning, each exact:
 * bounds: the longest remaining path from each unplaced op's earliest start, which is no
   earlier than the running ops leave the cores it holds free (split, every core of its type,
   or of the chip when parallel ops block every core: an op that must split waits for every
-  running op); per core type,
-  the least core-seconds of the ops that can start no earlier than each of their earliest
-  starts, plus that start and the shortest tail among them; and, weighting tensor and vector
-  shares by a and 1 - a, the least chip occupancy left after ``L`` (a parallel op fills the
+  running op); per core type, the least core-seconds of the ops that can start no earlier
+  than each of their earliest starts, plus that start and the shortest tail among them; and,
+  weighting tensor and vector shares by a and 1 - a, the least chip occupancy left after ``L`` (a parallel op fills the
   chip in both shares when parallel ops block every core); and, when they do, the collapsed
   time of :mod:`ilp.lpbound` per node: after the running split ops, the time left is at
   least the forced ops' split time plus, for any distribution mu over paths of the other
@@ -173,8 +172,8 @@ def branch_and_bound(
         left: tuple[float, ...],
         wait: list[float],
     ) -> float:
-        """A lower bound on every completion below ``target``; fills ``est`` and ``done`` of
-        unplaced ops. ``wait`` is :func:`free_from` of the node.
+        """A lower bound on every completion below ``target``; fills ``done`` of unplaced
+        ops. ``wait`` is :func:`free_from` of the node.
 
         An op whose single-core path from its earliest start reaches ``target`` must run
         split (the destructive reasoning of :mod:`ilp.bounds`, per node), and split ops that
@@ -222,7 +221,6 @@ def branch_and_bound(
                     e, end = split_at, split_at + split_s[i]
                 elif split_at + split_s[i] < end:
                     end = split_at + split_s[i]
-            est[i] = e
             done[i] = end
             if end + t > lb:
                 lb = end + t
@@ -334,8 +332,7 @@ def branch_and_bound(
     ]
     is_forced = [False] * n  # bound's scratch: the unplaced ops it forces to split
     heaviest_to = [0.0] * n  # and the heaviest branch path ending at each op
-    est = [0.0] * n  # per unplaced op, the earliest start in any mode (bound's scratch)
-    done = [0.0] * n  # and the earliest finish
+    done = [0.0] * n  # bound's scratch: each unplaced op's earliest finish in any mode
 
     def dominated(placed: int, last: float) -> bool:
         for s_last, s_active in seen.get(placed, ()):

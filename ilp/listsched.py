@@ -351,10 +351,9 @@ def initial_schedule(problem: Problem, bound: float) -> Incumbent:
     designs) they bring 80 more list schedules, after the local search, down to the lower
     bounds with the LP bound (179 of the 600 backward parts instead of 109).
     """
-    st = structure(problem)
     n = problem.n
     by_index = tuple(float(i) for i in range(n))
-    by_tail = tuple(-(problem.min_duration(i) + st.tail[i]) for i in range(n))
+    by_tail = _by_tail(problem)
     fast = tuple(PARALLEL if problem.can_parallel[i] else SINGLE for i in range(n))
     single = (SINGLE,) * n
     best: Incumbent | None = None
@@ -372,17 +371,23 @@ def initial_schedule(problem: Problem, bound: float) -> Incumbent:
     return best
 
 
+def _by_tail(problem: Problem) -> tuple[float, ...]:
+    """Priority ranks for longest remaining path first (least rank first)."""
+    tail = structure(problem).tail
+    return tuple(-(problem.min_duration(i) + tail[i]) for i in range(problem.n))
+
+
 def improve(problem: Problem, incumbent: Incumbent, bound: float) -> Incumbent:
     """``incumbent`` improved by a local search over modes; stops on reaching ``bound``.
 
     Moves: set every op of the same core and durations to one mode, then flip one op (the
     group moves first: on 497 parts the starting schedule leaves open, of every other part of
     ``benchmarks/bench_ilp.py`` at 100 designs, 9 % less time, a shorter result in 40 and a
-    longer one in 20), re-scheduling in the incumbent's start order and by remaining path, while that shortens
-    the makespan (at most :data:`_PASSES` passes and :data:`_TRIALS` schedules, so large parts
-    leave their time budget to the search and the MIP); then the same with two ops that could
-    overlap flipped at once (at most :data:`_PAIR_TRIALS` more); the result is justified once
-    more. Justifying every trial instead finds shorter schedules only with three times the
+    longer one in 20), re-scheduling in the incumbent's start order and by remaining path,
+    while that shortens the makespan (at most :data:`_PASSES` passes and :data:`_TRIALS`
+    schedules, so large parts leave their time budget to the search and the MIP); then the
+    same with two ops that could overlap flipped at once (at most :data:`_PAIR_TRIALS`
+    more); the result is justified once more. Justifying every trial instead finds shorter schedules only with three times the
     schedules built: on the 216 hardest parts of ``benchmarks/bench_ilp.py`` the mode moves
     matter more. The parallel SGS in the trials did worse within the same budget (it proved
     12 fewer parts).
@@ -396,7 +401,6 @@ def improve(problem: Problem, incumbent: Incumbent, bound: float) -> Incumbent:
 def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incumbent:
     st = structure(problem)
     n = problem.n
-    by_tail = tuple(-(problem.min_duration(i) + st.tail[i]) for i in range(n))
     best = incumbent
     alike: dict[tuple, list[int]] = {}
     for i in range(n):
@@ -413,7 +417,7 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
     # benchmarks/bench_ilp.py it shortened 8 of 60 list schedules, by up to 10.8 %.
     splittable = [i for i in range(n) if problem.can_parallel[i]]
     pairs = [((i, j), None) for i, j in combinations(splittable, 2) if not st.comparable(i, j)]
-    by_tail_order = _order(problem, by_tail)
+    by_tail_order = _order(problem, _by_tail(problem))
     # A trial is scheduled in the incumbent's start order and by remaining path. Its ops up to
     # the first one it flips keep the incumbent's modes, so they land where they did in the
     # incumbent's schedule under the same order: the SGS resumes from the state it had

@@ -803,6 +803,15 @@ def test_search_stops_where_its_schedule_meets_a_known_bound(g, num_tc, num_vc, 
     assert makespan(problem, met.modes, met.start) == pytest.approx(met.makespan_s)
 
 
+def _one_after_another(problem):
+    """Every op single-core, one after another in index order: (modes, starts, makespan)."""
+    start, t = [], 0.0
+    for i in range(problem.n):
+        start.append(t)
+        t += problem.single_s[i]
+    return (SINGLE,) * problem.n, tuple(start), t
+
+
 @settings(max_examples=300, deadline=None)
 @given(dags(max_ops=7), st.integers(1, 3), st.integers(1, 3), st.booleans())
 def test_search_from_a_serial_schedule_finds_the_optimum(g, num_tc, num_vc, blocks_all):
@@ -810,11 +819,7 @@ def test_search_from_a_serial_schedule_finds_the_optimum(g, num_tc, num_vc, bloc
     is often optimal already), the search alone must reach the brute-force optimum: its
     pruning rules (split sinks last among them) may cut schedules, never every optimal one."""
     problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
-    start, t = [], 0.0
-    for i in range(problem.n):
-        start.append(t)
-        t += problem.single_s[i]
-    serial = ((SINGLE,) * problem.n, tuple(start), t)
+    serial = _one_after_another(problem)
     found = branch_and_bound(problem, structure(problem), serial, 1e-9, 10**6)
     assert found.proven
     _assert_optimal(found.makespan_s, brute_force(g, num_tc, num_vc, blocks_all))
@@ -921,11 +926,8 @@ def test_search_beats_an_incumbent_just_above_the_optimum_on_branches(
     above the best completion of any node on the way would leave that incumbent."""
     problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
     best = brute_force(g, num_tc, num_vc, blocks_all)
-    start, t = [], 0.0
-    for i in range(problem.n):
-        start.append(t)
-        t += problem.single_s[i]
-    above = ((SINGLE,) * problem.n, tuple(start), best * (1 + 1e-6))
+    modes, start, _ = _one_after_another(problem)
+    above = (modes, start, best * (1 + 1e-6))
     found = branch_and_bound(problem, structure(problem), above, 1e-9, 10**6)
     assert found.proven
     _assert_optimal(found.makespan_s, best)
