@@ -37,7 +37,8 @@ __all__ = ["PassTiming", "LayerTiming", "costed_graph", "pass_schedule", "layer_
 class PassTiming:
     """One pass (forward, backward or recompute) of one distinct layer on one design.
 
-    Utilisations are average shares of each core type busy over the makespan.
+    Utilisations are average shares of each core type busy over the makespan. ``status``,
+    ``method`` and ``gap`` say how exact the schedule is (see :class:`ilp.Schedule`).
     ``energy_j`` sums the ops' energies (each with the chip's static power over its own
     latency); ``compute_j``/``memory_j``/``network_j`` split the dynamic energy alone (ops in
     the mode the schedule chose), for totals that count static power once per chip.
@@ -52,6 +53,7 @@ class PassTiming:
     vc_utilisation: float
     solver: str
     status: str
+    method: str
     gap: float
     wall_s: float
     time_limit_s: float
@@ -73,6 +75,7 @@ class PassTiming:
             vc_utilisation=s.vc_utilisation,
             solver=s.solver,
             status=str(s.status),
+            method=str(s.method),
             gap=s.gap,
             wall_s=s.wall_s,
             time_limit_s=s.time_limit_s,
