@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from placement import Network, PlacementProblem, place
+from placement import Cluster, PlacementProblem, place
 from placement.synthetic import GPT3_175B, gpt_stage_graph
 
 # source: NVIDIA A100 datasheet, 312 TFLOP/s dense bf16; 50% sustained is a setting here.
@@ -24,7 +24,7 @@ _HBM_BYTES = 80e9  # A100-80GB
 
 
 def problem() -> PlacementProblem:
-    network = Network(devices=1024, devices_per_node=8)
+    network = Cluster(devices=1024, devices_per_node=8)
     graphs = tuple(
         gpt_stage_graph(GPT3_175B, t, network, flops_per_s=_FLOPS_PER_S, recompute="full")
         for t in (1, 2, 4, 8)
@@ -51,7 +51,7 @@ def main() -> None:
     t_dag, full = _time(lambda: place(prob, method="dag"), max(1, args.repeat // 10))
     grid, row = np.random.default_rng(0).random((99, 99)), np.zeros(99)
     t_op, _ = _time(lambda: np.maximum(grid, row), 200)
-    print(f"GPT-3 175B: {n} layers, {prob.network.devices} devices, t in (1, 2, 4, 8)")
+    print(f"GPT-3 175B: {n} layers, {prob.cluster.devices} devices, t in (1, 2, 4, 8)")
     print(f"machine load gauge: np.maximum on 99x99 takes {t_op * 1e6:.1f} us")
     print(f"chain fast path : {t_chain * 1e3:8.1f} ms per placement (best of {args.repeat})")
     print(f"general DP      : {t_dag * 1e3:8.1f} ms per placement")

@@ -14,7 +14,7 @@ import heapq
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
@@ -24,10 +24,9 @@ from arch_space.perf import default_settings, op_costs
 from ilp import layer_timing, makespan_lower_bound
 from phaze.config import SolverSettings
 from phaze.errors import ConfigError, Infeasible
-from phaze.scoring import BatchEnergy, Score, ScoringParams, score_point
+from phaze.scoring import Score, ScoringParams, score_point
 from placement import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
-    Network,
     Placement,
     PlacementProblem,
     StageGraph,
@@ -36,6 +35,7 @@ from placement import (
     place,
 )
 from placement.adapt import stage_graph
+from placement.iteration import EnergyRates, iteration_energy
 from workloads import (
     Model,
     OpGraph,
@@ -50,7 +50,6 @@ __all__ = [
     "Knobs",
     "Context",
     "Evaluation",
-    "network_of",
     "tp_widths",
     "timing_design",
     "iteration_lower_bound_s",
@@ -109,18 +108,6 @@ class Evaluation:
         return self.placement is not None
 
 
-def network_of(cluster: Cluster) -> Network:
-    """The cluster as the placement sees it (same field names)."""
-    return Network(
-        devices=cluster.devices,
-        devices_per_node=cluster.devices_per_node,
-        intra_node_bandwidth_bytes_per_s=cluster.intra_node_bandwidth_bytes_per_s,
-        inter_node_bandwidth_bytes_per_s=cluster.inter_node_bandwidth_bytes_per_s,
-        intra_node_latency_s=cluster.intra_node_latency_s,
-        inter_node_latency_s=cluster.inter_node_latency_s,
-    )
-
-
 def tp_widths(model: Model, ctx: Context) -> tuple[int, ...]:
     """Tensor-parallel widths to try: those Megatron accepts, up to ``max_tp`` and the
     devices, and dividing the sequence when sequence parallelism is on."""
@@ -152,7 +139,7 @@ def timing_design(acc: Accelerator) -> Accelerator:
 class _Variant:
     """One TP width's stage graph and its dynamic energy per micro-batch, all layers."""
 
-    graph: object  # placement.StageGraph
+    graph: StageGraph
     compute_j: float
     memory_j: float
     network_j: float
@@ -203,38 +190,18 @@ def _variant(
     return _Variant(sg, *parts)
 
 
-def _batch_energy(
-    variant: _Variant,
-    placement: Placement,
-    setup: TrainingSetup,
-    cluster: Cluster,
-    acc: Accelerator,
-    model: Model,
-) -> BatchEnergy:
-    """Energy of one iteration over all devices (DESIGN §7).
-
-    Dynamic op energy per micro-batch (summed over the layers and their TP shards) times the
-    micro-batches of the global batch; pipeline and data-parallel traffic at the link energy
-    of the op model; leakage of every device over the whole iteration (idle time included).
-    """
-    micro_batches = setup.global_batch // setup.micro_batch
+def _energy_rates(variant: _Variant, acc: Accelerator, model: Model) -> EnergyRates:
+    """What one iteration's energy is made of on ``acc`` (:func:`iteration_energy` prices it)."""
     perf = default_settings()
-    t, p, d = placement.tp, placement.pp, placement.dp
-    inter = d * t > cluster.devices_per_node
-    pj_per_bit = perf.inter_node_link_pj_per_bit if inter else perf.intra_node_link_pj_per_bit
-    # Ring all-reduce of fp16 gradients (2 B/parameter): each of the t*p*d devices sends
-    # 2 (d-1)/d of its shard's P/(t*p) gradients, 4 (d-1) P bytes in all.
-    allreduce_bytes = 2.0 * (d - 1) / d * d * 2.0 * model.parameters
-    # Activations forward and their gradients backward at each of the p - 1 stage boundaries,
-    # sent by each of the t devices of a stage, for every micro-batch of the batch.
-    boundary = max((e.bytes for e in variant.graph.edges), default=0.0)
-    p2p_bytes = 2.0 * (p - 1) * t * boundary * micro_batches
-    link_j = (allreduce_bytes + p2p_bytes) * 8 * pj_per_bit * 1e-12
-    return BatchEnergy(
-        compute_j=variant.compute_j * micro_batches,
-        memory_j=variant.memory_j * micro_batches,
-        static_j=cluster.devices * static_power_w(acc) * placement.time_per_batch_s,
-        network_j=variant.network_j * micro_batches + link_j,
+    return EnergyRates(
+        compute_j=variant.compute_j,
+        memory_j=variant.memory_j,
+        network_j=variant.network_j,
+        static_w_per_device=static_power_w(acc),
+        intra_node_link_pj_per_bit=perf.intra_node_link_pj_per_bit,
+        inter_node_link_pj_per_bit=perf.inter_node_link_pj_per_bit,
+        model_parameters=float(model.parameters),
+        boundary_bytes=max((e.bytes for e in variant.graph.edges), default=0.0),
     )
 
 
@@ -245,7 +212,7 @@ def _problem(
     hbm_bytes, hbm_bytes_per_s = hbm
     return PlacementProblem(
         graphs=graphs,
-        network=network_of(ctx.cluster),
+        cluster=ctx.cluster,
         hbm_bytes=float(hbm_bytes),
         global_batch=ctx.global_batch,
         state_bytes_per_parameter=float(setup.state_bytes_per_parameter),
@@ -507,7 +474,12 @@ def evaluate(
             placement = evaluate_fixed(problem, strategy)
         except Infeasible as e:
             return Evaluation(workload, acc, knobs, None, None, e.reason)
-    energy = _batch_energy(variants[placement.tp], placement, setup, ctx.cluster, acc, model)
+    energy = iteration_energy(
+        placement,
+        _energy_rates(variants[placement.tp], acc, model),
+        ctx.cluster,
+        setup.global_batch // setup.micro_batch,
+    )
     tokens = setup.training_tokens(model.tokens_to_train)
     score = score_point(
         iteration_s=placement.time_per_batch_s,
@@ -523,10 +495,3 @@ def evaluate(
         params=ctx.scoring,
     )
     return Evaluation(workload, acc, knobs, placement, score)
-
-
-def evaluate_many(
-    workload: str, model: Model, acc: Accelerator, knobs: Sequence[Knobs], ctx: Context
-) -> Mapping[Knobs, Evaluation]:
-    """Every knob setting of one design (timings shared through the cache)."""
-    return {k: evaluate(workload, model, acc, k, ctx) for k in knobs}

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Final, Literal
 
 from phaze.errors import ConfigError
+from placement.iteration import IterationEnergy
 
 __all__ = [
     "SECONDS_PER_YEAR",
@@ -102,18 +103,8 @@ class ScoringParams:
         return tuple(f.name for f in fields(cls))
 
 
-@dataclass(frozen=True, slots=True)
-class BatchEnergy:
-    """Energy of one training iteration over all devices, by cause, in joules."""
-
-    compute_j: float  # MACs and vector-lane operations
-    memory_j: float  # on-chip buffer and HBM traffic
-    static_j: float  # leakage over the whole iteration
-    network_j: float  # bytes moved over links
-
-    @property
-    def total_j(self) -> float:
-        return self.compute_j + self.memory_j + self.static_j + self.network_j
+# The energy of one iteration, by cause: the iteration model's energy terms.
+BatchEnergy = IterationEnergy
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,26 +3,30 @@
 Public API:
 
 * :func:`place` - the best placement over every graph variant (exact downset DP, with a fast
-  path for chains);
+  path for chains) on an :class:`arch_space.Cluster` (re-exported here);
 * :func:`evaluate_fixed` / :func:`parse_strategy` - a given strategy under the same model;
 * :func:`read_reference_instance` / :func:`solve_reference` - the Piper / Phaze-reference
   instance format under its own objective;
+* :mod:`placement.iteration` - the iteration model: named time terms, memory per device
+  and energy of a placement;
 * :mod:`placement.network` - link choice and ring collectives;
 * :func:`placement.adapt.stage_graph` - a workloads ``LayerGraph`` plus layer times as a
   :class:`StageGraph`.
 
 Examples
 --------
->>> from placement import Network, PlacementProblem, StageEdge, StageGraph, StageLayer, place
+>>> from placement import Cluster, PlacementProblem, StageEdge, StageGraph, StageLayer, place
 >>> layers = tuple(StageLayer(f"b{i}", 1.0, 2.0, parameters=10, stash_bytes=5.0,
 ...                           tensor_parallel=False) for i in range(4))
 >>> g = StageGraph(1, layers, tuple(StageEdge(i, i + 1, 0.0) for i in range(3)))
->>> best = place(PlacementProblem((g,), Network(devices=1), hbm_bytes=1e9, global_batch=2))
+>>> best = place(PlacementProblem((g,), Cluster(devices=1), hbm_bytes=1e9, global_batch=2))
 >>> best.pp, best.dp, best.time_per_batch_s   # one device: 2 micro-batches x 4 x (1 + 2) s
 (1, 1, 24.0)
 """
 
+from arch_space.accelerator import Cluster
 from placement.fixed import Strategy, evaluate_fixed, megatron_chunks, parse_strategy
+from placement.iteration import DeviceMemory, IterationEnergy, IterationTime
 from placement.reference import (
     ReferenceInstance,
     ReferenceResult,
@@ -31,11 +35,10 @@ from placement.reference import (
     reference_document,
     solve_reference,
 )
-from placement.search import place, place_graph
+from placement.search import place
 from placement.types import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
     STATE_BYTES_PER_PARAMETER,
-    Network,
     Placement,
     PlacementProblem,
     Stage,
@@ -45,7 +48,10 @@ from placement.types import (
 )
 
 __all__ = [
-    "Network",
+    "Cluster",
+    "DeviceMemory",
+    "IterationEnergy",
+    "IterationTime",
     "Placement",
     "PlacementProblem",
     "ReferenceInstance",
@@ -62,7 +68,6 @@ __all__ = [
     "parse_reference_instance",
     "parse_strategy",
     "place",
-    "place_graph",
     "read_reference_instance",
     "reference_document",
     "solve_reference",

@@ -22,6 +22,7 @@ Two objectives:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,13 +67,16 @@ class LayerArrays:
 
 @dataclass(frozen=True, slots=True)
 class StageFigures:
-    """Report-only figures per pair: compute and receive time, memory base and per-stash."""
+    """Report-only figures per pair: compute and receive time, memory base (without sharded
+    state) and per-stash, recompute time and parameters."""
 
     compute: np.ndarray
     p2p: np.ndarray
     mem_base: np.ndarray
     mem_stash: np.ndarray
     in_stage: np.ndarray | None
+    recompute: np.ndarray
+    workspace: np.ndarray
 
 
 def max_stages_fitting(base: np.ndarray, stash: np.ndarray, limit: float, cap: int) -> np.ndarray:
@@ -142,6 +146,11 @@ def _chain_max(x: np.ndarray, ch: _Chain) -> np.ndarray:
     return np.where(ch.valid, run[::-1, ::-1], 0.0)
 
 
+def _layout(max_s: np.ndarray, ch: _Chain | None) -> np.ndarray:
+    """``max_s`` in the layout of :class:`SegmentCosts` (invalid grid cells 0)."""
+    return np.where(ch.valid, max_s, 0).ravel() if ch is not None else max_s
+
+
 def _segments(
     la: LayerArrays,
     ch: _Chain | None,
@@ -155,7 +164,7 @@ def _segments(
     n_one = int((~la.tp).sum())
     if ch is not None:
         size = ch.n + 1
-        ms = np.where(ch.valid, max_s, 0).ravel()
+        ms = _layout(max_s, ch)
         outer, inner = _grid_states(size)
         return SegmentCosts(
             n_states=size,
@@ -224,12 +233,20 @@ def phaze_costs(
     hbm_bytes: float,
     state_bytes_per_parameter: float,
     max_stages: int,
-) -> tuple[SegmentCosts, StageFigures]:
-    """Stage figures under Phaze's model (see the module docstring)."""
+    sharded_state_bytes_per_parameter: float = 0.0,
+) -> tuple[SegmentCosts, StageFigures, Callable[[int], np.ndarray] | None]:
+    """Stage figures under Phaze's model (see the module docstring), and the stages' memory
+    limits as a function of the data-parallel degree ``d`` when memory depends on it (None
+    otherwise; ``costs.max_s`` is then that of every ``d``).
+
+    Memory at position ``s`` with ``d`` replicas is
+    ``base + sharded / d + (s - 1) * stash`` (:func:`placement.iteration.stage_memory`).
+    """
     ch, pairs = _geometry(la, chain)
     work = la.fwd + la.bwd + la.rec
     if ch is not None:
         compute = _span(_prefix(work))
+        recompute = _span(_prefix(la.rec))
         params = _span(_prefix(la.params))
         stash = _span(_prefix(la.stash))
         tp_count = _span(_prefix(la.tp.astype(np.float64)))
@@ -242,6 +259,7 @@ def phaze_costs(
         in_stage = pairs.in_stage
         m = in_stage.astype(np.float64)
         compute = m @ work
+        recompute = m @ la.rec
         params = m @ la.params
         stash = m @ la.stash
         tp_count = m @ la.tp.astype(np.float64)
@@ -250,6 +268,7 @@ def phaze_costs(
         p2p = crossing.astype(np.float64) @ (p2p_latency_s + la.nbytes / p2p_bandwidth)
     load = compute + p2p
     base = params * state_bytes_per_parameter + stash + workspace
+    sharded = params * sharded_state_bytes_per_parameter
     max_s = max_stages_fitting(base, stash, hbm_bytes, max_stages)
     one = tp_count == 0
     costs = _segments(la, ch, pairs, load, load, max_s, one, params)
@@ -259,8 +278,16 @@ def phaze_costs(
         mem_base=_flat(base, ch),
         mem_stash=_flat(stash, ch),
         in_stage=in_stage,
+        recompute=_flat(recompute, ch),
+        workspace=_flat(workspace, ch),
     )
-    return costs, figures
+    if not sharded.any():
+        return costs, figures, None
+
+    def max_s_at(d: int) -> np.ndarray:  # where d enters the DP's memory test
+        return _layout(max_stages_fitting(base + sharded / d, stash, hbm_bytes, max_stages), ch)
+
+    return costs, figures, max_s_at
 
 
 def _flat(x: np.ndarray, ch: _Chain | None) -> np.ndarray:
@@ -324,6 +351,8 @@ def reference_costs(
         mem_base=_flat(base, ch),
         mem_stash=_flat(stash, ch),
         in_stage=in_stage,
+        recompute=_flat(np.zeros_like(load_last), ch),
+        workspace=_flat(np.zeros_like(load_last), ch),
     )
     return costs, figures
 

@@ -10,16 +10,22 @@ number of non-tensor-parallel layers otherwise.
 
 The DP iterates over ``s``: ``dp_s = min over stages (D \\ D') of max(load, dp_(s-1)[D'])``,
 one vectorised numpy step over all candidate stages. The final round places the first stage
-(whose parameters set the exposed data-parallel all-reduce) and, for every data-parallel
-degree ``d``, prices ``L * (ceil(m/d) + s - 1) + allreduce(d, P_first)`` (the all-reduce
-callable also carries the optimizer step, see :class:`DpTask`).
+(whose parameters set the exposed data-parallel all-reduce) and, for the data-parallel
+degrees ``d`` that can win, prices ``L * (ceil(m/d) + s - 1) + tail(d, P_first)`` (the
+all-reduce and the optimizer step, see :class:`DpTask`).
+
+Memory may depend on ``d`` (state sharded over the replicas): then the degrees split into
+ranges sharing one memory table, and the DP runs once per range, each final round pricing
+only its own degrees. With memory independent of ``d`` there is one range.
 
 Notes
 -----
 Work is O(S * pairs * c) for a general DAG (pairs = nested downset pairs) and
 O(S * n * W * c) for a chain, ``W`` being the most layers a stage can hold in memory;
-``S <= min(layers, devices)``. The final round keeps, per (s, c), only first stages whose load
-beats every first stage with fewer parameters, then tries every feasible ``d``.
+``S <= min(layers, devices)``, per memory range. The final round keeps, per (s, c), only
+first stages whose load beats every first stage with fewer parameters, then tries the
+``O(sqrt(m))`` degrees that can win (:func:`_degrees`), never every degree up to the
+device count.
 
 References
 ----------
@@ -30,14 +36,16 @@ Megatron-LM", SC21.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 __all__ = ["SegmentCosts", "DpSolution", "DpTask", "solve_many"]
 
 _INF = np.inf
+_BLOCK = 1 << 18  # (candidate, degree) pairs priced at once in the final round
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +117,16 @@ def _sparse_step(
 class DpTask:
     """One graph's DP: its stages, tensor-parallel width and batch/device figures.
 
-    ``allreduce(d, params)`` is the exposed time after the pipeline (the data-parallel
+    ``tail(d, params)`` is the exposed time after the pipeline (the data-parallel
     all-reduce and the optimizer step) for arrays of degrees and first-stage parameters; it
-    must not decrease with ``params`` (the final round keeps only record-low loads).
+    must not decrease with ``params`` (the final round keeps only record-low loads), nor with
+    ``d`` between consecutive ``tail_breaks`` (degrees where it may drop, e.g. where the ring
+    starts to cross nodes), so that of the degrees with the same micro-batches per pipeline
+    only the smallest on each side of a break can win.
+
+    Memory may depend on ``d``: ``max_s_at(d)`` gives the ``max_s`` array of ``costs`` for
+    degree ``d`` and must not decrease with ``d`` (more replicas never need more memory per
+    device). None means ``costs.max_s`` holds for every ``d``.
     """
 
     costs: SegmentCosts
@@ -119,7 +134,9 @@ class DpTask:
     max_stages: int
     max_devices: int
     micro_batches: int
-    allreduce: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    tail: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    tail_breaks: tuple[int, ...] = ()
+    max_s_at: Callable[[int], np.ndarray] | None = None
 
     @property
     def c1(self) -> int:
@@ -131,27 +148,82 @@ def solve_many(tasks: tuple[DpTask, ...]) -> list[DpSolution | None]:
     """Solve several graphs; chains of equal length run through one batched DP.
 
     Batching the grids of all tensor-parallel widths into one array makes each of the ``s``
-    steps one set of numpy calls for all of them. Ties go to the smaller ``d``, then fewer
-    stages.
+    steps one set of numpy calls for all of them. A task whose memory depends on ``d`` runs
+    once per range of degrees sharing one memory table. Ties go to the smaller ``d``, then
+    fewer stages.
     """
-    out: list[DpSolution | None] = [None] * len(tasks)
-    groups: dict[tuple[int, int], list[int]] = {}
+    parts: list[tuple[int, DpTask, np.ndarray]] = []
     for i, task in enumerate(tasks):
+        for lo, hi, max_s in _memory_ranges(task):
+            costs = task.costs if max_s is task.costs.max_s else replace(task.costs, max_s=max_s)
+            ds = _degrees(task.micro_batches, lo, hi, task.tail_breaks)
+            parts.append((i, replace(task, costs=costs), ds))
+    sols: list[DpSolution | None] = [None] * len(parts)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for j, (_, task, ds) in enumerate(parts):
         if task.costs.dense:
-            groups.setdefault((task.costs.n_states, task.c1), []).append(i)
+            groups.setdefault((task.costs.n_states, task.c1), []).append(j)
         else:
-            out[i] = _sparse_solve(task)
+            sols[j] = _sparse_solve(task, ds)
     for idx in groups.values():
-        for i, sol in zip(idx, _dense_solve([tasks[i] for i in idx]), strict=True):
+        solved = _dense_solve([parts[j][1] for j in idx], [parts[j][2] for j in idx])
+        for j, sol in zip(idx, solved, strict=True):
+            sols[j] = sol
+    out: list[DpSolution | None] = [None] * len(tasks)
+    for (i, _, _), sol in zip(parts, sols, strict=True):
+        if sol is not None and (out[i] is None or _key(sol) < _key(out[i])):
             out[i] = sol
     return out
+
+
+def _key(sol: DpSolution) -> tuple[float, int, int]:
+    return sol.time_s, sol.d, sol.s
+
+
+def _memory_ranges(task: DpTask) -> list[tuple[int, int, np.ndarray]]:
+    """Ranges ``lo..hi`` of data-parallel degrees with one ``max_s`` table each.
+
+    ``max_s_at`` does not decrease with ``d``, so a range whose ends agree is uniform; others
+    are halved until they are.
+    """
+    top = max(1, min(task.max_devices, task.micro_batches))
+    if task.max_s_at is None:
+        return [(1, top, task.costs.max_s)]
+    at = task.max_s_at
+    out: list[tuple[int, int, np.ndarray]] = []
+
+    def split(lo: int, hi: int, first: np.ndarray, last: np.ndarray) -> None:
+        if np.array_equal(first, last):
+            if out and np.array_equal(out[-1][2], first):
+                out[-1] = (out[-1][0], hi, first)
+            else:
+                out.append((lo, hi, first))
+            return
+        mid = (lo + hi) // 2
+        split(lo, mid, first, at(mid))
+        split(mid + 1, hi, at(mid + 1), last)
+
+    split(1, top, at(1), at(top))
+    return out
+
+
+def _degrees(m: int, lo: int, hi: int, breaks: tuple[int, ...]) -> np.ndarray:
+    """The degrees in ``lo..hi`` that can win: the smallest of each class sharing the
+    micro-batches per pipeline ``ceil(m / d)`` on each side of every break.
+
+    Every class starts at ``ceil(m / q)`` for some ``q <= isqrt(m) + 1``, or at a ``d`` that
+    small itself; so at most about ``2 sqrt(m)`` degrees, whatever the devices.
+    """
+    q = np.arange(1, math.isqrt(m) + 2, dtype=np.int64)
+    ds = np.concatenate(([lo], q, -(-m // q), np.array(breaks, dtype=np.int64)))
+    return np.unique(ds[(ds >= lo) & (ds <= hi)])
 
 
 def _one(task: DpTask) -> np.ndarray:
     return task.costs.one if task.c1 > 1 else np.zeros_like(task.costs.one)
 
 
-def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
+def _dense_solve(tasks: list[DpTask], degrees: list[np.ndarray]) -> list[DpSolution | None]:
     """The DP on stacked interval grids (all tasks share n_states and c1), in band form.
 
     A stage is an interval of width ``w = k - k'``; memory bounds the width of a stage that
@@ -222,7 +294,7 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
     sols: list[DpSolution | None] = []
     rows = np.arange(n * size, size * size)  # pairs (full, k')
     for g, task in enumerate(tasks):
-        best = _final_round(task, finals[:deepest, g], rows)
+        best = _final_round(task, finals[:deepest, g], rows, degrees[g])
         if best is None:
             sols.append(None)
             continue
@@ -245,7 +317,7 @@ def _dense_solve(tasks: list[DpTask]) -> list[DpSolution | None]:
     return sols
 
 
-def _sparse_solve(task: DpTask) -> DpSolution | None:
+def _sparse_solve(task: DpTask, ds: np.ndarray) -> DpSolution | None:
     """The DP over explicit downset pairs (general DAGs)."""
     costs = task.costs
     n, c1, s_max = costs.n_states, task.c1, task.max_stages
@@ -270,7 +342,7 @@ def _sparse_solve(task: DpTask) -> DpSolution | None:
         if not np.isfinite(cur).any():
             break
         prev = cur
-    best = _final_round(task, np.stack(finals), rows)
+    best = _final_round(task, np.stack(finals), rows, ds)
     if best is None:
         return None
     time_s, load_s, d, s, c, q = best
@@ -285,12 +357,13 @@ def _sparse_solve(task: DpTask) -> DpSolution | None:
 
 
 def _final_round(
-    task: DpTask, vals: np.ndarray, rows: np.ndarray
+    task: DpTask, vals: np.ndarray, rows: np.ndarray, ds: np.ndarray
 ) -> tuple[float, float, int, int, int, int] | None:
-    """Price every (stages s, one-device count c, first stage, d) and keep the best.
+    """Price every (stages s, one-device count c, first stage, d in ``ds``), keep the best.
 
     ``vals[s-1, j, c]`` is the largest stage load with ``s`` stages when the first stage is
-    pair ``rows[j]``.
+    pair ``rows[j]``. Candidates are priced in blocks of at most ``_BLOCK`` (candidate, d)
+    pairs, so memory stays bounded whatever the batch and device counts.
     """
     costs, t, max_devices, m = task.costs, task.t, task.max_devices, task.micro_batches
     s_count, _, c1 = vals.shape
@@ -304,29 +377,33 @@ def _final_round(
     better[:, 1:, :] = vals[:, 1:, :] < run[:, :-1, :]
     s_idx = np.arange(1, s_count + 1)[:, None]
     devices = t * s_idx - (t - 1) * np.arange(c1)[None, :]
-    d_max = np.minimum(np.minimum(max_devices, m), max_devices // np.maximum(devices, 1))
-    d_max = np.where(devices <= max_devices, d_max, 0)
-    si, ki, ci = np.nonzero(better & (d_max[:, None, :] >= 1))
+    d_max = np.where(devices <= max_devices, max_devices // np.maximum(devices, 1), 0)
+    n_ds = np.searchsorted(ds, d_max, side="right")  # how many of ds each (s, c) may use
+    si, ki, ci = np.nonzero(better & (n_ds[:, None, :] >= 1))
     if si.size == 0:
         return None
-    counts = d_max[si, ci]
-    cand = np.repeat(np.arange(si.size), counts)
-    offsets = np.cumsum(counts) - counts
-    d = np.arange(cand.size) - np.repeat(offsets, counts) + 1
-    load = vals[si, ki, ci][cand]
-    s = s_idx[si, 0][cand]
-    q = rows[order[ki]][cand]
-    mbs = -(-m // d)
-    time = load * (mbs + s - 1) + task.allreduce(d, costs.params[q])
-    pick = np.lexsort((s, d, time))[0]
-    return (
-        float(time[pick]),
-        float(load[pick]),
-        int(d[pick]),
-        int(s[pick]),
-        int(ci[cand[pick]]),
-        int(q[pick]),
-    )
+    counts = n_ds[si, ci]
+    loads = vals[si, ki, ci]
+    stages = s_idx[si, 0]
+    firsts = rows[order[ki]]
+    ends = np.cumsum(counts)
+    best: tuple[tuple[float, int, int], tuple[float, float, int, int, int, int]] | None = None
+    lo = 0
+    while lo < si.size:
+        before = int(ends[lo] - counts[lo])
+        hi = max(lo + 1, int(np.searchsorted(ends, before + _BLOCK, side="right")))
+        c = counts[lo:hi]
+        cand = np.repeat(np.arange(lo, hi), c)
+        d = ds[np.arange(cand.size) - np.repeat(np.cumsum(c) - c, c)]
+        load, s, q = loads[cand], stages[cand], firsts[cand]
+        time = load * (-(-m // d) + s - 1) + task.tail(d, costs.params[q])
+        pick = np.lexsort((s, d, time))[0]
+        key = (float(time[pick]), int(d[pick]), int(s[pick]))
+        if best is None or key < best[0]:
+            found = (key[0], float(load[pick]), key[1], key[2], int(ci[cand[pick]]), int(q[pick]))
+            best = (key, found)
+        lo = hi
+    return best[1] if best is not None else None
 
 
 def _backtrack(

@@ -6,7 +6,8 @@ chunks, the layers before the first block join chunk 0 and those after the last 
 the last chunk; chunk ``c`` runs on pipeline rank ``c mod p`` (interleaved schedule,
 Narayanan et al. SC21 §2.2). Per micro-batch a rank runs all its chunks, so its load is their
 sum (including v times the boundary messages, priced by
-:func:`placement.network.boundary_link`), and
+:func:`placement.network.boundary_link`), and the iteration is priced by
+:func:`placement.iteration.assemble`:
 
     time per batch = load * (m' + (p - 1) / v) + allreduce(d, rank 0's parameters)
                      + optimizer step(rank 0's parameters),
@@ -28,7 +29,8 @@ import numpy as np
 
 from phaze.errors import ConfigError, Infeasible
 from placement import network as net
-from placement.search import assemble, gib
+from placement.iteration import assemble, stage_memory
+from placement.search import gib
 from placement.types import Placement, PlacementProblem, RecomputeMode, Stage, StageGraph
 
 __all__ = ["Strategy", "parse_strategy", "megatron_chunks", "evaluate_fixed"]
@@ -176,10 +178,10 @@ def evaluate_fixed(
     s = strategy
     graph = _variant(problem, s)
     p, v, d, t = s.pp, s.virtual_stages, s.dp, s.tp
-    if t * p * d > problem.network.devices:
+    if t * p * d > problem.cluster.devices:
         raise ConfigError(
             f"strategy: t*p*d = {t}*{p}*{d} = {t * p * d} devices, the cluster has "
-            f"{problem.network.devices}"
+            f"{problem.cluster.devices}"
         )
     if v > 1 and p < 2:
         raise ConfigError(
@@ -194,7 +196,7 @@ def evaluate_fixed(
     m = problem.global_batch // s.micro_batch
     per_pipeline = -(-m // d)
     used = d * sum(t if any(graph.layers[i].tensor_parallel for i in c) else 1 for c in parts) // v
-    bw, lat = net.boundary_link(problem.network, used, t, graph.sequence_parallel)
+    bw, lat = net.boundary_link(problem.cluster, used, t, graph.sequence_parallel)
     pos = {}
     for c, layers in enumerate(parts):
         for i in layers:
@@ -215,9 +217,12 @@ def evaluate_fixed(
             p2p = sum(
                 net.p2p_s(e.bytes, (bw, lat)) for e in crossing if c in (pos[e.src], pos[e.dst])
             )
-            state = sum(x.parameters for x in layers) * problem.state_bytes_per_parameter
-            stash = sum(x.stash_bytes for x in layers)
-            mem = state + (ws[j] if j == top else 0.0) + in_flight * stash
+            memory = {
+                "parameters": float(sum(x.parameters for x in layers)),
+                "stash_bytes": float(sum(x.stash_bytes for x in layers)),
+                "in_flight": float(in_flight),
+                "workspace_bytes": float(ws[j] if j == top else 0.0),
+            }
             devices = t if any(x.tensor_parallel for x in layers) else 1
             stages.append(
                 Stage(
@@ -226,8 +231,10 @@ def evaluate_fixed(
                     load_s=compute + p2p,
                     compute_s=compute,
                     p2p_s=p2p,
-                    memory_bytes=mem,
+                    memory_bytes=stage_memory(problem, d=d, **memory).total_bytes,
                     device=r,
+                    recompute_s=sum(x.recompute_s for x in layers),
+                    **memory,
                 )
             )
     stages.sort(key=lambda st: min(st.layers) if st.layers else 0)

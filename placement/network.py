@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from placement.types import Network
+from arch_space.accelerator import Cluster
 
 __all__ = [
     "Link",
@@ -38,29 +38,29 @@ __all__ = [
 Link = tuple[float, float]  # (bandwidth bytes/s, latency s)
 
 
-def link(network: Network, *, inter_node: bool) -> Link:
+def link(cluster: Cluster, *, inter_node: bool) -> Link:
     """The (bandwidth, latency) of an intra-node or an inter-node link."""
     if inter_node:
-        return network.inter_node_bandwidth_bytes_per_s, network.inter_node_latency_s
-    return network.intra_node_bandwidth_bytes_per_s, network.intra_node_latency_s
+        return cluster.inter_node_bandwidth_bytes_per_s, cluster.inter_node_latency_s
+    return cluster.intra_node_bandwidth_bytes_per_s, cluster.intra_node_latency_s
 
 
-def tp_link(network: Network, t: int) -> Link:
+def tp_link(cluster: Cluster, t: int) -> Link:
     """Link of a tensor-parallel group: inside a node when ``t <= devices_per_node``."""
-    return link(network, inter_node=t > network.devices_per_node)
+    return link(cluster, inter_node=t > cluster.devices_per_node)
 
 
-def dp_link(network: Network, t: int, d: int) -> Link:
+def dp_link(cluster: Cluster, t: int, d: int) -> Link:
     """Link of the data-parallel ring: across nodes when the replicas span nodes."""
-    return link(network, inter_node=t * d > network.devices_per_node)
+    return link(cluster, inter_node=t * d > cluster.devices_per_node)
 
 
-def p2p_link(network: Network, devices_used: int) -> Link:
+def p2p_link(cluster: Cluster, devices_used: int) -> Link:
     """Link between pipeline stages: across nodes whenever the job spans several nodes."""
-    return link(network, inter_node=devices_used > network.devices_per_node)
+    return link(cluster, inter_node=devices_used > cluster.devices_per_node)
 
 
-def boundary_link(network: Network, devices_used: int, t: int, sequence_parallel: bool) -> Link:
+def boundary_link(cluster: Cluster, devices_used: int, t: int, sequence_parallel: bool) -> Link:
     """The effective (bandwidth, latency) of one pipeline-boundary message.
 
     Without sequence parallelism the ``t`` devices of a stage hold the same activation;
@@ -70,10 +70,10 @@ def boundary_link(network: Network, devices_used: int, t: int, sequence_parallel
     ``1 / bw_eff = 1 / (t bw) + (t - 1) / (t bw_tp)``. With sequence parallelism the
     activation is already split and goes as it is.
     """
-    bw, lat = p2p_link(network, devices_used)
+    bw, lat = p2p_link(cluster, devices_used)
     if t <= 1 or sequence_parallel:
         return bw, lat
-    tp_bw, tp_lat = tp_link(network, t)
+    tp_bw, tp_lat = tp_link(cluster, t)
     return 1.0 / (1.0 / (t * bw) + (t - 1) / (t * tp_bw)), lat + tp_lat
 
 
@@ -108,7 +108,7 @@ def tp_collective_s(
     kind: Literal["all_reduce", "reduce_scatter", "all_gather"],
     nbytes: float,
     t: int,
-    network: Network,
+    cluster: Cluster,
 ) -> float:
     """Time of one tensor-parallel collective on a group of ``t`` devices.
 
@@ -116,7 +116,7 @@ def tp_collective_s(
     with sequence parallelism each becomes a reduce-scatter plus an all-gather, which moves
     the same bytes (Korthikanti et al. 2022, §4.2.2).
     """
-    ln = tp_link(network, t)
+    ln = tp_link(cluster, t)
     if kind == "all_reduce":
         return allreduce_s(nbytes, t, ln)
     if kind == "reduce_scatter":

@@ -4,16 +4,15 @@ For each :class:`StageGraph` (a tensor-parallel width, micro-batch size and reco
 mode) the DP of :mod:`placement.dp` finds the stages, devices per stage and data-parallel
 degree minimising
 
-    time per batch = L * (m/d + p - 1) + allreduce(d, first stage) + optimizer(first stage)
+    time per batch = L * (ceil(m/d) + p - 1) + allreduce(d, first stage) + optimizer(first stage)
 
 with ``L`` the largest stage load per micro-batch (including its boundary transfers), ``m``
-the micro-batches per iteration and ``p`` the stages (1F1B; Narayanan et al. SC21 §2.2). The
-exposed all-reduce is the first stage's: in 1F1B it finishes its backward pass last, while the
-other stages' all-reduces overlap with it. The optimizer step follows it on every device
-(``optimizer_s_per_parameter`` x the shard's parameters; the first stage, which also holds
-the embedding, is taken as the slowest). Both tail terms grow with the first stage's
-parameters, which is what the DP's final round needs to stay exact. Chains take the fast
-path (intervals and prefix sums); other DAGs enumerate downsets. Both give the same optimum.
+the micro-batches per iteration and ``p`` the stages: the iteration model of
+:mod:`placement.iteration` at ``v = 1``, which also prices the chosen placement. The optimizer
+step follows the all-reduce on every device (the first stage, which also holds the
+embedding, is taken as the slowest). Both tail terms grow with the first stage's parameters,
+which is what the DP's final round needs to stay exact. Chains take the fast path (intervals
+and prefix sums); other DAGs enumerate downsets. Both give the same optimum.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -30,9 +28,10 @@ from phaze.errors import ConfigError, Infeasible
 from placement import network as net
 from placement.costs import LayerArrays, StageFigures, phaze_costs, stage_layers
 from placement.dp import DpSolution, DpTask, SegmentCosts, solve_many
+from placement.iteration import assemble, stage_memory, tail_breaks, tail_fn
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
-__all__ = ["Method", "place", "place_graph", "layer_arrays", "assemble", "gib"]
+__all__ = ["Method", "place", "layer_arrays", "gib"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,33 +78,6 @@ def _max_stages(problem: PlacementProblem, graph: StageGraph, devices: int) -> i
     return cap
 
 
-def _allreduce_fn(problem: PlacementProblem, t: int):
-    netw = problem.network
-    intra_bw, intra_lat = net.link(netw, inter_node=False)
-    inter_bw, inter_lat = net.link(netw, inter_node=True)
-    gbytes = problem.gradient_bytes_per_parameter
-
-    def allreduce(d: np.ndarray, params: np.ndarray) -> np.ndarray:
-        inter = t * d > netw.devices_per_node
-        bw = np.where(inter, inter_bw, intra_bw)
-        lat = np.where(inter, inter_lat, intra_lat)
-        ring = lat + 2.0 * (d - 1) / d * (params * gbytes) / bw
-        return np.where(d > 1, ring, 0.0)
-
-    return allreduce
-
-
-def _tail_fn(problem: PlacementProblem, t: int):
-    """The time after the pipeline flush: the all-reduce, then the optimizer step."""
-    allreduce = _allreduce_fn(problem, t)
-    per_parameter = problem.optimizer_s_per_parameter
-
-    def tail(d: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return allreduce(d, params) + params * per_parameter
-
-    return tail
-
-
 def _prepare(
     problem: PlacementProblem, graph: StageGraph, method: Method, devices: int
 ) -> tuple[DpTask, StageFigures]:
@@ -117,9 +89,9 @@ def _prepare(
             "one); use 'auto' or 'dag'"
         )
     chain = la.is_chain if method == "auto" else method == "chain"
-    bw, lat = net.boundary_link(problem.network, devices, graph.tp, graph.sequence_parallel)
+    bw, lat = net.boundary_link(problem.cluster, devices, graph.tp, graph.sequence_parallel)
     s_max = _max_stages(problem, graph, devices)
-    costs, figures = phaze_costs(
+    costs, figures, max_s_at = phaze_costs(
         la,
         chain=chain,
         p2p_bandwidth=bw,
@@ -127,6 +99,7 @@ def _prepare(
         hbm_bytes=problem.hbm_bytes,
         state_bytes_per_parameter=problem.state_bytes_per_parameter,
         max_stages=s_max,
+        sharded_state_bytes_per_parameter=problem.sharded_state_bytes_per_parameter,
     )
     task = DpTask(
         costs,
@@ -134,16 +107,11 @@ def _prepare(
         max_stages=s_max,
         max_devices=devices,
         micro_batches=problem.global_batch // graph.micro_batch,
-        allreduce=_tail_fn(problem, graph.tp),
+        tail=tail_fn(problem, graph.tp),
+        tail_breaks=tail_breaks(problem.cluster, graph.tp),
+        max_s_at=max_s_at,
     )
     return task, figures
-
-
-def place_graph(
-    problem: PlacementProblem, graph: StageGraph, *, method: Method = "auto"
-) -> Placement:
-    """The best placement of one graph variant; raises Infeasible when nothing fits."""
-    return place(replace(problem, graphs=(graph,)), method=method)
 
 
 def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
@@ -160,9 +128,9 @@ def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
     never makes the answer worse.
     """
     start = time.perf_counter()
-    netw = problem.network
-    found, reasons = _run(problem, list(enumerate(problem.graphs)), method, netw.devices)
-    if netw.devices > netw.devices_per_node and found:
+    cl = problem.cluster
+    found, reasons = _run(problem, list(enumerate(problem.graphs)), method, cl.devices)
+    if cl.devices > cl.devices_per_node and found:
         best = min(f[0][0] for f in found)
         fits = {f[0][-1] for f in found}  # variants that fit some pipeline at all
         todo = [
@@ -170,7 +138,7 @@ def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
             for i, g in enumerate(problem.graphs)
             if i in fits and _one_node_bound(problem, g) < best
         ]
-        found += _run(problem, todo, method, netw.devices_per_node)[0]
+        found += _run(problem, todo, method, cl.devices_per_node)[0]
     logger.debug(
         "placed %d variants in %.1f ms", len(problem.graphs), 1e3 * (time.perf_counter() - start)
     )
@@ -206,13 +174,13 @@ def _run(
 def _one_node_bound(problem: PlacementProblem, graph: StageGraph) -> float:
     """A lower bound on the time of any placement on one node: all work over its devices."""
     work = sum(x.fwd_s + x.bwd_s + x.recompute_s for x in graph.layers)
-    return problem.global_batch // graph.micro_batch * work / problem.network.devices_per_node
+    return problem.global_batch // graph.micro_batch * work / problem.cluster.devices_per_node
 
 
 def _too_wide(problem: PlacementProblem, graph: StageGraph) -> str:
     return (
         f"tp={graph.tp} needs {graph.tp} devices per stage, the cluster has "
-        f"{problem.network.devices}"
+        f"{problem.cluster.devices}"
     )
 
 
@@ -220,7 +188,7 @@ def _why(
     problem: PlacementProblem, graph: StageGraph, costs: SegmentCosts, figures: StageFigures
 ) -> tuple[float, str]:
     """Why nothing fits: (a lower bound on the bytes any placement needs per device, text)."""
-    s_max = _max_stages(problem, graph, problem.network.devices)
+    s_max = _max_stages(problem, graph, problem.cluster.devices)
     # Every layer sits in some stage, whose memory is at least that layer's alone; the states
     # of all layers spread over at most s_max stages. Either bound is a valid lower bound.
     n = len(graph.layers)
@@ -229,7 +197,7 @@ def _why(
     need = float(max(max(one_layer, default=0.0), total_state / s_max))
     what = (
         f"tp={graph.tp}, micro_batch={graph.micro_batch}, recompute={graph.recompute}, "
-        f"at most {s_max} stages on {problem.network.devices} devices"
+        f"at most {s_max} stages on {problem.cluster.devices} devices"
     )
     if need > problem.hbm_bytes:
         return need, f"needs {gib(need)} per device, has {gib(problem.hbm_bytes)} ({what})"
@@ -265,6 +233,12 @@ def _placement(
     for i, q in enumerate(sol.pairs):
         pos = p - i  # position from the end
         load = costs.load_last[q] if pos == 1 else costs.load_mid[q]
+        parts = {
+            "parameters": float(costs.params[q]),
+            "stash_bytes": float(figures.mem_stash[q]),
+            "in_flight": float(pos),
+            "workspace_bytes": float(figures.workspace[q]),
+        }
         stages.append(
             Stage(
                 layers=stage_layers(costs, figures, q),
@@ -272,8 +246,10 @@ def _placement(
                 load_s=float(load),
                 compute_s=float(figures.compute[q]),
                 p2p_s=float(figures.p2p[q]),
-                memory_bytes=float(figures.mem_base[q] + (pos - 1) * figures.mem_stash[q]),
+                memory_bytes=stage_memory(problem, d=d, **parts).total_bytes,
                 device=i,
+                recompute_s=float(figures.recompute[q]),
+                **parts,
             )
         )
     return assemble(
@@ -284,62 +260,4 @@ def _placement(
         v=1,
         micro_batches=per_pipeline,
         first_stage_params=float(costs.params[sol.pairs[0]]),
-    )
-
-
-def assemble(
-    problem: PlacementProblem,
-    graph: StageGraph,
-    stages: tuple[Stage, ...],
-    *,
-    d: int,
-    v: int,
-    micro_batches: int,
-    first_stage_params: float,
-) -> Placement:
-    """A Placement from its stages: the pipeline time model shared with fixed strategies.
-
-    Device ``r`` runs the stages with ``device == r``; its load and memory are their sums.
-    """
-    p = 1 + max(st.device for st in stages)
-    per_device = np.zeros(p)
-    comp = np.zeros(p)
-    comm = np.zeros(p)
-    memory = np.zeros(p)
-    for st in stages:
-        per_device[st.device] += st.load_s
-        comp[st.device] += st.compute_s
-        comm[st.device] += st.p2p_s
-        memory[st.device] += st.memory_bytes
-    r = int(np.argmax(per_device))
-    load = float(per_device[r])
-    steps = micro_batches + (p - 1) / v
-    allreduce = float(
-        _allreduce_fn(problem, graph.tp)(np.array([d]), np.array([first_stage_params]))[0]
-    )
-    optimizer = first_stage_params * problem.optimizer_s_per_parameter
-    devices_used = d * sum(st.devices for st in stages) // v
-    pipeline = load * steps
-    # split the pipeline time by the bottleneck device's compute and receive shares
-    share = comp[r] / (comp[r] + comm[r]) if comp[r] + comm[r] > 0 else 1.0
-    return Placement(
-        tp=graph.tp,
-        pp=p,
-        dp=d,
-        micro_batch=graph.micro_batch,
-        micro_batches=micro_batches,
-        recompute=graph.recompute,
-        sequence_parallel=graph.sequence_parallel,
-        virtual_stages=v,
-        stages=stages,
-        devices_used=devices_used,
-        load_s=load,
-        time_per_batch_s=pipeline + allreduce + optimizer,
-        pipeline_s=pipeline,
-        compute_s=pipeline * share,
-        p2p_s=pipeline * (1.0 - share),
-        allreduce_s=allreduce,
-        memory_per_device_bytes=float(memory.max()),
-        bubble_fraction=(p - 1) / (v * micro_batches),
-        optimizer_s=optimizer,
     )

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from arch_space.accelerator import Cluster
 from placement import network as net
-from placement.types import Network, RecomputeMode, StageEdge, StageGraph, StageLayer
+from placement.types import RecomputeMode, StageEdge, StageGraph, StageLayer
 
 __all__ = ["GptShape", "GPT3_175B", "gpt_stage_graph"]
 
@@ -33,7 +34,7 @@ GPT3_175B = GptShape(layers=96, hidden=12288, heads=96)
 def gpt_stage_graph(
     shape: GptShape,
     t: int,
-    network: Network,
+    cluster: Cluster,
     *,
     micro_batch: int = 1,
     flops_per_s: float,
@@ -52,7 +53,7 @@ def gpt_stage_graph(
     """
     b, s, h, a, v = micro_batch, shape.seq_len, shape.hidden, shape.heads, shape.vocab
     act = b * s * h * _BYTES
-    ar = 2 * net.tp_collective_s("all_reduce", act, t, network) if t > 1 else 0.0
+    ar = 2 * net.tp_collective_s("all_reduce", act, t, cluster) if t > 1 else 0.0
     block_f = (24 * b * s * h * h + 4 * b * s * s * h) / t / flops_per_s + ar
     attn_f = 4 * b * s * s * h / t / flops_per_s
     rec = {"none": 0.0, "selective": attn_f, "full": block_f}[recompute]

@@ -1,10 +1,11 @@
 """The values the placement reads and returns (DESIGN.md §6).
 
-Placement depends on nothing of ours but :mod:`phaze.errors`: the caller (``phaze``) maps its
-layer timings, :class:`workloads.LayerGraph` and :class:`arch_space.Cluster` onto these plain
-frozen values. One :class:`StageGraph` describes the model at one tensor-parallel width ``tp``,
-one micro-batch size and one recompute mode; a :class:`PlacementProblem` holds every variant
-the search may choose from, the :class:`Network` and the memory budget.
+Placement depends on nothing of ours but :mod:`phaze.errors` and the
+:class:`arch_space.Cluster` it places on: the caller (``phaze``) maps its layer timings and
+:class:`workloads.LayerGraph` onto these plain frozen values. One :class:`StageGraph`
+describes the model at one tensor-parallel width ``tp``, one micro-batch size and one
+recompute mode; a :class:`PlacementProblem` holds every variant the search may choose from,
+the cluster and the memory budget.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
+from arch_space.accelerator import Cluster
 from phaze.errors import ConfigError
+
+if TYPE_CHECKING:
+    from placement.iteration import DeviceMemory, IterationTime
 
 __all__ = [
     "RecomputeMode",
     "STATE_BYTES_PER_PARAMETER",
     "OPTIMIZER_STEP_BYTES_PER_PARAMETER",
-    "Network",
     "StageLayer",
     "StageEdge",
     "StageGraph",
@@ -61,36 +65,6 @@ def _problems_nonneg(source: str, obj: object, names: tuple[str, ...]) -> list[s
 def _raise(problems: list[str]) -> None:
     if problems:
         raise ConfigError("; ".join(problems))
-
-
-@dataclass(frozen=True, slots=True)
-class Network:
-    """The cluster network as the placement sees it (field names follow arch_space.Cluster).
-
-    Bandwidths are per device and per direction; latencies are per message.
-    """
-
-    devices: int
-    devices_per_node: int = 8
-    intra_node_bandwidth_bytes_per_s: float = 300e9
-    inter_node_bandwidth_bytes_per_s: float = 25e9
-    intra_node_latency_s: float = 2e-6
-    inter_node_latency_s: float = 5e-6
-
-    def __post_init__(self) -> None:
-        problems = []
-        for name in ("devices", "devices_per_node"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                problems.append(f"network: {name} = {value!r} must be an integer >= 1")
-        for name in ("intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                problems.append(f"network: {name} = {value!r} must be a finite number > 0")
-        problems += _problems_nonneg(
-            "network", self, ("intra_node_latency_s", "inter_node_latency_s")
-        )
-        _raise(problems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,17 +183,22 @@ class PlacementProblem:
     data-parallel all-reduce moves per parameter (2: fp16 gradients, Narayanan et al. SC21).
     ``optimizer_s_per_parameter`` is the optimizer step's time per parameter of a device's
     shard (:data:`OPTIMIZER_STEP_BYTES_PER_PARAMETER` over the device's HBM bandwidth; 0
-    leaves the step out). ``max_stages`` optionally caps the pipeline depth.
+    leaves the step out). ``sharded_state_bytes_per_parameter`` is state held once across
+    the ``d`` data-parallel replicas, each keeping ``1/d`` of it (sharded optimizer state;
+    0: every replica holds all its state): the one place ``d`` enters memory, see
+    :func:`placement.iteration.stage_memory`. ``max_stages`` optionally caps the pipeline
+    depth.
     """
 
     graphs: tuple[StageGraph, ...]
-    network: Network
+    cluster: Cluster
     hbm_bytes: float
     global_batch: int
     state_bytes_per_parameter: float = STATE_BYTES_PER_PARAMETER["adam"]
     gradient_bytes_per_parameter: float = 2.0
     optimizer_s_per_parameter: float = 0.0
     max_stages: int | None = None
+    sharded_state_bytes_per_parameter: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -245,6 +224,7 @@ class PlacementProblem:
                 "state_bytes_per_parameter",
                 "gradient_bytes_per_parameter",
                 "optimizer_s_per_parameter",
+                "sharded_state_bytes_per_parameter",
             ),
         )
         if self.max_stages is not None and not (
@@ -261,7 +241,10 @@ class Stage:
     """One pipeline stage: its layers (indices), devices, and figures per micro-batch.
 
     With interleaving, a device holds ``v`` stages (chunks); ``device`` says which pipeline
-    rank runs this one.
+    rank runs this one. ``compute_s`` includes ``recompute_s``; ``load_s = compute_s +
+    p2p_s``. The memory parts (``parameters`` of one device's shard, ``stash_bytes`` per
+    micro-batch in flight, ``in_flight`` micro-batches, ``workspace_bytes`` counted for this
+    stage) give ``memory_bytes`` through :func:`placement.iteration.stage_memory`.
     """
 
     layers: tuple[int, ...]
@@ -271,6 +254,11 @@ class Stage:
     p2p_s: float
     memory_bytes: float
     device: int = 0
+    recompute_s: float = 0.0
+    parameters: float = 0.0
+    stash_bytes: float = 0.0
+    in_flight: float = 0.0
+    workspace_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +272,9 @@ class Placement:
     shares; ``communication_s = p2p_s + allreduce_s`` (TP collectives sit inside the layer
     times). ``optimizer_s`` is the optimizer step after the all-reduce (rank 0's shard, like
     the all-reduce). ``bubble_fraction = (p - 1) / (v * micro_batches)`` (SC21's bubble time
-    over ideal time). ``memory_per_device_bytes`` is the maximum over stages.
+    over ideal time). ``memory_per_device_bytes`` is the maximum over devices.
+    ``breakdown`` names the terms of ``time_per_batch_s`` and ``memory_breakdown`` the parts
+    of the fullest device's memory (:mod:`placement.iteration`).
     """
 
     tp: int
@@ -305,6 +295,8 @@ class Placement:
     allreduce_s: float
     memory_per_device_bytes: float
     bubble_fraction: float
+    breakdown: IterationTime
+    memory_breakdown: DeviceMemory
     optimizer_s: float = 0.0
     communication_s: float = field(init=False)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from phaze.errors import Infeasible
 from placement import (
-    Network,
+    Cluster,
     PlacementProblem,
     StageEdge,
     StageGraph,
@@ -192,7 +192,7 @@ def test_reference_dag_matches_brute_force(doc):
 
 
 def _phaze_brute(problem: PlacementProblem) -> float:
-    netw = problem.network
+    netw = problem.cluster
 
     def link(inter: bool) -> tuple[float, float]:
         if inter:
@@ -269,10 +269,12 @@ def problems(draw, max_layers: int, chain: bool):
         )
         edges = tuple(StageEdge(u, v, draw(ints(0, 8))) for u, v in edge_list)
         graphs.append(StageGraph(t, layers, edges))
-    devices = draw(ints(1, 8))
-    netw = Network(
+    per_node = draw(ints(1, 4))
+    # a cluster is whole nodes, or part of one
+    devices = draw(st.sampled_from([x for x in range(1, 9) if x <= per_node or x % per_node == 0]))
+    netw = Cluster(
         devices=devices,
-        devices_per_node=draw(ints(1, 4)),
+        devices_per_node=per_node,
         intra_node_bandwidth_bytes_per_s=4.0,
         inter_node_bandwidth_bytes_per_s=draw(st.sampled_from([1.0, 2.0])),
         intra_node_latency_s=0.0,
@@ -299,7 +301,7 @@ def _check_phaze(problem, methods):
         got = place(problem, method=method)
         assert math.isclose(got.time_per_batch_s, want, rel_tol=1e-9), method
         assert got.memory_per_device_bytes <= problem.hbm_bytes
-        assert got.devices_used <= problem.network.devices
+        assert got.devices_used <= problem.cluster.devices
         assert sorted(v for s in got.stages for v in s.layers) == list(
             range(len(problem.graphs[0].layers))
         )

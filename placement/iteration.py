@@ -1,0 +1,296 @@
+"""One training iteration under a placement: where its time, memory and energy go.
+
+Every figure of an iteration comes from here. :func:`assemble` turns the stages of a
+placement (searched or fixed) into a :class:`~placement.types.Placement` with named time
+terms (:class:`IterationTime`) and the memory parts of the fullest device
+(:class:`DeviceMemory`); :func:`stage_memory` is the memory of one stage, :func:`tail_fn`
+the time after the pipeline flush, :func:`iteration_energy` the energy terms. The DP of
+:mod:`placement.dp` prices the same model in a vectorised form (tests check it equal).
+
+The time model (1F1B, interleaved with ``v`` chunks per device; Narayanan et al. SC21
+§2.2): with ``L`` the bottleneck device's load per micro-batch and ``m'`` the micro-batches
+per pipeline,
+
+    iteration = L * (m' + (p - 1) / v) + dp_comm(d, P_1) + optimizer(P_1),
+
+``P_1`` the parameters of pipeline rank 0 (in 1F1B it finishes its backward pass last, so
+its data-parallel all-reduce is the exposed one; the optimizer step follows it). The steady
+part ``L * m'`` splits into the bottleneck device's compute, recompute and pipeline
+receives; ``L * (p - 1) / v`` is the bubble. Tensor-parallel collectives sit inside the
+layer times the caller's op model gives (they are scheduled beside the layer's ops), so
+``tp_comm_exposed_s`` is 0 until the layer timings report them apart.
+
+Memory per device: weights, gradients and optimizer state of the device's parameters, the
+activations of the micro-batches in flight and the largest backward workspace. State that is
+sharded over the ``d`` data-parallel replicas is divided by ``d`` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import astuple, dataclass, fields
+
+import numpy as np
+
+from arch_space.accelerator import Cluster
+from placement import network as net
+from placement.types import Placement, PlacementProblem, Stage, StageGraph
+
+__all__ = [
+    "IterationTime",
+    "DeviceMemory",
+    "IterationEnergy",
+    "EnergyRates",
+    "state_split",
+    "stage_memory",
+    "tail_fn",
+    "tail_breaks",
+    "assemble",
+    "iteration_energy",
+]
+
+# Of the state bytes per parameter: fp16 weights, then fp32 main gradients (Megatron-LM's
+# main_grad); the rest is optimizer state (fp32 master weights and moments).
+_WEIGHT_BYTES = 2.0
+_GRADIENT_BYTES = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class IterationTime:
+    """Seconds of one iteration by cause; the terms sum to ``iteration_s``."""
+
+    compute_s: float
+    recompute_s: float
+    tp_comm_exposed_s: float
+    pp_comm_exposed_s: float
+    bubble_s: float
+    dp_comm_exposed_s: float
+    optimizer_s: float
+    iteration_s: float
+
+    def terms(self) -> dict[str, float]:
+        """The named terms, without their sum."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "iteration_s"}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMemory:
+    """Bytes one device holds at its peak, by kind."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    workspace_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(astuple(self))
+
+    def __add__(self, other: DeviceMemory) -> DeviceMemory:
+        return DeviceMemory(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+
+@dataclass(frozen=True, slots=True)
+class IterationEnergy:
+    """Energy of one training iteration over all devices, by cause, in joules."""
+
+    compute_j: float  # MACs and vector-lane operations
+    memory_j: float  # on-chip buffer and HBM traffic
+    static_j: float  # leakage over the whole iteration
+    network_j: float  # bytes moved over links
+
+    @property
+    def total_j(self) -> float:
+        return self.compute_j + self.memory_j + self.static_j + self.network_j
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyRates:
+    """What an iteration's energy is made of, from the layer timings and the device.
+
+    Dynamic energies are per micro-batch over every layer and its tensor-parallel shards;
+    link energies per bit moved; ``model_parameters`` counts the whole model (the gradient
+    all-reduce moves them all); ``boundary_bytes`` is the largest activation crossing a
+    stage boundary per micro-batch.
+    """
+
+    compute_j: float
+    memory_j: float
+    network_j: float
+    static_w_per_device: float
+    intra_node_link_pj_per_bit: float
+    inter_node_link_pj_per_bit: float
+    model_parameters: float
+    boundary_bytes: float
+
+
+def state_split(state_bytes_per_parameter: float) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes per parameter; they sum to the input."""
+    weights = min(_WEIGHT_BYTES, state_bytes_per_parameter)
+    gradients = min(_GRADIENT_BYTES, state_bytes_per_parameter - weights)
+    return weights, gradients, state_bytes_per_parameter - weights - gradients
+
+
+def stage_memory(
+    problem: PlacementProblem,
+    *,
+    parameters: float,
+    stash_bytes: float,
+    in_flight: float,
+    workspace_bytes: float,
+    d: int,
+) -> DeviceMemory:
+    """Memory of one stage on each of its devices in a pipeline replicated ``d`` times.
+
+    Here ``d`` enters memory: the sharded state is split over the ``d`` replicas.
+    """
+    weights, gradients, optimizer = state_split(problem.state_bytes_per_parameter)
+    sharded = parameters * problem.sharded_state_bytes_per_parameter / d
+    return DeviceMemory(
+        weights_bytes=parameters * weights,
+        gradients_bytes=parameters * gradients,
+        optimizer_bytes=parameters * optimizer + sharded,
+        activations_bytes=in_flight * stash_bytes,
+        workspace_bytes=workspace_bytes,
+    )
+
+
+def tail_fn(problem: PlacementProblem, t: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The exposed time after the pipeline flush for arrays of degrees ``d`` and rank 0's
+    parameters: the data-parallel ring all-reduce of the gradients, then the optimizer step.
+
+    Between ``d`` values where the ring's link changes (:func:`tail_breaks`) it does not
+    decrease with ``d``; it never decreases with the parameters.
+    """
+    cl = problem.cluster
+    intra_bw, intra_lat = net.link(cl, inter_node=False)
+    inter_bw, inter_lat = net.link(cl, inter_node=True)
+    gbytes = problem.gradient_bytes_per_parameter
+    per_parameter = problem.optimizer_s_per_parameter
+
+    def tail(d: np.ndarray, params: np.ndarray) -> np.ndarray:
+        inter = t * d > cl.devices_per_node
+        bw = np.where(inter, inter_bw, intra_bw)
+        lat = np.where(inter, inter_lat, intra_lat)
+        ring = lat + 2.0 * (d - 1) / d * (params * gbytes) / bw
+        return np.where(d > 1, ring, 0.0) + params * per_parameter
+
+    return tail
+
+
+def tail_breaks(cluster: Cluster, t: int) -> tuple[int, ...]:
+    """The smallest ``d`` whose data-parallel ring crosses nodes (where the tail may drop)."""
+    return (cluster.devices_per_node // t + 1,)
+
+
+def _dp_comm_s(problem: PlacementProblem, t: int, d: int, params: float) -> float:
+    if d <= 1:
+        return 0.0
+    return net.allreduce_s(
+        params * problem.gradient_bytes_per_parameter, d, net.dp_link(problem.cluster, t, d)
+    )
+
+
+def assemble(
+    problem: PlacementProblem,
+    graph: StageGraph,
+    stages: tuple[Stage, ...],
+    *,
+    d: int,
+    v: int,
+    micro_batches: int,
+    first_stage_params: float,
+) -> Placement:
+    """A Placement from its stages: the one iteration model of searched and fixed layouts.
+
+    Device ``r`` runs the stages with ``device == r``; its load and memory are their sums.
+    ``micro_batches`` counts those of one pipeline.
+    """
+    p = 1 + max(st.device for st in stages)
+    load = np.zeros(p)
+    comp = np.zeros(p)
+    recomp = np.zeros(p)
+    comm = np.zeros(p)
+    memory = [DeviceMemory(0.0, 0.0, 0.0, 0.0, 0.0)] * p
+    for st in stages:
+        load[st.device] += st.load_s
+        comp[st.device] += st.compute_s
+        recomp[st.device] += st.recompute_s
+        comm[st.device] += st.p2p_s
+        memory[st.device] = memory[st.device] + stage_memory(
+            problem,
+            parameters=st.parameters,
+            stash_bytes=st.stash_bytes,
+            in_flight=st.in_flight,
+            workspace_bytes=st.workspace_bytes,
+            d=d,
+        )
+    r = int(np.argmax(load))
+    bottleneck = float(load[r])
+    pipeline = bottleneck * (micro_batches + (p - 1) / v)
+    dp_comm = float(_dp_comm_s(problem, graph.tp, d, first_stage_params))
+    optimizer = first_stage_params * problem.optimizer_s_per_parameter
+    breakdown = IterationTime(
+        compute_s=micro_batches * float(comp[r] - recomp[r]),
+        recompute_s=micro_batches * float(recomp[r]),
+        tp_comm_exposed_s=0.0,
+        pp_comm_exposed_s=micro_batches * float(comm[r]),
+        bubble_s=bottleneck * (p - 1) / v,
+        dp_comm_exposed_s=dp_comm,
+        optimizer_s=optimizer,
+        iteration_s=pipeline + dp_comm + optimizer,
+    )
+    fullest = max(memory, key=lambda mem: mem.total_bytes)
+    # split the pipeline time by the bottleneck device's compute and receive shares
+    share = comp[r] / (comp[r] + comm[r]) if comp[r] + comm[r] > 0 else 1.0
+    return Placement(
+        tp=graph.tp,
+        pp=p,
+        dp=d,
+        micro_batch=graph.micro_batch,
+        micro_batches=micro_batches,
+        recompute=graph.recompute,
+        sequence_parallel=graph.sequence_parallel,
+        virtual_stages=v,
+        stages=stages,
+        devices_used=d * sum(st.devices for st in stages) // v,
+        load_s=bottleneck,
+        time_per_batch_s=breakdown.iteration_s,
+        pipeline_s=pipeline,
+        compute_s=pipeline * share,
+        p2p_s=pipeline * (1.0 - share),
+        allreduce_s=dp_comm,
+        memory_per_device_bytes=fullest.total_bytes,
+        bubble_fraction=(p - 1) / (v * micro_batches),
+        breakdown=breakdown,
+        memory_breakdown=fullest,
+        optimizer_s=optimizer,
+    )
+
+
+def iteration_energy(
+    placement: Placement, rates: EnergyRates, cluster: Cluster, micro_batches: int
+) -> IterationEnergy:
+    """Energy of one iteration over all devices of ``cluster`` (DESIGN §7).
+
+    Dynamic op energy per micro-batch times the ``micro_batches`` of the global batch;
+    pipeline and data-parallel traffic at the link energy; leakage of every device over the
+    whole iteration (idle time included).
+    """
+    t, p, d = placement.tp, placement.pp, placement.dp
+    inter = d * t > cluster.devices_per_node
+    pj_per_bit = rates.inter_node_link_pj_per_bit if inter else rates.intra_node_link_pj_per_bit
+    # Ring all-reduce of fp16 gradients (2 B/parameter): each of the t*p*d devices sends
+    # 2 (d-1)/d of its shard's P/(t*p) gradients, 4 (d-1) P bytes in all.
+    allreduce_bytes = 2.0 * (d - 1) / d * d * 2.0 * rates.model_parameters
+    # Activations forward and their gradients backward at each of the p - 1 stage boundaries,
+    # sent by each of the t devices of a stage, for every micro-batch of the batch.
+    p2p_bytes = 2.0 * (p - 1) * t * rates.boundary_bytes * micro_batches
+    link_j = (allreduce_bytes + p2p_bytes) * 8 * pj_per_bit * 1e-12
+    return IterationEnergy(
+        compute_j=rates.compute_j * micro_batches,
+        memory_j=rates.memory_j * micro_batches,
+        static_j=cluster.devices * rates.static_w_per_device * placement.time_per_batch_s,
+        network_j=rates.network_j * micro_batches + link_j,
+    )
