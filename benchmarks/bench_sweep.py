@@ -55,7 +55,7 @@ _PROFILED = (
     ("width lower bounds (op costs)", "phaze/pipeline.py", "_pass_bound_s"),
     ("placement", "placement/search.py", "place"),
     ("scoring", "phaze/scoring.py", "score_point"),
-    ("batch energy", "phaze/pipeline.py", "_batch_energy"),
+    ("batch energy", "placement/iteration.py", "iteration_energy"),
     ("records", "phaze/sweep.py", "record_of"),
     ("store writes", "results/store.py", "put_point"),
     ("store reads", "results/store.py", "points"),

@@ -67,6 +67,8 @@ def search(
         devices_per_node=cluster.devices_per_node,
         intra_node_bandwidth_bytes_per_s=cluster.intra_node_bandwidth_bytes_per_s,
         inter_node_bandwidth_bytes_per_s=cluster.inter_node_bandwidth_bytes_per_s,
+        intra_node_latency_s=cluster.intra_node_latency_s,
+        inter_node_latency_s=cluster.inter_node_latency_s,
         seq_len=seq_len,
         global_batch=global_batch,
         micro_batches=tuple(micro_batches),

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib
 import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -112,6 +113,8 @@ class SweepConfig:
     devices_per_node: int = 8
     intra_node_bandwidth_bytes_per_s: float = 300e9
     inter_node_bandwidth_bytes_per_s: float = 25e9
+    intra_node_latency_s: float = 2e-6
+    inter_node_latency_s: float = 5e-6
     seq_len: int = 2048
     global_batch: int = 512
     micro_batches: tuple[int, ...] = (1, 2, 4)
@@ -170,6 +173,10 @@ def _is_pos_num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
 
 
+def _is_nonneg_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf
+
+
 def _is_name(v: Any) -> bool:
     return isinstance(v, str) and bool(v)
 
@@ -183,6 +190,8 @@ _RULES: Final = MappingProxyType(
         "devices_per_node": (False, _is_pos_int, "a positive integer"),
         "intra_node_bandwidth_bytes_per_s": (False, _is_pos_num, "a positive number (bytes/s)"),
         "inter_node_bandwidth_bytes_per_s": (False, _is_pos_num, "a positive number (bytes/s)"),
+        "intra_node_latency_s": (False, _is_nonneg_num, "a number >= 0 (seconds)"),
+        "inter_node_latency_s": (False, _is_nonneg_num, "a number >= 0 (seconds)"),
         "seq_len": (False, _is_pos_int, "a positive integer (tokens)"),
         "global_batch": (False, _is_pos_int, "a positive integer (sequences)"),
         "micro_batches": (True, _is_pos_int, "a non-empty list of positive integers"),

@@ -386,6 +386,8 @@ def plan(cfg: SweepConfig) -> tuple[_Shared, tuple[Accelerator, ...]]:
         devices_per_node=cfg.devices_per_node,
         intra_node_bandwidth_bytes_per_s=cfg.intra_node_bandwidth_bytes_per_s,
         inter_node_bandwidth_bytes_per_s=cfg.inter_node_bandwidth_bytes_per_s,
+        intra_node_latency_s=cfg.intra_node_latency_s,
+        inter_node_latency_s=cfg.inter_node_latency_s,
     )
     ctx = Context(
         cluster=cluster,

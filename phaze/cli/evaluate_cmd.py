@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import click
@@ -12,6 +13,7 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, si, size, table
 from phaze.config import RECOMPUTE_MODES
 from phaze.sweep import placement_summary
+from placement import Placement
 from workloads import model_flops_per_sequence, resolve_model
 
 __all__ = ["evaluate"]
@@ -136,6 +138,11 @@ def evaluate(
         "hbm_bytes": acc.hbm_bytes,
         "bubble_fraction": pl.bubble_fraction,
         "communication_s": pl.communication_s,
+        "breakdown": {**pl.breakdown.terms(), "iteration_s": pl.breakdown.iteration_s},
+        "memory_breakdown": {
+            **dataclasses.asdict(pl.memory_breakdown),
+            "total_bytes": pl.memory_breakdown.total_bytes,
+        },
         "placement": json.loads(placement_summary(pl)),
     }
     if as_json:
@@ -156,9 +163,29 @@ def evaluate(
         ],
     ]
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
+    click.echo("")
+    click.echo(_breakdown_table(pl))
     stage_rows = [
         [i, f"{min(s.layers)}-{max(s.layers)}", s.devices, si(s.load_s, "s"), size(s.memory_bytes)]
         for i, s in enumerate(pl.stages)
     ]
     click.echo("")
     click.echo(table(stage_rows, ["stage", "layers", "devices", "load per micro-batch", "memory"]))
+
+
+def _breakdown_table(pl: Placement) -> str:
+    """Where the iteration's time goes, beside the fullest device's memory."""
+    total = pl.breakdown.iteration_s
+    times = [
+        (name.removesuffix("_s"), si(value, "s"), f"{100 * value / total:.1f} %")
+        for name, value in pl.breakdown.terms().items()
+    ]
+    times.append(("iteration", si(total, "s"), "100.0 %"))
+    mem = pl.memory_breakdown
+    memory = [
+        (f.name.removesuffix("_bytes"), size(getattr(mem, f.name))) for f in dataclasses.fields(mem)
+    ]
+    memory.append(("total", size(mem.total_bytes)))
+    memory += [("", "")] * (len(times) - len(memory))
+    rows = [[*t, *m] for t, m in zip(times, memory, strict=True)]
+    return table(rows, ["time term", "per iteration", "share", "memory (fullest device)", ""])
