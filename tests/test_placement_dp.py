@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import astuple
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from phaze.errors import Infeasible
@@ -209,26 +211,27 @@ def _phaze_brute(problem: PlacementProblem) -> float:
             p = len(stages)
             if p > cap:
                 continue
-            used, ok, parts = 0, True, []
+            used, parts, mems = 0, [], []
             for i, stage in enumerate(stages):
                 pos = p - i
                 ls = [g.layers[v] for v in stage]
                 inside = set(stage)
                 cut = [e.bytes for e in g.edges if (e.src in inside) != (e.dst in inside)]
                 parts.append((sum(x.fwd_s + x.bwd_s + x.recompute_s for x in ls), cut))
-                stash = sum(x.stash_bytes for x in ls)
-                mem = (
-                    sum(x.parameters for x in ls) * problem.state_bytes_per_parameter
+                params = sum(x.parameters for x in ls)
+                fixed = (
+                    params * problem.state_bytes_per_parameter
                     + max(x.workspace_bytes for x in ls)
-                    + pos * stash
+                    + pos * sum(x.stash_bytes for x in ls)
                 )
-                ok &= mem <= problem.hbm_bytes
+                mems.append((fixed, params * problem.sharded_state_bytes_per_parameter))
                 used += g.tp if any(x.tensor_parallel for x in ls) else 1
-            if not ok:
-                continue
             p1 = sum(g.layers[v].parameters for v in stages[0])
             for d in range(1, min(netw.devices, m) + 1):
                 if used > netw.devices // d:
+                    continue
+                # sharded state: each of the d replicas keeps 1/d of it
+                if any(fixed + sharded / d > problem.hbm_bytes for fixed, sharded in mems):
                     continue
                 bw, lat = link(d * used > netw.devices_per_node)  # stage boundaries
                 if g.tp > 1:  # scatter over t links, all-gather in the node (SC21 §4.1)
@@ -319,21 +322,68 @@ def test_phaze_dag_matches_brute_force(problem):
     _check_phaze(problem, ("auto",))
 
 
+@st.composite
+def sharded_problems(draw, max_layers: int, chain: bool):
+    """Problems whose memory per device depends on d: some state is split over replicas."""
+    problem = draw(problems(max_layers, chain))
+    return dataclasses.replace(
+        problem,
+        sharded_state_bytes_per_parameter=draw(st.sampled_from([1.0, 4.0, 12.0])),
+        hbm_bytes=problem.hbm_bytes + draw(ints(0, 30)),
+    )
+
+
+@settings(max_examples=150)
+@given(sharded_problems(max_layers=7, chain=True))
+def test_memory_that_depends_on_d_matches_brute_force_chain(problem):
+    _check_phaze(problem, ("chain", "dag"))
+
+
+@settings(max_examples=80)
+@given(sharded_problems(max_layers=5, chain=False))
+def test_memory_that_depends_on_d_matches_brute_force_dag(problem):
+    _check_phaze(problem, ("auto",))
+
+
+def _searched(problem: PlacementProblem):
+    try:
+        return place(problem)
+    except Infeasible:
+        return None
+
+
 @settings(max_examples=60)
 @given(problems(max_layers=7, chain=True))
 def test_fixed_strategy_reproduces_the_searched_placement(problem):
-    """Evaluating the DP's own stages as a fixed strategy gives the same time and memory."""
-    try:
-        best = place(problem)
-    except Infeasible:
-        return
+    """Evaluating the DP's own stages as a fixed strategy gives the same time, the same
+    named terms and the same memory parts: one iteration model prices both."""
+    best = _searched(problem)
+    assume(best is not None)
+    # fixed strategies put t devices on every stage
+    assume(all(s.devices == best.tp for s in best.stages))
     graph = next(g for g in problem.graphs if g.tp == best.tp)
-    if any(s.devices != best.tp for s in best.stages):
-        return  # fixed strategies put t devices on every stage
     strategy = Strategy(tp=best.tp, pp=best.pp, dp=best.dp)
     got = evaluate_fixed(
         problem, strategy, chunks=tuple(s.layers for s in best.stages), check_memory=False
     )
     assert math.isclose(got.time_per_batch_s, best.time_per_batch_s, rel_tol=1e-9)
     assert math.isclose(got.memory_per_device_bytes, best.memory_per_device_bytes, rel_tol=1e-9)
+    for a, b in zip(astuple(got.breakdown), astuple(best.breakdown), strict=True):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    assert got.memory_breakdown == best.memory_breakdown
     assert graph.tp == got.tp
+
+
+@settings(max_examples=100)
+@given(st.one_of(problems(max_layers=7, chain=True), sharded_problems(5, chain=False)))
+def test_named_terms_sum_to_the_iteration(problem):
+    """The DP's optimum is the iteration model's price of its placement, term by term."""
+    best = _searched(problem)
+    assume(best is not None)
+    b = best.breakdown
+    assert math.isclose(sum(b.terms().values()), b.iteration_s, rel_tol=1e-9, abs_tol=1e-12)
+    assert b.iteration_s == best.time_per_batch_s
+    assert b.dp_comm_exposed_s == best.allreduce_s and b.optimizer_s == best.optimizer_s
+    assert b.tp_comm_exposed_s == 0.0  # inside the layer times
+    assert math.isclose(best.memory_breakdown.total_bytes, best.memory_per_device_bytes)
+    assert best.memory_per_device_bytes <= problem.hbm_bytes
