@@ -24,7 +24,7 @@ Work is O(S * pairs * c) for a general DAG (pairs = nested downset pairs) and
 O(S * n * W * c) for a chain, ``W`` being the most layers a stage can hold in memory;
 ``S <= min(layers, devices)``, per memory range. The final round keeps, per (s, c), only
 first stages whose load beats every first stage with fewer parameters, then tries the
-``O(sqrt(m))`` degrees that can win (:func:`_degrees`), never every degree up to the
+``O(sqrt(m))`` degrees that can win (:func:`candidate_degrees`), never every degree up to the
 device count.
 
 References
@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["SegmentCosts", "DpSolution", "DpTask", "solve_many"]
+__all__ = ["SegmentCosts", "DpSolution", "DpTask", "candidate_degrees", "solve_many"]
 
 _INF = np.inf
 _BLOCK = 1 << 18  # (candidate, degree) pairs priced at once in the final round
@@ -119,10 +119,11 @@ class DpTask:
 
     ``tail(d, params)`` is the exposed time after the pipeline (the data-parallel
     all-reduce and the optimizer step) for arrays of degrees and first-stage parameters; it
-    must not decrease with ``params`` (the final round keeps only record-low loads), nor with
-    ``d`` between consecutive ``tail_breaks`` (degrees where it may drop, e.g. where the ring
-    starts to cross nodes), so that of the degrees with the same micro-batches per pipeline
-    only the smallest on each side of a break can win.
+    must not decrease with ``params`` (the final round keeps only record-low loads), and must
+    be monotone in ``d`` (rising, e.g. a ring all-reduce, or falling, e.g. an optimizer step
+    on a ``1/d`` shard; any ``a + b / d``) between consecutive ``tail_breaks`` (degrees where
+    it may jump, e.g. where the ring starts to cross nodes), so that of the degrees with the
+    same micro-batches per pipeline only the ends of each run between breaks can win.
 
     Memory may depend on ``d``: ``max_s_at(d)`` gives the ``max_s`` array of ``costs`` for
     degree ``d`` and must not decrease with ``d`` (more replicas never need more memory per
@@ -156,7 +157,7 @@ def solve_many(tasks: tuple[DpTask, ...]) -> list[DpSolution | None]:
     for i, task in enumerate(tasks):
         for lo, hi, max_s in _memory_ranges(task):
             costs = task.costs if max_s is task.costs.max_s else replace(task.costs, max_s=max_s)
-            ds = _degrees(task.micro_batches, lo, hi, task.tail_breaks)
+            ds = candidate_degrees(task.micro_batches, lo, hi, task.tail_breaks)
             parts.append((i, replace(task, costs=costs), ds))
     sols: list[DpSolution | None] = [None] * len(parts)
     groups: dict[tuple[int, int], list[int]] = {}
@@ -207,15 +208,18 @@ def _memory_ranges(task: DpTask) -> list[tuple[int, int, np.ndarray]]:
     return out
 
 
-def _degrees(m: int, lo: int, hi: int, breaks: tuple[int, ...]) -> np.ndarray:
-    """The degrees in ``lo..hi`` that can win: the smallest of each class sharing the
-    micro-batches per pipeline ``ceil(m / d)`` on each side of every break.
+def candidate_degrees(m: int, lo: int, hi: int, breaks: tuple[int, ...] = ()) -> np.ndarray:
+    """The degrees in ``lo..hi`` that can win when the tail is monotone in ``d`` between
+    breaks: the first degree of each class sharing the micro-batches per pipeline
+    ``ceil(m / d)`` (a rising tail), and the last degree of each run between breaks (a
+    falling tail: the pipeline term never rises with ``d`` either).
 
-    Every class starts at ``ceil(m / q)`` for some ``q <= isqrt(m) + 1``, or at a ``d`` that
-    small itself; so at most about ``2 sqrt(m)`` degrees, whatever the devices.
+    Every class starts at ``ceil(m / q)`` for some ``q <= isqrt(m) + 1`` or at a ``d`` that
+    small itself; so there are at most about ``2 sqrt(m)`` candidates, whatever the devices.
     """
     q = np.arange(1, math.isqrt(m) + 2, dtype=np.int64)
-    ds = np.concatenate(([lo], q, -(-m // q), np.array(breaks, dtype=np.int64)))
+    cuts = np.array(breaks, dtype=np.int64)
+    ds = np.concatenate(([lo, hi], q, -(-m // q), cuts, cuts - 1))
     return np.unique(ds[(ds >= lo) & (ds <= hi)])
 
 

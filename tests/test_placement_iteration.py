@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from spaces import space_toml
 
 import phaze
@@ -26,6 +28,7 @@ from placement import (
     evaluate_fixed,
     place,
 )
+from placement.dp import candidate_degrees
 from placement.iteration import EnergyRates, iteration_energy, state_split
 from results.store import load
 
@@ -242,3 +245,27 @@ def test_evaluate_shows_where_the_time_and_memory_go():
     assert human.exit_code == 0, human.output
     for word in ("time term", "bubble", "dp_comm_exposed", "optimizer", "activations"):
         assert word in human.output
+
+
+@settings(max_examples=300)
+@given(
+    st.integers(1, 5000),
+    st.data(),
+    st.lists(st.tuples(st.floats(-5, 5), st.floats(-1e4, 1e4)), min_size=2, max_size=2),
+    st.floats(1e-3, 10),
+)
+def test_candidate_degrees_hold_the_best_degree(m, data, regimes, load):
+    """Of lo..hi, the candidates hold the best degree for any tail a + b / d (rising or
+    falling) on each side of a break."""
+    lo = data.draw(st.integers(1, m))
+    hi = data.draw(st.integers(lo, m))
+    brk = data.draw(st.integers(1, m + 1))
+
+    def time(d: int) -> tuple[float, int]:
+        a, b = regimes[d >= brk]
+        return load * -(-m // d) + a + b / d, d
+
+    best = min(time(d) for d in range(lo, hi + 1))
+    ds = candidate_degrees(m, lo, hi, (brk,))
+    assert ds.size <= 2 * math.isqrt(m) + 6
+    assert min(time(int(d)) for d in ds) == best
