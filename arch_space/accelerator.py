@@ -146,7 +146,8 @@ def cluster_problems(values: Mapping[str, Any], owner: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """Devices and the network between them.
+    """Devices and the network between them; the one cluster type of the API, the sweep and
+    the placement.
 
     Bandwidths are per device and per direction, in bytes/s; latencies are per message hop.
     Devices in one node talk over ``intra_node_*`` links (NVLink-like), across nodes over
