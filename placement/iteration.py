@@ -23,6 +23,12 @@ layer times the caller's op model gives (they are scheduled beside the layer's o
 Memory per device: weights, gradients and optimizer state of the device's parameters, the
 activations of the micro-batches in flight and the largest backward workspace. State that is
 sharded over the ``d`` data-parallel replicas is divided by ``d`` here and nowhere else.
+
+Where new effects go: collectives the layer schedule reports apart move from ``compute_s``
+to ``tp_comm_exposed_s``; a sharded optimizer sets ``sharded_state_bytes_per_parameter``
+and changes :func:`tail_fn` (reduce-scatter and all-gather; a step on a ``1/d`` shard may
+fall with ``d``, which the DP's choice of degrees allows); energy by cause can price each
+time term at its own power.
 """
 
 from __future__ import annotations
