@@ -52,14 +52,14 @@ _PROFILED = (
     ("stage graphs", "placement/adapt.py", "stage_graph"),
     ("costed graphs (op costs, networkx)", "ilp/timing.py", "costed_graph"),
     ("schedules", "ilp/schedule.py", "solve_schedule"),
-    ("width lower bounds (op costs)", "phaze/pipeline.py", "_pass_bound_s"),
+    ("width lower bounds (op costs)", "phaze/lower_bounds.py", "pass_bound_s"),
     ("placement", "placement/search.py", "place"),
     ("scoring", "phaze/scoring.py", "score_point"),
     ("batch energy", "placement/iteration.py", "iteration_energy"),
-    ("records", "phaze/sweep.py", "record_of"),
+    ("records", "phaze/sweep/records.py", "record_of"),
     ("store writes", "results/store.py", "put_point"),
     ("store reads", "results/store.py", "points"),
-    ("pruning bounds", "phaze/sweep.py", "_bound_columns"),
+    ("pruning bounds", "phaze/sweep/optimistic.py", "bound_columns"),
 )
 _OF_WHICH = ("op costs", "arch_space/perf/costs.py", "op_costs")
 
@@ -114,7 +114,7 @@ def sweep(
 ):
     """Run the sweep over ``designs`` into ``out``; returns (result, manifest)."""
     cfg = config(prune=prune, search_nodes=search_nodes)
-    with mock.patch("phaze.sweep.load_space", lambda spec: _Sample(designs)):
+    with mock.patch("phaze.sweep.planning.load_space", lambda spec: _Sample(designs)):
         result = run_sweep(
             cfg,
             out,

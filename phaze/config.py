@@ -42,9 +42,18 @@ _GIB: Final = 1 << 30
 _MODEL_PACKAGES: Final = ("arch_space", "workloads", "ilp", "placement")
 _MODEL_MODULES: Final = (
     "phaze/config.py",
+    "phaze/lower_bounds.py",
     "phaze/pipeline.py",
     "phaze/scoring.py",
-    "phaze/sweep.py",
+    "phaze/sweep/__init__.py",
+    "phaze/sweep/aggregate.py",
+    "phaze/sweep/fronts.py",
+    "phaze/sweep/optimistic.py",
+    "phaze/sweep/planning.py",
+    "phaze/sweep/records.py",
+    "phaze/sweep/rounds.py",
+    "phaze/sweep/run.py",
+    "phaze/sweep/tasks.py",
 )
 
 

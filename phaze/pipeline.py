@@ -10,20 +10,17 @@ FLOPs, memory), ``arch_space`` (area, cost, carbon, op costs), ``ilp`` (schedule
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import logging
-import math
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
 from arch_space import Accelerator, Cluster, device_cost_usd, embodied_kgco2e, static_power_w
-from arch_space.perf import default_settings, op_costs
-from ilp import layer_timing, makespan_lower_bound
+from arch_space.perf import default_settings
+from ilp import layer_timing
 from phaze.config import SolverSettings
 from phaze.errors import ConfigError, Infeasible
+from phaze.lower_bounds import bound_graph
 from phaze.scoring import Score, ScoringParams, score_point
 from placement import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
@@ -38,7 +35,6 @@ from placement.adapt import stage_graph
 from placement.iteration import EnergyRates, iteration_energy
 from workloads import (
     Model,
-    OpGraph,
     Recompute,
     TrainingSetup,
     build_layer_graph,
@@ -52,7 +48,6 @@ __all__ = [
     "Evaluation",
     "tp_widths",
     "timing_design",
-    "iteration_lower_bound_s",
     "evaluate",
 ]
 
@@ -277,10 +272,10 @@ def _best_widths(
     when none fits).
 
     Widest first (usually the fastest). Once some width has a placement, another is
-    scheduled only when the placement of its lower-bound graph (:func:`_bound_graph`, no
-    schedule) is not slower than the best so far: placement time never falls when layer
-    times rise, so a width whose bound is slower cannot win, and leaving it out of the
-    final search changes no result. One search over the other widths' bound graphs first
+    scheduled only when the placement of its lower-bound graph (no schedule:
+    :func:`phaze.lower_bounds.bound_graph`) is not slower than the best so far: placement
+    time never falls when layer times rise, so a width whose bound is slower cannot win,
+    and leaving it out of the final search changes no result. One search over the other widths' bound graphs first
     settles the usual case, where none of them can win.
     """
 
@@ -296,7 +291,7 @@ def _best_widths(
     widest, *rest = sorted(widths, reverse=True)
     variants = {widest: _variant(model, setup, widest, timing_acc, ctx.cluster, ctx.solver)}
     best = search((variants[widest].graph,))
-    bounds = {t: _bound_graph(model, setup, t, timing_acc, ctx.cluster) for t in rest}
+    bounds = {t: bound_graph(model, setup, t, timing_acc, ctx.cluster) for t in rest}
     if best is not None and rest and slower(search(tuple(bounds.values())), best):
         rest = []
     for t in rest:
@@ -310,114 +305,6 @@ def _best_widths(
         kept = tuple(variants[t].graph for t in widths if t in variants)
         best = place(_problem(kept, hbm, ctx, setup))
     return variants, best
-
-
-@lru_cache(maxsize=4096)
-def _bound_graph(
-    model: Model, setup: TrainingSetup, tp: int, acc: Accelerator, cluster: Cluster
-) -> StageGraph:
-    """Width ``tp``'s stage graph with lower bounds of its layer times (no schedule)."""
-    lg = build_layer_graph(model, setup, tp)
-    times = {
-        cid: tuple(
-            _pass_bound_s(g, acc, cluster)
-            for g in (passes.forward, passes.backward, passes.recompute)
-        )
-        for cid, passes in lg.op_graphs.items()
-    }
-    return stage_graph(
-        lg,
-        times,
-        micro_batch=setup.micro_batch,
-        recompute=str(setup.recompute),
-        sequence_parallel=setup.sequence_parallel,
-    )
-
-
-def iteration_lower_bound_s(
-    model: Model, acc: Accelerator, knobs: Sequence[Knobs], ctx: Context
-) -> float:
-    """A lower bound on the iteration time of every point of ``acc`` over ``knobs`` (0 when
-    no knob setting fits the HBM at any width), from op costs alone: no schedule, no
-    placement.
-
-    Every tensor-parallel layer (every layer at ``t = 1``) holds its ``t`` devices for at
-    least the lower bounds of its forward and backward passes (:func:`_pass_bound_s`) per
-    micro-batch, and a pipeline of ``p`` stages with such layers, replicated ``d`` times,
-    uses ``d p t <= N`` devices;
-    so the largest stage load is at least W / p (W: the summed bounds of those layers, of
-    which only the most numerous kind is counted, to save op costs) and the
-    iteration, at least ``L m / d``, is at least ``W m t / N`` with ``m`` micro-batches.
-    Recomputation, boundary transfers, bubbles and all-reduces only add to it.
-    """
-    timing_acc = timing_design(acc)
-    hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
-    best = math.inf
-    for k in knobs:
-        setup = _setup(model, ctx, k)
-        micro_batches = ctx.global_batch // k.micro_batch
-        for t in tp_widths(model, ctx):
-            if not _fits(model, setup, t, hbm, ctx):
-                continue
-            lg = build_layer_graph(model, setup, t)
-            # at t = 1 every stage holds one device, so every layer counts; only the most
-            # numerous class (the blocks) is costed: leaving layers out keeps a lower bound
-            counts = Counter(x.class_id for x in lg.layers if x.tensor_parallel or t == 1)
-            if not counts:
-                continue
-            cid, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
-            passes = lg.op_graphs[cid]
-            work = n * (
-                _pass_bound_s(passes.forward, timing_acc, ctx.cluster)
-                + _pass_bound_s(passes.backward, timing_acc, ctx.cluster)
-            )
-            best = min(best, work * micro_batches * t / ctx.cluster.devices)
-    return 0.0 if math.isinf(best) else best
-
-
-@lru_cache(maxsize=8192)
-def _pass_bound_s(graph: OpGraph, acc: Accelerator, cluster: Cluster) -> float:
-    """A lower bound on the makespan of any schedule of one pass on ``acc``, from its op
-    costs alone: the scheduler's own bound (:func:`ilp.bounds.makespan_lower_bound`),
-    without building the scheduler's problem."""
-    ops = graph.ops
-    if not ops:
-        return 0.0
-    table = op_costs(graph, acc, cluster)
-    preds: list[list[int]] = [[] for _ in ops]
-    succs: list[list[int]] = [[] for _ in ops]
-    for i, j in graph.edges:
-        preds[j].append(i)
-        succs[i].append(j)
-    order = _topological(preds, succs)
-    position = {op: k for k, op in enumerate(order)}
-    single = table.latency_s.tolist()
-    split = table.parallel_latency_s.tolist()
-    return makespan_lower_bound(
-        [str(ops[i].core) for i in order],
-        [single[i] for i in order],
-        [split[i] for i in order],
-        [[position[p] for p in preds[i]] for i in order],
-        acc.num_tc,
-        acc.num_vc,
-    )
-
-
-def _topological(preds: list[list[int]], succs: list[list[int]]) -> list[int]:
-    """The ops in a topological order (Kahn's algorithm, smallest index first)."""
-    missing = [len(p) for p in preds]
-    ready = [i for i, m in enumerate(missing) if not m]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for j in succs[i]:
-            missing[j] -= 1
-            if not missing[j]:
-                heapq.heappush(ready, j)
-    assert len(order) == len(preds), "an op graph is acyclic"
-    return order
 
 
 def evaluate(

@@ -34,7 +34,7 @@ __all__ = [
 # Version of the store layout and of the exported documents; bump on any incompatible change.
 SCHEMA_VERSION: Final = 1
 
-# The workload name of the per-design aggregate rows (issue 7, item 7).
+# The workload name of the per-design aggregate rows.
 AGGREGATE_WORKLOAD: Final = "*all*"
 
 Sense = Literal["max", "min"]

@@ -341,7 +341,7 @@ def test_tighter_worker_bounds_prune_more_and_keep_the_fronts(
     _run(_config(spaces["prunable"], prune=False, workloads=workloads), exhaustive_dir)
     all_points = _points(exhaustive_dir)
     cheap = _run(_config(spaces["prunable"], workloads=workloads), cheap_dir)
-    monkeypatch.setattr("phaze.sweep.tight_bound", _oracle_bounds(all_points))
+    monkeypatch.setattr("phaze.sweep.tasks.tight_bound", _oracle_bounds(all_points))
     tight = _run(_config(spaces["prunable"], workloads=workloads), tight_dir)
     assert cheap.pruned_designs < tight.pruned_designs
     points = _points(tight_dir)

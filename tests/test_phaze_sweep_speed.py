@@ -27,7 +27,9 @@ from ilp.listsched import lower_bound
 from ilp.problem import build_problem
 from phaze.config import SolverSettings, sweep_config_from_mapping
 from phaze.errors import Infeasible
-from phaze.sweep import _dominated, _front_add, run_sweep
+from phaze.lower_bounds import pass_bound_s
+from phaze.sweep import run_sweep
+from phaze.sweep.fronts import dominated, front_add
 from placement import place
 from results.store import load
 from workloads import build_layer_graph, resolve_model
@@ -118,7 +120,7 @@ def test_pass_bound_is_the_schedulers_lower_bound(name):
                 (timings[cid].forward, timings[cid].backward, timings[cid].recompute),
                 strict=True,
             ):
-                ours = pipeline._pass_bound_s(g, acc, cluster)
+                ours = pass_bound_s(g, acc, cluster)
                 theirs = lower_bound(
                     build_problem(costed_graph(g, acc, cluster), acc.num_tc, acc.num_vc).problem
                 )
@@ -138,9 +140,9 @@ def test_front_dominates_exactly_what_the_points_dominate(points, bounds):
     bnd = np.array(bounds, dtype=float)
     front = np.empty((0, 3))
     for chunk in (pts[:7], pts[7:]):  # added in two goes, as rounds add theirs
-        front = _front_add(front, chunk)
+        front = front_add(front, chunk)
     brute = [any(np.all(p <= b) and np.any(p < b) for p in pts) for b in bnd]
-    assert _dominated(front, bnd).tolist() == brute
+    assert dominated(front, bnd).tolist() == brute
     assert len(front) <= len(pts)
     # no front row is <= another in every objective
     assert not any(
@@ -219,7 +221,7 @@ def test_speculation_out_of_order_stores_the_points_of_a_serial_run(
     """Speculative results held, then committed or dropped: the serial run's points."""
     cfg = _cfg(speed_space)
     serial = run_sweep(cfg, tmp_path / "serial", executor="serial", progress=False)
-    monkeypatch.setattr("phaze.sweep.Runner", _Greedy)
+    monkeypatch.setattr("phaze.sweep.run.Runner", _Greedy)
     greedy = run_sweep(cfg, tmp_path / "greedy", executor="serial", progress=False)
     with load(tmp_path / "serial") as a, load(tmp_path / "greedy") as b:
         assert a.points() == b.points()

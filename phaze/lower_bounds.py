@@ -1,0 +1,89 @@
+"""Lower bounds on layer and stage times from op costs alone, with no schedule.
+
+A schedule is the costly step of an evaluation; these bounds are cheap and never above any
+schedule's makespan, so they answer "can this possibly win?" before a schedule is made:
+:func:`phaze.pipeline.evaluate` uses :func:`bound_graph` to leave out tensor-parallel
+widths that cannot beat the best so far, and the sweep's pruning uses :func:`pass_bound_s`
+for its tight bound of a design (:mod:`phaze.sweep.optimistic`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from functools import lru_cache
+
+from arch_space import Accelerator, Cluster
+from arch_space.perf import op_costs
+from ilp import makespan_lower_bound
+from placement import StageGraph
+from placement.adapt import stage_graph
+from workloads import Model, OpGraph, TrainingSetup, build_layer_graph
+
+__all__ = ["bound_graph", "pass_bound_s"]
+
+
+@lru_cache(maxsize=4096)
+def bound_graph(
+    model: Model, setup: TrainingSetup, tp: int, acc: Accelerator, cluster: Cluster
+) -> StageGraph:
+    """Width ``tp``'s stage graph with lower bounds of its layer times (no schedule)."""
+    lg = build_layer_graph(model, setup, tp)
+    times = {
+        cid: tuple(
+            pass_bound_s(g, acc, cluster)
+            for g in (passes.forward, passes.backward, passes.recompute)
+        )
+        for cid, passes in lg.op_graphs.items()
+    }
+    return stage_graph(
+        lg,
+        times,
+        micro_batch=setup.micro_batch,
+        recompute=str(setup.recompute),
+        sequence_parallel=setup.sequence_parallel,
+    )
+
+
+@lru_cache(maxsize=8192)
+def pass_bound_s(graph: OpGraph, acc: Accelerator, cluster: Cluster) -> float:
+    """A lower bound on the makespan of any schedule of one pass on ``acc``, from its op
+    costs alone: the scheduler's own bound (:func:`ilp.bounds.makespan_lower_bound`),
+    without building the scheduler's problem."""
+    ops = graph.ops
+    if not ops:
+        return 0.0
+    table = op_costs(graph, acc, cluster)
+    preds: list[list[int]] = [[] for _ in ops]
+    succs: list[list[int]] = [[] for _ in ops]
+    for i, j in graph.edges:
+        preds[j].append(i)
+        succs[i].append(j)
+    order = _topological(preds, succs)
+    position = {op: k for k, op in enumerate(order)}
+    single = table.latency_s.tolist()
+    split = table.parallel_latency_s.tolist()
+    return makespan_lower_bound(
+        [str(ops[i].core) for i in order],
+        [single[i] for i in order],
+        [split[i] for i in order],
+        [[position[p] for p in preds[i]] for i in order],
+        acc.num_tc,
+        acc.num_vc,
+    )
+
+
+def _topological(preds: list[list[int]], succs: list[list[int]]) -> list[int]:
+    """The ops in a topological order (Kahn's algorithm, smallest index first)."""
+    missing = [len(p) for p in preds]
+    ready = [i for i, m in enumerate(missing) if not m]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in succs[i]:
+            missing[j] -= 1
+            if not missing[j]:
+                heapq.heappush(ready, j)
+    assert len(order) == len(preds), "an op graph is acyclic"
+    return order

@@ -1,0 +1,73 @@
+"""The plan of a sweep: a config resolved into the designs to evaluate and the read-only
+context every worker shares."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from arch_space import Accelerator, Cluster, load_space, preset
+from phaze.config import SweepConfig
+from phaze.errors import ConfigError
+from phaze.pipeline import Context, Knobs
+from results.pareto import parse_objectives
+from workloads import Model, resolve_model
+
+__all__ = ["Shared", "plan", "objective_signs"]
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """Read-only context sent once to every worker."""
+
+    workloads: tuple[tuple[str, Model], ...]
+    knobs: tuple[Knobs, ...]
+    ctx: Context
+    signs: tuple[tuple[str, float], ...] = ()  # (objective, sign): sign * value is minimised
+
+
+def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
+    """Resolve a config into the shared context and the designs to evaluate (validated)."""
+    workloads = tuple((w, resolve_model(w)) for w in cfg.workloads)
+    cluster = Cluster(
+        devices=cfg.devices,
+        devices_per_node=cfg.devices_per_node,
+        intra_node_bandwidth_bytes_per_s=cfg.intra_node_bandwidth_bytes_per_s,
+        inter_node_bandwidth_bytes_per_s=cfg.inter_node_bandwidth_bytes_per_s,
+        intra_node_latency_s=cfg.intra_node_latency_s,
+        inter_node_latency_s=cfg.inter_node_latency_s,
+    )
+    ctx = Context(
+        cluster=cluster,
+        seq_len=cfg.seq_len,
+        global_batch=cfg.global_batch,
+        sequence_parallel=cfg.sequence_parallel,
+        solver=cfg.solver,
+        scoring=cfg.scoring,
+    )
+    problems = [
+        f"micro_batches: {mb} does not divide global_batch = {cfg.global_batch}"
+        for mb in cfg.micro_batches
+        if cfg.global_batch % mb
+    ]
+    for name, model in workloads:
+        if model.tokens_to_train is None:
+            problems.append(
+                f"workload {name!r} has no published token budget; set tokens_to_train in [sweep]"
+            )
+    if problems:
+        raise ConfigError("sweep: " + "; ".join(problems))
+    parse_objectives(cfg.objectives)
+    space = load_space(cfg.space)
+    designs = tuple(space.enumerate())
+    if cfg.hbm_bytes:
+        designs = tuple(dataclasses.replace(a, hbm_bytes=h) for a in designs for h in cfg.hbm_bytes)
+    designs = tuple(preset(name) for name in cfg.presets) + designs
+    knobs = tuple(Knobs(mb, rc) for mb in cfg.micro_batches for rc in cfg.recompute)
+    return Shared(workloads, knobs, ctx, tuple(objective_signs(cfg.objectives))), designs
+
+
+def objective_signs(objectives: Sequence[str]) -> list[tuple[str, float]]:
+    """(metric, sign) so that sign * value is minimised."""
+    return [(o.metric, -1.0 if o.sense == "max" else 1.0) for o in parse_objectives(objectives)]

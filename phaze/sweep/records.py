@@ -1,0 +1,116 @@
+"""Store records of a sweep's points: flat, column-named dicts (see :mod:`results.schema`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from arch_space import Accelerator, area_mm2, design_id, device_cost_usd
+from phaze.pipeline import Evaluation, Knobs
+from placement import Placement
+
+__all__ = ["point_key", "design_columns", "placement_summary", "record_of", "pruned_record"]
+
+
+def point_key(workload: str, design: str, knobs: Knobs) -> str:
+    """The content key of one point (the store's primary key)."""
+    return f"{workload}|{design}|mbs={knobs.micro_batch}|recompute={knobs.recompute}"
+
+
+@functools.lru_cache(maxsize=4096)
+def design_columns(acc: Accelerator) -> Mapping[str, Any]:
+    """The design's columns of a record (cached: every knob setting's record repeats them)."""
+    return MappingProxyType(
+        {
+            "design_id": design_id(acc),
+            "design_name": acc.name,
+            "num_tc": acc.num_tc,
+            "tc_rows": acc.tc_rows,
+            "tc_cols": acc.tc_cols,
+            "num_vc": acc.num_vc,
+            "vc_lanes": acc.vc_lanes,
+            "glb_bytes": acc.glb_bytes,
+            "hbm_bytes": acc.hbm_bytes,
+            "hbm_bandwidth_bytes_per_s": acc.hbm_bandwidth_bytes_per_s,
+            "clock_hz": acc.clock_hz,
+            "node_nm": acc.node_nm,
+            "area_mm2": area_mm2(acc),
+            "peak_flops": acc.peak_flops,
+            "device_cost_usd": device_cost_usd(acc),
+        }
+    )
+
+
+def placement_summary(pl: Placement) -> str:
+    """The placement as compact JSON text (degrees, knobs and each stage's layer range)."""
+    return json.dumps(
+        {
+            "tp": pl.tp,
+            "pp": pl.pp,
+            "dp": pl.dp,
+            "micro_batch": pl.micro_batch,
+            "recompute": pl.recompute,
+            "sequence_parallel": pl.sequence_parallel,
+            "virtual_stages": pl.virtual_stages,
+            "devices_used": pl.devices_used,
+            "bubble_fraction": pl.bubble_fraction,
+            "stages": [
+                {
+                    "layers": [min(s.layers), max(s.layers)],
+                    "devices": s.devices,
+                    "memory_bytes": s.memory_bytes,
+                }
+                for s in pl.stages
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
+    """A store record (flat, column-named) of one evaluation."""
+    cols = design_columns(ev.design)
+    rec: dict[str, Any] = {
+        "key": point_key(ev.workload, cols["design_id"], ev.knobs),
+        "workload": ev.workload,
+        **cols,
+        "devices": devices,
+        "micro_batch": ev.knobs.micro_batch,
+        "recompute": ev.knobs.recompute,
+        "feasible": ev.feasible,
+        "reason": ev.reason or None,
+        "embodied_kgco2e": None,
+    }
+    if ev.placement is not None and ev.score is not None:
+        pl, sc = ev.placement, ev.score
+        rec.update(dataclasses.asdict(sc))
+        rec.update(
+            tp=pl.tp,
+            pp=pl.pp,
+            dp=pl.dp,
+            compute_s=pl.compute_s,
+            communication_s=pl.communication_s,
+            bubble_s=pl.load_s * (pl.pp - 1) / pl.virtual_stages,
+            memory_per_device_bytes=pl.memory_per_device_bytes,
+            placement=placement_summary(pl),
+        )
+    return rec
+
+
+def pruned_record(acc: Accelerator, workload: str, knobs: Knobs, devices: int) -> dict[str, Any]:
+    """The record of a point left out because its design was pruned."""
+    cols = design_columns(acc)
+    return {
+        "key": point_key(workload, cols["design_id"], knobs),
+        "workload": workload,
+        **cols,
+        "devices": devices,
+        "micro_batch": knobs.micro_batch,
+        "recompute": knobs.recompute,
+        "feasible": False,
+        "reason": "pruned: its optimistic bound is dominated by an evaluated design",
+    }

@@ -1,0 +1,158 @@
+"""Run (or resume) a sweep: plan it, run its rounds of tasks, commit and aggregate."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from arch_space import design_id, device_cost_usd
+from phaze import __version__
+from phaze.config import SweepConfig, model_digest
+from phaze.executors import Progress, Runner
+from phaze.scoring import FORMULAS
+from phaze.sweep.aggregate import aggregate_records
+from phaze.sweep.optimistic import BOUNDED
+from phaze.sweep.planning import objective_signs, plan
+from phaze.sweep.records import point_key
+from phaze.sweep.rounds import Rounds
+from phaze.sweep.tasks import run_task
+from results.schema import AGGREGATE_WORKLOAD
+from results.store import Store
+
+__all__ = ["SweepResult", "run_sweep"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What a sweep did: its store directory, point counts and wall times."""
+
+    out_dir: Path
+    points: int
+    feasible: int
+    evaluated_designs: int
+    pruned_designs: int
+    skipped_designs: int
+    wall_s: float
+
+
+def run_sweep(
+    cfg: SweepConfig,
+    out_dir: str | Path,
+    *,
+    executor: str = "local",
+    jobs: int | None = None,
+    address: str | None = None,
+    progress: bool = True,
+    allow_config_change: bool = False,
+) -> SweepResult:
+    """Run (or resume) a sweep into ``out_dir``; returns counts and wall time.
+
+    Every point is committed as it completes; Ctrl-C stops cleanly (KeyboardInterrupt
+    propagates after the finished points are stored).
+    """
+    t0 = time.perf_counter()
+    shared, designs = plan(cfg)
+    out = Path(out_dir)
+    inputs = {
+        "config": cfg.as_dict(),
+        "formulas": dict(FORMULAS),
+        "defaults": cfg.scoring.as_dict(),
+        "designs": len(designs),
+    }
+    stage_s: dict[str, float] = {"plan_s": time.perf_counter() - t0}
+    with Store.open(
+        out, inputs, cfg.config_hash(), allow_config_change=allow_config_change
+    ) as store:
+        t1 = time.perf_counter()
+        names = [n for n, _ in shared.workloads]
+        ids = [design_id(a) for a in designs]
+        costs = [device_cost_usd(a) for a in designs]
+        # Presets first (reference points, never pruned), then the strongest: optimistic
+        # throughput per dollar, then the design id. The rounds are cut from this total order
+        # of *all* designs, not of those left to do, so a resumed sweep prunes each design
+        # against the same earlier rounds as an uninterrupted one.
+        rank = sorted(
+            range(len(designs)),
+            key=lambda i: (not designs[i].name, -designs[i].peak_flops / costs[i], ids[i]),
+        )
+        order = tuple(designs[i] for i in rank)
+        order_ids = tuple(ids[i] for i in rank)
+        done = store.done_keys()
+        need = tuple(
+            tuple(
+                w
+                for w, name in enumerate(names)
+                if not all(point_key(name, did, k) in done for k in shared.knobs)
+            )
+            if done
+            else tuple(range(len(names)))
+            for did in order_ids
+        )
+        skipped = sum(1 for n in need if not n)
+        signs = objective_signs(cfg.objectives)
+        prune = cfg.prune and all(n in BOUNDED for n, _ in signs)
+        if cfg.prune and not prune:
+            logger.info("pruning off: no optimistic bound for some objective of %s", cfg.objectives)
+        stage_s["bounds_s"] = time.perf_counter() - t1
+        bar = Progress(label="designs", skipped=skipped, enabled=progress)
+        bar.start(len(designs) - skipped)
+        rounds = Rounds(
+            store,
+            shared,
+            order,
+            [costs[i] for i in rank],
+            need,
+            prune=prune,
+            signs=signs,
+            bar=bar,
+        )
+        rounds.start(store.points(feasible_only=True) if done else (), order_ids)
+        fn = functools.partial(run_task, shared)
+        with Runner(executor, jobs=jobs, address=address) as runner:
+            while not rounds.finished:
+                runner.run(fn, rounds.tasks(), on_result=rounds.on_result)
+                assert rounds.finished or rounds.queued, "the sweep's rounds stalled"
+        bar.close()
+        stage_s["bounds_s"] += rounds.bounds_s
+        stage_s["evaluate_s"] = rounds.task_s
+        stage_s["evaluate_cpu_s"] = rounds.task_cpu_s
+        t2 = time.perf_counter()
+        feasible = [
+            p for p in store.points(feasible_only=True) if p["workload"] != AGGREGATE_WORKLOAD
+        ]
+        for rec in aggregate_records(feasible, names):
+            store.put_point(rec)
+        stage_s["aggregate_s"] = time.perf_counter() - t2
+        stage_s["total_s"] = time.perf_counter() - t0
+        points = len(store) - len(store.points(workload=AGGREGATE_WORKLOAD))
+        store.set_manifest(
+            {
+                "tool_version": __version__,
+                "config_hash": cfg.config_hash(),
+                "model_digest": model_digest(),
+                "solver": dataclasses.asdict(cfg.solver),
+                "executor": executor,
+                "jobs": jobs,
+                "wall_times_s": stage_s,
+                "designs": len(designs),
+                "evaluated_designs": rounds.evaluated,
+                "pruned_designs": rounds.pruned,
+                "skipped_designs": skipped,
+                "discarded_designs": rounds.discarded,
+            }
+        )
+    return SweepResult(
+        out_dir=out,
+        points=points,
+        feasible=len(feasible),
+        evaluated_designs=rounds.evaluated,
+        pruned_designs=rounds.pruned,
+        skipped_designs=skipped,
+        wall_s=time.perf_counter() - t0,
+    )

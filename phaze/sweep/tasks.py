@@ -1,0 +1,73 @@
+"""A sweep's unit of work, run by a worker: some designs on one workload, every knob setting."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from arch_space import Accelerator
+from phaze.pipeline import evaluate
+from phaze.sweep.fronts import dominated
+from phaze.sweep.optimistic import tight_bound
+from phaze.sweep.planning import Shared
+from phaze.sweep.records import record_of
+
+__all__ = ["Task", "TaskResult", "run_task"]
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """Designs that differ only in HBM capacity (they share every layer schedule, so one
+    worker's caches compute each once) on one workload (index into ``Shared.workloads``),
+    every knob setting. ``serial`` numbers the tasks of a sweep.
+
+    ``front`` (minimised objective rows of points of earlier rounds, or None) lets the
+    worker skip a design whose tight bound it dominates: such a design is pruned whatever
+    else the earlier rounds hold."""
+
+    designs: tuple[Accelerator, ...]
+    workload: int
+    serial: int
+    front: np.ndarray | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """Per design of a task: its records (one per knob setting; None when the task's front
+    dominates its tight bound, so it was not evaluated) and its tight bound row; and the
+    worker's wall and CPU time (the CPU time does not grow when other processes share the
+    cores)."""
+
+    records: tuple[tuple[dict[str, Any], ...] | None, ...]
+    rows: tuple[tuple[float, ...], ...]
+    wall_s: float
+    cpu_s: float
+
+
+def run_task(shared: Shared, task: Task) -> TaskResult:
+    """Evaluate a task's designs on its workload for every knob setting (runs in a worker),
+    except designs whose tight bound the task's front dominates (never a preset)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    name, model = shared.workloads[task.workload]
+    devices = shared.ctx.cluster.devices
+    records: list[tuple[dict[str, Any], ...] | None] = []
+    rows = []
+    for a in task.designs:
+        row: tuple[float, ...] = ()
+        if task.front is not None and not a.name:  # presets are never pruned
+            b = tight_bound(a, model, shared.knobs, shared.ctx)
+            row = tuple(sign * getattr(b, n) for n, sign in shared.signs)
+            if dominated(task.front, np.array([row]))[0]:
+                rows.append(row)
+                records.append(None)
+                continue
+        rows.append(row)
+        records.append(
+            tuple(record_of(evaluate(name, model, a, k, shared.ctx), devices) for k in shared.knobs)
+        )
+    return TaskResult(
+        tuple(records), tuple(rows), time.perf_counter() - start, time.process_time() - cpu
+    )
