@@ -28,6 +28,12 @@ __all__ = [
     "ScoringParams",
     "BatchEnergy",
     "Score",
+    "JobCarbon",
+    "training_time_s",
+    "embodied_share_kgco2e",
+    "operational_kgco2e",
+    "job_carbon",
+    "system_cost_usd",
     "score_point",
 ]
 
@@ -131,6 +137,64 @@ class Score:
     tcdp_kgco2e_days: float
 
 
+def training_time_s(tokens_to_train: float, tokens_per_s: float) -> float:
+    """D, the time to train: tokens to train / tokens per second."""
+    return tokens_to_train / tokens_per_s
+
+
+def embodied_share_kgco2e(
+    devices: int, embodied_kgco2e_per_device: float, time_to_train_s: float, params: ScoringParams
+) -> float:
+    """The devices' embodied carbon charged to a job of ``time_to_train_s``: its share of
+    their lifetime at the given utilisation (ACT), or all of it in whole-life mode."""
+    embodied_system = devices * embodied_kgco2e_per_device
+    if params.embodied_mode == "amortised":
+        return embodied_system * time_to_train_s / (params.lifetime_s * params.utilisation)
+    return embodied_system
+
+
+def operational_kgco2e(job_energy_j: float, params: ScoringParams) -> float:
+    """Carbon of a job's energy: energy x PUE x grid carbon intensity."""
+    return job_energy_j / _J_PER_KWH * params.pue * params.grid_gco2e_per_kwh / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobCarbon:
+    """The carbon of one training job (kgCO2e) and its tCDP (kgCO2e*s and kgCO2e*days)."""
+
+    embodied_kgco2e: float
+    operational_kgco2e: float
+    total_kgco2e: float
+    tcdp: float
+    tcdp_kgco2e_days: float
+
+
+def job_carbon(
+    *,
+    time_to_train_s: float,
+    job_energy_j: float,
+    devices: int,
+    embodied_kgco2e_per_device: float,
+    params: ScoringParams,
+) -> JobCarbon:
+    """Embodied, operational and total carbon of a job, and its tCDP (tC x D).
+
+    Every term grows with the time and with the energy, so the sweep's optimistic bounds
+    call this with the shortest time and the least energy a design could reach. Pure
+    arithmetic: numpy arrays (one entry per design) give the values floats would.
+    """
+    embodied = embodied_share_kgco2e(devices, embodied_kgco2e_per_device, time_to_train_s, params)
+    operational = operational_kgco2e(job_energy_j, params)
+    total = embodied + operational
+    tcdp = total * time_to_train_s
+    return JobCarbon(embodied, operational, total, tcdp, tcdp / 86400.0)
+
+
+def system_cost_usd(devices: int, device_cost_usd: float, params: ScoringParams) -> float:
+    """Devices x (device cost + their share of hosts and network)."""
+    return devices * (device_cost_usd + params.host_network_usd_per_device)
+
+
 def score_point(
     *,
     iteration_s: float,
@@ -149,17 +213,16 @@ def score_point(
     assert iteration_s > 0 and devices > 0
     tokens_per_batch = global_batch * seq_len
     tokens_per_s = tokens_per_batch / iteration_s
-    time_to_train_s = tokens_to_train / tokens_per_s
+    time_to_train_s = training_time_s(tokens_to_train, tokens_per_s)
     batches = tokens_to_train / tokens_per_batch
     job_energy_j = energy.total_j * batches
-    embodied_system = devices * embodied_kgco2e_per_device
-    if params.embodied_mode == "amortised":
-        embodied = embodied_system * time_to_train_s / (params.lifetime_s * params.utilisation)
-    else:
-        embodied = embodied_system
-    operational = job_energy_j / _J_PER_KWH * params.pue * params.grid_gco2e_per_kwh / 1000.0
-    total = embodied + operational
-    tcdp = total * time_to_train_s
+    carbon = job_carbon(
+        time_to_train_s=time_to_train_s,
+        job_energy_j=job_energy_j,
+        devices=devices,
+        embodied_kgco2e_per_device=embodied_kgco2e_per_device,
+        params=params,
+    )
     return Score(
         iteration_s=iteration_s,
         samples_per_s=global_batch / iteration_s,
@@ -173,10 +236,10 @@ def score_point(
         energy_network_j=energy.network_j,
         job_energy_j=job_energy_j,
         avg_power_w=energy.total_j / iteration_s,
-        system_cost_usd=devices * (device_cost_usd + params.host_network_usd_per_device),
-        embodied_kgco2e=embodied,
-        operational_kgco2e=operational,
-        total_kgco2e=total,
-        tcdp=tcdp,
-        tcdp_kgco2e_days=tcdp / 86400.0,
+        system_cost_usd=system_cost_usd(devices, device_cost_usd, params),
+        embodied_kgco2e=carbon.embodied_kgco2e,
+        operational_kgco2e=carbon.operational_kgco2e,
+        total_kgco2e=carbon.total_kgco2e,
+        tcdp=carbon.tcdp,
+        tcdp_kgco2e_days=carbon.tcdp_kgco2e_days,
     )

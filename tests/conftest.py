@@ -1,11 +1,43 @@
-"""Test settings: hypothesis is derandomised with no deadline in CI (and never flaky on time)."""
+"""Test settings (hypothesis is derandomised with no deadline in CI, and never flaky on
+time) and the fixtures shared by the sweep tests."""
 
 import os
+from pathlib import Path
 
+import pytest
+import sweeps
 from hypothesis import HealthCheck, settings
+from spaces import PRUNABLE_SPACE
+from sweeps import SMALL_SPACE
 
 settings.register_profile(
     "ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(scope="session")
+def sweep_spaces(tmp_path_factory) -> dict[str, Path]:
+    """The sweep tests' design spaces as TOML files: "small" and "prunable"."""
+    d = tmp_path_factory.mktemp("spaces")
+    (d / "small.toml").write_text(SMALL_SPACE)
+    (d / "prunable.toml").write_text(PRUNABLE_SPACE)
+    return {"small": d / "small.toml", "prunable": d / "prunable.toml"}
+
+
+@pytest.fixture(scope="session")
+def clean_sweeps(sweep_spaces, tmp_path_factory):
+    """Uninterrupted reference sweeps, by name: (config, result, points). "small" has the
+    TPUv4 preset too, "two" two workloads and two recompute modes."""
+    out = {}
+    for name, kw in (
+        ("small", {"presets": ["tpuv4"]}),
+        ("prunable", {}),
+        ("two", {"workloads": ["gpt3-125m", "gpt3-350m"], "recompute": ["none", "full"]}),
+    ):
+        space = "prunable" if name == "prunable" else "small"
+        cfg = sweeps.config(sweep_spaces[space], **kw)
+        d = tmp_path_factory.mktemp(f"clean-{name}")
+        out[name] = (cfg, sweeps.run(cfg, d), sweeps.points(d))
+    return out

@@ -1,13 +1,14 @@
 """Scoring formulas (DESIGN §7) checked by hand-computed values and identities."""
 
-import math
+import dataclasses
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from phaze.errors import ConfigError
-from phaze.scoring import SECONDS_PER_YEAR, BatchEnergy, ScoringParams, score_point
+from phaze.scoring import SECONDS_PER_YEAR, BatchEnergy, ScoringParams, job_carbon, score_point
 
 
 def _score(params=None, **over):
@@ -55,16 +56,55 @@ def test_whole_life_embodied_is_independent_of_time():
 
 
 @given(
-    it=st.floats(0.1, 100),
+    iteration_s=st.floats(0.01, 100),
+    devices=st.integers(1, 4096),
+    energy_j=st.tuples(*[st.floats(0, 1e7)] * 4),
+    embodied_per_device=st.floats(0, 1e3),
     pue=st.floats(1.0, 2.0),
-    ci=st.floats(0, 1000),
+    grid=st.floats(0, 1000),
+    lifetime_years=st.floats(0.5, 10),
+    utilisation=st.floats(0.05, 1),
+    mode=st.sampled_from(["amortised", "whole-life"]),
 )
-def test_tcdp_is_sum_of_two_products(it, pue, ci):
-    """tCDP = C_emb*D + C_op*D (DESIGN §7) and everything scales as the formulas say."""
-    s = _score(ScoringParams(pue=pue, grid_gco2e_per_kwh=ci), iteration_s=it)
-    d = s.time_to_train_s
-    assert math.isclose(s.tcdp, s.embodied_kgco2e * d + s.operational_kgco2e * d, rel_tol=1e-9)
-    assert s.operational_kgco2e >= 0
+def test_tcdp_equals_a_hand_computation(
+    iteration_s,
+    devices,
+    energy_j,
+    embodied_per_device,
+    pue,
+    grid,
+    lifetime_years,
+    utilisation,
+    mode,
+):
+    """tCDP = (embodied + operational carbon) x time to train, worked out here step by step
+    in people's units (hours, kWh, grams) rather than with the scoring's own functions."""
+    params = ScoringParams(
+        pue=pue,
+        grid_gco2e_per_kwh=grid,
+        lifetime_s=lifetime_years * SECONDS_PER_YEAR,
+        utilisation=utilisation,
+        embodied_mode=mode,
+    )
+    s = _score(
+        params,
+        iteration_s=iteration_s,
+        devices=devices,
+        energy=BatchEnergy(*energy_j),
+        embodied_kgco2e_per_device=embodied_per_device,
+    )
+    iterations = 300e9 / (512 * 2048)
+    hours = iterations * iteration_s / 3600
+    kwh = sum(energy_j) * iterations / 3.6e6
+    operational_kg = kwh * pue * grid / 1000
+    life_hours = lifetime_years * 365.25 * 24 * utilisation
+    share = hours / life_hours if mode == "amortised" else 1.0
+    embodied_kg = devices * embodied_per_device * share
+    tcdp_kg_s = (embodied_kg + operational_kg) * hours * 3600
+    assert s.tcdp == pytest.approx(tcdp_kg_s, rel=1e-9, abs=1e-12)
+    assert s.tcdp_kgco2e_days == pytest.approx(tcdp_kg_s / 86400, rel=1e-9, abs=1e-12)
+    assert s.embodied_kgco2e == pytest.approx(embodied_kg, rel=1e-9, abs=1e-12)
+    assert s.operational_kgco2e == pytest.approx(operational_kg, rel=1e-9, abs=1e-12)
 
 
 def test_faster_iteration_never_worse():
@@ -87,3 +127,31 @@ def test_faster_iteration_never_worse():
 def test_bad_params_name_field_and_value(kw, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
         ScoringParams(**kw)
+
+
+@given(
+    rows=st.lists(st.tuples(st.floats(1, 1e9), st.floats(0, 1e15), st.floats(0, 1e4)), min_size=1),
+    mode=st.sampled_from(["amortised", "whole-life"]),
+)
+def test_job_carbon_of_arrays_equals_job_carbon_of_each_float(rows, mode):
+    """The sweep's bounds call job_carbon on arrays of many designs at once: each entry is
+    exactly the float result (the same operations in the same order)."""
+    params = ScoringParams(embodied_mode=mode, grid_gco2e_per_kwh=430.0)
+    times, energies, embodied = (np.array(c) for c in zip(*rows, strict=True))
+    many = job_carbon(
+        time_to_train_s=times,
+        job_energy_j=energies,
+        devices=64,
+        embodied_kgco2e_per_device=embodied,
+        params=params,
+    )
+    for k, (t, e, emb) in enumerate(rows):
+        one = job_carbon(
+            time_to_train_s=t,
+            job_energy_j=e,
+            devices=64,
+            embodied_kgco2e_per_device=emb,
+            params=params,
+        )
+        for f in dataclasses.fields(one):
+            assert getattr(many, f.name)[k] == getattr(one, f.name)

@@ -26,6 +26,7 @@ from arch_space import (
 )
 from phaze.lower_bounds import pass_bound_s
 from phaze.pipeline import Context, Knobs, _fits, _setup, timing_design, tp_widths
+from phaze.scoring import job_carbon, system_cost_usd, training_time_s
 from workloads import Model, TrainingSetup, build_layer_graph, model_flops_per_sequence
 
 __all__ = [
@@ -37,7 +38,6 @@ __all__ = [
     "iteration_lower_bound_s",
 ]
 
-_J_PER_KWH: Final = 3.6e6
 # Objectives an optimistic bound exists for, with the bound's field.
 BOUNDED: Final = frozenset(
     {
@@ -119,8 +119,15 @@ def _bound_fields(
     ctx: Context,
 ) -> dict[str, Any]:
     """The fields of :class:`Bound` from the device's figures: floats, or numpy arrays of
-    many designs' (the same operations in the same order, so the same values)."""
-    sc, n = ctx.scoring, ctx.cluster.devices
+    many designs' (the same operations in the same order, so the same values).
+
+    Every device does model FLOPs at ``peak_flops`` (the shortest time), and the job's
+    energy is only the MACs of those FLOPs plus leakage over that time (the least energy);
+    carbon, tCDP and cost are then scoring's own (:func:`phaze.scoring.job_carbon`,
+    :func:`phaze.scoring.system_cost_usd`), so a bound is optimistic exactly when its
+    inputs are.
+    """
+    n = ctx.cluster.devices
     flops_per_seq = model_flops_per_sequence(model, ctx.seq_len)
     samples = n * peak_flops / flops_per_seq
     tokens = samples * ctx.seq_len
@@ -128,27 +135,26 @@ def _bound_fields(
         seq_len=ctx.seq_len, global_batch=ctx.global_batch, tokens_to_train=ctx.tokens_to_train
     )
     budget = setup.training_tokens(model.tokens_to_train)
-    d = budget / tokens
+    d = training_time_s(budget, tokens)
     mac_j = budget / ctx.seq_len * flops_per_seq / 2 * mac_energy_pj * 1e-12
-    energy = mac_j + n * static_w * d
-    operational = energy / _J_PER_KWH * sc.pue * sc.grid_gco2e_per_kwh / 1000
-    embodied = (
-        n
-        * embodied_kgco2e_per_device
-        * (d / (sc.lifetime_s * sc.utilisation) if sc.embodied_mode == "amortised" else 1.0)
+    carbon = job_carbon(
+        time_to_train_s=d,
+        job_energy_j=mac_j + n * static_w * d,
+        devices=n,
+        embodied_kgco2e_per_device=embodied_kgco2e_per_device,
+        params=ctx.scoring,
     )
-    total = embodied + operational
     return {
         "tokens_per_s": tokens,
         "samples_per_s": samples,
         "iteration_s": ctx.global_batch / samples,
         "time_to_train_s": d,
-        "system_cost_usd": n * (device_cost + sc.host_network_usd_per_device),
-        "embodied_kgco2e": embodied,
-        "operational_kgco2e": operational,
-        "total_kgco2e": total,
-        "tcdp": total * d,
-        "tcdp_kgco2e_days": total * d / 86400,
+        "system_cost_usd": system_cost_usd(n, device_cost, ctx.scoring),
+        "embodied_kgco2e": carbon.embodied_kgco2e,
+        "operational_kgco2e": carbon.operational_kgco2e,
+        "total_kgco2e": carbon.total_kgco2e,
+        "tcdp": carbon.tcdp,
+        "tcdp_kgco2e_days": carbon.tcdp_kgco2e_days,
     }
 
 
