@@ -17,7 +17,7 @@ from typing import Final
 
 from arch_space import Accelerator, Cluster, device_cost_usd, embodied_kgco2e, static_power_w
 from arch_space.perf import default_settings
-from ilp import layer_timing
+from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.errors import ConfigError, Infeasible
 from phaze.lower_bounds import bound_graph
@@ -89,7 +89,8 @@ class Context:
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     """The outcome of one (workload, design, knobs) point: a placement and its score, or
-    the reason nothing fits."""
+    the reason nothing fits. ``pass_timings`` are the layer passes scheduled at the
+    placement's width, one per distinct layer and pass (each says how exact it is)."""
 
     workload: str
     design: Accelerator
@@ -97,6 +98,7 @@ class Evaluation:
     placement: Placement | None
     score: Score | None
     reason: str = ""
+    pass_timings: tuple[PassTiming, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -132,12 +134,14 @@ def timing_design(acc: Accelerator) -> Accelerator:
 
 @dataclass(frozen=True, slots=True)
 class _Variant:
-    """One TP width's stage graph and its dynamic energy per micro-batch, all layers."""
+    """One TP width's stage graph, its dynamic energy per micro-batch, all layers, and the
+    timings of its distinct layer passes."""
 
     graph: StageGraph
     compute_j: float
     memory_j: float
     network_j: float
+    passes: tuple[PassTiming, ...]
 
 
 @lru_cache(maxsize=4096)
@@ -182,7 +186,8 @@ def _variant(
             parts[0] += devices * p.compute_j
             parts[1] += devices * p.memory_j
             parts[2] += devices * p.network_j
-    return _Variant(sg, *parts)
+    passes = tuple(p for lt in timings.values() for p in (lt.forward, lt.backward, lt.recompute))
+    return _Variant(sg, *parts, passes)
 
 
 def _energy_rates(variant: _Variant, acc: Accelerator, model: Model) -> EnergyRates:
@@ -381,4 +386,6 @@ def evaluate(
         embodied_kgco2e_per_device=embodied_kgco2e(acc),
         params=ctx.scoring,
     )
-    return Evaluation(workload, acc, knobs, placement, score)
+    return Evaluation(
+        workload, acc, knobs, placement, score, pass_timings=variants[placement.tp].passes
+    )

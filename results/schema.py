@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 # Version of the store layout and of the exported documents; bump on any incompatible change.
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 # The workload name of the per-design aggregate rows.
 AGGREGATE_WORKLOAD: Final = "*all*"
@@ -127,6 +127,13 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
     _c("throughput_score", "REAL", "", "max", "throughput score",
        "aggregate rows: geometric mean over workloads of throughput / best throughput"),
     _c("placement", "TEXT", "", None, "placement", "the chosen placement, as JSON text"),
+    # how exact the layer schedules are
+    _c("schedule_gap_max", "REAL", "", None, "worst schedule gap",
+       "worst gap of the point's layer schedules: (makespan - proven lower bound) / makespan; "
+       "0 = every pass proven optimal"),
+    _c("schedule_methods", "TEXT", "", None, "schedule methods",
+       "how the distinct layer passes were closed, as method:count (bound = meets the lower "
+       "bound, search = branch and bound, ilp/ilp_cores = MIP, list = list schedule, unproven)"),
 )  # fmt: skip
 
 COLUMNS: Final = MappingProxyType({c.name: c for c in POINT_COLUMNS})

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -23,11 +25,17 @@ import sweeps
 from click.testing import CliRunner
 
 import phaze
+from arch_space import design_id
+from ilp import layer_timing
 from phaze.cli import cli
 from phaze.config import model_digest
+from phaze.errors import ConfigError
+from phaze.sweep import plan
 from results.pareto import pareto
+from results.report import write_report
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import STORE_FILENAME, Store, load
+from workloads import Recompute, TrainingSetup, build_layer_graph
 
 # --------------------------------------------------------------------------- resume
 
@@ -208,6 +216,7 @@ def test_aggregate_rows_score_sum_and_match_the_best_points(clean_sweeps):
         assert row["tcdp"] == pytest.approx(row["total_kgco2e"] * row["time_to_train_s"])
         assert row["system_cost_usd"] == rows[0]["system_cost_usd"] == rows[1]["system_cost_usd"]
         assert (row["num_tc"], row["tc_rows"]) == (rows[0]["num_tc"], rows[0]["tc_rows"])
+        assert row["schedule_gap_max"] == max(r["schedule_gap_max"] for r in rows)
     winners = {
         max((d for d, ww in best if ww == w), key=lambda d: best[d, w]["tokens_per_s"])
         for w in names
@@ -224,3 +233,77 @@ def test_aggregate_rows_score_sum_and_match_the_best_points(clean_sweeps):
 def test_one_workload_has_no_aggregate_rows(clean_sweeps):
     _, _, points = clean_sweeps["small"]
     assert points and all(p["workload"] == "gpt3-125m" for p in points)
+
+
+# --------------------------------------------------------------------------- schedule exactness
+
+
+def test_points_record_how_exact_their_layer_schedules_are(clean_sweeps):
+    """Each point's worst gap and method counts are those of the distinct layer passes
+    at its placement's width, scheduled again here; the "list" scheduler proves some
+    passes (gap 0, closed by the bound) and leaves a gap on others."""
+    cfg, _, pts = clean_sweeps["two"]
+    shared, designs = plan(cfg)
+    by_id = {design_id(a): a for a in designs}
+    models = dict(shared.workloads)
+    feasible = [p for p in pts if p["feasible"] and p["workload"] != AGGREGATE_WORKLOAD]
+    assert feasible
+    for p in feasible:
+        acc, model = by_id[p["design_id"]], models[p["workload"]]
+        setup = TrainingSetup(
+            seq_len=cfg.seq_len,
+            global_batch=cfg.global_batch,
+            micro_batch=p["micro_batch"],
+            recompute=Recompute(p["recompute"]),
+            sequence_parallel=cfg.sequence_parallel,
+        )
+        solver = shared.ctx.solver
+        timings = layer_timing(
+            build_layer_graph(model, setup, p["tp"]),
+            acc,
+            shared.ctx.cluster,
+            solver=solver.name,
+            time_limit_s=solver.time_limit_s,
+            mip_gap=solver.mip_gap,
+            search_nodes=solver.search_nodes,
+        )
+        passes = [t for lt in timings.values() for t in (lt.forward, lt.backward, lt.recompute)]
+        timed = [t for t in passes if t.makespan_s > 0]
+        methods = dict(m.split(":") for m in p["schedule_methods"].split(","))
+        assert sum(map(int, methods.values())) == len(timed), p["key"]
+        for m in {str(t.method) for t in timed}:
+            assert int(methods[m]) == sum(str(t.method) == m for t in timed), (p["key"], m)
+        assert p["schedule_gap_max"] == max(t.gap for t in timed), p["key"]
+    gaps = [p["schedule_gap_max"] for p in feasible]
+    assert all(0 <= g < 1 for g in gaps) and max(gaps) > 0
+    assert all("bound:" in p["schedule_methods"] for p in feasible)
+
+
+def test_the_report_counts_points_by_schedule_gap(clean_sweeps):
+    _, result, pts = clean_sweeps["small"]
+    text = write_report(result.out_dir, result.out_dir / "gaps.html").read_text()
+    section = text[text.index('<section id="schedules">') :].split("</section>")[0]
+    cells = [int(c) for c in re.findall(r'<td class="num">(\d+)</td>', section)]
+    assert sum(cells) == sum(p["feasible"] for p in pts) > 0
+
+
+def test_a_store_from_before_the_schedule_columns_is_refused_clearly(clean_sweeps, tmp_path):
+    """A store of the earlier layout (no schedule columns): a resume and a report each
+    end in one Error line that says to use a new directory, and the store is untouched."""
+    cfg, result, _ = clean_sweeps["small"]
+    old = tmp_path / "old"
+    shutil.copytree(result.out_dir, old)
+    with closing(sqlite3.connect(old / STORE_FILENAME)) as conn:
+        for column in ("schedule_gap_max", "schedule_methods"):
+            conn.execute(f"ALTER TABLE points DROP COLUMN {column}")
+        conn.execute("PRAGMA user_version=1")
+        conn.commit()
+    before = (old / STORE_FILENAME).read_bytes()
+    with pytest.raises(ConfigError, match="layout version 1.*new directory"):
+        sweeps.run(cfg, old)
+    for args in (["report", str(old)], ["export", str(old), "--json"]):
+        out = CliRunner().invoke(cli, args)
+        assert out.exit_code == 1 and "Traceback" not in out.output, out.output
+        errors = [line for line in out.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "layout version 1" in errors[0], out.output
+    assert (old / STORE_FILENAME).read_bytes() == before

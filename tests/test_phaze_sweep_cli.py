@@ -6,6 +6,7 @@ arguments, ``--json`` and the report.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,12 @@ import sweeps
 from click.testing import CliRunner
 
 import phaze
+from arch_space import Cluster, preset
 from ilp import DEFAULT_SEARCH_NODES
 from phaze.cli import cli
 from phaze.config import quick_sweep_config, sweep_config_from_mapping
 from phaze.errors import ConfigError
-from phaze.sweep import plan
+from phaze.sweep import plan, schedule_exactness
 from results.store import load
 
 
@@ -207,8 +209,6 @@ def test_sweep_json_and_report(stored, tmp_path):
 
 
 def test_search_api_returns_the_stored_points(sweep_spaces, clean_sweeps, tmp_path):
-    from arch_space import Cluster
-
     cfg, _, ref_points = clean_sweeps["small"]
     points = phaze.search(
         cfg.workloads,
@@ -223,3 +223,22 @@ def test_search_api_returns_the_stored_points(sweep_spaces, clean_sweeps, tmp_pa
     )
     assert points == sweeps.points(tmp_path)
     assert {p["key"] for p in ref_points} <= {p["key"] for p in points}
+
+
+def test_evaluate_prints_how_exact_its_layer_schedules_are():
+    """The worst gap and the methods, as the API's evaluation of the same point has them."""
+    args = ["--devices", "4", "--devices-per-node", "4", "--global-batch", "8", "--seq-len", "256"]
+    result = CliRunner().invoke(
+        cli, ["evaluate", "--workload", "gpt3-125m", "--arch", "tpuv4", *args]
+    )
+    assert result.exit_code == 0, result.output
+    ev = phaze.evaluate(
+        "gpt3-125m",
+        preset("tpuv4"),
+        Cluster(devices=4, devices_per_node=4),
+        seq_len=256,
+        global_batch=8,
+    )
+    gap, methods = schedule_exactness(ev.pass_timings)
+    line = f"layer schedules +worst gap {100 * gap:.1f} % \\({methods}\\)"
+    assert methods and re.search(line, result.output), result.output

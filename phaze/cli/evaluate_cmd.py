@@ -12,7 +12,7 @@ from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, si, size, table
 from phaze.config import RECOMPUTE_MODES
-from phaze.sweep import placement_summary
+from phaze.sweep import placement_summary, schedule_exactness
 from placement import Placement
 from workloads import model_flops_per_sequence, resolve_model
 
@@ -148,6 +148,7 @@ def evaluate(
     if as_json:
         echo_json(doc)
         return
+    gap, methods = schedule_exactness(ev.pass_timings)
     rows = [
         ["iteration time", si(pl.time_per_batch_s, "s")],
         ["throughput", f"{sc.samples_per_s:.3g} samples/s, {si(sc.tokens_per_s, 'tokens/s')}"],
@@ -156,6 +157,7 @@ def evaluate(
         ["memory per device", f"{size(pl.memory_per_device_bytes)} of {size(acc.hbm_bytes)}"],
         ["pipeline bubble", f"{100 * pl.bubble_fraction:.1f} %"],
         ["exposed communication", si(pl.communication_s, "s")],
+        ["layer schedules", f"worst gap {100 * gap:.1f} % ({methods})"],
         [
             "placement",
             f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "

@@ -22,7 +22,7 @@ workloads) and :mod:`~phaze.sweep.run` (the driver).
 
 from phaze.sweep.optimistic import Bound, bounds, tight_bound
 from phaze.sweep.planning import plan
-from phaze.sweep.records import placement_summary, point_key, record_of
+from phaze.sweep.records import placement_summary, point_key, record_of, schedule_exactness
 from phaze.sweep.run import SweepResult, run_sweep
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "placement_summary",
     "point_key",
     "record_of",
+    "schedule_exactness",
     "run_sweep",
     "plan",
 ]

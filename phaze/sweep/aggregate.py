@@ -20,8 +20,9 @@ def aggregate_records(
     ``throughput_score`` is the geometric mean over workloads of the design's best tokens/s
     divided by the best tokens/s of any design on that workload (1 = best everywhere);
     time to train, energy and carbon are summed over the jobs; the system cost is that of
-    the one system that runs them all. tCDP is the summed carbon times the summed time.
-    Only designs feasible on every workload get a row.
+    the one system that runs them all. tCDP is the summed carbon times the summed time;
+    the schedule gap is the worst of the rows'. Only designs feasible on every workload get
+    a row.
     """
     if len(workloads) < 2:
         return []
@@ -66,6 +67,7 @@ def aggregate_records(
             total_kgco2e=total,
             tcdp=total * d,
             tcdp_kgco2e_days=total * d / 86400,
+            schedule_gap_max=max(r["schedule_gap_max"] for r in rows),
         )
         out.append(rec)
     return out

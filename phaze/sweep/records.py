@@ -5,15 +5,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from arch_space import Accelerator, area_mm2, design_id, device_cost_usd
+from ilp import Method, PassTiming
 from phaze.pipeline import Evaluation, Knobs
 from placement import Placement
 
-__all__ = ["point_key", "design_columns", "placement_summary", "record_of", "pruned_record"]
+__all__ = [
+    "point_key",
+    "design_columns",
+    "placement_summary",
+    "schedule_exactness",
+    "record_of",
+    "pruned_record",
+]
 
 
 def point_key(workload: str, design: str, knobs: Knobs) -> str:
@@ -71,6 +80,18 @@ def placement_summary(pl: Placement) -> str:
     )
 
 
+def schedule_exactness(passes: Sequence[PassTiming]) -> tuple[float, str]:
+    """How exact the layer schedules of ``passes`` are: the worst gap to a proven lower
+    bound (0 when every pass is proven optimal), and the methods that closed the passes
+    that take time as ``method:count`` sorted by name (e.g. ``bound:12,list:4``)."""
+    timed = [p for p in passes if p.method != Method.EMPTY]
+    methods = Counter(str(p.method) for p in timed)
+    return (
+        max((p.gap for p in timed), default=0.0),
+        ",".join(f"{m}:{n}" for m, n in sorted(methods.items())),
+    )
+
+
 def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
     """A store record (flat, column-named) of one evaluation."""
     cols = design_columns(ev.design)
@@ -98,6 +119,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
             memory_per_device_bytes=pl.memory_per_device_bytes,
             placement=placement_summary(pl),
         )
+        rec["schedule_gap_max"], rec["schedule_methods"] = schedule_exactness(ev.pass_timings)
     return rec
 
 
