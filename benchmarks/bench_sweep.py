@@ -1,4 +1,4 @@
-"""Sweep speed on the full default space (issue 7 item 6): gpt3-175b on 1024 devices.
+"""Sweep speed on the full default space: gpt3-175b on 1024 devices.
 
 The sweep: every design of ``Space.named("default")`` x HBM {32, 64, 80} GiB x micro-batch
 {1, 2, 4, 8} x recompute {none, full}, list scheduler, global batch 1536, sequence 2048,
@@ -43,7 +43,7 @@ from phaze.config import SolverSettings, SweepConfig
 from phaze.sweep import run_sweep
 from results.store import load
 
-TARGET_S = 30 * 60.0  # issue 7 item 6
+TARGET_S = 30 * 60.0  # the whole default space within half an hour on this machine
 
 # (label, module path suffix, function name) whose cumulative times make up the profile
 # split; none of them runs inside another, except op costs, shown apart as "of which".
@@ -65,7 +65,7 @@ _OF_WHICH = ("op costs", "arch_space/perf/costs.py", "op_costs")
 
 
 def config(*, prune: bool = True, search_nodes: int = 0) -> SweepConfig:
-    """The sweep of issue 7 item 6."""
+    """The benchmark's sweep (see the module docstring)."""
     return SweepConfig(
         workloads=("gpt3-175b",),
         space="default",

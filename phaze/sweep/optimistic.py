@@ -9,6 +9,7 @@ dominates.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -38,22 +39,6 @@ __all__ = [
     "iteration_lower_bound_s",
 ]
 
-# Objectives an optimistic bound exists for, with the bound's field.
-BOUNDED: Final = frozenset(
-    {
-        "tokens_per_s",
-        "samples_per_s",
-        "iteration_s",
-        "time_to_train_s",
-        "system_cost_usd",
-        "embodied_kgco2e",
-        "operational_kgco2e",
-        "total_kgco2e",
-        "tcdp",
-        "tcdp_kgco2e_days",
-    }
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Bound:
@@ -71,6 +56,10 @@ class Bound:
     tcdp_kgco2e_days: float
 
 
+# The objectives an optimistic bound exists for: the fields of :class:`Bound`.
+BOUNDED: Final = frozenset(f.name for f in dataclasses.fields(Bound))
+
+
 def bounds(acc: Accelerator, model: Model, ctx: Context) -> Bound:
     """The optimistic bound of every point of ``acc`` on ``model`` (see module docstring).
 
@@ -85,8 +74,8 @@ def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Knobs], ctx: Con
     """A tighter optimistic bound than :func:`bounds`, valid for every point of ``acc`` over
     ``knobs``: the throughput of the iteration-time lower bound of
     :func:`iteration_lower_bound_s` (layer passes at their schedule lower bounds spread
-    over all devices), when that is below peak FLOP/s. It needs the design's
-    op costs, so workers compute it, and only for designs :func:`bounds` does not prune."""
+    over all devices), when that is below peak FLOP/s. It needs the design's op costs, so
+    workers compute it, and only for designs :func:`bounds` does not prune."""
     flops_per_batch = ctx.global_batch * model_flops_per_sequence(model, ctx.seq_len)
     floor_s = iteration_lower_bound_s(model, acc, knobs, ctx)
     rate = acc.peak_flops
