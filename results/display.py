@@ -1,7 +1,7 @@
 """Human-readable values and labels for tables and plots (display only: stored values stay SI).
 
-Bytes use binary prefixes (GiB), bandwidths decimal ones (TB/s), long times days, as an
-architect reads them; every other unit comes from :data:`results.schema.POINT_COLUMNS`.
+:func:`fmt_value` formats a column's value with :mod:`results.units` (the one formatter the CLI
+and the report share); the other helpers turn a point into short labels.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
+from results.units import fmt_quantity
 
 __all__ = [
-    "si",
     "fmt_value",
+    "display_unit",
     "unit_of",
     "design_label",
     "knob_label",
@@ -22,9 +23,6 @@ __all__ = [
     "workload_title",
 ]
 
-_SECONDS_PER_DAY: Final = 86400.0
-_SECONDS_PER_YEAR: Final = 365.25 * _SECONDS_PER_DAY  # Julian year
-_BINARY: Final = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 # Unit suffixes of Phaze's names (STYLE §2.2), longest first.
 _SUFFIX_UNITS: Final = (
     ("_bytes_per_s", "B/s"),
@@ -37,25 +35,13 @@ _SUFFIX_UNITS: Final = (
     ("_j", "J"),
     ("_s", "s"),
 )
-
-
-def si(value: float, unit: str = "", digits: int = 3) -> str:
-    """A number with an SI prefix: ``si(3.2e14, 'FLOP/s') == '320 TFLOP/s'``.
-
-    Examples
-    --------
-    >>> si(3.2e14, "FLOP/s"), si(0.0042, "s"), si(0)
-    ('320 TFLOP/s', '4.2 ms', '0')
-    """
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g} {unit}".strip()
-    exp = max(-4, min(6, math.floor(math.log10(abs(value)) / 3)))
-    prefix = "pnµm kMGTPE"[exp + 4].strip()
-    return f"{value / 10 ** (3 * exp):.{digits}g} {prefix}{unit}".strip()
+# Fractions of a whole, shown as percentages.
+_FRACTIONS: Final = frozenset({"mfu"})
+_FRACTION_SUFFIXES: Final = ("_fraction", "_utilisation", "_utilization")
 
 
 def fmt_value(name: str, value: Any) -> str:
-    """``value`` of column ``name`` as a short string with its unit.
+    """``value`` of column ``name`` as a short string in people's units.
 
     Examples
     --------
@@ -66,7 +52,9 @@ def fmt_value(name: str, value: Any) -> str:
     >>> fmt_value("system_cost_usd", 1.25e6), fmt_value("tcdp", None)
     ('$1.25M', '-')
     >>> fmt_value("total_kgco2e", 1370.0), fmt_value("tcdp_kgco2e_days", 4.04e6)
-    ('1.37 tCO2e', '4.04 ktCO2e·day')
+    ('1.37 tCO2e', '4.04k tCO2e·days')
+    >>> fmt_value("throughput_score", 0.4471), fmt_value("tp", 4)
+    ('0.447', '4')
     """
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -74,29 +62,21 @@ def fmt_value(name: str, value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, str):
         return value
-    unit = unit_of(name)
-    if name == "mfu":
-        return f"{100 * value:.3g} %"
-    if unit == "B":
-        exp = 0 if value < 1 else min(int(math.log2(value) // 10), len(_BINARY) - 1)
-        return f"{value / 1024**exp:.3g} {_BINARY[exp]}"
-    if unit == "s":
-        if abs(value) >= 2 * _SECONDS_PER_YEAR:
-            return f"{value / _SECONDS_PER_YEAR:.3g} years"
-        if abs(value) >= 2 * _SECONDS_PER_DAY:
-            return f"{value / _SECONDS_PER_DAY:.3g} days"
-        return si(value, "s")
-    if unit == "USD":
-        return "$" + si(value).replace(" ", "")
-    if unit.startswith("kgCO2e"):  # tonnes above 1000 kg, then SI prefixes on tonnes
-        if abs(value) < 1000:
-            return f"{value:.3g} {unit}"
-        return si(value / 1000, "t" + unit[2:])  # kt, Mt: kilo- and megatonnes
-    if unit == "mm²" or (unit == "" and isinstance(value, float)):
-        return f"{value:.3g} {unit}".strip()
-    if isinstance(value, int) and not unit:
+    unit = display_unit(name)
+    if isinstance(value, int) and unit == "":
         return str(value)
-    return si(value, unit)
+    return fmt_quantity(value, unit)
+
+
+def display_unit(name: str) -> str:
+    """The unit :func:`results.units.fmt_quantity` formats column ``name`` in ("%" for fractions).
+
+    >>> display_unit("mfu"), display_unit("bubble_fraction"), display_unit("iteration_s")
+    ('%', '%', 's')
+    """
+    if name in _FRACTIONS or name.endswith(_FRACTION_SUFFIXES):
+        return "%"
+    return unit_of(name)
 
 
 def unit_of(name: str) -> str:
@@ -132,7 +112,8 @@ def design_label(p: Mapping[str, Any]) -> str:
     if p.get("num_tc") is not None:
         parts.append(f"{p['num_tc']}x{p.get('tc_rows')}x{p.get('tc_cols')} TC")
     if p.get("num_vc") is not None:
-        parts.append(f"{p['num_vc']} VC")
+        lanes = f"x{p['vc_lanes']}" if p.get("vc_lanes") is not None else ""
+        parts.append(f"{p['num_vc']}{lanes} VC")
     if p.get("glb_bytes") is not None:
         parts.append(f"{fmt_value('glb_bytes', p['glb_bytes'])} GLB")
     if p.get("hbm_bytes") is not None:

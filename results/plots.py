@@ -18,10 +18,10 @@ from typing import Any, Final
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from phaze.errors import ConfigError
-from results.display import design_label, knob_label, point_label, si, workload_title
+from results.display import design_label, fmt_value, knob_label, point_label, workload_title
 from results.pareto import ObjectiveSpec, best_per_design, pareto, parse_objectives, rank
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
 from results.summary import (
@@ -33,6 +33,7 @@ from results.summary import (
     metric_for,
     throughput_metric,
 )
+from results.units import fmt_quantity
 
 __all__ = [
     "LOG_SPAN",
@@ -56,6 +57,7 @@ _PRESET_COLOR: Final = "C3"
 _CLOUD_COLOR: Final = "0.72"
 _MAX_PRESET_LABELS: Final = 10  # more names than this on one panel are unreadable
 _PART_COLORS: Final = ("C0", "C1", "C2", "C4")
+_SECONDS_PER_DAY: Final = 86400.0
 # (axis label, tick unit, stacked columns)
 _BREAKDOWNS: Final = (
     ("time per iteration", "s", ("compute_s", "communication_s", "bubble_s")),
@@ -64,7 +66,7 @@ _BREAKDOWNS: Final = (
         "J",
         ("energy_compute_j", "energy_memory_j", "energy_static_j", "energy_network_j"),
     ),
-    ("carbon of the training job (kgCO2e)", "", ("embodied_kgco2e", "operational_kgco2e")),
+    ("carbon of the training job", "kgCO2e", ("embodied_kgco2e", "operational_kgco2e")),
 )
 
 
@@ -90,8 +92,8 @@ def _panels(
     return fig, axes[: max(n, 1)]
 
 
-def _scale(ax: Axes, which: str, values: np.ndarray) -> None:
-    """Log scale when positive data spans more than LOG_SPAN; engineering ticks for big numbers."""
+def _scale(ax: Axes, which: str, values: np.ndarray, metric: str) -> None:
+    """Log scale when positive data spans more than LOG_SPAN; ticks in the tables' units."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if v.size == 0:
@@ -99,8 +101,11 @@ def _scale(ax: Axes, which: str, values: np.ndarray) -> None:
     axis = ax.xaxis if which == "x" else ax.yaxis
     if v.min() > 0 and v.max() / v.min() > LOG_SPAN:
         (ax.set_xscale if which == "x" else ax.set_yscale)("log")
-    elif np.abs(v).max() >= 1e4:
-        axis.set_major_formatter(EngFormatter(sep=" "))
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_minor_formatter(NullFormatter())
+    axis.set_major_formatter(FuncFormatter(lambda x, _: fmt_value(metric, float(x))))
+    if which == "x":
+        ax.tick_params(axis="x", labelrotation=30)
 
 
 def _empty(ax: Axes, title: str, why: str = "no feasible points") -> None:
@@ -197,10 +202,10 @@ def front_figure(
                     fontsize=8,
                     color=_PRESET_COLOR,
                 )
-        _scale(ax, "x", xs)
-        _scale(ax, "y", ys)
-        ax.set_xlabel(COLUMNS[xm].axis_label)
-        ax.set_ylabel(COLUMNS[ym].axis_label)
+        _scale(ax, "x", xs, xm)
+        _scale(ax, "y", ys, ym)
+        ax.set_xlabel(COLUMNS[xm].label)
+        ax.set_ylabel(COLUMNS[ym].label)
         ax.set_title(workload_title(w))
         ax.grid(True, which="major", alpha=0.3)
         _better_arrow(ax, xo.sense, yo.sense)
@@ -238,7 +243,8 @@ def _stacked_barh(
         ax.barh(y, vals, left=left, color=color, label=COLUMNS[part].label, height=0.62)
         left += vals
     ax.set_yticks(y, labels, fontsize=8)
-    ax.xaxis.set_major_formatter(EngFormatter(unit=unit, sep=" "))  # "500 ms", not "500 m"
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_quantity(v, unit)))
+    ax.tick_params(axis="x", labelrotation=30)
     ax.grid(True, axis="x", alpha=0.3)
 
 
@@ -261,15 +267,14 @@ def tcdp_ranking(points: Sequence[Mapping[str, Any]], *, top: int = 12) -> Figur
     axes = fig.subplots(len(groups), 1, squeeze=False, height_ratios=heights).ravel()
     for ax, (w, pts) in zip(axes, groups.items(), strict=True):
         feasible = [p for p in pts if p.get("feasible", True)]
-        rows = best_per_design(feasible, ["tcdp", (throughput_metric(w), "max")])[:top]
-        days = all(p.get("tcdp_kgco2e_days") is not None for p in rows)
-        metric = "tcdp_kgco2e_days" if days else "tcdp"
+        rows = best_per_design(
+            [p for p in feasible if p.get("tcdp") is not None],
+            ["tcdp", (throughput_metric(w), "max")],
+        )[:top]
+        tcdp = [_tcdp_tonne_days(p) for p in rows]
         split = [
-            {
-                "emb": p[metric] * _share(p),
-                "op": p[metric] * (1 - _share(p)),
-            }
-            for p in rows
+            {"emb": t * _share(p), "op": t * (1 - _share(p))}
+            for t, p in zip(tcdp, rows, strict=True)
         ]
         y = np.arange(len(rows))[::-1]
         ax.barh(y, [s["emb"] for s in split], color="C1", height=0.62, label="embodied carbon x D")
@@ -281,19 +286,24 @@ def tcdp_ranking(points: Sequence[Mapping[str, Any]], *, top: int = 12) -> Figur
             height=0.62,
             label="operational carbon x D",
         )
-        for yi, p in zip(y, rows, strict=True):
-            ax.text(p[metric], yi, " " + si(p[metric]), va="center", fontsize=8)
+        for yi, t, p in zip(y, tcdp, rows, strict=True):
+            ax.text(t, yi, " " + fmt_value("tcdp", p["tcdp"]), va="center", fontsize=8)
         labels = [design_label(p) if w == AGGREGATE_WORKLOAD else point_label(p) for p in rows]
         ax.set_yticks(y, labels, fontsize=8)
-        ax.set_xlabel(f"{COLUMNS[metric].axis_label}, lower is better")
-        ax.set_xlim(0, max(p[metric] for p in rows) * 1.12)
+        ax.set_xlabel("tCDP (tCO2e·days), lower is better")
+        ax.set_xlim(0, max(tcdp) * 1.25)
         ax.set_title(f"{workload_title(w)}: top {len(rows)} designs by tCDP", fontsize=11)
-        ax.xaxis.set_major_formatter(EngFormatter(sep=" "))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_quantity(x, "")))
         ax.grid(True, axis="x", alpha=0.3)
         ax.legend(
             fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False
         )
     return fig
+
+
+def _tcdp_tonne_days(p: Mapping[str, Any]) -> float:
+    """A point's tCDP in tCO2e·days, the unit every table shows it in."""
+    return float(p["tcdp"]) / 1000.0 / _SECONDS_PER_DAY
 
 
 def _share(p: Mapping[str, Any]) -> float:
@@ -381,7 +391,7 @@ def knob_effects(points: Sequence[Mapping[str, Any]]) -> Figure:
             ax.grid(True, axis="y", alpha=0.3)
         top.set_title(workload_title(w))
         top.set_ylabel("best throughput (tokens/s)")
-        top.yaxis.set_major_formatter(EngFormatter(sep=" "))
+        top.yaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_quantity(x, "")))
         top.legend(fontsize=8)
         bottom.set_ylim(0, 105)
         bottom.set_ylabel("points that fit (%)")

@@ -19,8 +19,14 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from phaze.errors import ConfigError
+from results.compare import (
+    COMPARISON_HEADERS,
+    compare_to_presets,
+    comparison_rows,
+    searched_designs,
+)
 from results.display import design_label, fmt_value, unit_of, workload_title
-from results.pareto import Objective, ObjectiveSpec, best_per_design, parse_objectives
+from results.pareto import Objective, ObjectiveSpec, parse_objectives
 from results.plots import Plot, draw, save_plots, standard_plots
 from results.schema import AGGREGATE_WORKLOAD, POINT_COLUMNS
 from results.store import Store, load
@@ -31,6 +37,7 @@ from results.summary import (
     is_pruned,
     metric_for,
     objective_title,
+    top_designs,
 )
 
 __all__ = ["REPORT_FILENAME", "write_report", "render_report"]
@@ -133,6 +140,7 @@ def render_report(
         f'<p class="lead">{_summary_sentence(store, points, manifest)}</p>',
     ]
     sections = [
+        ("presets", "Searched designs against the presets", _versus_presets(feasible)),
         ("answer", "The answer", _answer(feasible, objectives)),
     ]
     if feasible:
@@ -208,6 +216,34 @@ def _summary_sentence(
     return " ".join(parts)
 
 
+def _versus_presets(feasible: Sequence[Mapping[str, Any]]) -> str:
+    comparisons = compare_to_presets(feasible)
+    if not comparisons:
+        return "<p>The sweep has no preset (named design) to compare its searched designs with.</p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in COMPARISON_HEADERS)
+    body = ""
+    for c, row in zip(comparisons, comparison_rows(comparisons), strict=True):
+        labels = row[: -len(c.gains)]
+        cells = [f"<td>{html.escape(x)}</td>" for x in labels]
+        cells += [
+            f'<td class="{"num best" if g is not None and g > 1 else "num"}">{html.escape(x)}</td>'
+            for g, x in zip(c.gains, row[len(labels) :], strict=True)
+        ]
+        body += "<tr>" + "".join(cells) + "</tr>"
+    designs = "".join(
+        f"<li><code>{html.escape(d)}</code>: {html.escape(label)}</li>"
+        for d, label in searched_designs(comparisons).items()
+    )
+    return (
+        "<p>For each preset, the fastest searched design whose die is no larger than the "
+        "preset's, both at their fastest point (as the Phaze paper compares its designs with "
+        "TPUv4 at TPUv4's area). Each gain is the searched design's advantage: throughput and "
+        "tokens per dollar of system cost as searched / preset, tCDP as preset / searched. "
+        "Above 1.00× (green) the searched design is better.</p>"
+        f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div><ul>{designs}</ul>'
+    )
+
+
 def _answer(feasible: Sequence[Mapping[str, Any]], objectives: Sequence[ObjectiveSpec]) -> str:
     if not feasible:
         return "<p>No feasible points: nothing fits. See the reasons below.</p>"
@@ -242,7 +278,7 @@ def _top_tables(
         out.append(f"<h3>{html.escape(workload_title(w))}</h3>")
         objs = [Objective(metric_for(w, o.metric), o.sense) for o in parse_objectives(objectives)]
         for o in objs:
-            ranked = best_per_design(pts, [o, *(x for x in objs if x != o)])[:top]
+            ranked = top_designs(pts, o, objs, top)
             if not ranked:
                 continue
             metric = o.metric

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from results.pareto import Objective, ObjectiveSpec, best, parse_objectives
+from results.pareto import Objective, ObjectiveSpec, best, best_per_design, parse_objectives
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "objective_title",
     "Highlight",
     "highlights",
+    "top_designs",
 ]
 
 # The objectives a report ranks by when the sweep's inputs name none (issue 7 item 2).
@@ -104,3 +105,18 @@ def highlights(
         rows[k] = p
         won.setdefault(k, []).append(o)
     return [Highlight(rows[k], tuple(won[k])) for k in won]
+
+
+def top_designs(
+    points: Sequence[Mapping[str, Any]],
+    objective: ObjectiveSpec,
+    objectives: Iterable[ObjectiveSpec],
+    n: int,
+) -> list[Mapping[str, Any]]:
+    """The ``n`` best designs by ``objective``, each at its best point: the one ranking rule of
+    the sweep's tables and the report's. Ties are broken by the other ``objectives`` in their
+    order, then design id and key.
+    """
+    (first,) = parse_objectives([objective])
+    others = [o for o in parse_objectives(objectives) if o.metric != first.metric]
+    return best_per_design(points, [first, *others])[:n]

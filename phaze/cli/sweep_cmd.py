@@ -9,13 +9,16 @@ from pathlib import Path
 
 import click
 
-from phaze.cli._render import echo_json, si, size, table
+from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
 from phaze.executors import EXECUTORS
 from phaze.sweep import SweepResult, run_sweep
-from results.pareto import best_per_design, parse_objectives
-from results.schema import AGGREGATE_WORKLOAD, column
+from results.compare import comparison_text
+from results.display import fmt_value
+from results.pareto import parse_objectives
+from results.schema import AGGREGATE_WORKLOAD
 from results.store import load
+from results.summary import top_designs
 
 __all__ = ["sweep"]
 
@@ -30,15 +33,6 @@ def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
     if "hbm_gib" in given:
         given["hbm_gib"] = tuple(float(x) for x in given["hbm_gib"])
     return dataclasses.replace(cfg, **given)
-
-
-def _fmt(name: str, value) -> str:
-    if value is None:
-        return "-"
-    col = column(name)
-    if isinstance(value, float):
-        return si(value, col.unit)
-    return str(value)
 
 
 def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
@@ -61,7 +55,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
         )
         for o in objs:
             rows = []
-            for p in best_per_design(pts, o)[:_TOP]:
+            for p in top_designs(pts, o, objs, _TOP):
                 shape = f"{p['num_tc']}x{p['tc_rows']}x{p['tc_cols']} TC, {p['num_vc']}x{p['vc_lanes']} VC"
                 knobs = (
                     ""
@@ -72,10 +66,10 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
                     [
                         p["design_name"] or p["design_id"],
                         shape,
-                        size(p["glb_bytes"]),
-                        size(p["hbm_bytes"]),
+                        fmt_value("glb_bytes", p["glb_bytes"]),
+                        fmt_value("hbm_bytes", p["hbm_bytes"]),
                         knobs,
-                        _fmt(o.metric, p[o.metric]),
+                        fmt_value(o.metric, p[o.metric]),
                     ]
                 )
             header = f"\n{w}: best by {o.metric} ({o.sense})"
@@ -216,6 +210,7 @@ def sweep(
         f"evaluated, {result.pruned_designs} pruned by bounds, {result.skipped_designs} already "
         f"stored; {result.wall_s:.1f} s"
     )
+    click.echo(comparison_text(out))
     for line in _top_tables(out, cfg):
         click.echo(line)
     if report_path is not None:
