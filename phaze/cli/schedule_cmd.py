@@ -14,9 +14,10 @@ from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIM
 from ilp.timing import pass_schedule
 from phaze.cli._render import echo_json, si, table
 from phaze.errors import ConfigError, unknown_name
+from results.gantt import draw_gantt
 from workloads import TrainingSetup, build_layer_graph, resolve_model
 
-__all__ = ["schedule", "schedule_doc", "draw_gantt"]
+__all__ = ["schedule", "schedule_doc"]
 
 _DEFAULT_SEQ_LEN = 2048
 _PASSES = {"fwd": "forward", "bwd": "backward", "recompute": "recompute"}
@@ -53,52 +54,6 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
         "time_limit_s": s.time_limit_s,
         "ops": ops,
     }
-
-
-def draw_gantt(s: Schedule, path: Path, title: str) -> None:
-    """A Gantt chart: one row per core (parallel ops span their type's rows), one for the
-    network (``Nop`` ops with latency)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [f"TC{c}" for c in range(s.num_tc)] + [f"VC{c}" for c in range(s.num_vc)] + ["net"]
-    y = {r: k for k, r in enumerate(rows)}
-    colours = {"TC": "tab:blue", "VC": "tab:orange", "net": "tab:gray"}
-    fig, ax = plt.subplots(figsize=(12, 1.5 + 0.25 * len(rows)))
-    for v, ids in s.core_ids.items():
-        d = s.duration_s[v]
-        if d <= 0:
-            continue
-        lanes: list[str] = []
-        for part in ids.split("+") if ids else ["net"]:
-            kind = part[:2] if part != "net" else "net"
-            if "-" in part:
-                lo, hi = part[2:].split("-")
-                lanes += [f"{kind}{c}" for c in range(int(lo), int(hi) + 1)]
-            else:
-                lanes.append(part)
-        for lane in lanes:
-            kind = lane[:2] if lane != "net" else "net"
-            ax.broken_barh(
-                [(s.start_s[v] * 1e6, d * 1e6)],
-                (y[lane] - 0.4, 0.8),
-                facecolors=colours[kind],
-                edgecolors="black",
-                linewidth=0.4,
-                alpha=0.9 if v in s.parallel else 0.6,
-            )
-        ax.text(
-            (s.start_s[v] + d / 2) * 1e6, y[lanes[0]], str(v), ha="center", va="center", fontsize=6
-        )
-    ax.set_yticks(range(len(rows)), rows, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("time (µs)")
-    ax.set_title(f"{title}: makespan {si(s.makespan_s, 's')} ({s.status}, {s.method})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 @click.command("schedule")
