@@ -237,7 +237,7 @@ UNIT_FAMILIES: Final = tuple(_FAMILIES)
 _COUNTED: Final = ("", "tokens/s", "samples/s", "tokens", "samples", "parameters")
 
 
-def fmt_quantity(value: float | int, unit: str, digits: int = 3) -> str:
+def fmt_quantity(value: float | int, unit: str = "", digits: int = 3) -> str:
     """``value`` (SI, in ``unit``) as people read it; the one entry point of this module.
 
     ``unit`` is a column's unit (:data:`results.schema.POINT_COLUMNS`) or ``"%"`` for a fraction

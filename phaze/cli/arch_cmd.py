@@ -16,7 +16,8 @@ from arch_space.perf import gemm_report
 from arch_space.presets import preset, preset_names
 from arch_space.summary import describe
 from arch_space.tech import tech_node, tech_overrides_from_toml
-from phaze.cli._render import echo_json, si, table, to_jsonable
+from phaze.cli._render import echo_json, table, to_jsonable
+from results.units import fmt_percent, fmt_quantity
 
 __all__ = ["arch"]
 
@@ -78,10 +79,10 @@ def list_cmd(
             f"{d['num_vc']} x {d['vc_lanes']}",
             f"{d['glb_bytes'] / _MIB:g} MiB",
             f"{d['hbm_bytes'] / _GIB:g} GiB",
-            si(d["hbm_bandwidth_bytes_per_s"], "B/s"),
-            si(d["clock_hz"], "Hz"),
+            fmt_quantity(d["hbm_bandwidth_bytes_per_s"], "B/s"),
+            fmt_quantity(d["clock_hz"], "Hz"),
             f"{d['node_nm']} nm",
-            si(d["peak_flops"], "FLOP/s"),
+            fmt_quantity(d["peak_flops"], "FLOP/s"),
             round(d["area_mm2"]),
             round(d["tdp_w"]),
             round(d["device_cost_usd"]),
@@ -165,16 +166,16 @@ def _show_gemm(acc: Accelerator, m: int, k: int, n: int, *, as_json: bool) -> No
         f"GEMM ({m} x {k}) @ ({k} x {n}) on {acc.num_tc} tensor cores of {acc.name or '(unnamed)'}"
     )
     rows = [
-        ["latency", si(r.latency_s, "s", 4)],
+        ["latency", fmt_quantity(r.latency_s, "s", 4)],
         [
             "achieved",
-            f"{si(r.flops_per_s, 'FLOP/s')} ({r.flops_per_s / acc.peak_flops:.1%} of peak)",
+            f"{fmt_quantity(r.flops_per_s, 'FLOP/s')} ({fmt_percent(r.flops_per_s / acc.peak_flops)} of peak)",
         ],
         ["bound", r.bound],
-        ["energy", si(r.energy_j, "J")],
-        ["compute time", si(r.compute_s, "s")],
-        ["HBM time", f"{si(r.hbm_s, 's')} ({si(r.hbm_bytes, 'B')} moved)"],
-        ["buffer time", si(r.buffer_s, "s")],
+        ["energy", fmt_quantity(r.energy_j, "J")],
+        ["compute time", fmt_quantity(r.compute_s, "s")],
+        ["HBM time", f"{fmt_quantity(r.hbm_s, 's')} ({fmt_quantity(r.hbm_bytes, 'B')} moved)"],
+        ["buffer time", fmt_quantity(r.buffer_s, "s")],
     ]
     click.echo(table(rows, ["quantity", "value"]))
 
@@ -194,12 +195,12 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
                 [
                     "HBM",
                     f"{d['hbm_bytes'] / _GIB:g} GiB in {d['hbm_stacks_effective']} stacks, "
-                    f"{si(d['hbm_bandwidth_bytes_per_s'], 'B/s')}",
+                    f"{fmt_quantity(d['hbm_bandwidth_bytes_per_s'], 'B/s')}",
                 ],
-                ["clock", si(d["clock_hz"], "Hz")],
+                ["clock", fmt_quantity(d["clock_hz"], "Hz")],
                 ["process node", f"{d['node_nm']} nm"],
                 ["bytes per element", d["bytes_per_element"]],
-                ["peak dense bf16", si(d["peak_flops"], "FLOP/s")],
+                ["peak dense bf16", fmt_quantity(d["peak_flops"], "FLOP/s")],
             ],
             ["parameter", "value"],
         ),
@@ -208,7 +209,7 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
         "",
         _breakdown("TDP-like power", d["tdp_w"], d["power_breakdown_w"], "W", 1),
         "",
-        f"die: {d['dies_per_wafer']} dies per wafer, yield {d['yield']:.1%}",
+        f"die: {d['dies_per_wafer']} dies per wafer, yield {fmt_percent(d['yield'])}",
         _breakdown("device cost", d["device_cost_usd"], d["cost_breakdown_usd"], "USD", 0),
         "",
         _breakdown(

@@ -10,10 +10,11 @@ import click
 from arch_space import Cluster, load_accelerator
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._render import echo_json, si, size, table
+from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
 from phaze.sweep import placement_summary, schedule_exactness
 from placement import Placement
+from results.units import fmt_bytes, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
 
 __all__ = ["evaluate"]
@@ -148,16 +149,27 @@ def evaluate(
     if as_json:
         echo_json(doc)
         return
+    # The bubble as its share of the iteration (pl.bubble_fraction is SC21's bubble / ideal
+    # ratio, which passes 100 % when there are fewer micro-batches than stages).
+    bubble_s = pl.breakdown.bubble_s
+    bubble_share = bubble_s / pl.breakdown.iteration_s if pl.breakdown.iteration_s > 0 else 0.0
     gap, methods = schedule_exactness(ev.pass_timings)
     rows = [
-        ["iteration time", si(pl.time_per_batch_s, "s")],
-        ["throughput", f"{sc.samples_per_s:.3g} samples/s, {si(sc.tokens_per_s, 'tokens/s')}"],
-        ["model TFLOP/s per device", f"{tflops:.1f}"],
-        ["MFU", f"{100 * sc.mfu:.1f} %"],
-        ["memory per device", f"{size(pl.memory_per_device_bytes)} of {size(acc.hbm_bytes)}"],
-        ["pipeline bubble", f"{100 * pl.bubble_fraction:.1f} %"],
-        ["exposed communication", si(pl.communication_s, "s")],
-        ["layer schedules", f"worst gap {100 * gap:.1f} % ({methods})"],
+        ["iteration time", fmt_time(pl.time_per_batch_s)],
+        [
+            "throughput",
+            f"{fmt_quantity(sc.samples_per_s, 'samples/s')}, "
+            f"{fmt_quantity(sc.tokens_per_s, 'tokens/s')}",
+        ],
+        ["model FLOP/s per device", fmt_quantity(tflops * 1e12, "FLOP/s")],
+        ["MFU", fmt_percent(sc.mfu)],
+        [
+            "memory per device",
+            f"{fmt_bytes(pl.memory_per_device_bytes)} of {fmt_bytes(acc.hbm_bytes)}",
+        ],
+        ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
+        ["exposed communication", fmt_time(pl.communication_s)],
+        ["layer schedules", f"worst gap {fmt_percent(gap)} ({methods})"],
         [
             "placement",
             f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "
@@ -168,7 +180,13 @@ def evaluate(
     click.echo("")
     click.echo(_breakdown_table(pl))
     stage_rows = [
-        [i, f"{min(s.layers)}-{max(s.layers)}", s.devices, si(s.load_s, "s"), size(s.memory_bytes)]
+        [
+            i,
+            f"{min(s.layers)}-{max(s.layers)}",
+            s.devices,
+            fmt_time(s.load_s),
+            fmt_bytes(s.memory_bytes),
+        ]
         for i, s in enumerate(pl.stages)
     ]
     click.echo("")
@@ -179,15 +197,16 @@ def _breakdown_table(pl: Placement) -> str:
     """Where the iteration's time goes, beside the fullest device's memory."""
     total = pl.breakdown.iteration_s
     times = [
-        (name.removesuffix("_s"), si(value, "s"), f"{100 * value / total:.1f} %")
+        (name.removesuffix("_s"), fmt_time(value), fmt_percent(value / total if total else 0.0))
         for name, value in pl.breakdown.terms().items()
     ]
-    times.append(("iteration", si(total, "s"), "100.0 %"))
+    times.append(("iteration", fmt_time(total), fmt_percent(1.0)))
     mem = pl.memory_breakdown
     memory = [
-        (f.name.removesuffix("_bytes"), size(getattr(mem, f.name))) for f in dataclasses.fields(mem)
+        (f.name.removesuffix("_bytes"), fmt_bytes(getattr(mem, f.name)))
+        for f in dataclasses.fields(mem)
     ]
-    memory.append(("total", size(mem.total_bytes)))
+    memory.append(("total", fmt_bytes(mem.total_bytes)))
     memory += [("", "")] * (len(times) - len(memory))
     rows = [[*t, *m] for t, m in zip(times, memory, strict=True)]
     return table(rows, ["time term", "per iteration", "share", "memory (fullest device)", ""])

@@ -12,9 +12,10 @@ from arch_space.config import load_accelerator
 from ilp import Schedule
 from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIMIT_S
 from ilp.timing import pass_schedule
-from phaze.cli._render import echo_json, si, table
+from phaze.cli._render import echo_json, table
 from phaze.errors import ConfigError, unknown_name
 from results.gantt import draw_gantt
+from results.units import fmt_percent, fmt_quantity
 from workloads import TrainingSetup, build_layer_graph, resolve_model
 
 __all__ = ["schedule", "schedule_doc"]
@@ -150,16 +151,22 @@ def schedule(
     doc = schedule_doc(s)
     click.echo(title)
     click.echo(
-        f"makespan {si(s.makespan_s, 's')}, energy {si(s.energy_j, 'J')}, "
-        f"TC {s.tc_utilisation:.0%} avg / {s.tc_peak_utilisation:.0%} peak, "
-        f"VC {s.vc_utilisation:.0%} avg / {s.vc_peak_utilisation:.0%} peak"
+        f"makespan {fmt_quantity(s.makespan_s, 's')}, energy {fmt_quantity(s.energy_j, 'J')}, "
+        f"TC {fmt_percent(s.tc_utilisation)} avg / {fmt_percent(s.tc_peak_utilisation)} peak, "
+        f"VC {fmt_percent(s.vc_utilisation)} avg / {fmt_percent(s.vc_peak_utilisation)} peak"
     )
     click.echo(
-        f"solver {s.solver}, status {s.status} ({s.method}), gap {s.gap:.2%}, "
-        f"{si(s.wall_s, 's')} (limit {si(s.time_limit_s, 's')})"
+        f"solver {s.solver}, status {s.status} ({s.method}), gap {fmt_percent(s.gap)}, "
+        f"{fmt_quantity(s.wall_s, 's')} (limit {fmt_quantity(s.time_limit_s, 's')})"
     )
     rows = [
-        (o["op"], si(o["start_s"], "s"), si(o["duration_s"], "s"), o["mode"], o["cores"] or "-")
+        (
+            o["op"],
+            fmt_quantity(o["start_s"], "s"),
+            fmt_quantity(o["duration_s"], "s"),
+            o["mode"],
+            o["cores"] or "-",
+        )
         for o in doc["ops"]
     ]
     click.echo(table(rows, ("op", "start", "duration", "mode", "cores")))

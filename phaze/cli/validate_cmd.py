@@ -16,7 +16,8 @@ import click
 from arch_space.perf import gemm_measurements, gemm_report
 from arch_space.presets import preset
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._render import echo_json, si, table
+from phaze.cli._render import echo_json, table
+from results.units import fmt_quantity
 
 __all__ = ["ValidationRow", "report_validation", "validate"]
 
@@ -81,8 +82,8 @@ def report_validation(
         body = [
             (
                 r.case,
-                si(r.measured, unit, digits=4),
-                si(r.predicted, unit, digits=4),
+                fmt_quantity(r.measured, unit, digits=4),
+                fmt_quantity(r.predicted, unit, digits=4),
                 f"{r.error_pct:+.1f}",
                 f"[{sources.index(r.source) + 1}]",
             )

@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from phaze.cli._render import echo_json, si, table
+from phaze.cli._render import echo_json, table
+from results.units import fmt_bytes, fmt_quantity
 from workloads import (
     LayerGraph,
     Model,
@@ -73,9 +74,9 @@ def list_cmd(as_json: bool) -> None:
                     str(r["ffn_kind"]),
                     r["vocab"],
                     f"{r['experts']}/{r['top_k']}" if r["experts"] > 1 else "-",
-                    si(r["parameters"]),
-                    si(r["active_parameters"]),
-                    si(r["tokens_to_train"]) if r["tokens_to_train"] else "-",
+                    fmt_quantity(r["parameters"]),
+                    fmt_quantity(r["active_parameters"]),
+                    fmt_quantity(r["tokens_to_train"]) if r["tokens_to_train"] else "-",
                 ]
                 for r in rows
             ],
@@ -219,15 +220,18 @@ def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
             f"{doc['layers']} layers, hidden {doc['hidden']}, {doc['heads']} heads "
             f"({doc['kv_heads']} kv), FFN {doc['ffn_hidden']} {doc['ffn_kind']}, vocab {doc['vocab']}",
         ),
-        ("parameters", f"{si(doc['parameters'])} (active {si(doc['active_parameters'])})"),
+        (
+            "parameters",
+            f"{fmt_quantity(doc['parameters'])} (active {fmt_quantity(doc['active_parameters'])})",
+        ),
         (
             "setup",
             f"seq {doc['seq_len']}, micro-batch {doc['micro_batch']}, tp {doc['tp']}, "
             f"sp {'on' if doc['sequence_parallel'] else 'off'}, recompute {doc['recompute']}",
         ),
-        ("model FLOPs / sequence", si(doc["model_flops_per_sequence"], "FLOP")),
-        ("hardware FLOPs / sequence", si(doc["hardware_flops_per_sequence"], "FLOP")),
-        ("activation / block", f"{doc['activation_bytes_per_layer'] / 2**20:.1f} MiB per device"),
+        ("model FLOPs / sequence", fmt_quantity(doc["model_flops_per_sequence"], "FLOP")),
+        ("hardware FLOPs / sequence", fmt_quantity(doc["hardware_flops_per_sequence"], "FLOP")),
+        ("activation / block", f"{fmt_bytes(doc['activation_bytes_per_layer'])} per device"),
         ("valid tp widths", ", ".join(map(str, doc["valid_tp_widths"]))),
     ]
     width = max(len(k) for k, _ in kv)
@@ -248,7 +252,7 @@ def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
             [
                 label,
                 first.class_id,
-                si(first.parameters),
+                fmt_quantity(first.parameters),
                 f"{first.activation_bytes / 2**20:.1f}",
                 f"{edge_bytes[last.index] / 2**20:.1f}" if last.index in edge_bytes else "-",
             ]
@@ -260,5 +264,5 @@ def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
     for cid, passes in doc["layer_graph"]["classes"].items():
         for name, c in passes.items():
             counts = ", ".join(f"{k} {v}" for k, v in c["op_counts"].items()) or "-"
-            rows.append([cid, name, c["ops"], si(c["gemm_flops"], "FLOP"), counts])
+            rows.append([cid, name, c["ops"], fmt_quantity(c["gemm_flops"], "FLOP"), counts])
     click.echo(table(rows, ["class", "pass", "ops", "GEMM FLOPs/device", "ops by kind"]))
