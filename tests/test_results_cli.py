@@ -112,7 +112,7 @@ def test_pareto_text_csv_prefix_and_workload(store_dir):
         r.output.startswith("llama2-7b: ")
         and "tcdp (min), area_mm2 (min), tokens_per_s (max)" in r.output
     )
-    assert "tCO2e·s" in r.output and "gpt3" not in r.output
+    assert "tCO2e·days" in r.output and "gpt3" not in r.output
     r = _run("pareto", store_dir, "--x", "mfu", "--y", "system_cost_usd")
     assert "gpt3-1.3b: " in r.output and "llama2-7b: " in r.output and "aggregate" not in r.output
     r = _run("pareto", store_dir, "--x", "+tcdp", "--y", "tokens_per_s", "--csv", "-w", "gpt3-1.3b")

@@ -22,6 +22,7 @@ import pytest
 from matplotlib.image import imread
 
 from phaze.errors import ConfigError
+from results.compare import compare_to_presets, comparison_rows, comparison_text
 from results.display import fmt_value
 from results.plots import front_figure, png_bytes, standard_plots, svg_text, write_plots
 from results.report import write_report
@@ -395,7 +396,7 @@ def test_front_figure_labels_units_scales_and_legend(store_dir):
         pts, "system_cost_usd", "tokens_per_s", presets=[p for p in pts if p["design_name"]]
     )
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "system cost (USD)" and ax.get_ylabel() == "throughput (tokens/s)"
+    assert ax.get_xlabel() == "system cost" and ax.get_ylabel() == "throughput"  # units on ticks
     assert [a.get_title() for a in fig.axes] == [
         "gpt3-1.3b",
         "llama2-7b",
@@ -411,6 +412,8 @@ def test_front_figure_labels_units_scales_and_legend(store_dir):
     )
     assert sorted(t.get_text() for t in ax.texts) == ["a100-like", "tpu-v4-like"]  # one label each
     assert png_bytes(fig).startswith(b"\x89PNG") and svg_text(fig).lstrip().startswith("<?xml")
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert any(t.startswith("$") for t in ticks), ticks  # the tables' units, e.g. "$40k"
 
 
 def test_plots_of_nothing_do_not_fail():
@@ -423,3 +426,22 @@ def test_bad_image_format_is_refused(tiny_dir, tmp_path):
         write_plots([], tmp_path, formats=("gif",))
     with pytest.raises(ConfigError, match="not supported"):
         write_report(tiny_dir, tmp_path / "x.html", image_format="gif")
+
+
+def test_report_opens_with_the_comparison_against_the_presets(store_dir, report_text):
+    first = re.search(r'<section id="(\w+)"><h2>([^<]*)</h2>', report_text)
+    assert first.groups() == ("presets", "Searched designs against the presets")
+    section = report_text[first.start() : report_text.index("</section>", first.start())]
+    pts = load(store_dir).points(feasible_only=True)
+    comparisons = compare_to_presets(pts)
+    assert comparisons
+    for row in comparison_rows(comparisons):
+        for cell in row:
+            assert html.escape(cell) in section, cell
+
+
+def test_sweep_summary_text_has_the_same_comparison(store_dir):
+    text = comparison_text(store_dir)
+    assert text.lstrip().startswith("searched designs against the presets at equal area")
+    for row in comparison_rows(compare_to_presets(load(store_dir).points(feasible_only=True))):
+        assert all(cell in text for cell in row), row

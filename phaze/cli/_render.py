@@ -1,4 +1,7 @@
-"""Shared rendering helpers for the CLI: one JSON document on stdout, aligned text tables."""
+"""Shared rendering helpers for the CLI: one JSON document on stdout, aligned text tables.
+
+Numbers for people are formatted by :mod:`results.units`, the formatter the report shares.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from typing import Any
 import click
 import numpy as np
 
-__all__ = ["SCHEMA_VERSION", "echo_json", "to_jsonable", "table", "si", "size"]
+__all__ = ["SCHEMA_VERSION", "echo_json", "to_jsonable", "table"]
 
 SCHEMA_VERSION = 1
 
@@ -42,24 +45,6 @@ def echo_json(doc: Mapping[str, Any]) -> None:
     click.echo(json.dumps(out, indent=2))
 
 
-def si(value: float, unit: str = "", digits: int = 3) -> str:
-    """A number with an SI prefix: ``si(3.2e14, 'FLOP/s') == '320 TFLOP/s'``."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g} {unit}".strip()
-    if unit.startswith("kg") and abs(value) >= 1000:  # kilo-kilograms read as tonnes
-        return si(value / 1000, "t" + unit[2:], digits)
-    prefixes = ["", "k", "M", "G", "T", "P", "E"]
-    small = ["", "m", "µ", "n", "p"]
-    exp = int(math.floor(math.log10(abs(value)) / 3))
-    if exp >= 0:
-        exp = min(exp, len(prefixes) - 1)
-        p = prefixes[exp]
-    else:
-        exp = max(exp, -(len(small) - 1))
-        p = small[-exp]
-    return f"{value / 10 ** (3 * exp):.{digits}g} {p}{unit}".strip()
-
-
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     """A plain aligned text table (numbers right-aligned)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
@@ -78,13 +63,3 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, int | float | np.number) and not isinstance(x, bool)
-
-
-def size(nbytes: float) -> str:
-    """Bytes with binary prefixes, as memory is sold: ``size(64 * 2**20) == '64 MiB'``."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.3g} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
