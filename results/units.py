@@ -1,10 +1,11 @@
 """The one formatter of numbers for people: every CLI table and the HTML report use it.
 
 Values arrive in SI (seconds, joules, kgCO2e, USD, bytes, fractions) and leave in the units a
-practitioner reads: time in µs, ms, s, min, h, days (never ks or Ms); energy in J, kJ, MJ below a
-kilowatt-hour and kWh, MWh, GWh above; carbon in kgCO2e or tCO2e; money as $ with k, M, B;
-utilisations as %; tCDP in tCO2e·days. Three significant digits unless asked otherwise; the
-prefix or unit is chosen after rounding, so 999.96 reads ``1 k`` and never ``1e+03``.
+practitioner reads: time in µs, ms, s, min, h, days, years (never ks or Ms); energy in J, kJ, MJ
+below a kilowatt-hour and kWh, MWh, GWh from it; carbon in kgCO2e below a tonne and tCO2e from
+it; money as $ with k, M, B; utilisations as %; tCDP in tCO2e·days. Three significant digits
+unless asked otherwise; the prefix or unit is chosen after rounding, so 999.96 W reads ``1 kW``
+and never ``1e+03 W``.
 
 Examples
 --------
@@ -127,18 +128,16 @@ def fmt_energy(joules: float, digits: int = 3) -> str:
 
 
 def fmt_carbon(kg_co2e: float, digits: int = 3) -> str:
-    """Carbon: gCO2e below a kilogram, kgCO2e below a tonne, then tCO2e (with k, M).
+    """Carbon: kgCO2e below a tonne (fractions of a kilogram too), then tCO2e (with k, M).
 
-    >>> fmt_carbon(164.2), fmt_carbon(3670), fmt_carbon(2.5e7), fmt_carbon(0.5)
-    ('164 kgCO2e', '3.67 tCO2e', '25k tCO2e', '500 gCO2e')
+    >>> fmt_carbon(164.2), fmt_carbon(3670), fmt_carbon(2.5e7), fmt_carbon(0.545)
+    ('164 kgCO2e', '3.67 tCO2e', '25k tCO2e', '0.545 kgCO2e')
     """
     special = _special(kg_co2e, "kgCO2e")
     if special is not None:
         return special
     if kg_co2e == 0:
         return "0 kgCO2e"
-    if abs(_sig(kg_co2e, digits)) < 1:
-        return f"{_num(kg_co2e * 1000, digits)} gCO2e"
     if abs(_sig(kg_co2e / 1000, digits)) < 1:
         return f"{_num(kg_co2e, digits)} kgCO2e"
     return f"{fmt_count(kg_co2e / 1000, digits)} tCO2e"

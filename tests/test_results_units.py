@@ -61,7 +61,7 @@ def test_time_never_uses_kilo_or_mega_seconds(seconds):
         (fmt_energy, 5e4, "50 kJ"),
         (fmt_energy, 3.6e6, "1 kWh"),
         (fmt_energy, 7.2e11, "200 MWh"),
-        (fmt_carbon, 0.5, "500 gCO2e"),
+        (fmt_carbon, 0.5, "0.5 kgCO2e"),
         (fmt_carbon, 164.2, "164 kgCO2e"),
         (fmt_carbon, 999.9, "1 tCO2e"),
         (fmt_carbon, 2.5e7, "25k tCO2e"),
