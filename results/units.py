@@ -255,5 +255,6 @@ def fmt_quantity(value: float | int, unit: str = "", digits: int = 3) -> str:
         text = fmt_count(value, digits)
         return f"{text} {unit}".rstrip() if text != "-" else text
     if unit in ("mm²", "nm"):
-        return f"{_num(value, digits)} {unit}" if math.isfinite(value) else _special(value, unit)
+        special = _special(value, unit)
+        return special if special is not None else f"{_num(value, digits)} {unit}"
     return fmt_si(value, unit, digits)
