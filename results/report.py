@@ -463,7 +463,8 @@ def _glossary() -> str:
         for c in POINT_COLUMNS
     )
     return (
-        "<p>Columns of the store and of <code>phaze export</code>, in SI units.</p>"
+        "<p>Columns of the store and of <code>phaze export</code>, in SI units; the tables above "
+        "show them in people's units (time in ms to days, tCDP in tCO2e·days, MFU in %).</p>"
         "<table><tr><th>column</th><th>unit</th><th>better</th><th>meaning</th></tr>"
         f"{rows}</table>"
     )

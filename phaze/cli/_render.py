@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from enum import Enum
@@ -46,10 +47,16 @@ def echo_json(doc: Mapping[str, Any]) -> None:
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    """A plain aligned text table (numbers right-aligned)."""
+    """A plain aligned text table: numbers and formatted quantities (``$37.6k``, ``4.2 ms``)
+    right-aligned, so a column of them lines up on its units."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    numeric = [all(_is_number(r[i]) for r in rows) if rows else False for i in range(len(headers))]
+    numeric = [
+        bool(rows)
+        and all(_is_number(r[i]) or r[i] == "-" for r in rows)
+        and any(r[i] != "-" for r in rows)
+        for i in range(len(headers))
+    ]
     lines = []
     for j, r in enumerate(cells):
         parts = [
@@ -61,5 +68,11 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+# A quantity as results.units writes it: a number, maybe k/M/B/T, then ×, one unit or nothing.
+_QUANTITY = re.compile(r"-?\$?(\d[\d.]*|∞)[kMBT]?(×| [^\s,]+)?")
+
+
 def _is_number(x: Any) -> bool:
+    if isinstance(x, str):
+        return _QUANTITY.fullmatch(x) is not None
     return isinstance(x, int | float | np.number) and not isinstance(x, bool)
