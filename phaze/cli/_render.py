@@ -53,8 +53,8 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     numeric = [
         bool(rows)
-        and all(_is_number(r[i]) or r[i] == "-" for r in rows)
-        and any(r[i] != "-" for r in rows)
+        and all(_is_number(r[i]) or r[i] in ("-", "") for r in rows)
+        and any(r[i] not in ("-", "") for r in rows)
         for i in range(len(headers))
     ]
     lines = []
