@@ -36,7 +36,7 @@ _SUFFIX_UNITS: Final = (
     ("_s", "s"),
 )
 # Fractions of a whole, shown as percentages.
-_FRACTIONS: Final = frozenset({"mfu"})
+_FRACTIONS: Final = frozenset({"mfu", "schedule_gap_max"})
 _FRACTION_SUFFIXES: Final = ("_fraction", "_utilisation", "_utilization")
 
 

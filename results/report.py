@@ -39,6 +39,7 @@ from results.summary import (
     objective_title,
     top_designs,
 )
+from results.units import fmt_percent
 
 __all__ = ["REPORT_FILENAME", "write_report", "render_report"]
 
@@ -415,7 +416,7 @@ def _schedule_gaps(points: Sequence[Mapping[str, Any]]) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(w)}</td>"
         + "".join(f'<td class="num">{counts[w, label]}</td>' for _, label in buckets)
-        + f'<td class="num">{100 * worst[w]:.1f} %</td></tr>'
+        + f'<td class="num">{fmt_percent(worst[w])}</td></tr>'
         for w in sorted(worst)
     )
     return (
