@@ -66,6 +66,18 @@ def designs(n: int, seed: int = 0):
     return out
 
 
+def instances():
+    """(label, op graph) of every block pass the benchmark schedules."""
+    setup = TrainingSetup(seq_len=2048, global_batch=512, micro_batch=1)
+    graphs = []
+    for name in MODELS:
+        for tp in TPS:
+            lg = build_layer_graph(get_model(name), setup, tp)
+            for p in PASSES:
+                graphs.append((f"{name} t={tp} {p}", getattr(lg.op_graphs["block"], p)))
+    return graphs
+
+
 def _stats(xs):
     if not xs:
         return "-"
@@ -79,14 +91,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=1.0)
     ap.add_argument("--search-nodes", type=int, default=DEFAULT_SEARCH_NODES)
     args = ap.parse_args()
-    setup = TrainingSetup(seq_len=2048, global_batch=512, micro_batch=1)
     cluster = Cluster(devices=8)
-    graphs = []
-    for name in MODELS:
-        for tp in TPS:
-            lg = build_layer_graph(get_model(name), setup, tp)
-            for p in PASSES:
-                graphs.append((f"{name} t={tp} {p}", getattr(lg.op_graphs["block"], p)))
+    graphs = instances()
     _solve.cache_clear()
     _solve_part.cache_clear()
     fast, proven, unproven, small_exact = [], [], [], []
