@@ -6,6 +6,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Any
 
 from arch_space.tech import known_nodes
@@ -103,6 +104,12 @@ class Accelerator:
     @property
     def macs_per_cycle(self) -> int:
         return self.num_tc * self.tc_rows * self.tc_cols
+
+    @property
+    def resources(self) -> Mapping[str, int]:
+        """The units of each resource kind the layer scheduler shares among ops: tensor
+        cores ("TC") and vector cores ("VC")."""
+        return MappingProxyType({"TC": self.num_tc, "VC": self.num_vc})
 
     @property
     def peak_flops(self) -> float:

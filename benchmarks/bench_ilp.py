@@ -6,7 +6,7 @@ median and p95 wall time per solve, split by how it ended: fast path (the list s
 the lower bounds, LP bound included, in every part), proven optimal by the branch and bound
 or the MIP, or unproven at the time limit (the best schedule found, with its gap), with
 methods and statuses; the solves beyond the fast path of layers of at most 30 ops (the dense
-blocks' forward passes) on their own, for issue 5's full-ILP target; per graph its op count,
+blocks' forward passes) on their own (the full-ILP target); per graph its op count,
 all solves and those beyond the fast path; and, where they ran, how the plain list schedule
 (no search) compares.
 
@@ -34,13 +34,13 @@ from ilp import (
     costed_graph,
     solve_schedule,
 )
-from ilp.schedule import _solve, _solve_part
+from ilp.schedule import clear_caches
 from workloads import TrainingSetup, build_layer_graph, get_model
 
 MODELS = ("gpt3-175b", "llama3-70b", "mixtral-8x7b")
 TPS = (1, 8)
-MEDIAN_TARGET_S = 0.020  # issue 5: median time per solve, over all solves
-SMALL_LAYER_OPS = 30  # the dense blocks' forward passes (26-28 ops): issue 5's "20-op layer"
+MEDIAN_TARGET_S = 0.020  # the target median time per solve, over all solves
+SMALL_LAYER_OPS = 30  # the dense blocks' forward passes (26-28 ops)
 PASSES = ("forward", "backward")
 
 
@@ -93,8 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     cluster = Cluster(devices=8)
     graphs = instances()
-    _solve.cache_clear()
-    _solve_part.cache_clear()
+    clear_caches()
     fast, proven, unproven, small_exact = [], [], [], []
     list_excess = []  # the plain list schedule's makespan over the exact one's, where it ran
     status = Counter()

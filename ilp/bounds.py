@@ -6,16 +6,17 @@ Shared by the scheduler (to stop searching once a schedule meets the bound) and 
 The bound is the largest of:
 
 * the critical path with every op in its fastest mode;
-* per core type, the least core-seconds any mode of its ops needs over the cores, plus the
-  least time before the first and after the last of them can run;
+* per resource kind, the least unit-seconds any mode of its ops needs over the kind's units,
+  plus the least time before the first and after the last of them can run;
 * a destructive bound (Klein and Scholl, "Computing lower bounds by destructive improvement:
   an application to resource-constrained project scheduling", EJOR 112(2), 1999): suppose
   the makespan were T. An op whose single-core path ``head + single + tail`` exceeds T must
   run intra-op parallel. When parallel ops hold the whole chip, such forced ops run one at a
-  time and beside nothing that holds a core, so T is at least their summed time plus the
-  longest path of the other core-holding ops; and for every weight a in [0, 1] the chip's
-  weighted occupancy ``a * tensor share + (1 - a) * vector share`` is at most 1 at any
-  instant, so T is at least the integral of that occupancy (each op at its least). T is
+  time and beside nothing that holds a resource, so T is at least their summed time plus
+  the longest path of the other resource-holding ops; and for every weight a in [0, 1] and
+  pair of resource kinds the weighted occupancy ``a * share of one + (1 - a) * share of the
+  other`` is at most 1 at any instant, so T is at least the integral of that occupancy
+  (each op at its least). T is
   impossible when either exceeds it. Both only fall as T grows (fewer ops are forced), so
   the least T that passes is found by bisection over the ops' single-core path lengths.
 """
@@ -24,34 +25,56 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import combinations
 from typing import Final
 
 import numpy as np
 
-__all__ = ["makespan_lower_bound"]
+from ilp.problem import PARALLEL, SINGLE, core_demand
 
-# Occupancy weights a tried by the destructive bound (0 and 1 are the per-type bounds).
-_WEIGHTS: Final = np.arange(1, 8) / 8.0
+__all__ = ["makespan_lower_bound", "resource_lower_bound", "weight_vectors"]
+
+# Occupancy weights a tried by the destructive bound (0 and 1 are the per-kind bounds).
+_WEIGHTS: Final = tuple(float(a) for a in np.arange(1, 8) / 8.0)
+
+Units = tuple[int, ...]
+
+
+def weight_vectors(kinds: int, grid: Sequence[float]) -> tuple[tuple[float, ...], ...]:
+    """Weights of the resource kinds for occupancy bounds: a on one kind and 1 - a on
+    another, for every pair of kinds and every a in ``grid`` (one kind: weight 1). Any
+    weights summing to 1 give a valid bound: the weighted share of the units in use is at
+    most 1 at every instant."""
+    if kinds == 1:
+        return ((1.0,),)
+    out: dict[tuple[float, ...], None] = {}
+    for k, j in combinations(range(kinds), 2):
+        for a in grid:
+            w = [0.0] * kinds
+            w[k], w[j] = a, 1 - a
+            out.setdefault(tuple(w), None)
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
 class _Ops:
-    """The facts of one instance that every bound reads (see :func:`makespan_lower_bound`).
+    """The facts of one instance that every bound reads (see :func:`resource_lower_bound`).
 
-    ``fastest[i]`` is op i's least time; ``split[i]`` the (tensor, vector) cores it holds
-    split; ``head[i]``/``tail[i]`` the least time before its start and after its finish.
+    ``fastest[i]`` is op i's least time; ``uses[i]``/``split[i]`` the units of each kind it
+    holds single and split; ``head[i]``/``tail[i]`` the least time before its start and
+    after its finish.
     """
 
-    core: Sequence[str]
     single_s: Sequence[float]
     parallel_s: Sequence[float]
     preds: Sequence[Sequence[int]]
-    caps: tuple[int, int]
+    caps: Units
     blocks_all: bool
-    can: list[bool]
+    can: Sequence[bool]
+    holds: list[bool]
     fastest: list[float]
-    uses: list[tuple[bool, bool]]
-    split: list[tuple[int, int]]
+    uses: Sequence[Units]
+    split: Sequence[Units]
     head: list[float]
     tail: list[float]
 
@@ -77,22 +100,52 @@ def makespan_lower_bound(
     ``parallel_blocks_all``. ``destructive=False`` leaves out the destructive bound, most
     of the time on tens of ops, for callers that take many bounds of small sets.
     """
-    n = len(core)
+    caps = (num_tc, num_vc)
+    needs = [core_demand(c, caps, parallel_blocks_all) for c in core]
+    can = [c != "Nop" and p < s for c, s, p in zip(core, single_s, parallel_s, strict=True)]
+    return resource_lower_bound(
+        single_s,
+        parallel_s,
+        can,
+        ([d[SINGLE] for d in needs], [d[PARALLEL] for d in needs]),
+        preds,
+        caps,
+        parallel_blocks_all=parallel_blocks_all,
+        destructive=destructive,
+    )
+
+
+def resource_lower_bound(
+    single_s: Sequence[float],
+    parallel_s: Sequence[float],
+    can: Sequence[bool],
+    need: tuple[Sequence[Units], Sequence[Units]],
+    preds: Sequence[Sequence[int]],
+    capacity: Units,
+    *,
+    parallel_blocks_all: bool = True,
+    destructive: bool = True,
+) -> float:
+    """:func:`makespan_lower_bound` over resources as data: ``need[m][i]`` are the units of
+    each kind op i holds in mode m (single, split), ``capacity`` the units of each kind,
+    ``can[i]`` whether op i may split; ``parallel_blocks_all`` declares that every split
+    mode holds every unit of every kind."""
+    n = len(single_s)
     if n == 0:
         return 0.0
-    ops = _facts(core, single_s, parallel_s, preds, (num_tc, num_vc), parallel_blocks_all)
+    ops = _facts(single_s, parallel_s, can, need, preds, capacity, parallel_blocks_all)
     head, tail = ops.head, ops.tail
     best = max(h + f + t for h, f, t in zip(head, ops.fastest, tail, strict=True))
 
-    # Per core type: least core-seconds over the cores, inside its ops' time window.
-    for k in (0, 1):
+    # Per kind: least unit-seconds over the units, inside its ops' time window.
+    for k in range(len(capacity)):
         work, first, last = 0.0, float("inf"), float("inf")
         for i in range(n):
-            need = single_s[i] * ops.uses[i][k]
+            need_s = single_s[i] * ops.uses[i][k]
             if ops.can[i]:
-                need = min(need, parallel_s[i] * ops.split[i][k])
-            if need > 0:
-                work += need
+                need_s = min(need_s, parallel_s[i] * ops.split[i][k])
+            if need_s > 0:
+                work += need_s
                 first = min(first, head[i])
                 last = min(last, tail[i])
         if work > 0:
@@ -105,15 +158,9 @@ def makespan_lower_bound(
     return max(best, _destructive(ops, best, cuts, threshold))
 
 
-def _facts(core, single_s, parallel_s, preds, caps, blocks_all) -> _Ops:
-    n = len(core)
-    can = [c != "Nop" and p < s for c, s, p in zip(core, single_s, parallel_s, strict=True)]
+def _facts(single_s, parallel_s, can, need, preds, caps, blocks_all) -> _Ops:
+    n = len(single_s)
     fastest = [p if ok else s for ok, s, p in zip(can, single_s, parallel_s, strict=True)]
-    uses = [(c in ("TC", "TCandVC"), c in ("VC", "TCandVC")) for c in core]
-    split = [
-        caps if blocks_all or c == "TCandVC" else ((caps[0], 0) if tc else (0, caps[1]))
-        for c, (tc, _) in zip(core, uses, strict=True)
-    ]
     succs: list[list[int]] = [[] for _ in range(n)]
     head = [0.0] * n
     for j in range(n):
@@ -123,9 +170,29 @@ def _facts(core, single_s, parallel_s, preds, caps, blocks_all) -> _Ops:
     tail = [0.0] * n
     for i in range(n - 1, -1, -1):
         tail[i] = max((fastest[j] + tail[j] for j in succs[i]), default=0.0)
+    holds = [any(u) for u in need[SINGLE]]
     return _Ops(
-        core, single_s, parallel_s, preds, caps, blocks_all, can, fastest, uses, split, head, tail
+        single_s,
+        parallel_s,
+        preds,
+        tuple(caps),
+        blocks_all,
+        can,
+        holds,
+        fastest,
+        need[SINGLE],
+        need[PARALLEL],
+        head,
+        tail,
     )
+
+
+def _shares(units: np.ndarray, caps: Units, weights: np.ndarray) -> np.ndarray:
+    """Per op (rows) and weight vector (columns): the weighted share of the units it holds."""
+    total = weights[None, :, 0] * units[:, :1] / caps[0]
+    for k in range(1, len(caps)):
+        total = total + weights[None, :, k] * units[:, k : k + 1] / caps[k]
+    return total
 
 
 def _destructive(ops: _Ops, base: float, cuts: list[float], threshold: list[float]) -> float:
@@ -135,31 +202,25 @@ def _destructive(ops: _Ops, base: float, cuts: list[float], threshold: list[floa
     forced ops is constant, so so is the bound g it implies; the answer is max(lo, g) in the
     first interval [lo, hi) with g < hi.
     """
-    n = len(ops.core)
-    a = _WEIGHTS[None, :]
-    caps = ops.caps
-    # Per op (rows) and weight (columns): tensor and vector shares integrated over the op.
-    uses = np.asarray(ops.uses, dtype=float).reshape(n, 2)
-    split = np.asarray(ops.split, dtype=float).reshape(n, 2)
+    n = len(ops.single_s)
+    kinds = len(ops.caps)
+    weights = np.asarray(weight_vectors(kinds, _WEIGHTS))
+    uses = np.asarray(ops.uses, dtype=float).reshape(n, kinds)
+    split = np.asarray(ops.split, dtype=float).reshape(n, kinds)
     can = np.asarray(ops.can)[:, None]
-    occ_single = np.asarray(ops.single_s)[:, None] * (
-        a * uses[:, :1] / caps[0] + (1 - a) * uses[:, 1:] / caps[1]
-    )
+    occ_single = np.asarray(ops.single_s)[:, None] * _shares(uses, ops.caps, weights)
     occ_split = np.where(
-        can,
-        np.asarray(ops.parallel_s)[:, None]
-        * (a * split[:, :1] / caps[0] + (1 - a) * split[:, 1:] / caps[1]),
-        0.0,
+        can, np.asarray(ops.parallel_s)[:, None] * _shares(split, ops.caps, weights), 0.0
     )
     least = np.where(can, np.minimum(occ_single, occ_split), occ_single)
-    holders = [i for i in range(n) if ops.core[i] != "Nop"]
+    holders = [i for i in range(n) if ops.holds[i]]
     window = (
         min(ops.head[i] for i in holders) + min(ops.tail[i] for i in holders) if holders else 0.0
     )
     thresholds = np.asarray(threshold)
     split_s = np.asarray(ops.parallel_s)
-    # A core-holding op that is not forced is on the path at its fastest time.
-    path_weight = [f if c != "Nop" else 0.0 for c, f in zip(ops.core, ops.fastest, strict=True)]
+    # An op holding resources that is not forced is on the path at its fastest time.
+    path_weight = [f if h else 0.0 for h, f in zip(ops.holds, ops.fastest, strict=True)]
 
     def implied(lo: float) -> float:
         forced = thresholds > lo

@@ -3,29 +3,36 @@
 Variables (times scaled so the heuristic makespan is :data:`_SCALE`, which keeps every
 coefficient well inside the solvers' tolerances): makespan ``T``; start ``t_i``; ``y_i`` = 1
 if op i runs intra-op parallel (only where that mode is not dominated); ``x_ij`` = 1 if i
-finishes before j starts, only for incomparable pairs that can compete for cores (comparable
-pairs are fixed by the DAG, so they get no variable); ``z_ic`` = 1 if single-core op i runs
-on core c of a core type whose capacity the previous solve exceeded.
+finishes before j starts, only for incomparable pairs that can compete for resources
+(comparable pairs are fixed by the DAG, so they get no variable); ``z_ic`` = 1 if op i holds
+unit c of a resource kind whose capacity the previous solve exceeded.
+
+Resources are the problem's data (:class:`ilp.problem.Problem`): kinds with capacities and
+each op's units per mode. The model relies on one property :func:`ilp.problem.core_demand`
+guarantees: per kind, an op's split mode holds either the units of its single mode or every
+unit of the kind (a full holder runs beside nothing else that holds the kind, by the
+``x_ij + x_ji >= y_i`` rows).
 
 Constraints: ``T >= t_i + p_i`` at sinks; ``t_i + p_i <= t_j`` on (transitively reduced)
 edges; ``x_ij + x_ji <= 1``; big-M ordering ``t_i + p_i - M_ij (1 - x_ij) <= t_j``;
 ``x_ij + x_ji >= y_i`` when i's parallel mode conflicts with j; and with assignment
-``sum_c z_ic + y_i = 1`` and ``x_ij + x_ji >= z_ic + z_jc - 1``. DESIGN's transitivity rows
+``sum_c z_ic = u_i (1 - y_i)`` (u_i the units op i holds single; without the ``y_i`` term
+when its split mode keeps them) and ``x_ij + x_ji >= z_ic + z_jc - 1``. DESIGN's transitivity rows
 ``x_ik >= x_ij + x_jk - 1`` are left out: the big-M rows already imply them for the times
 (``x_ij = x_jk = 1`` gives ``t_i + p_i <= t_j <= t_k``), and on attention blocks they made
-HiGHS ~40% slower. Tightening, all valid for some optimal schedule:
+HiGHS much slower. Tightening, all valid for some optimal schedule:
 
 * ``T <= UB`` (a list schedule's makespan), so ``t_i + p_i <= UB - tail_i`` and ``t_j >=
   head_j`` give ``M_ij = UB - tail_i - head_j`` instead of the sum of all latencies;
-* cores are interchangeable: the k-th op of a type (in the warm start's start order) may
-  only use cores 0..k-1 (relabel cores by first use);
+* units are interchangeable: the ops of a kind, in the warm start's start order, may only
+  use the units the ops up to them could first use (relabel units by first use);
 * interchangeable ops and branches start in index order (:mod:`ilp.symmetry`);
-* core-seconds per type and, when parallel ops block everything, path-plus-parallel-time
+* unit-seconds per kind and, when parallel ops block everything, path-plus-parallel-time
   inequalities, linear in the modes (see ``_work_cuts`` and ``_path_cuts``): without them
   the LP bound ignores that a parallel op cannot overlap anything;
-* a fused ``TCandVC`` op gets one tensor-core index and one vector-core index of its own,
-  which is exactly "at most T tensor and W vector cores busy at any instant" (interval
-  graphs are perfect, so such a schedule always has a per-core assignment).
+* an op holding several kinds (a fused ``TCandVC`` op) gets units of each kind of its own,
+  which is exactly "at most the capacity of each kind busy at any instant" (interval
+  graphs are perfect, so such a schedule always has a per-unit assignment).
 
 References
 ----------
@@ -46,18 +53,25 @@ import pulp
 
 from ilp._native import native_stdout_silenced
 from ilp.listsched import Structure
-from ilp.problem import PARALLEL, SINGLE, Problem, demand, uses
+from ilp.problem import PARALLEL, SINGLE, Problem
 from ilp.symmetry import symmetry
 from phaze.errors import ConfigError, SolverError, unknown_name
 
-__all__ = ["SOLVERS", "IlpOutcome", "check_solver", "solve_ilp"]
+__all__ = [
+    "MAX_ANTICHAINS",
+    "SOLVERS",
+    "IlpOutcome",
+    "check_solver",
+    "make_solver",
+    "solve_ilp",
+]
 
 logger = logging.getLogger(__name__)
 
 SOLVERS: Final = ("highs", "cbc", "gurobi")
 _SCALE: Final = 100.0  # the heuristic makespan in model units (dimensionless)
 _SLACK: Final = 1e-7  # model units added to upper bounds so the warm start stays feasible
-_MAX_CLIQUES: Final = 400  # capacity as antichain rows up to this many, else z variables
+MAX_ANTICHAINS: Final = 400  # capacity as antichain rows up to this many, else z variables
 _MAX_PATHS: Final = 256  # path cuts are added only when the DAG has at most this many paths
 _MIN_LIMIT_S: Final = 1e-3  # the least time limit handed to a solver
 
@@ -104,7 +118,7 @@ def check_solver(name: str) -> None:
         raise ConfigError(
             "solver 'highs' needs highspy (pip install highspy), or pass solver='cbc'"
         )
-    if name == "cbc" and not _make_solver("cbc", 1.0, 0.0).available():
+    if name == "cbc" and not make_solver("cbc", 1.0, 0.0).available():
         raise ConfigError("solver 'cbc' needs PuLP's bundled CBC binary (reinstall pulp)")
     if name == "gurobi" and (why := _gurobi_problem()):
         raise ConfigError(f"solver 'gurobi' cannot run: {why}; use solver='highs' or 'cbc'")
@@ -136,7 +150,7 @@ def _highs_class() -> type:
 
 
 class _Model:
-    """The PuLP problem for one (problem, upper bound, assigned core types)."""
+    """The PuLP problem for one (problem, upper bound, resource kinds with assignment)."""
 
     def __init__(
         self,
@@ -193,13 +207,14 @@ class _Model:
         share: dict[str, list[tuple[int, int]]] = {r: [] for r in assign}
         for i in range(n):
             for j in range(i + 1, n):
-                if st.comparable(i, j) or problem.core[i] == "Nop" or problem.core[j] == "Nop":
+                if st.comparable(i, j) or not problem.holds(i) or not problem.holds(j):
                     continue
                 why = [k for k, o in ((i, j), (j, i)) if k in self.y and _conflict(problem, k, o)]
                 if why:
                     blocks[i, j] = why
                 for r in assign:
-                    if _uses(problem, i, r) and _uses(problem, j, r):
+                    k_r = problem.kinds.index(r)
+                    if problem.need[SINGLE][i][k_r] and problem.need[SINGLE][j][k_r]:
                         share[r].append((i, j))
         pairs = sorted(set(blocks) | {p for ps in share.values() for p in ps})
         self.x: dict[tuple[int, int], pulp.LpVariable] = {}
@@ -220,23 +235,27 @@ class _Model:
         self.z: dict[tuple[str, int, int], pulp.LpVariable] = {}
         order = sorted(range(n), key=lambda i: (warm_start[i], i))
         for r in sorted(assign):
-            cap = problem.num_tc if r == "TC" else problem.num_vc
-            users = [i for i in order if _uses(problem, i, r)]
-            groups = _antichains(st, sorted(users), cap + 1)
+            k_r = problem.kinds.index(r)
+            cap = problem.capacity[k_r]
+            units = [u[k_r] for u in problem.need[SINGLE]]
+            users = [i for i in order if units[i]]
+            groups = _antichains(st, sorted(users), units, cap)
             if groups is not None:
-                # No cap + 1 single-core ops may all overlap (intervals that pairwise
-                # overlap share an instant, so this is exactly the capacity rule).
+                # No ops holding more than cap units may all overlap (intervals that
+                # pairwise overlap share an instant, so this is exactly the capacity rule).
                 for group in groups:
                     terms = [(self.x[a, b], 1.0) for a in group for b in group if a != b]
                     add(terms, ge, 1.0)
                 continue
-            for k, i in enumerate(users):
-                for c in range(min(cap, k + 1)):
+            first_use = 0
+            for i in users:
+                first_use += units[i]
+                for c in range(min(cap, first_use)):
                     self.z[r, i, c] = var(f"z{r}{i}_{c}", 0, 1, pulp.LpBinary)
-                terms = [(self.z[r, i, c], 1.0) for c in range(min(cap, k + 1))]
-                if i in self.y:
-                    terms.append((self.y[i], 1.0))
-                add(terms, eq, 1.0)
+                terms = [(self.z[r, i, c], 1.0) for c in range(min(cap, first_use))]
+                if i in self.y and problem.need[PARALLEL][i][k_r] == cap:
+                    terms.append((self.y[i], float(units[i])))
+                add(terms, eq, float(units[i]))
             for i, j in share[r]:
                 for c in range(cap):
                     if (r, i, c) in self.z and (r, j, c) in self.z:
@@ -254,22 +273,22 @@ class _Model:
 
     def _work_cuts(self, head, tail, single, gain, add, ge) -> None:
         """Core-seconds per type, as valid inequalities linear in the modes:
-        ``T >= min head + sum_i (core-seconds of i in its mode) / cores + min tail``.
+        ``T >= min head + sum_i (unit-seconds of i in its mode) / units + min tail``.
 
-        All ops holding a core of a type run between the least head and the makespan less
-        the least tail, and the type's cores give ``cores`` core-seconds per second. Under
-        ``parallel_blocks_all`` a parallel op of either type holds every core, so this
+        All ops holding units of a kind run between the least head and the makespan less
+        the least tail, and the kind gives ``units`` unit-seconds per second. Under
+        ``parallel_blocks_all`` a parallel op holds every unit of every kind, so this
         charges its full latency to both types: the LP then sees that parallel ops cannot
         overlap single-core work, which the big-M rows alone hide from it.
         """
         p = self.problem
-        for k, cap in ((0, p.num_tc), (1, p.num_vc)):
+        for k, cap in enumerate(p.capacity):
             terms: list[tuple[pulp.LpVariable, float]] = []
             const = 0.0
             first = last = float("inf")
             for i in range(p.n):
-                one = demand(p, i, SINGLE)[k] / cap
-                par = demand(p, i, PARALLEL)[k] / cap if i in self.y else one
+                one = p.need[SINGLE][i][k] / cap
+                par = p.need[PARALLEL][i][k] / cap if i in self.y else one
                 if not (one or par):
                     continue
                 first, last = min(first, head[i]), min(last, tail[i])
@@ -281,7 +300,7 @@ class _Model:
 
     def _path_cuts(self, st: Structure, single, gain, add, ge) -> None:
         """Under ``parallel_blocks_all``, for each source-to-sink path P:
-        ``T >= sum_{i in P} p_i + sum_{j not in P} L_j y_j`` over ops holding cores.
+        ``T >= sum_{i in P} p_i + sum_{j not in P} L_j y_j`` over ops holding resources.
 
         The ops of a path run one after another, and a parallel op runs alone, so their
         busy intervals are pairwise disjoint. Added for up to :data:`_MAX_PATHS` paths.
@@ -289,7 +308,7 @@ class _Model:
         p = self.problem
         if not p.parallel_blocks_all or not self.y:
             return
-        core = [p.core[i] != "Nop" for i in range(p.n)]
+        core = [p.holds(i) for i in range(p.n)]
         paths: list[list[int]] = []
 
         def walk(i: int, path: list[int]) -> None:
@@ -333,17 +352,22 @@ class _Model:
         for (i, j), var in self.x.items():
             var.setInitialValue(float(finish[i] <= start[j]))
         for r in sorted(assign):
+            k_r = p.kinds.index(r)
             busy_until: list[float] = []
             for i in sorted(range(p.n), key=lambda i: (start[i], i)):
-                if not _uses(p, i, r) or modes[i] == PARALLEL:
+                held = p.need[modes[i]][i][k_r]
+                if not p.need[SINGLE][i][k_r] or (modes[i] == PARALLEL and held == p.capacity[k_r]):
                     continue
-                c = next((c for c, f in enumerate(busy_until) if f <= start[i]), len(busy_until))
-                if c == len(busy_until):
-                    busy_until.append(finish[i])
-                busy_until[c] = finish[i]
-                var = self.z.get((r, i, c))
-                if var is not None:
-                    var.setInitialValue(1.0)
+                for _ in range(held):
+                    c = next(
+                        (c for c, f in enumerate(busy_until) if f <= start[i]), len(busy_until)
+                    )
+                    if c == len(busy_until):
+                        busy_until.append(finish[i])
+                    busy_until[c] = finish[i]
+                    var = self.z.get((r, i, c))
+                    if var is not None:
+                        var.setInitialValue(1.0)
         for var in self.z.values():
             if var.varValue is None:
                 var.setInitialValue(0.0)
@@ -357,39 +381,44 @@ class _Model:
         return modes, start, (self.T.varValue or 0.0) / self.scale
 
 
-def _antichains(st: Structure, users: list[int], size: int) -> list[tuple[int, ...]] | None:
-    """All sets of ``size`` pairwise incomparable ops among ``users``, or None if there are
-    more than :data:`_MAX_CLIQUES` (then per-core assignment variables are used instead)."""
+def _antichains(
+    st: Structure, users: list[int], units: Sequence[int], cap: int
+) -> list[tuple[int, ...]] | None:
+    """All sets of pairwise incomparable ops among ``users`` that hold more than ``cap``
+    ``units`` together and no fewer would (each op added in index order takes the total
+    over ``cap``), or None if there are more than :data:`MAX_ANTICHAINS` (then per-unit
+    assignment variables are used instead)."""
     out: list[tuple[int, ...]] = []
 
-    def grow(chosen: tuple[int, ...], rest: list[int]) -> bool:
-        if len(chosen) == size:
+    def grow(chosen: tuple[int, ...], total: int, rest: list[int]) -> bool:
+        if total > cap:
             out.append(chosen)
-            return len(out) <= _MAX_CLIQUES
-        for k, i in enumerate(rest):
-            if len(chosen) + len(rest) - k < size:
+            return len(out) <= MAX_ANTICHAINS
+        left = sum(units[j] for j in rest)
+        for i in rest:
+            if total + left <= cap:
                 break
-            nxt = [j for j in rest[k + 1 :] if not st.comparable(i, j)]
-            if not grow((*chosen, i), nxt):
+            left -= units[i]
+            nxt = [j for j in rest if j > i and not st.comparable(i, j)]
+            if not grow((*chosen, i), total + units[i], nxt):
                 return False
         return True
 
-    return out if grow((), users) else None
-
-
-def _uses(problem: Problem, i: int, resource: str) -> bool:
-    tc, vc = uses(problem.core[i])
-    return tc if resource == "TC" else vc
+    return out if grow((), 0, users) else None
 
 
 def _conflict(problem: Problem, i: int, j: int) -> bool:
-    """Does op i in parallel mode share a core with op j in its single mode?"""
-    ti, vi = demand(problem, i, PARALLEL)
-    tj, vj = demand(problem, j, SINGLE)
-    return bool((ti and tj) or (vi and vj))
+    """Can op i in parallel mode not run beside op j in its single mode (together they
+    hold more than some kind's units)?"""
+    return any(
+        a + b > cap
+        for a, b, cap in zip(
+            problem.need[PARALLEL][i], problem.need[SINGLE][j], problem.capacity, strict=True
+        )
+    )
 
 
-def _make_solver(
+def make_solver(
     name: str, time_limit_s: float, mip_gap: float, deadline: float | None = None
 ) -> pulp.LpSolver:
     limit = max(time_limit_s, _MIN_LIMIT_S)
@@ -467,7 +496,7 @@ def solve_ilp(
         return IlpOutcome(False, None, None, float("inf"), 0.0, "time limit while building")
     try:
         with native_stdout_silenced():
-            model.lp.solve(_make_solver(solver, left, mip_gap, deadline))
+            model.lp.solve(make_solver(solver, left, mip_gap, deadline))
     except pulp.PulpSolverError as e:
         raise SolverError(f"{solver}: {e}", "error") from e
     return _outcome(solver, model, mip_gap)

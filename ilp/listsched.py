@@ -32,13 +32,17 @@ from functools import lru_cache
 from itertools import combinations
 from typing import Final
 
-from ilp.bounds import makespan_lower_bound
-from ilp.problem import PARALLEL, SINGLE, Problem, demand
+from ilp.bounds import resource_lower_bound
+from ilp.problem import PARALLEL, SINGLE, Problem
 
 __all__ = [
     "Structure",
     "structure",
     "serial_sgs",
+    "placing_order",
+    "place",
+    "parallel_sgs",
+    "pack",
     "justify",
     "makespan",
     "lower_bound",
@@ -62,8 +66,13 @@ class Structure:
     ``desc[i]``/``anc[i]`` are the bitsets of i's strict descendants and ancestors;
     ``head[i]`` the earliest start and ``tail[i]`` the least time after i's finish to the
     end, both with fastest modes.
-    ``duration[m][i]`` and ``demand[m][i]`` are op i's time and (tensor, vector) cores in
-    mode m, tabulated for the list schedule's inner loop.
+    ``duration[m][i]`` is op i's time in mode m, tabulated for the list schedule's inner
+    loop, and ``load[m][i]`` the units it holds of every resource kind packed into one
+    integer (a field of :attr:`width` bits per kind, kind 0 lowest): summing loads sums
+    usage per kind. The inner loops test capacity with one integer operation,
+    ``(room[m][i] - usage) & guard == guard``: ``room`` packs the units left beside the op
+    with each field's top bit (``guard``) set, and a field keeps that bit exactly when the
+    usage of its kind fits (usage never exceeds capacity, so no field borrows).
     """
 
     preds: tuple[tuple[int, ...], ...]
@@ -73,7 +82,10 @@ class Structure:
     head: tuple[float, ...]
     tail: tuple[float, ...]
     duration: tuple[tuple[float, ...], tuple[float, ...]]
-    demand: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
+    load: tuple[tuple[int, ...], tuple[int, ...]]
+    room: tuple[tuple[int, ...], tuple[int, ...]]
+    guard: int
+    width: int
 
     def comparable(self, i: int, j: int) -> bool:
         return bool((self.desc[i] >> j) & 1 or (self.desc[j] >> i) & 1)
@@ -102,6 +114,9 @@ def structure(problem: Problem) -> Structure:
         head[j] = max((head[i] + problem.min_duration(i) for i in preds[j]), default=0.0)
         for i in preds[j]:
             anc[j] |= (1 << i) | anc[i]
+    width = max(problem.capacity, default=0).bit_length() + 1
+    guard = pack((1 << (width - 1),) * len(problem.capacity), width)
+    need = problem.need
     return Structure(
         preds=tuple(map(tuple, preds)),
         succs=tuple(map(tuple, succs)),
@@ -110,8 +125,26 @@ def structure(problem: Problem) -> Structure:
         head=tuple(head),
         tail=tuple(tail),
         duration=(problem.single_s, problem.parallel_s),
-        demand=tuple(tuple(demand(problem, i, m) for i in range(n)) for m in (SINGLE, PARALLEL)),
+        load=(
+            tuple(pack(u, width) for u in need[SINGLE]),
+            tuple(pack(u, width) for u in need[PARALLEL]),
+        ),
+        room=tuple(
+            tuple(pack(_left(problem.capacity, u), width) | guard for u in need[m])
+            for m in (SINGLE, PARALLEL)
+        ),
+        guard=guard,
+        width=width,
     )
+
+
+def pack(units: Sequence[int], width: int) -> int:
+    """Units of each kind as one integer, ``width`` bits per kind (see :class:`Structure`)."""
+    return sum(u << (k * width) for k, u in enumerate(units))
+
+
+def _left(capacity: Sequence[int], units: Sequence[int]) -> tuple[int, ...]:
+    return tuple(c - u for c, u in zip(capacity, units, strict=True))
 
 
 def serial_sgs(problem: Problem, modes: Sequence[int], rank: Sequence[float]) -> tuple[float, ...]:
@@ -131,10 +164,10 @@ def _sgs(
     The core profile is a step function kept as breakpoints; placing an op scans it once, so
     a schedule costs O(n^2).
     """
-    return _place(problem, modes, _order(problem, rank))
+    return place(problem, modes, placing_order(problem, rank))
 
 
-def _order(problem: Problem, rank: Sequence[float]) -> tuple[int, ...]:
+def placing_order(problem: Problem, rank: Sequence[float]) -> tuple[int, ...]:
     """The serial SGS's placing order under ``rank``: it depends on the precedence and the
     ranks only, never on modes or times."""
     st = structure(problem)
@@ -152,12 +185,12 @@ def _order(problem: Problem, rank: Sequence[float]) -> tuple[int, ...]:
     return tuple(order)
 
 
-# The serial SGS's state between two ops: breakpoints of the core profile, tensor and vector
-# cores in use from each, and every op's start and finish (zero until placed).
-_State = tuple[list[float], list[int], list[int], list[float], list[float]]
+# The serial SGS's state between two ops: breakpoints of the resource profile, the packed
+# usage (:class:`Structure`) from each, and every op's start and finish (zero until placed).
+_State = tuple[list[float], list[int], list[float], list[float]]
 
 
-def _place(
+def place(
     problem: Problem,
     modes: Sequence[int],
     order: Sequence[int],
@@ -175,26 +208,26 @@ def _place(
     ``((), inf)``.
     """
     st = structure(problem)
-    cap_tc, cap_vc = problem.num_tc, problem.num_vc
-    preds, duration, demands, tail = st.preds, st.duration, st.demand, st.tail
+    preds, duration, loads, rooms, tail = st.preds, st.duration, st.load, st.room, st.tail
+    guard = st.guard
     if state is None:
         # usage on [times[k], times[k+1]); the last segment is idle
-        times, use_tc, use_vc = [0.0], [0], [0]
+        times, use = [0.0], [0]
         start, finish = [0.0] * problem.n, [0.0] * problem.n
     else:
-        times, use_tc, use_vc, start, finish = (list(x) for x in state)
+        times, use, start, finish = (list(x) for x in state)
     for i in order[first:]:
         if record is not None:
-            record.append((times[:], use_tc[:], use_vc[:], start[:], finish[:]))
+            record.append((times[:], use[:], start[:], finish[:]))
         mode = modes[i]
         d = duration[mode][i]
-        dt, dv = demands[mode][i]
+        load = loads[mode][i]
         est = 0.0
         for p in preds[i]:
             if finish[p] > est:
                 est = finish[p]
-        if dt or dv:
-            free_tc, free_vc = cap_tc - dt, cap_vc - dv  # usage allowed beside the op
+        if load:
+            room = rooms[mode][i]  # usage allowed beside the op, with the guard bits
             nt = len(times)
             k = bisect_right(times, est) - 1
             while True:
@@ -202,7 +235,7 @@ def _place(
                 end = c + d
                 m = k
                 while m < nt and times[m] < end:
-                    if use_tc[m] > free_tc or use_vc[m] > free_vc:
+                    if (room - use[m]) & guard != guard:
                         break
                     m += 1
                 else:
@@ -213,15 +246,12 @@ def _place(
                 k += 1
                 m += 1
                 times.insert(k, c)
-                use_tc.insert(k, use_tc[k - 1])
-                use_vc.insert(k, use_vc[k - 1])
+                use.insert(k, use[k - 1])
             if m == len(times) or times[m] != end:
                 times.insert(m, end)
-                use_tc.insert(m, use_tc[m - 1])
-                use_vc.insert(m, use_vc[m - 1])
+                use.insert(m, use[m - 1])
             for q in range(k, m):
-                use_tc[q] += dt
-                use_vc[q] += dv
+                use[q] += load
         else:
             c = est
         start[i] = c
@@ -231,7 +261,7 @@ def _place(
     return tuple(start), max(finish, default=0.0)
 
 
-def _parallel_sgs(
+def parallel_sgs(
     problem: Problem, modes: Sequence[int], rank: Sequence[float]
 ) -> tuple[tuple[float, ...], float]:
     """(start times, makespan) from the parallel SGS: time advances from finish to finish,
@@ -245,24 +275,21 @@ def _parallel_sgs(
     it (Kolisch, EJOR 90(2), 1996).
     """
     st = structure(problem)
-    cap_tc, cap_vc = problem.num_tc, problem.num_vc
-    succs, duration, demands = st.succs, st.duration, st.demand
+    succs, duration, loads, rooms, guard = st.succs, st.duration, st.load, st.room, st.guard
     n = problem.n
     start = [0.0] * n
     missing = [len(p) for p in st.preds]
     eligible = [(rank[i], i) for i in range(n) if not missing[i]]
     running: list[tuple[float, int]] = []  # (finish, op), a heap
-    use_tc = use_vc = 0
+    use = 0  # packed usage (see :class:`Structure`)
     now = span = 0.0
     while eligible or running:
         eligible.sort()
         waiting = []
         for key in eligible:
             i = key[1]
-            dt, dv = demands[modes[i]][i]
-            if use_tc + dt <= cap_tc and use_vc + dv <= cap_vc:
-                use_tc += dt
-                use_vc += dv
+            if (rooms[modes[i]][i] - use) & guard == guard:
+                use += loads[modes[i]][i]
                 start[i] = now
                 heapq.heappush(running, (now + duration[modes[i]][i], i))
             else:
@@ -272,9 +299,7 @@ def _parallel_sgs(
         span = now
         while running and running[0][0] <= now:
             i = heapq.heappop(running)[1]
-            dt, dv = demands[modes[i]][i]
-            use_tc -= dt
-            use_vc -= dv
+            use -= loads[modes[i]][i]
             for j in succs[i]:
                 missing[j] -= 1
                 if not missing[j]:
@@ -288,7 +313,7 @@ def _reversed(problem: Problem) -> Problem:
     n = problem.n
     return dataclasses.replace(
         problem,
-        core=problem.core[::-1],
+        need=(problem.need[SINGLE][::-1], problem.need[PARALLEL][::-1]),
         single_s=problem.single_s[::-1],
         parallel_s=problem.parallel_s[::-1],
         can_parallel=problem.can_parallel[::-1],
@@ -329,14 +354,14 @@ def makespan(problem: Problem, modes: Sequence[int], start: Sequence[float]) -> 
 
 
 def lower_bound(problem: Problem) -> float:
-    """A valid lower bound on the optimal makespan (:func:`ilp.bounds.makespan_lower_bound`)."""
-    return makespan_lower_bound(
-        problem.core,
+    """A valid lower bound on the optimal makespan (:func:`ilp.bounds.resource_lower_bound`)."""
+    return resource_lower_bound(
         problem.single_s,
         problem.parallel_s,
+        problem.can_parallel,
+        problem.need,
         structure(problem).preds,
-        problem.num_tc,
-        problem.num_vc,
+        problem.capacity,
         parallel_blocks_all=problem.parallel_blocks_all,
     )
 
@@ -347,9 +372,8 @@ def initial_schedule(problem: Problem, bound: float) -> Incumbent:
     Fastest and single-core modes, each under two priority rules (longest remaining path
     first, and topological order), by the serial and then the parallel SGS, each justified
     (:func:`justify`) unless it meets ``bound``. The parallel SGS's non-delay schedules
-    matter on backward passes: on the 1,600 parts of ``benchmarks/bench_ilp.py`` (100
-    designs) they bring 80 more list schedules, after the local search, down to the lower
-    bounds with the LP bound (179 of the 600 backward parts instead of 109).
+    matter on backward passes, where they bring many more list schedules down to the lower
+    bounds.
     """
     n = problem.n
     by_index = tuple(float(i) for i in range(n))
@@ -357,7 +381,7 @@ def initial_schedule(problem: Problem, bound: float) -> Incumbent:
     fast = tuple(PARALLEL if problem.can_parallel[i] else SINGLE for i in range(n))
     single = (SINGLE,) * n
     best: Incumbent | None = None
-    for generate in (_sgs, _parallel_sgs):
+    for generate in (_sgs, parallel_sgs):
         for modes in dict.fromkeys((fast, single)):
             for rank in (by_tail, by_index):
                 s, ms = generate(problem, modes, rank)
@@ -380,17 +404,15 @@ def _by_tail(problem: Problem) -> tuple[float, ...]:
 def improve(problem: Problem, incumbent: Incumbent, bound: float) -> Incumbent:
     """``incumbent`` improved by a local search over modes; stops on reaching ``bound``.
 
-    Moves: set every op of the same core and durations to one mode, then flip one op (the
-    group moves first: on 497 parts the starting schedule leaves open, of every other part of
-    ``benchmarks/bench_ilp.py`` at 100 designs, 9 % less time, a shorter result in 40 and a
-    longer one in 20), re-scheduling in the incumbent's start order and by remaining path,
-    while that shortens the makespan (at most :data:`_PASSES` passes and :data:`_TRIALS`
-    schedules, so large parts leave their time budget to the search and the MIP); then the
-    same with two ops that could overlap flipped at once (at most :data:`_PAIR_TRIALS`
-    more); the result is justified once more. Justifying every trial instead finds shorter schedules only with three times the
-    schedules built: on the 216 hardest parts of ``benchmarks/bench_ilp.py`` the mode moves
-    matter more. The parallel SGS in the trials did worse within the same budget (it proved
-    12 fewer parts).
+    Moves: set every op of the same demands and durations to one mode, then flip one op
+    (the group moves first: less time, and more often a shorter result than a longer one),
+    re-scheduling in the incumbent's start order and by remaining path, while that shortens
+    the makespan (at most :data:`_PASSES` passes and :data:`_TRIALS` schedules, so large
+    parts leave their time budget to the search and the MIP); then the same with two ops
+    that could overlap flipped at once (at most :data:`_PAIR_TRIALS` more); the result is
+    justified once more. Justifying every trial instead finds shorter schedules only with
+    several times the schedules built: the mode moves matter more. The parallel SGS in the
+    trials did worse within the same budget.
     """
     modes, start, span = _local_search(problem, incumbent, bound)
     if span > bound:
@@ -405,7 +427,8 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
     alike: dict[tuple, list[int]] = {}
     for i in range(n):
         if problem.can_parallel[i]:
-            key = (problem.core[i], problem.single_s[i], problem.parallel_s[i])
+            need = (problem.need[SINGLE][i], problem.need[PARALLEL][i])
+            key = (need, problem.single_s[i], problem.parallel_s[i])
             alike.setdefault(key, []).append(i)
     moves: list[tuple[tuple[int, ...], int | None]] = []
     for group in alike.values():
@@ -413,11 +436,11 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
             moves += [(tuple(group), SINGLE), (tuple(group), PARALLEL)]
     moves += [((i,), None) for i in range(n) if problem.can_parallel[i]]
     # Flipping two ops that could overlap reaches mode mixes no single flip improves towards
-    # (one op split frees the time another needs single): on the 17- and 19-op parts of
-    # benchmarks/bench_ilp.py it shortened 8 of 60 list schedules, by up to 10.8 %.
+    # (one op split frees the time another needs single), on the dense blocks' forward parts
+    # among others.
     splittable = [i for i in range(n) if problem.can_parallel[i]]
     pairs = [((i, j), None) for i, j in combinations(splittable, 2) if not st.comparable(i, j)]
-    by_tail_order = _order(problem, _by_tail(problem))
+    by_tail_order = placing_order(problem, _by_tail(problem))
     # A trial is scheduled in the incumbent's start order and by remaining path. Its ops up to
     # the first one it flips keep the incumbent's modes, so they land where they did in the
     # incumbent's schedule under the same order: the SGS resumes from the state it had
@@ -426,9 +449,9 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
 
     def plan(which: int) -> tuple[tuple[int, ...], list[int], list[_State]]:
         if which not in plans:
-            order = _order(problem, best[1]) if which == 0 else by_tail_order
+            order = placing_order(problem, best[1]) if which == 0 else by_tail_order
             states: list[_State] = []
-            _place(problem, best[0], order, record=states)
+            place(problem, best[0], order, record=states)
             position = [0] * n
             for k, i in enumerate(order):
                 position[i] = k
@@ -454,7 +477,7 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
                     order, position, states = plan(which)
                     first = min(position[i] for i in flipped)
                     cutoff = best[2] * (1 - 1e-12)
-                    s, ms = _place(problem, trial, order, first, states[first], cutoff=cutoff)
+                    s, ms = place(problem, trial, order, first, states[first], cutoff=cutoff)
                     if ms < cutoff:
                         best, improved = (trial, s, ms), True
                         plans.clear()

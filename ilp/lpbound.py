@@ -10,13 +10,13 @@ Hence, with ``x_i`` = 1 when op i runs parallel,
     makespan = sum_i x_i p_i + C,
 
 where C, the length of the collapsed schedule, is at least every path of collapsed durations
-((1 - x_i) s_i for core ops) and, per core type, the single-core work of that type over its
-cores. Relaxing x_i to [0, 1] gives a small LP (three variables and two rows per op, one row
+((1 - x_i) s_i for ops that hold resources) and, per resource kind, the single-mode
+unit-seconds of that kind over its units. Relaxing x_i to [0, 1] gives a small LP (three variables and two rows per op, one row
 per edge) whose optimum is a lower bound; near the list schedule the same rows with integral
 x_i (a small MIP without big-M rows) bound it closer. It adds what the combinatorial bounds of
 :mod:`ilp.bounds` miss: every parallel op's time is paid outside the single ops' schedule,
 not only along one path. (The same rows over the MIP's mode variables, tried as cuts in
-:mod:`ilp.formulation`, proved no more parts optimal in ``benchmarks/bench_ilp.py``.)
+:mod:`ilp.formulation`, proved no more parts optimal.)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 
 from ilp._native import native_stdout_silenced
 from ilp.listsched import Structure
-from ilp.problem import Problem, uses
+from ilp.problem import SINGLE, Problem
 
 __all__ = ["collapsed_lower_bound"]
 
@@ -36,9 +36,9 @@ __all__ = ["collapsed_lower_bound"]
 # rows of O(1) coefficients after scaling); the bound returned is shaded by this much so it
 # stays valid.
 _SAFETY: Final = 1e-5
-# Integral modes are tried when the list schedule is within this of the LP bound: on the 216
-# parts of bench_ilp (20 designs) the LP alone proves 33 list schedules optimal, integral
-# modes 65, and none beyond a 10% gap (where the MIP's time would be wasted).
+# Integral modes are tried when the list schedule is within this of the LP bound: they prove
+# about twice as many list schedules optimal as the LP alone, and none beyond such a gap
+# (where the MIP's time would be wasted).
 _INTEGER_WITHIN: Final = 0.10
 
 _PRIMAL_HEURISTICS: Final = (
@@ -67,7 +67,7 @@ def _rows(
     can = problem.can_parallel
     rows: list[tuple[list[_Column], list[float], float]] = []
     for i in range(n):
-        if problem.core[i] == "Nop":
+        if not problem.holds(i):
             # d_i >= s_i - sum of x_j p_j over ops j that may split beside i
             beside = [j for j in range(n) if can[j] and not st.comparable(i, j) and j != i]
             rows.append(
@@ -84,11 +84,9 @@ def _rows(
         rows.append(([("C", 0), ("e", i), ("d", i)], [1.0, -1.0, -1.0], 0.0))  # C >= e_i + d_i
     for i, j in problem.edges:
         rows.append(([("e", j), ("e", i), ("d", i)], [1.0, -1.0, -1.0], 0.0))  # e_j >= e_i + d_i
-    for k, cap in enumerate((problem.num_tc, problem.num_vc)):
-        w = [
-            single[i] / cap if problem.core[i] != "Nop" and uses(problem.core[i])[k] else 0.0
-            for i in range(n)
-        ]
+    for k, cap in enumerate(problem.capacity):
+        units = [u[k] for u in problem.need[SINGLE]]
+        w = [single[i] * units[i] / cap if units[i] else 0.0 for i in range(n)]
         if any(w):  # C >= sum (1 - x_i) w_i
             ops = [i for i in range(n) if w[i] and can[i]]
             rows.append(([("C", 0), *(("x", i) for i in ops)], [1.0, *(w[i] for i in ops)], sum(w)))
@@ -139,9 +137,8 @@ def collapsed_lower_bound(
         h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
-    # The LP is small and sparse: presolve costs more than it saves (on the 1,153 open parts
-    # of bench_ilp at 100 designs, the LPs took 0.57 s instead of 0.98 s). The MIP below
-    # turns it back on: there it pays.
+    # The LP is small and sparse: presolve costs more than it saves. The MIP below turns it
+    # back on: there it pays.
     h.setOptionValue("presolve", "off")
     h.addVars(len(index), lower, upper)
     h.changeColsCost(len(index), np.arange(len(index), dtype=np.int32), cost)
@@ -166,8 +163,8 @@ def collapsed_lower_bound(
         h.setOptionValue("mip_rel_gap", _SAFETY)
         h.setOptionValue("presolve", "choose")
         # Only the dual bound is wanted (the list schedule is the primal side), so HiGHS's
-        # primal heuristics and restarts are switched off: on 552 parts of bench_ilp the
-        # MIPs took 1.1 s instead of 3.1 s and proved the same 55 list schedules optimal.
+        # primal heuristics and restarts are switched off: the MIPs take a fraction of the
+        # time and prove the same list schedules optimal.
         for option in _PRIMAL_HEURISTICS:
             h.setOptionValue(option, False)
         h.setOptionValue("mip_heuristic_effort", 0.0)

@@ -3,19 +3,24 @@
 :func:`build_problem` validates a networkx op graph once, at the boundary, and turns it into
 a :class:`Problem`: ops indexed in a deterministic topological order, zero-duration ops
 contracted away (their predecessors joined to their successors), each op's modes with their
-duration and core demand. Node names, energies and everything else that does not change the
-optimal schedule stay out of the key, so identical layers share one solve.
+duration and resource demand. Node names, energies and everything else that does not change
+the optimal schedule stay out of the key, so identical layers share one solve.
 
-Resource model (DESIGN.md §5): a single-core op holds one core of its type (a fused
-``TCandVC`` op one tensor and one vector core); an intra-op parallel op holds all cores of its
-type and, with ``parallel_blocks_all`` (the default), every other core too. ``Nop`` ops hold no
-core (network collectives, joins) but take their latency.
+Resources are data (DESIGN.md §5): a problem declares its resource kinds and the units of
+each (the design's tensor and vector cores, and any further kinds such as a communication
+channel), and every op, per mode, how many units of each kind it holds while it runs. The
+solver reads only those. :func:`build_problem` derives the demands from the graph: a
+single-core op holds one core of its type (a fused ``TCandVC`` op one tensor and one vector
+core); an intra-op parallel op holds all cores of its type and, with
+``parallel_blocks_all`` (the default), every unit of every kind; ``Nop`` ops hold no core
+(network collectives, joins) but take their latency; a node's ``demand`` attribute adds
+units of the further kinds, held in either mode.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,35 +29,41 @@ import networkx as nx
 from phaze.errors import ConfigError
 
 __all__ = [
+    "CORE_KINDS",
     "CORE_TYPES",
     "SINGLE",
     "PARALLEL",
     "Problem",
     "Contracted",
     "build_problem",
-    "demand",
-    "uses",
+    "core_demand",
 ]
 
 CORE_TYPES: Final = ("TC", "VC", "TCandVC", "Nop")
+CORE_KINDS: Final = ("TC", "VC")  # the resource kinds of every design: its cores
 SINGLE: Final = 0  # mode index: the op runs on one core of its type
 PARALLEL: Final = 1  # mode index: the op runs split over all cores of its type (intra-op)
+
+Units = tuple[int, ...]  # units held of each resource kind, in the problem's kind order
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One scheduling instance, by content.
 
-    ``core[i]`` is op i's core type; ``single_s[i]``/``parallel_s[i]`` its durations in the two
-    modes (equal for ``Nop``); ``can_parallel[i]`` is False when the parallel mode is dominated
-    (no faster, and it holds a superset of the cores) or does not exist. ``edges`` are (i, j)
-    with i < j (ops are in topological order), after contraction.
+    ``kinds[k]`` is a resource kind with ``capacity[k]`` units. ``need[m][i][k]`` is how many
+    units of kind k op i holds in mode m (the parallel mode's equals the single mode's where
+    that mode does not exist). ``single_s[i]``/``parallel_s[i]`` are its durations in the two
+    modes (equal for ops that cannot split); ``can_parallel[i]`` is False when the parallel
+    mode is dominated (no faster) or does not exist. ``parallel_blocks_all`` says that every
+    parallel mode holds every unit of every kind, which the bounds exploit. ``edges`` are
+    (i, j) with i < j (ops are in topological order), after contraction.
     """
 
-    num_tc: int
-    num_vc: int
+    kinds: tuple[str, ...]
+    capacity: Units
     parallel_blocks_all: bool
-    core: tuple[str, ...]
+    need: tuple[tuple[Units, ...], tuple[Units, ...]]
     single_s: tuple[float, ...]
     parallel_s: tuple[float, ...]
     can_parallel: tuple[bool, ...]
@@ -60,7 +71,7 @@ class Problem:
 
     @property
     def n(self) -> int:
-        return len(self.core)
+        return len(self.single_s)
 
     def duration(self, i: int, mode: int) -> float:
         return self.parallel_s[i] if mode == PARALLEL else self.single_s[i]
@@ -70,21 +81,36 @@ class Problem:
             min(self.single_s[i], self.parallel_s[i]) if self.can_parallel[i] else self.single_s[i]
         )
 
+    def holds(self, i: int) -> bool:
+        """Does op i hold any resource (unlike a ``Nop`` join or collective)?"""
+        return any(self.need[SINGLE][i])
 
-def uses(core: str) -> tuple[bool, bool]:
-    """(holds a tensor core, holds a vector core) for a single-core op of this core type."""
-    return core in ("TC", "TCandVC"), core in ("VC", "TCandVC")
+    def demand(self, i: int, mode: int) -> dict[str, int]:
+        """The units of each kind op i holds in ``mode``, by kind."""
+        return dict(zip(self.kinds, self.need[mode][i], strict=True))
+
+    def units(self, kind: str) -> int:
+        """The capacity of one resource kind."""
+        return self.capacity[self.kinds.index(kind)]
 
 
-def demand(problem: Problem, i: int, mode: int) -> tuple[int, int]:
-    """(tensor cores, vector cores) op ``i`` holds in ``mode``."""
-    core = problem.core[i]
-    tc, vc = uses(core)
-    if mode == SINGLE:
-        return int(tc), int(vc)
-    if problem.parallel_blocks_all or core == "TCandVC":
-        return problem.num_tc, problem.num_vc
-    return (problem.num_tc, 0) if tc else (0, problem.num_vc)
+def core_demand(
+    core: str, capacity: Sequence[int], blocks_all: bool, extra: Sequence[int] | None = None
+) -> tuple[Units, Units]:
+    """(single, parallel) units of each kind held by an op of this core type.
+
+    ``capacity`` starts with the tensor and vector cores (:data:`CORE_KINDS`); ``extra`` are
+    the units of every kind the op holds besides its cores, in either mode.
+    """
+    extra = tuple(extra) if extra is not None else (0,) * len(capacity)
+    tc, vc = core in ("TC", "TCandVC"), core in ("VC", "TCandVC")
+    single = (int(tc) + extra[0], int(vc) + extra[1], *extra[2:])
+    if core == "Nop":
+        return single, single
+    if blocks_all:
+        return single, tuple(capacity)
+    own = (capacity[0] if tc else extra[0], capacity[1] if vc else extra[1])
+    return single, (*own, *extra[2:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +134,7 @@ def _number(value: object) -> float | None:
     return v if math.isfinite(v) and v >= 0 else None
 
 
-def _check_node(node: Hashable, attrs: Mapping[str, object]) -> list[str]:
+def _check_node(node: Hashable, attrs: Mapping[str, object], capacity: Mapping[str, int]):
     problems = []
     core = attrs.get("core")
     if core not in CORE_TYPES:
@@ -131,34 +157,75 @@ def _check_node(node: Hashable, attrs: Mapping[str, object]) -> list[str]:
             problems.append(
                 f"graph node {node!r}: {field} = {attrs[field]!r} must be a finite number >= 0"
             )
+    extra = attrs.get("demand", {})
+    further = [k for k in capacity if k not in CORE_KINDS]
+    if not isinstance(extra, Mapping):
+        problems.append(f"graph node {node!r}: demand = {extra!r} must map resource kinds to units")
+        return problems
+    for kind, units in extra.items():
+        if kind not in further:
+            problems.append(
+                f"graph node {node!r}: demand names resource {kind!r}; the declared further "
+                f"resources are: {', '.join(map(repr, further)) or 'none'}"
+            )
+        elif isinstance(units, bool) or not isinstance(units, int) or not 0 <= units:
+            problems.append(
+                f"graph node {node!r}: demand[{kind!r}] = {units!r} must be an integer >= 0"
+            )
+        elif isinstance(capacity[kind], int) and units > capacity[kind]:
+            problems.append(
+                f"graph node {node!r}: demand[{kind!r}] = {units} exceeds the "
+                f"{capacity[kind]} units of {kind!r}"
+            )
     return problems
 
 
-def _check_cores(num_tc: object, num_vc: object) -> list[str]:
+def _check_capacity(num_tc: object, num_vc: object, resources: object) -> list[str]:
     problems = []
     for name, v in (("num_tc", num_tc), ("num_vc", num_vc)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             problems.append(f"solve_schedule: {name} = {v!r} must be an integer >= 1")
+    if not isinstance(resources, Mapping):
+        return [*problems, f"solve_schedule: resources = {resources!r} must map kinds to units"]
+    for kind, v in resources.items():
+        if not isinstance(kind, str) or kind in CORE_KINDS:
+            problems.append(
+                f"solve_schedule: resource kind {kind!r} must be a name other than "
+                f"{' and '.join(CORE_KINDS)} (the cores are num_tc and num_vc)"
+            )
+        elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            problems.append(f"solve_schedule: resources[{kind!r}] = {v!r} must be an integer >= 1")
     return problems
 
 
 def build_problem(
-    graph: nx.DiGraph, num_tc: int, num_vc: int, *, parallel_blocks_all: bool = True
+    graph: nx.DiGraph,
+    num_tc: int,
+    num_vc: int,
+    *,
+    parallel_blocks_all: bool = True,
+    resources: Mapping[str, int] | None = None,
 ) -> Contracted:
-    """Validate ``graph`` and build its canonical :class:`Problem`.
+    """Validate ``graph`` and build its canonical :class:`Problem` on ``num_tc`` tensor and
+    ``num_vc`` vector cores and the further ``resources`` (kind -> units), which the nodes'
+    ``demand`` attributes draw on.
 
     Raises
     ------
     ConfigError
-        Listing every bad node attribute, bad core count, or a cycle, at once.
+        Listing every bad node attribute, bad capacity, or a cycle, at once.
     """
-    problems = _check_cores(num_tc, num_vc)
+    resources = {} if resources is None else resources
+    problems = _check_capacity(num_tc, num_vc, resources)
+    capacity = {"TC": num_tc, "VC": num_vc}
+    if isinstance(resources, Mapping):
+        capacity.update(resources)
     if not isinstance(graph, nx.DiGraph):
         raise ConfigError(
             f"solve_schedule: graph must be a networkx DiGraph (got {type(graph).__name__})"
         )
     for node, attrs in graph.nodes(data=True):
-        problems.extend(_check_node(node, attrs))
+        problems.extend(_check_node(node, attrs, capacity))
     if not nx.is_directed_acyclic_graph(graph):
         cycle = nx.find_cycle(graph)
         problems.append(f"solve_schedule: graph has a cycle through {[u for u, _ in cycle]!r}")
@@ -180,7 +247,7 @@ def build_problem(
             parallel = float(a["parallel_latency_s"])
             can = parallel < single
         if min(single, parallel) == 0.0:
-            # Zero time and no core held: contracting it changes no other op's start.
+            # Zero time holds nothing: contracting it changes no other op's start.
             zero_mode = SINGLE if single == 0.0 else PARALLEL
             zero.append((node, zero_mode, tuple(graph.predecessors(node))))
         else:
@@ -201,11 +268,21 @@ def build_problem(
         kept_preds[node] = frozenset(acc)
         if node in index:
             edges.update((p, index[node]) for p in acc)
+    caps = tuple(capacity.values())
+    needs = [
+        core_demand(
+            attrs[v]["core"],
+            caps,
+            bool(parallel_blocks_all),
+            tuple(attrs[v].get("demand", {}).get(k, 0) for k in capacity) if resources else None,
+        )
+        for v in kept
+    ]
     problem = Problem(
-        num_tc=num_tc,
-        num_vc=num_vc,
+        kinds=tuple(capacity),
+        capacity=caps,
         parallel_blocks_all=bool(parallel_blocks_all),
-        core=tuple(attrs[v]["core"] for v in kept),
+        need=(tuple(d[SINGLE] for d in needs), tuple(d[PARALLEL] for d in needs)),
         single_s=tuple(mode_of[v][0] for v in kept),
         parallel_s=tuple(mode_of[v][1] for v in kept),
         can_parallel=tuple(mode_of[v][2] for v in kept),

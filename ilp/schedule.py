@@ -13,8 +13,8 @@ The pipeline for one graph (DESIGN.md §5):
    it optimal within a node budget (or stops where it meets the lower bound);
 5. otherwise solve the MIP without per-core assignment, turn its modes and start order into
    an exact schedule with the serial SGS, and accept it if it matches the MIP's makespan (no
-   more cores were busy than exist); else re-solve with capacity rows for the core types
-   that were over-subscribed (:mod:`ilp.formulation`).
+   more units of a resource were busy than exist); else re-solve with capacity rows for the
+   resource kinds that were over-subscribed (:mod:`ilp.formulation`).
 
 Each part has its own wall-clock budget, shared by the search and the MIP; on timeout the
 best feasible schedule is returned with status ``time_limit`` (or ``list_schedule`` when the
@@ -38,8 +38,9 @@ from ilp.branch import branch_and_bound
 from ilp.formulation import SOLVERS, check_solver, solve_ilp
 from ilp.listsched import improve, initial_schedule, lower_bound, makespan, serial_sgs, structure
 from ilp.lpbound import collapsed_lower_bound
-from ilp.problem import PARALLEL, SINGLE, Problem, build_problem, demand, uses
+from ilp.problem import CORE_KINDS, PARALLEL, SINGLE, Problem, build_problem
 from ilp.symmetry import canonical, symmetry
+from ilp.usage import unit_ids, utilisation
 from phaze.errors import ConfigError, SolverError
 
 __all__ = [
@@ -52,16 +53,16 @@ __all__ = [
     "DEFAULT_SEARCH_NODES",
     "HEURISTIC",
     "SCHEDULERS",
+    "clear_caches",
 ]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S: Final = 1.0  # wall seconds per independent part of a graph (sweep-sized)
 DEFAULT_MIP_GAP: Final = 1e-4  # relative (HiGHS's default): far below the cost model's error
-# Branch-and-bound nodes per part (about 30 us each on a 17-op part, more on larger ones;
-# dominated children are not counted): proves the dense blocks' forward parts (17-19 ops)
-# in hundreds to a few thousand (benchmarks/bench_ilp.py), and leaves a MIP time within a
-# 1 s limit where it does not.
+# Branch-and-bound nodes per part (dominated children are not counted): enough to prove the
+# dense blocks' forward parts, and small enough to leave a MIP time within a 1 s limit
+# where it does not.
 DEFAULT_SEARCH_NODES: Final = 10_000
 # The deterministic, MIP-free mode: the list schedule with local search, exact whenever it
 # meets the lower bound (chains, and whatever the bound proves), else with its gap recorded.
@@ -92,9 +93,11 @@ class Schedule:
     ``start_s``/``duration_s`` are per node; ``parallel`` holds the nodes run intra-op
     parallel; ``cores[node]`` is (tensor cores, vector cores) the node holds (a parallel op
     holds every core of its type, and every core at all when parallel ops block everything);
-    ``core_ids[node]`` names them ("TC3", "TC0+VC1", "TC0-7", "" for ``Nop``).
-    Utilisation is the share of a type's cores doing work: peak over time and average over
-    the makespan. ``gap`` is (makespan - best lower bound) / makespan. ``wall_s`` is the
+    ``core_ids[node]`` names the units of the kinds it works on ("TC3", "TC0+VC1", "TC0-7",
+    "" for ``Nop``). ``capacity`` is the units of every resource kind. Utilisation is the
+    share of a kind's units doing work (held by ops of that kind in their single mode's
+    kinds): peak over time and average over the makespan, per kind in ``utilisation`` and
+    ``peak_utilisation``, and for the cores in the ``tc_``/``vc_`` fields. ``gap`` is (makespan - best lower bound) / makespan. ``wall_s`` is the
     time the solve took when first computed (schedules are cached by content).
     """
 
@@ -111,6 +114,9 @@ class Schedule:
     vc_utilisation: float
     tc_peak_utilisation: float
     vc_peak_utilisation: float
+    capacity: Mapping[str, int]
+    utilisation: Mapping[str, float]
+    peak_utilisation: Mapping[str, float]
     solver: str
     status: ScheduleStatus
     method: Method
@@ -145,9 +151,10 @@ def solve_schedule(
     mip_gap: float = DEFAULT_MIP_GAP,
     parallel_blocks_all: bool = True,
     search_nodes: int = DEFAULT_SEARCH_NODES,
+    resources: Mapping[str, int] | None = None,
 ) -> Schedule:
     """The minimum-makespan schedule of ``graph`` on ``num_tc`` tensor and ``num_vc``
-    vector cores.
+    vector cores (and the further ``resources``).
 
     Parameters
     ----------
@@ -171,6 +178,10 @@ def solve_schedule(
         part the list schedule does not prove optimal, before any MIP (0: none). Within the
         budget it proves the optimum, deterministically; the MIP solvers also stop it at
         ``time_limit_s``.
+    resources
+        Further resource kinds beside the cores, with their units (e.g. ``{"channel": 1}``).
+        A node's optional ``demand`` attribute maps some of them to the units it holds
+        while it runs, in either mode (a parallel op that blocks everything holds them all).
 
     Raises
     ------
@@ -198,7 +209,9 @@ def solve_schedule(
         raise ConfigError("; ".join(problems))
     if solver != HEURISTIC:
         check_solver(solver)
-    contracted = build_problem(graph, num_tc, num_vc, parallel_blocks_all=parallel_blocks_all)
+    contracted = build_problem(
+        graph, num_tc, num_vc, parallel_blocks_all=parallel_blocks_all, resources=resources
+    )
     result = _solve(
         contracted.problem, solver, float(time_limit_s), float(mip_gap), int(search_nodes)
     )
@@ -282,13 +295,19 @@ def _solve(
     )
 
 
+def clear_caches() -> None:
+    """Forget every cached solve, so the next ones run cold (benchmarks, tests)."""
+    _solve.cache_clear()
+    _solve_part.cache_clear()
+
+
 def _sub_problem(problem: Problem, lo: int, hi: int) -> Problem:
     """Ops lo..hi-1 (a contiguous run in topological order) with the edges among them."""
     return Problem(
-        num_tc=problem.num_tc,
-        num_vc=problem.num_vc,
+        kinds=problem.kinds,
+        capacity=problem.capacity,
         parallel_blocks_all=problem.parallel_blocks_all,
-        core=problem.core[lo:hi],
+        need=(problem.need[SINGLE][lo:hi], problem.need[PARALLEL][lo:hi]),
         single_s=problem.single_s[lo:hi],
         parallel_s=problem.parallel_s[lo:hi],
         can_parallel=problem.can_parallel[lo:hi],
@@ -375,7 +394,7 @@ def _solve_part(
         status = ScheduleStatus.TIME_LIMIT  # over-subscribed: not a schedule yet
         over = _oversubscribed(problem, out.modes, out.start) - assign
         if not over:
-            over = frozenset(("TC", "VC")) - assign
+            over = frozenset(problem.kinds) - assign
         if not over:
             # Only solver tolerances can get here: keep the exact schedule, unproven.
             logger.warning(
@@ -441,22 +460,24 @@ def _solve_with_fallback(problem, st, best, lb, assign, solver, deadline, mip_ga
 
 
 def _oversubscribed(problem: Problem, modes, start) -> frozenset[str]:
-    """Core types with more single-core ops running at once than cores, by the MIP's times
-    (overlaps shorter than a relative tolerance are ignored)."""
+    """Resource kinds with more units held at once than exist, by the MIP's times (overlaps
+    shorter than a relative tolerance are ignored)."""
     tol = _TOL * max(
         (start[i] + problem.duration(i, modes[i]) for i in range(problem.n)), default=0
     )
     over = set()
-    for r, cap in (("TC", problem.num_tc), ("VC", problem.num_vc)):
+    for k, r in enumerate(problem.kinds):
         events = []
         for i in range(problem.n):
-            if modes[i] == SINGLE and uses(problem.core[i])[r == "VC"]:
-                events.append((start[i] + tol, 1))
-                events.append((start[i] + problem.duration(i, SINGLE) - tol, -1))
+            held = problem.need[modes[i]][i][k]
+            # Split ops holding every unit are kept apart by the MIP's ordering rows.
+            if held and (modes[i] == SINGLE or held < problem.capacity[k]):
+                events.append((start[i] + tol, held))
+                events.append((start[i] + problem.duration(i, modes[i]) - tol, -held))
         busy = 0
         for _, step in sorted(events, key=lambda e: (e[0], e[1])):
             busy += step
-            if busy > cap:
+            if busy > problem.capacity[k]:
                 over.add(r)
                 break
     return frozenset(over)
@@ -470,97 +491,48 @@ def _assemble(
     result: _Result,
     time_limit_s: float,
 ) -> Schedule:
-    """Map an index-space result back onto the graph's nodes, with energy and cores."""
+    """Map an index-space result back onto the graph's nodes, with energy and resources."""
     start = {v: result.start[i] for i, v in enumerate(nodes)}
     duration = {v: problem.duration(i, result.modes[i]) for i, v in enumerate(nodes)}
-    held = {v: demand(problem, i, result.modes[i]) for i, v in enumerate(nodes)}
+    held = {v: problem.need[result.modes[i]][i] for i, v in enumerate(nodes)}
+    own = {v: problem.need[SINGLE][i] for i, v in enumerate(nodes)}
     mode = {v: result.modes[i] for i, v in enumerate(nodes)}
+    nothing = (0,) * len(problem.kinds)
     for v, m, preds in zero:  # in topological order: predecessors are already placed
         start[v] = max((start[p] + duration[p] for p in preds), default=0.0)
         duration[v] = 0.0
-        held[v] = (0, 0)
+        held[v] = own[v] = nothing
         mode[v] = m
     attrs = graph.nodes
     energy = 0.0
     for v in graph.nodes:
         key = "parallel_energy_j" if mode[v] == PARALLEL else "energy_j"
         energy += float(attrs[v].get(key, attrs[v].get("energy_j", 0.0)))
-    ids = _core_ids(graph, start, duration, mode, problem.num_tc, problem.num_vc)
-    util = _utilisation(graph, start, duration, mode, problem, result.makespan_s)
-    ordered = [v for v in graph.nodes]
+    ordered = list(graph.nodes)
+    ids = unit_ids(ordered, start, duration, mode, own, problem)
+    util, peak = utilisation(ordered, start, duration, mode, own, problem, result.makespan_s)
+    tc, vc = (problem.kinds.index(k) for k in CORE_KINDS)
     return Schedule(
         makespan_s=result.makespan_s,
         energy_j=energy,
         start_s=MappingProxyType({v: start[v] for v in ordered}),
         duration_s=MappingProxyType({v: duration[v] for v in ordered}),
         parallel=frozenset(v for v in ordered if mode[v] == PARALLEL),
-        cores=MappingProxyType({v: held[v] for v in ordered}),
+        cores=MappingProxyType({v: (held[v][tc], held[v][vc]) for v in ordered}),
         core_ids=MappingProxyType({v: ids[v] for v in ordered}),
-        num_tc=problem.num_tc,
-        num_vc=problem.num_vc,
-        tc_utilisation=util[0],
-        vc_utilisation=util[1],
-        tc_peak_utilisation=util[2],
-        vc_peak_utilisation=util[3],
+        num_tc=problem.capacity[tc],
+        num_vc=problem.capacity[vc],
+        tc_utilisation=util[tc],
+        vc_utilisation=util[vc],
+        tc_peak_utilisation=peak[tc],
+        vc_peak_utilisation=peak[vc],
+        capacity=MappingProxyType(dict(zip(problem.kinds, problem.capacity, strict=True))),
+        utilisation=MappingProxyType(dict(zip(problem.kinds, util, strict=True))),
+        peak_utilisation=MappingProxyType(dict(zip(problem.kinds, peak, strict=True))),
         solver=result.solver,
         status=result.status,
         method=result.method,
         gap=result.gap,
         wall_s=result.wall_s,
         time_limit_s=float(time_limit_s),
-    )
-
-
-def _core_ids(graph, start, duration, mode, num_tc, num_vc) -> dict[Hashable, str]:
-    """Label each node's cores: single ops get the lowest free core of each type they use
-    (greedy by start time, which never needs more cores than are busy at once)."""
-    ids: dict[Hashable, str] = {}
-    free_at = {"TC": [0.0] * num_tc, "VC": [0.0] * num_vc}
-    for v in sorted(graph.nodes, key=lambda v: (start[v], duration[v] > 0)):
-        core = graph.nodes[v]["core"]
-        tc, vc = uses(core)
-        if core == "Nop" or duration[v] == 0:
-            ids[v] = ""
-            continue
-        parts = []
-        for r, on, cap in (("TC", tc, num_tc), ("VC", vc, num_vc)):
-            if not on:
-                continue
-            if mode[v] == PARALLEL:
-                parts.append(f"{r}0-{cap - 1}" if cap > 1 else f"{r}0")
-                continue
-            c = next(c for c, f in enumerate(free_at[r]) if f <= start[v])
-            free_at[r][c] = start[v] + duration[v]
-            parts.append(f"{r}{c}")
-        ids[v] = "+".join(parts)
-    return ids
-
-
-def _utilisation(graph, start, duration, mode, problem: Problem, span: float):
-    """(average TC, average VC, peak TC, peak VC) share of cores doing work."""
-    if span <= 0:
-        return 0.0, 0.0, 0.0, 0.0
-    caps = (problem.num_tc, problem.num_vc)
-    work = [0.0, 0.0]
-    events: list[tuple[float, int, int, int]] = []
-    for v in graph.nodes:
-        if duration[v] <= 0:
-            continue
-        use = uses(graph.nodes[v]["core"])
-        busy = [caps[k] if mode[v] == PARALLEL else 1 for k in range(2)]
-        for k in range(2):
-            if use[k]:
-                work[k] += busy[k] * duration[v]
-                events.append((start[v], 1, k, busy[k]))
-                events.append((start[v] + duration[v], 0, k, -busy[k]))
-    peak = [0, 0]
-    now = [0, 0]
-    for _, _, k, step in sorted(events):
-        now[k] += step
-        peak[k] = max(peak[k], now[k])
-    return (
-        work[0] / (caps[0] * span),
-        work[1] / (caps[1] * span),
-        peak[0] / caps[0],
-        peak[1] / caps[1],
     )

@@ -1,14 +1,14 @@
 """Interchangeable ops and branches of a problem, for symmetry-breaking constraints.
 
 Layer graphs repeat structure: attention head groups, MoE experts, the gate and up GEMMs of
-a SwiGLU. Swapping two such parts is an automorphism of the DAG that keeps every op's core
-and durations, so it maps any schedule to one with the same makespan. The MIP may therefore
+a SwiGLU. Swapping two such parts is an automorphism of the DAG that keeps every op's
+resource demands and durations, so it maps any schedule to one with the same makespan. The MIP may therefore
 demand, without losing optimality:
 
-* twins (same core, durations, predecessors and successors) start in index order;
+* twins (same demands, durations, predecessors and successors) start in index order;
 * interchangeable branches start (at a chosen op of each) in index order, where a branch is
-  a connected set of ops whose colour (Weisfeiler-Leman refinement of core, durations and
-  neighbours) is shared with other ops, not counting hubs (ops with two neighbours of one
+  a connected set of ops whose colour (Weisfeiler-Leman refinement of demands, durations
+  and neighbours) is shared with other ops, not counting hubs (ops with two neighbours of one
   colour on one side, which fan out to several branches), and two branches are
   interchangeable when the colour-preserving map between them keeps every edge inside and
   every neighbour outside.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ilp.listsched import structure
-from ilp.problem import Problem
+from ilp.problem import PARALLEL, SINGLE, Problem
 
 __all__ = ["Symmetry", "symmetry", "canonical"]
 
@@ -53,7 +53,13 @@ def _colours(problem: Problem) -> list[int]:
     ids: dict[tuple, int] = {}
     colour = [
         ids.setdefault(
-            (problem.core[i], problem.single_s[i], problem.parallel_s[i], problem.can_parallel[i]),
+            (
+                problem.need[SINGLE][i],
+                problem.need[PARALLEL][i],
+                problem.single_s[i],
+                problem.parallel_s[i],
+                problem.can_parallel[i],
+            ),
             len(ids),
         )
         for i in range(n)

@@ -20,6 +20,7 @@ import networkx as nx
 
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.perf import op_costs
+from ilp.problem import CORE_KINDS
 from ilp.schedule import (
     DEFAULT_MIP_GAP,
     DEFAULT_SEARCH_NODES,
@@ -37,7 +38,9 @@ __all__ = ["PassTiming", "LayerTiming", "costed_graph", "pass_schedule", "layer_
 class PassTiming:
     """One pass (forward, backward or recompute) of one distinct layer on one design.
 
-    Utilisations are average shares of each core type busy over the makespan. ``status``,
+    Utilisations are average shares of each core type busy over the makespan, and
+    ``utilisation_by_kind`` the same for every resource kind, as (kind, share) pairs (hashable
+    like the rest; ``dict()`` of it is the mapping). ``status``,
     ``method`` and ``gap`` say how exact the schedule is (see :class:`ilp.Schedule`).
     ``energy_j`` sums the ops' energies (each with the chip's static power over its own
     latency); ``compute_j``/``memory_j``/``network_j`` split the dynamic energy alone (ops in
@@ -57,6 +60,7 @@ class PassTiming:
     gap: float
     wall_s: float
     time_limit_s: float
+    utilisation_by_kind: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def from_schedule(cls, s: Schedule, graph: nx.DiGraph) -> PassTiming:
@@ -79,6 +83,7 @@ class PassTiming:
             gap=s.gap,
             wall_s=s.wall_s,
             time_limit_s=s.time_limit_s,
+            utilisation_by_kind=tuple(s.utilisation.items()),
         )
 
 
@@ -136,10 +141,13 @@ def _schedule(
     mip_gap: float,
     search_nodes: int,
 ) -> Schedule:
+    capacity = dict(acc.resources)
+    further = {k: v for k, v in capacity.items() if k not in CORE_KINDS}
     return solve_schedule(
         costed,
-        acc.num_tc,
-        acc.num_vc,
+        capacity["TC"],
+        capacity["VC"],
+        resources=further,
         solver=solver,
         time_limit_s=time_limit_s,
         mip_gap=mip_gap,

@@ -1,0 +1,243 @@
+"""Independent oracles for the ilp tests: a brute-force optimum, a schedule checker, and
+random op graphs. Nothing here imports the scheduler's internals.
+
+The brute force enumerates every precedence-feasible order x every mode of every op (also
+dominated ones), placing each op at its earliest feasible start (serial schedule
+generation, which reaches an optimal schedule over all orders; Kolisch, EJOR 1996), pruning
+branches already no better than the best found. Resources are a capacity per kind (the
+tensor cores "TC", the vector cores "VC" and any further kinds); a node's ``demand``
+attribute adds units of the further kinds, held in either mode.
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import pytest
+from hypothesis import strategies as st
+
+from ilp import DEFAULT_MIP_GAP, ScheduleStatus, solve_schedule
+
+__all__ = [
+    "CORES",
+    "US",
+    "assert_optimal",
+    "branchy",
+    "brute_force",
+    "check_schedule",
+    "dags",
+    "graph",
+    "held",
+    "run_exact",
+]
+
+CORES = ("TC", "VC", "TCandVC", "Nop")
+US = 1e-6  # latencies in microseconds, to exercise the solver's scaling
+
+
+def held(attrs, parallel, caps, blocks_all):
+    """Units of each kind in ``caps`` an op with node ``attrs`` holds in the given mode."""
+    core = attrs["core"]
+    extra = attrs.get("demand", {})
+    units = {k: extra.get(k, 0) for k in caps}
+    if core == "Nop":
+        return units
+    if parallel and blocks_all:
+        return dict(caps)
+    for kind, on in (("TC", core in ("TC", "TCandVC")), ("VC", core in ("VC", "TCandVC"))):
+        if on:
+            units[kind] = caps[kind] if parallel else 1
+    return units
+
+
+def _fits(placed, start, dur, need, caps):
+    """Do ops in ``placed`` (start, dur, units) leave room for ``need`` on [start, start+dur)?"""
+    if dur == 0:
+        return True
+    points = [start] + [s for s, _, _ in placed if start < s < start + dur]
+    for p in points:
+        for kind, cap in caps.items():
+            used = need[kind] + sum(u[kind] for s, d, u in placed if s <= p < s + d)
+            if used > cap:
+                return False
+    return True
+
+
+def _caps(num_tc, num_vc, resources):
+    return {"TC": num_tc, "VC": num_vc, **(resources or {})}
+
+
+def brute_force(g, num_tc, num_vc, blocks_all=True, resources=None):
+    """Optimal makespan by exhaustive search over orders x modes (with bound pruning)."""
+    nodes = list(g.nodes)
+    caps = _caps(num_tc, num_vc, resources)
+    modes = {v: ((False,) if g.nodes[v]["core"] == "Nop" else (False, True)) for v in nodes}
+    best = [math.inf]
+
+    def dur(v, par):
+        a = g.nodes[v]
+        return a["parallel_latency_s"] if par else a.get("latency_s", 0.0)
+
+    def twin_key(v):
+        a = g.nodes[v]
+        attrs = tuple(sorted((k, repr(x)) for k, x in a.items() if "energy" not in k))
+        return attrs, frozenset(g.predecessors(v)), frozenset(g.successors(v))
+
+    # Ops with equal costs, demands, predecessors and successors are interchangeable: a
+    # completion that lists one first maps onto one that lists the other first.
+    twin = {v: twin_key(v) for v in nodes}
+
+    def rec(done, placed, finish, span):
+        if span >= best[0] * (1 - 1e-12) and len(done) < len(nodes):
+            return
+        if len(done) == len(nodes):
+            best[0] = min(best[0], span)
+            return
+        tried = set()
+        for v in nodes:
+            if v in done or any(p not in done for p in g.predecessors(v)) or twin[v] in tried:
+                continue
+            tried.add(twin[v])
+            est = max((finish[p] for p in g.predecessors(v)), default=0.0)
+            for par in modes[v]:
+                d = dur(v, par)
+                need = held(g.nodes[v], par, caps, blocks_all)
+                cands = sorted({est} | {s + dd for s, dd, _ in placed if s + dd > est})
+                c = next(c for c in cands if _fits(placed, c, d, need, caps))
+                rec(done | {v}, placed + [(c, d, need)], {**finish, v: c + d}, max(span, c + d))
+
+    rec(frozenset(), [], {}, 0.0)
+    return best[0] if nodes else 0.0
+
+
+def check_schedule(g, s, num_tc, num_vc, blocks_all=True, resources=None):
+    """Independent checks: modes and durations, precedence, units of every kind at every
+    instant, per-core labels, makespan, energy, utilisation."""
+    eps = 1e-12
+    caps = _caps(num_tc, num_vc, resources)
+    assert dict(s.capacity) == caps
+    assert set(s.start_s) == set(g.nodes)
+    energy = 0.0
+    intervals = []
+    for v, a in g.nodes(data=True):
+        par = v in s.parallel
+        d = s.duration_s[v]
+        assert s.start_s[v] >= 0
+        if a["core"] == "Nop":
+            assert not par and d == a.get("latency_s", 0.0)
+        else:
+            assert d == (a["parallel_latency_s"] if par else a["latency_s"]) or d == 0.0
+        if d > 0:
+            need = held(a, par, caps, blocks_all)
+            assert s.cores[v] == (need["TC"], need["VC"]), (v, s.cores[v], need)
+            intervals.append((s.start_s[v], s.start_s[v] + d, need, s.core_ids[v], par))
+        energy += a.get("parallel_energy_j" if par else "energy_j", 0.0)
+    for u, v in g.edges:
+        assert s.start_s[u] + s.duration_s[u] <= s.start_s[v] + eps, (u, v)
+    for t0, _, _, _, _ in intervals:
+        for kind, cap in caps.items():
+            used = sum(n[kind] for a, b, n, _, _ in intervals if a <= t0 < b)
+            assert used <= cap, (t0, kind, used)
+    singles = [
+        (a, b, set(lbl.replace(",", "+").split("+")))
+        for a, b, _, lbl, par in intervals
+        if not par and lbl
+    ]
+    for k, (a, b, lab) in enumerate(singles):
+        for a2, b2, lab2 in singles[k + 1 :]:
+            if lab & lab2:
+                assert b <= a2 + eps or b2 <= a + eps, (lab, lab2)
+    ends = [s.start_s[v] + s.duration_s[v] for v in g.nodes]
+    assert s.makespan_s == pytest.approx(max(ends, default=0.0), rel=1e-12, abs=1e-15)
+    assert s.energy_j == pytest.approx(energy, rel=1e-9, abs=1e-15)
+    shares = (s.tc_utilisation, s.vc_utilisation, s.tc_peak_utilisation, s.vc_peak_utilisation)
+    for x in (*shares, *s.utilisation.values(), *s.peak_utilisation.values()):
+        assert 0.0 <= x <= 1.0 + 1e-9
+    assert (s.utilisation["TC"], s.utilisation["VC"]) == shares[:2]
+
+
+@st.composite
+def dags(draw, max_ops=6, channel=0):
+    """Random op graphs of up to ``max_ops`` ops; with ``channel`` > 0, some ops (``Nop``
+    collectives among them) hold 1..``channel`` units of a further kind "channel"."""
+    n = draw(st.integers(1, max_ops))
+    g = nx.DiGraph()
+    for i in range(n):
+        core = draw(st.sampled_from(CORES))
+        lat = draw(st.integers(0 if core == "Nop" else 1, 9)) * US
+        attrs = {"core": core, "latency_s": lat, "energy_j": float(i + 1)}
+        if core != "Nop":
+            attrs["parallel_latency_s"] = draw(st.integers(1, 9)) * US
+            attrs["parallel_energy_j"] = float(10 * (i + 1))
+        if channel and draw(st.booleans()):
+            attrs["demand"] = {"channel": draw(st.integers(1, channel))}
+        g.add_node(f"op{i}", **attrs)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if draw(st.booleans()) and draw(st.booleans()):
+                g.add_edge(f"op{i}", f"op{j}")
+    return g
+
+
+@st.composite
+def branchy(draw):
+    """A fork, k copies of one random branch (a short chain or a diamond-free pair), a
+    join, and maybe a side op: the symmetry-breaking constraints get exercised."""
+    g = nx.DiGraph()
+    g.add_node("fork", core="VC", latency_s=1 * US, parallel_latency_s=1 * US)
+    g.add_node("join", core="VC", latency_s=1 * US, parallel_latency_s=1 * US)
+    copies = draw(st.integers(2, 3))
+    length = draw(st.integers(1, 2 if copies == 2 else 1))
+    spec = [
+        (draw(st.sampled_from(CORES[:3])), draw(st.integers(1, 9)), draw(st.integers(1, 9)))
+        for _ in range(length)
+    ]
+    for c in range(copies):
+        prev = "fork"
+        for k, (core, lat, par) in enumerate(spec):
+            name = f"b{c}.{k}"
+            g.add_node(name, core=core, latency_s=lat * US, parallel_latency_s=par * US)
+            g.add_edge(prev, name)
+            prev = name
+        g.add_edge(prev, "join")
+    if draw(st.booleans()):
+        g.add_node(
+            "side",
+            core="TC",
+            latency_s=draw(st.integers(1, 9)) * US,
+            parallel_latency_s=draw(st.integers(1, 9)) * US,
+        )
+        g.add_edge("fork", "side")
+    return g
+
+
+def graph(spec, edges=()):
+    """An op graph from (name, core, latency_s, parallel_latency_s) rows and edges."""
+    g = nx.DiGraph()
+    for name, core, lat, par in spec:
+        g.add_node(name, core=core, latency_s=lat, parallel_latency_s=par)
+    g.add_edges_from(edges)
+    return g
+
+
+def assert_optimal(makespan, best):
+    """Feasible schedules cannot beat the optimum; the solver stops within its MIP gap."""
+    assert best * (1 - 1e-9) <= makespan <= best * (1 + DEFAULT_MIP_GAP) + 1e-15
+
+
+def run_exact(g, num_tc, num_vc, blocks_all, resources=None, **kw):
+    """Solve, check the schedule, and compare its makespan with the brute force."""
+    s = solve_schedule(
+        g,
+        num_tc,
+        num_vc,
+        parallel_blocks_all=blocks_all,
+        time_limit_s=60.0,
+        resources=resources,
+        **kw,
+    )
+    check_schedule(g, s, num_tc, num_vc, blocks_all, resources)
+    assert s.status == ScheduleStatus.OPTIMAL
+    assert_optimal(s.makespan_s, brute_force(g, num_tc, num_vc, blocks_all, resources))
+    return s

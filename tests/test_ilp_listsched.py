@@ -1,0 +1,176 @@
+"""The list schedules against independent checks: serial and parallel schedule
+generation, resumption and cutoffs, and double justification."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from ilp_oracle import check_schedule, dags, graph
+
+from ilp import Method, ScheduleStatus, solve_schedule
+from ilp.listsched import (
+    initial_schedule,
+    justify,
+    makespan,
+    parallel_sgs,
+    place,
+    placing_order,
+    serial_sgs,
+    structure,
+)
+from ilp.problem import PARALLEL, SINGLE, build_problem
+
+
+def _in_use(problem, modes, start, dur, t):
+    """Units of each kind held at instant t by the ops running then."""
+    used = [0] * len(problem.capacity)
+    for i in range(problem.n):
+        if dur[i] > 0 and start[i] <= t < start[i] + dur[i]:
+            for k, u in enumerate(problem.need[modes[i]][i]):
+                used[k] += u
+    return used
+
+
+def _check_problem_schedule(problem, modes, start):
+    """Precedence and capacity of an index-space schedule, checked at every start."""
+    dur = [problem.duration(i, modes[i]) for i in range(problem.n)]
+    for i, j in problem.edges:
+        assert start[i] + dur[i] <= start[j] * (1 + 1e-12) + 1e-15, (i, j)
+    for t in start:
+        used = _in_use(problem, modes, start, dur, t)
+        assert all(u <= c for u, c in zip(used, problem.capacity, strict=True))
+
+
+@st.composite
+def moded_problems(draw):
+    """A problem of up to 7 ops on 1-4 cores of each type and maybe a channel of 1-2 units,
+    with random modes and a random priority per op."""
+    channel = draw(st.integers(0, 2))
+    g = draw(dags(max_ops=7, channel=channel))
+    num_tc, num_vc = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    problem = build_problem(
+        g,
+        num_tc,
+        num_vc,
+        parallel_blocks_all=draw(st.booleans()),
+        resources={"channel": channel} if channel else None,
+    ).problem
+    rnd = draw(st.randoms(use_true_random=False))
+    modes = tuple(
+        PARALLEL if problem.can_parallel[i] and rnd.random() < 0.5 else SINGLE
+        for i in range(problem.n)
+    )
+    return problem, modes, tuple(rnd.random() for _ in range(problem.n))
+
+
+@settings(max_examples=200, deadline=None)
+@given(moded_problems())
+def test_justification_keeps_schedules_feasible_and_never_longer(drawn):
+    problem, modes, rank = drawn
+    start = serial_sgs(problem, modes, rank)
+    justified, span = justify(problem, modes, start)
+    _check_problem_schedule(problem, modes, justified)
+    assert span == makespan(problem, modes, justified)
+    assert span <= makespan(problem, modes, start) * (1 + 1e-12)
+
+
+def test_justification_closes_a_list_schedules_gap():
+    """Ops of 1, 2 and 3 s on two cores, listed shortest first: 1 and 2 start at 0, 3 waits
+    for the first core (makespan 4). Right-justified, 3 goes first; left again, the ops pack
+    into 3 s."""
+    g = graph([("a", "TC", 1.0, 1.0), ("b", "TC", 2.0, 2.0), ("c", "TC", 3.0, 3.0)])
+    problem = build_problem(g, 2, 1).problem
+    modes = (SINGLE,) * 3
+    start = serial_sgs(problem, modes, problem.single_s)
+    assert makespan(problem, modes, start) == 4.0
+    justified, span = justify(problem, modes, start)
+    assert span == 3.0
+    _check_problem_schedule(problem, modes, justified)
+
+
+@settings(max_examples=200, deadline=None)
+@given(moded_problems(), st.randoms(use_true_random=False))
+def test_serial_sgs_resumed_midway_equals_a_full_run(drawn, rnd):
+    """The local search re-schedules a trial from the state the incumbent's schedule had
+    before the first op whose mode the trial flips; that must be the trial's whole schedule."""
+    problem, modes, rank = drawn
+    assume(problem.n > 0)
+    order = placing_order(problem, rank)
+    states = []
+    place(problem, modes, order, record=states)
+    flipped = list(modes)
+    first = rnd.randrange(problem.n)
+    for k in range(first, problem.n):
+        i = order[k]
+        if problem.can_parallel[i] and rnd.random() < 0.5:
+            flipped[i] = 1 - flipped[i]
+    whole = place(problem, flipped, order)
+    assert whole[0] == serial_sgs(problem, flipped, rank)
+    for _ in range(2):  # resuming leaves the recorded state as it was
+        assert place(problem, flipped, order, first, states[first]) == whole
+
+
+@settings(max_examples=200, deadline=None)
+@given(moded_problems(), st.sampled_from((0.5, 1 - 1e-9, 1.0, 1 + 1e-9, 1.5)))
+def test_serial_sgs_with_a_cutoff_stops_only_schedules_that_reach_it(drawn, share):
+    """The local search passes its incumbent's makespan as a cutoff: a schedule shorter
+    than the cutoff comes out whole, and one that reaches it comes out as ``((), inf)``."""
+    problem, modes, rank = drawn
+    assume(problem.n > 0)
+    order = placing_order(problem, rank)
+    whole = place(problem, modes, order)
+    cutoff = whole[1] * share
+    cut = place(problem, modes, order, cutoff=cutoff)
+    # The check is shaded by rounding's worth: just at the cutoff either outcome is right.
+    assume(whole[1] < cutoff or whole[1] * (1 - 1e-12) >= cutoff)
+    if whole[1] < cutoff:
+        assert cut == whole
+    else:
+        assert cut == ((), math.inf)
+
+
+@settings(max_examples=200, deadline=None)
+@given(moded_problems())
+def test_parallel_sgs_builds_feasible_non_delay_schedules(drawn):
+    """Feasible, and no op waits while its predecessors are done and its cores are free: at
+    its earliest start and at every start or finish before its own start, the cores in use
+    then leave too few for it."""
+    problem, modes, rank = drawn
+    start, span = parallel_sgs(problem, modes, rank)
+    _check_problem_schedule(problem, modes, start)
+    assert span == makespan(problem, modes, start)
+    dur = [problem.duration(i, modes[i]) for i in range(problem.n)]
+    events = {t for i in range(problem.n) for t in (start[i], start[i] + dur[i])}
+    for j in range(problem.n):
+        ready = max((start[i] + dur[i] for i, k in problem.edges if k == j), default=0.0)
+        need = problem.need[modes[j]][j]
+        for t in {ready} | {t for t in events if ready < t < start[j]}:
+            if t >= start[j]:
+                continue
+            used = _in_use(problem, modes, start, dur, t)
+            assert any(u + n > c for u, n, c in zip(used, need, problem.capacity, strict=True)), (
+                j,
+                t,
+            )
+
+
+def test_parallel_sgs_keeps_the_bottleneck_busy():
+    """One tensor and one vector core: a (VC, 1 s) feeds b (TC, 5 s); c (TC, 4 s) is free.
+    Longest path first, the serial SGS places a, then b after it, and c (too long for the
+    1 s gap before b) after b: 10 s. The parallel SGS starts c beside a at 0 and b when the
+    tensor core frees: 9 s, the tensor core's work, so the list schedule is proven optimal
+    without a search."""
+    g = graph([("a", "VC", 1.0, 1.0), ("b", "TC", 5.0, 5.0), ("c", "TC", 4.0, 4.0)], [("a", "b")])
+    problem = build_problem(g, 1, 1).problem
+    st_ = structure(problem)
+    by_tail = tuple(-(problem.single_s[i] + st_.tail[i]) for i in range(problem.n))
+    modes = (SINGLE,) * 3
+    assert makespan(problem, modes, serial_sgs(problem, modes, by_tail)) == 10.0
+    assert parallel_sgs(problem, modes, by_tail)[1] == 9.0
+    assert initial_schedule(problem, 0.0)[2] == 9.0
+    s = solve_schedule(g, 1, 1, solver="list", search_nodes=0)
+    assert s.makespan_s == 9.0 and s.method == Method.BOUND
+    assert s.status == ScheduleStatus.OPTIMAL
+    check_schedule(g, s, 1, 1)

@@ -1,0 +1,139 @@
+"""Resources as data: a further resource kind (a communication channel some ops hold)
+beside the cores, checked against the brute force of ``ilp_oracle`` for the list schedule's
+feasibility and the search's and the MIP's optimality."""
+
+from __future__ import annotations
+
+from unittest.mock import patch
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ilp_oracle import assert_optimal, brute_force, check_schedule, dags, graph, run_exact
+
+from arch_space.presets import preset
+from ilp import formulation, schedule, solve_schedule
+from ilp.branch import branch_and_bound
+from ilp.listsched import makespan, structure
+from ilp.problem import SINGLE, build_problem
+from phaze.errors import ConfigError
+
+
+def _channelled(g, units):
+    """``g`` with every op's channel demand at most ``units``."""
+    for _, a in g.nodes(data=True):
+        if "demand" in a:
+            a["demand"] = {"channel": min(a["demand"]["channel"], units)}
+    return g
+
+
+cases = st.tuples(
+    dags(channel=2), st.integers(1, 3), st.integers(1, 3), st.integers(1, 2), st.booleans()
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases)
+def test_list_schedule_with_a_channel_is_feasible(case):
+    g, num_tc, num_vc, units, blocks_all = case
+    resources = {"channel": units}
+    g = _channelled(g, units)
+    s = solve_schedule(
+        g,
+        num_tc,
+        num_vc,
+        solver="list",
+        search_nodes=0,
+        parallel_blocks_all=blocks_all,
+        resources=resources,
+    )
+    check_schedule(g, s, num_tc, num_vc, blocks_all, resources)
+    best = brute_force(g, num_tc, num_vc, blocks_all, resources)
+    assert s.makespan_s >= best * (1 - 1e-9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases)
+def test_search_with_a_channel_is_exact(case):
+    g, num_tc, num_vc, units, blocks_all = case
+    run_exact(_channelled(g, units), num_tc, num_vc, blocks_all, {"channel": units}, solver="list")
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases)
+def test_search_from_a_serial_schedule_with_a_channel_finds_the_optimum(case):
+    g, num_tc, num_vc, units, blocks_all = case
+    resources = {"channel": units}
+    g = _channelled(g, units)
+    problem = build_problem(
+        g, num_tc, num_vc, parallel_blocks_all=blocks_all, resources=resources
+    ).problem
+    start, t = [], 0.0
+    for i in range(problem.n):
+        start.append(t)
+        t += problem.single_s[i]
+    serial = ((SINGLE,) * problem.n, tuple(start), t)
+    found = branch_and_bound(problem, structure(problem), serial, 1e-9, 10**6)
+    assert found.proven
+    assert_optimal(found.makespan_s, brute_force(g, num_tc, num_vc, blocks_all, resources))
+    assert makespan(problem, found.modes, found.start) == pytest.approx(found.makespan_s)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases)
+def test_mip_with_a_channel_is_exact(case):
+    g, num_tc, num_vc, units, blocks_all = case
+    run_exact(_channelled(g, units), num_tc, num_vc, blocks_all, {"channel": units}, search_nodes=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(cases)
+def test_mip_with_per_unit_assignment_and_a_channel_is_exact(case):
+    """Force the z-variable assignment (instead of antichain rows) for every kind."""
+    g, num_tc, num_vc, units, blocks_all = case
+    schedule.clear_caches()
+    with patch.object(formulation, "MAX_ANTICHAINS", -1):
+        run_exact(
+            _channelled(g, units), num_tc, num_vc, blocks_all, {"channel": units}, search_nodes=0
+        )
+    schedule.clear_caches()
+
+
+def test_collectives_on_one_channel_run_one_after_another():
+    """Two collectives beside two GEMMs: on a one-unit channel they queue (6), on two they
+    overlap (3), and the schedule names the channel unit each holds."""
+    g = graph([("a", "TC", 1.0, 1.0), ("b", "TC", 1.0, 1.0)])
+    for name in ("x", "y"):
+        g.add_node(name, core="Nop", latency_s=3.0, demand={"channel": 1})
+    one = solve_schedule(g, 2, 1, resources={"channel": 1})
+    check_schedule(g, one, 2, 1, resources={"channel": 1})
+    assert one.makespan_s == 6.0 and one.peak_utilisation["channel"] == 1.0
+    assert {one.core_ids["x"], one.core_ids["y"]} == {"channel0"}
+    two = solve_schedule(g, 2, 1, resources={"channel": 2})
+    assert two.makespan_s == 3.0
+    assert {two.core_ids["x"], two.core_ids["y"]} == {"channel0", "channel1"}
+    assert two.utilisation["channel"] == 1.0
+
+
+def test_bad_resources_are_named():
+    g = graph([("a", "TC", 1.0, 1.0)])
+    g.nodes["a"]["demand"] = {"link": 1}
+    with pytest.raises(ConfigError) as e:
+        solve_schedule(g, 1, 1, resources={"channel": 0})
+    msg = str(e.value)
+    assert "resources['channel'] = 0 must be an integer >= 1" in msg
+    assert "demand names resource 'link'; the declared further resources are: 'channel'" in msg
+    g.nodes["a"]["demand"] = {"channel": 2}
+    with pytest.raises(ConfigError, match=r"demand\['channel'\] = 2 exceeds the 1 units"):
+        solve_schedule(g, 1, 1, resources={"channel": 1})
+    with pytest.raises(ConfigError, match="resource kind 'TC' must be a name other than"):
+        solve_schedule(g, 1, 1, resources={"TC": 2})
+    with pytest.raises(ConfigError, match="resources = 3 must map kinds to units"):
+        solve_schedule(g, 1, 1, resources=3)
+
+
+def test_a_design_declares_its_resources():
+    acc = preset("tpuv4")
+    assert dict(acc.resources) == {"TC": acc.num_tc, "VC": acc.num_vc}
+    with pytest.raises(TypeError):
+        acc.resources["TC"] = 1  # type: ignore[index]
