@@ -1,7 +1,8 @@
 """Per-layer operator scheduling (DESIGN.md §5): which ops share the cores, which run intra-op
 parallel, in what order, for the least makespan.
 
-* :func:`solve_schedule` - one op graph (networkx, with costs) on T tensor and W vector cores.
+* :func:`solve_schedule` - one op graph (networkx, with costs) on T tensor and W vector cores
+  and any further resource kinds (resources are data: kinds, capacities, units per op).
 * :func:`layer_timing` - every distinct layer of a layer graph on one design, for placement.
 * :func:`makespan_lower_bound` - what no schedule can beat, from op costs alone (pruning).
 """

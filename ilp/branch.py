@@ -37,9 +37,10 @@ Pruning, each exact:
 * semi-activity: an op that would fit before ``L`` beside the placed ops is not placed
   after it (its schedule is not semi-active, and the list that starts it earlier is searched);
 * split sinks last: where split ops hold the whole chip, a split op with no successors
-  can move to the end of any schedule without changing it otherwise (see :func:`ilp.search_tables.split_sinks`),
-  so such ops are only ever split at the end: once every op left is one, the node is also
-  completed by splitting all of them there, one after another;
+  can move to the end of any schedule without changing it otherwise (see
+  :func:`ilp.search_tables.split_sinks`), so such ops are only ever split at the end: once
+  every op left is one, the node is also completed by splitting all of them there, one
+  after another;
 * symmetry: twin ops (:mod:`ilp.symmetry`) enter the list in index order, which some optimal
   schedule sorted by start meets; of two interchangeable branches (attention heads, experts)
   whose ops are in the same state (unplaced, finished, or running in the same mode to the
@@ -105,9 +106,10 @@ def branch_and_bound(
 
 
 class _Search:
-    """One search: the fixed :class:`~ilp.search_tables.SearchTables`, the incumbent, the partial schedule of the
-    current node (``mode``, ``start``, ``finish`` of placed ops, ``placed_ops`` in list
-    order), the nodes already searched by placed set (for dominance) and the node count."""
+    """One search: the fixed :class:`~ilp.search_tables.SearchTables`, the incumbent, the
+    partial schedule of the current node (``mode``, ``start``, ``finish`` of placed ops,
+    ``placed_ops`` in list order), the nodes already searched by placed set (for
+    dominance) and the node count."""
 
     def __init__(
         self,

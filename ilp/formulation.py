@@ -17,10 +17,11 @@ Constraints: ``T >= t_i + p_i`` at sinks; ``t_i + p_i <= t_j`` on (transitively 
 edges; ``x_ij + x_ji <= 1``; big-M ordering ``t_i + p_i - M_ij (1 - x_ij) <= t_j``;
 ``x_ij + x_ji >= y_i`` when i's parallel mode conflicts with j; and with assignment
 ``sum_c z_ic = u_i (1 - y_i)`` (u_i the units op i holds single; without the ``y_i`` term
-when its split mode keeps them) and ``x_ij + x_ji >= z_ic + z_jc - 1``. DESIGN's transitivity rows
-``x_ik >= x_ij + x_jk - 1`` are left out: the big-M rows already imply them for the times
-(``x_ij = x_jk = 1`` gives ``t_i + p_i <= t_j <= t_k``), and on attention blocks they made
-HiGHS much slower. Tightening, all valid for some optimal schedule:
+when its split mode keeps them) and ``x_ij + x_ji >= z_ic + z_jc - 1``. DESIGN's
+transitivity rows ``x_ik >= x_ij + x_jk - 1`` are left out: the big-M rows already imply
+them for the times (``x_ij = x_jk = 1`` gives ``t_i + p_i <= t_j <= t_k``), and on
+attention blocks they made HiGHS much slower. Tightening, all valid for some optimal
+schedule:
 
 * ``T <= UB`` (a list schedule's makespan), so ``t_i + p_i <= UB - tail_i`` and ``t_j >=
   head_j`` give ``M_ij = UB - tail_i - head_j`` instead of the sum of all latencies;

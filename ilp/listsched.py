@@ -3,7 +3,7 @@
 
 The serial schedule-generation scheme (SGS) takes modes and a priority order and starts each
 op, in priority order among those whose predecessors are placed, at the earliest time its
-cores are free for its whole duration. Two facts make it the workhorse here:
+resources are free for its whole duration. Two facts make it the workhorse here:
 
 * Fed the start order of any feasible schedule S, it returns a schedule no later than S op by
   op (every op still fits where S put it, by induction over the order). So the ILP's
@@ -156,12 +156,12 @@ def _sgs(
     problem: Problem, modes: Sequence[int], rank: Sequence[float]
 ) -> tuple[tuple[float, ...], float]:
     """(start times, makespan) from the serial SGS: among ops whose predecessors are placed,
-    the one of least ``rank`` (ties by index) goes next, at the earliest time its cores are
+    the one of least ``rank`` (ties by index) goes next, at the earliest time its resources are
     free.
 
     Notes
     -----
-    The core profile is a step function kept as breakpoints; placing an op scans it once, so
+    The resource profile is a step function kept as breakpoints; placing an op scans it once, so
     a schedule costs O(n^2).
     """
     return place(problem, modes, placing_order(problem, rank))
@@ -201,7 +201,7 @@ def place(
 ) -> tuple[tuple[float, ...], float]:
     """(start times, makespan) of the serial SGS placing ``order[first:]`` in ``modes``, from
     ``state`` (the state after ``order[:first]``; an empty chip when None), each op at the
-    earliest time its cores are free. With ``record``, a copy of the state before each op
+    earliest time its resources are free. With ``record``, a copy of the state before each op
     is appended to it, so a schedule that differs only from some op on can resume there.
     Once an op's finish plus its tail (the least time its descendants need after it) reaches
     ``cutoff``, the makespan can only be at least that: it stops there and returns
@@ -266,7 +266,7 @@ def parallel_sgs(
 ) -> tuple[tuple[float, ...], float]:
     """(start times, makespan) from the parallel SGS: time advances from finish to finish,
     and at each such instant the ops whose predecessors have finished start, by least
-    ``rank`` (ties by index), as long as their cores are free.
+    ``rank`` (ties by index), as long as their resources are free.
 
     It builds non-delay schedules (no op waits while its cores are idle), which the serial
     SGS misses when a high-priority op holds a low-priority one back: a tensor core left idle

@@ -11,9 +11,10 @@ Hence, with ``x_i`` = 1 when op i runs parallel,
 
 where C, the length of the collapsed schedule, is at least every path of collapsed durations
 ((1 - x_i) s_i for ops that hold resources) and, per resource kind, the single-mode
-unit-seconds of that kind over its units. Relaxing x_i to [0, 1] gives a small LP (three variables and two rows per op, one row
-per edge) whose optimum is a lower bound; near the list schedule the same rows with integral
-x_i (a small MIP without big-M rows) bound it closer. It adds what the combinatorial bounds of
+unit-seconds of that kind over its units. Relaxing x_i to [0, 1] gives a small LP (three
+variables and two rows per op, one row per edge) whose optimum is a lower bound; near the
+list schedule the same rows with integral x_i (a small MIP without big-M rows) bound it
+closer. It adds what the combinatorial bounds of
 :mod:`ilp.bounds` miss: every parallel op's time is paid outside the single ops' schedule,
 not only along one path. (The same rows over the MIP's mode variables, tried as cuts in
 :mod:`ilp.formulation`, proved no more parts optimal.)

@@ -97,8 +97,9 @@ class Schedule:
     "" for ``Nop``). ``capacity`` is the units of every resource kind. Utilisation is the
     share of a kind's units doing work (held by ops of that kind in their single mode's
     kinds): peak over time and average over the makespan, per kind in ``utilisation`` and
-    ``peak_utilisation``, and for the cores in the ``tc_``/``vc_`` fields. ``gap`` is (makespan - best lower bound) / makespan. ``wall_s`` is the
-    time the solve took when first computed (schedules are cached by content).
+    ``peak_utilisation``, and for the cores in the ``tc_``/``vc_`` fields. ``gap`` is
+    (makespan - best lower bound) / makespan. ``wall_s`` is the time the solve took when
+    first computed (schedules are cached by content).
     """
 
     makespan_s: float

@@ -2,8 +2,8 @@
 
 Layer graphs repeat structure: attention head groups, MoE experts, the gate and up GEMMs of
 a SwiGLU. Swapping two such parts is an automorphism of the DAG that keeps every op's
-resource demands and durations, so it maps any schedule to one with the same makespan. The MIP may therefore
-demand, without losing optimality:
+resource demands and durations, so it maps any schedule to one with the same makespan. The
+MIP may therefore demand, without losing optimality:
 
 * twins (same demands, durations, predecessors and successors) start in index order;
 * interchangeable branches start (at a chosen op of each) in index order, where a branch is
