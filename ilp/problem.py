@@ -89,10 +89,6 @@ class Problem:
         """The units of each kind op i holds in ``mode``, by kind."""
         return dict(zip(self.kinds, self.need[mode][i], strict=True))
 
-    def units(self, kind: str) -> int:
-        """The capacity of one resource kind."""
-        return self.capacity[self.kinds.index(kind)]
-
 
 def core_demand(
     core: str, capacity: Sequence[int], blocks_all: bool, extra: Sequence[int] | None = None

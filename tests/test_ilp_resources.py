@@ -15,7 +15,7 @@ from arch_space.presets import preset
 from ilp import formulation, schedule, solve_schedule
 from ilp.branch import branch_and_bound
 from ilp.listsched import makespan, structure
-from ilp.problem import SINGLE, build_problem
+from ilp.problem import PARALLEL, SINGLE, build_problem
 from phaze.errors import ConfigError
 
 
@@ -113,6 +113,22 @@ def test_collectives_on_one_channel_run_one_after_another():
     assert two.makespan_s == 3.0
     assert {two.core_ids["x"], two.core_ids["y"]} == {"channel0", "channel1"}
     assert two.utilisation["channel"] == 1.0
+
+
+def test_a_problem_declares_kinds_and_each_ops_demand():
+    """A collective on the channel, a GEMM that blocks everything when split, and one that
+    holds only the tensor cores when split ops do not block everything."""
+    g = graph([("mm", "TC", 4.0, 1.0)])
+    g.add_node("ar", core="Nop", latency_s=2.0, demand={"channel": 1})
+    p = build_problem(g, 4, 2, resources={"channel": 1}).problem
+    assert (p.kinds, p.capacity) == (("TC", "VC", "channel"), (4, 2, 1))
+    mm, ar = 0, 1
+    assert p.demand(mm, SINGLE) == {"TC": 1, "VC": 0, "channel": 0}
+    assert p.demand(mm, PARALLEL) == {"TC": 4, "VC": 2, "channel": 1}
+    assert p.demand(ar, SINGLE) == p.demand(ar, PARALLEL) == {"TC": 0, "VC": 0, "channel": 1}
+    assert p.holds(ar) and p.can_parallel == (True, False)
+    own = build_problem(g, 4, 2, parallel_blocks_all=False, resources={"channel": 1}).problem
+    assert own.demand(mm, PARALLEL) == {"TC": 4, "VC": 0, "channel": 0}
 
 
 def test_bad_resources_are_named():
