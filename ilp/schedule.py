@@ -510,8 +510,8 @@ def _assemble(
         key = "parallel_energy_j" if mode[v] == PARALLEL else "energy_j"
         energy += float(attrs[v].get(key, attrs[v].get("energy_j", 0.0)))
     ordered = list(graph.nodes)
-    ids = unit_ids(ordered, start, duration, mode, own, problem)
-    util, peak = utilisation(ordered, start, duration, mode, own, problem, result.makespan_s)
+    ids = unit_ids(ordered, start, duration, mode, own, held, problem)
+    util, peak = utilisation(ordered, start, duration, own, held, problem, result.makespan_s)
     tc, vc = (problem.kinds.index(k) for k in CORE_KINDS)
     return Schedule(
         makespan_s=result.makespan_s,

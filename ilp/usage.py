@@ -13,10 +13,11 @@ from ilp.problem import PARALLEL, Problem
 __all__ = ["unit_ids", "utilisation"]
 
 
-def unit_ids(nodes, start, duration, mode, own, problem: Problem) -> dict[Hashable, str]:
-    """Label each node's units of the kinds it works on (``own``, its single mode's): single
-    ops get the lowest free units of each (greedy by start time, which never needs more
-    units than are busy at once), parallel ops every unit of them."""
+def unit_ids(nodes, start, duration, mode, own, held, problem: Problem) -> dict[Hashable, str]:
+    """Label each node's units of the kinds it works on (``own``, its single mode's; ``held``
+    are the units it holds in its mode): a parallel op holding every unit of a kind is
+    labelled with all of them, otherwise it gets the lowest free units (greedy by start
+    time, which never needs more units than are busy at once)."""
     ids: dict[Hashable, str] = {}
     free_at = [[0.0] * cap for cap in problem.capacity]
     for v in sorted(nodes, key=lambda v: (start[v], duration[v] > 0)):
@@ -24,15 +25,15 @@ def unit_ids(nodes, start, duration, mode, own, problem: Problem) -> dict[Hashab
             ids[v] = ""
             continue
         parts = []
-        for k, (r, units) in enumerate(zip(problem.kinds, own[v], strict=True)):
-            if not units:
+        for k, r in enumerate(problem.kinds):
+            if not own[v][k]:
                 continue
             cap = problem.capacity[k]
-            if mode[v] == PARALLEL:
+            if mode[v] == PARALLEL and held[v][k] == cap:
                 parts.append(f"{r}0-{cap - 1}" if cap > 1 else f"{r}0")
                 continue
             taken = []
-            for _ in range(units):
+            for _ in range(held[v][k]):
                 c = next(c for c, f in enumerate(free_at[k]) if f <= start[v] and c not in taken)
                 free_at[k][c] = start[v] + duration[v]
                 taken.append(c)
@@ -41,9 +42,10 @@ def unit_ids(nodes, start, duration, mode, own, problem: Problem) -> dict[Hashab
     return ids
 
 
-def utilisation(nodes, start, duration, mode, own, problem: Problem, span: float):
+def utilisation(nodes, start, duration, own, held, problem: Problem, span: float):
     """Per kind: (average, peak) share of its units doing work, counting each op on the kinds
-    it works on (its single mode's), with all their units when it runs parallel."""
+    it works on (``own``, its single mode's) with the units it holds in its mode (``held``:
+    all of its cores when it runs parallel)."""
     kinds = len(problem.kinds)
     if span <= 0:
         return (0.0,) * kinds, (0.0,) * kinds
@@ -55,7 +57,7 @@ def utilisation(nodes, start, duration, mode, own, problem: Problem, span: float
             continue
         for k in range(kinds):
             if own[v][k]:
-                busy = caps[k] if mode[v] == PARALLEL else own[v][k]
+                busy = held[v][k]
                 work[k] += busy * duration[v]
                 events.append((start[v], 1, k, busy))
                 events.append((start[v] + duration[v], 0, k, -busy))
