@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
 from phaze.errors import ConfigError
+from phaze.limits import LIMITS, over_limit
 from phaze.scoring import ScoringParams
 
 __all__ = [
@@ -237,10 +238,17 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
             ok(v) for v in vals
         ):
             problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")
+        elif key in LIMITS:
+            problems += [
+                f"{source} [sweep]: {p}"
+                for v in vals
+                if (p := over_limit(key, v, LIMITS[key])) is not None
+            ]
         kw[key] = vals if is_list else value
     if "hbm_gib" in kw:
         kw["hbm_gib"] = tuple(float(v) for v in kw["hbm_gib"])
-    solver = SolverSettings(**solver_d) if not problems else SolverSettings()
+    known_solver = {k: v for k, v in solver_d.items() if k in _SOLVER_KEYS}
+    solver = SolverSettings(**known_solver)
     if solver.name not in SCHEDULERS:
         problems.append(
             f"{source} [solver]: name = {solver.name!r} must be one of {', '.join(SCHEDULERS)}"
@@ -253,18 +261,49 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
         problems.append(
             f"{source} [solver]: search_nodes = {solver.search_nodes!r} must be an integer >= 0"
         )
+    scoring = _scoring_from_mapping(scoring_d, source, problems)
     if problems:
         raise ConfigError("; ".join(problems))
-    scoring = _scoring_from_mapping(scoring_d, source)
     return replace(SweepConfig(), **kw, solver=solver, scoring=scoring)
 
 
-def _scoring_from_mapping(data: Mapping[str, Any], source: str) -> ScoringParams:
-    """Scoring defaults; ``grid_region`` picks a preset intensity unless one is given."""
+_SOLVER_KEYS: Final = tuple(f.name for f in fields(SolverSettings))
+_SCORING_NUMBERS: Final = tuple(
+    n for n in ScoringParams.field_names() if n not in ("grid_region", "embodied_mode")
+)
+
+
+def _scoring_from_mapping(
+    data: Mapping[str, Any], source: str, problems: list[str]
+) -> ScoringParams:
+    """Scoring defaults; ``grid_region`` picks a preset intensity unless one is given.
+
+    Every problem is appended to ``problems`` (each named once, with the file and section);
+    the defaults stand in for bad values so that the rest are still checked.
+    """
+    from arch_space.carbon import grid_intensity
+
+    where = f"{source} [scoring]"
+    given = {k: v for k, v in data.items() if k in ScoringParams.field_names()}
+    for name in _SCORING_NUMBERS:
+        value = given.get(name)
+        if value is not None and not (
+            isinstance(value, int | float) and not isinstance(value, bool)
+        ):
+            problems.append(f"{where}: {name} = {value!r} must be a number")
+            del given[name]
+    region = given.get("grid_region")
+    if region is not None and given.get("grid_gco2e_per_kwh") is None:
+        try:
+            grid_intensity(str(region))
+        except ConfigError as e:
+            problems.append(f"{where}: grid_region: {e}")
+            del given["grid_region"]
     try:
-        return ScoringParams(**data)
+        return ScoringParams(**given)
     except ConfigError as e:
-        raise ConfigError(f"{source} [scoring]: {e}") from None
+        problems += [f"{where}: {p.removeprefix('scoring: ')}" for p in str(e).split("; ")]
+        return ScoringParams()
 
 
 def load_sweep_config(path: str | Path) -> SweepConfig:

@@ -40,8 +40,11 @@ _GIB = float(1 << 30)
 
 
 def gib(nbytes: float) -> str:
-    """Bytes as GiB for messages: ``gib(100e9) == '93.1 GiB'``."""
-    return f"{nbytes / _GIB:.1f} GiB"
+    """Bytes for messages, in GiB below 0.1 GiB in MiB: ``gib(100e9) == '93.1 GiB'``,
+    ``gib(2**20) == '1 MiB'``."""
+    if nbytes >= 0.1 * _GIB:
+        return f"{nbytes / _GIB:.1f} GiB"
+    return f"{nbytes / (1 << 20):.3g} MiB"
 
 
 def layer_arrays(graph: StageGraph) -> LayerArrays:

@@ -9,6 +9,13 @@ corrupts the file (https://www.sqlite.org/wal.html, "synchronous" in
 https://www.sqlite.org/pragma.html). Readers (``phaze report`` while a sweep runs) never
 block the writer.
 
+One writer at a time: :meth:`Store.open` holds an exclusive ``flock`` on the sweep directory
+until :meth:`Store.close`, and a second writer is refused at once with a ConfigError. The OS
+drops the lock when its process dies, so a sweep killed by ``kill -9`` never leaves a stale
+lock. Opening checks the file (``PRAGMA quick_check``) and that it can be written before any
+work starts; a damaged, foreign or read-only store is a ConfigError naming the file and what
+to do, never an ``sqlite3`` traceback, and nothing in it is changed.
+
 Tables
 ------
 ``sweep``     one row per configuration written into the store: config hash, inputs (JSON).
@@ -31,8 +38,11 @@ Examples
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import math
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
@@ -86,9 +96,17 @@ class Store:
     own transaction. Records are flat dicts keyed by column names (see ``results.schema``).
     """
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, *, writable: bool) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: Path,
+        *,
+        writable: bool,
+        dir_lock: int | None = None,
+    ) -> None:
         self._conn = conn
         self._lock = threading.RLock()
+        self._dir_lock = dir_lock
         self.path = path
         self.writable = writable
 
@@ -111,11 +129,25 @@ class Store:
         out = Path(out_dir)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"output directory {str(out)!r} exists and is not a directory")
-        out.mkdir(parents=True, exist_ok=True)
-        path = store_path(out)
-        conn = _connect(path, read_only=False)
-        store = cls(conn, path, writable=True)
         try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(
+                f"cannot create the output directory {str(out)!r} ({e.strerror}): "
+                f"choose a writable --out"
+            ) from None
+        path = store_path(out)
+        dir_lock = _lock_dir(out, path)
+        try:
+            existed = path.is_file() and path.stat().st_size > 0
+            conn = _connect(path, read_only=False)
+        except BaseException:
+            os.close(dir_lock)
+            raise
+        store = cls(conn, path, writable=True, dir_lock=dir_lock)
+        try:
+            if existed and _has_tables(conn):
+                _check_store(conn, path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             with store._transaction():
@@ -123,8 +155,8 @@ class Store:
                     for sql in _SCHEMA_SQL:
                         conn.execute(sql)
                     conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
-                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                _check_store(conn, path)
+                # also the write probe of an existing store: it rewrites the same value
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                 old = store.config_hash
                 if old is not None and old != config_hash and not allow_config_change:
                     raise ConfigError(
@@ -141,15 +173,21 @@ class Store:
                         "INSERT INTO sweep (config_hash, inputs) VALUES (?, ?)",
                         (config_hash, dumps(config)),
                     )
+        except sqlite3.Error as e:
+            store.close()
+            raise _store_error(path, e) from None
         except BaseException:
-            conn.close()
+            store.close()
             raise
         return store
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection and release the directory's lock (idempotent)."""
         with self._lock:
             self._conn.close()
+            if self._dir_lock is not None:
+                os.close(self._dir_lock)  # closing the descriptor releases the flock
+                self._dir_lock = None
 
     def __enter__(self) -> Store:
         return self
@@ -281,17 +319,18 @@ class Store:
             raise ConfigError(
                 f"{self.path} was opened read-only (results.load); use Store.open to write"
             )
-        with self._lock:
+        with self._lock, _sqlite_errors(self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
 
     def _read(self, sql: str, args: Any = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        with self._lock, _sqlite_errors(self.path):
             return self._conn.execute(sql, args).fetchall()
 
 
@@ -314,21 +353,111 @@ def load(out_dir: str | Path) -> Store:
         )
     conn = _connect(path, read_only=True)
     try:
-        _check_store(conn, path)
+        try:
+            _check_store(conn, path)
+        except ConfigError:
+            if not _unwritable(conn):
+                raise
+            # A read-only directory: SQLite cannot create or write the WAL's index. With no
+            # WAL content to merge the main file is complete and can be read as immutable.
+            conn.close()
+            conn = _connect_immutable(path)
+            _check_store(conn, path)
     except BaseException:
         conn.close()
         raise
     return Store(conn, path, writable=False)
 
 
+def _lock_dir(out: Path, path: Path) -> int:
+    """An open descriptor of ``out`` holding its exclusive flock, or a ConfigError."""
+    try:
+        fd = os.open(out, os.O_RDONLY)
+    except OSError as e:
+        raise ConfigError(f"cannot open the output directory {str(out)!r} ({e.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise ConfigError(
+                f"another sweep is writing to the results store {path} (its directory is "
+                f"locked): wait for it to finish, or choose another --out"
+            ) from None
+        raise ConfigError(f"cannot lock the output directory {str(out)!r} ({e.strerror})") from None
+    return fd
+
+
 def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
     target = path.resolve().as_uri() + ("?mode=ro" if read_only else "")
+    return _connect_uri(path, target)
+
+
+def _connect_immutable(path: Path) -> sqlite3.Connection:
+    """A connection that takes no lock and needs no WAL index (for read-only directories)."""
+    wal = path.with_name(path.name + "-wal")
+    if wal.is_file() and wal.stat().st_size > 0:
+        raise ConfigError(
+            f"the results store {path} cannot be read here: its directory is read-only and "
+            f"{wal.name} holds results not yet merged into it; copy the directory somewhere "
+            f"writable and run the command on the copy"
+        )
+    return _connect_uri(path, path.resolve().as_uri() + "?mode=ro&immutable=1")
+
+
+def _connect_uri(path: Path, target: str) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(target, uri=True, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout=30000")
     except sqlite3.Error as e:
-        raise ConfigError(f"cannot open results store {path}: {e}") from None
+        raise _store_error(path, e) from None
     return conn
+
+
+def _unwritable(conn: sqlite3.Connection) -> bool:
+    """Whether the last failure on ``conn`` was a read-only or cannot-open error."""
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as e:
+        code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+        return code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN)
+    return False
+
+
+def _store_error(path: Path, e: sqlite3.Error) -> ConfigError:
+    """The ConfigError for an SQLite failure on the store at ``path``: what broke and what
+    to do."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF == sqlite3.SQLITE_READONLY:
+        return ConfigError(
+            f"the results store {path} is read-only ({e}): make it and its directory "
+            f"writable, or run with a new --out"
+        )
+    if code is not None and code & 0xFF == sqlite3.SQLITE_CANTOPEN:
+        return ConfigError(
+            f"cannot open the results store {path} ({e}): check that it and its directory "
+            f"exist and may be read and written"
+        )
+    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return ConfigError(
+            f"the results store {path} stayed locked by another process ({e}): "
+            f"let it finish, or run with a new --out"
+        )
+    if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
+        return ConfigError(f"the disk holding the results store {path} is full: free space")
+    return ConfigError(
+        f"the results store {path} is damaged ({e}): move it away (it is left as it is), "
+        f"or run with a new --out"
+    )
+
+
+@contextmanager
+def _sqlite_errors(path: Path) -> Iterator[None]:
+    """SQLite failures as a ConfigError naming the store (see :func:`_store_error`)."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        raise _store_error(path, e) from None
 
 
 def _has_tables(conn: sqlite3.Connection) -> bool:
@@ -336,17 +465,26 @@ def _has_tables(conn: sqlite3.Connection) -> bool:
 
 
 def _check_store(conn: sqlite3.Connection, path: Path) -> None:
-    try:
+    """A Phaze store of this layout, whole (``quick_check``: about 2 ms per MB)."""
+    with _sqlite_errors(path):
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    except sqlite3.DatabaseError as e:
-        raise ConfigError(f"{path} is not a Phaze results store ({e})") from None
     if app_id != _APPLICATION_ID:
-        raise ConfigError(f"{path} is an SQLite file but not a Phaze results store")
+        raise ConfigError(
+            f"{path} is an SQLite file but not a Phaze results store: move it away, "
+            f"or run with a new --out"
+        )
     if version != SCHEMA_VERSION:
         raise ConfigError(
             f"{path} has store layout version {version}; this Phaze reads version "
             f"{SCHEMA_VERSION}: re-run the sweep into a new directory"
+        )
+    with _sqlite_errors(path):
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
+    if problems != ["ok"]:
+        raise ConfigError(
+            f"the results store {path} is damaged ({'; '.join(problems)}): move it away "
+            f"(it is left as it is), or run with a new --out"
         )
 
 

@@ -150,7 +150,7 @@ def test_load_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"no Phaze results store .*phaze sweep --out"):
         load(tmp_path)
     (tmp_path / STORE_FILENAME).write_text("not a database")
-    with pytest.raises(ConfigError, match="not a Phaze results store"):
+    with pytest.raises(ConfigError, match="is damaged .file is not a database.: move it away"):
         load(tmp_path)
     other = tmp_path / "other"
     other.mkdir()

@@ -1,6 +1,7 @@
 """Hugging Face config.json import: real configs, round trip, clear errors."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -175,14 +176,40 @@ def test_missing_fields_are_all_named(tmp_path):
         ({"model_type": None}, "missing field 'model_type' is not supported"),
         ({"hidden_act": "gelu"}, "unsupported value hidden_act = 'gelu' (supported: silu"),
         ({"head_dim": 256}, "unsupported value head_dim = 256"),
-        ({"num_attention_heads": 0}, "heads = 0 must be a positive integer"),
-        ({"num_key_value_heads": 5}, "heads = 32 must be a multiple of kv_heads = 5"),
+        ({"num_attention_heads": 0}, "num_attention_heads = 0 must be a positive integer"),
+        (
+            {"num_key_value_heads": 5},
+            "num_attention_heads = 32 must be a multiple of num_key_value_heads = 5",
+        ),
+        ({"hidden_size": 4100}, "hidden_size = 4100 must be a multiple of num_attention_heads"),
+        ({"intermediate_size": 1.5}, "intermediate_size = 1.5 must be a positive integer"),
     ],
 )
 def test_unsupported_or_invalid_values(tmp_path, change, message):
     data = {**LLAMA2_7B, **change}
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as e:
         load_hf_config(write(tmp_path, data))
+    # in the file's words: no field of the internal Model
+    assert not re.search(r"\b(hidden|ffn_hidden|heads|kv_heads|layers|vocab) = ", str(e.value))
+
+
+def test_a_bad_size_is_named_once_by_its_key(tmp_path):
+    """OPT derives the embedding width from hidden_size: one bad value, one problem."""
+    data = {
+        "model_type": "opt",
+        "hidden_size": -768,
+        "num_hidden_layers": 0,
+        "num_attention_heads": 12,
+        "ffn_dim": 3072,
+        "vocab_size": 50272,
+        "max_position_embeddings": 2048,
+    }
+    with pytest.raises(ConfigError) as e:
+        load_hf_config(write(tmp_path, data))
+    msg = str(e.value)
+    assert "hidden_size = -768 must be a positive integer" in msg
+    assert "num_hidden_layers = 0 must be a positive integer" in msg
+    assert msg.count("-768") == 1 and "embedding_dim" not in msg
 
 
 def test_not_an_object_and_missing_file(tmp_path):

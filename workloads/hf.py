@@ -9,6 +9,7 @@ does not change FLOPs or stashed bytes) and OPT's two-row position offset.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -24,11 +25,31 @@ _LLAMA_TYPES = ("llama", "mistral", "mixtral")
 
 
 class _Reader:
-    """Reads keys of one config, collecting every missing or unsupported field."""
+    """Reads keys of one config, collecting every missing or unsupported field.
+
+    ``names`` maps each Model field read with :meth:`size` to its config.json key, so the
+    Model's own errors can be told in the file's words.
+    """
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         self.data: Mapping[str, Any] = data
         self.problems: list[str] = []
+        self.names: dict[str, str] = {}
+
+    def size(self, key: str, field: str, default: Any = ...) -> Any:
+        """A positive integer read from ``key`` into the Model's ``field``."""
+        self.names[field] = key
+        value = self.get(key, default)
+        if key in self.data and value is not None and not _is_pos_int(value):
+            self.problems.append(f"{key} = {value!r} must be a positive integer")
+            return None
+        return value
+
+    def in_file_words(self, message: str) -> str:
+        """``message`` with each Model field read by :meth:`size` named by its key."""
+        for field, key in self.names.items():
+            message = re.sub(rf"\b{field} = ", f"{key} = ", message)
+        return message
 
     def get(self, key: str, default: Any = ..., check: Callable[[Any], bool] | None = None) -> Any:
         if key not in self.data or (self.data[key] is None and default is not ...):
@@ -45,22 +66,26 @@ class _Reader:
         self.problems.append(f"unsupported value {key} = {value!r} (supported: {allowed})")
 
 
+def _is_pos_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
 def _dropout(*rates: Any) -> bool:
     return any(isinstance(r, int | float) and r > 0 for r in rates)
 
 
 def _gpt2(r: _Reader) -> dict[str, Any]:
-    hidden = r.get("n_embd")
+    hidden = r.size("n_embd", "hidden")
     act = r.get("activation_function", "gelu_new")
     if act not in _GELU_ACTS | {"relu"}:
         r.unsupported("activation_function", act, "gelu variants, relu")
     return dict(
-        layers=r.get("n_layer"),
+        layers=r.size("n_layer", "layers"),
         hidden=hidden,
-        heads=r.get("n_head"),
-        ffn_hidden=r.get("n_inner", 4 * hidden if isinstance(hidden, int) else None),
-        vocab=r.get("vocab_size"),
-        max_positions=r.get("n_positions"),
+        heads=r.size("n_head", "heads"),
+        ffn_hidden=r.size("n_inner", "ffn_hidden", 4 * hidden if isinstance(hidden, int) else None),
+        vocab=r.size("vocab_size", "vocab"),
+        max_positions=r.size("n_positions", "max_positions"),
         ffn_kind=FfnKind.RELU if act == "relu" else FfnKind.GELU,
         tied_embeddings=r.get("tie_word_embeddings", True),
         dropout=_dropout(
@@ -73,16 +98,16 @@ def _opt(r: _Reader) -> dict[str, Any]:
     act = r.get("activation_function", "relu")
     if act not in _GELU_ACTS | {"relu"}:
         r.unsupported("activation_function", act, "relu, gelu variants")
-    hidden = r.get("hidden_size")
+    hidden = r.size("hidden_size", "hidden")
     return dict(
-        layers=r.get("num_hidden_layers"),
+        layers=r.size("num_hidden_layers", "layers"),
         hidden=hidden,
-        heads=r.get("num_attention_heads"),
-        ffn_hidden=r.get("ffn_dim"),
-        vocab=r.get("vocab_size"),
-        max_positions=r.get("max_position_embeddings"),
+        heads=r.size("num_attention_heads", "heads"),
+        ffn_hidden=r.size("ffn_dim", "ffn_hidden"),
+        vocab=r.size("vocab_size", "vocab"),
+        max_positions=r.size("max_position_embeddings", "max_positions"),
         ffn_kind=FfnKind.RELU if act == "relu" else FfnKind.GELU,
-        embedding_dim=r.get("word_embed_proj_dim", hidden),
+        embedding_dim=r.size("word_embed_proj_dim", "embedding_dim", hidden),
         biases=r.get("enable_bias", True),
         tied_embeddings=r.get("tie_word_embeddings", True),
         dropout=_dropout(r.get("dropout", 0.1), r.get("attention_dropout", 0.0)),
@@ -90,7 +115,7 @@ def _opt(r: _Reader) -> dict[str, Any]:
 
 
 def _llama(r: _Reader, model_type: str) -> dict[str, Any]:
-    hidden, heads = r.get("hidden_size"), r.get("num_attention_heads")
+    hidden, heads = r.size("hidden_size", "hidden"), r.size("num_attention_heads", "heads")
     act = r.get("hidden_act", "silu")
     if act != "silu":
         r.unsupported("hidden_act", act, "silu (SwiGLU)")
@@ -105,18 +130,18 @@ def _llama(r: _Reader, model_type: str) -> dict[str, Any]:
         r.unsupported("mlp_bias", mlp_bias, f"the same as attention_bias = {attention_bias}")
     moe = model_type == "mixtral"
     return dict(
-        layers=r.get("num_hidden_layers"),
+        layers=r.size("num_hidden_layers", "layers"),
         hidden=hidden,
         heads=heads,
-        kv_heads=r.get("num_key_value_heads", heads),
-        ffn_hidden=r.get("intermediate_size"),
-        vocab=r.get("vocab_size"),
-        max_positions=r.get("max_position_embeddings"),
+        kv_heads=r.size("num_key_value_heads", "kv_heads", heads),
+        ffn_hidden=r.size("intermediate_size", "ffn_hidden"),
+        vocab=r.size("vocab_size", "vocab"),
+        max_positions=r.size("max_position_embeddings", "max_positions"),
         ffn_kind=FfnKind.SWIGLU,
         norm=NormKind.RMSNORM,
         positions=PositionKind.ROTARY,
-        experts=r.get("num_local_experts") if moe else 1,
-        top_k=r.get("num_experts_per_tok") if moe else 1,
+        experts=r.size("num_local_experts", "experts") if moe else 1,
+        top_k=r.size("num_experts_per_tok", "top_k") if moe else 1,
         tied_embeddings=r.get("tie_word_embeddings", False),
         biases=bool(attention_bias),
         dropout=_dropout(r.get("attention_dropout", 0.0)),
@@ -128,12 +153,12 @@ def _bert(r: _Reader) -> dict[str, Any]:
     if act not in _GELU_ACTS:
         r.unsupported("hidden_act", act, "gelu variants")
     return dict(
-        layers=r.get("num_hidden_layers"),
-        hidden=r.get("hidden_size"),
-        heads=r.get("num_attention_heads"),
-        ffn_hidden=r.get("intermediate_size"),
-        vocab=r.get("vocab_size"),
-        max_positions=r.get("max_position_embeddings"),
+        layers=r.size("num_hidden_layers", "layers"),
+        hidden=r.size("hidden_size", "hidden"),
+        heads=r.size("num_attention_heads", "heads"),
+        ffn_hidden=r.size("intermediate_size", "ffn_hidden"),
+        vocab=r.size("vocab_size", "vocab"),
+        max_positions=r.size("max_position_embeddings", "max_positions"),
         type_vocab=r.get("type_vocab_size", 2),
         causal=False,
         embedding_norm=True,
@@ -184,7 +209,7 @@ def model_from_hf(
     try:
         return Model(name=name, source=source, tokens_to_train=tokens_to_train, **kw)
     except (ConfigError, TypeError) as e:
-        raise ConfigError(f"{source}: {e}") from None
+        raise ConfigError(f"{source}: {r.in_file_words(str(e))}") from None
 
 
 def load_hf_config(path: str | Path) -> Model:

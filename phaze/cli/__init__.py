@@ -2,7 +2,8 @@
 
 Each command module under ``phaze.cli`` is thin: parse, one API call, render. Exit codes:
 0 success; 1 a fixable error (one ``Error:`` line, no traceback); 2 a usage error;
-3 the command ran but found no feasible point, or ``validate`` is outside tolerance.
+3 the command ran but found no feasible point, or ``validate`` is outside tolerance;
+130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import click
 from phaze import __version__
 from phaze.errors import ConfigError, Infeasible, PhazeError
 
-__all__ = ["main", "cli", "NoFeasiblePoint"]
+__all__ = ["main", "cli", "NoFeasiblePoint", "INTERRUPTED"]
+
+INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 
 
 class NoFeasiblePoint(click.ClickException):
@@ -36,6 +39,13 @@ class _PhazeGroup(click.Group):
             raise NoFeasiblePoint(f"infeasible: {e.reason}") from None
         except PhazeError as e:
             raise click.ClickException(str(e)) from None
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted", err=True)
+            raise click.exceptions.Exit(INTERRUPTED) from None
+        except OSError as e:
+            if e.filename is None:
+                raise
+            raise click.ClickException(f"cannot use {e.filename} ({e.strerror})") from None
 
 
 @click.group(cls=_PhazeGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from phaze.cli._files import cannot_write, check_writable, check_writable_dir
 from phaze.cli._render import echo_json, table
 from phaze.errors import ConfigError, Infeasible
 from results.display import design_label, fmt_value, workload_title
@@ -44,9 +45,19 @@ _DIR = click.Path(path_type=Path)
 def report(directory: Path, out: Path | None, svg: bool, plots_dir: Path | None) -> None:
     """Write the self-contained HTML report of the sweep in DIR and print its path."""
     # matplotlib loads in about a second: only the command that draws pays for it.
-    from results.report import write_report
+    from results.report import REPORT_FILENAME, write_report
 
-    path = write_report(directory, out, image_format="svg" if svg else "png", plots_dir=plots_dir)
+    load(directory).close()  # a missing or damaged store first, before creating anything
+    target = out if out is not None else directory / REPORT_FILENAME
+    check_writable(target, "--out")
+    if plots_dir is not None:
+        check_writable_dir(plots_dir, "--plots")
+    try:
+        path = write_report(
+            directory, out, image_format="svg" if svg else "png", plots_dir=plots_dir
+        )
+    except OSError as e:
+        raise cannot_write(Path(e.filename or target), e, "--out") from None
     if plots_dir is not None:
         click.echo(f"plots: PNG and SVG files in {plots_dir}", err=True)
     click.echo(str(path))
@@ -161,11 +172,15 @@ def export(directory: Path, fmt: str | None, feasible_only: bool, out: Path | No
     with load(directory) as store:
         points = store.points(feasible_only=feasible_only)
     if out is not None:
-        with out.open("w", encoding="utf-8", newline="") as fh:
-            if fmt == "csv":
-                write_csv(points, fh)
-            else:
-                fh.write(to_json(points) + "\n")
+        check_writable(out, "--out")
+        try:
+            with out.open("w", encoding="utf-8", newline="") as fh:
+                if fmt == "csv":
+                    write_csv(points, fh)
+                else:
+                    fh.write(to_json(points) + "\n")
+        except OSError as e:
+            raise cannot_write(out, e, "--out") from None
         click.echo(f"{len(points)} points written to {out}", err=True)
     elif fmt == "csv":
         write_csv(points, sys.stdout)

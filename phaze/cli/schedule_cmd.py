@@ -9,11 +9,13 @@ import click
 
 from arch_space.accelerator import Cluster
 from arch_space.config import load_accelerator
-from ilp import Schedule
+from ilp import SCHEDULERS, Schedule
 from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIMIT_S
 from ilp.timing import pass_schedule
+from phaze.cli._files import cannot_write, check_writable
 from phaze.cli._render import echo_json, table
 from phaze.errors import ConfigError, unknown_name
+from phaze.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.gantt import draw_gantt
 from results.units import fmt_percent, fmt_quantity
 from workloads import TrainingSetup, build_layer_graph, resolve_model
@@ -60,7 +62,9 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
 @click.command("schedule")
 @click.option("--workload", "workload", required=True, help="Catalog model name or config.json.")
 @click.option("--arch", "arch", required=True, help="Accelerator preset name or TOML file.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel width.")
+@click.option(
+    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel width."
+)
 @click.option(
     "--pass",
     "pass_",
@@ -70,20 +74,32 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
     help="Which pass of the layer to schedule.",
 )
 @click.option("--layer", default="block", show_default=True, help="Distinct layer (class id).")
-@click.option("--seq-len", type=int, default=None, help="Tokens per sequence [default: 2048].")
-@click.option("--micro-batch", type=int, default=1, show_default=True)
-@click.option("--solver", default="highs", show_default=True, help="highs, cbc, gurobi or list.")
+@click.option(
+    "--seq-len",
+    type=click.IntRange(1, MAX_SEQ_LEN),
+    default=None,
+    help="Tokens per sequence [default: 2048, or the model's context if shorter].",
+)
+@click.option(
+    "--micro-batch", type=click.IntRange(1, MAX_GLOBAL_BATCH), default=1, show_default=True
+)
+@click.option("--solver", type=click.Choice(SCHEDULERS), default="highs", show_default=True)
 @click.option(
     "--time-limit",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=DEFAULT_TIME_LIMIT_S,
     show_default=True,
     help="Seconds per independent part of the graph.",
 )
-@click.option("--mip-gap", type=float, default=DEFAULT_MIP_GAP, show_default=True)
+@click.option(
+    "--mip-gap",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=DEFAULT_MIP_GAP,
+    show_default=True,
+)
 @click.option(
     "--search-nodes",
-    type=int,
+    type=click.IntRange(min=0),
     default=DEFAULT_SEARCH_NODES,
     show_default=True,
     help="Branch-and-bound nodes per part before the MIP (0: none).",
@@ -111,9 +127,11 @@ def schedule(
     as_json: bool,
 ) -> None:
     """Schedule one layer pass's ops on an accelerator's tensor and vector cores."""
+    if gantt is not None:
+        check_writable(gantt, "--gantt")
     model = resolve_model(workload)
     acc = load_accelerator(arch)
-    seq = seq_len or min(_DEFAULT_SEQ_LEN, model.max_positions)
+    seq = seq_len if seq_len is not None else min(_DEFAULT_SEQ_LEN, model.max_positions)
     setup = TrainingSetup(seq_len=seq, global_batch=micro_batch, micro_batch=micro_batch)
     graph = build_layer_graph(model, setup, tp)
     if layer not in graph.op_graphs:
@@ -133,7 +151,10 @@ def schedule(
     )
     title = f"{model.name} {layer} {_PASSES[pass_]} (t={tp}) on {acc.name or arch}"
     if gantt is not None:
-        draw_gantt(s, gantt, title)
+        try:
+            draw_gantt(s, gantt, title)
+        except OSError as e:
+            raise cannot_write(gantt, e, "--gantt") from None
     if as_json:
         echo_json(
             {

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import click
 
+from phaze.cli import INTERRUPTED, NoFeasiblePoint
+from phaze.cli._files import cannot_write
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
-from phaze.executors import EXECUTORS
+from phaze.executors import EXECUTORS, check_reachable
+from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze.sweep import SweepResult, run_sweep
 from results.compare import comparison_text
 from results.display import fmt_value
@@ -33,6 +36,15 @@ def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
     if "hbm_gib" in given:
         given["hbm_gib"] = tuple(float(x) for x in given["hbm_gib"])
     return dataclasses.replace(cfg, **given)
+
+
+def _hbm_text(cfg: SweepConfig) -> str:
+    """The HBM sizes of the banner: the space's own, or the given ones (never the presets')."""
+    if not cfg.hbm_gib:
+        return "HBM per design"
+    sizes = ", ".join(f"{g:g}" for g in cfg.hbm_gib)
+    kept = " (presets keep their own)" if cfg.presets else ""
+    return f"HBM [{sizes}] GiB{kept}"
 
 
 def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
@@ -84,14 +96,18 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     "--workload", "workloads", multiple=True, help="Workload name or config.json (repeatable)."
 )
 @click.option("--space", help="Design space: a shipped name (tiny, default) or a TOML file.")
-@click.option("--devices", type=click.IntRange(min=1), help="Accelerators in the cluster.")
-@click.option("--devices-per-node", type=click.IntRange(min=1), help="Accelerators per node.")
-@click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence.")
-@click.option("--global-batch", type=click.IntRange(min=1), help="Sequences per iteration.")
+@click.option("--devices", type=click.IntRange(1, MAX_DEVICES), help="Accelerators in the cluster.")
+@click.option(
+    "--devices-per-node", type=click.IntRange(1, MAX_DEVICES), help="Accelerators per node."
+)
+@click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), help="Tokens per sequence.")
+@click.option(
+    "--global-batch", type=click.IntRange(1, MAX_GLOBAL_BATCH), help="Sequences per iteration."
+)
 @click.option(
     "--micro-batch",
     "micro_batches",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
     multiple=True,
     help="Micro-batch size (repeatable).",
 )
@@ -100,7 +116,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     "hbm_gib",
     type=click.FloatRange(min=0, min_open=True),
     multiple=True,
-    help="HBM capacity per device in GiB (repeatable).",
+    help="HBM per device in GiB for the space's designs (repeatable); presets keep their own.",
 )
 @click.option(
     "--recompute",
@@ -164,11 +180,14 @@ def sweep(
         objectives=objectives,
         prune=False if no_prune else None,
     )
+    parse_objectives(cfg.objectives)  # a bad --objective before the banner
+    if executor == "ray" and address is not None:
+        check_reachable(address)  # seconds, where Ray itself retries for minutes
     out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
     click.echo(
         f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, {cfg.devices} devices "
         f"({cfg.devices_per_node}/node); micro-batches {list(cfg.micro_batches)}, recompute "
-        f"{list(cfg.recompute)}, HBM {list(cfg.hbm_gib) or 'per design'} GiB -> {out}",
+        f"{list(cfg.recompute)}, {_hbm_text(cfg)} -> {out}",
         err=True,
     )
     click.echo(
@@ -184,12 +203,15 @@ def sweep(
             f"\ninterrupted: finished points are stored in {out}; re-run the same command to resume",
             err=True,
         )
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     report_path = None
     if not no_report:
         from results.report import write_report
 
-        report_path = write_report(out)
+        try:
+            report_path = write_report(out)
+        except OSError as e:
+            raise cannot_write(Path(e.filename or out), e, "--out") from None
     if as_json:
         echo_json(
             {
@@ -204,6 +226,7 @@ def sweep(
                 "defaults": cfg.scoring.as_dict(),
             }
         )
+        _exit_if_infeasible(result)
         return
     click.echo(
         f"{result.points} points ({result.feasible} feasible): {result.evaluated_designs} designs "
@@ -215,3 +238,13 @@ def sweep(
         click.echo(line)
     if report_path is not None:
         click.echo(f"\nreport: {report_path}")
+    _exit_if_infeasible(result)
+
+
+def _exit_if_infeasible(result: SweepResult) -> None:
+    """Exit status 3 when no point of the sweep is feasible (after its store is written)."""
+    if not result.feasible:
+        raise NoFeasiblePoint(
+            f"no feasible point among {result.points} points; every point and its reason is stored "
+            f"in {result.out_dir} (see `phaze export {result.out_dir} --csv`)"
+        )

@@ -29,10 +29,19 @@ from typing import Any, Final, Literal, TypeVar, get_args
 from phaze.errors import ConfigError, unknown_name
 from phaze.executors._common import Chunker, Delivery, RunSummary, TaskError
 from phaze.executors._local import LocalPool, SerialRunner
-from phaze.executors._ray import RaySession, import_ray
+from phaze.executors._ray import RaySession, check_reachable, import_ray
 from phaze.executors.progress import Progress
 
-__all__ = ["EXECUTORS", "Executor", "Progress", "RunSummary", "Runner", "TaskError", "run_tasks"]
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "Progress",
+    "RunSummary",
+    "Runner",
+    "TaskError",
+    "check_reachable",
+    "run_tasks",
+]
 
 logger = logging.getLogger(__name__)
 

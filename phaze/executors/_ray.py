@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from phaze.executors._common import (
     run_chunk,
 )
 
-__all__ = ["RaySession", "import_ray"]
+__all__ = ["RaySession", "check_reachable", "import_ray"]
 
 logger = logging.getLogger("phaze.executors")
 
@@ -36,6 +37,7 @@ R = TypeVar("R")
 
 _IN_FLIGHT_PER_WORKER: Final[int] = 2  # chunks queued per CPU, hiding Ray's ~ms dispatch
 _POLL_S: Final[float] = 1.0  # s; ray.wait wakes at least this often to see a stop request
+_CONNECT_TIMEOUT_S: Final[float] = 10.0  # s for the TCP probe of a cluster's address
 
 
 def import_ray() -> ModuleType:
@@ -45,6 +47,29 @@ def import_ray() -> ModuleType:
     except ImportError as exc:
         raise ConfigError("the ray executor needs the ray extra: pip install 'phaze[ray]'") from exc
     return ray
+
+
+def check_reachable(address: str, timeout_s: float = _CONNECT_TIMEOUT_S) -> None:
+    """Raise a ConfigError unless a TCP connection to ``address`` opens within ``timeout_s``.
+
+    ``ray.init`` retries an unreachable address for many minutes, printing warnings; this
+    probe fails in seconds. ``host:port`` and ``ray://host:port`` are probed; names Ray
+    resolves itself (``auto``, ``local``) are left to Ray.
+    """
+    host_port = address.removeprefix("ray://")
+    host, sep, port = host_port.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    host = host.strip("[]")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ConfigError(
+            f"executor 'ray': cannot reach the Ray cluster at address = {address!r} "
+            f"({reason}): start it (`ray start --head`) or give the address it printed"
+        ) from None
 
 
 def _code_search_path() -> list[str]:
@@ -106,6 +131,8 @@ class RaySession:
             if self._address is None:
                 options["include_dashboard"] = False
                 options["num_cpus"] = self._jobs
+            if self._address is not None:
+                check_reachable(self._address)
             logger.info("starting Ray (address=%s)", self._address or "a new local instance")
             self._ray = ray  # set first, so close() shuts down a half-started instance
             try:

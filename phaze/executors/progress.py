@@ -122,6 +122,7 @@ class Progress:
         self.done = 0
         self._start = 0.0
         self._last_draw = -math.inf
+        self._drawn_done: int | None = None
         self._width = 0
         self._open = False
 
@@ -163,10 +164,15 @@ class Progress:
         self._draw(force=False)
 
     def close(self) -> None:
-        """Draw the final line and end it with a newline (idempotent)."""
+        """Draw the final line and end it with a newline (idempotent).
+
+        In a log, the final line is left out when the last one drawn already had the final
+        count (a fully resumed run is one line, not two).
+        """
         if not self._open:
             return
-        self._draw(force=True)
+        if self.tty or self._drawn_done != self.done:
+            self._draw(force=True)
         if self.enabled and self.tty:
             self.stream.write("\n")
             self.stream.flush()
@@ -190,6 +196,7 @@ class Progress:
         if not force and now - self._last_draw < interval_s:
             return
         self._last_draw = now
+        self._drawn_done = self.done
         text = self.line()
         if tty:
             # pad with spaces to wipe the rest of a longer previous line

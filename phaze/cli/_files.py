@@ -1,0 +1,50 @@
+"""Output files of the commands: checked before the work starts, failures as one error line.
+
+A command that writes a file (``--out``, ``--gantt``, the report) calls
+:func:`check_writable` first, so an unwritable place fails in a second rather than after
+minutes of work, and :func:`cannot_write` turns a failure while writing into the same
+ConfigError naming the path and the option to change.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from phaze.errors import ConfigError
+
+__all__ = ["cannot_write", "check_writable", "check_writable_dir"]
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Raise a ConfigError unless the file ``path`` can be created or replaced.
+
+    Creates missing parent directories (as the writers do) and a probe file beside
+    ``path``, removed at once: the one test that holds for every user, root included, and
+    every file system (read-only mounts, full disks, ACLs).
+    """
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a directory: give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        raise cannot_write(path, e, option) from None
+
+
+def check_writable_dir(path: Path, option: str) -> None:
+    """Raise a ConfigError unless files can be written into the directory ``path``
+    (created if missing)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".phaze.", suffix=".probe"):
+            pass
+    except OSError as e:
+        raise cannot_write(path, e, option) from None
+
+
+def cannot_write(path: Path, error: OSError, option: str) -> ConfigError:
+    """The ConfigError for ``error`` while writing ``path`` (given with ``option``)."""
+    reason = error.strerror or str(error)
+    return ConfigError(f"cannot write {path} ({reason}): give {option} a writable path")
