@@ -41,3 +41,22 @@ def clean_sweeps(sweep_spaces, tmp_path_factory):
         d = tmp_path_factory.mktemp(f"clean-{name}")
         out[name] = (cfg, sweeps.run(cfg, d), sweeps.points(d))
     return out
+
+
+# ---------------------------------------------------------------- command line (CLI tests)
+@pytest.fixture
+def cli_run():
+    """Run ``phaze`` in this process: ``cli_run("export", dir, "--json")`` -> click's Result.
+
+    Arguments are turned into strings; keyword arguments go to ``CliRunner.invoke`` (e.g.
+    ``catch_exceptions=False`` to see a traceback). ``output`` holds stdout and stderr
+    interleaved, ``stdout`` and ``stderr`` each alone.
+    """
+    from click.testing import CliRunner
+
+    from phaze.cli import cli
+
+    def run(*args, **kwargs):
+        return CliRunner().invoke(cli, [str(a) for a in args], **kwargs)
+
+    return run

@@ -3,11 +3,9 @@
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from arch_space.config import accelerator_to_toml
 from arch_space.presets import preset, preset_names
-from phaze.cli import cli
 
 SHOW_KEYS = {
     "area_mm2",
@@ -34,24 +32,20 @@ SHOW_KEYS = {
 }
 
 
-def _run(*args):
-    return CliRunner().invoke(cli, list(args))
-
-
-def test_arch_list_text_and_json():
-    r = _run("arch", "list")
+def test_arch_list_text_and_json(cli_run):
+    r = cli_run("arch", "list")
     assert r.exit_code == 0, r.output
     for name in preset_names():
         assert name in r.output
-    r = _run("arch", "list", "--json")
+    r = cli_run("arch", "list", "--json")
     doc = json.loads(r.output)
     assert doc["schema_version"] == 1
     assert [a["name"] for a in doc["accelerators"]] == list(preset_names())
 
 
 @pytest.mark.parametrize("name", ["a100", "h100"])
-def test_arch_show_json_has_every_key(name):
-    r = _run("arch", "show", name, "--json")
+def test_arch_show_json_has_every_key(name, cli_run):
+    r = cli_run("arch", "show", name, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert SHOW_KEYS <= set(doc)
@@ -60,72 +54,72 @@ def test_arch_show_json_has_every_key(name):
     assert 0 < doc["yield"] < 1 and doc["device_cost_usd"] > doc["die_cost_usd"]
 
 
-def test_arch_show_text_and_file(tmp_path):
+def test_arch_show_text_and_file(tmp_path, cli_run):
     f = tmp_path / "mine.toml"
     f.write_text(accelerator_to_toml(preset("tpuv4")).replace('"tpuv4"', '"mine"'))
-    r = _run("arch", "show", str(f))
+    r = cli_run("arch", "show", str(f))
     assert r.exit_code == 0, r.output
     assert "mine" in r.output and "uncore" in r.output and "dies per wafer" in r.output
 
 
-def test_arch_show_cost_override(tmp_path):
+def test_arch_show_cost_override(tmp_path, cli_run):
     f = tmp_path / "cost.toml"
     f.write_text("[memory]\nhbm_usd_per_gb = 100.0\n")
-    base = json.loads(_run("arch", "show", "a100", "--json").output)
-    dear = json.loads(_run("arch", "show", "a100", "--json", "--cost-params", str(f)).output)
+    base = json.loads(cli_run("arch", "show", "a100", "--json").output)
+    dear = json.loads(cli_run("arch", "show", "a100", "--json", "--cost-params", str(f)).output)
     assert (
         dear["device_cost_usd"] > base["device_cost_usd"]
         and dear["die_cost_usd"] == base["die_cost_usd"]
     )
 
 
-def test_arch_show_bad_inputs_exit_1_with_one_error_line(tmp_path):
-    r = _run("arch", "show", "a10")
+def test_arch_show_bad_inputs_exit_1_with_one_error_line(tmp_path, cli_run):
+    r = cli_run("arch", "show", "a10")
     assert r.exit_code == 1
     assert (
         r.output.startswith("Error: unknown accelerator preset") and "did you mean a100" in r.output
     )
     f = tmp_path / "bad.toml"
     f.write_text("[accelerator]\nnum_tcs = 4\ntc_rows = 300\n")
-    r = _run("arch", "show", str(f))
+    r = cli_run("arch", "show", str(f))
     assert r.exit_code == 1
     assert r.output.count("\n") == 1 and "Traceback" not in r.output
     assert "unknown key 'num_tcs'; did you mean 'num_tc'?" in r.output
     assert "missing key 'clock_hz'" in r.output
-    r = _run("arch", "show", str(tmp_path / "nope.toml"))
+    r = cli_run("arch", "show", str(tmp_path / "nope.toml"))
     assert r.exit_code == 1 and "no such file" in r.output
 
 
-def test_space_show_text_and_json(tmp_path):
-    r = _run("space", "show", "tiny")
+def test_space_show_text_and_json(tmp_path, cli_run):
+    r = cli_run("space", "show", "tiny")
     assert r.exit_code == 0, r.output
     assert "designs" in r.output and "glb MiB" in r.output
-    doc = json.loads(_run("space", "show", "tiny", "--json").output)
+    doc = json.loads(cli_run("space", "show", "tiny", "--json").output)
     assert {"designs", "budget_mm2", "area_mm2_min", "area_mm2_max", "counts"} <= set(doc)
     assert sum(doc["counts"]["num_tc"].values()) == doc["designs"]
     assert doc["area_mm2_min"] <= doc["area_mm2_max"] <= doc["budget_mm2"]
-    r = _run("space", "show")  # the default space
+    r = cli_run("space", "show")  # the default space
     assert r.exit_code == 0 and "space default" in r.output
 
 
-def test_space_show_bad_file_exit_1(tmp_path):
+def test_space_show_bad_file_exit_1(tmp_path, cli_run):
     f = tmp_path / "space.toml"
     f.write_text(
         "[space]\nnum_tc = [1]\ntc_rows = 300\ntc_cols = [2]\nnum_vc = [1]\nglb_mib = [2]\n"
     )
-    r = _run("space", "show", str(f))
+    r = cli_run("space", "show", str(f))
     assert r.exit_code == 1
     assert f"Error: {f} [space]: tc_rows = 300 must be a power of two in [2, 256]" in r.output
-    r = _run("space", "show", "hug")
+    r = cli_run("space", "show", "hug")
     assert r.exit_code == 1 and "unknown space 'hug'" in r.output
 
 
-def test_arch_show_tech_override_and_bad_override(tmp_path):
+def test_arch_show_tech_override_and_bad_override(tmp_path, cli_run):
     f = tmp_path / "tech.toml"
     f.write_text("[node.7]\nmac_area_um2 = 400\n")
-    base = json.loads(_run("arch", "show", "a100", "--json").output)
-    big = json.loads(_run("arch", "show", "a100", "--json", "--tech-params", str(f)).output)
+    base = json.loads(cli_run("arch", "show", "a100", "--json").output)
+    big = json.loads(cli_run("arch", "show", "a100", "--json", "--tech-params", str(f)).output)
     assert big["area_breakdown_mm2"]["tensor_cores"] > base["area_breakdown_mm2"]["tensor_cores"]
     f.write_text("[node.7]\nmac_area = 400\n")
-    r = _run("arch", "list", "--tech-params", str(f))
+    r = cli_run("arch", "list", "--tech-params", str(f))
     assert r.exit_code == 1 and "did you mean 'mac_area_um2'?" in r.output

@@ -6,21 +6,15 @@ import json
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from arch_space.perf import gemm_measurements, gemm_report
 from arch_space.presets import preset
-from phaze.cli import cli
 from phaze.cli.validate_cmd import ValidationRow, report_validation
 
 
-def _run(*args: str):
-    return CliRunner().invoke(cli, list(args))
-
-
 @pytest.mark.parametrize("args", [("validate", "--help"), ("validate", "gemm", "--help")])
-def test_help(args):
-    result = _run(*args)
+def test_help(args, cli_run):
+    result = cli_run(*args)
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output
 
@@ -38,8 +32,8 @@ def test_a100_gemms_within_20_percent_of_llmcompass():
         assert abs(predicted / c.measured_s - 1) < 0.20, c
 
 
-def test_validate_gemm_text():
-    result = _run("validate", "gemm")
+def test_validate_gemm_text(cli_run):
+    result = cli_run("validate", "gemm")
     assert result.exit_code == 0, result.output
     assert "a100 8192x12288x12288" in result.output
     assert "8.62 ms" in result.output
@@ -47,8 +41,8 @@ def test_validate_gemm_text():
     assert "LLMCompass" in result.output
 
 
-def test_validate_gemm_json():
-    result = _run("validate", "gemm", "--json")
+def test_validate_gemm_json(cli_run):
+    result = cli_run("validate", "gemm", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["schema_version"] == 1 and doc["unit"] == "s"
@@ -58,15 +52,15 @@ def test_validate_gemm_json():
     assert doc["max_abs_error_pct"] == max(abs(r["error_pct"]) for r in doc["rows"])
 
 
-def test_validate_gemm_outside_tolerance_exits_3():
-    result = _run("validate", "gemm", "--tolerance-pct", "0.001")
+def test_validate_gemm_outside_tolerance_exits_3(cli_run):
+    result = cli_run("validate", "gemm", "--tolerance-pct", "0.001")
     assert result.exit_code == 3
     assert "validation outside ±0.001%" in result.output
     assert "a100 8192x8192x8192" in result.output  # the report is printed before failing
 
 
-def test_validate_gemm_rejects_bad_tolerance():
-    result = _run("validate", "gemm", "--tolerance-pct", "-5")
+def test_validate_gemm_rejects_bad_tolerance(cli_run):
+    result = cli_run("validate", "gemm", "--tolerance-pct", "-5")
     assert result.exit_code == 2
 
 
@@ -88,16 +82,16 @@ def test_report_routine_mean_max_and_json(capsys):
     assert "[1] paper A" in out and "[2]" not in out
 
 
-def test_arch_show_gemm_text():
-    result = _run("arch", "show", "a100", "--gemm", "8192,8192,8192")
+def test_arch_show_gemm_text(cli_run):
+    result = cli_run("arch", "show", "a100", "--gemm", "8192,8192,8192")
     assert result.exit_code == 0, result.output
     assert "GEMM (8192 x 8192) @ (8192 x 8192) on 432 tensor cores of a100" in result.output
     for word in ("latency", "FLOP/s", "of peak", "compute", "energy"):
         assert word in result.output
 
 
-def test_arch_show_gemm_json():
-    result = _run("arch", "show", "a100", "--gemm", "1,8192,8192", "--json")
+def test_arch_show_gemm_json(cli_run):
+    result = cli_run("arch", "show", "a100", "--gemm", "1,8192,8192", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert {"latency_s", "flops_per_s", "bound", "energy_j"} <= set(doc)
@@ -108,7 +102,7 @@ def test_arch_show_gemm_json():
 
 
 @pytest.mark.parametrize("bad", ["8192,8192", "1,x,3", "0,4,4"])
-def test_arch_show_gemm_rejects_bad_dims(bad):
-    result = _run("arch", "show", "a100", "--gemm", bad)
+def test_arch_show_gemm_rejects_bad_dims(bad, cli_run):
+    result = cli_run("arch", "show", "a100", "--gemm", bad)
     assert result.exit_code == 2
     assert "must be three positive integers M,K,N" in result.output

@@ -5,15 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from phaze.cli import cli
-
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "placement_gpt_small.json"
 
 
-def test_place_prints_stages_and_degrees():
-    r = CliRunner().invoke(cli, ["place", str(EXAMPLE)])
+def test_place_prints_stages_and_degrees(cli_run):
+    r = cli_run("place", str(EXAMPLE))
     assert r.exit_code == 0, r.output
     assert "tensorParallelDegree: 2" in r.output
     assert "dataParallelDegree: 1" in r.output
@@ -21,10 +17,10 @@ def test_place_prints_stages_and_degrees():
     assert "node ids" in r.output
 
 
-def test_place_json_has_the_reference_keys_and_both_paths_agree():
+def test_place_json_has_the_reference_keys_and_both_paths_agree(cli_run):
     docs = []
     for method in ("chain", "dag"):
-        r = CliRunner().invoke(cli, ["place", str(EXAMPLE), "--json", "--method", method])
+        r = cli_run("place", str(EXAMPLE), "--json", "--method", method)
         assert r.exit_code == 0, r.output
         docs.append(json.loads(r.output))
     doc = docs[0]
@@ -40,26 +36,26 @@ def test_place_json_has_the_reference_keys_and_both_paths_agree():
     assert docs[1]["finalTimePerBatch"] == doc["finalTimePerBatch"]
 
 
-def test_place_infeasible_exits_3(tmp_path):
+def test_place_infeasible_exits_3(tmp_path, cli_run):
     doc = json.loads(EXAMPLE.read_text())
     doc["maxMemoryPerDevice"] = 2**20
     f = tmp_path / "tiny.json"
     f.write_text(json.dumps(doc))
-    r = CliRunner().invoke(cli, ["place", str(f)])
+    r = cli_run("place", str(f))
     assert r.exit_code == 3
     assert "infeasible: needs" in r.output
     assert "GiB per device" in r.output
 
 
-def test_place_bad_instance_is_one_error_line(tmp_path):
+def test_place_bad_instance_is_one_error_line(tmp_path, cli_run):
     doc = json.loads(EXAMPLE.read_text())
     doc["optimizerAlgorithm"] = "LAMB"
     f = tmp_path / "bad.json"
     f.write_text(json.dumps(doc))
-    r = CliRunner().invoke(cli, ["place", str(f)])
+    r = cli_run("place", str(f))
     assert r.exit_code == 1
     assert r.output.startswith("Error: ")
     assert "optimizerAlgorithm = 'LAMB' must be one of SGD, Adam" in r.output
     f.write_text("{not json")
-    r = CliRunner().invoke(cli, ["place", str(f)])
+    r = cli_run("place", str(f))
     assert r.exit_code == 1 and "not valid JSON" in r.output

@@ -8,10 +8,8 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from click.testing import CliRunner
 from test_results_report import check_images, make_store, parse_html
 
-from phaze.cli import cli
 from results.export import export_record, write_csv
 from results.pareto import pareto
 from results.schema import COLUMN_NAMES, SCHEMA_VERSION
@@ -23,12 +21,8 @@ def store_dir(tmp_path_factory):
     return make_store(tmp_path_factory.mktemp("cli"))
 
 
-def _run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def test_export_json_has_every_column_and_round_trips(store_dir):
-    r = _run("export", store_dir, "--json")
+def test_export_json_has_every_column_and_round_trips(store_dir, cli_run):
+    r = cli_run("export", store_dir, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["schema_version"] == SCHEMA_VERSION and list(doc) == ["schema_version", "points"]
@@ -43,41 +37,41 @@ def test_export_json_has_every_column_and_round_trips(store_dir):
     assert first["placement"] == json.loads(s["placement"])
 
 
-def test_export_csv_and_out_file(store_dir, tmp_path):
-    r = _run("export", store_dir, "--csv", "--feasible-only")
+def test_export_csv_and_out_file(store_dir, tmp_path, cli_run):
+    r = cli_run("export", store_dir, "--csv", "--feasible-only")
     assert r.exit_code == 0
     rows = list(csv.DictReader(io.StringIO(r.output)))
     feasible = load(store_dir).points(feasible_only=True)
     assert len(rows) == len(feasible) and list(rows[0]) == list(COLUMN_NAMES)
     assert {row["feasible"] for row in rows} == {"1"}
     assert float(rows[0]["tcdp"]) == feasible[0]["tcdp"]  # full precision
-    r = _run("export", store_dir, "--json", "--out", tmp_path / "p.json")
+    r = cli_run("export", store_dir, "--json", "--out", tmp_path / "p.json")
     assert r.exit_code == 0 and r.stdout == ""
     assert len(json.loads((tmp_path / "p.json").read_text())["points"]) == len(
         load(store_dir).points()
     )
 
 
-def test_export_needs_a_format(store_dir):
-    r = CliRunner().invoke(cli, ["export", str(store_dir)])
+def test_export_needs_a_format(store_dir, cli_run):
+    r = cli_run("export", str(store_dir))
     assert r.exit_code == 2 and "give --csv or --json" in r.output
 
 
 @pytest.mark.parametrize(
     "cmd", [["export", "--json"], ["pareto", "--x", "tcdp", "--y", "mfu"], ["report"]]
 )
-def test_missing_directory_or_store_is_one_error_line(tmp_path, cmd):
+def test_missing_directory_or_store_is_one_error_line(tmp_path, cmd, cli_run):
     for where, words in (
         (tmp_path / "nope", "does not exist"),
         (tmp_path, "no Phaze results store"),
     ):
-        r = CliRunner().invoke(cli, [cmd[0], str(where), *cmd[1:]])
+        r = cli_run(cmd[0], where, *cmd[1:])
         assert r.exit_code == 1, r.output
         assert r.output.startswith("Error: ") and words in r.output and "Traceback" not in r.output
 
 
-def test_pareto_json_matches_the_library_front(store_dir):
-    r = _run("pareto", store_dir, "--x", "system_cost_usd", "--y", "tokens_per_s", "--json")
+def test_pareto_json_matches_the_library_front(store_dir, cli_run):
+    r = cli_run("pareto", store_dir, "--x", "system_cost_usd", "--y", "tokens_per_s", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["objectives"] == [
@@ -94,8 +88,8 @@ def test_pareto_json_matches_the_library_front(store_dir):
     assert agg and all(p["throughput_score"] is not None for p in agg)
 
 
-def test_pareto_text_csv_prefix_and_workload(store_dir):
-    r = _run(
+def test_pareto_text_csv_prefix_and_workload(store_dir, cli_run):
+    r = cli_run(
         "pareto",
         store_dir,
         "--x",
@@ -113,9 +107,11 @@ def test_pareto_text_csv_prefix_and_workload(store_dir):
         and "tcdp (min), area_mm2 (min), tokens_per_s (max)" in r.output
     )
     assert "tCO2e·days" in r.output and "gpt3" not in r.output
-    r = _run("pareto", store_dir, "--x", "mfu", "--y", "system_cost_usd")
+    r = cli_run("pareto", store_dir, "--x", "mfu", "--y", "system_cost_usd")
     assert "gpt3-1.3b: " in r.output and "llama2-7b: " in r.output and "aggregate" not in r.output
-    r = _run("pareto", store_dir, "--x", "+tcdp", "--y", "tokens_per_s", "--csv", "-w", "gpt3-1.3b")
+    r = cli_run(
+        "pareto", store_dir, "--x", "+tcdp", "--y", "tokens_per_s", "--csv", "-w", "gpt3-1.3b"
+    )
     rows = list(csv.DictReader(io.StringIO(r.output)))
     pts = load(store_dir).points(feasible_only=True, workload="gpt3-1.3b")
     assert [row["key"] for row in rows] == [
@@ -135,28 +131,26 @@ def test_pareto_text_csv_prefix_and_workload(store_dir):
         (["--x", "tcdp", "--y", "mfu", "-w", "gpt2"], "workload 'gpt2' has no feasible point"),
     ],
 )
-def test_pareto_errors(store_dir, args, words):
-    r = CliRunner().invoke(cli, ["pareto", str(store_dir), *args])
+def test_pareto_errors(store_dir, args, words, cli_run):
+    r = cli_run("pareto", str(store_dir), *args)
     assert r.exit_code == 1 and r.output.startswith("Error: ") and words in r.output, r.output
 
 
-def test_pareto_json_and_csv_exclusive_and_nothing_feasible_exits_3(store_dir, tmp_path):
-    r = CliRunner().invoke(
-        cli, ["pareto", str(store_dir), "--x", "tcdp", "--y", "mfu", "--json", "--csv"]
-    )
+def test_pareto_json_and_csv_exclusive_and_nothing_feasible_exits_3(store_dir, tmp_path, cli_run):
+    r = cli_run("pareto", store_dir, "--x", "tcdp", "--y", "mfu", "--json", "--csv")
     assert r.exit_code == 2
     with Store.open(tmp_path, {}, "h") as s:
         s.put_point(
             {"key": "a", "workload": "w", "design_id": "d", "feasible": False, "reason": "too big"}
         )
-    r = CliRunner().invoke(cli, ["pareto", str(tmp_path), "--x", "tcdp", "--y", "mfu"])
+    r = cli_run("pareto", str(tmp_path), "--x", "tcdp", "--y", "mfu")
     assert r.exit_code == 3 and "no feasible point" in r.output
 
 
-def test_report_command_svg_and_plot_files(tmp_path):
+def test_report_command_svg_and_plot_files(tmp_path, cli_run):
     tiny = make_store(tmp_path / "tiny", tiny=True)
     out = tmp_path / "sub" / "r.html"
-    r = _run("report", tiny, "--out", out, "--svg", "--plots", tmp_path / "plots")
+    r = cli_run("report", tiny, "--out", out, "--svg", "--plots", tmp_path / "plots")
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == str(out) and not list(out.parent.glob(".*tmp"))
     doc = parse_html(out.read_text(encoding="utf-8"))

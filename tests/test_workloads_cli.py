@@ -3,9 +3,7 @@
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from phaze.cli import cli
 from workloads import get_model, model_names, to_hf_config
 
 SHOW_KEYS = {
@@ -27,29 +25,27 @@ SHOW_KEYS = {
 }
 
 
-def run(*args):
-    return CliRunner().invoke(cli, ["workloads", *args])
-
-
-def test_help():
+def test_help(cli_run):
     for args in ((), ("list", "--help"), ("show", "--help")):
-        r = run(*args) if args else run("--help")
+        r = cli_run("workloads", *args) if args else cli_run("workloads", "--help")
         assert r.exit_code == 0 and "Usage" in r.output
 
 
-def test_list_table_and_json():
-    r = run("list")
+def test_list_table_and_json(cli_run):
+    r = cli_run("workloads", "list")
     assert r.exit_code == 0
     assert all(name in r.output for name in model_names())
-    r = run("list", "--json")
+    r = cli_run("workloads", "list", "--json")
     doc = json.loads(r.output)
     assert [m["name"] for m in doc["models"]] == list(model_names())
     mixtral = next(m for m in doc["models"] if m["name"] == "mixtral-8x7b")
     assert mixtral["active_parameters"] == get_model("mixtral-8x7b").active_parameters
 
 
-def test_show_json_has_the_issue_keys():
-    r = run("show", "gpt3-175b", "--tp", "8", "--sp", "--recompute", "selective", "--json")
+def test_show_json_has_the_issue_keys(cli_run):
+    r = cli_run(
+        "workloads", "show", "gpt3-175b", "--tp", "8", "--sp", "--recompute", "selective", "--json"
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert SHOW_KEYS <= set(doc)
@@ -65,16 +61,18 @@ def test_show_json_has_the_issue_keys():
     assert doc["op_counts"]["block"]["forward"]["collective"] == 4
 
 
-def test_show_table():
-    r = run("show", "mixtral-8x7b", "--seq-len", "1024", "--micro-batch", "2", "--tp", "2")
+def test_show_table(cli_run):
+    r = cli_run(
+        "workloads", "show", "mixtral-8x7b", "--seq-len", "1024", "--micro-batch", "2", "--tp", "2"
+    )
     assert r.exit_code == 0, r.output
     assert "block1..block32 (x32)" in r.output and "hardware FLOPs" in r.output
 
 
-def test_show_config_json(tmp_path):
+def test_show_config_json(tmp_path, cli_run):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(to_hf_config(get_model("llama3-8b"))))
-    r = run("show", str(path), "--json")
+    r = cli_run("workloads", "show", str(path), "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["parameters"] == get_model("llama3-8b").parameters
 
@@ -87,17 +85,17 @@ def test_show_config_json(tmp_path):
         (("show", "gpt3-175b", "--seq-len", "4096"), "seq_len = 4096 exceeds"),
     ],
 )
-def test_errors_exit_1_with_one_line(args, message):
-    r = run(*args)
+def test_errors_exit_1_with_one_line(args, message, cli_run):
+    r = cli_run("workloads", *args)
     assert r.exit_code == 1
     assert r.output.startswith("Error: ") and message in r.output
     assert "Traceback" not in r.output
 
 
-def test_unknown_name_lists_known_models():
-    r = run("show", "nonsense")
+def test_unknown_name_lists_known_models(cli_run):
+    r = cli_run("workloads", "show", "nonsense")
     assert r.exit_code == 1 and "known: " in r.output and "llama3-405b" in r.output
 
 
-def test_bad_option_is_usage_error():
-    assert run("show", "gpt3-175b", "--recompute", "half").exit_code == 2
+def test_bad_option_is_usage_error(cli_run):
+    assert cli_run("workloads", "show", "gpt3-175b", "--recompute", "half").exit_code == 2

@@ -40,7 +40,7 @@ class _PhazeGroup(click.Group):
         except PhazeError as e:
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
-            click.echo("\ninterrupted", err=True)
+            click.echo("interrupted", err=True)
             raise click.exceptions.Exit(INTERRUPTED) from None
         except OSError as e:
             if e.filename is None:

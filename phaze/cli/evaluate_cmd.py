@@ -12,6 +12,7 @@ from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
+from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze.sweep import placement_summary, schedule_exactness
 from placement import Placement
 from results.units import fmt_bytes, fmt_percent, fmt_quantity, fmt_time
@@ -24,9 +25,14 @@ __all__ = ["evaluate"]
 @click.option("--workload", required=True, help="Catalog name or a Hugging Face config.json.")
 @click.option("--arch", "arch", required=True, help="Accelerator preset name or TOML file.")
 @click.option(
-    "--devices", type=click.IntRange(min=1), required=True, help="Accelerators in the cluster."
+    "--devices",
+    type=click.IntRange(1, MAX_DEVICES),
+    required=True,
+    help="Accelerators in the cluster.",
 )
-@click.option("--devices-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--devices-per-node", type=click.IntRange(1, MAX_DEVICES), default=8, show_default=True
+)
 @click.option(
     "--intra-node-gbps",
     type=click.FloatRange(min=0, min_open=True),
@@ -42,12 +48,15 @@ __all__ = ["evaluate"]
     help="Inter-node link bandwidth per device, GB/s.",
 )
 @click.option(
-    "--global-batch", type=click.IntRange(min=1), required=True, help="Sequences per iteration."
+    "--global-batch",
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
+    required=True,
+    help="Sequences per iteration.",
 )
-@click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
+@click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), default=2048, show_default=True)
 @click.option(
     "--micro-batch",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
     default=1,
     show_default=True,
     help="With --strategy search.",
