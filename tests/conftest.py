@@ -44,7 +44,7 @@ def clean_sweeps(sweep_spaces, tmp_path_factory):
 
 
 # ---------------------------------------------------------------- command line (CLI tests)
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cli_run():
     """Run ``phaze`` in this process: ``cli_run("export", dir, "--json")`` -> click's Result.
 
@@ -60,3 +60,33 @@ def cli_run():
         return CliRunner().invoke(cli, [str(a) for a in args], **kwargs)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def small_sweep(cli_run, tmp_path_factory):
+    """A real sweep of two small designs on gpt3-125m, run once: (its TOML config, its
+    output directory). Tests copy the directory before changing anything in it."""
+    import json
+
+    from spaces import space_toml
+
+    d = tmp_path_factory.mktemp("small-sweep")
+    (d / "space.toml").write_text(space_toml("small", num_tc=[1, 2], tc_rows=[64]))
+    table = {
+        "workloads": ["gpt3-125m"],
+        "space": str(d / "space.toml"),
+        "devices": 4,
+        "devices_per_node": 4,
+        "seq_len": 256,
+        "global_batch": 8,
+        "micro_batches": [1],
+        "recompute": ["none"],
+        "presets": [],
+    }
+    lines = ["[sweep]", *(f"{k} = {json.dumps(v)}" for k, v in table.items())]
+    config = d / "sweep.toml"
+    config.write_text("\n".join([*lines, "", "[solver]", 'name = "list"', ""]))
+    out = d / "out"
+    r = cli_run("sweep", config, "--out", out, "--executor", "serial", "--no-report")
+    assert r.exit_code == 0, r.output
+    return config, out

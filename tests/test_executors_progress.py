@@ -99,6 +99,15 @@ def test_a_log_gets_a_line_per_interval_and_skipped_items_count_but_not_in_the_r
     ]
 
 
+def test_a_log_gets_one_line_when_everything_was_done_before():
+    out, clock = io.StringIO(), FakeClock()
+    bar = Progress(stream=out, label="designs", skipped=2, is_tty=False, clock=clock)
+    bar.start(0)  # a fully resumed run
+    clock.now += 3.0
+    bar.close()
+    assert out.getvalue().splitlines() == ["designs 2/2 (100.0%)  --/s  done in 0s"]
+
+
 def test_disabled_progress_draws_nothing():
     out = io.StringIO()
     bar = Progress(stream=out, enabled=False)

@@ -6,6 +6,8 @@ Ray takes seconds to start, so this module starts it twice in all: once by a Run
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,18 @@ def test_a_bad_address_is_a_config_error():
     assert not ray.is_initialized()  # runs before the module's shared instance starts
     with pytest.raises(ConfigError, match="executor 'ray': cannot connect to address = 'x::'"):
         run_tasks(square_job, TASKS, on_result=print, executor="ray", address="x::")
+    assert not ray.is_initialized()
+
+
+def test_an_unreachable_address_fails_within_seconds():
+    """Ray itself retries such an address for minutes; the executor probes it first."""
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=f"cannot reach the Ray cluster at address = '{address}'"):
+        run_tasks(square_job, TASKS, on_result=print, executor="ray", address=address)
+    assert time.monotonic() - t0 < 30
     assert not ray.is_initialized()
 
 

@@ -90,6 +90,37 @@ def test_all_problems_reported_at_once():
     assert "devices = 0" in str(e.value) and "seq_len = 'long'" in str(e.value)
 
 
+def test_problems_of_every_section_come_together_each_prefixed_once():
+    data = {
+        "sweep": {"devices": 10**8, "global_batch": 10**9, "micro_batches": [1, 2 * 10**6]},
+        "solver": {"name": "cplex"},
+        "scoring": {"grid_region": "mars", "pue": 0.5, "utilisation": "all"},
+    }
+    with pytest.raises(ConfigError) as e:
+        sweep_config_from_mapping(data, source="s.toml")
+    problems = str(e.value).split("; ")
+    assert problems == [
+        "s.toml [sweep]: devices = 100000000 is above the limit of 1000000 "
+        "(more than any machine has)",
+        "s.toml [sweep]: global_batch = 1000000000 is above the limit of 1000000 "
+        "(more than any machine has)",
+        "s.toml [sweep]: micro_batches = 2000000 is above the limit of 1000000 "
+        "(more than any machine has)",
+        "s.toml [solver]: name = 'cplex' must be one of highs, cbc, gurobi, list",
+        "s.toml [scoring]: utilisation = 'all' must be a number",
+        "s.toml [scoring]: grid_region: unknown grid region 'mars' (known: china, eu, "
+        "france, germany, iceland, india, taiwan, us, world)",
+        "s.toml [scoring]: pue = 0.5 must be >= 1 (facility / IT energy)",
+    ]
+
+
+def test_sizes_at_the_limits_are_accepted():
+    cfg = sweep_config_from_mapping(
+        {"sweep": {"devices": 10**6, "global_batch": 10**6, "micro_batches": [10**6]}}
+    )
+    assert (cfg.devices, cfg.global_batch, cfg.micro_batches) == (10**6, 10**6, (10**6,))
+
+
 def test_file_errors(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_sweep_config(tmp_path / "missing.toml")
