@@ -40,11 +40,15 @@ _GIB = float(1 << 30)
 
 
 def gib(nbytes: float) -> str:
-    """Bytes for messages, in GiB below 0.1 GiB in MiB: ``gib(100e9) == '93.1 GiB'``,
-    ``gib(2**20) == '1 MiB'``."""
+    """Bytes for messages: GiB from 0.1 GiB, else MiB, KiB or B, so a small size never reads
+    as zero: ``gib(100e9) == '93.1 GiB'``, ``gib(2**20) == '1 MiB'``, ``gib(380) == '380 B'``.
+    """
     if nbytes >= 0.1 * _GIB:
         return f"{nbytes / _GIB:.1f} GiB"
-    return f"{nbytes / (1 << 20):.3g} MiB"
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{nbytes:.0f} B"
 
 
 def layer_arrays(graph: StageGraph) -> LayerArrays:

@@ -38,8 +38,6 @@ Examples
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import math
 import os
@@ -52,6 +50,15 @@ from typing import Any, Final
 
 from phaze.errors import ConfigError, unknown_name
 from results._plain import dumps
+from results._sqlite import (
+    MISUSE,
+    connect,
+    connect_immutable,
+    lock_dir,
+    sqlite_errors,
+    store_error,
+    unwritable,
+)
 from results.schema import COLUMN_NAMES, COLUMNS, DESIGN_COLUMNS, POINT_COLUMNS, SCHEMA_VERSION
 
 __all__ = ["STORE_FILENAME", "Store", "load", "store_path"]
@@ -137,10 +144,10 @@ class Store:
                 f"choose a writable --out"
             ) from None
         path = store_path(out)
-        dir_lock = _lock_dir(out, path)
+        dir_lock = lock_dir(out, path)
         try:
             existed = path.is_file() and path.stat().st_size > 0
-            conn = _connect(path, read_only=False)
+            conn = connect(path, read_only=False)
         except BaseException:
             os.close(dir_lock)
             raise
@@ -173,11 +180,10 @@ class Store:
                         "INSERT INTO sweep (config_hash, inputs) VALUES (?, ?)",
                         (config_hash, dumps(config)),
                     )
-        except sqlite3.Error as e:
+        except BaseException as e:
             store.close()
-            raise _store_error(path, e) from None
-        except BaseException:
-            store.close()
+            if isinstance(e, sqlite3.Error) and not isinstance(e, MISUSE):
+                raise store_error(path, e) from None
             raise
         return store
 
@@ -319,7 +325,7 @@ class Store:
             raise ConfigError(
                 f"{self.path} was opened read-only (results.load); use Store.open to write"
             )
-        with self._lock, _sqlite_errors(self.path):
+        with self._lock, sqlite_errors(self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield
@@ -330,7 +336,7 @@ class Store:
             self._conn.execute("COMMIT")
 
     def _read(self, sql: str, args: Any = ()) -> list[tuple[Any, ...]]:
-        with self._lock, _sqlite_errors(self.path):
+        with self._lock, sqlite_errors(self.path):
             return self._conn.execute(sql, args).fetchall()
 
 
@@ -351,17 +357,17 @@ def load(out_dir: str | Path) -> Store:
             f"no Phaze results store in {str(out)!r} (expected {path.name}); "
             f"run `phaze sweep --out {out}` first"
         )
-    conn = _connect(path, read_only=True)
+    conn = connect(path, read_only=True)
     try:
         try:
             _check_store(conn, path)
         except ConfigError:
-            if not _unwritable(conn):
+            if not unwritable(conn):
                 raise
             # A read-only directory: SQLite cannot create or write the WAL's index. With no
             # WAL content to merge the main file is complete and can be read as immutable.
             conn.close()
-            conn = _connect_immutable(path)
+            conn = connect_immutable(path)
             _check_store(conn, path)
     except BaseException:
         conn.close()
@@ -369,104 +375,13 @@ def load(out_dir: str | Path) -> Store:
     return Store(conn, path, writable=False)
 
 
-def _lock_dir(out: Path, path: Path) -> int:
-    """An open descriptor of ``out`` holding its exclusive flock, or a ConfigError."""
-    try:
-        fd = os.open(out, os.O_RDONLY)
-    except OSError as e:
-        raise ConfigError(f"cannot open the output directory {str(out)!r} ({e.strerror})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise ConfigError(
-                f"another sweep is writing to the results store {path} (its directory is "
-                f"locked): wait for it to finish, or choose another --out"
-            ) from None
-        raise ConfigError(f"cannot lock the output directory {str(out)!r} ({e.strerror})") from None
-    return fd
-
-
-def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
-    target = path.resolve().as_uri() + ("?mode=ro" if read_only else "")
-    return _connect_uri(path, target)
-
-
-def _connect_immutable(path: Path) -> sqlite3.Connection:
-    """A connection that takes no lock and needs no WAL index (for read-only directories)."""
-    wal = path.with_name(path.name + "-wal")
-    if wal.is_file() and wal.stat().st_size > 0:
-        raise ConfigError(
-            f"the results store {path} cannot be read here: its directory is read-only and "
-            f"{wal.name} holds results not yet merged into it; copy the directory somewhere "
-            f"writable and run the command on the copy"
-        )
-    return _connect_uri(path, path.resolve().as_uri() + "?mode=ro&immutable=1")
-
-
-def _connect_uri(path: Path, target: str) -> sqlite3.Connection:
-    try:
-        conn = sqlite3.connect(target, uri=True, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout=30000")
-    except sqlite3.Error as e:
-        raise _store_error(path, e) from None
-    return conn
-
-
-def _unwritable(conn: sqlite3.Connection) -> bool:
-    """Whether the last failure on ``conn`` was a read-only or cannot-open error."""
-    try:
-        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as e:
-        code = getattr(e, "sqlite_errorcode", 0) & 0xFF
-        return code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN)
-    return False
-
-
-def _store_error(path: Path, e: sqlite3.Error) -> ConfigError:
-    """The ConfigError for an SQLite failure on the store at ``path``: what broke and what
-    to do."""
-    code = getattr(e, "sqlite_errorcode", None)
-    if code is not None and code & 0xFF == sqlite3.SQLITE_READONLY:
-        return ConfigError(
-            f"the results store {path} is read-only ({e}): make it and its directory "
-            f"writable, or run with a new --out"
-        )
-    if code is not None and code & 0xFF == sqlite3.SQLITE_CANTOPEN:
-        return ConfigError(
-            f"cannot open the results store {path} ({e}): check that it and its directory "
-            f"exist and may be read and written"
-        )
-    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-        return ConfigError(
-            f"the results store {path} stayed locked by another process ({e}): "
-            f"let it finish, or run with a new --out"
-        )
-    if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
-        return ConfigError(f"the disk holding the results store {path} is full: free space")
-    return ConfigError(
-        f"the results store {path} is damaged ({e}): move it away (it is left as it is), "
-        f"or run with a new --out"
-    )
-
-
-@contextmanager
-def _sqlite_errors(path: Path) -> Iterator[None]:
-    """SQLite failures as a ConfigError naming the store (see :func:`_store_error`)."""
-    try:
-        yield
-    except sqlite3.Error as e:
-        raise _store_error(path, e) from None
-
-
 def _has_tables(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] > 0
 
 
 def _check_store(conn: sqlite3.Connection, path: Path) -> None:
-    """A Phaze store of this layout, whole (``quick_check``: about 2 ms per MB)."""
-    with _sqlite_errors(path):
+    """A Phaze store of this layout, whole (``PRAGMA quick_check`` reads every page once)."""
+    with sqlite_errors(path):
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     if app_id != _APPLICATION_ID:
@@ -479,7 +394,7 @@ def _check_store(conn: sqlite3.Connection, path: Path) -> None:
             f"{path} has store layout version {version}; this Phaze reads version "
             f"{SCHEMA_VERSION}: re-run the sweep into a new directory"
         )
-    with _sqlite_errors(path):
+    with sqlite_errors(path):
         problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
     if problems != ["ok"]:
         raise ConfigError(

@@ -131,11 +131,13 @@ def test_cli_schedule_errors():
     r = runner.invoke(
         cli, ["schedule", "--workload", "gpt3-125m", "--arch", "tpuv4", "--solver", "gurobo"]
     )
-    assert r.exit_code == 1 and "unknown solver 'gurobo'" in r.output
+    assert (
+        r.exit_code == 2 and "'gurobo' is not one of 'highs', 'cbc', 'gurobi', 'list'" in r.output
+    )
     r = runner.invoke(
         cli, ["schedule", "--workload", "gpt3-125m", "--arch", "tpuv4", "--search-nodes", "-1"]
     )
-    assert r.exit_code == 1 and "search_nodes = -1 must be an integer >= 0" in r.output
+    assert r.exit_code == 2 and "'--search-nodes': -1 is not in the range x>=0" in r.output
     r = runner.invoke(cli, ["schedule", "--help"])
     assert r.exit_code == 0 and "--gantt" in r.output
 

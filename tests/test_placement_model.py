@@ -298,7 +298,7 @@ def test_fixed_strategy_errors():
     with pytest.raises(ConfigError, match="v = 2 interleaved chunks need p >= 2"):
         evaluate_fixed(prob, Strategy(tp=2, pp=1, dp=1, virtual_stages=2))
     tight = dataclasses.replace(prob, hbm_bytes=100.0)
-    with pytest.raises(Infeasible, match="GiB per device, has"):
+    with pytest.raises(Infeasible, match="B per device, has 100 B"):
         evaluate_fixed(tight, Strategy(tp=2, pp=2, dp=1))
 
 
