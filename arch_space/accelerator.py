@@ -12,20 +12,13 @@ from typing import Any
 from arch_space.tech import known_nodes
 from phaze.errors import ConfigError
 
-__all__ = ["Accelerator", "Cluster", "accelerator_problems", "cluster_problems"]
-
-_POSITIVE_INTS = (
-    "num_tc",
-    "tc_rows",
-    "tc_cols",
-    "num_vc",
-    "vc_lanes",
-    "glb_bytes",
-    "hbm_bytes",
-    "node_nm",
-    "bytes_per_element",
-)
-_POSITIVE_REALS = ("hbm_bandwidth_bytes_per_s", "clock_hz")
+__all__ = [
+    "ACCELERATOR_FIELDS",
+    "Accelerator",
+    "Cluster",
+    "accelerator_problems",
+    "cluster_problems",
+]
 
 
 def _is_int(v: Any) -> bool:
@@ -89,7 +82,7 @@ class Accelerator:
     hbm_stacks: int = 0
 
     def __post_init__(self) -> None:
-        values = {f: getattr(self, f) for f in _FIELD_NAMES}
+        values = {f: getattr(self, f) for f in ACCELERATOR_FIELDS}
         problems = accelerator_problems(values, f"accelerator {self.name or '(unnamed)'}")
         if problems:
             raise ConfigError("; ".join(problems))
@@ -117,7 +110,13 @@ class Accelerator:
         return 2.0 * self.macs_per_cycle * self.clock_hz
 
 
-_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Accelerator))
+#: The Accelerator's field names, in declaration order.
+ACCELERATOR_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Accelerator))
+# The sizes and counts (all int fields but the optional ``hbm_stacks``) and the rates.
+_POSITIVE_INTS = tuple(
+    f.name for f in fields(Accelerator) if f.type == "int" and f.name != "hbm_stacks"
+)
+_POSITIVE_REALS = tuple(f.name for f in fields(Accelerator) if f.type == "float")
 
 
 _CLUSTER_FIELDS: tuple[str, ...] = (

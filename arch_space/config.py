@@ -44,6 +44,7 @@ from arch_space.presets import preset, preset_names
 from phaze.errors import ConfigError, unknown_name
 
 __all__ = [
+    "ACCELERATOR_TOML_KEYS",
     "accelerator_from_mapping",
     "accelerator_from_toml",
     "accelerator_to_toml",
@@ -56,8 +57,8 @@ __all__ = [
 _MIB = 2**20
 _GIB = 2**30
 
-# TOML key -> (Accelerator field, bytes per unit or None for as-is).
-_KEYS: Mapping[str, tuple[str, int | None]] = MappingProxyType(
+#: TOML key -> (Accelerator field, bytes per unit or None for as-is), in file order.
+ACCELERATOR_TOML_KEYS: Mapping[str, tuple[str, int | None]] = MappingProxyType(
     {
         "name": ("name", None),
         "num_tc": ("num_tc", None),
@@ -75,17 +76,9 @@ _KEYS: Mapping[str, tuple[str, int | None]] = MappingProxyType(
     }
 )
 _MISSING = dataclasses.MISSING
-_REQUIRED = (
-    "num_tc",
-    "tc_rows",
-    "tc_cols",
-    "num_vc",
-    "vc_lanes",
-    "glb_mib",
-    "hbm_gib",
-    "hbm_bandwidth_bytes_per_s",
-    "clock_hz",
-)
+# The TOML keys of the fields without a default, in file order.
+_NO_DEFAULT = {f.name for f in fields(Accelerator) if f.default is _MISSING}
+_REQUIRED = tuple(k for k, (name, _) in ACCELERATOR_TOML_KEYS.items() if name in _NO_DEFAULT)
 
 
 def accelerator_from_mapping(data: Mapping[str, Any], source: str = "accelerator") -> Accelerator:
@@ -96,13 +89,13 @@ def accelerator_from_mapping(data: Mapping[str, Any], source: str = "accelerator
     if not isinstance(table, Mapping):
         raise ConfigError("; ".join([*problems, f"{source}: needs an [accelerator] table"]))
     where = f"{source} [accelerator]"
-    problems += unknown_keys(where, table, _KEYS)
+    problems += unknown_keys(where, table, ACCELERATOR_TOML_KEYS)
     problems += [f"{where}: missing key {k!r}" for k in _REQUIRED if k not in table]
     values = {f.name: f.default for f in fields(Accelerator)}
     for key, raw in table.items():
-        if key not in _KEYS:
+        if key not in ACCELERATOR_TOML_KEYS:
             continue
-        field_name, unit = _KEYS[key]
+        field_name, unit = ACCELERATOR_TOML_KEYS[key]
         if unit is None:
             values[field_name] = raw
         elif not isinstance(raw, numbers.Real) or isinstance(raw, bool) or raw <= 0:
@@ -114,8 +107,10 @@ def accelerator_from_mapping(data: Mapping[str, Any], source: str = "accelerator
         else:
             values[field_name] = int(raw * unit)
     for key in _REQUIRED:
-        if key not in table or values[_KEYS[key][0]] is _MISSING:
-            values[_KEYS[key][0]] = 1  # a valid stand-in, so only real problems are listed
+        if key not in table or values[ACCELERATOR_TOML_KEYS[key][0]] is _MISSING:
+            values[ACCELERATOR_TOML_KEYS[key][0]] = (
+                1  # a valid stand-in, so only real problems are listed
+            )
     problems += accelerator_problems(values, where)
     if problems:
         raise ConfigError("; ".join(problems))
@@ -132,7 +127,7 @@ def accelerator_from_toml(path: str | Path) -> Accelerator:
 def accelerator_to_toml(acc: Accelerator) -> str:
     """``acc`` as TOML text that :func:`accelerator_from_toml` reads back to an equal value."""
     lines = ["[accelerator]"]
-    for key, (field_name, unit) in _KEYS.items():
+    for key, (field_name, unit) in ACCELERATOR_TOML_KEYS.items():
         v = getattr(acc, field_name)
         if unit is not None:
             v = v // unit if v % unit == 0 else v / unit

@@ -32,8 +32,9 @@ from arch_space._data import (
     toml_literal,
     unknown_keys,
 )
-from arch_space.accelerator import Accelerator
+from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
 from arch_space.area import area_mm2, area_terms_mm2, hbm_stacks_for
+from arch_space.config import ACCELERATOR_TOML_KEYS
 from arch_space.presets import preset
 from arch_space.tech import known_nodes, tech_node
 from phaze.errors import ConfigError, unknown_name
@@ -43,18 +44,6 @@ __all__ = ["Space", "SpaceSummary", "space_names", "load_space", "design_id", "P
 _MIB = 2**20
 _GIB = 2**30
 _REF_MAX = preset("ref-max")
-
-#: The swept parameters, in enumeration (grid axis) order.
-PARAMETERS: tuple[str, ...] = (
-    "num_tc",
-    "tc_rows",
-    "tc_cols",
-    "num_vc",
-    "vc_lanes",
-    "glb_bytes",
-    "hbm_bytes",
-    "hbm_bandwidth_bytes_per_s",
-)
 
 # Allowed powers of two per parameter, as (TOML key, scale to SI, low, high). The core and
 # array ranges and the buffer range are the reference's (max_acc_config_per_dim); the vector
@@ -69,19 +58,13 @@ _POW2: Mapping[str, tuple[str, int, int, int]] = MappingProxyType(
         "glb_bytes": ("glb_mib", _MIB, 1, 1024),
     }
 )
+# TOML key -> (Space field, scale to SI) where they differ; the accelerator's keys but
+# ``hbm_stacks`` (derived per design), then the space's own.
+_TOML_FIELD: Mapping[str, tuple[str, int | None]] = MappingProxyType(
+    {k: v for k, v in ACCELERATOR_TOML_KEYS.items() if k != "hbm_stacks"}
+)
 _TOML_KEYS: tuple[str, ...] = (
-    "name",
-    "num_tc",
-    "tc_rows",
-    "tc_cols",
-    "num_vc",
-    "vc_lanes",
-    "glb_mib",
-    "hbm_gib",
-    "hbm_bandwidth_bytes_per_s",
-    "clock_hz",
-    "node_nm",
-    "bytes_per_element",
+    *_TOML_FIELD,
     "budget_mm2",
     "area_fraction_min",
     "area_fraction_max",
@@ -339,6 +322,15 @@ class Space:
         return _survivors_cached(self)
 
 
+#: The swept parameters (the accelerator fields a Space gives choices for), in enumeration
+#: (grid axis) order.
+PARAMETERS: tuple[str, ...] = tuple(
+    name
+    for name in ACCELERATOR_FIELDS
+    if any(f.name == name and f.type.startswith("tuple") for f in fields(Space))
+)
+
+
 def _survivors_kernel(s: Space) -> tuple[list[tuple[Any, ...]], np.ndarray, int]:
     """The vectorised filter: area of every grid point at once, then the kept points' values."""
     tech = tech_node(s.node_nm)
@@ -392,11 +384,6 @@ _survivors_cached = functools.lru_cache(maxsize=8)(_survivors_kernel)
 @functools.cache
 def _ref_max_area(node_nm: int) -> float:
     return area_mm2(replace(_REF_MAX, node_nm=node_nm))
-
-
-_TOML_FIELD: Mapping[str, tuple[str, int | None]] = MappingProxyType(
-    {"glb_mib": ("glb_bytes", _MIB), "hbm_gib": ("hbm_bytes", _GIB)}
-)
 
 
 def _choices(where: str, key: str, value: Any) -> tuple[list[Any], list[str]]:

@@ -84,15 +84,14 @@ class SolverSettings:
     """The layer scheduler and its limits (recorded in the manifest).
 
     ``name`` "list" (the default for sweeps) is the deterministic list schedule with local
-    search, no MIP: on the block graphs of GPT-3, Llama-3 and Mixtral that the bounds do not
-    close (``benchmarks/bench_ilp.py --designs 100``) it matched the best schedule of the
-    branch and bound and the HiGHS MIP in 547 of 712 solves (0.3 % longer in the median of
-    the rest, 7.7 % at worst) in milliseconds, and its results never depend on machine
-    load. "highs", "cbc" or "gurobi" first run the exact branch and bound of
+    search, no MIP: on the block graphs the bounds do not close it mostly matches the best
+    schedule of the branch and bound and the HiGHS MIP, and is otherwise close
+    (``benchmarks/bench_ilp.py`` measures it), in milliseconds, and its results never depend
+    on machine load. "highs", "cbc" or "gurobi" first run the exact branch and bound of
     :mod:`ilp.branch` for ``search_nodes`` nodes, then the ILP of DESIGN §5, within
     ``time_limit_s`` per independent part of a graph. ``search_nodes`` defaults to 0 for
-    "list" (a budget of 2,000 made the default sweep 2.8 times slower,
-    ``benchmarks/bench_sweep.py --designs 200 --search-nodes 2000``) and to
+    "list" (a search budget slows the default sweep severalfold, see
+    ``benchmarks/bench_sweep.py --search-nodes``) and to
     :data:`ilp.DEFAULT_SEARCH_NODES` for the solvers.
     """
 

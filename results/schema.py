@@ -140,21 +140,11 @@ COLUMNS: Final = MappingProxyType({c.name: c for c in POINT_COLUMNS})
 COLUMN_NAMES: Final = tuple(c.name for c in POINT_COLUMNS)
 NUMERIC_COLUMNS: Final = tuple(c.name for c in POINT_COLUMNS if c.numeric and c.name != "feasible")
 
-# Columns of the ``designs`` table besides its free-form JSON ``extra``; a design record's other
-# keys (whatever the sweep knows about a design) are kept in ``extra``.
+# Columns of the ``designs`` table besides its free-form JSON ``extra``: a point's design identity
+# and accelerator parameters, then area, peak compute and cost. A design record's other keys
+# (whatever the sweep knows about a design) are kept in ``extra``.
 DESIGN_COLUMNS: Final = (
-    "design_id",
-    "design_name",
-    "num_tc",
-    "tc_rows",
-    "tc_cols",
-    "num_vc",
-    "vc_lanes",
-    "glb_bytes",
-    "hbm_bytes",
-    "hbm_bandwidth_bytes_per_s",
-    "clock_hz",
-    "node_nm",
+    *COLUMN_NAMES[COLUMN_NAMES.index("design_id") : COLUMN_NAMES.index("devices")],
     "area_mm2",
     "peak_flops",
     "device_cost_usd",

@@ -22,7 +22,7 @@ __all__ = [
     "top_designs",
 ]
 
-# The objectives a report ranks by when the sweep's inputs name none (issue 7 item 2).
+# The objectives a report ranks by when the sweep's inputs name none.
 DEFAULT_OBJECTIVES: Final = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp")
 
 

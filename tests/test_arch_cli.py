@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from arch_space.accelerator import ACCELERATOR_FIELDS
 from arch_space.config import accelerator_to_toml
 from arch_space.presets import preset, preset_names
 
@@ -18,17 +19,7 @@ SHOW_KEYS = {
     "yield",
     "dies_per_wafer",
     "design_id",
-    "num_tc",
-    "tc_rows",
-    "tc_cols",
-    "num_vc",
-    "vc_lanes",
-    "glb_bytes",
-    "hbm_bytes",
-    "hbm_bandwidth_bytes_per_s",
-    "clock_hz",
-    "node_nm",
-    "bytes_per_element",
+    *(set(ACCELERATOR_FIELDS) - {"name", "hbm_stacks"}),
 }
 
 

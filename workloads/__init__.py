@@ -6,17 +6,10 @@
 (98, ['block', 'embedding', 'head'])
 """
 
+from workloads import flops
 from workloads.build import build_layer_graph, valid_tp_widths
 from workloads.catalog import catalog, get_model, model_names, resolve_model
-from workloads.flops import (
-    attention_core_flops,
-    block_forward_flops,
-    embedding_forward_flops,
-    forward_flops_per_sequence,
-    hardware_flops_per_sequence,
-    head_forward_flops,
-    model_flops_per_sequence,
-)
+from workloads.flops import *  # noqa: F403 (re-exports flops.__all__)
 from workloads.hf import load_hf_config, model_from_hf, to_hf_config
 from workloads.layer_graph import Layer, LayerEdge, LayerGraph, LayerKind, PassGraphs
 from workloads.memory import (
@@ -58,13 +51,7 @@ __all__ = [
     "OpKind",
     "CoreType",
     "CollectiveKind",
-    "attention_core_flops",
-    "block_forward_flops",
-    "embedding_forward_flops",
-    "head_forward_flops",
-    "forward_flops_per_sequence",
-    "model_flops_per_sequence",
-    "hardware_flops_per_sequence",
+    *flops.__all__,
     "block_activation_bytes",
     "embedding_activation_bytes",
     "head_activation_bytes",

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from arch_space.accelerator import Accelerator
+from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
 from arch_space.carbon import CarbonParams
 from arch_space.config import load_accelerator
 from arch_space.cost import CostParams
@@ -228,21 +228,10 @@ def _breakdown(title: str, total: float, parts: Mapping[str, float], unit: str, 
     return table(rows, [title, unit, "share"])
 
 
+# The keys the table above shows; any other key of ``describe`` is listed after it.
 _KNOWN_KEYS = frozenset(
     {
-        "num_tc",
-        "tc_rows",
-        "tc_cols",
-        "num_vc",
-        "vc_lanes",
-        "glb_bytes",
-        "hbm_bytes",
-        "hbm_bandwidth_bytes_per_s",
-        "clock_hz",
-        "node_nm",
-        "bytes_per_element",
-        "name",
-        "hbm_stacks",
+        *ACCELERATOR_FIELDS,
         "design_id",
         "hbm_stacks_effective",
         "peak_flops",

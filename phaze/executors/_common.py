@@ -43,10 +43,9 @@ logger = logging.getLogger("phaze.executors")
 T = TypeVar("T")
 R = TypeVar("R")
 
-# s of worker time per chunk when sizing chunks adaptively. A chunk costs ~0.1 ms locally
-# (pickling, pipe round trip) and ~2 ms as a Ray task (benchmarks/bench_executors.py with
-# chunksize=1 on this 2-core machine), so 0.2 s chunks keep the overhead near 1 % while a
-# stop loses at most ~0.2 s of work per worker.
+# s of worker time per chunk when sizing chunks adaptively: long enough that the fixed cost of
+# a chunk (pickling and a pipe round trip locally, more as a Ray task; see
+# benchmarks/bench_executors.py) stays small, short enough that a stop loses little work.
 _TARGET_CHUNK_S: Final[float] = 0.2
 # chunks per worker kept for the tail of a run so the last workers finish together
 _TAIL_CHUNKS_PER_WORKER: Final[int] = 4
