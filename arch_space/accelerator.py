@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from arch_space.tech import known_nodes
+from arch_space.tech import known_nodes, unknown_node_problem
 from phaze.errors import ConfigError
 
 __all__ = [
@@ -47,10 +47,7 @@ def accelerator_problems(values: Mapping[str, Any], owner: str) -> list[str]:
         problems.append(f"{owner}: hbm_stacks = {stacks!r} must be an integer >= 0 (0 = derived)")
     node = values["node_nm"]
     if _is_int(node) and node > 0 and node not in known_nodes():
-        problems.append(
-            f"{owner}: node_nm = {node} is not a known process node "
-            f"(known: {', '.join(map(str, known_nodes()))})"
-        )
+        problems.append(unknown_node_problem(owner, f"{node}"))
     if not isinstance(values["name"], str):
         problems.append(f"{owner}: name = {values['name']!r} must be a string")
     return problems

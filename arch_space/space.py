@@ -36,7 +36,7 @@ from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
 from arch_space.area import area_mm2, area_terms_mm2, hbm_stacks_for
 from arch_space.config import ACCELERATOR_TOML_KEYS
 from arch_space.presets import preset
-from arch_space.tech import known_nodes, tech_node
+from arch_space.tech import known_nodes, tech_node, unknown_node_problem
 from phaze.errors import ConfigError, unknown_name
 
 __all__ = ["Space", "SpaceSummary", "space_names", "load_space", "design_id", "PARAMETERS"]
@@ -128,10 +128,7 @@ def _problems(s: Space, where: str) -> list[str]:
     if not isinstance(s.keep_single_core, bool):
         out.append(f"{where}: keep_single_core = {s.keep_single_core!r} must be true or false")
     if s.node_nm not in known_nodes():
-        out.append(
-            f"{where}: node_nm = {s.node_nm!r} is not a known process node "
-            f"(known: {', '.join(map(str, known_nodes()))})"
-        )
+        out.append(unknown_node_problem(where, f"{s.node_nm!r}"))
     elif not out:
         # A buffer that alone exceeds the budget can never be part of a valid design.
         limit = s.budget() * s.area_fraction_max

@@ -14,7 +14,13 @@ from typing import Any
 from arch_space._data import number_problem, plain_values, read_toml, shipped_toml, unknown_keys
 from phaze.errors import ConfigError
 
-__all__ = ["TechNode", "tech_node", "known_nodes", "tech_overrides_from_toml"]
+__all__ = [
+    "TechNode",
+    "tech_node",
+    "known_nodes",
+    "unknown_node_problem",
+    "tech_overrides_from_toml",
+]
 
 _TECH_FILE = "tech.toml"
 
@@ -65,6 +71,12 @@ class TechNode:
 def known_nodes() -> tuple[int, ...]:
     """The process nodes (nm) with shipped technology data, largest first."""
     return tuple(sorted((int(k) for k in shipped_toml(_TECH_FILE)["node"]), reverse=True))
+
+
+def unknown_node_problem(where: str, shown: str) -> str:
+    """The message for a ``node_nm`` (shown as ``shown``) without technology data."""
+    known = ", ".join(map(str, known_nodes()))
+    return f"{where}: node_nm = {shown} is not a known process node (known: {known})"
 
 
 def tech_node(node_nm: int, overrides: Mapping[str, Any] | None = None) -> TechNode:

@@ -7,7 +7,9 @@ store is an ``Error:`` with exit status 1; ``pareto`` exits 3 when no point is f
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,14 +28,16 @@ __all__ = ["report", "pareto_cmd", "export"]
 _DIR = click.Path(path_type=Path)
 
 
+def _out_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--out FILE`` option (no default) with ``help_text``."""
+    return click.option(
+        "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help=help_text
+    )
+
+
 @click.command("report")
 @click.argument("directory", type=_DIR, metavar="DIR")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Where to write the HTML file (default: DIR/report.html).",
-)
+@_out_option("Where to write the HTML file (default: DIR/report.html).")
 @click.option("--svg", is_flag=True, help="Embed the plots as SVG instead of PNG.")
 @click.option(
     "--plots",
@@ -159,12 +163,7 @@ def pareto_cmd(
     "--json", "fmt", flag_value="json", help='One JSON document {"schema_version", "points"}.'
 )
 @click.option("--feasible-only", is_flag=True, help="Leave out infeasible and pruned points.")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write to this file instead of stdout.",
-)
+@_out_option("Write to this file instead of stdout.")
 def export(directory: Path, fmt: str | None, feasible_only: bool, out: Path | None) -> None:
     """Export every stored point of the sweep in DIR (all columns, SI units)."""
     if fmt is None:
