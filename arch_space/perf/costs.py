@@ -42,6 +42,7 @@ import numpy as np
 
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.area import static_power_w
+from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from arch_space.perf.settings import PerfSettings, default_settings
 from arch_space.tech import TechNode, tech_node
@@ -197,7 +198,11 @@ class _Work:
 
 
 def _work(
-    keys: Sequence[tuple[int, ...]], acc: Accelerator, cluster: Cluster, settings: PerfSettings
+    keys: Sequence[tuple[int, ...]],
+    acc: Accelerator,
+    cluster: Cluster,
+    settings: PerfSettings,
+    device: DeviceProfile,
 ) -> _Work:
     """Tiling, traffic and network terms of every op (one row per :func:`op_key`)."""
     a = np.array(keys, dtype=np.float64).reshape(len(keys), _KEY_WIDTH)
@@ -237,8 +242,14 @@ def _work(
         settings.intra_node_link_pj_per_bit,
         settings.inter_node_link_pj_per_bit,
     )
-    halves = np.where(coll == _COLLECTIVES.index(CollectiveKind.ALL_REDUCE), 2.0, 1.0)
+    all_reduce = coll == _COLLECTIVES.index(CollectiveKind.ALL_REDUCE)
+    halves = np.where(all_reduce, 2.0, 1.0)
     sent = np.where(is_coll, halves * (t - 1) / t * coll_bytes, 0.0)
+    if device.intra_node is not None:
+        # measured bus bandwidth at the message's size inside a node; it includes latency
+        measured = t <= cluster.devices_per_node
+        bw = np.where(measured, bw * device.intra_node.efficiency(coll_bytes, all_reduce), bw)
+        alpha = np.where(measured, 0.0, alpha)
     # Each ring step reads the outgoing chunk from device memory and writes the incoming one.
     hbm = vector_reads + vector_writes + 2 * sent + _scatter(len(a), gi, hbm_read + hbm_write)
     return _Work(
@@ -267,13 +278,14 @@ def _estimate(
     tech: TechNode,
     static_w: float,
     settings: PerfSettings,
+    device: DeviceProfile,
     *,
     tcs: int,
     vcs: int,
 ) -> OpTerms:
     """Latency, energy and bound of every op on ``tcs`` tensor and ``vcs`` vector cores."""
     size = len(w.is_gemm)
-    clock = acc.clock_hz
+    clock = acc.clock_hz * device.sustained_clock_fraction
     glb_bytes_per_s = settings.glb_bytes_per_cycle_per_mib * acc.glb_bytes / 2**20 * clock
     g = gemm_terms(
         w.gemm,
@@ -289,7 +301,13 @@ def _estimate(
     lane_ops = w.vector_flops + w.epilogue_flops
     buf_read = w.vector_buffer_read + _scatter(size, gi, g.buffer_read_bytes)
     buf_write = w.vector_buffer_write + _scatter(size, gi, g.buffer_write_bytes)
-    compute_s = np.maximum(_scatter(size, gi, g.compute_s), lane_ops / (acc.vc_lanes * vcs * clock))
+    # no GEMM beats the sustained share of the tensor-core peak
+    sustained_macs_per_s = (
+        tcs * acc.tc_rows * acc.tc_cols * clock * device.sustained_tensor_fraction
+    )
+    gemm_s = np.maximum(_scatter(size, gi, g.compute_s), w.macs / sustained_macs_per_s)
+    lanes_per_s = acc.vc_lanes * vcs * clock * device.vector_efficiency
+    compute_s = np.maximum(gemm_s, lane_ops / lanes_per_s)
     buffer_s = (buf_read + buf_write) / glb_bytes_per_s
     hbm_bytes_per_s = acc.hbm_bandwidth_bytes_per_s * settings.hbm_efficiency
     hbm_s = np.where(w.is_core_op, w.hbm_bytes / hbm_bytes_per_s, 0.0)
@@ -330,10 +348,11 @@ def evaluate_ops(
     The work (tiling, HBM traffic, network time) is shared by both estimates; only the
     split over cores differs.
     """
-    w = _work(keys, acc, cluster, settings)
+    device = device_profile(acc)
+    w = _work(keys, acc, cluster, settings, device)
     return (
-        _estimate(w, acc, tech, static_w, settings, tcs=1, vcs=1),
-        _estimate(w, acc, tech, static_w, settings, tcs=acc.num_tc, vcs=acc.num_vc),
+        _estimate(w, acc, tech, static_w, settings, device, tcs=1, vcs=1),
+        _estimate(w, acc, tech, static_w, settings, device, tcs=acc.num_tc, vcs=acc.num_vc),
     )
 
 

@@ -5,8 +5,9 @@ node, NVLink inside a node, InfiniBand between), sequence length 2048, with full
 recomputation and with selective recomputation plus sequence parallelism. Each row is predicted
 from first principles: the layer graph of the model, the op model of the A100 preset, the layer
 schedules, and the fixed strategy of the paper evaluated by :func:`placement.evaluate_fixed`
-(which includes the optimizer step). The cluster is a DGX A100 pod with NVLink at the bus
-bandwidth NCCL achieves (:data:`_NCCL_NVLINK_BYTES_PER_S`, sourced below).
+(which includes the optimizer step). The cluster is a DGX A100 pod (NVLink 3 inside a node,
+one HDR InfiniBand NIC per GPU); the A100 preset's measured sustained rates
+(``arch_space/data/devices.toml``) price its GEMMs and collectives.
 """
 
 from __future__ import annotations
@@ -54,23 +55,13 @@ TABLE5: Final = (
     MegatronRow("korthikanti-1t", 512, 8, 64, 1, 512, 1, 94.42, 71.49),
 )
 _MEAN_TARGET_PCT: Final = 10.0  # issue 6: mean |error| <= 10%, none over the tolerance
-# DGX A100 nodes as NCCL drives them: the ring bus bandwidth all_reduce_perf measures on
-# 8x A100-SXM4-80GB over NVLink 3 / NVSwitch, ~200 GB/s (NVIDIA/nccl-tests issue #149, 2023)
-# and 208 GB/s (issue #178, 2023), against a line rate of 300 GB/s per direction (A100
-# whitepaper). The bus-bandwidth convention is the one of placement.network's ring
-# formulas (time = 2 (n - 1) / n * bytes / busbw), so the measured value is used as it is.
-_NCCL_NVLINK_BYTES_PER_S: Final = 205e9
 
 
 def _rows() -> list[ValidationRow]:
     acc = preset("a100")
     out = []
     for r in TABLE5:
-        cluster = Cluster(
-            devices=r.gpus,
-            devices_per_node=8,
-            intra_node_bandwidth_bytes_per_s=_NCCL_NVLINK_BYTES_PER_S,
-        )
+        cluster = Cluster(devices=r.gpus, devices_per_node=8)
         for recompute, sp, measured in (
             ("full", False, r.full_recompute_s),
             ("selective", True, r.selective_sp_s),
