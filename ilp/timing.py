@@ -20,6 +20,7 @@ import networkx as nx
 
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.perf import op_costs
+from arch_space.perf.device import DeviceProfile
 from ilp.problem import CORE_KINDS
 from ilp.schedule import (
     DEFAULT_MIP_GAP,
@@ -101,10 +102,12 @@ class LayerTiming:
     recompute: PassTiming
 
 
-def costed_graph(graph: OpGraph, acc: Accelerator, cluster: Cluster) -> nx.DiGraph:
+def costed_graph(
+    graph: OpGraph, acc: Accelerator, cluster: Cluster, device: DeviceProfile | None = None
+) -> nx.DiGraph:
     """The networkx view of ``graph`` with each op's single- and all-core latency and energy
-    on ``acc`` (the scheduler's input)."""
-    table = op_costs(graph, acc, cluster)
+    on ``acc`` (the scheduler's input); ``device`` overrides the preset's sustained rates."""
+    table = op_costs(graph, acc, cluster, device=device)
     g = nx.DiGraph(graph.to_networkx())
     for k, op in enumerate(graph.ops):
         g.nodes[op.name].update(
@@ -164,8 +167,9 @@ def _pass_timing(
     time_limit_s: float,
     mip_gap: float,
     search_nodes: int,
+    device: DeviceProfile | None,
 ) -> PassTiming:
-    costed = costed_graph(graph, acc, cluster)
+    costed = costed_graph(graph, acc, cluster, device)
     s = _schedule(costed, acc, solver, time_limit_s, mip_gap, search_nodes)
     return PassTiming.from_schedule(s, costed)
 
@@ -179,8 +183,10 @@ def layer_timing(
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     mip_gap: float = DEFAULT_MIP_GAP,
     search_nodes: int = DEFAULT_SEARCH_NODES,
+    device: DeviceProfile | None = None,
 ) -> Mapping[str, LayerTiming]:
-    """Forward, backward and recompute timing of every distinct layer, by class id.
+    """Forward, backward and recompute timing of every distinct layer, by class id;
+    ``device`` overrides the preset's sustained rates (:mod:`arch_space.perf.device`).
 
     Raises
     ------
@@ -194,7 +200,14 @@ def layer_timing(
     for class_id, passes in layer_graph.op_graphs.items():
         timings = [
             _pass_timing(
-                g, design, cluster, solver, float(time_limit_s), float(mip_gap), search_nodes
+                g,
+                design,
+                cluster,
+                solver,
+                float(time_limit_s),
+                float(mip_gap),
+                search_nodes,
+                device,
             )
             for g in (passes.forward, passes.backward, passes.recompute)
         ]

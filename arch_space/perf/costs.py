@@ -184,6 +184,7 @@ class _Work:
     is_gemm: np.ndarray
     is_core_op: np.ndarray
     is_coll: np.ndarray
+    is_share: np.ndarray
     gemm_index: np.ndarray
     gemm: GemmShape
     gemm_hbm: tuple[np.ndarray, np.ndarray]
@@ -210,7 +211,12 @@ def _work(
     flops, reads, writes, batch, m, k, n, _, epilogue, coll_bytes, group = a[:, 3:].T
     is_gemm = np.isin(kind, _GEMM_CODES)
     is_vector = np.isin(kind, _VECTOR_CODES)
-    is_coll = (kind == _KINDS.index(OpKind.COLLECTIVE)) & (group > 1) & (coll_bytes > 0)
+    # the compute an asynchronous collective holds while it runs (workloads.framework)
+    is_share = kind == _KINDS.index(OpKind.COMM_SHARE)
+    is_coll = (
+        ((kind == _KINDS.index(OpKind.COLLECTIVE)) | is_share) & (group > 1) & (coll_bytes > 0)
+    )
+    is_share &= is_coll
 
     gi = np.flatnonzero(is_gemm)
     shape = GemmShape(*(np.maximum(x[gi], 1.0) for x in (batch, m, k, n)))
@@ -244,7 +250,7 @@ def _work(
     )
     all_reduce = coll == _COLLECTIVES.index(CollectiveKind.ALL_REDUCE)
     halves = np.where(all_reduce, 2.0, 1.0)
-    sent = np.where(is_coll, halves * (t - 1) / t * coll_bytes, 0.0)
+    sent = np.where(is_coll & ~is_share, halves * (t - 1) / t * coll_bytes, 0.0)
     if device.intra_node is not None:
         # measured bus bandwidth at the message's size inside a node; it includes latency
         measured = t <= cluster.devices_per_node
@@ -256,6 +262,7 @@ def _work(
         is_gemm=is_gemm,
         is_core_op=is_gemm | is_vector,
         is_coll=is_coll,
+        is_share=is_share,
         gemm_index=gi,
         gemm=shape,
         gemm_hbm=(hbm_read, hbm_write),
@@ -267,7 +274,7 @@ def _work(
         vector_buffer_read=passes * vector_reads + vector_writes,
         vector_buffer_write=vector_reads + vector_writes,
         hbm_bytes=hbm,
-        network_s=np.where(is_coll, alpha + sent / bw, 0.0),
+        network_s=np.where(is_coll, alpha + halves * (t - 1) / t * coll_bytes / bw, 0.0),
         network_pj=sent * _BITS_PER_BYTE * pj_per_bit,
     )
 
@@ -306,14 +313,17 @@ def _estimate(
         tcs * acc.tc_rows * acc.tc_cols * clock * device.sustained_tensor_fraction
     )
     gemm_s = np.maximum(_scatter(size, gi, g.compute_s), w.macs / sustained_macs_per_s)
-    lanes_per_s = acc.vc_lanes * vcs * clock * device.vector_efficiency
-    compute_s = np.maximum(gemm_s, lane_ops / lanes_per_s)
+    compute_s = np.maximum(gemm_s, lane_ops / (acc.vc_lanes * vcs * clock))
     buffer_s = (buf_read + buf_write) / glb_bytes_per_s
     hbm_bytes_per_s = acc.hbm_bandwidth_bytes_per_s * settings.hbm_efficiency
     hbm_s = np.where(w.is_core_op, w.hbm_bytes / hbm_bytes_per_s, 0.0)
 
     stack = np.stack([compute_s, hbm_s, buffer_s, w.network_s])
-    latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, w.network_s)
+    # a collective's compute share: that share of every core for the collective's time, or
+    # the same core-seconds on one core
+    share_s = w.network_s * device.collective_compute_share * acc.num_tc / tcs
+    comm_s = np.where(w.is_share, share_s, w.network_s)
+    latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, comm_s)
     bound = np.where(w.is_core_op | w.is_coll, stack.argmax(axis=0), _NONE)
     compute_pj = w.macs * tech.mac_energy_pj + lane_ops * tech.vector_lane_energy_pj
     memory_pj = (
@@ -342,13 +352,14 @@ def evaluate_ops(
     tech: TechNode,
     static_w: float,
     settings: PerfSettings,
+    device: DeviceProfile | None = None,
 ) -> tuple[OpTerms, OpTerms]:
     """(one core, all cores) cost terms of ops given by their :func:`op_key`, vectorised.
 
     The work (tiling, HBM traffic, network time) is shared by both estimates; only the
-    split over cores differs.
+    split over cores differs. ``device`` defaults to :func:`device_profile` of ``acc``.
     """
-    device = device_profile(acc)
+    device = device or device_profile(acc)
     w = _work(keys, acc, cluster, settings, device)
     return (
         _estimate(w, acc, tech, static_w, settings, device, tcs=1, vcs=1),
@@ -381,8 +392,9 @@ def _cached(
     tech: TechNode,
     static_w: float,
     settings: PerfSettings,
+    device: DeviceProfile,
 ) -> tuple[np.ndarray, ...]:
-    one, par = evaluate_ops(keys, acc, cluster, tech, static_w, settings)
+    one, par = evaluate_ops(keys, acc, cluster, tech, static_w, settings, device)
     return tuple(
         _readonly(a)
         for a in (
@@ -406,11 +418,13 @@ def op_costs(
     tech: TechNode | None = None,
     static_w: float | None = None,
     settings: PerfSettings | None = None,
+    device: DeviceProfile | None = None,
 ) -> OpCostTable:
     """Single-core and all-core latency and energy of every op of ``graph`` on ``acc``.
 
     ``tech`` defaults to ``tech_node(acc.node_nm)``, ``static_w`` (chip static power, W) to
-    ``static_power_w(acc)`` and ``settings`` to the packaged :func:`default_settings`.
+    ``static_power_w(acc)``, ``settings`` to the packaged :func:`default_settings` and
+    ``device`` (sustained rates) to :func:`~arch_space.perf.device.device_profile` of ``acc``.
     Results are cached by content (distinct op fields + hardware), so repeated layers and
     repeated designs cost one evaluation.
 
@@ -426,6 +440,7 @@ def op_costs(
     inverse = np.fromiter(
         (position.setdefault(k, len(position)) for k in keys), dtype=np.intp, count=len(keys)
     )
+    device = device or device_profile(acc)
     design = dataclasses.replace(acc, name="")
-    arrays = _cached(tuple(position), design, cluster, tech, static_w, settings)
+    arrays = _cached(tuple(position), design, cluster, tech, static_w, settings, device)
     return OpCostTable(tuple(op.name for op in graph.ops), *(_readonly(a[inverse]) for a in arrays))

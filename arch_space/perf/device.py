@@ -37,7 +37,7 @@ __all__ = [
 
 _DATA_FILE: Final = "devices.toml"
 #: The parameters a preset may have fitted (at most these three, never per case).
-FITTED_NAMES: Final = ("sustained_clock_fraction", "collective_compute_share", "vector_efficiency")
+FITTED_NAMES: Final = ("sustained_clock_fraction", "collective_compute_share")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +75,9 @@ class DeviceProfile:
     """The sustained rates of one chip; :data:`MODELLED` changes nothing.
 
     ``sustained_tensor_fraction`` caps a GEMM's rate at that share of the tensor-core peak;
-    ``sustained_clock_fraction`` scales every core's clock (a clock held down by the power
-    cap); ``vector_efficiency`` is the share of the vector lanes' peak vector ops reach;
-    ``collective_compute_share`` is the share of the compute a collective holds while it
+    ``sustained_clock_fraction`` scales every core's clock in a training run (a clock held
+    down by the power cap while the links and memory are busy, against the clock of one
+    device running a benchmark alone: :meth:`alone`); ``collective_compute_share`` is the share of the compute a collective holds while it
     runs beside other ops; ``intra_node`` the measured collective bandwidth inside a node.
     ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
     """
@@ -85,20 +85,19 @@ class DeviceProfile:
     name: str = ""
     sustained_tensor_fraction: float = 1.0
     sustained_clock_fraction: float = 1.0
-    vector_efficiency: float = 1.0
     collective_compute_share: float = 0.0
     intra_node: CollectiveCurve | None = None
     fitted: tuple[str, ...] = ()
     provenance: str = ""
 
+    def alone(self) -> DeviceProfile:
+        """The device running one benchmark kernel alone, at its benchmark clock."""
+        return dataclasses.replace(self, sustained_clock_fraction=1.0)
+
 
 MODELLED: Final = DeviceProfile()
 
-_FRACTIONS: Final = (
-    "sustained_tensor_fraction",
-    "sustained_clock_fraction",
-    "vector_efficiency",
-)
+_FRACTIONS: Final = ("sustained_tensor_fraction", "sustained_clock_fraction")
 
 
 def _number(v: Any) -> bool:
