@@ -112,11 +112,11 @@ def apply_framework(graph: OpGraph, profile: FrameworkProfile) -> OpGraph:
             shares[new[-1]] = len(ops)
             ops.append(_share(op))
     edges = {(new[a], new[b]) for a, b in graph.edges}
+    stream = [new[i] for i, coll in enumerate(is_coll) if coll]
+    edges |= set(zip(stream, stream[1:], strict=False))
     for c, s in shares.items():
         edges |= {(a, s) for a, b in list(edges) if b == c}
         edges |= {(s, b) for a, b in list(edges) if a == c and b != s}
-    stream = [new[i] for i, coll in enumerate(is_coll) if coll]
-    edges |= set(zip(stream, stream[1:], strict=False))
     for c in stream:
         if c not in shares:
             edges |= {(i, c) for i in range(c)} | {(c, j) for j in range(c + 1, len(ops))}
