@@ -42,7 +42,7 @@ from workloads import (
     model_flops_per_sequence,
     valid_tp_widths,
 )
-from workloads.framework import DEFAULT_FRAMEWORK
+from workloads.framework import DEFAULT_FRAMEWORK, framework_profile
 
 __all__ = [
     "Knobs",
@@ -228,6 +228,7 @@ def _problem(
         # the optimizer step after the last backward pass streams its bytes through HBM
         optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
+        p2p_overlap=framework_profile(setup.framework).p2p_overlap,
     )
 
 

@@ -107,6 +107,7 @@ def _prepare(
         state_bytes_per_parameter=problem.state_bytes_per_parameter,
         max_stages=s_max,
         sharded_state_bytes_per_parameter=problem.sharded_state_bytes_per_parameter,
+        p2p_overlap=problem.p2p_overlap,
     )
     task = DpTask(
         costs,

@@ -187,7 +187,8 @@ class PlacementProblem:
     the ``d`` data-parallel replicas, each keeping ``1/d`` of it (sharded optimizer state;
     0: every replica holds all its state): the one place ``d`` enters memory, see
     :func:`placement.iteration.stage_memory`. ``max_stages`` optionally caps the pipeline
-    depth.
+    depth. ``p2p_overlap`` lets a stage's boundary transfers run beside its compute (the
+    framework's profile, :mod:`workloads.framework`): only what exceeds the compute is exposed.
     """
 
     graphs: tuple[StageGraph, ...]
@@ -199,6 +200,7 @@ class PlacementProblem:
     optimizer_s_per_parameter: float = 0.0
     max_stages: int | None = None
     sharded_state_bytes_per_parameter: float = 0.0
+    p2p_overlap: bool = False
 
     def __post_init__(self) -> None:
         problems = []
