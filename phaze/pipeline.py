@@ -186,6 +186,10 @@ def _variant(
         micro_batch=setup.micro_batch,
         recompute=str(setup.recompute),
         sequence_parallel=setup.sequence_parallel,
+        tp_comm_s={
+            cid: lt.forward.comm_exposed_s + lt.backward.comm_exposed_s
+            for cid, lt in timings.items()
+        },
     )
     parts = [0.0, 0.0, 0.0]
     for layer in lg.layers:

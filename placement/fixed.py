@@ -236,6 +236,7 @@ def evaluate_fixed(
                     memory_bytes=stage_memory(problem, d=d, **memory).total_bytes,
                     device=r,
                     recompute_s=sum(x.recompute_s for x in layers),
+                    tp_comm_s=sum(x.tp_comm_s for x in layers),
                     **memory,
                 )
             )

@@ -15,17 +15,18 @@ per pipeline,
 
 ``P_1`` the parameters of pipeline rank 0 (in 1F1B it finishes its backward pass last, so
 its data-parallel all-reduce is the exposed one; the optimizer step follows it). The steady
-part ``L * m'`` splits into the bottleneck device's compute, recompute and pipeline
-receives; ``L * (p - 1) / v`` is the bubble. Tensor-parallel collectives sit inside the
-layer times the caller's op model gives (they are scheduled beside the layer's ops), so
-``tp_comm_exposed_s`` is 0 until the layer timings report them apart.
+part ``L * m'`` splits into the bottleneck device's compute, recompute, exposed
+tensor-parallel collectives and pipeline receives; ``L * (p - 1) / v`` is the bubble.
+Tensor-parallel collectives are scheduled inside the layer times the caller's op model
+gives; the layers report the time in which they run and no compute does (their stages'
+``tp_comm_s``), which ``tp_comm_exposed_s`` counts apart from ``compute_s`` (the recomputed
+passes' collectives stay in ``recompute_s``).
 
 Memory per device: weights, gradients and optimizer state of the device's parameters, the
 activations of the micro-batches in flight and the largest backward workspace. State that is
 sharded over the ``d`` data-parallel replicas is divided by ``d`` here and nowhere else.
 
-Where new effects go: collectives the layer schedule reports apart move from ``compute_s``
-to ``tp_comm_exposed_s``; a sharded optimizer sets ``sharded_state_bytes_per_parameter``
+Where new effects go: a sharded optimizer sets ``sharded_state_bytes_per_parameter``
 and changes :func:`tail_fn` (reduce-scatter and all-gather; a step on a ``1/d`` shard may
 fall with ``d``, which the DP's choice of degrees allows); energy by cause can price each
 time term at its own power.
@@ -217,12 +218,14 @@ def assemble(
     load = np.zeros(p)
     comp = np.zeros(p)
     recomp = np.zeros(p)
+    tpc = np.zeros(p)
     comm = np.zeros(p)
     memory = [DeviceMemory(0.0, 0.0, 0.0, 0.0, 0.0)] * p
     for st in stages:
         load[st.device] += st.load_s
         comp[st.device] += st.compute_s
         recomp[st.device] += st.recompute_s
+        tpc[st.device] += st.tp_comm_s
         comm[st.device] += st.p2p_s
         memory[st.device] = memory[st.device] + stage_memory(
             problem,
@@ -238,9 +241,9 @@ def assemble(
     dp_comm = float(_dp_comm_s(problem, graph.tp, d, first_stage_params))
     optimizer = first_stage_params * problem.optimizer_s_per_parameter
     breakdown = IterationTime(
-        compute_s=micro_batches * float(comp[r] - recomp[r]),
+        compute_s=micro_batches * float(comp[r] - recomp[r] - tpc[r]),
         recompute_s=micro_batches * float(recomp[r]),
-        tp_comm_exposed_s=0.0,
+        tp_comm_exposed_s=micro_batches * float(tpc[r]),
         pp_comm_exposed_s=micro_batches * float(comm[r]),
         bubble_s=bottleneck * (p - 1) / v,
         dp_comm_exposed_s=dp_comm,

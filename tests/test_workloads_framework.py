@@ -5,6 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from arch_space import Cluster
+from arch_space.perf import op_costs
+from arch_space.presets import preset
+from ilp import layer_timing
 from phaze.errors import ConfigError
 from workloads import CollectiveKind, CoreType, OpGraph, OpKind, TrainingSetup, build_layer_graph
 from workloads.catalog import get_model
@@ -114,3 +118,23 @@ def test_random_graphs_keep_their_order_and_gain_the_rules(kinds, edges, framewo
     assert all(nx.has_path(nxo, ops[a].name, ops[b].name) for a, b in forward)
     assert [op for op in out.ops if op.kind is not OpKind.COMM_SHARE] == list(ops)
     _checks(out, framework)
+
+
+def test_synchronous_collectives_are_all_exposed_in_the_schedule():
+    def timing(framework):
+        setup = TrainingSetup(
+            seq_len=256, global_batch=2, micro_batch=2, sequence_parallel=True, framework=framework
+        )
+        lg = build_layer_graph(get_model("gpt3-1.3b"), setup, 4)
+        return lg, layer_timing(lg, preset("a100"), Cluster(devices=8), solver="list")["block"]
+
+    lg, none = timing("none")
+    g = lg.op_graphs["block"].forward
+    table = op_costs(g, preset("a100"), Cluster(devices=8))
+    colls = [i for i, op in enumerate(g.ops) if op.kind is OpKind.COLLECTIVE]
+    assert none.forward.comm_exposed_s == pytest.approx(
+        sum(float(table.parallel_latency_s[i]) for i in colls), rel=1e-9
+    )
+    _, overlap = timing("overlap-all")
+    assert overlap.backward.comm_exposed_s <= none.backward.comm_exposed_s
+    assert overlap.backward.makespan_s <= none.backward.makespan_s * (1 + 1e-9)
