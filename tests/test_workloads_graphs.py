@@ -93,9 +93,10 @@ def _collectives(g):
 
 
 def _data_preds(g, name):
-    """Predecessors of ``name`` that are not collectives (the stream order links those)."""
-    kind = {op.name: op.kind for op in g.ops}
-    return {p for p in g.to_networkx().predecessors(name) if kind[p] is not OpKind.COLLECTIVE}
+    """Predecessors of ``name`` that are not collectives or their compute shares (the
+    stream order links those)."""
+    comm = {op.name for op in g.ops if op.kind in (OpKind.COLLECTIVE, OpKind.COMM_SHARE)}
+    return set(g.to_networkx().predecessors(name)) - comm
 
 
 def test_megatron_collectives_without_sequence_parallelism():
