@@ -18,13 +18,18 @@ Per op kind:
   Yuan, JPDC 2009; Thakur, Rabenseifner & Gropp, IJHPCA 2005) with one latency term per
   collective as in DESIGN.md §4 and ``placement.network``: all-reduce
   ``alpha + 2(t-1)/t * bytes/bw``; reduce-scatter and all-gather ``alpha + (t-1)/t * bytes/bw``.
-  Links are intra-node when the group fits in a node (:meth:`Cluster.group_link`).
+  Links are intra-node when the group fits in a node (:meth:`Cluster.group_link`); inside a
+  node, a preset with a measured collective curve (:mod:`arch_space.perf.device`) runs at
+  the bus bandwidth measured at the collective's size (latency included).
+* ``COMM_SHARE`` ops (the compute an asynchronous collective holds while it runs) take the
+  device's collective compute share of their collective's time on all cores.
 * Empty ``NOP`` ops cost nothing.
 
 The global buffer's bandwidth grows with its capacity (``glb_bytes_per_cycle_per_mib`` of
 ``arch_space/data/perf.toml``, from the A100's L2), and the whole chip's HBM bandwidth is
 available to an op on one core as well as on all, at the sustainable share
-``hbm_efficiency`` of its peak. Latency is ``max(compute, HBM, buffer) + issue overhead`` for
+``hbm_efficiency`` of its peak. A preset's sustained rates (:mod:`arch_space.perf.device`)
+cap GEMMs at its measured share of the tensor-core peak and scale the cores' clock. Latency is ``max(compute, HBM, buffer) + issue overhead`` for
 core ops (double-buffered overlap) and the ring time for collectives. Energy is
 ``MACs x pJ/MAC + lane ops x pJ/op + buffer bytes x pJ/byte + HBM bytes x pJ/byte + link
 bits x pJ/bit + static power x latency`` (all cores of the chip leak while any op runs).
