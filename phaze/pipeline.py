@@ -233,6 +233,7 @@ def _problem(
         optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
         p2p_overlap=framework_profile(setup.framework).p2p_overlap,
+        dp_overlap=framework_profile(setup.framework).dp_overlap,
     )
 
 

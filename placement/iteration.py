@@ -51,6 +51,7 @@ __all__ = [
     "state_split",
     "stage_memory",
     "tail_fn",
+    "exposed_reduction_parameters",
     "tail_breaks",
     "assemble",
     "iteration_energy",
@@ -60,6 +61,8 @@ __all__ = [
 # main_grad); the rest is optimizer state (fp32 master weights and moments).
 _WEIGHT_BYTES = 2.0
 _GRADIENT_BYTES = 4.0
+_BUCKET_PARAMETERS = 40e6
+_BUCKET_PARAMETERS_PER_D = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +166,21 @@ def stage_memory(
     )
 
 
+def exposed_reduction_parameters(problem: PlacementProblem, d, params):
+    """The parameters whose gradient all-reduce is exposed after the pipeline flush: all of
+    rank 0's, or with an overlapped reduction (``problem.dp_overlap``) only its last bucket,
+    the others having been reduced beside the backward pass. Megatron-LM buckets
+    ``max(40e6, 1e6 * d)`` parameters (megatron/core/distributed/distributed_data_parallel.py,
+    ``ddp_config.bucket_size``). Never decreases with ``d`` or the parameters."""
+    if not problem.dp_overlap:
+        return params
+    return np.minimum(params, np.maximum(_BUCKET_PARAMETERS, _BUCKET_PARAMETERS_PER_D * d))
+
+
 def tail_fn(problem: PlacementProblem, t: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The exposed time after the pipeline flush for arrays of degrees ``d`` and rank 0's
-    parameters: the data-parallel ring all-reduce of the gradients, then the optimizer step.
+    parameters: the data-parallel ring all-reduce of the gradients
+    (:func:`exposed_reduction_parameters`), then the optimizer step.
 
     Between ``d`` values where the ring's link changes (:func:`tail_breaks`) it does not
     decrease with ``d``; it never decreases with the parameters.
@@ -180,7 +195,8 @@ def tail_fn(problem: PlacementProblem, t: int) -> Callable[[np.ndarray, np.ndarr
         inter = t * d > cl.devices_per_node
         bw = np.where(inter, inter_bw, intra_bw)
         lat = np.where(inter, inter_lat, intra_lat)
-        ring = lat + 2.0 * (d - 1) / d * (params * gbytes) / bw
+        reduced = exposed_reduction_parameters(problem, d, params)
+        ring = lat + 2.0 * (d - 1) / d * (reduced * gbytes) / bw
         return np.where(d > 1, ring, 0.0) + params * per_parameter
 
     return tail
@@ -194,8 +210,9 @@ def tail_breaks(cluster: Cluster, t: int) -> tuple[int, ...]:
 def _dp_comm_s(problem: PlacementProblem, t: int, d: int, params: float) -> float:
     if d <= 1:
         return 0.0
+    reduced = float(exposed_reduction_parameters(problem, d, params))
     return net.allreduce_s(
-        params * problem.gradient_bytes_per_parameter, d, net.dp_link(problem.cluster, t, d)
+        reduced * problem.gradient_bytes_per_parameter, d, net.dp_link(problem.cluster, t, d)
     )
 
 

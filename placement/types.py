@@ -192,6 +192,8 @@ class PlacementProblem:
     :func:`placement.iteration.stage_memory`. ``max_stages`` optionally caps the pipeline
     depth. ``p2p_overlap`` lets a stage's boundary transfers run beside its compute (the
     framework's profile, :mod:`workloads.framework`): only what exceeds the compute is exposed.
+    ``dp_overlap`` reduces the gradients beside the backward pass, all but the last bucket
+    (:func:`placement.iteration.exposed_reduction_parameters`).
     """
 
     graphs: tuple[StageGraph, ...]
@@ -204,6 +206,7 @@ class PlacementProblem:
     max_stages: int | None = None
     sharded_state_bytes_per_parameter: float = 0.0
     p2p_overlap: bool = False
+    dp_overlap: bool = False
 
     def __post_init__(self) -> None:
         problems = []
