@@ -20,6 +20,7 @@ import networkx as nx
 
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.perf import op_costs
+from arch_space.perf.device import DeviceProfile
 from ilp.problem import CORE_KINDS
 from ilp.schedule import (
     DEFAULT_MIP_GAP,
@@ -29,7 +30,7 @@ from ilp.schedule import (
     solve_schedule,
 )
 from workloads.layer_graph import LayerGraph
-from workloads.ops import OpGraph
+from workloads.ops import OpGraph, OpKind
 
 __all__ = ["PassTiming", "LayerTiming", "costed_graph", "pass_schedule", "layer_timing"]
 
@@ -42,6 +43,7 @@ class PassTiming:
     ``utilisation_by_kind`` the same for every resource kind, as (kind, share) pairs (hashable
     like the rest; ``dict()`` of it is the mapping). ``status``,
     ``method`` and ``gap`` say how exact the schedule is (see :class:`ilp.Schedule`).
+    ``comm_exposed_s`` is the time in which collectives run and no compute op does.
     ``energy_j`` sums the ops' energies (each with the chip's static power over its own
     latency); ``compute_j``/``memory_j``/``network_j`` split the dynamic energy alone (ops in
     the mode the schedule chose), for totals that count static power once per chip.
@@ -61,6 +63,7 @@ class PassTiming:
     wall_s: float
     time_limit_s: float
     utilisation_by_kind: tuple[tuple[str, float], ...] = ()
+    comm_exposed_s: float = 0.0
 
     @classmethod
     def from_schedule(cls, s: Schedule, graph: nx.DiGraph) -> PassTiming:
@@ -84,7 +87,39 @@ class PassTiming:
             wall_s=s.wall_s,
             time_limit_s=s.time_limit_s,
             utilisation_by_kind=tuple(s.utilisation.items()),
+            comm_exposed_s=_exposed_comm_s(s, graph),
         )
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        elif b > a:
+            out.append((a, b))
+    return out
+
+
+def _exposed_comm_s(s: Schedule, graph: nx.DiGraph) -> float:
+    """Seconds of the makespan in which a collective runs and no compute op does (the
+    compute a collective holds beside other ops is not compute)."""
+    comm, work = [], []
+    for node, attrs in graph.nodes(data=True):
+        op = attrs.get("op")
+        if op is None or node not in s.start_s:
+            continue
+        interval = (s.start_s[node], s.start_s[node] + s.duration_s[node])
+        if op.kind is OpKind.COLLECTIVE:
+            comm.append(interval)
+        elif attrs["core"] != "Nop" and op.kind is not OpKind.COMM_SHARE:
+            work.append(interval)
+    exposed = 0.0
+    busy = _merged(work)
+    for a, b in _merged(comm):
+        covered = sum(max(0.0, min(b, y) - max(a, x)) for x, y in busy)
+        exposed += b - a - covered
+    return exposed
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +136,12 @@ class LayerTiming:
     recompute: PassTiming
 
 
-def costed_graph(graph: OpGraph, acc: Accelerator, cluster: Cluster) -> nx.DiGraph:
+def costed_graph(
+    graph: OpGraph, acc: Accelerator, cluster: Cluster, device: DeviceProfile | None = None
+) -> nx.DiGraph:
     """The networkx view of ``graph`` with each op's single- and all-core latency and energy
-    on ``acc`` (the scheduler's input)."""
-    table = op_costs(graph, acc, cluster)
+    on ``acc`` (the scheduler's input); ``device`` overrides the preset's sustained rates."""
+    table = op_costs(graph, acc, cluster, device=device)
     g = nx.DiGraph(graph.to_networkx())
     for k, op in enumerate(graph.ops):
         g.nodes[op.name].update(
@@ -164,8 +201,9 @@ def _pass_timing(
     time_limit_s: float,
     mip_gap: float,
     search_nodes: int,
+    device: DeviceProfile | None,
 ) -> PassTiming:
-    costed = costed_graph(graph, acc, cluster)
+    costed = costed_graph(graph, acc, cluster, device)
     s = _schedule(costed, acc, solver, time_limit_s, mip_gap, search_nodes)
     return PassTiming.from_schedule(s, costed)
 
@@ -179,8 +217,10 @@ def layer_timing(
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     mip_gap: float = DEFAULT_MIP_GAP,
     search_nodes: int = DEFAULT_SEARCH_NODES,
+    device: DeviceProfile | None = None,
 ) -> Mapping[str, LayerTiming]:
-    """Forward, backward and recompute timing of every distinct layer, by class id.
+    """Forward, backward and recompute timing of every distinct layer, by class id;
+    ``device`` overrides the preset's sustained rates (:mod:`arch_space.perf.device`).
 
     Raises
     ------
@@ -194,7 +234,14 @@ def layer_timing(
     for class_id, passes in layer_graph.op_graphs.items():
         timings = [
             _pass_timing(
-                g, design, cluster, solver, float(time_limit_s), float(mip_gap), search_nodes
+                g,
+                design,
+                cluster,
+                solver,
+                float(time_limit_s),
+                float(mip_gap),
+                search_nodes,
+                device,
             )
             for g in (passes.forward, passes.backward, passes.recompute)
         ]

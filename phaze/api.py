@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from arch_space import Accelerator, Cluster
+from arch_space.perf.device import DeviceProfile
 from phaze.config import SolverSettings, SweepConfig
 from phaze.errors import ConfigError
 from phaze.pipeline import Context, Evaluation, Knobs
@@ -25,6 +26,7 @@ from phaze.sweep import run_sweep
 from placement import Strategy, parse_strategy
 from results.store import load
 from workloads import resolve_model
+from workloads.framework import DEFAULT_FRAMEWORK
 
 __all__ = ["search", "evaluate"]
 
@@ -99,9 +101,13 @@ def evaluate(
     tokens_to_train: int | None = None,
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
+    framework: str = DEFAULT_FRAMEWORK,
+    device: DeviceProfile | None = None,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
-    (a :class:`placement.Strategy` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``).
+    (a :class:`placement.Strategy` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``),
+    under the ``framework`` overlap profile (:func:`workloads.framework_names`); ``device``
+    overrides the sustained rates of the accelerator's preset (:mod:`arch_space.perf.device`).
     """
     if isinstance(strategy, str):
         strategy = parse_strategy(strategy)
@@ -116,6 +122,8 @@ def evaluate(
         tokens_to_train=tokens_to_train,
         solver=solver or SolverSettings(),
         scoring=scoring or ScoringParams(),
+        framework=framework,
+        device=device,
     )
     model = resolve_model(workload)
     return _evaluate(

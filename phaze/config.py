@@ -25,6 +25,7 @@ from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
 from phaze.errors import ConfigError
 from phaze.limits import LIMITS, over_limit
 from phaze.scoring import ScoringParams
+from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
 __all__ = [
     "RECOMPUTE_MODES",
@@ -113,7 +114,8 @@ class SweepConfig:
     ``hbm_gib`` empty means each design keeps the HBM capacity of its space; otherwise every
     design is evaluated with each capacity listed. ``global_batch`` is in sequences.
     ``presets`` are real chips evaluated beside the space as reference points (never pruned,
-    marked in the plots; their own HBM is kept).
+    marked in the plots; their own HBM is kept). ``framework`` is the overlap profile of the
+    training framework (:mod:`workloads.framework`).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -133,6 +135,7 @@ class SweepConfig:
     objectives: tuple[str, ...] = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp")
     presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
     prune: bool = True
+    framework: str = DEFAULT_FRAMEWORK
     solver: SolverSettings = field(default_factory=SolverSettings)
     scoring: ScoringParams = field(default_factory=ScoringParams)
 
@@ -214,6 +217,11 @@ _RULES: Final = MappingProxyType(
         "objectives": (True, _is_name, "a non-empty list of metric names"),
         "presets": (True, _is_name, "a list of accelerator preset names (reference points)"),
         "prune": (False, lambda v: isinstance(v, bool), "true or false"),
+        "framework": (
+            False,
+            lambda v: v in framework_names(),
+            f"a framework overlap profile: one of {', '.join(framework_names())}",
+        ),
     }
 )
 

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from arch_space import Accelerator, Cluster
 from arch_space.perf import op_costs
+from arch_space.perf.device import DeviceProfile
 from ilp import makespan_lower_bound
 from placement import StageGraph
 from placement.adapt import stage_graph
@@ -24,13 +25,19 @@ __all__ = ["bound_graph", "pass_bound_s"]
 
 @lru_cache(maxsize=4096)
 def bound_graph(
-    model: Model, setup: TrainingSetup, tp: int, acc: Accelerator, cluster: Cluster
+    model: Model,
+    setup: TrainingSetup,
+    tp: int,
+    acc: Accelerator,
+    cluster: Cluster,
+    device: DeviceProfile | None = None,
 ) -> StageGraph:
-    """Width ``tp``'s stage graph with lower bounds of its layer times (no schedule)."""
+    """Width ``tp``'s stage graph with lower bounds of its layer times (no schedule);
+    ``device`` overrides the preset's sustained rates, as in the schedules it bounds."""
     lg = build_layer_graph(model, setup, tp)
     times = {
         cid: tuple(
-            pass_bound_s(g, acc, cluster)
+            pass_bound_s(g, acc, cluster, device)
             for g in (passes.forward, passes.backward, passes.recompute)
         )
         for cid, passes in lg.op_graphs.items()
@@ -45,14 +52,16 @@ def bound_graph(
 
 
 @lru_cache(maxsize=8192)
-def pass_bound_s(graph: OpGraph, acc: Accelerator, cluster: Cluster) -> float:
+def pass_bound_s(
+    graph: OpGraph, acc: Accelerator, cluster: Cluster, device: DeviceProfile | None = None
+) -> float:
     """A lower bound on the makespan of any schedule of one pass on ``acc``, from its op
     costs alone: the scheduler's own bound (:func:`ilp.bounds.makespan_lower_bound`),
     without building the scheduler's problem."""
     ops = graph.ops
     if not ops:
         return 0.0
-    table = op_costs(graph, acc, cluster)
+    table = op_costs(graph, acc, cluster, device=device)
     preds: list[list[int]] = [[] for _ in ops]
     succs: list[list[int]] = [[] for _ in ops]
     for i, j in graph.edges:

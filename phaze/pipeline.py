@@ -17,6 +17,7 @@ from typing import Final
 
 from arch_space import Accelerator, Cluster, device_cost_usd, embodied_kgco2e, static_power_w
 from arch_space.perf import default_settings
+from arch_space.perf.device import DeviceProfile
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.errors import ConfigError, Infeasible
@@ -41,6 +42,7 @@ from workloads import (
     model_flops_per_sequence,
     valid_tp_widths,
 )
+from workloads.framework import DEFAULT_FRAMEWORK, framework_profile
 
 __all__ = [
     "Knobs",
@@ -73,7 +75,9 @@ class Context:
     """What every evaluation of a sweep shares: cluster, batch, solver and scoring settings.
 
     ``max_tp`` caps the tensor-parallel width (default: the devices of one node, as Megatron
-    does, since TP across nodes pays inter-node links on every layer).
+    does, since TP across nodes pays inter-node links on every layer). ``framework`` names
+    the overlap profile (:mod:`workloads.framework`); ``device`` overrides the sustained
+    rates of the designs' preset (:mod:`arch_space.perf.device`; used to fit them).
     """
 
     cluster: Cluster
@@ -84,6 +88,8 @@ class Context:
     tokens_to_train: int | None = None
     solver: SolverSettings = dataclasses.field(default_factory=SolverSettings)
     scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
+    framework: str = DEFAULT_FRAMEWORK
+    device: DeviceProfile | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +130,7 @@ def _setup(model: Model, ctx: Context, knobs: Knobs) -> TrainingSetup:
         recompute=Recompute(knobs.recompute),
         sequence_parallel=ctx.sequence_parallel,
         tokens_to_train=ctx.tokens_to_train,
+        framework=ctx.framework,
     )
 
 
@@ -152,6 +159,7 @@ def _variant(
     acc: Accelerator,
     cluster: Cluster,
     solver: SolverSettings,
+    device: DeviceProfile | None = None,
 ) -> _Variant:
     """Layer schedules of every distinct layer at width ``tp`` -> a placement stage graph.
 
@@ -166,6 +174,7 @@ def _variant(
         time_limit_s=solver.time_limit_s,
         mip_gap=solver.mip_gap,
         search_nodes=solver.search_nodes,
+        device=device,
     )
     times = {
         cid: (lt.forward.makespan_s, lt.backward.makespan_s, lt.recompute.makespan_s)
@@ -177,6 +186,10 @@ def _variant(
         micro_batch=setup.micro_batch,
         recompute=str(setup.recompute),
         sequence_parallel=setup.sequence_parallel,
+        tp_comm_s={
+            cid: lt.forward.comm_exposed_s + lt.backward.comm_exposed_s
+            for cid, lt in timings.items()
+        },
     )
     parts = [0.0, 0.0, 0.0]
     for layer in lg.layers:
@@ -219,6 +232,8 @@ def _problem(
         # the optimizer step after the last backward pass streams its bytes through HBM
         optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
+        p2p_overlap=framework_profile(setup.framework).p2p_overlap,
+        dp_overlap=framework_profile(setup.framework).dp_overlap,
     )
 
 
@@ -294,15 +309,17 @@ def _best_widths(
         return p is None or p.time_per_batch_s > than.time_per_batch_s * (1 + _BOUND_SLACK)
 
     widest, *rest = sorted(widths, reverse=True)
-    variants = {widest: _variant(model, setup, widest, timing_acc, ctx.cluster, ctx.solver)}
+    variants = {
+        widest: _variant(model, setup, widest, timing_acc, ctx.cluster, ctx.solver, ctx.device)
+    }
     best = search((variants[widest].graph,))
-    bounds = {t: bound_graph(model, setup, t, timing_acc, ctx.cluster) for t in rest}
+    bounds = {t: bound_graph(model, setup, t, timing_acc, ctx.cluster, ctx.device) for t in rest}
     if best is not None and rest and slower(search(tuple(bounds.values())), best):
         rest = []
     for t in rest:
         if best is not None and slower(search((bounds[t],)), best):
             continue
-        variants[t] = _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver)
+        variants[t] = _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver, ctx.device)
         alone = search((variants[t].graph,))
         if alone is not None and (best is None or alone.time_per_batch_s < best.time_per_batch_s):
             best = alone
@@ -359,7 +376,8 @@ def evaluate(
             return Evaluation(workload, acc, knobs, None, None, e.reason)
     else:
         variants = {
-            t: _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver) for t in widths
+            t: _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver, ctx.device)
+            for t in widths
         }
         problem = _problem(tuple(v.graph for v in variants.values()), hbm, ctx, setup)
         try:

@@ -23,8 +23,10 @@ def stage_graph(
     recompute: RecomputeMode,
     sequence_parallel: bool = False,
     workspace_bytes: Mapping[str, float] | None = None,
+    tp_comm_s: Mapping[str, float] | None = None,
 ) -> StageGraph:
-    """``times_s[class_id] = (forward, backward, recompute)`` seconds per micro-batch.
+    """``times_s[class_id] = (forward, backward, recompute)`` seconds per micro-batch;
+    ``tp_comm_s[class_id]`` the exposed collectives of its forward and backward passes.
 
     Layer indices become positions in ``graph.layers`` (already topological).
     """
@@ -33,6 +35,7 @@ def stage_graph(
         raise ConfigError(f"stage graph (tp={graph.tp}): no times for layer classes {missing}")
     index = {x.index: i for i, x in enumerate(graph.layers)}
     ws = workspace_bytes or {}
+    comm = tp_comm_s or {}
     layers = tuple(
         StageLayer(
             name=x.name,
@@ -44,6 +47,7 @@ def stage_graph(
             workspace_bytes=float(ws.get(x.class_id, 0.0)),
             tensor_parallel=x.tensor_parallel and graph.tp > 1,
             kind=str(x.kind),
+            tp_comm_s=float(comm.get(x.class_id, 0.0)),
         )
         for x in graph.layers
     )

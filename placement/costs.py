@@ -234,10 +234,12 @@ def phaze_costs(
     state_bytes_per_parameter: float,
     max_stages: int,
     sharded_state_bytes_per_parameter: float = 0.0,
+    p2p_overlap: bool = False,
 ) -> tuple[SegmentCosts, StageFigures, Callable[[int], np.ndarray] | None]:
     """Stage figures under Phaze's model (see the module docstring), and the stages' memory
     limits as a function of the data-parallel degree ``d`` when memory depends on it (None
-    otherwise; ``costs.max_s`` is then that of every ``d``).
+    otherwise; ``costs.max_s`` is then that of every ``d``). With ``p2p_overlap`` a stage's
+    boundary transfers run beside its compute and only what exceeds it is exposed.
 
     Memory at position ``s`` with ``d`` replicas is
     ``base + sharded / d + (s - 1) * stash`` (:func:`placement.iteration.stage_memory`).
@@ -266,6 +268,8 @@ def phaze_costs(
         workspace = np.where(in_stage, la.workspace[None, :], 0.0).max(axis=1, initial=0.0)
         crossing = in_stage[:, la.src] != in_stage[:, la.dst]
         p2p = crossing.astype(np.float64) @ (p2p_latency_s + la.nbytes / p2p_bandwidth)
+    if p2p_overlap:
+        p2p = np.maximum(p2p - compute, 0.0)  # the exposed part
     load = compute + p2p
     base = params * state_bytes_per_parameter + stash + workspace
     sharded = params * sharded_state_bytes_per_parameter

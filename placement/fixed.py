@@ -217,6 +217,8 @@ def evaluate_fixed(
             p2p = sum(
                 net.p2p_s(e.bytes, (bw, lat)) for e in crossing if c in (pos[e.src], pos[e.dst])
             )
+            if problem.p2p_overlap:
+                p2p = max(p2p - compute, 0.0)  # the exposed part
             memory = {
                 "parameters": float(sum(x.parameters for x in layers)),
                 "stash_bytes": float(sum(x.stash_bytes for x in layers)),
@@ -234,6 +236,7 @@ def evaluate_fixed(
                     memory_bytes=stage_memory(problem, d=d, **memory).total_bytes,
                     device=r,
                     recompute_s=sum(x.recompute_s for x in layers),
+                    tp_comm_s=sum(x.tp_comm_s for x in layers),
                     **memory,
                 )
             )

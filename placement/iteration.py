@@ -15,17 +15,18 @@ per pipeline,
 
 ``P_1`` the parameters of pipeline rank 0 (in 1F1B it finishes its backward pass last, so
 its data-parallel all-reduce is the exposed one; the optimizer step follows it). The steady
-part ``L * m'`` splits into the bottleneck device's compute, recompute and pipeline
-receives; ``L * (p - 1) / v`` is the bubble. Tensor-parallel collectives sit inside the
-layer times the caller's op model gives (they are scheduled beside the layer's ops), so
-``tp_comm_exposed_s`` is 0 until the layer timings report them apart.
+part ``L * m'`` splits into the bottleneck device's compute, recompute, exposed
+tensor-parallel collectives and pipeline receives; ``L * (p - 1) / v`` is the bubble.
+Tensor-parallel collectives are scheduled inside the layer times the caller's op model
+gives; the layers report the time in which they run and no compute does (their stages'
+``tp_comm_s``), which ``tp_comm_exposed_s`` counts apart from ``compute_s`` (the recomputed
+passes' collectives stay in ``recompute_s``).
 
 Memory per device: weights, gradients and optimizer state of the device's parameters, the
 activations of the micro-batches in flight and the largest backward workspace. State that is
 sharded over the ``d`` data-parallel replicas is divided by ``d`` here and nowhere else.
 
-Where new effects go: collectives the layer schedule reports apart move from ``compute_s``
-to ``tp_comm_exposed_s``; a sharded optimizer sets ``sharded_state_bytes_per_parameter``
+Where new effects go: a sharded optimizer sets ``sharded_state_bytes_per_parameter``
 and changes :func:`tail_fn` (reduce-scatter and all-gather; a step on a ``1/d`` shard may
 fall with ``d``, which the DP's choice of degrees allows); energy by cause can price each
 time term at its own power.
@@ -50,6 +51,7 @@ __all__ = [
     "state_split",
     "stage_memory",
     "tail_fn",
+    "exposed_reduction_parameters",
     "tail_breaks",
     "assemble",
     "iteration_energy",
@@ -59,6 +61,8 @@ __all__ = [
 # main_grad); the rest is optimizer state (fp32 master weights and moments).
 _WEIGHT_BYTES = 2.0
 _GRADIENT_BYTES = 4.0
+_BUCKET_PARAMETERS = 40e6
+_BUCKET_PARAMETERS_PER_D = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +166,21 @@ def stage_memory(
     )
 
 
+def exposed_reduction_parameters(problem: PlacementProblem, d, params):
+    """The parameters whose gradient all-reduce is exposed after the pipeline flush: all of
+    rank 0's, or with an overlapped reduction (``problem.dp_overlap``) only its last bucket,
+    the others having been reduced beside the backward pass. Megatron-LM buckets
+    ``max(40e6, 1e6 * d)`` parameters (megatron/core/distributed/distributed_data_parallel.py,
+    ``ddp_config.bucket_size``). Never decreases with ``d`` or the parameters."""
+    if not problem.dp_overlap:
+        return params
+    return np.minimum(params, np.maximum(_BUCKET_PARAMETERS, _BUCKET_PARAMETERS_PER_D * d))
+
+
 def tail_fn(problem: PlacementProblem, t: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The exposed time after the pipeline flush for arrays of degrees ``d`` and rank 0's
-    parameters: the data-parallel ring all-reduce of the gradients, then the optimizer step.
+    parameters: the data-parallel ring all-reduce of the gradients
+    (:func:`exposed_reduction_parameters`), then the optimizer step.
 
     Between ``d`` values where the ring's link changes (:func:`tail_breaks`) it does not
     decrease with ``d``; it never decreases with the parameters.
@@ -179,7 +195,8 @@ def tail_fn(problem: PlacementProblem, t: int) -> Callable[[np.ndarray, np.ndarr
         inter = t * d > cl.devices_per_node
         bw = np.where(inter, inter_bw, intra_bw)
         lat = np.where(inter, inter_lat, intra_lat)
-        ring = lat + 2.0 * (d - 1) / d * (params * gbytes) / bw
+        reduced = exposed_reduction_parameters(problem, d, params)
+        ring = lat + 2.0 * (d - 1) / d * (reduced * gbytes) / bw
         return np.where(d > 1, ring, 0.0) + params * per_parameter
 
     return tail
@@ -193,8 +210,9 @@ def tail_breaks(cluster: Cluster, t: int) -> tuple[int, ...]:
 def _dp_comm_s(problem: PlacementProblem, t: int, d: int, params: float) -> float:
     if d <= 1:
         return 0.0
+    reduced = float(exposed_reduction_parameters(problem, d, params))
     return net.allreduce_s(
-        params * problem.gradient_bytes_per_parameter, d, net.dp_link(problem.cluster, t, d)
+        reduced * problem.gradient_bytes_per_parameter, d, net.dp_link(problem.cluster, t, d)
     )
 
 
@@ -217,12 +235,14 @@ def assemble(
     load = np.zeros(p)
     comp = np.zeros(p)
     recomp = np.zeros(p)
+    tpc = np.zeros(p)
     comm = np.zeros(p)
     memory = [DeviceMemory(0.0, 0.0, 0.0, 0.0, 0.0)] * p
     for st in stages:
         load[st.device] += st.load_s
         comp[st.device] += st.compute_s
         recomp[st.device] += st.recompute_s
+        tpc[st.device] += st.tp_comm_s
         comm[st.device] += st.p2p_s
         memory[st.device] = memory[st.device] + stage_memory(
             problem,
@@ -238,9 +258,9 @@ def assemble(
     dp_comm = float(_dp_comm_s(problem, graph.tp, d, first_stage_params))
     optimizer = first_stage_params * problem.optimizer_s_per_parameter
     breakdown = IterationTime(
-        compute_s=micro_batches * float(comp[r] - recomp[r]),
+        compute_s=micro_batches * float(comp[r] - recomp[r] - tpc[r]),
         recompute_s=micro_batches * float(recomp[r]),
-        tp_comm_exposed_s=0.0,
+        tp_comm_exposed_s=micro_batches * float(tpc[r]),
         pp_comm_exposed_s=micro_batches * float(comm[r]),
         bubble_s=bottleneck * (p - 1) / v,
         dp_comm_exposed_s=dp_comm,

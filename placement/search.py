@@ -107,6 +107,7 @@ def _prepare(
         state_bytes_per_parameter=problem.state_bytes_per_parameter,
         max_stages=s_max,
         sharded_state_bytes_per_parameter=problem.sharded_state_bytes_per_parameter,
+        p2p_overlap=problem.p2p_overlap,
     )
     task = DpTask(
         costs,
@@ -246,9 +247,10 @@ def _placement(
             "in_flight": float(pos),
             "workspace_bytes": float(figures.workspace[q]),
         }
+        layers = stage_layers(costs, figures, q)
         stages.append(
             Stage(
-                layers=stage_layers(costs, figures, q),
+                layers=layers,
                 devices=1 if (costs.one[q] and t > 1) else t,
                 load_s=float(load),
                 compute_s=float(figures.compute[q]),
@@ -256,6 +258,7 @@ def _placement(
                 memory_bytes=stage_memory(problem, d=d, **parts).total_bytes,
                 device=i,
                 recompute_s=float(figures.recompute[q]),
+                tp_comm_s=sum(graph.layers[j].tp_comm_s for j in layers),
                 **parts,
             )
         )

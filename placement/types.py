@@ -71,9 +71,10 @@ def _raise(problems: list[str]) -> None:
 class StageLayer:
     """One layer for one micro-batch on the ``tp`` devices of its tensor-parallel group.
 
-    Times include the layer's tensor-parallel collectives (the caller's op model adds them).
-    ``recompute_s`` is the forward work re-run before the backward pass (0 without
-    recompute). ``parameters`` counts this device's shard; ``stash_bytes`` is what the layer
+    Times include the layer's tensor-parallel collectives (the caller's op model adds them);
+    ``tp_comm_s`` is the part of ``fwd_s + bwd_s`` in which collectives run and no compute
+    does. ``recompute_s`` is the forward work re-run before the backward pass (0 without
+    recompute), its collectives included. ``parameters`` counts this device's shard; ``stash_bytes`` is what the layer
     keeps per in-flight micro-batch per device under the graph's recompute mode;
     ``workspace_bytes`` is live only while the layer runs its backward pass (e.g. the
     activations recomputed for it), counted once per stage.
@@ -88,6 +89,7 @@ class StageLayer:
     recompute_s: float = 0.0
     workspace_bytes: float = 0.0
     kind: str = "block"
+    tp_comm_s: float = 0.0
 
     def __post_init__(self) -> None:
         _raise(
@@ -98,6 +100,7 @@ class StageLayer:
                     "fwd_s",
                     "bwd_s",
                     "recompute_s",
+                    "tp_comm_s",
                     "parameters",
                     "stash_bytes",
                     "workspace_bytes",
@@ -187,7 +190,10 @@ class PlacementProblem:
     the ``d`` data-parallel replicas, each keeping ``1/d`` of it (sharded optimizer state;
     0: every replica holds all its state): the one place ``d`` enters memory, see
     :func:`placement.iteration.stage_memory`. ``max_stages`` optionally caps the pipeline
-    depth.
+    depth. ``p2p_overlap`` lets a stage's boundary transfers run beside its compute (the
+    framework's profile, :mod:`workloads.framework`): only what exceeds the compute is exposed.
+    ``dp_overlap`` reduces the gradients beside the backward pass, all but the last bucket
+    (:func:`placement.iteration.exposed_reduction_parameters`).
     """
 
     graphs: tuple[StageGraph, ...]
@@ -199,6 +205,8 @@ class PlacementProblem:
     optimizer_s_per_parameter: float = 0.0
     max_stages: int | None = None
     sharded_state_bytes_per_parameter: float = 0.0
+    p2p_overlap: bool = False
+    dp_overlap: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -241,8 +249,8 @@ class Stage:
     """One pipeline stage: its layers (indices), devices, and figures per micro-batch.
 
     With interleaving, a device holds ``v`` stages (chunks); ``device`` says which pipeline
-    rank runs this one. ``compute_s`` includes ``recompute_s``; ``load_s = compute_s +
-    p2p_s``. The memory parts (``parameters`` of one device's shard, ``stash_bytes`` per
+    rank runs this one. ``compute_s`` includes ``recompute_s`` and ``tp_comm_s`` (the layers'
+    exposed tensor-parallel collectives); ``load_s = compute_s + p2p_s``. The memory parts (``parameters`` of one device's shard, ``stash_bytes`` per
     micro-batch in flight, ``in_flight`` micro-batches, ``workspace_bytes`` counted for this
     stage) give ``memory_bytes`` through :func:`placement.iteration.stage_memory`.
     """
@@ -259,6 +267,7 @@ class Stage:
     stash_bytes: float = 0.0
     in_flight: float = 0.0
     workspace_bytes: float = 0.0
+    tp_comm_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import dataclasses
 import math
 from dataclasses import astuple
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -23,6 +24,7 @@ from placement import (
     solve_reference,
 )
 from placement.fixed import Strategy
+from placement.iteration import exposed_reduction_parameters
 
 # --- brute force (independent of the DP code) -----------------------------------------------
 
@@ -238,11 +240,20 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                     tp_bw, tp_lat = link(g.tp > netw.devices_per_node)
                     bw = 1.0 / (1.0 / (g.tp * bw) + (g.tp - 1) / (g.tp * tp_bw))
                     lat += tp_lat
-                load = max(c + sum(lat + x / bw for x in cut) for c, cut in parts)
+                sends = [sum(lat + x / bw for x in cut) for _, cut in parts]
+                if problem.p2p_overlap:  # transfers beside compute: only the excess shows
+                    load = max(max(c, x) for (c, _), x in zip(parts, sends, strict=True))
+                else:
+                    load = max(c + x for (c, _), x in zip(parts, sends, strict=True))
                 ar = 0.0
+                # an overlapped reduction leaves only the last bucket of parameters exposed
+                reduced = min(p1, max(40e6, 1e6 * d)) if problem.dp_overlap else p1
                 if d > 1:
                     b2, l2 = link(g.tp * d > netw.devices_per_node)  # data-parallel ring
-                    ar = l2 + 2.0 * (d - 1) / d * (p1 * problem.gradient_bytes_per_parameter) / b2
+                    ar = (
+                        l2
+                        + 2.0 * (d - 1) / d * (reduced * problem.gradient_bytes_per_parameter) / b2
+                    )
                 opt = p1 * problem.optimizer_s_per_parameter  # the step after the all-reduce
                 best = min(best, load * (-(-m // d) + p - 1) + ar + opt)
     return best
@@ -331,6 +342,37 @@ def sharded_problems(draw, max_layers: int, chain: bool):
         sharded_state_bytes_per_parameter=draw(st.sampled_from([1.0, 4.0, 12.0])),
         hbm_bytes=problem.hbm_bytes + draw(ints(0, 30)),
     )
+
+
+@st.composite
+def overlapped_problems(draw, max_layers: int, chain: bool):
+    """Problems under a framework that overlaps p2p sends and the gradient reduction."""
+    problem = draw(problems(max_layers, chain))
+    return dataclasses.replace(
+        problem, p2p_overlap=draw(st.booleans()), dp_overlap=draw(st.booleans())
+    )
+
+
+@settings(max_examples=100)
+@given(overlapped_problems(max_layers=7, chain=True))
+def test_overlapped_transfers_match_brute_force_chain(problem):
+    _check_phaze(problem, ("chain", "dag"))
+
+
+@settings(max_examples=60)
+@given(overlapped_problems(max_layers=5, chain=False))
+def test_overlapped_transfers_match_brute_force_dag(problem):
+    _check_phaze(problem, ("auto",))
+
+
+def test_an_overlapped_reduction_exposes_one_bucket():
+    p = PlacementProblem((StageGraph(1, (StageLayer("l", 1, 1, 1, 0),), ()),), Cluster(8), 1, 1)
+    d = np.arange(1, 200)
+    params = np.full(d.shape, 1e8)
+    assert (exposed_reduction_parameters(p, d, params) == params).all()
+    over = exposed_reduction_parameters(dataclasses.replace(p, dp_overlap=True), d, params)
+    assert (over == np.minimum(1e8, np.maximum(40e6, 1e6 * d))).all()
+    assert (np.diff(over) >= 0).all()
 
 
 @settings(max_examples=150)

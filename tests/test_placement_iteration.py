@@ -222,6 +222,7 @@ def test_search_keeps_every_cluster_field(tmp_path):
 def test_evaluate_shows_where_the_time_and_memory_go():
     args = ["evaluate", "--workload", "gpt3-125m", "--arch", "a100", "--devices", "8"]
     args += ["--global-batch", "16", "--seq-len", "256", "--strategy", "t=2,p=2,d=2,v=2"]
+    args += ["--framework", "megatron-2022"]  # blocking p2p sends: exposed
     r = CliRunner().invoke(cli, [*args, "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -239,6 +240,7 @@ def test_evaluate_shows_where_the_time_and_memory_go():
     assert math.isclose(terms, doc["iteration_s"], rel_tol=1e-9)
     assert b["iteration_s"] == doc["iteration_s"]
     assert min(b["compute_s"], b["pp_comm_exposed_s"], b["bubble_s"], b["dp_comm_exposed_s"]) > 0
+    assert b["tp_comm_exposed_s"] > 0 and doc["framework"] == "megatron-2022"
     parts = sum(v for k, v in mem.items() if k != "total_bytes")
     assert math.isclose(parts, doc["memory_per_device_bytes"]) and mem["total_bytes"] == parts
     human = CliRunner().invoke(cli, args)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
+from workloads.ops import CollectiveKind, CommRole, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
     "Grad",
@@ -123,7 +123,13 @@ def vector(
     )
 
 
-def collective(name: str, kind: CollectiveKind, tensor_bytes: int, group: int) -> Op:
+def collective(
+    name: str,
+    kind: CollectiveKind,
+    tensor_bytes: int,
+    group: int,
+    role: CommRole = CommRole.FORWARD,
+) -> Op:
     """A collective over the tensor-parallel group on a tensor of ``tensor_bytes`` per device."""
     return Op(
         name=name,
@@ -132,6 +138,7 @@ def collective(name: str, kind: CollectiveKind, tensor_bytes: int, group: int) -
         collective=kind,
         collective_bytes=tensor_bytes,
         group=group,
+        role=role,
     )
 
 
@@ -163,16 +170,29 @@ def backward_graph(nodes: list[Node], precision: int, tp: int) -> OpGraph:
         for i, src in enumerate(node.inputs):
             if src not in node.nondiff:
                 consumers[src].append((node.op.name, i))
-    regather = {
-        n.op.name: emit(_regather(n.op), []) for n in nodes if n.grad is Grad.GATHER and tp > 1
-    }
+    # the sequence-parallel input of a column-parallel GEMM, gathered again where its weight
+    # gradient needs it (once per input)
+    regather: dict[str, str] = {}
+    gathered = {n.op.name: n.op for n in nodes if n.grad is Grad.GATHER and tp > 1}
+
+    def regathered(src: str) -> str:
+        if src not in regather:
+            regather[src] = emit(_regather(gathered[src]), [])
+        return regather[src]
+
     grad_of: dict[tuple[str, int], list[str]] = {}
     for node in reversed(nodes):
         op = node.op
         sources = [g for c, i in consumers[op.name] for g in grad_of.get((c, i), ())]
         if node.enter_tp and tp > 1:
             bytes_ = op.bytes_written
-            ar = collective(f"{op.name}.grad_allreduce", CollectiveKind.ALL_REDUCE, bytes_, tp)
+            ar = collective(
+                f"{op.name}.grad_allreduce",
+                CollectiveKind.ALL_REDUCE,
+                bytes_,
+                tp,
+                CommRole.COLUMN_BACKWARD,
+            )
             sources = [emit(ar, sources)]
         produced: list[list[str]] = [[] for _ in node.inputs]
         match node.grad:
@@ -181,7 +201,7 @@ def backward_graph(nodes: list[Node], precision: int, tp: int) -> OpGraph:
                     sources = [emit(_epilogue_bwd(op, precision), sources)]
                 dgrad, wgrad = _gemm_grads(op, precision, weight=True)
                 d = emit(dgrad, sources)
-                extra = [regather[s] for s in node.inputs if s in regather]
+                extra = [regathered(s) for s in node.inputs if s in gathered]
                 emit(wgrad, sources + extra)
                 produced = [[d] for _ in node.inputs]
             case Grad.BGEMM:
@@ -193,12 +213,10 @@ def backward_graph(nodes: list[Node], precision: int, tp: int) -> OpGraph:
             case Grad.IDENTITY:
                 produced = [list(sources) for _ in node.inputs]
             case Grad.GATHER | Grad.SCATTER:
-                kind = (
-                    CollectiveKind.REDUCE_SCATTER
-                    if node.grad is Grad.GATHER
-                    else CollectiveKind.ALL_GATHER
-                )
-                c = collective(f"{op.name}.bwd", kind, op.collective_bytes, op.group)
+                gather = node.grad is Grad.GATHER
+                kind = CollectiveKind.REDUCE_SCATTER if gather else CollectiveKind.ALL_GATHER
+                role = CommRole.COLUMN_BACKWARD if gather else CommRole.ROW_BACKWARD
+                c = collective(f"{op.name}.bwd", kind, op.collective_bytes, op.group, role)
                 produced = [[emit(c, sources)] for _ in node.inputs]
             case Grad.NONE:
                 pass
@@ -265,5 +283,9 @@ def _vector_bwd(op: Op, precision: int) -> Op:
 
 def _regather(op: Op) -> Op:
     return collective(
-        f"{op.name}.regather", CollectiveKind.ALL_GATHER, op.collective_bytes, op.group
+        f"{op.name}.regather",
+        CollectiveKind.ALL_GATHER,
+        op.collective_bytes,
+        op.group,
+        CommRole.COLUMN_BACKWARD,
     )

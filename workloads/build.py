@@ -7,7 +7,8 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from phaze.errors import ConfigError
-from workloads.layer_graph import Layer, LayerEdge, LayerGraph, LayerKind
+from workloads.framework import apply_framework, framework_profile
+from workloads.layer_graph import Layer, LayerEdge, LayerGraph, LayerKind, PassGraphs
 from workloads.memory import (
     block_activation_bytes,
     boundary_bytes,
@@ -140,9 +141,16 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
     )
     edge_bytes = boundary_bytes(model, setup, tp)
     edges = tuple(LayerEdge(i, i + 1, edge_bytes) for i in range(model.layers + 1))
+    framework = framework_profile(setup.framework)
+
+    def framed(pg: PassGraphs) -> PassGraphs:
+        return PassGraphs(
+            *(apply_framework(g, framework) for g in (pg.forward, pg.backward, pg.recompute))
+        )
+
     graphs = {
-        EMBEDDING_CLASS: embedding_pass_graphs(model, setup, tp),
-        BLOCK_CLASS: block_pass_graphs(model, setup, tp),
-        HEAD_CLASS: head_pass_graphs(model, setup, tp),
+        EMBEDDING_CLASS: framed(embedding_pass_graphs(model, setup, tp)),
+        BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp)),
+        HEAD_CLASS: framed(head_pass_graphs(model, setup, tp)),
     }
     return LayerGraph(tp=tp, layers=tuple(layers), edges=edges, op_graphs=MappingProxyType(graphs))

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 import networkx as nx
 
-__all__ = ["OpKind", "CoreType", "CollectiveKind", "Op", "OpGraph"]
+__all__ = ["OpKind", "CoreType", "CollectiveKind", "CommRole", "Op", "OpGraph"]
 
 
 class OpKind(StrEnum):
@@ -25,6 +25,7 @@ class OpKind(StrEnum):
     SOFTMAX = "softmax"
     NORM = "norm"
     COLLECTIVE = "collective"
+    COMM_SHARE = "comm_share"  # the compute an asynchronous collective holds while it runs
     NOP = "nop"
 
 
@@ -45,6 +46,15 @@ class CollectiveKind(StrEnum):
     ALL_GATHER = "all_gather"
 
 
+class CommRole(StrEnum):
+    """Where a tensor-parallel collective is issued, which decides whether a framework
+    lets it overlap compute (``workloads/data/frameworks.toml``)."""
+
+    FORWARD = "forward"  # forward and recomputed passes
+    ROW_BACKWARD = "row_backward"  # backward of a row-parallel layer's output collective
+    COLUMN_BACKWARD = "column_backward"  # a column-parallel layer's input-gradient collective
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One operator of one layer pass, on one tensor-parallel shard.
@@ -53,7 +63,9 @@ class Op:
     matmul). Vector ops touch ``elements`` elements doing ``flops`` FLOPs in all. A fused
     ``TC_AND_VC`` op is a GEMM whose ``epilogue_flops`` run on a vector core as the output
     streams out. Collectives move ``collective_bytes`` (the full tensor, per device) over a
-    group of ``group`` devices.
+    group of ``group`` devices; ``role`` says where they are issued. A ``COMM_SHARE`` op
+    (on the ``TC_AND_VC`` cores, with its collective's fields) is the compute an asynchronous
+    collective holds while it runs.
 
     ``flops`` counts a multiply-accumulate as 2 FLOPs. ``bytes_read``/``bytes_written`` are
     the op's operands and results in device memory (the cost model decides how much of it
@@ -75,6 +87,7 @@ class Op:
     collective: CollectiveKind | None = None
     collective_bytes: int = 0
     group: int = 1
+    role: CommRole | None = None
 
     @property
     def is_gemm(self) -> bool:

@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import Literal
 
 from phaze.errors import ConfigError
+from workloads.framework import DEFAULT_FRAMEWORK, framework_profile
 
 __all__ = ["Recompute", "Optimizer", "TrainingSetup", "optimizer_state_bytes"]
 
@@ -56,6 +57,7 @@ class TrainingSetup:
     tokens_to_train : overrides the model's published token budget for whole-job figures.
     state_bytes_per_parameter : weights + gradients + optimizer state per parameter; None
         derives it with :func:`optimizer_state_bytes` (18 for Adam in mixed precision).
+    framework : the framework overlap profile (:mod:`workloads.framework`).
     """
 
     seq_len: int
@@ -67,9 +69,14 @@ class TrainingSetup:
     sequence_parallel: bool = False
     tokens_to_train: int | None = None
     state_bytes_per_parameter: int | None = None
+    framework: str = DEFAULT_FRAMEWORK
 
     def __post_init__(self) -> None:
         problems: list[str] = []
+        try:
+            framework_profile(self.framework)
+        except ConfigError as e:
+            problems.append(f"framework: {e}")
         for f in ("seq_len", "global_batch", "micro_batch", "precision_bytes"):
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

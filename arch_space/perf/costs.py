@@ -18,13 +18,18 @@ Per op kind:
   Yuan, JPDC 2009; Thakur, Rabenseifner & Gropp, IJHPCA 2005) with one latency term per
   collective as in DESIGN.md §4 and ``placement.network``: all-reduce
   ``alpha + 2(t-1)/t * bytes/bw``; reduce-scatter and all-gather ``alpha + (t-1)/t * bytes/bw``.
-  Links are intra-node when the group fits in a node (:meth:`Cluster.group_link`).
+  Links are intra-node when the group fits in a node (:meth:`Cluster.group_link`); inside a
+  node, a preset with a measured collective curve (:mod:`arch_space.perf.device`) runs at
+  the bus bandwidth measured at the collective's size (latency included).
+* ``COMM_SHARE`` ops (the compute an asynchronous collective holds while it runs) take the
+  device's collective compute share of their collective's time on all cores.
 * Empty ``NOP`` ops cost nothing.
 
 The global buffer's bandwidth grows with its capacity (``glb_bytes_per_cycle_per_mib`` of
 ``arch_space/data/perf.toml``, from the A100's L2), and the whole chip's HBM bandwidth is
 available to an op on one core as well as on all, at the sustainable share
-``hbm_efficiency`` of its peak. Latency is ``max(compute, HBM, buffer) + issue overhead`` for
+``hbm_efficiency`` of its peak. A preset's sustained rates (:mod:`arch_space.perf.device`)
+cap GEMMs at its measured share of the tensor-core peak and scale the cores' clock. Latency is ``max(compute, HBM, buffer) + issue overhead`` for
 core ops (double-buffered overlap) and the ring time for collectives. Energy is
 ``MACs x pJ/MAC + lane ops x pJ/op + buffer bytes x pJ/byte + HBM bytes x pJ/byte + link
 bits x pJ/bit + static power x latency`` (all cores of the chip leak while any op runs).
@@ -42,6 +47,7 @@ import numpy as np
 
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.area import static_power_w
+from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from arch_space.perf.settings import PerfSettings, default_settings
 from arch_space.tech import TechNode, tech_node
@@ -183,6 +189,7 @@ class _Work:
     is_gemm: np.ndarray
     is_core_op: np.ndarray
     is_coll: np.ndarray
+    is_share: np.ndarray
     gemm_index: np.ndarray
     gemm: GemmShape
     gemm_hbm: tuple[np.ndarray, np.ndarray]
@@ -197,7 +204,11 @@ class _Work:
 
 
 def _work(
-    keys: Sequence[tuple[int, ...]], acc: Accelerator, cluster: Cluster, settings: PerfSettings
+    keys: Sequence[tuple[int, ...]],
+    acc: Accelerator,
+    cluster: Cluster,
+    settings: PerfSettings,
+    device: DeviceProfile,
 ) -> _Work:
     """Tiling, traffic and network terms of every op (one row per :func:`op_key`)."""
     a = np.array(keys, dtype=np.float64).reshape(len(keys), _KEY_WIDTH)
@@ -205,7 +216,12 @@ def _work(
     flops, reads, writes, batch, m, k, n, _, epilogue, coll_bytes, group = a[:, 3:].T
     is_gemm = np.isin(kind, _GEMM_CODES)
     is_vector = np.isin(kind, _VECTOR_CODES)
-    is_coll = (kind == _KINDS.index(OpKind.COLLECTIVE)) & (group > 1) & (coll_bytes > 0)
+    # the compute an asynchronous collective holds while it runs (workloads.framework)
+    is_share = kind == _KINDS.index(OpKind.COMM_SHARE)
+    is_coll = (
+        ((kind == _KINDS.index(OpKind.COLLECTIVE)) | is_share) & (group > 1) & (coll_bytes > 0)
+    )
+    is_share &= is_coll
 
     gi = np.flatnonzero(is_gemm)
     shape = GemmShape(*(np.maximum(x[gi], 1.0) for x in (batch, m, k, n)))
@@ -237,14 +253,21 @@ def _work(
         settings.intra_node_link_pj_per_bit,
         settings.inter_node_link_pj_per_bit,
     )
-    halves = np.where(coll == _COLLECTIVES.index(CollectiveKind.ALL_REDUCE), 2.0, 1.0)
-    sent = np.where(is_coll, halves * (t - 1) / t * coll_bytes, 0.0)
+    all_reduce = coll == _COLLECTIVES.index(CollectiveKind.ALL_REDUCE)
+    halves = np.where(all_reduce, 2.0, 1.0)
+    sent = np.where(is_coll & ~is_share, halves * (t - 1) / t * coll_bytes, 0.0)
+    if device.intra_node is not None:
+        # measured bus bandwidth at the message's size inside a node; it includes latency
+        measured = t <= cluster.devices_per_node
+        bw = np.where(measured, bw * device.intra_node.efficiency(coll_bytes, all_reduce), bw)
+        alpha = np.where(measured, 0.0, alpha)
     # Each ring step reads the outgoing chunk from device memory and writes the incoming one.
     hbm = vector_reads + vector_writes + 2 * sent + _scatter(len(a), gi, hbm_read + hbm_write)
     return _Work(
         is_gemm=is_gemm,
         is_core_op=is_gemm | is_vector,
         is_coll=is_coll,
+        is_share=is_share,
         gemm_index=gi,
         gemm=shape,
         gemm_hbm=(hbm_read, hbm_write),
@@ -256,7 +279,7 @@ def _work(
         vector_buffer_read=passes * vector_reads + vector_writes,
         vector_buffer_write=vector_reads + vector_writes,
         hbm_bytes=hbm,
-        network_s=np.where(is_coll, alpha + sent / bw, 0.0),
+        network_s=np.where(is_coll, alpha + halves * (t - 1) / t * coll_bytes / bw, 0.0),
         network_pj=sent * _BITS_PER_BYTE * pj_per_bit,
     )
 
@@ -267,13 +290,14 @@ def _estimate(
     tech: TechNode,
     static_w: float,
     settings: PerfSettings,
+    device: DeviceProfile,
     *,
     tcs: int,
     vcs: int,
 ) -> OpTerms:
     """Latency, energy and bound of every op on ``tcs`` tensor and ``vcs`` vector cores."""
     size = len(w.is_gemm)
-    clock = acc.clock_hz
+    clock = acc.clock_hz * device.sustained_clock_fraction
     glb_bytes_per_s = settings.glb_bytes_per_cycle_per_mib * acc.glb_bytes / 2**20 * clock
     g = gemm_terms(
         w.gemm,
@@ -289,13 +313,22 @@ def _estimate(
     lane_ops = w.vector_flops + w.epilogue_flops
     buf_read = w.vector_buffer_read + _scatter(size, gi, g.buffer_read_bytes)
     buf_write = w.vector_buffer_write + _scatter(size, gi, g.buffer_write_bytes)
-    compute_s = np.maximum(_scatter(size, gi, g.compute_s), lane_ops / (acc.vc_lanes * vcs * clock))
+    # no GEMM beats the sustained share of the tensor-core peak
+    sustained_macs_per_s = (
+        tcs * acc.tc_rows * acc.tc_cols * clock * device.sustained_tensor_fraction
+    )
+    gemm_s = np.maximum(_scatter(size, gi, g.compute_s), w.macs / sustained_macs_per_s)
+    compute_s = np.maximum(gemm_s, lane_ops / (acc.vc_lanes * vcs * clock))
     buffer_s = (buf_read + buf_write) / glb_bytes_per_s
     hbm_bytes_per_s = acc.hbm_bandwidth_bytes_per_s * settings.hbm_efficiency
     hbm_s = np.where(w.is_core_op, w.hbm_bytes / hbm_bytes_per_s, 0.0)
 
     stack = np.stack([compute_s, hbm_s, buffer_s, w.network_s])
-    latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, w.network_s)
+    # a collective's compute share: that share of every core for the collective's time, or
+    # the same core-seconds on one core
+    share_s = w.network_s * device.collective_compute_share * acc.num_tc / tcs
+    comm_s = np.where(w.is_share, share_s, w.network_s)
+    latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, comm_s)
     bound = np.where(w.is_core_op | w.is_coll, stack.argmax(axis=0), _NONE)
     compute_pj = w.macs * tech.mac_energy_pj + lane_ops * tech.vector_lane_energy_pj
     memory_pj = (
@@ -324,16 +357,18 @@ def evaluate_ops(
     tech: TechNode,
     static_w: float,
     settings: PerfSettings,
+    device: DeviceProfile | None = None,
 ) -> tuple[OpTerms, OpTerms]:
     """(one core, all cores) cost terms of ops given by their :func:`op_key`, vectorised.
 
     The work (tiling, HBM traffic, network time) is shared by both estimates; only the
-    split over cores differs.
+    split over cores differs. ``device`` defaults to :func:`device_profile` of ``acc``.
     """
-    w = _work(keys, acc, cluster, settings)
+    device = device or device_profile(acc)
+    w = _work(keys, acc, cluster, settings, device)
     return (
-        _estimate(w, acc, tech, static_w, settings, tcs=1, vcs=1),
-        _estimate(w, acc, tech, static_w, settings, tcs=acc.num_tc, vcs=acc.num_vc),
+        _estimate(w, acc, tech, static_w, settings, device, tcs=1, vcs=1),
+        _estimate(w, acc, tech, static_w, settings, device, tcs=acc.num_tc, vcs=acc.num_vc),
     )
 
 
@@ -362,8 +397,9 @@ def _cached(
     tech: TechNode,
     static_w: float,
     settings: PerfSettings,
+    device: DeviceProfile,
 ) -> tuple[np.ndarray, ...]:
-    one, par = evaluate_ops(keys, acc, cluster, tech, static_w, settings)
+    one, par = evaluate_ops(keys, acc, cluster, tech, static_w, settings, device)
     return tuple(
         _readonly(a)
         for a in (
@@ -387,11 +423,13 @@ def op_costs(
     tech: TechNode | None = None,
     static_w: float | None = None,
     settings: PerfSettings | None = None,
+    device: DeviceProfile | None = None,
 ) -> OpCostTable:
     """Single-core and all-core latency and energy of every op of ``graph`` on ``acc``.
 
     ``tech`` defaults to ``tech_node(acc.node_nm)``, ``static_w`` (chip static power, W) to
-    ``static_power_w(acc)`` and ``settings`` to the packaged :func:`default_settings`.
+    ``static_power_w(acc)``, ``settings`` to the packaged :func:`default_settings` and
+    ``device`` (sustained rates) to :func:`~arch_space.perf.device.device_profile` of ``acc``.
     Results are cached by content (distinct op fields + hardware), so repeated layers and
     repeated designs cost one evaluation.
 
@@ -407,6 +445,7 @@ def op_costs(
     inverse = np.fromiter(
         (position.setdefault(k, len(position)) for k in keys), dtype=np.intp, count=len(keys)
     )
+    device = device or device_profile(acc)
     design = dataclasses.replace(acc, name="")
-    arrays = _cached(tuple(position), design, cluster, tech, static_w, settings)
+    arrays = _cached(tuple(position), design, cluster, tech, static_w, settings, device)
     return OpCostTable(tuple(op.name for op in graph.ops), *(_readonly(a[inverse]) for a in arrays))

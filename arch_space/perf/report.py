@@ -15,6 +15,7 @@ from typing import Final
 
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.perf.costs import BOUNDS, evaluate_ops, op_key, resolve_energy_inputs
+from arch_space.perf.device import DeviceProfile
 from arch_space.perf.settings import PerfSettings, default_settings
 from arch_space.tech import TechNode
 from phaze.errors import ConfigError
@@ -68,9 +69,10 @@ def gemm_report(
     tech: TechNode | None = None,
     static_w: float | None = None,
     settings: PerfSettings | None = None,
+    device: DeviceProfile | None = None,
 ) -> GemmReport:
     """Latency, achieved FLOP/s, bound and energy of ``batch`` (m x k) @ (k x n) products on
-    all tensor cores of ``acc``.
+    all tensor cores of ``acc`` (``device`` overrides its preset's sustained rates).
 
     Examples
     --------
@@ -102,7 +104,7 @@ def gemm_report(
         k=k,
         n=n,
     )
-    _, t = evaluate_ops([op_key(op)], acc, _ONE_DEVICE, tech, static_w, settings)
+    _, t = evaluate_ops([op_key(op)], acc, _ONE_DEVICE, tech, static_w, settings, device)
     latency = float(t.latency_s[0])
     return GemmReport(
         m=m,

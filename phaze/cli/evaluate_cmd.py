@@ -17,6 +17,7 @@ from phaze.sweep import placement_summary, schedule_exactness
 from placement import Placement
 from results.units import fmt_bytes, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
+from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
 __all__ = ["evaluate"]
 
@@ -87,6 +88,12 @@ __all__ = ["evaluate"]
     show_default=True,
     help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on",
 )
+@click.option(
+    "--framework",
+    default=DEFAULT_FRAMEWORK,
+    show_default=True,
+    help=f"Overlap profile of the training framework ({', '.join(framework_names())}).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def evaluate(
     workload,
@@ -102,6 +109,7 @@ def evaluate(
     sequence_parallel,
     tokens_to_train,
     strategy,
+    framework,
     as_json,
 ):
     """Iteration time, throughput, MFU and memory of one design, and its placement."""
@@ -124,6 +132,7 @@ def evaluate(
         sequence_parallel=sequence_parallel,
         strategy=None if strategy == "search" else strategy,
         tokens_to_train=tokens_to_train or model.tokens_to_train or 1,
+        framework=framework,
     )
     if not ev.feasible:
         raise NoFeasiblePoint(f"infeasible: {ev.reason}")
@@ -139,6 +148,7 @@ def evaluate(
         "workload": workload,
         "arch": acc.name or arch,
         "devices": devices,
+        "framework": framework,
         "iteration_s": pl.time_per_batch_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,

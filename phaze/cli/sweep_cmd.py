@@ -22,6 +22,7 @@ from results.pareto import parse_objectives
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import load
 from results.summary import top_designs
+from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
 __all__ = ["sweep"]
 
@@ -129,6 +130,11 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 )
 @click.option("--no-prune", is_flag=True, help="Evaluate every design (no bound-based pruning).")
 @click.option(
+    "--framework",
+    type=click.Choice(framework_names()),
+    help=f"Overlap profile of the training framework [default: {DEFAULT_FRAMEWORK}].",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     help="Output directory [default: phaze-out/sweep-<config hash>].",
@@ -153,6 +159,7 @@ def sweep(
     recompute,
     objectives,
     no_prune,
+    framework,
     out,
     jobs,
     executor,
@@ -179,6 +186,7 @@ def sweep(
         recompute=recompute,
         objectives=objectives,
         prune=False if no_prune else None,
+        framework=framework,
     )
     parse_objectives(cfg.objectives)  # a bad --objective before the banner
     if executor == "ray" and address is not None:

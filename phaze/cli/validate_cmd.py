@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import click
 
 from arch_space.perf import gemm_measurements, gemm_report
+from arch_space.perf.device import preset_profile
 from arch_space.presets import preset
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
@@ -121,7 +122,10 @@ def gemm(tolerance_pct: float, as_json: bool) -> None:
         ValidationRow(
             case=f"{c.preset} {c.case}",
             measured=c.measured_s,
-            predicted=gemm_report(preset(c.preset), c.m, c.k, c.n).latency_s,
+            # one GPU running one kernel: the benchmark clock, not a training run's
+            predicted=gemm_report(
+                preset(c.preset), c.m, c.k, c.n, device=preset_profile(c.preset).alone()
+            ).latency_s,
             source=c.source,
         )
         for c in gemm_measurements()

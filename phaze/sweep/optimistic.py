@@ -202,8 +202,8 @@ def iteration_lower_bound_s(
             cid, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
             passes = lg.op_graphs[cid]
             work = n * (
-                pass_bound_s(passes.forward, timing_acc, ctx.cluster)
-                + pass_bound_s(passes.backward, timing_acc, ctx.cluster)
+                pass_bound_s(passes.forward, timing_acc, ctx.cluster, ctx.device)
+                + pass_bound_s(passes.backward, timing_acc, ctx.cluster, ctx.device)
             )
             best = min(best, work * micro_batches * t / ctx.cluster.devices)
     return 0.0 if math.isinf(best) else best

@@ -45,6 +45,7 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         sequence_parallel=cfg.sequence_parallel,
         solver=cfg.solver,
         scoring=cfg.scoring,
+        framework=cfg.framework,
     )
     problems = [
         f"micro_batches: {mb} does not divide global_batch = {cfg.global_batch}"

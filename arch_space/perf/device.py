@@ -1,0 +1,191 @@
+"""What a real chip sustains beside its peaks: per-preset measurements for the op model.
+
+``arch_space/data/devices.toml`` holds, per preset, the sustained share of the tensor-core
+peak a GEMM reaches, the share of the chip's compute a collective holds while it runs beside
+other ops, the collective bus bandwidth measured at each message size inside one node, and
+the parameters fitted where no measurement exists (each with its source). A design gets a
+preset's table when it equals the preset in every field the op model reads (its name and HBM
+capacity aside), so the timing copies of a preset that drop those fields keep it; every other
+design runs at its modelled rates (:data:`MODELLED`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Any, Final
+
+import numpy as np
+
+from arch_space._data import shipped_toml
+from arch_space.accelerator import Accelerator
+from arch_space.presets import preset, preset_names
+from phaze.errors import ConfigError, unknown_name
+
+__all__ = [
+    "CollectiveCurve",
+    "DeviceProfile",
+    "MODELLED",
+    "FITTED_NAMES",
+    "device_profile",
+    "preset_profile",
+    "profile_from_mapping",
+]
+
+_DATA_FILE: Final = "devices.toml"
+#: The parameters a preset may have fitted (at most these three, never per case).
+FITTED_NAMES: Final = ("sustained_clock_fraction", "collective_compute_share")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveCurve:
+    """Measured ring bus bandwidth by message size on one node's links.
+
+    ``size_bytes`` ascend; ``ring_busbw_bytes_per_s`` caps the collectives other than the
+    all-reduce (in-switch reduction speeds up the all-reduce alone), ``inf`` when it does not.
+    """
+
+    line_rate_bytes_per_s: float
+    size_bytes: tuple[float, ...]
+    busbw_bytes_per_s: tuple[float, ...]
+    ring_busbw_bytes_per_s: float = math.inf
+
+    def efficiency(self, nbytes: np.ndarray, all_reduce: np.ndarray) -> np.ndarray:
+        """Bus bandwidth over the line rate for collectives of ``nbytes`` (full tensor).
+
+        Log-log interpolation between the measured sizes, held at the largest; below the
+        smallest size the bandwidth falls with the size so the time stays the smallest's.
+        """
+        logs = np.log(self.size_bytes)
+        logbw = np.log(self.busbw_bytes_per_s)
+        s = np.maximum(nbytes, 1.0)
+        bw = np.exp(np.interp(np.log(s), logs, logbw))
+        bw = np.where(
+            s < self.size_bytes[0], self.busbw_bytes_per_s[0] * s / self.size_bytes[0], bw
+        )
+        bw = np.where(all_reduce, bw, np.minimum(bw, self.ring_busbw_bytes_per_s))
+        return bw / self.line_rate_bytes_per_s
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceProfile:
+    """The sustained rates of one chip; :data:`MODELLED` changes nothing.
+
+    ``sustained_tensor_fraction`` caps a GEMM's rate at that share of the tensor-core peak;
+    ``sustained_clock_fraction`` scales every core's clock in a training run (a clock held
+    down by the power cap while the links and memory are busy, against the clock of one
+    device running a benchmark alone: :meth:`alone`); ``collective_compute_share`` is the share of the compute a collective holds while it
+    runs beside other ops; ``intra_node`` the measured collective bandwidth inside a node.
+    ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
+    """
+
+    name: str = ""
+    sustained_tensor_fraction: float = 1.0
+    sustained_clock_fraction: float = 1.0
+    collective_compute_share: float = 0.0
+    intra_node: CollectiveCurve | None = None
+    fitted: tuple[str, ...] = ()
+    provenance: str = ""
+
+    def alone(self) -> DeviceProfile:
+        """The device running one benchmark kernel alone, at its benchmark clock."""
+        return dataclasses.replace(self, sustained_clock_fraction=1.0)
+
+
+MODELLED: Final = DeviceProfile()
+
+_FRACTIONS: Final = ("sustained_tensor_fraction", "sustained_clock_fraction")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _curve(data: Mapping[str, Any], owner: str, problems: list[str]) -> CollectiveCurve | None:
+    sizes = data.get("size_bytes", ())
+    bws = data.get("busbw_bytes_per_s", ())
+    line = data.get("line_rate_bytes_per_s")
+    ring = data.get("ring_busbw_bytes_per_s", math.inf)
+    ok = (
+        len(sizes) == len(bws) >= 2
+        and all(_number(x) and x > 0 for x in (*sizes, *bws))
+        and all(a < b for a, b in zip(sizes, sizes[1:], strict=False))
+    )
+    if not ok:
+        problems.append(
+            f"{owner}.intra_node: size_bytes and busbw_bytes_per_s must be equally long lists "
+            "(at least 2) of positive numbers, sizes ascending"
+        )
+    for key, v in (("line_rate_bytes_per_s", line), ("ring_busbw_bytes_per_s", ring)):
+        if not (_number(v) or v == math.inf) or v <= 0:
+            problems.append(f"{owner}.intra_node: {key} = {v!r} must be a positive number")
+    if problems:
+        return None
+    return CollectiveCurve(
+        float(line), tuple(map(float, sizes)), tuple(map(float, bws)), float(ring)
+    )
+
+
+def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> DeviceProfile:
+    """The profile of preset ``name`` from one table of ``devices.toml`` (or a calibration
+    file's), every problem named in one ConfigError."""
+    problems: list[str] = []
+    known = {*_FRACTIONS, "collective_compute_share", "intra_node", "fitted"}
+    for key in data:
+        if key not in known:
+            problems.append(f"{owner}: {unknown_name('key', key, known)}")
+    values: dict[str, Any] = {}
+    fitted = dict(data.get("fitted", {}))
+    provenance = str(fitted.pop("provenance", ""))
+    for key in fitted:
+        if key not in FITTED_NAMES:
+            problems.append(f"{owner}.fitted: {unknown_name('parameter', key, FITTED_NAMES)}")
+    for key in (*_FRACTIONS, "collective_compute_share"):
+        if key in data and key in fitted:
+            problems.append(f"{owner}: {key} is both measured and fitted; give it once")
+        v = fitted.get(key, data.get(key))
+        if v is None:
+            continue
+        if not _number(v) or not 0 < v <= 1:
+            where = f"{owner}.fitted" if key in fitted else owner
+            problems.append(f"{where}: {key} = {v!r} must be in (0, 1]")
+        values[key] = v
+    curve = _curve(data["intra_node"], owner, problems) if "intra_node" in data else None
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return DeviceProfile(
+        name=name,
+        intra_node=curve,
+        fitted=tuple(k for k in FITTED_NAMES if k in fitted),
+        provenance=provenance,
+        **{k: float(v) for k, v in values.items()},
+    )
+
+
+@cache
+def preset_profile(name: str) -> DeviceProfile:
+    """The shipped profile of preset ``name`` (:data:`MODELLED` for a preset without one)."""
+    if name not in preset_names():
+        raise unknown_name("accelerator preset", name, preset_names())
+    data = shipped_toml(_DATA_FILE)
+    if name not in data:
+        return dataclasses.replace(MODELLED, name=name)
+    return profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
+
+
+def _op_model_fields(acc: Accelerator) -> Accelerator:
+    return dataclasses.replace(acc, name="", hbm_bytes=1)
+
+
+@lru_cache(maxsize=256)
+def device_profile(acc: Accelerator) -> DeviceProfile:
+    """The profile of the preset ``acc`` equals in every field the op model reads, else
+    :data:`MODELLED`."""
+    mine = _op_model_fields(acc)
+    for name in preset_names():
+        if _op_model_fields(preset(name)) == mine:
+            return preset_profile(name)
+    return MODELLED

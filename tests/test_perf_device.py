@@ -1,0 +1,105 @@
+"""Per-preset sustained rates: the data file, the lookup and their effect on op costs."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from arch_space import Cluster
+from arch_space.perf import op_costs
+from arch_space.perf.device import (
+    MODELLED,
+    device_profile,
+    preset_profile,
+    profile_from_mapping,
+)
+from arch_space.presets import preset
+from phaze.errors import ConfigError
+from workloads import CollectiveKind, CoreType, OpGraph, OpKind
+from workloads.ops import Op
+
+A100 = preset_profile("a100")
+
+
+def test_shipped_a100_and_h100_figures():
+    assert A100.sustained_tensor_fraction == pytest.approx(267.9 / 312, abs=5e-4)
+    assert preset_profile("h100").sustained_tensor_fraction == pytest.approx(792.1 / 989, 5e-4)
+    assert set(A100.fitted) <= {"sustained_clock_fraction", "collective_compute_share"}
+    assert "phaze validate megatron --fit" in A100.provenance
+    assert A100.intra_node.busbw_bytes_per_s[-1] == 234.89e9
+    assert preset_profile("tpuv4") == dataclasses.replace(MODELLED, name="tpuv4")
+
+
+def test_a_preset_keeps_its_profile_without_its_name_or_hbm_size():
+    acc = preset("a100")
+    assert device_profile(acc) == A100
+    assert device_profile(dataclasses.replace(acc, name="", hbm_bytes=1 << 30)) == A100
+    assert device_profile(dataclasses.replace(acc, clock_hz=1.5e9)) is MODELLED
+
+
+@given(st.floats(1.0, 1e11))
+def test_curve_follows_the_measurements(nbytes):
+    curve = A100.intra_node
+    eff = float(curve.efficiency(np.array([nbytes]), np.array([True]))[0])
+    sizes, bws = curve.size_bytes, curve.busbw_bytes_per_s
+    if nbytes < sizes[0]:
+        # below the smallest measured size the time stays the smallest size's
+        assert nbytes / (eff * curve.line_rate_bytes_per_s) == pytest.approx(sizes[0] / bws[0])
+    else:
+        j = min(np.searchsorted(sizes, nbytes), len(sizes) - 1)
+        lo, hi = sorted((bws[max(j - 1, 0)], bws[j]))
+        assert lo * (1 - 1e-9) <= eff * curve.line_rate_bytes_per_s <= hi * (1 + 1e-9)
+
+
+def _costs(op, acc, device=None):
+    return op_costs(OpGraph((op,), ()), acc, Cluster(devices=8), device=device)
+
+
+def test_gemms_run_at_most_at_the_sustained_rate():
+    acc = preset("a100")
+    op = Op("g", OpKind.MATMUL, CoreType.TC, flops=2 * 8192**3, m=8192, k=8192, n=8192)
+    for device in (A100, A100.alone(), MODELLED):
+        t = float(_costs(op, acc, device).parallel_latency_s[0])
+        cap = acc.peak_flops * device.sustained_tensor_fraction * device.sustained_clock_fraction
+        assert 2 * 8192**3 / t <= cap * (1 + 1e-12)
+    assert float(_costs(op, acc, A100).parallel_latency_s[0]) > float(
+        _costs(op, acc, MODELLED).parallel_latency_s[0]
+    )
+
+
+def test_collectives_take_the_measured_bus_bandwidth():
+    acc = preset("a100")
+    size = 134217728  # a measured point: 176.92 GB/s
+    op = Op(
+        "ar",
+        OpKind.COLLECTIVE,
+        CoreType.NOP,
+        collective=CollectiveKind.ALL_REDUCE,
+        collective_bytes=size,
+        group=8,
+    )
+    t = float(_costs(op, acc).parallel_latency_s[0])
+    assert t == pytest.approx(2 * 7 / 8 * size / 176.92e9, rel=1e-9)
+    share = dataclasses.replace(op, name="s", kind=OpKind.COMM_SHARE, core=CoreType.TC_AND_VC)
+    s = _costs(share, acc)
+    assert float(s.parallel_latency_s[0]) == pytest.approx(t * A100.collective_compute_share)
+    assert float(s.parallel_energy_j[0]) < float(_costs(op, acc).parallel_energy_j[0])
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"fitted": {"collective_compute_share": 1.5}}, r"fitted: collective_compute_share"),
+        ({"fitted": {"sustained_clock_fraction": 0}}, r"must be in \(0, 1\]"),
+        ({"fitted": {"vector_speed": 0.5}}, "unknown parameter 'vector_speed'"),
+        ({"sustained_tensor_fraction": 2.0}, "sustained_tensor_fraction = 2.0"),
+        ({"collective_compute_share": 0.2, "fitted": {"collective_compute_share": 0.3}}, "once"),
+        ({"intra_node": {"size_bytes": [2, 1], "busbw_bytes_per_s": [1, 2]}}, "ascending"),
+        ({"speed": 1}, "unknown key 'speed'"),
+    ],
+)
+def test_bad_profiles_are_one_error(table, message):
+    with pytest.raises(ConfigError, match=message):
+        profile_from_mapping("a100", table, "calibration [a100]")
