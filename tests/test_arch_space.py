@@ -158,7 +158,8 @@ def test_space_errors_budget_node_and_missing_keys(tmp_path):
     ):
         Space(num_tc=(1,), tc_rows=(2,), tc_cols=(2,), num_vc=(1,), glb_bytes=(512 * MIB,))
     with pytest.raises(
-        ConfigError, match=r"node_nm = 10 is not a known process node \(known: 28, 16, 7, 5, 3\)"
+        ConfigError,
+        match=r"node_nm = 10 is not a known process node \(known: 28, 16, 12, 7, 5, 3\)",
     ):
         Space(
             num_tc=(1,), tc_rows=(2,), tc_cols=(2,), num_vc=(1,), glb_bytes=(2 * MIB,), node_nm=10
