@@ -8,8 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arch_space.accelerator import Accelerator
-from arch_space.area import area_mm2, peak_power_w, static_power_w
-from arch_space.power import tdp_w
+from arch_space.area import area_mm2, static_power_w
 from arch_space.carbon import (
     CarbonParams,
     carbon_per_area_g_per_cm2,
@@ -25,6 +24,7 @@ from arch_space.cost import (
     die_yield,
     dies_per_wafer,
 )
+from arch_space.power import tdp_w
 from arch_space.presets import preset
 from arch_space.tech import known_nodes, tech_node, tech_overrides_from_toml
 from phaze.errors import ConfigError, Infeasible
