@@ -24,6 +24,7 @@ from typing import Any, Final
 from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
 from phaze.errors import ConfigError
 from phaze.limits import LIMITS, over_limit
+from phaze.run import parse_tokens
 from phaze.scoring import ScoringParams
 
 __all__ = [
@@ -114,7 +115,8 @@ class SweepConfig:
     ``hbm_gib`` empty means each design keeps the HBM capacity of its space; otherwise every
     design is evaluated with each capacity listed. ``global_batch`` is in sequences.
     ``presets`` are real chips evaluated beside the space as reference points (never pruned,
-    marked in the plots; their own HBM is kept).
+    marked in the plots; their own HBM is kept). ``tokens_to_train`` is every workload's
+    token budget (None: each model's published budget).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -134,6 +136,7 @@ class SweepConfig:
     objectives: tuple[str, ...] = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp")
     presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
     prune: bool = True
+    tokens_to_train: int | None = None
     solver: SolverSettings = field(default_factory=SolverSettings)
     scoring: ScoringParams = field(default_factory=ScoringParams)
 
@@ -187,6 +190,13 @@ def _is_nonneg_num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf
 
 
+def _is_token_count(v: Any) -> bool:
+    try:
+        return isinstance(v, int | float | str) and not isinstance(v, bool) and parse_tokens(v) > 0
+    except ConfigError:
+        return False
+
+
 def _is_name(v: Any) -> bool:
     return isinstance(v, str) and bool(v)
 
@@ -215,6 +225,7 @@ _RULES: Final = MappingProxyType(
         "objectives": (True, _is_name, "a non-empty list of metric names"),
         "presets": (True, _is_name, "a list of accelerator preset names (reference points)"),
         "prune": (False, lambda v: isinstance(v, bool), "true or false"),
+        "tokens_to_train": (False, _is_token_count, 'a positive token count (2e12, "2T", "300B")'),
     }
 )
 
@@ -247,6 +258,8 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
         kw[key] = vals if is_list else value
     if "hbm_gib" in kw:
         kw["hbm_gib"] = tuple(float(v) for v in kw["hbm_gib"])
+    if "tokens_to_train" in kw and not problems:
+        kw["tokens_to_train"] = parse_tokens(kw["tokens_to_train"])
     known_solver = {k: v for k, v in solver_d.items() if k in _SOLVER_KEYS}
     solver = SolverSettings(**known_solver)
     if solver.name not in SCHEDULERS:
