@@ -8,7 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arch_space.accelerator import Accelerator
-from arch_space.area import area_mm2, static_power_w
+from arch_space.area import area_mm2, hbm_stacks, static_power_w
 from arch_space.carbon import (
     CarbonParams,
     carbon_per_area_g_per_cm2,
@@ -155,7 +155,10 @@ def test_embodied_carbon_follows_act():
     assert cpa == pytest.approx(583 * 2.15 + 275 + 500)
     area = area_mm2(REF)
     y = die_yield(area, 0.09, 3.0)
-    expected_kg = (area / 100 * cpa / y + 32 * 2**30 / 1e9 * 65 + 150) / 1000
+    # HBM: ACT's DRAM 65 g/GB over its 0.875 yield, 150 g per stack (ACT's IC package)
+    assert c.hbm_g_per_gb == pytest.approx(65 / 0.875, rel=1e-3)
+    hbm_g = 32 * 2**30 / 1e9 * c.hbm_g_per_gb + hbm_stacks(REF) * 150.0
+    expected_kg = (area / 100 * cpa / y + hbm_g + 150) / 1000
     assert embodied_kgco2e(REF) == pytest.approx(expected_kg)
 
 
