@@ -37,6 +37,7 @@ __all__ = [
     "area_mm2",
     "static_power_w",
     "mac_pj",
+    "tensor_load_power_w",
     "dynamic_power_breakdown_w",
     "peak_power_w",
 ]
@@ -136,8 +137,32 @@ def mac_pj(acc: Accelerator, tech: TechNode) -> float:
     """Energy (pJ) of one MAC on ``acc``'s tensor cores: arithmetic, control and clocking,
     and operand delivery of ``1/rows + 1/cols`` elements (an array of ``rows x cols`` MACs
     takes ``rows`` inputs and gives ``cols`` partial sums per cycle)."""
-    operand_bytes = acc.bytes_per_element * (1.0 / acc.tc_rows + 1.0 / acc.tc_cols)
+    return _mac_pj(tech, acc.tc_rows, acc.tc_cols, acc.bytes_per_element)
+
+
+def _mac_pj(tech: TechNode, rows: Any, cols: Any, bytes_per_element: int) -> Any:
+    operand_bytes = bytes_per_element * (1.0 / rows + 1.0 / cols)
     return tech.mac_energy_pj + tech.control_pj_per_mac + operand_bytes * tech.operand_pj_per_byte
+
+
+def tensor_load_power_w(
+    tech: TechNode,
+    *,
+    num_tc: Any,
+    tc_rows: Any,
+    tc_cols: Any,
+    clock_hz: float,
+    bytes_per_element: int,
+    area_mm2: Any,
+) -> Any:
+    """Power (W) with every tensor core doing a MAC each cycle (with its control, operand
+    delivery and uncore share) plus leakage: the closed form of a design's power under
+    tensor load, elementwise on numpy arrays, for filtering whole design spaces at once."""
+    macs_per_s = num_tc * tc_rows * tc_cols * clock_hz
+    mac = _mac_pj(tech, tc_rows, tc_cols, bytes_per_element)
+    return (
+        macs_per_s * mac * (1.0 + tech.overhead_fraction) * _PJ + area_mm2 * tech.leakage_w_per_mm2
+    )
 
 
 def static_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:

@@ -1,4 +1,5 @@
-"""The system around the accelerators: host power per node and electricity prices.
+"""The system around the accelerators: host power per node, electricity prices and the
+default power budget of a design space.
 
 Constants live in ``data/system.toml`` beside their sources; this module only reads them.
 """
@@ -17,6 +18,7 @@ __all__ = [
     "typical_load_fraction",
     "electricity_regions",
     "electricity_usd_per_kwh",
+    "power_budget_w",
 ]
 
 _FILE = "system.toml"
@@ -65,3 +67,12 @@ def electricity_usd_per_kwh(region: str) -> float:
         return float(prices[region])
     except KeyError:
         raise unknown_name("electricity region", region, prices) from None
+
+
+def power_budget_w(node_nm: int) -> float:
+    """The default power budget (W) of a design space at ``node_nm``: its era's board limit."""
+    budgets = plain_values(shipped_toml(_FILE)["power_budget"])
+    try:
+        return float(budgets[str(node_nm)])
+    except KeyError:
+        raise unknown_name("process node for a power budget", str(node_nm), budgets) from None

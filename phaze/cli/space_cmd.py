@@ -36,6 +36,9 @@ def _space_doc(s: Space) -> dict[str, Any]:
         "budget_mm2": summ.budget_mm2,
         "area_mm2_min": summ.area_mm2_min,
         "area_mm2_max": summ.area_mm2_max,
+        "power_budget_w": summ.power_budget_w,
+        "power_w_min": summ.power_w_min,
+        "power_w_max": summ.power_w_max,
         "area_fraction_min": s.area_fraction_min,
         "area_fraction_max": s.area_fraction_max,
         "keep_single_core": s.keep_single_core,
@@ -64,6 +67,8 @@ def show(spec: str, as_json: bool) -> None:
         f"areas {doc['area_mm2_min']:.1f}..{doc['area_mm2_max']:.1f} mm2; node {doc['node_nm']} nm, "
         f"clock {doc['clock_hz'] / 1e9:g} GHz"
         + ("; vector width = tensor-core width" if doc["vc_lanes_tied_to_tc_cols"] else ""),
+        f"power under tensor load {doc['power_w_min']:.0f}..{doc['power_w_max']:.0f} W of a "
+        f"{doc['power_budget_w']:.0f} W budget",
         "",
     ]
     rows = []
