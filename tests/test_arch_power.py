@@ -9,8 +9,8 @@ import pytest
 from arch_space import Space, area_mm2, peak_power_w, preset, static_power_w, tech_node
 from arch_space.area import tensor_load_power_w
 from arch_space.power import gemm_power_w, memory_bound_power_w, tdp_w
-from phaze.errors import ConfigError
 from arch_space.presets import PUBLISHED
+from phaze.errors import ConfigError
 
 # Calibrated on (benchmarks/calibrate_energy.py) and held out from the fit.
 FIT = ("a100", "tpuv4")
