@@ -39,7 +39,7 @@ def search(
     micro_batches: Sequence[int] = (1, 4),
     hbm_sizes: Sequence[int] = (),
     recompute_modes: Sequence[str] = ("none", "full"),
-    objectives: Sequence[str] = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp"),
+    objectives: Sequence[str] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp"),
     executor: str = "local",
     out_dir: str | Path = "phaze-out/search",
     jobs: int | None = None,

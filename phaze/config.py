@@ -133,7 +133,7 @@ class SweepConfig:
     hbm_gib: tuple[float, ...] = ()
     recompute: tuple[str, ...] = ("none", "full")
     sequence_parallel: bool = True
-    objectives: tuple[str, ...] = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp")
+    objectives: tuple[str, ...] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
     presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
     prune: bool = True
     tokens_to_train: int | None = None

@@ -15,6 +15,7 @@ References
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Final, Literal
@@ -53,6 +54,7 @@ FORMULAS: Final = MappingProxyType(
         "avg_power_w": "energy per batch / iteration time (all devices and hosts)",
         "system_cost_usd": "devices x (device cost + per-device host and network share)",
         "electricity_usd": "job energy x PUE x electricity price",
+        "tokens_per_usd": "tokens to train / tco_usd",
         "tco_usd": "system cost x D / (lifetime x utilisation) (all of it in whole-life mode) + electricity",
         "embodied_kgco2e (amortised, ACT)": "devices x embodied per device x D / (lifetime x utilisation)",
         "embodied_kgco2e (whole-life)": "devices x embodied per device",
@@ -156,6 +158,7 @@ class Score:
     system_cost_usd: float
     electricity_usd: float
     tco_usd: float
+    tokens_per_usd: float
     embodied_kgco2e: float
     operational_kgco2e: float
     total_kgco2e: float
@@ -270,6 +273,12 @@ def score_point(
     )
     system_cost = system_cost_usd(devices, device_cost_usd, params)
     electricity = electricity_usd(job_energy_j, params)
+    tco = tco_usd(
+        time_to_train_s=time_to_train_s,
+        electricity_usd=electricity,
+        system_cost_usd=system_cost,
+        params=params,
+    )
     return Score(
         iteration_s=iteration_s,
         samples_per_s=global_batch / iteration_s,
@@ -287,12 +296,8 @@ def score_point(
         avg_power_w=energy.total_j / iteration_s,
         system_cost_usd=system_cost,
         electricity_usd=electricity,
-        tco_usd=tco_usd(
-            time_to_train_s=time_to_train_s,
-            electricity_usd=electricity,
-            system_cost_usd=system_cost,
-            params=params,
-        ),
+        tco_usd=tco,
+        tokens_per_usd=tokens_to_train / tco if tco > 0 else math.inf,
         embodied_kgco2e=carbon.embodied_kgco2e,
         operational_kgco2e=carbon.operational_kgco2e,
         total_kgco2e=carbon.total_kgco2e,

@@ -122,6 +122,7 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
     _c("system_cost_usd", "REAL", "USD", "min", "system cost", "cost of all devices (+ host/network share)"),
     _c("electricity_usd", "REAL", "USD", "min", "electricity", "job energy x PUE x electricity price"),
     _c("tco_usd", "REAL", "USD", "min", "cost to train", "system cost's share over the run + electricity"),
+    _c("tokens_per_usd", "REAL", "tokens/USD", "max", "tokens per dollar", "tokens to train / cost to train"),
     _c("embodied_kgco2e", "REAL", "kgCO2e", "min", "embodied carbon", "manufacturing carbon charged to the job"),
     _c("operational_kgco2e", "REAL", "kgCO2e", "min", "operational carbon", "job energy x PUE x grid intensity"),
     _c("total_kgco2e", "REAL", "kgCO2e", "min", "total carbon", "tC = embodied + operational"),

@@ -57,6 +57,7 @@ class Bound:
     tcdp_kgco2e_days: float
     electricity_usd: float
     tco_usd: float
+    tokens_per_usd: float
 
 
 # The objectives an optimistic bound exists for: the fields of :class:`Bound`.
@@ -142,6 +143,9 @@ def _bound_fields(
     job_energy_j = mac_j + (n * static_w + nodes * ctx.scoring.host_w_per_node) * d
     cost = system_cost_usd(n, device_cost, ctx.scoring)
     electricity = electricity_usd(job_energy_j, ctx.scoring)
+    tco = tco_usd(
+        time_to_train_s=d, electricity_usd=electricity, system_cost_usd=cost, params=ctx.scoring
+    )
     carbon = job_carbon(
         time_to_train_s=d,
         job_energy_j=job_energy_j,
@@ -161,12 +165,8 @@ def _bound_fields(
         "tcdp": carbon.tcdp,
         "tcdp_kgco2e_days": carbon.tcdp_kgco2e_days,
         "electricity_usd": electricity,
-        "tco_usd": tco_usd(
-            time_to_train_s=d,
-            electricity_usd=electricity,
-            system_cost_usd=cost,
-            params=ctx.scoring,
-        ),
+        "tco_usd": tco,
+        "tokens_per_usd": budget / tco,
     }
 
 
