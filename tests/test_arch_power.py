@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +91,16 @@ _TINY = {
     "num_vc": [2],
     "glb_mib": [16, 64],
 }
+
+
+def test_shipped_energies_are_the_calibration_scripts_output():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "calibrate_energy.py"
+    spec = importlib.util.spec_from_file_location("calibrate_energy", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    control, operand = script.fit()
+    for node, factor in script.NODE_FACTOR.items():
+        t = tech_node(node)
+        ratio = factor / script.NODE_FACTOR[7]
+        assert t.control_pj_per_mac == pytest.approx(control * ratio, rel=0.01)
+        assert t.operand_pj_per_byte == pytest.approx(operand * ratio, rel=0.01)

@@ -305,8 +305,7 @@ def _run_table(sc: Score, run: RunAnswers, scoring: ScoringParams) -> str:
         for name, j in energy_terms(sc).items()
     ]
     rows.append([f"facility (PUE {scoring.pue:g})", si(total * (scoring.pue - 1), "J"), ""])
-    click.echo(table(rows, ["energy term", "per iteration", "share of IT"]))
-    click.echo("")
+    energy = table(rows, ["energy term", "per iteration", "share of IT"])
     answers = [
         ["tokens", f"{run.tokens_to_train:.4g} ({run.tokens_source})"],
         ["time to train", f"{run.time_to_train_s / 86400:.4g} days"],
@@ -322,4 +321,4 @@ def _run_table(sc: Score, run: RunAnswers, scoring: ScoringParams) -> str:
         ["electricity", f"${run.electricity_usd:,.0f} at ${run.usd_per_kwh:g}/kWh"],
         ["cost to train (TCO)", f"${run.tco_usd:,.0f}"],
     ]
-    return table(answers, ["whole run", ""])
+    return f"{energy}\n\n{table(answers, ['whole run', ''])}"
