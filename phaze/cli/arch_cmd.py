@@ -208,7 +208,7 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
         _breakdown("area", d["area_mm2"], d["area_breakdown_mm2"], "mm2", 1),
         "",
         _breakdown("peak power", d["peak_power_w"], d["power_breakdown_w"], "W", 1),
-        f"power under tensor load (TDP-like, a large GEMM): {d['tdp_w']:.0f} W",
+        f"power under tensor load (TDP-like, a large GEMM): {fmt_quantity(d['tdp_w'], 'W')}",
         "",
         f"die: {d['dies_per_wafer']} dies per wafer, yield {fmt_percent(d['yield'])}",
         _breakdown("device cost", d["device_cost_usd"], d["cost_breakdown_usd"], "USD", 0),

@@ -299,26 +299,27 @@ def energy_terms(sc: Score) -> dict[str, float]:
 
 def _run_table(sc: Score, run: RunAnswers, scoring: ScoringParams) -> str:
     """The iteration's energy by cause, then the whole run's answers."""
+    q = fmt_quantity
     total = sc.energy_per_batch_j
     rows = [
-        [name.removesuffix("_j"), si(j, "J"), f"{100 * j / total:.1f} %"]
+        [name.removesuffix("_j"), q(j, "J"), q(j / total, "%")]
         for name, j in energy_terms(sc).items()
     ]
-    rows.append([f"facility (PUE {scoring.pue:g})", si(total * (scoring.pue - 1), "J"), ""])
+    rows.append([f"facility (PUE {scoring.pue:g})", q(total * (scoring.pue - 1), "J"), ""])
     energy = table(rows, ["energy term", "per iteration", "share of IT"])
     answers = [
-        ["tokens", f"{run.tokens_to_train:.4g} ({run.tokens_source})"],
-        ["time to train", f"{run.time_to_train_s / 86400:.4g} days"],
-        ["device-hours", f"{run.device_hours:.4g}"],
-        ["energy (facility)", f"{run.energy_j / 3.6e9:.4g} MWh"],
-        ["average power per device", si(run.avg_device_power_w, "W")],
-        ["average power per node", si(run.avg_node_power_w, "W")],
-        ["operational carbon", f"{run.operational_kgco2e / 1000:.4g} tCO2e"],
-        [f"embodied carbon ({run.embodied_mode})", f"{run.embodied_kgco2e / 1000:.4g} tCO2e"],
-        ["total carbon", f"{run.total_kgco2e / 1000:.4g} tCO2e"],
-        ["tCDP", f"{run.tcdp / 86400:.4g} kgCO2e*days"],
-        ["capex (devices)", f"${run.capex_usd:,.0f}"],
-        ["electricity", f"${run.electricity_usd:,.0f} at ${run.usd_per_kwh:g}/kWh"],
-        ["cost to train (TCO)", f"${run.tco_usd:,.0f}"],
+        ["tokens", f"{q(run.tokens_to_train, 'tokens')} ({run.tokens_source})"],
+        ["time to train", q(run.time_to_train_s, "s")],
+        ["device-hours", q(run.device_hours)],
+        ["energy (facility)", q(run.energy_j, "J")],
+        ["average power per device", q(run.avg_device_power_w, "W")],
+        ["average power per node", q(run.avg_node_power_w, "W")],
+        ["operational carbon", q(run.operational_kgco2e, "kgCO2e")],
+        [f"embodied carbon ({run.embodied_mode})", q(run.embodied_kgco2e, "kgCO2e")],
+        ["total carbon", q(run.total_kgco2e, "kgCO2e")],
+        ["tCDP", q(run.tcdp, "kgCO2e·s")],
+        ["capex (devices)", q(run.capex_usd, "USD")],
+        ["electricity", f"{q(run.electricity_usd, 'USD')} at ${run.usd_per_kwh:g}/kWh"],
+        ["cost to train (TCO)", q(run.tco_usd, "USD")],
     ]
     return f"{energy}\n\n{table(answers, ['whole run', ''])}"

@@ -8,6 +8,7 @@ import click
 
 from arch_space.space import PARAMETERS, Space, load_space
 from phaze.cli._render import echo_json, table
+from results.units import fmt_quantity
 
 __all__ = ["space"]
 
@@ -67,8 +68,9 @@ def show(spec: str, as_json: bool) -> None:
         f"areas {doc['area_mm2_min']:.1f}..{doc['area_mm2_max']:.1f} mm2; node {doc['node_nm']} nm, "
         f"clock {doc['clock_hz'] / 1e9:g} GHz"
         + ("; vector width = tensor-core width" if doc["vc_lanes_tied_to_tc_cols"] else ""),
-        f"power under tensor load {doc['power_w_min']:.0f}..{doc['power_w_max']:.0f} W of a "
-        f"{doc['power_budget_w']:.0f} W budget",
+        f"power under tensor load {fmt_quantity(doc['power_w_min'], 'W')}.."
+        f"{fmt_quantity(doc['power_w_max'], 'W')} of a {fmt_quantity(doc['power_budget_w'], 'W')} "
+        "budget",
         "",
     ]
     rows = []
