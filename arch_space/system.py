@@ -15,6 +15,7 @@ from phaze.errors import unknown_name
 __all__ = [
     "host_profiles",
     "host_w_per_node",
+    "host_profile_for",
     "typical_load_fraction",
     "electricity_regions",
     "electricity_usd_per_kwh",
@@ -32,6 +33,20 @@ def _profiles() -> Mapping[str, Mapping[str, float]]:
 def host_profiles() -> tuple[str, ...]:
     """Names of the shipped host servers, sorted."""
     return tuple(sorted(_profiles()))
+
+
+def host_profile_for(accelerator: str, default: str = "dgx-a100") -> str:
+    """The host server an accelerator preset ships in (``default`` for any other design).
+
+    Examples
+    --------
+    >>> host_profile_for("h100"), host_profile_for("my-design")
+    ('dgx-h100', 'dgx-a100')
+    """
+    for name, p in _profiles().items():
+        if p.get("preset") == accelerator:
+            return name
+    return default
 
 
 def typical_load_fraction() -> float:

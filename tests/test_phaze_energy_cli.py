@@ -144,3 +144,13 @@ def test_sweep_without_a_budget_names_a_key_that_exists(tmp_path):
     # the key the message names is one [sweep] accepts
     assert "tokens_to_train" in str(e.value)
     sweep_config_from_mapping({"sweep": {"tokens_to_train": 10**9}})
+
+
+def test_a_preset_runs_in_its_own_host_server_unless_told():
+    args = ["evaluate", "--workload", "gpt3-1.3b", "--arch", "h100", "--devices", "8"]
+    args += ["--global-batch", "64", "--json"]
+    own = json.loads(CliRunner().invoke(cli, args).output)
+    told = json.loads(CliRunner().invoke(cli, [*args, "--host", "dgx-a100"]).output)
+    for doc, host in ((own, "dgx-h100"), (told, "dgx-a100")):
+        node_w = 8 * doc["avg_device_power_w"] + host_w_per_node(host)
+        assert doc["avg_node_power_w"] == pytest.approx(node_w)

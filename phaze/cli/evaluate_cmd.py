@@ -8,7 +8,7 @@ import json
 import click
 
 from arch_space import Cluster, load_accelerator
-from arch_space.system import host_profiles
+from arch_space.system import host_profile_for, host_profiles
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
@@ -100,9 +100,9 @@ __all__ = ["evaluate"]
 @click.option(
     "--host",
     "host_profile",
-    default="dgx-a100",
-    show_default=True,
-    help="Host server per node (" + ", ".join(host_profiles()) + ").",
+    help="Host server per node ("
+    + ", ".join(host_profiles())
+    + ") [default: the preset's own server, else dgx-a100].",
 )
 @click.option(
     "--strategy",
@@ -151,7 +151,7 @@ def evaluate(
         grid_region=grid_region,
         lifetime_s=lifetime_years * SECONDS_PER_YEAR,
         embodied_mode=embodied_mode,
-        host_profile=host_profile,
+        host_profile=host_profile or host_profile_for(acc.name),
         usd_per_kwh=usd_per_kwh,
     )
     if tokens_to_train is not None:
