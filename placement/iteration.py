@@ -27,8 +27,12 @@ sharded over the ``d`` data-parallel replicas is divided by ``d`` here and nowhe
 Where new effects go: collectives the layer schedule reports apart move from ``compute_s``
 to ``tp_comm_exposed_s``; a sharded optimizer sets ``sharded_state_bytes_per_parameter``
 and changes :func:`tail_fn` (reduce-scatter and all-gather; a step on a ``1/d`` shard may
-fall with ``d``, which the DP's choice of degrees allows); energy by cause can price each
-time term at its own power.
+fall with ``d``, which the DP's choice of degrees allows).
+
+Energy (:func:`iteration_energy`) prices the time terms: op energies for the compute, static
+power while the devices compute, idle power over the rest of the iteration (bubble, exposed
+communication, optimizer step), and the hosts' power over all of it; a waiting device drawing
+more than idle power (spinning collectives) would price ``tp_comm_exposed_s`` apart.
 """
 
 from __future__ import annotations
