@@ -20,14 +20,14 @@ from phaze.scoring import ScoringParams
 
 __all__ = ["energy", "energy_rows"]
 
-_J_PER_WH = 3600.0
+_J_PER_WH = 3600.0  # joules per watt-hour: power (W) x GPU-hours -> J
 
 
 def energy_rows() -> tuple[list[ValidationRow], list[ValidationRow]]:
     """(power rows in W, energy rows in J) of every published run."""
     power, energy = [], []
     for name, run in shipped_toml("energy_runs.toml")["run"].items():
-        params = ScoringParams(host_profile=run["host"], pue=max(1.0, run["pue"]))
+        params = ScoringParams(host_profile=run["host"], pue=run["pue"])
         ev = api_evaluate(
             run["workload"],
             preset(run["arch"]),
@@ -57,8 +57,20 @@ def energy_rows() -> tuple[list[ValidationRow], list[ValidationRow]]:
 
 
 @click.command("energy")
-@click.option("--power-tolerance-pct", type=float, default=20.0, show_default=True)
-@click.option("--energy-tolerance-pct", type=float, default=25.0, show_default=True)
+@click.option(
+    "--power-tolerance-pct",
+    type=click.FloatRange(min=0, min_open=True),
+    default=20.0,
+    show_default=True,
+    help="Largest allowed |error| of an average power, in %.",
+)
+@click.option(
+    "--energy-tolerance-pct",
+    type=click.FloatRange(min=0, min_open=True),
+    default=25.0,
+    show_default=True,
+    help="Largest allowed |error| of a training energy, in %.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def energy(power_tolerance_pct: float, energy_tolerance_pct: float, as_json: bool) -> None:
     """Average accelerator power and training energy against published runs."""
