@@ -16,6 +16,7 @@ __all__ = [
     "host_profiles",
     "host_w_per_node",
     "host_profile_for",
+    "host_embodied_kgco2e_per_device",
     "typical_load_fraction",
     "electricity_regions",
     "electricity_usd_per_kwh",
@@ -68,6 +69,16 @@ def host_w_per_node(profile: str) -> float:
     except KeyError:
         raise unknown_name("host profile", profile, _profiles()) from None
     return (p["node_max_w"] - p["devices"] * p["device_board_w"]) * typical_load_fraction()
+
+
+def host_embodied_kgco2e_per_device(profile: str) -> float:
+    """Embodied carbon (kgCO2e) of a ``profile`` server without its accelerators, per
+    accelerator slot."""
+    try:
+        p = _profiles()[profile]
+    except KeyError:
+        raise unknown_name("host profile", profile, _profiles()) from None
+    return p["embodied_kgco2e"] / p["devices"]
 
 
 def electricity_regions() -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from phaze.errors import ConfigError
-from phaze.scoring import Score, ScoringParams
+from phaze.scoring import Score, ScoringParams, embodied_share_kgco2e
 
 __all__ = ["RunAnswers", "parse_tokens", "run_answers"]
 
@@ -52,7 +52,8 @@ class RunAnswers:
     avg_device_power_w: float  # one accelerator board, averaged over the run
     avg_node_power_w: float  # one node: its accelerators and its host
     operational_kgco2e: float
-    embodied_kgco2e: float
+    embodied_kgco2e: float  # accelerators and their hosts
+    embodied_host_kgco2e: float  # the hosts' part of it
     total_kgco2e: float
     tcdp: float
     capex_usd: float
@@ -87,6 +88,7 @@ def run_answers(
         avg_node_power_w=score.energy_per_batch_j / score.iteration_s / nodes,
         operational_kgco2e=score.operational_kgco2e,
         embodied_kgco2e=score.embodied_kgco2e,
+        embodied_host_kgco2e=embodied_share_kgco2e(devices, 0.0, score.time_to_train_s, params),
         total_kgco2e=score.total_kgco2e,
         tcdp=score.tcdp,
         capex_usd=score.system_cost_usd,

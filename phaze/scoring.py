@@ -80,7 +80,8 @@ class ScoringParams:
     ``host_network_usd_per_device`` defaults to 0: the system cost is the accelerators alone
     unless the user adds their share of hosts and network. ``host_w_per_node`` None takes the
     power under load of a ``host_profile`` server (arch_space.system, sourced); 0 leaves hosts
-    out. ``usd_per_kwh`` None takes the electricity price of ``grid_region`` (else the world's).
+    out; ``host_embodied_kgco2e_per_device`` likewise takes the server's embodied carbon per
+    accelerator slot. ``usd_per_kwh`` None takes the electricity price of ``grid_region`` (else the world's).
     """
 
     pue: float = 1.10
@@ -92,6 +93,7 @@ class ScoringParams:
     host_network_usd_per_device: float = 0.0
     host_profile: str = "dgx-a100"
     host_w_per_node: float | None = None
+    host_embodied_kgco2e_per_device: float | None = None
     usd_per_kwh: float | None = None
 
     def __post_init__(self) -> None:
@@ -103,6 +105,9 @@ class ScoringParams:
             object.__setattr__(self, "grid_gco2e_per_kwh", grid_intensity(self.grid_region))
         if self.host_w_per_node is None:
             object.__setattr__(self, "host_w_per_node", system.host_w_per_node(self.host_profile))
+        if self.host_embodied_kgco2e_per_device is None:
+            host = system.host_embodied_kgco2e_per_device(self.host_profile)
+            object.__setattr__(self, "host_embodied_kgco2e_per_device", host)
         if self.usd_per_kwh is None:
             known = system.electricity_regions()
             region = self.grid_region if self.grid_region in known else "world"
@@ -119,6 +124,7 @@ class ScoringParams:
             "grid_gco2e_per_kwh",
             "host_network_usd_per_device",
             "host_w_per_node",
+            "host_embodied_kgco2e_per_device",
             "usd_per_kwh",
         ):
             if getattr(self, name) < 0:
@@ -179,9 +185,12 @@ def training_time_s(tokens_to_train: float, tokens_per_s: float) -> float:
 def embodied_share_kgco2e(
     devices: int, embodied_kgco2e_per_device: float, time_to_train_s: float, params: ScoringParams
 ) -> float:
-    """The devices' embodied carbon charged to a job of ``time_to_train_s``: its share of
-    their lifetime at the given utilisation (ACT), or all of it in whole-life mode."""
-    embodied_system = devices * embodied_kgco2e_per_device
+    """The devices' and their hosts' embodied carbon charged to a job of ``time_to_train_s``:
+    its share of their lifetime at the given utilisation (ACT), or all of it in whole-life
+    mode."""
+    embodied_system = devices * (
+        embodied_kgco2e_per_device + params.host_embodied_kgco2e_per_device
+    )
     if params.embodied_mode == "amortised":
         return embodied_system * time_to_train_s / (params.lifetime_s * params.utilisation)
     return embodied_system

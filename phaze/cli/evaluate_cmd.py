@@ -316,6 +316,7 @@ def _run_table(sc: Score, run: RunAnswers, scoring: ScoringParams) -> str:
         ["average power per node", q(run.avg_node_power_w, "W")],
         ["operational carbon", q(run.operational_kgco2e, "kgCO2e")],
         [f"embodied carbon ({run.embodied_mode})", q(run.embodied_kgco2e, "kgCO2e")],
+        ["  of which hosts", q(run.embodied_host_kgco2e, "kgCO2e")],
         ["total carbon", q(run.total_kgco2e, "kgCO2e")],
         ["tCDP", q(run.tcdp, "kgCO2e·s")],
         ["capex (devices)", q(run.capex_usd, "USD")],
