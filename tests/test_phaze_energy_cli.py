@@ -116,15 +116,20 @@ def test_validate_energy_reports_every_run():
     r = CliRunner().invoke(cli, ["validate", "energy", "--json"])
     doc = json.loads(r.stdout)
     cases = {row["case"]: row for row in doc["rows"]}
-    assert set(cases) >= {"gpt3-175b with host W", "gpt3-175b facility", "llama2-70b board W"}
+    assert set(cases) >= {"gpt3-175b with host W", "gpt3-175b with host", "llama2-70b board W"}
+    assert {"gpt3-175b", "llama2-70b"} <= set(cases)  # operational carbon
+    runs = {r["run"]: r for r in doc["runs"]}
+    assert 0 < runs["gpt3-175b"]["board_w"] < runs["gpt3-175b"]["with_host_w"]
     assert r.exit_code == (0 if doc["within_tolerance"] else 3)
     # GPT-3's measured system power and energy (Patterson et al. 2021)
     assert abs(cases["gpt3-175b with host W"]["error_pct"]) <= 20
-    assert abs(cases["gpt3-175b facility"]["error_pct"]) <= 25
-    # energy is that power times the published GPU-hours (and PUE)
-    row = cases["gpt3-175b facility"]
+    assert abs(cases["gpt3-175b with host"]["error_pct"]) <= 25
+    assert abs(cases["gpt3-175b"]["error_pct"]) <= 25
+    # energy is that power times the published GPU-hours (and PUE), carbon that at 429 g/kWh
+    row = cases["gpt3-175b with host"]
     power = cases["gpt3-175b with host W"]["predicted"]
     assert row["predicted"] == pytest.approx(power * 3_552_000 * 3600 * 1.10)
+    assert cases["gpt3-175b"]["predicted"] == pytest.approx(row["predicted"] / 3.6e6 * 0.429)
 
 
 def test_sweep_config_takes_a_token_budget():
