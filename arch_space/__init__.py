@@ -15,7 +15,13 @@ Examples
 """
 
 from arch_space.accelerator import Accelerator, Cluster
-from arch_space.area import area_breakdown_mm2, area_mm2, hbm_stacks, static_power_w, tdp_w
+from arch_space.area import (
+    area_breakdown_mm2,
+    area_mm2,
+    hbm_stacks,
+    peak_power_w,
+    static_power_w,
+)
 from arch_space.carbon import (
     CarbonParams,
     embodied_kgco2e,
@@ -31,6 +37,7 @@ from arch_space.config import (
     load_accelerator,
 )
 from arch_space.cost import CostParams, device_cost_usd, die_cost_usd, die_yield, dies_per_wafer
+from arch_space.power import tdp_w
 from arch_space.presets import preset, preset_names
 from arch_space.space import Space, design_id, load_space, space_names
 from arch_space.summary import describe
@@ -47,6 +54,7 @@ __all__ = [
     "hbm_stacks",
     "static_power_w",
     "tdp_w",
+    "peak_power_w",
     "CostParams",
     "dies_per_wafer",
     "die_yield",

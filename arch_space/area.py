@@ -36,8 +36,10 @@ __all__ = [
     "area_breakdown_mm2",
     "area_mm2",
     "static_power_w",
+    "mac_pj",
+    "tensor_load_power_w",
     "dynamic_power_breakdown_w",
-    "tdp_w",
+    "peak_power_w",
 ]
 
 _MIB = 2**20
@@ -131,6 +133,38 @@ def area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
     return math.fsum(area_breakdown_mm2(acc, tech).values())
 
 
+def mac_pj(acc: Accelerator, tech: TechNode) -> float:
+    """Energy (pJ) of one MAC on ``acc``'s tensor cores: arithmetic, control and clocking,
+    and operand delivery of ``1/rows + 1/cols`` elements (an array of ``rows x cols`` MACs
+    takes ``rows`` inputs and gives ``cols`` partial sums per cycle)."""
+    return _mac_pj(tech, acc.tc_rows, acc.tc_cols, acc.bytes_per_element)
+
+
+def _mac_pj(tech: TechNode, rows: Any, cols: Any, bytes_per_element: int) -> Any:
+    operand_bytes = bytes_per_element * (1.0 / rows + 1.0 / cols)
+    return tech.mac_energy_pj + tech.control_pj_per_mac + operand_bytes * tech.operand_pj_per_byte
+
+
+def tensor_load_power_w(
+    tech: TechNode,
+    *,
+    num_tc: Any,
+    tc_rows: Any,
+    tc_cols: Any,
+    clock_hz: float,
+    bytes_per_element: int,
+    area_mm2: Any,
+) -> Any:
+    """Power (W) with every tensor core doing a MAC each cycle (with its control, operand
+    delivery and uncore share) plus leakage: the closed form of a design's power under
+    tensor load, elementwise on numpy arrays, for filtering whole design spaces at once."""
+    macs_per_s = num_tc * tc_rows * tc_cols * clock_hz
+    mac = _mac_pj(tech, tc_rows, tc_cols, bytes_per_element)
+    return (
+        macs_per_s * mac * (1.0 + tech.overhead_fraction) * _PJ + area_mm2 * tech.leakage_w_per_mm2
+    )
+
+
 def static_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:
     """Leakage power (W): die area x the node's leakage per mm2."""
     tech = tech or tech_node(acc.node_nm)
@@ -142,7 +176,7 @@ def dynamic_power_breakdown_w(
 ) -> Mapping[str, float]:
     """Peak dynamic power (W) per component when every unit is busy every cycle.
 
-    * tensor cores: every MAC each cycle;
+    * tensor cores: every MAC each cycle, with its operand delivery;
     * vector cores: every lane one operation each cycle;
     * GLB: each weight-stationary tensor core reads ``tc_rows`` input elements and writes
       ``tc_cols`` output elements per cycle; each vector lane streams one element per cycle
@@ -154,7 +188,7 @@ def dynamic_power_breakdown_w(
     tech = tech or tech_node(acc.node_nm)
     f = acc.clock_hz
     e = acc.bytes_per_element
-    tc = acc.macs_per_cycle * f * tech.mac_energy_pj * _PJ
+    tc = acc.macs_per_cycle * f * mac_pj(acc, tech) * _PJ
     vc = acc.num_vc * acc.vc_lanes * f * tech.vector_lane_energy_pj * _PJ
     read_b = (acc.num_tc * acc.tc_rows + acc.num_vc * acc.vc_lanes) * e * f
     write_b = acc.num_tc * acc.tc_cols * e * f
@@ -166,12 +200,8 @@ def dynamic_power_breakdown_w(
     )
 
 
-def tdp_w(acc: Accelerator, tech: TechNode | None = None) -> float:
-    """A TDP-like power (W): peak dynamic power of every component plus leakage.
-
-    Every unit busy every cycle at the nominal clock, so a design-time figure rather than a
-    measured one. Modelled vs data sheet (tests/test_arch_presets.py): A100 SXM 365 W vs 400 W
-    (-9 %), H100 SXM 687 W vs 700 W (-2 %), TPUv4 148 W vs 192 W maximum (-23 %).
-    """
+def peak_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:
+    """Power (W) with every unit busy every cycle at the nominal clock: the peak dynamic power
+    of every component plus leakage, above what any real op draws (a design-time ceiling)."""
     tech = tech or tech_node(acc.node_nm)
     return math.fsum(dynamic_power_breakdown_w(acc, tech).values()) + static_power_w(acc, tech)

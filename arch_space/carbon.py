@@ -3,7 +3,8 @@
 Embodied, after Gupta et al., "ACT", ISCA 2022: a good die carries
 ``area x (CI_fab x EPA + GPA + MPA) / yield`` (fab energy, process gases, materials per cm2,
 divided by the same negative-binomial yield as the dollar cost, :func:`arch_space.cost.die_yield`),
-plus ``HBM GB x gCO2e/GB`` and a per-package term. Operational: ``E x PUE x grid intensity``.
+plus ``HBM GB x gCO2e/GB`` (ACT's DRAM figure over its yield) with a package term per HBM
+stack, and a per-package term. Operational: ``E x PUE x grid intensity``.
 Constants live in ``data/carbon.toml`` with their sources; :meth:`CarbonParams.from_toml`
 overrides any of them, including the grid regions.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 from arch_space._data import build_params, params_hash, read_toml, shipped_toml
 from arch_space.accelerator import Accelerator
-from arch_space.area import area_mm2
+from arch_space.area import area_mm2, hbm_stacks
 from arch_space.cost import CostParams, die_yield
 from arch_space.tech import TechNode
 from phaze.errors import ConfigError, unknown_name
@@ -43,7 +44,7 @@ _G_PER_KG = 1000.0
 _SCHEMA: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
         "fab": {"ci_g_per_kwh": "fab_ci_g_per_kwh"},
-        "memory": {"hbm_g_per_gb": "hbm_g_per_gb"},
+        "memory": {"hbm_g_per_gb": "hbm_g_per_gb", "g_per_hbm_stack": "hbm_stack_g"},
         "package": {"g_per_package": "package_g"},
         "operation": {"pue": "pue"},
     }
@@ -71,6 +72,7 @@ class CarbonParams:
     gpa_g_per_cm2: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
     mpa_g_per_cm2: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
     grid: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    hbm_stack_g: float = 0.0
 
     def __hash__(self) -> int:
         return params_hash(self)
@@ -136,7 +138,8 @@ def embodied_breakdown_kgco2e(
     cost: CostParams | None = None,
     tech: TechNode | None = None,
 ) -> Mapping[str, float]:
-    """Embodied carbon of one device by part: ``die`` (per good die), ``hbm``, ``package``."""
+    """Embodied carbon of one device by part: ``die`` (per good die), ``hbm`` (per GB and per
+    stack), ``package``."""
     p = params or CarbonParams.default()
     c = cost or CostParams.default()
     area = area_mm2(acc, tech)
@@ -147,7 +150,7 @@ def embodied_breakdown_kgco2e(
         * carbon_per_area_g_per_cm2(acc.node_nm, p)
         / die_yield(area, d0, c.cluster_alpha)
     )
-    hbm_g = acc.hbm_bytes / _BYTES_PER_GB * p.hbm_g_per_gb
+    hbm_g = acc.hbm_bytes / _BYTES_PER_GB * p.hbm_g_per_gb + hbm_stacks(acc, tech) * p.hbm_stack_g
     return MappingProxyType(
         {"die": die_g / _G_PER_KG, "hbm": hbm_g / _G_PER_KG, "package": p.package_g / _G_PER_KG}
     )

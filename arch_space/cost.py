@@ -1,4 +1,5 @@
-"""Dollar cost of one device: die (wafer price / good dies per wafer), HBM and packaging.
+"""Dollar cost of one device: die (wafer price / good dies per wafer), HBM, packaging, and
+final test and assembly.
 
 Die cost follows the textbook chain (Hennessy & Patterson, "Computer Architecture", 6th ed.,
 §1.6): dies per wafer with edge loss, a negative-binomial yield, and the wafer price of the
@@ -52,6 +53,7 @@ _SCHEMA: Mapping[str, Mapping[str, str]] = MappingProxyType(
             "interposer_usd_per_mm2": "interposer_usd_per_mm2",
             "hbm_stack_footprint_mm2": "hbm_stack_footprint_mm2",
             "interposer_margin": "interposer_margin",
+            "test_assembly_usd": "test_assembly_usd",
         },
     }
 )
@@ -77,6 +79,7 @@ class CostParams:
     defect_density_per_cm2: Mapping[int, float] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    test_assembly_usd: float = 0.0
 
     def __hash__(self) -> int:
         return params_hash(self)
@@ -193,13 +196,14 @@ def package_cost_usd(
 def cost_breakdown_usd(
     acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
 ) -> Mapping[str, float]:
-    """Device cost by part: ``die``, ``hbm``, ``package`` (USD)."""
+    """Device cost by part: ``die``, ``hbm``, ``package``, ``test_assembly`` (USD)."""
     p = params or CostParams.default()
     return MappingProxyType(
         {
             "die": die_cost_usd(acc, p, tech),
             "hbm": hbm_cost_usd(acc, p),
             "package": package_cost_usd(acc, p, tech),
+            "test_assembly": p.test_assembly_usd,
         }
     )
 
@@ -207,5 +211,5 @@ def cost_breakdown_usd(
 def device_cost_usd(
     acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
 ) -> float:
-    """Manufacturing cost of one device (die + HBM + package), USD."""
+    """Manufacturing cost of one device (die + HBM + package + test and assembly), USD."""
     return math.fsum(cost_breakdown_usd(acc, params, tech).values())

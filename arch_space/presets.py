@@ -73,6 +73,24 @@ _PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
             name="h100",
             hbm_stacks=5,
         ),
+        # NVIDIA V100 SXM2 32GB (NVIDIA Tesla V100 datasheet; Volta whitepaper, 2017): 80 SMs
+        # x 8 Tensor Cores of 64 FP16 FMA per clock (4x4x4; 512 FMA per SM, modelled as two
+        # 16x16 arrays per SM like the A100's four) at 1530 MHz = 125 TFLOP/s; 64 FP32 lanes per
+        # SM; 6 MB L2; 32 GB HBM2 in 4 stacks at 900 GB/s; TSMC 12 nm FFN; die 815 mm2; 300 W.
+        "v100": Accelerator(
+            num_tc=160,
+            tc_rows=16,
+            tc_cols=16,
+            num_vc=80,
+            vc_lanes=64,
+            glb_bytes=6 * _MIB,
+            hbm_bytes=32 * _GIB,
+            hbm_bandwidth_bytes_per_s=0.9e12,
+            clock_hz=1.53e9,
+            node_nm=12,
+            name="v100",
+            hbm_stacks=4,
+        ),
         # The reference's maximum design (msr-fiddle/phaze Estimator/architecture.py,
         # max_acc_config): 8 tensor cores of 128x128, 2 vector cores of 128 lanes, 128 MiB
         # buffer, at the TPUv4 clock (1.05 GHz) and memory (32 GiB HBM2 at 1.2 TB/s), 7 nm.
@@ -100,6 +118,7 @@ PUBLISHED: MappingProxyType[str, tuple[float, float | None, float | None]] = Map
         "tpuv4": (275e12, None, 192.0),  # die "<400 mm2" is a bound, not a figure
         "a100": (312e12, 826.0, 400.0),
         "h100": (989e12, 814.0, 700.0),
+        "v100": (125e12, 815.0, 300.0),
     }
 )
 

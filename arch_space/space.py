@@ -5,7 +5,9 @@ two, the vector-core width equals the tensor-core width unless given separately,
 is kept when its modelled area lies within ``[area_fraction_min, area_fraction_max]`` of the
 budget, except that designs with a single tensor or vector core are kept however small
 (``keep_single_core``). The budget defaults to the area of the ``ref-max`` preset at the
-space's node. The area of the whole grid is computed in one vectorised call
+space's node. Beside the area budget, a power budget: a design's power under tensor load
+(:func:`arch_space.area.tensor_load_power_w`) must not exceed ``power_budget_w``, by default the
+board limit of the node's era (``data/system.toml``). The area of the whole grid is computed in one vectorised call
 (:func:`arch_space.area.area_terms_mm2`); Accelerators are built only for the survivors.
 """
 
@@ -33,9 +35,10 @@ from arch_space._data import (
     unknown_keys,
 )
 from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
-from arch_space.area import area_mm2, area_terms_mm2, hbm_stacks_for
+from arch_space.area import area_mm2, area_terms_mm2, hbm_stacks_for, tensor_load_power_w
 from arch_space.config import ACCELERATOR_TOML_KEYS
 from arch_space.presets import preset
+from arch_space.system import power_budget_w
 from arch_space.tech import known_nodes, tech_node, unknown_node_problem
 from phaze.errors import ConfigError, unknown_name
 
@@ -66,6 +69,7 @@ _TOML_FIELD: Mapping[str, tuple[str, int | None]] = MappingProxyType(
 _TOML_KEYS: tuple[str, ...] = (
     *_TOML_FIELD,
     "budget_mm2",
+    "power_budget_w",
     "area_fraction_min",
     "area_fraction_max",
     "keep_single_core",
@@ -115,6 +119,10 @@ def _problems(s: Space, where: str) -> list[str]:
             f"{where}: area_fraction_min = {s.area_fraction_min!r} must be <= "
             f"area_fraction_max = {s.area_fraction_max!r}"
         )
+    if s.power_budget_w is not None:
+        p = number_problem(where, "power_budget_w", s.power_budget_w)
+        if p:
+            out.append(p)
     if s.budget_mm2 is not None:
         p = number_problem(where, "budget_mm2", s.budget_mm2)
         if p:
@@ -153,6 +161,9 @@ class SpaceSummary:
     area_mm2_min: float
     area_mm2_max: float
     counts: Mapping[str, Mapping[float, int]]
+    power_budget_w: float = math.inf
+    power_w_min: float = math.nan
+    power_w_max: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +187,7 @@ class Space:
     node_nm: int = _REF_MAX.node_nm
     bytes_per_element: int = _REF_MAX.bytes_per_element
     budget_mm2: float | None = None
+    power_budget_w: float | None = None
     area_fraction_min: float = 0.3
     area_fraction_max: float = 1.0
     keep_single_core: bool = True
@@ -197,6 +209,8 @@ class Space:
         object.__setattr__(self, "clock_hz", float(self.clock_hz))
         if self.budget_mm2 is not None:
             object.__setattr__(self, "budget_mm2", float(self.budget_mm2))
+        if self.power_budget_w is not None:
+            object.__setattr__(self, "power_budget_w", float(self.power_budget_w))
         for f in ("area_fraction_min", "area_fraction_max"):
             object.__setattr__(self, f, float(getattr(self, f)))
 
@@ -278,9 +292,16 @@ class Space:
             return float(self.budget_mm2)
         return _ref_max_area(self.node_nm)
 
+    def power_budget(self) -> float:
+        """The power budget (W) under tensor load: ``power_budget_w``, or the node's default
+        board limit (:func:`arch_space.system.power_budget_w`)."""
+        if self.power_budget_w is not None:
+            return float(self.power_budget_w)
+        return power_budget_w(self.node_nm)
+
     def enumerate(self) -> Iterator[Accelerator]:
         """Every valid design, in a stable order (grid order of :data:`PARAMETERS`)."""
-        values, _, _ = self._survivors()
+        values, _, _, _ = self._survivors()
         for row in zip(*values, strict=True):
             yield Accelerator(
                 num_tc=row[0],
@@ -298,7 +319,7 @@ class Space:
 
     def summary(self) -> SpaceSummary:
         """Counts and area range of the valid designs, without building them."""
-        values, area, grid_points = self._survivors()
+        values, area, grid_points, power = self._survivors()
         counts = {
             p: MappingProxyType(
                 {v.item(): int(n) for v, n in zip(*np.unique(col, return_counts=True), strict=True)}
@@ -312,10 +333,14 @@ class Space:
             area_mm2_min=float(area.min()) if area.size else math.nan,
             area_mm2_max=float(area.max()) if area.size else math.nan,
             counts=MappingProxyType(counts),
+            power_budget_w=self.power_budget(),
+            power_w_min=float(power.min()) if power.size else math.nan,
+            power_w_max=float(power.max()) if power.size else math.nan,
         )
 
-    def _survivors(self) -> tuple[list[tuple[Any, ...]], np.ndarray, int]:
-        """(per-parameter value lists of the valid designs, their areas, grid size)."""
+    def _survivors(self) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray]:
+        """(per-parameter value lists of the valid designs, their areas, grid size, their
+        power under tensor load)."""
         return _survivors_cached(self)
 
 
@@ -328,8 +353,9 @@ PARAMETERS: tuple[str, ...] = tuple(
 )
 
 
-def _survivors_kernel(s: Space) -> tuple[list[tuple[Any, ...]], np.ndarray, int]:
-    """The vectorised filter: area of every grid point at once, then the kept points' values."""
+def _survivors_kernel(s: Space) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray]:
+    """The vectorised filter: area and power under tensor load of every grid point at once,
+    then the kept points' values."""
     tech = tech_node(s.node_nm)
     tied = not s.vc_lanes
     hbm_pairs = [(b, bw) for b in s.hbm_bytes for bw in s.hbm_bandwidth_bytes_per_s]
@@ -361,7 +387,16 @@ def _survivors_kernel(s: Space) -> tuple[list[tuple[Any, ...]], np.ndarray, int]
     keep = area >= s.area_fraction_min * budget
     if s.keep_single_core:
         keep = keep | (tc == 1) | (vc == 1)
-    keep = keep & (area <= s.area_fraction_max * budget)
+    power = tensor_load_power_w(
+        tech,
+        num_tc=tc,
+        tc_rows=rows,
+        tc_cols=cols,
+        clock_hz=s.clock_hz,
+        bytes_per_element=s.bytes_per_element,
+        area_mm2=area,
+    )
+    keep = keep & (area <= s.area_fraction_max * budget) & (power <= s.power_budget())
     idx = np.nonzero(keep)
     choices = [s.num_tc, s.tc_rows, s.tc_cols, s.num_vc, s.vc_lanes or s.tc_cols, s.glb_bytes]
     values = [tuple(np.asarray(c, dtype=object)[i]) for c, i in zip(choices, idx[:6], strict=True)]
@@ -372,7 +407,9 @@ def _survivors_kernel(s: Space) -> tuple[list[tuple[Any, ...]], np.ndarray, int]
     grid_points = int(np.prod([len(a) for a in axes]))
     kept = np.asarray(area)[idx]
     kept.setflags(write=False)
-    return values, kept, grid_points
+    kept_power = np.broadcast_to(power, np.shape(area))[idx]
+    kept_power.setflags(write=False)
+    return values, kept, grid_points, kept_power
 
 
 _survivors_cached = functools.lru_cache(maxsize=8)(_survivors_kernel)

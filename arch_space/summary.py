@@ -11,11 +11,12 @@ from arch_space.area import (
     area_breakdown_mm2,
     dynamic_power_breakdown_w,
     hbm_stacks,
+    peak_power_w,
     static_power_w,
-    tdp_w,
 )
 from arch_space.carbon import CarbonParams, embodied_breakdown_kgco2e
 from arch_space.cost import CostParams, cost_breakdown_usd, die_yield, dies_per_wafer
+from arch_space.power import tdp_w
 from arch_space.space import design_id
 from arch_space.tech import TechNode, tech_node
 
@@ -31,7 +32,8 @@ def describe(
     """All parameters of ``acc`` (SI units) and its modelled figures, as a flat dict.
 
     Keys: the Accelerator fields, ``design_id``, ``hbm_stacks_effective``, ``peak_flops``,
-    ``area_mm2``, ``area_breakdown_mm2``, ``tdp_w``, ``power_breakdown_w``, ``static_power_w``,
+    ``area_mm2``, ``area_breakdown_mm2``, ``tdp_w`` (under tensor load), ``peak_power_w``
+    (every unit busy) and its ``power_breakdown_w``, ``static_power_w``,
     ``dies_per_wafer``, ``yield``, ``die_cost_usd``, ``device_cost_usd``, ``cost_breakdown_usd``,
     ``embodied_kgco2e``, ``embodied_breakdown_kgco2e``.
     """
@@ -51,6 +53,7 @@ def describe(
         area_mm2=area_total,
         area_breakdown_mm2=area,
         tdp_w=tdp_w(acc, tech),
+        peak_power_w=peak_power_w(acc, tech),
         power_breakdown_w={
             **dynamic_power_breakdown_w(acc, tech),
             "leakage": static_power_w(acc, tech),

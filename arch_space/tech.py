@@ -46,6 +46,8 @@ class TechNode:
     core_fixed_area_mm2: float = 0.754  # per tensor or vector core: sequencer, staging, DMA
     hbm_stack_bandwidth_bytes_per_s: float = 409.6e9  # one HBM stack of this node's era
     hbm_stack_max_bytes: int = 16 * 2**30  # largest HBM stack of this node's era
+    control_pj_per_mac: float = 0.0  # per MAC beside its arithmetic: clocking, sequencing
+    operand_pj_per_byte: float = 0.0  # per byte fed into or out of a MAC array
 
     def __post_init__(self) -> None:
         where = f"tech node {self.node_nm} nm"
@@ -53,7 +55,13 @@ class TechNode:
         for f in fields(self):
             if f.name == "node_nm":
                 continue
-            strict = f.name not in ("overhead_fraction", "leakage_w_per_mm2", "core_fixed_area_mm2")
+            strict = f.name not in (
+                "overhead_fraction",
+                "leakage_w_per_mm2",
+                "core_fixed_area_mm2",
+                "control_pj_per_mac",
+                "operand_pj_per_byte",
+            )
             p = number_problem(
                 where,
                 f.name,
@@ -85,7 +93,7 @@ def tech_node(node_nm: int, overrides: Mapping[str, Any] | None = None) -> TechN
     Parameters
     ----------
     node_nm
-        A node listed by :func:`known_nodes` (28, 16, 7, 5, 3).
+        A node listed by :func:`known_nodes` (28, 16, 12, 7, 5, 3).
     overrides
         Field name -> value replacing the shipped value (e.g. ``{"mac_energy_pj": 0.25}``),
         for a user who knows better numbers. Unknown names are errors naming the nearest field.

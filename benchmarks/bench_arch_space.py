@@ -5,8 +5,9 @@ Run by hand: ``.venv/bin/python benchmarks/bench_arch_space.py``.
 
 import time
 
-from arch_space.area import area_mm2, tdp_w
+from arch_space.area import area_mm2
 from arch_space.cost import device_cost_usd, die_cost_usd
+from arch_space.power import tdp_w
 from arch_space.presets import PUBLISHED, preset, preset_names
 from arch_space.space import Space
 

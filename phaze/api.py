@@ -41,7 +41,7 @@ def search(
     micro_batches: Sequence[int] = (1, 4),
     hbm_sizes: Sequence[int] = (),
     recompute_modes: Sequence[str] = ("none", "full"),
-    objectives: Sequence[str] = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp"),
+    objectives: Sequence[str] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp"),
     executor: str = "local",
     out_dir: str | Path = "phaze-out/search",
     jobs: int | None = None,
@@ -52,11 +52,13 @@ def search(
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
     progress: bool = False,
+    tokens_to_train: int | None = None,
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
     ``space`` is a shipped space name or a TOML path; ``hbm_sizes`` (bytes) replaces each
-    design's HBM capacity by each size given; points already in ``out_dir`` are reused.
+    design's HBM capacity by each size given; ``tokens_to_train`` is every workload's token
+    budget (default: each model's published one); points already in ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
@@ -81,6 +83,7 @@ def search(
         prune=prune,
         solver=solver or SolverSettings(),
         scoring=scoring or ScoringParams(),
+        tokens_to_train=tokens_to_train,
     )
     run_sweep(cfg, out_dir, executor=executor, jobs=jobs, progress=progress)
     with load(out_dir) as store:

@@ -24,6 +24,7 @@ from typing import Any, Final
 from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
 from phaze.errors import ConfigError
 from phaze.limits import LIMITS, over_limit
+from phaze.run import parse_tokens
 from phaze.scoring import ScoringParams
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
@@ -115,7 +116,8 @@ class SweepConfig:
     design is evaluated with each capacity listed. ``global_batch`` is in sequences.
     ``presets`` are real chips evaluated beside the space as reference points (never pruned,
     marked in the plots; their own HBM is kept). ``framework`` is the overlap profile of the
-    training framework (:mod:`workloads.framework`).
+    training framework (:mod:`workloads.framework`). ``tokens_to_train`` is every workload's
+    token budget (None: each model's published budget).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -132,10 +134,11 @@ class SweepConfig:
     hbm_gib: tuple[float, ...] = ()
     recompute: tuple[str, ...] = ("none", "full")
     sequence_parallel: bool = True
-    objectives: tuple[str, ...] = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp")
+    objectives: tuple[str, ...] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
     presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
     prune: bool = True
     framework: str = DEFAULT_FRAMEWORK
+    tokens_to_train: int | None = None
     solver: SolverSettings = field(default_factory=SolverSettings)
     scoring: ScoringParams = field(default_factory=ScoringParams)
 
@@ -189,6 +192,13 @@ def _is_nonneg_num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf
 
 
+def _is_token_count(v: Any) -> bool:
+    try:
+        return isinstance(v, int | float | str) and not isinstance(v, bool) and parse_tokens(v) > 0
+    except ConfigError:
+        return False
+
+
 def _is_name(v: Any) -> bool:
     return isinstance(v, str) and bool(v)
 
@@ -222,6 +232,7 @@ _RULES: Final = MappingProxyType(
             lambda v: v in framework_names(),
             f"a framework overlap profile: one of {', '.join(framework_names())}",
         ),
+        "tokens_to_train": (False, _is_token_count, 'a positive token count (2e12, "2T", "300B")'),
     }
 )
 
@@ -254,6 +265,8 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
         kw[key] = vals if is_list else value
     if "hbm_gib" in kw:
         kw["hbm_gib"] = tuple(float(v) for v in kw["hbm_gib"])
+    if "tokens_to_train" in kw and not problems:
+        kw["tokens_to_train"] = parse_tokens(kw["tokens_to_train"])
     known_solver = {k: v for k, v in solver_d.items() if k in _SOLVER_KEYS}
     solver = SolverSettings(**known_solver)
     if solver.name not in SCHEDULERS:

@@ -203,7 +203,9 @@ def _variant(
     return _Variant(sg, *parts, passes)
 
 
-def _energy_rates(variant: _Variant, acc: Accelerator, model: Model) -> EnergyRates:
+def _energy_rates(
+    variant: _Variant, acc: Accelerator, model: Model, host_w_per_node: float
+) -> EnergyRates:
     """What one iteration's energy is made of on ``acc`` (:func:`iteration_energy` prices it)."""
     perf = default_settings()
     return EnergyRates(
@@ -215,6 +217,7 @@ def _energy_rates(variant: _Variant, acc: Accelerator, model: Model) -> EnergyRa
         inter_node_link_pj_per_bit=perf.inter_node_link_pj_per_bit,
         model_parameters=float(model.parameters),
         boundary_bytes=max((e.bytes for e in variant.graph.edges), default=0.0),
+        host_w_per_node=host_w_per_node,
     )
 
 
@@ -386,7 +389,7 @@ def evaluate(
             return Evaluation(workload, acc, knobs, None, None, e.reason)
     energy = iteration_energy(
         placement,
-        _energy_rates(variants[placement.tp], acc, model),
+        _energy_rates(variants[placement.tp], acc, model, ctx.scoring.host_w_per_node),
         ctx.cluster,
         setup.global_batch // setup.micro_batch,
     )

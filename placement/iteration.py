@@ -28,8 +28,12 @@ sharded over the ``d`` data-parallel replicas is divided by ``d`` here and nowhe
 
 Where new effects go: a sharded optimizer sets ``sharded_state_bytes_per_parameter``
 and changes :func:`tail_fn` (reduce-scatter and all-gather; a step on a ``1/d`` shard may
-fall with ``d``, which the DP's choice of degrees allows); energy by cause can price each
-time term at its own power.
+fall with ``d``, which the DP's choice of degrees allows).
+
+Energy (:func:`iteration_energy`) prices the time terms: op energies for the compute, static
+power while the devices compute, idle power over the rest of the iteration (bubble, exposed
+communication, optimizer step), and the hosts' power over all of it; a waiting device drawing
+more than idle power (spinning collectives) would price ``tp_comm_exposed_s`` apart.
 """
 
 from __future__ import annotations
@@ -103,16 +107,28 @@ class DeviceMemory:
 
 @dataclass(frozen=True, slots=True)
 class IterationEnergy:
-    """Energy of one training iteration over all devices, by cause, in joules."""
+    """Energy of one training iteration over all devices and their hosts, by cause, in
+    joules of IT energy (the facility's PUE is applied by the scoring)."""
 
-    compute_j: float  # MACs and vector-lane operations
+    compute_j: float  # MACs (with control and operand delivery) and vector-lane operations
     memory_j: float  # on-chip buffer and HBM traffic
-    static_j: float  # leakage over the whole iteration
+    static_j: float  # leakage while the devices compute
     network_j: float  # bytes moved over links
+    idle_j: float = 0.0  # idle power while the devices wait: bubble, exposed communication
+    host_j: float = 0.0  # host servers: CPUs, DRAM, NICs, switches, fans
+
+    @property
+    def device_j(self) -> float:
+        """The accelerators' energy: everything but the hosts."""
+        return self.compute_j + self.memory_j + self.static_j + self.network_j + self.idle_j
 
     @property
     def total_j(self) -> float:
-        return self.compute_j + self.memory_j + self.static_j + self.network_j
+        return self.device_j + self.host_j
+
+    def terms(self) -> dict[str, float]:
+        """The named terms, without their sum."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +138,7 @@ class EnergyRates:
     Dynamic energies are per micro-batch over every layer and its tensor-parallel shards;
     link energies per bit moved; ``model_parameters`` counts the whole model (the gradient
     all-reduce moves them all); ``boundary_bytes`` is the largest activation crossing a
-    stage boundary per micro-batch.
+    stage boundary per micro-batch; ``host_w_per_node`` is a host server's power under load.
     """
 
     compute_j: float
@@ -133,6 +149,7 @@ class EnergyRates:
     inter_node_link_pj_per_bit: float
     model_parameters: float
     boundary_bytes: float
+    host_w_per_node: float = 0.0
 
 
 def state_split(state_bytes_per_parameter: float) -> tuple[float, float, float]:
@@ -301,8 +318,11 @@ def iteration_energy(
     """Energy of one iteration over all devices of ``cluster`` (DESIGN §7).
 
     Dynamic op energy per micro-batch times the ``micro_batches`` of the global batch;
-    pipeline and data-parallel traffic at the link energy; leakage of every device over the
-    whole iteration (idle time included).
+    pipeline and data-parallel traffic at the link energy; static power of every device over
+    the whole iteration, split by the bottleneck device's timeline into the time it computes
+    (``static_j``) and the time it waits (``idle_j``: bubble, exposed communication, optimizer
+    step; a waiting device draws its idle power, the static power calibrated to P0 idle); the
+    hosts of every node over the whole iteration.
     """
     t, p, d = placement.tp, placement.pp, placement.dp
     inter = d * t > cluster.devices_per_node
@@ -314,9 +334,15 @@ def iteration_energy(
     # sent by each of the t devices of a stage, for every micro-batch of the batch.
     p2p_bytes = 2.0 * (p - 1) * t * rates.boundary_bytes * micro_batches
     link_j = (allreduce_bytes + p2p_bytes) * 8 * pj_per_bit * 1e-12
+    bd = placement.breakdown
+    busy_s = min(bd.compute_s + bd.recompute_s, placement.time_per_batch_s)
+    static_w = cluster.devices * rates.static_w_per_device
+    nodes = -(-cluster.devices // cluster.devices_per_node)
     return IterationEnergy(
         compute_j=rates.compute_j * micro_batches,
         memory_j=rates.memory_j * micro_batches,
-        static_j=cluster.devices * rates.static_w_per_device * placement.time_per_batch_s,
+        static_j=static_w * busy_s,
         network_j=rates.network_j * micro_batches + link_j,
+        idle_j=static_w * (placement.time_per_batch_s - busy_s),
+        host_j=nodes * rates.host_w_per_node * placement.time_per_batch_s,
     )

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 # The objectives a report ranks by when the sweep's inputs name none.
-DEFAULT_OBJECTIVES: Final = ("tokens_per_s", "system_cost_usd", "total_kgco2e", "tcdp")
+DEFAULT_OBJECTIVES: Final = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
 
 
 def by_workload(points: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:

@@ -36,6 +36,7 @@ def sweep_table(space: Path, **sweep) -> dict:
         "micro_batches": [1],
         "recompute": ["none"],
         "presets": [],
+        "objectives": list(OBJECTIVES),
         **sweep,
     }
 

@@ -4,8 +4,9 @@ import tomllib
 
 import pytest
 
-from arch_space.area import area_breakdown_mm2, area_mm2, hbm_stacks, tdp_w
+from arch_space.area import area_breakdown_mm2, area_mm2, hbm_stacks
 from arch_space.config import accelerator_from_mapping, accelerator_to_toml
+from arch_space.power import tdp_w
 from arch_space.presets import PUBLISHED, preset, preset_names
 from phaze.errors import ConfigError
 

@@ -8,16 +8,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arch_space.accelerator import Accelerator
-from arch_space.area import area_mm2
+from arch_space.area import area_mm2, mac_pj, static_power_w
 from arch_space.presets import preset
 from arch_space.space import PARAMETERS, Space, design_id, load_space, space_names
+from arch_space.tech import tech_node
 from phaze.errors import ConfigError
 
 MIB, GIB = 2**20, 2**30
 
 
+def _tensor_load_w(acc: Accelerator) -> float:
+    """Every MAC busy each cycle at its full energy (uncore share included), plus leakage."""
+    tech = tech_node(acc.node_nm)
+    mac_w = acc.macs_per_cycle * acc.clock_hz * mac_pj(acc, tech) * 1e-12
+    return mac_w * (1 + tech.overhead_fraction) + static_power_w(acc, tech)
+
+
 def _brute_force(s: Space) -> list[Accelerator]:
-    """Every valid design by the definition: one Accelerator and one area per grid point."""
+    """Every valid design by the definition: one Accelerator, one area and one power under
+    tensor load per grid point."""
     out = []
     budget = s.budget()
     for tc, r, c, vc in itertools.product(s.num_tc, s.tc_rows, s.tc_cols, s.num_vc):
@@ -28,7 +37,8 @@ def _brute_force(s: Space) -> list[Accelerator]:
             a = area_mm2(acc)
             single = s.keep_single_core and (tc == 1 or vc == 1)
             if (single or a >= s.area_fraction_min * budget) and a <= s.area_fraction_max * budget:
-                out.append(acc)
+                if _tensor_load_w(acc) <= s.power_budget() * (1 + 1e-12):
+                    out.append(acc)
     return out
 
 
@@ -158,7 +168,8 @@ def test_space_errors_budget_node_and_missing_keys(tmp_path):
     ):
         Space(num_tc=(1,), tc_rows=(2,), tc_cols=(2,), num_vc=(1,), glb_bytes=(512 * MIB,))
     with pytest.raises(
-        ConfigError, match=r"node_nm = 10 is not a known process node \(known: 28, 16, 7, 5, 3\)"
+        ConfigError,
+        match=r"node_nm = 10 is not a known process node \(known: 28, 16, 12, 7, 5, 3\)",
     ):
         Space(
             num_tc=(1,), tc_rows=(2,), tc_cols=(2,), num_vc=(1,), glb_bytes=(2 * MIB,), node_nm=10

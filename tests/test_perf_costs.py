@@ -434,7 +434,8 @@ def test_settings_change_the_model():
 
 def test_energy_parts_are_the_dynamic_energy():
     """compute + memory + network parts = energy - static power x latency, in both modes;
-    the compute part is exactly MACs x pJ/MAC for a plain GEMM."""
+    the compute part of a plain GEMM is exactly MACs x (arithmetic + control + operand
+    delivery of 1/rows + 1/cols elements) with the uncore share on top."""
     acc = _acc()
     coll = Op(
         name="ar",
@@ -451,5 +452,8 @@ def test_energy_parts_are_the_dynamic_energy():
     ):
         assert parts.shape == (3, 3) and np.all(parts >= 0)
         np.testing.assert_allclose(parts.sum(axis=1), energy - STATIC_W * latency, rtol=1e-9)
-        assert parts[0, 0] == pytest.approx(512 * 1024 * 2048 * TECH.mac_energy_pj * 1e-12)
+        operand_bytes = acc.bytes_per_element * (1 / acc.tc_rows + 1 / acc.tc_cols)
+        pj = TECH.mac_energy_pj + TECH.control_pj_per_mac + operand_bytes * TECH.operand_pj_per_byte
+        uncore = 1 + TECH.overhead_fraction
+        assert parts[0, 0] == pytest.approx(512 * 1024 * 2048 * pj * uncore * 1e-12)
         assert parts[2, 2] > 0 and parts[2, 0] == 0

@@ -40,7 +40,8 @@ def test_hand_computed_values():
     assert s.job_energy_j == pytest.approx(4e6 * batches)
     assert s.avg_power_w == pytest.approx(4e5)
     assert s.system_cost_usd == pytest.approx(1024 * 10_000)
-    emb = 1024 * 100 * d / (5 * SECONDS_PER_YEAR)
+    # the devices' 100 kg each and their DGX A100 hosts' 2,500 kg per 8 devices
+    emb = 1024 * (100 + 2500 / 8) * d / (5 * SECONDS_PER_YEAR)
     assert s.embodied_kgco2e == pytest.approx(emb)
     op = 4e6 * batches / 3.6e6 * 1.10 * ScoringParams().grid_gco2e_per_kwh / 1000
     assert s.operational_kgco2e == pytest.approx(op)
@@ -50,7 +51,7 @@ def test_hand_computed_values():
 
 
 def test_whole_life_embodied_is_independent_of_time():
-    p = ScoringParams(embodied_mode="whole-life")
+    p = ScoringParams(embodied_mode="whole-life", host_embodied_kgco2e_per_device=0.0)
     assert _score(p).embodied_kgco2e == pytest.approx(1024 * 100)
     assert _score(p, iteration_s=20.0).embodied_kgco2e == pytest.approx(1024 * 100)
 
@@ -60,6 +61,7 @@ def test_whole_life_embodied_is_independent_of_time():
     devices=st.integers(1, 4096),
     energy_j=st.tuples(*[st.floats(0, 1e7)] * 4),
     embodied_per_device=st.floats(0, 1e3),
+    host_per_device=st.floats(0, 1e3),
     pue=st.floats(1.0, 2.0),
     grid=st.floats(0, 1000),
     lifetime_years=st.floats(0.5, 10),
@@ -71,6 +73,7 @@ def test_tcdp_equals_a_hand_computation(
     devices,
     energy_j,
     embodied_per_device,
+    host_per_device,
     pue,
     grid,
     lifetime_years,
@@ -85,6 +88,7 @@ def test_tcdp_equals_a_hand_computation(
         lifetime_s=lifetime_years * SECONDS_PER_YEAR,
         utilisation=utilisation,
         embodied_mode=mode,
+        host_embodied_kgco2e_per_device=host_per_device,
     )
     s = _score(
         params,
@@ -99,7 +103,7 @@ def test_tcdp_equals_a_hand_computation(
     operational_kg = kwh * pue * grid / 1000
     life_hours = lifetime_years * 365.25 * 24 * utilisation
     share = hours / life_hours if mode == "amortised" else 1.0
-    embodied_kg = devices * embodied_per_device * share
+    embodied_kg = devices * (embodied_per_device + host_per_device) * share
     tcdp_kg_s = (embodied_kg + operational_kg) * hours * 3600
     assert s.tcdp == pytest.approx(tcdp_kg_s, rel=1e-9, abs=1e-12)
     assert s.tcdp_kgco2e_days == pytest.approx(tcdp_kg_s / 86400, rel=1e-9, abs=1e-12)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -134,13 +135,23 @@ def test_iteration_energy_terms():
         inter_node_link_pj_per_bit=5.0,
         model_parameters=1e12,
         boundary_bytes=0.0,
+        host_w_per_node=100.0,
     )
     e = iteration_energy(pl, rates, Cluster(devices=2), micro_batches=4)
     assert (e.compute_j, e.memory_j) == (12.0, 8.0)
-    assert e.static_j == 2 * 10.0 * pl.time_per_batch_s
+    # static power over the whole iteration, split at the compute time: computing, waiting
+    bd = pl.breakdown
+    assert e.static_j == pytest.approx(2 * 10.0 * (bd.compute_s + bd.recompute_s))
+    assert e.idle_j > 0 and e.static_j + e.idle_j == pytest.approx(2 * 10.0 * pl.time_per_batch_s)
+    # one node of two devices, its host at 100 W over the iteration
+    assert e.host_j == pytest.approx(100.0 * pl.time_per_batch_s)
     # the d - 1 = 1 ring all-reduce moves 4 (d - 1) P bytes at 1 pJ/bit
     assert math.isclose(e.network_j, 4.0 + 4 * (pl.dp - 1) * 1e12 * 8 * 1e-12)
-    assert e.total_j == e.compute_j + e.memory_j + e.static_j + e.network_j
+    assert e.total_j == pytest.approx(sum(e.terms().values()))
+    assert e.total_j == pytest.approx(e.device_j + e.host_j)
+    # sixteen devices at eight per node are two nodes
+    two = iteration_energy(pl, rates, Cluster(devices=16), micro_batches=4)
+    assert two.host_j == pytest.approx(2 * 100.0 * pl.time_per_batch_s)
 
 
 _BIG = """

@@ -31,8 +31,13 @@ available to an op on one core as well as on all, at the sustainable share
 ``hbm_efficiency`` of its peak. A preset's sustained rates (:mod:`arch_space.perf.device`)
 cap GEMMs at its measured share of the tensor-core peak and scale the cores' clock. Latency is ``max(compute, HBM, buffer) + issue overhead`` for
 core ops (double-buffered overlap) and the ring time for collectives. Energy is
-``MACs x pJ/MAC + lane ops x pJ/op + buffer bytes x pJ/byte + HBM bytes x pJ/byte + link
-bits x pJ/bit + static power x latency`` (all cores of the chip leak while any op runs).
+``(1 + uncore) x (MACs x pJ/MAC + lane ops x pJ/op + buffer bytes x pJ/byte) + HBM bytes x
+pJ/byte + link bits x pJ/bit + static power x latency`` (all cores of the chip leak while any
+op runs). A MAC's energy (:func:`arch_space.area.mac_pj`) is its arithmetic, its control and clocking, and
+the delivery of its operands into the array (register files, local buffers, wires: ``rows +
+cols`` elements per cycle of a ``rows x cols`` array); ``uncore`` is the node's
+``overhead_fraction``, the share of on-die power spent in clock tree, control and network
+that :func:`arch_space.area.peak_power_w` counts too.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from typing import Final
 import numpy as np
 
 from arch_space.accelerator import Accelerator, Cluster
-from arch_space.area import static_power_w
+from arch_space.area import mac_pj, static_power_w
 from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from arch_space.perf.settings import PerfSettings, default_settings
@@ -330,10 +335,12 @@ def _estimate(
     comm_s = np.where(w.is_share, share_s, w.network_s)
     latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, comm_s)
     bound = np.where(w.is_core_op | w.is_coll, stack.argmax(axis=0), _NONE)
-    compute_pj = w.macs * tech.mac_energy_pj + lane_ops * tech.vector_lane_energy_pj
+    # On-die work pays its uncore share (clock tree, control, on-chip network) on top, the
+    # fraction the TDP-like power counts; HBM energy is off-die.
+    uncore = 1.0 + tech.overhead_fraction
+    compute_pj = uncore * (w.macs * mac_pj(acc, tech) + lane_ops * tech.vector_lane_energy_pj)
     memory_pj = (
-        buf_read * tech.sram_read_pj_per_byte
-        + buf_write * tech.sram_write_pj_per_byte
+        uncore * (buf_read * tech.sram_read_pj_per_byte + buf_write * tech.sram_write_pj_per_byte)
         + w.hbm_bytes * tech.hbm_energy_pj_per_byte
     )
     dynamic_pj = compute_pj + memory_pj + w.network_pj

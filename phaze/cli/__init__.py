@@ -70,11 +70,13 @@ def _register() -> None:
         space_cmd,
         sweep_cmd,
         validate_cmd,
+        validate_energy_cmd,
         validate_megatron_cmd,
         workloads_cmd,
     )
 
     validate_cmd.validate.add_command(validate_megatron_cmd.megatron)
+    validate_cmd.validate.add_command(validate_energy_cmd.energy)
     for command in (
         sweep_cmd.sweep,
         evaluate_cmd.evaluate,

@@ -8,11 +8,15 @@ import json
 import click
 
 from arch_space import Cluster, load_accelerator
+from arch_space.system import host_profile_for, host_profiles
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
+from phaze.errors import ConfigError
 from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze.run import RunAnswers, parse_tokens, run_answers
+from phaze.scoring import SECONDS_PER_YEAR, Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
 from placement import Placement
 from results.units import fmt_bytes, fmt_percent, fmt_quantity, fmt_time
@@ -79,8 +83,27 @@ __all__ = ["evaluate"]
 @click.option(
     "--tokens",
     "tokens_to_train",
-    type=click.IntRange(min=1),
-    help="Tokens to train (default: the model's published budget).",
+    help="Tokens to train: 2e12, 2T, 300B (default: the model's published budget, else one "
+    "iteration).",
+)
+@click.option("--grid", "grid_region", default="world", show_default=True, help="Grid region.")
+@click.option("--grid-gco2e-per-kwh", type=float, help="Grid carbon intensity (overrides --grid).")
+@click.option("--pue", type=float, default=1.10, show_default=True, help="Facility PUE (>= 1).")
+@click.option("--lifetime-years", type=float, default=5.0, show_default=True)
+@click.option(
+    "--embodied-mode",
+    type=click.Choice(["amortised", "whole-life"]),
+    default="amortised",
+    show_default=True,
+    help="Embodied carbon and capex: the run's share of the lifetime, or all of it.",
+)
+@click.option("--usd-per-kwh", type=float, help="Electricity price (default: the grid region's).")
+@click.option(
+    "--host",
+    "host_profile",
+    help="Host server per node ("
+    + ", ".join(host_profiles())
+    + ") [default: the preset's own server, else dgx-a100].",
 )
 @click.option(
     "--strategy",
@@ -108,6 +131,13 @@ def evaluate(
     recompute,
     sequence_parallel,
     tokens_to_train,
+    grid_region,
+    grid_gco2e_per_kwh,
+    pue,
+    lifetime_years,
+    embodied_mode,
+    usd_per_kwh,
+    host_profile,
     strategy,
     framework,
     as_json,
@@ -121,6 +151,23 @@ def evaluate(
         inter_node_bandwidth_bytes_per_s=inter_node_gbps * 1e9,
     )
     model = resolve_model(workload)
+    if lifetime_years <= 0:
+        raise ConfigError(f"--lifetime-years = {lifetime_years!r} must be > 0")
+    scoring = ScoringParams(
+        pue=pue,
+        grid_gco2e_per_kwh=grid_gco2e_per_kwh,
+        grid_region=grid_region,
+        lifetime_s=lifetime_years * SECONDS_PER_YEAR,
+        embodied_mode=embodied_mode,
+        host_profile=host_profile or host_profile_for(acc.name),
+        usd_per_kwh=usd_per_kwh,
+    )
+    if tokens_to_train is not None:
+        tokens, source = parse_tokens(tokens_to_train), "--tokens"
+    elif model.tokens_to_train:
+        tokens, source = model.tokens_to_train, "the model's published budget"
+    else:
+        tokens, source = global_batch * seq_len, "one iteration (no published budget; --tokens N)"
     ev = api_evaluate(
         workload,
         acc,
@@ -131,12 +178,21 @@ def evaluate(
         recompute=recompute,
         sequence_parallel=sequence_parallel,
         strategy=None if strategy == "search" else strategy,
-        tokens_to_train=tokens_to_train or model.tokens_to_train or 1,
+        tokens_to_train=tokens,
+        scoring=scoring,
         framework=framework,
     )
     if not ev.feasible:
         raise NoFeasiblePoint(f"infeasible: {ev.reason}")
     pl, sc = ev.placement, ev.score
+    run = run_answers(
+        sc,
+        devices=devices,
+        devices_per_node=devices_per_node,
+        tokens_to_train=float(tokens),
+        tokens_source=source,
+        params=scoring,
+    )
     tflops = (
         global_batch
         * model_flops_per_sequence(model, seq_len)
@@ -163,6 +219,12 @@ def evaluate(
             **dataclasses.asdict(pl.memory_breakdown),
             "total_bytes": pl.memory_breakdown.total_bytes,
         },
+        "energy_breakdown": {
+            **energy_terms(sc),
+            "it_j": sc.energy_per_batch_j,
+            "facility_overhead_j": sc.energy_per_batch_j * (scoring.pue - 1.0),
+        },
+        **dataclasses.asdict(run),
         "placement": json.loads(placement_summary(pl)),
     }
     if as_json:
@@ -210,6 +272,8 @@ def evaluate(
     ]
     click.echo("")
     click.echo(table(stage_rows, ["stage", "layers", "devices", "load per micro-batch", "memory"]))
+    click.echo("")
+    click.echo(_run_table(sc, run, scoring))
 
 
 def _breakdown_table(pl: Placement) -> str:
@@ -229,3 +293,44 @@ def _breakdown_table(pl: Placement) -> str:
     memory += [("", "")] * (len(times) - len(memory))
     rows = [[*t, *m] for t, m in zip(times, memory, strict=True)]
     return table(rows, ["time term", "per iteration", "share", "memory (fullest device)", ""])
+
+
+def energy_terms(sc: Score) -> dict[str, float]:
+    """Joules of one iteration by cause (IT energy: devices and hosts)."""
+    return {
+        "compute_j": sc.energy_compute_j,
+        "memory_j": sc.energy_memory_j,
+        "static_j": sc.energy_static_j,
+        "idle_j": sc.energy_idle_j,
+        "network_j": sc.energy_network_j,
+        "host_j": sc.energy_host_j,
+    }
+
+
+def _run_table(sc: Score, run: RunAnswers, scoring: ScoringParams) -> str:
+    """The iteration's energy by cause, then the whole run's answers."""
+    q = fmt_quantity
+    total = sc.energy_per_batch_j
+    rows = [
+        [name.removesuffix("_j"), q(j, "J"), q(j / total, "%")]
+        for name, j in energy_terms(sc).items()
+    ]
+    rows.append([f"facility (PUE {scoring.pue:g})", q(total * (scoring.pue - 1), "J"), ""])
+    energy = table(rows, ["energy term", "per iteration", "share of IT"])
+    answers = [
+        ["tokens", f"{q(run.tokens_to_train, 'tokens')} ({run.tokens_source})"],
+        ["time to train", q(run.time_to_train_s, "s")],
+        ["device-hours", q(run.device_hours)],
+        ["energy (facility)", q(run.energy_j, "J")],
+        ["average power per device", q(run.avg_device_power_w, "W")],
+        ["average power per node", q(run.avg_node_power_w, "W")],
+        ["operational carbon", q(run.operational_kgco2e, "kgCO2e")],
+        [f"embodied carbon ({run.embodied_mode})", q(run.embodied_kgco2e, "kgCO2e")],
+        ["  of which hosts", q(run.embodied_host_kgco2e, "kgCO2e")],
+        ["total carbon", q(run.total_kgco2e, "kgCO2e")],
+        ["tCDP", q(run.tcdp, "kgCO2e·s")],
+        ["capex (devices)", q(run.capex_usd, "USD")],
+        ["electricity", f"{q(run.electricity_usd, 'USD')} at ${run.usd_per_kwh:g}/kWh"],
+        ["cost to train (TCO)", q(run.tco_usd, "USD")],
+    ]
+    return f"{energy}\n\n{table(answers, ['whole run', ''])}"

@@ -8,6 +8,7 @@ import click
 
 from arch_space.space import PARAMETERS, Space, load_space
 from phaze.cli._render import echo_json, table
+from results.units import fmt_quantity
 
 __all__ = ["space"]
 
@@ -36,6 +37,9 @@ def _space_doc(s: Space) -> dict[str, Any]:
         "budget_mm2": summ.budget_mm2,
         "area_mm2_min": summ.area_mm2_min,
         "area_mm2_max": summ.area_mm2_max,
+        "power_budget_w": summ.power_budget_w,
+        "power_w_min": summ.power_w_min,
+        "power_w_max": summ.power_w_max,
         "area_fraction_min": s.area_fraction_min,
         "area_fraction_max": s.area_fraction_max,
         "keep_single_core": s.keep_single_core,
@@ -64,6 +68,9 @@ def show(spec: str, as_json: bool) -> None:
         f"areas {doc['area_mm2_min']:.1f}..{doc['area_mm2_max']:.1f} mm2; node {doc['node_nm']} nm, "
         f"clock {doc['clock_hz'] / 1e9:g} GHz"
         + ("; vector width = tensor-core width" if doc["vc_lanes_tied_to_tc_cols"] else ""),
+        f"power under tensor load {fmt_quantity(doc['power_w_min'], 'W')}.."
+        f"{fmt_quantity(doc['power_w_max'], 'W')} of a {fmt_quantity(doc['power_budget_w'], 'W')} "
+        "budget",
         "",
     ]
     rows = []

@@ -15,6 +15,7 @@ from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
 from phaze.executors import EXECUTORS, check_reachable
 from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze.run import parse_tokens
 from phaze.sweep import SweepResult, run_sweep
 from results.compare import comparison_text
 from results.display import fmt_value
@@ -135,6 +136,11 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     help=f"Overlap profile of the training framework [default: {DEFAULT_FRAMEWORK}].",
 )
 @click.option(
+    "--tokens",
+    "tokens_to_train",
+    help="Tokens to train every workload: 2e12, 2T, 300B [default: each model's published budget].",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     help="Output directory [default: phaze-out/sweep-<config hash>].",
@@ -160,6 +166,7 @@ def sweep(
     objectives,
     no_prune,
     framework,
+    tokens_to_train,
     out,
     jobs,
     executor,
@@ -187,6 +194,7 @@ def sweep(
         objectives=objectives,
         prune=False if no_prune else None,
         framework=framework,
+        tokens_to_train=None if tokens_to_train is None else parse_tokens(tokens_to_train),
     )
     parse_objectives(cfg.objectives)  # a bad --objective before the banner
     if executor == "ray" and address is not None:

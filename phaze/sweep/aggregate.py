@@ -19,7 +19,7 @@ def aggregate_records(
 
     ``throughput_score`` is the geometric mean over workloads of the design's best tokens/s
     divided by the best tokens/s of any design on that workload (1 = best everywhere);
-    time to train, energy and carbon are summed over the jobs; the system cost is that of
+    time to train, energy, carbon, electricity and cost to train are summed over the jobs; the system cost is that of
     the one system that runs them all. tCDP is the summed carbon times the summed time;
     the schedule gap is the worst of the rows'. Only designs feasible on every workload get
     a row.
@@ -52,6 +52,8 @@ def aggregate_records(
         first = rows[0]
         total = math.fsum(r["total_kgco2e"] for r in rows)
         d = math.fsum(r["time_to_train_s"] for r in rows)
+        tco = math.fsum(r["tco_usd"] for r in rows)
+        tokens = math.fsum(r["tokens_per_usd"] * r["tco_usd"] for r in rows)
         rec = {k: first[k] for k in DESIGN_COLUMNS}
         rec.update(
             key=f"{AGGREGATE_WORKLOAD}|{did}",
@@ -67,6 +69,9 @@ def aggregate_records(
             total_kgco2e=total,
             tcdp=total * d,
             tcdp_kgco2e_days=total * d / 86400,
+            electricity_usd=math.fsum(r["electricity_usd"] for r in rows),
+            tco_usd=tco,
+            tokens_per_usd=tokens / tco,
             schedule_gap_max=max(r["schedule_gap_max"] for r in rows),
         )
         out.append(rec)

@@ -25,9 +25,10 @@ from arch_space import (
     static_power_w,
     tech_node,
 )
+from arch_space.area import mac_pj
 from phaze.lower_bounds import pass_bound_s
 from phaze.pipeline import Context, Knobs, _fits, _setup, timing_design, tp_widths
-from phaze.scoring import job_carbon, system_cost_usd, training_time_s
+from phaze.scoring import electricity_usd, job_carbon, system_cost_usd, tco_usd, training_time_s
 from workloads import Model, TrainingSetup, build_layer_graph, model_flops_per_sequence
 
 __all__ = [
@@ -54,6 +55,9 @@ class Bound:
     total_kgco2e: float
     tcdp: float
     tcdp_kgco2e_days: float
+    electricity_usd: float
+    tco_usd: float
+    tokens_per_usd: float
 
 
 # The objectives an optimistic bound exists for: the fields of :class:`Bound`.
@@ -64,8 +68,9 @@ def bounds(acc: Accelerator, model: Model, ctx: Context) -> Bound:
     """The optimistic bound of every point of ``acc`` on ``model`` (see module docstring).
 
     Throughput: all devices at peak FLOP/s doing only model FLOPs (MFU = 1). Energy: only
-    the MACs of the model FLOPs plus leakage of every device over the shortest possible
-    time; no memory, network or recompute energy.
+    the MACs of the model FLOPs (with their control, operand delivery and uncore share) plus
+    the static power of every device and the hosts of every node over the shortest possible
+    time; no memory, network, vector or recompute energy.
     """
     return _bound_at(acc, acc.peak_flops, model, ctx)
 
@@ -88,7 +93,7 @@ def _bound_at(acc: Accelerator, flops_per_s: float, model: Model, ctx: Context) 
     """The bound of ``acc`` when every device does model FLOPs at ``flops_per_s``."""
     fields = _bound_fields(
         flops_per_s,
-        tech_node(acc.node_nm).mac_energy_pj,
+        _mac_energy_pj(acc),
         static_power_w(acc),
         embodied_kgco2e(acc),
         device_cost_usd(acc),
@@ -96,6 +101,13 @@ def _bound_at(acc: Accelerator, flops_per_s: float, model: Model, ctx: Context) 
         ctx,
     )
     return Bound(**fields)
+
+
+def _mac_energy_pj(acc: Accelerator) -> float:
+    """Energy (pJ) the op model charges every MAC of ``acc``: arithmetic, control, operand
+    delivery, and the uncore share of on-die energy."""
+    tech = tech_node(acc.node_nm)
+    return mac_pj(acc, tech) * (1.0 + tech.overhead_fraction)
 
 
 def _bound_fields(
@@ -111,10 +123,11 @@ def _bound_fields(
     many designs' (the same operations in the same order, so the same values).
 
     Every device does model FLOPs at ``peak_flops`` (the shortest time), and the job's
-    energy is only the MACs of those FLOPs plus leakage over that time (the least energy);
-    carbon, tCDP and cost are then scoring's own (:func:`phaze.scoring.job_carbon`,
-    :func:`phaze.scoring.system_cost_usd`), so a bound is optimistic exactly when its
-    inputs are.
+    energy is only the MACs of those FLOPs plus static power of the devices and the hosts'
+    power over that time (the least energy); carbon, tCDP, cost, electricity and cost to
+    train are then scoring's own (:func:`phaze.scoring.job_carbon`,
+    :func:`phaze.scoring.system_cost_usd`, :func:`phaze.scoring.electricity_usd`,
+    :func:`phaze.scoring.tco_usd`), so a bound is optimistic exactly when its inputs are.
     """
     n = ctx.cluster.devices
     flops_per_seq = model_flops_per_sequence(model, ctx.seq_len)
@@ -126,9 +139,16 @@ def _bound_fields(
     budget = setup.training_tokens(model.tokens_to_train)
     d = training_time_s(budget, tokens)
     mac_j = budget / ctx.seq_len * flops_per_seq / 2 * mac_energy_pj * 1e-12
+    nodes = -(-n // ctx.cluster.devices_per_node)
+    job_energy_j = mac_j + (n * static_w + nodes * ctx.scoring.host_w_per_node) * d
+    cost = system_cost_usd(n, device_cost, ctx.scoring)
+    electricity = electricity_usd(job_energy_j, ctx.scoring)
+    tco = tco_usd(
+        time_to_train_s=d, electricity_usd=electricity, system_cost_usd=cost, params=ctx.scoring
+    )
     carbon = job_carbon(
         time_to_train_s=d,
-        job_energy_j=mac_j + n * static_w * d,
+        job_energy_j=job_energy_j,
         devices=n,
         embodied_kgco2e_per_device=embodied_kgco2e_per_device,
         params=ctx.scoring,
@@ -138,12 +158,15 @@ def _bound_fields(
         "samples_per_s": samples,
         "iteration_s": ctx.global_batch / samples,
         "time_to_train_s": d,
-        "system_cost_usd": system_cost_usd(n, device_cost, ctx.scoring),
+        "system_cost_usd": cost,
         "embodied_kgco2e": carbon.embodied_kgco2e,
         "operational_kgco2e": carbon.operational_kgco2e,
         "total_kgco2e": carbon.total_kgco2e,
         "tcdp": carbon.tcdp,
         "tcdp_kgco2e_days": carbon.tcdp_kgco2e_days,
+        "electricity_usd": electricity,
+        "tco_usd": tco,
+        "tokens_per_usd": budget / tco,
     }
 
 
@@ -158,7 +181,7 @@ def bound_columns(
     ``costs_usd`` are the designs' device costs (already known to the caller)."""
     fields = _bound_fields(
         np.array([a.peak_flops for a in designs], dtype=float),
-        np.array([tech_node(a.node_nm).mac_energy_pj for a in designs], dtype=float),
+        np.array([_mac_energy_pj(a) for a in designs], dtype=float),
         np.array([static_power_w(a) for a in designs], dtype=float),
         np.array([embodied_kgco2e(a) for a in designs], dtype=float),
         costs_usd,

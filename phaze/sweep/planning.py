@@ -43,6 +43,7 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         seq_len=cfg.seq_len,
         global_batch=cfg.global_batch,
         sequence_parallel=cfg.sequence_parallel,
+        tokens_to_train=cfg.tokens_to_train,
         solver=cfg.solver,
         scoring=cfg.scoring,
         framework=cfg.framework,
@@ -53,9 +54,10 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         if cfg.global_batch % mb
     ]
     for name, model in workloads:
-        if model.tokens_to_train is None:
+        if model.tokens_to_train is None and cfg.tokens_to_train is None:
             problems.append(
-                f"workload {name!r} has no published token budget; set tokens_to_train in [sweep]"
+                f"workload {name!r} has no published token budget; set tokens_to_train in "
+                "[sweep] (or phaze sweep --tokens, phaze.search(tokens_to_train=...))"
             )
     if problems:
         raise ConfigError("sweep: " + "; ".join(problems))

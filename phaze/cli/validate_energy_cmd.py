@@ -1,0 +1,135 @@
+"""``phaze validate energy``: average power and energy of published training runs.
+
+Each run (``arch_space/data/energy_runs.toml``) is evaluated in its published (or stated
+assumed) layout; its average accelerator power (board, or with its host's share where the
+publication measured that) is compared with the published figure, and that power times the
+published GPU-hours (and PUE) with the published energy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+
+from arch_space import Cluster, preset
+from arch_space._data import shipped_toml
+from phaze.api import evaluate as api_evaluate
+from phaze.cli import NoFeasiblePoint
+from phaze.cli._render import echo_json, table
+from phaze.cli.validate_cmd import ValidationRow, report_validation
+from phaze.scoring import ScoringParams
+from results.units import fmt_quantity
+
+__all__ = ["EnergyValidation", "energy", "energy_rows"]
+
+_J_PER_WH = 3600.0  # joules per watt-hour: power (W) x GPU-hours -> J
+_J_PER_KWH = 3.6e6
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyValidation:
+    """Rows of every published run: average power (W), energy (J), operational carbon
+    (kgCO2e), and each run's predicted board power and power with its host's share (W)."""
+
+    power: tuple[ValidationRow, ...]
+    energy: tuple[ValidationRow, ...]
+    carbon: tuple[ValidationRow, ...]
+    runs: tuple[tuple[str, float, float], ...]
+
+
+def energy_rows() -> EnergyValidation:
+    """Predictions beside the published figures of every run of ``energy_runs.toml``."""
+    power, energy, carbon, runs = [], [], [], []
+    for name, run in shipped_toml("energy_runs.toml")["run"].items():
+        params = ScoringParams(host_profile=run["host"], pue=run["pue"])
+        ev = api_evaluate(
+            run["workload"],
+            preset(run["arch"]),
+            Cluster(devices=run["devices"]),
+            seq_len=run["seq_len"],
+            global_batch=run["global_batch"],
+            strategy=run["strategy"],
+            scoring=params,
+        )
+        if not ev.feasible:
+            raise NoFeasiblePoint(f"{name}: infeasible in its layout: {ev.reason}")
+        sc = ev.score
+        with_host = sc.energy_per_batch_j / sc.iteration_s / run["devices"]
+        board = (sc.energy_per_batch_j - sc.energy_host_j) / sc.iteration_s / run["devices"]
+        runs.append((name, board, with_host))
+        source = f"{run['source']}; layout {run['layout_source']}"
+        if "board_w" in run:
+            case, published_w, watts, published_j = (
+                "board",
+                run["board_w"],
+                board,
+                run["board_energy_j"],
+            )
+        else:
+            case, published_w, watts = "with host", run["system_w"], with_host
+            published_j = run["facility_energy_j"]
+        energy_j = watts * run["gpu_hours"] * _J_PER_WH * run["pue"]
+        power.append(ValidationRow(f"{name} {case} W", published_w, watts, source))
+        energy.append(ValidationRow(f"{name} {case}", published_j, energy_j, source))
+        kg = energy_j / _J_PER_KWH * run["grid_gco2e_per_kwh"] / 1000.0
+        carbon.append(ValidationRow(name, run["operational_kgco2e"], kg, source))
+    return EnergyValidation(tuple(power), tuple(energy), tuple(carbon), tuple(runs))
+
+
+@click.command("energy")
+@click.option(
+    "--power-tolerance-pct",
+    type=click.FloatRange(min=0, min_open=True),
+    default=20.0,
+    show_default=True,
+    help="Largest allowed |error| of an average power, in %.",
+)
+@click.option(
+    "--energy-tolerance-pct",
+    type=click.FloatRange(min=0, min_open=True),
+    default=25.0,
+    show_default=True,
+    help="Largest allowed |error| of a training energy, in %.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def energy(power_tolerance_pct: float, energy_tolerance_pct: float, as_json: bool) -> None:
+    """Average accelerator power, training energy and operational carbon against published
+    runs; energy and carbon are held to the energy tolerance."""
+    v = energy_rows()
+    checks = (
+        ("Average power per accelerator", v.power, "W", power_tolerance_pct),
+        ("Training energy from published GPU-hours", v.energy, "J", energy_tolerance_pct),
+        ("Operational carbon at the published intensity", v.carbon, "kgCO2e", energy_tolerance_pct),
+    )
+    outside = [r.case for _, rows, _, tol in checks for r in rows if abs(r.error_pct) > tol]
+    if as_json:
+        echo_json(
+            {
+                "runs": [{"run": n, "board_w": b, "with_host_w": h} for n, b, h in v.runs],
+                "rows": [
+                    {
+                        "case": r.case,
+                        "measured": r.measured,
+                        "predicted": r.predicted,
+                        "error_pct": r.error_pct,
+                        "source": r.source,
+                    }
+                    for r in (*v.power, *v.energy, *v.carbon)
+                ],
+                "within_tolerance": not outside,
+            }
+        )
+    else:
+        q = fmt_quantity
+        rows = [[n, q(b, "W"), q(h, "W")] for n, b, h in v.runs]
+        click.echo(table(rows, ["run", "board power", "with host share"]))
+        click.echo("")
+        for title, rows, unit, tol in checks:
+            try:
+                report_validation(title, rows, unit=unit, tolerance_pct=tol, as_json=False)
+            except NoFeasiblePoint:
+                pass
+            click.echo("")
+    if outside:
+        raise NoFeasiblePoint(f"validation outside tolerance: {', '.join(outside)}")

@@ -1,0 +1,109 @@
+"""Board power under load: GEMMs draw the published board limit, memory-bound ops less."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from arch_space import Space, area_mm2, peak_power_w, preset, static_power_w, tech_node
+from arch_space.area import tensor_load_power_w
+from arch_space.perf.device import MODELLED
+from arch_space.power import gemm_power_w, memory_bound_power_w, tdp_w
+from arch_space.presets import PUBLISHED
+from phaze.errors import ConfigError
+
+# Calibrated on (benchmarks/calibrate_energy.py) and held out from the fit.
+FIT = ("a100", "tpuv4")
+HELD_OUT = ("h100", "v100")
+
+
+@pytest.mark.parametrize("name", FIT)
+def test_calibration_chips_draw_their_board_power_under_gemm(name):
+    assert gemm_power_w(preset(name)) == pytest.approx(PUBLISHED[name][2], rel=0.01)
+
+
+@pytest.mark.parametrize("name", HELD_OUT)
+def test_held_out_chips_within_20_percent_of_board_power(name):
+    assert gemm_power_w(preset(name)) == pytest.approx(PUBLISHED[name][2], rel=0.20)
+
+
+@pytest.mark.parametrize("name", [*FIT, *HELD_OUT])
+def test_memory_bound_ops_draw_less_than_gemms_and_more_than_leakage(name):
+    acc = preset(name)
+    assert static_power_w(acc) < memory_bound_power_w(acc) < 0.6 * gemm_power_w(acc)
+    assert tdp_w(acc) == gemm_power_w(acc) < peak_power_w(acc)
+
+
+def test_energy_beside_the_arithmetic_raises_gemm_power_linearly():
+    acc = preset("a100")
+    base = tech_node(7, {"control_pj_per_mac": 0.0, "operand_pj_per_byte": 0.0})
+    plus = tech_node(7, {"control_pj_per_mac": 1.0, "operand_pj_per_byte": 0.0})
+    twice = tech_node(7, {"control_pj_per_mac": 2.0, "operand_pj_per_byte": 0.0})
+    p0, p1, p2 = (gemm_power_w(acc, t) for t in (base, plus, twice))
+    assert p0 < p1 < p2 and p2 - p1 == pytest.approx(p1 - p0, rel=1e-9)
+    # without it, the arithmetic, buffers, HBM and leakage reach about a third of 400 W
+    assert p0 < 0.4 * PUBLISHED["a100"][2]
+
+
+@pytest.mark.parametrize("name", [*FIT, *HELD_OUT, "ref-max"])
+def test_closed_form_tensor_load_power_tracks_the_gemm_probe(name):
+    acc = preset(name)
+    closed = tensor_load_power_w(
+        tech_node(acc.node_nm),
+        num_tc=acc.num_tc,
+        tc_rows=acc.tc_rows,
+        tc_cols=acc.tc_cols,
+        clock_hz=acc.clock_hz,
+        bytes_per_element=acc.bytes_per_element,
+        area_mm2=area_mm2(acc),
+    )
+    # the closed form is every MAC each cycle at the full clock: the op model without the
+    # preset's sustained caps
+    assert closed == pytest.approx(gemm_power_w(acc, device=MODELLED), rel=0.06)
+
+
+def test_power_budget_filters_the_space():
+    default = Space.named("default")
+    wide = Space.from_mapping({"space": {**_TINY, "power_budget_w": 1e6}})
+    tight = Space.from_mapping({"space": {**_TINY, "power_budget_w": 150.0}})
+    assert default.power_budget() == 400.0  # the A100 SXM's limit at 7 nm
+    kept = list(tight.enumerate())
+    assert 0 < len(kept) < len(list(wide.enumerate()))
+    s = tight.summary()
+    assert s.power_budget_w == 150.0 and s.power_w_max <= 150.0 < wide.summary().power_w_max
+    for acc in kept:
+        assert gemm_power_w(acc) <= 150.0 * 1.06
+    # a 1.1 PFLOP/s design of 8 x 256 x 256 MACs at 7 nm needs far more than a 7 nm board
+    big = dataclasses.replace(preset("ref-max"), num_tc=8, tc_rows=256, tc_cols=256)
+    assert gemm_power_w(big) > 1.5 * default.power_budget()
+    assert all((a.num_tc, a.tc_rows, a.tc_cols) != (8, 256, 256) for a in default.enumerate())
+
+
+def test_bad_power_budget_names_the_key():
+    with pytest.raises(ConfigError, match=r"power_budget_w = -5 must be > 0"):
+        Space.from_mapping({"space": {**_TINY, "power_budget_w": -5}})
+
+
+_TINY = {
+    "num_tc": [2, 4, 8, 16],
+    "tc_rows": [64, 128],
+    "tc_cols": [128],
+    "num_vc": [2],
+    "glb_mib": [16, 64],
+}
+
+
+def test_shipped_energies_are_the_calibration_scripts_output():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "calibrate_energy.py"
+    spec = importlib.util.spec_from_file_location("calibrate_energy", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    control, operand = script.fit()
+    for node, factor in script.NODE_FACTOR.items():
+        t = tech_node(node)
+        ratio = factor / script.NODE_FACTOR[7]
+        assert t.control_pj_per_mac == pytest.approx(control * ratio, rel=0.01)
+        assert t.operand_pj_per_byte == pytest.approx(operand * ratio, rel=0.01)

@@ -1,0 +1,161 @@
+"""Whole-run answers of `phaze evaluate --tokens`, `phaze validate energy`, token budgets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from arch_space.system import host_w_per_node
+from phaze.cli import cli
+from phaze.config import sweep_config_from_mapping
+from phaze.errors import ConfigError
+from phaze.run import parse_tokens
+
+BASE = ["evaluate", "--workload", "gpt3-1.3b", "--arch", "a100", "--devices", "8"]
+BASE += ["--global-batch", "64"]
+RUN_KEYS = (
+    "time_to_train_s",
+    "device_hours",
+    "energy_j",
+    "avg_device_power_w",
+    "avg_node_power_w",
+    "operational_kgco2e",
+    "embodied_kgco2e",
+    "total_kgco2e",
+    "tcdp",
+    "capex_usd",
+    "electricity_usd",
+    "tco_usd",
+)
+
+
+def _json(*args: str) -> dict:
+    r = CliRunner().invoke(cli, [*BASE, "--json", *args])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [("2e12", 2 * 10**12), ("2T", 2 * 10**12), ("300B", 3 * 10**11), ("1.5k", 1500), ("7", 7)],
+)
+def test_token_notation(text, tokens):
+    assert parse_tokens(text) == tokens
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "2X", "", "abc", "0.1"])
+def test_bad_token_counts_are_one_error(text):
+    with pytest.raises(ConfigError, match="must be a positive count"):
+        parse_tokens(text)
+
+
+def test_whole_run_answers_scale_with_the_budget():
+    small, big = _json("--tokens", "300B"), _json("--tokens", "600B")
+    assert all(k in small for k in RUN_KEYS) and small["tokens_source"] == "--tokens"
+    for key in ("time_to_train_s", "device_hours", "energy_j", "electricity_usd", "tco_usd"):
+        assert big[key] == pytest.approx(2 * small[key])
+    # power does not depend on the budget; a node is its 8 devices and its host server
+    assert big["avg_device_power_w"] == pytest.approx(small["avg_device_power_w"])
+    node_w = 8 * small["avg_device_power_w"] + host_w_per_node("dgx-a100")
+    assert small["avg_node_power_w"] == pytest.approx(node_w)
+    # facility energy = IT energy x PUE; each term is in the breakdown and they sum
+    assert small["energy_j"] == pytest.approx(small["it_energy_j"] * 1.10)
+    terms = small["energy_breakdown"]
+    parts = ("compute_j", "memory_j", "static_j", "idle_j", "network_j", "host_j")
+    assert sum(terms[k] for k in parts) == pytest.approx(terms["it_j"])
+    assert terms["host_j"] > 0 and terms["idle_j"] >= 0
+    hours = small["time_to_train_s"] * 8 / 3600
+    assert small["device_hours"] == pytest.approx(hours)
+
+
+def test_options_change_the_answers():
+    base = _json("--tokens", "2T")
+    clean = _json("--tokens", "2T", "--grid", "france")
+    assert clean["operational_kgco2e"] < base["operational_kgco2e"]
+    priced = _json("--tokens", "2T", "--usd-per-kwh", "0.2")
+    assert priced["electricity_usd"] == pytest.approx(base["electricity_usd"] * 0.2 / 0.0806)
+    whole = _json("--tokens", "2T", "--embodied-mode", "whole-life", "--pue", "1.5")
+    assert whole["embodied_kgco2e"] > base["embodied_kgco2e"]
+    assert whole["energy_j"] == pytest.approx(base["it_energy_j"] * 1.5)
+    assert _json("--tokens", "2T", "--grid-gco2e-per-kwh", "0")["operational_kgco2e"] == 0
+
+
+def test_default_budget_is_published_else_one_iteration():
+    assert _json()["tokens_source"] == "the model's published budget"
+    r = CliRunner().invoke(
+        cli,
+        ["evaluate", "--workload", "gpt2-xl", "--arch", "a100", "--devices", "8"]
+        + ["--global-batch", "16", "--seq-len", "1024", "--json"],
+    )
+    doc = json.loads(r.output)
+    assert doc["tokens_source"].startswith("one iteration")
+    assert doc["tokens_to_train"] == 16 * 1024
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tokens", "0"], "must be a positive count"),
+        (["--tokens", "-2T"], "must be a positive count"),
+        (["--pue", "0.9"], "pue = 0.9 must be >= 1"),
+        (["--grid", "franse"], "did you mean france"),
+        (["--usd-per-kwh", "-1"], "usd_per_kwh = -1.0 must be >= 0"),
+        (["--lifetime-years", "0"], "--lifetime-years = 0.0 must be > 0"),
+        (["--host", "dgx-a10"], "did you mean dgx-a100"),
+    ],
+)
+def test_bad_input_is_one_error_line(args, message):
+    r = CliRunner().invoke(cli, [*BASE, *args])
+    assert r.exit_code != 0 and message in r.output
+    assert r.output.count("Error:") == 1 and "Traceback" not in r.output
+
+
+def test_validate_energy_reports_every_run():
+    r = CliRunner().invoke(cli, ["validate", "energy", "--json"])
+    doc = json.loads(r.stdout)
+    cases = {row["case"]: row for row in doc["rows"]}
+    assert set(cases) >= {"gpt3-175b with host W", "gpt3-175b with host", "llama2-70b board W"}
+    assert {"gpt3-175b", "llama2-70b"} <= set(cases)  # operational carbon
+    runs = {r["run"]: r for r in doc["runs"]}
+    assert 0 < runs["gpt3-175b"]["board_w"] < runs["gpt3-175b"]["with_host_w"]
+    assert r.exit_code == (0 if doc["within_tolerance"] else 3)
+    # GPT-3's measured system power and energy (Patterson et al. 2021)
+    assert abs(cases["gpt3-175b with host W"]["error_pct"]) <= 20
+    assert abs(cases["gpt3-175b with host"]["error_pct"]) <= 25
+    assert abs(cases["gpt3-175b"]["error_pct"]) <= 25
+    # energy is that power times the published GPU-hours (and PUE), carbon that at 429 g/kWh
+    row = cases["gpt3-175b with host"]
+    power = cases["gpt3-175b with host W"]["predicted"]
+    assert row["predicted"] == pytest.approx(power * 3_552_000 * 3600 * 1.10)
+    assert cases["gpt3-175b"]["predicted"] == pytest.approx(row["predicted"] / 3.6e6 * 0.429)
+
+
+def test_sweep_config_takes_a_token_budget():
+    assert sweep_config_from_mapping({"sweep": {"tokens_to_train": "2T"}}).tokens_to_train == 2e12
+    assert sweep_config_from_mapping({"sweep": {"tokens_to_train": 3e11}}).tokens_to_train == 3e11
+    assert sweep_config_from_mapping({}).tokens_to_train is None
+    with pytest.raises(ConfigError, match=r"tokens_to_train = 'lots' must be a positive token"):
+        sweep_config_from_mapping({"sweep": {"tokens_to_train": "lots"}})
+
+
+def test_sweep_without_a_budget_names_a_key_that_exists(tmp_path):
+    import phaze
+    from arch_space import Cluster
+
+    with pytest.raises(ConfigError, match=r"set tokens_to_train in \[sweep\]") as e:
+        phaze.search(["gpt2-xl"], cluster=Cluster(devices=8), out_dir=tmp_path, seq_len=1024)
+    # the key the message names is one [sweep] accepts
+    assert "tokens_to_train" in str(e.value)
+    sweep_config_from_mapping({"sweep": {"tokens_to_train": 10**9}})
+
+
+def test_a_preset_runs_in_its_own_host_server_unless_told():
+    args = ["evaluate", "--workload", "gpt3-1.3b", "--arch", "h100", "--devices", "8"]
+    args += ["--global-batch", "64", "--json"]
+    own = json.loads(CliRunner().invoke(cli, args).output)
+    told = json.loads(CliRunner().invoke(cli, [*args, "--host", "dgx-a100"]).output)
+    for doc, host in ((own, "dgx-h100"), (told, "dgx-a100")):
+        node_w = 8 * doc["avg_device_power_w"] + host_w_per_node(host)
+        assert doc["avg_node_power_w"] == pytest.approx(node_w)
