@@ -281,4 +281,5 @@ def test_candidate_degrees_hold_the_best_degree(m, data, regimes, load):
     best = min(time(d) for d in range(lo, hi + 1))
     ds = candidate_degrees(m, lo, hi, (brk,))
     assert ds.size <= 2 * math.isqrt(m) + 6
-    assert min(time(int(d)) for d in ds) == best
+    # the best time, up to rounding: two degrees a few ulps apart may swap order
+    assert min(time(int(d))[0] for d in ds) == pytest.approx(best[0], rel=1e-12, abs=0.0)
