@@ -29,9 +29,11 @@ import numpy as np
 
 from placement.downsets import downset_pairs
 from placement.dp import SegmentCosts
+from placement.iteration import zero_state
 
 __all__ = [
     "LayerArrays",
+    "MemoryLimit",
     "StageFigures",
     "phaze_costs",
     "reference_costs",
@@ -68,7 +70,7 @@ class LayerArrays:
 @dataclass(frozen=True, slots=True)
 class StageFigures:
     """Report-only figures per pair: compute and receive time, memory base (without sharded
-    state) and per-stash, recompute time and parameters."""
+    state) and per-stash, recompute time, workspace and the largest layer's parameters."""
 
     compute: np.ndarray
     p2p: np.ndarray
@@ -77,6 +79,7 @@ class StageFigures:
     in_stage: np.ndarray | None
     recompute: np.ndarray
     workspace: np.ndarray
+    largest: np.ndarray
 
 
 def max_stages_fitting(base: np.ndarray, stash: np.ndarray, limit: float, cap: int) -> np.ndarray:
@@ -164,7 +167,6 @@ def _segments(
     n_one = int((~la.tp).sum())
     if ch is not None:
         size = ch.n + 1
-        ms = _layout(max_s, ch)
         outer, inner = _grid_states(size)
         return SegmentCosts(
             n_states=size,
@@ -174,7 +176,7 @@ def _segments(
             dense=True,
             load_last=np.where(ch.valid, load_last, np.inf).ravel(),
             load_mid=np.where(ch.valid, load_mid, np.inf).ravel(),
-            max_s=ms,
+            max_s=max_s,
             one=one.ravel(),
             params=params.ravel(),
             n_one_layers=n_one,
@@ -233,14 +235,14 @@ def phaze_costs(
     hbm_bytes: float,
     state_bytes_per_parameter: float,
     max_stages: int,
-    sharded_state_bytes_per_parameter: float = 0.0,
-) -> tuple[SegmentCosts, StageFigures, Callable[[int], np.ndarray] | None]:
-    """Stage figures under Phaze's model (see the module docstring), and the stages' memory
-    limits as a function of the data-parallel degree ``d`` when memory depends on it (None
-    otherwise; ``costs.max_s`` is then that of every ``d``).
+    zero_stages: tuple[int, ...] = (0,),
+) -> tuple[SegmentCosts, StageFigures, tuple[MemoryLimit, ...]]:
+    """Stage figures under Phaze's model (see the module docstring), and per ZeRO stage of
+    ``zero_stages`` the stages' memory limits (``costs.max_s`` is that of the first).
 
     Memory at position ``s`` with ``d`` replicas is
-    ``base + sharded / d + (s - 1) * stash`` (:func:`placement.iteration.stage_memory`).
+    ``base + sharded / d + (s - 1) * stash`` (:func:`placement.iteration.stage_memory`), the
+    base holding the replicated state and, under ZeRO stage 3, the largest layer gathered.
     """
     ch, pairs = _geometry(la, chain)
     work = la.fwd + la.bwd + la.rec
@@ -267,11 +269,24 @@ def phaze_costs(
         crossing = in_stage[:, la.src] != in_stage[:, la.dst]
         p2p = crossing.astype(np.float64) @ (p2p_latency_s + la.nbytes / p2p_bandwidth)
     load = compute + p2p
-    base = params * state_bytes_per_parameter + stash + workspace
-    sharded = params * sharded_state_bytes_per_parameter
-    max_s = max_stages_fitting(base, stash, hbm_bytes, max_stages)
+    largest = _chain_max(la.params, ch) if ch is not None else _largest(la.params, in_stage)
+    limits = tuple(
+        _limit(
+            params,
+            stash,
+            workspace,
+            largest,
+            ch,
+            hbm_bytes,
+            max_stages,
+            state_bytes_per_parameter,
+            z,
+        )
+        for z in zero_stages
+    )
     one = tp_count == 0
-    costs = _segments(la, ch, pairs, load, load, max_s, one, params)
+    costs = _segments(la, ch, pairs, load, load, limits[0].max_s, one, params)
+    base = params * state_bytes_per_parameter + stash + workspace
     figures = StageFigures(
         compute=_flat(compute, ch),
         p2p=_flat(p2p, ch),
@@ -280,14 +295,39 @@ def phaze_costs(
         in_stage=in_stage,
         recompute=_flat(recompute, ch),
         workspace=_flat(workspace, ch),
+        largest=_flat(largest, ch),
     )
+    return costs, figures, limits
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLimit:
+    """One ZeRO stage's memory limits: ``max_s`` per pair, and as a function of the data-
+    parallel degree ``d`` when memory depends on it (None: ``max_s`` holds for every ``d``).
+    """
+
+    zero: int
+    max_s: np.ndarray
+    max_s_at: Callable[[int], np.ndarray] | None
+
+
+def _limit(params, stash, workspace, largest, ch, hbm_bytes, max_stages, state_bytes, zero):
+    replicated, sharded_bytes, gathered = zero_state(state_bytes, zero)
+    base = params * replicated + stash + workspace + largest * gathered
+    sharded = params * sharded_bytes
+    max_s = _layout(max_stages_fitting(base, stash, hbm_bytes, max_stages), ch)
     if not sharded.any():
-        return costs, figures, None
+        return MemoryLimit(zero, max_s, None)
 
     def max_s_at(d: int) -> np.ndarray:  # where d enters the DP's memory test
         return _layout(max_stages_fitting(base + sharded / d, stash, hbm_bytes, max_stages), ch)
 
-    return costs, figures, max_s_at
+    return MemoryLimit(zero, max_s_at(1), max_s_at)
+
+
+def _largest(params: np.ndarray, in_stage: np.ndarray) -> np.ndarray:
+    """The most parameters of one layer in each pair's stage."""
+    return np.where(in_stage, params[None, :], 0.0).max(axis=1, initial=0.0)
 
 
 def _flat(x: np.ndarray, ch: _Chain | None) -> np.ndarray:
@@ -344,7 +384,7 @@ def reference_costs(
     load_last = fw + bw
     load_mid = fw + combined if recompute else load_last
     one = tp_count == 0
-    costs = _segments(la, ch, pairs, load_last, load_mid, max_s, one, params)
+    costs = _segments(la, ch, pairs, load_last, load_mid, _layout(max_s, ch), one, params)
     figures = StageFigures(
         compute=_flat(load_last, ch),
         p2p=_flat(np.zeros_like(load_last), ch),
@@ -353,6 +393,7 @@ def reference_costs(
         in_stage=in_stage,
         recompute=_flat(np.zeros_like(load_last), ch),
         workspace=_flat(np.zeros_like(load_last), ch),
+        largest=_flat(np.zeros_like(load_last), ch),
     )
     return costs, figures
 
