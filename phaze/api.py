@@ -99,9 +99,12 @@ def evaluate(
     tokens_to_train: int | None = None,
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
+    state_bytes_per_parameter: int | None = None,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
     (a :class:`placement.Strategy` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``).
+    ``state_bytes_per_parameter`` overrides weights + gradients + optimizer state per
+    parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer).
     """
     if isinstance(strategy, str):
         strategy = parse_strategy(strategy)
@@ -116,6 +119,7 @@ def evaluate(
         tokens_to_train=tokens_to_train,
         solver=solver or SolverSettings(),
         scoring=scoring or ScoringParams(),
+        state_bytes_per_parameter=state_bytes_per_parameter,
     )
     model = resolve_model(workload)
     return _evaluate(

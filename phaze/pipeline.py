@@ -34,9 +34,12 @@ from placement import (
 from placement.adapt import stage_graph
 from placement.iteration import EnergyRates, iteration_energy
 from workloads import (
+    LayerGraph,
+    LayerKind,
     Model,
     Recompute,
     TrainingSetup,
+    block_activation_bytes,
     build_layer_graph,
     model_flops_per_sequence,
     valid_tp_widths,
@@ -73,7 +76,9 @@ class Context:
     """What every evaluation of a sweep shares: cluster, batch, solver and scoring settings.
 
     ``max_tp`` caps the tensor-parallel width (default: the devices of one node, as Megatron
-    does, since TP across nodes pays inter-node links on every layer).
+    does, since TP across nodes pays inter-node links on every layer). ``zero_stages`` are
+    the ZeRO stages the placement search may choose from; ``state_bytes_per_parameter``
+    overrides the training state per parameter (e.g. 20 for DeepSpeed's BF16 optimizer).
     """
 
     cluster: Cluster
@@ -81,6 +86,8 @@ class Context:
     global_batch: int = 512
     sequence_parallel: bool = True
     max_tp: int | None = None
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    state_bytes_per_parameter: int | None = None
     tokens_to_train: int | None = None
     solver: SolverSettings = dataclasses.field(default_factory=SolverSettings)
     scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
@@ -124,6 +131,7 @@ def _setup(model: Model, ctx: Context, knobs: Knobs) -> TrainingSetup:
         recompute=Recompute(knobs.recompute),
         sequence_parallel=ctx.sequence_parallel,
         tokens_to_train=ctx.tokens_to_train,
+        state_bytes_per_parameter=ctx.state_bytes_per_parameter,
     )
 
 
@@ -177,6 +185,7 @@ def _variant(
         micro_batch=setup.micro_batch,
         recompute=str(setup.recompute),
         sequence_parallel=setup.sequence_parallel,
+        workspace_bytes=_workspace_bytes(model, setup, lg),
     )
     parts = [0.0, 0.0, 0.0]
     for layer in lg.layers:
@@ -219,7 +228,24 @@ def _problem(
         # the optimizer step after the last backward pass streams its bytes through HBM
         optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
+        zero_stages=ctx.zero_stages,
+        optimizer_bytes_per_parameter=float(setup.optimizer_bytes_per_parameter),
     )
+
+
+def _workspace_bytes(model: Model, setup: TrainingSetup, lg: LayerGraph) -> dict[str, float]:
+    """What a block rebuilds for its backward pass beyond its stash under recompute: the
+    activations it would have stashed without recompute, live while it runs backward."""
+    if setup.recompute is Recompute.NONE:
+        return {}
+    whole = block_activation_bytes(
+        model, dataclasses.replace(setup, recompute=Recompute.NONE), lg.tp
+    )
+    return {
+        x.class_id: float(whole - x.activation_bytes)
+        for x in lg.layers
+        if x.kind is LayerKind.BLOCK
+    }
 
 
 @lru_cache(maxsize=1024)
@@ -233,6 +259,7 @@ def _memory_graph(model: Model, setup: TrainingSetup, tp: int) -> StageGraph:
         micro_batch=setup.micro_batch,
         recompute=str(setup.recompute),
         sequence_parallel=setup.sequence_parallel,
+        workspace_bytes=_workspace_bytes(model, setup, lg),
     )
 
 

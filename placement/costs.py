@@ -236,6 +236,7 @@ def phaze_costs(
     state_bytes_per_parameter: float,
     max_stages: int,
     zero_stages: tuple[int, ...] = (0,),
+    optimizer_bytes_per_parameter: float = 12.0,
 ) -> tuple[SegmentCosts, StageFigures, tuple[MemoryLimit, ...]]:
     """Stage figures under Phaze's model (see the module docstring), and per ZeRO stage of
     ``zero_stages`` the stages' memory limits (``costs.max_s`` is that of the first).
@@ -279,7 +280,7 @@ def phaze_costs(
             ch,
             hbm_bytes,
             max_stages,
-            state_bytes_per_parameter,
+            (state_bytes_per_parameter, optimizer_bytes_per_parameter),
             z,
         )
         for z in zero_stages
@@ -311,8 +312,8 @@ class MemoryLimit:
     max_s_at: Callable[[int], np.ndarray] | None
 
 
-def _limit(params, stash, workspace, largest, ch, hbm_bytes, max_stages, state_bytes, zero):
-    replicated, sharded_bytes, gathered = zero_state(state_bytes, zero)
+def _limit(params, stash, workspace, largest, ch, hbm_bytes, max_stages, state, zero):
+    replicated, sharded_bytes, gathered = zero_state(state[0], zero, state[1])
     base = params * replicated + stash + workspace + largest * gathered
     sharded = params * sharded_bytes
     max_s = _layout(max_stages_fitting(base, stash, hbm_bytes, max_stages), ch)

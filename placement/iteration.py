@@ -55,10 +55,7 @@ __all__ = [
     "iteration_energy",
 ]
 
-# Of the state bytes per parameter: fp16 weights, then fp32 main gradients (Megatron-LM's
-# main_grad); the rest is optimizer state (fp32 master weights and moments).
-_WEIGHT_BYTES = 2.0
-_GRADIENT_BYTES = 4.0
+_WEIGHT_BYTES = 2.0  # of the state bytes per parameter: fp16/bf16 weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +128,23 @@ class EnergyRates:
     boundary_bytes: float
 
 
-def state_split(state_bytes_per_parameter: float) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer state) bytes per parameter; they sum to the input."""
+def state_split(
+    state_bytes_per_parameter: float, optimizer_bytes_per_parameter: float = 12.0
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes per parameter; they sum to the input.
+
+    2-byte weights; the optimizer's own state (Adam: fp32 master weights and two moments,
+    12 B); the rest is gradients (4 B of fp32 main gradients in Megatron-LM; 6 B with
+    DeepSpeed's BF16 optimizer, which keeps bf16 gradients beside fp32 accumulators).
+    """
     weights = min(_WEIGHT_BYTES, state_bytes_per_parameter)
-    gradients = min(_GRADIENT_BYTES, state_bytes_per_parameter - weights)
-    return weights, gradients, state_bytes_per_parameter - weights - gradients
+    optimizer = min(optimizer_bytes_per_parameter, state_bytes_per_parameter - weights)
+    return weights, state_bytes_per_parameter - weights - optimizer, optimizer
 
 
-def zero_state(state_bytes_per_parameter: float, zero: int) -> tuple[float, float, float]:
+def zero_state(
+    state_bytes_per_parameter: float, zero: int, optimizer_bytes_per_parameter: float = 12.0
+) -> tuple[float, float, float]:
     """(replicated, sharded, gathered) bytes per parameter under ZeRO stage ``zero``.
 
     Stage 1 shards the optimizer state over the ``d`` replicas (Megatron-LM's distributed
@@ -147,7 +153,9 @@ def zero_state(state_bytes_per_parameter: float, zero: int) -> tuple[float, floa
     parameter; under stage 3 it also gathers whole layers: ``gathered`` per parameter of the
     largest layer (the layer running and the next one prefetched; Zhao et al., VLDB 2023).
     """
-    weights, gradients, optimizer = state_split(state_bytes_per_parameter)
+    weights, gradients, optimizer = state_split(
+        state_bytes_per_parameter, optimizer_bytes_per_parameter
+    )
     sharded = (0.0, optimizer, gradients + optimizer, state_bytes_per_parameter)[zero]
     gathered = 2.0 * weights if zero == 3 else 0.0
     return state_bytes_per_parameter - sharded, sharded, gathered
@@ -169,8 +177,9 @@ def stage_memory(
     Here ``d`` enters memory: under ZeRO stage ``zero`` the sharded state is split over the
     ``d`` replicas (:func:`zero_state`); stage 3's gathered layers count as workspace.
     """
-    weights, gradients, optimizer = state_split(problem.state_bytes_per_parameter)
-    _, _, gathered = zero_state(problem.state_bytes_per_parameter, zero)
+    state, opt = problem.state_bytes_per_parameter, problem.optimizer_bytes_per_parameter
+    weights, gradients, optimizer = state_split(state, opt)
+    _, _, gathered = zero_state(state, zero, opt)
     return DeviceMemory(
         weights_bytes=parameters * weights / (d if zero >= 3 else 1),
         gradients_bytes=parameters * gradients / (d if zero >= 2 else 1),

@@ -110,6 +110,7 @@ def _prepare(
         state_bytes_per_parameter=problem.state_bytes_per_parameter,
         max_stages=s_max,
         zero_stages=problem.zero_stages,
+        optimizer_bytes_per_parameter=problem.optimizer_bytes_per_parameter,
     )
     m = problem.global_batch // graph.micro_batch
     # the fewest parameters a first stage (the one holding the graph's sources) can have
@@ -153,7 +154,9 @@ def _time_bound(
     total, largest = sum(work), max(work)
     t, m = graph.tp, problem.global_batch // graph.micro_batch
     n_one = sum(not x.tensor_parallel for x in graph.layers) if t > 1 else 0
-    replicated, sharded, _ = zero_state(problem.state_bytes_per_parameter, zero)
+    replicated, sharded, _ = zero_state(
+        problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
+    )
     params = float(sum(x.parameters for x in graph.layers))
 
     def bound(ds: np.ndarray) -> np.ndarray:
@@ -250,7 +253,8 @@ def _why(
     # of all layers spread over at most s_max stages. Either bound is a valid lower bound.
     # Sharded state may shrink to nothing: count only what the most sharded stage replicates.
     state = problem.state_bytes_per_parameter
-    unsharded = state - zero_state(state, max(problem.zero_stages))[1]
+    opt = problem.optimizer_bytes_per_parameter
+    unsharded = state - zero_state(state, max(problem.zero_stages), opt)[1]
     n = len(graph.layers)
     one_layer = [
         figures.mem_base[q] - costs.params[q] * (state - unsharded)

@@ -197,8 +197,10 @@ class PlacementProblem:
     leaves the step out). ``zero_stages`` are the ZeRO stages the search may choose from
     (0: every replica holds all its state; 1, 2, 3: the optimizer state, the gradients, the
     weights sharded over the ``d`` replicas): the one place ``d`` enters memory, see
-    :func:`placement.iteration.stage_memory`. ``max_stages`` optionally caps the pipeline
-    depth.
+    :func:`placement.iteration.stage_memory`. ``optimizer_bytes_per_parameter`` is the part
+    of the state that is the optimizer's own (Adam: 12 B of fp32 master weights and moments;
+    SGD with momentum: 8 B), sharded from ZeRO stage 1 on. ``max_stages`` optionally caps the
+    pipeline depth.
     """
 
     graphs: tuple[StageGraph, ...]
@@ -210,6 +212,7 @@ class PlacementProblem:
     optimizer_s_per_parameter: float = 0.0
     max_stages: int | None = None
     zero_stages: tuple[int, ...] = (0,)
+    optimizer_bytes_per_parameter: float = 12.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -235,6 +238,7 @@ class PlacementProblem:
                 "state_bytes_per_parameter",
                 "gradient_bytes_per_parameter",
                 "optimizer_s_per_parameter",
+                "optimizer_bytes_per_parameter",
             ),
         )
         problems += zero_problems("placement problem", self.zero_stages)

@@ -205,7 +205,7 @@ def _phaze_brute(problem: PlacementProblem) -> float:
     best = math.inf
     state = problem.state_bytes_per_parameter
     weights = min(2.0, state)
-    grads = min(4.0, state - weights)
+    grads = state - weights - min(12.0, state - weights)  # the optimizer's own: 12 B
     for g, zero in itertools.product(problem.graphs, problem.zero_stages):
         # ZeRO: optimizer state, then gradients, then weights split over the d replicas
         sharded = (0.0, state - weights - grads, state - weights, state)[zero]

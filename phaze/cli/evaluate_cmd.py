@@ -85,7 +85,13 @@ __all__ = ["evaluate"]
     "--strategy",
     default="search",
     show_default=True,
-    help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on",
+    help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1",
+)
+@click.option(
+    "--state-bytes",
+    type=click.IntRange(min=1),
+    help="Weights + gradients + optimizer state per parameter (default 18: Adam, mixed "
+    "precision; 20: DeepSpeed's BF16 optimizer).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def evaluate(
@@ -102,6 +108,7 @@ def evaluate(
     sequence_parallel,
     tokens_to_train,
     strategy,
+    state_bytes,
     as_json,
 ):
     """Iteration time, throughput, MFU and memory of one design, and its placement."""
@@ -124,6 +131,7 @@ def evaluate(
         sequence_parallel=sequence_parallel,
         strategy=None if strategy == "search" else strategy,
         tokens_to_train=tokens_to_train or model.tokens_to_train or 1,
+        state_bytes_per_parameter=state_bytes,
     )
     if not ev.feasible:
         raise NoFeasiblePoint(f"infeasible: {ev.reason}")
@@ -182,7 +190,8 @@ def evaluate(
         [
             "placement",
             f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "
-            f"recompute={pl.recompute} sp={'on' if pl.sequence_parallel else 'off'}",
+            f"recompute={pl.recompute} sp={'on' if pl.sequence_parallel else 'off'} "
+            f"zero={pl.zero}",
         ],
     ]
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
