@@ -239,7 +239,8 @@ def phaze_costs(
     optimizer_bytes_per_parameter: float = 12.0,
 ) -> tuple[SegmentCosts, StageFigures, tuple[MemoryLimit, ...]]:
     """Stage figures under Phaze's model (see the module docstring), and per ZeRO stage of
-    ``zero_stages`` the stages' memory limits (``costs.max_s`` is that of the first).
+    ``zero_stages`` the stages' memory limits (``costs.max_s`` is that of the first, or all
+    zeros when it depends on ``d``).
 
     Memory at position ``s`` with ``d`` replicas is
     ``base + sharded / d + (s - 1) * stash`` (:func:`placement.iteration.stage_memory`), the
@@ -286,7 +287,17 @@ def phaze_costs(
         for z in zero_stages
     )
     one = tp_count == 0
-    costs = _segments(la, ch, pairs, load, load, limits[0].max_s, one, params)
+    first = limits[0].max_s
+    costs = _segments(
+        la,
+        ch,
+        pairs,
+        load,
+        load,
+        first if first is not None else _layout(np.zeros_like(load, dtype=np.int64), ch),
+        one,
+        params,
+    )
     base = params * state_bytes_per_parameter + stash + workspace
     figures = StageFigures(
         compute=_flat(compute, ch),
@@ -303,12 +314,11 @@ def phaze_costs(
 
 @dataclass(frozen=True, slots=True)
 class MemoryLimit:
-    """One ZeRO stage's memory limits: ``max_s`` per pair, and as a function of the data-
-    parallel degree ``d`` when memory depends on it (None: ``max_s`` holds for every ``d``).
-    """
+    """One ZeRO stage's memory limits: ``max_s`` per pair when memory does not depend on the
+    data-parallel degree ``d``, else ``max_s_at(d)`` (and ``max_s`` None)."""
 
     zero: int
-    max_s: np.ndarray
+    max_s: np.ndarray | None
     max_s_at: Callable[[int], np.ndarray] | None
 
 
@@ -316,14 +326,15 @@ def _limit(params, stash, workspace, largest, ch, hbm_bytes, max_stages, state, 
     replicated, sharded_bytes, gathered = zero_state(state[0], zero, state[1])
     base = params * replicated + stash + workspace + largest * gathered
     sharded = params * sharded_bytes
-    max_s = _layout(max_stages_fitting(base, stash, hbm_bytes, max_stages), ch)
     if not sharded.any():
-        return MemoryLimit(zero, max_s, None)
+        return MemoryLimit(
+            zero, _layout(max_stages_fitting(base, stash, hbm_bytes, max_stages), ch), None
+        )
 
     def max_s_at(d: int) -> np.ndarray:  # where d enters the DP's memory test
         return _layout(max_stages_fitting(base + sharded / d, stash, hbm_bytes, max_stages), ch)
 
-    return MemoryLimit(zero, max_s_at(1), max_s_at)
+    return MemoryLimit(zero, None, max_s_at)
 
 
 def _largest(params: np.ndarray, in_stage: np.ndarray) -> np.ndarray:

@@ -47,6 +47,7 @@ __all__ = ["SegmentCosts", "DpSolution", "DpTask", "candidate_degrees", "solve_m
 
 _INF = np.inf
 _BLOCK = 1 << 18  # (candidate, degree) pairs priced at once in the final round
+_ROUND = 4  # degrees with their own memory tables solved as one batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,13 +174,18 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
     out: list[DpSolution | None] = [None] * len(tasks)
     for (i, _, _), sol in zip(parts, _solve_parts(parts), strict=True):
         out[i] = sol
-    for lb, i, d in sorted(items):
-        if lb > _rival(out, i, prune):
-            continue
-        ds = np.array([d])
-        sol = _solve_parts([(i, _with_table(tasks[i], tasks[i].max_s_at(d), ds), ds)])[0]
-        if sol is not None and (out[i] is None or _key(sol) < _key(out[i])):
-            out[i] = sol
+    items.sort()
+    while items:
+        # each round solves, as one batch, the degrees whose bound can still win
+        todo = [it for it in items if it[0] <= _rival(out, it[1], prune)]
+        items = todo[_ROUND:]
+        parts = [
+            (i, _with_table(tasks[i], tasks[i].max_s_at(d), np.array([d])), np.array([d]))
+            for _, i, d in todo[:_ROUND]
+        ]
+        for (i, _, _), sol in zip(parts, _solve_parts(parts), strict=True):
+            if sol is not None and (out[i] is None or _key(sol) < _key(out[i])):
+                out[i] = sol
     return out
 
 

@@ -45,7 +45,11 @@ __all__ = ["Strategy", "parse_strategy", "megatron_chunks", "evaluate_fixed"]
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """A fixed parallel strategy; ``virtual_stages`` is Megatron's interleaving ``v``."""
+    """A fixed parallel strategy; ``virtual_stages`` is Megatron's interleaving ``v``.
+
+    ``unset`` names the fields the user left open (:func:`parse_strategy`); they hold
+    placeholders until :func:`placement.partial.evaluate_partial` chooses them.
+    """
 
     tp: int
     pp: int
@@ -55,6 +59,7 @@ class Strategy:
     recompute: RecomputeMode = "none"
     sequence_parallel: bool = False
     zero: int = 0
+    unset: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         problems = [
@@ -68,6 +73,8 @@ class Strategy:
             )
         if self.zero not in ZERO_STAGES or isinstance(self.zero, bool):
             problems.append(f"strategy: zero = {self.zero!r} must be 0, 1, 2 or 3")
+        if not self.unset <= _FIELDS:
+            problems.append(f"strategy: unset = {sorted(self.unset)} must name its fields")
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -85,10 +92,12 @@ _KEYS = {
     "sp": "sequence_parallel",
     "zero": "zero",
 }
+_FIELDS = frozenset(_KEYS.values())
 
 
 def parse_strategy(text: str) -> Strategy:
-    """Parse ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1"`` (t, p, d required).
+    """Parse ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1"``; any key may be left
+    out (``Strategy.unset`` names those; ``evaluate_partial`` chooses them).
 
     Examples
     --------
@@ -121,12 +130,9 @@ def parse_strategy(text: str) -> Strategy:
             fields[name] = int(value)
         else:
             problems.append(f"strategy: {key} = {value!r} must be a positive integer")
-    absent = [k for k, name in (("t", "tp"), ("p", "pp"), ("d", "dp")) if name not in fields]
-    if absent:
-        problems.append(f"strategy: {', '.join(absent)} must be given (e.g. t=8,p=8,d=1)")
     if problems:
         raise ConfigError("; ".join(problems))
-    return Strategy(**fields)
+    return Strategy(**{"tp": 1, "pp": 1, "dp": 1, **fields}, unset=_FIELDS - set(fields))
 
 
 def megatron_chunks(graph: StageGraph, chunks: int) -> tuple[tuple[int, ...], ...]:

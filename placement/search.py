@@ -120,7 +120,7 @@ def _prepare(
     for limit in limits:
         tail = tail_fn(problem, graph.tp, limit.zero, m)
         task = DpTask(
-            replace(costs, max_s=limit.max_s),
+            costs if limit.max_s is None else replace(costs, max_s=limit.max_s),
             t=graph.tp,
             max_stages=s_max,
             max_devices=devices,
@@ -159,17 +159,16 @@ def _time_bound(
     )
     params = float(sum(x.parameters for x in graph.layers))
 
+    stages = np.arange(1, s_max + 1)[None, :]
+    load = np.maximum(total / stages, largest)
+
     def bound(ds: np.ndarray) -> np.ndarray:
-        out = np.full(ds.size, np.inf)
-        for j, d in enumerate(ds.tolist()):
-            per = devices // d
-            s_hi = min(s_max, per if per <= n_one else n_one + (per - n_one) // t)
-            need = params * (replicated + sharded / d) / problem.hbm_bytes
-            s = np.arange(max(1, math.ceil(need)), s_hi + 1)
-            if s.size:
-                load = np.maximum(total / s, largest)
-                out[j] = (load * (m // d + s - 1)).min()
-        return out + tail(ds, np.full(ds.size, first_params))
+        per = (devices // ds)[:, None]
+        s_hi = np.minimum(s_max, np.where(per <= n_one, per, n_one + (per - n_one) // t))
+        s_lo = np.ceil(params * (replicated + sharded / ds[:, None]) / problem.hbm_bytes)
+        ok = (stages >= s_lo) & (stages <= s_hi)
+        pipeline = np.where(ok, load * ((m // ds)[:, None] + stages - 1), np.inf).min(axis=1)
+        return pipeline + tail(ds, np.full(ds.size, first_params))
 
     return bound
 

@@ -162,6 +162,7 @@ def evaluate(
             "total_bytes": pl.memory_breakdown.total_bytes,
         },
         "placement": json.loads(placement_summary(pl)),
+        "strategy_defaults": ev.defaults,
     }
     if as_json:
         echo_json(doc)
@@ -195,6 +196,8 @@ def evaluate(
         ],
     ]
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
+    if ev.defaults:
+        click.echo(f"strategy defaults used (not given): {ev.defaults}")
     click.echo("")
     click.echo(_breakdown_table(pl))
     stage_rows = [
