@@ -153,9 +153,9 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
 
     Batching the grids of all tensor-parallel widths into one array makes each of the ``s``
     steps one set of numpy calls for all of them. A task whose memory depends on ``d`` runs
-    once per degree with that degree's memory table, degrees of all tasks in order of their
-    lower bounds (:attr:`DpTask.bound`), skipping a degree whose bound exceeds the task's
-    best so far; with ``prune``, the best of all tasks so far (then only the overall best is
+    once per memory table (the degrees sharing it together), degrees of all tasks in order
+    of their lower bounds (:attr:`DpTask.bound`), skipping a degree whose bound exceeds the
+    task's best so far; with ``prune``, the best of all tasks so far (then only the overall best is
     exact: a task may get None or a slower solution). Ties go to the smaller ``d``, then
     fewer stages.
     """
@@ -175,14 +175,28 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
     for (i, _, _), sol in zip(parts, _solve_parts(parts), strict=True):
         out[i] = sol
     items.sort()
+    tables: dict[tuple[int, int], np.ndarray] = {}
+
+    def table(i: int, d: int) -> np.ndarray:
+        if (i, d) not in tables:
+            tables[i, d] = tasks[i].max_s_at(d)
+        return tables[i, d]
+
     while items:
-        # each round solves, as one batch, the degrees whose bound can still win
+        # each round solves, as one batch, the degrees whose bound can still win; degrees of
+        # one task sharing a memory table share one DP
         todo = [it for it in items if it[0] <= _rival(out, it[1], prune)]
-        items = todo[_ROUND:]
-        parts = [
-            (i, _with_table(tasks[i], tasks[i].max_s_at(d), np.array([d])), np.array([d]))
-            for _, i, d in todo[:_ROUND]
-        ]
+        parts, taken = [], set()
+        for _, i, d in todo:
+            if len(parts) == _ROUND:
+                break
+            if (i, d) in taken:
+                continue
+            same = [e for _, j, e in todo if j == i and (j, e) not in taken]
+            ds = np.array(sorted(e for e in same if np.array_equal(table(i, e), table(i, d))))
+            taken.update((i, int(e)) for e in ds)
+            parts.append((i, _with_table(tasks[i], table(i, d), ds), ds))
+        items = [it for it in todo if (it[1], it[2]) not in taken]
         for (i, _, _), sol in zip(parts, _solve_parts(parts), strict=True):
             if sol is not None and (out[i] is None or _key(sol) < _key(out[i])):
                 out[i] = sol
