@@ -1,7 +1,8 @@
 """Placement speed on the GPT-3 175B layer graph at 1024 devices, all four TP widths.
 
 Prints the chain fast path's and the general downset DP's times for one placement (the
-whole search over t in {1, 2, 4, 8}) and checks that both give the same answer. The graph
+whole search over t in {1, 2, 4, 8}) and checks that both give the same answer; then the
+chain path's time when the search also chooses the ZeRO stage (memory depending on d). The graph
 is synthesised from closed forms (placement.synthetic). The README's Speed table states the
 target and the figures measured.
 
@@ -23,13 +24,15 @@ _FLOPS_PER_S = 0.5 * 312e12
 _HBM_BYTES = 80e9  # A100-80GB
 
 
-def problem() -> PlacementProblem:
+def problem(zero_stages: tuple[int, ...] = (0,)) -> PlacementProblem:
     cluster = Cluster(devices=1024, devices_per_node=8)
     graphs = tuple(
         gpt_stage_graph(GPT3_175B, t, cluster, flops_per_s=_FLOPS_PER_S, recompute="full")
         for t in (1, 2, 4, 8)
     )
-    return PlacementProblem(graphs, cluster, hbm_bytes=_HBM_BYTES, global_batch=1536)
+    return PlacementProblem(
+        graphs, cluster, hbm_bytes=_HBM_BYTES, global_batch=1536, zero_stages=zero_stages
+    )
 
 
 def _time(fn, repeat: int) -> tuple[float, object]:
@@ -51,6 +54,8 @@ def main() -> None:
     t_dag, full = _time(lambda: place(prob, method="dag"), max(1, args.repeat // 10))
     grid, row = np.random.default_rng(0).random((99, 99)), np.zeros(99)
     t_op, _ = _time(lambda: np.maximum(grid, row), 200)
+    sharded = problem((0, 1, 2, 3))
+    t_zero, zero = _time(lambda: place(sharded, method="chain"), args.repeat)
     print(f"GPT-3 175B: {n} layers, {prob.cluster.devices} devices, t in (1, 2, 4, 8)")
     print(f"machine load gauge: np.maximum on 99x99 takes {t_op * 1e6:.1f} us")
     print(f"chain fast path : {t_chain * 1e3:8.1f} ms per placement (best of {args.repeat})")
@@ -66,6 +71,10 @@ def main() -> None:
     print(
         f"paths agree on t, p, d and stages: {same}; time per batch differs by {rel:.1e} "
         "(summation order: prefix sums vs matrix products)"
+    )
+    print(
+        f"chain, ZeRO 0-3 : {t_zero * 1e3:8.1f} ms per placement; best: t={zero.tp} "
+        f"p={zero.pp} d={zero.dp} zero={zero.zero} time/batch {zero.time_per_batch_s:.3f} s"
     )
 
 

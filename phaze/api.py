@@ -106,17 +106,24 @@ def evaluate(
     scoring: ScoringParams | None = None,
     framework: str = DEFAULT_FRAMEWORK,
     device: DeviceProfile | None = None,
+    state_bytes_per_parameter: int | None = None,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
-    (a :class:`placement.Strategy` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``),
-    under the ``framework`` overlap profile (:func:`workloads.framework_names`); ``device``
-    overrides the sustained rates of the accelerator's preset (:mod:`arch_space.perf.device`).
+    (a :class:`placement.Strategy` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
+    keys left out are searched, see :mod:`placement.partial`), under the ``framework``
+    overlap profile (:func:`workloads.framework_names`); ``device`` overrides the sustained
+    rates of the accelerator's preset (:mod:`arch_space.perf.device`).
+    ``state_bytes_per_parameter`` overrides weights + gradients + optimizer state per
+    parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer).
     """
     if isinstance(strategy, str):
         strategy = parse_strategy(strategy)
-    if strategy is not None:
-        micro_batch, recompute = strategy.micro_batch, strategy.recompute
-        sequence_parallel = strategy.sequence_parallel
+    if strategy is not None:  # what it leaves open keeps the arguments' values
+        open_ = strategy.unset
+        micro_batch = micro_batch if "micro_batch" in open_ else strategy.micro_batch
+        recompute = recompute if "recompute" in open_ else strategy.recompute
+        if "sequence_parallel" not in open_:
+            sequence_parallel = strategy.sequence_parallel
     ctx = Context(
         cluster=cluster,
         seq_len=seq_len,
@@ -127,6 +134,7 @@ def evaluate(
         scoring=scoring or ScoringParams(),
         framework=framework,
         device=device,
+        state_bytes_per_parameter=state_bytes_per_parameter,
     )
     model = resolve_model(workload)
     return _evaluate(

@@ -29,15 +29,18 @@ from placement import (
     PlacementProblem,
     StageGraph,
     Strategy,
-    evaluate_fixed,
     place,
 )
 from placement.adapt import stage_graph
 from placement.iteration import EnergyRates, iteration_energy
+from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
+    LayerGraph,
+    LayerKind,
     Model,
     Recompute,
     TrainingSetup,
+    block_activation_bytes,
     build_layer_graph,
     model_flops_per_sequence,
     valid_tp_widths,
@@ -78,6 +81,12 @@ class Context:
     does, since TP across nodes pays inter-node links on every layer). ``framework`` names
     the overlap profile (:mod:`workloads.framework`); ``device`` overrides the sustained
     rates of the designs' preset (:mod:`arch_space.perf.device`; used to fit them).
+    ``zero_stages`` are the ZeRO stages the placement search may choose from,
+    ``zero_fallback`` those it tries when none of them fits (stages 2 and 3 add collectives
+    per micro-batch, so at equal layout they never beat stage 1; searching them only when
+    needed keeps sweeps fast; give ``zero_stages=(0, 1, 2, 3)`` for the exact optimum over
+    all four); ``state_bytes_per_parameter`` overrides the training state per parameter
+    (e.g. 20 for DeepSpeed's BF16 optimizer).
     """
 
     cluster: Cluster
@@ -85,6 +94,9 @@ class Context:
     global_batch: int = 512
     sequence_parallel: bool = True
     max_tp: int | None = None
+    zero_stages: tuple[int, ...] = (0, 1)
+    zero_fallback: tuple[int, ...] = (2, 3)
+    state_bytes_per_parameter: int | None = None
     tokens_to_train: int | None = None
     solver: SolverSettings = dataclasses.field(default_factory=SolverSettings)
     scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
@@ -105,6 +117,7 @@ class Evaluation:
     score: Score | None
     reason: str = ""
     pass_timings: tuple[PassTiming, ...] = ()
+    defaults: str = ""  # the fields a partial strategy left open and what they became
 
     @property
     def feasible(self) -> bool:
@@ -131,6 +144,7 @@ def _setup(model: Model, ctx: Context, knobs: Knobs) -> TrainingSetup:
         sequence_parallel=ctx.sequence_parallel,
         tokens_to_train=ctx.tokens_to_train,
         framework=ctx.framework,
+        state_bytes_per_parameter=ctx.state_bytes_per_parameter,
     )
 
 
@@ -190,6 +204,7 @@ def _variant(
             cid: lt.forward.comm_exposed_s + lt.backward.comm_exposed_s
             for cid, lt in timings.items()
         },
+        workspace_bytes=_workspace_bytes(model, setup, lg),
     )
     parts = [0.0, 0.0, 0.0]
     for layer in lg.layers:
@@ -237,7 +252,24 @@ def _problem(
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
         p2p_overlap=framework_profile(setup.framework).p2p_overlap,
         dp_overlap=framework_profile(setup.framework).dp_overlap,
+        zero_stages=ctx.zero_stages,
+        optimizer_bytes_per_parameter=float(setup.optimizer_bytes_per_parameter),
     )
+
+
+def _workspace_bytes(model: Model, setup: TrainingSetup, lg: LayerGraph) -> dict[str, float]:
+    """What a block rebuilds for its backward pass beyond its stash under recompute: the
+    activations it would have stashed without recompute, live while it runs backward."""
+    if setup.recompute is Recompute.NONE:
+        return {}
+    whole = block_activation_bytes(
+        model, dataclasses.replace(setup, recompute=Recompute.NONE), lg.tp
+    )
+    return {
+        x.class_id: float(whole - x.activation_bytes)
+        for x in lg.layers
+        if x.kind is LayerKind.BLOCK
+    }
 
 
 @lru_cache(maxsize=1024)
@@ -251,6 +283,7 @@ def _memory_graph(model: Model, setup: TrainingSetup, tp: int) -> StageGraph:
         micro_batch=setup.micro_batch,
         recompute=str(setup.recompute),
         sequence_parallel=setup.sequence_parallel,
+        workspace_bytes=_workspace_bytes(model, setup, lg),
     )
 
 
@@ -358,17 +391,22 @@ def evaluate(
         raise ConfigError(
             f"micro_batch = {knobs.micro_batch} must divide global_batch = {ctx.global_batch}"
         )
-    widths = (strategy.tp,) if strategy else tp_widths(model, ctx)
+    fixed_tp = strategy is not None and "tp" not in strategy.unset
+    widths = (strategy.tp,) if fixed_tp else tp_widths(model, ctx)
     if not widths:
         return Evaluation(
             workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
         )
     hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
     timing_acc = timing_design(acc)
+    defaults = ""
     if strategy is None:
         # Only widths with a placement that fits the HBM can win; memory does not depend on
         # layer times, so this needs no layer schedule (the costly step).
         fitting = tuple(t for t in widths if _fits(model, setup, t, hbm, ctx))
+        if not fitting and ctx.zero_fallback:  # only the wider sharding may fit
+            ctx = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
+            fitting = tuple(t for t in widths if _fits(model, setup, t, hbm, ctx))
         if not fitting:
             return Evaluation(
                 workload, acc, knobs, None, None, _why_not(model, setup, widths, hbm, ctx)
@@ -378,15 +416,30 @@ def evaluate(
         except Infeasible as e:
             return Evaluation(workload, acc, knobs, None, None, e.reason)
     else:
+        # left open, sequence parallelism is what the search uses: on when t > 1
+        open_sp = "sequence_parallel" in strategy.unset
         variants = {
-            t: _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver, ctx.device)
+            t: _variant(
+                model,
+                dataclasses.replace(setup, sequence_parallel=ctx.sequence_parallel and t > 1)
+                if open_sp
+                else setup,
+                t,
+                timing_acc,
+                ctx.cluster,
+                ctx.solver,
+                ctx.device,
+            )
             for t in widths
         }
         problem = _problem(tuple(v.graph for v in variants.values()), hbm, ctx, setup)
         try:
-            placement = evaluate_fixed(problem, strategy)
+            placement, chosen = evaluate_partial(
+                problem, strategy, sequence_parallel=ctx.sequence_parallel
+            )
         except Infeasible as e:
             return Evaluation(workload, acc, knobs, None, None, e.reason)
+        defaults = describe_defaults(chosen)
     energy = iteration_energy(
         placement,
         _energy_rates(variants[placement.tp], acc, model, ctx.scoring.host_w_per_node),
@@ -408,5 +461,11 @@ def evaluate(
         params=ctx.scoring,
     )
     return Evaluation(
-        workload, acc, knobs, placement, score, pass_timings=variants[placement.tp].passes
+        workload,
+        acc,
+        knobs,
+        placement,
+        score,
+        pass_timings=variants[placement.tp].passes,
+        defaults=defaults,
     )

@@ -29,9 +29,11 @@ import numpy as np
 
 from placement.downsets import downset_pairs
 from placement.dp import SegmentCosts
+from placement.iteration import zero_state
 
 __all__ = [
     "LayerArrays",
+    "MemoryLimit",
     "StageFigures",
     "phaze_costs",
     "reference_costs",
@@ -68,7 +70,7 @@ class LayerArrays:
 @dataclass(frozen=True, slots=True)
 class StageFigures:
     """Report-only figures per pair: compute and receive time, memory base (without sharded
-    state) and per-stash, recompute time and parameters."""
+    state) and per-stash, recompute time, workspace and the largest layer's parameters."""
 
     compute: np.ndarray
     p2p: np.ndarray
@@ -77,6 +79,7 @@ class StageFigures:
     in_stage: np.ndarray | None
     recompute: np.ndarray
     workspace: np.ndarray
+    largest: np.ndarray
 
 
 def max_stages_fitting(base: np.ndarray, stash: np.ndarray, limit: float, cap: int) -> np.ndarray:
@@ -164,7 +167,6 @@ def _segments(
     n_one = int((~la.tp).sum())
     if ch is not None:
         size = ch.n + 1
-        ms = _layout(max_s, ch)
         outer, inner = _grid_states(size)
         return SegmentCosts(
             n_states=size,
@@ -174,7 +176,7 @@ def _segments(
             dense=True,
             load_last=np.where(ch.valid, load_last, np.inf).ravel(),
             load_mid=np.where(ch.valid, load_mid, np.inf).ravel(),
-            max_s=ms,
+            max_s=max_s,
             one=one.ravel(),
             params=params.ravel(),
             n_one_layers=n_one,
@@ -233,16 +235,18 @@ def phaze_costs(
     hbm_bytes: float,
     state_bytes_per_parameter: float,
     max_stages: int,
-    sharded_state_bytes_per_parameter: float = 0.0,
+    zero_stages: tuple[int, ...] = (0,),
+    optimizer_bytes_per_parameter: float = 12.0,
     p2p_overlap: bool = False,
-) -> tuple[SegmentCosts, StageFigures, Callable[[int], np.ndarray] | None]:
-    """Stage figures under Phaze's model (see the module docstring), and the stages' memory
-    limits as a function of the data-parallel degree ``d`` when memory depends on it (None
-    otherwise; ``costs.max_s`` is then that of every ``d``). With ``p2p_overlap`` a stage's
-    boundary transfers run beside its compute and only what exceeds it is exposed.
+) -> tuple[SegmentCosts, StageFigures, tuple[MemoryLimit, ...]]:
+    """Stage figures under Phaze's model (see the module docstring), and per ZeRO stage of
+    ``zero_stages`` the stages' memory limits (``costs.max_s`` is that of the first, or all
+    zeros when it depends on ``d``). With ``p2p_overlap`` a stage's boundary transfers run
+    beside its compute and only what exceeds it is exposed.
 
     Memory at position ``s`` with ``d`` replicas is
-    ``base + sharded / d + (s - 1) * stash`` (:func:`placement.iteration.stage_memory`).
+    ``base + sharded / d + (s - 1) * stash`` (:func:`placement.iteration.stage_memory`), the
+    base holding the replicated state and, under ZeRO stage 3, the largest layer gathered.
     """
     ch, pairs = _geometry(la, chain)
     work = la.fwd + la.bwd + la.rec
@@ -271,11 +275,34 @@ def phaze_costs(
     if p2p_overlap:
         p2p = np.maximum(p2p - compute, 0.0)  # the exposed part
     load = compute + p2p
-    base = params * state_bytes_per_parameter + stash + workspace
-    sharded = params * sharded_state_bytes_per_parameter
-    max_s = max_stages_fitting(base, stash, hbm_bytes, max_stages)
+    largest = _chain_max(la.params, ch) if ch is not None else _largest(la.params, in_stage)
+    limits = tuple(
+        _limit(
+            params,
+            stash,
+            workspace,
+            largest,
+            ch,
+            hbm_bytes,
+            max_stages,
+            (state_bytes_per_parameter, optimizer_bytes_per_parameter),
+            z,
+        )
+        for z in zero_stages
+    )
     one = tp_count == 0
-    costs = _segments(la, ch, pairs, load, load, max_s, one, params)
+    first = limits[0].max_s
+    costs = _segments(
+        la,
+        ch,
+        pairs,
+        load,
+        load,
+        first if first is not None else _layout(np.zeros_like(load, dtype=np.int64), ch),
+        one,
+        params,
+    )
+    base = params * state_bytes_per_parameter + stash + workspace
     figures = StageFigures(
         compute=_flat(compute, ch),
         p2p=_flat(p2p, ch),
@@ -284,14 +311,39 @@ def phaze_costs(
         in_stage=in_stage,
         recompute=_flat(recompute, ch),
         workspace=_flat(workspace, ch),
+        largest=_flat(largest, ch),
     )
+    return costs, figures, limits
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLimit:
+    """One ZeRO stage's memory limits: ``max_s`` per pair when memory does not depend on the
+    data-parallel degree ``d``, else ``max_s_at(d)`` (and ``max_s`` None)."""
+
+    zero: int
+    max_s: np.ndarray | None
+    max_s_at: Callable[[int], np.ndarray] | None
+
+
+def _limit(params, stash, workspace, largest, ch, hbm_bytes, max_stages, state, zero):
+    replicated, sharded_bytes, gathered = zero_state(state[0], zero, state[1])
+    base = params * replicated + stash + workspace + largest * gathered
+    sharded = params * sharded_bytes
     if not sharded.any():
-        return costs, figures, None
+        return MemoryLimit(
+            zero, _layout(max_stages_fitting(base, stash, hbm_bytes, max_stages), ch), None
+        )
 
     def max_s_at(d: int) -> np.ndarray:  # where d enters the DP's memory test
         return _layout(max_stages_fitting(base + sharded / d, stash, hbm_bytes, max_stages), ch)
 
-    return costs, figures, max_s_at
+    return MemoryLimit(zero, None, max_s_at)
+
+
+def _largest(params: np.ndarray, in_stage: np.ndarray) -> np.ndarray:
+    """The most parameters of one layer in each pair's stage."""
+    return np.where(in_stage, params[None, :], 0.0).max(axis=1, initial=0.0)
 
 
 def _flat(x: np.ndarray, ch: _Chain | None) -> np.ndarray:
@@ -348,7 +400,7 @@ def reference_costs(
     load_last = fw + bw
     load_mid = fw + combined if recompute else load_last
     one = tp_count == 0
-    costs = _segments(la, ch, pairs, load_last, load_mid, max_s, one, params)
+    costs = _segments(la, ch, pairs, load_last, load_mid, _layout(max_s, ch), one, params)
     figures = StageFigures(
         compute=_flat(load_last, ch),
         p2p=_flat(np.zeros_like(load_last), ch),
@@ -357,6 +409,7 @@ def reference_costs(
         in_stage=in_stage,
         recompute=_flat(np.zeros_like(load_last), ch),
         workspace=_flat(np.zeros_like(load_last), ch),
+        largest=_flat(np.zeros_like(load_last), ch),
     )
     return costs, figures
 

@@ -11,21 +11,22 @@ number of non-tensor-parallel layers otherwise.
 The DP iterates over ``s``: ``dp_s = min over stages (D \\ D') of max(load, dp_(s-1)[D'])``,
 one vectorised numpy step over all candidate stages. The final round places the first stage
 (whose parameters set the exposed data-parallel all-reduce) and, for the data-parallel
-degrees ``d`` that can win, prices ``L * (ceil(m/d) + s - 1) + tail(d, P_first)`` (the
-all-reduce and the optimizer step, see :class:`DpTask`).
+degrees ``d`` that can win (those dividing the ``m`` micro-batches in Phaze's model), prices
+``L * (ceil(m/d) + s - 1) + tail(d, P_first)`` (the data-parallel collectives and the
+optimizer step, see :class:`DpTask`).
 
-Memory may depend on ``d`` (state sharded over the replicas): then the degrees split into
-ranges sharing one memory table, and the DP runs once per range, each final round pricing
-only its own degrees. With memory independent of ``d`` there is one range.
+Memory may depend on ``d`` (state sharded over the replicas): then the DP runs once per
+degree with that degree's memory table, in order of a lower bound on each degree's time,
+skipping the degrees that cannot beat the best found (:func:`solve_many`).
 
 Notes
 -----
 Work is O(S * pairs * c) for a general DAG (pairs = nested downset pairs) and
 O(S * n * W * c) for a chain, ``W`` being the most layers a stage can hold in memory;
-``S <= min(layers, devices)``, per memory range. The final round keeps, per (s, c), only
+``S <= min(layers, devices / d)``, per memory table. The final round keeps, per (s, c), only
 first stages whose load beats every first stage with fewer parameters, then tries the
-``O(sqrt(m))`` degrees that can win (:func:`candidate_degrees`), never every degree up to the
-device count.
+``O(sqrt(m))`` degrees that can win (:func:`candidate_degrees`), never every degree up to
+the device count.
 
 References
 ----------
@@ -46,6 +47,7 @@ __all__ = ["SegmentCosts", "DpSolution", "DpTask", "candidate_degrees", "solve_m
 
 _INF = np.inf
 _BLOCK = 1 << 18  # (candidate, degree) pairs priced at once in the final round
+_ROUND = 4  # degrees with their own memory tables solved as one batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,16 +120,16 @@ class DpTask:
     """One graph's DP: its stages, tensor-parallel width and batch/device figures.
 
     ``tail(d, params)`` is the exposed time after the pipeline (the data-parallel
-    all-reduce and the optimizer step) for arrays of degrees and first-stage parameters; it
-    must not decrease with ``params`` (the final round keeps only record-low loads), and must
-    be monotone in ``d`` (rising, e.g. a ring all-reduce, or falling, e.g. an optimizer step
-    on a ``1/d`` shard; any ``a + b / d``) between consecutive ``tail_breaks`` (degrees where
-    it may jump, e.g. where the ring starts to cross nodes), so that of the degrees with the
-    same micro-batches per pipeline only the ends of each run between breaks can win.
+    collectives and the optimizer step) for arrays of degrees and first-stage parameters; it
+    must not decrease with ``params`` (the final round keeps only record-low loads). With
+    ``whole_batches`` only degrees dividing the micro-batches are allowed and the tail may be
+    any function of ``d``; without, any degree is (``ceil(m / d)`` micro-batches per
+    pipeline) and the tail must not decrease with ``d`` (:func:`candidate_degrees`).
 
     Memory may depend on ``d``: ``max_s_at(d)`` gives the ``max_s`` array of ``costs`` for
     degree ``d`` and must not decrease with ``d`` (more replicas never need more memory per
-    device). None means ``costs.max_s`` holds for every ``d``.
+    device). None means ``costs.max_s`` holds for every ``d``. ``bound(ds)`` is then a lower
+    bound on the best time at each degree of ``ds`` (None: 0), to skip degrees that cannot win.
     """
 
     costs: SegmentCosts
@@ -136,8 +138,9 @@ class DpTask:
     max_devices: int
     micro_batches: int
     tail: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    tail_breaks: tuple[int, ...] = ()
     max_s_at: Callable[[int], np.ndarray] | None = None
+    whole_batches: bool = True
+    bound: Callable[[np.ndarray], np.ndarray] | None = None
 
     @property
     def c1(self) -> int:
@@ -145,20 +148,83 @@ class DpTask:
         return min(self.costs.n_one_layers if self.t > 1 else 0, self.max_stages) + 1
 
 
-def solve_many(tasks: tuple[DpTask, ...]) -> list[DpSolution | None]:
+def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolution | None]:
     """Solve several graphs; chains of equal length run through one batched DP.
 
     Batching the grids of all tensor-parallel widths into one array makes each of the ``s``
     steps one set of numpy calls for all of them. A task whose memory depends on ``d`` runs
-    once per range of degrees sharing one memory table. Ties go to the smaller ``d``, then
+    once per memory table (the degrees sharing it together), degrees of all tasks in order
+    of their lower bounds (:attr:`DpTask.bound`), skipping a degree whose bound exceeds the
+    task's best so far; with ``prune``, the best of all tasks so far (then only the overall best is
+    exact: a task may get None or a slower solution). Ties go to the smaller ``d``, then
     fewer stages.
     """
     parts: list[tuple[int, DpTask, np.ndarray]] = []
+    items: list[tuple[float, int, int]] = []  # (bound, task, degree) of d-dependent memory
     for i, task in enumerate(tasks):
-        for lo, hi, max_s in _memory_ranges(task):
-            costs = task.costs if max_s is task.costs.max_s else replace(task.costs, max_s=max_s)
-            ds = candidate_degrees(task.micro_batches, lo, hi, task.tail_breaks)
-            parts.append((i, replace(task, costs=costs), ds))
+        top = max(1, min(task.max_devices, task.micro_batches))
+        every = candidate_degrees(task.micro_batches, 1, top, whole=task.whole_batches)
+        if task.max_s_at is None:
+            parts.append((i, _with_table(task, task.costs.max_s, every), every))
+            continue
+        lbs = np.full(every.size, -_INF) if task.bound is None else task.bound(every)
+        items += [
+            (lb, i, d) for lb, d in zip(lbs.tolist(), every.tolist(), strict=True) if lb < _INF
+        ]
+    out: list[DpSolution | None] = [None] * len(tasks)
+    for (i, _, _), sol in zip(parts, _solve_parts(parts), strict=True):
+        out[i] = sol
+    items.sort()
+    tables: dict[tuple[int, int], np.ndarray] = {}
+
+    def table(i: int, d: int) -> np.ndarray:
+        if (i, d) not in tables:
+            tables[i, d] = tasks[i].max_s_at(d)
+        return tables[i, d]
+
+    while items:
+        # each round solves, as one batch, the degrees whose bound can still win; degrees of
+        # one task sharing a memory table share one DP
+        todo = [it for it in items if it[0] <= _rival(out, it[1], prune)]
+        parts, taken = [], set()
+        for _, i, d in todo:
+            if len(parts) == _ROUND:
+                break
+            if (i, d) in taken:
+                continue
+            same = [e for _, j, e in todo if j == i and (j, e) not in taken]
+            ds = np.array(sorted(e for e in same if np.array_equal(table(i, e), table(i, d))))
+            taken.update((i, int(e)) for e in ds)
+            parts.append((i, _with_table(tasks[i], table(i, d), ds), ds))
+        items = [it for it in todo if (it[1], it[2]) not in taken]
+        for (i, _, _), sol in zip(parts, _solve_parts(parts), strict=True):
+            if sol is not None and (out[i] is None or _key(sol) < _key(out[i])):
+                out[i] = sol
+    return out
+
+
+def _rival(out: list[DpSolution | None], i: int, prune: bool) -> float:
+    """The time a degree of task ``i`` must match: its task's best, or with ``prune`` the
+    best of all."""
+    return min(
+        (sol.time_s for sol in (out if prune else out[i : i + 1]) if sol is not None),
+        default=_INF,
+    )
+
+
+def _with_table(task: DpTask, max_s: np.ndarray, ds: np.ndarray) -> DpTask:
+    """``task`` with memory table ``max_s`` for degrees ``ds``, and no more stages than a
+    pipeline on ``max_devices / d`` devices can have (t each, but one for a stage without a
+    tensor-parallel layer)."""
+    costs = task.costs if max_s is task.costs.max_s else replace(task.costs, max_s=max_s)
+    per = task.max_devices // max(1, int(ds[0]))
+    one = task.costs.n_one_layers if task.t > 1 else per
+    s_max = min(task.max_stages, per if per <= one else one + (per - one) // task.t)
+    return replace(task, costs=costs, max_stages=max(1, s_max))
+
+
+def _solve_parts(parts: list[tuple[int, DpTask, np.ndarray]]) -> list[DpSolution | None]:
+    """Each part's best over its degrees; dense parts of one shape run as one batched DP."""
     sols: list[DpSolution | None] = [None] * len(parts)
     groups: dict[tuple[int, int], list[int]] = {}
     for j, (_, task, ds) in enumerate(parts):
@@ -170,57 +236,34 @@ def solve_many(tasks: tuple[DpTask, ...]) -> list[DpSolution | None]:
         solved = _dense_solve([parts[j][1] for j in idx], [parts[j][2] for j in idx])
         for j, sol in zip(idx, solved, strict=True):
             sols[j] = sol
-    out: list[DpSolution | None] = [None] * len(tasks)
-    for (i, _, _), sol in zip(parts, sols, strict=True):
-        if sol is not None and (out[i] is None or _key(sol) < _key(out[i])):
-            out[i] = sol
-    return out
+    return sols
 
 
 def _key(sol: DpSolution) -> tuple[float, int, int]:
     return sol.time_s, sol.d, sol.s
 
 
-def _memory_ranges(task: DpTask) -> list[tuple[int, int, np.ndarray]]:
-    """Ranges ``lo..hi`` of data-parallel degrees with one ``max_s`` table each.
+def candidate_degrees(m: int, lo: int, hi: int, *, whole: bool = True) -> np.ndarray:
+    """The data-parallel degrees in ``lo..hi`` the final round prices for ``m`` micro-batches.
 
-    ``max_s_at`` does not decrease with ``d``, so a range whose ends agree is uniform; others
-    are halved until they are.
-    """
-    top = max(1, min(task.max_devices, task.micro_batches))
-    if task.max_s_at is None:
-        return [(1, top, task.costs.max_s)]
-    at = task.max_s_at
-    out: list[tuple[int, int, np.ndarray]] = []
+    With ``whole`` (Phaze's model), the divisors of ``m``: frameworks (Megatron-LM among
+    them) require ``d * micro_batch`` to divide the global batch, so each pipeline runs
+    ``m / d`` micro-batches, and as every such degree is priced the tail may be any function
+    of ``d``. Otherwise (the reference format, which allows ``ceil(m / d)``), the first degree
+    of each class sharing ``ceil(m / d)``: the only ones that can win when the tail does not
+    decrease with ``d``. Either way at most about ``2 sqrt(m)`` degrees, whatever the devices.
 
-    def split(lo: int, hi: int, first: np.ndarray, last: np.ndarray) -> None:
-        if np.array_equal(first, last):
-            if out and np.array_equal(out[-1][2], first):
-                out[-1] = (out[-1][0], hi, first)
-            else:
-                out.append((lo, hi, first))
-            return
-        mid = (lo + hi) // 2
-        split(lo, mid, first, at(mid))
-        split(mid + 1, hi, at(mid + 1), last)
-
-    split(1, top, at(1), at(top))
-    return out
-
-
-def candidate_degrees(m: int, lo: int, hi: int, breaks: tuple[int, ...] = ()) -> np.ndarray:
-    """The degrees in ``lo..hi`` that can win when the tail is monotone in ``d`` between
-    breaks: the first degree of each class sharing the micro-batches per pipeline
-    ``ceil(m / d)`` (a rising tail), and the last degree of each run between breaks (a
-    falling tail: the pipeline term never rises with ``d`` either).
-
-    Every class starts at ``ceil(m / q)`` for some ``q <= isqrt(m) + 1`` or at a ``d`` that
-    small itself; so there are at most about ``2 sqrt(m)`` candidates, whatever the devices.
+    >>> candidate_degrees(12, 2, 8).tolist(), candidate_degrees(12, 2, 8, whole=False).tolist()
+    ([2, 3, 4, 6], [2, 3, 4, 6])
     """
     q = np.arange(1, math.isqrt(m) + 2, dtype=np.int64)
-    cuts = np.array(breaks, dtype=np.int64)
-    ds = np.concatenate(([lo, hi], q, -(-m // q), cuts, cuts - 1))
-    return np.unique(ds[(ds >= lo) & (ds <= hi)])
+    if whole:
+        q = q[m % q == 0]
+        ds = np.concatenate((q, m // q))
+    else:
+        ds = np.concatenate(([lo], q, -(-m // q)))
+    ds = np.unique(ds)
+    return ds[(ds >= lo) & (ds <= hi)]
 
 
 def _one(task: DpTask) -> np.ndarray:

@@ -31,14 +31,25 @@ from phaze.errors import ConfigError, Infeasible
 from placement import network as net
 from placement.iteration import assemble, stage_memory
 from placement.search import gib
-from placement.types import Placement, PlacementProblem, RecomputeMode, Stage, StageGraph
+from placement.types import (
+    ZERO_STAGES,
+    Placement,
+    PlacementProblem,
+    RecomputeMode,
+    Stage,
+    StageGraph,
+)
 
 __all__ = ["Strategy", "parse_strategy", "megatron_chunks", "evaluate_fixed"]
 
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """A fixed parallel strategy; ``virtual_stages`` is Megatron's interleaving ``v``."""
+    """A fixed parallel strategy; ``virtual_stages`` is Megatron's interleaving ``v``.
+
+    ``unset`` names the fields the user left open (:func:`parse_strategy`); they hold
+    placeholders until :func:`placement.partial.evaluate_partial` chooses them.
+    """
 
     tp: int
     pp: int
@@ -47,6 +58,8 @@ class Strategy:
     virtual_stages: int = 1
     recompute: RecomputeMode = "none"
     sequence_parallel: bool = False
+    zero: int = 0
+    unset: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         problems = [
@@ -58,6 +71,10 @@ class Strategy:
             problems.append(
                 f"strategy: recompute = {self.recompute!r} must be one of none, selective, full"
             )
+        if self.zero not in ZERO_STAGES or isinstance(self.zero, bool):
+            problems.append(f"strategy: zero = {self.zero!r} must be 0, 1, 2 or 3")
+        if not self.unset <= _FIELDS:
+            problems.append(f"strategy: unset = {sorted(self.unset)} must name its fields")
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -73,11 +90,14 @@ _KEYS = {
     "v": "virtual_stages",
     "recompute": "recompute",
     "sp": "sequence_parallel",
+    "zero": "zero",
 }
+_FIELDS = frozenset(_KEYS.values())
 
 
 def parse_strategy(text: str) -> Strategy:
-    """Parse ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on"`` (t, p, d required).
+    """Parse ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1"``; any key may be left
+    out (``Strategy.unset`` names those; ``evaluate_partial`` chooses them).
 
     Examples
     --------
@@ -110,12 +130,9 @@ def parse_strategy(text: str) -> Strategy:
             fields[name] = int(value)
         else:
             problems.append(f"strategy: {key} = {value!r} must be a positive integer")
-    absent = [k for k, name in (("t", "tp"), ("p", "pp"), ("d", "dp")) if name not in fields]
-    if absent:
-        problems.append(f"strategy: {', '.join(absent)} must be given (e.g. t=8,p=8,d=1)")
     if problems:
         raise ConfigError("; ".join(problems))
-    return Strategy(**fields)
+    return Strategy(**{"tp": 1, "pp": 1, "dp": 1, **fields}, unset=_FIELDS - set(fields))
 
 
 def megatron_chunks(graph: StageGraph, chunks: int) -> tuple[tuple[int, ...], ...]:
@@ -194,7 +211,12 @@ def evaluate_fixed(
             f"(got {len(parts)} groups)"
         )
     m = problem.global_batch // s.micro_batch
-    per_pipeline = -(-m // d)
+    if m % d:
+        raise ConfigError(
+            f"strategy: d * mbs = {d} * {s.micro_batch} must divide the global batch of "
+            f"{problem.global_batch} sequences (every replica runs whole micro-batches)"
+        )
+    per_pipeline = m // d
     used = d * sum(t if any(graph.layers[i].tensor_parallel for i in c) else 1 for c in parts) // v
     bw, lat = net.boundary_link(problem.cluster, used, t, graph.sequence_parallel)
     pos = {}
@@ -211,6 +233,9 @@ def evaluate_fixed(
             in_flight = min(2 * (p - r - 1) + (v - 1) * p + 1, per_pipeline * v) / v
         ws = [max((graph.layers[i].workspace_bytes for i in parts[c]), default=0.0) for c in mine]
         top = int(np.argmax(ws))
+        # one gathered layer at a time (ZeRO-3): the rank's largest, counted on one chunk
+        big = [max((graph.layers[i].parameters for i in parts[c]), default=0) for c in mine]
+        widest = int(np.argmax(big))
         for j, c in enumerate(mine):
             layers = [graph.layers[i] for i in parts[c]]
             compute = sum(x.fwd_s + x.bwd_s + x.recompute_s for x in layers)
@@ -224,6 +249,7 @@ def evaluate_fixed(
                 "stash_bytes": float(sum(x.stash_bytes for x in layers)),
                 "in_flight": float(in_flight),
                 "workspace_bytes": float(ws[j] if j == top else 0.0),
+                "largest_layer_parameters": float(big[j] if j == widest else 0.0),
             }
             devices = t if any(x.tensor_parallel for x in layers) else 1
             stages.append(
@@ -233,7 +259,7 @@ def evaluate_fixed(
                     load_s=compute + p2p,
                     compute_s=compute,
                     p2p_s=p2p,
-                    memory_bytes=stage_memory(problem, d=d, **memory).total_bytes,
+                    memory_bytes=stage_memory(problem, d=d, zero=s.zero, **memory).total_bytes,
                     device=r,
                     recompute_s=sum(x.recompute_s for x in layers),
                     tp_comm_s=sum(x.tp_comm_s for x in layers),
@@ -250,11 +276,12 @@ def evaluate_fixed(
         v=v,
         micro_batches=per_pipeline,
         first_stage_params=float(first_params),
+        zero=s.zero,
     )
     if check_memory and placement.memory_per_device_bytes > problem.hbm_bytes:
         raise Infeasible(
             f"needs {gib(placement.memory_per_device_bytes)} per device, has "
             f"{gib(problem.hbm_bytes)} (t={t}, p={p}, d={d}, mbs={s.micro_batch}, v={v}, "
-            f"recompute={s.recompute})"
+            f"recompute={s.recompute}, zero={s.zero})"
         )
     return placement

@@ -11,7 +11,7 @@ The time model (1F1B, interleaved with ``v`` chunks per device; Narayanan et al.
 §2.2): with ``L`` the bottleneck device's load per micro-batch and ``m'`` the micro-batches
 per pipeline,
 
-    iteration = L * (m' + (p - 1) / v) + dp_comm(d, P_1) + optimizer(P_1),
+    iteration = L * (m' + (p - 1) / v) + dp_comm(d, P_1, zero) + optimizer(P_1 / d if zero),
 
 ``P_1`` the parameters of pipeline rank 0 (in 1F1B it finishes its backward pass last, so
 its data-parallel all-reduce is the exposed one; the optimizer step follows it). The steady
@@ -23,12 +23,13 @@ gives; the layers report the time in which they run and no compute does (their s
 passes' collectives stay in ``recompute_s``).
 
 Memory per device: weights, gradients and optimizer state of the device's parameters, the
-activations of the micro-batches in flight and the largest backward workspace. State that is
-sharded over the ``d`` data-parallel replicas is divided by ``d`` here and nowhere else.
+activations of the micro-batches in flight and the largest backward workspace. Under ZeRO
+stage 1, 2 or 3 the optimizer state, then the gradients, then the weights are sharded over
+the ``d`` data-parallel replicas (:func:`zero_state`): divided by ``d`` here and nowhere
+else. The data-parallel collectives of each stage are :func:`dp_terms`.
 
-Where new effects go: a sharded optimizer sets ``sharded_state_bytes_per_parameter``
-and changes :func:`tail_fn` (reduce-scatter and all-gather; a step on a ``1/d`` shard may
-fall with ``d``, which the DP's choice of degrees allows).
+Where new effects go: collectives the layer schedule reports apart move from ``compute_s``
+to ``tp_comm_exposed_s``; energy by cause can price each time term at its own power.
 
 Energy (:func:`iteration_energy`) prices the time terms: op energies for the compute, static
 power while the devices compute, idle power over the rest of the iteration (bubble, exposed
@@ -53,18 +54,16 @@ __all__ = [
     "IterationEnergy",
     "EnergyRates",
     "state_split",
+    "zero_state",
     "stage_memory",
+    "dp_terms",
     "tail_fn",
     "exposed_reduction_parameters",
-    "tail_breaks",
     "assemble",
     "iteration_energy",
 ]
 
-# Of the state bytes per parameter: fp16 weights, then fp32 main gradients (Megatron-LM's
-# main_grad); the rest is optimizer state (fp32 master weights and moments).
-_WEIGHT_BYTES = 2.0
-_GRADIENT_BYTES = 4.0
+_WEIGHT_BYTES = 2.0  # of the state bytes per parameter: fp16/bf16 weights
 _BUCKET_PARAMETERS = 40e6
 _BUCKET_PARAMETERS_PER_D = 1e6
 
@@ -152,11 +151,37 @@ class EnergyRates:
     host_w_per_node: float = 0.0
 
 
-def state_split(state_bytes_per_parameter: float) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer state) bytes per parameter; they sum to the input."""
+def state_split(
+    state_bytes_per_parameter: float, optimizer_bytes_per_parameter: float = 12.0
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes per parameter; they sum to the input.
+
+    2-byte weights; the optimizer's own state (Adam: fp32 master weights and two moments,
+    12 B); the rest is gradients (4 B of fp32 main gradients in Megatron-LM; 6 B with
+    DeepSpeed's BF16 optimizer, which keeps bf16 gradients beside fp32 accumulators).
+    """
     weights = min(_WEIGHT_BYTES, state_bytes_per_parameter)
-    gradients = min(_GRADIENT_BYTES, state_bytes_per_parameter - weights)
-    return weights, gradients, state_bytes_per_parameter - weights - gradients
+    optimizer = min(optimizer_bytes_per_parameter, state_bytes_per_parameter - weights)
+    return weights, state_bytes_per_parameter - weights - optimizer, optimizer
+
+
+def zero_state(
+    state_bytes_per_parameter: float, zero: int, optimizer_bytes_per_parameter: float = 12.0
+) -> tuple[float, float, float]:
+    """(replicated, sharded, gathered) bytes per parameter under ZeRO stage ``zero``.
+
+    Stage 1 shards the optimizer state over the ``d`` replicas (Megatron-LM's distributed
+    optimizer), stage 2 also the gradients, stage 3 (FSDP's full shard) also the weights
+    (Rajbhandari et al., SC20, §5). Each replica holds ``replicated + sharded / d`` per
+    parameter; under stage 3 it also gathers whole layers: ``gathered`` per parameter of the
+    largest layer (the layer running and the next one prefetched; Zhao et al., VLDB 2023).
+    """
+    weights, gradients, optimizer = state_split(
+        state_bytes_per_parameter, optimizer_bytes_per_parameter
+    )
+    sharded = (0.0, optimizer, gradients + optimizer, state_bytes_per_parameter)[zero]
+    gathered = 2.0 * weights if zero == 3 else 0.0
+    return state_bytes_per_parameter - sharded, sharded, gathered
 
 
 def stage_memory(
@@ -167,70 +192,89 @@ def stage_memory(
     in_flight: float,
     workspace_bytes: float,
     d: int,
+    zero: int = 0,
+    largest_layer_parameters: float = 0.0,
 ) -> DeviceMemory:
     """Memory of one stage on each of its devices in a pipeline replicated ``d`` times.
 
-    Here ``d`` enters memory: the sharded state is split over the ``d`` replicas.
+    Here ``d`` enters memory: under ZeRO stage ``zero`` the sharded state is split over the
+    ``d`` replicas (:func:`zero_state`); stage 3's gathered layers count as workspace.
     """
-    weights, gradients, optimizer = state_split(problem.state_bytes_per_parameter)
-    sharded = parameters * problem.sharded_state_bytes_per_parameter / d
+    state, opt = problem.state_bytes_per_parameter, problem.optimizer_bytes_per_parameter
+    weights, gradients, optimizer = state_split(state, opt)
+    _, _, gathered = zero_state(state, zero, opt)
     return DeviceMemory(
-        weights_bytes=parameters * weights,
-        gradients_bytes=parameters * gradients,
-        optimizer_bytes=parameters * optimizer + sharded,
+        weights_bytes=parameters * weights / (d if zero >= 3 else 1),
+        gradients_bytes=parameters * gradients / (d if zero >= 2 else 1),
+        optimizer_bytes=parameters * optimizer / (d if zero >= 1 else 1),
         activations_bytes=in_flight * stash_bytes,
-        workspace_bytes=workspace_bytes,
+        workspace_bytes=workspace_bytes + gathered * largest_layer_parameters,
     )
 
 
 def exposed_reduction_parameters(problem: PlacementProblem, d, params):
-    """The parameters whose gradient all-reduce is exposed after the pipeline flush: all of
-    rank 0's, or with an overlapped reduction (``problem.dp_overlap``) only its last bucket,
-    the others having been reduced beside the backward pass. Megatron-LM buckets
-    ``max(40e6, 1e6 * d)`` parameters (megatron/core/distributed/distributed_data_parallel.py,
+    """The parameters whose gradient reduction is exposed: all of rank 0's, or with an
+    overlapped reduction (``problem.dp_overlap``) only its last bucket, the others having
+    been reduced beside the backward pass. Megatron-LM buckets ``max(40e6, 1e6 * d)``
+    parameters (megatron/core/distributed/distributed_data_parallel.py,
     ``ddp_config.bucket_size``). Never decreases with ``d`` or the parameters."""
     if not problem.dp_overlap:
         return params
     return np.minimum(params, np.maximum(_BUCKET_PARAMETERS, _BUCKET_PARAMETERS_PER_D * d))
 
 
-def tail_fn(problem: PlacementProblem, t: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """The exposed time after the pipeline flush for arrays of degrees ``d`` and rank 0's
-    parameters: the data-parallel ring all-reduce of the gradients
-    (:func:`exposed_reduction_parameters`), then the optimizer step.
+def dp_terms(
+    problem: PlacementProblem, t: int, zero: int, d: np.ndarray, params: np.ndarray, m: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(exposed data-parallel communication, optimizer step) seconds for arrays of degrees
+    ``d`` (each dividing the ``m`` micro-batches) and rank 0's ``params``.
 
-    Between ``d`` values where the ring's link changes (:func:`tail_breaks`) it does not
-    decrease with ``d``; it never decreases with the parameters.
+    Stage 0 all-reduces the gradients once (a ring, SC21); stage 1 reduce-scatters them and
+    all-gathers the updated weights (the same bytes on the ring, two latencies); stage 2
+    keeps only its shard of the gradients, so it reduce-scatters after each of the ``m / d``
+    micro-batches of a pipeline; stage 3 also all-gathers the weights before each forward
+    and each backward pass (Rajbhandari et al. §7; Zhao et al. §3). These per-micro-batch
+    collectives are counted exposed: an upper bound, as frameworks overlap part of them.
+    Where the framework overlaps the gradient reduction with the backward pass
+    (``problem.dp_overlap``), each gradient reduction (all-reduce or reduce-scatter) exposes
+    only its last bucket (:func:`exposed_reduction_parameters`); the weights' all-gathers
+    stay whole. With the optimizer state sharded (stage >= 1) each replica steps ``1/d`` of
+    it. Neither term decreases with ``params``.
     """
     cl = problem.cluster
     intra_bw, intra_lat = net.link(cl, inter_node=False)
     inter_bw, inter_lat = net.link(cl, inter_node=True)
-    gbytes = problem.gradient_bytes_per_parameter
-    per_parameter = problem.optimizer_s_per_parameter
+    inter = t * d > cl.devices_per_node
+    bw = np.where(inter, inter_bw, intra_bw)
+    lat = np.where(inter, inter_lat, intra_lat)
+    share = (d - 1) / d / bw
+    reduced = exposed_reduction_parameters(problem, d, params)
+    grads = lat + share * reduced * problem.gradient_bytes_per_parameter  # reduce-scatter
+    weights = lat + share * params * _WEIGHT_BYTES  # all-gather
+    per_pipeline = m // d
+    if zero == 0:
+        comm = lat + 2.0 * share * reduced * problem.gradient_bytes_per_parameter
+    elif zero == 1:
+        comm = grads + weights
+    elif zero == 2:
+        comm = per_pipeline * grads + weights
+    else:
+        comm = per_pipeline * (grads + 2.0 * weights)
+    step = params * problem.optimizer_s_per_parameter / (d if zero >= 1 else 1)
+    return np.where(d > 1, comm, 0.0), step
+
+
+def tail_fn(
+    problem: PlacementProblem, t: int, zero: int, m: int
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The exposed time after the pipeline flush for arrays of degrees ``d`` and rank 0's
+    parameters (:func:`dp_terms`); it never decreases with the parameters."""
 
     def tail(d: np.ndarray, params: np.ndarray) -> np.ndarray:
-        inter = t * d > cl.devices_per_node
-        bw = np.where(inter, inter_bw, intra_bw)
-        lat = np.where(inter, inter_lat, intra_lat)
-        reduced = exposed_reduction_parameters(problem, d, params)
-        ring = lat + 2.0 * (d - 1) / d * (reduced * gbytes) / bw
-        return np.where(d > 1, ring, 0.0) + params * per_parameter
+        comm, step = dp_terms(problem, t, zero, d, params, m)
+        return comm + step
 
     return tail
-
-
-def tail_breaks(cluster: Cluster, t: int) -> tuple[int, ...]:
-    """The smallest ``d`` whose data-parallel ring crosses nodes (where the tail may drop)."""
-    return (cluster.devices_per_node // t + 1,)
-
-
-def _dp_comm_s(problem: PlacementProblem, t: int, d: int, params: float) -> float:
-    if d <= 1:
-        return 0.0
-    reduced = float(exposed_reduction_parameters(problem, d, params))
-    return net.allreduce_s(
-        reduced * problem.gradient_bytes_per_parameter, d, net.dp_link(problem.cluster, t, d)
-    )
 
 
 def assemble(
@@ -242,6 +286,7 @@ def assemble(
     v: int,
     micro_batches: int,
     first_stage_params: float,
+    zero: int = 0,
 ) -> Placement:
     """A Placement from its stages: the one iteration model of searched and fixed layouts.
 
@@ -268,12 +313,16 @@ def assemble(
             in_flight=st.in_flight,
             workspace_bytes=st.workspace_bytes,
             d=d,
+            zero=zero,
+            largest_layer_parameters=st.largest_layer_parameters,
         )
     r = int(np.argmax(load))
     bottleneck = float(load[r])
     pipeline = bottleneck * (micro_batches + (p - 1) / v)
-    dp_comm = float(_dp_comm_s(problem, graph.tp, d, first_stage_params))
-    optimizer = first_stage_params * problem.optimizer_s_per_parameter
+    dp_comm_s, step_s = dp_terms(
+        problem, graph.tp, zero, np.array([d]), np.array([first_stage_params]), d * micro_batches
+    )
+    dp_comm, optimizer = float(dp_comm_s[0]), float(step_s[0])
     breakdown = IterationTime(
         compute_s=micro_batches * float(comp[r] - recomp[r] - tpc[r]),
         recompute_s=micro_batches * float(recomp[r]),
@@ -309,6 +358,7 @@ def assemble(
         breakdown=breakdown,
         memory_breakdown=fullest,
         optimizer_s=optimizer,
+        zero=zero,
     )
 
 
@@ -327,9 +377,13 @@ def iteration_energy(
     t, p, d = placement.tp, placement.pp, placement.dp
     inter = d * t > cluster.devices_per_node
     pj_per_bit = rates.inter_node_link_pj_per_bit if inter else rates.intra_node_link_pj_per_bit
-    # Ring all-reduce of fp16 gradients (2 B/parameter): each of the t*p*d devices sends
-    # 2 (d-1)/d of its shard's P/(t*p) gradients, 4 (d-1) P bytes in all.
-    allreduce_bytes = 2.0 * (d - 1) / d * d * 2.0 * rates.model_parameters
+    # Ring passes over 2-byte gradients or weights: each of the t*p*d devices sends (d-1)/d
+    # of its shard's P/(t*p) per pass, 2 (d-1) P bytes per pass in all. An all-reduce (stage
+    # 0) or a reduce-scatter and an all-gather (stage 1) are two passes; stage 2 reduce-
+    # scatters per micro-batch, stage 3 also gathers twice per micro-batch (:func:`dp_terms`).
+    m = placement.micro_batches
+    passes = (2, 2, m + 1, 3 * m)[placement.zero]
+    allreduce_bytes = passes * (d - 1) / d * d * 2.0 * rates.model_parameters
     # Activations forward and their gradients backward at each of the p - 1 stage boundaries,
     # sent by each of the t devices of a stage, for every micro-batch of the batch.
     p2p_bytes = 2.0 * (p - 1) * t * rates.boundary_bytes * micro_batches

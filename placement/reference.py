@@ -399,7 +399,9 @@ def solve_reference(
             recompute=ins.activation_recomputation,
             max_stages=s_max,
         )
-        task = DpTask(costs, width, s_max, ins.max_devices, ins.mbs_in_batch, allreduce)
+        task = DpTask(
+            costs, width, s_max, ins.max_devices, ins.mbs_in_batch, allreduce, whole_batches=False
+        )
         prepared.append((width, la, task, figures))
     sols = solve_many(tuple(task for _, _, task, _ in prepared))
     for (width, la, task, figures), sol in zip(prepared, sols, strict=True):

@@ -1,15 +1,15 @@
 """Search the best placement: every graph variant through the DP, the fastest wins.
 
 For each :class:`StageGraph` (a tensor-parallel width, micro-batch size and recompute
-mode) the DP of :mod:`placement.dp` finds the stages, devices per stage and data-parallel
-degree minimising
+mode) and each ZeRO stage the problem allows, the DP of :mod:`placement.dp` finds the
+stages, devices per stage and data-parallel degree ``d`` (dividing ``m``) minimising
 
-    time per batch = L * (ceil(m/d) + p - 1) + allreduce(d, first stage) + optimizer(first stage)
+    time per batch = L * (m/d + p - 1) + dp_comm(d, first stage) + optimizer(first stage)
 
 with ``L`` the largest stage load per micro-batch (including its boundary transfers), ``m``
 the micro-batches per iteration and ``p`` the stages: the iteration model of
 :mod:`placement.iteration` at ``v = 1``, which also prices the chosen placement. The optimizer
-step follows the all-reduce on every device (the first stage, which also holds the
+step follows the data-parallel collectives on every device (the first stage, which also holds the
 embedding, is taken as the slowest). Both tail terms grow with the first stage's parameters,
 which is what the DP's final round needs to stay exact. Chains take the fast path (intervals
 and prefix sums); other DAGs enumerate downsets. Both give the same optimum.
@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -28,7 +30,7 @@ from phaze.errors import ConfigError, Infeasible
 from placement import network as net
 from placement.costs import LayerArrays, StageFigures, phaze_costs, stage_layers
 from placement.dp import DpSolution, DpTask, SegmentCosts, solve_many
-from placement.iteration import assemble, stage_memory, tail_breaks, tail_fn
+from placement.iteration import assemble, stage_memory, tail_fn, zero_state
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
 __all__ = ["Method", "place", "layer_arrays", "gib"]
@@ -87,8 +89,9 @@ def _max_stages(problem: PlacementProblem, graph: StageGraph, devices: int) -> i
 
 def _prepare(
     problem: PlacementProblem, graph: StageGraph, method: Method, devices: int
-) -> tuple[DpTask, StageFigures]:
-    """The DP task of one graph on at most ``devices`` devices (which set the p2p link)."""
+) -> list[tuple[DpTask, StageFigures, int]]:
+    """The DP tasks of one graph on at most ``devices`` devices (which set the p2p link),
+    one per ZeRO stage the problem allows: (task, figures, stage)."""
     la = layer_arrays(graph)
     if method == "chain" and not la.is_chain:
         raise ConfigError(
@@ -98,7 +101,7 @@ def _prepare(
     chain = la.is_chain if method == "auto" else method == "chain"
     bw, lat = net.boundary_link(problem.cluster, devices, graph.tp, graph.sequence_parallel)
     s_max = _max_stages(problem, graph, devices)
-    costs, figures, max_s_at = phaze_costs(
+    costs, figures, limits = phaze_costs(
         la,
         chain=chain,
         p2p_bandwidth=bw,
@@ -106,20 +109,69 @@ def _prepare(
         hbm_bytes=problem.hbm_bytes,
         state_bytes_per_parameter=problem.state_bytes_per_parameter,
         max_stages=s_max,
-        sharded_state_bytes_per_parameter=problem.sharded_state_bytes_per_parameter,
+        zero_stages=problem.zero_stages,
+        optimizer_bytes_per_parameter=problem.optimizer_bytes_per_parameter,
         p2p_overlap=problem.p2p_overlap,
     )
-    task = DpTask(
-        costs,
-        t=graph.tp,
-        max_stages=s_max,
-        max_devices=devices,
-        micro_batches=problem.global_batch // graph.micro_batch,
-        tail=tail_fn(problem, graph.tp),
-        tail_breaks=tail_breaks(problem.cluster, graph.tp),
-        max_s_at=max_s_at,
+    m = problem.global_batch // graph.micro_batch
+    # the fewest parameters a first stage (the one holding the graph's sources) can have
+    firsts = (costs.outer == costs.full) & np.isfinite(costs.load_last)
+    first = float(costs.params[firsts].min(initial=np.inf)) if firsts.any() else 0.0
+    out = []
+    for limit in limits:
+        tail = tail_fn(problem, graph.tp, limit.zero, m)
+        task = DpTask(
+            costs if limit.max_s is None else replace(costs, max_s=limit.max_s),
+            t=graph.tp,
+            max_stages=s_max,
+            max_devices=devices,
+            micro_batches=m,
+            tail=tail,
+            max_s_at=limit.max_s_at,
+            bound=_time_bound(problem, graph, limit.zero, s_max, devices, tail, first),
+        )
+        out.append((task, figures, limit.zero))
+    return out
+
+
+def _time_bound(
+    problem: PlacementProblem,
+    graph: StageGraph,
+    zero: int,
+    s_max: int,
+    devices: int,
+    tail: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    first_params: float,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """A lower bound on the time of any placement of ``graph`` at each degree of ``ds``.
+
+    With ``s`` stages the bottleneck load is at least the layers' work over ``s`` and at
+    least the largest layer; ``s`` is at most what ``devices / d`` allows (a stage without a
+    tensor-parallel layer takes one device) and at least the stages whose memory holds
+    every parameter's state; the tail is at least that of the first stage with the fewest
+    parameters, ``first_params``.
+    """
+    work = [x.fwd_s + x.bwd_s + x.recompute_s for x in graph.layers]
+    total, largest = sum(work), max(work)
+    t, m = graph.tp, problem.global_batch // graph.micro_batch
+    n_one = sum(not x.tensor_parallel for x in graph.layers) if t > 1 else 0
+    replicated, sharded, _ = zero_state(
+        problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
     )
-    return task, figures
+    params = float(sum(x.parameters for x in graph.layers))
+
+    stages = np.arange(1, s_max + 1)[None, :]
+    load = np.maximum(total / stages, largest)
+
+    def bound(ds: np.ndarray) -> np.ndarray:
+        per = (devices // ds)[:, None]
+        s_hi = np.minimum(s_max, np.where(per <= n_one, per, n_one + (per - n_one) // t))
+        s_lo = np.ceil(params * (replicated + sharded / ds[:, None]) / problem.hbm_bytes)
+        ok = (stages >= s_lo) & (stages <= s_hi)
+        pipeline = np.where(ok, load * ((m // ds)[:, None] + stages - 1), np.inf).min(axis=1)
+        return pipeline + tail(ds, np.full(ds.size, first_params))
+
+    return bound
 
 
 def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
@@ -140,20 +192,15 @@ def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
     found, reasons = _run(problem, list(enumerate(problem.graphs)), method, cl.devices)
     if cl.devices > cl.devices_per_node and found:
         best = min(f[0][0] for f in found)
-        fits = {f[0][-1] for f in found}  # variants that fit some pipeline at all
-        todo = [
-            (i, g)
-            for i, g in enumerate(problem.graphs)
-            if i in fits and _one_node_bound(problem, g) < best
-        ]
+        todo = [(i, g) for i, g in enumerate(problem.graphs) if _one_node_bound(problem, g) < best]
         found += _run(problem, todo, method, cl.devices_per_node)[0]
     logger.debug(
         "placed %d variants in %.1f ms", len(problem.graphs), 1e3 * (time.perf_counter() - start)
     )
     if not found:
         raise Infeasible(min(reasons)[1])
-    _, graph, sol, costs, figures = min(found, key=lambda f: f[0])
-    return _placement(problem, graph, sol, costs, figures)
+    _, graph, sol, costs, figures, zero = min(found, key=lambda f: f[0])
+    return _placement(problem, graph, sol, costs, figures, zero)
 
 
 def _run(
@@ -168,14 +215,19 @@ def _run(
         (math.inf, _too_wide(problem, g)) for _, g in todo if _max_stages(problem, g, devices) < 1
     ]
     todo = [(i, g) for i, g in todo if _max_stages(problem, g, devices) >= 1]
-    prepared = [_prepare(problem, g, method, devices) for _, g in todo]
-    sols = solve_many(tuple(task for task, _ in prepared))
+    prepared = [(i, g, *task) for i, g in todo for task in _prepare(problem, g, method, devices)]
+    sols = solve_many(tuple(task for _, _, task, _, _ in prepared), prune=True)
     found = []
-    for (i, graph), (task, figures), sol in zip(todo, prepared, sols, strict=True):
-        if sol is None:
-            reasons.append(_why(problem, graph, task.costs, figures))
-            continue
-        found.append(((sol.time_s, graph.tp, sol.d, sol.s, i), graph, sol, task.costs, figures))
+    for (i, graph, task, figures, zero), sol in zip(prepared, sols, strict=True):
+        if sol is not None:
+            key = (sol.time_s, graph.tp, sol.d, sol.s, zero, i)
+            found.append((key, graph, sol, task.costs, figures, zero))
+    placed = {f[0][-1] for f in found}
+    reasons += [
+        _why(problem, graph, task.costs, figures)
+        for i, graph, task, figures, zero in prepared
+        if i not in placed and zero == problem.zero_stages[0]
+    ]
     return found, reasons
 
 
@@ -199,9 +251,16 @@ def _why(
     s_max = _max_stages(problem, graph, problem.cluster.devices)
     # Every layer sits in some stage, whose memory is at least that layer's alone; the states
     # of all layers spread over at most s_max stages. Either bound is a valid lower bound.
+    # Sharded state may shrink to nothing: count only what the most sharded stage replicates.
+    state = problem.state_bytes_per_parameter
+    opt = problem.optimizer_bytes_per_parameter
+    unsharded = state - zero_state(state, max(problem.zero_stages), opt)[1]
     n = len(graph.layers)
-    one_layer = [figures.mem_base[_single_layer_pair(costs, figures, v)] for v in range(n)]
-    total_state = sum(x.parameters for x in graph.layers) * problem.state_bytes_per_parameter
+    one_layer = [
+        figures.mem_base[q] - costs.params[q] * (state - unsharded)
+        for q in (_single_layer_pair(costs, figures, v) for v in range(n))
+    ]
+    total_state = sum(x.parameters for x in graph.layers) * unsharded
     need = float(max(max(one_layer, default=0.0), total_state / s_max))
     what = (
         f"tp={graph.tp}, micro_batch={graph.micro_batch}, recompute={graph.recompute}, "
@@ -233,10 +292,11 @@ def _placement(
     sol: DpSolution,
     costs: SegmentCosts,
     figures: StageFigures,
+    zero: int,
 ) -> Placement:
     t, p, d = graph.tp, sol.s, sol.d
     m = problem.global_batch // graph.micro_batch
-    per_pipeline = -(-m // d)
+    per_pipeline = m // d
     stages = []
     for i, q in enumerate(sol.pairs):
         pos = p - i  # position from the end
@@ -246,6 +306,7 @@ def _placement(
             "stash_bytes": float(figures.mem_stash[q]),
             "in_flight": float(pos),
             "workspace_bytes": float(figures.workspace[q]),
+            "largest_layer_parameters": float(figures.largest[q]),
         }
         layers = stage_layers(costs, figures, q)
         stages.append(
@@ -255,7 +316,7 @@ def _placement(
                 load_s=float(load),
                 compute_s=float(figures.compute[q]),
                 p2p_s=float(figures.p2p[q]),
-                memory_bytes=stage_memory(problem, d=d, **parts).total_bytes,
+                memory_bytes=stage_memory(problem, d=d, zero=zero, **parts).total_bytes,
                 device=i,
                 recompute_s=float(figures.recompute[q]),
                 tp_comm_s=sum(graph.layers[j].tp_comm_s for j in layers),
@@ -270,4 +331,5 @@ def _placement(
         v=1,
         micro_batches=per_pipeline,
         first_stage_params=float(costs.params[sol.pairs[0]]),
+        zero=zero,
     )

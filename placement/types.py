@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RecomputeMode",
+    "ZERO_STAGES",
+    "zero_problems",
     "STATE_BYTES_PER_PARAMETER",
     "OPTIMIZER_STEP_BYTES_PER_PARAMETER",
     "StageLayer",
@@ -34,6 +36,7 @@ __all__ = [
 ]
 
 RecomputeMode = Literal["none", "selective", "full"]
+ZERO_STAGES: Final = (0, 1, 2, 3)
 _RECOMPUTE_MODES: Final = ("none", "selective", "full")
 
 # Bytes of weights + gradients + optimizer state per parameter in mixed-precision training.
@@ -60,6 +63,14 @@ def _problems_nonneg(source: str, obj: object, names: tuple[str, ...]) -> list[s
         if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
             out.append(f"{source}: {name} = {value!r} must be a finite number >= 0")
     return out
+
+
+def zero_problems(source: str, stages: object) -> list[str]:
+    """What is wrong with a list of ZeRO stages (empty when each is 0, 1, 2 or 3)."""
+    ok = isinstance(stages, tuple) and stages and all(z in ZERO_STAGES for z in stages)
+    if ok and all(isinstance(z, int) and not isinstance(z, bool) for z in stages):
+        return []
+    return [f"{source}: zero = {stages!r} must be ZeRO stages from 0, 1, 2, 3"]
 
 
 def _raise(problems: list[str]) -> None:
@@ -186,14 +197,16 @@ class PlacementProblem:
     data-parallel all-reduce moves per parameter (2: fp16 gradients, Narayanan et al. SC21).
     ``optimizer_s_per_parameter`` is the optimizer step's time per parameter of a device's
     shard (:data:`OPTIMIZER_STEP_BYTES_PER_PARAMETER` over the device's HBM bandwidth; 0
-    leaves the step out). ``sharded_state_bytes_per_parameter`` is state held once across
-    the ``d`` data-parallel replicas, each keeping ``1/d`` of it (sharded optimizer state;
-    0: every replica holds all its state): the one place ``d`` enters memory, see
-    :func:`placement.iteration.stage_memory`. ``max_stages`` optionally caps the pipeline
-    depth. ``p2p_overlap`` lets a stage's boundary transfers run beside its compute (the
-    framework's profile, :mod:`workloads.framework`): only what exceeds the compute is exposed.
-    ``dp_overlap`` reduces the gradients beside the backward pass, all but the last bucket
-    (:func:`placement.iteration.exposed_reduction_parameters`).
+    leaves the step out). ``zero_stages`` are the ZeRO stages the search may choose from
+    (0: every replica holds all its state; 1, 2, 3: the optimizer state, the gradients, the
+    weights sharded over the ``d`` replicas): the one place ``d`` enters memory, see
+    :func:`placement.iteration.stage_memory`. ``optimizer_bytes_per_parameter`` is the part
+    of the state that is the optimizer's own (Adam: 12 B of fp32 master weights and moments;
+    SGD with momentum: 8 B), sharded from ZeRO stage 1 on. ``max_stages`` optionally caps the
+    pipeline depth. ``p2p_overlap`` lets a stage's boundary transfers run beside its compute
+    (the framework's profile, :mod:`workloads.framework`): only what exceeds the compute is
+    exposed. ``dp_overlap`` reduces the gradients beside the backward pass, all but the last
+    bucket (:func:`placement.iteration.exposed_reduction_parameters`).
     """
 
     graphs: tuple[StageGraph, ...]
@@ -204,7 +217,8 @@ class PlacementProblem:
     gradient_bytes_per_parameter: float = 2.0
     optimizer_s_per_parameter: float = 0.0
     max_stages: int | None = None
-    sharded_state_bytes_per_parameter: float = 0.0
+    zero_stages: tuple[int, ...] = (0,)
+    optimizer_bytes_per_parameter: float = 12.0
     p2p_overlap: bool = False
     dp_overlap: bool = False
 
@@ -232,9 +246,10 @@ class PlacementProblem:
                 "state_bytes_per_parameter",
                 "gradient_bytes_per_parameter",
                 "optimizer_s_per_parameter",
-                "sharded_state_bytes_per_parameter",
+                "optimizer_bytes_per_parameter",
             ),
         )
+        problems += zero_problems("placement problem", self.zero_stages)
         if self.max_stages is not None and not (
             isinstance(self.max_stages, int) and self.max_stages >= 1
         ):
@@ -252,7 +267,8 @@ class Stage:
     rank runs this one. ``compute_s`` includes ``recompute_s`` and ``tp_comm_s`` (the layers'
     exposed tensor-parallel collectives); ``load_s = compute_s + p2p_s``. The memory parts (``parameters`` of one device's shard, ``stash_bytes`` per
     micro-batch in flight, ``in_flight`` micro-batches, ``workspace_bytes`` counted for this
-    stage) give ``memory_bytes`` through :func:`placement.iteration.stage_memory`.
+    stage, ``largest_layer_parameters`` gathered whole under ZeRO stage 3) give
+    ``memory_bytes`` through :func:`placement.iteration.stage_memory`.
     """
 
     layers: tuple[int, ...]
@@ -268,6 +284,7 @@ class Stage:
     in_flight: float = 0.0
     workspace_bytes: float = 0.0
     tp_comm_s: float = 0.0
+    largest_layer_parameters: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +300,8 @@ class Placement:
     the all-reduce). ``bubble_fraction = (p - 1) / (v * micro_batches)`` (SC21's bubble time
     over ideal time). ``memory_per_device_bytes`` is the maximum over devices.
     ``breakdown`` names the terms of ``time_per_batch_s`` and ``memory_breakdown`` the parts
-    of the fullest device's memory (:mod:`placement.iteration`).
+    of the fullest device's memory (:mod:`placement.iteration`). ``zero`` is the ZeRO stage
+    (0-3) of the data-parallel replicas.
     """
 
     tp: int
@@ -307,6 +325,7 @@ class Placement:
     breakdown: IterationTime
     memory_breakdown: DeviceMemory
     optimizer_s: float = 0.0
+    zero: int = 0
     communication_s: float = field(init=False)
 
     def __post_init__(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import astuple
 
@@ -204,7 +205,13 @@ def _phaze_brute(problem: PlacementProblem) -> float:
         return netw.intra_node_bandwidth_bytes_per_s, netw.intra_node_latency_s
 
     best = math.inf
-    for g in problem.graphs:
+    state = problem.state_bytes_per_parameter
+    weights = min(2.0, state)
+    grads = state - weights - min(12.0, state - weights)  # the optimizer's own: 12 B
+    for g, zero in itertools.product(problem.graphs, problem.zero_stages):
+        # ZeRO: optimizer state, then gradients, then weights split over the d replicas
+        sharded = (0.0, state - weights - grads, state - weights, state)[zero]
+        gather = 2.0 * weights if zero == 3 else 0.0
         n = len(g.layers)
         m = problem.global_batch // g.micro_batch
         edges = [(e.src, e.dst) for e in g.edges]
@@ -222,18 +229,18 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                 parts.append((sum(x.fwd_s + x.bwd_s + x.recompute_s for x in ls), cut))
                 params = sum(x.parameters for x in ls)
                 fixed = (
-                    params * problem.state_bytes_per_parameter
-                    + max(x.workspace_bytes for x in ls)
+                    max(x.workspace_bytes for x in ls)
                     + pos * sum(x.stash_bytes for x in ls)
+                    + max(x.parameters for x in ls) * gather  # ZeRO-3: one layer, prefetched
                 )
-                mems.append((fixed, params * problem.sharded_state_bytes_per_parameter))
+                mems.append((fixed + params * (state - sharded), params * sharded))
                 used += g.tp if any(x.tensor_parallel for x in ls) else 1
             p1 = sum(g.layers[v].parameters for v in stages[0])
             for d in range(1, min(netw.devices, m) + 1):
-                if used > netw.devices // d:
+                if used > netw.devices // d or m % d:  # whole micro-batches per replica
                     continue
                 # sharded state: each of the d replicas keeps 1/d of it
-                if any(fixed + sharded / d > problem.hbm_bytes for fixed, sharded in mems):
+                if any(fixed + part / d > problem.hbm_bytes for fixed, part in mems):
                     continue
                 bw, lat = link(d * used > netw.devices_per_node)  # stage boundaries
                 if g.tp > 1:  # scatter over t links, all-gather in the node (SC21 §4.1)
@@ -250,12 +257,11 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                 reduced = min(p1, max(40e6, 1e6 * d)) if problem.dp_overlap else p1
                 if d > 1:
                     b2, l2 = link(g.tp * d > netw.devices_per_node)  # data-parallel ring
-                    ar = (
-                        l2
-                        + 2.0 * (d - 1) / d * (reduced * problem.gradient_bytes_per_parameter) / b2
-                    )
-                opt = p1 * problem.optimizer_s_per_parameter  # the step after the all-reduce
-                best = min(best, load * (-(-m // d) + p - 1) + ar + opt)
+                    rs = l2 + (d - 1) / d * (reduced * problem.gradient_bytes_per_parameter) / b2
+                    ag = l2 + (d - 1) / d * (p1 * 2.0) / b2  # 2-byte weights
+                    ar = (rs + rs - l2, rs + ag, m // d * rs + ag, m // d * (rs + 2 * ag))[zero]
+                opt = p1 * problem.optimizer_s_per_parameter  # the step after the collectives
+                best = min(best, load * (m // d + p - 1) + ar + opt / (d if zero else 1))
     return best
 
 
@@ -335,12 +341,15 @@ def test_phaze_dag_matches_brute_force(problem):
 
 @st.composite
 def sharded_problems(draw, max_layers: int, chain: bool):
-    """Problems whose memory per device depends on d: some state is split over replicas."""
+    """Problems whose memory per device depends on d: ZeRO stages split state over replicas."""
     problem = draw(problems(max_layers, chain))
+    stages = draw(st.sets(st.sampled_from([0, 1, 2, 3]), min_size=1))
     return dataclasses.replace(
         problem,
-        sharded_state_bytes_per_parameter=draw(st.sampled_from([1.0, 4.0, 12.0])),
-        hbm_bytes=problem.hbm_bytes + draw(ints(0, 30)),
+        state_bytes_per_parameter=draw(st.sampled_from([3.0, 7.0, 18.0])),
+        zero_stages=tuple(sorted(stages)),
+        hbm_bytes=problem.hbm_bytes + draw(ints(0, 60)),
+        global_batch=draw(ints(1, 12)),
     )
 
 
@@ -395,7 +404,7 @@ def _searched(problem: PlacementProblem):
 
 
 @settings(max_examples=60)
-@given(problems(max_layers=7, chain=True))
+@given(st.one_of(problems(max_layers=7, chain=True), sharded_problems(6, chain=True)))
 def test_fixed_strategy_reproduces_the_searched_placement(problem):
     """Evaluating the DP's own stages as a fixed strategy gives the same time, the same
     named terms and the same memory parts: one iteration model prices both."""
@@ -404,7 +413,7 @@ def test_fixed_strategy_reproduces_the_searched_placement(problem):
     # fixed strategies put t devices on every stage
     assume(all(s.devices == best.tp for s in best.stages))
     graph = next(g for g in problem.graphs if g.tp == best.tp)
-    strategy = Strategy(tp=best.tp, pp=best.pp, dp=best.dp)
+    strategy = Strategy(tp=best.tp, pp=best.pp, dp=best.dp, zero=best.zero)
     got = evaluate_fixed(
         problem, strategy, chunks=tuple(s.layers for s in best.stages), check_memory=False
     )

@@ -219,3 +219,86 @@ def test_not_an_object_and_missing_file(tmp_path):
         load_hf_config(tmp_path / "nope.json")
     with pytest.raises(ConfigError, match="cannot read the file"):
         resolve_model(str(tmp_path / "nope.json"))
+
+
+# config.json fields of each family (Hugging Face hub) and the checkpoint's parameter count
+_FAMILIES = [
+    (
+        {
+            "model_type": "bloom",
+            "n_layer": 70,
+            "n_head": 112,
+            "hidden_size": 14336,
+            "vocab_size": 250880,
+        },
+        176_247_271_424,  # bigscience/bloom
+    ),
+    (
+        {
+            "model_type": "bloom",
+            "n_layer": 24,
+            "n_head": 16,
+            "hidden_size": 1024,
+            "vocab_size": 250880,
+        },
+        559_214_592,  # bigscience/bloom-560m
+    ),
+    (
+        {
+            "model_type": "gpt_neox",
+            "num_hidden_layers": 44,
+            "num_attention_heads": 64,
+            "hidden_size": 6144,
+            "intermediate_size": 24576,
+            "vocab_size": 50432,
+            "max_position_embeddings": 2048,
+            "rotary_pct": 0.25,
+            "hidden_act": "gelu_fast",
+        },
+        20_554_567_680,  # EleutherAI/gpt-neox-20b
+    ),
+    (
+        {
+            "model_type": "qwen2",
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "vocab_size": 152064,
+            "max_position_embeddings": 131072,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+        7_615_616_512,  # Qwen/Qwen2-7B
+    ),
+    (
+        {
+            "model_type": "phi3",
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "hidden_size": 3072,
+            "intermediate_size": 8192,
+            "vocab_size": 32064,
+            "max_position_embeddings": 4096,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+        3_821_079_552,  # microsoft/Phi-3-mini-4k-instruct
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "published"), _FAMILIES)
+def test_families_match_their_published_parameter_counts(tmp_path, config, published):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert load_hf_config(path).parameters == pytest.approx(published, rel=0.001)
+
+
+def test_an_unsupported_model_type_names_the_supported_ones(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba"}))
+    with pytest.raises(ConfigError, match="mamba.*supported: .*qwen2.*bloom.*gpt_neox"):
+        load_hf_config(path)

@@ -9,6 +9,7 @@ from workloads import (
     Model,
     Recompute,
     TrainingSetup,
+    build_layer_graph,
     get_model,
     model_names,
     optimizer_state_bytes,
@@ -44,6 +45,8 @@ def test_hf_checkpoint_counts_exact():
     assert get_model("llama2-7b").parameters == 6_738_415_616
     assert get_model("llama3-8b").parameters == 8_030_261_248
     assert get_model("mixtral-8x7b").parameters == 46_702_792_704
+    # 70 blocks of 12h^2 + 13h, the padded 250,880-row tied table, embedding and final norms
+    assert get_model("bloom-176b").parameters == 176_247_271_424  # bigscience/bloom
 
 
 def test_gpt_parameters_closed_form():
@@ -144,3 +147,15 @@ def test_training_tokens():
     assert TrainingSetup(2048, 8, tokens_to_train=10).training_tokens(None) == 10
     with pytest.raises(ConfigError, match="tokens_to_train is unset"):
         s.training_tokens(get_model("mixtral-8x7b").tokens_to_train)
+
+
+def test_alibi_biases_the_scores_with_no_parameters():
+    bloom = get_model("bloom-176b")
+    lg = build_layer_graph(bloom, TrainingSetup(seq_len=2048, global_batch=8), 4)
+    block = next(x for x in lg.layers if x.kind == "block")
+    fwd = lg.op_graphs[block.class_id].forward
+    alibi = [op for op in fwd.ops if op.name.endswith(".alibi")]
+    heads, s = 112 // 4, 2048
+    assert alibi and sum(op.flops for op in alibi) == heads * s * s  # one add per score
+    learned = replace(bloom, positions="learned")
+    assert learned.parameters - bloom.parameters == 2048 * 14336  # ALiBi holds no table

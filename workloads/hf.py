@@ -1,7 +1,10 @@
 """Import (and export) Hugging Face ``config.json`` files as :class:`~workloads.model.Model`.
 
-Supported ``model_type`` values: ``gpt2``, ``opt``, ``llama``, ``mistral``, ``mixtral`` and
-``bert``. Only the architecture is read (no weights). Not modelled: Mistral's sliding-window
+Supported ``model_type`` values: :data:`SUPPORTED_MODEL_TYPES` (``qwen2`` and ``phi3`` read
+as Llama: Phi-3's fused projections hold the same weights; ``bloom`` with ALiBi and its
+embedding LayerNorm; ``gpt_neox`` with rotary embeddings, whose partial rotation and
+parallel residual change neither parameters nor stashed bytes). Only the architecture is
+read (no weights). Not modelled: Mistral's sliding-window
 attention (attention FLOPs count the whole sequence), OPT's post-norm variant (norm placement
 does not change FLOPs or stashed bytes) and OPT's two-row position offset.
 """
@@ -21,7 +24,7 @@ from workloads.model import FfnKind, Model, NormKind, PositionKind
 __all__ = ["SUPPORTED_MODEL_TYPES", "load_hf_config", "model_from_hf", "to_hf_config"]
 
 _GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"})
-_LLAMA_TYPES = ("llama", "mistral", "mixtral")
+_LLAMA_TYPES = ("llama", "mistral", "mixtral", "qwen2", "phi3")
 
 
 class _Reader:
@@ -125,7 +128,9 @@ def _llama(r: _Reader, model_type: str) -> dict[str, Any]:
             r.unsupported(
                 "head_dim", head_dim, f"hidden_size / num_attention_heads = {hidden / heads:g}"
             )
-    attention_bias, mlp_bias = r.get("attention_bias", False), r.get("mlp_bias", False)
+    # Qwen2 biases Q, K and V (implicitly); counted here on every projection (+0.02 %)
+    attention_bias = r.get("attention_bias", model_type == "qwen2")
+    mlp_bias = r.get("mlp_bias", attention_bias)
     if attention_bias != mlp_bias:
         r.unsupported("mlp_bias", mlp_bias, f"the same as attention_bias = {attention_bias}")
     moe = model_type == "mixtral"
@@ -169,7 +174,52 @@ def _bert(r: _Reader) -> dict[str, Any]:
     )
 
 
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("gpt2", "opt", "llama", "mistral", "mixtral", "bert")
+def _bloom(r: _Reader) -> dict[str, Any]:
+    heads = r.get("n_head", None) or r.get("num_attention_heads")
+    hidden = r.get("hidden_size", None) or r.get("n_embed")
+    return dict(
+        layers=r.get("n_layer", None) or r.get("num_hidden_layers"),
+        hidden=hidden,
+        heads=heads,
+        ffn_hidden=4 * hidden if isinstance(hidden, int) else None,
+        vocab=r.get("vocab_size"),
+        max_positions=r.get("seq_length", 2048),
+        positions=PositionKind.ALIBI,
+        embedding_norm=True,
+        tied_embeddings=r.get("tie_word_embeddings", True),
+        dropout=_dropout(r.get("hidden_dropout", 0.0), r.get("attention_dropout", 0.0)),
+    )
+
+
+def _gpt_neox(r: _Reader) -> dict[str, Any]:
+    act = r.get("hidden_act", "gelu")
+    if act not in _GELU_ACTS:
+        r.unsupported("hidden_act", act, "gelu variants")
+    return dict(
+        layers=r.get("num_hidden_layers"),
+        hidden=r.get("hidden_size"),
+        heads=r.get("num_attention_heads"),
+        ffn_hidden=r.get("intermediate_size"),
+        vocab=r.get("vocab_size"),
+        max_positions=r.get("max_position_embeddings"),
+        positions=PositionKind.ROTARY,
+        tied_embeddings=r.get("tie_word_embeddings", False),
+        dropout=_dropout(r.get("hidden_dropout", 0.0), r.get("attention_dropout", 0.0)),
+    )
+
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
+    "gpt2",
+    "opt",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "phi3",
+    "bert",
+    "bloom",
+    "gpt_neox",
+)
 
 
 def model_from_hf(
@@ -202,6 +252,10 @@ def model_from_hf(
         kw = _opt(r)
     elif model_type == "bert":
         kw = _bert(r)
+    elif model_type == "bloom":
+        kw = _bloom(r)
+    elif model_type == "gpt_neox":
+        kw = _gpt_neox(r)
     else:
         kw = _llama(r, model_type)
     if r.problems:
@@ -213,7 +267,7 @@ def model_from_hf(
 
 
 def load_hf_config(path: str | Path) -> Model:
-    """Read a Hugging Face ``config.json`` (GPT-2, OPT, Llama, Mistral/Mixtral, BERT).
+    """Read a Hugging Face ``config.json`` (one of :data:`SUPPORTED_MODEL_TYPES`).
 
     The model is named after ``_name_or_path`` if the file has one, else its directory
     (for ``.../<name>/config.json``) or its file name.
@@ -246,7 +300,7 @@ def to_hf_config(model: Model) -> dict[str, Any]:
     """A ``config.json`` dictionary that :func:`model_from_hf` reads back as ``model``.
 
     The family follows the architecture: MoE -> ``mixtral``, SwiGLU -> ``llama``, encoder ->
-    ``bert``, a separate embedding width or ReLU -> ``opt``, else ``gpt2``.
+    ``bert``, ALiBi -> ``bloom``, a separate embedding width or ReLU -> ``opt``, else ``gpt2``.
 
     Raises
     ------
@@ -293,6 +347,18 @@ def to_hf_config(model: Model) -> dict[str, Any]:
             "tie_word_embeddings": m.tied_embeddings,
             "hidden_dropout_prob": drop,
             "attention_probs_dropout_prob": drop,
+        }
+    elif m.positions is PositionKind.ALIBI:
+        data = {
+            "model_type": "bloom",
+            "n_layer": m.layers,
+            "hidden_size": m.hidden,
+            "n_head": m.heads,
+            "vocab_size": m.vocab,
+            "seq_length": m.max_positions,
+            "tie_word_embeddings": m.tied_embeddings,
+            "hidden_dropout": drop,
+            "attention_dropout": drop,
         }
     elif m.embedding_dim != m.hidden or m.ffn_kind is FfnKind.RELU:
         data = {

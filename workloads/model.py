@@ -35,6 +35,7 @@ class NormKind(StrEnum):
 class PositionKind(StrEnum):
     LEARNED = "learned"  # an embedding table of max_positions rows
     ROTARY = "rotary"  # no parameters; rotates Q and K (RoPE)
+    ALIBI = "alibi"  # no parameters; a per-head linear bias on attention scores (Press et al.)
 
 
 def padded_vocab(vocab: int, tp: int) -> int:

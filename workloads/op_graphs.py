@@ -195,8 +195,15 @@ def _attention(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
         bh, s = d.b * hg, d.s
         qk = gemm(f"{_CORE_PREFIX}{i}.qk", s, hd, s, p, batch=bh, batched=True)
         nodes.append(Node(qk, (q_in, k_in), Grad.BGEMM))
+        scores = qk.name
+        if model.positions is PositionKind.ALIBI:  # a fixed bias per head and distance
+            alibi = vector(
+                f"{_CORE_PREFIX}{i}.alibi", OpKind.ELEMENTWISE, bh * s * s, _ADD_FLOPS, p
+            )
+            nodes.append(Node(alibi, (scores,)))
+            scores = alibi.name
         sm = vector(f"{_CORE_PREFIX}{i}.softmax", OpKind.SOFTMAX, bh * s * s, _SOFTMAX_FLOPS, p)
-        nodes.append(Node(sm, (qk.name,)))
+        nodes.append(Node(sm, (scores,)))
         probs = sm.name
         if model.dropout:
             n = bh * s * s

@@ -110,6 +110,13 @@ class TrainingSetup:
             )
 
     @property
+    def optimizer_bytes_per_parameter(self) -> int:
+        """The optimizer's own state per parameter: an fp32 master copy when the weights are
+        narrower, and Adam's two fp32 moments (SGD's one), the part ZeRO stage 1 shards."""
+        master = 4 if self.precision_bytes < 4 else 0
+        return master + (8 if self.optimizer == "adam" else 4)
+
+    @property
     def micro_batches(self) -> int:
         """Micro-batches per global batch (before dividing among data-parallel replicas)."""
         return self.global_batch // self.micro_batch

@@ -109,7 +109,13 @@ __all__ = ["evaluate"]
     "--strategy",
     default="search",
     show_default=True,
-    help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on",
+    help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1",
+)
+@click.option(
+    "--state-bytes",
+    type=click.IntRange(min=1),
+    help="Weights + gradients + optimizer state per parameter (default 18: Adam, mixed "
+    "precision; 20: DeepSpeed's BF16 optimizer).",
 )
 @click.option(
     "--framework",
@@ -140,6 +146,7 @@ def evaluate(
     host_profile,
     strategy,
     framework,
+    state_bytes,
     as_json,
 ):
     """Iteration time, throughput, MFU and memory of one design, and its placement."""
@@ -181,6 +188,7 @@ def evaluate(
         tokens_to_train=tokens,
         scoring=scoring,
         framework=framework,
+        state_bytes_per_parameter=state_bytes,
     )
     if not ev.feasible:
         raise NoFeasiblePoint(f"infeasible: {ev.reason}")
@@ -226,6 +234,7 @@ def evaluate(
         },
         **dataclasses.asdict(run),
         "placement": json.loads(placement_summary(pl)),
+        "strategy_defaults": ev.defaults,
     }
     if as_json:
         echo_json(doc)
@@ -254,10 +263,13 @@ def evaluate(
         [
             "placement",
             f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "
-            f"recompute={pl.recompute} sp={'on' if pl.sequence_parallel else 'off'}",
+            f"recompute={pl.recompute} sp={'on' if pl.sequence_parallel else 'off'} "
+            f"zero={pl.zero}",
         ],
     ]
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
+    if ev.defaults:
+        click.echo(f"strategy defaults used (not given): {ev.defaults}")
     click.echo("")
     click.echo(_breakdown_table(pl))
     stage_rows = [

@@ -65,6 +65,7 @@ def placement_summary(pl: Placement) -> str:
             "recompute": pl.recompute,
             "sequence_parallel": pl.sequence_parallel,
             "virtual_stages": pl.virtual_stages,
+            "zero": pl.zero,
             "devices_used": pl.devices_used,
             "bubble_fraction": pl.bubble_fraction,
             "stages": [

@@ -1,0 +1,68 @@
+"""One strategy language: fixed parts kept, open parts searched, defaults reported, bad
+input one Error line each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from phaze.cli import cli
+
+_BASE = ["evaluate", "--workload", "gpt3-125m", "--arch", "a100", "--devices", "8"]
+_BASE += ["--global-batch", "16", "--seq-len", "256"]
+
+
+def _run(strategy: str, *extra: str):
+    return CliRunner().invoke(cli, [*_BASE, "--strategy", strategy, *extra])
+
+
+def _json(strategy: str) -> dict:
+    r = _run(strategy, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_open_fields_take_the_search_defaults_and_are_reported():
+    doc = _json("t=2,p=2,d=2")
+    pl = doc["placement"]
+    assert (pl["tp"], pl["pp"], pl["dp"]) == (2, 2, 2)
+    assert pl["sequence_parallel"] is True  # on when t > 1, as the search uses
+    assert "sp=on" in doc["strategy_defaults"] and "zero=" in doc["strategy_defaults"]
+    human = _run("t=2,p=2,d=2")
+    assert "strategy defaults used (not given):" in human.output
+    # the search's ZeRO stage: the fastest of the four for this layout
+    times = {z: _json(f"t=2,p=2,d=2,sp=on,zero={z}")["iteration_s"] for z in range(4)}
+    assert doc["iteration_s"] == min(times.values())
+    assert _json("t=2,p=2,d=2,sp=on,zero=0,mbs=1,v=1,recompute=none")["strategy_defaults"] == ""
+
+
+def test_a_partial_strategy_searches_the_rest():
+    doc = _json("t=2")
+    pl = doc["placement"]
+    assert pl["tp"] == 2 and pl["tp"] * pl["pp"] * pl["dp"] <= 8
+    assert 16 % pl["dp"] == 0  # d * mbs divides the global batch
+    for p, d in ((1, 1), (1, 2), (2, 2), (4, 1), (1, 4)):
+        fixed = _json(f"t=2,p={p},d={d}")
+        assert doc["iteration_s"] <= fixed["iteration_s"]
+
+
+def test_a_fixed_degree_limits_the_stages_searched():
+    pl = _json("t=2,d=2")["placement"]
+    assert (pl["tp"], pl["dp"]) == (2, 2) and pl["pp"] <= 2
+
+
+@pytest.mark.parametrize(
+    ("strategy", "message"),
+    [
+        ("t=4,p=4", "t*p = 16 devices, the cluster has 8"),
+        ("t=1,p=1,d=1,zero=4", "zero = 4 must be 0, 1, 2 or 3"),
+        ("t=1,p=1,d=3", "d * mbs = 3 * 1 must divide"),
+    ],
+)
+def test_bad_strategies_are_one_error_line(strategy, message):
+    r = _run(strategy)
+    assert r.exit_code != 0
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], r.output
