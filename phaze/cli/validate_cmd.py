@@ -20,7 +20,7 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from results.units import fmt_quantity
 
-__all__ = ["ValidationRow", "report_validation", "validate"]
+__all__ = ["ValidationRow", "report_validation", "tolerance_option", "validate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +107,19 @@ def validate() -> None:
     """Compare the models with published measurements (exit 3 if outside tolerance)."""
 
 
+def tolerance_option(flag: str, default: float, what: str):
+    """A ``--...-tolerance-pct`` option: the largest allowed |error| of ``what``, in %."""
+    return click.option(
+        flag,
+        type=click.FloatRange(min=0, min_open=True),
+        default=default,
+        show_default=True,
+        help=f"Largest allowed |error| of {what}, in %.",
+    )
+
+
 @validate.command()
-@click.option(
-    "--tolerance-pct",
-    type=click.FloatRange(min=0, min_open=True),
-    default=20.0,
-    show_default=True,
-    help="Largest allowed |error| of any case, in %.",
-)
+@tolerance_option("--tolerance-pct", 20.0, "any case")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def gemm(tolerance_pct: float, as_json: bool) -> None:
     """GEMM latency on all tensor cores of a preset against published chip measurements."""

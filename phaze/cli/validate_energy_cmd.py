@@ -17,7 +17,7 @@ from arch_space._data import shipped_toml
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
-from phaze.cli.validate_cmd import ValidationRow, report_validation
+from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_option
 from phaze.scoring import ScoringParams
 from results.units import fmt_quantity
 
@@ -78,20 +78,8 @@ def energy_rows() -> EnergyValidation:
 
 
 @click.command("energy")
-@click.option(
-    "--power-tolerance-pct",
-    type=click.FloatRange(min=0, min_open=True),
-    default=20.0,
-    show_default=True,
-    help="Largest allowed |error| of an average power, in %.",
-)
-@click.option(
-    "--energy-tolerance-pct",
-    type=click.FloatRange(min=0, min_open=True),
-    default=25.0,
-    show_default=True,
-    help="Largest allowed |error| of a training energy, in %.",
-)
+@tolerance_option("--power-tolerance-pct", 20.0, "an average power")
+@tolerance_option("--energy-tolerance-pct", 25.0, "a training energy")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def energy(power_tolerance_pct: float, energy_tolerance_pct: float, as_json: bool) -> None:
     """Average accelerator power, training energy and operational carbon against published

@@ -26,7 +26,7 @@ from arch_space.perf.device import DeviceProfile, preset_profile, profile_from_m
 from arch_space.presets import preset
 from phaze.api import evaluate
 from phaze.cli import NoFeasiblePoint
-from phaze.cli.validate_cmd import ValidationRow, report_validation
+from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_option
 from phaze.cli.validate_fit import FitResult, fit_device
 from phaze.errors import ConfigError
 from placement import Strategy
@@ -144,13 +144,7 @@ def _print_fit(result: FitResult) -> None:
 
 
 @click.command("megatron")
-@click.option(
-    "--tolerance-pct",
-    type=click.FloatRange(min=0, min_open=True),
-    default=15.0,
-    show_default=True,
-    help="Largest allowed |error| of any case, in %.",
-)
+@tolerance_option("--tolerance-pct", 15.0, "any case")
 @click.option(
     "--fit",
     is_flag=True,
