@@ -1,4 +1,4 @@
-"""The hardware half of Phaze (DESIGN.md §3): accelerators, their area, power, dollar cost and
+"""The hardware half of Phaze (docs/models.md): accelerators, their area, power, dollar cost and
 embodied carbon from cited per-node data, presets of real chips, and the design space.
 
 The operator cost model lives in :mod:`arch_space.perf`. Data files with every constant and

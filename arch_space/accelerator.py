@@ -1,4 +1,4 @@
-"""The accelerator and cluster descriptions (DESIGN.md §3), validated on construction."""
+"""The accelerator and cluster descriptions (docs/models.md), validated on construction."""
 
 from __future__ import annotations
 

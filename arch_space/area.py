@@ -1,6 +1,6 @@
 """Die area, peak throughput and power of an accelerator, from per-node technology data.
 
-The area model is a sum of components (DESIGN.md §3), each a count times a per-unit area from
+The area model is a sum of components (docs/models.md), each a count times a per-unit area from
 ``data/tech.toml``::
 
     tensor_cores  = num_tc * (tc_rows * tc_cols * mac_area + core_fixed_area)

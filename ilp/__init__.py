@@ -1,4 +1,4 @@
-"""Per-layer operator scheduling (DESIGN.md §5): which ops share the cores, which run intra-op
+"""Per-layer operator scheduling (docs/scheduling.md): which ops share the cores, which run intra-op
 parallel, in what order, for the least makespan.
 
 * :func:`solve_schedule` - one op graph (networkx, with costs) on T tensor and W vector cores

@@ -1,4 +1,4 @@
-"""The mixed-integer program of DESIGN.md §5, built and solved through PuLP.
+"""The mixed-integer program of docs/scheduling.md, built and solved through PuLP.
 
 Variables (times scaled so the heuristic makespan is :data:`_SCALE`, which keeps every
 coefficient well inside the solvers' tolerances): makespan ``T``; start ``t_i``; ``y_i`` = 1
@@ -17,7 +17,7 @@ Constraints: ``T >= t_i + p_i`` at sinks; ``t_i + p_i <= t_j`` on (transitively 
 edges; ``x_ij + x_ji <= 1``; big-M ordering ``t_i + p_i - M_ij (1 - x_ij) <= t_j``;
 ``x_ij + x_ji >= y_i`` when i's parallel mode conflicts with j; and with assignment
 ``sum_c z_ic = u_i (1 - y_i)`` (u_i the units op i holds single; without the ``y_i`` term
-when its split mode keeps them) and ``x_ij + x_ji >= z_ic + z_jc - 1``. DESIGN's
+when its split mode keeps them) and ``x_ij + x_ji >= z_ic + z_jc - 1``. The usual
 transitivity rows ``x_ik >= x_ij + x_jk - 1`` are left out: the big-M rows already imply
 them for the times (``x_ij = x_jk = 1`` gives ``t_i + p_i <= t_j <= t_k``), and on
 attention blocks they made HiGHS much slower. Tightening, all valid for some optimal

@@ -6,7 +6,7 @@ contracted away (their predecessors joined to their successors), each op's modes
 duration and resource demand. Node names, energies and everything else that does not change
 the optimal schedule stay out of the key, so identical layers share one solve.
 
-Resources are data (DESIGN.md §5): a problem declares its resource kinds and the units of
+Resources are data (docs/scheduling.md): a problem declares its resource kinds and the units of
 each (the design's tensor and vector cores, and any further kinds such as a communication
 channel), and every op, per mode, how many units of each kind it holds while it runs. The
 solver reads only those. :func:`build_problem` derives the demands from the graph: a

@@ -1,6 +1,6 @@
 """Schedule one layer pass's ops on a design's cores: :func:`solve_schedule`.
 
-The pipeline for one graph (DESIGN.md §5):
+The pipeline for one graph (docs/scheduling.md):
 
 1. validate and canonicalise the graph (:mod:`ilp.problem`); identical content hits a cache;
 2. split it at ops nothing can run beside (exact: see :func:`_solve`); for each part,

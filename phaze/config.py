@@ -90,7 +90,7 @@ class SolverSettings:
     schedule of the branch and bound and the HiGHS MIP, and is otherwise close
     (``benchmarks/bench_ilp.py`` measures it), in milliseconds, and its results never depend
     on machine load. "highs", "cbc" or "gurobi" first run the exact branch and bound of
-    :mod:`ilp.branch` for ``search_nodes`` nodes, then the ILP of DESIGN §5, within
+    :mod:`ilp.branch` for ``search_nodes`` nodes, then the ILP of docs/scheduling.md, within
     ``time_limit_s`` per independent part of a graph. ``search_nodes`` defaults to 0 for
     "list" (a search budget slows the default sweep severalfold, see
     ``benchmarks/bench_sweep.py --search-nodes``) and to

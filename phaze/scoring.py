@@ -1,6 +1,6 @@
 """Scoring of one (workload, design, placement) point: throughput, MFU, energy, cost, carbon.
 
-The formulas are DESIGN.md §7's; :data:`FORMULAS` states them in words for the report, and
+The formulas are docs/models.md's; :data:`FORMULAS` states them in words for the report, and
 :class:`ScoringParams` holds every default (printed by the CLI and the report, overridable).
 
 References
@@ -271,7 +271,7 @@ def score_point(
     embodied_kgco2e_per_device: float,
     params: ScoringParams,
 ) -> Score:
-    """Score one evaluated placement (DESIGN.md §7); pure arithmetic, see :data:`FORMULAS`."""
+    """Score one evaluated placement (docs/models.md); pure arithmetic, see :data:`FORMULAS`."""
     assert iteration_s > 0 and devices > 0
     tokens_per_batch = global_batch * seq_len
     tokens_per_s = tokens_per_batch / iteration_s

@@ -1,4 +1,4 @@
-"""Placement: pipeline stages, data/tensor-parallel degrees and time per batch (DESIGN.md §6).
+"""Placement: pipeline stages, data/tensor-parallel degrees and time per batch (docs/placement.md).
 
 Public API:
 

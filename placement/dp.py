@@ -4,7 +4,7 @@
 form exactly ``s`` stages, ``c`` of which run on one device (no tensor-parallel layer) and the
 rest on ``t`` devices each; the stage at position ``s`` from the end must fit its memory
 (``s <= max_s``). The device count of such a partition is ``t*s - (t-1)*c``, so this is the
-DP of DESIGN.md §6 ("at most k devices") with ``k`` replaced by the few values of ``c``
+DP of docs/placement.md ("at most k devices") with ``k`` replaced by the few values of ``c``
 that can occur: ``c`` is 0 when every layer is tensor-parallel (or ``t = 1``), and at most the
 number of non-tensor-parallel layers otherwise.
 

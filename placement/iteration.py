@@ -365,7 +365,7 @@ def assemble(
 def iteration_energy(
     placement: Placement, rates: EnergyRates, cluster: Cluster, micro_batches: int
 ) -> IterationEnergy:
-    """Energy of one iteration over all devices of ``cluster`` (DESIGN §7).
+    """Energy of one iteration over all devices of ``cluster`` (docs/models.md).
 
     Dynamic op energy per micro-batch times the ``micro_batches`` of the global batch;
     pipeline and data-parallel traffic at the link energy; static power of every device over

@@ -10,7 +10,7 @@ consecutive ranks in a node. Hence:
 * the pipeline neighbour of a device is ``t * d`` ranks away; stage boundaries cross nodes
   whenever the job's devices span more than one node (then the bottleneck boundary does).
 
-Collectives are ring algorithms; the formulas follow DESIGN.md §4 (one latency term per
+Collectives are ring algorithms; the formulas follow docs/models.md (one latency term per
 collective): all-reduce ``alpha + 2 (n - 1) / n * bytes / bw``, reduce-scatter and all-gather
 half of that volume (Patarasuk & Yuan, JPDC 2009; Thakur et al., IJHPCA 2005).
 """

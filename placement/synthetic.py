@@ -1,7 +1,7 @@
 """Closed-form GPT stage graphs, for the benchmark, the tests and the shipped example.
 
 Per-layer times are FLOPs over an assumed sustained throughput plus Megatron's tensor-parallel
-all-reduces on the network model; bytes follow the closed forms of DESIGN.md §2. These are
+all-reduces on the network model; bytes follow the closed forms of docs/models.md. These are
 stand-ins when the real pipeline (op graphs, ILP schedules) is not wanted.
 """
 

@@ -1,4 +1,4 @@
-"""The values the placement reads and returns (DESIGN.md §6).
+"""The values the placement reads and returns (docs/placement.md).
 
 Placement depends on nothing of ours but :mod:`phaze.errors` and the
 :class:`arch_space.Cluster` it places on: the caller (``phaze``) maps its layer timings and
@@ -42,7 +42,7 @@ _RECOMPUTE_MODES: Final = ("none", "selective", "full")
 # Bytes of weights + gradients + optimizer state per parameter in mixed-precision training.
 # source: Rajbhandari et al., "ZeRO", SC20, §3.1 (Adam: 2 fp16 weights + 2 fp16 gradients +
 # 12 fp32 master weights, momentum, variance = 16 B; with fp32 gradients as in Megatron-LM's
-# main_grad, 18 B, DESIGN.md §2). SGD with momentum: 2 + 4 + 4 (master) + 4 (momentum).
+# main_grad, 18 B, docs/models.md). SGD with momentum: 2 + 4 + 4 (master) + 4 (momentum).
 STATE_BYTES_PER_PARAMETER: Final = MappingProxyType({"adam": 18.0, "sgd": 14.0})
 
 # HBM bytes one optimizer step moves per parameter of the device's shard, after the last

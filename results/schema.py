@@ -2,7 +2,7 @@
 
 The store's tables, the CSV/JSON export, the Pareto senses, the plots' axis labels and the
 report's units all read :data:`POINT_COLUMNS`, so a metric is named, typed and explained in
-exactly one place. Units are SI (DESIGN.md §7); tCDP is in kgCO2e·s.
+exactly one place. Units are SI (docs/models.md); tCDP is in kgCO2e·s.
 
 A record is a flat mapping from column names to plain values (``str``, ``int``, ``float``,
 ``bool`` or ``None``). Rows with ``workload == AGGREGATE_WORKLOAD`` hold one design's aggregate

@@ -1,4 +1,4 @@
-"""Scoring formulas (DESIGN §7) checked by hand-computed values and identities."""
+"""Scoring formulas (docs/models.md) checked by hand-computed values and identities."""
 
 import dataclasses
 

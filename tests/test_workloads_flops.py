@@ -1,4 +1,4 @@
-"""FLOPs: closed forms (DESIGN §2), op-graph sums against them, TP conservation."""
+"""FLOPs: closed forms (docs/models.md), op-graph sums against them, TP conservation."""
 
 import networkx as nx
 import pytest

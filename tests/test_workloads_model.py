@@ -120,7 +120,7 @@ def test_from_mapping_rejects_unknown_keys_with_hint():
 
 def test_setup_defaults_and_state_bytes():
     s = TrainingSetup(seq_len=2048, global_batch=512, micro_batch=2)
-    assert s.state_bytes_per_parameter == 18  # DESIGN §2: Adam mixed precision
+    assert s.state_bytes_per_parameter == 18  # docs/models.md: Adam mixed precision
     assert s.micro_batches == 256 and s.recompute is Recompute.NONE
     assert TrainingSetup(2048, 8, optimizer="sgd").state_bytes_per_parameter == 14
     assert TrainingSetup(2048, 8, state_bytes_per_parameter=16).state_bytes_per_parameter == 16

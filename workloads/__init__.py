@@ -1,4 +1,4 @@
-"""LLM training workloads: models, training setups, layer graphs and op graphs (DESIGN.md §2).
+"""LLM training workloads: models, training setups, layer graphs and op graphs (docs/models.md).
 
 >>> from workloads import get_model, TrainingSetup, build_layer_graph
 >>> g = build_layer_graph(get_model("gpt3-175b"), TrainingSetup(seq_len=2048, global_batch=1536), 8)

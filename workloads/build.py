@@ -1,4 +1,4 @@
-"""Legal tensor-parallel widths and the :class:`LayerGraph` of a model (DESIGN.md §2)."""
+"""Legal tensor-parallel widths and the :class:`LayerGraph` of a model (docs/models.md)."""
 
 from __future__ import annotations
 

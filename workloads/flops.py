@@ -1,6 +1,6 @@
 """Closed-form FLOP counts (a multiply-accumulate = 2 FLOPs), matrix multiplies only.
 
-These are the papers' counts (DESIGN.md §2): a GPT block's forward pass is
+These are the papers' counts (docs/models.md): a GPT block's forward pass is
 ``24 b s h^2 + 4 b s^2 h`` FLOPs (FFN width 4h), the logits ``2 b s h V``, and one
 iteration with full recompute ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` (Narayanan et al.,
 "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC21,

@@ -1,4 +1,4 @@
-"""The layer graph of a model at one tensor-parallel width (DESIGN.md §2).
+"""The layer graph of a model at one tensor-parallel width (docs/models.md).
 
 Nodes are layers (embedding, each transformer block, the head); edges carry the bytes of the
 boundary tensor per micro-batch. Identical layers share a ``class_id``; the forward and

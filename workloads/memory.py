@@ -1,4 +1,4 @@
-"""Stashed-activation and boundary bytes per layer, per micro-batch, per device (DESIGN.md §2).
+"""Stashed-activation and boundary bytes per layer, per micro-batch, per device (docs/models.md).
 
 Transformer blocks follow Korthikanti et al., "Reducing Activation Recomputation in Large
 Transformer Models", 2022, §4 (Table 2): with 2-byte activations and 1-byte dropout masks a

@@ -1,4 +1,4 @@
-"""Transformer model hyper-parameters and exact parameter counts (DESIGN.md §2).
+"""Transformer model hyper-parameters and exact parameter counts (docs/models.md).
 
 A :class:`Model` is what a paper's hyper-parameter table or a Hugging Face ``config.json``
 says about an architecture, and nothing about how it is trained. Parameter counts are exact

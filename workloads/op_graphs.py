@@ -1,4 +1,4 @@
-"""Forward, backward and recompute op graphs of each distinct layer (DESIGN.md §2).
+"""Forward, backward and recompute op graphs of each distinct layer (docs/models.md).
 
 Megatron-LM tensor parallelism on ``t`` devices (Shoeybi et al. 2019; Narayanan et al. 2021):
 Q, K, V and FC1 (gate/up for SwiGLU, each expert's for MoE) are column-parallel, the attention

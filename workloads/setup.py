@@ -1,4 +1,4 @@
-"""How a model is trained: sequence, batch, precision, optimizer, recompute, SP (DESIGN.md §2)."""
+"""How a model is trained: sequence, batch, precision, optimizer, recompute, SP (docs/models.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Operator performance and energy model (DESIGN.md §4).
+"""Operator performance and energy model (docs/models.md).
 
 * :func:`matmul_cycles` - cycles of one weight-stationary systolic array (SCALE-Sim v3).
 * :func:`op_costs` - single-core and all-core latency/energy of every op of an op graph,

@@ -1,4 +1,4 @@
-"""Latency and energy of every op of an op graph on one accelerator (DESIGN.md §4).
+"""Latency and energy of every op of an op graph on one accelerator (docs/models.md).
 
 Each op gets two estimates: on one core of its type (one tensor core, one vector core, or one
 of each for a GEMM with a fused epilogue) and split over all cores of its type. Both are
@@ -16,7 +16,7 @@ Per op kind:
   the global buffer; rows always fit).
 * Collectives on the tensor-parallel group of ``t`` devices, ring algorithms (Patarasuk &
   Yuan, JPDC 2009; Thakur, Rabenseifner & Gropp, IJHPCA 2005) with one latency term per
-  collective as in DESIGN.md §4 and ``placement.network``: all-reduce
+  collective as in docs/models.md and ``placement.network``: all-reduce
   ``alpha + 2(t-1)/t * bytes/bw``; reduce-scatter and all-gather ``alpha + (t-1)/t * bytes/bw``.
   Links are intra-node when the group fits in a node (:meth:`Cluster.group_link`); inside a
   node, a preset with a measured collective curve (:mod:`arch_space.perf.device`) runs at

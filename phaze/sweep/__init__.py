@@ -5,7 +5,7 @@ and knob setting, and its points are committed to the SQLite store as soon as it
 A re-run skips designs whose points are all stored, so an interrupted sweep resumes where it
 stopped and ends with exactly the results of an uninterrupted one.
 
-Exact pruning (DESIGN §7): a design is skipped only when, for every workload, some evaluated
+Exact pruning (docs/models.md): a design is skipped only when, for every workload, some evaluated
 point dominates an *optimistic bound* of every point the design could reach (throughput at
 100 % MFU; cost exact; carbon and time at that throughput with the least possible energy).
 The bound is valid because no placement beats peak FLOP/s, so a pruned design can sit on no
