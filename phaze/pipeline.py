@@ -50,6 +50,7 @@ from workloads.framework import DEFAULT_FRAMEWORK, framework_profile
 __all__ = [
     "Knobs",
     "Context",
+    "search_degrees",
     "Evaluation",
     "tp_widths",
     "timing_design",
@@ -86,7 +87,9 @@ class Context:
     per micro-batch, so at equal layout they never beat stage 1; searching them only when
     needed keeps sweeps fast; give ``zero_stages=(0, 1, 2, 3)`` for the exact optimum over
     all four); ``state_bytes_per_parameter`` overrides the training state per parameter
-    (e.g. 20 for DeepSpeed's BF16 optimizer).
+    (e.g. 20 for DeepSpeed's BF16 optimizer). ``ep_degrees`` and ``cp_degrees`` are the
+    expert- and context-parallel degrees the search may choose from (None:
+    :func:`search_degrees`).
     """
 
     cluster: Cluster
@@ -102,6 +105,31 @@ class Context:
     scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
     framework: str = DEFAULT_FRAMEWORK
     device: DeviceProfile | None = None
+    ep_degrees: tuple[int, ...] | None = None
+    cp_degrees: tuple[int, ...] | None = None
+
+
+# Context parallelism pays off for long sequences: Megatron-LM recommends it from 8K tokens
+# (docs/api-guide/context_parallel.md); below, the search leaves it off to stay fast.
+_CP_FROM_SEQ: Final = 8192
+_CP_DEGREES: Final = (1, 2, 4, 8)
+
+
+def search_degrees(experts: int, ctx: Context) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The (ep, cp) degrees the search chooses from: the context's, or by default every
+    divisor of the experts up to the devices (1 for a dense model) and, from 8K tokens,
+    cp in 1, 2, 4, 8 dividing the sequence and the devices (else 1)."""
+    devices = ctx.cluster.devices
+    eps = ctx.ep_degrees or tuple(
+        e for e in range(1, min(experts, devices) + 1) if experts % e == 0
+    )
+    if ctx.cp_degrees is not None:
+        cps = ctx.cp_degrees
+    elif ctx.seq_len >= _CP_FROM_SEQ:
+        cps = tuple(c for c in _CP_DEGREES if ctx.seq_len % c == 0 and devices % c == 0)
+    else:
+        cps = (1,)
+    return tuple(e for e in eps if experts % e == 0) or (1,), cps
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +269,7 @@ def _problem(
 ) -> PlacementProblem:
     """The placement problem of ``graphs`` on devices with ``hbm`` in ``ctx``'s cluster."""
     hbm_bytes, hbm_bytes_per_s = hbm
+    eps, cps = search_degrees(max(g.experts for g in graphs), ctx)
     return PlacementProblem(
         graphs=graphs,
         cluster=ctx.cluster,
@@ -254,6 +283,8 @@ def _problem(
         dp_overlap=framework_profile(setup.framework).dp_overlap,
         zero_stages=ctx.zero_stages,
         optimizer_bytes_per_parameter=float(setup.optimizer_bytes_per_parameter),
+        ep_degrees=eps,
+        cp_degrees=cps,
     )
 
 
@@ -390,6 +421,12 @@ def evaluate(
     if ctx.global_batch % knobs.micro_batch:
         raise ConfigError(
             f"micro_batch = {knobs.micro_batch} must divide global_batch = {ctx.global_batch}"
+        )
+    if strategy is not None and "cp" not in strategy.unset and ctx.seq_len % strategy.cp:
+        allowed = [c for c in _CP_DEGREES if ctx.seq_len % c == 0]
+        raise ConfigError(
+            f"strategy: cp = {strategy.cp} must divide the sequence of {ctx.seq_len} tokens "
+            f"(allowed e.g.: {', '.join(map(str, allowed))})"
         )
     fixed_tp = strategy is not None and "tp" not in strategy.unset
     widths = (strategy.tp,) if fixed_tp else tp_widths(model, ctx)

@@ -48,6 +48,9 @@ def stage_graph(
             tensor_parallel=x.tensor_parallel and graph.tp > 1,
             kind=str(x.kind),
             tp_comm_s=float(comm.get(x.class_id, 0.0)),
+            expert_parameters=float(x.expert_parameters),
+            dispatch_bytes=float(x.dispatch_bytes),
+            kv_bytes=float(x.kv_bytes),
         )
         for x in graph.layers
     )
@@ -59,4 +62,5 @@ def stage_graph(
         micro_batch=micro_batch,
         recompute=str(recompute),  # a workloads.Recompute StrEnum becomes its value
         sequence_parallel=sequence_parallel,
+        experts=graph.experts,
     )

@@ -48,6 +48,8 @@ class LayerArrays:
 
     ``params`` is in the unit the all-reduce and memory formulas expect (bytes for the
     reference format, parameter counts for ours). Edges are ``(src, dst, bytes)`` rows.
+    ``sharded_params`` is what the parameters count as when ZeRO shards them over ``d``
+    (:func:`placement.iteration.sharded_parameters` over ``cp``; None: ``params``).
     """
 
     fwd: np.ndarray
@@ -61,6 +63,7 @@ class LayerArrays:
     dst: np.ndarray
     nbytes: np.ndarray
     is_chain: bool
+    sharded_params: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -250,7 +253,9 @@ def phaze_costs(
     """
     ch, pairs = _geometry(la, chain)
     work = la.fwd + la.bwd + la.rec
+    sharded_each = la.params if la.sharded_params is None else la.sharded_params
     if ch is not None:
+        sharded = _span(_prefix(sharded_each))
         compute = _span(_prefix(work))
         recompute = _span(_prefix(la.rec))
         params = _span(_prefix(la.params))
@@ -267,6 +272,7 @@ def phaze_costs(
         compute = m @ work
         recompute = m @ la.rec
         params = m @ la.params
+        sharded = m @ sharded_each
         stash = m @ la.stash
         tp_count = m @ la.tp.astype(np.float64)
         workspace = np.where(in_stage, la.workspace[None, :], 0.0).max(axis=1, initial=0.0)
@@ -279,6 +285,7 @@ def phaze_costs(
     limits = tuple(
         _limit(
             params,
+            sharded,
             stash,
             workspace,
             largest,
@@ -326,10 +333,10 @@ class MemoryLimit:
     max_s_at: Callable[[int], np.ndarray] | None
 
 
-def _limit(params, stash, workspace, largest, ch, hbm_bytes, max_stages, state, zero):
+def _limit(params, shards, stash, workspace, largest, ch, hbm_bytes, max_stages, state, zero):
     replicated, sharded_bytes, gathered = zero_state(state[0], zero, state[1])
     base = params * replicated + stash + workspace + largest * gathered
-    sharded = params * sharded_bytes
+    sharded = shards * sharded_bytes
     if not sharded.any():
         return MemoryLimit(
             zero, _layout(max_stages_fitting(base, stash, hbm_bytes, max_stages), ch), None

@@ -130,6 +130,7 @@ class DpTask:
     degree ``d`` and must not decrease with ``d`` (more replicas never need more memory per
     device). None means ``costs.max_s`` holds for every ``d``. ``bound(ds)`` is then a lower
     bound on the best time at each degree of ``ds`` (None: 0), to skip degrees that cannot win.
+    Only multiples of ``d_multiple`` are degrees (expert parallelism's ``ep`` divides ``d``).
     """
 
     costs: SegmentCosts
@@ -141,6 +142,7 @@ class DpTask:
     max_s_at: Callable[[int], np.ndarray] | None = None
     whole_batches: bool = True
     bound: Callable[[np.ndarray], np.ndarray] | None = None
+    d_multiple: int = 1
 
     @property
     def c1(self) -> int:
@@ -164,6 +166,9 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
     for i, task in enumerate(tasks):
         top = max(1, min(task.max_devices, task.micro_batches))
         every = candidate_degrees(task.micro_batches, 1, top, whole=task.whole_batches)
+        every = every[every % task.d_multiple == 0]
+        if not every.size:
+            continue
         if task.max_s_at is None:
             parts.append((i, _with_table(task, task.costs.max_s, every), every))
             continue

@@ -1,4 +1,5 @@
-"""Evaluate a given parallel strategy (t, p, d, micro-batch, recompute, v, sp) with the same model.
+"""Evaluate a given parallel strategy (t, p, d, micro-batch, recompute, v, sp, zero, ep, cp)
+with the same model.
 
 This is how Phaze compares itself with published systems (Megatron-LM) and baselines. The
 stages follow Megatron-LM: the transformer blocks are split evenly into ``p * v`` model
@@ -18,6 +19,8 @@ and optimizer state, the largest workspace, and the activations of the micro-bat
 flight: ``p - r`` under 1F1B, and under interleaving
 ``min(2 (p - r - 1) + (v - 1) p + 1, m' v)`` chunk activations (Megatron-LM's warm-up count,
 ``megatron/core/pipeline_parallel/schedules.py``), each ``1/v`` of the rank's stash on average.
+Expert (``ep``) and context (``cp``) parallelism change the layers
+(:func:`placement.ep_cp.ep_cp_graph`); the job uses ``t * p * d * cp`` devices.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 
 from phaze.errors import ConfigError, Infeasible
 from placement import network as net
+from placement.ep_cp import ep_cp_graph
 from placement.iteration import assemble, stage_memory
 from placement.search import gib
 from placement.types import (
@@ -59,12 +63,14 @@ class Strategy:
     recompute: RecomputeMode = "none"
     sequence_parallel: bool = False
     zero: int = 0
+    ep: int = 1
+    cp: int = 1
     unset: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         problems = [
             f"strategy: {k} = {getattr(self, k)!r} must be an integer >= 1"
-            for k in ("tp", "pp", "dp", "micro_batch", "virtual_stages")
+            for k in ("tp", "pp", "dp", "micro_batch", "virtual_stages", "ep", "cp")
             if not (isinstance(getattr(self, k), int) and getattr(self, k) >= 1)
         ]
         if self.recompute not in ("none", "selective", "full"):
@@ -91,13 +97,15 @@ _KEYS = {
     "recompute": "recompute",
     "sp": "sequence_parallel",
     "zero": "zero",
+    "ep": "ep",
+    "cp": "cp",
 }
 _FIELDS = frozenset(_KEYS.values())
 
 
 def parse_strategy(text: str) -> Strategy:
-    """Parse ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1"``; any key may be left
-    out (``Strategy.unset`` names those; ``evaluate_partial`` chooses them).
+    """Parse ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1,ep=1,cp=1"``; any key may
+    be left out (``Strategy.unset`` names those; ``evaluate_partial`` chooses them).
 
     Examples
     --------
@@ -168,7 +176,7 @@ def _variant(problem: PlacementProblem, s: Strategy) -> StageGraph:
             s.recompute,
             s.sequence_parallel,
         ):
-            return g
+            return _ep_cp(problem, g, s)
     have = ", ".join(
         f"(t={g.tp}, mbs={g.micro_batch}, recompute={g.recompute}, sp={g.sequence_parallel})"
         for g in problem.graphs
@@ -177,6 +185,26 @@ def _variant(problem: PlacementProblem, s: Strategy) -> StageGraph:
         f"strategy: no graph for t={s.tp}, mbs={s.micro_batch}, recompute={s.recompute}, "
         f"sp={s.sequence_parallel} (have {have})"
     )
+
+
+def _ep_cp(problem: PlacementProblem, g: StageGraph, s: Strategy) -> StageGraph:
+    """``g`` at the strategy's ``ep`` and ``cp``; ConfigError when ``ep`` does not fit."""
+    if g.experts == 1 and s.ep > 1:
+        raise ConfigError(
+            f"strategy: ep = {s.ep} needs a mixture-of-experts model; this one is dense "
+            "(allowed: ep = 1)"
+        )
+    if g.experts % s.ep or s.dp % s.ep:
+        allowed = [e for e in range(1, g.experts + 1) if g.experts % e == 0 and s.dp % e == 0]
+        raise ConfigError(
+            f"strategy: ep = {s.ep} must divide the {g.experts} experts and d = {s.dp} "
+            f"(allowed: {', '.join(map(str, allowed))})"
+        )
+    if (g.ep, g.cp) != (1, 1):
+        if (g.ep, g.cp) != (s.ep, s.cp):
+            raise ConfigError(f"strategy: the graph is at ep={g.ep}, cp={g.cp}")
+        return g
+    return ep_cp_graph(g, s.ep, s.cp, problem.cluster)
 
 
 def evaluate_fixed(
@@ -194,11 +222,11 @@ def evaluate_fixed(
     """
     s = strategy
     graph = _variant(problem, s)
-    p, v, d, t = s.pp, s.virtual_stages, s.dp, s.tp
-    if t * p * d > problem.cluster.devices:
+    p, v, d, t, cp = s.pp, s.virtual_stages, s.dp, s.tp, s.cp
+    if t * p * d * cp > problem.cluster.devices:
         raise ConfigError(
-            f"strategy: t*p*d = {t}*{p}*{d} = {t * p * d} devices, the cluster has "
-            f"{problem.cluster.devices}"
+            f"strategy: t*p*d*cp = {t}*{p}*{d}*{cp} = {t * p * d * cp} devices, the cluster "
+            f"has {problem.cluster.devices}"
         )
     if v > 1 and p < 2:
         raise ConfigError(
@@ -217,7 +245,9 @@ def evaluate_fixed(
             f"{problem.global_batch} sequences (every replica runs whole micro-batches)"
         )
     per_pipeline = m // d
-    used = d * sum(t if any(graph.layers[i].tensor_parallel for i in c) else 1 for c in parts) // v
+    used = (
+        d * cp * sum(t if any(graph.layers[i].tensor_parallel for i in c) else 1 for c in parts)
+    ) // v
     bw, lat = net.boundary_link(problem.cluster, used, t, graph.sequence_parallel)
     pos = {}
     for c, layers in enumerate(parts):
@@ -250,6 +280,7 @@ def evaluate_fixed(
                 "in_flight": float(in_flight),
                 "workspace_bytes": float(ws[j] if j == top else 0.0),
                 "largest_layer_parameters": float(big[j] if j == widest else 0.0),
+                "expert_parameters": float(sum(x.expert_parameters for x in layers)),
             }
             devices = t if any(x.tensor_parallel for x in layers) else 1
             stages.append(
@@ -259,15 +290,20 @@ def evaluate_fixed(
                     load_s=compute + p2p,
                     compute_s=compute,
                     p2p_s=p2p,
-                    memory_bytes=stage_memory(problem, d=d, zero=s.zero, **memory).total_bytes,
+                    memory_bytes=stage_memory(
+                        problem, d=d, zero=s.zero, ep=s.ep, cp=cp, **memory
+                    ).total_bytes,
                     device=r,
                     recompute_s=sum(x.recompute_s for x in layers),
                     tp_comm_s=sum(x.tp_comm_s for x in layers),
+                    ep_comm_s=sum(x.ep_comm_s for x in layers),
+                    cp_comm_s=sum(x.cp_comm_s for x in layers),
                     **memory,
                 )
             )
     stages.sort(key=lambda st: min(st.layers) if st.layers else 0)
-    first_params = sum(graph.layers[i].parameters for c in range(0, p * v, p) for i in parts[c])
+    firsts = [graph.layers[i] for c in range(0, p * v, p) for i in parts[c]]
+    first_params = sum(x.parameters for x in firsts)
     placement = assemble(
         problem,
         graph,
@@ -277,11 +313,12 @@ def evaluate_fixed(
         micro_batches=per_pipeline,
         first_stage_params=float(first_params),
         zero=s.zero,
+        first_stage_expert_params=float(sum(x.expert_parameters for x in firsts)),
     )
     if check_memory and placement.memory_per_device_bytes > problem.hbm_bytes:
         raise Infeasible(
             f"needs {gib(placement.memory_per_device_bytes)} per device, has "
             f"{gib(problem.hbm_bytes)} (t={t}, p={p}, d={d}, mbs={s.micro_batch}, v={v}, "
-            f"recompute={s.recompute}, zero={s.zero})"
+            f"recompute={s.recompute}, zero={s.zero}, ep={s.ep}, cp={cp})"
         )
     return placement

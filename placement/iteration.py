@@ -20,13 +20,15 @@ tensor-parallel collectives and pipeline receives; ``L * (p - 1) / v`` is the bu
 Tensor-parallel collectives are scheduled inside the layer times the caller's op model
 gives; the layers report the time in which they run and no compute does (their stages'
 ``tp_comm_s``), which ``tp_comm_exposed_s`` counts apart from ``compute_s`` (the recomputed
-passes' collectives stay in ``recompute_s``).
+passes' collectives stay in ``recompute_s``); likewise the token all-to-alls of expert
+parallelism (``ep_comm_exposed_s``) and the exposed K/V ring of context parallelism
+(``cp_comm_exposed_s``), priced by :mod:`placement.ep_cp`.
 
 Memory per device: weights, gradients and optimizer state of the device's parameters, the
 activations of the micro-batches in flight and the largest backward workspace. Under ZeRO
 stage 1, 2 or 3 the optimizer state, then the gradients, then the weights are sharded over
-the ``d`` data-parallel replicas (:func:`zero_state`): divided by ``d`` here and nowhere
-else. The data-parallel collectives of each stage are :func:`dp_terms`.
+the ``d * cp`` ranks holding the same weights (:func:`zero_state`), the experts' over
+``d * cp / ep``: divided here and nowhere else. The data-parallel collectives of each stage are :func:`dp_terms`.
 
 Where new effects go: collectives the layer schedule reports apart move from ``compute_s``
 to ``tp_comm_exposed_s``; energy by cause can price each time term at its own power.
@@ -56,6 +58,7 @@ __all__ = [
     "state_split",
     "zero_state",
     "stage_memory",
+    "sharded_parameters",
     "dp_terms",
     "tail_fn",
     "exposed_reduction_parameters",
@@ -75,6 +78,8 @@ class IterationTime:
     compute_s: float
     recompute_s: float
     tp_comm_exposed_s: float
+    ep_comm_exposed_s: float
+    cp_comm_exposed_s: float
     pp_comm_exposed_s: float
     bubble_s: float
     dp_comm_exposed_s: float
@@ -194,22 +199,41 @@ def stage_memory(
     d: int,
     zero: int = 0,
     largest_layer_parameters: float = 0.0,
+    expert_parameters: float = 0.0,
+    ep: int = 1,
+    cp: int = 1,
 ) -> DeviceMemory:
     """Memory of one stage on each of its devices in a pipeline replicated ``d`` times.
 
     Here ``d`` enters memory: under ZeRO stage ``zero`` the sharded state is split over the
-    ``d`` replicas (:func:`zero_state`); stage 3's gathered layers count as workspace.
+    ``d * cp`` ranks holding the same weights (Megatron-LM's distributed optimizer shards
+    over the data- and context-parallel group); stage 3's gathered layers count as
+    workspace. The ``expert_parameters`` of the device (already ``1/ep`` of the experts) are
+    replicated over ``d * cp / ep`` ranks only, so their sharded state per device is
+    ``expert_parameters * ep / (d * cp)`` (:func:`sharded_parameters`).
     """
     state, opt = problem.state_bytes_per_parameter, problem.optimizer_bytes_per_parameter
     weights, gradients, optimizer = state_split(state, opt)
     _, _, gathered = zero_state(state, zero, opt)
+    shard = sharded_parameters(parameters, expert_parameters, ep) / (d * cp)
+
+    def part(bytes_per_parameter: float, from_stage: int) -> float:
+        return (shard if zero >= from_stage else parameters) * bytes_per_parameter
+
     return DeviceMemory(
-        weights_bytes=parameters * weights / (d if zero >= 3 else 1),
-        gradients_bytes=parameters * gradients / (d if zero >= 2 else 1),
-        optimizer_bytes=parameters * optimizer / (d if zero >= 1 else 1),
+        weights_bytes=part(weights, 3),
+        gradients_bytes=part(gradients, 2),
+        optimizer_bytes=part(optimizer, 1),
         activations_bytes=in_flight * stash_bytes,
         workspace_bytes=workspace_bytes + gathered * largest_layer_parameters,
     )
+
+
+def sharded_parameters(parameters, expert_parameters, ep: int):
+    """What a device's ``parameters`` count as when sharded over its ``d * cp``
+    data-parallel ranks: its expert parameters, ``1/ep`` of the experts replicated over only
+    ``d * cp / ep`` ranks, count ``ep`` times."""
+    return parameters + expert_parameters * (ep - 1)
 
 
 def exposed_reduction_parameters(problem: PlacementProblem, d, params):
@@ -224,7 +248,16 @@ def exposed_reduction_parameters(problem: PlacementProblem, d, params):
 
 
 def dp_terms(
-    problem: PlacementProblem, t: int, zero: int, d: np.ndarray, params: np.ndarray, m: int
+    problem: PlacementProblem,
+    t: int,
+    zero: int,
+    d: np.ndarray,
+    params: np.ndarray,
+    m: int,
+    *,
+    cp: int = 1,
+    ep: int = 1,
+    expert_params: float | np.ndarray = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(exposed data-parallel communication, optimizer step) seconds for arrays of degrees
     ``d`` (each dividing the ``m`` micro-batches) and rank 0's ``params``.
@@ -238,40 +271,58 @@ def dp_terms(
     Where the framework overlaps the gradient reduction with the backward pass
     (``problem.dp_overlap``), each gradient reduction (all-reduce or reduce-scatter) exposes
     only its last bucket (:func:`exposed_reduction_parameters`); the weights' all-gathers
-    stay whole. With the optimizer state sharded (stage >= 1) each replica steps ``1/d`` of
-    it. Neither term decreases with ``params``.
+    stay whole. With the optimizer state sharded (stage >= 1) each replica steps its shard.
+    Neither term decreases with ``params``.
+
+    The rings run over the ``d * cp`` ranks holding the same weights (context-parallel ranks
+    compute on different tokens, so their gradients are summed too); the ``expert_params``
+    among ``params`` (``1/ep`` of the experts) over the ``d * cp / ep`` ranks holding the
+    same experts. The search's DP gives no ``expert_params`` (it does not track them per
+    stage): it prices all of rank 0's parameters on the longer ring, never less.
     """
     cl = problem.cluster
     intra_bw, intra_lat = net.link(cl, inter_node=False)
     inter_bw, inter_lat = net.link(cl, inter_node=True)
-    inter = t * d > cl.devices_per_node
+    inter = t * cp * d > cl.devices_per_node
     bw = np.where(inter, inter_bw, intra_bw)
     lat = np.where(inter, inter_lat, intra_lat)
-    share = (d - 1) / d / bw
+    n = d * cp
+    n_expert = np.maximum(n // ep, 1)
+    expert = np.minimum(expert_params, params)
+    part = np.where(params > 0, expert / np.maximum(params, 1e-300), 0.0)
+    # seconds per byte of rank 0's parameters through the rings (the expert part on its own)
+    rate = ((1.0 - part) * (n - 1) / n + part * (n_expert - 1) / n_expert) / bw
+
+    def ring(count: np.ndarray, bytes_per_parameter: float) -> np.ndarray:
+        return bytes_per_parameter * count * rate
+
     reduced = exposed_reduction_parameters(problem, d, params)
-    grads = lat + share * reduced * problem.gradient_bytes_per_parameter  # reduce-scatter
-    weights = lat + share * params * _WEIGHT_BYTES  # all-gather
+    gbytes = problem.gradient_bytes_per_parameter
+    grads = lat + ring(reduced, gbytes)  # reduce-scatter
+    weights = lat + ring(params, _WEIGHT_BYTES)  # all-gather
     per_pipeline = m // d
     if zero == 0:
-        comm = lat + 2.0 * share * reduced * problem.gradient_bytes_per_parameter
+        comm = lat + 2.0 * ring(reduced, gbytes)
     elif zero == 1:
         comm = grads + weights
     elif zero == 2:
         comm = per_pipeline * grads + weights
     else:
         comm = per_pipeline * (grads + 2.0 * weights)
-    step = params * problem.optimizer_s_per_parameter / (d if zero >= 1 else 1)
-    return np.where(d > 1, comm, 0.0), step
+    sharded = sharded_parameters(params, expert, ep) / n
+    step = (sharded if zero >= 1 else params) * problem.optimizer_s_per_parameter
+    return np.where(n > 1, comm, 0.0), step
 
 
 def tail_fn(
-    problem: PlacementProblem, t: int, zero: int, m: int
+    problem: PlacementProblem, t: int, zero: int, m: int, *, cp: int = 1
 ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The exposed time after the pipeline flush for arrays of degrees ``d`` and rank 0's
-    parameters (:func:`dp_terms`); it never decreases with the parameters."""
+    parameters (:func:`dp_terms`, every parameter on the dense ring); it never decreases
+    with the parameters."""
 
     def tail(d: np.ndarray, params: np.ndarray) -> np.ndarray:
-        comm, step = dp_terms(problem, t, zero, d, params, m)
+        comm, step = dp_terms(problem, t, zero, d, params, m, cp=cp)
         return comm + step
 
     return tail
@@ -287,24 +338,32 @@ def assemble(
     micro_batches: int,
     first_stage_params: float,
     zero: int = 0,
+    first_stage_expert_params: float = 0.0,
 ) -> Placement:
     """A Placement from its stages: the one iteration model of searched and fixed layouts.
 
     Device ``r`` runs the stages with ``device == r``; its load and memory are their sums.
-    ``micro_batches`` counts those of one pipeline.
+    ``micro_batches`` counts those of one pipeline; ``graph.ep`` and ``graph.cp`` the
+    expert- and context-parallel degrees (``first_stage_expert_params`` the experts' part of
+    rank 0's parameters).
     """
     p = 1 + max(st.device for st in stages)
     load = np.zeros(p)
     comp = np.zeros(p)
     recomp = np.zeros(p)
     tpc = np.zeros(p)
+    epc = np.zeros(p)
+    cpc = np.zeros(p)
     comm = np.zeros(p)
     memory = [DeviceMemory(0.0, 0.0, 0.0, 0.0, 0.0)] * p
+    ep, cp = graph.ep, graph.cp
     for st in stages:
         load[st.device] += st.load_s
         comp[st.device] += st.compute_s
         recomp[st.device] += st.recompute_s
         tpc[st.device] += st.tp_comm_s
+        epc[st.device] += st.ep_comm_s
+        cpc[st.device] += st.cp_comm_s
         comm[st.device] += st.p2p_s
         memory[st.device] = memory[st.device] + stage_memory(
             problem,
@@ -315,18 +374,31 @@ def assemble(
             d=d,
             zero=zero,
             largest_layer_parameters=st.largest_layer_parameters,
+            expert_parameters=st.expert_parameters,
+            ep=ep,
+            cp=cp,
         )
     r = int(np.argmax(load))
     bottleneck = float(load[r])
     pipeline = bottleneck * (micro_batches + (p - 1) / v)
     dp_comm_s, step_s = dp_terms(
-        problem, graph.tp, zero, np.array([d]), np.array([first_stage_params]), d * micro_batches
+        problem,
+        graph.tp,
+        zero,
+        np.array([d]),
+        np.array([first_stage_params]),
+        d * micro_batches,
+        cp=cp,
+        ep=ep,
+        expert_params=first_stage_expert_params,
     )
     dp_comm, optimizer = float(dp_comm_s[0]), float(step_s[0])
     breakdown = IterationTime(
-        compute_s=micro_batches * float(comp[r] - recomp[r] - tpc[r]),
+        compute_s=micro_batches * float(comp[r] - recomp[r] - tpc[r] - epc[r] - cpc[r]),
         recompute_s=micro_batches * float(recomp[r]),
         tp_comm_exposed_s=micro_batches * float(tpc[r]),
+        ep_comm_exposed_s=micro_batches * float(epc[r]),
+        cp_comm_exposed_s=micro_batches * float(cpc[r]),
         pp_comm_exposed_s=micro_batches * float(comm[r]),
         bubble_s=bottleneck * (p - 1) / v,
         dp_comm_exposed_s=dp_comm,
@@ -346,7 +418,7 @@ def assemble(
         sequence_parallel=graph.sequence_parallel,
         virtual_stages=v,
         stages=stages,
-        devices_used=d * sum(st.devices for st in stages) // v,
+        devices_used=d * cp * sum(st.devices for st in stages) // v,
         load_s=bottleneck,
         time_per_batch_s=breakdown.iteration_s,
         pipeline_s=pipeline,
@@ -359,6 +431,8 @@ def assemble(
         memory_breakdown=fullest,
         optimizer_s=optimizer,
         zero=zero,
+        ep=ep,
+        cp=cp,
     )
 
 

@@ -1,7 +1,9 @@
 """A partial strategy: what the user fixed is kept, the rest is searched.
 
 Fields left out of a strategy take what the search would pick: sequence parallelism is on
-when ``t > 1`` (unless the caller's default is off), the ZeRO stage, and any of ``t``,
+when ``t > 1`` (unless the caller's default is off), the ZeRO stage, the expert-parallel
+degree (from the problem's ``ep_degrees`` dividing the experts and ``d``), the
+context-parallel degree (from its ``cp_degrees``), and any of ``t``,
 ``p``, ``d`` not given are chosen by trying each completion under Megatron-LM's layout
 (:func:`placement.fixed.evaluate_fixed`) and keeping the fastest that fits. ``d`` always
 divides the micro-batches of the global batch; interleaving stays off (``v = 1``) unless
@@ -29,18 +31,21 @@ _KEY = {
     "recompute": "recompute",
     "sequence_parallel": "sp",
     "zero": "zero",
+    "ep": "ep",
+    "cp": "cp",
 }
 
 
 def _check_devices(problem: PlacementProblem, s: Strategy) -> None:
-    given = [(k, getattr(s, k)) for k in ("tp", "pp", "dp") if k not in s.unset]
+    given = [(k, getattr(s, k)) for k in ("tp", "pp", "dp", "cp") if k not in s.unset]
     product = 1
     for _, value in given:
         product *= value
     if product > problem.cluster.devices:
         spelled = "*".join(f"{_KEY[k]}" for k, _ in given)
         raise ConfigError(
-            f"strategy: {spelled} = {product} devices, the cluster has {problem.cluster.devices}"
+            f"strategy: {spelled} = {product} devices, the cluster has {problem.cluster.devices} "
+            f"(allowed: a product of at most {problem.cluster.devices})"
         )
 
 
@@ -70,20 +75,25 @@ def completions(
         blocks = sum(x.kind == "block" for x in g.layers)
         v = 1 if "virtual_stages" in unset else s.virtual_stages
         pps = range(1, blocks // v + 1) if "pp" in unset else (s.pp,)
-        for p in pps:
-            if g.tp * p > devices:
-                break
-            top = devices // (g.tp * p)
-            if "dp" in unset:
-                dps = candidate_degrees(m, 1, top).tolist()
-            else:  # a fixed degree leaves room for fewer stages
-                dps = [s.dp] if s.dp <= top else []
-            zeros = ZERO_STAGES if "zero" in unset else (s.zero,)
-            out += [
-                replace(s, **knobs, pp=p, dp=d, virtual_stages=v, zero=z, unset=unset)
-                for d in dps
-                for z in zeros
-            ]
+        eps = [e for e in problem.ep_degrees if g.experts % e == 0] if "ep" in unset else [s.ep]
+        cps = problem.cp_degrees if "cp" in unset else (s.cp,)
+        zeros = ZERO_STAGES if "zero" in unset else (s.zero,)
+        for cp in cps:
+            for p in pps:
+                if g.tp * p * cp > devices:
+                    break
+                top = devices // (g.tp * p * cp)
+                if "dp" in unset:
+                    dps = candidate_degrees(m, 1, top).tolist()
+                else:  # a fixed degree leaves room for fewer stages
+                    dps = [s.dp] if s.dp <= top else []
+                out += [
+                    replace(s, **knobs, pp=p, dp=d, virtual_stages=v, zero=z, ep=e, cp=cp)
+                    for d in dps
+                    for e in eps
+                    if d % e == 0 or ("dp" not in unset and "ep" not in unset)
+                    for z in zeros
+                ]
     return out
 
 
@@ -108,7 +118,7 @@ def evaluate_partial(
             if closest is None or need < closest[0]:
                 closest = (need, e.reason)
             continue
-        key = (pl.time_per_batch_s, c.tp, c.pp, c.dp, c.zero)
+        key = (pl.time_per_batch_s, c.tp, c.pp, c.dp, c.zero, c.cp, c.ep)
         if best is None or key < best[0]:
             best = (key, pl, c)
     if best is None:

@@ -30,7 +30,14 @@ from phaze.errors import ConfigError, Infeasible
 from placement import network as net
 from placement.costs import LayerArrays, StageFigures, phaze_costs, stage_layers
 from placement.dp import DpSolution, DpTask, SegmentCosts, solve_many
-from placement.iteration import assemble, stage_memory, tail_fn, zero_state
+from placement.ep_cp import graph_variants
+from placement.iteration import (
+    assemble,
+    sharded_parameters,
+    stage_memory,
+    tail_fn,
+    zero_state,
+)
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
 __all__ = ["Method", "place", "layer_arrays", "gib"]
@@ -71,6 +78,9 @@ def layer_arrays(graph: StageGraph) -> LayerArrays:
         stash=arr([x.stash_bytes for x in ls]),
         workspace=arr([x.workspace_bytes for x in ls]),
         tp=arr([x.tensor_parallel for x in ls], bool),
+        sharded_params=arr(
+            [sharded_parameters(x.parameters, x.expert_parameters, graph.ep) / graph.cp for x in ls]
+        ),
         src=arr([e.src for e in edges], np.int64),
         dst=arr([e.dst for e in edges], np.int64),
         nbytes=arr([e.bytes for e in edges]),
@@ -91,7 +101,8 @@ def _prepare(
     problem: PlacementProblem, graph: StageGraph, method: Method, devices: int
 ) -> list[tuple[DpTask, StageFigures, int]]:
     """The DP tasks of one graph on at most ``devices`` devices (which set the p2p link),
-    one per ZeRO stage the problem allows: (task, figures, stage)."""
+    one per ZeRO stage the problem allows: (task, figures, stage). A context-parallel graph
+    has ``devices / cp`` for its pipelines and data-parallel replicas."""
     la = layer_arrays(graph)
     if method == "chain" and not la.is_chain:
         raise ConfigError(
@@ -100,7 +111,7 @@ def _prepare(
         )
     chain = la.is_chain if method == "auto" else method == "chain"
     bw, lat = net.boundary_link(problem.cluster, devices, graph.tp, graph.sequence_parallel)
-    s_max = _max_stages(problem, graph, devices)
+    s_max = _max_stages(problem, graph, devices // graph.cp)
     costs, figures, limits = phaze_costs(
         la,
         chain=chain,
@@ -119,16 +130,17 @@ def _prepare(
     first = float(costs.params[firsts].min(initial=np.inf)) if firsts.any() else 0.0
     out = []
     for limit in limits:
-        tail = tail_fn(problem, graph.tp, limit.zero, m)
+        tail = tail_fn(problem, graph.tp, limit.zero, m, cp=graph.cp)
         task = DpTask(
             costs if limit.max_s is None else replace(costs, max_s=limit.max_s),
             t=graph.tp,
             max_stages=s_max,
-            max_devices=devices,
+            max_devices=devices // graph.cp,
             micro_batches=m,
             tail=tail,
             max_s_at=limit.max_s_at,
-            bound=_time_bound(problem, graph, limit.zero, s_max, devices, tail, first),
+            bound=_time_bound(problem, graph, limit.zero, s_max, devices // graph.cp, tail, first),
+            d_multiple=graph.ep,
         )
         out.append((task, figures, limit.zero))
     return out
@@ -189,10 +201,11 @@ def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
     """
     start = time.perf_counter()
     cl = problem.cluster
-    found, reasons = _run(problem, list(enumerate(problem.graphs)), method, cl.devices)
+    graphs = graph_variants(problem)
+    found, reasons = _run(problem, list(enumerate(graphs)), method, cl.devices)
     if cl.devices > cl.devices_per_node and found:
         best = min(f[0][0] for f in found)
-        todo = [(i, g) for i, g in enumerate(problem.graphs) if _one_node_bound(problem, g) < best]
+        todo = [(i, g) for i, g in enumerate(graphs) if _one_node_bound(problem, g) < best]
         found += _run(problem, todo, method, cl.devices_per_node)[0]
     logger.debug(
         "placed %d variants in %.1f ms", len(problem.graphs), 1e3 * (time.perf_counter() - start)
@@ -212,9 +225,11 @@ def _run(
     none, (bytes needed, reason).
     """
     reasons = [
-        (math.inf, _too_wide(problem, g)) for _, g in todo if _max_stages(problem, g, devices) < 1
+        (math.inf, _too_wide(problem, g))
+        for _, g in todo
+        if _max_stages(problem, g, devices // g.cp) < 1
     ]
-    todo = [(i, g) for i, g in todo if _max_stages(problem, g, devices) >= 1]
+    todo = [(i, g) for i, g in todo if _max_stages(problem, g, devices // g.cp) >= 1]
     prepared = [(i, g, *task) for i, g in todo for task in _prepare(problem, g, method, devices)]
     sols = solve_many(tuple(task for _, _, task, _, _ in prepared), prune=True)
     found = []
@@ -309,6 +324,7 @@ def _placement(
             "largest_layer_parameters": float(figures.largest[q]),
         }
         layers = stage_layers(costs, figures, q)
+        parts["expert_parameters"] = float(sum(graph.layers[j].expert_parameters for j in layers))
         stages.append(
             Stage(
                 layers=layers,
@@ -316,10 +332,14 @@ def _placement(
                 load_s=float(load),
                 compute_s=float(figures.compute[q]),
                 p2p_s=float(figures.p2p[q]),
-                memory_bytes=stage_memory(problem, d=d, zero=zero, **parts).total_bytes,
+                memory_bytes=stage_memory(
+                    problem, d=d, zero=zero, ep=graph.ep, cp=graph.cp, **parts
+                ).total_bytes,
                 device=i,
                 recompute_s=float(figures.recompute[q]),
                 tp_comm_s=sum(graph.layers[j].tp_comm_s for j in layers),
+                ep_comm_s=sum(graph.layers[j].ep_comm_s for j in layers),
+                cp_comm_s=sum(graph.layers[j].cp_comm_s for j in layers),
                 **parts,
             )
         )
@@ -332,4 +352,5 @@ def _placement(
         micro_batches=per_pipeline,
         first_stage_params=float(costs.params[sol.pairs[0]]),
         zero=zero,
+        first_stage_expert_params=stages[0].expert_parameters,
     )

@@ -88,7 +88,11 @@ class StageLayer:
     recompute), its collectives included. ``parameters`` counts this device's shard; ``stash_bytes`` is what the layer
     keeps per in-flight micro-batch per device under the graph's recompute mode;
     ``workspace_bytes`` is live only while the layer runs its backward pass (e.g. the
-    activations recomputed for it), counted once per stage.
+    activations recomputed for it), counted once per stage. ``expert_parameters`` is the
+    part of ``parameters`` in MoE experts on this device, ``dispatch_bytes`` what one token
+    all-to-all sends from it and ``kv_bytes`` the keys and values of its sequence chunk, per
+    micro-batch; ``ep_comm_s`` and ``cp_comm_s`` are the exposed all-to-alls and K/V ring
+    transfers inside ``fwd_s + bwd_s`` (:mod:`placement.ep_cp`).
     """
 
     name: str
@@ -101,6 +105,11 @@ class StageLayer:
     workspace_bytes: float = 0.0
     kind: str = "block"
     tp_comm_s: float = 0.0
+    expert_parameters: float = 0.0
+    dispatch_bytes: float = 0.0
+    kv_bytes: float = 0.0
+    ep_comm_s: float = 0.0
+    cp_comm_s: float = 0.0
 
     def __post_init__(self) -> None:
         _raise(
@@ -112,6 +121,11 @@ class StageLayer:
                     "bwd_s",
                     "recompute_s",
                     "tp_comm_s",
+                    "expert_parameters",
+                    "dispatch_bytes",
+                    "kv_bytes",
+                    "ep_comm_s",
+                    "cp_comm_s",
                     "parameters",
                     "stash_bytes",
                     "workspace_bytes",
@@ -136,6 +150,9 @@ class StageGraph:
     Every edge goes from a lower to a higher index. The labels (``micro_batch``,
     ``recompute``, ``sequence_parallel``) say which training setup the figures describe.
     At ``tp = 1`` the ``tensor_parallel`` flags make no difference (every stage has 1 device).
+    ``experts`` counts the model's MoE experts per block (1: dense); ``ep`` and ``cp`` are
+    the expert- and context-parallel degrees the figures are for
+    (:func:`placement.ep_cp.ep_cp_graph` makes such a variant from one at ``ep = cp = 1``).
     """
 
     tp: int
@@ -144,12 +161,21 @@ class StageGraph:
     micro_batch: int = 1
     recompute: RecomputeMode = "none"
     sequence_parallel: bool = False
+    experts: int = 1
+    ep: int = 1
+    cp: int = 1
 
     def __post_init__(self) -> None:
         problems = []
         src = f"stage graph (tp={self.tp})"
-        if not (isinstance(self.tp, int) and self.tp >= 1):
-            problems.append(f"{src}: tp = {self.tp!r} must be an integer >= 1")
+        for name in ("tp", "experts", "ep", "cp"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                problems.append(f"{src}: {name} = {value!r} must be an integer >= 1")
+        if isinstance(self.experts, int) and isinstance(self.ep, int) and self.experts % self.ep:
+            problems.append(
+                f"{src}: ep = {self.ep} must divide the {self.experts} experts per block"
+            )
         if not (isinstance(self.micro_batch, int) and self.micro_batch >= 1):
             problems.append(f"{src}: micro_batch = {self.micro_batch!r} must be an integer >= 1")
         if self.recompute not in _RECOMPUTE_MODES:
@@ -206,7 +232,9 @@ class PlacementProblem:
     pipeline depth. ``p2p_overlap`` lets a stage's boundary transfers run beside its compute
     (the framework's profile, :mod:`workloads.framework`): only what exceeds the compute is
     exposed. ``dp_overlap`` reduces the gradients beside the backward pass, all but the last
-    bucket (:func:`placement.iteration.exposed_reduction_parameters`).
+    bucket (:func:`placement.iteration.exposed_reduction_parameters`). ``ep_degrees`` and
+    ``cp_degrees`` are the expert- and context-parallel degrees the search may choose from
+    (an ``ep`` must divide a graph's experts and ``d``; :mod:`placement.ep_cp`).
     """
 
     graphs: tuple[StageGraph, ...]
@@ -221,9 +249,22 @@ class PlacementProblem:
     optimizer_bytes_per_parameter: float = 12.0
     p2p_overlap: bool = False
     dp_overlap: bool = False
+    ep_degrees: tuple[int, ...] = (1,)
+    cp_degrees: tuple[int, ...] = (1,)
 
     def __post_init__(self) -> None:
         problems = []
+        for name in ("ep_degrees", "cp_degrees"):
+            value = getattr(self, name)
+            if not (
+                isinstance(value, tuple)
+                and value
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in value)
+            ):
+                problems.append(
+                    f"placement problem: {name} = {value!r} must be a non-empty tuple of "
+                    "integers >= 1"
+                )
         if not self.graphs:
             problems.append("placement problem: graphs is empty; give at least one variant")
         if not (isinstance(self.global_batch, int) and self.global_batch >= 1):
@@ -267,8 +308,10 @@ class Stage:
     rank runs this one. ``compute_s`` includes ``recompute_s`` and ``tp_comm_s`` (the layers'
     exposed tensor-parallel collectives); ``load_s = compute_s + p2p_s``. The memory parts (``parameters`` of one device's shard, ``stash_bytes`` per
     micro-batch in flight, ``in_flight`` micro-batches, ``workspace_bytes`` counted for this
-    stage, ``largest_layer_parameters`` gathered whole under ZeRO stage 3) give
-    ``memory_bytes`` through :func:`placement.iteration.stage_memory`.
+    stage, ``largest_layer_parameters`` gathered whole under ZeRO stage 3,
+    ``expert_parameters`` the experts' part of ``parameters``) give ``memory_bytes`` through
+    :func:`placement.iteration.stage_memory`. ``ep_comm_s`` and ``cp_comm_s`` are the
+    exposed token all-to-alls and K/V ring transfers inside ``compute_s``.
     """
 
     layers: tuple[int, ...]
@@ -285,6 +328,9 @@ class Stage:
     workspace_bytes: float = 0.0
     tp_comm_s: float = 0.0
     largest_layer_parameters: float = 0.0
+    expert_parameters: float = 0.0
+    ep_comm_s: float = 0.0
+    cp_comm_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +347,8 @@ class Placement:
     over ideal time). ``memory_per_device_bytes`` is the maximum over devices.
     ``breakdown`` names the terms of ``time_per_batch_s`` and ``memory_breakdown`` the parts
     of the fullest device's memory (:mod:`placement.iteration`). ``zero`` is the ZeRO stage
-    (0-3) of the data-parallel replicas.
+    (0-3) of the data-parallel replicas; ``ep`` the expert-parallel degree (dividing
+    ``dp``), ``cp`` the context-parallel one: the job uses ``tp * pp * dp * cp`` devices.
     """
 
     tp: int
@@ -326,6 +373,8 @@ class Placement:
     memory_breakdown: DeviceMemory
     optimizer_s: float = 0.0
     zero: int = 0
+    ep: int = 1
+    cp: int = 1
     communication_s: float = field(init=False)
 
     def __post_init__(self) -> None:

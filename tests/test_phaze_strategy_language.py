@@ -35,7 +35,10 @@ def test_open_fields_take_the_search_defaults_and_are_reported():
     # the search's ZeRO stage: the fastest of the four for this layout
     times = {z: _json(f"t=2,p=2,d=2,sp=on,zero={z}")["iteration_s"] for z in range(4)}
     assert doc["iteration_s"] == min(times.values())
-    assert _json("t=2,p=2,d=2,sp=on,zero=0,mbs=1,v=1,recompute=none")["strategy_defaults"] == ""
+    assert (
+        _json("t=2,p=2,d=2,sp=on,zero=0,mbs=1,v=1,recompute=none,ep=1,cp=1")["strategy_defaults"]
+        == ""
+    )
 
 
 def test_a_partial_strategy_searches_the_rest():

@@ -12,8 +12,10 @@ from workloads.layer_graph import Layer, LayerEdge, LayerGraph, LayerKind, PassG
 from workloads.memory import (
     block_activation_bytes,
     boundary_bytes,
+    dispatch_bytes,
     embedding_activation_bytes,
     head_activation_bytes,
+    kv_bytes,
 )
 from workloads.model import Model, PositionKind
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
@@ -115,6 +117,14 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
     ]
     block_params = model.block_parameters(tp)
     block_bytes = block_activation_bytes(model, setup, tp)
+    # the routed experts' share of a block: all experts minus the top_k active ones is
+    # (experts - top_k) expert FFNs
+    routed = model.experts - model.top_k
+    expert_params = (
+        (block_params - model.block_parameters(tp, active=True)) * model.experts // routed
+        if routed > 0
+        else 0
+    )
     layers += [
         Layer(
             index=i,
@@ -124,6 +134,9 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
             parameters=block_params,
             activation_bytes=block_bytes,
             tensor_parallel=tensor_parallel,
+            expert_parameters=expert_params,
+            dispatch_bytes=dispatch_bytes(model, setup, tp),
+            kv_bytes=kv_bytes(model, setup, tp),
         )
         for i in range(1, model.layers + 1)
     ]
@@ -153,4 +166,10 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
         BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp)),
         HEAD_CLASS: framed(head_pass_graphs(model, setup, tp)),
     }
-    return LayerGraph(tp=tp, layers=tuple(layers), edges=edges, op_graphs=MappingProxyType(graphs))
+    return LayerGraph(
+        tp=tp,
+        layers=tuple(layers),
+        edges=edges,
+        op_graphs=MappingProxyType(graphs),
+        experts=model.experts,
+    )

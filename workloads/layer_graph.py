@@ -31,7 +31,10 @@ class Layer:
     stashes for its backward pass per micro-batch under the setup's recompute mode (and
     sequence parallelism), per device. ``tied_parameters`` are parameters shared with
     another layer and counted there (a tied LM head): a pipeline stage holding this layer
-    but not that one keeps a copy, as Megatron-LM does.
+    but not that one keeps a copy, as Megatron-LM does. ``expert_parameters`` is the part
+    of ``parameters`` in MoE experts (what expert parallelism spreads); ``dispatch_bytes``
+    what one token all-to-all sends from this device and ``kv_bytes`` the keys and values
+    context parallelism exchanges, per micro-batch (:mod:`workloads.memory`).
     """
 
     index: int
@@ -42,6 +45,9 @@ class Layer:
     activation_bytes: int
     tensor_parallel: bool
     tied_parameters: int = 0
+    expert_parameters: int = 0
+    dispatch_bytes: int = 0
+    kv_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +75,14 @@ class PassGraphs:
 
 @dataclass(frozen=True, slots=True)
 class LayerGraph:
-    """All layers of a model at tensor-parallel width ``tp``, in topological order."""
+    """All layers of a model at tensor-parallel width ``tp``, in topological order;
+    ``experts`` counts the model's MoE experts per block (1: dense)."""
 
     tp: int
     layers: tuple[Layer, ...]
     edges: tuple[LayerEdge, ...]
     op_graphs: MappingProxyType[str, PassGraphs]
+    experts: int = 1
 
     def pass_graphs(self, layer: Layer) -> PassGraphs:
         return self.op_graphs[layer.class_id]

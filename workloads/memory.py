@@ -41,6 +41,8 @@ __all__ = [
     "embedding_activation_bytes",
     "head_activation_bytes",
     "boundary_bytes",
+    "dispatch_bytes",
+    "kv_bytes",
 ]
 
 MASK_BYTES = 1  # per dropout-mask element (Korthikanti et al. 2022, §4.1)
@@ -117,3 +119,20 @@ def boundary_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
     ``p s b h``, split by ``t`` with sequence parallelism."""
     p, tokens = setup.precision_bytes, setup.micro_batch * setup.seq_len
     return _ceil_div(p * tokens * model.hidden, _sp_divisor(setup, tp))
+
+
+def dispatch_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
+    """Bytes one device sends into one MoE token all-to-all per micro-batch (0 for a dense
+    model): each of its tokens goes to ``top_k`` experts, ``k p s b h`` split by ``t`` with
+    sequence parallelism (Megatron-LM's ``alltoall`` token dispatcher; the combine returns
+    as many)."""
+    if not model.is_moe:
+        return 0
+    return model.top_k * boundary_bytes(model, setup, tp)
+
+
+def kv_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
+    """Keys and values of one block per micro-batch per device, ``2 p s b n_kv d_head / t``:
+    what context parallelism's ring exchanges (Megatron-LM docs/api-guide/context_parallel.md)."""
+    p, tokens = setup.precision_bytes, setup.micro_batch * setup.seq_len
+    return _ceil_div(2 * p * tokens * model.kv_heads * model.head_dim, tp)

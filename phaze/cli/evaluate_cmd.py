@@ -109,7 +109,8 @@ __all__ = ["evaluate"]
     "--strategy",
     default="search",
     show_default=True,
-    help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1",
+    help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1,ep=1,cp=1 "
+    "(keys left out are searched)",
 )
 @click.option(
     "--state-bytes",
@@ -264,7 +265,7 @@ def evaluate(
             "placement",
             f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "
             f"recompute={pl.recompute} sp={'on' if pl.sequence_parallel else 'off'} "
-            f"zero={pl.zero}",
+            f"zero={pl.zero} ep={pl.ep} cp={pl.cp}",
         ],
     ]
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))

@@ -66,6 +66,8 @@ def placement_summary(pl: Placement) -> str:
             "sequence_parallel": pl.sequence_parallel,
             "virtual_stages": pl.virtual_stages,
             "zero": pl.zero,
+            "ep": pl.ep,
+            "cp": pl.cp,
             "devices_used": pl.devices_used,
             "bubble_fraction": pl.bubble_fraction,
             "stages": [
