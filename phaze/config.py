@@ -117,7 +117,9 @@ class SweepConfig:
     ``presets`` are real chips evaluated beside the space as reference points (never pruned,
     marked in the plots; their own HBM is kept). ``framework`` is the overlap profile of the
     training framework (:mod:`workloads.framework`). ``tokens_to_train`` is every workload's
-    token budget (None: each model's published budget).
+    token budget (None: each model's published budget). ``ep`` and ``cp`` are the expert-
+    and context-parallel degrees the placement search may choose from (empty: the search's
+    own, :func:`phaze.pipeline.search_degrees`).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -133,6 +135,8 @@ class SweepConfig:
     micro_batches: tuple[int, ...] = (1, 2, 4)
     hbm_gib: tuple[float, ...] = ()
     recompute: tuple[str, ...] = ("none", "full")
+    ep: tuple[int, ...] = ()
+    cp: tuple[int, ...] = ()
     sequence_parallel: bool = True
     objectives: tuple[str, ...] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
     presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
@@ -223,6 +227,8 @@ _RULES: Final = MappingProxyType(
             lambda v: v in RECOMPUTE_MODES,
             f"a non-empty list of {', '.join(RECOMPUTE_MODES)}",
         ),
+        "ep": (True, _is_pos_int, "a list of expert-parallel degrees (positive integers)"),
+        "cp": (True, _is_pos_int, "a list of context-parallel degrees (positive integers)"),
         "sequence_parallel": (False, lambda v: isinstance(v, bool), "true or false"),
         "objectives": (True, _is_name, "a non-empty list of metric names"),
         "presets": (True, _is_name, "a list of accelerator preset names (reference points)"),
@@ -252,7 +258,7 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
             continue
         is_list, ok, allowed = _RULES[key]
         vals = _as_tuple(value) if is_list else (value,)
-        if (is_list and not vals and key not in ("hbm_gib", "presets")) or not all(
+        if (is_list and not vals and key not in ("hbm_gib", "presets", "ep", "cp")) or not all(
             ok(v) for v in vals
         ):
             problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")

@@ -47,11 +47,18 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         solver=cfg.solver,
         scoring=cfg.scoring,
         framework=cfg.framework,
+        ep_degrees=cfg.ep or None,
+        cp_degrees=cfg.cp or None,
     )
     problems = [
         f"micro_batches: {mb} does not divide global_batch = {cfg.global_batch}"
         for mb in cfg.micro_batches
         if cfg.global_batch % mb
+    ]
+    problems += [
+        f"cp: {c} must divide seq_len = {cfg.seq_len} (the context-parallel ranks split it)"
+        for c in cfg.cp
+        if cfg.seq_len % c
     ]
     for name, model in workloads:
         if model.tokens_to_train is None and cfg.tokens_to_train is None:

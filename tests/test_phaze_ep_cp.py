@@ -1,0 +1,136 @@
+"""Expert and context parallelism through the public API and the command line: the README's
+targets and one ``Error:`` line per bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from arch_space import Cluster, load_accelerator
+from phaze.api import evaluate
+from phaze.config import SolverSettings, sweep_config_from_mapping
+
+_LIST = SolverSettings(name="list")
+# H100 HGX: NVLink 450 GB/s per direction per GPU; one 400 Gb/s NIC per GPU
+_H100 = dict(
+    devices_per_node=8,
+    intra_node_bandwidth_bytes_per_s=450e9,
+    inter_node_bandwidth_bytes_per_s=50e9,
+)
+
+
+def test_mixtral_8x7b_with_ep_8_fits_and_shows_its_all_to_all():
+    """Megatron-Core's Mixtral 8x7B reference: 64 H100, sequence 4096, TP1 EP8 PP4 VP8,
+    micro-batch 1, global batch 256 (megatron/core/transformer/moe/README.md)."""
+    ev = evaluate(
+        "mixtral-8x7b",
+        load_accelerator("h100"),
+        Cluster(devices=64, **_H100),
+        seq_len=4096,
+        global_batch=256,
+        strategy="t=1,p=4,d=16,ep=8,v=8,mbs=1,zero=1,recompute=selective",
+        tokens_to_train=10**9,
+        solver=_LIST,
+    )
+    assert ev.feasible, ev.reason
+    pl = ev.placement
+    assert (pl.ep, pl.dp, pl.devices_used) == (8, 16, 64)
+    assert pl.memory_per_device_bytes <= 80 * 2**30
+    assert pl.breakdown.ep_comm_exposed_s > 0
+    assert sum(pl.breakdown.terms().values()) == pytest.approx(pl.time_per_batch_s)
+    # without expert parallelism every device holds all eight experts' state
+    whole = evaluate(
+        "mixtral-8x7b",
+        load_accelerator("h100"),
+        Cluster(devices=64, **_H100),
+        seq_len=4096,
+        global_batch=256,
+        strategy="t=1,p=4,d=16,ep=1,v=8,mbs=1,zero=1,recompute=selective",
+        tokens_to_train=10**9,
+        solver=_LIST,
+    )
+    assert not whole.feasible
+
+
+def test_long_sequence_fits_with_context_parallelism_only():
+    """Llama-3 8B at 128K tokens on 32 H100 (t=8, full recompute): cp=4 splits the
+    activations four ways; without it they do not fit."""
+
+    def run(cp: int):
+        return evaluate(
+            "llama3-8b",
+            load_accelerator("h100"),
+            Cluster(devices=32, **_H100),
+            seq_len=131072,
+            global_batch=16,
+            strategy=f"t=8,p=1,d={4 // cp},cp={cp},mbs=1,zero=1,recompute=full",
+            solver=_LIST,
+        )
+
+    assert not run(1).feasible
+    four = run(4)
+    assert four.feasible, four.reason
+    assert four.placement.cp == 4 and four.placement.devices_used == 32
+
+
+@pytest.mark.parametrize(
+    ("workload", "strategy", "message"),
+    [
+        ("mixtral-8x7b", "t=1,p=4,d=16,ep=3", "ep = 3 must divide the 8 experts and d = 16"),
+        ("mixtral-8x7b", "t=1,p=4,d=4,ep=8", "ep = 8 must divide the 8 experts and d = 4"),
+        ("gpt3-125m", "t=1,p=1,d=8,ep=2", "ep = 2 needs a mixture-of-experts model"),
+        ("gpt3-125m", "t=1,cp=3", "cp = 3 must divide the sequence of 2048 tokens"),
+        ("gpt3-125m", "t=4,p=32", "t*p = 128 devices, the cluster has 64"),
+        ("gpt3-125m", "t=1,p=1,d=8,cp=16", "t*p*d*cp = 128 devices, the cluster has 64"),
+    ],
+)
+def test_bad_ep_cp_is_one_error_line(cli_run, workload, strategy, message):
+    r = cli_run(
+        "evaluate",
+        "--workload",
+        workload,
+        "--arch",
+        "h100",
+        "--devices",
+        64,
+        "--global-batch",
+        256,
+        "--strategy",
+        strategy,
+    )
+    assert r.exit_code != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], r.stderr
+
+
+def test_evaluate_json_shows_ep_and_cp(cli_run):
+    r = cli_run(
+        "evaluate",
+        "--workload",
+        "mixtral-8x7b",
+        "--arch",
+        "h100",
+        "--devices",
+        64,
+        "--global-batch",
+        256,
+        "--seq-len",
+        4096,
+        "--strategy",
+        "t=1,p=4,d=16,ep=8,v=8,mbs=1,zero=1,recompute=full",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["placement"]["ep"], doc["placement"]["cp"]) == (8, 1)
+    assert doc["breakdown"]["ep_comm_exposed_s"] > 0
+    assert "cp_comm_exposed_s" in doc["breakdown"]
+
+
+def test_sweep_takes_ep_and_cp_lists():
+    cfg = sweep_config_from_mapping({"sweep": {"ep": [1, 8], "cp": [1, 2]}})
+    assert (cfg.ep, cfg.cp) == ((1, 8), (1, 2))
+    assert sweep_config_from_mapping({"sweep": {}}).ep == ()
+    with pytest.raises(Exception, match="ep = \\[0\\] must be a list of expert-parallel"):
+        sweep_config_from_mapping({"sweep": {"ep": [0]}})

@@ -1,0 +1,135 @@
+"""Expert and context parallelism in the placement model: closed forms, memory, the search."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arch_space import Cluster
+from placement import PlacementProblem, StageEdge, StageGraph, StageLayer, place
+from placement.ep_cp import all_to_all_s, ep_cp_graph, ep_link, graph_variants, ring_s
+from placement.fixed import Strategy, evaluate_fixed
+from placement.iteration import stage_memory
+from placement.partial import evaluate_partial
+
+_CLUSTER = Cluster(devices=16, devices_per_node=8)
+
+
+def _moe_graph(experts: int = 8, blocks: int = 4, recompute: str = "none") -> StageGraph:
+    """A chain: embedding, ``blocks`` MoE blocks (half their parameters in experts), head."""
+
+    def block(i: int) -> StageLayer:
+        return StageLayer(
+            f"b{i}",
+            1e-3,
+            2e-3,
+            parameters=1000,
+            stash_bytes=4e6,
+            recompute_s=1e-3 if recompute == "full" else 0.0,
+            expert_parameters=800.0,
+            dispatch_bytes=2e6,
+            kv_bytes=1e6,
+        )
+
+    layers = (
+        StageLayer("emb", 1e-4, 2e-4, parameters=100, stash_bytes=1e6, kind="embedding"),
+        *(block(i) for i in range(blocks)),
+        StageLayer("head", 1e-4, 2e-4, parameters=100, stash_bytes=1e6, kind="head"),
+    )
+    edges = tuple(StageEdge(i, i + 1, 1e6) for i in range(len(layers) - 1))
+    return StageGraph(1, layers, edges, recompute=recompute, experts=experts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ep=st.sampled_from([1, 2, 4, 8]),
+    cp=st.sampled_from([1, 2, 4]),
+    recompute=st.sampled_from(["none", "full"]),
+)
+def test_graph_at_ep_cp_matches_the_closed_forms(ep, cp, recompute):
+    g = _moe_graph(recompute=recompute)
+    x, y = g.layers[1], ep_cp_graph(g, ep, cp, _CLUSTER).layers[1]
+    bw, lat = ep_link(_CLUSTER, 1, cp, ep)
+    a2a = 0.0 if ep == 1 else lat + (ep - 1) / ep * (2e6 / cp) / bw
+    assert all_to_all_s(2e6 / cp, ep, (bw, lat)) == pytest.approx(a2a)
+    assert y.ep_comm_s == pytest.approx(4 * a2a)
+    assert y.parameters == pytest.approx(200 + 800 / ep)
+    assert y.expert_parameters == pytest.approx(800 / ep)
+    assert y.stash_bytes == pytest.approx(x.stash_bytes / cp)
+    # the K/V ring hides behind the pass's compute; what exceeds it is exposed
+    ring = ring_s(1e6 / cp, cp, (_CLUSTER.intra_node_bandwidth_bytes_per_s, 2e-6))
+    exposed = max(ring - 1e-3 / cp, 0) + max(2 * ring - 2e-3 / cp, 0)
+    assert y.cp_comm_s == pytest.approx(exposed, abs=1e-12)
+    assert y.fwd_s + y.bwd_s == pytest.approx(3e-3 / cp + 4 * a2a + exposed)
+    full = recompute == "full"
+    assert y.recompute_s >= (1e-3 / cp + 2 * a2a if full else 0.0) - 1e-15
+
+
+def test_expert_state_is_sharded_over_d_cp_over_ep():
+    """Each device holds 1/ep of the experts, replicated over d*cp/ep ranks: ZeRO-1 shards
+    its optimizer state over those, the dense part over d*cp."""
+    g = _moe_graph()
+    problem = PlacementProblem((g,), _CLUSTER, hbm_bytes=1e12, global_batch=16)
+    dense, expert = 200.0, 800.0 / 4
+    mem = stage_memory(
+        problem,
+        parameters=dense + expert,
+        expert_parameters=expert,
+        stash_bytes=0.0,
+        in_flight=1.0,
+        workspace_bytes=0.0,
+        d=8,
+        zero=1,
+        ep=4,
+        cp=2,
+    )
+    assert mem.optimizer_bytes == pytest.approx(12 * (dense / 16 + expert / (16 / 4)))
+    assert mem.weights_bytes == pytest.approx(2 * (dense + expert))
+
+
+def test_search_chooses_ep_dividing_d_and_prices_the_all_to_all():
+    g = _moe_graph()
+    problem = PlacementProblem(
+        (g,),
+        _CLUSTER,
+        hbm_bytes=1e12,
+        global_batch=16,
+        ep_degrees=(1, 2, 4, 8),
+        zero_stages=(0, 1),
+    )
+    best = place(problem)
+    assert best.dp % best.ep == 0
+    for ep in (2, 8):
+        fixed = evaluate_fixed(problem, Strategy(tp=1, pp=1, dp=8, ep=ep))
+        assert fixed.breakdown.ep_comm_exposed_s > 0
+        assert fixed.ep == ep and fixed.devices_used == 8
+    # with d = ep no expert gradient is reduced: less exposed data-parallel time
+    d8 = [evaluate_fixed(problem, Strategy(tp=1, pp=1, dp=8, ep=e)) for e in (1, 8)]
+    assert d8[1].breakdown.dp_comm_exposed_s < d8[0].breakdown.dp_comm_exposed_s
+
+
+def test_context_parallel_ranks_count_as_devices_and_split_activations():
+    g = _moe_graph(experts=1)
+    problem = PlacementProblem((g,), _CLUSTER, hbm_bytes=1e12, global_batch=16, cp_degrees=(1, 4))
+    one = evaluate_fixed(problem, Strategy(tp=1, pp=2, dp=2))
+    four = evaluate_fixed(problem, Strategy(tp=1, pp=2, dp=2, cp=4))
+    assert four.devices_used == 4 * one.devices_used == 16
+    act = (one.memory_breakdown.activations_bytes, four.memory_breakdown.activations_bytes)
+    assert act[1] == pytest.approx(act[0] / 4)
+    assert four.cp == 4
+    assert {(x.ep, x.cp) for x in graph_variants(problem)} == {(1, 1), (1, 4)}
+    with pytest.raises(Exception, match="t\\*p\\*d\\*cp"):
+        evaluate_fixed(problem, Strategy(tp=1, pp=2, dp=4, cp=4))
+
+
+def test_partial_strategy_completes_ep_and_cp():
+    g = _moe_graph()
+    problem = PlacementProblem(
+        (g,), _CLUSTER, hbm_bytes=1e12, global_batch=16, ep_degrees=(1, 2, 4, 8), cp_degrees=(1, 2)
+    )
+    fields = frozenset({"dp", "ep", "cp", "micro_batch", "recompute", "sequence_parallel"})
+    pl, chosen = evaluate_partial(problem, Strategy(tp=1, pp=2, dp=1, unset=fields | {"zero"}))
+    assert chosen.dp % chosen.ep == 0
+    assert chosen.tp * chosen.pp * chosen.dp * chosen.cp <= 16
+    assert (pl.ep, pl.cp) == (chosen.ep, chosen.cp)
