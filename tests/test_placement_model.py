@@ -291,7 +291,9 @@ def test_megatron_chunks_put_embedding_first_and_head_last():
 def test_fixed_strategy_errors():
     g = _chain(4, t=2)
     prob = _problem([g], devices=4)
-    with pytest.raises(ConfigError, match=r"t\*p\*d = 2\*2\*2 = 8 devices, the cluster has 4"):
+    with pytest.raises(
+        ConfigError, match=r"t\*p\*d\*cp = 2\*2\*2\*1 = 8 devices, the cluster has 4"
+    ):
         evaluate_fixed(prob, Strategy(tp=2, pp=2, dp=2))
     with pytest.raises(ConfigError, match="no graph for t=4"):
         evaluate_fixed(prob, Strategy(tp=4, pp=1, dp=1))
@@ -312,7 +314,7 @@ def test_parse_strategy():
         virtual_stages=3,
         recompute="full",
         sequence_parallel=True,
-        unset=frozenset({"zero"}),
+        unset=frozenset({"zero", "ep", "cp"}),
     )
     assert parse_strategy("t=8").unset >= {"pp", "dp", "zero", "sequence_parallel"}
     with pytest.raises(ConfigError, match="unknown key 'pd'; did you mean 'p'"):
