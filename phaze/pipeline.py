@@ -261,6 +261,8 @@ def _energy_rates(
         model_parameters=float(model.parameters),
         boundary_bytes=max((e.bytes for e in variant.graph.edges), default=0.0),
         host_w_per_node=host_w_per_node,
+        dispatch_bytes=sum(x.dispatch_bytes for x in variant.graph.layers),
+        kv_bytes=sum(x.kv_bytes for x in variant.graph.layers),
     )
 
 

@@ -143,6 +143,8 @@ class EnergyRates:
     link energies per bit moved; ``model_parameters`` counts the whole model (the gradient
     all-reduce moves them all); ``boundary_bytes`` is the largest activation crossing a
     stage boundary per micro-batch; ``host_w_per_node`` is a host server's power under load.
+    ``dispatch_bytes`` and ``kv_bytes`` sum the layers' token all-to-all and K/V bytes per
+    micro-batch per device at ``ep = cp = 1`` (what expert and context parallelism move).
     """
 
     compute_j: float
@@ -154,6 +156,8 @@ class EnergyRates:
     model_parameters: float
     boundary_bytes: float
     host_w_per_node: float = 0.0
+    dispatch_bytes: float = 0.0
+    kv_bytes: float = 0.0
 
 
 def state_split(
@@ -448,20 +452,38 @@ def iteration_energy(
     step; a waiting device draws its idle power, the static power calibrated to P0 idle); the
     hosts of every node over the whole iteration.
     """
-    t, p, d = placement.tp, placement.pp, placement.dp
-    inter = d * t > cluster.devices_per_node
-    pj_per_bit = rates.inter_node_link_pj_per_bit if inter else rates.intra_node_link_pj_per_bit
-    # Ring passes over 2-byte gradients or weights: each of the t*p*d devices sends (d-1)/d
-    # of its shard's P/(t*p) per pass, 2 (d-1) P bytes per pass in all. An all-reduce (stage
-    # 0) or a reduce-scatter and an all-gather (stage 1) are two passes; stage 2 reduce-
-    # scatters per micro-batch, stage 3 also gathers twice per micro-batch (:func:`dp_terms`).
+    t, p, d, ep, cp = placement.tp, placement.pp, placement.dp, placement.ep, placement.cp
+
+    def pj_per_bit(span: int) -> float:
+        """Link energy of a group of ``span`` consecutive ranks (Megatron's rank order)."""
+        if span > cluster.devices_per_node:
+            return rates.inter_node_link_pj_per_bit
+        return rates.intra_node_link_pj_per_bit
+
+    # Ring passes over 2-byte gradients or weights among the n = d cp ranks holding the same
+    # weights: each of the t*p*n devices sends (n-1)/n of its shard's P/(t*p) per pass,
+    # 2 (n-1) P bytes per pass in all. An all-reduce (stage 0) or a reduce-scatter and an
+    # all-gather (stage 1) are two passes; stage 2 reduce-scatters per micro-batch, stage 3
+    # also gathers twice per micro-batch (:func:`dp_terms`).
     m = placement.micro_batches
+    n = d * cp
     passes = (2, 2, m + 1, 3 * m)[placement.zero]
-    allreduce_bytes = passes * (d - 1) / d * d * 2.0 * rates.model_parameters
+    allreduce_bytes = passes * (n - 1) * 2.0 * rates.model_parameters
     # Activations forward and their gradients backward at each of the p - 1 stage boundaries,
     # sent by each of the t devices of a stage, for every micro-batch of the batch.
     p2p_bytes = 2.0 * (p - 1) * t * rates.boundary_bytes * micro_batches
-    link_j = (allreduce_bytes + p2p_bytes) * 8 * pj_per_bit * 1e-12
+    # Four token all-to-alls per MoE block (six with full recompute), (ep-1)/ep of each
+    # device's dispatch bytes leaving it; the K/V ring's cp - 1 chunks per pass, three passes
+    # (forward, backward K/V and their gradients; four with recompute) (:mod:`placement.ep_cp`).
+    a2a_count = 6 if placement.recompute == "full" else 4
+    a2a_bytes = a2a_count * (ep - 1) / ep * t * rates.dispatch_bytes * micro_batches
+    ring_count = 3 if placement.recompute == "none" else 4
+    ring_bytes = ring_count * (cp - 1) * t * rates.kv_bytes * micro_batches
+    link_j = (
+        (allreduce_bytes + p2p_bytes) * pj_per_bit(t * n)
+        + a2a_bytes * pj_per_bit(t * cp * ep)
+        + ring_bytes * pj_per_bit(t * cp)
+    ) * (8 * 1e-12)
     bd = placement.breakdown
     busy_s = min(bd.compute_s + bd.recompute_s, placement.time_per_batch_s)
     static_w = cluster.devices * rates.static_w_per_device

@@ -134,3 +134,20 @@ def test_sweep_takes_ep_and_cp_lists():
     assert sweep_config_from_mapping({"sweep": {}}).ep == ()
     with pytest.raises(Exception, match="ep = \\[0\\] must be a list of expert-parallel"):
         sweep_config_from_mapping({"sweep": {"ep": [0]}})
+
+
+def test_llama3_405b_long_context_layout_fits_with_cp_16():
+    """Llama 3 §3.3 (Table 4): 16,384 H100, TP8 CP16 PP16 DP8 at 131,072 tokens, 16M tokens
+    per batch; interleaved pipeline."""
+    ev = evaluate(
+        "llama3-405b",
+        load_accelerator("h100"),
+        Cluster(devices=16384, **_H100),
+        seq_len=131072,
+        global_batch=128,
+        strategy="t=8,p=16,d=8,cp=16,v=7,mbs=1,zero=1,recompute=full,sp=on",
+        solver=_LIST,
+    )
+    assert ev.feasible, ev.reason
+    assert ev.placement.devices_used == 16384 and ev.placement.cp == 16
+    assert ev.placement.memory_per_device_bytes <= 80 * 2**30
