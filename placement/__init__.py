@@ -25,6 +25,7 @@ Examples
 """
 
 from arch_space.accelerator import Cluster
+from placement.ep_cp import ep_cp_graph
 from placement.fixed import Strategy, evaluate_fixed, megatron_chunks, parse_strategy
 from placement.iteration import DeviceMemory, IterationEnergy, IterationTime
 from placement.reference import (
@@ -63,6 +64,7 @@ __all__ = [
     "StageGraph",
     "StageLayer",
     "Strategy",
+    "ep_cp_graph",
     "evaluate_fixed",
     "megatron_chunks",
     "parse_reference_instance",

@@ -151,3 +151,36 @@ def test_llama3_405b_long_context_layout_fits_with_cp_16():
     assert ev.feasible, ev.reason
     assert ev.placement.devices_used == 16384 and ev.placement.cp == 16
     assert ev.placement.memory_per_device_bytes <= 80 * 2**30
+
+
+def test_sweep_rejects_cp_not_dividing_the_sequence():
+    from phaze.errors import ConfigError
+    from phaze.sweep.planning import plan
+
+    cfg = sweep_config_from_mapping({"sweep": {"cp": [1, 3], "tokens_to_train": "1B"}})
+    with pytest.raises(ConfigError, match="cp: 3 must divide seq_len = 2048"):
+        plan(cfg)
+
+
+def test_search_chooses_ep_for_moe_and_cp_only_for_long_sequences():
+    from phaze.pipeline import Context, search_degrees
+
+    ev = evaluate(
+        "mixtral-8x7b",
+        load_accelerator("h100"),
+        Cluster(devices=64, **_H100),
+        seq_len=4096,
+        global_batch=256,
+        recompute="selective",
+        tokens_to_train=10**9,
+        solver=_LIST,
+    )
+    assert ev.feasible, ev.reason
+    assert ev.placement.ep > 1 and ev.placement.dp % ev.placement.ep == 0
+    ctx = Context(cluster=Cluster(devices=64), seq_len=2048)
+    assert search_degrees(1, ctx) == ((1,), (1,))
+    assert search_degrees(8, ctx) == ((1, 2, 4, 8), (1,))
+    long = Context(cluster=Cluster(devices=64), seq_len=32768)
+    assert search_degrees(1, long) == ((1,), (1, 2, 4, 8))
+    chosen = Context(cluster=Cluster(devices=64), ep_degrees=(8,), cp_degrees=(2,))
+    assert search_degrees(8, chosen) == ((8,), (2,))

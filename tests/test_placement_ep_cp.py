@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import astuple, replace
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from arch_space import Cluster
@@ -11,6 +14,7 @@ from placement import PlacementProblem, StageEdge, StageGraph, StageLayer, place
 from placement.ep_cp import all_to_all_s, ep_cp_graph, ep_link, graph_variants, ring_s
 from placement.fixed import Strategy, evaluate_fixed
 from placement.iteration import stage_memory
+from phaze.errors import Infeasible
 from placement.partial import evaluate_partial
 
 _CLUSTER = Cluster(devices=16, devices_per_node=8)
@@ -133,3 +137,51 @@ def test_partial_strategy_completes_ep_and_cp():
     assert chosen.dp % chosen.ep == 0
     assert chosen.tp * chosen.pp * chosen.dp * chosen.cp <= 16
     assert (pl.ep, pl.cp) == (chosen.ep, chosen.cp)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    blocks=st.integers(2, 6),
+    expert_share=st.floats(0.0, 0.95),
+    hbm=st.floats(2e7, 2e8),
+    zero=st.sampled_from([(0,), (1,), (0, 1, 2, 3)]),
+    batch=st.sampled_from([8, 16, 24]),
+    cps=st.sampled_from([(1,), (1, 2), (2, 4)]),
+)
+def test_fixed_strategy_reproduces_the_searched_ep_cp_placement(
+    blocks, expert_share, hbm, zero, batch, cps
+):
+    """The search's stages evaluated as a fixed strategy at its ep and cp give the same time,
+    terms and memory (one iteration model), and ep divides d."""
+    g = _moe_graph(blocks=blocks)
+    layers = tuple(
+        replace(x, parameters=10**6, expert_parameters=10**6 * expert_share)
+        if x.kind == "block"
+        else x
+        for x in g.layers
+    )
+    problem = PlacementProblem(
+        (replace(g, layers=layers),),
+        _CLUSTER,
+        hbm_bytes=hbm,
+        global_batch=batch,
+        zero_stages=zero,
+        ep_degrees=(1, 2, 4, 8),
+        cp_degrees=cps,
+    )
+    try:
+        best = place(problem)
+    except Infeasible:
+        assume(False)
+    assert best.dp % best.ep == 0
+    assert best.devices_used <= _CLUSTER.devices
+    strategy = Strategy(tp=1, pp=best.pp, dp=best.dp, zero=best.zero, ep=best.ep, cp=best.cp)
+    got = evaluate_fixed(
+        problem, strategy, chunks=tuple(s.layers for s in best.stages), check_memory=False
+    )
+    assert math.isclose(got.time_per_batch_s, best.time_per_batch_s, rel_tol=1e-9)
+    for a, b in zip(astuple(got.breakdown), astuple(best.breakdown), strict=True):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    for a, b in zip(astuple(got.memory_breakdown), astuple(best.memory_breakdown), strict=True):
+        assert math.isclose(a, b, rel_tol=1e-9)
+    assert best.memory_per_device_bytes <= problem.hbm_bytes * (1 + 1e-9)
