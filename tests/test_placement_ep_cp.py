@@ -10,11 +10,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from arch_space import Cluster
+from phaze.errors import Infeasible
 from placement import PlacementProblem, StageEdge, StageGraph, StageLayer, place
 from placement.ep_cp import all_to_all_s, ep_cp_graph, ep_link, graph_variants, ring_s
 from placement.fixed import Strategy, evaluate_fixed
 from placement.iteration import stage_memory
-from phaze.errors import Infeasible
 from placement.partial import evaluate_partial
 
 _CLUSTER = Cluster(devices=16, devices_per_node=8)
