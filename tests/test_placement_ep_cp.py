@@ -185,3 +185,32 @@ def test_fixed_strategy_reproduces_the_searched_ep_cp_placement(
     for a, b in zip(astuple(got.memory_breakdown), astuple(best.memory_breakdown), strict=True):
         assert math.isclose(a, b, rel_tol=1e-9)
     assert best.memory_per_device_bytes <= problem.hbm_bytes * (1 + 1e-9)
+
+
+def test_all_to_all_and_ring_bytes_are_priced_as_network_energy():
+    from placement.iteration import EnergyRates, iteration_energy
+
+    g = _moe_graph()
+    problem = PlacementProblem((g,), _CLUSTER, hbm_bytes=1e12, global_batch=16)
+    rates = EnergyRates(
+        compute_j=0.0,
+        memory_j=0.0,
+        network_j=0.0,
+        static_w_per_device=0.0,
+        intra_node_link_pj_per_bit=1.0,
+        inter_node_link_pj_per_bit=5.0,
+        model_parameters=0.0,
+        boundary_bytes=0.0,
+        dispatch_bytes=3.0,
+        kv_bytes=7.0,
+    )
+
+    def network_j(**degrees) -> float:
+        pl = evaluate_fixed(problem, Strategy(**{"tp": 1, "pp": 1, "dp": 8, **degrees}))
+        return iteration_energy(pl, rates, _CLUSTER, micro_batches=16).network_j
+
+    assert network_j() == 0.0
+    # four all-to-alls per micro-batch, 7/8 of 3 bytes leaving each device, 1 pJ/bit
+    assert network_j(ep=8) == pytest.approx(4 * 7 / 8 * 3.0 * 16 * 8e-12)
+    # cp - 1 = 1 ring step per pass, three passes (forward; backward K/V and gradients)
+    assert network_j(dp=4, cp=2) == pytest.approx(3 * 1 * 7.0 * 16 * 8e-12)
