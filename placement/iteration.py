@@ -300,7 +300,7 @@ def dp_terms(
     def ring(count: np.ndarray, bytes_per_parameter: float) -> np.ndarray:
         return bytes_per_parameter * count * rate
 
-    reduced = exposed_reduction_parameters(problem, d, params)
+    reduced = exposed_reduction_parameters(problem, n, params)  # buckets grow with the group
     gbytes = problem.gradient_bytes_per_parameter
     grads = lat + ring(reduced, gbytes)  # reduce-scatter
     weights = lat + ring(params, _WEIGHT_BYTES)  # all-gather
