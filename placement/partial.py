@@ -104,6 +104,18 @@ def evaluate_partial(
     completion. Raises Infeasible (the reason of the completion needing the least memory)
     when none fits, ConfigError when the fixed parts contradict the problem."""
     candidates = completions(problem, strategy, sequence_parallel=sequence_parallel)
+    free_ep = replace(strategy, unset=strategy.unset | {"ep"})
+    if (
+        not candidates
+        and "ep" not in strategy.unset
+        and "dp" in strategy.unset
+        and completions(problem, free_ep, sequence_parallel=sequence_parallel)
+    ):
+        raise ConfigError(
+            f"strategy: ep = {strategy.ep} must divide d, and no such d fits "
+            f"{problem.cluster.devices} devices with {describe_defaults(strategy, given=True)} "
+            "(allowed: an ep dividing a data-parallel degree d that fits)"
+        )
     if not candidates:
         raise ConfigError(
             f"strategy: no graph variant matches {describe_defaults(strategy, given=True)}"
