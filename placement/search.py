@@ -171,6 +171,15 @@ def _time_bound(
         problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
     )
     params = float(sum(x.parameters for x in graph.layers))
+    shards = (
+        float(
+            sum(
+                sharded_parameters(x.parameters, x.expert_parameters, graph.ep)
+                for x in graph.layers
+            )
+        )
+        / graph.cp
+    )  # what ZeRO shards over d (placement.iteration.stage_memory)
 
     stages = np.arange(1, s_max + 1)[None, :]
     load = np.maximum(total / stages, largest)
@@ -178,7 +187,7 @@ def _time_bound(
     def bound(ds: np.ndarray) -> np.ndarray:
         per = (devices // ds)[:, None]
         s_hi = np.minimum(s_max, np.where(per <= n_one, per, n_one + (per - n_one) // t))
-        s_lo = np.ceil(params * (replicated + sharded / ds[:, None]) / problem.hbm_bytes)
+        s_lo = np.ceil((params * replicated + shards * sharded / ds[:, None]) / problem.hbm_bytes)
         ok = (stages >= s_lo) & (stages <= s_hi)
         pipeline = np.where(ok, load * ((m // ds)[:, None] + stages - 1), np.inf).min(axis=1)
         return pipeline + tail(ds, np.full(ds.size, first_params))

@@ -6,7 +6,7 @@ import math
 from dataclasses import astuple, replace
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from arch_space import Cluster
@@ -214,3 +214,48 @@ def test_all_to_all_and_ring_bytes_are_priced_as_network_energy():
     assert network_j(ep=8) == pytest.approx(4 * 7 / 8 * 3.0 * 16 * 8e-12)
     # cp - 1 = 1 ring step per pass, three passes (forward; backward K/V and gradients)
     assert network_j(dp=4, cp=2) == pytest.approx(3 * 1 * 7.0 * 16 * 8e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    hbm=st.floats(5e7, 1e9),
+    zero=st.sampled_from([(0,), (1,), (0, 1, 2, 3)]),
+    batch=st.sampled_from([8, 16]),
+    kv=st.floats(0.0, 4e8),
+)
+@example(hbm=8e7, zero=(3,), batch=8, kv=0.0)  # fits only with its state over d * cp ranks
+def test_search_beats_every_fixed_cp_layout(hbm, zero, batch, kv):
+    """Dense model, cp in 1, 2, 4: the search is at least as fast as every fixed layout
+    (Megatron's split) that fits: it chooses cp, d, the stages and the ZeRO stage exactly."""
+    g = _moe_graph(experts=1, blocks=8)
+    layers = tuple(
+        replace(x, parameters=5 * 10**6, expert_parameters=0.0, kv_bytes=kv, stash_bytes=1e5)
+        if x.kind == "block"
+        else x
+        for x in g.layers
+    )
+    problem = PlacementProblem(
+        (replace(g, layers=layers),),
+        _CLUSTER,
+        hbm_bytes=hbm,
+        global_batch=batch,
+        zero_stages=zero,
+        cp_degrees=(1, 2, 4),
+    )
+    fixed = []
+    for cp in (1, 2, 4):
+        for p in range(1, 5):
+            for d in (1, 2, 4, 8, 16):
+                for z in zero:
+                    if p * d * cp > 16 or batch % d:
+                        continue
+                    try:
+                        s = Strategy(tp=1, pp=p, dp=d, cp=cp, zero=z)
+                        fixed.append(evaluate_fixed(problem, s).time_per_batch_s)
+                    except Infeasible:
+                        pass
+    try:
+        best = place(problem).time_per_batch_s
+    except Infeasible:
+        best = math.inf
+    assert all(best <= f * (1 + 1e-9) for f in fixed)
