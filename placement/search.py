@@ -256,8 +256,9 @@ def _run(
 
 
 def _one_node_bound(problem: PlacementProblem, graph: StageGraph) -> float:
-    """A lower bound on the time of any placement on one node: all work over its devices."""
-    work = sum(x.fwd_s + x.bwd_s + x.recompute_s for x in graph.layers)
+    """A lower bound on the time of any placement on one node: all work over its devices
+    (each of a context-parallel graph's ``cp`` ranks does its layers' work)."""
+    work = graph.cp * sum(x.fwd_s + x.bwd_s + x.recompute_s for x in graph.layers)
     return problem.global_batch // graph.micro_batch * work / problem.cluster.devices_per_node
 
 
