@@ -12,7 +12,7 @@ Vector-op FLOPs (norms, softmax, activations) are in the op graphs, not here.
 
 from __future__ import annotations
 
-from workloads.model import FfnKind, Model
+from workloads.model import Model
 from workloads.setup import Recompute
 
 __all__ = [
@@ -42,7 +42,7 @@ def block_forward_flops(model: Model, seq_len: int, batch: int = 1) -> int:
     tokens, h, d = batch * seq_len, model.hidden, model.head_dim
     qkv = 2 * tokens * h * (model.heads + 2 * model.kv_heads) * d
     proj = 2 * tokens * model.heads * d * h
-    gemms = 3 if model.ffn_kind is FfnKind.SWIGLU else 2
+    gemms = 3 if model.ffn_kind.gated else 2
     ffn = model.top_k * 2 * gemms * tokens * h * model.ffn_hidden
     router = 2 * tokens * h * model.experts if model.is_moe else 0
     return qkv + proj + attention_core_flops(model, seq_len, batch) + ffn + router

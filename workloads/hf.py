@@ -208,6 +208,77 @@ def _gpt_neox(r: _Reader) -> dict[str, Any]:
     )
 
 
+def _falcon(r: _Reader) -> dict[str, Any]:
+    """Falcon (transformers' ``FalconConfig``): K/V heads from ``num_kv_heads`` under the new
+    decoder architecture (40B, 180B), one K/V head with ``multi_query``, else all heads;
+    parallel attention + MLP with one shared norm (7B) or one norm each (new architecture)."""
+    hidden = r.size("hidden_size", "hidden")
+    heads = r.size("num_attention_heads", "heads")
+    new_arch = r.get("new_decoder_architecture", False, check=lambda v: isinstance(v, bool))
+    parallel = r.get("parallel_attn", True, check=lambda v: isinstance(v, bool))
+    if new_arch is True:
+        kv_heads = r.size("num_kv_heads", "kv_heads")
+        parallel = True  # the new architecture is always parallel
+    elif r.get("multi_query", True, check=lambda v: isinstance(v, bool)) is True:
+        kv_heads = 1
+    else:
+        kv_heads = heads
+    norms = 2
+    if parallel is True and new_arch is not True:
+        norms = 1
+    elif new_arch is True:
+        norms = r.get("num_ln_in_parallel_attn", None) or 2
+        if norms not in (1, 2):
+            r.unsupported("num_ln_in_parallel_attn", norms, "1, 2")
+            norms = 2
+    act = r.get("activation", "gelu")
+    if act not in _GELU_ACTS:
+        r.unsupported("activation", act, "gelu variants")
+    default_ffn = 4 * hidden if isinstance(hidden, int) else None
+    return dict(
+        layers=r.size("num_hidden_layers", "layers"),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        ffn_hidden=r.size("ffn_hidden_size", "ffn_hidden", default_ffn),
+        vocab=r.size("vocab_size", "vocab"),
+        max_positions=r.size("max_position_embeddings", "max_positions", 2048),
+        positions=PositionKind.ALIBI if r.get("alibi", False) is True else PositionKind.ROTARY,
+        parallel_block=parallel is True,
+        block_norms=norms,
+        biases=r.get("bias", False),
+        tied_embeddings=r.get("tie_word_embeddings", True),
+        dropout=_dropout(r.get("hidden_dropout", 0.0), r.get("attention_dropout", 0.0)),
+    )
+
+
+def _gemma(r: _Reader, model_type: str) -> dict[str, Any]:
+    """Gemma and Gemma 2: GeGLU, RMSNorm, rotary, tied embeddings, ``head_dim`` independent
+    of ``hidden_size / num_attention_heads``; Gemma 2 adds a norm after each sub-layer."""
+    act = r.get("hidden_activation", None) or r.get("hidden_act", "gelu_pytorch_tanh")
+    if act not in _GELU_ACTS:
+        r.unsupported("hidden_activation", act, "gelu variants (GeGLU)")
+    heads = r.size("num_attention_heads", "heads")
+    bias = r.get("attention_bias", False, check=lambda v: isinstance(v, bool))
+    return dict(
+        layers=r.size("num_hidden_layers", "layers"),
+        hidden=r.size("hidden_size", "hidden"),
+        heads=heads,
+        kv_heads=r.size("num_key_value_heads", "kv_heads", heads),
+        head_size=r.size("head_dim", "head_size", 256),
+        ffn_hidden=r.size("intermediate_size", "ffn_hidden"),
+        vocab=r.size("vocab_size", "vocab"),
+        max_positions=r.size("max_position_embeddings", "max_positions", 8192),
+        ffn_kind=FfnKind.GEGLU,
+        norm=NormKind.RMSNORM,
+        positions=PositionKind.ROTARY,
+        block_norms=4 if model_type == "gemma2" else 2,
+        tied_embeddings=r.get("tie_word_embeddings", True),
+        biases=bias is True,
+        dropout=_dropout(r.get("attention_dropout", 0.0)),
+    )
+
+
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "gpt2",
     "opt",
@@ -219,6 +290,9 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "bert",
     "bloom",
     "gpt_neox",
+    "falcon",
+    "gemma",
+    "gemma2",
 )
 
 
@@ -256,6 +330,10 @@ def model_from_hf(
         kw = _bloom(r)
     elif model_type == "gpt_neox":
         kw = _gpt_neox(r)
+    elif model_type == "falcon":
+        kw = _falcon(r)
+    elif model_type in ("gemma", "gemma2"):
+        kw = _gemma(r, model_type)
     else:
         kw = _llama(r, model_type)
     if r.problems:

@@ -31,7 +31,7 @@ The terms, generalised here term by term:
 
 from __future__ import annotations
 
-from workloads.model import FfnKind, Model, padded_vocab
+from workloads.model import Model, padded_vocab
 from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
@@ -79,7 +79,7 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
     mask = MASK_BYTES if model.dropout else 0
     replicated = (4 * p + 2 * mask) * tokens * h
     qkv = p * tokens * (model.heads + 2 * model.kv_heads) * model.head_dim
-    inner = (3 if model.ffn_kind is FfnKind.SWIGLU else 2) * p * tokens * model.ffn_hidden
+    inner = (3 if model.ffn_kind.gated else 2) * p * tokens * model.ffn_hidden
     split = qkv + p * tokens * h + model.top_k * inner
     total = _ceil_div(replicated, rep) + _ceil_div(split, t)
     if setup.recompute is Recompute.NONE:

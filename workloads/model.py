@@ -20,11 +20,18 @@ __all__ = ["FfnKind", "NormKind", "PositionKind", "Model", "padded_vocab"]
 
 
 class FfnKind(StrEnum):
-    """The feed-forward block: a two-GEMM MLP with GELU or ReLU, or a gated SwiGLU MLP."""
+    """The feed-forward block: a two-GEMM MLP with GELU or ReLU, or a gated MLP whose gate
+    goes through SiLU (SwiGLU) or GELU (GeGLU, Gemma)."""
 
     GELU = "gelu"
     RELU = "relu"
     SWIGLU = "swiglu"
+    GEGLU = "geglu"
+
+    @property
+    def gated(self) -> bool:
+        """Three GEMMs (gate, up, down) instead of two."""
+        return self in (FfnKind.SWIGLU, FfnKind.GEGLU)
 
 
 class NormKind(StrEnum):
@@ -73,6 +80,12 @@ class Model:
         projects 512-wide embeddings in and out); None = hidden.
     type_vocab : token-type (segment) embeddings (BERT: 2).
     embedding_norm : a norm right after the embeddings (BERT).
+    head_size : width of one attention head if not ``hidden / heads`` (Gemma: 256); None =
+        hidden / heads.
+    parallel_block : attention and FFN read the same block input and their outputs are added
+        in one residual (GPT-J, Falcon); else the FFN follows attention.
+    block_norms : norms per block: 2 (before attention and FFN), 1 (Falcon-7B's parallel
+        block shares one), 4 (Gemma 2 also normalises each sub-layer's output).
     source : where the hyper-parameters come from.
     tokens_to_train : tokens of the published training run, where the source states it.
     """
@@ -97,6 +110,9 @@ class Model:
     embedding_dim: int | None = None
     type_vocab: int = 0
     embedding_norm: bool = False
+    head_size: int | None = None
+    parallel_block: bool = False
+    block_norms: int = 2
     source: str = ""
     tokens_to_train: int | None = None
 
@@ -115,11 +131,16 @@ class Model:
             object.__setattr__(self, "embedding_dim", self.hidden)
         positive = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "kv_heads")
         positive += ("max_positions", "experts", "top_k", "embedding_dim")
+        if self.head_size is not None:
+            positive += ("head_size",)
         for f in positive:
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 problems.append(f"{f} = {value!r} must be a positive integer")
+        if self.block_norms not in (1, 2, 4) or isinstance(self.block_norms, bool):
+            problems.append(f"block_norms = {self.block_norms!r} must be 1, 2 or 4")
         flags = ("tied_embeddings", "causal", "biases", "dropout", "embedding_norm")
+        flags += ("parallel_block",)
         for f in flags:
             if not isinstance(getattr(self, f), bool):
                 problems.append(f"{f} = {getattr(self, f)!r} must be true or false")
@@ -134,7 +155,7 @@ class Model:
         if not self.name:
             problems.append("name must not be empty")
         if not problems:
-            if self.hidden % self.heads:
+            if self.head_size is None and self.hidden % self.heads:
                 problems.append(
                     f"hidden = {self.hidden} must be a multiple of heads = {self.heads}"
                 )
@@ -142,6 +163,10 @@ class Model:
                 problems.append(
                     f"heads = {self.heads} must be a multiple of kv_heads = {self.kv_heads}"
                 )
+            if self.block_norms == 1 and not self.parallel_block:
+                problems.append("block_norms = 1 needs parallel_block = true (a shared norm)")
+            if self.block_norms == 4 and self.parallel_block:
+                problems.append("block_norms = 4 (post-norms) needs parallel_block = false")
             if self.top_k > self.experts:
                 problems.append(f"top_k = {self.top_k} must be at most experts = {self.experts}")
         if problems:
@@ -172,7 +197,7 @@ class Model:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size if self.head_size is not None else self.hidden // self.heads
 
     @property
     def is_moe(self) -> bool:
@@ -226,13 +251,14 @@ class Model:
         if self.biases:
             attention += qkv_width // t + h
         f = self.ffn_hidden
-        gemms_in = 2 if self.ffn_kind is FfnKind.SWIGLU else 1
+        gemms_in = 2 if self.ffn_kind.gated else 1
         ffn = (gemms_in + 1) * h * f // t
         if self.biases:
             ffn += gemms_in * f // t + h
         experts = self.top_k if active else self.experts
         router = h * self.experts if self.is_moe else 0
-        return attention + experts * ffn + router + 2 * self._norm_parameters()
+        norms = self.block_norms * self._norm_parameters()
+        return attention + experts * ffn + router + norms
 
     def head_parameters(self, tp: int = 1) -> int:
         """One shard of the head: final norm (decoder) or MLM transform (encoder) + LM head.

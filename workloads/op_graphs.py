@@ -60,7 +60,10 @@ _SOFTMAX_FLOPS = 7  # scale, causal mask, max, subtract, exp, sum, divide
 _DROPOUT_FLOPS = 2  # compare a random draw with the keep probability, scale
 _GELU_FLOPS = 8  # tanh form: x^3 (2), x 0.044715, + x, x sqrt(2/pi), tanh, + 1, x 0.5x
 _RELU_FLOPS = 1
-_SWIGLU_FLOPS = 5  # sigmoid (exp, add, divide), x gate, x up
+_GATE_FLOPS = {
+    FfnKind.SWIGLU: 5,  # sigmoid (exp, add, divide), x gate, x up
+    FfnKind.GEGLU: 9,  # tanh-form GELU of the gate (8), x up
+}
 _ROPE_FLOPS = 3  # x cos + rotate(x) sin: two multiplies, one add
 _BIAS_FLOPS = 1
 _ADD_FLOPS = 1
@@ -221,14 +224,20 @@ def _attention(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
 
 
 def _ffn(nodes: list[Node], prefix: str, src: str, tokens: int, model: Model, d: _Dims) -> str:
-    """FC1 (fused bias + activation, or SwiGLU's gate and up) then FC2, on ``tokens`` rows."""
+    """FC1 (fused bias + activation, or a gated MLP's gate and up) then FC2, on ``tokens``
+    rows."""
     h, f_t, p = model.hidden, model.ffn_hidden // d.t, d.p
     bias = model.biases
-    if model.ffn_kind is FfnKind.SWIGLU:
+    if model.ffn_kind.gated:
         gate = gemm(f"{prefix}fc1.gate", tokens, h, f_t, p, bias=bias)
         up = gemm(f"{prefix}fc1.up", tokens, h, f_t, p, bias=bias)
         act = vector(
-            f"{prefix}swiglu", OpKind.ELEMENTWISE, tokens * f_t, _SWIGLU_FLOPS, p, inputs=2
+            f"{prefix}{model.ffn_kind}",
+            OpKind.ELEMENTWISE,
+            tokens * f_t,
+            _GATE_FLOPS[model.ffn_kind],
+            p,
+            inputs=2,
         )
         nodes += [
             Node(gate, (src,), Grad.GEMM),
@@ -276,18 +285,50 @@ def _moe(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
     return combine.name
 
 
-def _block_nodes(model: Model, d: _Dims) -> list[Node]:
+def _ffn_or_moe(nodes: list[Node], x: str, model: Model, d: _Dims) -> str:
+    return _moe(nodes, x, model, d) if model.is_moe else _ffn(nodes, "", x, d.tokens, model, d)
+
+
+def _parallel_block_nodes(model: Model, d: _Dims) -> list[Node]:
+    """Attention and FFN on the same (normalised) block input, one residual add of both."""
     nodes: list[Node] = []
     h = model.hidden
     x = _norm(nodes, "ln1", (), model, d, tp_next=True)
     x = _column_parallel_input(nodes, x, d, h)
+    y = x
+    if model.block_norms == 2:
+        y = _norm(nodes, "ln2", (), model, d, tp_next=True)
+        y = _column_parallel_input(nodes, y, d, h)
+    a = _row_parallel_reduce(nodes, _attention(nodes, x, model, d), d, h)
+    f = _row_parallel_reduce(nodes, _ffn_or_moe(nodes, y, model, d), d, h)
+    flops = 2 * _ADD_FLOPS + (2 * _BIAS_FLOPS if model.biases else 0)
+    flops += 2 * _DROPOUT_FLOPS if model.dropout else 0
+    n = d.local * h
+    mask = 2 * n if model.dropout else 0
+    op = vector("residual", OpKind.ELEMENTWISE, n, flops, d.p, inputs=3, mask_bytes=mask)
+    nodes.append(Node(op, (a, f)))
+    return nodes
+
+
+def _block_nodes(model: Model, d: _Dims) -> list[Node]:
+    if model.parallel_block:
+        return _parallel_block_nodes(model, d)
+    nodes: list[Node] = []
+    h = model.hidden
+    post = model.block_norms == 4  # Gemma 2: each sub-layer's output is normalised too
+    x = _norm(nodes, "ln1", (), model, d, tp_next=True)
+    x = _column_parallel_input(nodes, x, d, h)
     x = _attention(nodes, x, model, d)
     x = _row_parallel_reduce(nodes, x, d, h)
+    if post:
+        x = _norm(nodes, "attn.post_norm", (x,), model, d, tp_next=False)
     x = _residual(nodes, "attn.residual", x, model, d)
     x = _norm(nodes, "ln2", (x,), model, d, tp_next=True)
     x = _column_parallel_input(nodes, x, d, h)
-    x = _moe(nodes, x, model, d) if model.is_moe else _ffn(nodes, "", x, d.tokens, model, d)
+    x = _ffn_or_moe(nodes, x, model, d)
     x = _row_parallel_reduce(nodes, x, d, h)
+    if post:
+        x = _norm(nodes, "mlp.post_norm", (x,), model, d, tp_next=False)
     _residual(nodes, "mlp.residual", x, model, d)
     return nodes
 
