@@ -6,12 +6,15 @@ tolerance is half a unit of the last digit the source states, unless noted.
 """
 
 import json
+from dataclasses import replace
 
+import networkx as nx
 import pytest
 
 from phaze.errors import ConfigError
-from workloads import build_layer_graph, load_hf_config
+from workloads import build_layer_graph, get_model, load_hf_config, to_hf_config
 from workloads.flops import block_forward_flops, forward_flops_per_sequence
+from workloads.memory import block_activation_bytes
 from workloads.model import FfnKind
 from workloads.setup import TrainingSetup
 
@@ -187,10 +190,34 @@ def test_bad_fields_are_named_by_their_key(tmp_path, config, change, message):
 
 
 def test_falcon_attention_and_mlp_are_independent_in_the_graph(tmp_path):
-    import networkx as nx
-
     m = load(tmp_path, FALCON_7B)
-    forward = build_layer_graph(m, TrainingSetup(256, 1), 1).pass_graphs
-    g = forward(build_layer_graph(m, TrainingSetup(256, 1), 1).layers[1]).forward.to_networkx()
+    graph = build_layer_graph(m, TrainingSetup(256, 1), 1)
+    g = graph.pass_graphs(graph.layers[1]).forward.to_networkx()
     assert not nx.has_path(g, "proj", "fc1") and not nx.has_path(g, "fc1", "proj")
     assert sum(1 for n in g if n.startswith("ln")) == 1
+
+
+@pytest.mark.parametrize("config", [FALCON_7B, FALCON_40B, GEMMA_2B, GEMMA2_9B])
+def test_round_trip(tmp_path, config):
+    m = load(tmp_path, config)
+    again = load(tmp_path, to_hf_config(m))
+    assert replace(again, name=m.name, source=m.source) == m
+
+
+@pytest.mark.parametrize(("config", "name"), [(FALCON_40B, "falcon-40b"), (GEMMA_7B, "gemma-7b")])
+def test_catalog_entries_are_the_imported_configs(tmp_path, config, name):
+    strip = {"name": "x", "source": "", "tokens_to_train": None}
+    assert replace(load(tmp_path, config), **strip) == replace(get_model(name), **strip)
+
+
+def test_a_shared_norm_stashes_one_input_post_norms_two_more(tmp_path):
+    setup, f7 = TrainingSetup(256, 1, recompute="selective"), load(tmp_path, FALCON_7B)
+    two_norms = replace(f7, parallel_block=False, block_norms=2)
+    p, tokens = setup.precision_bytes, 256
+    saved = block_activation_bytes(two_norms, setup, 1) - block_activation_bytes(f7, setup, 1)
+    assert saved == 3 * p * tokens * f7.hidden
+    g9 = load(tmp_path, GEMMA2_9B)
+    extra = block_activation_bytes(g9, setup, 1) - block_activation_bytes(
+        replace(g9, block_norms=2), setup, 1
+    )
+    assert extra == 2 * p * tokens * g9.hidden

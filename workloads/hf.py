@@ -3,8 +3,9 @@
 Supported ``model_type`` values: :data:`SUPPORTED_MODEL_TYPES` (``qwen2`` and ``phi3`` read
 as Llama: Phi-3's fused projections hold the same weights; ``bloom`` with ALiBi and its
 embedding LayerNorm; ``gpt_neox`` with rotary embeddings, whose partial rotation and
-parallel residual change neither parameters nor stashed bytes). Only the architecture is
-read (no weights). Not modelled: Mistral's sliding-window
+parallel residual change neither parameters nor stashed bytes; ``falcon`` with its parallel
+attention + MLP block; ``gemma``/``gemma2`` with GeGLU and their own head width). Only the
+architecture is read (no weights). Not modelled: Mistral's and Gemma 2's sliding-window
 attention (attention FLOPs count the whole sequence), OPT's post-norm variant (norm placement
 does not change FLOPs or stashed bytes) and OPT's two-row position offset.
 """
@@ -377,7 +378,8 @@ def load_hf_config(path: str | Path) -> Model:
 def to_hf_config(model: Model) -> dict[str, Any]:
     """A ``config.json`` dictionary that :func:`model_from_hf` reads back as ``model``.
 
-    The family follows the architecture: MoE -> ``mixtral``, SwiGLU -> ``llama``, encoder ->
+    The family follows the architecture: GeGLU -> ``gemma`` (``gemma2`` with post-norms), a
+    parallel block -> ``falcon``, MoE -> ``mixtral``, SwiGLU -> ``llama``, encoder ->
     ``bert``, ALiBi -> ``bloom``, a separate embedding width or ReLU -> ``opt``, else ``gpt2``.
 
     Raises
@@ -402,7 +404,36 @@ def to_hf_config(model: Model) -> dict[str, Any]:
         "mlp_bias": m.biases,
         "attention_dropout": drop,
     }
-    if m.is_moe:
+    if m.ffn_kind is FfnKind.GEGLU:
+        data = {
+            "model_type": "gemma2" if m.block_norms == 4 else "gemma",
+            **common_llama,
+            "head_dim": m.head_dim,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "attention_bias": m.biases,
+        }
+        for key in ("hidden_act", "mlp_bias"):
+            del data[key]
+    elif m.parallel_block:
+        data = {
+            "model_type": "falcon",
+            "num_hidden_layers": m.layers,
+            "hidden_size": m.hidden,
+            "num_attention_heads": m.heads,
+            "num_kv_heads": m.kv_heads,
+            "new_decoder_architecture": m.block_norms == 2,
+            "multi_query": m.kv_heads == 1,
+            "parallel_attn": True,
+            "ffn_hidden_size": m.ffn_hidden,
+            "vocab_size": m.vocab,
+            "max_position_embeddings": m.max_positions,
+            "alibi": m.positions is PositionKind.ALIBI,
+            "bias": m.biases,
+            "tie_word_embeddings": m.tied_embeddings,
+            "hidden_dropout": drop,
+            "attention_dropout": drop,
+        }
+    elif m.is_moe:
         data = {
             "model_type": "mixtral",
             **common_llama,

@@ -14,8 +14,10 @@ GPT block stashes
 The terms, generalised here term by term:
 
 * replicated over the tensor-parallel group (split by ``t`` with sequence parallelism): the
-  two norm inputs, the Q/K/V input and the MLP input (``p s b h`` each) and the two dropout
-  masks after attention and MLP (``s b h`` bytes each, only if the model uses dropout);
+  two norm inputs, the Q/K/V input and the MLP input (``p s b h`` each; one norm input and
+  one shared GEMM input for a parallel block with one norm, two more norm inputs with
+  post-norms) and the two dropout masks after attention and MLP (``s b h`` bytes each, only
+  if the model uses dropout);
 * split by ``t``: Q, K and V (``p s b (a + 2 g) d``: smaller K and V with grouped-query
   attention), the output-projection input ``p s b h``, and the FFN's inner tensors: the
   activation input and FC2 input (``2 p s b f``) for a GELU/ReLU MLP, the gate, up and FC2
@@ -77,7 +79,10 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
     if setup.recompute is Recompute.FULL:
         return _ceil_div(p * tokens * h, rep)
     mask = MASK_BYTES if model.dropout else 0
-    replicated = (4 * p + 2 * mask) * tokens * h
+    shared = model.block_norms == 1  # one norm output feeds attention and FFN (Falcon-7B)
+    post_norms = 2 if model.block_norms == 4 else 0  # Gemma 2: sub-layer outputs normalised
+    stashed = (1 if shared else 4) + post_norms  # norm inputs and Q/K/V and FFN inputs
+    replicated = (stashed * p + 2 * mask) * tokens * h
     qkv = p * tokens * (model.heads + 2 * model.kv_heads) * model.head_dim
     inner = (3 if model.ffn_kind.gated else 2) * p * tokens * model.ffn_hidden
     split = qkv + p * tokens * h + model.top_k * inner
