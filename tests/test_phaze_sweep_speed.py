@@ -82,18 +82,19 @@ def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
         acc = dataclasses.replace(base, hbm_bytes=hbm_mib * _MIB)
         knobs = pipeline.Knobs(mb, rc)
         got = pipeline.evaluate("w", model, acc, knobs, ctx)
-        setup = pipeline._setup(model, ctx, knobs)
+        setup = pipeline.training_setup(model, ctx, knobs)
         graphs = tuple(
-            pipeline._variant(model, setup, t, acc, ctx.cluster, ctx.solver).graph for t in widths
+            pipeline.width_variant(model, setup, t, acc, ctx.cluster, ctx.solver).graph
+            for t in widths
         )
         hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
         # ZeRO stages 0-1 first; 2-3 only when nothing fits with those
         wider = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
         try:
             try:
-                want = place(pipeline._problem(graphs, hbm, ctx, setup))
+                want = place(pipeline.placement_problem(graphs, hbm, ctx, setup))
             except Infeasible:
-                want = place(pipeline._problem(graphs, hbm, wider, setup))
+                want = place(pipeline.placement_problem(graphs, hbm, wider, setup))
         except Infeasible as e:
             assert (got.placement, got.reason) == (None, e.reason)
         else:
@@ -116,7 +117,7 @@ def test_pass_bound_is_the_schedulers_lower_bound(name):
         ["none", "full"],
     ):
         ctx = pipeline.Context(cluster=cluster, seq_len=256, global_batch=8)
-        setup = pipeline._setup(model, ctx, pipeline.Knobs(mb, rc))
+        setup = pipeline.training_setup(model, ctx, pipeline.Knobs(mb, rc))
         lg = build_layer_graph(model, setup, tp)
         timings = layer_timing(lg, acc, cluster, solver="list")
         for cid, passes in lg.op_graphs.items():

@@ -365,6 +365,17 @@ def test_report_of_an_empty_store_explains_itself(tmp_path):
     assert "holds no points yet" in text and "<img" not in text
 
 
+def test_a_failed_report_write_leaves_no_temporary_file(tmp_path):
+    """The rename onto an existing directory fails: the error surfaces and the temporary
+    file is gone."""
+    Store.open(tmp_path, {"config": {}}, "h").close()
+    out = tmp_path / "report.html"
+    out.mkdir()
+    with pytest.raises(OSError):
+        write_report(tmp_path, out)
+    assert out.is_dir() and not [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"]
+
+
 def test_report_shows_every_standard_plot_in_order(report_text):
     names = re.findall(r'<figure id="fig-(\w+)">', report_text)
     assert names == [
