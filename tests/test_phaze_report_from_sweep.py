@@ -29,7 +29,7 @@ def sweep_dir(tmp_path_factory):
         space=str(space),
         cluster=Cluster(devices=4, devices_per_node=4),
         micro_batches=[1],
-        recompute_modes=["none", "full"],
+        recompute_modes=["none"],
         seq_len=256,
         global_batch=8,
         executor="serial",

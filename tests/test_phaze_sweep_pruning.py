@@ -71,7 +71,10 @@ def _oracle_bounds(points):
     return bound
 
 
-@pytest.mark.parametrize("workloads", [["gpt3-125m"], ["gpt3-125m", "gpt3-350m"]])
+@pytest.mark.parametrize(
+    "workloads",
+    [["gpt3-125m"], pytest.param(["gpt3-125m", "gpt3-350m"], marks=pytest.mark.slow)],
+)
 def test_tighter_worker_bounds_prune_more_and_keep_the_fronts(
     sweep_spaces, tmp_path, monkeypatch, workloads
 ):
