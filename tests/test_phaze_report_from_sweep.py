@@ -1,4 +1,4 @@
-"""Issue 8 item 5: the report of a real (small) sweep parses, its images decode and its
+"""The report of a real (small) sweep parses, its images decode and its
 tables hold the stored values."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from reports import check_images, parse_html
 from spaces import space_toml
-from test_results_report import check_images, parse_html
 
 import phaze
 from arch_space import Cluster
