@@ -19,6 +19,7 @@ from arch_space import Accelerator, Cluster
 from arch_space.perf.device import DeviceProfile
 from phaze.config import SolverSettings, SweepConfig
 from phaze.errors import ConfigError
+from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from phaze.pipeline import Context, Evaluation, Knobs
 from phaze.pipeline import evaluate as _evaluate
 from phaze.scoring import ScoringParams
@@ -62,6 +63,7 @@ def search(
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
+    _check_limits(cluster, seq_len, global_batch, ("micro_batches", micro_batches))
     if any(h % (1 << 20) for h in hbm_sizes):
         raise ConfigError(f"hbm_sizes = {list(hbm_sizes)!r} must be whole MiB (bytes)")
     cfg = SweepConfig(
@@ -116,6 +118,7 @@ def evaluate(
     ``state_bytes_per_parameter`` overrides weights + gradients + optimizer state per
     parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer).
     """
+    _check_limits(cluster, seq_len, global_batch, ("micro_batch", (micro_batch,)))
     if isinstance(strategy, str):
         strategy = parse_strategy(strategy)
     if strategy is not None:  # what it leaves open keeps the arguments' values
@@ -140,3 +143,21 @@ def evaluate(
     return _evaluate(
         workload, model, accelerator, Knobs(micro_batch, recompute), ctx, strategy=strategy
     )
+
+
+def _check_limits(
+    cluster: Cluster, seq_len: int, global_batch: int, micro: tuple[str, Sequence[int]]
+) -> None:
+    """The sizes of :mod:`phaze.limits`, as the CLI and sweep configs apply them: one
+    ConfigError naming every argument above its limit (``micro``: a name and its values)."""
+    name, values = micro
+    checks = [
+        ("devices", cluster.devices, MAX_DEVICES),
+        ("devices_per_node", cluster.devices_per_node, MAX_DEVICES),
+        ("seq_len", seq_len, MAX_SEQ_LEN),
+        ("global_batch", global_batch, MAX_GLOBAL_BATCH),
+        *((name, v, MAX_GLOBAL_BATCH) for v in values),
+    ]
+    problems = [p for n, v, limit in checks if (p := over_limit(n, v, limit)) is not None]
+    if problems:
+        raise ConfigError("; ".join(problems))

@@ -52,8 +52,14 @@ __all__ = [
     "Context",
     "search_degrees",
     "Evaluation",
+    "Hbm",
+    "Variant",
     "tp_widths",
     "timing_design",
+    "training_setup",
+    "width_variant",
+    "placement_problem",
+    "width_fits",
     "evaluate",
 ]
 
@@ -63,7 +69,8 @@ logger = logging.getLogger(__name__)
 # the bound and a schedule that meets it can differ by rounding (a few ulps) in floating point.
 _BOUND_SLACK: Final = 1e-9
 
-_Hbm = tuple[int, float]  # (capacity bytes, bandwidth bytes/s): all a placement needs of a device
+# (capacity bytes, bandwidth bytes/s): all a placement needs of a device
+Hbm = tuple[int, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +170,8 @@ def tp_widths(model: Model, ctx: Context) -> tuple[int, ...]:
     )
 
 
-def _setup(model: Model, ctx: Context, knobs: Knobs) -> TrainingSetup:
+def training_setup(model: Model, ctx: Context, knobs: Knobs) -> TrainingSetup:
+    """The training setup of ``knobs`` in ``ctx``: what builds the layer graphs."""
     return TrainingSetup(
         seq_len=ctx.seq_len,
         global_batch=ctx.global_batch,
@@ -182,7 +190,7 @@ def timing_design(acc: Accelerator) -> Accelerator:
 
 
 @dataclass(frozen=True, slots=True)
-class _Variant:
+class Variant:
     """One TP width's stage graph, its dynamic energy per micro-batch, all layers, and the
     timings of its distinct layer passes."""
 
@@ -194,7 +202,7 @@ class _Variant:
 
 
 @lru_cache(maxsize=4096)
-def _variant(
+def width_variant(
     model: Model,
     setup: TrainingSetup,
     tp: int,
@@ -202,7 +210,7 @@ def _variant(
     cluster: Cluster,
     solver: SolverSettings,
     device: DeviceProfile | None = None,
-) -> _Variant:
+) -> Variant:
     """Layer schedules of every distinct layer at width ``tp`` -> a placement stage graph.
 
     Cached by content: designs differing only in HBM capacity share it.
@@ -243,11 +251,11 @@ def _variant(
             parts[1] += devices * p.memory_j
             parts[2] += devices * p.network_j
     passes = tuple(p for lt in timings.values() for p in (lt.forward, lt.backward, lt.recompute))
-    return _Variant(sg, *parts, passes)
+    return Variant(sg, *parts, passes)
 
 
 def _energy_rates(
-    variant: _Variant, acc: Accelerator, model: Model, host_w_per_node: float
+    variant: Variant, acc: Accelerator, model: Model, host_w_per_node: float
 ) -> EnergyRates:
     """What one iteration's energy is made of on ``acc`` (:func:`iteration_energy` prices it)."""
     perf = default_settings()
@@ -266,8 +274,8 @@ def _energy_rates(
     )
 
 
-def _problem(
-    graphs: tuple[StageGraph, ...], hbm: _Hbm, ctx: Context, setup: TrainingSetup
+def placement_problem(
+    graphs: tuple[StageGraph, ...], hbm: Hbm, ctx: Context, setup: TrainingSetup
 ) -> PlacementProblem:
     """The placement problem of ``graphs`` on devices with ``hbm`` in ``ctx``'s cluster."""
     hbm_bytes, hbm_bytes_per_s = hbm
@@ -321,14 +329,14 @@ def _memory_graph(model: Model, setup: TrainingSetup, tp: int) -> StageGraph:
 
 
 @lru_cache(maxsize=4096)
-def _fits(model: Model, setup: TrainingSetup, tp: int, hbm: _Hbm, ctx: Context) -> bool:
+def width_fits(model: Model, setup: TrainingSetup, tp: int, hbm: Hbm, ctx: Context) -> bool:
     """Does some placement at width ``tp`` fit devices with ``hbm``?
 
     Whether a placement fits depends on bytes, never on layer times, so the zero-time graph
     of :func:`_memory_graph` answers for every design with this HBM, without a schedule.
     """
     try:
-        place(_problem((_memory_graph(model, setup, tp),), hbm, ctx, setup))
+        place(placement_problem((_memory_graph(model, setup, tp),), hbm, ctx, setup))
     except Infeasible:
         return False
     return True
@@ -336,13 +344,13 @@ def _fits(model: Model, setup: TrainingSetup, tp: int, hbm: _Hbm, ctx: Context) 
 
 @lru_cache(maxsize=1024)
 def _why_not(
-    model: Model, setup: TrainingSetup, widths: tuple[int, ...], hbm: _Hbm, ctx: Context
+    model: Model, setup: TrainingSetup, widths: tuple[int, ...], hbm: Hbm, ctx: Context
 ) -> str:
     """The reason :func:`placement.place` gives when no width fits (its reasons are about
     bytes, so the zero-time graphs give the reason of every design's real graphs)."""
     graphs = tuple(_memory_graph(model, setup, t) for t in widths)
     try:
-        place(_problem(graphs, hbm, ctx, setup))
+        place(placement_problem(graphs, hbm, ctx, setup))
     except Infeasible as e:
         return e.reason
     raise AssertionError("no width fits alone, yet one fits among them")
@@ -352,10 +360,10 @@ def _best_widths(
     model: Model,
     setup: TrainingSetup,
     widths: tuple[int, ...],
-    hbm: _Hbm,
+    hbm: Hbm,
     timing_acc: Accelerator,
     ctx: Context,
-) -> tuple[dict[int, _Variant], Placement]:
+) -> tuple[dict[int, Variant], Placement]:
     """The variants that can hold the fastest placement over ``widths``, and that placement:
     the one :func:`placement.place` finds over every width (Infeasible, with its reason,
     when none fits).
@@ -370,7 +378,7 @@ def _best_widths(
 
     def search(graphs: tuple[StageGraph, ...]) -> Placement | None:
         try:
-            return place(_problem(graphs, hbm, ctx, setup))
+            return place(placement_problem(graphs, hbm, ctx, setup))
         except Infeasible:
             return None
 
@@ -379,7 +387,7 @@ def _best_widths(
 
     widest, *rest = sorted(widths, reverse=True)
     variants = {
-        widest: _variant(model, setup, widest, timing_acc, ctx.cluster, ctx.solver, ctx.device)
+        widest: width_variant(model, setup, widest, timing_acc, ctx.cluster, ctx.solver, ctx.device)
     }
     best = search((variants[widest].graph,))
     bounds = {t: bound_graph(model, setup, t, timing_acc, ctx.cluster, ctx.device) for t in rest}
@@ -388,13 +396,15 @@ def _best_widths(
     for t in rest:
         if best is not None and slower(search((bounds[t],)), best):
             continue
-        variants[t] = _variant(model, setup, t, timing_acc, ctx.cluster, ctx.solver, ctx.device)
+        variants[t] = width_variant(
+            model, setup, t, timing_acc, ctx.cluster, ctx.solver, ctx.device
+        )
         alone = search((variants[t].graph,))
         if alone is not None and (best is None or alone.time_per_batch_s < best.time_per_batch_s):
             best = alone
     if best is None or len(variants) > 1:
         kept = tuple(variants[t].graph for t in widths if t in variants)
-        best = place(_problem(kept, hbm, ctx, setup))
+        best = place(placement_problem(kept, hbm, ctx, setup))
     return variants, best
 
 
@@ -415,11 +425,11 @@ def evaluate(
     Notes
     -----
     Layer schedules are the costly step, so without a ``strategy`` only the widths whose
-    placement fits the HBM are scheduled (:func:`_fits`), and a narrower width only when its
+    placement fits the HBM are scheduled (:func:`width_fits`), and a narrower width only when its
     lower-bound placement could beat the best so far (:func:`_best_widths`). Both are exact:
     the result is that of scheduling every width and searching them all at once.
     """
-    setup = _setup(model, ctx, knobs)
+    setup = training_setup(model, ctx, knobs)
     if ctx.global_batch % knobs.micro_batch:
         raise ConfigError(
             f"micro_batch = {knobs.micro_batch} must divide global_batch = {ctx.global_batch}"
@@ -442,10 +452,10 @@ def evaluate(
     if strategy is None:
         # Only widths with a placement that fits the HBM can win; memory does not depend on
         # layer times, so this needs no layer schedule (the costly step).
-        fitting = tuple(t for t in widths if _fits(model, setup, t, hbm, ctx))
+        fitting = tuple(t for t in widths if width_fits(model, setup, t, hbm, ctx))
         if not fitting and ctx.zero_fallback:  # only the wider sharding may fit
             ctx = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
-            fitting = tuple(t for t in widths if _fits(model, setup, t, hbm, ctx))
+            fitting = tuple(t for t in widths if width_fits(model, setup, t, hbm, ctx))
         if not fitting:
             return Evaluation(
                 workload, acc, knobs, None, None, _why_not(model, setup, widths, hbm, ctx)
@@ -458,7 +468,7 @@ def evaluate(
         # left open, sequence parallelism is what the search uses: on when t > 1
         open_sp = "sequence_parallel" in strategy.unset
         variants = {
-            t: _variant(
+            t: width_variant(
                 model,
                 dataclasses.replace(setup, sequence_parallel=ctx.sequence_parallel and t > 1)
                 if open_sp
@@ -471,7 +481,7 @@ def evaluate(
             )
             for t in widths
         }
-        problem = _problem(tuple(v.graph for v in variants.values()), hbm, ctx, setup)
+        problem = placement_problem(tuple(v.graph for v in variants.values()), hbm, ctx, setup)
         try:
             placement, chosen = evaluate_partial(
                 problem, strategy, sequence_parallel=ctx.sequence_parallel

@@ -23,7 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import Any, Final, Literal
+
+import numpy as np
 
 from phaze.errors import ConfigError
 from placement.iteration import IterationEnergy
@@ -271,8 +273,12 @@ def score_point(
     embodied_kgco2e_per_device: float,
     params: ScoringParams,
 ) -> Score:
-    """Score one evaluated placement (docs/models.md); pure arithmetic, see :data:`FORMULAS`."""
-    assert iteration_s > 0 and devices > 0
+    """Score one evaluated placement (docs/models.md); pure arithmetic, see :data:`FORMULAS`.
+
+    The per-device figures and ``iteration_s`` may be numpy arrays (one entry per design):
+    the sweep's optimistic bounds score many designs at once.
+    """
+    assert np.all(np.greater(iteration_s, 0)) and devices > 0
     tokens_per_batch = global_batch * seq_len
     tokens_per_s = tokens_per_batch / iteration_s
     time_to_train_s = training_time_s(tokens_to_train, tokens_per_s)
@@ -311,10 +317,17 @@ def score_point(
         system_cost_usd=system_cost,
         electricity_usd=electricity,
         tco_usd=tco,
-        tokens_per_usd=tokens_to_train / tco if tco > 0 else math.inf,
+        tokens_per_usd=_per_usd(tokens_to_train, tco),
         embodied_kgco2e=carbon.embodied_kgco2e,
         operational_kgco2e=carbon.operational_kgco2e,
         total_kgco2e=carbon.total_kgco2e,
         tcdp=carbon.tcdp,
         tcdp_kgco2e_days=carbon.tcdp_kgco2e_days,
     )
+
+
+def _per_usd(amount: float, usd: Any) -> Any:
+    """``amount / usd``, infinite where nothing is paid (a float, or an array of them)."""
+    if isinstance(usd, np.ndarray):
+        return np.divide(amount, usd, out=np.full(usd.shape, math.inf), where=usd > 0)
+    return amount / usd if usd > 0 else math.inf

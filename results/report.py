@@ -106,7 +106,7 @@ def write_report(
     """Write the HTML report of the sweep stored in ``store_dir``; returns its path.
 
     ``out_path`` defaults to ``store_dir/report.html``. The file is written to a temporary
-    name and renamed, so a reader never sees half a report. ``plots_dir``, if given, also
+    name and renamed, so a reader never sees half a report (nor, on failure, the temporary). ``plots_dir``, if given, also
     receives every figure as ``<name>.png`` and ``<name>.svg``.
     """
     out = Path(out_path) if out_path is not None else Path(store_dir) / REPORT_FILENAME
@@ -114,8 +114,12 @@ def write_report(
         text = render_report(store, image_format=image_format, top=top, plots_dir=plots_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no half report behind
+        raise
     return out
 
 

@@ -307,3 +307,16 @@ def test_a_store_from_before_the_schedule_columns_is_refused_clearly(clean_sweep
         errors = [line for line in out.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and "layout version 1" in errors[0], out.output
     assert (old / STORE_FILENAME).read_bytes() == before
+
+
+def test_the_api_applies_the_size_limits_of_the_command_line(tmp_path):
+    """Sizes beyond any machine are one ConfigError naming each field, before any work."""
+    from arch_space import Cluster, preset
+
+    huge = Cluster(devices=10**8, devices_per_node=8)
+    with pytest.raises(ConfigError, match=r"devices = 100000000 is above the limit") as e:
+        phaze.evaluate("gpt3-125m", preset("a100"), huge, seq_len=10**9, micro_batch=10**7)
+    assert "seq_len = 1000000000" in str(e.value) and "micro_batch = 10000000" in str(e.value)
+    with pytest.raises(ConfigError, match=r"global_batch = 2000000 is above the limit"):
+        phaze.search(["gpt3-125m"], global_batch=2 * 10**6, out_dir=tmp_path, executor="serial")
+    assert not any(tmp_path.iterdir())

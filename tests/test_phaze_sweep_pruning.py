@@ -71,7 +71,10 @@ def _oracle_bounds(points):
     return bound
 
 
-@pytest.mark.parametrize("workloads", [["gpt3-125m"], ["gpt3-125m", "gpt3-350m"]])
+@pytest.mark.parametrize(
+    "workloads",
+    [["gpt3-125m"], pytest.param(["gpt3-125m", "gpt3-350m"], marks=pytest.mark.slow)],
+)
 def test_tighter_worker_bounds_prune_more_and_keep_the_fronts(
     sweep_spaces, tmp_path, monkeypatch, workloads
 ):
@@ -167,6 +170,9 @@ _SCORING = st.builds(
     utilisation=st.floats(0.05, 1.0),
     embodied_mode=st.sampled_from(["amortised", "whole-life"]),
     host_network_usd_per_device=st.floats(0.0, 1e5),
+    host_w_per_node=st.none() | st.floats(0.0, 1e4),
+    host_embodied_kgco2e_per_device=st.none() | st.floats(0.0, 1e4),
+    usd_per_kwh=st.none() | st.floats(0.0, 1.0),
 )
 
 
@@ -198,7 +204,7 @@ def test_bounds_never_beat_the_scored_point_for_any_scoring(
     devices,
 ):
     """Random scoring parameters (PUE, grid intensity, lifetime, utilisation, embodied
-    mode, host cost), designs, workloads and knobs: each bound is optimistic for the point
+    mode, host cost, power and embodied carbon, electricity price), designs, workloads and knobs: each bound is optimistic for the point
     the pipeline scores, so pruning stays exact whatever the user sets."""
     model = resolve_model(workload)
     ctx = Context(

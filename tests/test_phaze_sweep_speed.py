@@ -73,27 +73,28 @@ def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
     )
     widths = pipeline.tp_widths(model, ctx)
     tps = set()
-    for base, hbm_mib, mb, rc in itertools.product(
+    # the knobs with the least (1, full) and the most (4, none) activation memory
+    for base, hbm_mib, (mb, rc) in itertools.product(
         [_design(1, 8, 1024), _design(8, 128, 1024)],
         [300, 360, 420, 600, 700, 800],
-        [1, 4],
-        ["none", "full"],
+        [(1, "full"), (4, "none")],
     ):
         acc = dataclasses.replace(base, hbm_bytes=hbm_mib * _MIB)
         knobs = pipeline.Knobs(mb, rc)
         got = pipeline.evaluate("w", model, acc, knobs, ctx)
-        setup = pipeline._setup(model, ctx, knobs)
+        setup = pipeline.training_setup(model, ctx, knobs)
         graphs = tuple(
-            pipeline._variant(model, setup, t, acc, ctx.cluster, ctx.solver).graph for t in widths
+            pipeline.width_variant(model, setup, t, acc, ctx.cluster, ctx.solver).graph
+            for t in widths
         )
         hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
         # ZeRO stages 0-1 first; 2-3 only when nothing fits with those
         wider = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
         try:
             try:
-                want = place(pipeline._problem(graphs, hbm, ctx, setup))
+                want = place(pipeline.placement_problem(graphs, hbm, ctx, setup))
             except Infeasible:
-                want = place(pipeline._problem(graphs, hbm, wider, setup))
+                want = place(pipeline.placement_problem(graphs, hbm, wider, setup))
         except Infeasible as e:
             assert (got.placement, got.reason) == (None, e.reason)
         else:
@@ -105,34 +106,35 @@ def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
 @pytest.mark.parametrize("name", ["gpt3-125m", "llama2-7b"])
 def test_pass_bound_is_the_schedulers_lower_bound(name):
     """The bound from op costs alone equals ``ilp``'s lower bound of the scheduling problem
-    (to rounding) on every pass of every width, and never exceeds the scheduled makespan."""
+    (to rounding) on every pass of every width, and never exceeds the scheduled makespan
+    (checked on one width per design under full recompute, where every pass has work:
+    schedules are the costly part)."""
     model = resolve_model(name)
     cluster = Cluster(devices=8, devices_per_node=8)
-    checked = 0
-    for acc, tp, mb, rc in itertools.product(
-        [_design(1, 8, 1024), _design(4, 128, 1024), _design(8, 8, 1024)],
-        [1, 2, 4],
-        [1, 4],
-        ["none", "full"],
+    checked = scheduled = 0
+    designs, widths = [_design(1, 8, 1024), _design(4, 128, 1024), _design(8, 8, 1024)], [1, 2, 4]
+    for (a, acc), (w, tp), mb, rc in itertools.product(
+        enumerate(designs), enumerate(widths), [1, 4], ["none", "full"]
     ):
         ctx = pipeline.Context(cluster=cluster, seq_len=256, global_batch=8)
-        setup = pipeline._setup(model, ctx, pipeline.Knobs(mb, rc))
+        setup = pipeline.training_setup(model, ctx, pipeline.Knobs(mb, rc))
         lg = build_layer_graph(model, setup, tp)
-        timings = layer_timing(lg, acc, cluster, solver="list")
+        schedule = a == w and (mb, rc) == (4, "full")
+        timings = layer_timing(lg, acc, cluster, solver="list") if schedule else {}
         for cid, passes in lg.op_graphs.items():
-            for g, timing in zip(
-                (passes.forward, passes.backward, passes.recompute),
-                (timings[cid].forward, timings[cid].backward, timings[cid].recompute),
-                strict=True,
-            ):
+            for k, g in enumerate((passes.forward, passes.backward, passes.recompute)):
                 ours = pass_bound_s(g, acc, cluster)
                 theirs = lower_bound(
                     build_problem(costed_graph(g, acc, cluster), acc.num_tc, acc.num_vc).problem
                 )
                 assert ours == pytest.approx(theirs, rel=1e-12, abs=0.0)
-                assert ours <= timing.makespan_s * (1 + 1e-12)
                 checked += 1
-    assert checked > 100
+                if cid in timings:
+                    lt = timings[cid]
+                    makespan = (lt.forward, lt.backward, lt.recompute)[k].makespan_s
+                    assert ours <= makespan * (1 + 1e-12)
+                    scheduled += 1
+    assert checked > 100 and scheduled >= 18
 
 
 _ROW = st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0]), min_size=3, max_size=3)

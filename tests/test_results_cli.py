@@ -8,7 +8,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from test_results_report import check_images, make_store, parse_html
+from reports import check_images, make_store, parse_html
 
 from results.export import export_record, write_csv
 from results.pareto import pareto

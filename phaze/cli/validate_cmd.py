@@ -37,6 +37,16 @@ class ValidationRow:
         """Signed error of the prediction, in % of the measurement."""
         return 100.0 * (self.predicted - self.measured) / self.measured
 
+    def record(self) -> dict[str, object]:
+        """The row as ``--json`` prints it."""
+        return {
+            "case": self.case,
+            "measured": self.measured,
+            "predicted": self.predicted,
+            "error_pct": self.error_pct,
+            "source": self.source,
+        }
+
 
 def report_validation(
     title: str,
@@ -63,16 +73,7 @@ def report_validation(
                 "title": title,
                 "unit": unit,
                 "tolerance_pct": tolerance_pct,
-                "rows": [
-                    {
-                        "case": r.case,
-                        "measured": r.measured,
-                        "predicted": r.predicted,
-                        "error_pct": r.error_pct,
-                        "source": r.source,
-                    }
-                    for r in rows
-                ],
+                "rows": [r.record() for r in rows],
                 "mean_abs_error_pct": mean_pct,
                 "max_abs_error_pct": max_pct,
                 "within_tolerance": not outside,

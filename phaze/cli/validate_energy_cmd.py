@@ -95,16 +95,7 @@ def energy(power_tolerance_pct: float, energy_tolerance_pct: float, as_json: boo
         echo_json(
             {
                 "runs": [{"run": n, "board_w": b, "with_host_w": h} for n, b, h in v.runs],
-                "rows": [
-                    {
-                        "case": r.case,
-                        "measured": r.measured,
-                        "predicted": r.predicted,
-                        "error_pct": r.error_pct,
-                        "source": r.source,
-                    }
-                    for r in (*v.power, *v.energy, *v.carbon)
-                ],
+                "rows": [r.record() for r in (*v.power, *v.energy, *v.carbon)],
                 "within_tolerance": not outside,
             }
         )

@@ -27,8 +27,9 @@ from arch_space import (
 )
 from arch_space.area import mac_pj
 from phaze.lower_bounds import pass_bound_s
-from phaze.pipeline import Context, Knobs, _fits, _setup, timing_design, tp_widths
-from phaze.scoring import electricity_usd, job_carbon, system_cost_usd, tco_usd, training_time_s
+from phaze.pipeline import Context, Knobs, timing_design, tp_widths, training_setup, width_fits
+from phaze.scoring import score_point
+from placement.iteration import IterationEnergy
 from workloads import Model, TrainingSetup, build_layer_graph, model_flops_per_sequence
 
 __all__ = [
@@ -122,52 +123,41 @@ def _bound_fields(
     """The fields of :class:`Bound` from the device's figures: floats, or numpy arrays of
     many designs' (the same operations in the same order, so the same values).
 
-    Every device does model FLOPs at ``peak_flops`` (the shortest time), and the job's
-    energy is only the MACs of those FLOPs plus static power of the devices and the hosts'
-    power over that time (the least energy); carbon, tCDP, cost, electricity and cost to
-    train are then scoring's own (:func:`phaze.scoring.job_carbon`,
-    :func:`phaze.scoring.system_cost_usd`, :func:`phaze.scoring.electricity_usd`,
-    :func:`phaze.scoring.tco_usd`), so a bound is optimistic exactly when its inputs are.
+    The optimistic inputs go through the pipeline's own scoring
+    (:func:`phaze.scoring.score_point`): every device does model FLOPs at ``peak_flops``
+    (the shortest iteration), and the iteration's energy terms
+    (:class:`placement.iteration.IterationEnergy`) are only the MACs of those FLOPs, the
+    devices' static power and the hosts' power over that iteration (the least energy), so
+    a bound is optimistic exactly when its inputs are.
     """
     n = ctx.cluster.devices
-    flops_per_seq = model_flops_per_sequence(model, ctx.seq_len)
-    samples = n * peak_flops / flops_per_seq
-    tokens = samples * ctx.seq_len
+    flops_per_batch = ctx.global_batch * model_flops_per_sequence(model, ctx.seq_len)
+    iteration_s = flops_per_batch / (n * peak_flops)
+    energy = IterationEnergy(
+        compute_j=flops_per_batch / 2 * mac_energy_pj * 1e-12,
+        memory_j=0.0,
+        static_j=n * static_w * iteration_s,
+        network_j=0.0,
+        idle_j=0.0,
+        host_j=ctx.cluster.nodes * ctx.scoring.host_w_per_node * iteration_s,
+    )
     setup = TrainingSetup(
         seq_len=ctx.seq_len, global_batch=ctx.global_batch, tokens_to_train=ctx.tokens_to_train
     )
-    budget = setup.training_tokens(model.tokens_to_train)
-    d = training_time_s(budget, tokens)
-    mac_j = budget / ctx.seq_len * flops_per_seq / 2 * mac_energy_pj * 1e-12
-    nodes = -(-n // ctx.cluster.devices_per_node)
-    job_energy_j = mac_j + (n * static_w + nodes * ctx.scoring.host_w_per_node) * d
-    cost = system_cost_usd(n, device_cost, ctx.scoring)
-    electricity = electricity_usd(job_energy_j, ctx.scoring)
-    tco = tco_usd(
-        time_to_train_s=d, electricity_usd=electricity, system_cost_usd=cost, params=ctx.scoring
-    )
-    carbon = job_carbon(
-        time_to_train_s=d,
-        job_energy_j=job_energy_j,
+    score = score_point(
+        iteration_s=iteration_s,
+        global_batch=ctx.global_batch,
+        seq_len=ctx.seq_len,
+        model_flops_per_batch=flops_per_batch,
+        tokens_to_train=float(setup.training_tokens(model.tokens_to_train)),
         devices=n,
+        peak_flops_per_device=peak_flops,
+        energy=energy,
+        device_cost_usd=device_cost,
         embodied_kgco2e_per_device=embodied_kgco2e_per_device,
         params=ctx.scoring,
     )
-    return {
-        "tokens_per_s": tokens,
-        "samples_per_s": samples,
-        "iteration_s": ctx.global_batch / samples,
-        "time_to_train_s": d,
-        "system_cost_usd": cost,
-        "embodied_kgco2e": carbon.embodied_kgco2e,
-        "operational_kgco2e": carbon.operational_kgco2e,
-        "total_kgco2e": carbon.total_kgco2e,
-        "tcdp": carbon.tcdp,
-        "tcdp_kgco2e_days": carbon.tcdp_kgco2e_days,
-        "electricity_usd": electricity,
-        "tco_usd": tco,
-        "tokens_per_usd": budget / tco,
-    }
+    return {name: getattr(score, name) for name in BOUNDED}
 
 
 def bound_columns(
@@ -211,10 +201,10 @@ def iteration_lower_bound_s(
     hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
     best = math.inf
     for k in knobs:
-        setup = _setup(model, ctx, k)
+        setup = training_setup(model, ctx, k)
         micro_batches = ctx.global_batch // k.micro_batch
         for t in tp_widths(model, ctx):
-            if not _fits(model, setup, t, hbm, ctx):
+            if not width_fits(model, setup, t, hbm, ctx):
                 continue
             lg = build_layer_graph(model, setup, t)
             # at t = 1 every stage holds one device, so every layer counts; only the most
