@@ -116,10 +116,11 @@ def test_validate_energy_reports_every_run():
     r = CliRunner().invoke(cli, ["validate", "energy", "--json"])
     doc = json.loads(r.stdout)
     cases = {row["case"]: row for row in doc["rows"]}
-    assert set(cases) >= {"gpt3-175b with host W", "gpt3-175b with host", "llama2-70b board W"}
-    assert {"gpt3-175b", "llama2-70b"} <= set(cases)  # operational carbon
+    assert set(cases) >= {"gpt3-175b with host W", "gpt3-175b with host", "bloom-176b GPU-hours"}
+    assert {"gpt3-175b", "llama2-70b", "bloom-176b"} <= set(cases)  # operational carbon
     runs = {r["run"]: r for r in doc["runs"]}
-    assert 0 < runs["gpt3-175b"]["board_w"] < runs["gpt3-175b"]["with_host_w"]
+    for run in runs.values():
+        assert 0 < run["board_w"] < run["with_host_w"]
     assert r.exit_code == (0 if doc["within_tolerance"] else 3)
     # GPT-3's measured system power and energy (Patterson et al. 2021)
     assert abs(cases["gpt3-175b with host W"]["error_pct"]) <= 20
@@ -130,6 +131,23 @@ def test_validate_energy_reports_every_run():
     power = cases["gpt3-175b with host W"]["predicted"]
     assert row["predicted"] == pytest.approx(power * 3_552_000 * 3600 * 1.10)
     assert cases["gpt3-175b"]["predicted"] == pytest.approx(row["predicted"] / 3.6e6 * 0.429)
+
+
+def test_tdp_accounted_runs_compare_the_power_limit_times_predicted_hours():
+    doc = json.loads(CliRunner().invoke(cli, ["validate", "energy", "--json"]).stdout)
+    cases = {row["case"]: row for row in doc["rows"]}
+    runs = {r["run"]: r for r in doc["runs"]}
+    for name, published_kwh, grid in (("llama2-70b", 688_128, 423.5), ("bloom-176b", 433_196, 57)):
+        limit = cases[f"{name} power limit (fit) W"]
+        hours = cases[f"{name} GPU-hours"]["predicted"]
+        energy = cases[f"{name} power limit (fit)"]
+        assert energy["measured"] == pytest.approx(published_kwh * 3.6e6, rel=1e-3)
+        assert energy["predicted"] == pytest.approx(limit["predicted"] * hours * 3600)
+        assert cases[name]["predicted"] == pytest.approx(energy["predicted"] / 3.6e6 * grid / 1e3)
+        # the modelled average draw sits below the limit the publications account at
+        assert runs[name]["board_w"] < limit["predicted"]
+    # GPU-hours: iteration time x iterations of the published tokens x devices
+    assert 1e6 < cases["llama2-70b GPU-hours"]["predicted"] < 3e6
 
 
 def test_sweep_config_takes_a_token_budget():
