@@ -73,6 +73,28 @@ _PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
             name="h100",
             hbm_stacks=5,
         ),
+        # NVIDIA B200 (HGX, 1,000 W): two reticle-sized TSMC 4NP dies (~2 x 800 mm2, TechInsights
+        # teardown) in one CoWoS-L package, joined by the 10 TB/s NV-HBI die-to-die link; 148 SMs
+        # x 4 Tensor Cores at a 1.86 GHz tensor clock (hmc-tech.com B200 specifications) of 1024
+        # dense FP16/BF16 FMA per clock (modelled 16x64) = 2.25 PFLOP/s dense BF16 (FP8 4.5;
+        # glennklockwood.com B200, HGX at 1,000 W); 128 FP32 lanes per SM; 65.5 MB L2; 192 GB
+        # HBM3e in 8 stacks at 8 TB/s. Modelled as one package-sized accelerator (4NP as 5 nm):
+        # the die-to-die link is faster than HBM and not modelled; cost and yield treat the
+        # silicon as one die (see docs/models.md).
+        "b200": Accelerator(
+            num_tc=592,
+            tc_rows=16,
+            tc_cols=64,
+            num_vc=148,
+            vc_lanes=128,
+            glb_bytes=int(62.5 * _MIB),
+            hbm_bytes=192 * _GIB,
+            hbm_bandwidth_bytes_per_s=8e12,
+            clock_hz=1.86e9,
+            node_nm=5,
+            name="b200",
+            hbm_stacks=8,
+        ),
         # NVIDIA V100 SXM2 32GB (NVIDIA Tesla V100 datasheet; Volta whitepaper, 2017): 80 SMs
         # x 8 Tensor Cores of 64 FP16 FMA per clock (4x4x4; 512 FMA per SM, modelled as two
         # 16x16 arrays per SM like the A100's four) at 1530 MHz = 125 TFLOP/s; 64 FP32 lanes per
@@ -119,6 +141,7 @@ PUBLISHED: MappingProxyType[str, tuple[float, float | None, float | None]] = Map
         "a100": (312e12, 826.0, 400.0),
         "h100": (989e12, 814.0, 700.0),
         "v100": (125e12, 815.0, 300.0),
+        "b200": (2.25e15, 1600.0, 1000.0),  # die: the package's two ~800 mm2 dies
     }
 )
 

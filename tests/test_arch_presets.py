@@ -1,6 +1,7 @@
 """Presets against published figures (peak FLOP/s, die area, TDP) and their TOML round trip."""
 
 import tomllib
+from dataclasses import replace
 
 import pytest
 
@@ -11,7 +12,7 @@ from arch_space.presets import PUBLISHED, preset, preset_names
 from phaze.errors import ConfigError
 
 
-@pytest.mark.parametrize("name", ["a100", "h100", "tpuv4"])
+@pytest.mark.parametrize("name", ["a100", "h100", "tpuv4", "v100", "b200"])
 def test_peak_flops_within_5_percent_of_data_sheet(name):
     published_flops, _, _ = PUBLISHED[name]
     assert preset(name).peak_flops == pytest.approx(published_flops, rel=0.05)
@@ -49,7 +50,7 @@ def test_breakdown_sums_to_total_and_has_every_component():
         assert sum(b.values()) == pytest.approx(area_mm2(preset(name)))
 
 
-@pytest.mark.parametrize("name", ["tpuv4", "a100", "h100", "ref-max"])
+@pytest.mark.parametrize("name", ["tpuv4", "a100", "h100", "b200", "ref-max"])
 def test_preset_toml_round_trip(name):
     text = accelerator_to_toml(preset(name))
     assert accelerator_from_mapping(tomllib.loads(text)) == preset(name)
@@ -58,3 +59,23 @@ def test_preset_toml_round_trip(name):
 def test_unknown_preset_suggests_nearest():
     with pytest.raises(ConfigError, match="unknown accelerator preset 'a10'; did you mean a100"):
         preset("a10")
+
+
+@pytest.mark.parametrize("name", ["v100", "b200"])
+def test_example_tomls_describe_their_presets(name):
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / f"accelerator_{name}.toml"
+    acc = accelerator_from_mapping(tomllib.loads(path.read_text()))
+    assert acc.name == f"{name}-example"
+    assert replace(acc, name=name) == preset(name)
+
+
+def test_b200_package_models_both_dies_as_one_accelerator():
+    # Two ~800 mm2 dies: the modelled single-accelerator silicon is larger than one H100 die
+    # and below the package's two reticles; its full-clock GEMM power exceeds the 1,000 W
+    # limit the real part holds by lowering its clock.
+    b200, h100 = preset("b200"), preset("h100")
+    assert area_mm2(h100) < area_mm2(b200) < PUBLISHED["b200"][1]
+    assert tdp_w(b200) > PUBLISHED["b200"][2]
+    assert b200.hbm_bytes == 192 * 2**30 and b200.hbm_bandwidth_bytes_per_s == 8e12
