@@ -5,9 +5,14 @@ two, the vector-core width equals the tensor-core width unless given separately,
 is kept when its modelled area lies within ``[area_fraction_min, area_fraction_max]`` of the
 budget, except that designs with a single tensor or vector core are kept however small
 (``keep_single_core``). The budget defaults to the area of the ``ref-max`` preset at the
-space's node. Beside the area budget, a power budget: a design's power under tensor load
-(:func:`arch_space.area.tensor_load_power_w`) must not exceed ``power_budget_w``, by default the
-board limit of the node's era (``data/system.toml``). The area of the whole grid is computed in one vectorised call
+space's node. Beside the area budget, a power budget, by default the board limit of the node's
+era (``data/system.toml``): a design whose power under tensor load at the space's clock
+(:func:`arch_space.area.tensor_load_power_w`) exceeds ``power_budget_w`` is power-capped like a
+board at its limit: it runs at the clock whose power fits, dynamic power scaling with the clock
+at a fixed voltage (leakage does not; a lower voltage would save more, so the clock is a lower
+bound), and its peak falls with it. A design whose leakage alone exceeds the budget is dropped.
+The capped clock plays, for a design, the part the fitted sustained-clock fraction plays for a
+measured chip; designs carry the modelled device profile (fraction 1), so the cap applies once. The area of the whole grid is computed in one vectorised call
 (:func:`arch_space.area.area_terms_mm2`); Accelerators are built only for the survivors.
 """
 
@@ -164,6 +169,8 @@ class SpaceSummary:
     power_budget_w: float = math.inf
     power_w_min: float = math.nan
     power_w_max: float = math.nan
+    capped_designs: int = 0
+    clock_hz_min: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,8 +308,8 @@ class Space:
 
     def enumerate(self) -> Iterator[Accelerator]:
         """Every valid design, in a stable order (grid order of :data:`PARAMETERS`)."""
-        values, _, _, _ = self._survivors()
-        for row in zip(*values, strict=True):
+        values, _, _, _, clock_fraction = self._survivors()
+        for row, fraction in zip(zip(*values, strict=True), clock_fraction, strict=True):
             yield Accelerator(
                 num_tc=row[0],
                 tc_rows=row[1],
@@ -312,14 +319,14 @@ class Space:
                 glb_bytes=row[5],
                 hbm_bytes=row[6],
                 hbm_bandwidth_bytes_per_s=row[7],
-                clock_hz=self.clock_hz,
+                clock_hz=self.clock_hz * float(fraction),
                 node_nm=self.node_nm,
                 bytes_per_element=self.bytes_per_element,
             )
 
     def summary(self) -> SpaceSummary:
         """Counts and area range of the valid designs, without building them."""
-        values, area, grid_points, power = self._survivors()
+        values, area, grid_points, power, clock_fraction = self._survivors()
         counts = {
             p: MappingProxyType(
                 {v.item(): int(n) for v, n in zip(*np.unique(col, return_counts=True), strict=True)}
@@ -336,11 +343,15 @@ class Space:
             power_budget_w=self.power_budget(),
             power_w_min=float(power.min()) if power.size else math.nan,
             power_w_max=float(power.max()) if power.size else math.nan,
+            capped_designs=int(np.count_nonzero(clock_fraction < 1.0)),
+            clock_hz_min=self.clock_hz * float(clock_fraction.min()) if area.size else math.nan,
         )
 
-    def _survivors(self) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray]:
+    def _survivors(
+        self,
+    ) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray, np.ndarray]:
         """(per-parameter value lists of the valid designs, their areas, grid size, their
-        power under tensor load)."""
+        power under tensor load at their clock, their clock over the space's)."""
         return _survivors_cached(self)
 
 
@@ -353,9 +364,11 @@ PARAMETERS: tuple[str, ...] = tuple(
 )
 
 
-def _survivors_kernel(s: Space) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray]:
-    """The vectorised filter: area and power under tensor load of every grid point at once,
-    then the kept points' values."""
+def _survivors_kernel(
+    s: Space,
+) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray, np.ndarray]:
+    """The vectorised filter: area, power under tensor load and power-capped clock of every
+    grid point at once, then the kept points' values."""
     tech = tech_node(s.node_nm)
     tied = not s.vc_lanes
     hbm_pairs = [(b, bw) for b in s.hbm_bytes for bw in s.hbm_bandwidth_bytes_per_s]
@@ -396,7 +409,9 @@ def _survivors_kernel(s: Space) -> tuple[list[tuple[Any, ...]], np.ndarray, int,
         bytes_per_element=s.bytes_per_element,
         area_mm2=area,
     )
-    keep = keep & (area <= s.area_fraction_max * budget) & (power <= s.power_budget())
+    leakage = area * tech.leakage_w_per_mm2
+    fraction = np.clip((s.power_budget() - leakage) / (power - leakage), 0.0, 1.0)
+    keep = keep & (area <= s.area_fraction_max * budget) & (fraction > 0.0)
     idx = np.nonzero(keep)
     choices = [s.num_tc, s.tc_rows, s.tc_cols, s.num_vc, s.vc_lanes or s.tc_cols, s.glb_bytes]
     values = [tuple(np.asarray(c, dtype=object)[i]) for c, i in zip(choices, idx[:6], strict=True)]
@@ -407,9 +422,13 @@ def _survivors_kernel(s: Space) -> tuple[list[tuple[Any, ...]], np.ndarray, int,
     grid_points = int(np.prod([len(a) for a in axes]))
     kept = np.asarray(area)[idx]
     kept.setflags(write=False)
-    kept_power = np.broadcast_to(power, np.shape(area))[idx]
+    kept_fraction = np.broadcast_to(fraction, np.shape(area))[idx]
+    kept_fraction.setflags(write=False)
+    kept_leakage = np.asarray(leakage)[idx]
+    full_power = np.broadcast_to(power, np.shape(area))[idx]
+    kept_power = kept_leakage + (full_power - kept_leakage) * kept_fraction
     kept_power.setflags(write=False)
-    return values, kept, grid_points, kept_power
+    return values, kept, grid_points, kept_power, kept_fraction
 
 
 _survivors_cached = functools.lru_cache(maxsize=8)(_survivors_kernel)

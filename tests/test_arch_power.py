@@ -65,21 +65,32 @@ def test_closed_form_tensor_load_power_tracks_the_gemm_probe(name):
     assert closed == pytest.approx(gemm_power_w(acc, device=MODELLED), rel=0.06)
 
 
-def test_power_budget_filters_the_space():
+def test_power_budget_caps_the_clock_of_designs_over_it():
     default = Space.named("default")
     wide = Space.from_mapping({"space": {**_TINY, "power_budget_w": 1e6}})
     tight = Space.from_mapping({"space": {**_TINY, "power_budget_w": 150.0}})
     assert default.power_budget() == 400.0  # the A100 SXM's limit at 7 nm
-    kept = list(tight.enumerate())
-    assert 0 < len(kept) < len(list(wide.enumerate()))
+    kept, full = list(tight.enumerate()), list(wide.enumerate())
+    assert [dataclasses.replace(a, clock_hz=wide.clock_hz) for a in kept] == full
     s = tight.summary()
-    assert s.power_budget_w == 150.0 and s.power_w_max <= 150.0 < wide.summary().power_w_max
+    assert s.power_budget_w == 150.0 and s.power_w_max <= 150.0 * (1 + 1e-9)
+    assert 0 < s.capped_designs < s.designs and wide.summary().capped_designs == 0
+    assert s.clock_hz_min < tight.clock_hz
     for acc in kept:
-        assert gemm_power_w(acc) <= 150.0 * 1.06
+        # the op model agrees with the closed form the cap is solved in
+        assert gemm_power_w(acc, device=MODELLED) <= 150.0 * 1.06
+        if acc.clock_hz < tight.clock_hz:
+            # capped: the budget is met with (almost) nothing to spare, and the peak fell
+            assert gemm_power_w(acc, device=MODELLED) == pytest.approx(150.0, rel=0.06)
     # a 1.1 PFLOP/s design of 8 x 256 x 256 MACs at 7 nm needs far more than a 7 nm board
     big = dataclasses.replace(preset("ref-max"), num_tc=8, tc_rows=256, tc_cols=256)
     assert gemm_power_w(big) > 1.5 * default.power_budget()
-    assert all((a.num_tc, a.tc_rows, a.tc_cols) != (8, 256, 256) for a in default.enumerate())
+
+
+def test_a_design_whose_leakage_exceeds_the_budget_is_dropped():
+    s = Space.from_mapping({"space": {**_TINY, "power_budget_w": 1.0}})
+    assert all(static_power_w(a) < 1.0 for a in s.enumerate())
+    assert s.summary().designs < Space.from_mapping({"space": _TINY}).summary().designs
 
 
 def test_bad_power_budget_names_the_key():

@@ -40,6 +40,8 @@ def _space_doc(s: Space) -> dict[str, Any]:
         "power_budget_w": summ.power_budget_w,
         "power_w_min": summ.power_w_min,
         "power_w_max": summ.power_w_max,
+        "power_capped_designs": summ.capped_designs,
+        "clock_hz_min": summ.clock_hz_min,
         "area_fraction_min": s.area_fraction_min,
         "area_fraction_max": s.area_fraction_max,
         "keep_single_core": s.keep_single_core,
@@ -70,7 +72,8 @@ def show(spec: str, as_json: bool) -> None:
         + ("; vector width = tensor-core width" if doc["vc_lanes_tied_to_tc_cols"] else ""),
         f"power under tensor load {fmt_quantity(doc['power_w_min'], 'W')}.."
         f"{fmt_quantity(doc['power_w_max'], 'W')} of a {fmt_quantity(doc['power_budget_w'], 'W')} "
-        "budget",
+        f"budget; {doc['power_capped_designs']} designs power-capped to fit it (clocks down to "
+        f"{fmt_quantity(doc['clock_hz_min'], 'Hz')})",
         "",
     ]
     rows = []
