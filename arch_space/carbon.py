@@ -21,8 +21,8 @@ from typing import Any
 
 from arch_space._data import build_params, params_hash, read_toml, shipped_toml
 from arch_space.accelerator import Accelerator
-from arch_space.area import area_mm2, hbm_stacks
-from arch_space.cost import CostParams, die_yield
+from arch_space.area import hbm_stacks
+from arch_space.cost import CostParams, made_die
 from arch_space.tech import TechNode
 from phaze.errors import ConfigError, unknown_name
 
@@ -142,14 +142,8 @@ def embodied_breakdown_kgco2e(
     stack), ``package``."""
     p = params or CarbonParams.default()
     c = cost or CostParams.default()
-    area = area_mm2(acc, tech)
-    _, d0 = c.node(acc.node_nm)
-    die_g = (
-        area
-        / _MM2_PER_CM2
-        * carbon_per_area_g_per_cm2(acc.node_nm, p)
-        / die_yield(area, d0, c.cluster_alpha)
-    )
+    area, y = made_die(acc, c, tech)
+    die_g = area / _MM2_PER_CM2 * carbon_per_area_g_per_cm2(acc.node_nm, p) / y
     hbm_g = acc.hbm_bytes / _BYTES_PER_GB * p.hbm_g_per_gb + hbm_stacks(acc, tech) * p.hbm_stack_g
     return MappingProxyType(
         {"die": die_g / _G_PER_KG, "hbm": hbm_g / _G_PER_KG, "package": p.package_g / _G_PER_KG}

@@ -21,7 +21,7 @@ import numpy as np
 
 from arch_space._data import build_params, params_hash, read_toml, shipped_toml
 from arch_space.accelerator import Accelerator
-from arch_space.area import area_mm2, hbm_stacks
+from arch_space.area import area_breakdown_mm2, area_mm2, hbm_stacks
 from arch_space.tech import TechNode
 from phaze.errors import ConfigError, Infeasible
 
@@ -29,6 +29,8 @@ __all__ = [
     "CostParams",
     "dies_per_wafer",
     "die_yield",
+    "harvested_yield",
+    "made_die",
     "die_cost_usd",
     "hbm_cost_usd",
     "package_cost_usd",
@@ -154,18 +156,85 @@ def die_yield(die_area_mm2: Any, defect_density_per_cm2: float, cluster_alpha: f
     return float(y) if y.ndim == 0 else y
 
 
+_QUADRATURE_NODES = 512  # trapezoid points over the log of the gamma-distributed density
+
+
+def harvested_yield(
+    uncore_mm2: float,
+    core_mm2: float,
+    cores: int,
+    shipped_cores: int,
+    defect_density_per_cm2: float,
+    cluster_alpha: float,
+) -> float:
+    """Share of dies that work when the uncore is defect-free and at least ``shipped_cores``
+    of the ``cores`` identical cores are (a harvested die: the product enables only those).
+
+    Defects are Poisson with a density that varies from die to die as a gamma distribution of
+    shape ``cluster_alpha`` and mean ``D0``: the negative-binomial model (Stapper 1983; Koren
+    & Koren, Proc. IEEE 1998), so with ``shipped_cores == cores`` this is :func:`die_yield`
+    of the whole area. For a given density the uncore survives with ``exp(-D A_u)`` and the
+    working cores are binomial with ``exp(-D A_c)`` each; the mixture over the density is a
+    trapezoid sum over ``log D``, where the gamma density decays doubly exponentially on both
+    sides (so the sum converges geometrically); ``cluster_alpha >= 1``.
+    """
+    if not 0 < shipped_cores <= cores:
+        raise ConfigError(f"shipped_cores = {shipped_cores} must be between 1 and cores = {cores}")
+    if cluster_alpha < 1:
+        raise ConfigError(f"cluster_alpha = {cluster_alpha} must be >= 1 for harvested yield")
+    a = cluster_alpha
+    spread = math.sqrt(80.0 / a)
+    t = np.linspace(
+        math.log(a) - 40.0 / a - spread,
+        math.log(a) + math.log1p(40.0 / a) + spread + 1.0,
+        _QUADRATURE_NODES,
+    )
+    x = np.exp(t)  # density over its mean times alpha: gamma(alpha, 1) distributed
+    weight = np.exp(a * t - x - math.lgamma(a)) * (t[1] - t[0])
+    density = x * defect_density_per_cm2 / a  # defects per cm2 at each node
+    good = np.exp(-density * core_mm2 / _MM2_PER_CM2)
+    spare_ok = sum(
+        math.comb(cores, k) * (1.0 - good) ** k * good ** (cores - k)
+        for k in range(cores - shipped_cores + 1)
+    )
+    uncore_ok = np.exp(-density * uncore_mm2 / _MM2_PER_CM2)
+    return float(np.sum(weight * uncore_ok * spare_ok))
+
+
+def made_die(
+    acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
+) -> tuple[float, float]:
+    """(area mm2, yield) of the die made for ``acc``: a preset listed in ``harvest.toml``
+    carries its spare cores (each of the modelled core area: tensor and vector cores over
+    the vector-core count, one SM) and sells when its shipped cores work
+    (:func:`harvested_yield`); any other design is made as modelled (:func:`die_yield`)."""
+    p = params or CostParams.default()
+    area = area_mm2(acc, tech)
+    _, d0 = p.node(acc.node_nm)
+    harvest = shipped_toml("harvest.toml")["preset"].get(acc.name)
+    if harvest is None:
+        return area, die_yield(area, d0, p.cluster_alpha)
+    cores = int(harvest["physical_cores"]["value"])
+    shipped = int(harvest["shipped_cores"]["value"])
+    parts = area_breakdown_mm2(acc, tech)
+    core_mm2 = (parts["tensor_cores"] + parts["vector_cores"]) / acc.num_vc
+    made = area + (cores - shipped) * core_mm2
+    uncore = made - cores * core_mm2
+    return made, harvested_yield(uncore, core_mm2, cores, shipped, d0, p.cluster_alpha)
+
+
 def _die_terms(
     acc: Accelerator, params: CostParams, tech: TechNode | None
 ) -> tuple[float, int, float, float]:
-    """(area mm2, dies per wafer, yield, wafer USD) of ``acc``'s die."""
-    area = area_mm2(acc, tech)
-    wafer_usd, d0 = params.node(acc.node_nm)
+    """(area mm2, dies per wafer, yield, wafer USD) of the die made for ``acc``."""
+    area, y = made_die(acc, params, tech)
+    wafer_usd, _ = params.node(acc.node_nm)
     dpw = dies_per_wafer(area, params)
     if dpw < 1:
         raise Infeasible(
             f"a {area:.0f} mm2 die does not fit on a {params.wafer_diameter_mm:g} mm wafer"
         )
-    return area, dpw, die_yield(area, d0, params.cluster_alpha), wafer_usd
+    return area, dpw, y, wafer_usd
 
 
 def die_cost_usd(
