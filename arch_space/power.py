@@ -8,15 +8,28 @@ measured under; a large elementwise op is the memory-bound probe.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
+from arch_space._data import plain_values, shipped_toml
 from arch_space.accelerator import Accelerator, Cluster
+from arch_space.area import area_mm2
 from arch_space.perf import op_costs
 from arch_space.perf.device import DeviceProfile
+from arch_space.system import board_limit_w
 from arch_space.tech import TechNode
 from workloads.ops import CoreType, Op, OpGraph, OpKind
 
-__all__ = ["GEMM_PROBE", "gemm_power_w", "memory_bound_power_w", "op_power_w", "tdp_w"]
+__all__ = [
+    "GEMM_PROBE",
+    "Headroom",
+    "gemm_power_w",
+    "headroom",
+    "memory_bound_power_w",
+    "op_power_w",
+    "reticle_mm2",
+    "tdp_w",
+]
 
 #: (m, k, n) of the tensor-load probe: the square bf16 GEMM matmul benchmarks time.
 GEMM_PROBE: Final = (8192, 8192, 8192)
@@ -77,3 +90,48 @@ def tdp_w(acc: Accelerator, tech: TechNode | None = None) -> float:
     cores; the checks against data sheets are in tests/test_arch_presets.py.
     """
     return gemm_power_w(acc, tech)
+
+
+def reticle_mm2() -> float:
+    """The largest single die (mm2): one scanner exposure field (``system.toml``)."""
+    return float(plain_values(shipped_toml("system.toml")["reticle"])["area_mm2"])
+
+
+@dataclass(frozen=True, slots=True)
+class Headroom:
+    """A design against its budgets: die area against the reticle (or a space's area budget)
+    and power under tensor load against its board limit (its host server's, else its node
+    era's; or a space's power budget). Positive headroom is room to spare; negative is over."""
+
+    area_mm2: float
+    area_budget_mm2: float
+    power_w: float
+    power_budget_w: float
+
+    @property
+    def area_headroom(self) -> float:
+        """Share of the area budget left (``1 - area / budget``)."""
+        return 1.0 - self.area_mm2 / self.area_budget_mm2
+
+    @property
+    def power_headroom(self) -> float:
+        """Share of the power budget left (``1 - power / budget``)."""
+        return 1.0 - self.power_w / self.power_budget_w
+
+
+def headroom(
+    acc: Accelerator,
+    area_budget_mm2: float | None = None,
+    power_budget: float | None = None,
+    tech: TechNode | None = None,
+) -> Headroom:
+    """``acc``'s area and tensor-load power (:func:`tdp_w`) against the budgets (defaults:
+    the reticle, and its board limit, :func:`arch_space.system.board_limit_w`)."""
+    return Headroom(
+        area_mm2=area_mm2(acc, tech),
+        area_budget_mm2=area_budget_mm2 if area_budget_mm2 is not None else reticle_mm2(),
+        power_w=tdp_w(acc, tech),
+        power_budget_w=(
+            power_budget if power_budget is not None else board_limit_w(acc.name, acc.node_nm)
+        ),
+    )

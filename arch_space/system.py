@@ -13,6 +13,7 @@ from arch_space._data import plain_values, shipped_toml
 from phaze.errors import unknown_name
 
 __all__ = [
+    "board_limit_w",
     "host_profiles",
     "host_w_per_node",
     "host_profile_for",
@@ -48,6 +49,15 @@ def host_profile_for(accelerator: str, default: str = "dgx-a100") -> str:
         if p.get("preset") == accelerator:
             return name
     return default
+
+
+def board_limit_w(accelerator: str, node_nm: int) -> float:
+    """The board power limit (W) of ``accelerator``: its host server's when it is a preset
+    one ships in, else the default budget of its node (:func:`power_budget_w`)."""
+    for p in _profiles().values():
+        if p.get("preset") == accelerator:
+            return float(p["device_board_w"])
+    return power_budget_w(node_nm)
 
 
 def typical_load_fraction() -> float:

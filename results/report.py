@@ -18,6 +18,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from arch_space import Accelerator
+from arch_space.power import headroom
 from phaze.errors import ConfigError
 from results.compare import (
     COMPARISON_HEADERS,
@@ -166,6 +168,7 @@ def render_report(
             ("breakdowns", "Breakdowns", figs("breakdowns")),
             ("knobs", "Micro-batch and recomputation", figs("knobs")),
             ("top", "Top designs per objective", _top_tables(feasible, objectives, top)),
+            ("headroom", "Area and power headroom", _headroom(feasible, top)),
         ]
         if plots_dir is not None:
             save_plots(plots.values(), plots_dir, drawn=images)
@@ -293,6 +296,48 @@ def _top_tables(
                 _points_table(w, ranked, first=("#", [str(i + 1) for i in range(len(ranked))]))
             )
     return "".join(out)
+
+
+_DESIGN_FIELDS: Final = (
+    "num_tc",
+    "tc_rows",
+    "tc_cols",
+    "num_vc",
+    "vc_lanes",
+    "glb_bytes",
+    "hbm_bytes",
+    "hbm_bandwidth_bytes_per_s",
+    "clock_hz",
+    "node_nm",
+)
+
+
+def _headroom(feasible: Sequence[Mapping[str, Any]], top: int) -> str:
+    """The fastest designs' die area against the reticle and power under tensor load against
+    their board limit (a preset's host server's, else the node era's; :mod:`arch_space.power`)."""
+    best: dict[str, Mapping[str, Any]] = {}
+    for p in sorted(feasible, key=lambda p: (-(p.get("tokens_per_s") or 0.0), p["design_id"])):
+        best.setdefault(p["design_id"], p)
+    rows = []
+    for p in list(best.values())[:top]:
+        acc = Accelerator(**{f: p[f] for f in _DESIGN_FIELDS}, name=p.get("design_name") or "")
+        h = headroom(acc)
+        rows.append(
+            "<tr>"
+            f"<td>{html.escape(design_label(p))}</td>"
+            f"<td>{h.area_mm2:.0f} / {h.area_budget_mm2:.0f} mm²</td>"
+            f"<td>{fmt_percent(h.area_headroom)}</td>"
+            f"<td>{h.power_w:.0f} / {h.power_budget_w:.0f} W</td>"
+            f"<td>{fmt_percent(h.power_headroom)}</td>"
+            "</tr>"
+        )
+    return (
+        "<p>The fastest designs against their budgets: die area against the reticle (one "
+        "exposure field), power under tensor load at the design's clock against its board "
+        "limit. Negative headroom is over budget (a space caps such a design's clock).</p>"
+        "<table><tr><th>design</th><th>area</th><th>area headroom</th><th>power</th>"
+        "<th>power headroom</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _points_table(

@@ -118,3 +118,17 @@ def test_shipped_energies_are_the_calibration_scripts_output():
         ratio = factor / script.NODE_FACTOR[7]
         assert t.control_pj_per_mac == pytest.approx(control * ratio, rel=0.01)
         assert t.operand_pj_per_byte == pytest.approx(operand * ratio, rel=0.01)
+
+
+def test_headroom_against_the_reticle_and_the_board_limit():
+    from arch_space.power import headroom, reticle_mm2
+
+    a100, b200, tpu = (headroom(preset(n)) for n in ("a100", "b200", "tpuv4"))
+    assert reticle_mm2() == 858.0
+    assert a100.power_budget_w == 400.0 and abs(a100.power_headroom) < 0.01  # calibrated
+    assert b200.power_budget_w == 1000.0 and b200.power_headroom < 0  # capped in real life
+    assert b200.area_headroom < 0 < a100.area_headroom  # two dies' worth of silicon
+    assert tpu.power_headroom == pytest.approx(1 - tdp_w(preset("tpuv4")) / 400.0)
+    custom = headroom(preset("a100"), area_budget_mm2=1000.0, power_budget=800.0)
+    assert custom.area_headroom == pytest.approx(1 - area_mm2(preset("a100")) / 1000.0)
+    assert custom.power_headroom == pytest.approx(0.5, abs=0.01)

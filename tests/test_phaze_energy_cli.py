@@ -177,3 +177,14 @@ def test_a_preset_runs_in_its_own_host_server_unless_told():
     for doc, host in ((own, "dgx-h100"), (told, "dgx-a100")):
         node_w = 8 * doc["avg_device_power_w"] + host_w_per_node(host)
         assert doc["avg_node_power_w"] == pytest.approx(node_w)
+
+
+def test_evaluate_reports_area_and_power_headroom():
+    doc = json.loads(CliRunner().invoke(cli, [*BASE, "--json"]).output)
+    h = doc["headroom"]
+    assert h["area_budget_mm2"] == 858.0 and h["power_budget_w"] == 400.0
+    assert h["area_headroom"] == pytest.approx(1 - h["area_mm2"] / 858.0)
+    assert h["power_headroom"] == pytest.approx(1 - h["power_w"] / 400.0)
+    text = CliRunner().invoke(cli, BASE).output
+    assert "area headroom" in text and "of 858 mm2 (reticle)" in text
+    assert "power headroom" in text and "board limit" in text

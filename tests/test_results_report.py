@@ -180,3 +180,19 @@ def test_sweep_summary_text_has_the_same_comparison(store_dir):
     assert text.lstrip().startswith("searched designs against the presets at equal area")
     for row in comparison_rows(compare_to_presets(load(store_dir).points(feasible_only=True))):
         assert all(cell in text for cell in row), row
+
+
+def test_report_shows_the_fastest_designs_headroom(store_dir, report_text):
+    from arch_space import Accelerator
+    from arch_space.power import headroom
+
+    section = report_text.split('<section id="headroom">', 1)[1].split("</section>", 1)[0]
+    cells = parse_html(section).cells
+    pts = load(store_dir).points(feasible_only=True)
+    fastest = min(pts, key=lambda p: (-(p["tokens_per_s"] or 0.0), p["design_id"]))
+    fields = ("num_tc", "tc_rows", "tc_cols", "num_vc", "vc_lanes", "glb_bytes", "hbm_bytes")
+    fields += ("hbm_bandwidth_bytes_per_s", "clock_hz", "node_nm")
+    acc = Accelerator(**{f: fastest[f] for f in fields}, name=fastest["design_name"] or "")
+    h = headroom(acc)
+    assert f"{h.area_mm2:.0f} / 858 mm²" in cells
+    assert f"{h.power_w:.0f} / {h.power_budget_w:.0f} W" in cells

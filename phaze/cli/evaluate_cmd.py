@@ -7,7 +7,8 @@ import json
 
 import click
 
-from arch_space import Cluster, load_accelerator
+from arch_space import Accelerator, Cluster, load_accelerator
+from arch_space.power import headroom
 from arch_space.system import host_profile_for, host_profiles
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
@@ -236,6 +237,7 @@ def evaluate(
         **dataclasses.asdict(run),
         "placement": json.loads(placement_summary(pl)),
         "strategy_defaults": ev.defaults,
+        "headroom": _headroom_doc(acc),
     }
     if as_json:
         echo_json(doc)
@@ -261,6 +263,7 @@ def evaluate(
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
         ["exposed communication", fmt_time(pl.communication_s)],
         ["layer schedules", f"worst gap {fmt_percent(gap)} ({methods})"],
+        *_headroom_rows(doc["headroom"]),
         [
             "placement",
             f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "
@@ -306,6 +309,34 @@ def _breakdown_table(pl: Placement) -> str:
     memory += [("", "")] * (len(times) - len(memory))
     rows = [[*t, *m] for t, m in zip(times, memory, strict=True)]
     return table(rows, ["time term", "per iteration", "share", "memory (fullest device)", ""])
+
+
+def _headroom_doc(acc: Accelerator) -> dict[str, float]:
+    """The design's area and tensor-load power against the reticle and its board limit."""
+    h = headroom(acc)
+    return {
+        "area_mm2": h.area_mm2,
+        "area_budget_mm2": h.area_budget_mm2,
+        "area_headroom": h.area_headroom,
+        "power_w": h.power_w,
+        "power_budget_w": h.power_budget_w,
+        "power_headroom": h.power_headroom,
+    }
+
+
+def _headroom_rows(h: dict[str, float]) -> list[list[str]]:
+    return [
+        [
+            "area headroom",
+            f"{fmt_percent(h['area_headroom'])}: {h['area_mm2']:.0f} of "
+            f"{h['area_budget_mm2']:.0f} mm2 (reticle)",
+        ],
+        [
+            "power headroom",
+            f"{fmt_percent(h['power_headroom'])}: {fmt_quantity(h['power_w'], 'W')} under "
+            f"tensor load of a {fmt_quantity(h['power_budget_w'], 'W')} board limit",
+        ],
+    ]
 
 
 def energy_terms(sc: Score) -> dict[str, float]:
