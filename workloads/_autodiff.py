@@ -8,6 +8,7 @@ walks the forward nodes in reverse and emits, per node, the backward ops Megatro
 * a GEMM of two activations (attention) -> ``.dgrad`` (gradient of the left operand) and
   ``.wgrad`` (of the right operand: K or V);
 * a vector op -> ``.bwd`` (one op producing the gradients of all its inputs);
+* a fused kernel -> the backward op its node names (one op, the gradients of all inputs);
 * the tensor-parallel conjugates (Shoeybi et al. 2019, Fig. 3; Korthikanti et al. 2022,
   §4.2.2): forward all-reduce -> identity; a column-parallel entry without sequence
   parallelism -> all-reduce of the input gradient; forward all-gather -> reduce-scatter;
@@ -52,19 +53,22 @@ class Grad(Enum):
     GATHER = "gather"  # forward all-gather: backward reduce-scatter (+ re-gather for wgrad)
     SCATTER = "scatter"  # forward reduce-scatter: backward all-gather
     NONE = "none"  # no gradient (e.g. the max of a stable softmax)
+    FUSED = "fused"  # a fused kernel whose node gives its backward op
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
     """A forward op with its producers; ``nondiff`` inputs get no gradient; ``enter_tp``
     marks an output consumed by column-parallel GEMMs without sequence parallelism (its
-    gradient is all-reduced over the tensor-parallel group)."""
+    gradient is all-reduced over the tensor-parallel group); ``backward`` is the backward op
+    of a :attr:`Grad.FUSED` node."""
 
     op: Op
     inputs: tuple[str, ...] = ()
     grad: Grad = Grad.VECTOR
     nondiff: tuple[str, ...] = ()
     enter_tp: bool = False
+    backward: Op | None = None
 
 
 def gemm(
@@ -209,6 +213,11 @@ def backward_graph(nodes: list[Node], precision: int, tp: int) -> OpGraph:
                 produced = [[emit(ga, sources)], [emit(gb, sources)]]
             case Grad.VECTOR:
                 b = emit(_vector_bwd(op, precision), sources)
+                produced = [[b] for _ in node.inputs]
+            case Grad.FUSED:
+                if node.backward is None:
+                    raise ValueError(f"fused node {op.name!r} names no backward op")
+                b = emit(node.backward, sources)
                 produced = [[b] for _ in node.inputs]
             case Grad.IDENTITY:
                 produced = [list(sources) for _ in node.inputs]

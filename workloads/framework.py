@@ -29,6 +29,7 @@ from phaze.errors import ConfigError, unknown_name
 from workloads.ops import CommRole, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
+    "ATTENTION_KERNELS",
     "DEFAULT_FRAMEWORK",
     "FrameworkProfile",
     "framework_names",
@@ -38,17 +39,22 @@ __all__ = [
 
 DEFAULT_FRAMEWORK: Final = "overlap-all"
 _DATA_FILE: Final = "frameworks.toml"
+#: How a framework runs the attention core: ``unfused`` (QK^T, a materialised softmax and
+#: dropout, AV) or ``flash`` (one fused kernel per pass, :mod:`workloads.op_graphs`).
+ATTENTION_KERNELS: Final = ("unfused", "flash")
 
 
 @dataclass(frozen=True, slots=True)
 class FrameworkProfile:
-    """Which collectives a framework overlaps with compute."""
+    """Which collectives a framework overlaps with compute, and its attention kernel (one of
+    :data:`ATTENTION_KERNELS`)."""
 
     name: str
     description: str
     tp_overlap: frozenset[CommRole]
     dp_overlap: bool
     p2p_overlap: bool
+    attention: str = "unfused"
 
 
 def _data() -> Mapping[str, Any]:
@@ -67,12 +73,19 @@ def _profiles() -> Mapping[str, FrameworkProfile]:
                 f"{_DATA_FILE} [{name}]: tp_overlap names unknown roles {bad} "
                 f"(known: {', '.join(roles)})"
             )
+        attention = table.get("attention", "unfused")
+        if attention not in ATTENTION_KERNELS:
+            raise ConfigError(
+                f"{_DATA_FILE} [{name}]: attention = {attention!r} must be one of "
+                f"{', '.join(ATTENTION_KERNELS)}"
+            )
         out[name] = FrameworkProfile(
             name=name,
             description=str(table["description"]),
             tp_overlap=frozenset(roles[r] for r in table["tp_overlap"]),
             dp_overlap=bool(table["dp_overlap"]),
             p2p_overlap=bool(table["p2p_overlap"]),
+            attention=attention,
         )
     return out
 

@@ -25,6 +25,11 @@ The terms, generalised here term by term:
   ``top_k`` experts);
 * the attention core, split by ``t``, dropped by selective recompute: the softmax output
   (``p a s^2 b``) and, with dropout, its mask (``a s^2 b``) and output (``p a s^2 b``);
+  with the framework's ``flash`` kernel (FlashAttention keeps no score, probability or
+  mask: its backward recomputes them from Q, K, V, the output and the random seed) only
+  the fp32 log-sum-exp per query row (``4 a s b``), so a block stashes
+  ``s b h (34 + 4 a / h)`` bytes without parallelism and ``34 s b h / t + 4 a s b / t``
+  with tensor and sequence parallelism (``p = 2``, dropout);
 * MoE only, computed after the all-gather so not split by sequence parallelism: the router
   probabilities (``p s b E``) and the dispatched expert inputs (``p s b k h``).
 
@@ -33,12 +38,14 @@ The terms, generalised here term by term:
 
 from __future__ import annotations
 
+from workloads.framework import framework_profile
 from workloads.model import Model, padded_vocab
 from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
     "MASK_BYTES",
     "LOGIT_BYTES",
+    "LSE_BYTES",
     "block_activation_bytes",
     "embedding_activation_bytes",
     "head_activation_bytes",
@@ -49,6 +56,7 @@ __all__ = [
 
 MASK_BYTES = 1  # per dropout-mask element (Korthikanti et al. 2022, §4.1)
 LOGIT_BYTES = 4  # logits kept in fp32 for the cross entropy (Korthikanti et al. 2022, §4.3)
+LSE_BYTES = 4  # the fp32 log-sum-exp per query row a flash attention forward keeps
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -88,8 +96,11 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
     split = qkv + p * tokens * h + model.top_k * inner
     total = _ceil_div(replicated, rep) + _ceil_div(split, t)
     if setup.recompute is Recompute.NONE:
-        per_score = p + (mask + p if model.dropout else 0)
-        total += _ceil_div(per_score * model.heads * s * s * b, t)
+        if framework_profile(setup.framework).attention == "flash":
+            total += _ceil_div(LSE_BYTES * model.heads * s * b, t)
+        else:
+            per_score = p + (mask + p if model.dropout else 0)
+            total += _ceil_div(per_score * model.heads * s * s * b, t)
     if model.is_moe:
         total += p * tokens * (model.experts + model.top_k * h)
     return total

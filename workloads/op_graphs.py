@@ -12,8 +12,13 @@ Independent work is kept as separate nodes so a scheduler can overlap it: unfuse
 projections; the attention core split into up to :data:`MAX_HEAD_GROUPS` head groups; one
 GEMM chain per MoE expert; input- and weight-gradient GEMMs in the backward pass.
 
-Attention FLOPs count the full ``s x s`` score matrix, also for causal models, as the closed
-forms (and Megatron's kernels of the papers' time) do. Q/K/V biases ride in their GEMMs
+The attention core follows the framework profile's kernel. ``unfused`` (Megatron-LM of 2022):
+QK^T, a softmax (and dropout) materialised over the full ``s x s`` scores, AV; its FLOPs
+count the full score matrix, also for causal models, as the closed forms do. ``flash``
+(FlashAttention-2, Dao 2023): one fused op per head group and pass, whose scores never
+leave the chip; it executes the ``B x B`` tiles (``B =`` :data:`FLASH_BLOCK`) at or below
+the diagonal for a causal model (:func:`flash_scores`), with the matmuls of QK^T and AV
+forward and five backward (the scores and probabilities recomputed, dV, dP, dQ, dK). Q/K/V biases ride in their GEMMs
 (cuBLAS epilogue, no FLOPs counted); FC1's bias is part of its fused bias + activation
 epilogue; row-parallel biases are added after the all-reduce in the fused
 bias-dropout-residual op, as Megatron does. Backward vector ops take twice their forward
@@ -34,13 +39,17 @@ from workloads._autodiff import (
     sub_graph,
     vector,
 )
+from workloads.framework import framework_profile
 from workloads.layer_graph import PassGraphs
+from workloads.memory import LSE_BYTES
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
-from workloads.ops import CollectiveKind, OpKind
+from workloads.ops import CollectiveKind, CoreType, Op, OpKind
 from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
+    "FLASH_BLOCK",
     "MAX_HEAD_GROUPS",
+    "flash_scores",
     "embedding_pass_graphs",
     "block_pass_graphs",
     "head_pass_graphs",
@@ -57,6 +66,15 @@ _NORM_FLOPS = {
     NormKind.RMSNORM: 4,  # square, add, normalise, scale
 }
 _SOFTMAX_FLOPS = 7  # scale, causal mask, max, subtract, exp, sum, divide
+# Fused attention, per executed score: scale, running max, subtract, exp, running sum (the
+# division is once per row); backward: scale, subtract the log-sum-exp, exp (recomputing
+# P), dS = P (dP - D) (subtract, multiply). Plus per row and key block, rescaling the
+# output accumulator (head_dim multiplies) forward; D = rowsum(dO o O) backward.
+_FLASH_FORWARD_FLOPS = 5
+_FLASH_BACKWARD_FLOPS = 5
+_FLASH_MATMULS_FORWARD = 2  # S = Q K^T, O = P V
+_FLASH_MATMULS_BACKWARD = 5  # S = Q K^T again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q
+FLASH_BLOCK = 128  # query and key tile of FlashAttention-2/3 kernels at head dimension 128
 _DROPOUT_FLOPS = 2  # compare a random draw with the keep probability, scale
 _GELU_FLOPS = 8  # tanh form: x^3 (2), x 0.044715, + x, x sqrt(2/pi), tanh, + 1, x 0.5x
 _RELU_FLOPS = 1
@@ -86,13 +104,15 @@ class _Dims:
     t: int
     p: int
     sp: bool
+    flash: bool
 
     @classmethod
     def of(cls, setup: TrainingSetup, tp: int) -> _Dims:
         b, s = setup.micro_batch, setup.seq_len
         sp = setup.sequence_parallel and tp > 1
         local = b * s // tp if sp else b * s
-        return cls(b, s, b * s, local, tp, setup.precision_bytes, sp)
+        flash = framework_profile(setup.framework).attention == "flash"
+        return cls(b, s, b * s, local, tp, setup.precision_bytes, sp, flash)
 
 
 def head_groups(heads: int) -> tuple[int, ...]:
@@ -103,6 +123,21 @@ def head_groups(heads: int) -> tuple[int, ...]:
     """
     n = min(MAX_HEAD_GROUPS, heads)
     return tuple(heads // n + (1 if i < heads % n else 0) for i in range(n))
+
+
+def flash_scores(s: int, causal: bool, block: int = FLASH_BLOCK) -> int:
+    """Scores a flash kernel computes per head: ``s^2``, or for a causal mask the ``B x B``
+    tiles at or below the diagonal, ``sum_i rows_i x min(s, (i + 1) B)`` over the query
+    tiles ``i``; ``s (s + B) / 2`` when ``B`` divides ``s``.
+
+    >>> flash_scores(256, False), flash_scores(256, True), 256 * (256 + 128) // 2
+    (65536, 49152, 49152)
+    >>> flash_scores(100, True)
+    10000
+    """
+    if not causal:
+        return s * s
+    return sum(min(block, s - q) * min(s, q + block) for q in range(0, s, block))
 
 
 def expert_tokens(tokens: int, model: Model) -> tuple[int, ...]:
@@ -193,6 +228,8 @@ def _attention(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
             rope = vector(f"{name}.rope", OpKind.ELEMENTWISE, T * width * hd, _ROPE_FLOPS, p)
             nodes.append(Node(rope, (name,)))
         q_in, k_in = "q.rope", "k.rope"
+    if d.flash:
+        return _flash_attention(nodes, (q_in, k_in, "v"), model, d)
     outputs = []
     for i, hg in enumerate(head_groups(a_t)):
         bh, s = d.b * hg, d.s
@@ -221,6 +258,80 @@ def _attention(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
     proj = gemm("proj", T, a_t * hd, h, p)
     nodes.append(Node(proj, tuple(outputs), Grad.GEMM))
     return proj.name
+
+
+def _flash_attention(nodes: list[Node], qkv: tuple[str, ...], model: Model, d: _Dims) -> str:
+    """One fused forward op per head group (its backward the node's fused backward op), then
+    the output projection. Each op's shape is ``matmuls x b x heads`` products of
+    ``(s x d_head) @ (d_head x n)``, ``n`` the executed keys per query (rounded up), so its
+    MACs are the executed tiles'; its bytes are Q, K, V and O (and the log-sum-exp)."""
+    h, hd, p, t, s = model.hidden, model.head_dim, d.p, d.t, d.s
+    a_t, g_t = model.heads // t, model.kv_heads // t
+    keys = -(-flash_scores(s, model.causal) // s)
+    scores = s * keys
+    row = p * d.b * s * hd  # one head's Q, K, V, O or their gradients
+    lse = LSE_BYTES * d.b * s
+    extra = (_ADD_FLOPS if model.positions is PositionKind.ALIBI else 0) + (
+        _DROPOUT_FLOPS if model.dropout else 0
+    )
+    outputs = []
+    for i, hg in enumerate(head_groups(a_t)):
+        bh, kv = d.b * hg, -(-hg * g_t // a_t)
+        rescale = bh * s * -(-keys // FLASH_BLOCK) * hd
+        name = f"{_CORE_PREFIX}{i}.flash"
+        forward = _fused(
+            name,
+            OpKind.ATTENTION_FORWARD,
+            _FLASH_MATMULS_FORWARD * bh,
+            (s, hd, keys),
+            epilogue=bh * scores * (_FLASH_FORWARD_FLOPS + extra) + rescale,
+            read=row * (hg + 2 * kv),
+            written=row * hg + lse * hg,
+        )
+        backward = _fused(
+            f"{name}.bwd",
+            OpKind.ATTENTION_BACKWARD,
+            _FLASH_MATMULS_BACKWARD * bh,
+            (s, hd, keys),
+            epilogue=bh * scores * (_FLASH_BACKWARD_FLOPS + extra) + 2 * bh * s * hd,
+            read=row * (3 * hg + 2 * kv) + lse * hg,
+            written=row * (hg + 2 * kv),
+        )
+        nodes.append(Node(forward, qkv, Grad.FUSED, backward=backward))
+        outputs.append(name)
+    proj = gemm("proj", d.tokens, a_t * hd, h, p)
+    nodes.append(Node(proj, tuple(outputs), Grad.GEMM))
+    return proj.name
+
+
+def _fused(
+    name: str,
+    kind: OpKind,
+    batch: int,
+    mkn: tuple[int, int, int],
+    *,
+    epilogue: int,
+    read: int,
+    written: int,
+) -> Op:
+    """A fused attention op: ``batch`` (m x k) @ (k x n) products with ``epilogue`` vector
+    FLOPs beside them, reading and writing only the given bytes."""
+    m, k, n = mkn
+    macs = batch * m * k * n
+    return Op(
+        name=name,
+        kind=kind,
+        core=CoreType.TC_AND_VC,
+        flops=2 * macs + epilogue,
+        bytes_read=read,
+        bytes_written=written,
+        batch=batch,
+        m=m,
+        k=k,
+        n=n,
+        elements=batch * m * n,
+        epilogue_flops=epilogue,
+    )
 
 
 def _ffn(nodes: list[Node], prefix: str, src: str, tokens: int, model: Model, d: _Dims) -> str:

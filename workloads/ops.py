@@ -24,6 +24,8 @@ class OpKind(StrEnum):
     ELEMENTWISE = "elementwise"
     SOFTMAX = "softmax"
     NORM = "norm"
+    ATTENTION_FORWARD = "attention_forward"  # a fused attention kernel (FlashAttention)
+    ATTENTION_BACKWARD = "attention_backward"  # its fused backward (recomputes the scores)
     COLLECTIVE = "collective"
     COMM_SHARE = "comm_share"  # the compute an asynchronous collective holds while it runs
     NOP = "nop"

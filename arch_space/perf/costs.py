@@ -11,6 +11,11 @@ Per op kind:
 * GEMM (plain, batched, or fused with a vector epilogue): :mod:`arch_space.perf.gemm` gives
   compute time, buffer time and HBM traffic; the epilogue's FLOPs run on the vector cores as
   the outputs stream out (overlapped, so the slower of the two counts).
+* Fused attention (FlashAttention forward or backward): its matmuls are tiled like a GEMM
+  of its shape on the tensor cores, its softmax work runs on the vector cores beside them
+  (the slower counts), its HBM traffic is the compulsory bytes it reads and writes (no
+  ``s x s`` tensor leaves the chip) and its buffer writes are its fills and its outputs; a
+  preset's measured attention rate (:mod:`arch_space.perf.device`) caps its matmul rate.
 * Vector ops: FLOPs over ``lanes x cores`` one-FLOP-per-cycle lanes, against the compulsory
   HBM bytes and the buffer bytes of their passes (softmax and norms re-read their rows from
   the global buffer; rows always fit).
@@ -149,6 +154,8 @@ _KINDS: Final = tuple(OpKind)
 _CORES: Final = tuple(CoreType)
 _COLLECTIVES: Final = (None, *CollectiveKind)
 _GEMM_CODES: Final = (_KINDS.index(OpKind.MATMUL), _KINDS.index(OpKind.BATCHED_MATMUL))
+_ATTENTION_FORWARD: Final = _KINDS.index(OpKind.ATTENTION_FORWARD)
+_ATTENTION_CODES: Final = (_ATTENTION_FORWARD, _KINDS.index(OpKind.ATTENTION_BACKWARD))
 _VECTOR_CODES: Final = tuple(
     _KINDS.index(k) for k in (OpKind.ELEMENTWISE, OpKind.SOFTMAX, OpKind.NORM)
 )
@@ -192,6 +199,8 @@ class _Work:
     """What an op moves and computes, independent of how many cores run it."""
 
     is_gemm: np.ndarray
+    is_attention: np.ndarray
+    is_attention_forward: np.ndarray
     is_core_op: np.ndarray
     is_coll: np.ndarray
     is_share: np.ndarray
@@ -228,7 +237,9 @@ def _work(
     )
     is_share &= is_coll
 
-    gi = np.flatnonzero(is_gemm)
+    # fused attention: tiled like its GEMM shape, but only its compulsory bytes touch HBM
+    is_attention = np.isin(kind, _ATTENTION_CODES)
+    gi = np.flatnonzero(is_gemm | is_attention)
     shape = GemmShape(*(np.maximum(x[gi], 1.0) for x in (batch, m, k, n)))
     hbm_read, hbm_write = gemm_hbm_bytes(
         shape,
@@ -238,6 +249,9 @@ def _work(
         acc.bytes_per_element,
         settings.accumulator_bytes,
     )
+    fused = is_attention[gi]
+    hbm_read = np.where(fused, reads[gi], hbm_read)
+    hbm_write = np.where(fused, writes[gi], hbm_write)
 
     # Vector ops: compulsory HBM bytes; extra passes re-read their rows from the buffer.
     passes = np.select(
@@ -269,8 +283,10 @@ def _work(
     # Each ring step reads the outgoing chunk from device memory and writes the incoming one.
     hbm = vector_reads + vector_writes + 2 * sent + _scatter(len(a), gi, hbm_read + hbm_write)
     return _Work(
-        is_gemm=is_gemm,
-        is_core_op=is_gemm | is_vector,
+        is_gemm=is_gemm | is_attention,
+        is_attention=is_attention,
+        is_attention_forward=kind == _ATTENTION_FORWARD,
+        is_core_op=is_gemm | is_attention | is_vector,
         is_coll=is_coll,
         is_share=is_share,
         gemm_index=gi,
@@ -279,7 +295,7 @@ def _work(
         macs=_scatter(len(a), gi, shape.batch * shape.m * shape.k * shape.n),
         vector_flops=np.where(is_vector, flops, 0.0),
         epilogue_flops=np.where(
-            is_gemm & (core == _CORES.index(CoreType.TC_AND_VC)), epilogue, 0.0
+            (is_gemm | is_attention) & (core == _CORES.index(CoreType.TC_AND_VC)), epilogue, 0.0
         ),
         vector_buffer_read=passes * vector_reads + vector_writes,
         vector_buffer_write=vector_reads + vector_writes,
@@ -317,12 +333,19 @@ def _estimate(
     gi = w.gemm_index
     lane_ops = w.vector_flops + w.epilogue_flops
     buf_read = w.vector_buffer_read + _scatter(size, gi, g.buffer_read_bytes)
-    buf_write = w.vector_buffer_write + _scatter(size, gi, g.buffer_write_bytes)
-    # no GEMM beats the sustained share of the tensor-core peak
-    sustained_macs_per_s = (
-        tcs * acc.tc_rows * acc.tc_cols * clock * device.sustained_tensor_fraction
+    # a fused attention kernel writes its fills and its outputs to the buffer, never scores
+    tiled_write = np.where(w.is_attention[gi], w.hbm_bytes[gi], g.buffer_write_bytes)
+    buf_write = w.vector_buffer_write + _scatter(size, gi, tiled_write)
+    # no GEMM beats the sustained share of the tensor-core peak, no fused attention kernel
+    # its measured share
+    peak_macs_per_s = tcs * acc.tc_rows * acc.tc_cols * clock
+    fraction = np.select(
+        [w.is_attention_forward, w.is_attention],
+        [device.attention_forward_fraction, device.attention_backward_fraction],
+        1.0,
     )
-    gemm_s = np.maximum(_scatter(size, gi, g.compute_s), w.macs / sustained_macs_per_s)
+    fraction = np.minimum(fraction, device.sustained_tensor_fraction)
+    gemm_s = np.maximum(_scatter(size, gi, g.compute_s), w.macs / (peak_macs_per_s * fraction))
     compute_s = np.maximum(gemm_s, lane_ops / (acc.vc_lanes * vcs * clock))
     buffer_s = (buf_read + buf_write) / glb_bytes_per_s
     hbm_bytes_per_s = acc.hbm_bandwidth_bytes_per_s * settings.hbm_efficiency

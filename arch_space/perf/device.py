@@ -77,7 +77,10 @@ class DeviceProfile:
     ``sustained_tensor_fraction`` caps a GEMM's rate at that share of the tensor-core peak;
     ``sustained_clock_fraction`` scales every core's clock in a training run (a clock held
     down by the power cap while the links and memory are busy, against the clock of one
-    device running a benchmark alone: :meth:`alone`); ``collective_compute_share`` is the share of the compute a collective holds while it
+    device running a benchmark alone: :meth:`alone`); ``attention_forward_fraction`` and
+    ``attention_backward_fraction`` cap a fused attention kernel's matmul FLOP rate at that
+    share of the tensor-core peak (measured FlashAttention rates);
+    ``collective_compute_share`` is the share of the compute a collective holds while it
     runs beside other ops; ``intra_node`` the measured collective bandwidth inside a node.
     ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
     """
@@ -85,6 +88,8 @@ class DeviceProfile:
     name: str = ""
     sustained_tensor_fraction: float = 1.0
     sustained_clock_fraction: float = 1.0
+    attention_forward_fraction: float = 1.0
+    attention_backward_fraction: float = 1.0
     collective_compute_share: float = 0.0
     intra_node: CollectiveCurve | None = None
     fitted: tuple[str, ...] = ()
@@ -97,7 +102,12 @@ class DeviceProfile:
 
 MODELLED: Final = DeviceProfile()
 
-_FRACTIONS: Final = ("sustained_tensor_fraction", "sustained_clock_fraction")
+_FRACTIONS: Final = (
+    "sustained_tensor_fraction",
+    "sustained_clock_fraction",
+    "attention_forward_fraction",
+    "attention_backward_fraction",
+)
 
 
 def _number(v: Any) -> bool:
