@@ -28,8 +28,15 @@ def gemm_flops(g: OpGraph) -> int:
 
 
 def graphs(model, s, b=1, tp=1, sp=False, recompute="none"):
+    """Graphs with the unfused attention core (framework megatron-2022), whose GEMMs execute
+    the full ``s x s`` scores the closed forms count."""
     setup = TrainingSetup(
-        seq_len=s, global_batch=b, micro_batch=b, recompute=recompute, sequence_parallel=sp
+        seq_len=s,
+        global_batch=b,
+        micro_batch=b,
+        recompute=recompute,
+        sequence_parallel=sp,
+        framework="megatron-2022",
     )
     return build_layer_graph(model, setup, tp)
 

@@ -16,15 +16,22 @@ from workloads import (
 )
 
 
-def build(name, s=320, b=2, tp=1, sp=False, recompute="none"):
+def build(name, s=320, b=2, tp=1, sp=False, recompute="none", framework="megatron-2022"):
+    """The unfused attention core (framework megatron-2022) unless ``framework`` says."""
     setup = TrainingSetup(
-        seq_len=s, global_batch=b, micro_batch=b, recompute=recompute, sequence_parallel=sp
+        seq_len=s,
+        global_batch=b,
+        micro_batch=b,
+        recompute=recompute,
+        sequence_parallel=sp,
+        framework=framework,
     )
     return build_layer_graph(get_model(name), setup, tp)
 
 
 COMBOS = [
-    (name, tp, sp, rc)
+    (name, tp, sp, rc, fw)
+    for fw in ("megatron-2022", "overlap-all")
     for name in ("gpt3-175b", "llama2-70b", "mixtral-8x7b", "bert-large", "opt-350m", "gpt2-xl")
     for tp in (1, 5, 8)
     for sp in (False, True)
@@ -33,9 +40,9 @@ COMBOS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "tp", "sp", "rc"), COMBOS)
-def test_graphs_are_dags_with_unique_names(name, tp, sp, rc):
-    lg = build(name, tp=tp, sp=sp, recompute=rc)
+@pytest.mark.parametrize(("name", "tp", "sp", "rc", "fw"), COMBOS)
+def test_graphs_are_dags_with_unique_names(name, tp, sp, rc, fw):
+    lg = build(name, tp=tp, sp=sp, recompute=rc, framework=fw)
     for cid, pg in lg.op_graphs.items():
         for g in (pg.forward, pg.backward, pg.recompute):
             names = [op.name for op in g.ops]
@@ -52,6 +59,9 @@ def test_graphs_are_dags_with_unique_names(name, tp, sp, rc):
                     assert op.core is CoreType.TC_AND_VC and op.name.removesuffix(".share") in names
                 elif op.is_gemm:
                     assert op.flops == 2 * op.batch * op.m * op.k * op.n > 0
+                elif op.kind in (OpKind.ATTENTION_FORWARD, OpKind.ATTENTION_BACKWARD):
+                    assert fw == "overlap-all" and op.core is CoreType.TC_AND_VC
+                    assert op.flops == 2 * op.batch * op.m * op.k * op.n + op.epilogue_flops
                 else:
                     assert op.core is CoreType.VC and op.elements > 0
 
@@ -100,7 +110,7 @@ def _data_preds(g, name):
 
 
 def test_megatron_collectives_without_sequence_parallelism():
-    pg = build("gpt3-175b", tp=8).op_graphs["block"]
+    pg = build("gpt3-175b", tp=8, framework="overlap-all").op_graphs["block"]
     ar = CollectiveKind.ALL_REDUCE
     assert _collectives(pg.forward) == [("fc2.allreduce", ar), ("proj.allreduce", ar)]
     assert _collectives(pg.backward) == [("ln1.grad_allreduce", ar), ("ln2.grad_allreduce", ar)]

@@ -18,9 +18,16 @@ from workloads import (
 )
 
 
-def setup(s, b, recompute="none", sp=False):
+def setup(s, b, recompute="none", sp=False, framework="megatron-2022"):
+    """Korthikanti's unfused attention core (framework megatron-2022) unless ``framework``
+    says."""
     return TrainingSetup(
-        seq_len=s, global_batch=b, micro_batch=b, recompute=recompute, sequence_parallel=sp
+        seq_len=s,
+        global_batch=b,
+        micro_batch=b,
+        recompute=recompute,
+        sequence_parallel=sp,
+        framework=framework,
     )
 
 
@@ -111,7 +118,7 @@ def test_head_and_boundary_bytes():
 def test_precision_scales_activations():
     m = get_model("korthikanti-22b")
     s, b = 2048, 1
-    fp32 = TrainingSetup(s, b, precision_bytes=4)
+    fp32 = TrainingSetup(s, b, precision_bytes=4, framework="megatron-2022")
     sbh, a = s * b * m.hidden, m.heads
     # 4-byte tensors, 1-byte masks: 4 (norms, QKV in, MLP in) x 4 + 2 masks + 12 x 4 (split)
     assert block_activation_bytes(m, fp32, 1) == (16 + 2 + 48) * sbh + 9 * a * s * s * b

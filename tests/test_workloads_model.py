@@ -151,7 +151,8 @@ def test_training_tokens():
 
 def test_alibi_biases_the_scores_with_no_parameters():
     bloom = get_model("bloom-176b")
-    lg = build_layer_graph(bloom, TrainingSetup(seq_len=2048, global_batch=8), 4)
+    unfused = TrainingSetup(seq_len=2048, global_batch=8, framework="megatron-2022")
+    lg = build_layer_graph(bloom, unfused, 4)
     block = next(x for x in lg.layers if x.kind == "block")
     fwd = lg.op_graphs[block.class_id].forward
     alibi = [op for op in fwd.ops if op.name.endswith(".alibi")]
