@@ -54,10 +54,11 @@ def test_mixtral_8x7b_with_ep_8_fits_and_shows_its_all_to_all():
 
 
 def test_long_sequence_fits_with_context_parallelism_only():
-    """Llama-3 8B at 128K tokens on 32 H100 (t=8, full recompute): cp=4 splits the
-    activations four ways; without it they do not fit."""
+    """Llama-3 8B at 128K tokens on 32 H100 (t=8, full recompute): with the unfused attention
+    core (megatron-2022) the backward pass's ``s x s`` scores fit only split four ways by
+    cp=4; a flash kernel keeps none, and cp=4 divides what is left by four."""
 
-    def run(cp: int):
+    def run(cp: int, framework: str = "megatron-2022"):
         return evaluate(
             "llama3-8b",
             load_accelerator("h100"),
@@ -66,12 +67,17 @@ def test_long_sequence_fits_with_context_parallelism_only():
             global_batch=16,
             strategy=f"t=8,p=1,d={4 // cp},cp={cp},mbs=1,zero=1,recompute=full",
             solver=_LIST,
+            framework=framework,
         )
 
     assert not run(1).feasible
     four = run(4)
     assert four.feasible, four.reason
     assert four.placement.cp == 4 and four.placement.devices_used == 32
+    flash = [run(cp, "overlap-all").placement for cp in (1, 4)]
+    assert flash[0].memory_per_device_bytes <= 80 * 2**30
+    assert flash[1].memory_per_device_bytes < four.placement.memory_per_device_bytes
+    assert flash[1].memory_per_device_bytes < flash[0].memory_per_device_bytes
 
 
 @pytest.mark.parametrize(
