@@ -97,8 +97,9 @@ class Op:
 
     @property
     def macs(self) -> int:
-        """Multiply-accumulates of a GEMM (0 for other ops)."""
-        return self.batch * self.m * self.k * self.n if self.is_gemm else 0
+        """Multiply-accumulates of a GEMM or a fused attention kernel (0 for other ops)."""
+        fused = self.kind in (OpKind.ATTENTION_FORWARD, OpKind.ATTENTION_BACKWARD)
+        return self.batch * self.m * self.k * self.n if self.is_gemm or fused else 0
 
 
 @dataclass(frozen=True, slots=True)

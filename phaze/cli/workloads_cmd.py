@@ -103,7 +103,7 @@ def _op_counts(g: OpGraph) -> dict[str, int]:
 
 
 def _gemm_flops(g: OpGraph) -> int:
-    return sum(op.flops for op in g.ops if op.is_gemm)
+    return sum(2 * op.macs for op in g.ops)  # GEMMs and the matmuls of fused attention
 
 
 def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
