@@ -3,11 +3,15 @@
 The same op costs that price a training iteration (:mod:`arch_space.perf`) give the power
 of one op at its modelled rate: energy (dynamic + static) over latency, with the op split
 over every core. A large square GEMM is the tensor-load probe a board's power limit is
-measured under; a large elementwise op is the memory-bound probe.
+measured under; a large elementwise op is the memory-bound probe. A preset's board limiter
+(:mod:`arch_space.power_limit`) holds every op at or below its limit;
+:func:`unlimited_gemm_power_w` is what the energy model asks for without it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -15,7 +19,7 @@ from arch_space._data import plain_values, shipped_toml
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.area import area_mm2
 from arch_space.perf import op_costs
-from arch_space.perf.device import DeviceProfile
+from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.system import board_limit_w
 from arch_space.tech import TechNode
 from workloads.ops import CoreType, Op, OpGraph, OpKind
@@ -29,6 +33,7 @@ __all__ = [
     "op_power_w",
     "reticle_mm2",
     "tdp_w",
+    "unlimited_gemm_power_w",
 ]
 
 #: (m, k, n) of the tensor-load probe: the square bf16 GEMM matmul benchmarks time.
@@ -68,6 +73,13 @@ def gemm_power_w(
     return op_power_w(op, acc, tech, device)
 
 
+def unlimited_gemm_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:
+    """Power (W) the GEMM probe asks for at the device's sustained rates with the board's
+    power limiter off: the op model's own tensor-load energy, before the limit holds it."""
+    free = dataclasses.replace(device_profile(acc), board_limit_w=math.inf)
+    return gemm_power_w(acc, tech, device=free)
+
+
 def memory_bound_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:
     """Power (W) of a large elementwise add streaming two inputs and one output from HBM."""
     e = acc.bytes_per_element
@@ -84,7 +96,8 @@ def memory_bound_power_w(acc: Accelerator, tech: TechNode | None = None) -> floa
 
 
 def tdp_w(acc: Accelerator, tech: TechNode | None = None) -> float:
-    """A TDP-like power (W): the board power under tensor load, the GEMM probe's power.
+    """A TDP-like power (W): the board power under tensor load, the GEMM probe's power
+    (held at a preset's board limit by its limiter).
 
     A board's power limit is set for its heaviest sustained work, dense GEMMs on the tensor
     cores; the checks against data sheets are in tests/test_arch_presets.py.
@@ -100,8 +113,10 @@ def reticle_mm2() -> float:
 @dataclass(frozen=True, slots=True)
 class Headroom:
     """A design against its budgets: die area against the reticle (or a space's area budget)
-    and power under tensor load against its board limit (its host server's, else its node
-    era's; or a space's power budget). Positive headroom is room to spare; negative is over."""
+    and the power it asks for under tensor load without a limiter
+    (:func:`unlimited_gemm_power_w`) against its board limit (its host server's, else its node
+    era's; or a space's power budget). Positive headroom is room to spare; negative is over
+    (a preset's limiter then holds its draw at the limit)."""
 
     area_mm2: float
     area_budget_mm2: float
@@ -125,12 +140,12 @@ def headroom(
     power_budget: float | None = None,
     tech: TechNode | None = None,
 ) -> Headroom:
-    """``acc``'s area and tensor-load power (:func:`tdp_w`) against the budgets (defaults:
-    the reticle, and its board limit, :func:`arch_space.system.board_limit_w`)."""
+    """``acc``'s area and unlimited tensor-load power against the budgets (defaults: the
+    reticle, and its board limit, :func:`arch_space.system.board_limit_w`)."""
     return Headroom(
         area_mm2=area_mm2(acc, tech),
         area_budget_mm2=area_budget_mm2 if area_budget_mm2 is not None else reticle_mm2(),
-        power_w=tdp_w(acc, tech),
+        power_w=unlimited_gemm_power_w(acc, tech),
         power_budget_w=(
             power_budget if power_budget is not None else board_limit_w(acc.name, acc.node_nm)
         ),

@@ -7,9 +7,11 @@ Constants live in ``data/system.toml`` beside their sources; this module only re
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 
 from arch_space._data import plain_values, shipped_toml
+from arch_space.power_limit import preset_board_limit_w
 from phaze.errors import unknown_name
 
 __all__ = [
@@ -54,10 +56,8 @@ def host_profile_for(accelerator: str, default: str = "dgx-a100") -> str:
 def board_limit_w(accelerator: str, node_nm: int) -> float:
     """The board power limit (W) of ``accelerator``: its host server's when it is a preset
     one ships in, else the default budget of its node (:func:`power_budget_w`)."""
-    for p in _profiles().values():
-        if p.get("preset") == accelerator:
-            return float(p["device_board_w"])
-    return power_budget_w(node_nm)
+    limit = preset_board_limit_w(accelerator)
+    return limit if math.isfinite(limit) else power_budget_w(node_nm)
 
 
 def typical_load_fraction() -> float:

@@ -60,6 +60,7 @@ from arch_space.area import mac_pj, static_power_w
 from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from arch_space.perf.settings import PerfSettings, default_settings
+from arch_space.power_limit import capped_dynamic_scale
 from arch_space.tech import TechNode, tech_node
 from phaze.errors import unknown_name
 from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
@@ -316,7 +317,8 @@ def _estimate(
     tcs: int,
     vcs: int,
 ) -> OpTerms:
-    """Latency, energy and bound of every op on ``tcs`` tensor and ``vcs`` vector cores."""
+    """Latency, energy and bound of every op on ``tcs`` tensor and ``vcs`` vector cores; the
+    device's board power limit caps each op's energy at ``limit x latency``."""
     size = len(w.is_gemm)
     clock = acc.clock_hz * device.sustained_clock_fraction
     glb_bytes_per_s = settings.glb_bytes_per_cycle_per_mib * acc.glb_bytes / 2**20 * clock
@@ -366,11 +368,13 @@ def _estimate(
         uncore * (buf_read * tech.sram_read_pj_per_byte + buf_write * tech.sram_write_pj_per_byte)
         + w.hbm_bytes * tech.hbm_energy_pj_per_byte
     )
-    dynamic_pj = compute_pj + memory_pj + w.network_pj
+    parts_j = np.stack([compute_pj, memory_pj, w.network_pj], axis=1) * _PJ
+    cap = capped_dynamic_scale(parts_j.sum(axis=1), static_w, latency, device.board_limit_w)
+    parts_j *= cap[:, None]
     return OpTerms(
         latency_s=latency,
-        energy_j=dynamic_pj * _PJ + static_w * latency,
-        parts_j=np.stack([compute_pj, memory_pj, w.network_pj], axis=1) * _PJ,
+        energy_j=parts_j.sum(axis=1) + static_w * latency,
+        parts_j=parts_j,
         compute_s=compute_s,
         hbm_s=hbm_s,
         buffer_s=buffer_s,

@@ -22,6 +22,7 @@ import numpy as np
 
 from arch_space._data import shipped_toml
 from arch_space.accelerator import Accelerator
+from arch_space.power_limit import preset_board_limit_w
 from arch_space.presets import preset, preset_names
 from phaze.errors import ConfigError, unknown_name
 
@@ -83,6 +84,9 @@ class DeviceProfile:
     ``collective_compute_share`` is the share of the compute a collective holds while it
     runs beside other ops; ``intra_node`` the measured collective bandwidth inside a node.
     ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
+    ``board_limit_w`` is the board's power limit (a preset's, ``system.toml``): the op
+    model holds each op's energy to it times the op's time (the sustained rates above
+    already include the throttling that keeps a real board there); ``inf`` for none.
     """
 
     name: str = ""
@@ -94,6 +98,7 @@ class DeviceProfile:
     intra_node: CollectiveCurve | None = None
     fitted: tuple[str, ...] = ()
     provenance: str = ""
+    board_limit_w: float = math.inf
 
     def alone(self) -> DeviceProfile:
         """The device running one benchmark kernel alone, at its benchmark clock."""
@@ -171,6 +176,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         intra_node=curve,
         fitted=tuple(k for k in FITTED_NAMES if k in fitted),
         provenance=provenance,
+        board_limit_w=preset_board_limit_w(name),
         **{k: float(v) for k, v in values.items()},
     )
 
@@ -182,7 +188,7 @@ def preset_profile(name: str) -> DeviceProfile:
         raise unknown_name("accelerator preset", name, preset_names())
     data = shipped_toml(_DATA_FILE)
     if name not in data:
-        return dataclasses.replace(MODELLED, name=name)
+        return dataclasses.replace(MODELLED, name=name, board_limit_w=preset_board_limit_w(name))
     return profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
 
 
