@@ -45,6 +45,13 @@ def accelerator_problems(values: Mapping[str, Any], owner: str) -> list[str]:
     stacks = values["hbm_stacks"]
     if not _is_int(stacks) or stacks < 0:
         problems.append(f"{owner}: hbm_stacks = {stacks!r} must be an integer >= 0 (0 = derived)")
+    dies, tcs, vcs = values["dies"], values["num_tc"], values["num_vc"]
+    if _is_int(dies) and dies > 0 and all(_is_int(c) and c > 0 for c in (tcs, vcs)):
+        if tcs % dies or vcs % dies:
+            problems.append(
+                f"{owner}: dies = {dies!r} must divide num_tc = {tcs!r} and num_vc = {vcs!r} "
+                "(every die carries the same cores)"
+            )
     node = values["node_nm"]
     if _is_int(node) and node > 0 and node not in known_nodes():
         problems.append(unknown_node_problem(owner, f"{node}"))
@@ -62,6 +69,9 @@ class Accelerator:
     technology data (``arch_space/data/tech.toml``) gives area, energy and cost.
     ``hbm_stacks`` is the number of HBM stacks (PHYs on the die, stacks in the package);
     0 derives it from the node's HBM generation (:func:`arch_space.area.hbm_stacks`).
+    ``dies`` is the number of identical logic dies in the package (B200: 2): the counts and
+    sizes above are the package's totals, split evenly over the dies for die area, yield,
+    cost and carbon (:func:`arch_space.area.die_area_mm2`); the die-to-die link is not timed.
     """
 
     num_tc: int
@@ -77,6 +87,7 @@ class Accelerator:
     bytes_per_element: int = 2
     name: str = ""
     hbm_stacks: int = 0
+    dies: int = 1
 
     def __post_init__(self) -> None:
         values = {f: getattr(self, f) for f in ACCELERATOR_FIELDS}

@@ -13,7 +13,8 @@ The same kernel (:func:`area_terms_mm2`) works on numpy arrays, so a whole desig
 costed in one vectorised call (:mod:`arch_space.space`).
 
 Against published dies (tests/test_arch_presets.py): A100 804 mm2 modelled vs 826 (-3 %; the
-per-core area was calibrated on it), H100 704 vs 814 (-14 %), TPUv4 321 vs "<400".
+per-core area was calibrated on it), H100 704 vs 814 (-14 %), TPUv4 321 vs "<400"; each of the
+B200's two dies 451 vs ~800 (-44 %, docs/models.md).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "hbm_stacks_for",
     "area_breakdown_mm2",
     "area_mm2",
+    "die_area_mm2",
     "static_power_w",
     "mac_pj",
     "tensor_load_power_w",
@@ -129,8 +131,21 @@ def area_breakdown_mm2(acc: Accelerator, tech: TechNode | None = None) -> Mappin
 
 
 def area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
-    """Total modelled die area (mm2)."""
+    """Total modelled logic silicon area (mm2), every die of the package together."""
     return math.fsum(area_breakdown_mm2(acc, tech).values())
+
+
+def die_area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
+    """Modelled area (mm2) of one of ``acc``'s ``dies`` identical logic dies: the package's
+    silicon (:func:`area_mm2`) split evenly; the size a reticle and a wafer hold.
+
+    Examples
+    --------
+    >>> from arch_space.presets import preset
+    >>> round(die_area_mm2(preset("b200")) * 2) == round(area_mm2(preset("b200")))
+    True
+    """
+    return area_mm2(acc, tech) / acc.dies
 
 
 def mac_pj(acc: Accelerator, tech: TechNode) -> float:

@@ -138,12 +138,12 @@ def embodied_breakdown_kgco2e(
     cost: CostParams | None = None,
     tech: TechNode | None = None,
 ) -> Mapping[str, float]:
-    """Embodied carbon of one device by part: ``die`` (per good die), ``hbm`` (per GB and per
+    """Embodied carbon of one device by part: ``die`` (its good dies), ``hbm`` (per GB and per
     stack), ``package``."""
     p = params or CarbonParams.default()
     c = cost or CostParams.default()
     area, y = made_die(acc, c, tech)
-    die_g = area / _MM2_PER_CM2 * carbon_per_area_g_per_cm2(acc.node_nm, p) / y
+    die_g = acc.dies * area / _MM2_PER_CM2 * carbon_per_area_g_per_cm2(acc.node_nm, p) / y
     hbm_g = acc.hbm_bytes / _BYTES_PER_GB * p.hbm_g_per_gb + hbm_stacks(acc, tech) * p.hbm_stack_g
     return MappingProxyType(
         {"die": die_g / _G_PER_KG, "hbm": hbm_g / _G_PER_KG, "package": p.package_g / _G_PER_KG}

@@ -16,6 +16,7 @@ File layout (sizes in MiB / GiB, rates in SI; ``accelerator_to_toml`` writes it)
     node_nm = 7              # optional, default 7
     bytes_per_element = 2    # optional, default 2
     hbm_stacks = 5           # optional, default 0 = derived from bandwidth and capacity
+    dies = 1                 # optional, default 1: logic dies in the package (B200: 2)
 
 Clusters use the Cluster field names (SI units); only ``devices`` is required::
 
@@ -73,6 +74,7 @@ ACCELERATOR_TOML_KEYS: Mapping[str, tuple[str, int | None]] = MappingProxyType(
         "node_nm": ("node_nm", None),
         "bytes_per_element": ("bytes_per_element", None),
         "hbm_stacks": ("hbm_stacks", None),
+        "dies": ("dies", None),
     }
 )
 _MISSING = dataclasses.MISSING
@@ -129,6 +131,8 @@ def accelerator_to_toml(acc: Accelerator) -> str:
     lines = ["[accelerator]"]
     for key, (field_name, unit) in ACCELERATOR_TOML_KEYS.items():
         v = getattr(acc, field_name)
+        if key == "dies" and v == 1:
+            continue  # the default: single-die files read as before
         if unit is not None:
             v = v // unit if v % unit == 0 else v / unit
         lines.append(f"{key} = {toml_literal(v)}")

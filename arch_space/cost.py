@@ -21,7 +21,7 @@ import numpy as np
 
 from arch_space._data import build_params, params_hash, read_toml, shipped_toml
 from arch_space.accelerator import Accelerator
-from arch_space.area import area_breakdown_mm2, area_mm2, hbm_stacks
+from arch_space.area import area_breakdown_mm2, area_mm2, die_area_mm2, hbm_stacks
 from arch_space.tech import TechNode
 from phaze.errors import ConfigError, Infeasible
 
@@ -204,18 +204,24 @@ def harvested_yield(
 def made_die(
     acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
 ) -> tuple[float, float]:
-    """(area mm2, yield) of the die made for ``acc``: a preset listed in ``harvest.toml``
-    carries its spare cores (each of the modelled core area: tensor and vector cores over
-    the vector-core count, one SM) and sells when its shipped cores work
-    (:func:`harvested_yield`); any other design is made as modelled (:func:`die_yield`)."""
+    """(area mm2, yield) of one of the ``acc.dies`` identical dies made for ``acc``: a preset
+    listed in ``harvest.toml`` carries its spare cores per die (each of the modelled core
+    area: tensor and vector cores over the vector-core count, one SM) and sells when its
+    shipped cores work (:func:`harvested_yield`); any other design is made as modelled
+    (:func:`die_yield` of :func:`~arch_space.area.die_area_mm2`)."""
     p = params or CostParams.default()
-    area = area_mm2(acc, tech)
+    area = die_area_mm2(acc, tech)
     _, d0 = p.node(acc.node_nm)
     harvest = shipped_toml("harvest.toml")["preset"].get(acc.name)
     if harvest is None:
         return area, die_yield(area, d0, p.cluster_alpha)
     cores = int(harvest["physical_cores"]["value"])
     shipped = int(harvest["shipped_cores"]["value"])
+    if shipped * acc.dies != acc.num_vc:
+        raise ConfigError(
+            f"harvest.toml [preset.{acc.name}]: shipped_cores = {shipped} per die x "
+            f"dies = {acc.dies} must equal num_vc = {acc.num_vc}"
+        )
     parts = area_breakdown_mm2(acc, tech)
     core_mm2 = (parts["tensor_cores"] + parts["vector_cores"]) / acc.num_vc
     made = area + (cores - shipped) * core_mm2
@@ -240,9 +246,10 @@ def _die_terms(
 def die_cost_usd(
     acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
 ) -> float:
-    """Cost of one good die: wafer price / (dies per wafer x yield)."""
+    """Cost of the good dies of one device: ``dies`` x wafer price / (dies per wafer x
+    yield)."""
     _, dpw, y, wafer_usd = _die_terms(acc, params or CostParams.default(), tech)
-    return wafer_usd / (dpw * y)
+    return acc.dies * wafer_usd / (dpw * y)
 
 
 def hbm_cost_usd(acc: Accelerator, params: CostParams | None = None) -> float:
@@ -254,7 +261,8 @@ def hbm_cost_usd(acc: Accelerator, params: CostParams | None = None) -> float:
 def package_cost_usd(
     acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
 ) -> float:
-    """2.5D package (CoWoS-like): base assembly and test + interposer under die and stacks."""
+    """2.5D package (CoWoS-like): base assembly and test + interposer under every die and
+    stack (a multi-die package's interposer or bridges span all its dies)."""
     p = params or CostParams.default()
     interposer_mm2 = p.interposer_margin * (
         area_mm2(acc, tech) + hbm_stacks(acc, tech) * p.hbm_stack_footprint_mm2

@@ -17,7 +17,7 @@ from typing import Final
 
 from arch_space._data import plain_values, shipped_toml
 from arch_space.accelerator import Accelerator, Cluster
-from arch_space.area import area_mm2
+from arch_space.area import die_area_mm2
 from arch_space.perf import op_costs
 from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.system import board_limit_w
@@ -112,7 +112,8 @@ def reticle_mm2() -> float:
 
 @dataclass(frozen=True, slots=True)
 class Headroom:
-    """A design against its budgets: die area against the reticle (or a space's area budget)
+    """A design against its budgets: the area of one die against the reticle (or a space's
+    area budget)
     and the power it asks for under tensor load without a limiter
     (:func:`unlimited_gemm_power_w`) against its board limit (its host server's, else its node
     era's; or a space's power budget). Positive headroom is room to spare; negative is over
@@ -143,7 +144,7 @@ def headroom(
     """``acc``'s area and unlimited tensor-load power against the budgets (defaults: the
     reticle, and its board limit, :func:`arch_space.system.board_limit_w`)."""
     return Headroom(
-        area_mm2=area_mm2(acc, tech),
+        area_mm2=die_area_mm2(acc, tech),
         area_budget_mm2=area_budget_mm2 if area_budget_mm2 is not None else reticle_mm2(),
         power_w=unlimited_gemm_power_w(acc, tech),
         power_budget_w=(

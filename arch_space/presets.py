@@ -78,9 +78,9 @@ _PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
         # x 4 Tensor Cores at a 1.86 GHz tensor clock (hmc-tech.com B200 specifications) of 1024
         # dense FP16/BF16 FMA per clock (modelled 16x64) = 2.25 PFLOP/s dense BF16 (FP8 4.5;
         # glennklockwood.com B200, HGX at 1,000 W); 128 FP32 lanes per SM; 65.5 MB L2; 192 GB
-        # HBM3e in 8 stacks at 8 TB/s. Modelled as one package-sized accelerator (4NP as 5 nm):
-        # the die-to-die link is faster than HBM and not modelled; cost and yield treat the
-        # silicon as one die (see docs/models.md).
+        # HBM3e in 8 stacks at 8 TB/s. Modelled as one accelerator of two dies (4NP as 5 nm),
+        # each with half the cores, buffer and HBM PHYs: area, yield, cost and carbon per die;
+        # the die-to-die link is faster than HBM and not timed (see docs/models.md).
         "b200": Accelerator(
             num_tc=592,
             tc_rows=16,
@@ -94,6 +94,7 @@ _PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
             node_nm=5,
             name="b200",
             hbm_stacks=8,
+            dies=2,
         ),
         # NVIDIA V100 SXM2 32GB (NVIDIA Tesla V100 datasheet; Volta whitepaper, 2017): 80 SMs
         # x 8 Tensor Cores of 64 FP16 FMA per clock (4x4x4; 512 FMA per SM, modelled as two
@@ -133,15 +134,15 @@ _PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
     }
 )
 
-#: Published figures the presets are checked against: (peak dense bf16 FLOP/s, die mm2 or
-#: None, TDP W or None), from the sources cited above.
+#: Published figures the presets are checked against: (peak dense bf16 FLOP/s, area of one
+#: die mm2 or None, TDP W or None), from the sources cited above.
 PUBLISHED: MappingProxyType[str, tuple[float, float | None, float | None]] = MappingProxyType(
     {
         "tpuv4": (275e12, None, 192.0),  # die "<400 mm2" is a bound, not a figure
         "a100": (312e12, 826.0, 400.0),
         "h100": (989e12, 814.0, 700.0),
         "v100": (125e12, 815.0, 300.0),
-        "b200": (2.25e15, 1600.0, 1000.0),  # die: the package's two ~800 mm2 dies
+        "b200": (2.25e15, 800.0, 1000.0),  # each of two ~800 mm2 dies (TechInsights)
     }
 )
 

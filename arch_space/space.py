@@ -66,10 +66,10 @@ _POW2: Mapping[str, tuple[str, int, int, int]] = MappingProxyType(
         "glb_bytes": ("glb_mib", _MIB, 1, 1024),
     }
 )
-# TOML key -> (Space field, scale to SI) where they differ; the accelerator's keys but
-# ``hbm_stacks`` (derived per design), then the space's own.
+# ``hbm_stacks`` (derived per design) and ``dies`` (a space's designs are single dies), then the
+# space's own.
 _TOML_FIELD: Mapping[str, tuple[str, int | None]] = MappingProxyType(
-    {k: v for k, v in ACCELERATOR_TOML_KEYS.items() if k != "hbm_stacks"}
+    {k: v for k, v in ACCELERATOR_TOML_KEYS.items() if k not in ("hbm_stacks", "dies")}
 )
 _TOML_KEYS: tuple[str, ...] = (
     *_TOML_FIELD,
@@ -476,7 +476,9 @@ def design_id(acc: Accelerator) -> str:
 
     Equal designs get equal ids on every machine and run; the store keys designs by it.
     """
-    text = "|".join(f"{f.name}={getattr(acc, f.name)!r}" for f in fields(acc) if f.name != "name")
+    # a single die is the default and leaves the ids of single-die designs as they were
+    skip = {"name"} if acc.dies != 1 else {"name", "dies"}
+    text = "|".join(f"{f.name}={getattr(acc, f.name)!r}" for f in fields(acc) if f.name not in skip)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

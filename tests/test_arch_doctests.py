@@ -12,6 +12,7 @@ MODULES = [
     "arch_space.presets",
     "arch_space.carbon",
     "arch_space.cost",
+    "arch_space.power_limit",
     "arch_space.space",
 ]
 

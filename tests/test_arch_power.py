@@ -128,8 +128,10 @@ def test_headroom_against_the_reticle_and_the_board_limit():
     a100, b200, tpu = (headroom(preset(n)) for n in ("a100", "b200", "tpuv4"))
     assert reticle_mm2() == 858.0
     assert a100.power_budget_w == 400.0 and abs(a100.power_headroom) < 0.01  # calibrated
-    assert b200.power_budget_w == 1000.0 and b200.power_headroom < 0  # capped in real life
-    assert b200.area_headroom < 0 < a100.area_headroom  # two dies' worth of silicon
+    assert b200.power_budget_w == 1000.0 and b200.power_headroom < 0  # held by its limiter
+    # the area is one die's: each of the B200's two dies fits the reticle
+    assert b200.area_mm2 == pytest.approx(area_mm2(preset("b200")) / 2)
+    assert 0 < a100.area_headroom and 0 < b200.area_headroom
     assert tpu.power_headroom == pytest.approx(1 - tdp_w(preset("tpuv4")) / 400.0)
     custom = headroom(preset("a100"), area_budget_mm2=1000.0, power_budget=800.0)
     assert custom.area_headroom == pytest.approx(1 - area_mm2(preset("a100")) / 1000.0)

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from arch_space.area import area_breakdown_mm2, area_mm2, hbm_stacks
+from arch_space.area import area_breakdown_mm2, area_mm2, die_area_mm2, hbm_stacks
 from arch_space.config import accelerator_from_mapping, accelerator_to_toml
 from arch_space.power import tdp_w, unlimited_gemm_power_w
 from arch_space.presets import PUBLISHED, preset, preset_names
@@ -18,10 +18,18 @@ def test_peak_flops_within_5_percent_of_data_sheet(name):
     assert preset(name).peak_flops == pytest.approx(published_flops, rel=0.05)
 
 
-@pytest.mark.parametrize("name", ["a100", "h100"])
+_B200_AREA_GAP = pytest.mark.xfail(
+    strict=True,
+    reason="each modelled B200 die is 451 mm2 of a published ~800 (-44 %): the area model counts "
+    "the shipped cores, buffer and HBM PHYs of an H100-like SM, not what Blackwell adds "
+    "beside them (die-to-die PHYs, spare SMs of an unpublished count, denser 4NP logic)",
+)
+
+
+@pytest.mark.parametrize("name", ["a100", "h100", pytest.param("b200", marks=_B200_AREA_GAP)])
 def test_die_area_within_30_percent_of_published(name):
     _, published_mm2, _ = PUBLISHED[name]
-    assert area_mm2(preset(name)) == pytest.approx(published_mm2, rel=0.30)
+    assert die_area_mm2(preset(name)) == pytest.approx(published_mm2, rel=0.30)
 
 
 def test_tpuv4_area_below_googles_bound():
@@ -29,7 +37,9 @@ def test_tpuv4_area_below_googles_bound():
     assert 200 < area_mm2(preset("tpuv4")) < 400
 
 
-@pytest.mark.parametrize("name", ["a100", "h100", "tpuv4"])
+# The drawn power under tensor load, held at a preset's board limit by its limiter
+# (tests/test_arch_power_limit.py checks the model's own demand reaches the limit too).
+@pytest.mark.parametrize("name", ["a100", "h100", "tpuv4", "v100", "b200"])
 def test_tdp_like_power_near_published(name):
     _, _, published_w = PUBLISHED[name]
     assert tdp_w(preset(name)) == pytest.approx(published_w, rel=0.30)
@@ -71,12 +81,16 @@ def test_example_tomls_describe_their_presets(name):
     assert replace(acc, name=name) == preset(name)
 
 
-def test_b200_package_models_both_dies_as_one_accelerator():
-    # Two ~800 mm2 dies: the modelled single-accelerator silicon is larger than one H100 die
-    # and below the package's two reticles; its full-clock GEMM power exceeds the 1,000 W
-    # limit the real part holds by lowering its clock, where the board limiter holds it.
+def test_b200_package_is_two_dies_each_within_the_reticle():
+    # Two ~800 mm2 dies: each modelled die fits one exposure field, and the package's silicon
+    # exceeds one H100 die; its GEMM power at its modelled rate exceeds the 1,000 W limit the
+    # real part holds by lowering its clock, where the board limiter holds it.
+    from arch_space.power import reticle_mm2
+
     b200, h100 = preset("b200"), preset("h100")
-    assert area_mm2(h100) < area_mm2(b200) < PUBLISHED["b200"][1]
+    assert b200.dies == 2 and die_area_mm2(b200) == pytest.approx(area_mm2(b200) / 2)
+    assert die_area_mm2(b200) < reticle_mm2() < area_mm2(b200)
+    assert area_mm2(h100) < area_mm2(b200)
     assert unlimited_gemm_power_w(b200) > PUBLISHED["b200"][2]
     assert tdp_w(b200) == pytest.approx(PUBLISHED["b200"][2], rel=1e-9)
     assert b200.hbm_bytes == 192 * 2**30 and b200.hbm_bandwidth_bytes_per_s == 8e12
