@@ -30,7 +30,7 @@ def test_shipped_a100_and_h100_figures():
     assert set(A100.fitted) <= {"sustained_clock_fraction", "collective_compute_share"}
     assert "phaze validate megatron --fit" in A100.provenance
     assert A100.intra_node.busbw_bytes_per_s[-1] == 234.89e9
-    assert preset_profile("tpuv4") == dataclasses.replace(generic_profile(), name="tpuv4")
+    assert preset_profile("tpuv4") == dataclasses.replace(MODELLED, name="tpuv4")
 
 
 def test_the_generic_share_is_the_mean_of_the_measured_ones():

@@ -6,9 +6,10 @@ other ops, the collective bus bandwidth measured at each message size inside one
 the parameters fitted where no measurement exists (each with its source). A design gets a
 preset's table when it equals the preset in every field the op model reads (its name and HBM
 capacity aside), so the timing copies of a preset that drop those fields keep it; every other
-design (a searched one, or a preset without a table) gets the ``generic`` table
-(:func:`generic_profile`): a sustained tensor share derived from the measured ones, so that
-no design runs its GEMMs at a peak no measured chip reaches.
+design that is not a preset gets the ``generic`` table (:func:`generic_profile`): a
+sustained tensor share derived from the measured ones, so that a searched design does not
+run its GEMMs at a peak no measured chip reaches; a preset without a table runs at its
+modelled rates (:data:`MODELLED`).
 """
 
 from __future__ import annotations
@@ -216,13 +217,14 @@ def generic_profile() -> DeviceProfile:
 
 @cache
 def preset_profile(name: str) -> DeviceProfile:
-    """The shipped profile of preset ``name`` (the generic one, named ``name``, for a preset
-    without its own table)."""
+    """The shipped profile of preset ``name`` (:data:`MODELLED` for a preset without one: the
+    per-MAC energies of ``tech.toml`` are fitted to TPU v4's board power at its modelled
+    rates, so a preset keeps them until it has a measurement)."""
     if name not in preset_names():
         raise unknown_name("accelerator preset", name, preset_names())
     data = shipped_toml(_DATA_FILE)
     if name not in data:
-        return dataclasses.replace(generic_profile(), name=name)
+        return dataclasses.replace(MODELLED, name=name)
     return profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
 
 
