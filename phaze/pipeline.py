@@ -17,7 +17,7 @@ from typing import Final
 
 from arch_space import Accelerator, Cluster, device_cost_usd, embodied_kgco2e, static_power_w
 from arch_space.perf import default_settings
-from arch_space.perf.device import DeviceProfile
+from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profile
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.errors import ConfigError, Infeasible
@@ -53,6 +53,7 @@ __all__ = [
     "search_degrees",
     "Evaluation",
     "Hbm",
+    "device_hbm",
     "Variant",
     "tp_widths",
     "timing_design",
@@ -69,8 +70,9 @@ logger = logging.getLogger(__name__)
 # the bound and a schedule that meets it can differ by rounding (a few ulps) in floating point.
 _BOUND_SLACK: Final = 1e-9
 
-# (capacity bytes, bandwidth bytes/s): all a placement needs of a device
-Hbm = tuple[int, float]
+# (HBM capacity bytes, HBM bandwidth bytes/s, measured collective curve inside a node): all a
+# placement needs of a device (:func:`device_hbm`)
+Hbm = tuple[int, float, CollectiveCurve | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,11 +276,17 @@ def _energy_rates(
     )
 
 
+def device_hbm(acc: Accelerator, ctx: Context) -> Hbm:
+    """What a placement needs of ``acc`` (its collective curve from ``ctx.device`` if set)."""
+    curve = (ctx.device or device_profile(acc)).intra_node
+    return acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s, curve
+
+
 def placement_problem(
     graphs: tuple[StageGraph, ...], hbm: Hbm, ctx: Context, setup: TrainingSetup
 ) -> PlacementProblem:
     """The placement problem of ``graphs`` on devices with ``hbm`` in ``ctx``'s cluster."""
-    hbm_bytes, hbm_bytes_per_s = hbm
+    hbm_bytes, hbm_bytes_per_s, collectives = hbm
     eps, cps = search_degrees(max(g.experts for g in graphs), ctx)
     return PlacementProblem(
         graphs=graphs,
@@ -291,6 +299,7 @@ def placement_problem(
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
         p2p_overlap=framework_profile(setup.framework).p2p_overlap,
         dp_overlap=framework_profile(setup.framework).dp_overlap,
+        collectives=collectives,
         zero_stages=ctx.zero_stages,
         optimizer_bytes_per_parameter=float(setup.optimizer_bytes_per_parameter),
         ep_degrees=eps,
@@ -446,7 +455,7 @@ def evaluate(
         return Evaluation(
             workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
         )
-    hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
+    hbm = device_hbm(acc, ctx)
     timing_acc = timing_design(acc)
     defaults = ""
     if strategy is None:

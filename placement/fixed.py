@@ -248,7 +248,14 @@ def evaluate_fixed(
     used = (
         d * cp * sum(t if any(graph.layers[i].tensor_parallel for i in c) else 1 for c in parts)
     ) // v
-    bw, lat = net.boundary_link(problem.cluster, used, t, graph.sequence_parallel)
+    bw, lat = net.boundary_link(
+        problem.cluster,
+        used,
+        t,
+        graph.sequence_parallel,
+        problem.collectives,
+        max((e.bytes for e in graph.edges), default=0.0),
+    )
     pos = {}
     for c, layers in enumerate(parts):
         for i in layers:

@@ -276,7 +276,9 @@ def dp_terms(
     (``problem.dp_overlap``), each gradient reduction (all-reduce or reduce-scatter) exposes
     only its last bucket (:func:`exposed_reduction_parameters`); the weights' all-gathers
     stay whole. With the optimizer state sharded (stage >= 1) each replica steps its shard.
-    Neither term decreases with ``params``.
+    Each collective runs at the rate :func:`placement.network.measured_link` gives at its
+    type and size (the device's measured curve inside a node). Neither term decreases with
+    ``params``.
 
     The rings run over the ``d * cp`` ranks holding the same weights (context-parallel ranks
     compute on different tokens, so their gradients are summed too); the ``expert_params``
@@ -285,28 +287,26 @@ def dp_terms(
     stage): it prices all of rank 0's parameters on the longer ring, never less.
     """
     cl = problem.cluster
-    intra_bw, intra_lat = net.link(cl, inter_node=False)
-    inter_bw, inter_lat = net.link(cl, inter_node=True)
     inter = t * cp * d > cl.devices_per_node
-    bw = np.where(inter, inter_bw, intra_bw)
-    lat = np.where(inter, inter_lat, intra_lat)
     n = d * cp
     n_expert = np.maximum(n // ep, 1)
     expert = np.minimum(expert_params, params)
     part = np.where(params > 0, expert / np.maximum(params, 1e-300), 0.0)
-    # seconds per byte of rank 0's parameters through the rings (the expert part on its own)
-    rate = ((1.0 - part) * (n - 1) / n + part * (n_expert - 1) / n_expert) / bw
+    # bytes each rank sends per byte of rank 0's parameters (the expert part on its own ring)
+    share = (1.0 - part) * (n - 1) / n + part * (n_expert - 1) / n_expert
 
-    def ring(count: np.ndarray, bytes_per_parameter: float) -> np.ndarray:
-        return bytes_per_parameter * count * rate
+    def ring(count, bytes_per_parameter, kind="ring", halves=1.0):
+        nbytes = count * bytes_per_parameter
+        bw, lat = net.measured_link(cl, problem.collectives, inter, nbytes, kind, halves * share)
+        return lat + halves * share * nbytes / bw
 
     reduced = exposed_reduction_parameters(problem, n, params)  # buckets grow with the group
     gbytes = problem.gradient_bytes_per_parameter
-    grads = lat + ring(reduced, gbytes)  # reduce-scatter
-    weights = lat + ring(params, _WEIGHT_BYTES)  # all-gather
+    grads = ring(reduced, gbytes)  # reduce-scatter
+    weights = ring(params, _WEIGHT_BYTES)  # all-gather
     per_pipeline = m // d
     if zero == 0:
-        comm = lat + 2.0 * ring(reduced, gbytes)
+        comm = ring(reduced, gbytes, "all_reduce", 2.0)
     elif zero == 1:
         comm = grads + weights
     elif zero == 2:

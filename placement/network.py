@@ -12,14 +12,21 @@ consecutive ranks in a node. Hence:
 
 Collectives are ring algorithms; the formulas follow docs/models.md (one latency term per
 collective): all-reduce ``alpha + 2 (n - 1) / n * bytes / bw``, reduce-scatter and all-gather
-half of that volume (Patarasuk & Yuan, JPDC 2009; Thakur et al., IJHPCA 2005).
+half of that volume (Patarasuk & Yuan, JPDC 2009; Thakur et al., IJHPCA 2005). Inside a node,
+a device with a measured collective curve (:class:`~arch_space.perf.device.CollectiveCurve`)
+runs each collective and send at the bus bandwidth measured at its type and size, latency
+included (:func:`measured_link`); across nodes the link's latency and bandwidth hold, but a
+transfer is never faster than the same one inside a node.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
+
 from arch_space.accelerator import Cluster
+from arch_space.perf.device import CollectiveCurve
 
 __all__ = [
     "Link",
@@ -28,6 +35,7 @@ __all__ = [
     "dp_link",
     "p2p_link",
     "boundary_link",
+    "measured_link",
     "p2p_s",
     "allreduce_s",
     "reduce_scatter_s",
@@ -60,20 +68,74 @@ def p2p_link(cluster: Cluster, devices_used: int) -> Link:
     return link(cluster, inter_node=devices_used > cluster.devices_per_node)
 
 
-def boundary_link(cluster: Cluster, devices_used: int, t: int, sequence_parallel: bool) -> Link:
-    """The effective (bandwidth, latency) of one pipeline-boundary message.
+def measured_link(
+    cluster: Cluster,
+    curve: CollectiveCurve | None,
+    inter_node: np.ndarray | bool,
+    nbytes: np.ndarray | float,
+    kind: Literal["all_reduce", "ring", "p2p"],
+    volume: np.ndarray | float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(bandwidth, latency) arrays of a transfer of ``nbytes`` (a collective's full tensor,
+    or one send) of ``kind``: an all-reduce, another ring collective (reduce-scatter,
+    all-gather) or a point-to-point send.
+
+    Inside a node with a measured ``curve`` the bandwidth is the line rate times the measured
+    efficiency at that type and size and the latency is in it (zero); otherwise the link's.
+    Across nodes the bandwidth is lowered, where needed, so that the transfer takes at least
+    as long as inside the node (the measured small-message floor is the collective library's,
+    on any link); ``volume`` is the bytes each device sends per byte of ``nbytes``
+    (``2 (n - 1) / n`` for an all-reduce over ``n``), which that comparison needs.
+    """
+    inter = np.asarray(inter_node, dtype=bool)
+    size = np.asarray(nbytes, dtype=np.float64)
+    intra_bw, intra_lat = link(cluster, inter_node=False)
+    inter_bw, inter_lat = link(cluster, inter_node=True)
+    if curve is None:
+        return np.where(inter, inter_bw, intra_bw), np.where(inter, inter_lat, intra_lat)
+    if kind == "p2p":
+        eff = curve.p2p_efficiency(size)
+    else:
+        eff = curve.efficiency(size, np.full(size.shape, kind == "all_reduce"))
+    sent = np.asarray(volume) * size
+    # the inter-node bandwidth with which latency + sent / bandwidth >= the intra-node time
+    gap = np.maximum(sent / (intra_bw * eff) - inter_lat, 0.0)
+    floor_bw = np.where(gap > 0, sent / np.where(gap > 0, gap, 1.0), np.inf)
+    bw = np.where(inter, np.minimum(inter_bw, floor_bw), intra_bw * eff)
+    return bw, np.where(inter, inter_lat, 0.0)
+
+
+def boundary_link(
+    cluster: Cluster,
+    devices_used: int,
+    t: int,
+    sequence_parallel: bool,
+    curve: CollectiveCurve | None = None,
+    nbytes: float = 0.0,
+) -> Link:
+    """The effective (bandwidth, latency) of one pipeline-boundary message of ``nbytes``.
 
     Without sequence parallelism the ``t`` devices of a stage hold the same activation;
     Megatron-LM sends ``1/t`` of it from each device and all-gathers it in the next stage
     (the scatter/gather optimisation, Narayanan et al. SC21 §4.1), so a message of ``B`` bytes
     takes ``alpha + B / (t bw) + all_gather(B, t)``: affine in ``B``, i.e. a link with
     ``1 / bw_eff = 1 / (t bw) + (t - 1) / (t bw_tp)``. With sequence parallelism the
-    activation is already split and goes as it is.
+    activation is already split and goes as it is. The send and the all-gather run at the
+    rates :func:`measured_link` gives at the sizes of a message of ``nbytes`` (every boundary
+    of a transformer chain carries the same activation).
     """
-    bw, lat = p2p_link(cluster, devices_used)
-    if t <= 1 or sequence_parallel:
+    split = not (t <= 1 or sequence_parallel)
+    send = nbytes / t if split else nbytes
+    bw, lat = (
+        float(x)
+        for x in measured_link(cluster, curve, devices_used > cluster.devices_per_node, send, "p2p")
+    )
+    if not split:
         return bw, lat
-    tp_bw, tp_lat = tp_link(cluster, t)
+    tp_bw, tp_lat = (
+        float(x)
+        for x in measured_link(cluster, curve, t > cluster.devices_per_node, nbytes, "ring")
+    )
     return 1.0 / (1.0 / (t * bw) + (t - 1) / (t * tp_bw)), lat + tp_lat
 
 

@@ -110,7 +110,14 @@ def _prepare(
             "one); use 'auto' or 'dag'"
         )
     chain = la.is_chain if method == "auto" else method == "chain"
-    bw, lat = net.boundary_link(problem.cluster, devices, graph.tp, graph.sequence_parallel)
+    bw, lat = net.boundary_link(
+        problem.cluster,
+        devices,
+        graph.tp,
+        graph.sequence_parallel,
+        problem.collectives,
+        float(la.nbytes.max(initial=0.0)),
+    )
     s_max = _max_stages(problem, graph, devices // graph.cp)
     costs, figures, limits = phaze_costs(
         la,

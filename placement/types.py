@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Literal
 
 from arch_space.accelerator import Cluster
+from arch_space.perf.device import CollectiveCurve
 from phaze.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -235,6 +236,9 @@ class PlacementProblem:
     bucket (:func:`placement.iteration.exposed_reduction_parameters`). ``ep_degrees`` and
     ``cp_degrees`` are the expert- and context-parallel degrees the search may choose from
     (an ``ep`` must divide a graph's experts and ``d``; :mod:`placement.ep_cp`).
+    ``collectives`` is the device's measured collective curve inside a node (None: the
+    cluster's links alone), which prices the data-parallel collectives and the pipeline's
+    sends (:func:`placement.network.measured_link`).
     """
 
     graphs: tuple[StageGraph, ...]
@@ -251,6 +255,7 @@ class PlacementProblem:
     dp_overlap: bool = False
     ep_degrees: tuple[int, ...] = (1,)
     cp_degrees: tuple[int, ...] = (1,)
+    collectives: CollectiveCurve | None = None
 
     def __post_init__(self) -> None:
         problems = []

@@ -30,6 +30,7 @@ from results.compare import (
 from results.display import design_label, fmt_value, unit_of, workload_title
 from results.pareto import Objective, ObjectiveSpec, parse_objectives
 from results.plots import Plot, draw, save_plots, standard_plots
+from results.report_time import time_breakdown_html
 from results.schema import AGGREGATE_WORKLOAD, POINT_COLUMNS
 from results.store import Store, load
 from results.summary import (
@@ -149,6 +150,7 @@ def render_report(
     sections = [
         ("presets", "Searched designs against the presets", _versus_presets(feasible)),
         ("answer", "The answer", _answer(feasible, objectives)),
+        ("time", "Where the time goes", time_breakdown_html(feasible)),
     ]
     if feasible:
         plots = {p.name: p for p in standard_plots(points, objectives=objectives)}

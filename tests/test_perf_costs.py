@@ -21,6 +21,7 @@ from arch_space.perf import (
     op_costs,
 )
 from arch_space.perf.costs import evaluate_ops, op_key
+from arch_space.perf.device import MODELLED
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes
 from arch_space.tech import tech_node
 from phaze.errors import ConfigError
@@ -77,12 +78,15 @@ def _vector(kind, elements, flops_per_element=1, name="v") -> Op:
     )
 
 
+# the op model's own rates: a chip's sustained caps are tested in test_perf_device.py
 def _terms(ops, acc, parallel=True, cluster=CLUSTER, tech=TECH, static_w=STATIC_W):
-    one, every = evaluate_ops([op_key(o) for o in ops], acc, cluster, tech, static_w, SETTINGS)
+    keys = [op_key(o) for o in ops]
+    one, every = evaluate_ops(keys, acc, cluster, tech, static_w, SETTINGS, MODELLED)
     return every if parallel else one
 
 
 def _table(ops, acc, **kw):
+    kw.setdefault("device", MODELLED)
     return op_costs(OpGraph(tuple(ops), ()), acc, CLUSTER, tech=TECH, static_w=STATIC_W, **kw)
 
 

@@ -87,7 +87,7 @@ def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
             pipeline.width_variant(model, setup, t, acc, ctx.cluster, ctx.solver).graph
             for t in widths
         )
-        hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
+        hbm = pipeline.device_hbm(acc, ctx)
         # ZeRO stages 0-1 first; 2-3 only when nothing fits with those
         wider = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
         try:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from arch_space.perf.device import CollectiveCurve
 from phaze.errors import Infeasible
 from placement import (
     Cluster,
@@ -24,6 +25,7 @@ from placement import (
     place,
     solve_reference,
 )
+from placement import network as net
 from placement.fixed import Strategy
 from placement.iteration import exposed_reduction_parameters
 
@@ -205,6 +207,7 @@ def _phaze_brute(problem: PlacementProblem) -> float:
         return netw.intra_node_bandwidth_bytes_per_s, netw.intra_node_latency_s
 
     best = math.inf
+    curve = problem.collectives
     state = problem.state_bytes_per_parameter
     weights = min(2.0, state)
     grads = state - weights - min(12.0, state - weights)  # the optimizer's own: 12 B
@@ -243,7 +246,10 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                 if any(fixed + part / d > problem.hbm_bytes for fixed, part in mems):
                     continue
                 bw, lat = link(d * used > netw.devices_per_node)  # stage boundaries
-                if g.tp > 1:  # scatter over t links, all-gather in the node (SC21 §4.1)
+                if problem.collectives is not None:  # measured rates at the message size
+                    size = max((e.bytes for e in g.edges), default=0.0)
+                    bw, lat = net.boundary_link(netw, d * used, g.tp, False, curve, size)
+                elif g.tp > 1:  # scatter over t links, all-gather in the node (SC21 §4.1)
                     tp_bw, tp_lat = link(g.tp > netw.devices_per_node)
                     bw = 1.0 / (1.0 / (g.tp * bw) + (g.tp - 1) / (g.tp * tp_bw))
                     lat += tp_lat
@@ -256,10 +262,23 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                 # an overlapped reduction leaves only the last bucket of parameters exposed
                 reduced = min(p1, max(40e6, 1e6 * d)) if problem.dp_overlap else p1
                 if d > 1:
-                    b2, l2 = link(g.tp * d > netw.devices_per_node)  # data-parallel ring
-                    rs = l2 + (d - 1) / d * (reduced * problem.gradient_bytes_per_parameter) / b2
-                    ag = l2 + (d - 1) / d * (p1 * 2.0) / b2  # 2-byte weights
-                    ar = (rs + rs - l2, rs + ag, m // d * rs + ag, m // d * (rs + 2 * ag))[zero]
+                    inter = g.tp * d > netw.devices_per_node  # data-parallel ring
+                    share = (d - 1) / d
+                    grad_bytes = reduced * problem.gradient_bytes_per_parameter
+
+                    def ring(nbytes, kind, halves, inter=inter, share=share):
+                        if curve is None:
+                            b2, l2 = link(inter)
+                        else:
+                            b2, l2 = net.measured_link(
+                                netw, curve, inter, nbytes, kind, halves * share
+                            )
+                        return float(l2 + halves * share * nbytes / b2)
+
+                    rs = ring(grad_bytes, "ring", 1.0)
+                    ag = ring(p1 * 2.0, "ring", 1.0)  # 2-byte weights
+                    whole = ring(grad_bytes, "all_reduce", 2.0)
+                    ar = (whole, rs + ag, m // d * rs + ag, m // d * (rs + 2 * ag))[zero]
                 opt = p1 * problem.optimizer_s_per_parameter  # the step after the collectives
                 best = min(best, load * (m // d + p - 1) + ar + opt / (d if zero else 1))
     return best
@@ -362,6 +381,29 @@ def overlapped_problems(draw, max_layers: int, chain: bool):
     )
 
 
+# a measured curve at the toy problems' sizes: a steep small-message floor, then flat
+_CURVE = CollectiveCurve(4.0, (1.0, 4.0, 16.0), (0.5, 1.5, 3.0), 2.5, 2)
+
+
+@st.composite
+def measured_problems(draw, max_layers: int, chain: bool):
+    """Problems on a device with a measured collective curve inside a node."""
+    problem = draw(st.one_of(overlapped_problems(max_layers, chain), problems(max_layers, chain)))
+    return dataclasses.replace(problem, collectives=_CURVE)
+
+
+@settings(max_examples=100)
+@given(measured_problems(max_layers=7, chain=True))
+def test_measured_collectives_match_brute_force_chain(problem):
+    _check_phaze(problem, ("chain", "dag"))
+
+
+@settings(max_examples=60)
+@given(measured_problems(max_layers=5, chain=False))
+def test_measured_collectives_match_brute_force_dag(problem):
+    _check_phaze(problem, ("auto",))
+
+
 @settings(max_examples=100)
 @given(overlapped_problems(max_layers=7, chain=True))
 def test_overlapped_transfers_match_brute_force_chain(problem):
@@ -404,7 +446,13 @@ def _searched(problem: PlacementProblem):
 
 
 @settings(max_examples=60)
-@given(st.one_of(problems(max_layers=7, chain=True), sharded_problems(6, chain=True)))
+@given(
+    st.one_of(
+        problems(max_layers=7, chain=True),
+        sharded_problems(6, chain=True),
+        measured_problems(6, chain=True),
+    )
+)
 def test_fixed_strategy_reproduces_the_searched_placement(problem):
     """Evaluating the DP's own stages as a fixed strategy gives the same time, the same
     named terms and the same memory parts: one iteration model prices both."""

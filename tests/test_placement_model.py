@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from arch_space.perf.device import preset_profile
 from phaze.errors import ConfigError, Infeasible
 from placement import (
     Cluster,
@@ -134,6 +135,33 @@ def test_ring_collectives_closed_forms():
     assert net.all_gather_s(300.0, 4, ln) == net.reduce_scatter_s(300.0, 4, ln)
     assert net.allreduce_s(300.0, 1, ln) == 0.0
     assert net.p2p_s(300.0, ln) == 4.0
+
+
+def test_measured_links_take_the_a100_curve_inside_a_node():
+    curve = preset_profile("a100").intra_node
+    cl = Cluster(devices=64)
+    size = 134217728.0  # a measured point: all-reduce busbw 176.92 GB/s
+    bw, lat = net.measured_link(cl, curve, False, size, "all_reduce")
+    assert float(bw) == pytest.approx(176.92e9) and float(lat) == 0.0
+    # a send of S / 8 bytes is one step of the 8-device ring over S bytes
+    bw, _ = net.measured_link(cl, curve, False, size / 8, "p2p")
+    assert float(bw) == pytest.approx(176.92e9)
+    # without a curve: the cluster's links
+    assert net.measured_link(cl, None, True, size, "ring") == (25e9, 5e-6)
+
+
+@given(st.floats(1.0, 1e11), st.sampled_from(["all_reduce", "ring", "p2p"]))
+def test_across_nodes_is_never_faster_than_inside(nbytes, kind):
+    curve = preset_profile("a100").intra_node
+    cl = Cluster(devices=64)
+    volume = 1.75 if kind == "all_reduce" else 1.0
+    times = [
+        float(lat + volume * nbytes / bw)
+        for bw, lat in (
+            net.measured_link(cl, curve, inter, nbytes, kind, volume) for inter in (False, True)
+        )
+    ]
+    assert times[1] >= times[0] * (1 - 1e-12)
 
 
 def test_links_follow_the_megatron_rank_order():

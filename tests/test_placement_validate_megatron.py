@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from phaze.cli import cli
 from phaze.cli.validate_fit import coordinate_fit, golden_min
+from phaze.cli.validate_heldout import held_out_runs, sc21_flops
 from phaze.cli.validate_megatron_cmd import FIT_MODELS, TABLE5, megatron
 
 
@@ -68,3 +69,35 @@ def test_bad_calibration_file_is_one_error_line(tmp_path, text, message):
     lines = [x for x in r.output.splitlines() if x.startswith("Error:")]
     assert len(lines) == 1 and re.search(message, lines[0]), r.output
     assert "Traceback" not in r.output
+
+
+def test_held_out_runs_are_the_published_data():
+    runs = held_out_runs()
+    assert len(runs) == 17
+    assert all(r.gpus == r.strategy.tp * r.strategy.pp * r.strategy.dp for r in runs)
+    by_case = {r.case: r for r in runs}
+    # SC21 Table 1, 1T: 163 TFLOP/s per GPU on 3072 GPUs; Korthikanti et al. 530B at d = 8
+    one_t = by_case["sc21 T1 1T t8 p64 d6"]
+    assert one_t.measured_s == pytest.approx(sc21_flops("megatron-1t", 3072) / (163e12 * 3072))
+    assert by_case["korthikanti 530B sel+SP t8 p35 d8"].measured_s == 39.15
+    # every row says what its source leaves open, and none is a Table 5 row
+    assert {r.model for r in runs}.isdisjoint({"korthikanti-22b", "korthikanti-1t"})
+    assert all(set(r.assumed) <= {"micro_batch", "virtual_stages", "pp"} for r in runs)
+
+
+def test_sc21_flop_count_is_four_forward_passes_and_three_logit_passes():
+    # full recompute: forward, recomputed forward and a backward of twice the forward's
+    # FLOPs per block (24 B s h^2 + 4 B s^2 h each), three passes of the logits (2 B s h V)
+    b, s, layers, h, v = 3072, 2048, 128, 25600, 51200
+    blocks = 4 * layers * (24 * b * s * h * h + 4 * b * s * s * h)
+    assert sc21_flops("megatron-1t", b) == pytest.approx(blocks + 3 * 2 * b * s * h * v)
+
+
+@pytest.mark.slow
+def test_held_out_rows_are_informative_only():
+    r = CliRunner().invoke(megatron, ["--json", "--held-out"])
+    doc = json.loads(r.output[: r.output.rindex("}") + 1])
+    more = doc["informative"]
+    assert len(more["rows"]) == len(held_out_runs()) and more["tolerance_pct"] is None
+    assert "within_tolerance" not in more
+    assert r.exit_code == (0 if doc["within_tolerance"] else 3), r.output

@@ -6,7 +6,10 @@ other ops, the collective bus bandwidth measured at each message size inside one
 the parameters fitted where no measurement exists (each with its source). A design gets a
 preset's table when it equals the preset in every field the op model reads (its name and HBM
 capacity aside), so the timing copies of a preset that drop those fields keep it; every other
-design runs at its modelled rates (:data:`MODELLED`).
+design that is not a preset gets the ``generic`` table (:func:`generic_profile`): a
+sustained tensor share derived from the measured ones, so that a searched design does not
+run its GEMMs at a peak no measured chip reaches; a preset without a table runs at its
+modelled rates (:data:`MODELLED`).
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ __all__ = [
     "MODELLED",
     "FITTED_NAMES",
     "device_profile",
+    "generic_profile",
     "preset_profile",
     "profile_from_mapping",
 ]
 
 _DATA_FILE: Final = "devices.toml"
+_GENERIC: Final = "generic"
 #: The parameters a preset may have fitted (at most these three, never per case).
 FITTED_NAMES: Final = ("sustained_clock_fraction", "collective_compute_share")
 
@@ -45,30 +50,45 @@ FITTED_NAMES: Final = ("sustained_clock_fraction", "collective_compute_share")
 class CollectiveCurve:
     """Measured ring bus bandwidth by message size on one node's links.
 
-    ``size_bytes`` ascend; ``ring_busbw_bytes_per_s`` caps the collectives other than the
-    all-reduce (in-switch reduction speeds up the all-reduce alone), ``inf`` when it does not.
+    ``size_bytes`` ascend; ``devices`` is the group the curve was measured on;
+    ``ring_busbw_bytes_per_s`` caps the collectives other than the all-reduce (in-switch
+    reduction speeds up the all-reduce alone), ``inf`` when it does not.
     """
 
     line_rate_bytes_per_s: float
     size_bytes: tuple[float, ...]
     busbw_bytes_per_s: tuple[float, ...]
     ring_busbw_bytes_per_s: float = math.inf
+    devices: int = 8
 
     def efficiency(self, nbytes: np.ndarray, all_reduce: np.ndarray) -> np.ndarray:
         """Bus bandwidth over the line rate for collectives of ``nbytes`` (full tensor).
 
         Log-log interpolation between the measured sizes, held at the largest; below the
         smallest size the bandwidth falls with the size so the time stays the smallest's.
+        A larger message never takes less time: each size's time is at least every smaller
+        size's (the measurements are noisy by a few per cent where the curve is steep).
         """
-        logs = np.log(self.size_bytes)
-        logbw = np.log(self.busbw_bytes_per_s)
+        sizes = np.asarray(self.size_bytes)
+        times = np.maximum.accumulate(sizes / np.asarray(self.busbw_bytes_per_s))
+        logs = np.log(sizes)
+        logbw = np.log(sizes / times)
         s = np.maximum(nbytes, 1.0)
         bw = np.exp(np.interp(np.log(s), logs, logbw))
-        bw = np.where(
-            s < self.size_bytes[0], self.busbw_bytes_per_s[0] * s / self.size_bytes[0], bw
-        )
+        bw = np.where(s < sizes[0], s / times[0], bw)
         bw = np.where(all_reduce, bw, np.minimum(bw, self.ring_busbw_bytes_per_s))
         return bw / self.line_rate_bytes_per_s
+
+    def p2p_efficiency(self, nbytes: np.ndarray) -> np.ndarray:
+        """Bandwidth over the line rate of one point-to-point send of ``nbytes``.
+
+        A ring collective of ``S`` bytes over ``n`` devices is ``n - 1`` (or ``2 (n - 1)``)
+        steps in which each device sends an ``S / n`` chunk to its neighbour, and its bus
+        bandwidth is the rate of one such send; so a send of ``B`` bytes runs at the ring
+        bus bandwidth of the measured collective of ``devices * B`` bytes.
+        """
+        b = np.asarray(nbytes, dtype=np.float64)
+        return self.efficiency(self.devices * b, np.zeros(b.shape, dtype=bool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +144,12 @@ def _curve(data: Mapping[str, Any], owner: str, problems: list[str]) -> Collecti
     bws = data.get("busbw_bytes_per_s", ())
     line = data.get("line_rate_bytes_per_s")
     ring = data.get("ring_busbw_bytes_per_s", math.inf)
+    devices = data.get("devices")
+    if not (isinstance(devices, int) and not isinstance(devices, bool) and devices >= 2):
+        problems.append(
+            f"{owner}.intra_node: devices = {devices!r} must be the integer >= 2 of devices "
+            "the curve was measured on"
+        )
     ok = (
         len(sizes) == len(bws) >= 2
         and all(_number(x) and x > 0 for x in (*sizes, *bws))
@@ -140,7 +166,7 @@ def _curve(data: Mapping[str, Any], owner: str, problems: list[str]) -> Collecti
     if problems:
         return None
     return CollectiveCurve(
-        float(line), tuple(map(float, sizes)), tuple(map(float, bws)), float(ring)
+        float(line), tuple(map(float, sizes)), tuple(map(float, bws)), float(ring), int(devices)
     )
 
 
@@ -182,8 +208,24 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
 
 
 @cache
+def generic_profile() -> DeviceProfile:
+    """The shipped profile of a design without measurements (``[generic]``): measured
+    shares only, nothing fitted to one chip's runs."""
+    table = shipped_toml(_DATA_FILE)[_GENERIC]
+    profile = profile_from_mapping(_GENERIC, table, f"{_DATA_FILE} [{_GENERIC}]")
+    if profile.fitted:
+        raise ConfigError(
+            f"{_DATA_FILE} [{_GENERIC}]: fits {', '.join(profile.fitted)}; a design without "
+            "measurements takes no parameter fitted to one chip's runs"
+        )
+    return profile
+
+
+@cache
 def preset_profile(name: str) -> DeviceProfile:
-    """The shipped profile of preset ``name`` (:data:`MODELLED` for a preset without one)."""
+    """The shipped profile of preset ``name`` (:data:`MODELLED` for a preset without one: the
+    per-MAC energies of ``tech.toml`` are fitted to TPU v4's board power at its modelled
+    rates, so a preset keeps them until it has a measurement)."""
     if name not in preset_names():
         raise unknown_name("accelerator preset", name, preset_names())
     data = shipped_toml(_DATA_FILE)
@@ -199,9 +241,9 @@ def _op_model_fields(acc: Accelerator) -> Accelerator:
 @lru_cache(maxsize=256)
 def device_profile(acc: Accelerator) -> DeviceProfile:
     """The profile of the preset ``acc`` equals in every field the op model reads, else
-    :data:`MODELLED`."""
+    :func:`generic_profile`."""
     mine = _op_model_fields(acc)
     for name in preset_names():
         if _op_model_fields(preset(name)) == mine:
             return preset_profile(name)
-    return MODELLED
+    return generic_profile()

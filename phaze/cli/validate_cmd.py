@@ -55,52 +55,74 @@ def report_validation(
     unit: str,
     tolerance_pct: float,
     as_json: bool,
+    informative: tuple[str, Sequence[ValidationRow]] | None = None,
 ) -> None:
-    """Print ``rows`` (case, measured, predicted, % error) with the mean and max |error|.
+    """Print ``rows`` (case, measured, predicted, % error) with the mean and max |error|,
+    then the ``informative`` (title, rows), which have no tolerance (in JSON: its
+    ``informative`` key).
 
     Raises
     ------
     NoFeasiblePoint
-        (exit status 3) if any |error| exceeds ``tolerance_pct``; the report is printed first.
+        (exit status 3) if any of ``rows`` has an |error| over ``tolerance_pct``; the report
+        is printed first.
     """
-    errors = [abs(r.error_pct) for r in rows]
-    mean_pct = math.fsum(errors) / len(errors) if errors else 0.0
-    max_pct = max(errors, default=0.0)
+    doc = _summary(title, rows, unit, tolerance_pct)
     outside = [r.case for r in rows if abs(r.error_pct) > tolerance_pct]
+    more = _summary(informative[0], informative[1], unit, None) if informative else None
     if as_json:
-        echo_json(
-            {
-                "title": title,
-                "unit": unit,
-                "tolerance_pct": tolerance_pct,
-                "rows": [r.record() for r in rows],
-                "mean_abs_error_pct": mean_pct,
-                "max_abs_error_pct": max_pct,
-                "within_tolerance": not outside,
-            }
-        )
+        echo_json(doc if more is None else {**doc, "informative": more})
     else:
-        sources = list(dict.fromkeys(r.source for r in rows))
-        body = [
-            (
-                r.case,
-                fmt_quantity(r.measured, unit, digits=4),
-                fmt_quantity(r.predicted, unit, digits=4),
-                f"{r.error_pct:+.1f}",
-                f"[{sources.index(r.source) + 1}]",
-            )
-            for r in rows
-        ]
-        click.echo(f"{title} (tolerance ±{tolerance_pct:g}%)")
-        click.echo(table(body, ["case", "measured", "predicted", "error %", "source"]))
-        click.echo(f"mean |error| {mean_pct:.1f}%, max |error| {max_pct:.1f}%")
-        for i, s in enumerate(sources, 1):
-            click.echo(f"[{i}] {s}")
+        _print(doc, rows, unit)
+        if more is not None:
+            click.echo("")
+            _print(more, informative[1], unit)
+    max_pct = doc["max_abs_error_pct"]
     if outside:
         raise NoFeasiblePoint(
             f"validation outside ±{tolerance_pct:g}%: {', '.join(outside)} "
             f"(max |error| {max_pct:.1f}%)"
         )
+
+
+def _summary(
+    title: str, rows: Sequence[ValidationRow], unit: str, tolerance_pct: float | None
+) -> dict:
+    errors = [abs(r.error_pct) for r in rows]
+    doc = {
+        "title": title,
+        "unit": unit,
+        "tolerance_pct": tolerance_pct,
+        "rows": [r.record() for r in rows],
+        "mean_abs_error_pct": math.fsum(errors) / len(errors) if errors else 0.0,
+        "max_abs_error_pct": max(errors, default=0.0),
+    }
+    if tolerance_pct is not None:
+        doc["within_tolerance"] = all(e <= tolerance_pct for e in errors)
+    return doc
+
+
+def _print(doc: dict, rows: Sequence[ValidationRow], unit: str) -> None:
+    sources = list(dict.fromkeys(r.source for r in rows))
+    body = [
+        (
+            r.case,
+            fmt_quantity(r.measured, unit, digits=4),
+            fmt_quantity(r.predicted, unit, digits=4),
+            f"{r.error_pct:+.1f}",
+            f"[{sources.index(r.source) + 1}]",
+        )
+        for r in rows
+    ]
+    tol = doc["tolerance_pct"]
+    click.echo(doc["title"] + (f" (tolerance ±{tol:g}%)" if tol is not None else ""))
+    click.echo(table(body, ["case", "measured", "predicted", "error %", "source"]))
+    click.echo(
+        f"mean |error| {doc['mean_abs_error_pct']:.1f}%, "
+        f"max |error| {doc['max_abs_error_pct']:.1f}%"
+    )
+    for i, s in enumerate(sources, 1):
+        click.echo(f"[{i}] {s}")
 
 
 @click.group()

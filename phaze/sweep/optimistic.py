@@ -27,7 +27,15 @@ from arch_space import (
 )
 from arch_space.area import mac_pj
 from phaze.lower_bounds import pass_bound_s
-from phaze.pipeline import Context, Knobs, timing_design, tp_widths, training_setup, width_fits
+from phaze.pipeline import (
+    Context,
+    Knobs,
+    device_hbm,
+    timing_design,
+    tp_widths,
+    training_setup,
+    width_fits,
+)
 from phaze.scoring import score_point
 from placement.iteration import IterationEnergy
 from workloads import Model, TrainingSetup, build_layer_graph, model_flops_per_sequence
@@ -198,7 +206,7 @@ def iteration_lower_bound_s(
     Recomputation, boundary transfers, bubbles and all-reduces only add to it.
     """
     timing_acc = timing_design(acc)
-    hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
+    hbm = device_hbm(acc, ctx)
     best = math.inf
     for k in knobs:
         setup = training_setup(model, ctx, k)

@@ -55,7 +55,8 @@ def design_columns(acc: Accelerator) -> Mapping[str, Any]:
 
 
 def placement_summary(pl: Placement) -> str:
-    """The placement as compact JSON text (degrees, knobs and each stage's layer range)."""
+    """The placement as compact JSON text (degrees, knobs, where the iteration's time goes
+    and each stage's layer range)."""
     return json.dumps(
         {
             "tp": pl.tp,
@@ -70,6 +71,7 @@ def placement_summary(pl: Placement) -> str:
             "cp": pl.cp,
             "devices_used": pl.devices_used,
             "bubble_fraction": pl.bubble_fraction,
+            "time_s": pl.breakdown.terms(),
             "stages": [
                 {
                     "layers": [min(s.layers), max(s.layers)],

@@ -1,0 +1,88 @@
+"""The report's time section: where one iteration's time goes, for the fastest designs.
+
+The terms are those of :class:`placement.iteration.IterationTime`, which a sweep stores in
+each point's placement summary (``time_s``); they sum to the iteration time.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final
+
+from results.display import design_label, knob_label, workload_title
+from results.summary import by_workload
+from results.units import fmt_percent, fmt_time
+
+__all__ = ["TIME_TERMS", "time_terms", "time_breakdown_html"]
+
+#: The terms of one iteration's time (placement.iteration.IterationTime), in its order.
+TIME_TERMS: Final = MappingProxyType(
+    {
+        "compute_s": "compute",
+        "recompute_s": "recompute",
+        "tp_comm_exposed_s": "TP comm.",
+        "pp_comm_exposed_s": "PP comm.",
+        "bubble_s": "bubble",
+        "dp_comm_exposed_s": "DP comm.",
+        "optimizer_s": "optimizer",
+    }
+)
+
+
+def time_terms(p: Mapping[str, Any]) -> Mapping[str, float] | None:
+    """The stored time terms of point ``p`` (None for a point stored without them)."""
+    try:
+        terms = json.loads(p.get("placement") or "")["time_s"]
+    except (TypeError, ValueError, KeyError):
+        return None
+    return terms if isinstance(terms, dict) else None
+
+
+def time_breakdown_html(feasible: Sequence[Mapping[str, Any]], top: int = 3) -> str:
+    """The iteration time of the ``top`` fastest designs of each workload, term by term."""
+    out = [
+        f"<p>One iteration of the {top} fastest designs per workload (by tokens/s, each at "
+        "its fastest micro-batch and recompute mode), split "
+        "into the terms of the iteration model: compute, recomputation, the exposed tensor-, "
+        "pipeline- and data-parallel communication, the pipeline bubble and the optimizer "
+        "step. The terms sum to the iteration time; each cell gives the share of it.</p>"
+    ]
+    head = "".join(
+        f"<th>{html.escape(h)}</th>"
+        for h in ("design", "knobs and placement", "iteration", *TIME_TERMS.values())
+    )
+    shown = 0
+    for w, pts in by_workload(feasible).items():
+        best: dict[Any, Mapping[str, Any]] = {}  # each design at its fastest point
+        for p in sorted(
+            (p for p in pts if p.get("tokens_per_s") and time_terms(p) is not None),
+            key=lambda p: (-p["tokens_per_s"], str(p.get("key"))),
+        ):
+            best.setdefault(p.get("design_id"), p)
+        ranked = list(best.values())[:top]
+        if not ranked:
+            continue
+        rows = ""
+        for p in ranked:
+            terms = time_terms(p) or {}
+            total = p.get("iteration_s") or sum(terms.values())
+            cells = "".join(
+                f'<td class="num">{html.escape(fmt_time(terms.get(k, 0.0)))}<br>'
+                f'<span class="muted">{html.escape(fmt_percent(terms.get(k, 0.0) / total))}'
+                "</span></td>"
+                for k in TIME_TERMS
+            )
+            rows += (
+                f"<tr><td>{html.escape(design_label(p))}</td>"
+                f"<td>{html.escape(knob_label(p))}</td>"
+                f'<td class="num">{html.escape(fmt_time(total))}</td>{cells}</tr>'
+            )
+        shown += 1
+        out.append(f"<h3>{html.escape(workload_title(w))}</h3>")
+        out.append(f'<div class="scroll"><table><tr>{head}</tr>{rows}</table></div>')
+    if not shown:
+        return "<p>No point of this store records its time terms (stored before they were).</p>"
+    return "".join(out)
