@@ -32,6 +32,7 @@ from placement import (
     place,
 )
 from placement.adapt import stage_graph
+from placement.interleave import best_interleaved
 from placement.iteration import EnergyRates, iteration_energy
 from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
@@ -427,7 +428,9 @@ def evaluate(
     Layer schedules are the costly step, so without a ``strategy`` only the widths whose
     placement fits the HBM are scheduled (:func:`width_fits`), and a narrower width only when its
     lower-bound placement could beat the best so far (:func:`_best_widths`). Both are exact:
-    the result is that of scheduling every width and searching them all at once.
+    the result is that of scheduling every width and searching them all at once. Megatron's
+    interleaved layouts (``v >= 2``) of the widths kept then compete with that placement
+    (:func:`placement.interleave.best_interleaved`).
     """
     setup = training_setup(model, ctx, knobs)
     if ctx.global_batch % knobs.micro_batch:
@@ -464,6 +467,11 @@ def evaluate(
             variants, placement = _best_widths(model, setup, fitting, hbm, timing_acc, ctx)
         except Infeasible as e:
             return Evaluation(workload, acc, knobs, None, None, e.reason)
+        graphs = tuple(v.graph for v in variants.values())
+        placement = (
+            best_interleaved(_problem(graphs, hbm, ctx, setup), placement.time_per_batch_s)
+            or placement
+        )
     else:
         # left open, sequence parallelism is what the search uses: on when t > 1
         open_sp = "sequence_parallel" in strategy.unset
