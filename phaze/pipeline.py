@@ -62,6 +62,7 @@ __all__ = [
     "placement_problem",
     "width_fits",
     "evaluate",
+    "time_lower_bound_s",
 ]
 
 logger = logging.getLogger(__name__)
@@ -526,3 +527,28 @@ def evaluate(
         pass_timings=variants[placement.tp].passes,
         defaults=defaults,
     )
+
+
+def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Knobs, ctx: Context) -> float:
+    """A lower bound on the time per batch :func:`evaluate` finds at ``knobs`` (inf when
+    nothing can fit), with no layer schedule: the search, interleaving included, over the
+    lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
+    stage ``ctx`` allows. Placement time never falls when layer times rise."""
+    setup = _setup(model, ctx, knobs)
+    if ctx.global_batch % knobs.micro_batch:
+        return float("inf")
+    timing_acc = timing_design(acc)
+    graphs = tuple(
+        bound_graph(model, setup, t, timing_acc, ctx.cluster, ctx.device)
+        for t in tp_widths(model, ctx)
+    )
+    if not graphs:
+        return float("inf")
+    every = dataclasses.replace(ctx, zero_stages=ctx.zero_stages + ctx.zero_fallback)
+    problem = _problem(graphs, (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s), every, setup)
+    try:
+        best = place(problem).time_per_batch_s
+    except Infeasible:
+        return float("inf")
+    interleaved = best_interleaved(problem, best)
+    return best if interleaved is None else interleaved.time_per_batch_s

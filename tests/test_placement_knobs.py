@@ -4,6 +4,7 @@ brute force over the knob grid on small instances."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -11,14 +12,17 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from arch_space import Cluster
+from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
 from phaze.errors import ConfigError, Infeasible
+from phaze.knob_search import evaluate_best_knobs
+from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
 from placement import PlacementProblem, Strategy, evaluate_fixed, place
 from placement.dp import candidate_degrees
 from placement.interleave import best_interleaved
 from placement.synthetic import GptShape, gpt_stage_graph
+from workloads import resolve_model
 
 _FLOPS = 1e14
 
@@ -159,3 +163,33 @@ def test_a_bad_zero_list_names_key_value_and_what_is_allowed(value):
         sweep_config_from_mapping({"sweep": {"zero": value}})
     text = str(e.value)
     assert "zero = " in text and repr(value) in text and "0, 1, 2, 3" in text
+
+
+@pytest.mark.parametrize(("devices", "hbm_gib"), [(4, 32.0), (8, 1.0)])
+def test_open_knobs_find_the_best_evaluation_of_the_grid(devices, hbm_gib):
+    """Micro-batch and recompute left open: the evaluation of the fastest pair of the grid
+    (each pair evaluated alone), never one whose bound the search skipped wrongly."""
+    acc = dataclasses.replace(preset("tpuv4"), hbm_bytes=int(hbm_gib * 2**30))
+    ctx = Context(cluster=Cluster(devices=devices, devices_per_node=4), seq_len=256, global_batch=8)
+    model = resolve_model("gpt3-125m")
+    grid = [Knobs(mb, rc) for mb in (1, 2, 4, 8) for rc in ("none", "selective", "full")]
+    alone = [evaluate("gpt3-125m", model, acc, k, ctx) for k in grid]
+    times = [ev.placement.time_per_batch_s for ev in alone if ev.feasible]
+    for k in grid:
+        assert time_lower_bound_s(model, acc, k, ctx) <= min(
+            (ev.placement.time_per_batch_s for ev in alone if ev.knobs == k and ev.feasible),
+            default=math.inf,
+        )
+    best = evaluate_best_knobs("gpt3-125m", model, acc, ctx)
+    assert best.feasible == bool(times)
+    if times:
+        assert best.placement.time_per_batch_s == min(times)
+        assert 8 % (best.placement.dp * best.placement.micro_batch) == 0
+
+
+def test_open_knobs_need_a_micro_batch_that_divides_the_batch():
+    ctx = Context(cluster=Cluster(devices=4), global_batch=6)
+    with pytest.raises(ConfigError, match=r"micro_batches = \[4, 8\]: none divides"):
+        evaluate_best_knobs(
+            "gpt3-125m", resolve_model("gpt3-125m"), preset("tpuv4"), ctx, micro_batches=(4, 8)
+        )
