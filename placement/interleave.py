@@ -6,7 +6,8 @@ the bubble to ``(p - 1) / v`` micro-batches (Narayanan et al. SC21 §2.2); it on
 Megatron's even split (:func:`placement.fixed.megatron_chunks`), so the candidates are the
 layouts Megatron-LM accepts: ``p * v`` divides the blocks, each pipeline's micro-batches are
 a multiple of ``p``, ``d`` divides the micro-batches (so ``d * mbs`` divides the global
-batch), on every graph variant and ZeRO stage of the problem.
+batch), on every graph variant and ZeRO stage of the problem, without expert or context
+parallelism (``ep = cp = 1``).
 
 Each candidate's rank loads and first-rank parameters come from prefix sums, which price it
 as :func:`placement.fixed.evaluate_fixed` does without its memory test; candidates are
@@ -59,7 +60,7 @@ def _candidates(problem: PlacementProblem, limit_s: float) -> list[tuple[float, 
     keyed: list[tuple[tuple, int]] = []
     devices = problem.cluster.devices
     for gi, g in enumerate(problem.graphs):
-        if not g.is_chain or problem.global_batch % g.micro_batch:
+        if not g.is_chain or problem.global_batch % g.micro_batch or (g.ep, g.cp) != (1, 1):
             continue
         blocks = sum(x.kind == "block" for x in g.layers)
         m = problem.global_batch // g.micro_batch

@@ -128,6 +128,10 @@ def _prepare(
     # the fewest parameters a first stage (the one holding the graph's sources) can have
     firsts = (costs.outer == costs.full) & np.isfinite(costs.load_last)
     first = float(costs.params[firsts].min(initial=np.inf)) if firsts.any() else 0.0
+    # what ZeRO shards over d (placement.iteration.stage_memory), over cp as well
+    shards = float(
+        sum(sharded_parameters(x.parameters, x.expert_parameters, graph.ep) for x in graph.layers)
+    )
     out = []
     for limit in limits:
         tail = tail_fn(problem, graph.tp, limit.zero, m, cp=graph.cp)
@@ -140,10 +144,12 @@ def _prepare(
             tail=tail,
             max_s_at=limit.max_s_at,
             bound=_time_bound(
-                problem, graph, la, limit.zero, s_max, devices // graph.cp, tail, first
+                problem, graph, la, shards, limit.zero, s_max, devices // graph.cp, tail, first
             ),
             d_multiple=graph.ep,
-            sharper=_prefix_bound(problem, graph, la, limit.zero, s_max, devices // graph.cp, tail)
+            sharper=_prefix_bound(
+                problem, graph, la, shards, limit.zero, s_max, devices // graph.cp, tail
+            )
             if la.is_chain
             else None,
         )
@@ -155,6 +161,7 @@ def _time_bound(
     problem: PlacementProblem,
     graph: StageGraph,
     la: LayerArrays,
+    shards: float,
     zero: int,
     s_max: int,
     devices: int,
@@ -168,7 +175,8 @@ def _time_bound(
     tensor-parallel layer takes one device) and at least the stages whose memory holds
     every parameter's state; the tail is at least that of a first stage holding what the
     other ``s - 1`` stages cannot (each holds at most a device's memory of state), and at
-    least ``first_params``, the fewest parameters any first stage has.
+    least ``first_params``, the fewest parameters any first stage has. ``shards`` counts the
+    parameters whose state ZeRO shards over ``d * cp``.
     """
     work = la.fwd + la.bwd + la.rec
     total, largest = float(work.sum()), float(work.max())
@@ -178,15 +186,7 @@ def _time_bound(
         problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
     )
     params = float(la.params.sum())
-    shards = (
-        float(
-            sum(
-                sharded_parameters(x.parameters, x.expert_parameters, graph.ep)
-                for x in graph.layers
-            )
-        )
-        / graph.cp
-    )  # what ZeRO shards over d (placement.iteration.stage_memory)
+    shards = shards / graph.cp  # what ZeRO shards over d
 
     stages = np.arange(1, s_max + 1)[None, :]
     load = np.maximum(total / stages, largest)
@@ -211,6 +211,7 @@ def _prefix_bound(
     problem: PlacementProblem,
     graph: StageGraph,
     la: LayerArrays,
+    shards: float,
     zero: int,
     s_max: int,
     devices: int,
@@ -222,21 +223,19 @@ def _prefix_bound(
     is at least the prefix's work and at least the rest's work over ``s - 1``, while the
     tail grows with the prefix's parameters, so each prefix is priced with both. Each of the
     other ``s - 1`` stages holds a layer at least and at most a device's memory of state.
+    Its figures are only computed when it is called (most tasks never need it).
     """
-    work = np.cumsum(la.fwd + la.bwd + la.rec)
-    total, largest = float(work[-1]), float((la.fwd + la.bwd + la.rec).max())
-    held = np.cumsum(la.params)  # parameters of prefix [0, j) at index j - 1
-    n, t, m = work.size, graph.tp, problem.global_batch // graph.micro_batch
-    n_one = int((~la.tp).sum()) if t > 1 else 0
-    replicated, sharded, _ = zero_state(
-        problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
-    )
-    shards = sum(
-        sharded_parameters(x.parameters, x.expert_parameters, graph.ep) for x in graph.layers
-    )  # over cp as well: what ZeRO shards over d (placement.iteration.stage_memory)
-    j = np.arange(1, n + 1)[None, :]
 
     def bound(ds: np.ndarray) -> np.ndarray:
+        work = np.cumsum(la.fwd + la.bwd + la.rec)
+        total, largest = float(work[-1]), float((la.fwd + la.bwd + la.rec).max())
+        held = np.cumsum(la.params)  # parameters of prefix [0, j) at index j - 1
+        n, t, m = work.size, graph.tp, problem.global_batch // graph.micro_batch
+        n_one = int((~la.tp).sum()) if t > 1 else 0
+        replicated, sharded, _ = zero_state(
+            problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
+        )
+        j = np.arange(1, n + 1)[None, :]
         per = devices // ds
         s_hi = np.minimum(s_max, np.where(per <= n_one, per, n_one + (per - n_one) // t))
         state = replicated + sharded / (ds * graph.cp)  # the least bytes of a parameter
