@@ -160,10 +160,11 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
     Batching the grids of all tensor-parallel widths into one array makes each of the ``s``
     steps one set of numpy calls for all of them. A task whose memory depends on ``d`` runs
     once per memory table (the degrees sharing it together), degrees of all tasks in order
-    of their lower bounds (:attr:`DpTask.bound`), skipping a degree whose bound exceeds the
-    task's best so far; with ``prune``, the best of all tasks so far (then only the overall best is
-    exact: a task may get None or a slower solution). Ties go to the smaller ``d``, then
-    fewer stages.
+    of their lower bounds (:attr:`DpTask.bound`, raised for the degrees it leaves by
+    :attr:`DpTask.sharper`, then by one relaxed DP per graph, :func:`_relaxed_bounds`),
+    skipping a degree whose bound exceeds the task's best so far; with ``prune``, the best of
+    all tasks so far (then only the overall best is exact: a task may get None or a slower
+    solution). Ties go to the smaller ``d``, then fewer stages.
     """
     parts: list[tuple[int, DpTask, np.ndarray]] = []
     items: list[tuple[float, int, int]] = []  # (bound, task, degree) of d-dependent memory
