@@ -6,8 +6,9 @@ the bubble to ``(p - 1) / v`` micro-batches (Narayanan et al. SC21 §2.2); it on
 Megatron's even split (:func:`placement.fixed.megatron_chunks`), so the candidates are the
 layouts Megatron-LM accepts: ``p * v`` divides the blocks, each pipeline's micro-batches are
 a multiple of ``p``, ``d`` divides the micro-batches (so ``d * mbs`` divides the global
-batch), on every graph variant and ZeRO stage of the problem, without expert or context
-parallelism (``ep = cp = 1``).
+batch), on every graph variant and ZeRO stage of the problem. Only problems without expert
+or context parallelism to search (``ep_degrees`` and ``cp_degrees`` both ``(1,)``) get
+interleaved layouts, so that they never compete with a search narrower than the DP's.
 
 Each candidate's rank loads and first-rank parameters come from prefix sums, which price it
 as :func:`placement.fixed.evaluate_fixed` does without its memory test; candidates are
@@ -57,6 +58,8 @@ def _candidates(problem: PlacementProblem, limit_s: float) -> list[tuple[float, 
     """The interleaved layouts whose time before the memory test is under ``limit_s``,
     fastest first. A (graph, p, v) whose pipeline alone, with perfectly balanced ranks and
     the most replicas, reaches ``limit_s`` is skipped before its chunks are priced."""
+    if (problem.ep_degrees, problem.cp_degrees) != ((1,), (1,)):
+        return []  # its layouts would leave out the expert and context parallelism searched
     keyed: list[tuple[tuple, int]] = []
     devices = problem.cluster.devices
     for gi, g in enumerate(problem.graphs):
