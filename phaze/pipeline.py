@@ -470,7 +470,7 @@ def evaluate(
             return Evaluation(workload, acc, knobs, None, None, e.reason)
         graphs = tuple(v.graph for v in variants.values())
         placement = (
-            best_interleaved(_problem(graphs, hbm, ctx, setup), placement.time_per_batch_s)
+            best_interleaved(placement_problem(graphs, hbm, ctx, setup), placement.time_per_batch_s)
             or placement
         )
     else:
@@ -534,7 +534,7 @@ def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Knobs, ctx: Contex
     nothing can fit), with no layer schedule: the search, interleaving included, over the
     lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
     stage ``ctx`` allows. Placement time never falls when layer times rise."""
-    setup = _setup(model, ctx, knobs)
+    setup = training_setup(model, ctx, knobs)
     if ctx.global_batch % knobs.micro_batch:
         return float("inf")
     timing_acc = timing_design(acc)
@@ -545,7 +545,8 @@ def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Knobs, ctx: Contex
     if not graphs:
         return float("inf")
     every = dataclasses.replace(ctx, zero_stages=ctx.zero_stages + ctx.zero_fallback)
-    problem = _problem(graphs, (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s), every, setup)
+    hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
+    problem = placement_problem(graphs, hbm, every, setup)
     try:
         best = place(problem).time_per_batch_s
     except Infeasible:
