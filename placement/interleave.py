@@ -18,6 +18,7 @@ one evaluation per layout that would win on time, whatever the grid's size.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -39,28 +40,59 @@ def _divisors(n: int) -> list[int]:
 
 def best_interleaved(problem: PlacementProblem, incumbent_s: float) -> Placement | None:
     """The fastest interleaved layout that fits and beats ``incumbent_s`` seconds per batch
-    (None when none does). Ties go to the smaller t, p, d, v, then ZeRO stage."""
-    best: Placement | None = None
-    for price, s in _candidates(problem, incumbent_s):
-        limit = incumbent_s if best is None else best.time_per_batch_s
-        if price >= limit:
-            break
-        try:
-            pl = evaluate_fixed(problem, s)
-        except Infeasible:
-            continue
-        if pl.time_per_batch_s < limit:
-            best = pl
-    return best
+    (None when none does).
+
+    Best first: each (graph, p, v) has a bound (its compute alone, at its most replicas), and
+    is priced only when that bound is below both the incumbent and every layout priced so
+    far; the cheapest priced layout is evaluated once no unpriced one can undercut it, so the
+    first that fits is the answer. Ties go to the layout priced first, then the smaller t,
+    p, d, v and ZeRO stage."""
+    groups = _groups(problem, incumbent_s)
+    heap: list[tuple[tuple, int]] = []
+    k = 0
+    while True:
+        bound = groups[k][0] if k < len(groups) else math.inf
+        if heap and heap[0][0][0] <= bound:
+            key, gi = heapq.heappop(heap)
+            if key[0] >= incumbent_s:
+                return None
+            try:  # its price is its time, below every layout left: it wins if it fits
+                pl = evaluate_fixed(problem, _strategy(problem.graphs[gi], key))
+            except Infeasible:
+                continue
+            return pl if pl.time_per_batch_s < incumbent_s else None
+        if bound >= incumbent_s:
+            return None
+        _, gi, sums, p, v, ds = groups[k]
+        k += 1
+        g = problem.graphs[gi]
+        m = problem.global_batch // g.micro_batch
+        for key in _priced(problem, g, sums, p, v, m, ds, incumbent_s):
+            if key[0] < incumbent_s:
+                heapq.heappush(heap, (key, gi))
 
 
-def _candidates(problem: PlacementProblem, limit_s: float) -> list[tuple[float, Strategy]]:
-    """The interleaved layouts whose time before the memory test is under ``limit_s``,
-    fastest first. A (graph, p, v) whose pipeline alone, with perfectly balanced ranks and
-    the most replicas, reaches ``limit_s`` is skipped before its chunks are priced."""
+def _strategy(g: StageGraph, key: tuple[float, int, int, int, int, int]) -> Strategy:
+    _, t, p, d, v, z = key
+    return Strategy(
+        tp=t,
+        pp=p,
+        dp=d,
+        micro_batch=g.micro_batch,
+        virtual_stages=v,
+        recompute=g.recompute,
+        sequence_parallel=g.sequence_parallel,
+        zero=z,
+    )
+
+
+def _groups(problem: PlacementProblem, limit_s: float) -> list[tuple]:
+    """(bound, graph index, prefix sums, p, v, degrees) of every (graph, p, v) Megatron
+    accepts whose bound is under ``limit_s``, lowest bound first; the bound is the time of
+    its slowest rank's compute alone at its most replicas (no messages, no tail)."""
     if (problem.ep_degrees, problem.cp_degrees) != ((1,), (1,)):
         return []  # its layouts would leave out the expert and context parallelism searched
-    keyed: list[tuple[tuple, int]] = []
+    out = []
     devices = problem.cluster.devices
     for gi, g in enumerate(problem.graphs):
         if not g.is_chain or problem.global_batch % g.micro_batch or (g.ep, g.cp) != (1, 1):
@@ -77,26 +109,12 @@ def _candidates(problem: PlacementProblem, limit_s: float) -> list[tuple[float, 
                 ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
                 if ds.size == 0 or sums.total / p * (m // ds[-1] + (p - 1) / v) >= limit_s:
                     continue
-                keyed += [
-                    (k, gi)
-                    for k in _priced(problem, g, sums, p, v, m, ds, limit_s)
-                    if k[0] < limit_s
-                ]
-    keyed.sort()
-    out = []
-    for (price, t, p, d, v, z), gi in keyed:
-        g = problem.graphs[gi]
-        s = Strategy(
-            tp=t,
-            pp=p,
-            dp=d,
-            micro_batch=g.micro_batch,
-            virtual_stages=v,
-            recompute=g.recompute,
-            sequence_parallel=g.sequence_parallel,
-            zero=z,
-        )
-        out.append((price, s))
+                lo, hi = sums.chunks(p * v)
+                slowest = (sums.work[hi] - sums.work[lo]).reshape(v, p).sum(axis=0).max()
+                bound = float(slowest * (m // ds[-1] + (p - 1) / v))
+                if bound < limit_s:
+                    out.append((bound, gi, sums, p, v, ds))
+    out.sort(key=lambda x: x[:2] + x[3:5])
     return out
 
 
