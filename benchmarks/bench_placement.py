@@ -2,7 +2,8 @@
 
 Prints the chain fast path's and the general downset DP's times for one placement (the
 whole search over t in {1, 2, 4, 8}) and checks that both give the same answer; then the
-chain path's time when the search also chooses the ZeRO stage (memory depending on d). The graph
+chain path's time when the search also chooses the ZeRO stage (memory depending on d), and
+with Megatron's interleaved layouts (v >= 2) competing with the DP's best. The graph
 is synthesised from closed forms (placement.synthetic). The README's Speed table states the
 target and the figures measured.
 
@@ -17,6 +18,7 @@ import time
 import numpy as np
 
 from placement import Cluster, PlacementProblem, place
+from placement.interleave import best_interleaved
 from placement.synthetic import GPT3_175B, gpt_stage_graph
 
 # source: NVIDIA A100 datasheet, 312 TFLOP/s dense bf16; 50% sustained is a setting here.
@@ -75,6 +77,17 @@ def main() -> None:
     print(
         f"chain, ZeRO 0-3 : {t_zero * 1e3:8.1f} ms per placement; best: t={zero.tp} "
         f"p={zero.pp} d={zero.dp} zero={zero.zero} time/batch {zero.time_per_batch_s:.3f} s"
+    )
+
+    def every_knob():
+        best = place(sharded, method="chain")
+        return best_interleaved(sharded, best.time_per_batch_s) or best
+
+    t_knobs, knobs = _time(every_knob, max(1, args.repeat // 4))
+    print(
+        f"+ interleaving   : {t_knobs * 1e3:8.1f} ms per placement; best: t={knobs.tp} "
+        f"p={knobs.pp} d={knobs.dp} v={knobs.virtual_stages} zero={knobs.zero} "
+        f"time/batch {knobs.time_per_batch_s:.3f} s"
     )
 
 

@@ -19,6 +19,7 @@ from arch_space import Accelerator, Cluster
 from arch_space.perf.device import DeviceProfile
 from phaze.config import SolverSettings, SweepConfig
 from phaze.errors import ConfigError
+from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
 from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from phaze.pipeline import Context, Evaluation, Knobs
 from phaze.pipeline import evaluate as _evaluate
@@ -99,8 +100,8 @@ def evaluate(
     *,
     seq_len: int = 2048,
     global_batch: int = 512,
-    micro_batch: int = 1,
-    recompute: str = "none",
+    micro_batch: int | None = None,
+    recompute: str | None = None,
     sequence_parallel: bool = True,
     strategy: Strategy | str | None = None,
     tokens_to_train: int | None = None,
@@ -117,8 +118,15 @@ def evaluate(
     rates of the accelerator's preset (:mod:`arch_space.perf.device`).
     ``state_bytes_per_parameter`` overrides weights + gradients + optimizer state per
     parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer).
+    ``micro_batch`` and ``recompute`` left None are searched without a strategy
+    (:mod:`phaze.knob_search`), and are 1 and "none" under a strategy that leaves them open.
     """
-    _check_limits(cluster, seq_len, global_batch, ("micro_batch", (micro_batch,)))
+    _check_limits(
+        cluster,
+        seq_len,
+        global_batch,
+        ("micro_batch", () if micro_batch is None else (micro_batch,)),
+    )
     if isinstance(strategy, str):
         strategy = parse_strategy(strategy)
     if strategy is not None:  # what it leaves open keeps the arguments' values
@@ -140,9 +148,17 @@ def evaluate(
         state_bytes_per_parameter=state_bytes_per_parameter,
     )
     model = resolve_model(workload)
-    return _evaluate(
-        workload, model, accelerator, Knobs(micro_batch, recompute), ctx, strategy=strategy
-    )
+    if strategy is None and (micro_batch is None or recompute is None):
+        return evaluate_best_knobs(
+            workload,
+            model,
+            accelerator,
+            ctx,
+            micro_batches=MICRO_BATCHES if micro_batch is None else (micro_batch,),
+            recomputes=RECOMPUTES if recompute is None else (recompute,),
+        )
+    knobs = Knobs(1 if micro_batch is None else micro_batch, recompute or "none")
+    return _evaluate(workload, model, accelerator, knobs, ctx, strategy=strategy)
 
 
 def _check_limits(

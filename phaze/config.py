@@ -26,6 +26,7 @@ from phaze.errors import ConfigError
 from phaze.limits import LIMITS, over_limit
 from phaze.run import parse_tokens
 from phaze.scoring import ScoringParams
+from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
 __all__ = [
@@ -119,7 +120,8 @@ class SweepConfig:
     training framework (:mod:`workloads.framework`). ``tokens_to_train`` is every workload's
     token budget (None: each model's published budget). ``ep`` and ``cp`` are the expert-
     and context-parallel degrees the placement search may choose from (empty: the search's
-    own, :func:`phaze.pipeline.search_degrees`).
+    own, :func:`phaze.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
+    then 2 and 3 when neither fits).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -137,6 +139,7 @@ class SweepConfig:
     recompute: tuple[str, ...] = ("none", "full")
     ep: tuple[int, ...] = ()
     cp: tuple[int, ...] = ()
+    zero: tuple[int, ...] = ()
     sequence_parallel: bool = True
     objectives: tuple[str, ...] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
     presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
@@ -229,6 +232,11 @@ _RULES: Final = MappingProxyType(
         ),
         "ep": (True, _is_pos_int, "a list of expert-parallel degrees (positive integers)"),
         "cp": (True, _is_pos_int, "a list of context-parallel degrees (positive integers)"),
+        "zero": (
+            True,
+            lambda v: _is_count(v) and v in ZERO_STAGES,
+            "a list of ZeRO stages from 0, 1, 2, 3 (empty: the search chooses)",
+        ),
         "sequence_parallel": (False, lambda v: isinstance(v, bool), "true or false"),
         "objectives": (True, _is_name, "a non-empty list of metric names"),
         "presets": (True, _is_name, "a list of accelerator preset names (reference points)"),
@@ -258,9 +266,9 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
             continue
         is_list, ok, allowed = _RULES[key]
         vals = _as_tuple(value) if is_list else (value,)
-        if (is_list and not vals and key not in ("hbm_gib", "presets", "ep", "cp")) or not all(
-            ok(v) for v in vals
-        ):
+        if (
+            is_list and not vals and key not in ("hbm_gib", "presets", "ep", "cp", "zero")
+        ) or not all(ok(v) for v in vals):
             problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")
         elif key in LIMITS:
             problems += [

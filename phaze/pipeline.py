@@ -32,6 +32,7 @@ from placement import (
     place,
 )
 from placement.adapt import stage_graph
+from placement.interleave import best_interleaved
 from placement.iteration import EnergyRates, iteration_energy
 from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
@@ -62,6 +63,7 @@ __all__ = [
     "placement_problem",
     "width_fits",
     "evaluate",
+    "time_lower_bound_s",
 ]
 
 logger = logging.getLogger(__name__)
@@ -436,7 +438,9 @@ def evaluate(
     Layer schedules are the costly step, so without a ``strategy`` only the widths whose
     placement fits the HBM are scheduled (:func:`width_fits`), and a narrower width only when its
     lower-bound placement could beat the best so far (:func:`_best_widths`). Both are exact:
-    the result is that of scheduling every width and searching them all at once.
+    the result is that of scheduling every width and searching them all at once. Megatron's
+    interleaved layouts (``v >= 2``) of the widths kept then compete with that placement
+    (:func:`placement.interleave.best_interleaved`).
     """
     setup = training_setup(model, ctx, knobs)
     if ctx.global_batch % knobs.micro_batch:
@@ -473,6 +477,11 @@ def evaluate(
             variants, placement = _best_widths(model, setup, fitting, hbm, timing_acc, ctx)
         except Infeasible as e:
             return Evaluation(workload, acc, knobs, None, None, e.reason)
+        graphs = tuple(v.graph for v in variants.values())
+        placement = (
+            best_interleaved(placement_problem(graphs, hbm, ctx, setup), placement.time_per_batch_s)
+            or placement
+        )
     else:
         # left open, sequence parallelism is what the search uses: on when t > 1
         open_sp = "sequence_parallel" in strategy.unset
@@ -527,3 +536,29 @@ def evaluate(
         pass_timings=variants[placement.tp].passes,
         defaults=defaults,
     )
+
+
+def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Knobs, ctx: Context) -> float:
+    """A lower bound on the time per batch :func:`evaluate` finds at ``knobs`` (inf when
+    nothing can fit), with no layer schedule: the search, interleaving included, over the
+    lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
+    stage ``ctx`` allows. Placement time never falls when layer times rise."""
+    setup = training_setup(model, ctx, knobs)
+    if ctx.global_batch % knobs.micro_batch:
+        return float("inf")
+    timing_acc = timing_design(acc)
+    graphs = tuple(
+        bound_graph(model, setup, t, timing_acc, ctx.cluster, ctx.device)
+        for t in tp_widths(model, ctx)
+    )
+    if not graphs:
+        return float("inf")
+    every = dataclasses.replace(ctx, zero_stages=ctx.zero_stages + ctx.zero_fallback)
+    hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
+    problem = placement_problem(graphs, hbm, every, setup)
+    try:
+        best = place(problem).time_per_batch_s
+    except Infeasible:
+        return float("inf")
+    interleaved = best_interleaved(problem, best)
+    return best if interleaved is None else interleaved.time_per_batch_s

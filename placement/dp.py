@@ -87,8 +87,10 @@ class DpSolution:
 
 def _masks_by_s(max_s: np.ndarray, s_max: int) -> list[np.ndarray]:
     """For each s in 1..s_max, the pair indices whose memory allows s - 1 but not s."""
-    order = np.argsort(max_s, kind="stable")
-    cuts = np.searchsorted(max_s[order], np.arange(s_max + 1), side="left")
+    # values past s_max never drop; clipped, small integers sort in linear time (radix)
+    keys = np.minimum(max_s, s_max + 1).astype(np.int16 if s_max < 1 << 14 else np.int64)
+    order = np.argsort(keys, kind="stable")
+    cuts = np.searchsorted(keys[order], np.arange(s_max + 1), side="left")
     # pairs with max_s == s - 1 become infeasible at step s
     return [order[cuts[s - 1] : cuts[s]] for s in range(1, s_max + 1)]
 
@@ -129,7 +131,8 @@ class DpTask:
     Memory may depend on ``d``: ``max_s_at(d)`` gives the ``max_s`` array of ``costs`` for
     degree ``d`` and must not decrease with ``d`` (more replicas never need more memory per
     device). None means ``costs.max_s`` holds for every ``d``. ``bound(ds)`` is then a lower
-    bound on the best time at each degree of ``ds`` (None: 0), to skip degrees that cannot win.
+    bound on the best time at each degree of ``ds`` (None: 0), to skip degrees that cannot win;
+    ``sharper(ds)`` another, costlier per degree, tried on the degrees ``bound`` leaves.
     Only multiples of ``d_multiple`` are degrees (expert parallelism's ``ep`` divides ``d``).
     """
 
@@ -143,6 +146,7 @@ class DpTask:
     whole_batches: bool = True
     bound: Callable[[np.ndarray], np.ndarray] | None = None
     d_multiple: int = 1
+    sharper: Callable[[np.ndarray], np.ndarray] | None = None
 
     @property
     def c1(self) -> int:
@@ -156,13 +160,15 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
     Batching the grids of all tensor-parallel widths into one array makes each of the ``s``
     steps one set of numpy calls for all of them. A task whose memory depends on ``d`` runs
     once per memory table (the degrees sharing it together), degrees of all tasks in order
-    of their lower bounds (:attr:`DpTask.bound`), skipping a degree whose bound exceeds the
-    task's best so far; with ``prune``, the best of all tasks so far (then only the overall best is
-    exact: a task may get None or a slower solution). Ties go to the smaller ``d``, then
-    fewer stages.
+    of their lower bounds (:attr:`DpTask.bound`, raised for the degrees it leaves by
+    :attr:`DpTask.sharper`, then by one relaxed DP per graph, :func:`_relaxed_bounds`),
+    skipping a degree whose bound exceeds the task's best so far; with ``prune``, the best of
+    all tasks so far (then only the overall best is exact: a task may get None or a slower
+    solution). Ties go to the smaller ``d``, then fewer stages.
     """
     parts: list[tuple[int, DpTask, np.ndarray]] = []
     items: list[tuple[float, int, int]] = []  # (bound, task, degree) of d-dependent memory
+    degrees: dict[int, np.ndarray] = {}  # the candidate degrees of those tasks
     for i, task in enumerate(tasks):
         top = max(1, min(task.max_devices, task.micro_batches))
         every = candidate_degrees(task.micro_batches, 1, top, whole=task.whole_batches)
@@ -172,13 +178,23 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
         if task.max_s_at is None:
             parts.append((i, _with_table(task, task.costs.max_s, every), every))
             continue
+        degrees[i] = every
         lbs = np.full(every.size, -_INF) if task.bound is None else task.bound(every)
         items += [
             (lb, i, d) for lb, d in zip(lbs.tolist(), every.tolist(), strict=True) if lb < _INF
         ]
     out: list[DpSolution | None] = [None] * len(tasks)
-    for (i, _, _), sol in zip(parts, _solve_parts(parts), strict=True):
+    bands: dict = {}  # banded stage loads, shared by the memory tables of one task
+    for (i, _, _), sol in zip(parts, _solve_parts(parts, bands), strict=True):
         out[i] = sol
+    items = _sharpen(
+        items,
+        out,
+        prune,
+        lambda left: {i: tasks[i].sharper(ds) for i, ds in left.items() if tasks[i].sharper},
+    )
+    # one DP per graph, with its loosest memory table, bounds the degrees still left
+    items = _sharpen(items, out, prune, lambda left: _relaxed_bounds(tasks, left, bands))
     items.sort()
     tables: dict[tuple[int, int], np.ndarray] = {}
 
@@ -202,9 +218,86 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
             taken.update((i, int(e)) for e in ds)
             parts.append((i, _with_table(tasks[i], table(i, d), ds), ds))
         items = [it for it in todo if (it[1], it[2]) not in taken]
-        for (i, _, _), sol in zip(parts, _solve_parts(parts), strict=True):
+        for (i, _, _), sol in zip(parts, _solve_parts(parts, bands), strict=True):
             if sol is not None and (out[i] is None or _key(sol) < _key(out[i])):
                 out[i] = sol
+    return out
+
+
+def _sharpen(
+    items: list[tuple[float, int, int]],
+    out: list[DpSolution | None],
+    prune: bool,
+    bounds: Callable[[dict[int, np.ndarray]], dict[int, np.ndarray]],
+) -> list[tuple[float, int, int]]:
+    """The (bound, task, degree) items that can still win, in order, each bound raised to
+    that of ``bounds`` (given the sorted degrees left per task, bounds at them per task)."""
+    items = [it for it in items if it[0] <= _rival(out, it[1], prune)]
+    left: dict[int, list[int]] = {}
+    for _, i, d in items:
+        left.setdefault(i, []).append(d)
+    if not left:
+        return items
+    todo = {i: np.array(sorted(ds), dtype=np.int64) for i, ds in left.items()}
+    sharp = bounds(todo)
+    items = [
+        (max(lb, float(sharp[i][np.searchsorted(todo[i], d)])) if i in sharp else lb, i, d)
+        for lb, i, d in items
+    ]
+    return sorted(it for it in items if it[0] <= _rival(out, it[1], prune))
+
+
+def _relaxed_bounds(
+    tasks: tuple[DpTask, ...], degrees: dict[int, np.ndarray], bands: dict
+) -> dict[int, np.ndarray]:
+    """For each task ``i`` of ``degrees`` (memory depending on ``d``), a lower bound on its
+    best time at each of ``degrees[i]``.
+
+    The tasks of one graph (same stages, other ZeRO stages) share one DP with the loosest of
+    their memory tables, that of their largest degree (memory never grows with ``d``), and
+    every stage count: any pipeline a degree allows is among its candidates, priced at that
+    degree with the task's own tail.
+    """
+    groups: dict[int, list[int]] = {}
+    for i in degrees:
+        groups.setdefault(id(tasks[i].costs.load_last), []).append(i)
+    runs = []
+    for members in groups.values():
+        loosest = np.maximum.reduce([tasks[i].max_s_at(int(degrees[i][-1])) for i in members])
+        fewest = min(int(degrees[i][0]) for i in members)  # allows the most stages
+        runs.append(_with_table(tasks[members[0]], loosest, np.array([fewest])))
+    kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    shapes: dict[tuple[int, int], list[int]] = {}
+    for j, run in enumerate(runs):
+        if run.costs.dense:
+            shapes.setdefault((run.costs.n_states, run.c1), []).append(j)
+        else:
+            one: list = []
+            _sparse_solve(run, np.ones(1, np.int64), one)
+            kept[j] = one[0]
+    for idx in shapes.values():
+        batch: list = []
+        _dense_solve([runs[j] for j in idx], [], bands, batch)
+        kept.update(zip(idx, batch, strict=True))
+    out = {}
+    for j, members in enumerate(groups.values()):
+        vals, rows = kept[j]
+        lead = tasks[members[0]]
+        order = np.argsort(lead.costs.params[rows], kind="stable")
+        vals = vals[:, order, :]
+        # as in the final round, only first stages beating every one with fewer parameters
+        run = np.minimum.accumulate(vals, axis=1)
+        better = np.empty_like(vals, dtype=bool)
+        better[:, :1, :] = np.isfinite(vals[:, :1, :])
+        better[:, 1:, :] = vals[:, 1:, :] < run[:, :-1, :]
+        si, ki, ci = np.nonzero(better)
+        devices = (lead.t * (si + 1) - (lead.t - 1) * ci)[:, None]
+        load, params = vals[si, ki, ci][:, None], lead.costs.params[rows[order[ki]]][:, None]
+        for i in members:
+            ds, task = degrees[i][None, :], tasks[i]
+            time = load * (-(-task.micro_batches // ds) + si[:, None]) + task.tail(ds, params)
+            time = np.where(devices * ds <= task.max_devices, time, _INF)
+            out[i] = time.min(axis=0, initial=_INF)
     return out
 
 
@@ -228,7 +321,9 @@ def _with_table(task: DpTask, max_s: np.ndarray, ds: np.ndarray) -> DpTask:
     return replace(task, costs=costs, max_stages=max(1, s_max))
 
 
-def _solve_parts(parts: list[tuple[int, DpTask, np.ndarray]]) -> list[DpSolution | None]:
+def _solve_parts(
+    parts: list[tuple[int, DpTask, np.ndarray]], bands: dict
+) -> list[DpSolution | None]:
     """Each part's best over its degrees; dense parts of one shape run as one batched DP."""
     sols: list[DpSolution | None] = [None] * len(parts)
     groups: dict[tuple[int, int], list[int]] = {}
@@ -238,7 +333,7 @@ def _solve_parts(parts: list[tuple[int, DpTask, np.ndarray]]) -> list[DpSolution
         else:
             sols[j] = _sparse_solve(task, ds)
     for idx in groups.values():
-        solved = _dense_solve([parts[j][1] for j in idx], [parts[j][2] for j in idx])
+        solved = _dense_solve([parts[j][1] for j in idx], [parts[j][2] for j in idx], bands)
         for j, sol in zip(idx, solved, strict=True):
             sols[j] = sol
     return sols
@@ -275,40 +370,47 @@ def _one(task: DpTask) -> np.ndarray:
     return task.costs.one if task.c1 > 1 else np.zeros_like(task.costs.one)
 
 
-def _dense_solve(tasks: list[DpTask], degrees: list[np.ndarray]) -> list[DpSolution | None]:
+def _dense_solve(
+    tasks: list[DpTask], degrees: list[np.ndarray], bands: dict, keep: list | None = None
+) -> list[DpSolution | None]:
     """The DP on stacked interval grids (all tasks share n_states and c1), in band form.
 
     A stage is an interval of width ``w = k - k'``; memory bounds the width of a stage that
     fits at position ``s`` (``W_s``, non-increasing in ``s``), so each row ``k`` only looks at
     ``k' = k - W_s .. k - 1``. Column ``j`` of the band holds ``k' = k - W + j``. The previous
     table is read through a sliding window, so a step costs O(G * n * W_s) with no gather.
+    With ``keep``, only the final round's inputs (each task's first-stage values and rows)
+    are appended to it.
     """
     g_count = len(tasks)
     size, c1 = tasks[0].costs.n_states, tasks[0].c1
     n = size - 1
     s_max = max(task.max_stages for task in tasks)
-    grid = (g_count, size, size)
-    max_s = np.stack([task.costs.max_s for task in tasks]).reshape(grid)
-    last = np.stack([t.costs.load_last for t in tasks]).reshape(grid)
-    mid = np.stack([t.costs.load_mid for t in tasks]).reshape(grid)
-    one = np.stack([_one(t) for t in tasks]).reshape(grid)
     # the widest stage that fits anywhere sets the band
     k = np.arange(size)
-    width = k[:, None] - k[None, :]
-    fits = (max_s >= 1).any(axis=0) & (width >= 1)
-    big_w = int(width[fits].max(initial=1))
+    width = (k[:, None] - k[None, :]).ravel()
+    big_w = max(int(width[t.costs.max_s >= 1].max(initial=1)) for t in tasks)
     col = k[:, None] - big_w + np.arange(big_w)[None, :]
     inside = col >= 0
-    colc = np.where(inside, col, 0)
+    at = (k[:, None] * size + np.where(inside, col, 0)).ravel()  # flat grid index per cell
 
     def band(a: np.ndarray, fill) -> np.ndarray:
-        return np.where(inside, a[:, k[:, None], colc], fill)
+        return np.where(inside, a[at].reshape(size, big_w), fill)
 
-    ms_b = np.ascontiguousarray(band(max_s, 0))
-    last_b = np.where(ms_b >= 1, band(last, _INF), _INF)
+    def loads(task: DpTask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # the same stages recur with other memory tables (other degrees): band them once
+        key = (id(task.costs.load_last), id(task.costs.load_mid), big_w, task.c1)
+        if key not in bands:
+            c = task.costs
+            bands[key] = (band(c.load_last, _INF), band(c.load_mid, _INF), band(_one(task), False))
+        return bands[key]
+
+    ms_b = np.stack([band(t.costs.max_s, 0) for t in tasks])
+    last_r, mid_r, one_r = (np.stack(x) for x in zip(*(loads(t) for t in tasks), strict=True))
+    last_b = np.where(ms_b >= 1, last_r, _INF)
     # C order, so that the flat view below aliases it (np.where may pick another order)
-    mid_b = np.ascontiguousarray(np.where(ms_b >= 2, band(mid, _INF), _INF))
-    one_b = band(one, False)
+    mid_b = np.ascontiguousarray(np.where(ms_b >= 2, mid_r, _INF))
+    one_b = one_r
     mid_flat = mid_b.reshape(-1)
     assert np.shares_memory(mid_flat, mid_b), "the stage mask must write into mid_b"
     drop = _masks_by_s(ms_b.reshape(-1), s_max)
@@ -345,14 +447,17 @@ def _dense_solve(tasks: list[DpTask], degrees: list[np.ndarray]) -> list[DpSolut
         finals[s - 1, :, first:n] = vals[:, -1, big_w - j0 - (n - first) :]
     sols: list[DpSolution | None] = []
     rows = np.arange(n * size, size * size)  # pairs (full, k')
+    if keep is not None:
+        keep += [(finals[:deepest, g], rows) for g in range(g_count)]
+        return sols
     for g, task in enumerate(tasks):
         best = _final_round(task, finals[:deepest, g], rows, degrees[g])
         if best is None:
             sols.append(None)
             continue
         time_s, load_s, d, s, c, q = best
-        pairs = [q]
-        state, c = int(task.costs.inner[q]), c - int(one[g].flat[q])
+        pairs, one = [q], _one(task)
+        state, c = int(task.costs.inner[q]), c - int(one[q])
         for pos in range(s - 1, 0, -1):
             # the first band column attaining dp[pos, g, state, c], as the DP step took it
             loads = np.where(
@@ -363,14 +468,14 @@ def _dense_solve(tasks: list[DpTask], degrees: list[np.ndarray]) -> list[DpSolut
             inner = state - big_w + int(np.maximum(loads, prev).argmin())  # band column -> k'
             q = state * size + inner
             pairs.append(q)
-            state, c = inner, c - int(one[g].flat[q])
+            state, c = inner, c - int(one[q])
         assert state == 0 and c == 0, "reconstruction must end at the empty downset"
         sols.append(DpSolution(time_s, load_s, d, s, tuple(pairs)))
     return sols
 
 
-def _sparse_solve(task: DpTask, ds: np.ndarray) -> DpSolution | None:
-    """The DP over explicit downset pairs (general DAGs)."""
+def _sparse_solve(task: DpTask, ds: np.ndarray, keep: list | None = None) -> DpSolution | None:
+    """The DP over explicit downset pairs (general DAGs); ``keep`` as for :func:`_dense_solve`."""
     costs = task.costs
     n, c1, s_max = costs.n_states, task.c1, task.max_stages
     one = _one(task)
@@ -394,6 +499,9 @@ def _sparse_solve(task: DpTask, ds: np.ndarray) -> DpSolution | None:
         if not np.isfinite(cur).any():
             break
         prev = cur
+    if keep is not None:
+        keep.append((np.stack(finals), rows))
+        return None
     best = _final_round(task, np.stack(finals), rows, ds)
     if best is None:
         return None

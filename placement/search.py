@@ -135,6 +135,10 @@ def _prepare(
     # the fewest parameters a first stage (the one holding the graph's sources) can have
     firsts = (costs.outer == costs.full) & np.isfinite(costs.load_last)
     first = float(costs.params[firsts].min(initial=np.inf)) if firsts.any() else 0.0
+    # what ZeRO shards over d (placement.iteration.stage_memory), over cp as well
+    shards = float(
+        sum(sharded_parameters(x.parameters, x.expert_parameters, graph.ep) for x in graph.layers)
+    )
     out = []
     for limit in limits:
         tail = tail_fn(problem, graph.tp, limit.zero, m, cp=graph.cp)
@@ -146,8 +150,15 @@ def _prepare(
             micro_batches=m,
             tail=tail,
             max_s_at=limit.max_s_at,
-            bound=_time_bound(problem, graph, limit.zero, s_max, devices // graph.cp, tail, first),
+            bound=_time_bound(
+                problem, graph, la, shards, limit.zero, s_max, devices // graph.cp, tail, first
+            ),
             d_multiple=graph.ep,
+            sharper=_prefix_bound(
+                problem, graph, la, shards, limit.zero, s_max, devices // graph.cp, tail
+            )
+            if la.is_chain
+            else None,
         )
         out.append((task, figures, limit.zero))
     return out
@@ -156,6 +167,8 @@ def _prepare(
 def _time_bound(
     problem: PlacementProblem,
     graph: StageGraph,
+    la: LayerArrays,
+    shards: float,
     zero: int,
     s_max: int,
     devices: int,
@@ -167,26 +180,20 @@ def _time_bound(
     With ``s`` stages the bottleneck load is at least the layers' work over ``s`` and at
     least the largest layer; ``s`` is at most what ``devices / d`` allows (a stage without a
     tensor-parallel layer takes one device) and at least the stages whose memory holds
-    every parameter's state; the tail is at least that of the first stage with the fewest
-    parameters, ``first_params``.
+    every parameter's state; the tail is at least that of a first stage holding what the
+    other ``s - 1`` stages cannot (each holds at most a device's memory of state), and at
+    least ``first_params``, the fewest parameters any first stage has. ``shards`` counts the
+    parameters whose state ZeRO shards over ``d * cp``.
     """
-    work = [x.fwd_s + x.bwd_s + x.recompute_s for x in graph.layers]
-    total, largest = sum(work), max(work)
+    work = la.fwd + la.bwd + la.rec
+    total, largest = float(work.sum()), float(work.max())
     t, m = graph.tp, problem.global_batch // graph.micro_batch
-    n_one = sum(not x.tensor_parallel for x in graph.layers) if t > 1 else 0
+    n_one = int((~la.tp).sum()) if t > 1 else 0
     replicated, sharded, _ = zero_state(
         problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
     )
-    params = float(sum(x.parameters for x in graph.layers))
-    shards = (
-        float(
-            sum(
-                sharded_parameters(x.parameters, x.expert_parameters, graph.ep)
-                for x in graph.layers
-            )
-        )
-        / graph.cp
-    )  # what ZeRO shards over d (placement.iteration.stage_memory)
+    params = float(la.params.sum())
+    shards = shards / graph.cp  # what ZeRO shards over d
 
     stages = np.arange(1, s_max + 1)[None, :]
     load = np.maximum(total / stages, largest)
@@ -195,9 +202,71 @@ def _time_bound(
         per = (devices // ds)[:, None]
         s_hi = np.minimum(s_max, np.where(per <= n_one, per, n_one + (per - n_one) // t))
         s_lo = np.ceil((params * replicated + shards * sharded / ds[:, None]) / problem.hbm_bytes)
+        # each parameter takes at least this on a device (its shard spreads over d * cp at most)
+        state = replicated + sharded / (ds[:, None] * graph.cp)
         ok = (stages >= s_lo) & (stages <= s_hi)
-        pipeline = np.where(ok, load * ((m // ds)[:, None] + stages - 1), np.inf).min(axis=1)
-        return pipeline + tail(ds, np.full(ds.size, first_params))
+        # the other s - 1 stages hold at most what fits a device: the rest is the first's
+        with np.errstate(divide="ignore"):
+            first = np.maximum(first_params, params - (stages - 1) * problem.hbm_bytes / state)
+        pipeline = load * ((m // ds)[:, None] + stages - 1)
+        return np.where(ok, pipeline + tail(ds[:, None], first), np.inf).min(axis=1)
+
+    return bound
+
+
+def _prefix_bound(
+    problem: PlacementProblem,
+    graph: StageGraph,
+    la: LayerArrays,
+    shards: float,
+    zero: int,
+    s_max: int,
+    devices: int,
+    tail: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> Callable[[np.ndarray], np.ndarray]:
+    """A sharper lower bound than :func:`_time_bound` for a chain, at more cost per degree.
+
+    The first stage of a chain is a prefix ``[0, j)``; with ``s`` stages the bottleneck load
+    is at least the prefix's work and at least the rest's work over ``s - 1``, while the
+    tail grows with the prefix's parameters, so each prefix is priced with both. Each of the
+    other ``s - 1`` stages holds a layer at least and at most a device's memory of state.
+    Its figures are only computed when it is called (most tasks never need it).
+    """
+
+    def bound(ds: np.ndarray) -> np.ndarray:
+        work = np.cumsum(la.fwd + la.bwd + la.rec)
+        total, largest = float(work[-1]), float((la.fwd + la.bwd + la.rec).max())
+        held = np.cumsum(la.params)  # parameters of prefix [0, j) at index j - 1
+        n, t, m = work.size, graph.tp, problem.global_batch // graph.micro_batch
+        n_one = int((~la.tp).sum()) if t > 1 else 0
+        replicated, sharded, _ = zero_state(
+            problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
+        )
+        j = np.arange(1, n + 1)[None, :]
+        per = devices // ds
+        s_hi = np.minimum(s_max, np.where(per <= n_one, per, n_one + (per - n_one) // t))
+        state = replicated + sharded / (ds * graph.cp)  # the least bytes of a parameter
+        whole = held[-1] * replicated + shards * sharded / (ds * graph.cp)
+        s_lo = np.maximum(1, np.ceil(whole / problem.hbm_bytes)).astype(np.int64)
+        counts = np.maximum(s_hi - s_lo + 1, 0)
+        which = np.repeat(np.arange(ds.size), counts)  # one row per (degree, stages)
+        if which.size == 0:
+            return np.full(ds.size, np.inf)
+        s = (s_lo[which] + np.arange(which.size) - np.repeat(np.cumsum(counts) - counts, counts))[
+            :, None
+        ]
+        d = ds[which][:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rest = np.where(s > 1, (total - work[None, :]) / (s - 1), np.inf)
+            cap = problem.hbm_bytes / state[which][:, None]
+        load = np.maximum(np.maximum(work[None, :], rest), largest)
+        load = np.where(s == 1, np.where(j == n, total, np.inf), load)
+        fits = (j <= n - (s - 1)) & (held[None, :] >= held[-1] - (s - 1) * cap)
+        time = load * (-(-m // d) + s - 1) + tail(d, held[None, :])
+        best = np.where(fits, time, np.inf).min(axis=1)
+        out = np.full(ds.size, np.inf)
+        np.minimum.at(out, which, best)
+        return out
 
     return bound
 

@@ -63,16 +63,12 @@ __all__ = ["evaluate"]
 @click.option(
     "--micro-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
-    default=1,
-    show_default=True,
-    help="With --strategy search.",
+    help="With --strategy search [default: searched, 1, 2, 4 or 8 dividing the batch].",
 )
 @click.option(
     "--recompute",
     type=click.Choice(RECOMPUTE_MODES),
-    default="none",
-    show_default=True,
-    help="With --strategy search.",
+    help="With --strategy search [default: searched, none, selective or full].",
 )
 @click.option(
     "--sp/--no-sp",

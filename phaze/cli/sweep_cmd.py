@@ -127,6 +127,12 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     help="Recompute mode (repeatable).",
 )
 @click.option(
+    "--zero",
+    type=click.IntRange(0, 3),
+    multiple=True,
+    help="ZeRO stage the search may choose (repeatable) [default: 0, 1; 2, 3 when neither fits].",
+)
+@click.option(
     "--objective", "objectives", multiple=True, help="Metric to rank by, +max or -min (repeatable)."
 )
 @click.option("--no-prune", is_flag=True, help="Evaluate every design (no bound-based pruning).")
@@ -163,6 +169,7 @@ def sweep(
     micro_batches,
     hbm_gib,
     recompute,
+    zero,
     objectives,
     no_prune,
     framework,
@@ -191,6 +198,7 @@ def sweep(
         micro_batches=micro_batches,
         hbm_gib=hbm_gib,
         recompute=recompute,
+        zero=zero,
         objectives=objectives,
         prune=False if no_prune else None,
         framework=framework,

@@ -50,6 +50,8 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         ep_degrees=cfg.ep or None,
         cp_degrees=cfg.cp or None,
     )
+    if cfg.zero:  # the stages listed, and no others
+        ctx = dataclasses.replace(ctx, zero_stages=tuple(sorted(set(cfg.zero))), zero_fallback=())
     problems = [
         f"micro_batches: {mb} does not divide global_batch = {cfg.global_batch}"
         for mb in cfg.micro_batches

@@ -1,0 +1,59 @@
+"""The training knobs a user left open, searched: micro-batch size and recompute mode.
+
+:func:`phaze.pipeline.evaluate` finds the best placement (t, p, d, ZeRO stage, v) at one
+micro-batch size and recompute mode, scheduling layers for it (the costly step). Here each
+open (micro-batch, recompute) pair first gets a lower bound on its time with no schedule
+(:func:`phaze.pipeline.time_lower_bound_s`); pairs are evaluated in the order of their
+bounds, and those whose bound cannot beat the best so far are skipped, which changes no
+result. Micro-batch sizes divide the global batch, so ``d * mbs`` always does too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from arch_space import Accelerator
+from phaze.errors import ConfigError
+from phaze.pipeline import Context, Evaluation, Knobs, evaluate, time_lower_bound_s
+from workloads import Model
+
+__all__ = ["MICRO_BATCHES", "RECOMPUTES", "evaluate_best_knobs"]
+
+MICRO_BATCHES = (1, 2, 4, 8)  # the sizes tried when the user gives none
+RECOMPUTES = ("none", "selective", "full")
+
+
+def evaluate_best_knobs(
+    workload: str,
+    model: Model,
+    acc: Accelerator,
+    ctx: Context,
+    *,
+    micro_batches: Sequence[int] = MICRO_BATCHES,
+    recomputes: Sequence[str] = RECOMPUTES,
+) -> Evaluation:
+    """The fastest evaluation over ``micro_batches`` (those dividing the global batch) x
+    ``recomputes``; when none fits, the evaluation of the pair with the lowest bound (its
+    reason says why). Ties go to the pair with the lower bound, then the one listed first.
+    Raises ConfigError when no micro-batch size divides the global batch."""
+    grid = [
+        Knobs(mb, rc) for mb in micro_batches if ctx.global_batch % mb == 0 for rc in recomputes
+    ]
+    if not grid:
+        raise ConfigError(
+            f"micro_batches = {list(micro_batches)}: none divides global_batch = {ctx.global_batch}"
+        )
+    bounds = sorted((time_lower_bound_s(model, acc, k, ctx), i, k) for i, k in enumerate(grid))
+    best: Evaluation | None = None
+    first: Evaluation | None = None
+    for bound, _, knobs in bounds:
+        if best is not None and bound >= best.placement.time_per_batch_s:
+            break
+        ev = evaluate(workload, model, acc, knobs, ctx)
+        first = first or ev
+        if ev.feasible and (
+            best is None or ev.placement.time_per_batch_s < best.placement.time_per_batch_s
+        ):
+            best = ev
+    assert first is not None, "the pair with the lowest bound is always evaluated"
+    return best or first

@@ -1,0 +1,197 @@
+"""Interleaved pipelines (Megatron-LM's virtual stages ``v >= 2``) beside the DP's best.
+
+The DP of :mod:`placement.search` is exact over every placement with ``v = 1``. Interleaving
+splits the blocks into ``p * v`` chunks, chunk ``c`` on pipeline rank ``c mod p``, and cuts
+the bubble to ``(p - 1) / v`` micro-batches (Narayanan et al. SC21 §2.2); it only exists for
+Megatron's even split (:func:`placement.fixed.megatron_chunks`), so the candidates are the
+layouts Megatron-LM accepts: ``p * v`` divides the blocks, each pipeline's micro-batches are
+a multiple of ``p``, ``d`` divides the micro-batches (so ``d * mbs`` divides the global
+batch), on every graph variant and ZeRO stage of the problem. Only problems without expert
+or context parallelism to search (``ep_degrees`` and ``cp_degrees`` both ``(1,)``) get
+interleaved layouts, so that they never compete with a search narrower than the DP's.
+
+Each candidate's rank loads and first-rank parameters come from prefix sums, which price it
+as :func:`placement.fixed.evaluate_fixed` does without its memory test; candidates are
+evaluated in order of that price and only while it can beat the best so far, so the cost is
+one evaluation per layout that would win on time, whatever the grid's size.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from phaze.errors import Infeasible
+from placement import network as net
+from placement.dp import candidate_degrees
+from placement.fixed import Strategy, evaluate_fixed
+from placement.iteration import tail_fn
+from placement.types import Placement, PlacementProblem, StageGraph
+
+__all__ = ["best_interleaved"]
+
+
+def _divisors(n: int) -> list[int]:
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return sorted(set(small + [n // k for k in small]))
+
+
+def best_interleaved(problem: PlacementProblem, incumbent_s: float) -> Placement | None:
+    """The fastest interleaved layout that fits and beats ``incumbent_s`` seconds per batch
+    (None when none does).
+
+    Best first: each (graph, p, v) has a bound (its compute alone, at its most replicas), and
+    is priced only when that bound is below both the incumbent and every layout priced so
+    far; the cheapest priced layout is evaluated once no unpriced one can undercut it, so the
+    first that fits is the answer. Ties go to the layout priced first, then the smaller t,
+    p, d, v and ZeRO stage."""
+    groups = _groups(problem, incumbent_s)
+    heap: list[tuple[tuple, int]] = []
+    k = 0
+    while True:
+        bound = groups[k][0] if k < len(groups) else math.inf
+        if heap and heap[0][0][0] <= bound:
+            key, gi = heapq.heappop(heap)
+            if key[0] >= incumbent_s:
+                return None
+            try:  # its price is its time, below every layout left: it wins if it fits
+                pl = evaluate_fixed(problem, _strategy(problem.graphs[gi], key))
+            except Infeasible:
+                continue
+            return pl if pl.time_per_batch_s < incumbent_s else None
+        if bound >= incumbent_s:
+            return None
+        _, gi, sums, p, v, ds = groups[k]
+        k += 1
+        g = problem.graphs[gi]
+        m = problem.global_batch // g.micro_batch
+        for key in _priced(problem, g, sums, p, v, m, ds, incumbent_s):
+            if key[0] < incumbent_s:
+                heapq.heappush(heap, (key, gi))
+
+
+def _strategy(g: StageGraph, key: tuple[float, int, int, int, int, int]) -> Strategy:
+    _, t, p, d, v, z = key
+    return Strategy(
+        tp=t,
+        pp=p,
+        dp=d,
+        micro_batch=g.micro_batch,
+        virtual_stages=v,
+        recompute=g.recompute,
+        sequence_parallel=g.sequence_parallel,
+        zero=z,
+    )
+
+
+def _groups(problem: PlacementProblem, limit_s: float) -> list[tuple]:
+    """(bound, graph index, prefix sums, p, v, degrees) of every (graph, p, v) Megatron
+    accepts whose bound is under ``limit_s``, lowest bound first; the bound is the time of
+    its slowest rank's compute alone at its most replicas (no messages, no tail)."""
+    if (problem.ep_degrees, problem.cp_degrees) != ((1,), (1,)):
+        return []  # its layouts would leave out the expert and context parallelism searched
+    out = []
+    devices = problem.cluster.devices
+    for gi, g in enumerate(problem.graphs):
+        if not g.is_chain or problem.global_batch % g.micro_batch or (g.ep, g.cp) != (1, 1):
+            continue
+        blocks = sum(x.kind == "block" for x in g.layers)
+        m = problem.global_batch // g.micro_batch
+        sums = _Sums(g)
+        every = candidate_degrees(m, 1, devices // g.tp)
+        for chunks in _divisors(blocks) if blocks else []:
+            for p in _divisors(chunks):
+                v = chunks // p
+                if p < 2 or v < 2 or g.tp * p > devices:
+                    continue
+                ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
+                if ds.size == 0 or sums.total / p * (m // ds[-1] + (p - 1) / v) >= limit_s:
+                    continue
+                lo, hi = sums.chunks(p * v)
+                slowest = (sums.work[hi] - sums.work[lo]).reshape(v, p).sum(axis=0).max()
+                bound = float(slowest * (m // ds[-1] + (p - 1) / v))
+                if bound < limit_s:
+                    out.append((bound, gi, sums, p, v, ds))
+    out.sort(key=lambda x: x[:2] + x[3:5])
+    return out
+
+
+class _Sums:
+    """Prefix sums of a chain graph's layers: work, parameters, tensor-parallel layers, and
+    the bytes of the edge into each layer."""
+
+    def __init__(self, g: StageGraph) -> None:
+        self.work = np.cumsum([0.0, *(x.fwd_s + x.bwd_s + x.recompute_s for x in g.layers)])
+        self.held = np.cumsum([0.0, *(float(x.parameters) for x in g.layers)])
+        self.tp = np.cumsum([0, *(x.tensor_parallel for x in g.layers)])
+        self.into = np.zeros(len(g.layers))
+        for e in g.edges:
+            self.into[e.dst] = e.bytes
+        self.total = float(self.work[-1])
+        self.blocks = np.array([i for i, x in enumerate(g.layers) if x.kind == "block"])
+        self.n = len(g.layers)
+
+    def chunks(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """First and past-the-end layer of each of Megatron's ``count`` chunks, as
+        :func:`placement.fixed.megatron_chunks` splits them."""
+        nb = self.blocks.size
+        sizes = np.full(count, nb // count)
+        sizes[: nb % count] += 1
+        cuts = np.concatenate(([0], np.cumsum(sizes)))
+        lo = self.blocks[np.minimum(cuts[:-1], nb - 1)]
+        lo[0] = 0
+        hi = np.empty(count, dtype=np.int64)
+        hi[:-1] = lo[1:]
+        hi[-1] = self.n
+        return lo, hi
+
+
+def _priced(
+    problem: PlacementProblem,
+    g: StageGraph,
+    sums: _Sums,
+    p: int,
+    v: int,
+    m: int,
+    ds: np.ndarray,
+    limit_s: float,
+) -> list[tuple[float, int, int, int, int, int]]:
+    """(time before the memory test, t, p, d, v, zero) of graph ``g`` with ``p`` ranks of
+    ``v`` chunks at each degree of ``ds`` and each ZeRO stage, as
+    :func:`placement.fixed.evaluate_fixed` prices them."""
+    t = g.tp
+    lo, hi = sums.chunks(p * v)
+    compute = sums.work[hi] - sums.work[lo]
+    slowest = compute.reshape(v, p).sum(axis=0).max()
+    if slowest * (m // ds[-1] + (p - 1) / v) >= limit_s:  # no degree can win
+        return []
+    first = float((sums.held[hi] - sums.held[lo])[0::p].sum())
+    tails = {z: tail_fn(problem, t, z, m)(ds, np.full(ds.size, first)) for z in problem.zero_stages}
+    # compute alone (no boundary messages) already too slow at these degrees
+    keep = slowest * (m // ds + (p - 1) / v) + np.min(list(tails.values()), axis=0) < limit_s
+    if not keep.any():
+        return []
+    ds = ds[keep]
+    tails = {z: tail[keep] for z, tail in tails.items()}
+    tp_chunks = int(np.where(sums.tp[hi] > sums.tp[lo], t, 1).sum())
+    cut = sums.into[lo[1:]]  # bytes crossing from chunk c to c + 1
+    links = [
+        net.boundary_link(problem.cluster, d * tp_chunks // v, t, g.sequence_parallel)
+        for d in ds.tolist()
+    ]
+    bw = np.array([b for b, _ in links])[:, None]
+    lat = np.array([x for _, x in links])[:, None]
+    sends = lat + cut[None, :] / bw  # (degrees, chunks - 1), as placement.network.p2p_s
+    p2p = np.zeros((ds.size, p * v))
+    p2p[:, :-1] += sends
+    p2p[:, 1:] += sends
+    load = np.maximum(compute, p2p) if problem.p2p_overlap else compute + p2p
+    bottleneck = load.reshape(ds.size, v, p).sum(axis=1).max(axis=1)
+    pipeline = bottleneck * (m // ds + (p - 1) / v)
+    out = []
+    for z, tail in tails.items():
+        time = pipeline + tail
+        out += [(x, t, p, d, v, z) for x, d in zip(time.tolist(), ds.tolist(), strict=True)]
+    return out
