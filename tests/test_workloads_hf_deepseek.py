@@ -9,13 +9,17 @@ are the model cards' rounded figures (V3: "671B total parameters with 37B activa
 """
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phaze.errors import ConfigError
 from workloads import build_layer_graph, load_hf_config, to_hf_config
 from workloads.flops import attention_core_flops, block_forward_flops, forward_flops_per_sequence
+from workloads.hf import model_from_hf
 from workloads.memory import block_activation_bytes, dispatch_bytes, kv_bytes
 from workloads.setup import TrainingSetup
 
@@ -240,3 +244,97 @@ def test_a_dense_mla_model_reads_without_experts(tmp_path):
     moe_keys = ("n_routed_experts", "n_shared_experts", "moe_intermediate_size")
     m = load(tmp_path, {k: v for k, v in DEEPSEEK_V2_LITE.items() if k not in moe_keys})
     assert not m.is_moe and m.dense_layers == 0 and m.mla
+
+
+def _hf_tensor_shapes(c):
+    """Every weight tensor of a DeepSeek checkpoint as the Hugging Face module tree lays it
+    out (DeepseekV3ForCausalLM), independently of :class:`Model`'s formulas."""
+    h, a, v = c["hidden_size"], c["num_attention_heads"], c["vocab_size"]
+    nope, rope, vd, kr = (
+        c[k] for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank")
+    )
+    shapes = [(v, h), (h,), (v, h)]  # embed_tokens, final norm, lm_head
+    for i in range(c["num_hidden_layers"]):
+        shapes += [(h,), (h,)]  # input and post-attention RMSNorms
+        if c["q_lora_rank"] is None:
+            shapes.append((a * (nope + rope), h))
+        else:
+            qr = c["q_lora_rank"]
+            shapes += [(qr, h), (qr,), (a * (nope + rope), qr)]
+        shapes += [(kr + rope, h), (kr,), (a * (nope + vd), kr), (h, a * vd)]
+        if i < c["first_k_dense_replace"]:
+            widths = [c["intermediate_size"]]
+        else:
+            widths = [c["moe_intermediate_size"]] * c["n_routed_experts"]
+            if c["n_shared_experts"]:
+                widths.append(c["n_shared_experts"] * c["moe_intermediate_size"])
+            shapes.append((c["n_routed_experts"], h))  # gate
+        for w in widths:
+            shapes += [(w, h), (w, h), (h, w)]  # gate_proj, up_proj, down_proj
+    return shapes
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    hidden=st.sampled_from([32, 64]),
+    heads=st.sampled_from([2, 4]),
+    q_lora=st.sampled_from([None, 16]),
+    kv_lora=st.sampled_from([8, 16]),
+    nope=st.sampled_from([4, 8]),
+    rope=st.sampled_from([2, 4]),
+    vd=st.sampled_from([4, 8]),
+    experts=st.sampled_from([4, 8]),
+    top_k=st.integers(1, 4),
+    shared=st.integers(0, 2),
+    dense=st.integers(0, 2),
+    moe_layers=st.integers(1, 2),
+    tp=st.sampled_from([1, 2]),
+    sp=st.booleans(),
+)
+def test_random_shapes_match_the_module_tree_and_the_flops_closed_form(
+    hidden,
+    heads,
+    q_lora,
+    kv_lora,
+    nope,
+    rope,
+    vd,
+    experts,
+    top_k,
+    shared,
+    dense,
+    moe_layers,
+    tp,
+    sp,
+):
+    c = {
+        **DEEPSEEK_V3,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "q_lora_rank": q_lora,
+        "kv_lora_rank": kv_lora,
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": vd,
+        "n_routed_experts": experts,
+        "num_experts_per_tok": top_k,
+        "n_shared_experts": shared,
+        "first_k_dense_replace": dense,
+        "num_hidden_layers": dense + moe_layers,
+        "intermediate_size": 48,
+        "moe_intermediate_size": 16,
+        "vocab_size": 100,
+    }
+    m = model_from_hf(c, "random")
+    assert m.parameters == sum(math.prod(s) for s in _hf_tensor_shapes(c))
+    s = 32
+    graph = build_layer_graph(m, TrainingSetup(s, 1, sequence_parallel=sp), tp)
+    for layer in graph.layers[1:-1]:
+        dense_block = layer.class_id == "dense_block"
+        ops = graph.pass_graphs(layer).forward.ops
+        down = sum(
+            op.flops for op in ops if op.is_gemm and (".down" in op.name or op.name == "router")
+        )
+        split = sum(op.flops for op in ops if op.is_gemm) - down
+        assert split * tp + down == block_forward_flops(m, s, dense=dense_block)
+        assert layer.expert_parameters == (0 if dense_block else experts * 3 * hidden * 16 // tp)
