@@ -82,8 +82,9 @@ def build_layer_graph(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph
     """The layer graph of ``model`` trained with ``setup`` at tensor-parallel width ``tp``.
 
     Layers: the embedding, ``model.layers`` blocks (one ``class_id``, one set of op graphs;
-    an MoE model's leading dense blocks another), the head. Each layer carries its shard's parameters and the activation
-    bytes it stashes per micro-batch per device; each edge the boundary tensor's bytes.
+    an MoE model's leading dense blocks another), the head. Each layer carries its shard's
+    parameters and the activation bytes it stashes per micro-batch per device; each edge the
+    boundary tensor's bytes.
     Cached by the (frozen) arguments.
 
     Raises

@@ -428,9 +428,10 @@ def load_hf_config(path: str | Path) -> Model:
 def to_hf_config(model: Model) -> dict[str, Any]:
     """A ``config.json`` dictionary that :func:`model_from_hf` reads back as ``model``.
 
-    The family follows the architecture: MLA -> ``deepseek_v3``, GeGLU -> ``gemma`` (``gemma2`` with post-norms), a
-    parallel block -> ``falcon``, MoE -> ``mixtral``, SwiGLU -> ``llama``, encoder ->
-    ``bert``, ALiBi -> ``bloom``, a separate embedding width or ReLU -> ``opt``, else ``gpt2``.
+    The family follows the architecture: MLA -> ``deepseek_v3``, GeGLU -> ``gemma``
+    (``gemma2`` with post-norms), a parallel block -> ``falcon``, MoE -> ``mixtral``, SwiGLU
+    -> ``llama``, encoder -> ``bert``, ALiBi -> ``bloom``, a separate embedding width or ReLU
+    -> ``opt``, else ``gpt2``.
 
     Raises
     ------

@@ -159,9 +159,9 @@ def boundary_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
 
 def dispatch_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
     """Bytes one device sends into one MoE block's token all-to-all per micro-batch (0 for a
-    dense model; an MoE model's leading dense blocks send none): each of its tokens goes to ``top_k`` experts, ``k p s b h`` split by ``t`` with
-    sequence parallelism (Megatron-LM's ``alltoall`` token dispatcher; the combine returns
-    as many)."""
+    dense model; an MoE model's leading dense blocks send none): each of its tokens goes to
+    ``top_k`` experts, ``k p s b h`` split by ``t`` with sequence parallelism (Megatron-LM's
+    ``alltoall`` token dispatcher; the combine returns as many)."""
     if not model.is_moe:
         return 0
     return model.top_k * boundary_bytes(model, setup, tp)
