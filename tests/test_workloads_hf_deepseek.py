@@ -21,6 +21,7 @@ from workloads import build_layer_graph, load_hf_config, to_hf_config
 from workloads.flops import attention_core_flops, block_forward_flops, forward_flops_per_sequence
 from workloads.hf import model_from_hf
 from workloads.memory import block_activation_bytes, dispatch_bytes, kv_bytes
+from workloads.op_graphs import flash_scores
 from workloads.setup import TrainingSetup
 
 DEEPSEEK_V3 = {
@@ -162,7 +163,9 @@ def test_forward_flops_are_twice_the_active_weights_plus_attention(tmp_path, con
 @pytest.mark.parametrize("tp", [1, 4])
 def test_op_graph_gemm_flops_match_the_closed_form_per_block_kind(tmp_path, sp, tp):
     m, s = load(tmp_path, DEEPSEEK_V2_LITE), 256
-    graph = build_layer_graph(m, TrainingSetup(s, 1, sequence_parallel=sp), tp)
+    # the unfused attention core executes the full s x s scores the closed form counts
+    setup = TrainingSetup(s, 1, sequence_parallel=sp, framework="megatron-2022")
+    graph = build_layer_graph(m, setup, tp)
     dense_block, moe_block = graph.layers[1], graph.layers[2]
     assert (dense_block.class_id, moe_block.class_id) == ("dense_block", "block")
     for layer, dense in ((dense_block, True), (moe_block, False)):
@@ -179,6 +182,18 @@ def test_op_graph_gemm_flops_match_the_closed_form_per_block_kind(tmp_path, sp, 
         assert down == 2 * s * m.hidden * (m.kv_lora_rank + m.qk_rope_head_dim) + router
     names = {op.name for op in graph.pass_graphs(moe_block).forward.ops}
     assert {"shared.fc1.gate", "expert63.fc2", "router"} <= names
+
+
+def test_flash_attention_multiplies_query_key_and_value_widths(tmp_path):
+    m, s, tp = load(tmp_path, DEEPSEEK_V3), 1024, 8
+    graph = build_layer_graph(m, TrainingSetup(s, 1, framework="overlap-all"), tp)
+    ops = graph.pass_graphs(graph.layers[1]).forward.ops
+    fused = [op for op in ops if op.name.endswith(".flash")]
+    keys = flash_scores(s, True) // s
+    macs = sum(op.flops - op.epilogue_flops for op in fused)
+    # QK^T over 192-wide heads and AV over 128-wide ones, on the executed key tiles
+    assert macs == 2 * (m.heads // tp) * s * keys * (192 + 128)
+    assert next(op for op in ops if op.name == "proj").k == (m.heads // tp) * 128
 
 
 def test_layer_graph_routed_experts_are_expert_parameters_shared_ones_dense(tmp_path):
@@ -328,7 +343,8 @@ def test_random_shapes_match_the_module_tree_and_the_flops_closed_form(
     m = model_from_hf(c, "random")
     assert m.parameters == sum(math.prod(s) for s in _hf_tensor_shapes(c))
     s = 32
-    graph = build_layer_graph(m, TrainingSetup(s, 1, sequence_parallel=sp), tp)
+    setup = TrainingSetup(s, 1, sequence_parallel=sp, framework="megatron-2022")
+    graph = build_layer_graph(m, setup, tp)
     for layer in graph.layers[1:-1]:
         dense_block = layer.class_id == "dense_block"
         ops = graph.pass_graphs(layer).forward.ops
