@@ -46,6 +46,7 @@ from workloads import (
     model_flops_per_sequence,
     valid_tp_widths,
 )
+from workloads.build import DENSE_BLOCK_CLASS
 from workloads.framework import DEFAULT_FRAMEWORK, framework_profile
 
 __all__ = [
@@ -314,11 +315,12 @@ def _workspace_bytes(model: Model, setup: TrainingSetup, lg: LayerGraph) -> dict
     activations it would have stashed without recompute, live while it runs backward."""
     if setup.recompute is Recompute.NONE:
         return {}
-    whole = block_activation_bytes(
-        model, dataclasses.replace(setup, recompute=Recompute.NONE), lg.tp
-    )
+    plain = dataclasses.replace(setup, recompute=Recompute.NONE)
     return {
-        x.class_id: float(whole - x.activation_bytes)
+        x.class_id: float(
+            block_activation_bytes(model, plain, lg.tp, dense=x.class_id == DENSE_BLOCK_CLASS)
+            - x.activation_bytes
+        )
         for x in lg.layers
         if x.kind is LayerKind.BLOCK
     }

@@ -21,18 +21,19 @@ from workloads.model import Model, PositionKind
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
 from workloads.setup import TrainingSetup
 
-__all__ = ["valid_tp_widths", "build_layer_graph"]
+__all__ = ["DENSE_BLOCK_CLASS", "valid_tp_widths", "build_layer_graph"]
 
 EMBEDDING_CLASS = "embedding"
 BLOCK_CLASS = "block"
+DENSE_BLOCK_CLASS = "dense_block"  # an MoE model's leading dense blocks
 HEAD_CLASS = "head"
 
 
 def valid_tp_widths(model: Model, max_tp: int | None = None) -> tuple[int, ...]:
     """Every tensor-parallel width ``t <= max_tp`` Megatron-LM accepts for ``model``.
 
-    ``t`` must divide the attention heads, the key/value heads and the FFN width (Megatron
-    asserts each); the vocabulary need not divide, it is padded (see
+    ``t`` must divide the attention heads, the key/value heads and the FFN widths (dense and
+    expert; Megatron asserts each); the vocabulary need not divide, it is padded (see
     :func:`workloads.model.padded_vocab`).
 
     >>> from workloads.catalog import get_model
@@ -52,6 +53,7 @@ def _tp_problems(model: Model, tp: int) -> list[str]:
             ("heads", model.heads),
             ("kv_heads", model.kv_heads),
             ("ffn_hidden", model.ffn_hidden),
+            ("expert_ffn_hidden", model.expert_width),
         )
         if value % tp
     ]
@@ -79,9 +81,10 @@ def _check(model: Model, setup: TrainingSetup, tp: int) -> None:
 def build_layer_graph(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
     """The layer graph of ``model`` trained with ``setup`` at tensor-parallel width ``tp``.
 
-    Layers: the embedding, ``model.layers`` identical blocks (one ``class_id``, one set of
-    op graphs), the head. Each layer carries its shard's parameters and the activation
-    bytes it stashes per micro-batch per device; each edge the boundary tensor's bytes.
+    Layers: the embedding, ``model.layers`` blocks (one ``class_id``, one set of op graphs;
+    an MoE model's leading dense blocks another), the head. Each layer carries its shard's
+    parameters and the activation bytes it stashes per micro-batch per device; each edge the
+    boundary tensor's bytes.
     Cached by the (frozen) arguments.
 
     Raises
@@ -115,27 +118,18 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
             tensor_parallel=tensor_parallel,
         )
     ]
-    block_params = model.block_parameters(tp)
-    block_bytes = block_activation_bytes(model, setup, tp)
-    # the routed experts' share of a block: all experts minus the top_k active ones is
-    # (experts - top_k) expert FFNs
-    routed = model.experts - model.top_k
-    expert_params = (
-        (block_params - model.block_parameters(tp, active=True)) * model.experts // routed
-        if routed > 0
-        else 0
-    )
+    dense = model.dense_layers
     layers += [
         Layer(
             index=i,
             name=f"block{i}",
             kind=LayerKind.BLOCK,
-            class_id=BLOCK_CLASS,
-            parameters=block_params,
-            activation_bytes=block_bytes,
+            class_id=DENSE_BLOCK_CLASS if i <= dense else BLOCK_CLASS,
+            parameters=model.block_parameters(tp, dense=i <= dense),
+            activation_bytes=block_activation_bytes(model, setup, tp, dense=i <= dense),
             tensor_parallel=tensor_parallel,
-            expert_parameters=expert_params,
-            dispatch_bytes=dispatch_bytes(model, setup, tp),
+            expert_parameters=0 if i <= dense else model.expert_parameters(tp),
+            dispatch_bytes=0 if i <= dense else dispatch_bytes(model, setup, tp),
             kv_bytes=kv_bytes(model, setup, tp),
         )
         for i in range(1, model.layers + 1)
@@ -164,6 +158,11 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
     graphs = {
         EMBEDDING_CLASS: framed(embedding_pass_graphs(model, setup, tp)),
         BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp)),
+        **(
+            {DENSE_BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp, dense=True))}
+            if dense
+            else {}
+        ),
         HEAD_CLASS: framed(head_pass_graphs(model, setup, tp)),
     }
     return LayerGraph(

@@ -6,7 +6,9 @@ iteration with full recompute ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` (Naraya
 "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC21,
 eq. 3). The attention score and value GEMMs count the whole ``s x s`` matrix also for causal
 models, as the papers do. The backward pass is twice the forward (input and weight
-gradients). MoE blocks count the router and the ``top_k`` activated experts per token.
+gradients). MoE blocks count the router, the ``top_k`` activated experts per token and the
+shared experts; an MoE model's leading dense blocks count their dense FFN. Multi-head latent
+attention counts its down- and up-projections.
 Vector-op FLOPs (norms, softmax, activations) are in the op graphs, not here.
 """
 
@@ -17,6 +19,7 @@ from workloads.setup import Recompute
 
 __all__ = [
     "attention_core_flops",
+    "attention_projection_flops",
     "block_forward_flops",
     "embedding_forward_flops",
     "head_forward_flops",
@@ -27,25 +30,51 @@ __all__ = [
 
 
 def attention_core_flops(model: Model, seq_len: int, batch: int = 1) -> int:
-    """Forward FLOPs of QK^T and attention x V: ``4 b s^2 a d`` (= ``4 b s^2 h``)."""
-    return 4 * batch * seq_len * seq_len * model.heads * model.head_dim
+    """Forward FLOPs of QK^T and attention x V: ``4 b s^2 a d`` (= ``4 b s^2 h``);
+    ``2 b s^2 a (d_qk + d_v)`` with MLA's distinct key and value head widths."""
+    width = model.head_dim + model.value_head_dim
+    return 2 * batch * seq_len * seq_len * model.heads * width
 
 
-def block_forward_flops(model: Model, seq_len: int, batch: int = 1) -> int:
-    """Forward FLOPs of one transformer block on ``batch`` sequences.
+def attention_projection_flops(model: Model, tokens: int) -> int:
+    """Forward FLOPs of Q, K, V and the output projection on ``tokens`` tokens (MLA: the
+    down-projections to the latents, then the per-head up-projections)."""
+    h, d, a = model.hidden, model.head_dim, model.heads
+    if not model.mla:
+        return 2 * tokens * h * (a + 2 * model.kv_heads) * d + 2 * tokens * a * d * h
+    kr, v = model.kv_lora_rank, model.value_head_dim
+    if model.q_lora_rank is None:
+        q = h * a * d
+    else:
+        q = model.q_lora_rank * (h + a * d)
+    kv = h * (kr + model.qk_rope_head_dim) + kr * a * (model.qk_nope_head_dim + v)
+    return 2 * tokens * (q + kv + a * v * h)
+
+
+def block_forward_flops(model: Model, seq_len: int, batch: int = 1, dense: bool = False) -> int:
+    """Forward FLOPs of one transformer block on ``batch`` sequences (``dense``: one of an
+    MoE model's leading dense blocks).
 
     >>> from workloads.catalog import get_model
     >>> m = get_model("gpt3-175b"); b, s, h = 1, 2048, m.hidden
     >>> block_forward_flops(m, s, b) == 24 * b * s * h**2 + 4 * b * s**2 * h
     True
     """
-    tokens, h, d = batch * seq_len, model.hidden, model.head_dim
-    qkv = 2 * tokens * h * (model.heads + 2 * model.kv_heads) * d
-    proj = 2 * tokens * model.heads * d * h
-    gemms = 3 if model.ffn_kind.gated else 2
-    ffn = model.top_k * 2 * gemms * tokens * h * model.ffn_hidden
-    router = 2 * tokens * h * model.experts if model.is_moe else 0
-    return qkv + proj + attention_core_flops(model, seq_len, batch) + ffn + router
+    tokens, h = batch * seq_len, model.hidden
+    per_width = 2 * (3 if model.ffn_kind.gated else 2) * tokens * h
+    if model.is_moe and not dense:
+        widths = (model.top_k + model.shared_experts) * model.expert_width
+        ffn = per_width * widths + 2 * tokens * h * model.experts  # experts + router
+    else:
+        ffn = per_width * model.ffn_hidden
+    attention = attention_projection_flops(model, tokens)
+    return attention + attention_core_flops(model, seq_len, batch) + ffn
+
+
+def _blocks_forward_flops(model: Model, seq_len: int) -> int:
+    """Forward FLOPs of all blocks of one sequence."""
+    dense = model.dense_layers * block_forward_flops(model, seq_len, dense=True)
+    return dense + (model.layers - model.dense_layers) * block_forward_flops(model, seq_len)
 
 
 def embedding_forward_flops(model: Model, seq_len: int, batch: int = 1) -> int:
@@ -68,7 +97,7 @@ def head_forward_flops(model: Model, seq_len: int, batch: int = 1) -> int:
 def forward_flops_per_sequence(model: Model, seq_len: int) -> int:
     return (
         embedding_forward_flops(model, seq_len)
-        + model.layers * block_forward_flops(model, seq_len)
+        + _blocks_forward_flops(model, seq_len)
         + head_forward_flops(model, seq_len)
     )
 
@@ -94,7 +123,7 @@ def hardware_flops_per_sequence(
         case Recompute.NONE:
             extra = 0
         case Recompute.SELECTIVE:
-            extra = attention_core_flops(model, seq_len)
+            extra = model.layers * attention_core_flops(model, seq_len)
         case Recompute.FULL:
-            extra = block_forward_flops(model, seq_len)
-    return model_flops_per_sequence(model, seq_len) + model.layers * extra
+            extra = _blocks_forward_flops(model, seq_len)
+    return model_flops_per_sequence(model, seq_len) + extra

@@ -4,7 +4,8 @@ Supported ``model_type`` values: :data:`SUPPORTED_MODEL_TYPES` (``qwen2`` and ``
 as Llama: Phi-3's fused projections hold the same weights; ``bloom`` with ALiBi and its
 embedding LayerNorm; ``gpt_neox`` with rotary embeddings, whose partial rotation and
 parallel residual change neither parameters nor stashed bytes; ``falcon`` with its parallel
-attention + MLP block; ``gemma``/``gemma2`` with GeGLU and their own head width). Only the
+attention + MLP block; ``gemma``/``gemma2`` with GeGLU and their own head width;
+``deepseek_v2``/``deepseek_v3`` with multi-head latent attention and shared experts). Only the
 architecture is read (no weights). Not modelled: Mistral's and Gemma 2's sliding-window
 attention (attention FLOPs count the whole sequence), OPT's post-norm variant (norm placement
 does not change FLOPs or stashed bytes) and OPT's two-row position offset.
@@ -280,6 +281,51 @@ def _gemma(r: _Reader, model_type: str) -> dict[str, Any]:
     )
 
 
+def _deepseek(r: _Reader) -> dict[str, Any]:
+    """DeepSeek-V2/V3: multi-head latent attention, DeepSeekMoE (shared experts, the first
+    ``first_k_dense_replace`` blocks dense). V3's multi-token-prediction module
+    (``num_nextn_predict_layers``) is not part of the main model and is not counted."""
+    act = r.get("hidden_act", "silu")
+    if act != "silu":
+        r.unsupported("hidden_act", act, "silu (SwiGLU)")
+    if r.get("attention_bias", False) is not False:
+        r.unsupported("attention_bias", r.data["attention_bias"], "false")
+    freq = r.get("moe_layer_freq", 1)
+    if freq != 1:
+        r.unsupported("moe_layer_freq", freq, "1 (every block after the dense ones is MoE)")
+    experts = r.size("n_routed_experts", "experts", None)
+    moe = experts is not None
+    r.names |= {"dense_layers": "first_k_dense_replace", "shared_experts": "n_shared_experts"}
+    return dict(
+        layers=r.size("num_hidden_layers", "layers"),
+        hidden=r.size("hidden_size", "hidden"),
+        heads=r.size("num_attention_heads", "heads"),
+        ffn_hidden=r.size("intermediate_size", "ffn_hidden"),
+        vocab=r.size("vocab_size", "vocab"),
+        max_positions=r.size("max_position_embeddings", "max_positions"),
+        ffn_kind=FfnKind.SWIGLU,
+        norm=NormKind.RMSNORM,
+        positions=PositionKind.ROTARY,
+        experts=experts if moe else 1,
+        top_k=r.size("num_experts_per_tok", "top_k") if moe else 1,
+        expert_ffn_hidden=r.size("moe_intermediate_size", "expert_ffn_hidden") if moe else None,
+        shared_experts=(r.get("n_shared_experts", 0, check=_is_count) or 0) if moe else 0,
+        dense_layers=(r.get("first_k_dense_replace", 0, check=_is_count) or 0) if moe else 0,
+        q_lora_rank=r.size("q_lora_rank", "q_lora_rank", None),
+        kv_lora_rank=r.size("kv_lora_rank", "kv_lora_rank"),
+        qk_nope_head_dim=r.size("qk_nope_head_dim", "qk_nope_head_dim"),
+        qk_rope_head_dim=r.size("qk_rope_head_dim", "qk_rope_head_dim"),
+        v_head_dim=r.size("v_head_dim", "v_head_dim"),
+        tied_embeddings=r.get("tie_word_embeddings", False),
+        biases=False,
+        dropout=_dropout(r.get("attention_dropout", 0.0)),
+    )
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "gpt2",
     "opt",
@@ -294,6 +340,8 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "falcon",
     "gemma",
     "gemma2",
+    "deepseek_v2",
+    "deepseek_v3",
 )
 
 
@@ -335,6 +383,8 @@ def model_from_hf(
         kw = _falcon(r)
     elif model_type in ("gemma", "gemma2"):
         kw = _gemma(r, model_type)
+    elif model_type in ("deepseek_v2", "deepseek_v3"):
+        kw = _deepseek(r)
     else:
         kw = _llama(r, model_type)
     if r.problems:
@@ -378,9 +428,10 @@ def load_hf_config(path: str | Path) -> Model:
 def to_hf_config(model: Model) -> dict[str, Any]:
     """A ``config.json`` dictionary that :func:`model_from_hf` reads back as ``model``.
 
-    The family follows the architecture: GeGLU -> ``gemma`` (``gemma2`` with post-norms), a
-    parallel block -> ``falcon``, MoE -> ``mixtral``, SwiGLU -> ``llama``, encoder ->
-    ``bert``, ALiBi -> ``bloom``, a separate embedding width or ReLU -> ``opt``, else ``gpt2``.
+    The family follows the architecture: MLA -> ``deepseek_v3``, GeGLU -> ``gemma``
+    (``gemma2`` with post-norms), a parallel block -> ``falcon``, MoE -> ``mixtral``, SwiGLU
+    -> ``llama``, encoder -> ``bert``, ALiBi -> ``bloom``, a separate embedding width or ReLU
+    -> ``opt``, else ``gpt2``.
 
     Raises
     ------
@@ -404,7 +455,25 @@ def to_hf_config(model: Model) -> dict[str, Any]:
         "mlp_bias": m.biases,
         "attention_dropout": drop,
     }
-    if m.ffn_kind is FfnKind.GEGLU:
+    if m.mla:
+        data = {
+            "model_type": "deepseek_v3",
+            **common_llama,
+            "q_lora_rank": m.q_lora_rank,
+            "kv_lora_rank": m.kv_lora_rank,
+            "qk_nope_head_dim": m.qk_nope_head_dim,
+            "qk_rope_head_dim": m.qk_rope_head_dim,
+            "v_head_dim": m.v_head_dim,
+        }
+        if m.is_moe:
+            data |= {
+                "n_routed_experts": m.experts,
+                "num_experts_per_tok": m.top_k,
+                "moe_intermediate_size": m.expert_width,
+                "n_shared_experts": m.shared_experts,
+                "first_k_dense_replace": m.dense_layers,
+            }
+    elif m.ffn_kind is FfnKind.GEGLU:
         data = {
             "model_type": "gemma2" if m.block_norms == 4 else "gemma",
             **common_llama,

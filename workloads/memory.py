@@ -31,7 +31,14 @@ The terms, generalised here term by term:
   ``s b h (34 + 4 a / h)`` bytes without parallelism and ``34 s b h / t + 4 a s b / t``
   with tensor and sequence parallelism (``p = 2``, dropout);
 * MoE only, computed after the all-gather so not split by sequence parallelism: the router
-  probabilities (``p s b E``) and the dispatched expert inputs (``p s b k h``).
+  probabilities (``p s b E``) and the dispatched expert inputs (``p s b k h``); shared
+  experts stash their inner tensors as a dense FFN of their width does. An MoE model's
+  leading dense blocks stash as a dense block of width ``ffn_hidden``.
+* multi-head latent attention as trained (no absorbed up-projections): the up-projected Q,
+  K (``a (d_nope + d_rope)`` each) and V (``a d_v``) and the output-projection input
+  (``a d_v``), split by ``t``; the latents, which the replicated down-projections make on
+  every tensor-parallel rank (Megatron-LM's ``MLASelfAttention``): Q's latent norm input and
+  up-projection input (``2 q_r``), K/V's (``2 kv_r``) and the rotary key part (``d_rope``).
 
 ``p`` is the setup's precision in bytes, so ``p = 2`` gives the paper's formulas exactly.
 """
@@ -67,8 +74,9 @@ def _sp_divisor(setup: TrainingSetup, tp: int) -> int:
     return tp if setup.sequence_parallel and tp > 1 else 1
 
 
-def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
-    """Bytes one transformer block stashes for its backward pass, per micro-batch per device.
+def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int, dense: bool = False) -> int:
+    """Bytes one transformer block stashes for its backward pass, per micro-batch per device
+    (``dense``: one of an MoE model's leading dense blocks).
 
     Examples
     --------
@@ -91,17 +99,29 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
     post_norms = 2 if model.block_norms == 4 else 0  # Gemma 2: sub-layer outputs normalised
     stashed = (1 if shared else 4) + post_norms  # norm inputs and Q/K/V and FFN inputs
     replicated = (stashed * p + 2 * mask) * tokens * h
-    qkv = p * tokens * (model.heads + 2 * model.kv_heads) * model.head_dim
-    inner = (3 if model.ffn_kind.gated else 2) * p * tokens * model.ffn_hidden
-    split = qkv + p * tokens * h + model.top_k * inner
-    total = _ceil_div(replicated, rep) + _ceil_div(split, t)
+    a, d, latent = model.heads, model.head_dim, 0
+    if model.mla:
+        qkv = p * tokens * a * (2 * d + model.value_head_dim)
+        out_in = p * tokens * a * model.value_head_dim
+        latents = 2 * (model.q_lora_rank or 0) + 2 * model.kv_lora_rank + model.qk_rope_head_dim
+        latent = p * tokens * latents  # on every rank: not split by t or by sequence
+    else:
+        qkv = p * tokens * (a + 2 * model.kv_heads) * d
+        out_in = p * tokens * h
+    per_width = (3 if model.ffn_kind.gated else 2) * p * tokens
+    moe = model.is_moe and not dense
+    if moe:
+        inner = per_width * (model.top_k + model.shared_experts) * model.expert_width
+    else:
+        inner = per_width * model.ffn_hidden
+    total = _ceil_div(replicated, rep) + _ceil_div(qkv + out_in + inner, t) + latent
     if setup.recompute is Recompute.NONE:
         if framework_profile(setup.framework).attention == "flash":
             total += _ceil_div(LSE_BYTES * model.heads * s * b, t)
         else:
             per_score = p + (mask + p if model.dropout else 0)
             total += _ceil_div(per_score * model.heads * s * s * b, t)
-    if model.is_moe:
+    if moe:
         total += p * tokens * (model.experts + model.top_k * h)
     return total
 
@@ -138,17 +158,19 @@ def boundary_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
 
 
 def dispatch_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
-    """Bytes one device sends into one MoE token all-to-all per micro-batch (0 for a dense
-    model): each of its tokens goes to ``top_k`` experts, ``k p s b h`` split by ``t`` with
-    sequence parallelism (Megatron-LM's ``alltoall`` token dispatcher; the combine returns
-    as many)."""
+    """Bytes one device sends into one MoE block's token all-to-all per micro-batch (0 for a
+    dense model; an MoE model's leading dense blocks send none): each of its tokens goes to
+    ``top_k`` experts, ``k p s b h`` split by ``t`` with sequence parallelism (Megatron-LM's
+    ``alltoall`` token dispatcher; the combine returns as many)."""
     if not model.is_moe:
         return 0
     return model.top_k * boundary_bytes(model, setup, tp)
 
 
 def kv_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
-    """Keys and values of one block per micro-batch per device, ``2 p s b n_kv d_head / t``:
-    what context parallelism's ring exchanges (Megatron-LM docs/api-guide/context_parallel.md)."""
+    """Keys and values of one block per micro-batch per device, ``2 p s b n_kv d_head / t``
+    (MLA: the up-projected ``p s b a (d_qk + d_v) / t``): what context parallelism's ring
+    exchanges (Megatron-LM docs/api-guide/context_parallel.md)."""
     p, tokens = setup.precision_bytes, setup.micro_batch * setup.seq_len
-    return _ceil_div(2 * p * tokens * model.kv_heads * model.head_dim, tp)
+    width = model.kv_heads * (model.head_dim + model.value_head_dim)
+    return _ceil_div(p * tokens * width, tp)

@@ -60,7 +60,7 @@ def padded_vocab(vocab: int, tp: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Model:
-    """A decoder (GPT, OPT, Llama, Mixtral) or encoder (BERT) transformer.
+    """A decoder (GPT, OPT, Llama, Mixtral, DeepSeek) or encoder (BERT) transformer.
 
     Parameters
     ----------
@@ -86,6 +86,16 @@ class Model:
         in one residual (GPT-J, Falcon); else the FFN follows attention.
     block_norms : norms per block: 2 (before attention and FFN), 1 (Falcon-7B's parallel
         block shares one), 4 (Gemma 2 also normalises each sub-layer's output).
+    expert_ffn_hidden : inner width of each routed and shared expert if it differs from
+        ``ffn_hidden`` (DeepSeek: ``ffn_hidden`` is then the width of the dense layers);
+        None = ffn_hidden.
+    shared_experts : experts every token passes through beside its ``top_k`` routed ones,
+        held as one FFN of ``shared_experts x expert_ffn_hidden`` (DeepSeekMoE).
+    dense_layers : the first blocks of an MoE model have a dense FFN of ``ffn_hidden``.
+    kv_lora_rank : multi-head latent attention (MLA, DeepSeek-V2) if set: K and V are
+        up-projected per head from a ``kv_lora_rank`` latent, Q from a ``q_lora_rank``
+        latent (None: projected from the block input); each Q/K head has
+        ``qk_nope_head_dim + qk_rope_head_dim`` channels, each V head ``v_head_dim``.
     source : where the hyper-parameters come from.
     tokens_to_train : tokens of the published training run, where the source states it.
     """
@@ -113,6 +123,14 @@ class Model:
     head_size: int | None = None
     parallel_block: bool = False
     block_norms: int = 2
+    expert_ffn_hidden: int | None = None
+    shared_experts: int = 0
+    dense_layers: int = 0
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
     source: str = ""
     tokens_to_train: int | None = None
 
@@ -131,8 +149,7 @@ class Model:
             object.__setattr__(self, "embedding_dim", self.hidden)
         positive = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "kv_heads")
         positive += ("max_positions", "experts", "top_k", "embedding_dim")
-        if self.head_size is not None:
-            positive += ("head_size",)
+        positive += tuple(f for f in _OPTIONAL_SIZES if getattr(self, f) is not None)
         for f in positive:
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -144,8 +161,10 @@ class Model:
         for f in flags:
             if not isinstance(getattr(self, f), bool):
                 problems.append(f"{f} = {getattr(self, f)!r} must be true or false")
-        if not isinstance(self.type_vocab, int) or self.type_vocab < 0:
-            problems.append(f"type_vocab = {self.type_vocab!r} must be a non-negative integer")
+        for f in ("type_vocab", "shared_experts", "dense_layers"):
+            value = getattr(self, f)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                problems.append(f"{f} = {value!r} must be a non-negative integer")
         if self.tokens_to_train is not None and (
             not isinstance(self.tokens_to_train, int) or self.tokens_to_train <= 0
         ):
@@ -155,7 +174,7 @@ class Model:
         if not self.name:
             problems.append("name must not be empty")
         if not problems:
-            if self.head_size is None and self.hidden % self.heads:
+            if self.head_size is None and not self.mla and self.hidden % self.heads:
                 problems.append(
                     f"hidden = {self.hidden} must be a multiple of heads = {self.heads}"
                 )
@@ -169,8 +188,37 @@ class Model:
                 problems.append("block_norms = 4 (post-norms) needs parallel_block = false")
             if self.top_k > self.experts:
                 problems.append(f"top_k = {self.top_k} must be at most experts = {self.experts}")
+            problems += self._moe_mla_problems()
         if problems:
             raise ConfigError(f"model {self.name!r}: " + "; ".join(problems))
+
+    def _moe_mla_problems(self) -> list[str]:
+        problems = []
+        if not self.is_moe:
+            for f in ("expert_ffn_hidden", "shared_experts", "dense_layers"):
+                if getattr(self, f):
+                    problems.append(f"{f} = {getattr(self, f)} needs experts > 1 (an MoE model)")
+        elif self.dense_layers >= self.layers:
+            problems.append(
+                f"dense_layers = {self.dense_layers} must be fewer than layers = {self.layers}"
+            )
+        mla = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        unset = [f for f in mla if getattr(self, f) is None]
+        if unset and len(unset) < len(mla):
+            problems.append(f"{', '.join(unset)} must be set with the other MLA sizes")
+        if unset and self.q_lora_rank is not None:
+            problems.append("q_lora_rank needs multi-head latent attention (kv_lora_rank)")
+        if not unset:
+            if self.kv_heads != self.heads or self.head_size is not None:
+                problems.append(
+                    "multi-head latent attention needs kv_heads = heads and no head_size"
+                )
+            if self.biases or self.parallel_block or self.block_norms != 2:
+                problems.append(
+                    "multi-head latent attention needs biases = false, parallel_block = false"
+                    " and block_norms = 2"
+                )
+        return problems
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "model") -> Model:
@@ -197,27 +245,51 @@ class Model:
 
     @property
     def head_dim(self) -> int:
+        """Channels of one query/key head (MLA: its un-rotated and rotated parts)."""
+        if self.mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.head_size if self.head_size is not None else self.hidden // self.heads
+
+    @property
+    def value_head_dim(self) -> int:
+        """Channels of one value head (= :attr:`head_dim` except with MLA)."""
+        return self.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank is not None
 
     @property
     def is_moe(self) -> bool:
         return self.experts > 1
 
     @property
+    def expert_width(self) -> int:
+        """Inner width of each routed (and shared) expert."""
+        return self.ffn_hidden if self.expert_ffn_hidden is None else self.expert_ffn_hidden
+
+    @property
+    def moe_layers(self) -> int:
+        """Blocks with an MoE FFN (all but the leading :attr:`dense_layers`; 0 if dense)."""
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
     def parameters(self) -> int:
         """All trainable parameters (tied embeddings counted once)."""
-        return (
-            self.embedding_parameters()
-            + self.layers * self.block_parameters()
-            + self.head_parameters()
-        )
+        return self._total(active=False)
 
     @property
     def active_parameters(self) -> int:
-        """Parameters one token passes through (MoE: only its ``top_k`` experts)."""
+        """Parameters one token passes through (MoE: only its ``top_k`` routed experts,
+        and the shared ones)."""
+        return self._total(active=True)
+
+    def _total(self, active: bool) -> int:
         return (
             self.embedding_parameters()
-            + self.layers * self.block_parameters(active=True)
+            + self.dense_layers * self.block_parameters(active=active, dense=True)
+            + (self.layers - self.dense_layers) * self.block_parameters(active=active)
             + self.head_parameters()
         )
 
@@ -238,27 +310,51 @@ class Model:
             n += e * h  # project_in, no bias (HF OPT)
         return n
 
-    def block_parameters(self, tp: int = 1, active: bool = False) -> int:
+    def block_parameters(self, tp: int = 1, active: bool = False, dense: bool = False) -> int:
         """One tensor-parallel shard of one transformer block (Megatron sharding).
 
         Q/K/V and FC1 are column-parallel (weights and biases split by ``tp``); the output
         projection and FC2 are row-parallel (weights split, biases replicated); norms and the
-        MoE router are replicated. ``active`` counts only the ``top_k`` routed experts.
+        MoE router are replicated, and so are MLA's down-projections and latent norms
+        (Megatron-LM's ``MLASelfAttention``). ``active`` counts only the ``top_k`` routed
+        experts; ``dense`` gives one of an MoE model's leading :attr:`dense_layers`.
         """
-        h, d, t = self.hidden, self.head_dim, tp
-        qkv_width = (self.heads + 2 * self.kv_heads) * d
-        attention = h * qkv_width // t + self.heads * d * h // t
-        if self.biases:
-            attention += qkv_width // t + h
-        f = self.ffn_hidden
-        gemms_in = 2 if self.ffn_kind.gated else 1
-        ffn = (gemms_in + 1) * h * f // t
-        if self.biases:
-            ffn += gemms_in * f // t + h
-        experts = self.top_k if active else self.experts
-        router = h * self.experts if self.is_moe else 0
+        h = self.hidden
         norms = self.block_norms * self._norm_parameters()
-        return attention + experts * ffn + router + norms
+        attention = self._attention_parameters(tp)
+        if not self.is_moe or dense:
+            return attention + self._ffn_parameters(self.ffn_hidden, tp) + norms
+        routed = self.top_k if active else self.experts
+        ffn = routed * self._ffn_parameters(self.expert_width, tp) + h * self.experts
+        if self.shared_experts:
+            ffn += self._ffn_parameters(self.shared_experts * self.expert_width, tp)
+        return attention + ffn + norms
+
+    def expert_parameters(self, tp: int = 1) -> int:
+        """One shard of an MoE block's routed experts (what expert parallelism spreads;
+        shared experts and the router are dense); 0 for a dense model."""
+        return self.experts * self._ffn_parameters(self.expert_width, tp) if self.is_moe else 0
+
+    def _attention_parameters(self, tp: int) -> int:
+        h, d, t, a = self.hidden, self.head_dim, tp, self.heads
+        if not self.mla:
+            qkv_width = (a + 2 * self.kv_heads) * d
+            n = h * qkv_width // t + a * d * h // t
+            return n + (qkv_width // t + h if self.biases else 0)
+        kr, rope, nope = self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim
+        v = self.v_head_dim
+        if self.q_lora_rank is None:
+            q = h * a * d // t
+        else:
+            qr = self.q_lora_rank
+            q = h * qr + self._norm_parameters(qr) + qr * a * d // t
+        kv = h * (kr + rope) + self._norm_parameters(kr) + kr * a * (nope + v) // t
+        return q + kv + a * v * h // t
+
+    def _ffn_parameters(self, width: int, tp: int) -> int:
+        gemms_in = 2 if self.ffn_kind.gated else 1
+        n = (gemms_in + 1) * self.hidden * width // tp
+        return n + (gemms_in * width // tp + self.hidden if self.biases else 0)
 
     def head_parameters(self, tp: int = 1) -> int:
         """One shard of the head: final norm (decoder) or MLM transform (encoder) + LM head.
@@ -287,5 +383,17 @@ class Model:
             padded_vocab(self.vocab, tp) // tp * self.embedding_dim if self.tied_embeddings else 0
         )
 
-    def _norm_parameters(self) -> int:
-        return 2 * self.hidden if self.norm is NormKind.LAYERNORM else self.hidden
+    def _norm_parameters(self, width: int | None = None) -> int:
+        n = self.hidden if width is None else width
+        return 2 * n if self.norm is NormKind.LAYERNORM else n
+
+
+_OPTIONAL_SIZES = (
+    "head_size",
+    "expert_ffn_hidden",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+)

@@ -8,6 +8,10 @@ With sequence parallelism (Korthikanti et al. 2022) the norms, dropouts and resi
 on ``s/t`` tokens, and each all-reduce becomes a reduce-scatter after the row-parallel GEMM and
 an all-gather before the column-parallel ones. ``t = 1`` has no collectives.
 
+Multi-head latent attention (DeepSeek-V2/V3) runs as trained: replicated down-projections
+to the latents and their norms, then column-parallel up-projections to per-head Q, K and V.
+MoE blocks run the shared experts as one dense FFN beside the routed ones.
+
 Independent work is kept as separate nodes so a scheduler can overlap it: unfused Q, K, V
 projections; the attention core split into up to :data:`MAX_HEAD_GROUPS` head groups; one
 GEMM chain per MoE expert; input- and weight-gradient GEMMs in the backward pass.
@@ -214,16 +218,54 @@ def _residual(nodes: list[Node], name: str, src: str, model: Model, d: _Dims) ->
 # ---- transformer block -------------------------------------------------------------------
 
 
+def _latent_norm(nodes: list[Node], name: str, src: str, width: int, model: Model, d: _Dims) -> str:
+    """An MLA latent's norm on every token (replicated over the tensor-parallel group; its
+    output feeds column-parallel up-projections)."""
+    op = vector(name, OpKind.NORM, d.tokens * width, _NORM_FLOPS[model.norm], d.p)
+    nodes.append(Node(op, (src,), enter_tp=d.t > 1))
+    return name
+
+
+def _mla_projections(nodes: list[Node], src: str, model: Model, d: _Dims) -> tuple[str, str]:
+    """Multi-head latent attention's Q, K, V as trained: replicated down-projections to the
+    latents (and the shared rotary key part), their norms, column-parallel per-head
+    up-projections; the rotary parts rotated. Nodes ``q``, ``k``, ``v`` (or ``q.rope``,
+    ``k.rope`` after rotation, returned) hold the per-head tensors the attention core reads."""
+    h, p, T, a_t = model.hidden, d.p, d.tokens, model.heads // d.t
+    nope, rope, kr = model.qk_nope_head_dim, model.qk_rope_head_dim, model.kv_lora_rank
+    q_src, q_width = src, h
+    if model.q_lora_rank is not None:
+        q_width = model.q_lora_rank
+        nodes.append(Node(gemm("q.down", T, h, q_width, p), (src,), Grad.GEMM))
+        q_src = _latent_norm(nodes, "q.down.norm", "q.down", q_width, model, d)
+    nodes.append(Node(gemm("q", T, q_width, a_t * (nope + rope), p), (q_src,), Grad.GEMM))
+    nodes.append(Node(gemm("kv.down", T, h, kr + rope, p), (src,), Grad.GEMM))
+    latent = _latent_norm(nodes, "kv.down.norm", "kv.down", kr, model, d)
+    nodes.append(Node(gemm("k", T, kr, a_t * nope, p), (latent,), Grad.GEMM))
+    nodes.append(Node(gemm("v", T, kr, a_t * model.v_head_dim, p), (latent,), Grad.GEMM))
+    q_rope = vector("q.rope", OpKind.ELEMENTWISE, T * a_t * rope, _ROPE_FLOPS, p)
+    k_rope = vector("k.rope", OpKind.ELEMENTWISE, T * rope, _ROPE_FLOPS, p, inputs=2)
+    nodes += [Node(q_rope, ("q",)), Node(k_rope, ("k", "kv.down"), enter_tp=d.t > 1)]
+    return "q.rope", "k.rope"
+
+
 def _attention(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
     h, hd, p, t, T = model.hidden, model.head_dim, d.p, d.t, d.tokens
     a_t, g_t = model.heads // t, model.kv_heads // t
     bias = model.biases
-    q = gemm("q", T, h, a_t * hd, p, bias=bias)
-    k = gemm("k", T, h, g_t * hd, p, bias=bias)
-    v = gemm("v", T, h, g_t * hd, p, bias=bias)
-    nodes += [Node(q, (src,), Grad.GEMM), Node(k, (src,), Grad.GEMM), Node(v, (src,), Grad.GEMM)]
-    q_in, k_in = "q", "k"
-    if model.positions is PositionKind.ROTARY:
+    if model.mla:
+        q_in, k_in = _mla_projections(nodes, src, model, d)
+    else:
+        q = gemm("q", T, h, a_t * hd, p, bias=bias)
+        k = gemm("k", T, h, g_t * hd, p, bias=bias)
+        v = gemm("v", T, h, g_t * hd, p, bias=bias)
+        nodes += [
+            Node(q, (src,), Grad.GEMM),
+            Node(k, (src,), Grad.GEMM),
+            Node(v, (src,), Grad.GEMM),
+        ]
+        q_in, k_in = "q", "k"
+    if model.positions is PositionKind.ROTARY and not model.mla:
         for name, width in (("q", a_t), ("k", g_t)):
             rope = vector(f"{name}.rope", OpKind.ELEMENTWISE, T * width * hd, _ROPE_FLOPS, p)
             nodes.append(Node(rope, (name,)))
@@ -252,10 +294,10 @@ def _attention(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
             )
             nodes.append(Node(dr, (probs,)))
             probs = dr.name
-        av = gemm(f"{_CORE_PREFIX}{i}.av", s, s, hd, p, batch=bh, batched=True)
+        av = gemm(f"{_CORE_PREFIX}{i}.av", s, s, model.value_head_dim, p, batch=bh, batched=True)
         nodes.append(Node(av, (probs, "v"), Grad.BGEMM))
         outputs.append(av.name)
-    proj = gemm("proj", T, a_t * hd, h, p)
+    proj = gemm("proj", T, a_t * model.value_head_dim, h, p)
     nodes.append(Node(proj, tuple(outputs), Grad.GEMM))
     return proj.name
 
@@ -264,8 +306,10 @@ def _flash_attention(nodes: list[Node], qkv: tuple[str, ...], model: Model, d: _
     """One fused forward op per head group (its backward the node's fused backward op), then
     the output projection. Each op's shape is ``matmuls x b x heads`` products of
     ``(s x d_head) @ (d_head x n)``, ``n`` the executed keys per query (rounded up), so its
-    MACs are the executed tiles'; its bytes are Q, K, V and O (and the log-sum-exp)."""
-    h, hd, p, t, s = model.hidden, model.head_dim, d.p, d.t, d.s
+    MACs are the executed tiles'; its bytes are Q, K, V and O (and the log-sum-exp). With
+    MLA's wider query/key than value heads, ``d_head`` is their mean (the same MACs)."""
+    h, p, t, s = model.hidden, d.p, d.t, d.s
+    hd = (model.head_dim + model.value_head_dim) // 2
     a_t, g_t = model.heads // t, model.kv_heads // t
     keys = -(-flash_scores(s, model.causal) // s)
     scores = s * keys
@@ -299,7 +343,7 @@ def _flash_attention(nodes: list[Node], qkv: tuple[str, ...], model: Model, d: _
         )
         nodes.append(Node(forward, qkv, Grad.FUSED, backward=backward))
         outputs.append(name)
-    proj = gemm("proj", d.tokens, a_t * hd, h, p)
+    proj = gemm("proj", d.tokens, a_t * model.value_head_dim, h, p)
     nodes.append(Node(proj, tuple(outputs), Grad.GEMM))
     return proj.name
 
@@ -334,10 +378,12 @@ def _fused(
     )
 
 
-def _ffn(nodes: list[Node], prefix: str, src: str, tokens: int, model: Model, d: _Dims) -> str:
-    """FC1 (fused bias + activation, or a gated MLP's gate and up) then FC2, on ``tokens``
-    rows."""
-    h, f_t, p = model.hidden, model.ffn_hidden // d.t, d.p
+def _ffn(
+    nodes: list[Node], prefix: str, src: str, tokens: int, model: Model, d: _Dims, width: int
+) -> str:
+    """FC1 (fused bias + activation, or a gated MLP's gate and up) then FC2 of inner width
+    ``width``, on ``tokens`` rows."""
+    h, f_t, p = model.hidden, width // d.t, d.p
     bias = model.biases
     if model.ffn_kind.gated:
         gate = gemm(f"{prefix}fc1.gate", tokens, h, f_t, p, bias=bias)
@@ -368,7 +414,8 @@ def _ffn(nodes: list[Node], prefix: str, src: str, tokens: int, model: Model, d:
 
 
 def _moe(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
-    """Router GEMM + top-k, dispatch, one FFN per expert, weighted combine."""
+    """Router GEMM + top-k, dispatch, one FFN per routed expert, the shared experts as one
+    dense FFN on every token beside them, weighted combine (+ the shared output)."""
     h, p, T, E, k = model.hidden, d.p, d.tokens, model.experts, model.top_k
     router = gemm("router", T, h, E, p)
     topk = vector("router.topk", OpKind.SOFTMAX, T * E, _SOFTMAX_FLOPS, p)
@@ -378,29 +425,35 @@ def _moe(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
         Node(topk, (router.name,)),
         Node(dispatch, (src, topk.name), nondiff=(topk.name,)),
     ]
+    width = model.expert_width
     outs = [
-        _ffn(nodes, f"expert{e}.", dispatch.name, n, model, d)
+        _ffn(nodes, f"expert{e}.", dispatch.name, n, model, d, width)
         for e, n in enumerate(expert_tokens(T, model))
         if n
     ]
+    shared = model.shared_experts
+    if shared:
+        outs.append(_ffn(nodes, "shared.", src, T, model, d, shared * width))
     combine = vector(
         "combine",
         OpKind.ELEMENTWISE,
         T * h,
         0,
         p,
-        read_elements=T * k * h + T * E,
-        flops=_COMBINE_FLOPS * T * k * h,
+        read_elements=T * (k + (1 if shared else 0)) * h + T * E,
+        flops=(_COMBINE_FLOPS * k + (_ADD_FLOPS if shared else 0)) * T * h,
     )
     nodes.append(Node(combine, (*outs, topk.name)))
     return combine.name
 
 
-def _ffn_or_moe(nodes: list[Node], x: str, model: Model, d: _Dims) -> str:
-    return _moe(nodes, x, model, d) if model.is_moe else _ffn(nodes, "", x, d.tokens, model, d)
+def _ffn_or_moe(nodes: list[Node], x: str, model: Model, d: _Dims, dense: bool) -> str:
+    if model.is_moe and not dense:
+        return _moe(nodes, x, model, d)
+    return _ffn(nodes, "", x, d.tokens, model, d, model.ffn_hidden)
 
 
-def _parallel_block_nodes(model: Model, d: _Dims) -> list[Node]:
+def _parallel_block_nodes(model: Model, d: _Dims, dense: bool) -> list[Node]:
     """Attention and FFN on the same (normalised) block input, one residual add of both."""
     nodes: list[Node] = []
     h = model.hidden
@@ -411,7 +464,7 @@ def _parallel_block_nodes(model: Model, d: _Dims) -> list[Node]:
         y = _norm(nodes, "ln2", (), model, d, tp_next=True)
         y = _column_parallel_input(nodes, y, d, h)
     a = _row_parallel_reduce(nodes, _attention(nodes, x, model, d), d, h)
-    f = _row_parallel_reduce(nodes, _ffn_or_moe(nodes, y, model, d), d, h)
+    f = _row_parallel_reduce(nodes, _ffn_or_moe(nodes, y, model, d, dense), d, h)
     flops = 2 * _ADD_FLOPS + (2 * _BIAS_FLOPS if model.biases else 0)
     flops += 2 * _DROPOUT_FLOPS if model.dropout else 0
     n = d.local * h
@@ -421,9 +474,9 @@ def _parallel_block_nodes(model: Model, d: _Dims) -> list[Node]:
     return nodes
 
 
-def _block_nodes(model: Model, d: _Dims) -> list[Node]:
+def _block_nodes(model: Model, d: _Dims, dense: bool) -> list[Node]:
     if model.parallel_block:
-        return _parallel_block_nodes(model, d)
+        return _parallel_block_nodes(model, d, dense)
     nodes: list[Node] = []
     h = model.hidden
     post = model.block_norms == 4  # Gemma 2: each sub-layer's output is normalised too
@@ -436,7 +489,7 @@ def _block_nodes(model: Model, d: _Dims) -> list[Node]:
     x = _residual(nodes, "attn.residual", x, model, d)
     x = _norm(nodes, "ln2", (x,), model, d, tp_next=True)
     x = _column_parallel_input(nodes, x, d, h)
-    x = _ffn_or_moe(nodes, x, model, d)
+    x = _ffn_or_moe(nodes, x, model, d, dense)
     x = _row_parallel_reduce(nodes, x, d, h)
     if post:
         x = _norm(nodes, "mlp.post_norm", (x,), model, d, tp_next=False)
@@ -444,10 +497,13 @@ def _block_nodes(model: Model, d: _Dims) -> list[Node]:
     return nodes
 
 
-def block_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
-    """One transformer block's graphs; the recompute graph follows ``setup.recompute``."""
+def block_pass_graphs(
+    model: Model, setup: TrainingSetup, tp: int, dense: bool = False
+) -> PassGraphs:
+    """One transformer block's graphs (``dense``: one of an MoE model's leading dense
+    blocks); the recompute graph follows ``setup.recompute``."""
     d = _Dims.of(setup, tp)
-    nodes = _block_nodes(model, d)
+    nodes = _block_nodes(model, d, dense)
     match setup.recompute:
         case Recompute.NONE:
             keep: frozenset[str] | None = _EMPTY
