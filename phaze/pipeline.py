@@ -556,7 +556,7 @@ def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Knobs, ctx: Contex
     if not graphs:
         return float("inf")
     every = dataclasses.replace(ctx, zero_stages=ctx.zero_stages + ctx.zero_fallback)
-    hbm = (acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s)
+    hbm = device_hbm(acc, ctx)
     problem = placement_problem(graphs, hbm, every, setup)
     try:
         best = place(problem).time_per_batch_s

@@ -60,6 +60,7 @@ def energy_rows() -> EnergyValidation:
             seq_len=run["seq_len"],
             global_batch=run["global_batch"],
             strategy=run["strategy"],
+            framework=run["framework"],
             scoring=ScoringParams(host_profile=run["host"], pue=run["pue"]),
         )
         if not ev.feasible:
@@ -68,7 +69,10 @@ def energy_rows() -> EnergyValidation:
         with_host = sc.energy_per_batch_j / sc.iteration_s / run["devices"]
         board = (sc.energy_per_batch_j - sc.energy_host_j) / sc.iteration_s / run["devices"]
         runs.append((name, board, with_host))
-        source = f"{run['source']}; layout {run['layout_source']}"
+        source = (
+            f"{run['source']}; layout {run['layout_source']}; "
+            f"framework {run['framework']}: {run['framework_source']}"
+        )
         if run["accounting"] == "tdp":
             fit = " (fit)" if run["arch"] in CALIBRATED_LIMITS else ""
             case, published_w, watts = f"power limit{fit}", run["board_w"], tdp_w(acc)
