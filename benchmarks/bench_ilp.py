@@ -35,6 +35,7 @@ from ilp import (
     solve_schedule,
 )
 from ilp.schedule import clear_caches
+from ilp.timing import channels
 from workloads import TrainingSetup, build_layer_graph, get_model
 
 MODELS = ("gpt3-175b", "llama3-70b", "mixtral-8x7b")
@@ -107,6 +108,7 @@ def main() -> None:
                 g,
                 acc.num_tc,
                 acc.num_vc,
+                resources=channels(g),
                 time_limit_s=args.time_limit,
                 search_nodes=args.search_nodes,
             )
@@ -122,7 +124,14 @@ def main() -> None:
             per_graph[label][0].append(dt)
             if exact:
                 per_graph[label][1].append(dt)
-                listed = solve_schedule(g, acc.num_tc, acc.num_vc, solver=HEURISTIC, search_nodes=0)
+                listed = solve_schedule(
+                    g,
+                    acc.num_tc,
+                    acc.num_vc,
+                    resources=channels(g),
+                    solver=HEURISTIC,
+                    search_nodes=0,
+                )
                 list_excess.append(listed.makespan_s / s.makespan_s - 1)
     everything = fast + proven + unproven
     print(

@@ -28,6 +28,7 @@ from bench_ilp import designs, instances
 
 from arch_space.accelerator import Cluster
 from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, costed_graph, makespan_lower_bound, solve_schedule
+from ilp.timing import channels
 
 _NO_LIMIT_S = 1e6  # a time limit no solve reaches: the search and MIP stop on their own
 
@@ -65,6 +66,7 @@ def record(num_designs: int, search_nodes: int) -> list[dict]:
                     g,
                     acc.num_tc,
                     acc.num_vc,
+                    resources=channels(g),
                     solver=solver,
                     search_nodes=nodes,
                     time_limit_s=_NO_LIMIT_S,

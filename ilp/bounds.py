@@ -11,9 +11,11 @@ The bound is the largest of:
 * a destructive bound (Klein and Scholl, "Computing lower bounds by destructive improvement:
   an application to resource-constrained project scheduling", EJOR 112(2), 1999): suppose
   the makespan were T. An op whose single-core path ``head + single + tail`` exceeds T must
-  run intra-op parallel. When parallel ops hold the whole chip, such forced ops run one at a
-  time and beside nothing that holds a resource, so T is at least their summed time plus
-  the longest path of the other resource-holding ops; and for every weight a in [0, 1] and
+  run intra-op parallel. When parallel ops hold every core of the chip, such forced ops run
+  one at a time and beside nothing that holds a core, so T is at least their summed time plus
+  the longest path of the other core-holding ops (an op holding only a further kind, a
+  collective on its channel, may run beside a split op: it adds nothing to the path); and
+  for every weight a in [0, 1] and
   pair of resource kinds the weighted occupancy ``a * share of one + (1 - a) * share of the
   other`` is at most 1 at any instant, so T is at least the integral of that occupancy
   (each op at its least). T is
@@ -30,7 +32,7 @@ from typing import Final
 
 import numpy as np
 
-from ilp.problem import PARALLEL, SINGLE, core_demand
+from ilp.problem import CORE_KINDS, PARALLEL, SINGLE, core_demand
 
 __all__ = ["makespan_lower_bound", "resource_lower_bound", "weight_vectors"]
 
@@ -61,8 +63,8 @@ class _Ops:
     """The facts of one instance that every bound reads (see :func:`resource_lower_bound`).
 
     ``fastest[i]`` is op i's least time; ``uses[i]``/``split[i]`` the units of each kind it
-    holds single and split; ``head[i]``/``tail[i]`` the least time before its start and
-    after its finish.
+    holds single and split; ``holds[i]``/``holds_core[i]`` whether it holds any unit, any
+    core; ``head[i]``/``tail[i]`` the least time before its start and after its finish.
     """
 
     single_s: Sequence[float]
@@ -72,6 +74,7 @@ class _Ops:
     blocks_all: bool
     can: Sequence[bool]
     holds: list[bool]
+    holds_core: list[bool]
     fastest: list[float]
     uses: Sequence[Units]
     split: Sequence[Units]
@@ -129,7 +132,7 @@ def resource_lower_bound(
     """:func:`makespan_lower_bound` over resources as data: ``need[m][i]`` are the units of
     each kind op i holds in mode m (single, split), ``capacity`` the units of each kind,
     ``can[i]`` whether op i may split; ``parallel_blocks_all`` declares that every split
-    mode holds every unit of every kind."""
+    mode holds every unit of the core kinds, which come first (:data:`ilp.problem.CORE_KINDS`)."""
     n = len(single_s)
     if n == 0:
         return 0.0
@@ -171,6 +174,7 @@ def _facts(single_s, parallel_s, can, need, preds, caps, blocks_all) -> _Ops:
     for i in range(n - 1, -1, -1):
         tail[i] = max((fastest[j] + tail[j] for j in succs[i]), default=0.0)
     holds = [any(u) for u in need[SINGLE]]
+    holds_core = [any(u[: len(CORE_KINDS)]) for u in need[SINGLE]]
     return _Ops(
         single_s,
         parallel_s,
@@ -179,6 +183,7 @@ def _facts(single_s, parallel_s, can, need, preds, caps, blocks_all) -> _Ops:
         blocks_all,
         can,
         holds,
+        holds_core,
         fastest,
         need[SINGLE],
         need[PARALLEL],
@@ -219,8 +224,8 @@ def _destructive(ops: _Ops, base: float, cuts: list[float], threshold: list[floa
     )
     thresholds = np.asarray(threshold)
     split_s = np.asarray(ops.parallel_s)
-    # An op holding resources that is not forced is on the path at its fastest time.
-    path_weight = [f if h else 0.0 for h, f in zip(ops.holds, ops.fastest, strict=True)]
+    # An op holding a core that is not forced is on the path at its fastest time.
+    path_weight = [f if h else 0.0 for h, f in zip(ops.holds_core, ops.fastest, strict=True)]
 
     def implied(lo: float) -> float:
         forced = thresholds > lo

@@ -14,16 +14,16 @@ Pruning, each exact:
 
 * bounds: the longest remaining path from each unplaced op's earliest start, which is no
   earlier than the running ops leave the units it holds free (split, every unit of its kinds,
-  or of the chip when parallel ops block everything: an op that must split waits for every
-  running op); per resource kind, the least unit-seconds of the ops that can start no
-  earlier than each of their earliest starts, plus that start and the shortest tail among
-  them; and, weighting the shares of two kinds by a and 1 - a, the least occupancy left
-  after ``L`` (a parallel op fills every share when parallel ops block everything); and,
-  when they do, the collapsed time of :mod:`ilp.lpbound` per node: after the running split
-  ops, the time left is at least the forced ops' split time plus, for any distribution mu
-  over paths of the other ops, the sum of min(split, mu(i) * single) over them (each op
-  either splits, beside nothing, or runs whole on every path through it in the time no
-  split op takes). With mu even over one path in each of k interchangeable branches
+  or every core of the chip when parallel ops block everything: an op that must split waits
+  for every running op that holds a core); per resource kind, the least unit-seconds of the
+  ops that can start no earlier than each of their earliest starts, plus that start and the
+  shortest tail among them; and, weighting the shares of two kinds by a and 1 - a, the least occupancy left
+  after ``L`` (a parallel op fills every core's share when parallel ops block everything);
+  and, when they do, the collapsed time of :mod:`ilp.lpbound` per node: after the running
+  split ops, the time left is at least the forced ops' split time plus, for any distribution
+  mu over paths of the other core-holding ops, the sum of min(split, mu(i) * single) over
+  them (each op either splits, beside no core holder, or runs whole on every path through
+  it in the time no split op takes). With mu even over one path in each of k interchangeable branches
   (attention heads, experts) it sees what one path misses: k chains of ops cheaper split
   than single run one after another;
 * dominance (the cutset rule of Demeulemeester and Herroelen, "A branch-and-bound procedure
@@ -243,10 +243,11 @@ class _Search:
 
         An op whose single-core path from its earliest start reaches ``target`` must run
         split (the destructive reasoning of :mod:`ilp.bounds`, per node), and split ops that
-        block every resource run one at a time beside nothing that holds one.
+        hold every core run one at a time beside nothing that holds a core (a collective
+        holding only its channel may run beside them: it adds nothing to a path).
         """
         t, finish, done, is_forced = self.t, self.finish, self.done, self.is_forced
-        n, preds, head, tail, holds, can = t.n, t.preds, t.head, t.tail, t.holds, t.can
+        n, preds, head, tail, holds, can = t.n, t.preds, t.head, t.tail, t.holds_core, t.can
         single, split_s, blocks_all, least = t.single, t.split_s, t.blocks_all, t.least
         single_need, split_need = t.single_need, t.split_need
         work_free, work_split, occ_split = t.work_free, t.work_split, t.occ_split
@@ -254,10 +255,10 @@ class _Search:
         heads: list[list[tuple[float, float, float]]] = [[] for _ in t.kinds]
         occ = list(left)
         forced_s = 0.0
-        path = [0.0] * n  # resource-holding time on a path of non-forced ops, after `last`
+        path = [0.0] * n  # core-holding time on a path of non-forced ops, after `last`
         longest = 0.0
-        for f, _, load, _ in active:
-            if load and f - last > longest:
+        for f, op, _, _ in active:
+            if holds[op] and f - last > longest:
                 longest = f - last
         for i in range(n):
             if (placed >> i) & 1:

@@ -11,7 +11,8 @@ Resources are the problem's data (:class:`ilp.problem.Problem`): kinds with capa
 each op's units per mode. The model relies on one property :func:`ilp.problem.core_demand`
 guarantees: per kind, an op's split mode holds either the units of its single mode or every
 unit of the kind (a full holder runs beside nothing else that holds the kind, by the
-``x_ij + x_ji >= y_i`` rows).
+``x_ij + x_ji >= y_i`` rows). A split op holds every core but no more of a further kind (a
+communication channel) than its single mode does.
 
 Constraints: ``T >= t_i + p_i`` at sinks; ``t_i + p_i <= t_j`` on (transitively reduced)
 edges; ``x_ij + x_ji <= 1``; big-M ordering ``t_i + p_i - M_ij (1 - x_ij) <= t_j``;
@@ -28,9 +29,9 @@ schedule:
 * units are interchangeable: the ops of a kind, in the warm start's start order, may only
   use the units the ops up to them could first use (relabel units by first use);
 * interchangeable ops and branches start in index order (:mod:`ilp.symmetry`);
-* unit-seconds per kind and, when parallel ops block everything, path-plus-parallel-time
+* unit-seconds per kind and, when parallel ops hold every core, path-plus-parallel-time
   inequalities, linear in the modes (see ``_work_cuts`` and ``_path_cuts``): without them
-  the LP bound ignores that a parallel op cannot overlap anything;
+  the LP bound ignores that a parallel op cannot overlap any core-holding op;
 * an op holding several kinds (a fused ``TCandVC`` op) gets units of each kind of its own,
   which is exactly "at most the capacity of each kind busy at any instant" (interval
   graphs are perfect, so such a schedule always has a per-unit assignment).
@@ -278,9 +279,10 @@ class _Model:
 
         All ops holding units of a kind run between the least head and the makespan less
         the least tail, and the kind gives ``units`` unit-seconds per second. Under
-        ``parallel_blocks_all`` a parallel op holds every unit of every kind, so this
-        charges its full latency to both types: the LP then sees that parallel ops cannot
-        overlap single-core work, which the big-M rows alone hide from it.
+        ``parallel_blocks_all`` a parallel op holds every core, so this charges its full
+        latency to both core types: the LP then sees that parallel ops cannot overlap
+        single-core work, which the big-M rows alone hide from it. On a channel (one unit)
+        it charges every collective's time.
         """
         p = self.problem
         for k, cap in enumerate(p.capacity):
@@ -301,15 +303,17 @@ class _Model:
 
     def _path_cuts(self, st: Structure, single, gain, add, ge) -> None:
         """Under ``parallel_blocks_all``, for each source-to-sink path P:
-        ``T >= sum_{i in P} p_i + sum_{j not in P} L_j y_j`` over ops holding resources.
+        ``T >= sum_{i in P} p_i + sum_{j not in P} L_j y_j`` over ops holding a core.
 
-        The ops of a path run one after another, and a parallel op runs alone, so their
-        busy intervals are pairwise disjoint. Added for up to :data:`_MAX_PATHS` paths.
+        The ops of a path run one after another, and a parallel op runs beside nothing that
+        holds a core, so their busy intervals are pairwise disjoint (an op holding no core,
+        such as a collective on its channel, may run beside a split op: it counts for
+        nothing). Added for up to :data:`_MAX_PATHS` paths.
         """
         p = self.problem
         if not p.parallel_blocks_all or not self.y:
             return
-        core = [p.holds(i) for i in range(p.n)]
+        core = [p.holds_core(i) for i in range(p.n)]
         paths: list[list[int]] = []
 
         def walk(i: int, path: list[int]) -> None:

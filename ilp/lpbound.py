@@ -1,17 +1,20 @@
 """A linear-programming lower bound on the makespan when intra-op parallel ops hold the chip.
 
-The argument (valid only with ``parallel_blocks_all``): take any schedule and cut out of the
-time axis every interval in which a parallel op runs. Nothing else runs then, so what is left
-holds every single-core op whole, still in precedence order and within the core counts; a
-``Nop`` op (which holds no core) may lose the part of its time that overlapped parallel ops,
-so it keeps at least its latency minus the parallel time of the ops it is incomparable with.
-Hence, with ``x_i`` = 1 when op i runs parallel,
+The argument (valid only with ``parallel_blocks_all``, where a split op holds every core):
+take any schedule and cut out of the time axis every interval in which a parallel op runs.
+Nothing that holds a core runs then, so what is left holds every core-holding single-mode op
+whole, still in precedence order and within the capacities; an op that holds no core (a
+``Nop`` join, or a collective holding only its channel) may lose the part of its time that
+overlapped parallel ops, so it keeps at least its latency minus the parallel time of the ops
+it is incomparable with. Hence, with ``x_i`` = 1 when op i runs parallel,
 
     makespan = sum_i x_i p_i + C,
 
 where C, the length of the collapsed schedule, is at least every path of collapsed durations
-((1 - x_i) s_i for ops that hold resources) and, per resource kind, the single-mode
-unit-seconds of that kind over its units. Relaxing x_i to [0, 1] gives a small LP (three
+((1 - x_i) s_i for ops that hold a core), per core kind the single-mode unit-seconds of that
+kind over its units, and per further kind (a channel) the units times collapsed durations
+over its units (the pieces of its ops left after the cut still never hold more units at
+once than exist). Relaxing x_i to [0, 1] gives a small LP (three
 variables and two rows per op, one row per edge) whose optimum is a lower bound; near the
 list schedule the same rows with integral x_i (a small MIP without big-M rows) bound it
 closer. It adds what the combinatorial bounds of
@@ -29,7 +32,7 @@ import numpy as np
 
 from ilp._native import native_stdout_silenced
 from ilp.listsched import Structure
-from ilp.problem import SINGLE, Problem
+from ilp.problem import CORE_KINDS, SINGLE, Problem
 
 __all__ = ["collapsed_lower_bound"]
 
@@ -68,7 +71,7 @@ def _rows(
     can = problem.can_parallel
     rows: list[tuple[list[_Column], list[float], float]] = []
     for i in range(n):
-        if not problem.holds(i):
+        if not problem.holds_core(i):
             # d_i >= s_i - sum of x_j p_j over ops j that may split beside i
             beside = [j for j in range(n) if can[j] and not st.comparable(i, j) and j != i]
             rows.append(
@@ -87,6 +90,18 @@ def _rows(
         rows.append(([("e", j), ("e", i), ("d", i)], [1.0, -1.0, -1.0], 0.0))  # e_j >= e_i + d_i
     for k, cap in enumerate(problem.capacity):
         units = [u[k] for u in problem.need[SINGLE]]
+        if k >= len(CORE_KINDS):
+            # C >= sum u_i d_i / cap: a further kind's ops keep their collapsed time
+            ops = [i for i in range(n) if units[i]]
+            if ops:
+                rows.append(
+                    (
+                        [("C", 0), *(("d", i) for i in ops)],
+                        [1.0, *(-units[i] / cap for i in ops)],
+                        0.0,
+                    )
+                )
+            continue
         w = [single[i] * units[i] / cap if units[i] else 0.0 for i in range(n)]
         if any(w):  # C >= sum (1 - x_i) w_i
             ops = [i for i in range(n) if w[i] and can[i]]

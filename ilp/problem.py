@@ -12,9 +12,10 @@ channel), and every op, per mode, how many units of each kind it holds while it 
 solver reads only those. :func:`build_problem` derives the demands from the graph: a
 single-core op holds one core of its type (a fused ``TCandVC`` op one tensor and one vector
 core); an intra-op parallel op holds all cores of its type and, with
-``parallel_blocks_all`` (the default), every unit of every kind; ``Nop`` ops hold no core
-(network collectives, joins) but take their latency; a node's ``demand`` attribute adds
-units of the further kinds, held in either mode.
+``parallel_blocks_all`` (the default), every core of the chip (every unit of the core kinds,
+never of the further kinds: a split GEMM runs beside a collective on its channel); ``Nop``
+ops hold no core (network collectives, joins) but take their latency; a node's ``demand``
+attribute adds units of the further kinds, held in either mode.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "Contracted",
     "build_problem",
     "core_demand",
+    "channel_kind",
 ]
 
 CORE_TYPES: Final = ("TC", "VC", "TCandVC", "Nop")
@@ -47,6 +49,12 @@ PARALLEL: Final = 1  # mode index: the op runs split over all cores of its type 
 Units = tuple[int, ...]  # units held of each resource kind, in the problem's kind order
 
 
+def channel_kind(group: str) -> str:
+    """The resource kind of the communication channel of parallel group ``group`` (one
+    unit: the group's collectives run one at a time)."""
+    return f"channel:{group}"
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One scheduling instance, by content.
@@ -55,9 +63,12 @@ class Problem:
     units of kind k op i holds in mode m (the parallel mode's equals the single mode's where
     that mode does not exist). ``single_s[i]``/``parallel_s[i]`` are its durations in the two
     modes (equal for ops that cannot split); ``can_parallel[i]`` is False when the parallel
-    mode is dominated (no faster) or does not exist. ``parallel_blocks_all`` says that every
-    parallel mode holds every unit of every kind, which the bounds exploit. ``edges`` are
-    (i, j) with i < j (ops are in topological order), after contraction.
+    mode is dominated (no faster) or does not exist. The kinds start with the cores
+    (:data:`CORE_KINDS`). ``parallel_blocks_all`` says that every parallel mode holds every
+    unit of every core kind (not of the further kinds), which the bounds exploit: a split op
+    runs beside no op that holds a core (:meth:`holds_core`), but may run beside one that
+    holds only further kinds (a collective on its channel). ``edges`` are (i, j) with i < j
+    (ops are in topological order), after contraction.
     """
 
     kinds: tuple[str, ...]
@@ -85,6 +96,10 @@ class Problem:
         """Does op i hold any resource (unlike a ``Nop`` join or collective)?"""
         return any(self.need[SINGLE][i])
 
+    def holds_core(self, i: int) -> bool:
+        """Does op i hold a core (so no op split over the chip runs beside it)?"""
+        return any(self.need[SINGLE][i][: len(CORE_KINDS)])
+
     def demand(self, i: int, mode: int) -> dict[str, int]:
         """The units of each kind op i holds in ``mode``, by kind."""
         return dict(zip(self.kinds, self.need[mode][i], strict=True))
@@ -96,7 +111,8 @@ def core_demand(
     """(single, parallel) units of each kind held by an op of this core type.
 
     ``capacity`` starts with the tensor and vector cores (:data:`CORE_KINDS`); ``extra`` are
-    the units of every kind the op holds besides its cores, in either mode.
+    the units of every kind the op holds besides its cores, in either mode. With
+    ``blocks_all`` the split mode holds every core, and of the further kinds only ``extra``.
     """
     extra = tuple(extra) if extra is not None else (0,) * len(capacity)
     tc, vc = core in ("TC", "TCandVC"), core in ("VC", "TCandVC")
@@ -104,7 +120,7 @@ def core_demand(
     if core == "Nop":
         return single, single
     if blocks_all:
-        return single, tuple(capacity)
+        return single, (*capacity[: len(CORE_KINDS)], *extra[len(CORE_KINDS) :])
     own = (capacity[0] if tc else extra[0], capacity[1] if vc else extra[1])
     return single, (*own, *extra[2:])
 

@@ -92,7 +92,7 @@ class Schedule:
 
     ``start_s``/``duration_s`` are per node; ``parallel`` holds the nodes run intra-op
     parallel; ``cores[node]`` is (tensor cores, vector cores) the node holds (a parallel op
-    holds every core of its type, and every core at all when parallel ops block everything);
+    holds every core of its type, and every core at all when parallel ops hold the chip);
     ``core_ids[node]`` names the units of the kinds it works on ("TC3", "TC0+VC1", "TC0-7",
     "" for ``Nop``). ``capacity`` is the units of every resource kind. Utilisation is the
     share of a kind's units doing work (held by ops of that kind in their single mode's
@@ -172,17 +172,19 @@ def solve_schedule(
         Wall-clock budget of the solves of each independent part of the graph (the parts
         between ops that nothing can run beside), and the relative MIP gap.
     parallel_blocks_all
-        True (default): an intra-op parallel op runs alone on the chip. False: it holds only
-        the cores of its own type(s).
+        True (default): an intra-op parallel op holds every core of the chip (it may still
+        run beside an op holding only further resources, such as a collective on its
+        channel). False: it holds only the cores of its own type(s).
     search_nodes
         Node budget of the exact branch and bound (:mod:`ilp.branch`) that runs on every
         part the list schedule does not prove optimal, before any MIP (0: none). Within the
         budget it proves the optimum, deterministically; the MIP solvers also stop it at
         ``time_limit_s``.
     resources
-        Further resource kinds beside the cores, with their units (e.g. ``{"channel": 1}``).
-        A node's optional ``demand`` attribute maps some of them to the units it holds
-        while it runs, in either mode (a parallel op that blocks everything holds them all).
+        Further resource kinds beside the cores, with their units (e.g.
+        ``{"channel:tp": 1}``). A node's optional ``demand`` attribute maps some of them to
+        the units it holds while it runs, in either mode. The MIP keeps their capacity
+        from its first solve (the cores' only once a solve over-subscribes them).
 
     Raises
     ------
@@ -369,7 +371,8 @@ def _solve_part(
         )
     sym = symmetry(problem)
     best = (modes, start, ub)
-    assign: frozenset[str] = frozenset()
+    # A further kind (a channel) is few rows and nearly always over-subscribed without them.
+    assign = frozenset(problem.kinds[len(CORE_KINDS) :])
     used = solver
     status = ScheduleStatus.LIST_SCHEDULE
     method = Method.ILP
@@ -377,7 +380,7 @@ def _solve_part(
         remaining = time_limit_s - (time.perf_counter() - t0)
         if remaining <= 0:
             break
-        method = Method.ILP_CORES if assign else Method.ILP
+        method = Method.ILP_CORES if assign & set(CORE_KINDS) else Method.ILP
         warm = canonical(sym, best[0], best[1])
         out, used = _solve_with_fallback(
             problem, st, (warm[0], warm[1], best[2]), lb, assign, solver, t0 + time_limit_s, mip_gap

@@ -66,7 +66,7 @@ class SearchTables:
         # over unplaced ops is carried down the search rather than summed at every node.
         self.occ_free = [tuple(free[i] for free, _ in occupancy) for i in range(n)]
         self.occ_split = [tuple(split[i] - free[i] for free, split in occupancy) for i in range(n)]
-        self.holds = [problem.holds(i) for i in range(n)]
+        self.holds_core = [problem.holds_core(i) for i in range(n)]
         self.single, self.split_s = problem.single_s, problem.parallel_s
         # The distinct rooms beside an op, single and split, and each op's index among them.
         self.rooms = sorted({*st.room[SINGLE], *st.room[PARALLEL]})
@@ -86,7 +86,7 @@ class SearchTables:
                         min(
                             self.split_s[i] if can[i] else float("inf"), self.single[i] / len(group)
                         )
-                        if self.holds[i]
+                        if self.holds_core[i]
                         else 0.0,
                         tuple(q for q in self.preds[i] if q in ops),
                     )
@@ -147,15 +147,15 @@ def heads_and_tails(problem: Problem, st: Structure) -> tuple[list[float], list[
 def split_sinks(problem: Problem, st: Structure) -> int:
     """The ops that, when split, some optimal schedule runs last (a bitset).
 
-    Where split ops hold the whole chip, a split op with no successors runs beside nothing
+    Where split ops hold every core, a split op with no successors runs beside nothing
     that holds a core; cutting its interval out of the time axis and appending it at the end
-    keeps every other op's precedence and cores and the makespan. The cut would shorten a
-    op that holds no resource (a ``Nop``) running beside it, so only an op every such op
-    precedes qualifies.
+    keeps every other op's precedence and units and the makespan. The cut would split an
+    op that holds no core (a ``Nop``, or a collective holding only its channel) running
+    beside it, so only an op every such op precedes qualifies.
     """
     if not problem.parallel_blocks_all:
         return 0
-    nops = [i for i in range(problem.n) if not problem.holds(i)]
+    nops = [i for i in range(problem.n) if not problem.holds_core(i)]
     mask = 0
     for i in range(problem.n):
         if problem.can_parallel[i] and not st.succs[i] and all((st.anc[i] >> j) & 1 for j in nops):

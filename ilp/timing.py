@@ -3,9 +3,14 @@
 For each distinct layer (class id) of a :class:`~workloads.layer_graph.LayerGraph`, the
 operator model (:func:`arch_space.perf.op_costs`) prices every op on one core and on all cores
 of its type; those become the scheduler's node attributes; :func:`ilp.solve_schedule` gives
-each pass's makespan, energy and utilisation. Identical passes (same ops, same design)
-are solved once: timings are cached by content (the op graph, the accelerator without its
-name, the cluster and the solver settings), and schedules by their costs and core counts.
+each pass's makespan, energy and utilisation. Every collective over more than one device
+holds one unit of its parallel group's communication channel (a resource kind of one unit,
+declared for the pass when it has such collectives), so a group's collectives run one at a
+time, in the order the scheduler finds best, beside the compute that does not depend on
+them (a split GEMM too: split ops hold every core, not the channel). Identical passes (same
+ops, same design) are solved once: timings are cached by content (the op graph, the
+accelerator without its name, the cluster and the :class:`SolveOptions`), and schedules by
+their costs and core counts.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
+from typing import TypedDict, Unpack
 
 import networkx as nx
 
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.perf import op_costs
 from arch_space.perf.device import DeviceProfile
-from ilp.problem import CORE_KINDS
+from ilp.problem import CORE_KINDS, channel_kind
 from ilp.schedule import (
     DEFAULT_MIP_GAP,
     DEFAULT_SEARCH_NODES,
@@ -30,9 +36,37 @@ from ilp.schedule import (
     solve_schedule,
 )
 from workloads.layer_graph import LayerGraph
-from workloads.ops import OpGraph, OpKind
+from workloads.ops import Op, OpGraph, OpKind
 
-__all__ = ["PassTiming", "LayerTiming", "costed_graph", "pass_schedule", "layer_timing"]
+__all__ = [
+    "PassTiming",
+    "LayerTiming",
+    "SolveOptions",
+    "SolveSettings",
+    "channels",
+    "costed_graph",
+    "pass_schedule",
+    "layer_timing",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SolveOptions:
+    """How each pass is scheduled: the arguments of :func:`ilp.solve_schedule` of that name."""
+
+    solver: str = "highs"
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    mip_gap: float = DEFAULT_MIP_GAP
+    search_nodes: int = DEFAULT_SEARCH_NODES
+
+
+class SolveSettings(TypedDict, total=False):
+    """:class:`SolveOptions` as keyword arguments."""
+
+    solver: str
+    time_limit_s: float
+    mip_gap: float
+    search_nodes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +174,13 @@ def costed_graph(
     graph: OpGraph, acc: Accelerator, cluster: Cluster, device: DeviceProfile | None = None
 ) -> nx.DiGraph:
     """The networkx view of ``graph`` with each op's single- and all-core latency and energy
-    on ``acc`` (the scheduler's input); ``device`` overrides the preset's sustained rates."""
+    on ``acc`` (the scheduler's input), and each collective's ``demand`` of one unit of its
+    group's channel (:func:`channels`); ``device`` overrides the preset's sustained rates."""
     table = op_costs(graph, acc, cluster, device=device)
     g = nx.DiGraph(graph.to_networkx())
     for k, op in enumerate(graph.ops):
+        if (channel := _channel(op)) is not None:
+            g.nodes[op.name]["demand"] = {channel: 1}
         g.nodes[op.name].update(
             latency_s=float(table.latency_s[k]),
             parallel_latency_s=float(table.parallel_latency_s[k]),
@@ -155,40 +192,40 @@ def costed_graph(
     return g
 
 
+def _channel(op: Op) -> str | None:
+    """The channel a collective over more than one device holds: its parallel group's."""
+    if op.kind is OpKind.COLLECTIVE and op.group > 1:
+        return channel_kind(op.comm_group)
+    return None
+
+
+def channels(graph: nx.DiGraph) -> dict[str, int]:
+    """The channels the ops of a costed graph hold, one unit each (the further resources
+    :func:`ilp.solve_schedule` is given)."""
+    return {k: 1 for _, d in graph.nodes(data="demand") if d for k in d}
+
+
 def pass_schedule(
-    graph: OpGraph,
-    acc: Accelerator,
-    cluster: Cluster,
-    *,
-    solver: str = "highs",
-    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-    mip_gap: float = DEFAULT_MIP_GAP,
-    search_nodes: int = DEFAULT_SEARCH_NODES,
+    graph: OpGraph, acc: Accelerator, cluster: Cluster, **settings: Unpack[SolveSettings]
 ) -> Schedule:
-    """The optimal schedule of one pass's op graph on ``acc``'s cores."""
+    """The optimal schedule of one pass's op graph on ``acc``'s cores and its collectives'
+    channels (``settings``: :class:`SolveOptions`)."""
     costed = costed_graph(graph, acc, cluster)
-    return _schedule(costed, acc, solver, time_limit_s, mip_gap, search_nodes)
+    return _schedule(costed, acc, SolveOptions(**settings))
 
 
-def _schedule(
-    costed: nx.DiGraph,
-    acc: Accelerator,
-    solver: str,
-    time_limit_s: float,
-    mip_gap: float,
-    search_nodes: int,
-) -> Schedule:
+def _schedule(costed: nx.DiGraph, acc: Accelerator, options: SolveOptions) -> Schedule:
     capacity = dict(acc.resources)
     further = {k: v for k, v in capacity.items() if k not in CORE_KINDS}
     return solve_schedule(
         costed,
         capacity["TC"],
         capacity["VC"],
-        resources=further,
-        solver=solver,
-        time_limit_s=time_limit_s,
-        mip_gap=mip_gap,
-        search_nodes=search_nodes,
+        resources={**further, **channels(costed)},
+        solver=options.solver,
+        time_limit_s=options.time_limit_s,
+        mip_gap=options.mip_gap,
+        search_nodes=options.search_nodes,
     )
 
 
@@ -197,15 +234,11 @@ def _pass_timing(
     graph: OpGraph,
     acc: Accelerator,
     cluster: Cluster,
-    solver: str,
-    time_limit_s: float,
-    mip_gap: float,
-    search_nodes: int,
+    options: SolveOptions,
     device: DeviceProfile | None,
 ) -> PassTiming:
     costed = costed_graph(graph, acc, cluster, device)
-    s = _schedule(costed, acc, solver, time_limit_s, mip_gap, search_nodes)
-    return PassTiming.from_schedule(s, costed)
+    return PassTiming.from_schedule(_schedule(costed, acc, options), costed)
 
 
 def layer_timing(
@@ -213,14 +246,12 @@ def layer_timing(
     acc: Accelerator,
     cluster: Cluster,
     *,
-    solver: str = "highs",
-    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-    mip_gap: float = DEFAULT_MIP_GAP,
-    search_nodes: int = DEFAULT_SEARCH_NODES,
     device: DeviceProfile | None = None,
+    **settings: Unpack[SolveSettings],
 ) -> Mapping[str, LayerTiming]:
     """Forward, backward and recompute timing of every distinct layer, by class id;
-    ``device`` overrides the preset's sustained rates (:mod:`arch_space.perf.device`).
+    ``device`` overrides the preset's sustained rates (:mod:`arch_space.perf.device`),
+    ``settings`` are the :class:`SolveOptions`.
 
     Raises
     ------
@@ -230,19 +261,11 @@ def layer_timing(
         Every solver failed on some pass (timeouts are not errors: see ``status``).
     """
     design = dataclasses.replace(acc, name="")  # the name does not change any cost
+    options = SolveOptions(**settings)
     out = {}
     for class_id, passes in layer_graph.op_graphs.items():
         timings = [
-            _pass_timing(
-                g,
-                design,
-                cluster,
-                solver,
-                float(time_limit_s),
-                float(mip_gap),
-                search_nodes,
-                device,
-            )
+            _pass_timing(g, design, cluster, options, device)
             for g in (passes.forward, passes.backward, passes.recompute)
         ]
         out[class_id] = LayerTiming(class_id, *timings)

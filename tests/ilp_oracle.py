@@ -6,7 +6,8 @@ dominated ones), placing each op at its earliest feasible start (serial schedule
 generation, which reaches an optimal schedule over all orders; Kolisch, EJOR 1996), pruning
 branches already no better than the best found. Resources are a capacity per kind (the
 tensor cores "TC", the vector cores "VC" and any further kinds); a node's ``demand``
-attribute adds units of the further kinds, held in either mode.
+attribute adds units of the further kinds, held in either mode. An op split over the chip
+holds every core, and of the further kinds only its demand.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "branchy",
     "brute_force",
     "check_schedule",
+    "collective_dags",
     "dags",
     "graph",
     "held",
@@ -43,8 +45,8 @@ def held(attrs, parallel, caps, blocks_all):
     units = {k: extra.get(k, 0) for k in caps}
     if core == "Nop":
         return units
-    if parallel and blocks_all:
-        return dict(caps)
+    if parallel and blocks_all:  # every core, and of the further kinds only its demand
+        return {**units, "TC": caps["TC"], "VC": caps["VC"]}
     for kind, on in (("TC", core in ("TC", "TCandVC")), ("VC", core in ("VC", "TCandVC"))):
         if on:
             units[kind] = caps[kind] if parallel else 1
@@ -177,6 +179,39 @@ def dags(draw, max_ops=6, channel=0):
         for j in range(i + 1, n):
             if draw(st.booleans()) and draw(st.booleans()):
                 g.add_edge(f"op{i}", f"op{j}")
+    return g
+
+
+CHANNEL = "channel:tp"  # the tensor-parallel group's communication channel, one unit
+
+
+@st.composite
+def collective_dags(draw, max_ops=4, max_collectives=3):
+    """Random op graphs of compute ops and collectives the way a framework profile builds
+    them: each collective a ``Nop`` holding the one unit of :data:`CHANNEL`, behind some
+    compute ops and before others, and, if asynchronous, a ``TCandVC`` compute-share op
+    between the same neighbours."""
+    g = draw(dags(max_ops=max_ops))
+    compute = list(g.nodes)
+    for c in range(draw(st.integers(1, max_collectives))):
+        name = f"coll{c}"
+        g.add_node(name, core="Nop", latency_s=draw(st.integers(1, 9)) * US, demand={CHANNEL: 1})
+        preds = [v for v in compute if draw(st.booleans()) and draw(st.booleans())]
+        succs = [
+            v
+            for v in compute
+            if v not in preds
+            and not any(nx.has_path(g, v, p) for p in preds)
+            and draw(st.booleans())
+        ]
+        g.add_edges_from((p, name) for p in preds)
+        g.add_edges_from((name, v) for v in succs)
+        if draw(st.booleans()):
+            share = f"{name}.share"
+            lat = draw(st.integers(1, 9))
+            g.add_node(share, core="TCandVC", latency_s=lat * US, parallel_latency_s=lat * US / 2)
+            g.add_edges_from((p, share) for p in preds)
+            g.add_edges_from((share, v) for v in succs)
     return g
 
 

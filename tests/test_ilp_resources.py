@@ -124,7 +124,7 @@ def test_a_problem_declares_kinds_and_each_ops_demand():
     assert (p.kinds, p.capacity) == (("TC", "VC", "channel"), (4, 2, 1))
     mm, ar = 0, 1
     assert p.demand(mm, SINGLE) == {"TC": 1, "VC": 0, "channel": 0}
-    assert p.demand(mm, PARALLEL) == {"TC": 4, "VC": 2, "channel": 1}
+    assert p.demand(mm, PARALLEL) == {"TC": 4, "VC": 2, "channel": 0}
     assert p.demand(ar, SINGLE) == p.demand(ar, PARALLEL) == {"TC": 0, "VC": 0, "channel": 1}
     assert p.holds(ar) and p.can_parallel == (True, False)
     own = build_problem(g, 4, 2, parallel_blocks_all=False, resources={"channel": 1}).problem

@@ -5,14 +5,17 @@ that run asynchronously, and whether the data-parallel gradient reduction and th
 point-to-point sends overlap compute. :func:`apply_framework` turns it into structure in a
 pass's op graph, which every scheduler then respects:
 
-* the collectives of a pass run on one communication stream, one at a time in issue order
-  (the op list's order): each waits for the previous one;
 * a synchronous collective is a barrier: every op issued before it ends before it starts,
   every op issued after it starts after it ends;
 * an asynchronous collective runs beside the ops that do not depend on it, and holds a share
   of the device's compute while it runs: a companion ``COMM_SHARE`` op (``<name>.share``, on
   the ``TC_AND_VC`` cores) between the same predecessors and successors, which the op model
   prices at the device's collective compute share of the collective's time.
+
+Collectives of one parallel group share its communication channel (one stream): the layer
+schedule gives every collective one unit of its group's channel, a resource of one unit
+(:func:`ilp.timing.costed_graph`), so they run one at a time in an order the scheduler
+chooses; no edge fixes that order here.
 """
 
 from __future__ import annotations
@@ -110,8 +113,8 @@ def _share(op: Op) -> Op:
 
 
 def apply_framework(graph: OpGraph, profile: FrameworkProfile) -> OpGraph:
-    """``graph`` with the stream order, barriers and compute shares of ``profile``'s
-    collectives (see the module docstring); a graph without collectives comes back as is."""
+    """``graph`` with the barriers and compute shares of ``profile``'s collectives (see the
+    module docstring); a graph without collectives comes back as is."""
     is_coll = [op.kind is OpKind.COLLECTIVE and op.group > 1 for op in graph.ops]
     if not any(is_coll):
         return graph
@@ -125,12 +128,10 @@ def apply_framework(graph: OpGraph, profile: FrameworkProfile) -> OpGraph:
             shares[new[-1]] = len(ops)
             ops.append(_share(op))
     edges = {(new[a], new[b]) for a, b in graph.edges}
-    stream = [new[i] for i, coll in enumerate(is_coll) if coll]
-    edges |= set(zip(stream, stream[1:], strict=False))
     for c, s in shares.items():
         edges |= {(a, s) for a, b in list(edges) if b == c}
         edges |= {(s, b) for a, b in list(edges) if a == c and b != s}
-    for c in stream:
+    for c in (new[i] for i, coll in enumerate(is_coll) if coll):
         if c not in shares:
             edges |= {(i, c) for i in range(c)} | {(c, j) for j in range(c + 1, len(ops))}
     return OpGraph(ops=tuple(ops), edges=tuple(sorted(edges)))

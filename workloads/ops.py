@@ -65,7 +65,8 @@ class Op:
     matmul). Vector ops touch ``elements`` elements doing ``flops`` FLOPs in all. A fused
     ``TC_AND_VC`` op is a GEMM whose ``epilogue_flops`` run on a vector core as the output
     streams out. Collectives move ``collective_bytes`` (the full tensor, per device) over a
-    group of ``group`` devices; ``role`` says where they are issued. A ``COMM_SHARE`` op
+    group of ``group`` devices, the parallel group ``comm_group`` (whose communication
+    channel they hold while they run); ``role`` says where they are issued. A ``COMM_SHARE`` op
     (on the ``TC_AND_VC`` cores, with its collective's fields) is the compute an asynchronous
     collective holds while it runs.
 
@@ -90,6 +91,7 @@ class Op:
     collective_bytes: int = 0
     group: int = 1
     role: CommRole | None = None
+    comm_group: str = "tp"
 
     @property
     def is_gemm(self) -> bool:
