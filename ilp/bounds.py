@@ -92,6 +92,7 @@ def makespan_lower_bound(
     *,
     parallel_blocks_all: bool = True,
     destructive: bool = True,
+    channels: Sequence[str | None] | None = None,
 ) -> float:
     """A valid lower bound on the least makespan of ops ``0..n-1`` on the cores.
 
@@ -100,11 +101,18 @@ def makespan_lower_bound(
     split mode exists where it is faster); ``preds[j]`` lists j's predecessors, and the ops
     must be numbered in a topological order (every predecessor index below its successor's).
     A split op holds every core of its type, and every core at all when
-    ``parallel_blocks_all``. ``destructive=False`` leaves out the destructive bound, most
-    of the time on tens of ops, for callers that take many bounds of small sets.
+    ``parallel_blocks_all``. ``channels[i]``, when given, is the communication channel op i
+    holds (a further kind of one unit, as :func:`ilp.timing.op_channel` names it) or None.
+    ``destructive=False`` leaves out the destructive bound, most of the time on tens of ops,
+    for callers that take many bounds of small sets.
     """
-    caps = (num_tc, num_vc)
-    needs = [core_demand(c, caps, parallel_blocks_all) for c in core]
+    ops_channel = list(channels) if channels is not None else [None] * len(core)
+    further = sorted({c for c in ops_channel if c is not None})
+    caps = (num_tc, num_vc, *(1 for _ in further))
+    needs = [
+        core_demand(c, caps, parallel_blocks_all, (0, 0, *(int(ch == k) for k in further)))
+        for c, ch in zip(core, ops_channel, strict=True)
+    ]
     can = [c != "Nop" and p < s for c, s, p in zip(core, single_s, parallel_s, strict=True)]
     return resource_lower_bound(
         single_s,

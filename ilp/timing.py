@@ -44,6 +44,7 @@ __all__ = [
     "SolveOptions",
     "SolveSettings",
     "channels",
+    "op_channel",
     "costed_graph",
     "pass_schedule",
     "layer_timing",
@@ -179,7 +180,7 @@ def costed_graph(
     table = op_costs(graph, acc, cluster, device=device)
     g = nx.DiGraph(graph.to_networkx())
     for k, op in enumerate(graph.ops):
-        if (channel := _channel(op)) is not None:
+        if (channel := op_channel(op)) is not None:
             g.nodes[op.name]["demand"] = {channel: 1}
         g.nodes[op.name].update(
             latency_s=float(table.latency_s[k]),
@@ -192,7 +193,7 @@ def costed_graph(
     return g
 
 
-def _channel(op: Op) -> str | None:
+def op_channel(op: Op) -> str | None:
     """The channel a collective over more than one device holds: its parallel group's."""
     if op.kind is OpKind.COLLECTIVE and op.group > 1:
         return channel_kind(op.comm_group)

@@ -16,6 +16,7 @@ from arch_space import Accelerator, Cluster
 from arch_space.perf import op_costs
 from arch_space.perf.device import DeviceProfile
 from ilp import makespan_lower_bound
+from ilp.timing import op_channel
 from placement import StageGraph
 from placement.adapt import stage_graph
 from workloads import Model, OpGraph, TrainingSetup, build_layer_graph
@@ -78,6 +79,7 @@ def pass_bound_s(
         [[position[p] for p in preds[i]] for i in order],
         acc.num_tc,
         acc.num_vc,
+        channels=[op_channel(ops[i]) for i in order],
     )
 
 

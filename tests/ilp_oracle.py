@@ -32,6 +32,7 @@ __all__ = [
     "graph",
     "held",
     "run_exact",
+    "run_list",
 ]
 
 CORES = ("TC", "VC", "TCandVC", "Nop")
@@ -275,4 +276,20 @@ def run_exact(g, num_tc, num_vc, blocks_all, resources=None, **kw):
     check_schedule(g, s, num_tc, num_vc, blocks_all, resources)
     assert s.status == ScheduleStatus.OPTIMAL
     assert_optimal(s.makespan_s, brute_force(g, num_tc, num_vc, blocks_all, resources))
+    return s
+
+
+def run_list(g, num_tc, num_vc, blocks_all, resources=None):
+    """The list schedule alone (no search, no MIP): checked, and never below the brute force."""
+    s = solve_schedule(
+        g,
+        num_tc,
+        num_vc,
+        solver="list",
+        search_nodes=0,
+        parallel_blocks_all=blocks_all,
+        resources=resources,
+    )
+    check_schedule(g, s, num_tc, num_vc, blocks_all, resources)
+    assert s.makespan_s >= brute_force(g, num_tc, num_vc, blocks_all, resources) * (1 - 1e-9)
     return s

@@ -6,6 +6,7 @@ reach it where they claim optimality."""
 
 from __future__ import annotations
 
+import networkx as nx
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -18,9 +19,10 @@ from ilp_oracle import (
     collective_dags,
     graph,
     run_exact,
+    run_list,
 )
 
-from ilp import solve_schedule
+from ilp import makespan_lower_bound, solve_schedule
 from ilp.branch import branch_and_bound
 from ilp.listsched import initial_schedule, lower_bound, makespan, structure
 from ilp.lpbound import collapsed_lower_bound
@@ -44,20 +46,10 @@ def test_list_schedule_runs_collectives_one_at_a_time(case):
     g, num_tc, num_vc, blocks_all = case
     colls = _collectives(g)
     assume(len(colls) >= 2)
-    s = solve_schedule(
-        g,
-        num_tc,
-        num_vc,
-        solver="list",
-        search_nodes=0,
-        parallel_blocks_all=blocks_all,
-        resources=RESOURCES,
-    )
-    check_schedule(g, s, num_tc, num_vc, blocks_all, RESOURCES)
+    s = run_list(g, num_tc, num_vc, blocks_all, RESOURCES)
     for k, a in enumerate(colls):
         for b in colls[k + 1 :]:
             assert not _overlap(s, a, b), (a, b)
-    assert s.makespan_s >= brute_force(g, num_tc, num_vc, blocks_all, RESOURCES) * (1 - 1e-9)
 
 
 @settings(max_examples=100, deadline=None)
@@ -73,6 +65,29 @@ def test_bounds_with_collectives_never_exceed_the_optimum(case):
     _, _, ub = initial_schedule(problem, 0.0)
     for cap in (best, ub, sum(problem.single_s)):
         assert collapsed_lower_bound(problem, st_, cap) <= best * (1 + 1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases)
+def test_the_sweeps_bound_with_channels_never_exceeds_the_optimum(case):
+    """:func:`ilp.makespan_lower_bound` from core types, times and each op's channel (what
+    the sweep's pruning reads) stays below the optimum, and sees the channel's work."""
+    g, num_tc, num_vc, blocks_all = case
+    order = list(nx.topological_sort(g))
+    pos = {v: k for k, v in enumerate(order)}
+    a = g.nodes
+    bound = makespan_lower_bound(
+        [a[v]["core"] for v in order],
+        [a[v]["latency_s"] for v in order],
+        [a[v].get("parallel_latency_s", a[v]["latency_s"]) for v in order],
+        [[pos[p] for p in g.predecessors(v)] for v in order],
+        num_tc,
+        num_vc,
+        parallel_blocks_all=blocks_all,
+        channels=[CHANNEL if a[v].get("demand") else None for v in order],
+    )
+    assert bound <= brute_force(g, num_tc, num_vc, blocks_all, RESOURCES) * (1 + 1e-12)
+    assert bound >= sum(a[v]["latency_s"] for v in _collectives(g)) * (1 - 1e-12)
 
 
 @settings(max_examples=60, deadline=None)

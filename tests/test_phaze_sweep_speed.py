@@ -25,6 +25,7 @@ from arch_space import Accelerator, Cluster
 from ilp import costed_graph, layer_timing
 from ilp.listsched import lower_bound
 from ilp.problem import build_problem
+from ilp.timing import channels
 from phaze.config import SolverSettings, sweep_config_from_mapping
 from phaze.errors import Infeasible
 from phaze.lower_bounds import pass_bound_s
@@ -129,8 +130,11 @@ def test_pass_bound_is_the_schedulers_lower_bound(name):
         for cid, passes in lg.op_graphs.items():
             for k, g in enumerate((passes.forward, passes.backward, passes.recompute)):
                 ours = pass_bound_s(g, acc, cluster)
+                costed = costed_graph(g, acc, cluster)
                 theirs = lower_bound(
-                    build_problem(costed_graph(g, acc, cluster), acc.num_tc, acc.num_vc).problem
+                    build_problem(
+                        costed, acc.num_tc, acc.num_vc, resources=channels(costed)
+                    ).problem
                 )
                 assert ours == pytest.approx(theirs, rel=1e-12, abs=0.0)
                 checked += 1
