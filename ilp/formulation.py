@@ -130,7 +130,8 @@ def check_solver(name: str) -> None:
 def _highs_class() -> type:
     """pulp.HiGHS that passes the variables' initial values to HiGHS as a MIP start and,
     given a ``deadline``, sets HiGHS's time limit to what is left of it when HiGHS starts
-    (PuLP's copy of a large model into HiGHS takes a tenth of a second or more)."""
+    (PuLP's copy of a large model into HiGHS takes a tenth of a second or more); without
+    presolve, which HiGHS gets wrong on some of these models."""
     import highspy
 
     class _WarmHiGHS(pulp.HiGHS):
@@ -146,6 +147,10 @@ def _highs_class() -> type:
             if self.deadline is not None:
                 left = max(self.deadline - time.perf_counter(), _MIN_LIMIT_S)
                 lp.solverModel.setOptionValue("time_limit", left)
+            # HiGHS's MIP presolve (1.16.0 here) can report a suboptimal point as optimal on
+            # these models, a collective on a channel beside a split GEMM among them
+            # (tests/test_ilp_channels.py); without presolve the same models solve right.
+            lp.solverModel.setOptionValue("presolve", "off")
             lp.solverModel.run()
 
     return _WarmHiGHS
