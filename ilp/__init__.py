@@ -3,7 +3,8 @@ parallel, in what order, for the least makespan.
 
 * :func:`solve_schedule` - one op graph (networkx, with costs) on T tensor and W vector cores
   and any further resource kinds (resources are data: kinds, capacities, units per op).
-* :func:`layer_timing` - every distinct layer of a layer graph on one design, for placement.
+* :func:`layer_timing` - every distinct layer of a layer graph on one design, for placement
+  (each collective holding its parallel group's communication channel).
 * :func:`makespan_lower_bound` - what no schedule can beat, from op costs alone (pruning).
 """
 

@@ -11,9 +11,10 @@ The pipeline for one graph (docs/scheduling.md):
    schedule is optimal;
 4. else an exact branch and bound (:mod:`ilp.branch`) improves the list schedule and proves
    it optimal within a node budget (or stops where it meets the lower bound);
-5. otherwise solve the MIP without per-core assignment, turn its modes and start order into
-   an exact schedule with the serial SGS, and accept it if it matches the MIP's makespan (no
-   more units of a resource were busy than exist); else re-solve with capacity rows for the
+5. otherwise solve the MIP without per-core assignment (with the capacity rows of the further
+   kinds, such as a channel, from the start), turn its modes and start order into an exact
+   schedule with the serial SGS, and accept it if it matches the MIP's makespan (no more
+   units of a resource were busy than exist); else re-solve with capacity rows for the
    resource kinds that were over-subscribed (:mod:`ilp.formulation`).
 
 Each part has its own wall-clock budget, shared by the search and the MIP; on timeout the
