@@ -14,7 +14,7 @@ from arch_space.accelerator import Cluster
 from arch_space.presets import preset
 from ilp import LayerTiming, costed_graph, layer_timing, pass_schedule
 from phaze.cli import cli
-from workloads import Recompute, TrainingSetup, build_layer_graph, get_model
+from workloads import OpKind, Recompute, TrainingSetup, build_layer_graph, get_model
 
 SETUP = TrainingSetup(seq_len=512, global_batch=8, micro_batch=1)
 
@@ -167,3 +167,21 @@ def test_cli_schedule_json_is_the_whole_stdout_of_a_fresh_process():
     )
     doc = json.loads(out.stdout)
     assert doc["workload"] == "gpt3-175b" and doc["solver"] in ("highs", "cbc", "none")
+
+
+def test_collectives_hold_their_groups_channel(gpt_small):
+    """At t = 8 with sequence parallelism every collective holds the one unit of the
+    tensor-parallel channel, so no two overlap; a pass without collectives has the cores
+    alone."""
+    acc, cluster = preset("a100"), Cluster(devices=8)
+    setup = replace(SETUP, sequence_parallel=True)
+    og = build_layer_graph(get_model("gpt3-1.3b"), setup, 8).op_graphs["block"].backward
+    s = pass_schedule(og, acc, cluster, solver="list", search_nodes=0)
+    assert s.capacity["channel:tp"] == 1
+    colls = [op.name for op in og.ops if op.kind is OpKind.COLLECTIVE]
+    assert len(colls) >= 4
+    spans = sorted((s.start_s[c], s.finish_s(c)) for c in colls)
+    assert all(a[1] <= b[0] * (1 + 1e-12) for a, b in zip(spans, spans[1:], strict=False))
+    assert {s.core_ids[c] for c in colls} == {"channel:tp0"}
+    plain = pass_schedule(gpt_small.op_graphs["block"].backward, acc, cluster, solver="list")
+    assert dict(plain.capacity) == {"TC": acc.num_tc, "VC": acc.num_vc}
