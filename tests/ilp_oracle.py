@@ -18,7 +18,7 @@ import networkx as nx
 import pytest
 from hypothesis import strategies as st
 
-from ilp import DEFAULT_MIP_GAP, ScheduleStatus, solve_schedule
+from ilp import DEFAULT_MIP_GAP, ScheduleStatus, makespan_lower_bound, solve_schedule
 
 __all__ = [
     "CORES",
@@ -26,6 +26,7 @@ __all__ = [
     "assert_optimal",
     "branchy",
     "brute_force",
+    "cost_bound",
     "check_schedule",
     "collective_dags",
     "dags",
@@ -293,3 +294,21 @@ def run_list(g, num_tc, num_vc, blocks_all, resources=None):
     check_schedule(g, s, num_tc, num_vc, blocks_all, resources)
     assert s.makespan_s >= brute_force(g, num_tc, num_vc, blocks_all, resources) * (1 - 1e-9)
     return s
+
+
+def cost_bound(g, num_tc, num_vc, blocks_all, channel=None):
+    """:func:`ilp.makespan_lower_bound` of ``g`` from core types, times and edges (what the
+    sweep reads); with ``channel``, ops with a ``demand`` hold that channel."""
+    order = list(nx.topological_sort(g))
+    pos = {v: k for k, v in enumerate(order)}
+    a = g.nodes
+    return makespan_lower_bound(
+        [a[v]["core"] for v in order],
+        [a[v]["latency_s"] for v in order],
+        [a[v].get("parallel_latency_s", a[v]["latency_s"]) for v in order],
+        [[pos[p] for p in g.predecessors(v)] for v in order],
+        num_tc,
+        num_vc,
+        parallel_blocks_all=blocks_all,
+        channels=[channel if a[v].get("demand") else None for v in order],
+    )

@@ -8,27 +8,15 @@ import networkx as nx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ilp_oracle import brute_force, dags, graph
+from ilp_oracle import brute_force, cost_bound, dags, graph
 
-from ilp import makespan_lower_bound
 from ilp.listsched import lower_bound, structure
 from ilp.lpbound import collapsed_lower_bound
 from ilp.problem import build_problem
 
 
 def _bound(g, num_tc, num_vc, blocks_all):
-    order = list(nx.topological_sort(g))
-    pos = {v: k for k, v in enumerate(order)}
-    a = g.nodes
-    return makespan_lower_bound(
-        [a[v]["core"] for v in order],
-        [a[v]["latency_s"] for v in order],
-        [a[v].get("parallel_latency_s", a[v]["latency_s"]) for v in order],
-        [[pos[p] for p in g.predecessors(v)] for v in order],
-        num_tc,
-        num_vc,
-        parallel_blocks_all=blocks_all,
-    )
+    return cost_bound(g, num_tc, num_vc, blocks_all)
 
 
 @settings(max_examples=300, deadline=None)
