@@ -153,8 +153,9 @@ def collapsed_lower_bound(
         h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
-    # The LP is small and sparse: presolve costs more than it saves. The MIP below turns it
-    # back on: there it pays.
+    # Presolve stays off for the LP (small and sparse: it costs more than it saves) and for the
+    # MIP below: HiGHS 1.16's MIP presolve has claimed a suboptimal layer schedule optimal
+    # (tests/test_ilp_channels.py), and a dual bound raised that way would not be a bound.
     h.setOptionValue("presolve", "off")
     h.addVars(len(index), lower, upper)
     h.changeColsCost(len(index), np.arange(len(index), dtype=np.int32), cost)
@@ -177,7 +178,6 @@ def collapsed_lower_bound(
             modes.size, modes, np.full(modes.size, highspy.HighsVarType.kInteger)
         )
         h.setOptionValue("mip_rel_gap", _SAFETY)
-        h.setOptionValue("presolve", "choose")
         # Only the dual bound is wanted (the list schedule is the primal side), so HiGHS's
         # primal heuristics and restarts are switched off: the MIPs take a fraction of the
         # time and prove the same list schedules optimal.
