@@ -119,6 +119,18 @@ def _opt(r: _Reader) -> dict[str, Any]:
     )
 
 
+def _standard_sizes(r: _Reader) -> dict[str, Any]:
+    """The six sizes most config.json files name the same way."""
+    return dict(
+        layers=r.size("num_hidden_layers", "layers"),
+        hidden=r.size("hidden_size", "hidden"),
+        heads=r.size("num_attention_heads", "heads"),
+        ffn_hidden=r.size("intermediate_size", "ffn_hidden"),
+        vocab=r.size("vocab_size", "vocab"),
+        max_positions=r.size("max_position_embeddings", "max_positions"),
+    )
+
+
 def _llama(r: _Reader, model_type: str) -> dict[str, Any]:
     hidden, heads = r.size("hidden_size", "hidden"), r.size("num_attention_heads", "heads")
     act = r.get("hidden_act", "silu")
@@ -160,12 +172,7 @@ def _bert(r: _Reader) -> dict[str, Any]:
     if act not in _GELU_ACTS:
         r.unsupported("hidden_act", act, "gelu variants")
     return dict(
-        layers=r.size("num_hidden_layers", "layers"),
-        hidden=r.size("hidden_size", "hidden"),
-        heads=r.size("num_attention_heads", "heads"),
-        ffn_hidden=r.size("intermediate_size", "ffn_hidden"),
-        vocab=r.size("vocab_size", "vocab"),
-        max_positions=r.size("max_position_embeddings", "max_positions"),
+        **_standard_sizes(r),
         type_vocab=r.get("type_vocab_size", 2),
         causal=False,
         embedding_norm=True,
@@ -297,12 +304,7 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
     moe = experts is not None
     r.names |= {"dense_layers": "first_k_dense_replace", "shared_experts": "n_shared_experts"}
     return dict(
-        layers=r.size("num_hidden_layers", "layers"),
-        hidden=r.size("hidden_size", "hidden"),
-        heads=r.size("num_attention_heads", "heads"),
-        ffn_hidden=r.size("intermediate_size", "ffn_hidden"),
-        vocab=r.size("vocab_size", "vocab"),
-        max_positions=r.size("max_position_embeddings", "max_positions"),
+        **_standard_sizes(r),
         ffn_kind=FfnKind.SWIGLU,
         norm=NormKind.RMSNORM,
         positions=PositionKind.ROTARY,
