@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -142,6 +142,9 @@ def _prepare(
     out = []
     for limit in limits:
         tail = tail_fn(problem, graph.tp, limit.zero, m, cp=graph.cp)
+        inputs = _BoundInputs(
+            problem, graph, la, shards, limit.zero, s_max, devices // graph.cp, tail
+        )
         task = DpTask(
             costs if limit.max_s is None else replace(costs, max_s=limit.max_s),
             t=graph.tp,
@@ -150,31 +153,35 @@ def _prepare(
             micro_batches=m,
             tail=tail,
             max_s_at=limit.max_s_at,
-            bound=_time_bound(
-                problem, graph, la, shards, limit.zero, s_max, devices // graph.cp, tail, first
-            ),
+            bound=_time_bound(inputs, first),
             d_multiple=graph.ep,
-            sharper=_prefix_bound(
-                problem, graph, la, shards, limit.zero, s_max, devices // graph.cp, tail
-            )
-            if la.is_chain
-            else None,
+            sharper=_prefix_bound(inputs) if la.is_chain else None,
         )
         out.append((task, figures, limit.zero))
     return out
 
 
-def _time_bound(
-    problem: PlacementProblem,
-    graph: StageGraph,
-    la: LayerArrays,
-    shards: float,
-    zero: int,
-    s_max: int,
-    devices: int,
-    tail: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    first_params: float,
-) -> Callable[[np.ndarray], np.ndarray]:
+@dataclass(frozen=True, slots=True)
+class _BoundInputs:
+    """What both lower bounds on a (graph, ZeRO stage) task read: ``shards`` counts the
+    parameters whose state ZeRO shards over ``d * cp``; ``devices`` are those one cp group
+    may use; ``tail`` is the iteration's tail at (d, first-stage parameters)."""
+
+    problem: PlacementProblem
+    graph: StageGraph
+    la: LayerArrays
+    shards: float
+    zero: int
+    s_max: int
+    devices: int
+    tail: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def _fields(b: _BoundInputs) -> tuple:
+    return (b.problem, b.graph, b.la, b.shards, b.zero, b.s_max, b.devices, b.tail)
+
+
+def _time_bound(b: _BoundInputs, first_params: float) -> Callable[[np.ndarray], np.ndarray]:
     """A lower bound on the time of any placement of ``graph`` at each degree of ``ds``.
 
     With ``s`` stages the bottleneck load is at least the layers' work over ``s`` and at
@@ -185,6 +192,7 @@ def _time_bound(
     least ``first_params``, the fewest parameters any first stage has. ``shards`` counts the
     parameters whose state ZeRO shards over ``d * cp``.
     """
+    problem, graph, la, shards, zero, s_max, devices, tail = _fields(b)
     work = la.fwd + la.bwd + la.rec
     total, largest = float(work.sum()), float(work.max())
     t, m = graph.tp, problem.global_batch // graph.micro_batch
@@ -214,16 +222,7 @@ def _time_bound(
     return bound
 
 
-def _prefix_bound(
-    problem: PlacementProblem,
-    graph: StageGraph,
-    la: LayerArrays,
-    shards: float,
-    zero: int,
-    s_max: int,
-    devices: int,
-    tail: Callable[[np.ndarray, np.ndarray], np.ndarray],
-) -> Callable[[np.ndarray], np.ndarray]:
+def _prefix_bound(b: _BoundInputs) -> Callable[[np.ndarray], np.ndarray]:
     """A sharper lower bound than :func:`_time_bound` for a chain, at more cost per degree.
 
     The first stage of a chain is a prefix ``[0, j)``; with ``s`` stages the bottleneck load
@@ -232,6 +231,7 @@ def _prefix_bound(
     other ``s - 1`` stages holds a layer at least and at most a device's memory of state.
     Its figures are only computed when it is called (most tasks never need it).
     """
+    problem, graph, la, shards, zero, s_max, devices, tail = _fields(b)
 
     def bound(ds: np.ndarray) -> np.ndarray:
         work = np.cumsum(la.fwd + la.bwd + la.rec)
