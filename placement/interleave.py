@@ -27,7 +27,7 @@ from phaze.errors import Infeasible
 from placement import network as net
 from placement.dp import candidate_degrees
 from placement.fixed import Strategy, evaluate_fixed
-from placement.iteration import tail_fn
+from placement.iteration import stage_memory, tail_fn
 from placement.types import Placement, PlacementProblem, StageGraph
 
 __all__ = ["best_interleaved"]
@@ -48,6 +48,7 @@ def best_interleaved(problem: PlacementProblem, incumbent_s: float) -> Placement
     first that fits is the answer. Ties go to the layout priced first, then the smaller t,
     p, d, v and ZeRO stage."""
     groups = _groups(problem, incumbent_s)
+    sums_of = {gi: sums for _, gi, sums, *_ in groups}
     heap: list[tuple[tuple, int]] = []
     k = 0
     while True:
@@ -56,6 +57,8 @@ def best_interleaved(problem: PlacementProblem, incumbent_s: float) -> Placement
             key, gi = heapq.heappop(heap)
             if key[0] >= incumbent_s:
                 return None
+            if _memory_floor(problem, problem.graphs[gi], sums_of[gi], key) > problem.hbm_bytes:
+                continue  # cannot fit: skip its full evaluation
             try:  # its price is its time, below every layout left: it wins if it fits
                 pl = evaluate_fixed(problem, _strategy(problem.graphs[gi], key))
             except Infeasible:
@@ -84,6 +87,41 @@ def _strategy(g: StageGraph, key: tuple[float, int, int, int, int, int]) -> Stra
         sequence_parallel=g.sequence_parallel,
         zero=z,
     )
+
+
+def _memory_floor(
+    problem: PlacementProblem,
+    g: StageGraph,
+    sums: _Sums,
+    key: tuple[float, int, int, int, int, int],
+) -> float:
+    """A lower bound on the memory per device :func:`placement.fixed.evaluate_fixed` finds for
+    the layout ``key``: each rank's parameters, stash and experts summed over its chunks
+    (:func:`placement.iteration.stage_memory` is linear in them, and a rank's chunks share
+    its in-flight count), without the workspace and ZeRO-3's gathered layer."""
+    _, _, p, d, v, zero = key
+    per_pipeline = problem.global_batch // g.micro_batch // d
+    lo, hi = sums.chunks(p * v)
+    params = (sums.held[hi] - sums.held[lo]).reshape(v, p).sum(axis=0)
+    stash = (sums.stash[hi] - sums.stash[lo]).reshape(v, p).sum(axis=0)
+    experts = (sums.experts[hi] - sums.experts[lo]).reshape(v, p).sum(axis=0)
+    floor = 0.0
+    for r in range(p):
+        in_flight = min(2 * (p - r - 1) + (v - 1) * p + 1, per_pipeline * v) / v
+        mem = stage_memory(
+            problem,
+            parameters=float(params[r]),
+            stash_bytes=float(stash[r]),
+            in_flight=in_flight,
+            workspace_bytes=0.0,
+            d=d,
+            zero=zero,
+            expert_parameters=float(experts[r]),
+            ep=g.ep,
+            cp=g.cp,
+        )
+        floor = max(floor, mem.total_bytes)
+    return floor
 
 
 def _groups(problem: PlacementProblem, limit_s: float) -> list[tuple]:
@@ -119,12 +157,14 @@ def _groups(problem: PlacementProblem, limit_s: float) -> list[tuple]:
 
 
 class _Sums:
-    """Prefix sums of a chain graph's layers: work, parameters, tensor-parallel layers, and
-    the bytes of the edge into each layer."""
+    """Prefix sums of a chain graph's layers: work, parameters, stash, expert parameters,
+    tensor-parallel layers, and the bytes of the edge into each layer."""
 
     def __init__(self, g: StageGraph) -> None:
         self.work = np.cumsum([0.0, *(x.fwd_s + x.bwd_s + x.recompute_s for x in g.layers)])
         self.held = np.cumsum([0.0, *(float(x.parameters) for x in g.layers)])
+        self.stash = np.cumsum([0.0, *(float(x.stash_bytes) for x in g.layers)])
+        self.experts = np.cumsum([0.0, *(float(x.expert_parameters) for x in g.layers)])
         self.tp = np.cumsum([0, *(x.tensor_parallel for x in g.layers)])
         self.into = np.zeros(len(g.layers))
         for e in g.edges:
