@@ -118,8 +118,8 @@ def evaluate(
     rates of the accelerator's preset (:mod:`arch_space.perf.device`).
     ``state_bytes_per_parameter`` overrides weights + gradients + optimizer state per
     parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer).
-    ``micro_batch`` and ``recompute`` left None are searched without a strategy
-    (:mod:`phaze.knob_search`), and are 1 and "none" under a strategy that leaves them open.
+    ``micro_batch`` and ``recompute`` left None (and not set by ``strategy``) are searched
+    (:mod:`phaze.knob_search`).
     """
     _check_limits(
         cluster,
@@ -148,7 +148,7 @@ def evaluate(
         state_bytes_per_parameter=state_bytes_per_parameter,
     )
     model = resolve_model(workload)
-    if strategy is None and (micro_batch is None or recompute is None):
+    if micro_batch is None or recompute is None:
         return evaluate_best_knobs(
             workload,
             model,
@@ -156,9 +156,11 @@ def evaluate(
             ctx,
             micro_batches=MICRO_BATCHES if micro_batch is None else (micro_batch,),
             recomputes=RECOMPUTES if recompute is None else (recompute,),
+            strategy=strategy,
         )
-    knobs = Knobs(1 if micro_batch is None else micro_batch, recompute or "none")
-    return _evaluate(workload, model, accelerator, knobs, ctx, strategy=strategy)
+    return _evaluate(
+        workload, model, accelerator, Knobs(micro_batch, recompute), ctx, strategy=strategy
+    )
 
 
 def _check_limits(

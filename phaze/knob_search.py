@@ -5,7 +5,10 @@ micro-batch size and recompute mode, scheduling layers for it (the costly step).
 open (micro-batch, recompute) pair first gets a lower bound on its time with no schedule
 (:func:`phaze.pipeline.time_lower_bound_s`); pairs are evaluated in the order of their
 bounds, and those whose bound cannot beat the best so far are skipped, which changes no
-result. Micro-batch sizes divide the global batch, so ``d * mbs`` always does too.
+result. Micro-batch sizes divide the global batch, so ``d * mbs`` always does too. Under a
+strategy that leaves the micro-batch or recompute mode open, every pair is evaluated (the
+bound covers the search's layouts, not every layout a strategy may name), and the micro-batch
+sizes are those that ``d * mbs`` divides the batch with for the strategy's ``d``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Sequence
 from arch_space import Accelerator
 from phaze.errors import ConfigError
 from phaze.pipeline import Context, Evaluation, Knobs, evaluate, time_lower_bound_s
+from placement.fixed import Strategy
 from workloads import Model
 
 __all__ = ["MICRO_BATCHES", "RECOMPUTES", "evaluate_best_knobs"]
@@ -31,25 +35,32 @@ def evaluate_best_knobs(
     *,
     micro_batches: Sequence[int] = MICRO_BATCHES,
     recomputes: Sequence[str] = RECOMPUTES,
+    strategy: Strategy | None = None,
 ) -> Evaluation:
     """The fastest evaluation over ``micro_batches`` (those dividing the global batch) x
     ``recomputes``; when none fits, the evaluation of the pair with the lowest bound (its
     reason says why). Ties go to the pair with the lower bound, then the one listed first.
     Raises ConfigError when no micro-batch size divides the global batch."""
+    d = 1 if strategy is None or "dp" in strategy.unset else strategy.dp
     grid = [
-        Knobs(mb, rc) for mb in micro_batches if ctx.global_batch % mb == 0 for rc in recomputes
+        Knobs(mb, rc)
+        for mb in micro_batches
+        if ctx.global_batch % (mb * d) == 0
+        for rc in recomputes
     ]
-    if not grid:
+    if not grid and strategy is None:
         raise ConfigError(
             f"micro_batches = {list(micro_batches)}: none divides global_batch = {ctx.global_batch}"
         )
+    if not grid:  # the strategy's own check names d and mbs
+        grid = [Knobs(micro_batches[0], rc) for rc in recomputes]
     bounds = sorted((time_lower_bound_s(model, acc, k, ctx), i, k) for i, k in enumerate(grid))
     best: Evaluation | None = None
     first: Evaluation | None = None
     for bound, _, knobs in bounds:
-        if best is not None and bound >= best.placement.time_per_batch_s:
+        if strategy is None and best is not None and bound >= best.placement.time_per_batch_s:
             break
-        ev = evaluate(workload, model, acc, knobs, ctx)
+        ev = evaluate(workload, model, acc, knobs, ctx, strategy=strategy)
         first = first or ev
         if ev.feasible and (
             best is None or ev.placement.time_per_batch_s < best.placement.time_per_batch_s

@@ -18,7 +18,7 @@ from phaze.errors import ConfigError, Infeasible
 from phaze.knob_search import evaluate_best_knobs
 from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
-from placement import PlacementProblem, Strategy, evaluate_fixed, place
+from placement import PlacementProblem, Strategy, evaluate_fixed, parse_strategy, place
 from placement.dp import candidate_degrees
 from placement.interleave import best_interleaved
 from placement.synthetic import GptShape, gpt_stage_graph
@@ -185,6 +185,25 @@ def test_open_knobs_find_the_best_evaluation_of_the_grid(devices, hbm_gib):
     if times:
         assert best.placement.time_per_batch_s == min(times)
         assert 8 % (best.placement.dp * best.placement.micro_batch) == 0
+
+
+def test_a_strategy_leaving_micro_batch_and_recompute_open_takes_the_fastest_pair():
+    """``t=1,p=2,d=2`` with the micro-batch and recompute mode open: the fastest of the same
+    strategy with each pair written out (d * mbs dividing the batch), evaluated alone."""
+    acc = preset("tpuv4")
+    ctx = Context(cluster=Cluster(devices=4, devices_per_node=4), seq_len=256, global_batch=8)
+    model = resolve_model("gpt3-125m")
+    found = evaluate_best_knobs(
+        "gpt3-125m", model, acc, ctx, strategy=parse_strategy("t=1,p=2,d=2")
+    )
+    times = []
+    for mb, rc in itertools.product((1, 2, 4), ("none", "selective", "full")):
+        fixed = parse_strategy(f"t=1,p=2,d=2,mbs={mb},recompute={rc}")
+        ev = evaluate("gpt3-125m", model, acc, Knobs(mb, rc), ctx, strategy=fixed)
+        if ev.feasible:
+            times.append(ev.placement.time_per_batch_s)
+    assert times and found.placement.time_per_batch_s == min(times)
+    assert (found.placement.tp, found.placement.pp, found.placement.dp) == (1, 2, 2)
 
 
 def test_open_knobs_need_a_micro_batch_that_divides_the_batch():
