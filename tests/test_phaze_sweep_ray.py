@@ -16,7 +16,9 @@ from results.store import load
 
 ray = pytest.importorskip("ray")
 
-pytestmark = pytest.mark.ray
+# A whole sweep on a fresh Ray instance (about 10 s); the executor's own equality with the
+# local pool stays in the default suite (tests/test_executors_ray.py).
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 SPACE = PRUNABLE_SPACE  # 48 designs, of which the 8-row arrays and 128 MiB buffers are pruned
 
