@@ -20,19 +20,24 @@ _H100 = dict(
 )
 
 
-def test_mixtral_8x7b_with_ep_8_fits_and_shows_its_all_to_all():
-    """Megatron-Core's Mixtral 8x7B reference: 64 H100, sequence 4096, TP1 EP8 PP4 VP8,
-    micro-batch 1, global batch 256 (megatron/core/transformer/moe/README.md)."""
-    ev = evaluate(
+def _mixtral_on_64_h100(**knobs):
+    """Mixtral 8x7B on 64 H100 at sequence 4096 and global batch 256, with ``knobs``."""
+    return evaluate(
         "mixtral-8x7b",
         load_accelerator("h100"),
         Cluster(devices=64, **_H100),
         seq_len=4096,
         global_batch=256,
-        strategy="t=1,p=4,d=16,ep=8,v=8,mbs=1,zero=1,recompute=selective",
         tokens_to_train=10**9,
         solver=_LIST,
+        **knobs,
     )
+
+
+def test_mixtral_8x7b_with_ep_8_fits_and_shows_its_all_to_all():
+    """Megatron-Core's Mixtral 8x7B reference: 64 H100, sequence 4096, TP1 EP8 PP4 VP8,
+    micro-batch 1, global batch 256 (megatron/core/transformer/moe/README.md)."""
+    ev = _mixtral_on_64_h100(strategy="t=1,p=4,d=16,ep=8,v=8,mbs=1,zero=1,recompute=selective")
     assert ev.feasible, ev.reason
     pl = ev.placement
     assert (pl.ep, pl.dp, pl.devices_used) == (8, 16, 64)
@@ -172,16 +177,7 @@ def test_sweep_rejects_cp_not_dividing_the_sequence():
 def test_search_chooses_ep_for_moe_and_cp_only_for_long_sequences():
     from phaze.pipeline import Context, search_degrees
 
-    ev = evaluate(
-        "mixtral-8x7b",
-        load_accelerator("h100"),
-        Cluster(devices=64, **_H100),
-        seq_len=4096,
-        global_batch=256,
-        recompute="selective",
-        tokens_to_train=10**9,
-        solver=_LIST,
-    )
+    ev = _mixtral_on_64_h100(recompute="selective")
     assert ev.feasible, ev.reason
     assert ev.placement.ep > 1 and ev.placement.dp % ev.placement.ep == 0
     ctx = Context(cluster=Cluster(devices=64), seq_len=2048)
