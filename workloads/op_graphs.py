@@ -10,7 +10,8 @@ an all-gather before the column-parallel ones. ``t = 1`` has no collectives.
 
 Multi-head latent attention (DeepSeek-V2/V3) runs as trained: replicated down-projections
 to the latents and their norms, then column-parallel up-projections to per-head Q, K and V.
-MoE blocks run the shared experts as one dense FFN beside the routed ones.
+MoE blocks (router, token permutation, experts, combine) come from :mod:`workloads.moe_ops`;
+the shared experts run as one dense FFN beside the routed ones.
 
 Independent work is kept as separate nodes so a scheduler can overlap it: unfused Q, K, V
 projections; the attention core split into up to :data:`MAX_HEAD_GROUPS` head groups; one
@@ -47,6 +48,7 @@ from workloads.framework import framework_profile
 from workloads.layer_graph import PassGraphs
 from workloads.memory import LSE_BYTES
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
+from workloads.moe_ops import expert_tokens, moe_nodes
 from workloads.ops import CollectiveKind, CoreType, Op, OpKind
 from workloads.setup import Recompute, TrainingSetup
 
@@ -89,7 +91,6 @@ _GATE_FLOPS = {
 _ROPE_FLOPS = 3  # x cos + rotate(x) sin: two multiplies, one add
 _BIAS_FLOPS = 1
 _ADD_FLOPS = 1
-_COMBINE_FLOPS = 2  # routing weight x expert output, accumulate over the top-k
 _CE_MAX_FLOPS = 1  # running max over the local logits
 _CE_SOFTMAX_FLOPS = 3  # subtract max, exp, sum (and pick the target logit)
 _CE_LOSS_FLOPS = 2  # log of the sum, subtract the target logit (per token)
@@ -142,17 +143,6 @@ def flash_scores(s: int, causal: bool, block: int = FLASH_BLOCK) -> int:
     if not causal:
         return s * s
     return sum(min(block, s - q) * min(s, q + block) for q in range(0, s, block))
-
-
-def expert_tokens(tokens: int, model: Model) -> tuple[int, ...]:
-    """Tokens each expert processes: ``tokens x top_k`` routed copies spread evenly (the
-    balanced routing that auxiliary load-balancing losses aim for).
-
-    >>> expert_tokens(10, Model("m", 1, 8, 1, 8, 8, experts=4, top_k=2))
-    (5, 5, 5, 5)
-    """
-    routed, e = tokens * model.top_k, model.experts
-    return tuple(routed // e + (1 if i < routed % e else 0) for i in range(e))
 
 
 def _pass_graphs(
@@ -413,43 +403,13 @@ def _ffn(
     return fc2.name
 
 
-def _moe(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
-    """Router GEMM + top-k, dispatch, one FFN per routed expert, the shared experts as one
-    dense FFN on every token beside them, weighted combine (+ the shared output)."""
-    h, p, T, E, k = model.hidden, d.p, d.tokens, model.experts, model.top_k
-    router = gemm("router", T, h, E, p)
-    topk = vector("router.topk", OpKind.SOFTMAX, T * E, _SOFTMAX_FLOPS, p)
-    dispatch = vector("dispatch", OpKind.ELEMENTWISE, T * k * h, 0, p, read_elements=T * h + T * E)
-    nodes += [
-        Node(router, (src,), Grad.GEMM),
-        Node(topk, (router.name,)),
-        Node(dispatch, (src, topk.name), nondiff=(topk.name,)),
-    ]
-    width = model.expert_width
-    outs = [
-        _ffn(nodes, f"expert{e}.", dispatch.name, n, model, d, width)
-        for e, n in enumerate(expert_tokens(T, model))
-        if n
-    ]
-    shared = model.shared_experts
-    if shared:
-        outs.append(_ffn(nodes, "shared.", src, T, model, d, shared * width))
-    combine = vector(
-        "combine",
-        OpKind.ELEMENTWISE,
-        T * h,
-        0,
-        p,
-        read_elements=T * (k + (1 if shared else 0)) * h + T * E,
-        flops=(_COMBINE_FLOPS * k + (_ADD_FLOPS if shared else 0)) * T * h,
-    )
-    nodes.append(Node(combine, (*outs, topk.name)))
-    return combine.name
-
-
 def _ffn_or_moe(nodes: list[Node], x: str, model: Model, d: _Dims, dense: bool) -> str:
     if model.is_moe and not dense:
-        return _moe(nodes, x, model, d)
+
+        def ffn(prefix: str, src: str, tokens: int, width: int) -> str:
+            return _ffn(nodes, prefix, src, tokens, model, d, width)
+
+        return moe_nodes(nodes, x, model, d.tokens, d.p, ffn)
     return _ffn(nodes, "", x, d.tokens, model, d, model.ffn_hidden)
 
 

@@ -1,0 +1,197 @@
+"""An MoE block's router, token permutation and experts as Megatron-Core runs them (docs/models.md).
+
+The ops follow Megatron-Core v0.9 (``core_v0.9.0``: ``megatron/core/transformer/moe/``
+``router.py``, ``moe_utils.py``, ``token_dispatcher.py``, ``experts.py``), the release of
+its published Mixtral 8x7B figure, with the ``alltoall`` dispatcher, dropless aux-loss
+routing and no fused permutation kernels (those came later). Per micro-batch, on the
+``T`` tokens of one tensor-parallel rank, ``h`` hidden, ``E`` experts, ``k`` experts per
+token, ``p`` bytes per element:
+
+* ``router``: the gate GEMM ``T x h x E``.
+* ``router.topk`` (``topk_softmax_with_capacity``): top-k of the ``T x E`` logits, a
+  softmax over the ``k`` chosen, the token counts per expert; it writes the probabilities
+  and the int64 expert indices. Backward: the softmax's, scattered into ``T x E``.
+* ``router.aux_loss`` (``switch_load_balancing_loss_func``): an fp32 softmax over all
+  ``T x E`` logits, summed per expert. ``MoEAuxLossAutoScaler`` attaches the loss to the
+  routing probabilities, so the combine waits for it and its backward follows the
+  combine's.
+* ``dispatch`` (``permute``): a stable argsort of the ``T k`` expert indices and a gather of
+  each token's row once per chosen expert: ``T k h`` elements read and written. Backward
+  (``moe_gather.backward``): a zero-filled ``T x h`` gradient and a scatter-add of the
+  ``T k h`` gradients into it.
+* one FFN per expert on the tokens routed to it (:func:`expert_tokens`), each GEMM at its
+  own row count.
+* ``combine`` (``unpermute``): a zero-filled ``T k x h`` tensor and a scatter-add of the
+  expert outputs into token order, a multiply by the probabilities, a sum over the ``k``
+  (plus the shared experts' output). Backward: the sum's is a broadcast view (no kernel);
+  the multiply's two products (the input gradient and, reduced over ``h``, the
+  probabilities' gradient); the scatter's, a gather of ``T k h`` elements.
+
+Bytes count every element a kernel reads or writes in device memory, a gathered row once
+per copy (copies of a row land far apart); only a row a broadcast re-reads at once (the
+gradient of the sum over ``k``, the probabilities beside a row) is counted once.
+
+Not modelled: the dispatcher's small all-gather of token counts over the expert-parallel
+group and the host synchronisation before the all-to-all; the chunk sort around the
+experts when a rank holds several of them; the experts' row counts at ``ep > 1`` (a
+device runs ``E / ep`` experts on ``ep`` times the rows, the same FLOPs); load imbalance
+(routing is taken as balanced, what the auxiliary loss aims for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workloads._autodiff import Grad, Node, gemm
+from workloads.model import Model
+from workloads.ops import CoreType, Op, OpKind
+
+__all__ = ["INDEX_BYTES", "FP32_BYTES", "expert_tokens", "moe_nodes", "router_topk_flops"]
+
+INDEX_BYTES = 8  # int64 expert indices and sort keys (torch.topk, torch.argsort)
+FP32_BYTES = 4  # the load-balancing softmax runs in fp32 (router.py)
+_SOFTMAX_FLOPS = 7  # as the attention softmax: scale, mask, max, subtract, exp, sum, divide
+_SUM_FLOPS = 1  # one add per element reduced
+
+#: ``ffn(prefix, src, tokens, width)`` adds an FFN's nodes and returns its output's name.
+Ffn = Callable[[str, str, int, int], str]
+
+
+def expert_tokens(tokens: int, model: Model) -> tuple[int, ...]:
+    """Tokens each expert processes: ``tokens x top_k`` routed copies spread evenly (the
+    balanced routing that auxiliary load-balancing losses aim for).
+
+    >>> expert_tokens(10, Model("m", 1, 8, 1, 8, 8, experts=4, top_k=2))
+    (5, 5, 5, 5)
+    """
+    routed, e = tokens * model.top_k, model.experts
+    return tuple(routed // e + (1 if i < routed % e else 0) for i in range(e))
+
+
+def router_topk_flops(tokens: int, experts: int, top_k: int) -> int:
+    """Top-k by ``top_k`` passes of a max over each token's logits, then a softmax over the
+    ``top_k`` chosen."""
+    return tokens * (experts * top_k + _SOFTMAX_FLOPS * top_k)
+
+
+def _op(name: str, kind: OpKind, elements: int, flops: int, read: int, written: int) -> Op:
+    """A vector-core op with its bytes given in full."""
+    return Op(
+        name=name,
+        kind=kind,
+        core=CoreType.VC,
+        flops=flops,
+        bytes_read=read,
+        bytes_written=written,
+        elements=elements,
+    )
+
+
+def _router_nodes(src: str, model: Model, T: int, p: int) -> list[Node]:
+    h, E, k = model.hidden, model.experts, model.top_k
+    topk = _op(
+        "router.topk",
+        OpKind.SOFTMAX,
+        T * E,
+        router_topk_flops(T, E, k),
+        read=p * T * E,
+        written=(p + INDEX_BYTES) * T * k,
+    )
+    topk_bwd = _op(
+        "router.topk.bwd",
+        OpKind.SOFTMAX,
+        T * E,
+        2 * _SOFTMAX_FLOPS * T * k,
+        read=2 * p * T * k + INDEX_BYTES * T * k,
+        written=p * T * E,
+    )
+    aux_flops = (_SOFTMAX_FLOPS + _SUM_FLOPS) * T * E
+    aux = _op(
+        "router.aux_loss",
+        OpKind.SOFTMAX,
+        T * E,
+        aux_flops,
+        read=p * T * E + FP32_BYTES * T * E,
+        written=FP32_BYTES * T * E + FP32_BYTES * E,
+    )
+    aux_bwd = _op(
+        "router.aux_loss.bwd",
+        OpKind.SOFTMAX,
+        T * E,
+        2 * aux_flops,
+        read=2 * FP32_BYTES * T * E + FP32_BYTES * E,
+        written=FP32_BYTES * T * E + p * T * E,
+    )
+    return [
+        Node(gemm("router", T, h, E, p), (src,), Grad.GEMM),
+        Node(topk, ("router",), Grad.FUSED, backward=topk_bwd),
+        Node(aux, ("router",), Grad.FUSED, backward=aux_bwd),
+    ]
+
+
+def _dispatch(src: str, model: Model, T: int, p: int) -> Node:
+    h, k = model.hidden, model.top_k
+    rows = T * k * h
+    forward = _op(
+        "dispatch",
+        OpKind.ELEMENTWISE,
+        rows,
+        0,
+        read=p * rows + 2 * INDEX_BYTES * T * k,
+        written=p * rows + INDEX_BYTES * T * k,
+    )
+    backward = _op(
+        "dispatch.bwd",
+        OpKind.ELEMENTWISE,
+        rows,
+        _SUM_FLOPS * rows,
+        read=p * rows + INDEX_BYTES * T * k + p * T * h,
+        written=2 * p * T * h,
+    )
+    return Node(
+        forward, (src, "router.topk"), Grad.FUSED, nondiff=("router.topk",), backward=backward
+    )
+
+
+def _combine(outs: list[str], model: Model, T: int, p: int, shared: bool) -> Node:
+    h, k = model.hidden, model.top_k
+    rows = T * k * h
+    # zero fill + scatter-add (read the outputs, read-modify-write the target), multiply by
+    # the probabilities, sum over the k; the shared experts' output added
+    forward = _op(
+        "combine",
+        OpKind.ELEMENTWISE,
+        T * h,
+        (3 * k - 1) * T * h + (T * h if shared else 0),
+        read=p * (4 * rows + T * k) + INDEX_BYTES * T * k + (2 * p * T * h if shared else 0),
+        written=p * (3 * rows + T * h) + (p * T * h if shared else 0),
+    )
+    # the multiply's input gradient and probability gradient (product, sum over h), the
+    # scatter's gather
+    backward = _op(
+        "combine.bwd",
+        OpKind.ELEMENTWISE,
+        rows,
+        3 * rows,
+        read=p * (3 * rows + 2 * T * h + T * k) + INDEX_BYTES * T * k,
+        written=p * (3 * rows + T * k),
+    )
+    inputs = (*outs, "router.topk", "router.aux_loss")
+    return Node(forward, inputs, Grad.FUSED, backward=backward)
+
+
+def moe_nodes(nodes: list[Node], src: str, model: Model, T: int, p: int, ffn: Ffn) -> str:
+    """Append an MoE block's router, dispatch, routed experts (each ``ffn`` on its tokens),
+    the shared experts (one ``ffn`` of their total width on every token) and combine to
+    ``nodes``; return the combine's name. ``T`` tokens per rank, ``p`` bytes per element."""
+    nodes += _router_nodes(src, model, T, p)
+    nodes.append(_dispatch(src, model, T, p))
+    width = model.expert_width
+    outs = [
+        ffn(f"expert{e}.", "dispatch", n, width) for e, n in enumerate(expert_tokens(T, model)) if n
+    ]
+    shared = model.shared_experts
+    if shared:
+        outs.append(ffn("shared.", src, T, shared * width))
+    nodes.append(_combine(outs, model, T, p, bool(shared)))
+    return "combine"
