@@ -51,6 +51,7 @@ def stage_graph(
             expert_parameters=float(x.expert_parameters),
             dispatch_bytes=float(x.dispatch_bytes),
             kv_bytes=float(x.kv_bytes),
+            tied_parameters=float(x.tied_parameters),
         )
         for x in graph.layers
     )

@@ -14,7 +14,9 @@ Two objectives:
   recompute and receives one message per boundary edge (the activation in the forward pass,
   its gradient in the backward pass); memory under 1F1B is
   ``weights/grads/optimizer + in_flight * stash + workspace``, with ``in_flight`` the number of
-  stages from this one to the end (Narayanan et al. SC21 §2.2; PipeDream-flush).
+  stages from this one to the end (Narayanan et al. SC21 §2.2; PipeDream-flush); a stage
+  other than the first keeps a copy of the tied weights of its layers, and a first stage
+  adds the all-reduce of the tied weights it does not hold to the iteration.
 * :func:`reference_costs` - the objective of the Phaze reference / Piper instance format
   (msr-fiddle/phaze ``Solver/device_placement``), see :mod:`placement.reference`.
 """
@@ -50,6 +52,9 @@ class LayerArrays:
     reference format, parameter counts for ours). Edges are ``(src, dst, bytes)`` rows.
     ``sharded_params`` is what the parameters count as when ZeRO shards them over ``d``
     (:func:`placement.iteration.sharded_parameters` over ``cp``; None: ``params``).
+    ``tied`` are the parameters each layer shares with the first stage
+    (:class:`placement.types.StageLayer`), ``sharded_tied`` what they count as sharded
+    (None: no tied parameters).
     """
 
     fwd: np.ndarray
@@ -64,6 +69,8 @@ class LayerArrays:
     nbytes: np.ndarray
     is_chain: bool
     sharded_params: np.ndarray | None = None
+    tied: np.ndarray | None = None
+    sharded_tied: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -73,7 +80,8 @@ class LayerArrays:
 @dataclass(frozen=True, slots=True)
 class StageFigures:
     """Report-only figures per pair: compute and receive time, memory base (without sharded
-    state) and per-stash, recompute time, workspace and the largest layer's parameters."""
+    state) and per-stash, recompute time, workspace, the largest layer's parameters (tied
+    ones included) and the copy of tied weights (part of the pair's parameters)."""
 
     compute: np.ndarray
     p2p: np.ndarray
@@ -83,6 +91,7 @@ class StageFigures:
     recompute: np.ndarray
     workspace: np.ndarray
     largest: np.ndarray
+    tied: np.ndarray
 
 
 def max_stages_fitting(base: np.ndarray, stash: np.ndarray, limit: float, cap: int) -> np.ndarray:
@@ -166,6 +175,7 @@ def _segments(
     max_s: np.ndarray,
     one: np.ndarray,
     params: np.ndarray,
+    tied_s: np.ndarray | None = None,
 ) -> SegmentCosts:
     n_one = int((~la.tp).sum())
     if ch is not None:
@@ -183,6 +193,7 @@ def _segments(
             one=one.ravel(),
             params=params.ravel(),
             n_one_layers=n_one,
+            tied_s=None if tied_s is None else tied_s.ravel(),
         )
     return SegmentCosts(
         n_states=pairs.members.shape[0],
@@ -196,6 +207,7 @@ def _segments(
         one=one,
         params=params,
         n_one_layers=n_one,
+        tied_s=tied_s,
     )
 
 
@@ -241,11 +253,18 @@ def phaze_costs(
     zero_stages: tuple[int, ...] = (0,),
     optimizer_bytes_per_parameter: float = 12.0,
     p2p_overlap: bool = False,
+    tied_comm: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[SegmentCosts, StageFigures, tuple[MemoryLimit, ...]]:
     """Stage figures under Phaze's model (see the module docstring), and per ZeRO stage of
     ``zero_stages`` the stages' memory limits (``costs.max_s`` is that of the first, or all
     zeros when it depends on ``d``). With ``p2p_overlap`` a stage's boundary transfers run
-    beside its compute and only what exceeds it is exposed.
+    beside its compute and only what exceeds it is exposed. ``tied_comm`` gives the seconds
+    of the all-reduce of the gradients of that many tied parameters (None: 0).
+
+    A pair that is not a first stage holds a copy of its layers' tied parameters: in its
+    parameters (hence its state, sharded by ZeRO like the others and in the first stage's
+    tail never) and in ``figures.tied``; a first stage's ``costs.tied_s`` is the all-reduce
+    of the tied parameters outside it.
 
     Memory at position ``s`` with ``d`` replicas is
     ``base + sharded / d + (s - 1) * stash`` (:func:`placement.iteration.stage_memory`), the
@@ -254,7 +273,12 @@ def phaze_costs(
     ch, pairs = _geometry(la, chain)
     work = la.fwd + la.bwd + la.rec
     sharded_each = la.params if la.sharded_params is None else la.sharded_params
+    tied_each = np.zeros(la.n) if la.tied is None else la.tied
+    sharded_tied_each = tied_each if la.sharded_tied is None else la.sharded_tied
     if ch is not None:
+        later = ch.has_in  # every stage but a first one has a layer before it
+        tied = _span(_prefix(tied_each))
+        sharded_tied = _span(_prefix(sharded_tied_each))
         sharded = _span(_prefix(sharded_each))
         compute = _span(_prefix(work))
         recompute = _span(_prefix(la.rec))
@@ -269,6 +293,9 @@ def phaze_costs(
     else:
         in_stage = pairs.in_stage
         m = in_stage.astype(np.float64)
+        later = pairs.outer != pairs.full
+        tied = m @ tied_each
+        sharded_tied = m @ sharded_tied_each
         compute = m @ work
         recompute = m @ la.rec
         params = m @ la.params
@@ -281,7 +308,15 @@ def phaze_costs(
     if p2p_overlap:
         p2p = np.maximum(p2p - compute, 0.0)  # the exposed part
     load = compute + p2p
-    largest = _chain_max(la.params, ch) if ch is not None else _largest(la.params, in_stage)
+    copy = np.where(later, tied, 0.0)
+    params = params + copy
+    sharded = sharded + np.where(later, sharded_tied, 0.0)
+    tied_s = None
+    if tied_comm is not None and tied_each.any():
+        outside = np.maximum(float(tied_each.sum()) - tied, 0.0)
+        tied_s = np.where(later, 0.0, tied_comm(np.where(later, 0.0, outside)))
+    gathered = la.params + tied_each
+    largest = _chain_max(gathered, ch) if ch is not None else _largest(gathered, in_stage)
     limits = tuple(
         _limit(
             params,
@@ -308,6 +343,7 @@ def phaze_costs(
         first if first is not None else _layout(np.zeros_like(load, dtype=np.int64), ch),
         one,
         params,
+        tied_s,
     )
     base = params * state_bytes_per_parameter + stash + workspace
     figures = StageFigures(
@@ -319,6 +355,7 @@ def phaze_costs(
         recompute=_flat(recompute, ch),
         workspace=_flat(workspace, ch),
         largest=_flat(largest, ch),
+        tied=_flat(np.broadcast_to(copy, load.shape), ch),
     )
     return costs, figures, limits
 
@@ -417,6 +454,7 @@ def reference_costs(
         recompute=_flat(np.zeros_like(load_last), ch),
         workspace=_flat(np.zeros_like(load_last), ch),
         largest=_flat(np.zeros_like(load_last), ch),
+        tied=_flat(np.zeros_like(load_last), ch),
     )
     return costs, figures
 

@@ -13,7 +13,8 @@ one vectorised numpy step over all candidate stages. The final round places the 
 (whose parameters set the exposed data-parallel all-reduce) and, for the data-parallel
 degrees ``d`` that can win (those dividing the ``m`` micro-batches in Phaze's model), prices
 ``L * (ceil(m/d) + s - 1) + tail(d, P_first)`` (the data-parallel collectives and the
-optimizer step, see :class:`DpTask`).
+optimizer step, see :class:`DpTask`), plus the all-reduce of the tied weights the first stage
+shares with later ones (:mod:`placement.first_stage`).
 
 Memory may depend on ``d`` (state sharded over the replicas): then the DP runs once per
 degree with that degree's memory table, in order of a lower bound on each degree's time,
@@ -43,10 +44,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from placement.first_stage import final_round, record_lows
+
 __all__ = ["SegmentCosts", "DpSolution", "DpTask", "candidate_degrees", "solve_many"]
 
 _INF = np.inf
-_BLOCK = 1 << 18  # (candidate, degree) pairs priced at once in the final round
 _ROUND = 4  # degrees with their own memory tables solved as one batch
 
 
@@ -58,7 +60,8 @@ class SegmentCosts:
     the full ``n_states x n_states`` grid in row-major order (outer = row, inner = column)
     and invalid pairs carry ``max_s = 0``; otherwise pairs are sorted by ``outer``.
     ``load_last`` applies to the last stage (s = 1), ``load_mid`` to the others; ``params``
-    feeds the data-parallel all-reduce when the stage comes first.
+    feeds the data-parallel all-reduce when the stage comes first, and ``tied_s`` (None: 0)
+    is then the all-reduce of the tied weights other stages copy.
     """
 
     n_states: int
@@ -72,6 +75,7 @@ class SegmentCosts:
     one: np.ndarray
     params: np.ndarray
     n_one_layers: int
+    tied_s: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,13 +287,10 @@ def _relaxed_bounds(
     for j, members in enumerate(groups.values()):
         vals, rows = kept[j]
         lead = tasks[members[0]]
-        order = np.argsort(lead.costs.params[rows], kind="stable")
-        vals = vals[:, order, :]
         # as in the final round, only first stages beating every one with fewer parameters
-        run = np.minimum.accumulate(vals, axis=1)
-        better = np.empty_like(vals, dtype=bool)
-        better[:, :1, :] = np.isfinite(vals[:, :1, :])
-        better[:, 1:, :] = vals[:, 1:, :] < run[:, :-1, :]
+        # (the tied weights' all-reduce, never negative, is left out of the bound)
+        order, better = record_lows(vals, lead.costs.params[rows])
+        vals = vals[:, order, :]
         si, ki, ci = np.nonzero(better)
         devices = (lead.t * (si + 1) - (lead.t - 1) * ci)[:, None]
         load, params = vals[si, ki, ci][:, None], lead.costs.params[rows[order[ki]]][:, None]
@@ -451,7 +452,7 @@ def _dense_solve(
         keep += [(finals[:deepest, g], rows) for g in range(g_count)]
         return sols
     for g, task in enumerate(tasks):
-        best = _final_round(task, finals[:deepest, g], rows, degrees[g])
+        best = final_round(task, finals[:deepest, g], rows, degrees[g])
         if best is None:
             sols.append(None)
             continue
@@ -502,7 +503,7 @@ def _sparse_solve(task: DpTask, ds: np.ndarray, keep: list | None = None) -> DpS
     if keep is not None:
         keep.append((np.stack(finals), rows))
         return None
-    best = _final_round(task, np.stack(finals), rows, ds)
+    best = final_round(task, np.stack(finals), rows, ds)
     if best is None:
         return None
     time_s, load_s, d, s, c, q = best
@@ -514,56 +515,6 @@ def _sparse_solve(task: DpTask, ds: np.ndarray, keep: list | None = None) -> DpS
         state, c = int(costs.inner[q]), c - int(one[q])
     assert state == 0 and c == 0, "reconstruction must end at the empty downset"
     return DpSolution(time_s, load_s, d, s, tuple(pairs))
-
-
-def _final_round(
-    task: DpTask, vals: np.ndarray, rows: np.ndarray, ds: np.ndarray
-) -> tuple[float, float, int, int, int, int] | None:
-    """Price every (stages s, one-device count c, first stage, d in ``ds``), keep the best.
-
-    ``vals[s-1, j, c]`` is the largest stage load with ``s`` stages when the first stage is
-    pair ``rows[j]``. Candidates are priced in blocks of at most ``_BLOCK`` (candidate, d)
-    pairs, so memory stays bounded whatever the batch and device counts.
-    """
-    costs, t, max_devices, m = task.costs, task.t, task.max_devices, task.micro_batches
-    s_count, _, c1 = vals.shape
-    p1 = costs.params[rows]
-    order = np.argsort(p1, kind="stable")
-    vals = vals[:, order, :]
-    # Only first stages that beat every cheaper-to-all-reduce one can win: keep record lows.
-    run = np.minimum.accumulate(vals, axis=1)
-    better = np.empty_like(vals, dtype=bool)
-    better[:, 0, :] = np.isfinite(vals[:, 0, :])
-    better[:, 1:, :] = vals[:, 1:, :] < run[:, :-1, :]
-    s_idx = np.arange(1, s_count + 1)[:, None]
-    devices = t * s_idx - (t - 1) * np.arange(c1)[None, :]
-    d_max = np.where(devices <= max_devices, max_devices // np.maximum(devices, 1), 0)
-    n_ds = np.searchsorted(ds, d_max, side="right")  # how many of ds each (s, c) may use
-    si, ki, ci = np.nonzero(better & (n_ds[:, None, :] >= 1))
-    if si.size == 0:
-        return None
-    counts = n_ds[si, ci]
-    loads = vals[si, ki, ci]
-    stages = s_idx[si, 0]
-    firsts = rows[order[ki]]
-    ends = np.cumsum(counts)
-    best: tuple[tuple[float, int, int], tuple[float, float, int, int, int, int]] | None = None
-    lo = 0
-    while lo < si.size:
-        before = int(ends[lo] - counts[lo])
-        hi = max(lo + 1, int(np.searchsorted(ends, before + _BLOCK, side="right")))
-        c = counts[lo:hi]
-        cand = np.repeat(np.arange(lo, hi), c)
-        d = ds[np.arange(cand.size) - np.repeat(np.cumsum(c) - c, c)]
-        load, s, q = loads[cand], stages[cand], firsts[cand]
-        time = load * (-(-m // d) + s - 1) + task.tail(d, costs.params[q])
-        pick = np.lexsort((s, d, time))[0]
-        key = (float(time[pick]), int(d[pick]), int(s[pick]))
-        if best is None or key < best[0]:
-            found = (key[0], float(load[pick]), key[1], key[2], int(ci[cand[pick]]), int(q[pick]))
-            best = (key, found)
-        lo = hi
-    return best[1] if best is not None else None
 
 
 def _backtrack(

@@ -33,7 +33,7 @@ import numpy as np
 from phaze.errors import ConfigError, Infeasible
 from placement import network as net
 from placement.ep_cp import ep_cp_graph
-from placement.iteration import assemble, stage_memory
+from placement.iteration import assemble, embedding_allreduce_s, stage_memory
 from placement.search import gib
 from placement.types import (
     ZERO_STAGES,
@@ -271,7 +271,13 @@ def evaluate_fixed(
         ws = [max((graph.layers[i].workspace_bytes for i in parts[c]), default=0.0) for c in mine]
         top = int(np.argmax(ws))
         # one gathered layer at a time (ZeRO-3): the rank's largest, counted on one chunk
-        big = [max((graph.layers[i].parameters for i in parts[c]), default=0) for c in mine]
+        big = [
+            max(
+                (graph.layers[i].parameters + graph.layers[i].tied_parameters for i in parts[c]),
+                default=0,
+            )
+            for c in mine
+        ]
         widest = int(np.argmax(big))
         for j, c in enumerate(mine):
             layers = [graph.layers[i] for i in parts[c]]
@@ -281,8 +287,10 @@ def evaluate_fixed(
             )
             if problem.p2p_overlap:
                 p2p = max(p2p - compute, 0.0)  # the exposed part
+            # a chunk after the first keeps a copy of the tied weights of its layers
+            tied = float(sum(x.tied_parameters for x in layers)) if c else 0.0
             memory = {
-                "parameters": float(sum(x.parameters for x in layers)),
+                "parameters": float(sum(x.parameters for x in layers)) + tied,
                 "stash_bytes": float(sum(x.stash_bytes for x in layers)),
                 "in_flight": float(in_flight),
                 "workspace_bytes": float(ws[j] if j == top else 0.0),
@@ -305,6 +313,7 @@ def evaluate_fixed(
                     tp_comm_s=sum(x.tp_comm_s for x in layers),
                     ep_comm_s=sum(x.ep_comm_s for x in layers),
                     cp_comm_s=sum(x.cp_comm_s for x in layers),
+                    tied_parameters=tied,
                     **memory,
                 )
             )
@@ -321,6 +330,13 @@ def evaluate_fixed(
         first_stage_params=float(first_params),
         zero=s.zero,
         first_stage_expert_params=float(sum(x.expert_parameters for x in firsts)),
+        embedding_comm_s=float(
+            embedding_allreduce_s(
+                problem,
+                used > problem.cluster.devices_per_node,
+                sum(st.tied_parameters for st in stages),
+            )
+        ),
     )
     if check_memory and placement.memory_per_device_bytes > problem.hbm_bytes:
         raise Infeasible(

@@ -27,7 +27,7 @@ from phaze.errors import Infeasible
 from placement import network as net
 from placement.dp import candidate_degrees
 from placement.fixed import Strategy, evaluate_fixed
-from placement.iteration import stage_memory, tail_fn
+from placement.iteration import embedding_allreduce_s, stage_memory, tail_fn
 from placement.types import Placement, PlacementProblem, StageGraph
 
 __all__ = ["best_interleaved"]
@@ -165,6 +165,7 @@ class _Sums:
         self.held = np.cumsum([0.0, *(float(x.parameters) for x in g.layers)])
         self.stash = np.cumsum([0.0, *(float(x.stash_bytes) for x in g.layers)])
         self.experts = np.cumsum([0.0, *(float(x.expert_parameters) for x in g.layers)])
+        self.tied = np.cumsum([0.0, *(float(x.tied_parameters) for x in g.layers)])
         self.tp = np.cumsum([0, *(x.tensor_parallel for x in g.layers)])
         self.into = np.zeros(len(g.layers))
         for e in g.edges:
@@ -230,6 +231,12 @@ def _priced(
     load = np.maximum(compute, p2p) if problem.p2p_overlap else compute + p2p
     bottleneck = load.reshape(ds.size, v, p).sum(axis=1).max(axis=1)
     pipeline = bottleneck * (m // ds + (p - 1) / v)
+    # the tied weights the chunks after the first copy, all-reduced once per iteration
+    copies = float(sums.tied[-1] - (sums.tied[hi[0]] - sums.tied[lo[0]]))
+    used = ds * tp_chunks // v
+    pipeline = pipeline + embedding_allreduce_s(
+        problem, used > problem.cluster.devices_per_node, copies
+    )
     out = []
     for z, tail in tails.items():
         time = pipeline + tail

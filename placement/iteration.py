@@ -11,7 +11,8 @@ The time model (1F1B, interleaved with ``v`` chunks per device; Narayanan et al.
 §2.2): with ``L`` the bottleneck device's load per micro-batch and ``m'`` the micro-batches
 per pipeline,
 
-    iteration = L * (m' + (p - 1) / v) + dp_comm(d, P_1, zero) + optimizer(P_1 / d if zero),
+    iteration = L * (m' + (p - 1) / v) + dp_comm(d, P_1, zero) + embedding_comm
+                + optimizer(P_1 / d if zero),
 
 ``P_1`` the parameters of pipeline rank 0 (in 1F1B it finishes its backward pass last, so
 its data-parallel all-reduce is the exposed one; the optimizer step follows it). The steady
@@ -22,10 +23,15 @@ gives; the layers report the time in which they run and no compute does (their s
 ``tp_comm_s``), which ``tp_comm_exposed_s`` counts apart from ``compute_s`` (the recomputed
 passes' collectives stay in ``recompute_s``); likewise the token all-to-alls of expert
 parallelism (``ep_comm_exposed_s``) and the exposed K/V ring of context parallelism
-(``cp_comm_exposed_s``), priced by :mod:`placement.ep_cp`.
+(``cp_comm_exposed_s``), priced by :mod:`placement.ep_cp`. With tied input and output
+embeddings and more than one stage, the last stage keeps a copy of the word embedding and
+the two stages all-reduce its gradients after the data-parallel reduction, before the
+optimizer step (Megatron-LM's ``_allreduce_word_embedding_grads`` in
+``megatron/core/distributed/finalize_model_grads.py``, a blocking call):
+``embedding_comm_exposed_s`` (:func:`embedding_allreduce_s`).
 
-Memory per device: weights, gradients and optimizer state of the device's parameters, the
-activations of the micro-batches in flight and the largest backward workspace. Under ZeRO
+Memory per device: weights, gradients and optimizer state of the device's parameters (the
+copy of tied weights included), the activations of the micro-batches in flight and the largest backward workspace. Under ZeRO
 stage 1, 2 or 3 the optimizer state, then the gradients, then the weights are sharded over
 the ``d * cp`` ranks holding the same weights (:func:`zero_state`), the experts' over
 ``d * cp / ep``: divided here and nowhere else. The data-parallel collectives of each stage are :func:`dp_terms`.
@@ -60,6 +66,7 @@ __all__ = [
     "stage_memory",
     "sharded_parameters",
     "dp_terms",
+    "embedding_allreduce_s",
     "tail_fn",
     "exposed_reduction_parameters",
     "assemble",
@@ -83,6 +90,7 @@ class IterationTime:
     pp_comm_exposed_s: float
     bubble_s: float
     dp_comm_exposed_s: float
+    embedding_comm_exposed_s: float
     optimizer_s: float
     iteration_s: float
 
@@ -318,6 +326,18 @@ def dp_terms(
     return np.where(n > 1, comm, 0.0), step
 
 
+def embedding_allreduce_s(problem: PlacementProblem, inter_node, tied_parameters):
+    """Seconds of the all-reduce of the gradients of ``tied_parameters`` copied on another
+    stage between the two stages holding them: two ranks, on the pipeline's links (across
+    nodes as the stage boundaries are), at the data-parallel reduction's bytes per parameter;
+    0 without a copy. Arrays broadcast."""
+    nbytes = np.asarray(tied_parameters, dtype=np.float64) * problem.gradient_bytes_per_parameter
+    bw, lat = net.measured_link(
+        problem.cluster, problem.collectives, inter_node, nbytes, "all_reduce"
+    )
+    return np.where(nbytes > 0, lat + nbytes / bw, 0.0)
+
+
 def tail_fn(
     problem: PlacementProblem, t: int, zero: int, m: int, *, cp: int = 1
 ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -343,13 +363,15 @@ def assemble(
     first_stage_params: float,
     zero: int = 0,
     first_stage_expert_params: float = 0.0,
+    embedding_comm_s: float = 0.0,
 ) -> Placement:
     """A Placement from its stages: the one iteration model of searched and fixed layouts.
 
     Device ``r`` runs the stages with ``device == r``; its load and memory are their sums.
     ``micro_batches`` counts those of one pipeline; ``graph.ep`` and ``graph.cp`` the
     expert- and context-parallel degrees (``first_stage_expert_params`` the experts' part of
-    rank 0's parameters).
+    rank 0's parameters). ``embedding_comm_s`` is the tied weights' gradient all-reduce
+    (:func:`embedding_allreduce_s` on the links the stage boundaries use).
     """
     p = 1 + max(st.device for st in stages)
     load = np.zeros(p)
@@ -406,8 +428,9 @@ def assemble(
         pp_comm_exposed_s=micro_batches * float(comm[r]),
         bubble_s=bottleneck * (p - 1) / v,
         dp_comm_exposed_s=dp_comm,
+        embedding_comm_exposed_s=embedding_comm_s,
         optimizer_s=optimizer,
-        iteration_s=pipeline + dp_comm + optimizer,
+        iteration_s=pipeline + dp_comm + embedding_comm_s + optimizer,
     )
     fullest = max(memory, key=lambda mem: mem.total_bytes)
     # split the pipeline time by the bottleneck device's compute and receive shares
@@ -428,7 +451,7 @@ def assemble(
         pipeline_s=pipeline,
         compute_s=pipeline * share,
         p2p_s=pipeline * (1.0 - share),
-        allreduce_s=dp_comm,
+        allreduce_s=dp_comm + embedding_comm_s,
         memory_per_device_bytes=fullest.total_bytes,
         bubble_fraction=(p - 1) / (v * micro_batches),
         breakdown=breakdown,
@@ -472,6 +495,10 @@ def iteration_energy(
     # Activations forward and their gradients backward at each of the p - 1 stage boundaries,
     # sent by each of the t devices of a stage, for every micro-batch of the batch.
     p2p_bytes = 2.0 * (p - 1) * t * rates.boundary_bytes * micro_batches
+    # The tied weights' 2-byte gradients all-reduced between the first and the last stage:
+    # each of the two ranks of every (tensor, data, context) rank sends its copy's bytes.
+    copies = sum(st.tied_parameters for st in placement.stages)
+    p2p_bytes += 2.0 * 2.0 * copies * t * n
     # Four token all-to-alls per MoE block (six with full recompute), (ep-1)/ep of each
     # device's dispatch bytes leaving it; the K/V ring's cp - 1 chunks per pass, three passes
     # (forward, backward K/V and their gradients; four with recompute) (:mod:`placement.ep_cp`).

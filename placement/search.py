@@ -33,6 +33,7 @@ from placement.dp import DpSolution, DpTask, SegmentCosts, solve_many
 from placement.ep_cp import graph_variants
 from placement.iteration import (
     assemble,
+    embedding_allreduce_s,
     sharded_parameters,
     stage_memory,
     tail_fn,
@@ -81,6 +82,8 @@ def layer_arrays(graph: StageGraph) -> LayerArrays:
         sharded_params=arr(
             [sharded_parameters(x.parameters, x.expert_parameters, graph.ep) / graph.cp for x in ls]
         ),
+        tied=arr([x.tied_parameters for x in ls]),
+        sharded_tied=arr([x.tied_parameters / graph.cp for x in ls]),
         src=arr([e.src for e in edges], np.int64),
         dst=arr([e.dst for e in edges], np.int64),
         nbytes=arr([e.bytes for e in edges]),
@@ -130,6 +133,10 @@ def _prepare(
         zero_stages=problem.zero_stages,
         optimizer_bytes_per_parameter=problem.optimizer_bytes_per_parameter,
         p2p_overlap=problem.p2p_overlap,
+        # the first and the last stage are as far apart as the stage boundaries
+        tied_comm=lambda n: embedding_allreduce_s(
+            problem, devices > problem.cluster.devices_per_node, n
+        ),
     )
     m = problem.global_batch // graph.micro_batch
     # the fewest parameters a first stage (the one holding the graph's sources) can have
@@ -426,6 +433,7 @@ def _placement(
                 tp_comm_s=sum(graph.layers[j].tp_comm_s for j in layers),
                 ep_comm_s=sum(graph.layers[j].ep_comm_s for j in layers),
                 cp_comm_s=sum(graph.layers[j].cp_comm_s for j in layers),
+                tied_parameters=float(figures.tied[q]),
                 **parts,
             )
         )
@@ -439,4 +447,5 @@ def _placement(
         first_stage_params=float(costs.params[sol.pairs[0]]),
         zero=zero,
         first_stage_expert_params=stages[0].expert_parameters,
+        embedding_comm_s=0.0 if costs.tied_s is None else float(costs.tied_s[sol.pairs[0]]),
     )

@@ -93,7 +93,12 @@ class StageLayer:
     part of ``parameters`` in MoE experts on this device, ``dispatch_bytes`` what one token
     all-to-all sends from it and ``kv_bytes`` the keys and values of its sequence chunk, per
     micro-batch; ``ep_comm_s`` and ``cp_comm_s`` are the exposed all-to-alls and K/V ring
-    transfers inside ``fwd_s + bwd_s`` (:mod:`placement.ep_cp`).
+    transfers inside ``fwd_s + bwd_s`` (:mod:`placement.ep_cp`). ``tied_parameters`` are
+    parameters the layer shares with the first pipeline stage, which counts them (a tied LM
+    head reusing the input embedding): another stage holding the layer keeps a copy, with
+    its own gradients and optimizer state, and all-reduces the copy's gradients with the
+    first stage once per iteration (Megatron-LM's ``shared_embedding_or_output_weight``);
+    they are gathered with the layer under ZeRO stage 3.
     """
 
     name: str
@@ -111,6 +116,7 @@ class StageLayer:
     kv_bytes: float = 0.0
     ep_comm_s: float = 0.0
     cp_comm_s: float = 0.0
+    tied_parameters: float = 0.0
 
     def __post_init__(self) -> None:
         _raise(
@@ -130,6 +136,7 @@ class StageLayer:
                     "parameters",
                     "stash_bytes",
                     "workspace_bytes",
+                    "tied_parameters",
                 ),
             )
         )
@@ -317,6 +324,8 @@ class Stage:
     ``expert_parameters`` the experts' part of ``parameters``) give ``memory_bytes`` through
     :func:`placement.iteration.stage_memory`. ``ep_comm_s`` and ``cp_comm_s`` are the
     exposed token all-to-alls and K/V ring transfers inside ``compute_s``.
+    ``tied_parameters`` is the part of ``parameters`` that copies the first stage's tied
+    weights (:class:`StageLayer`).
     """
 
     layers: tuple[int, ...]
@@ -336,6 +345,7 @@ class Stage:
     expert_parameters: float = 0.0
     ep_comm_s: float = 0.0
     cp_comm_s: float = 0.0
+    tied_parameters: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,8 +357,9 @@ class Placement:
     chunks per device; Narayanan et al. SC21 §2.2), ``load_s`` the bottleneck device's time per
     micro-batch. ``compute_s + p2p_s = pipeline_s`` split the pipeline time by the bottleneck's
     shares; ``communication_s = p2p_s + allreduce_s`` (TP collectives sit inside the layer
-    times). ``optimizer_s`` is the optimizer step after the all-reduce (rank 0's shard, like
-    the all-reduce). ``bubble_fraction = (p - 1) / (v * micro_batches)`` (SC21's bubble time
+    times); ``allreduce_s`` holds the data-parallel collectives and the all-reduce of the tied
+    weights' gradients between the first and the last stage. ``optimizer_s`` is the
+    optimizer step after the all-reduce (rank 0's shard, like the all-reduce). ``bubble_fraction = (p - 1) / (v * micro_batches)`` (SC21's bubble time
     over ideal time). ``memory_per_device_bytes`` is the maximum over devices.
     ``breakdown`` names the terms of ``time_per_batch_s`` and ``memory_breakdown`` the parts
     of the fullest device's memory (:mod:`placement.iteration`). ``zero`` is the ZeRO stage

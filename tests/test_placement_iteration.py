@@ -203,7 +203,10 @@ def test_search_keeps_every_cluster_field(tmp_path):
         assert {f: config[f] for f in fields} == {f: getattr(cluster, f) for f in fields}
         times.append({p["key"]: p["iteration_s"] for p in points if p["feasible"]})
     assert times[0].keys() == times[1].keys() and times[0]
-    assert all(times[1][k] > times[0][k] for k in times[0])  # the latencies were priced
+    # the latencies were priced: no point gets faster, some slower (a point whose best layout
+    # stays in one node, where the measured curve holds the latency, may keep its time)
+    assert all(times[1][k] >= times[0][k] for k in times[0])
+    assert any(times[1][k] > times[0][k] for k in times[0])
 
 
 def test_evaluate_shows_where_the_time_and_memory_go():
