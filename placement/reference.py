@@ -45,6 +45,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from phaze.errors import ConfigError, Infeasible
+from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, over_limit
 from placement.costs import LayerArrays, reference_costs, stage_layers
 from placement.dp import DpTask, solve_many
 
@@ -186,6 +187,7 @@ def parse_reference_instance(doc: Any, *, source: str = "instance") -> Reference
         problems.append(f"{source}: bandwidth = {doc['bandwidth']!r} must be > 0")
     if mbs < 1:
         problems.append(f"{source}: mbsInBatch = {doc['mbsInBatch']!r} must be >= 1")
+    problems += _over_limits(source, devices, mbs)
     recompute = doc["activationRecomputation"]
     if not isinstance(recompute, bool):
         problems.append(f"{source}: activationRecomputation = {recompute!r} must be true or false")
@@ -214,6 +216,12 @@ def parse_reference_instance(doc: Any, *, source: str = "instance") -> Reference
         edges=MappingProxyType(dict(sorted(edges.items()))),
         order=order,
     )
+
+
+def _over_limits(source: str, devices: int, mbs: int) -> list[str]:
+    """The sizes above the limits every entry point applies (:mod:`phaze.limits`)."""
+    checks = (("maxDevices", devices, MAX_DEVICES), ("mbsInBatch", mbs, MAX_GLOBAL_BATCH))
+    return [f"{source}: {p}" for n, v, lim in checks if (p := over_limit(n, v, lim)) is not None]
 
 
 def _widths(problems, source, key, value, parse, keys, optional) -> dict[int, tuple]:
@@ -372,10 +380,14 @@ def _arrays(ins: ReferenceInstance, width: int) -> LayerArrays:
 def solve_reference(
     ins: ReferenceInstance, *, method: Literal["auto", "chain", "dag"] = "auto"
 ) -> ReferenceResult:
-    """The best placement under the reference objective; Infeasible when none fits.
+    """The best placement under the reference objective; Infeasible when none fits, and
+    ConfigError for sizes above :mod:`phaze.limits` (as :func:`parse_reference_instance`).
 
     Ties go to the smaller width, then the smaller ``d``, then fewer stages.
     """
+    too_big = _over_limits("instance", ins.max_devices, ins.mbs_in_batch)
+    if too_big:
+        raise ConfigError("; ".join(too_big))
     best = None
     need = math.inf
     bw = ins.bandwidth

@@ -17,6 +17,7 @@ import phaze
 from arch_space import Cluster
 from phaze.cli import cli
 from phaze.config import SolverSettings
+from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH
 from placement import (
     DeviceMemory,
     PlacementProblem,
@@ -144,9 +145,10 @@ print(json.dumps([ref.data_parallel_degree, ref.final_time_per_batch, pl.dp, pl.
 
 
 def test_a_billion_devices_and_micro_batches_solve_in_bounded_memory(tmp_path):
-    """The DP's arrays follow the graph, not the device or micro-batch count (2 GiB cap)."""
+    """The DP's arrays follow the graph, not the device or micro-batch count (2 GiB cap):
+    a billion of each through ``place``, the instance format at its limits."""
     doc = json.loads(EXAMPLE.read_text())
-    doc.update(maxDevices=10**9, mbsInBatch=10**9)
+    doc.update(maxDevices=MAX_DEVICES, mbsInBatch=MAX_GLOBAL_BATCH)
     f = tmp_path / "big.json"
     f.write_text(json.dumps(doc))
     env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
@@ -160,7 +162,7 @@ def test_a_billion_devices_and_micro_batches_solve_in_bounded_memory(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     ref_d, ref_s, d, time_s = json.loads(out.stdout)
-    assert 1 <= ref_d <= 10**9 and ref_s > 0
+    assert 1 <= ref_d <= MAX_DEVICES and ref_s > 0
     # 10^9 one-device pipelines of 6 layers x 3 s: one micro-batch each, then the all-reduce
     assert d == 10**9 and math.isclose(time_s, 18.0, rel_tol=1e-6)
 
