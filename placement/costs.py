@@ -261,10 +261,10 @@ def phaze_costs(
     beside its compute and only what exceeds it is exposed. ``tied_comm`` gives the seconds
     of the all-reduce of the gradients of that many tied parameters (None: 0).
 
-    A pair that is not a first stage holds a copy of its layers' tied parameters: in its
-    parameters (hence its state, sharded by ZeRO like the others and in the first stage's
-    tail never) and in ``figures.tied``; a first stage's ``costs.tied_s`` is the all-reduce
-    of the tied parameters outside it.
+    A pair that is not a first stage holds a copy of its layers' tied parameters, counted in
+    its parameters (so ZeRO shards its state like the rest) and in ``figures.tied``; a first
+    stage holds none, so its data-parallel tail is unchanged, and its ``costs.tied_s`` is the
+    all-reduce of the tied parameters outside it.
 
     Memory at position ``s`` with ``d`` replicas is
     ``base + sharded / d + (s - 1) * stash`` (:func:`placement.iteration.stage_memory`), the

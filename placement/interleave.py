@@ -234,11 +234,9 @@ def _priced(
     # the tied weights the chunks after the first copy, all-reduced once per iteration
     copies = float(sums.tied[-1] - (sums.tied[hi[0]] - sums.tied[lo[0]]))
     used = ds * tp_chunks // v
-    pipeline = pipeline + embedding_allreduce_s(
-        problem, used > problem.cluster.devices_per_node, copies
-    )
+    embedding = embedding_allreduce_s(problem, used > problem.cluster.devices_per_node, copies)
     out = []
     for z, tail in tails.items():
-        time = pipeline + tail
+        time = pipeline + embedding + tail
         out += [(x, t, p, d, v, z) for x, d in zip(time.tolist(), ds.tolist(), strict=True)]
     return out
