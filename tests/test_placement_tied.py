@@ -4,9 +4,13 @@ copy's gradients with the first stage, against closed forms; p = 1 keeps one cop
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from arch_space import Cluster
 from phaze.errors import Infeasible
@@ -20,6 +24,8 @@ from placement import (
     place,
 )
 from placement.adapt import stage_graph
+from placement.interleave import best_interleaved
+from placement.synthetic import GptShape, gpt_stage_graph
 from workloads import TrainingSetup, build_layer_graph, get_model
 
 _EMB, _BLOCK, _HEAD, _TIED = 500, 100, 4, 500  # parameters; the head reuses the embedding
@@ -122,3 +128,52 @@ def test_gpt3_ties_its_head_and_llama_does_not():
         assert (copy > 0) == tied and copy % (model.embedding_dim) == 0
         assert pl.stages[-1].tied_parameters == copy
         assert (pl.breakdown.embedding_comm_exposed_s > 0) == tied
+
+
+def _tied_gpt(devices: int, hbm_gb: float, batch: int, zero: tuple[int, ...]):
+    """A small closed-form GPT at t = 1 and 2 whose head reuses its large embedding table
+    (tied): the copy's all-reduce weighs as much as a few micro-batches, more across nodes."""
+    cluster = Cluster(devices=devices, devices_per_node=4)
+    shape = GptShape(layers=8, hidden=512, heads=8, vocab=64000, seq_len=512)
+    graphs = []
+    for t in (1, 2):
+        g = gpt_stage_graph(shape, t, cluster, flops_per_s=1e14, recompute="full")
+        table = shape.vocab * shape.hidden // t
+        head = dataclasses.replace(
+            g.layers[-1], parameters=g.layers[-1].parameters - table, tied_parameters=table
+        )
+        graphs.append(dataclasses.replace(g, layers=(*g.layers[:-1], head)))
+    return PlacementProblem(
+        tuple(graphs), cluster, hbm_gb * 1e9, global_batch=batch, zero_stages=zero
+    )
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    devices=st.sampled_from([8, 16]),
+    hbm_gb=st.sampled_from([0.5, 1.0, 2.0]),
+    batch=st.sampled_from([8, 16]),
+    zero=st.sampled_from([(0,), (1,), (0, 3)]),
+)
+def test_interleaved_layouts_price_the_copy_as_the_fixed_strategy(devices, hbm_gb, batch, zero):
+    """The interleaved search's best first order prices the tied all-reduce: it finds the
+    fastest fitting Megatron layout that every evaluation finds."""
+    problem = _tied_gpt(devices, hbm_gb, batch, zero)
+    best = math.inf
+    for t, p, v in itertools.product((1, 2), (2, 4), (2, 4)):
+        if 8 % (p * v):  # Megatron splits the 8 blocks evenly
+            continue
+        for d in (1, 2, 4, 8):
+            if t * p * d > devices or batch % d or (batch // d) % p:
+                continue
+            for z in zero:
+                s = Strategy(tp=t, pp=p, dp=d, virtual_stages=v, recompute="full", zero=z)
+                try:
+                    pl = evaluate_fixed(problem, s)
+                except Infeasible:
+                    continue
+                assert pl.breakdown.embedding_comm_exposed_s > 0
+                best = min(best, pl.time_per_batch_s)
+    assume(best < math.inf)
+    found = best_interleaved(problem, math.inf)
+    assert found is not None and found.time_per_batch_s == pytest.approx(best, rel=1e-12)
