@@ -24,9 +24,12 @@ TIME_TERMS: Final = MappingProxyType(
         "compute_s": "compute",
         "recompute_s": "recompute",
         "tp_comm_exposed_s": "TP comm.",
+        "ep_comm_exposed_s": "EP all-to-all",
+        "cp_comm_exposed_s": "CP K/V ring",
         "pp_comm_exposed_s": "PP comm.",
         "bubble_s": "bubble",
         "dp_comm_exposed_s": "DP comm.",
+        "embedding_comm_exposed_s": "tied emb. comm.",
         "optimizer_s": "optimizer",
     }
 )
@@ -47,13 +50,11 @@ def time_breakdown_html(feasible: Sequence[Mapping[str, Any]], top: int = 3) -> 
         f"<p>One iteration of the {top} fastest designs per workload (by tokens/s, each at "
         "its fastest micro-batch and recompute mode), split "
         "into the terms of the iteration model: compute, recomputation, the exposed tensor-, "
-        "pipeline- and data-parallel communication, the pipeline bubble and the optimizer "
-        "step. The terms sum to the iteration time; each cell gives the share of it.</p>"
+        "expert-, context-, pipeline- and data-parallel communication, the pipeline bubble, "
+        "the tied embedding's gradient all-reduce and the optimizer step (a term that is zero "
+        "for every design of a workload is left out of its table). The terms sum to the "
+        "iteration time; each cell gives the share of it.</p>"
     ]
-    head = "".join(
-        f"<th>{html.escape(h)}</th>"
-        for h in ("design", "knobs and placement", "iteration", *TIME_TERMS.values())
-    )
     shown = 0
     for w, pts in by_workload(feasible).items():
         best: dict[Any, Mapping[str, Any]] = {}  # each design at its fastest point
@@ -65,6 +66,18 @@ def time_breakdown_html(feasible: Sequence[Mapping[str, Any]], top: int = 3) -> 
         ranked = list(best.values())[:top]
         if not ranked:
             continue
+        shown_terms = [
+            k for k in TIME_TERMS if any((time_terms(p) or {}).get(k, 0.0) for p in ranked)
+        ]
+        head = "".join(
+            f"<th>{html.escape(h)}</th>"
+            for h in (
+                "design",
+                "knobs and placement",
+                "iteration",
+                *(TIME_TERMS[k] for k in shown_terms),
+            )
+        )
         rows = ""
         for p in ranked:
             terms = time_terms(p) or {}
@@ -73,7 +86,7 @@ def time_breakdown_html(feasible: Sequence[Mapping[str, Any]], top: int = 3) -> 
                 f'<td class="num">{html.escape(fmt_time(terms.get(k, 0.0)))}<br>'
                 f'<span class="muted">{html.escape(fmt_percent(terms.get(k, 0.0) / total))}'
                 "</span></td>"
-                for k in TIME_TERMS
+                for k in shown_terms
             )
             rows += (
                 f"<tr><td>{html.escape(design_label(p))}</td>"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
+from placement.iteration import IterationTime
 from results.report_time import TIME_TERMS, time_breakdown_html, time_terms
 
 
@@ -29,11 +31,26 @@ TERMS = {
     "compute_s": 0.75,
     "recompute_s": 0.0,
     "tp_comm_exposed_s": 0.05,
+    "ep_comm_exposed_s": 0.0,
+    "cp_comm_exposed_s": 0.0,
     "pp_comm_exposed_s": 0.0,
     "bubble_s": 0.125,
     "dp_comm_exposed_s": 0.0625,
+    "embedding_comm_exposed_s": 0.0,
     "optimizer_s": 0.0125,
 }
+
+
+def test_the_table_names_every_term_of_the_iteration_model():
+    assert set(TIME_TERMS) == {f.name for f in fields(IterationTime)} - {"iteration_s"}
+
+
+def test_terms_zero_for_every_shown_design_are_left_out():
+    text = time_breakdown_html([_point("a", 10.0, TERMS, "a1")])
+    assert "bubble" in text and "DP comm." in text
+    assert "EP all-to-all" not in text and "PP comm." not in text
+    moe = {**TERMS, "ep_comm_exposed_s": 0.03}
+    assert "EP all-to-all" in time_breakdown_html([_point("a", 10.0, moe, "a1")])
 
 
 def test_each_design_once_at_its_fastest_point_with_every_term():
