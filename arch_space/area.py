@@ -26,8 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from arch_space._data import shipped_toml
 from arch_space.accelerator import Accelerator
 from arch_space.tech import TechNode, tech_node
+from phaze.errors import ConfigError
 
 __all__ = [
     "COMPONENTS",
@@ -37,6 +39,9 @@ __all__ = [
     "area_breakdown_mm2",
     "area_mm2",
     "die_area_mm2",
+    "harvest_cores",
+    "core_area_mm2",
+    "made_die_area_mm2",
     "static_power_w",
     "mac_pj",
     "tensor_load_power_w",
@@ -88,9 +93,10 @@ def area_terms_mm2(
 
     The one kernel behind :func:`area_breakdown_mm2` and the vectorised space enumeration.
     """
-    tensor = num_tc * (
-        tc_rows * tc_cols * tech.mac_area_um2 / _UM2_PER_MM2 + tech.core_fixed_area_mm2
+    array_um2 = tc_rows * tc_cols * tech.mac_area_um2 + (tc_rows + tc_cols) * (
+        tech.operand_port_area_um2
     )
+    tensor = num_tc * (array_um2 / _UM2_PER_MM2 + tech.core_fixed_area_mm2)
     vector = num_vc * (
         vc_lanes * tech.vector_lane_area_um2 / _UM2_PER_MM2 + tech.core_fixed_area_mm2
     )
@@ -148,6 +154,49 @@ def die_area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
     return area_mm2(acc, tech) / acc.dies
 
 
+def harvest_cores(acc: Accelerator) -> tuple[int, int] | None:
+    """(physical, shipped) cores per die of a preset listed in ``data/harvest.toml`` (a chip
+    whose dies carry spare cores the product does not enable), else None."""
+    harvest = shipped_toml("harvest.toml")["preset"].get(acc.name)
+    if harvest is None:
+        return None
+    cores = int(harvest["physical_cores"]["value"])
+    shipped = int(harvest["shipped_cores"]["value"])
+    if shipped * acc.dies != acc.num_vc:
+        raise ConfigError(
+            f"harvest.toml [preset.{acc.name}]: shipped_cores = {shipped} per die x "
+            f"dies = {acc.dies} must equal num_vc = {acc.num_vc}"
+        )
+    return cores, shipped
+
+
+def core_area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
+    """Area (mm2) of one core as a harvested chip counts them: its tensor and vector cores
+    over the vector-core count (on a GPU, one SM), without its uncore share."""
+    parts = area_breakdown_mm2(acc, tech)
+    return (parts["tensor_cores"] + parts["vector_cores"]) / acc.num_vc
+
+
+def made_die_area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
+    """Area (mm2) of one die as made, the size a published die figure measures: the modelled
+    die (:func:`die_area_mm2`) plus, for a preset in ``harvest.toml``, its spare cores, each
+    with its uncore share like every shipped core.
+
+    Examples
+    --------
+    >>> from arch_space.presets import preset
+    >>> round(made_die_area_mm2(preset("a100")))
+    826
+    """
+    tech = tech or tech_node(acc.node_nm)
+    area = die_area_mm2(acc, tech)
+    harvest = harvest_cores(acc)
+    if harvest is None:
+        return area
+    cores, shipped = harvest
+    return area + (cores - shipped) * core_area_mm2(acc, tech) * (1.0 + tech.overhead_fraction)
+
+
 def mac_pj(acc: Accelerator, tech: TechNode) -> float:
     """Energy (pJ) of one MAC on ``acc``'s tensor cores: arithmetic, control and clocking,
     and operand delivery of ``1/rows + 1/cols`` elements (an array of ``rows x cols`` MACs
@@ -181,9 +230,10 @@ def tensor_load_power_w(
 
 
 def static_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:
-    """Leakage power (W): die area x the node's leakage per mm2."""
+    """Leakage power (W): the silicon as made (:func:`made_die_area_mm2`, every die) x the
+    node's leakage per mm2, which is a whole die's measured idle power over its size."""
     tech = tech or tech_node(acc.node_nm)
-    return area_mm2(acc, tech) * tech.leakage_w_per_mm2
+    return made_die_area_mm2(acc, tech) * acc.dies * tech.leakage_w_per_mm2
 
 
 def dynamic_power_breakdown_w(

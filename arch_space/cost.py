@@ -21,7 +21,13 @@ import numpy as np
 
 from arch_space._data import build_params, params_hash, read_toml, shipped_toml
 from arch_space.accelerator import Accelerator
-from arch_space.area import area_breakdown_mm2, area_mm2, die_area_mm2, hbm_stacks
+from arch_space.area import (
+    area_mm2,
+    core_area_mm2,
+    harvest_cores,
+    hbm_stacks,
+    made_die_area_mm2,
+)
 from arch_space.tech import TechNode
 from phaze.errors import ConfigError, Infeasible
 
@@ -204,29 +210,20 @@ def harvested_yield(
 def made_die(
     acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
 ) -> tuple[float, float]:
-    """(area mm2, yield) of one of the ``acc.dies`` identical dies made for ``acc``: a preset
-    listed in ``harvest.toml`` carries its spare cores per die (each of the modelled core
-    area: tensor and vector cores over the vector-core count, one SM) and sells when its
-    shipped cores work (:func:`harvested_yield`); any other design is made as modelled
-    (:func:`die_yield` of :func:`~arch_space.area.die_area_mm2`)."""
+    """(area mm2, yield) of one of the ``acc.dies`` identical dies made for ``acc``
+    (:func:`~arch_space.area.made_die_area_mm2`): a preset listed in ``harvest.toml`` sells
+    when its shipped cores work (:func:`harvested_yield`); any other design is made as
+    modelled (:func:`die_yield`)."""
     p = params or CostParams.default()
-    area = die_area_mm2(acc, tech)
+    area = made_die_area_mm2(acc, tech)
     _, d0 = p.node(acc.node_nm)
-    harvest = shipped_toml("harvest.toml")["preset"].get(acc.name)
+    harvest = harvest_cores(acc)
     if harvest is None:
         return area, die_yield(area, d0, p.cluster_alpha)
-    cores = int(harvest["physical_cores"]["value"])
-    shipped = int(harvest["shipped_cores"]["value"])
-    if shipped * acc.dies != acc.num_vc:
-        raise ConfigError(
-            f"harvest.toml [preset.{acc.name}]: shipped_cores = {shipped} per die x "
-            f"dies = {acc.dies} must equal num_vc = {acc.num_vc}"
-        )
-    parts = area_breakdown_mm2(acc, tech)
-    core_mm2 = (parts["tensor_cores"] + parts["vector_cores"]) / acc.num_vc
-    made = area + (cores - shipped) * core_mm2
-    uncore = made - cores * core_mm2
-    return made, harvested_yield(uncore, core_mm2, cores, shipped, d0, p.cluster_alpha)
+    cores, shipped = harvest
+    core_mm2 = core_area_mm2(acc, tech)
+    uncore = area - cores * core_mm2
+    return area, harvested_yield(uncore, core_mm2, cores, shipped, d0, p.cluster_alpha)
 
 
 def _die_terms(

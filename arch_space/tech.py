@@ -43,11 +43,12 @@ class TechNode:
     leakage_w_per_mm2: float
     # Fields added after the first contract; the defaults (7 nm values) only keep hand-built
     # TechNodes working, the loader always sets them from tech.toml.
-    core_fixed_area_mm2: float = 0.754  # per tensor or vector core: sequencer, staging, DMA
+    core_fixed_area_mm2: float = 0.2776  # per tensor or vector core: sequencer, staging, DMA
     hbm_stack_bandwidth_bytes_per_s: float = 409.6e9  # one HBM stack of this node's era
     hbm_stack_max_bytes: int = 16 * 2**30  # largest HBM stack of this node's era
     control_pj_per_mac: float = 0.0  # per MAC beside its arithmetic: clocking, sequencing
     operand_pj_per_byte: float = 0.0  # per byte fed into or out of a MAC array
+    operand_port_area_um2: float = 14577.0  # per element a tensor array takes or gives per cycle
 
     def __post_init__(self) -> None:
         where = f"tech node {self.node_nm} nm"
@@ -61,6 +62,7 @@ class TechNode:
                 "core_fixed_area_mm2",
                 "control_pj_per_mac",
                 "operand_pj_per_byte",
+                "operand_port_area_um2",
             )
             p = number_problem(
                 where,
