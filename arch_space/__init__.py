@@ -11,7 +11,7 @@ Examples
 >>> round(preset("a100").peak_flops / 1e12)
 312
 >>> len(list(Space.named("tiny").enumerate()))
-32
+30
 """
 
 from arch_space.accelerator import Accelerator, Cluster
