@@ -17,7 +17,7 @@ from typing import Final
 
 from arch_space._data import plain_values, shipped_toml
 from arch_space.accelerator import Accelerator, Cluster
-from arch_space.area import die_area_mm2
+from arch_space.area import made_die_area_mm2
 from arch_space.perf import op_costs
 from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.system import board_limit_w
@@ -142,9 +142,10 @@ def headroom(
     tech: TechNode | None = None,
 ) -> Headroom:
     """``acc``'s area and unlimited tensor-load power against the budgets (defaults: the
-    reticle, and its board limit, :func:`arch_space.system.board_limit_w`)."""
+    reticle, and its board limit, :func:`arch_space.system.board_limit_w`); the area is one die
+    as made (:func:`~arch_space.area.made_die_area_mm2`), spare cores included."""
     return Headroom(
-        area_mm2=die_area_mm2(acc, tech),
+        area_mm2=made_die_area_mm2(acc, tech),
         area_budget_mm2=area_budget_mm2 if area_budget_mm2 is not None else reticle_mm2(),
         power_w=unlimited_gemm_power_w(acc, tech),
         power_budget_w=(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from arch_space import Space, area_mm2, peak_power_w, preset, static_power_w, tech_node
-from arch_space.area import tensor_load_power_w
+from arch_space.area import made_die_area_mm2, tensor_load_power_w
 from arch_space.perf.device import MODELLED
 from arch_space.power import gemm_power_w, memory_bound_power_w, tdp_w, unlimited_gemm_power_w
 from arch_space.presets import PUBLISHED
@@ -129,10 +129,11 @@ def test_headroom_against_the_reticle_and_the_board_limit():
     assert reticle_mm2() == 858.0
     assert a100.power_budget_w == 400.0 and abs(a100.power_headroom) < 0.01  # calibrated
     assert b200.power_budget_w == 1000.0 and b200.power_headroom < 0  # held by its limiter
-    # the area is one die's: each of the B200's two dies fits the reticle
-    assert b200.area_mm2 == pytest.approx(area_mm2(preset("b200")) / 2)
+    # the area is one die as made (with its spare SMs): each of the B200's two fits the reticle
+    assert b200.area_mm2 == pytest.approx(made_die_area_mm2(preset("b200")))
+    assert area_mm2(preset("b200")) / 2 < b200.area_mm2 < reticle_mm2()
     assert 0 < a100.area_headroom and 0 < b200.area_headroom
     assert tpu.power_headroom == pytest.approx(1 - tdp_w(preset("tpuv4")) / 400.0)
     custom = headroom(preset("a100"), area_budget_mm2=1000.0, power_budget=800.0)
-    assert custom.area_headroom == pytest.approx(1 - area_mm2(preset("a100")) / 1000.0)
+    assert custom.area_headroom == pytest.approx(1 - made_die_area_mm2(preset("a100")) / 1000.0)
     assert custom.power_headroom == pytest.approx(0.5, abs=0.01)

@@ -1,7 +1,9 @@
 """Presets against published figures (peak FLOP/s, die area, TDP) and their TOML round trip."""
 
+import importlib.util
 import tomllib
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,7 @@ from arch_space.config import accelerator_from_mapping, accelerator_to_toml
 from arch_space.cost import made_die
 from arch_space.power import tdp_w, unlimited_gemm_power_w
 from arch_space.presets import PUBLISHED, preset, preset_names
+from arch_space.tech import tech_node
 from phaze.errors import ConfigError
 
 
@@ -40,6 +43,19 @@ def test_a_blackwell_sm_outgrows_a_hopper_sm_with_its_tensor_throughput():
     b200, h100 = preset("b200"), preset("h100")
     assert b200.macs_per_cycle / b200.num_vc == 2 * h100.macs_per_cycle / h100.num_vc
     assert 1.4 < sm_mm2(b200) / sm_mm2(h100) < 2.0
+
+
+def test_shipped_area_constants_are_the_fit_scripts_output():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fit_area.py"
+    spec = importlib.util.spec_from_file_location("fit_area", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    fixed_mm2, port_um2 = script.fit()
+    for node, factor in script.AREA_FACTOR.items():
+        t = tech_node(node)
+        ratio = factor / script.AREA_FACTOR[7]
+        assert t.core_fixed_area_mm2 == pytest.approx(fixed_mm2 * ratio, rel=0.01)
+        assert t.operand_port_area_um2 == pytest.approx(port_um2 * ratio, rel=0.01)
 
 
 def test_tpuv4_area_below_googles_bound():
@@ -83,8 +99,6 @@ def test_unknown_preset_suggests_nearest():
 
 @pytest.mark.parametrize("name", ["v100", "b200"])
 def test_example_tomls_describe_their_presets(name):
-    from pathlib import Path
-
     path = Path(__file__).parent.parent / "examples" / f"accelerator_{name}.toml"
     acc = accelerator_from_mapping(tomllib.loads(path.read_text()))
     assert acc.name == f"{name}-example"
