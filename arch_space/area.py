@@ -3,18 +3,22 @@
 The area model is a sum of components (docs/models.md), each a count times a per-unit area from
 ``data/tech.toml``::
 
-    tensor_cores  = num_tc * (tc_rows * tc_cols * mac_area + core_fixed_area)
+    tensor_cores  = num_tc * (tc_rows * tc_cols * mac_area
+                              + (tc_rows + tc_cols) * operand_port_area + core_fixed_area)
     vector_cores  = num_vc * (vc_lanes * vector_lane_area + core_fixed_area)
     glb_sram      = glb MiB * sram_area_per_mib
     hbm_phy       = hbm_stacks * hbm_phy_area_per_stack
     uncore        = overhead_fraction * (sum of the above)       # NoC, IO, PCIe, clocking
 
-The same kernel (:func:`area_terms_mm2`) works on numpy arrays, so a whole design grid is
-costed in one vectorised call (:mod:`arch_space.space`).
+A tensor array's ``rows + cols`` operand ports (what feeds it each cycle) make a small GPU
+tensor core cost far more per MAC than a large systolic array. The same kernel
+(:func:`area_terms_mm2`) works on numpy arrays, so a whole design grid is costed in one
+vectorised call (:mod:`arch_space.space`). A harvested preset's die as made
+(:func:`made_die_area_mm2`) adds its spare cores.
 
-Against published dies (tests/test_arch_presets.py): A100 804 mm2 modelled vs 826 (-3 %; the
-per-core area was calibrated on it), H100 704 vs 814 (-14 %), TPUv4 321 vs "<400"; each of the
-B200's two dies 451 vs ~800 (-44 %, docs/models.md).
+Made dies against published ones (tests/test_arch_presets.py; the two calibrated constants are
+fitted on the first two by benchmarks/fit_area.py): A100 826 mm2 vs 826, H100 814 vs 814,
+V100 730 vs 815 (-10 %), each B200 die 660 vs ~800 (-17 %), TPUv4 359 vs "<400".
 """
 
 from __future__ import annotations

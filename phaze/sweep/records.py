@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from arch_space import Accelerator, area_mm2, design_id, device_cost_usd
+from arch_space import Accelerator, design_id, device_cost_usd
+from arch_space.area import made_die_area_mm2
 from ilp import Method, PassTiming
 from phaze.pipeline import Evaluation, Knobs
 from placement import Placement
@@ -47,7 +48,7 @@ def design_columns(acc: Accelerator) -> Mapping[str, Any]:
             "hbm_bandwidth_bytes_per_s": acc.hbm_bandwidth_bytes_per_s,
             "clock_hz": acc.clock_hz,
             "node_nm": acc.node_nm,
-            "area_mm2": area_mm2(acc),
+            "area_mm2": made_die_area_mm2(acc) * acc.dies,  # the silicon made, spare cores too
             "peak_flops": acc.peak_flops,
             "device_cost_usd": device_cost_usd(acc),
         }
