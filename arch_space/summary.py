@@ -15,7 +15,7 @@ from arch_space.area import (
     static_power_w,
 )
 from arch_space.carbon import CarbonParams, embodied_breakdown_kgco2e
-from arch_space.cost import CostParams, cost_breakdown_usd, die_yield, dies_per_wafer
+from arch_space.cost import CostParams, cost_breakdown_usd, dies_per_wafer, made_die
 from arch_space.power import tdp_w
 from arch_space.space import design_id
 from arch_space.tech import TechNode, tech_node
@@ -42,7 +42,7 @@ def describe(
     carbon = carbon or CarbonParams.default()
     area = dict(area_breakdown_mm2(acc, tech))
     area_total = sum(area.values())
-    _, d0 = cost.node(acc.node_nm)
+    made_mm2, made_yield = made_die(acc, cost, tech)
     costs = dict(cost_breakdown_usd(acc, cost, tech))
     embodied = dict(embodied_breakdown_kgco2e(acc, carbon, cost, tech))
     doc: dict[str, Any] = {f.name: getattr(acc, f.name) for f in fields(acc)}
@@ -59,9 +59,9 @@ def describe(
             "leakage": static_power_w(acc, tech),
         },
         static_power_w=static_power_w(acc, tech),
-        die_area_mm2=area_total / acc.dies,
-        dies_per_wafer=dies_per_wafer(area_total / acc.dies, cost),
-        **{"yield": die_yield(area_total / acc.dies, d0, cost.cluster_alpha)},
+        die_area_mm2=made_mm2,  # one die as made: a harvested preset's spare cores too
+        dies_per_wafer=dies_per_wafer(made_mm2, cost),
+        **{"yield": made_yield},
         die_cost_usd=costs["die"],
         device_cost_usd=sum(costs.values()),
         cost_breakdown_usd=costs,
