@@ -6,8 +6,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from arch_space.area import area_breakdown_mm2, area_mm2, die_area_mm2, hbm_stacks
+from arch_space.area import (
+    area_breakdown_mm2,
+    area_mm2,
+    area_terms_mm2,
+    die_area_mm2,
+    hbm_stacks,
+)
 from arch_space.config import accelerator_from_mapping, accelerator_to_toml
 from arch_space.cost import made_die
 from arch_space.power import tdp_w, unlimited_gemm_power_w
@@ -43,6 +51,20 @@ def test_a_blackwell_sm_outgrows_a_hopper_sm_with_its_tensor_throughput():
     b200, h100 = preset("b200"), preset("h100")
     assert b200.macs_per_cycle / b200.num_vc == 2 * h100.macs_per_cycle / h100.num_vc
     assert 1.4 < sm_mm2(b200) / sm_mm2(h100) < 2.0
+
+
+@given(rows=st.integers(2, 256), cols=st.integers(2, 256), node=st.sampled_from([28, 12, 7, 5, 3]))
+def test_a_larger_array_costs_less_area_per_mac(rows, cols, node):
+    # its rows + cols operand ports and its fixed part spread over more MACs
+    def per_mac_mm2(r, c):
+        t = area_terms_mm2(
+            tech_node(node), num_tc=1, tc_rows=r, tc_cols=c, num_vc=0, vc_lanes=0,
+            glb_bytes=0, stacks=0,
+        )  # fmt: skip
+        return t["tensor_cores"] / (r * c)
+
+    assert per_mac_mm2(2 * rows, cols) < per_mac_mm2(rows, cols)
+    assert per_mac_mm2(rows, 2 * cols) < per_mac_mm2(rows, cols)
 
 
 def test_shipped_area_constants_are_the_fit_scripts_output():
