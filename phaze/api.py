@@ -49,7 +49,7 @@ def search(
     jobs: int | None = None,
     seq_len: int = 2048,
     global_batch: int = 512,
-    sequence_parallel: bool = True,
+    sequence_parallel: bool | None = None,
     prune: bool = True,
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
@@ -60,7 +60,9 @@ def search(
 
     ``space`` is a shipped space name or a TOML path; ``hbm_sizes`` (bytes) replaces each
     design's HBM capacity by each size given; ``tokens_to_train`` is every workload's token
-    budget (default: each model's published one); points already in ``out_dir`` are reused.
+    budget (default: each model's published one); ``sequence_parallel`` None searches it (on
+    or off at each tensor-parallel width), True or False fixes it; points already in
+    ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
@@ -102,7 +104,7 @@ def evaluate(
     global_batch: int = 512,
     micro_batch: int | None = None,
     recompute: str | None = None,
-    sequence_parallel: bool = True,
+    sequence_parallel: bool | None = None,
     strategy: Strategy | str | None = None,
     tokens_to_train: int | None = None,
     solver: SolverSettings | None = None,
@@ -118,8 +120,9 @@ def evaluate(
     rates of the accelerator's preset (:mod:`arch_space.perf.device`).
     ``state_bytes_per_parameter`` overrides weights + gradients + optimizer state per
     parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer).
-    ``micro_batch`` and ``recompute`` left None (and not set by ``strategy``) are searched
-    (:mod:`phaze.knob_search`).
+    ``micro_batch``, ``recompute`` and ``sequence_parallel`` left None (and not set by
+    ``strategy``) are searched (:mod:`phaze.knob_search`; sequence parallelism on or off at
+    each tensor-parallel width ``t > 1``).
     """
     _check_limits(
         cluster,

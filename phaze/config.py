@@ -121,7 +121,8 @@ class SweepConfig:
     token budget (None: each model's published budget). ``ep`` and ``cp`` are the expert-
     and context-parallel degrees the placement search may choose from (empty: the search's
     own, :func:`phaze.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
-    then 2 and 3 when neither fits).
+    then 2 and 3 when neither fits); ``sequence_parallel`` True or False fixes it (None:
+    searched, on or off at each tensor-parallel width).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -140,7 +141,7 @@ class SweepConfig:
     ep: tuple[int, ...] = ()
     cp: tuple[int, ...] = ()
     zero: tuple[int, ...] = ()
-    sequence_parallel: bool = True
+    sequence_parallel: bool | None = None
     objectives: tuple[str, ...] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
     presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
     prune: bool = True
@@ -237,7 +238,11 @@ _RULES: Final = MappingProxyType(
             lambda v: _is_count(v) and v in ZERO_STAGES,
             "a list of ZeRO stages from 0, 1, 2, 3 (empty: the search chooses)",
         ),
-        "sequence_parallel": (False, lambda v: isinstance(v, bool), "true or false"),
+        "sequence_parallel": (
+            False,
+            lambda v: isinstance(v, bool),
+            "true or false (leave it out to search it)",
+        ),
         "objectives": (True, _is_name, "a non-empty list of metric names"),
         "presets": (True, _is_name, "a list of accelerator preset names (reference points)"),
         "prune": (False, lambda v: isinstance(v, bool), "true or false"),

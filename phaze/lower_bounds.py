@@ -9,6 +9,7 @@ for its tight bound of a design (:mod:`phaze.sweep.optimistic`).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from functools import lru_cache
 
@@ -19,9 +20,19 @@ from ilp import makespan_lower_bound
 from ilp.timing import op_channel
 from placement import StageGraph
 from placement.adapt import stage_graph
-from workloads import Model, OpGraph, TrainingSetup, build_layer_graph
+from workloads import (
+    LayerGraph,
+    LayerKind,
+    Model,
+    OpGraph,
+    Recompute,
+    TrainingSetup,
+    block_activation_bytes,
+    build_layer_graph,
+)
+from workloads.build import DENSE_BLOCK_CLASS
 
-__all__ = ["bound_graph", "pass_bound_s"]
+__all__ = ["bound_graph", "pass_bound_s", "recompute_workspace_bytes"]
 
 
 @lru_cache(maxsize=4096)
@@ -33,8 +44,9 @@ def bound_graph(
     cluster: Cluster,
     device: DeviceProfile | None = None,
 ) -> StageGraph:
-    """Width ``tp``'s stage graph with lower bounds of its layer times (no schedule);
-    ``device`` overrides the preset's sustained rates, as in the schedules it bounds."""
+    """Width ``tp``'s stage graph with lower bounds of its layer times (no schedule) and the
+    bytes of the scheduled graph (so a placement of it fits exactly when one of that graph
+    does); ``device`` overrides the preset's sustained rates, as in the schedules it bounds."""
     lg = build_layer_graph(model, setup, tp)
     times = {
         cid: tuple(
@@ -49,7 +61,26 @@ def bound_graph(
         micro_batch=setup.micro_batch,
         recompute=str(setup.recompute),
         sequence_parallel=setup.sequence_parallel,
+        workspace_bytes=recompute_workspace_bytes(model, setup, lg),
     )
+
+
+def recompute_workspace_bytes(
+    model: Model, setup: TrainingSetup, lg: LayerGraph
+) -> dict[str, float]:
+    """What a block rebuilds for its backward pass beyond its stash under recompute: the
+    activations it would have stashed without recompute, live while it runs backward."""
+    if setup.recompute is Recompute.NONE:
+        return {}
+    plain = dataclasses.replace(setup, recompute=Recompute.NONE)
+    return {
+        x.class_id: float(
+            block_activation_bytes(model, plain, lg.tp, dense=x.class_id == DENSE_BLOCK_CLASS)
+            - x.activation_bytes
+        )
+        for x in lg.layers
+        if x.kind is LayerKind.BLOCK
+    }
 
 
 @lru_cache(maxsize=8192)

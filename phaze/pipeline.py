@@ -21,7 +21,7 @@ from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profil
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.errors import ConfigError, Infeasible
-from phaze.lower_bounds import bound_graph
+from phaze.lower_bounds import bound_graph, recompute_workspace_bytes
 from phaze.scoring import Score, ScoringParams, score_point
 from placement import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
@@ -32,21 +32,17 @@ from placement import (
     place,
 )
 from placement.adapt import stage_graph
-from placement.interleave import best_interleaved
+from placement.interleave import best_interleaved, interleaved_floor
 from placement.iteration import EnergyRates, iteration_energy
 from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
-    LayerGraph,
-    LayerKind,
     Model,
     Recompute,
     TrainingSetup,
-    block_activation_bytes,
     build_layer_graph,
     model_flops_per_sequence,
     valid_tp_widths,
 )
-from workloads.build import DENSE_BLOCK_CLASS
 from workloads.framework import DEFAULT_FRAMEWORK, framework_profile
 
 __all__ = [
@@ -58,6 +54,7 @@ __all__ = [
     "device_hbm",
     "Variant",
     "tp_widths",
+    "variant_keys",
     "timing_design",
     "training_setup",
     "width_variant",
@@ -101,13 +98,14 @@ class Context:
     all four); ``state_bytes_per_parameter`` overrides the training state per parameter
     (e.g. 20 for DeepSpeed's BF16 optimizer). ``ep_degrees`` and ``cp_degrees`` are the
     expert- and context-parallel degrees the search may choose from (None:
-    :func:`search_degrees`).
+    :func:`search_degrees`). ``sequence_parallel`` None searches it (on and off at each
+    width ``t > 1``: :func:`variant_keys`); True or False fixes it.
     """
 
     cluster: Cluster
     seq_len: int = 2048
     global_batch: int = 512
-    sequence_parallel: bool = True
+    sequence_parallel: bool | None = True
     max_tp: int | None = None
     zero_stages: tuple[int, ...] = (0, 1)
     zero_fallback: tuple[int, ...] = (2, 3)
@@ -166,23 +164,42 @@ class Evaluation:
 
 def tp_widths(model: Model, ctx: Context) -> tuple[int, ...]:
     """Tensor-parallel widths to try: those Megatron accepts, up to ``max_tp`` and the
-    devices, and dividing the sequence when sequence parallelism is on."""
+    devices, and dividing the sequence when sequence parallelism is on (fixed)."""
+    return tuple(sorted({t for t, _ in variant_keys(model, ctx)}))
+
+
+def variant_keys(
+    model: Model, ctx: Context, widths: tuple[int, ...] = ()
+) -> tuple[tuple[int, bool], ...]:
+    """The (width, sequence parallelism) of every stage graph the search tries: ``widths``
+    (default: those Megatron accepts up to ``max_tp`` and the devices, dividing the sequence
+    unless sequence parallelism is fixed off), each with sequence parallelism as ``ctx``
+    fixes it or, searched, on and off (``t > 1``; at ``t = 1`` it changes nothing and stays
+    on; only off where a given width does not divide the sequence)."""
     cap = min(ctx.max_tp or ctx.cluster.devices_per_node, ctx.cluster.devices)
+    searched = ctx.sequence_parallel is None
     return tuple(
-        t
-        for t in valid_tp_widths(model, cap)
-        if not (ctx.sequence_parallel and t > 1 and ctx.seq_len % t)
+        (t, sp)
+        for t in widths or valid_tp_widths(model, cap)
+        for sp in ((True, False) if searched else (ctx.sequence_parallel,))
+        if not (t > 1 and ctx.seq_len % t and (sp or searched) and not widths)
+        and not (t > 1 and ctx.seq_len % t and sp and searched)
+        and not (t == 1 and not sp and searched)
     )
 
 
-def training_setup(model: Model, ctx: Context, knobs: Knobs) -> TrainingSetup:
-    """The training setup of ``knobs`` in ``ctx``: what builds the layer graphs."""
+def training_setup(
+    model: Model, ctx: Context, knobs: Knobs, sequence_parallel: bool | None = None
+) -> TrainingSetup:
+    """The training setup of ``knobs`` in ``ctx`` (sequence parallelism as ``ctx`` fixes it,
+    else ``sequence_parallel``, else on): what builds the layer graphs."""
+    sp = ctx.sequence_parallel
     return TrainingSetup(
         seq_len=ctx.seq_len,
         global_batch=ctx.global_batch,
         micro_batch=knobs.micro_batch,
         recompute=Recompute(knobs.recompute),
-        sequence_parallel=ctx.sequence_parallel,
+        sequence_parallel=(sequence_parallel is not False) if sp is None else sp,
         tokens_to_train=ctx.tokens_to_train,
         framework=ctx.framework,
         state_bytes_per_parameter=ctx.state_bytes_per_parameter,
@@ -245,7 +262,7 @@ def width_variant(
             cid: lt.forward.comm_exposed_s + lt.backward.comm_exposed_s
             for cid, lt in timings.items()
         },
-        workspace_bytes=_workspace_bytes(model, setup, lg),
+        workspace_bytes=recompute_workspace_bytes(model, setup, lg),
     )
     parts = [0.0, 0.0, 0.0]
     for layer in lg.layers:
@@ -310,22 +327,6 @@ def placement_problem(
     )
 
 
-def _workspace_bytes(model: Model, setup: TrainingSetup, lg: LayerGraph) -> dict[str, float]:
-    """What a block rebuilds for its backward pass beyond its stash under recompute: the
-    activations it would have stashed without recompute, live while it runs backward."""
-    if setup.recompute is Recompute.NONE:
-        return {}
-    plain = dataclasses.replace(setup, recompute=Recompute.NONE)
-    return {
-        x.class_id: float(
-            block_activation_bytes(model, plain, lg.tp, dense=x.class_id == DENSE_BLOCK_CLASS)
-            - x.activation_bytes
-        )
-        for x in lg.layers
-        if x.kind is LayerKind.BLOCK
-    }
-
-
 @lru_cache(maxsize=1024)
 def _memory_graph(model: Model, setup: TrainingSetup, tp: int) -> StageGraph:
     """Width ``tp``'s stage graph with every layer time zero, for memory questions alone:
@@ -337,7 +338,7 @@ def _memory_graph(model: Model, setup: TrainingSetup, tp: int) -> StageGraph:
         micro_batch=setup.micro_batch,
         recompute=str(setup.recompute),
         sequence_parallel=setup.sequence_parallel,
-        workspace_bytes=_workspace_bytes(model, setup, lg),
+        workspace_bytes=recompute_workspace_bytes(model, setup, lg),
     )
 
 
@@ -355,13 +356,20 @@ def width_fits(model: Model, setup: TrainingSetup, tp: int, hbm: Hbm, ctx: Conte
     return True
 
 
+def _with_sp(setup: TrainingSetup, sp: bool) -> TrainingSetup:
+    return dataclasses.replace(setup, sequence_parallel=sp)
+
+
+Key = tuple[int, bool]  # a stage graph's (tensor-parallel width, sequence parallelism)
+
+
 @lru_cache(maxsize=1024)
 def _why_not(
-    model: Model, setup: TrainingSetup, widths: tuple[int, ...], hbm: Hbm, ctx: Context
+    model: Model, setup: TrainingSetup, keys: tuple[Key, ...], hbm: Hbm, ctx: Context
 ) -> str:
-    """The reason :func:`placement.place` gives when no width fits (its reasons are about
-    bytes, so the zero-time graphs give the reason of every design's real graphs)."""
-    graphs = tuple(_memory_graph(model, setup, t) for t in widths)
+    """The reason :func:`placement.place` gives when no (width, sp) fits (its reasons are
+    about bytes, so the zero-time graphs give the reason of every design's real graphs)."""
+    graphs = tuple(_memory_graph(model, _with_sp(setup, sp), t) for t, sp in keys)
     try:
         place(placement_problem(graphs, hbm, ctx, setup))
     except Infeasible as e:
@@ -372,53 +380,108 @@ def _why_not(
 def _best_widths(
     model: Model,
     setup: TrainingSetup,
-    widths: tuple[int, ...],
+    keys: tuple[Key, ...],
     hbm: Hbm,
     timing_acc: Accelerator,
     ctx: Context,
-) -> tuple[dict[int, Variant], Placement]:
-    """The variants that can hold the fastest placement over ``widths``, and that placement:
-    the one :func:`placement.place` finds over every width (Infeasible, with its reason,
-    when none fits).
+) -> tuple[dict[Key, Variant], Placement | None]:
+    """The variants that can hold the fastest placement over ``keys`` (width, sequence
+    parallelism), and that placement, Megatron's interleaved layouts included (None when no
+    ``v = 1`` placement fits: an interleaved layout holds at least the activations of the
+    ``v = 1`` one with the same degrees).
 
-    Widest first (usually the fastest). Once some width has a placement, another is
-    scheduled only when the placement of its lower-bound graph (no schedule:
-    :func:`phaze.lower_bounds.bound_graph`) is not slower than the best so far: placement
-    time never falls when layer times rise, so a width whose bound is slower cannot win,
-    and leaving it out of the final search changes no result. One search over the other widths' bound graphs first
-    settles the usual case, where none of them can win.
+    The widest key that fits (:func:`width_fits`) is scheduled first (a key with sequence
+    parallelism off is dropped with its width's when it holds at least the same bytes).
+    Then, best first on lower-bound graphs (no schedule, the real graphs' bytes:
+    :func:`phaze.lower_bounds.bound_graph`), one search over those of the keys not yet
+    scheduled names the key that could beat the best ``v = 1`` placement so far, which is
+    scheduled next, until that search is slower or finds nothing that fits. Then the
+    interleaved layouts of the keys scheduled compete, and a key left out is scheduled when
+    its cheapest interleaved layout that may fit (:func:`placement.interleave.interleaved_floor`)
+    could beat the best. Placement time never falls when layer times rise, so a key whose
+    bound is slower cannot win, and leaving it out changes no result.
     """
 
-    def search(graphs: tuple[StageGraph, ...]) -> Placement | None:
+    def problem(graphs: tuple[StageGraph, ...]) -> PlacementProblem:
+        return placement_problem(graphs, hbm, ctx, setup)
+
+    def plain(graphs: tuple[StageGraph, ...]) -> Placement | None:
         try:
-            return place(placement_problem(graphs, hbm, ctx, setup))
+            return place(problem(graphs))
         except Infeasible:
             return None
 
-    def slower(p: Placement | None, than: Placement) -> bool:
-        return p is None or p.time_per_batch_s > than.time_per_batch_s * (1 + _BOUND_SLACK)
-
-    widest, *rest = sorted(widths, reverse=True)
-    variants = {
-        widest: width_variant(model, setup, widest, timing_acc, ctx.cluster, ctx.solver, ctx.device)
-    }
-    best = search((variants[widest].graph,))
-    bounds = {t: bound_graph(model, setup, t, timing_acc, ctx.cluster, ctx.device) for t in rest}
-    if best is not None and rest and slower(search(tuple(bounds.values())), best):
-        rest = []
-    for t in rest:
-        if best is not None and slower(search((bounds[t],)), best):
-            continue
-        variants[t] = width_variant(
-            model, setup, t, timing_acc, ctx.cluster, ctx.solver, ctx.device
+    def schedule(key: Key) -> StageGraph:
+        bounds.pop(key, None)
+        t, sp = key
+        variants[key] = width_variant(
+            model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.solver, ctx.device
         )
-        alone = search((variants[t].graph,))
-        if alone is not None and (best is None or alone.time_per_batch_s < best.time_per_batch_s):
+        return variants[key].graph
+
+    order = sorted(keys, reverse=True)
+    while order:  # the widest key that fits first (asked of its bytes alone: cached)
+        key = order.pop(0)
+        if width_fits(model, _with_sp(setup, key[1]), key[0], hbm, ctx):
+            break
+        off = (key[0], False)
+        if off in order and _more_bytes(
+            _memory_graph(model, _with_sp(setup, False), key[0]),
+            _memory_graph(model, _with_sp(setup, key[1]), key[0]),
+        ):
+            order.remove(off)  # needs more bytes than a graph that does not fit
+    else:
+        return {}, None
+    bounds = {
+        (t, sp): bound_graph(model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.device)
+        for t, sp in order
+    }
+    variants: dict[Key, Variant] = {}
+    best = plain((schedule(key),))
+    while bounds and best is not None:
+        limit = best.time_per_batch_s * (1 + _BOUND_SLACK)
+        try:
+            could = place(problem(tuple(bounds.values())), limit_s=limit)
+        except Infeasible:
+            break
+        alone = plain((schedule((could.tp, could.sequence_parallel)),))
+        if alone is not None and alone.time_per_batch_s < best.time_per_batch_s:
             best = alone
-    if best is None or len(variants) > 1:
-        kept = tuple(variants[t].graph for t in widths if t in variants)
-        best = place(placement_problem(kept, hbm, ctx, setup))
+    if best is None:
+        return variants, None
+    if len(variants) > 1:
+        best = place(problem(tuple(variants[k].graph for k in sorted(variants, key=_sp_first))))
+    best = (
+        best_interleaved(problem(tuple(v.graph for v in variants.values())), best.time_per_batch_s)
+        or best
+    )
+    while bounds:
+        graphs = tuple(bounds.values())
+        floor = interleaved_floor(problem(graphs), best.time_per_batch_s * (1 + _BOUND_SLACK))
+        if floor is None:
+            break
+        graph = schedule((graphs[floor[1]].tp, graphs[floor[1]].sequence_parallel))
+        woven = best_interleaved(problem((graph,)), best.time_per_batch_s)
+        best = woven or best
     return variants, best
+
+
+def _sp_first(key: Key) -> tuple[int, bool]:
+    """Graph order for :func:`placement.place`, whose ties go to the graph given first."""
+    return key[0], not key[1]
+
+
+def _more_bytes(a: StageGraph, b: StageGraph) -> bool:
+    """Does every layer of ``a`` hold at least the bytes of ``b``'s (same layers)? Then no
+    placement of ``a`` fits where none of ``b`` does (memory grows with each of them)."""
+    return len(a.layers) == len(b.layers) and all(
+        x.tensor_parallel == y.tensor_parallel
+        and x.parameters == y.parameters
+        and x.expert_parameters == y.expert_parameters
+        and x.stash_bytes >= y.stash_bytes
+        and x.workspace_bytes >= y.workspace_bytes
+        for x, y in zip(a.layers, b.layers, strict=True)
+    )
 
 
 def evaluate(
@@ -437,12 +500,14 @@ def evaluate(
 
     Notes
     -----
-    Layer schedules are the costly step, so without a ``strategy`` only the widths whose
-    placement fits the HBM are scheduled (:func:`width_fits`), and a narrower width only when its
-    lower-bound placement could beat the best so far (:func:`_best_widths`). Both are exact:
-    the result is that of scheduling every width and searching them all at once. Megatron's
-    interleaved layouts (``v >= 2``) of the widths kept then compete with that placement
-    (:func:`placement.interleave.best_interleaved`).
+    Layer schedules are the costly step, so without a ``strategy`` only the (width, sp)
+    variants whose placement fits the HBM are scheduled (:func:`width_fits`), and another
+    than the widest only when its lower-bound placement could beat the best so far
+    (:func:`_best_widths`). Both are exact: the result is that of scheduling every variant
+    and searching them all at once. Megatron's interleaved layouts (``v >= 2``) of the
+    variants kept then compete with that placement
+    (:func:`placement.interleave.best_interleaved`). A strategy leaving sequence
+    parallelism open, where ``ctx`` searches it, has both settings of each width priced.
     """
     setup = training_setup(model, ctx, knobs)
     if ctx.global_batch % knobs.micro_batch:
@@ -456,8 +521,8 @@ def evaluate(
             f"(allowed e.g.: {', '.join(map(str, allowed))})"
         )
     fixed_tp = strategy is not None and "tp" not in strategy.unset
-    widths = (strategy.tp,) if fixed_tp else tp_widths(model, ctx)
-    if not widths:
+    keys = variant_keys(model, ctx, (strategy.tp,) if fixed_tp else ())
+    if not keys:
         return Evaluation(
             workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
         )
@@ -465,41 +530,24 @@ def evaluate(
     timing_acc = timing_design(acc)
     defaults = ""
     if strategy is None:
-        # Only widths with a placement that fits the HBM can win; memory does not depend on
-        # layer times, so this needs no layer schedule (the costly step).
-        fitting = tuple(t for t in widths if width_fits(model, setup, t, hbm, ctx))
-        if not fitting and ctx.zero_fallback:  # only the wider sharding may fit
+        variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
+        if found is None and ctx.zero_fallback:  # only the wider sharding may fit
             ctx = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
-            fitting = tuple(t for t in widths if width_fits(model, setup, t, hbm, ctx))
-        if not fitting:
+            variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
+        if found is None:
             return Evaluation(
-                workload, acc, knobs, None, None, _why_not(model, setup, widths, hbm, ctx)
+                workload, acc, knobs, None, None, _why_not(model, setup, keys, hbm, ctx)
             )
-        try:
-            variants, placement = _best_widths(model, setup, fitting, hbm, timing_acc, ctx)
-        except Infeasible as e:
-            return Evaluation(workload, acc, knobs, None, None, e.reason)
-        graphs = tuple(v.graph for v in variants.values())
-        placement = (
-            best_interleaved(placement_problem(graphs, hbm, ctx, setup), placement.time_per_batch_s)
-            or placement
-        )
+        placement = found
     else:
-        # left open, sequence parallelism is what the search uses: on when t > 1
-        open_sp = "sequence_parallel" in strategy.unset
+        # left open, sequence parallelism is what the search uses (off at t = 1)
+        if "sequence_parallel" in strategy.unset:
+            keys = tuple(dict.fromkeys((t, sp and t > 1) for t, sp in keys))
         variants = {
-            t: width_variant(
-                model,
-                dataclasses.replace(setup, sequence_parallel=ctx.sequence_parallel and t > 1)
-                if open_sp
-                else setup,
-                t,
-                timing_acc,
-                ctx.cluster,
-                ctx.solver,
-                ctx.device,
+            (t, sp): width_variant(
+                model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.solver, ctx.device
             )
-            for t in widths
+            for t, sp in keys
         }
         problem = placement_problem(tuple(v.graph for v in variants.values()), hbm, ctx, setup)
         try:
@@ -509,9 +557,10 @@ def evaluate(
         except Infeasible as e:
             return Evaluation(workload, acc, knobs, None, None, e.reason)
         defaults = describe_defaults(chosen)
+    variant = variants[placement.tp, placement.sequence_parallel]
     energy = iteration_energy(
         placement,
-        _energy_rates(variants[placement.tp], acc, model, ctx.scoring.host_w_per_node),
+        _energy_rates(variant, acc, model, ctx.scoring.host_w_per_node),
         ctx.cluster,
         setup.global_batch // setup.micro_batch,
     )
@@ -535,7 +584,7 @@ def evaluate(
         knobs,
         placement,
         score,
-        pass_timings=variants[placement.tp].passes,
+        pass_timings=variant.passes,
         defaults=defaults,
     )
 
@@ -550,8 +599,8 @@ def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Knobs, ctx: Contex
         return float("inf")
     timing_acc = timing_design(acc)
     graphs = tuple(
-        bound_graph(model, setup, t, timing_acc, ctx.cluster, ctx.device)
-        for t in tp_widths(model, ctx)
+        bound_graph(model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.device)
+        for t, sp in variant_keys(model, ctx)
     )
     if not graphs:
         return float("inf")

@@ -38,6 +38,7 @@ Megatron-LM", SC21.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -158,7 +159,9 @@ class DpTask:
         return min(self.costs.n_one_layers if self.t > 1 else 0, self.max_stages) + 1
 
 
-def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolution | None]:
+def solve_many(
+    tasks: tuple[DpTask, ...], *, prune: bool = False, cutoff_s: float = _INF
+) -> list[DpSolution | None]:
     """Solve several graphs; chains of equal length run through one batched DP.
 
     Batching the grids of all tensor-parallel widths into one array makes each of the ``s``
@@ -168,7 +171,8 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
     :attr:`DpTask.sharper`, then by one relaxed DP per graph, :func:`_relaxed_bounds`),
     skipping a degree whose bound exceeds the task's best so far; with ``prune``, the best of
     all tasks so far (then only the overall best is exact: a task may get None or a slower
-    solution). Ties go to the smaller ``d``, then fewer stages.
+    solution). ``cutoff_s`` skips, like a best so far, what cannot be faster than it (a task
+    may then get None). Ties go to the smaller ``d``, then fewer stages.
     """
     parts: list[tuple[int, DpTask, np.ndarray]] = []
     items: list[tuple[float, int, int]] = []  # (bound, task, degree) of d-dependent memory
@@ -180,6 +184,8 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
         if not every.size:
             continue
         if task.max_s_at is None:
+            if task.bound is not None and float(task.bound(every).min()) > cutoff_s:
+                continue
             parts.append((i, _with_table(task, task.costs.max_s, every), every))
             continue
         degrees[i] = every
@@ -191,14 +197,15 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
     bands: dict = {}  # banded stage loads, shared by the memory tables of one task
     for (i, _, _), sol in zip(parts, _solve_parts(parts, bands), strict=True):
         out[i] = sol
+    rival = functools.partial(_rival, prune=prune, cutoff_s=cutoff_s)
     items = _sharpen(
         items,
         out,
-        prune,
+        rival,
         lambda left: {i: tasks[i].sharper(ds) for i, ds in left.items() if tasks[i].sharper},
     )
     # one DP per graph, with its loosest memory table, bounds the degrees still left
-    items = _sharpen(items, out, prune, lambda left: _relaxed_bounds(tasks, left, bands))
+    items = _sharpen(items, out, rival, lambda left: _relaxed_bounds(tasks, left, bands))
     items.sort()
     tables: dict[tuple[int, int], np.ndarray] = {}
 
@@ -210,7 +217,7 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
     while items:
         # each round solves, as one batch, the degrees whose bound can still win; degrees of
         # one task sharing a memory table share one DP
-        todo = [it for it in items if it[0] <= _rival(out, it[1], prune)]
+        todo = [it for it in items if it[0] <= rival(out, it[1])]
         parts, taken = [], set()
         for _, i, d in todo:
             if len(parts) == _ROUND:
@@ -231,12 +238,12 @@ def solve_many(tasks: tuple[DpTask, ...], *, prune: bool = False) -> list[DpSolu
 def _sharpen(
     items: list[tuple[float, int, int]],
     out: list[DpSolution | None],
-    prune: bool,
+    rival: Callable[[list[DpSolution | None], int], float],
     bounds: Callable[[dict[int, np.ndarray]], dict[int, np.ndarray]],
 ) -> list[tuple[float, int, int]]:
     """The (bound, task, degree) items that can still win, in order, each bound raised to
     that of ``bounds`` (given the sorted degrees left per task, bounds at them per task)."""
-    items = [it for it in items if it[0] <= _rival(out, it[1], prune)]
+    items = [it for it in items if it[0] <= rival(out, it[1])]
     left: dict[int, list[int]] = {}
     for _, i, d in items:
         left.setdefault(i, []).append(d)
@@ -248,7 +255,7 @@ def _sharpen(
         (max(lb, float(sharp[i][np.searchsorted(todo[i], d)])) if i in sharp else lb, i, d)
         for lb, i, d in items
     ]
-    return sorted(it for it in items if it[0] <= _rival(out, it[1], prune))
+    return sorted(it for it in items if it[0] <= rival(out, it[1]))
 
 
 def _relaxed_bounds(
@@ -302,13 +309,11 @@ def _relaxed_bounds(
     return out
 
 
-def _rival(out: list[DpSolution | None], i: int, prune: bool) -> float:
+def _rival(out: list[DpSolution | None], i: int, *, prune: bool, cutoff_s: float) -> float:
     """The time a degree of task ``i`` must match: its task's best, or with ``prune`` the
-    best of all."""
-    return min(
-        (sol.time_s for sol in (out if prune else out[i : i + 1]) if sol is not None),
-        default=_INF,
-    )
+    best of all, and at most ``cutoff_s``."""
+    best = (sol.time_s for sol in (out if prune else out[i : i + 1]) if sol is not None)
+    return min(cutoff_s, min(best, default=_INF))
 
 
 def _with_table(task: DpTask, max_s: np.ndarray, ds: np.ndarray) -> DpTask:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from placement.fixed import Strategy, evaluate_fixed
 from placement.iteration import embedding_allreduce_s, stage_memory, tail_fn
 from placement.types import Placement, PlacementProblem, StageGraph
 
-__all__ = ["best_interleaved"]
+__all__ = ["best_interleaved", "interleaved_floor"]
 
 
 def _divisors(n: int) -> list[int]:
@@ -38,16 +39,41 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // k for k in small]))
 
 
-def best_interleaved(problem: PlacementProblem, incumbent_s: float) -> Placement | None:
+def best_interleaved(
+    problem: PlacementProblem, incumbent_s: float, *, pp: int | None = None, dp: int | None = None
+) -> Placement | None:
     """The fastest interleaved layout that fits and beats ``incumbent_s`` seconds per batch
-    (None when none does).
+    (None when none does); ``pp`` and ``dp``, when given, fix its pipeline and data-parallel
+    degrees (a partial strategy's, :mod:`placement.partial`).
 
     Best first: each (graph, p, v) has a bound (its compute alone, at its most replicas), and
     is priced only when that bound is below both the incumbent and every layout priced so
     far; the cheapest priced layout is evaluated once no unpriced one can undercut it, so the
     first that fits is the answer. Ties go to the layout priced first, then the smaller t,
     p, d, v and ZeRO stage."""
-    groups = _groups(problem, incumbent_s)
+    for key, gi in _cheapest(problem, incumbent_s, pp, dp):
+        try:  # its price is its time, below every layout left: it wins if it fits
+            return evaluate_fixed(problem, _strategy(problem.graphs[gi], key))
+        except Infeasible:
+            continue
+    return None
+
+
+def interleaved_floor(problem: PlacementProblem, limit_s: float) -> tuple[float, int] | None:
+    """(time, graph index) of the cheapest interleaved layout under ``limit_s`` whose memory
+    floor fits, with no full evaluation: a lower bound on :func:`best_interleaved`'s time
+    (None when no layout is under ``limit_s``)."""
+    for key, gi in _cheapest(problem, limit_s, None, None):
+        return key[0], gi
+    return None
+
+
+def _cheapest(
+    problem: PlacementProblem, limit_s: float, pp: int | None, dp: int | None
+) -> Iterator[tuple[tuple, int]]:
+    """(price key, graph index) of the layouts under ``limit_s`` whose memory floor fits,
+    cheapest first (:func:`best_interleaved`)."""
+    groups = _groups(problem, limit_s, pp, dp)
     sums_of = {gi: sums for _, gi, sums, *_ in groups}
     heap: list[tuple[tuple, int]] = []
     k = 0
@@ -55,23 +81,19 @@ def best_interleaved(problem: PlacementProblem, incumbent_s: float) -> Placement
         bound = groups[k][0] if k < len(groups) else math.inf
         if heap and heap[0][0][0] <= bound:
             key, gi = heapq.heappop(heap)
-            if key[0] >= incumbent_s:
-                return None
-            if _memory_floor(problem, problem.graphs[gi], sums_of[gi], key) > problem.hbm_bytes:
-                continue  # cannot fit: skip its full evaluation
-            try:  # its price is its time, below every layout left: it wins if it fits
-                pl = evaluate_fixed(problem, _strategy(problem.graphs[gi], key))
-            except Infeasible:
-                continue
-            return pl if pl.time_per_batch_s < incumbent_s else None
-        if bound >= incumbent_s:
-            return None
+            if key[0] >= limit_s:
+                return
+            if _memory_floor(problem, problem.graphs[gi], sums_of[gi], key) <= problem.hbm_bytes:
+                yield key, gi
+            continue
+        if bound >= limit_s:
+            return
         _, gi, sums, p, v, ds = groups[k]
         k += 1
         g = problem.graphs[gi]
         m = problem.global_batch // g.micro_batch
-        for key in _priced(problem, g, sums, p, v, m, ds, incumbent_s):
-            if key[0] < incumbent_s:
+        for key in _priced(problem, g, sums, p, v, m, ds, limit_s):
+            if key[0] < limit_s:
                 heapq.heappush(heap, (key, gi))
 
 
@@ -105,29 +127,30 @@ def _memory_floor(
     params = (sums.held[hi] - sums.held[lo]).reshape(v, p).sum(axis=0)
     stash = (sums.stash[hi] - sums.stash[lo]).reshape(v, p).sum(axis=0)
     experts = (sums.experts[hi] - sums.experts[lo]).reshape(v, p).sum(axis=0)
-    floor = 0.0
-    for r in range(p):
-        in_flight = min(2 * (p - r - 1) + (v - 1) * p + 1, per_pipeline * v) / v
-        mem = stage_memory(
-            problem,
-            parameters=float(params[r]),
-            stash_bytes=float(stash[r]),
-            in_flight=in_flight,
-            workspace_bytes=0.0,
-            d=d,
-            zero=zero,
-            expert_parameters=float(experts[r]),
-            ep=g.ep,
-            cp=g.cp,
-        )
-        floor = max(floor, mem.total_bytes)
-    return floor
+    r = np.arange(p)
+    in_flight = np.minimum(2 * (p - r - 1) + (v - 1) * p + 1, per_pipeline * v) / v
+    mem = stage_memory(
+        problem,
+        parameters=params,
+        stash_bytes=stash,
+        in_flight=in_flight,
+        workspace_bytes=0.0,
+        d=d,
+        zero=zero,
+        expert_parameters=experts,
+        ep=g.ep,
+        cp=g.cp,
+    )
+    return float(np.max(mem.total_bytes))
 
 
-def _groups(problem: PlacementProblem, limit_s: float) -> list[tuple]:
+def _groups(
+    problem: PlacementProblem, limit_s: float, pp: int | None, dp: int | None
+) -> list[tuple]:
     """(bound, graph index, prefix sums, p, v, degrees) of every (graph, p, v) Megatron
-    accepts whose bound is under ``limit_s``, lowest bound first; the bound is the time of
-    its slowest rank's compute alone at its most replicas (no messages, no tail)."""
+    accepts (at ``pp`` and ``dp`` when given) whose bound is under ``limit_s``, lowest bound
+    first; the bound is the time of its slowest rank's compute alone at its most replicas
+    (no messages, no tail)."""
     if (problem.ep_degrees, problem.cp_degrees) != ((1,), (1,)):
         return []  # its layouts would leave out the expert and context parallelism searched
     out = []
@@ -142,9 +165,11 @@ def _groups(problem: PlacementProblem, limit_s: float) -> list[tuple]:
         for chunks in _divisors(blocks) if blocks else []:
             for p in _divisors(chunks):
                 v = chunks // p
-                if p < 2 or v < 2 or g.tp * p > devices:
+                if p < 2 or v < 2 or g.tp * p > devices or pp not in (None, p):
                     continue
                 ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
+                if dp is not None:
+                    ds = ds[ds == dp]
                 if ds.size == 0 or sums.total / p * (m // ds[-1] + (p - 1) / v) >= limit_s:
                     continue
                 lo, hi = sums.chunks(p * v)

@@ -111,7 +111,14 @@ class DeviceMemory:
 
     @property
     def total_bytes(self) -> float:
-        return sum(astuple(self))
+        # field by field, in order: astuple deep-copies, and this runs in inner loops
+        return (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.workspace_bytes
+        )
 
     def __add__(self, other: DeviceMemory) -> DeviceMemory:
         return DeviceMemory(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))

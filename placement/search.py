@@ -278,8 +278,12 @@ def _prefix_bound(b: _BoundInputs) -> Callable[[np.ndarray], np.ndarray]:
     return bound
 
 
-def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
-    """The fastest placement over all graph variants of ``problem``.
+def place(
+    problem: PlacementProblem, *, method: Method = "auto", limit_s: float = math.inf
+) -> Placement:
+    """The fastest placement over all graph variants of ``problem``; with ``limit_s``, only
+    when it is not slower (else Infeasible, with no reason worked out: a search that only
+    asks whether some placement beats a time).
 
     ``method`` forces the chain fast path or the general downset DP (for tests and the
     benchmark); "auto" takes the fast path for chains. Ties go to the smaller ``tp``, then
@@ -294,27 +298,33 @@ def place(problem: PlacementProblem, *, method: Method = "auto") -> Placement:
     start = time.perf_counter()
     cl = problem.cluster
     graphs = graph_variants(problem)
-    found, reasons = _run(problem, list(enumerate(graphs)), method, cl.devices)
-    if cl.devices > cl.devices_per_node and found:
-        best = min(f[0][0] for f in found)
+    found, reasons = _run(problem, list(enumerate(graphs)), method, cl.devices, limit_s)
+    if cl.devices > cl.devices_per_node and (found or limit_s < math.inf):
+        best = min((f[0][0] for f in found), default=limit_s)
         todo = [(i, g) for i, g in enumerate(graphs) if _one_node_bound(problem, g) < best]
-        found += _run(problem, todo, method, cl.devices_per_node)[0]
+        found += _run(problem, todo, method, cl.devices_per_node, limit_s)[0]
     logger.debug(
         "placed %d variants in %.1f ms", len(problem.graphs), 1e3 * (time.perf_counter() - start)
     )
+    found = [f for f in found if f[0][0] <= limit_s]
     if not found:
-        raise Infeasible(min(reasons)[1])
+        raise Infeasible(min(reasons)[1] if reasons else f"no placement within {limit_s} s")
     _, graph, sol, costs, figures, zero = min(found, key=lambda f: f[0])
     return _placement(problem, graph, sol, costs, figures, zero)
 
 
 def _run(
-    problem: PlacementProblem, todo: list[tuple[int, StageGraph]], method: Method, devices: int
+    problem: PlacementProblem,
+    todo: list[tuple[int, StageGraph]],
+    method: Method,
+    devices: int,
+    limit_s: float = math.inf,
 ) -> tuple[list[tuple], list[tuple[float, str]]]:
-    """Solve the variants ``todo`` on at most ``devices`` devices.
+    """Solve the variants ``todo`` on at most ``devices`` devices (skipping what cannot be
+    faster than ``limit_s``).
 
     Returns the solutions as (key, graph, solution, costs, figures) and, for variants with
-    none, (bytes needed, reason).
+    none, (bytes needed, reason; none under a limit).
     """
     reasons = [
         (math.inf, _too_wide(problem, g))
@@ -323,13 +333,15 @@ def _run(
     ]
     todo = [(i, g) for i, g in todo if _max_stages(problem, g, devices // g.cp) >= 1]
     prepared = [(i, g, *task) for i, g in todo for task in _prepare(problem, g, method, devices)]
-    sols = solve_many(tuple(task for _, _, task, _, _ in prepared), prune=True)
+    sols = solve_many(tuple(task for _, _, task, _, _ in prepared), prune=True, cutoff_s=limit_s)
     found = []
     for (i, graph, task, figures, zero), sol in zip(prepared, sols, strict=True):
         if sol is not None:
             key = (sol.time_s, graph.tp, sol.d, sol.s, zero, i)
             found.append((key, graph, sol, task.costs, figures, zero))
     placed = {f[0][-1] for f in found}
+    if limit_s < math.inf:
+        return found, []
     reasons += [
         _why(problem, graph, task.costs, figures)
         for i, graph, task, figures, zero in prepared

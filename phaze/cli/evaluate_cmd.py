@@ -73,9 +73,8 @@ __all__ = ["evaluate"]
 @click.option(
     "--sp/--no-sp",
     "sequence_parallel",
-    default=True,
-    show_default=True,
-    help="Sequence parallelism (with --strategy search).",
+    default=None,
+    help="Sequence parallelism [default: searched, on or off at each width t > 1].",
 )
 @click.option(
     "--tokens",

@@ -32,8 +32,8 @@ from phaze.pipeline import (
     Knobs,
     device_hbm,
     timing_design,
-    tp_widths,
     training_setup,
+    variant_keys,
     width_fits,
 )
 from phaze.scoring import score_point
@@ -203,17 +203,16 @@ def iteration_lower_bound_s(
     largest stage load is at least W / p (W: the summed bounds of those layers, of which
     only the most numerous kind is counted, to save op costs) and the iteration, at least
     ``L m / d``, is at least ``W m t / N`` with ``m`` micro-batches.
-    Recomputation, boundary transfers, bubbles and all-reduces only add to it.
+    Recomputation, boundary transfers, bubbles and all-reduces only add to it. Sequence
+    parallelism searched, both settings of each width count (the least bound wins).
     """
     timing_acc = timing_design(acc)
     hbm = device_hbm(acc, ctx)
     best = math.inf
     for k in knobs:
-        setup = training_setup(model, ctx, k)
         micro_batches = ctx.global_batch // k.micro_batch
-        for t in tp_widths(model, ctx):
-            if not width_fits(model, setup, t, hbm, ctx):
-                continue
+        for t, sp in variant_keys(model, ctx):
+            setup = training_setup(model, ctx, k, sp)
             lg = build_layer_graph(model, setup, t)
             # at t = 1 every stage holds one device, so every layer counts; only the most
             # numerous class (the blocks) is costed: leaving layers out keeps a lower bound
@@ -226,5 +225,8 @@ def iteration_lower_bound_s(
                 pass_bound_s(passes.forward, timing_acc, ctx.cluster, ctx.device)
                 + pass_bound_s(passes.backward, timing_acc, ctx.cluster, ctx.device)
             )
-            best = min(best, work * micro_batches * t / ctx.cluster.devices)
+            floor = work * micro_batches * t / ctx.cluster.devices
+            # whether it fits is asked last (a placement search), when it would lower the bound
+            if floor < best and width_fits(model, setup, t, hbm, ctx):
+                best = floor
     return 0.0 if math.isinf(best) else best
