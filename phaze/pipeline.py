@@ -174,8 +174,8 @@ def variant_keys(
     """The (width, sequence parallelism) of every stage graph the search tries: ``widths``
     (default: those Megatron accepts up to ``max_tp`` and the devices, dividing the sequence
     unless sequence parallelism is fixed off), each with sequence parallelism as ``ctx``
-    fixes it or, searched, on and off (``t > 1``; at ``t = 1`` it changes nothing and stays
-    on; only off where a given width does not divide the sequence)."""
+    fixes it or, searched, on and off (``t > 1``; at ``t = 1`` it changes nothing and is
+    off; only off where a given width does not divide the sequence)."""
     cap = min(ctx.max_tp or ctx.cluster.devices_per_node, ctx.cluster.devices)
     searched = ctx.sequence_parallel is None
     return tuple(
@@ -184,7 +184,7 @@ def variant_keys(
         for sp in ((True, False) if searched else (ctx.sequence_parallel,))
         if not (t > 1 and ctx.seq_len % t and (sp or searched) and not widths)
         and not (t > 1 and ctx.seq_len % t and sp and searched)
-        and not (t == 1 and not sp and searched)
+        and not (t == 1 and sp and searched)
     )
 
 
@@ -539,6 +539,8 @@ def evaluate(
                 workload, acc, knobs, None, None, _why_not(model, setup, keys, hbm, ctx)
             )
         placement = found
+        if ctx.sequence_parallel is None:  # searched: say what it chose
+            defaults = f"sp={'on' if placement.sequence_parallel else 'off'}"
     else:
         # left open, sequence parallelism is what the search uses (off at t = 1)
         if "sequence_parallel" in strategy.unset:

@@ -53,9 +53,10 @@ def best_interleaved(
     p, d, v and ZeRO stage."""
     for key, gi in _cheapest(problem, incumbent_s, pp, dp):
         try:  # its price is its time, below every layout left: it wins if it fits
-            return evaluate_fixed(problem, _strategy(problem.graphs[gi], key))
+            pl = evaluate_fixed(problem, _strategy(problem.graphs[gi], key))
         except Infeasible:
             continue
+        return pl if pl.time_per_batch_s < incumbent_s else None
     return None
 
 

@@ -28,13 +28,21 @@ def test_open_fields_take_the_search_defaults_and_are_reported():
     doc = _json("t=2,p=2,d=2")
     pl = doc["placement"]
     assert (pl["tp"], pl["pp"], pl["dp"]) == (2, 2, 2)
-    assert pl["sequence_parallel"] is True  # on when t > 1, as the search uses
-    assert "sp=on" in doc["strategy_defaults"] and "zero=" in doc["strategy_defaults"]
+    sp = "on" if pl["sequence_parallel"] else "off"  # searched: the faster of on and off
+    assert f"sp={sp}" in doc["strategy_defaults"] and "zero=" in doc["strategy_defaults"]
+    assert f"v={pl['virtual_stages']}" in doc["strategy_defaults"]
     human = _run("t=2,p=2,d=2")
     assert "strategy defaults used (not given):" in human.output
-    # the search's ZeRO stage: the fastest of the four for this layout
-    times = {z: _json(f"t=2,p=2,d=2,sp=on,zero={z}")["iteration_s"] for z in range(4)}
-    assert doc["iteration_s"] == min(times.values())
+    # the search's sp, ZeRO stage and v: the fastest of them for this layout (mbs = 2: each
+    # pipeline runs 4 micro-batches, a multiple of p, as Megatron's interleaving needs)
+    fixed = "t=2,p=2,d=2,mbs=2,recompute=none"
+    times = [
+        _json(f"{fixed},sp={s},zero={z},v={v}")["iteration_s"]
+        for s in ("on", "off")
+        for z in range(4)
+        for v in (1, 2, 3, 6)  # p * v divides the 12 blocks
+    ]
+    assert _json(fixed)["iteration_s"] == min(times)
     assert (
         _json("t=2,p=2,d=2,sp=on,zero=0,mbs=1,v=1,recompute=none,ep=1,cp=1")["strategy_defaults"]
         == ""

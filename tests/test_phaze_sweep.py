@@ -8,6 +8,7 @@ The sweeps are those of ``tests/sweeps.py``, small enough to run in seconds.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -255,7 +256,7 @@ def test_points_record_how_exact_their_layer_schedules_are(clean_sweeps):
             global_batch=cfg.global_batch,
             micro_batch=p["micro_batch"],
             recompute=Recompute(p["recompute"]),
-            sequence_parallel=cfg.sequence_parallel,
+            sequence_parallel=json.loads(p["placement"])["sequence_parallel"],  # as chosen
         )
         solver = shared.ctx.solver
         timings = layer_timing(

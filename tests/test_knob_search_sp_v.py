@@ -1,0 +1,188 @@
+"""Sequence parallelism and interleaving searched: the full search, partial strategies and
+sweeps against every (sp, v, ...) combination written out on small cases."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import phaze
+from arch_space import Cluster, preset
+from phaze.config import sweep_config_from_mapping
+from phaze.errors import ConfigError, Infeasible
+from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
+from phaze.sweep.planning import plan
+from placement import PlacementProblem, Strategy, evaluate_fixed, parse_strategy
+from placement.dp import candidate_degrees
+from placement.partial import evaluate_partial
+from placement.synthetic import GptShape, gpt_stage_graph
+from placement.types import ZERO_STAGES
+from workloads import resolve_model
+
+
+def _problem(devices: int, hbm_gb: float, batch: int, layers: int) -> PlacementProblem:
+    """Graphs at t = 1 and 2, micro-batch 1 and 2, sp on and off (off alone at t = 1)."""
+    cluster = Cluster(devices=devices, devices_per_node=4)
+    shape = GptShape(layers=layers, hidden=512, heads=8, vocab=8000, seq_len=512)
+    graphs = tuple(
+        gpt_stage_graph(shape, t, cluster, micro_batch=mb, flops_per_s=1e14, sequence_parallel=sp)
+        for t, mb, sp in itertools.product((1, 2), (1, 2), (True, False))
+        if t > 1 or not sp
+    )
+    return PlacementProblem(
+        graphs, cluster, hbm_bytes=hbm_gb * 1e9, global_batch=batch, zero_stages=(0, 1)
+    )
+
+
+def _megatron_layouts(problem: PlacementProblem, fixed: Strategy):
+    """Every full strategy keeping ``fixed``'s set fields, with interleaving as Megatron-LM
+    accepts it: ``v = 1``, or ``p >= 2`` with ``p * v`` dividing the blocks and each
+    pipeline's micro-batches a multiple of ``p``."""
+    for g in problem.graphs:
+        blocks = sum(x.kind == "block" for x in g.layers)
+        m = problem.global_batch // g.micro_batch
+        for p, v, z in itertools.product(range(1, blocks + 1), range(1, blocks + 1), ZERO_STAGES):
+            for d in candidate_degrees(m, 1, problem.cluster.devices).tolist():
+                s = Strategy(
+                    tp=g.tp,
+                    pp=p,
+                    dp=d,
+                    micro_batch=g.micro_batch,
+                    virtual_stages=v,
+                    recompute=g.recompute,
+                    sequence_parallel=g.sequence_parallel,
+                    zero=z,
+                )
+                if any(getattr(s, k) != getattr(fixed, k) for k in _FIELDS - fixed.unset):
+                    continue
+                if g.tp * p * d > problem.cluster.devices:
+                    continue
+                if v > 1 and (p < 2 or blocks % (p * v) or (m // d) % p):
+                    continue
+                yield s
+
+
+_FIELDS = frozenset(
+    {"tp", "pp", "dp", "micro_batch", "virtual_stages", "recompute", "sequence_parallel", "zero"}
+)
+
+
+def _brute(problem: PlacementProblem, fixed: Strategy) -> float:
+    best = math.inf
+    for s in _megatron_layouts(problem, fixed):
+        try:
+            best = min(best, evaluate_fixed(problem, s).time_per_batch_s)
+        except Infeasible:
+            pass
+    return best
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    devices=st.sampled_from([4, 8]),
+    hbm_gb=st.sampled_from([0.2, 0.5, 2.0]),
+    batch=st.sampled_from([8, 16]),
+    layers=st.sampled_from([4, 6, 8]),
+    text=st.sampled_from(["t=2", "t=2,p=2", "p=2,d=2", "t=2,mbs=1", "t=1", "d=1", "t=2,sp=on"]),
+)
+def test_a_partial_strategy_is_the_best_completion_over_sp_and_v(
+    devices, hbm_gb, batch, layers, text
+):
+    """Leaving sp and v open, a partial strategy's answer is the fastest fitting layout over
+    every completion written out (sp on and off, v = 1 and every interleaving Megatron
+    accepts), and it names the v and sp it chose."""
+    problem = _problem(devices, hbm_gb, batch, layers)
+    fixed = parse_strategy(text)
+    brute = _brute(problem, fixed)
+    assume(brute < math.inf)
+    pl, chosen = evaluate_partial(problem, fixed, sequence_parallel=None)
+    assert pl.time_per_batch_s == pytest.approx(brute, rel=1e-12)
+    assert (chosen.virtual_stages, chosen.sequence_parallel) == (
+        pl.virtual_stages,
+        pl.sequence_parallel,
+    )
+    assert "virtual_stages" in chosen.unset
+    if pl.virtual_stages > 1:
+        assert (batch // pl.micro_batch // pl.dp) % pl.pp == 0
+
+
+def test_a_strategy_that_fixes_v_keeps_it():
+    problem = _problem(8, 2.0, 16, 8)
+    for v in (1, 2, 4):
+        pl, chosen = evaluate_partial(problem, parse_strategy(f"t=1,p=2,v={v}"))
+        assert pl.virtual_stages == chosen.virtual_stages == v
+
+
+def test_an_impossible_fixed_part_is_one_error():
+    with pytest.raises(ConfigError, match="devices, the cluster has 8"):
+        evaluate_partial(_problem(8, 2.0, 16, 8), parse_strategy("t=2,p=4,d=2"))
+
+
+_GPT = resolve_model("gpt3-125m")
+
+
+def _ctx(sp: bool | None, devices: int = 8) -> Context:
+    return Context(
+        cluster=Cluster(devices=devices), seq_len=256, global_batch=16, sequence_parallel=sp
+    )
+
+
+def _seconds(ev) -> float:
+    return ev.placement.time_per_batch_s if ev.feasible else math.inf
+
+
+@pytest.mark.parametrize("hbm_gib", [80, 0.75, 0.3])
+@pytest.mark.parametrize(("micro_batch", "recompute"), [(1, "none"), (4, "none"), (2, "full")])
+def test_the_search_is_the_better_of_sp_on_and_off(hbm_gib, micro_batch, recompute):
+    """With sp searched, the search (which skips a graph only by exact bounds on its time
+    and bytes) finds the time of evaluating sp on and sp off alone and keeping the faster;
+    its lower bound holds for both."""
+    acc = dataclasses.replace(preset("a100"), hbm_bytes=int(hbm_gib * (1 << 30)))
+    knobs = Knobs(micro_batch, recompute)
+    both = _seconds(evaluate("g", _GPT, acc, knobs, _ctx(None)))
+    alone = [_seconds(evaluate("g", _GPT, acc, knobs, _ctx(sp))) for sp in (True, False)]
+    assert both == min(alone)
+    assert time_lower_bound_s(_GPT, acc, knobs, _ctx(None)) <= both
+
+
+def test_sp_off_wins_where_it_is_faster_and_is_reported():
+    """Sequence parallelism is not always the faster: here off wins, and the search says so."""
+    acc, knobs = preset("a100"), Knobs(4, "none")
+    on, off = (evaluate("g", _GPT, acc, knobs, _ctx(sp)) for sp in (True, False))
+    assert _seconds(off) < _seconds(on)
+    ev = evaluate("g", _GPT, acc, knobs, _ctx(None))
+    assert ev.placement.sequence_parallel is False and ev.placement.tp > 1
+    assert _seconds(ev) == _seconds(off)
+
+
+def test_the_api_and_sweeps_search_sp_unless_it_is_fixed(tmp_path):
+    ev = phaze.evaluate(
+        "gpt3-125m",
+        preset("a100"),
+        Cluster(devices=8),
+        seq_len=256,
+        global_batch=16,
+        micro_batch=4,
+        recompute="none",
+    )
+    assert ev.placement.sequence_parallel is False
+    fixed = phaze.evaluate(
+        "gpt3-125m",
+        preset("a100"),
+        Cluster(devices=8),
+        seq_len=256,
+        global_batch=16,
+        micro_batch=4,
+        recompute="none",
+        sequence_parallel=True,
+    )
+    assert fixed.placement.sequence_parallel is True
+    assert _seconds(ev) < _seconds(fixed)
+    assert plan(sweep_config_from_mapping({"sweep": {}}))[0].ctx.sequence_parallel is None
+    given = sweep_config_from_mapping({"sweep": {"sequence_parallel": True}})
+    assert plan(given)[0].ctx.sequence_parallel is True
