@@ -20,9 +20,10 @@ from arch_space.perf import default_settings
 from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profile
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
+from phaze.context import CP_DEGREES, Context, Knobs, search_degrees
 from phaze.errors import ConfigError, Infeasible
 from phaze.lower_bounds import bound_graph, recompute_workspace_bytes
-from phaze.scoring import Score, ScoringParams, score_point
+from phaze.scoring import Score, score_point
 from placement import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
     Placement,
@@ -43,7 +44,7 @@ from workloads import (
     model_flops_per_sequence,
     valid_tp_widths,
 )
-from workloads.framework import DEFAULT_FRAMEWORK, framework_profile
+from workloads.framework import framework_profile
 
 __all__ = [
     "Knobs",
@@ -73,73 +74,6 @@ _BOUND_SLACK: Final = 1e-9
 # (HBM capacity bytes, HBM bandwidth bytes/s, measured collective curve inside a node): all a
 # placement needs of a device (:func:`device_hbm`)
 Hbm = tuple[int, float, CollectiveCurve | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Knobs:
-    """The training knobs swept per design: micro-batch (sequences) and recompute mode."""
-
-    micro_batch: int
-    recompute: str
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What every evaluation of a sweep shares: cluster, batch, solver and scoring settings.
-
-    ``max_tp`` caps the tensor-parallel width (default: the devices of one node, as Megatron
-    does, since TP across nodes pays inter-node links on every layer). ``framework`` names
-    the overlap profile (:mod:`workloads.framework`); ``device`` overrides the sustained
-    rates of the designs' preset (:mod:`arch_space.perf.device`; used to fit them).
-    ``zero_stages`` are the ZeRO stages the placement search may choose from,
-    ``zero_fallback`` those it tries when none of them fits (stages 2 and 3 add collectives
-    per micro-batch, so at equal layout they never beat stage 1; searching them only when
-    needed keeps sweeps fast; give ``zero_stages=(0, 1, 2, 3)`` for the exact optimum over
-    all four); ``state_bytes_per_parameter`` overrides the training state per parameter
-    (e.g. 20 for DeepSpeed's BF16 optimizer). ``ep_degrees`` and ``cp_degrees`` are the
-    expert- and context-parallel degrees the search may choose from (None:
-    :func:`search_degrees`). ``sequence_parallel`` None searches it (on and off at each
-    width ``t > 1``: :func:`variant_keys`); True or False fixes it.
-    """
-
-    cluster: Cluster
-    seq_len: int = 2048
-    global_batch: int = 512
-    sequence_parallel: bool | None = True
-    max_tp: int | None = None
-    zero_stages: tuple[int, ...] = (0, 1)
-    zero_fallback: tuple[int, ...] = (2, 3)
-    state_bytes_per_parameter: int | None = None
-    tokens_to_train: int | None = None
-    solver: SolverSettings = dataclasses.field(default_factory=SolverSettings)
-    scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
-    framework: str = DEFAULT_FRAMEWORK
-    device: DeviceProfile | None = None
-    ep_degrees: tuple[int, ...] | None = None
-    cp_degrees: tuple[int, ...] | None = None
-
-
-# Context parallelism pays off for long sequences: Megatron-LM recommends it from 8K tokens
-# (docs/api-guide/context_parallel.md); below, the search leaves it off to stay fast.
-_CP_FROM_SEQ: Final = 8192
-_CP_DEGREES: Final = (1, 2, 4, 8)
-
-
-def search_degrees(experts: int, ctx: Context) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The (ep, cp) degrees the search chooses from: the context's, or by default every
-    divisor of the experts up to the devices (1 for a dense model) and, from 8K tokens,
-    cp in 1, 2, 4, 8 dividing the sequence and the devices (else 1)."""
-    devices = ctx.cluster.devices
-    eps = ctx.ep_degrees or tuple(
-        e for e in range(1, min(experts, devices) + 1) if experts % e == 0
-    )
-    if ctx.cp_degrees is not None:
-        cps = ctx.cp_degrees
-    elif ctx.seq_len >= _CP_FROM_SEQ:
-        cps = tuple(c for c in _CP_DEGREES if ctx.seq_len % c == 0 and devices % c == 0)
-    else:
-        cps = (1,)
-    return tuple(e for e in eps if experts % e == 0) or (1,), cps
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,7 +449,7 @@ def evaluate(
             f"micro_batch = {knobs.micro_batch} must divide global_batch = {ctx.global_batch}"
         )
     if strategy is not None and "cp" not in strategy.unset and ctx.seq_len % strategy.cp:
-        allowed = [c for c in _CP_DEGREES if ctx.seq_len % c == 0]
+        allowed = [c for c in CP_DEGREES if ctx.seq_len % c == 0]
         raise ConfigError(
             f"strategy: cp = {strategy.cp} must divide the sequence of {ctx.seq_len} tokens "
             f"(allowed e.g.: {', '.join(map(str, allowed))})"

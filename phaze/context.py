@@ -1,0 +1,83 @@
+"""What every evaluation of a sweep shares (:class:`Context`), the knobs swept per design
+(:class:`Knobs`), and the expert- and context-parallel degrees the search chooses from."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Final
+
+from arch_space import Cluster
+from arch_space.perf.device import DeviceProfile
+from phaze.config import SolverSettings
+from phaze.scoring import ScoringParams
+from workloads.framework import DEFAULT_FRAMEWORK
+
+__all__ = ["Knobs", "Context", "CP_DEGREES", "search_degrees"]
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """The training knobs swept per design: micro-batch (sequences) and recompute mode."""
+
+    micro_batch: int
+    recompute: str
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What every evaluation of a sweep shares: cluster, batch, solver and scoring settings.
+
+    ``max_tp`` caps the tensor-parallel width (default: the devices of one node, as Megatron
+    does, since TP across nodes pays inter-node links on every layer). ``framework`` names
+    the overlap profile (:mod:`workloads.framework`); ``device`` overrides the sustained
+    rates of the designs' preset (:mod:`arch_space.perf.device`; used to fit them).
+    ``zero_stages`` are the ZeRO stages the placement search may choose from,
+    ``zero_fallback`` those it tries when none of them fits (stages 2 and 3 add collectives
+    per micro-batch, so at equal layout they never beat stage 1; searching them only when
+    needed keeps sweeps fast; give ``zero_stages=(0, 1, 2, 3)`` for the exact optimum over
+    all four); ``state_bytes_per_parameter`` overrides the training state per parameter
+    (e.g. 20 for DeepSpeed's BF16 optimizer). ``ep_degrees`` and ``cp_degrees`` are the
+    expert- and context-parallel degrees the search may choose from (None:
+    :func:`search_degrees`). ``sequence_parallel`` None searches it (on and off at each
+    width ``t > 1``: :func:`variant_keys`); True or False fixes it.
+    """
+
+    cluster: Cluster
+    seq_len: int = 2048
+    global_batch: int = 512
+    sequence_parallel: bool | None = True
+    max_tp: int | None = None
+    zero_stages: tuple[int, ...] = (0, 1)
+    zero_fallback: tuple[int, ...] = (2, 3)
+    state_bytes_per_parameter: int | None = None
+    tokens_to_train: int | None = None
+    solver: SolverSettings = dataclasses.field(default_factory=SolverSettings)
+    scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
+    framework: str = DEFAULT_FRAMEWORK
+    device: DeviceProfile | None = None
+    ep_degrees: tuple[int, ...] | None = None
+    cp_degrees: tuple[int, ...] | None = None
+
+
+# Context parallelism pays off for long sequences: Megatron-LM recommends it from 8K tokens
+# (docs/api-guide/context_parallel.md); below, the search leaves it off to stay fast.
+_CP_FROM_SEQ: Final = 8192
+CP_DEGREES: Final = (1, 2, 4, 8)
+
+
+def search_degrees(experts: int, ctx: Context) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The (ep, cp) degrees the search chooses from: the context's, or by default every
+    divisor of the experts up to the devices (1 for a dense model) and, from 8K tokens,
+    cp in 1, 2, 4, 8 dividing the sequence and the devices (else 1)."""
+    devices = ctx.cluster.devices
+    eps = ctx.ep_degrees or tuple(
+        e for e in range(1, min(experts, devices) + 1) if experts % e == 0
+    )
+    if ctx.cp_degrees is not None:
+        cps = ctx.cp_degrees
+    elif ctx.seq_len >= _CP_FROM_SEQ:
+        cps = tuple(c for c in CP_DEGREES if ctx.seq_len % c == 0 and devices % c == 0)
+    else:
+        cps = (1,)
+    return tuple(e for e in eps if experts % e == 0) or (1,), cps
