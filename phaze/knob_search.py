@@ -1,7 +1,8 @@
 """The training knobs a user left open, searched: micro-batch size and recompute mode.
 
-:func:`phaze.pipeline.evaluate` finds the best placement (t, p, d, ZeRO stage, v) at one
-micro-batch size and recompute mode, scheduling layers for it (the costly step). Here each
+:func:`phaze.pipeline.evaluate` finds the best placement (t, p, d, ZeRO stage, v, and
+sequence parallelism when the context leaves it open) at one micro-batch size and recompute
+mode, scheduling layers for it (the costly step). Here each
 open (micro-batch, recompute) pair first gets a lower bound on its time with no schedule
 (:func:`phaze.pipeline.time_lower_bound_s`); pairs are evaluated in the order of their
 bounds, and those whose bound cannot beat the best so far are skipped, which changes no

@@ -89,7 +89,7 @@ class Evaluation:
     score: Score | None
     reason: str = ""
     pass_timings: tuple[PassTiming, ...] = ()
-    defaults: str = ""  # the fields a partial strategy left open and what they became
+    defaults: str = ""  # the fields a partial strategy left open (or sp searched): their values
 
     @property
     def feasible(self) -> bool:
