@@ -186,3 +186,22 @@ def test_the_api_and_sweeps_search_sp_unless_it_is_fixed(tmp_path):
     assert plan(sweep_config_from_mapping({"sweep": {}}))[0].ctx.sequence_parallel is None
     given = sweep_config_from_mapping({"sweep": {"sequence_parallel": True}})
     assert plan(given)[0].ctx.sequence_parallel is True
+
+
+def test_no_layout_written_out_beats_the_search():
+    """Every fixed layout (t, p, d, v, ZeRO stage, sp) of a small case, written out and
+    evaluated alone, is at most as fast as the search with sp and v open (the search's DP
+    also has uneven stages, so it may be faster); the fastest of them is sp off here."""
+    acc, knobs = preset("a100"), Knobs(4, "none")
+    search = _seconds(evaluate("g", _GPT, acc, knobs, _ctx(None)))
+    times = {}
+    for t, p, v, zero, sp in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 3), range(4), (1, 0)):
+        for d in (1, 2, 4):
+            if t * p * d > 8 or (v > 1 and (p < 2 or 12 % (p * v) or (16 // 4 // d) % p)):
+                continue
+            text = f"t={t},p={p},d={d},v={v},zero={zero},sp={sp},mbs=4,recompute=none,ep=1,cp=1"
+            ev = evaluate("g", _GPT, acc, knobs, _ctx(bool(sp)), strategy=parse_strategy(text))
+            times[text] = _seconds(ev)
+    best = min(times, key=times.get)
+    assert search <= times[best] * (1 + 1e-12)
+    assert "sp=0" in best and "t=1" not in best
