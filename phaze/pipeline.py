@@ -98,7 +98,7 @@ class Evaluation:
 
 def tp_widths(model: Model, ctx: Context) -> tuple[int, ...]:
     """Tensor-parallel widths to try: those Megatron accepts, up to ``max_tp`` and the
-    devices, and dividing the sequence when sequence parallelism is on (fixed)."""
+    devices, and dividing the sequence unless sequence parallelism is fixed off."""
     return tuple(sorted({t for t, _ in variant_keys(model, ctx)}))
 
 

@@ -17,7 +17,7 @@ from phaze.config import sweep_config_from_mapping
 from phaze.errors import ConfigError, Infeasible
 from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
-from placement import PlacementProblem, Strategy, evaluate_fixed, parse_strategy
+from placement import PlacementProblem, Strategy, evaluate_fixed, parse_strategy, place
 from placement.dp import candidate_degrees
 from placement.partial import evaluate_partial
 from placement.synthetic import GptShape, gpt_stage_graph
@@ -205,3 +205,26 @@ def test_no_layout_written_out_beats_the_search():
     best = min(times, key=times.get)
     assert search <= times[best] * (1 + 1e-12)
     assert "sp=0" in best and "t=1" not in best
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    devices=st.sampled_from([4, 8, 16]),
+    hbm_gb=st.sampled_from([0.2, 0.5, 2.0]),
+    layers=st.sampled_from([4, 8]),
+    scale=st.sampled_from([0.5, 0.999, 1.0, 1.001, 2.0]),
+)
+def test_a_search_under_a_limit_finds_the_best_when_it_is_within_it(devices, hbm_gb, layers, scale):
+    """``place(..., limit_s=x)``, which skips what cannot beat x, gives the unlimited
+    search's placement when that is within x, and no placement otherwise."""
+    problem = _problem(devices, hbm_gb, 16, layers)
+    try:
+        best = place(problem)
+    except Infeasible:
+        assume(False)
+    limit = best.time_per_batch_s * scale
+    if scale >= 1.0:
+        assert place(problem, limit_s=limit) == best
+    else:
+        with pytest.raises(Infeasible):
+            place(problem, limit_s=limit)
