@@ -1,20 +1,47 @@
 """Test settings (hypothesis is derandomised with no deadline in CI, and never flaky on
-time) and the fixtures shared by the sweep tests."""
+time; the slow run loads the ``thorough`` profile, see budget.py) and the shared fixtures."""
 
 import os
 from pathlib import Path
 
 import pytest
 import sweeps
+from budget import THOROUGH, THOROUGH_MAX_EXAMPLES
 from hypothesis import HealthCheck, settings
 from spaces import PRUNABLE_SPACE
 from sweeps import SMALL_SPACE
 
+_BASE = "ci" if os.environ.get("CI") else "dev"
 settings.register_profile(
     "ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("ci" if os.environ.get("CI") else "dev")
+settings.register_profile(
+    THOROUGH, parent=settings.get_profile(_BASE), max_examples=THOROUGH_MAX_EXAMPLES
+)
+settings.load_profile(_BASE)
+
+
+def _runs_slow_tests(config: pytest.Config) -> bool:
+    """Whether the ``-m`` expression selects the slow tests (``-m slow``, not the default)."""
+    expr = config.option.markexpr or ""
+    return "slow" in expr and "not slow" not in expr
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The slow run loads the ``thorough`` profile: every ``@budget`` test at its full count."""
+    if _runs_slow_tests(config):
+        settings.load_profile(THOROUGH)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In the slow run the ``@budget`` tests count as slow, so that ``-m slow`` runs them at
+    their full counts (marked before the ``-m`` expression deselects anything)."""
+    if _runs_slow_tests(config):
+        for item in items:
+            if item.get_closest_marker("budget"):
+                item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

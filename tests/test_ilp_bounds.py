@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
+from budget import budget
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ilp_oracle import brute_force, cost_bound, dags, graph
@@ -19,7 +20,7 @@ def _bound(g, num_tc, num_vc, blocks_all):
     return cost_bound(g, num_tc, num_vc, blocks_all)
 
 
-@settings(max_examples=300, deadline=None)
+@budget(300, deadline=None)
 @given(dags(), st.integers(1, 4), st.integers(1, 4), st.booleans())
 def test_lower_bound_never_exceeds_the_optimum(g, num_tc, num_vc, blocks_all):
     best = brute_force(g, num_tc, num_vc, blocks_all)
@@ -76,7 +77,7 @@ def test_collapsed_lp_bound_pays_every_parallel_op_outside_the_rest():
     assert old < 6.5 < 6.97 < new <= 7.0
 
 
-@settings(max_examples=150, deadline=None)
+@budget(150, deadline=None)
 @given(dags(channel=2), st.integers(1, 3), st.integers(1, 3), st.integers(1, 2), st.booleans())
 def test_bounds_over_a_further_resource_never_exceed_the_optimum(
     g, num_tc, num_vc, channel, blocks_all

@@ -7,7 +7,8 @@ reach it where they claim optimality."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import assume, given, settings
+from budget import budget
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from ilp_oracle import (
     CHANNEL,
@@ -40,7 +41,7 @@ def _overlap(s, a, b):
     return s.start_s[a] < s.finish_s(b) and s.start_s[b] < s.finish_s(a)
 
 
-@settings(max_examples=40, deadline=None)
+@budget(40, deadline=None)
 @given(cases)
 def test_list_schedule_runs_collectives_one_at_a_time(case):
     g, num_tc, num_vc, blocks_all = case
@@ -52,7 +53,7 @@ def test_list_schedule_runs_collectives_one_at_a_time(case):
             assert not _overlap(s, a, b), (a, b)
 
 
-@settings(max_examples=50, deadline=None)
+@budget(50, deadline=None)
 @given(cases)
 def test_bounds_with_collectives_never_exceed_the_optimum(case):
     g, num_tc, num_vc, blocks_all = case
@@ -67,7 +68,7 @@ def test_bounds_with_collectives_never_exceed_the_optimum(case):
         assert collapsed_lower_bound(problem, st_, cap) <= best * (1 + 1e-9)
 
 
-@settings(max_examples=50, deadline=None)
+@budget(50, deadline=None)
 @given(cases)
 def test_the_sweeps_bound_with_channels_never_exceeds_the_optimum(case):
     """:func:`ilp.makespan_lower_bound` from core types, times and each op's channel (what
@@ -79,7 +80,7 @@ def test_the_sweeps_bound_with_channels_never_exceeds_the_optimum(case):
     assert bound >= sum(a[v]["latency_s"] for v in _collectives(g)) * (1 - 1e-12)
 
 
-@settings(max_examples=30, deadline=None)
+@budget(30, deadline=None)
 @given(cases)
 def test_search_with_collectives_is_exact(case):
     g, num_tc, num_vc, blocks_all = case
@@ -87,7 +88,7 @@ def test_search_with_collectives_is_exact(case):
     run_exact(g, num_tc, num_vc, blocks_all, RESOURCES, solver="list")
 
 
-@settings(max_examples=30, deadline=None)
+@budget(30, deadline=None)
 @given(cases)
 def test_search_from_the_list_schedule_with_collectives_proves_the_optimum(case):
     g, num_tc, num_vc, blocks_all = case
@@ -103,7 +104,7 @@ def test_search_from_the_list_schedule_with_collectives_proves_the_optimum(case)
     assert makespan(problem, found.modes, found.start) == pytest.approx(found.makespan_s)
 
 
-@settings(max_examples=20, deadline=None)
+@budget(20, deadline=None)
 @given(cases)
 def test_mip_with_collectives_is_exact(case):
     g, num_tc, num_vc, blocks_all = case

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import assume, given, settings
+from budget import budget
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from ilp_oracle import check_schedule, dags, graph
 
@@ -65,7 +66,7 @@ def moded_problems(draw):
     return problem, modes, tuple(rnd.random() for _ in range(problem.n))
 
 
-@settings(max_examples=200, deadline=None)
+@budget(200, deadline=None)
 @given(moded_problems())
 def test_justification_keeps_schedules_feasible_and_never_longer(drawn):
     problem, modes, rank = drawn
@@ -90,7 +91,7 @@ def test_justification_closes_a_list_schedules_gap():
     _check_problem_schedule(problem, modes, justified)
 
 
-@settings(max_examples=200, deadline=None)
+@budget(200, deadline=None)
 @given(moded_problems(), st.randoms(use_true_random=False))
 def test_serial_sgs_resumed_midway_equals_a_full_run(drawn, rnd):
     """The local search re-schedules a trial from the state the incumbent's schedule had
@@ -112,7 +113,7 @@ def test_serial_sgs_resumed_midway_equals_a_full_run(drawn, rnd):
         assert place(problem, flipped, order, first, states[first]) == whole
 
 
-@settings(max_examples=200, deadline=None)
+@budget(200, deadline=None)
 @given(moded_problems(), st.sampled_from((0.5, 1 - 1e-9, 1.0, 1 + 1e-9, 1.5)))
 def test_serial_sgs_with_a_cutoff_stops_only_schedules_that_reach_it(drawn, share):
     """The local search passes its incumbent's makespan as a cutoff: a schedule shorter
@@ -131,7 +132,7 @@ def test_serial_sgs_with_a_cutoff_stops_only_schedules_that_reach_it(drawn, shar
         assert cut == ((), math.inf)
 
 
-@settings(max_examples=200, deadline=None)
+@budget(200, deadline=None)
 @given(moded_problems())
 def test_parallel_sgs_builds_feasible_non_delay_schedules(drawn):
     """Feasible, and no op waits while its predecessors are done and its cores are free: at

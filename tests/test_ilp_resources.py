@@ -7,6 +7,7 @@ from __future__ import annotations
 from unittest.mock import patch
 
 import pytest
+from budget import budget
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ilp_oracle import (
@@ -40,7 +41,7 @@ cases = st.tuples(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@budget(80, deadline=None)
 @given(cases)
 def test_list_schedule_with_a_channel_is_feasible(case):
     g, num_tc, num_vc, units, blocks_all = case
@@ -54,7 +55,7 @@ def test_search_with_a_channel_is_exact(case):
     run_exact(_channelled(g, units), num_tc, num_vc, blocks_all, {"channel": units}, solver="list")
 
 
-@settings(max_examples=60, deadline=None)
+@budget(60, deadline=None)
 @given(cases)
 def test_search_from_a_serial_schedule_with_a_channel_finds_the_optimum(case):
     g, num_tc, num_vc, units, blocks_all = case

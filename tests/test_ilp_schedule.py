@@ -8,6 +8,7 @@ from unittest.mock import patch
 
 import networkx as nx
 import pytest
+from budget import budget
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ilp_oracle import (
@@ -26,7 +27,7 @@ from ilp.problem import build_problem
 from phaze.errors import ConfigError, SolverError
 
 
-@settings(max_examples=120, deadline=None)
+@budget(120, deadline=None)
 @given(dags(), st.integers(1, 4), st.integers(1, 4), st.booleans())
 def test_makespan_equals_brute_force(g, num_tc, num_vc, blocks_all):
     run_exact(g, num_tc, num_vc, blocks_all)
@@ -232,7 +233,7 @@ def test_parts_between_cuts_add_up():
     assert s.start_s["mid"] == pytest.approx(p.makespan_s, rel=1e-12)
 
 
-@settings(max_examples=80, deadline=None)
+@budget(80, deadline=None)
 @given(dags(), st.integers(1, 3), st.integers(1, 3), st.booleans())
 def test_per_core_assignment_variables_are_exact(g, num_tc, num_vc, blocks_all):
     """Force the z-variable assignment (instead of antichain rows) and compare again."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
+from budget import budget
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ilp_oracle import (
@@ -92,7 +93,7 @@ def test_search_out_of_nodes_keeps_its_best_schedule(g, num_tc, num_vc, nodes):
         assert s.status == ScheduleStatus.OPTIMAL
 
 
-@settings(max_examples=40, deadline=None)
+@budget(40, deadline=None)
 @given(dags(max_ops=7), st.integers(1, 3), st.integers(1, 3), st.booleans())
 def test_search_stops_where_its_schedule_meets_a_known_bound(g, num_tc, num_vc, blocks_all):
     """Given the optimum as a lower bound, the search stops at a schedule that meets it,
@@ -134,7 +135,7 @@ def _search_from_serial(g, num_tc, num_vc, blocks_all, resources=None):
     assert makespan(problem, found.modes, found.start) == pytest.approx(found.makespan_s)
 
 
-@settings(max_examples=100, deadline=None)
+@budget(100, deadline=None)
 @given(dags(), st.integers(1, 3), st.integers(1, 3), st.booleans())
 def test_search_from_a_serial_schedule_finds_the_optimum(g, num_tc, num_vc, blocks_all):
     _search_from_serial(g, num_tc, num_vc, blocks_all)
@@ -234,7 +235,7 @@ def chains(draw):
     return graph([(name, core, s * US, p * US) for name, core, s, p in ops], edges)
 
 
-@settings(max_examples=150, deadline=None)
+@budget(150, deadline=None)
 @given(
     st.one_of(chains(), branchy(), fanned()), st.integers(1, 4), st.integers(1, 4), st.booleans()
 )

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from budget import budget
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -355,7 +356,7 @@ def test_larger_buffer_never_more_hbm_traffic(acc, m, k, n, batch, factor):
     elements=st.integers(1, 10**8),
     flops_per_element=st.integers(1, 30),
 )
-@settings(max_examples=150)
+@budget(150)
 def test_energy_grows_with_work(acc, m, k, n, batch, elements, flops_per_element):
     for parallel in (False, True):
         t = _terms(

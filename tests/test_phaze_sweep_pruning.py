@@ -11,7 +11,8 @@ import math
 
 import pytest
 import sweeps
-from hypothesis import assume, given, settings
+from budget import budget
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from sweeps import OBJECTIVES
 
@@ -176,7 +177,7 @@ _SCORING = st.builds(
 )
 
 
-@settings(max_examples=30)
+@budget(30)
 @given(
     scoring=_SCORING,
     workload=st.sampled_from(["gpt3-125m", "gpt3-350m"]),

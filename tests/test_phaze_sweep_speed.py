@@ -16,7 +16,8 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from budget import budget
+from hypothesis import given
 from hypothesis import strategies as st
 from spaces import space_toml
 
@@ -149,7 +150,7 @@ def test_pass_bound_is_the_schedulers_lower_bound(name):
 _ROW = st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0]), min_size=3, max_size=3)
 
 
-@settings(max_examples=200, deadline=None)
+@budget(200, deadline=None)
 @given(points=st.lists(_ROW, max_size=25), bounds=st.lists(_ROW, min_size=1, max_size=25))
 def test_front_dominates_exactly_what_the_points_dominate(points, bounds):
     pts = np.array(points, dtype=float).reshape(len(points), 3)

@@ -9,7 +9,8 @@ from dataclasses import astuple
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from budget import budget
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from arch_space.perf.device import CollectiveCurve
@@ -183,13 +184,13 @@ def _check_reference(doc, methods):
         assert covered == sorted(x["id"] for x in next(iter(doc["nodes"].values())))
 
 
-@settings(max_examples=150)
+@budget(150)
 @given(reference_docs(max_layers=8, chain=True))
 def test_reference_chain_matches_brute_force(doc):
     _check_reference(doc, ("chain", "dag"))
 
 
-@settings(max_examples=100)
+@budget(100)
 @given(reference_docs(max_layers=6, chain=False))
 def test_reference_dag_matches_brute_force(doc):
     _check_reference(doc, ("auto",))
@@ -357,13 +358,13 @@ def _check_phaze(problem, methods):
         )
 
 
-@settings(max_examples=150)
+@budget(150)
 @given(problems(max_layers=8, chain=True))
 def test_phaze_chain_matches_brute_force(problem):
     _check_phaze(problem, ("chain", "dag"))
 
 
-@settings(max_examples=100)
+@budget(100)
 @given(problems(max_layers=6, chain=False))
 def test_phaze_dag_matches_brute_force(problem):
     _check_phaze(problem, ("auto",))
@@ -403,25 +404,25 @@ def measured_problems(draw, max_layers: int, chain: bool):
     return dataclasses.replace(problem, collectives=_CURVE)
 
 
-@settings(max_examples=100)
+@budget(100)
 @given(measured_problems(max_layers=7, chain=True))
 def test_measured_collectives_match_brute_force_chain(problem):
     _check_phaze(problem, ("chain", "dag"))
 
 
-@settings(max_examples=60)
+@budget(60)
 @given(measured_problems(max_layers=5, chain=False))
 def test_measured_collectives_match_brute_force_dag(problem):
     _check_phaze(problem, ("auto",))
 
 
-@settings(max_examples=100)
+@budget(100)
 @given(overlapped_problems(max_layers=7, chain=True))
 def test_overlapped_transfers_match_brute_force_chain(problem):
     _check_phaze(problem, ("chain", "dag"))
 
 
-@settings(max_examples=60)
+@budget(60)
 @given(overlapped_problems(max_layers=5, chain=False))
 def test_overlapped_transfers_match_brute_force_dag(problem):
     _check_phaze(problem, ("auto",))
@@ -437,13 +438,13 @@ def test_an_overlapped_reduction_exposes_one_bucket():
     assert (np.diff(over) >= 0).all()
 
 
-@settings(max_examples=150)
+@budget(150)
 @given(sharded_problems(max_layers=7, chain=True))
 def test_memory_that_depends_on_d_matches_brute_force_chain(problem):
     _check_phaze(problem, ("chain", "dag"))
 
 
-@settings(max_examples=80)
+@budget(80)
 @given(sharded_problems(max_layers=5, chain=False))
 def test_memory_that_depends_on_d_matches_brute_force_dag(problem):
     _check_phaze(problem, ("auto",))
@@ -456,7 +457,7 @@ def _searched(problem: PlacementProblem):
         return None
 
 
-@settings(max_examples=60)
+@budget(60)
 @given(
     st.one_of(
         problems(max_layers=7, chain=True),
@@ -484,7 +485,7 @@ def test_fixed_strategy_reproduces_the_searched_placement(problem):
     assert graph.tp == got.tp
 
 
-@settings(max_examples=100)
+@budget(100)
 @given(st.one_of(problems(max_layers=7, chain=True), sharded_problems(5, chain=False)))
 def test_named_terms_sum_to_the_iteration(problem):
     """The DP's optimum is the iteration model's price of its placement, term by term."""

@@ -6,6 +6,7 @@ import math
 from dataclasses import astuple, replace
 
 import pytest
+from budget import budget
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -139,7 +140,7 @@ def test_partial_strategy_completes_ep_and_cp():
     assert (pl.ep, pl.cp) == (chosen.ep, chosen.cp)
 
 
-@settings(max_examples=40, deadline=None)
+@budget(40, deadline=None)
 @given(
     blocks=st.integers(2, 6),
     expert_share=st.floats(0.0, 0.95),
@@ -216,7 +217,7 @@ def test_all_to_all_and_ring_bytes_are_priced_as_network_energy():
     assert network_j(dp=4, cp=2) == pytest.approx(3 * 1 * 7.0 * 16 * 8e-12)
 
 
-@settings(max_examples=30, deadline=None)
+@budget(30, deadline=None)
 @given(
     hbm=st.floats(5e7, 1e9),
     zero=st.sampled_from([(0,), (1,), (0, 1, 2, 3)]),
