@@ -117,3 +117,22 @@ def small_sweep(cli_run, tmp_path_factory):
     r = cli_run("sweep", config, "--out", out, "--executor", "serial", "--no-report")
     assert r.exit_code == 0, r.output
     return config, out
+
+
+# ---------------------------------------------------------------- executors (unit tests)
+# The executor's chunking and signal handling are tested as units; they are internal to
+# phaze.executors, so the tests get them here rather than importing the private module.
+@pytest.fixture(scope="session")
+def Chunker():
+    """The executor's chunker: ``Chunker(tasks, n_tasks, workers, chunksize)``."""
+    from phaze.executors._common import Chunker
+
+    return Chunker
+
+
+@pytest.fixture(scope="session")
+def StopSignals():
+    """The executor's SIGINT/SIGTERM handling: a context manager with ``deferred()``."""
+    from phaze.executors._common import StopSignals
+
+    return StopSignals

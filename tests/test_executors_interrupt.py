@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from phaze.executors._common import StopSignals, TaskError
+from phaze.executors import TaskError
 
 TESTS_DIR = Path(__file__).parent
 
@@ -86,7 +86,7 @@ def _signal_self(signum: int) -> None:
     os.kill(os.getpid(), signum)
 
 
-def test_a_first_signal_waits_for_a_deferred_section_and_a_second_does_not():
+def test_a_first_signal_waits_for_a_deferred_section_and_a_second_does_not(StopSignals):
     with StopSignals() as stop:
         with stop.deferred():
             _signal_self(signal.SIGINT)  # e.g. Ctrl-C while a result is being committed
@@ -97,7 +97,9 @@ def test_a_first_signal_waits_for_a_deferred_section_and_a_second_does_not():
             stop.check()
 
 
-def test_a_signal_outside_a_deferred_section_interrupts_at_once_and_handlers_are_restored():
+def test_a_signal_outside_a_deferred_section_interrupts_at_once_and_handlers_are_restored(
+    StopSignals,
+):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with StopSignals() as stop:
         with pytest.raises(KeyboardInterrupt):
@@ -106,7 +108,7 @@ def test_a_signal_outside_a_deferred_section_interrupts_at_once_and_handlers_are
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
-def test_task_errors_after_a_stop_request_are_part_of_the_stop():
+def test_task_errors_after_a_stop_request_are_part_of_the_stop(StopSignals):
     stop = StopSignals()
     with pytest.raises(TaskError, match="boom"), stop.stop_wins():
         raise TaskError(1, "boom")
@@ -115,7 +117,7 @@ def test_task_errors_after_a_stop_request_are_part_of_the_stop():
         raise TaskError(1, "its worker process died (killed by signal 15)")
 
 
-def test_an_ignored_signal_stays_ignored():
+def test_an_ignored_signal_stays_ignored(StopSignals):
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with StopSignals():

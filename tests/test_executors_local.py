@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 
 from phaze.errors import ConfigError
 from phaze.executors import Progress, Runner, RunSummary, TaskError, run_tasks
-from phaze.executors._common import Chunker
 
 TASKS = tuple(Job(n) for n in range(60))
 EXPECTED = {job: (job.n, job.n * job.n) for job in TASKS}
@@ -186,7 +185,7 @@ def test_the_initializer_runs_in_workers_before_tasks():
         run_tasks(square_job, TASKS[:4], on_result=print, jobs=2, initializer=broken_warm_up)
 
 
-def test_chunk_sizes_adapt_to_task_time_and_keep_a_tail():
+def test_chunk_sizes_adapt_to_task_time_and_keep_a_tail(Chunker):
     chunker = Chunker(range(10_000), 10_000, workers=2, chunksize=None)
     assert len(chunker.take()) == 1  # nothing measured yet
     chunker.record(10, 0.01)  # 1 ms per task -> 0.2 s chunks of 200 tasks
@@ -208,7 +207,9 @@ def test_chunk_sizes_adapt_to_task_time_and_keep_a_tail():
     timings=st.lists(st.floats(0.0, 2.0), max_size=40),
 )
 @example(n_tasks=1, workers=1, chunksize=None, sized=False, timings=[5e-324])  # 1 / mean: inf
-def test_chunks_hand_out_every_task_once_in_order(n_tasks, workers, chunksize, sized, timings):
+def test_chunks_hand_out_every_task_once_in_order(
+    Chunker, n_tasks, workers, chunksize, sized, timings
+):
     tasks = list(range(n_tasks))
     chunker = Chunker(
         tasks if sized else iter(tasks), n_tasks if sized else None, workers, chunksize

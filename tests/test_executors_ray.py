@@ -1,7 +1,8 @@
 """The Ray executor gives the same results as serial and local runs (a local 2-CPU Ray).
 
-Ray takes seconds to start, so this module starts it twice in all: once by a Runner
-(which must shut it down again) and once by hand for the other checks.
+Ray takes seconds to start, so the default suite starts it once, by hand (``ray_instance``),
+and the executor must reuse it; the check that a Runner starts its own instance once and
+shuts it down again runs with the slow tests.
 """
 
 from __future__ import annotations
@@ -35,10 +36,9 @@ def _run(fn, tasks, **kwargs):
     return got, order, summary
 
 
-@pytest.fixture(scope="module")
-def ray_run():
-    """Two rounds on one Runner, which starts Ray (num_cpus = jobs = 2) and shuts it down."""
-    assert not ray.is_initialized()
+def _two_rounds():
+    """Two rounds on one Ray Runner (jobs = 2): (results, delivery order, summaries, whether
+    Ray ran between the rounds, whether it runs after the Runner closed)."""
     got: dict = {}
     order: list = []
 
@@ -53,21 +53,7 @@ def ray_run():
     return got, order, (first, second), running_between_rounds, ray.is_initialized()
 
 
-@pytest.fixture(scope="module")
-def ray_instance():
-    """A Ray instance started by the test, which run_tasks must reuse and leave running."""
-    tests_dir = str(Path(__file__).parent)
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        job_config=ray.job_config.JobConfig(code_search_path=[tests_dir]),
-    )
-    yield
-    ray.shutdown()
-
-
-def test_ray_serial_and_local_give_identical_results(ray_run):
-    got, order, summaries, running_between_rounds, running_after = ray_run
+def _check_identical_to_serial_and_local(got, order, summaries) -> None:
     serial, _, _ = _run(square_job, TASKS, executor="serial")
     local, _, _ = _run(square_job, TASKS, executor="local", jobs=2)
     assert got == serial == local == {job: (job.n, job.n * job.n) for job in TASKS}
@@ -76,6 +62,13 @@ def test_ray_serial_and_local_give_identical_results(ray_run):
         ("ray", 2, 15),
         ("ray", 2, len(TASKS) - 15),
     ]
+
+
+@pytest.mark.slow  # starts and stops a Ray instance of its own
+def test_a_runner_starts_ray_once_and_shuts_it_down():
+    assert not ray.is_initialized()  # runs before the module's shared instance starts
+    got, order, summaries, running_between_rounds, running_after = _two_rounds()
+    _check_identical_to_serial_and_local(got, order, summaries)
     assert running_between_rounds  # one instance for both rounds
     assert not running_after  # the instance the Runner started is shut down
 
@@ -97,6 +90,26 @@ def test_an_unreachable_address_fails_within_seconds():
         run_tasks(square_job, TASKS, on_result=print, executor="ray", address=address)
     assert time.monotonic() - t0 < 30
     assert not ray.is_initialized()
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """A Ray instance started by the test (2 CPUs, no dashboard), which the executor must
+    reuse and leave running."""
+    tests_dir = str(Path(__file__).parent)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        job_config=ray.job_config.JobConfig(code_search_path=[tests_dir]),
+    )
+    yield
+    ray.shutdown()
+
+
+def test_ray_serial_and_local_give_identical_results(ray_instance):
+    got, order, summaries, running_between_rounds, running_after = _two_rounds()
+    _check_identical_to_serial_and_local(got, order, summaries)
+    assert running_between_rounds and running_after  # an instance it did not start stays up
 
 
 def test_ray_reuses_a_running_instance_and_runs_highs(ray_instance):
