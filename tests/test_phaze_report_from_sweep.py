@@ -5,42 +5,17 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from reports import check_images, parse_html
-from spaces import space_toml
 
-import phaze
-from arch_space import Cluster
 from results.display import fmt_value
-from results.report import write_report
 from results.store import load
 
-SPACE = space_toml("report-test", num_tc=(1, 4), tc_rows=(128,))
 
-
-@pytest.fixture(scope="module")
-def sweep_dir(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sweep")
-    space = tmp / "space.toml"
-    space.write_text(SPACE)
-    out = tmp / "out"
-    phaze.search(
-        ["gpt3-125m", "gpt3-350m"],
-        space=str(space),
-        cluster=Cluster(devices=4, devices_per_node=4),
-        micro_batches=[1],
-        recompute_modes=["none"],
-        seq_len=256,
-        global_batch=8,
-        executor="serial",
-        out_dir=out,
-    )
-    return out
-
-
-def test_report_of_a_real_sweep(sweep_dir):
-    path = write_report(sweep_dir, image_format="svg")  # PNGs: test_results_report
-    text = path.read_text()
+def test_report_of_a_real_sweep(swept_report):
+    """The real sweep's report, drawn as SVG (PNGs: test_results_report) in conftest.py."""
+    sweep_dir, path, _, result = swept_report
+    assert result.exit_code == 0, result.output
+    text = path.read_text(encoding="utf-8")
     doc = parse_html(text)
     assert doc.images, "the report has plots"
     check_images(doc)

@@ -147,10 +147,9 @@ def test_pareto_json_and_csv_exclusive_and_nothing_feasible_exits_3(store_dir, t
     assert r.exit_code == 3 and "no feasible point" in r.output
 
 
-def test_report_command_svg_and_plot_files(tmp_path, cli_run):
-    tiny = make_store(tmp_path / "tiny", tiny=True)
-    out = tmp_path / "sub" / "r.html"
-    r = cli_run("report", tiny, "--out", out, "--svg", "--plots", tmp_path / "plots")
+def test_report_command_svg_and_plot_files(swept_report):
+    """``phaze report DIR --out FILE --svg --plots DIR`` (drawn once, in conftest.py)."""
+    _, out, plots, r = swept_report
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == str(out) and not list(out.parent.glob(".*tmp"))
     doc = parse_html(out.read_text(encoding="utf-8"))
@@ -158,9 +157,9 @@ def test_report_command_svg_and_plot_files(tmp_path, cli_run):
         s.startswith("data:image/svg+xml;base64,") for s in doc.images
     )
     check_images(doc)
-    files = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    files = sorted(p.name for p in plots.iterdir())
     assert len(files) == 14 and "tcdp_ranking.png" in files and "knobs.svg" in files
-    for p in (tmp_path / "plots").glob("*.svg"):
+    for p in plots.glob("*.svg"):
         ET.fromstring(p.read_bytes())
 
 
