@@ -198,12 +198,19 @@ def _cfg(space, prune=True):
     )
 
 
-def test_two_workers_store_the_points_of_a_serial_run(speed_space, tmp_path):
+@pytest.fixture(scope="module")
+def serial_run(speed_space, tmp_path_factory):
+    """The in-process reference sweep: (its result, its output directory)."""
+    out = tmp_path_factory.mktemp("serial")
+    return run_sweep(_cfg(speed_space), out, executor="serial", progress=False), out
+
+
+def test_two_workers_store_the_points_of_a_serial_run(speed_space, serial_run, tmp_path):
     """Same points (pruned ones included) with 2 local workers as in-process."""
     cfg = _cfg(speed_space)
-    serial = run_sweep(cfg, tmp_path / "serial", executor="serial", progress=False)
+    serial, serial_dir = serial_run
     local = run_sweep(cfg, tmp_path / "local", executor="local", jobs=2, progress=False)
-    with load(tmp_path / "serial") as a, load(tmp_path / "local") as b:
+    with load(serial_dir) as a, load(tmp_path / "local") as b:
         assert a.points() == b.points()
         assert b.manifest()["pruned_designs"] == serial.pruned_designs
     assert serial.pruned_designs > 0
@@ -233,14 +240,14 @@ class _Greedy:
 
 
 def test_speculation_out_of_order_stores_the_points_of_a_serial_run(
-    speed_space, tmp_path, monkeypatch
+    speed_space, serial_run, tmp_path, monkeypatch
 ):
     """Speculative results held, then committed or dropped: the serial run's points."""
     cfg = _cfg(speed_space)
-    serial = run_sweep(cfg, tmp_path / "serial", executor="serial", progress=False)
+    serial, serial_dir = serial_run
     monkeypatch.setattr("phaze.sweep.run.Runner", _Greedy)
     greedy = run_sweep(cfg, tmp_path / "greedy", executor="serial", progress=False)
-    with load(tmp_path / "serial") as a, load(tmp_path / "greedy") as b:
+    with load(serial_dir) as a, load(tmp_path / "greedy") as b:
         assert a.points() == b.points()
         assert b.manifest()["discarded_designs"] > 0  # some speculation was dropped
     assert (greedy.evaluated_designs, greedy.pruned_designs) == (
