@@ -119,37 +119,6 @@ def small_sweep(cli_run, tmp_path_factory):
     return config, out
 
 
-# ---------------------------------------------------------------- reports (figures drawn once)
-@pytest.fixture(scope="session")
-def swept_report(cli_run, tmp_path_factory):
-    """A real sweep (gpt3-125m and gpt3-350m on two small designs beside the presets, run
-    once through ``phaze.search``) and its report, drawn once by ``phaze report --svg
-    --plots``: (sweep directory, report path, plots directory, click's Result)."""
-    from spaces import space_toml
-
-    import phaze
-    from arch_space import Cluster
-
-    tmp = tmp_path_factory.mktemp("swept-report")
-    space = tmp / "space.toml"
-    space.write_text(space_toml("report-test", num_tc=(1, 4), tc_rows=(128,)))
-    sweep_dir = tmp / "out"
-    phaze.search(
-        ["gpt3-125m", "gpt3-350m"],
-        space=str(space),
-        cluster=Cluster(devices=4, devices_per_node=4),
-        micro_batches=[1],
-        recompute_modes=["none"],
-        seq_len=256,
-        global_batch=8,
-        executor="serial",
-        out_dir=sweep_dir,
-    )
-    report, plots = tmp / "sub" / "r.html", tmp / "plots"
-    result = cli_run("report", sweep_dir, "--out", report, "--svg", "--plots", plots)
-    return sweep_dir, report, plots, result
-
-
 # ---------------------------------------------------------------- executors (unit tests)
 # The executor's chunking and signal handling are tested as units; they are internal to
 # phaze.executors, so the tests get them here rather than importing the private module.

@@ -5,10 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-import xml.etree.ElementTree as ET
 
 import pytest
-from reports import check_images, make_store, parse_html
+from reports import make_store
 
 from results.export import export_record, write_csv
 from results.pareto import pareto
@@ -145,22 +144,6 @@ def test_pareto_json_and_csv_exclusive_and_nothing_feasible_exits_3(store_dir, t
         )
     r = cli_run("pareto", str(tmp_path), "--x", "tcdp", "--y", "mfu")
     assert r.exit_code == 3 and "no feasible point" in r.output
-
-
-def test_report_command_svg_and_plot_files(swept_report):
-    """``phaze report DIR --out FILE --svg --plots DIR`` (drawn once, in conftest.py)."""
-    _, out, plots, r = swept_report
-    assert r.exit_code == 0, r.output
-    assert r.stdout.strip() == str(out) and not list(out.parent.glob(".*tmp"))
-    doc = parse_html(out.read_text(encoding="utf-8"))
-    assert len(doc.images) == 7 and all(
-        s.startswith("data:image/svg+xml;base64,") for s in doc.images
-    )
-    check_images(doc)
-    files = sorted(p.name for p in plots.iterdir())
-    assert len(files) == 14 and "tcdp_ranking.png" in files and "knobs.svg" in files
-    for p in plots.glob("*.svg"):
-        ET.fromstring(p.read_bytes())
 
 
 def test_export_record_and_csv_of_odd_values():
