@@ -53,21 +53,36 @@ def sweep_spaces(tmp_path_factory) -> dict[str, Path]:
     return {"small": d / "small.toml", "prunable": d / "prunable.toml"}
 
 
+class _OnDemand(dict):
+    """A mapping whose values are made on first use (by ``make(key)``), then kept."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key):
+        value = self[key] = self._make(key)
+        return value
+
+
 @pytest.fixture(scope="session")
 def clean_sweeps(sweep_spaces, tmp_path_factory):
     """Uninterrupted reference sweeps, by name: (config, result, points). "small" has the
-    TPUv4 preset too, "two" two workloads and two recompute modes."""
-    out = {}
-    for name, kw in (
-        ("small", {"presets": ["tpuv4"]}),
-        ("prunable", {}),
-        ("two", {"workloads": ["gpt3-125m", "gpt3-350m"], "recompute": ["none", "full"]}),
-    ):
+    TPUv4 preset too, "two" two workloads and two recompute modes. Each is run when a test
+    first asks for it (an xdist worker runs only the ones its tests use)."""
+    options = {
+        "small": {"presets": ["tpuv4"]},
+        "prunable": {},
+        "two": {"workloads": ["gpt3-125m", "gpt3-350m"], "recompute": ["none", "full"]},
+    }
+
+    def make(name):
         space = "prunable" if name == "prunable" else "small"
-        cfg = sweeps.config(sweep_spaces[space], **kw)
+        cfg = sweeps.config(sweep_spaces[space], **options[name])
         d = tmp_path_factory.mktemp(f"clean-{name}")
-        out[name] = (cfg, sweeps.run(cfg, d), sweeps.points(d))
-    return out
+        return cfg, sweeps.run(cfg, d), sweeps.points(d)
+
+    return _OnDemand(make)
 
 
 # ---------------------------------------------------------------- command line (CLI tests)

@@ -110,7 +110,11 @@ def test_tighter_worker_bounds_prune_more_and_keep_the_fronts(
 
 @pytest.mark.parametrize(
     "objectives",
-    [c for r in (2, 3) for c in itertools.combinations(OBJECTIVES, r)],
+    [
+        *itertools.combinations(OBJECTIVES, 2),
+        # all four together: test_pruning_skips_dominated_designs_and_keeps_the_front
+        *(pytest.param(c, marks=pytest.mark.slow) for c in itertools.combinations(OBJECTIVES, 3)),
+    ],
     ids="/".join,
 )
 def test_pruned_and_exhaustive_pareto_fronts_agree(sweep_spaces, exhaustive, tmp_path, objectives):

@@ -58,7 +58,16 @@ def _design(num_tc: int, rows: int, hbm_mib: int) -> Accelerator:
     )
 
 
-@pytest.mark.parametrize("devices, link_bytes_per_s", [(4, 300e9), (8, 300e9), (4, 2e9), (8, 5e9)])
+@pytest.mark.parametrize(
+    "devices, link_bytes_per_s",
+    [
+        (4, 300e9),
+        (8, 5e9),
+        # the same fast and slow links on the other device count
+        pytest.param(8, 300e9, marks=pytest.mark.slow),
+        pytest.param(4, 2e9, marks=pytest.mark.slow),
+    ],
+)
 def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
     """HBM from no width fitting to all, fast and slow links (the widest width wins or
     not): every point has the placement, or the reason, of one search over every width's
