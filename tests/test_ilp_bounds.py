@@ -50,7 +50,7 @@ def _check_collapsed_bound(g, num_tc, num_vc):
         assert collapsed_lower_bound(problem, st_, ub) <= best * (1 + 1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@budget(60, deadline=None)
 @given(dags(), st.integers(1, 4), st.integers(1, 4))
 def test_collapsed_lp_bound_never_exceeds_the_optimum(g, num_tc, num_vc):
     _check_collapsed_bound(g, num_tc, num_vc)

@@ -48,7 +48,7 @@ def test_list_schedule_with_a_channel_is_feasible(case):
     run_list(_channelled(g, units), num_tc, num_vc, blocks_all, {"channel": units})
 
 
-@settings(max_examples=80, deadline=None)
+@budget(80, deadline=None)
 @given(cases)
 def test_search_with_a_channel_is_exact(case):
     g, num_tc, num_vc, units, blocks_all = case
@@ -75,7 +75,7 @@ def test_search_from_a_serial_schedule_with_a_channel_finds_the_optimum(case):
     assert makespan(problem, found.modes, found.start) == pytest.approx(found.makespan_s)
 
 
-@settings(max_examples=40, deadline=None)
+@budget(40, deadline=None)
 @given(cases)
 def test_mip_with_a_channel_is_exact(case):
     g, num_tc, num_vc, units, blocks_all = case

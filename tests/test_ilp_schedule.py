@@ -40,7 +40,7 @@ def test_makespan_equals_brute_force_bigger(g, num_tc, num_vc, blocks_all):
     run_exact(g, num_tc, num_vc, blocks_all)
 
 
-@settings(max_examples=60, deadline=None)
+@budget(60, deadline=None)
 @given(dags(), st.integers(1, 4), st.integers(1, 4), st.booleans())
 def test_mip_alone_equals_brute_force(g, num_tc, num_vc, blocks_all):
     """Without the branch and bound, every part the bounds leave open goes to the MIP."""

@@ -64,13 +64,13 @@ def fanned(draw):
     return g
 
 
-@settings(max_examples=40, deadline=None)
+@budget(40, deadline=None)
 @given(fanned(), st.integers(1, 3), st.integers(1, 2), st.booleans())
 def test_search_is_exact_on_branches_behind_hubs(g, num_tc, num_vc, blocks_all):
     run_exact(g, num_tc, num_vc, blocks_all, solver="list")
 
 
-@settings(max_examples=40, deadline=None)
+@budget(40, deadline=None)
 @given(dags(max_ops=7), st.integers(1, 3), st.integers(1, 3), st.integers(1, 30))
 def test_search_out_of_nodes_keeps_its_best_schedule(g, num_tc, num_vc, nodes):
     """A tiny node budget still returns a checked schedule, no longer than the list

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 from budget import budget
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arch_space.accelerator import Accelerator, Cluster
@@ -299,7 +299,7 @@ def test_gemm_report_rejects_bad_dims(field, value):
 
 @given(acc=designs, m=dims, k=dims, n=dims, batch=st.integers(1, 8))
 @example(acc=_acc(num_tc=4096, tc_rows=2, tc_cols=2, glb_bytes=2 * MIB), m=1, k=1, n=1, batch=1)
-@settings(max_examples=150)
+@budget(150)
 def test_latency_never_below_peak_or_bandwidth(acc, m, k, n, batch):
     op = _gemm(m, k, n, batch)
     vec = _vector(OpKind.SOFTMAX, m * n, flops_per_element=batch)
@@ -324,7 +324,7 @@ def test_latency_never_below_peak_or_bandwidth(acc, m, k, n, batch):
     batch=st.integers(1, 8),
     extra=st.sampled_from([2, 3, 8, 100]),
 )
-@settings(max_examples=150)
+@budget(150)
 def test_more_cores_never_slower(acc, m, k, n, batch, extra):
     ops = [_gemm(m, k, n, batch), _vector(OpKind.SOFTMAX, m * n, 5)]
     base = _table(ops, acc)
@@ -338,7 +338,7 @@ def test_more_cores_never_slower(acc, m, k, n, batch, extra):
 @given(
     acc=designs, m=dims, k=dims, n=dims, batch=st.integers(1, 8), factor=st.sampled_from([2, 4, 64])
 )
-@settings(max_examples=150)
+@budget(150)
 def test_larger_buffer_never_more_hbm_traffic(acc, m, k, n, batch, factor):
     op = _gemm(m, k, n, batch)
     small = _terms([op], acc)

@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from budget import budget
+from hypothesis import given
 from hypothesis import strategies as st
 
 from arch_space.perf.device import preset_profile
@@ -249,7 +250,7 @@ def _small(draw):
     )
 
 
-@settings(max_examples=60)
+@budget(60)
 @given(_small(), st.sampled_from([1.5, 2.0, 4.0]))
 def test_more_memory_bandwidth_or_devices_never_slows_down(problem, factor):
     def time_of(p):
@@ -425,7 +426,7 @@ def test_gpt3_175b_at_1024_devices_both_paths_agree():
     assert fast.devices_used <= 1024
 
 
-@settings(max_examples=200)
+@budget(200)
 @given(
     st.lists(st.tuples(st.integers(0, 50), st.integers(0, 9)), min_size=1, max_size=20),
     st.integers(1, 60),

@@ -7,7 +7,8 @@ import dataclasses
 import math
 
 import pytest
-from hypothesis import given, settings
+from budget import budget
+from hypothesis import given
 from hypothesis import strategies as st
 
 from arch_space import Cluster
@@ -133,7 +134,7 @@ def test_the_search_picks_the_fastest_stage_that_fits():
     assert best.time_per_batch_s == min(times.values())
 
 
-@settings(max_examples=200)
+@budget(200)
 @given(st.integers(1, 5000), st.data())
 def test_candidate_degrees_are_the_divisors(m, data):
     lo = data.draw(st.integers(1, m))
@@ -141,7 +142,7 @@ def test_candidate_degrees_are_the_divisors(m, data):
     assert candidate_degrees(m, lo, hi).tolist() == [d for d in range(lo, hi + 1) if m % d == 0]
 
 
-@settings(max_examples=200)
+@budget(200)
 @given(st.integers(1, 5000), st.data(), st.floats(0, 1e4), st.floats(1e-3, 10))
 def test_candidate_degrees_of_the_reference_format_hold_the_best(m, data, slope, load):
     """Without whole batches, the candidates hold the best degree for a rising tail."""

@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from budget import budget
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from phaze.errors import ConfigError
@@ -221,7 +222,7 @@ def shared_store(tmp_path_factory):
 
 
 @given(st.data())
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@budget(40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_record_round_trips_exactly(shared_store, data):
     rec = {"key": data.draw(st.text(min_size=1, max_size=10)), "workload": "w", "design_id": "d"}
     rec["feasible"] = data.draw(st.booleans())
