@@ -195,30 +195,19 @@ def test_sweep_help():
         assert option in result.output
 
 
-@pytest.fixture(scope="module")
-def reported(stored, tmp_path_factory):
-    """``phaze sweep CONFIG --json`` of the stored sweep's config into a new directory, with
-    its report (drawn once for the tests below): (click's Result, out dir)."""
+def test_sweep_json_and_report(stored, tmp_path):
+    """One JSON document on stdout (with the scoring defaults), and the report's path; the
+    report counts the points by schedule gap."""
     config, _ = stored
-    out = tmp_path_factory.mktemp("reported") / "out"
-    return CliRunner().invoke(cli, ["sweep", str(config), "--out", str(out), "--json"]), out
-
-
-def test_sweep_json_and_report(reported):
-    """One JSON document on stdout (with the scoring defaults), and the report's path."""
-    result, out = reported
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["sweep", str(config), "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["points"] == doc["feasible"] == len(sweeps.points(out)) == 6
     assert doc["out_dir"] == str(out) and Path(doc["report"]).is_file()
     assert doc["defaults"]["pue"] > 1
     assert "scoring defaults:" in result.stderr
-
-
-def test_the_report_counts_points_by_schedule_gap(reported):
-    result, out = reported
-    assert result.exit_code == 0, result.output
-    text = Path(json.loads(result.stdout)["report"]).read_text(encoding="utf-8")
+    text = Path(doc["report"]).read_text(encoding="utf-8")
     section = text[text.index('<section id="schedules">') :].split("</section>")[0]
     cells = [int(c) for c in re.findall(r'<td class="num">(\d+)</td>', section)]
     assert sum(cells) == sum(p["feasible"] for p in sweeps.points(out)) > 0
