@@ -8,7 +8,8 @@ import itertools
 import math
 
 import pytest
-from hypothesis import assume, given, settings
+from budget import budget
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import phaze
@@ -82,7 +83,7 @@ def _brute(problem: PlacementProblem, fixed: Strategy) -> float:
     return best
 
 
-@settings(max_examples=30, deadline=None)
+@budget(30, deadline=None)
 @given(
     devices=st.sampled_from([4, 8]),
     hbm_gb=st.sampled_from([0.2, 0.5, 2.0]),
@@ -207,7 +208,7 @@ def test_no_layout_written_out_beats_the_search():
     assert "sp=0" in best and "t=1" not in best
 
 
-@settings(max_examples=30, deadline=None)
+@budget(30, deadline=None)
 @given(
     devices=st.sampled_from([4, 8, 16]),
     hbm_gb=st.sampled_from([0.2, 0.5, 2.0]),
