@@ -77,18 +77,25 @@ def _oracle_bounds(points):
     [["gpt3-125m"], pytest.param(["gpt3-125m", "gpt3-350m"], marks=pytest.mark.slow)],
 )
 def test_tighter_worker_bounds_prune_more_and_keep_the_fronts(
-    sweep_spaces, tmp_path, monkeypatch, workloads
+    sweep_spaces, clean_sweeps, request, tmp_path, monkeypatch, workloads
 ):
     """Workers' tight bounds decide pruning exactly. With the tightest valid bound (a
     design's own best values, from an exhaustive run) many more designs are pruned, and
     with two workloads a design a worker skipped on one workload but the other keeps is
     evaluated there too: every kept point and every front is the exhaustive run's."""
-    exhaustive_dir, cheap_dir, tight_dir = tmp_path / "all", tmp_path / "cheap", tmp_path / "tight"
-    sweeps.run(
-        sweeps.config(sweep_spaces["prunable"], prune=False, workloads=workloads), exhaustive_dir
-    )
-    all_points = sweeps.points(exhaustive_dir)
-    cheap = sweeps.run(sweeps.config(sweep_spaces["prunable"], workloads=workloads), cheap_dir)
+    if workloads == sweeps.sweep_table(sweep_spaces["prunable"])["workloads"]:
+        # the shared reference sweeps of this space are exactly these two runs
+        _, all_points = request.getfixturevalue("exhaustive")
+        _, cheap, _ = clean_sweeps["prunable"]
+    else:
+        exhaustive_dir, cheap_dir = tmp_path / "all", tmp_path / "cheap"
+        sweeps.run(
+            sweeps.config(sweep_spaces["prunable"], prune=False, workloads=workloads),
+            exhaustive_dir,
+        )
+        all_points = sweeps.points(exhaustive_dir)
+        cheap = sweeps.run(sweeps.config(sweep_spaces["prunable"], workloads=workloads), cheap_dir)
+    tight_dir = tmp_path / "tight"
     monkeypatch.setattr("phaze.sweep.tasks.tight_bound", _oracle_bounds(all_points))
     tight = sweeps.run(sweeps.config(sweep_spaces["prunable"], workloads=workloads), tight_dir)
     assert cheap.pruned_designs < tight.pruned_designs
