@@ -16,9 +16,8 @@ values printed go into ``arch_space/data/tech.toml``.
 
 from __future__ import annotations
 
-import numpy as np
-
 from arch_space import preset, tech_node
+from arch_space.linear_fit import fit_linear
 from arch_space.power import gemm_power_w, memory_bound_power_w, unlimited_gemm_power_w
 
 __all__: list[str] = []
@@ -39,13 +38,8 @@ def _power(name: str, control: float, operand: float) -> float:
 
 def fit() -> tuple[float, float]:
     """(control pJ/MAC, operand pJ/byte) at 7 nm putting the FIT chips' GEMMs at their power."""
-    rows, rhs = [], []
-    for name, watts in FIT.items():
-        base = _power(name, 0.0, 0.0)
-        rows.append([_power(name, 1.0, 0.0) - base, _power(name, 0.0, 1.0) - base])
-        rhs.append(watts - base)
-    control, operand = np.linalg.solve(np.array(rows), np.array(rhs))
-    return float(control), float(operand)
+    control, operand = fit_linear(FIT, lambda name, x: _power(name, *x), 2)
+    return control, operand
 
 
 def main() -> None:

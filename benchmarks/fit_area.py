@@ -17,11 +17,10 @@ harvested chip included (A100 128 SMs, H100 144). The V100 and B200 dies and the
 
 from __future__ import annotations
 
-import numpy as np
-
 from arch_space import preset, tech_node
 from arch_space.area import area_mm2
 from arch_space.cost import made_die
+from arch_space.linear_fit import fit_linear
 
 __all__: list[str] = []
 
@@ -45,13 +44,8 @@ def _made_mm2(name: str, fixed_mm2: float, port_um2: float) -> float:
 
 def fit() -> tuple[float, float]:
     """(core_fixed_area_mm2, operand_port_area_um2) at 7 nm putting the FIT dies at size."""
-    rows, rhs = [], []
-    for name, mm2 in FIT.items():
-        base = _made_mm2(name, 0.0, 0.0)
-        rows.append([_made_mm2(name, 1.0, 0.0) - base, _made_mm2(name, 0.0, 1.0) - base])
-        rhs.append(mm2 - base)
-    fixed, port = np.linalg.solve(np.array(rows), np.array(rhs))
-    return float(fixed), float(port)
+    fixed, port = fit_linear(FIT, lambda name, x: _made_mm2(name, *x), 2)
+    return fixed, port
 
 
 def main() -> None:
