@@ -1,6 +1,7 @@
 """Test settings (hypothesis is derandomised with no deadline in CI, and never flaky on
 time; the slow run loads the ``thorough`` profile, see budget.py) and the shared fixtures."""
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -151,3 +152,17 @@ def StopSignals():
     from phaze.executors._common import StopSignals
 
     return StopSignals
+
+
+@pytest.fixture(scope="session")
+def benchmark_script():
+    """Load a script of ``benchmarks/`` as a module: ``benchmark_script("fit_area").fit()``."""
+
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -109,11 +107,8 @@ _TINY = {
 }
 
 
-def test_shipped_energies_are_the_calibration_scripts_output():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "calibrate_energy.py"
-    spec = importlib.util.spec_from_file_location("calibrate_energy", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+def test_shipped_energies_are_the_calibration_scripts_output(benchmark_script):
+    script = benchmark_script("calibrate_energy")
     control, operand = script.fit()
     for node, factor in script.NODE_FACTOR.items():
         t = tech_node(node)

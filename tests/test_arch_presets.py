@@ -1,6 +1,5 @@
 """Presets against published figures (peak FLOP/s, die area, TDP) and their TOML round trip."""
 
-import importlib.util
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -67,11 +66,8 @@ def test_a_larger_array_costs_less_area_per_mac(rows, cols, node):
     assert per_mac_mm2(rows, 2 * cols) < per_mac_mm2(rows, cols)
 
 
-def test_shipped_area_constants_are_the_fit_scripts_output():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fit_area.py"
-    spec = importlib.util.spec_from_file_location("fit_area", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+def test_shipped_area_constants_are_the_fit_scripts_output(benchmark_script):
+    script = benchmark_script("fit_area")
     fixed_mm2, port_um2 = script.fit()
     for node, factor in script.AREA_FACTOR.items():
         t = tech_node(node)
