@@ -43,10 +43,19 @@ def evaluate_best_knobs(
     reason says why). Ties go to the pair with the lower bound, then the one listed first.
     Raises ConfigError when no micro-batch size divides the global batch."""
     d = 1 if strategy is None or "dp" in strategy.unset else strategy.dp
+    # a fixed interleaved layout runs each pipeline's micro-batches in groups of p
+    # (Megatron-LM's interleaved schedule), so only the sizes giving such counts are tried
+    group = (
+        strategy.pp
+        if strategy is not None
+        and strategy.virtual_stages > 1
+        and not {"pp", "dp", "virtual_stages"} & strategy.unset
+        else 1
+    )
     grid = [
         Knobs(mb, rc)
         for mb in micro_batches
-        if ctx.global_batch % (mb * d) == 0
+        if ctx.global_batch % (mb * d) == 0 and (ctx.global_batch // (mb * d)) % group == 0
         for rc in recomputes
     ]
     if not grid and strategy is None:

@@ -245,6 +245,13 @@ def evaluate_fixed(
             f"{problem.global_batch} sequences (every replica runs whole micro-batches)"
         )
     per_pipeline = m // d
+    if v > 1 and per_pipeline % p:
+        # Megatron-LM's interleaved 1F1B schedule refuses this (schedules.py,
+        # forward_backward_pipelining_with_interleaving)
+        raise ConfigError(
+            f"strategy: with v = {v} interleaved chunks each pipeline's {per_pipeline} "
+            f"micro-batches must be a multiple of p = {p} (Megatron-LM's interleaved schedule)"
+        )
     used = (
         d * cp * sum(t if any(graph.layers[i].tensor_parallel for i in c) else 1 for c in parts)
     ) // v

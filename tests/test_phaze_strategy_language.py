@@ -70,6 +70,7 @@ def test_a_fixed_degree_limits_the_stages_searched():
         ("t=4,p=4", "t*p = 16 devices, the cluster has 8"),
         ("t=1,p=1,d=1,zero=4", "zero = 4 must be 0, 1, 2 or 3"),
         ("t=1,p=1,d=3", "d * mbs = 3 * 1 must divide"),
+        ("t=2,p=2,d=2,v=2,mbs=8", "1 micro-batches must be a multiple of p = 2"),
     ],
 )
 def test_bad_strategies_are_one_error_line(strategy, message):
@@ -77,3 +78,10 @@ def test_bad_strategies_are_one_error_line(strategy, message):
     assert r.exit_code != 0
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], r.output
+
+
+def test_an_interleaved_layout_with_the_micro_batch_open_picks_one_it_can_run():
+    # global batch 16 at d = 2: mbs 8 leaves one micro-batch per pipeline, not a group of p
+    doc = _json("t=2,p=2,d=2,v=2")
+    assert doc["placement"]["virtual_stages"] == 2
+    assert (16 // (doc["placement"]["micro_batch"] * 2)) % 2 == 0

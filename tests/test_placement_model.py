@@ -308,6 +308,14 @@ def test_interleaved_schedule_closed_form():
     assert sorted(s.device for s in got.stages) == sorted(list(range(p)) * v)
 
 
+def test_interleaving_needs_each_pipelines_micro_batches_in_groups_of_p():
+    g = _chain(12, t=2, stash=1.0, params=0)
+    prob = _problem([g], devices=8, batch=6)  # 6 micro-batches for the one pipeline
+    with pytest.raises(ConfigError, match=r"6 micro-batches must be a multiple of p = 4"):
+        evaluate_fixed(prob, Strategy(tp=2, pp=4, dp=1, virtual_stages=3))
+    assert evaluate_fixed(prob, Strategy(tp=2, pp=4, dp=1)).pp == 4  # no such rule at v = 1
+
+
 def test_megatron_chunks_put_embedding_first_and_head_last():
     netw = Cluster(devices=8)
     g = gpt_stage_graph(GptShape(layers=6, hidden=256, heads=4), 2, netw, flops_per_s=1e12)
