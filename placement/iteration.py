@@ -304,11 +304,14 @@ def dp_terms(
     cl = problem.cluster
     inter = t * cp * d > cl.devices_per_node
     n = d * cp
-    n_expert = np.maximum(n // ep, 1)
-    expert = np.minimum(expert_params, params)
-    part = np.where(params > 0, expert / np.maximum(params, 1e-300), 0.0)
     # bytes each rank sends per byte of rank 0's parameters (the expert part on its own ring)
-    share = (1.0 - part) * (n - 1) / n + part * (n_expert - 1) / n_expert
+    if np.any(expert_params):
+        n_expert = np.maximum(n // ep, 1)
+        expert = np.minimum(expert_params, params)
+        part = np.where(params > 0, expert / np.maximum(params, 1e-300), 0.0)
+        share = (1.0 - part) * (n - 1) / n + part * (n_expert - 1) / n_expert
+    else:  # every parameter on the dense ring
+        expert, share = 0.0, (n - 1) / n
 
     def ring(count, bytes_per_parameter, kind="ring", halves=1.0):
         nbytes = count * bytes_per_parameter
@@ -317,19 +320,20 @@ def dp_terms(
 
     reduced = exposed_reduction_parameters(problem, n, params)  # buckets grow with the group
     gbytes = problem.gradient_bytes_per_parameter
-    grads = ring(reduced, gbytes)  # reduce-scatter
-    weights = ring(params, _WEIGHT_BYTES)  # all-gather
-    per_pipeline = m // d
     if zero == 0:
         comm = ring(reduced, gbytes, "all_reduce", 2.0)
-    elif zero == 1:
-        comm = grads + weights
-    elif zero == 2:
-        comm = per_pipeline * grads + weights
     else:
-        comm = per_pipeline * (grads + 2.0 * weights)
-    sharded = sharded_parameters(params, expert, ep) / n
-    step = (sharded if zero >= 1 else params) * problem.optimizer_s_per_parameter
+        grads = ring(reduced, gbytes)  # reduce-scatter
+        weights = ring(params, _WEIGHT_BYTES)  # all-gather
+        per_pipeline = m // d
+        if zero == 1:
+            comm = grads + weights
+        elif zero == 2:
+            comm = per_pipeline * grads + weights
+        else:
+            comm = per_pipeline * (grads + 2.0 * weights)
+    held = sharded_parameters(params, expert, ep) / n if zero >= 1 else params
+    step = held * problem.optimizer_s_per_parameter
     return np.where(n > 1, comm, 0.0), step
 
 

@@ -269,7 +269,8 @@ def _prefix_bound(b: _BoundInputs) -> Callable[[np.ndarray], np.ndarray]:
         load = np.maximum(np.maximum(work[None, :], rest), largest)
         load = np.where(s == 1, np.where(j == n, total, np.inf), load)
         fits = (j <= n - (s - 1)) & (held[None, :] >= held[-1] - (s - 1) * cap)
-        time = load * (-(-m // d) + s - 1) + tail(d, held[None, :])
+        # the tail depends on the degree alone: price it once per degree, not per stage count
+        time = load * (-(-m // d) + s - 1) + tail(ds[:, None], held[None, :])[which]
         best = np.where(fits, time, np.inf).min(axis=1)
         out = np.full(ds.size, np.inf)
         np.minimum.at(out, which, best)
