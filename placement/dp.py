@@ -217,7 +217,7 @@ def solve_many(
     while items:
         # each round solves, as one batch, the degrees whose bound can still win; degrees of
         # one task sharing a memory table share one DP
-        todo = [it for it in items if it[0] <= rival(out, it[1])]
+        todo = _contenders(items, out, rival)
         parts, taken = [], set()
         for _, i, d in todo:
             if len(parts) == _ROUND:
@@ -243,7 +243,7 @@ def _sharpen(
 ) -> list[tuple[float, int, int]]:
     """The (bound, task, degree) items that can still win, in order, each bound raised to
     that of ``bounds`` (given the sorted degrees left per task, bounds at them per task)."""
-    items = [it for it in items if it[0] <= rival(out, it[1])]
+    items = _contenders(items, out, rival)
     left: dict[int, list[int]] = {}
     for _, i, d in items:
         left.setdefault(i, []).append(d)
@@ -255,7 +255,7 @@ def _sharpen(
         (max(lb, float(sharp[i][np.searchsorted(todo[i], d)])) if i in sharp else lb, i, d)
         for lb, i, d in items
     ]
-    return sorted(it for it in items if it[0] <= rival(out, it[1]))
+    return sorted(_contenders(items, out, rival))
 
 
 def _relaxed_bounds(
@@ -307,6 +307,17 @@ def _relaxed_bounds(
             time = np.where(devices * ds <= task.max_devices, time, _INF)
             out[i] = time.min(axis=0, initial=_INF)
     return out
+
+
+def _contenders(
+    items: list[tuple[float, int, int]],
+    out: list[DpSolution | None],
+    rival: Callable[[list[DpSolution | None], int], float],
+) -> list[tuple[float, int, int]]:
+    """The (bound, task, degree) items whose bound does not exceed their task's rival (each
+    task's rival worked out once)."""
+    bar = {i: rival(out, i) for _, i, _ in items}
+    return [it for it in items if it[0] <= bar[it[1]]]
 
 
 def _rival(out: list[DpSolution | None], i: int, *, prune: bool, cutoff_s: float) -> float:

@@ -305,7 +305,7 @@ def dp_terms(
     inter = t * cp * d > cl.devices_per_node
     n = d * cp
     # bytes each rank sends per byte of rank 0's parameters (the expert part on its own ring)
-    if np.any(expert_params):
+    if np.asarray(expert_params).any():
         n_expert = np.maximum(n // ep, 1)
         expert = np.minimum(expert_params, params)
         part = np.where(params > 0, expert / np.maximum(params, 1e-300), 0.0)
