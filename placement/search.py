@@ -263,11 +263,13 @@ def _prefix_bound(b: _BoundInputs) -> Callable[[np.ndarray], np.ndarray]:
             :, None
         ]
         d = ds[which][:, None]
+        # the bottleneck load depends on the stage count alone: once per count, not per row
+        counts_s = np.arange(1, int(s.max()) + 1)[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
-            rest = np.where(s > 1, (total - work[None, :]) / (s - 1), np.inf)
+            rest = np.where(counts_s > 1, (total - work[None, :]) / (counts_s - 1), np.inf)
             cap = problem.hbm_bytes / state[which][:, None]
-        load = np.maximum(np.maximum(work[None, :], rest), largest)
-        load = np.where(s == 1, np.where(j == n, total, np.inf), load)
+        by_s = np.maximum(np.maximum(work[None, :], rest), largest)
+        load = np.where(counts_s == 1, np.where(j == n, total, np.inf), by_s)[s[:, 0] - 1]
         fits = (j <= n - (s - 1)) & (held[None, :] >= held[-1] - (s - 1) * cap)
         # the tail depends on the degree alone: price it once per degree, not per stage count
         time = load * (-(-m // d) + s - 1) + tail(ds[:, None], held[None, :])[which]
