@@ -269,8 +269,10 @@ def _prefix_bound(b: _BoundInputs) -> Callable[[np.ndarray], np.ndarray]:
             rest = np.where(counts_s > 1, (total - work[None, :]) / (counts_s - 1), np.inf)
             cap = problem.hbm_bytes / state[which][:, None]
         by_s = np.maximum(np.maximum(work[None, :], rest), largest)
-        load = np.where(counts_s == 1, np.where(j == n, total, np.inf), by_s)[s[:, 0] - 1]
-        fits = (j <= n - (s - 1)) & (held[None, :] >= held[-1] - (s - 1) * cap)
+        by_s = np.where(counts_s == 1, np.where(j == n, total, np.inf), by_s)
+        # the other s - 1 stages need a layer each: a longer prefix takes an infinite load
+        load = np.where(j <= n - (counts_s - 1), by_s, np.inf)[s[:, 0] - 1]
+        fits = held[None, :] >= held[-1] - (s - 1) * cap
         # the tail depends on the degree alone: price it once per degree, not per stage count
         time = load * (-(-m // d) + s - 1) + tail(ds[:, None], held[None, :])[which]
         best = np.where(fits, time, np.inf).min(axis=1)
