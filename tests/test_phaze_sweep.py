@@ -43,12 +43,12 @@ from workloads import Recompute, TrainingSetup, build_layer_graph
     "space, k",
     [
         ("small", 2),
-        ("small", 5),
+        pytest.param("small", 5, marks=pytest.mark.slow),
         ("prunable", 2),
         ("prunable", 9),  # the first pruned record of round 2
-        ("prunable", 30),
+        pytest.param("prunable", 30, marks=pytest.mark.slow),
         ("two", 4),  # in the middle of a task's records
-        ("two", 13),
+        pytest.param("two", 13, marks=pytest.mark.slow),
     ],
 )
 def test_resume_after_interruption_gives_identical_points(
