@@ -112,13 +112,18 @@ def variant_keys(
     off; only off where a given width does not divide the sequence)."""
     cap = min(ctx.max_tp or ctx.cluster.devices_per_node, ctx.cluster.devices)
     searched = ctx.sequence_parallel is None
+
+    def tried(t: int, sp: bool) -> bool:
+        divides = ctx.seq_len % t == 0
+        if not widths and not divides and ctx.sequence_parallel is not False:
+            return False  # a default width must divide the sequence unless sp is fixed off
+        return not (searched and sp and (t == 1 or not divides))
+
     return tuple(
         (t, sp)
         for t in widths or valid_tp_widths(model, cap)
         for sp in ((True, False) if searched else (ctx.sequence_parallel,))
-        if not (t > 1 and ctx.seq_len % t and (sp or searched) and not widths)
-        and not (t > 1 and ctx.seq_len % t and sp and searched)
-        and not (t == 1 and sp and searched)
+        if tried(t, sp)
     )
 
 
