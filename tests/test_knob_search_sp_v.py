@@ -162,25 +162,11 @@ def test_sp_off_wins_where_it_is_faster_and_is_reported():
 
 
 def test_the_api_and_sweeps_search_sp_unless_it_is_fixed(tmp_path):
-    ev = phaze.evaluate(
-        "gpt3-125m",
-        preset("a100"),
-        Cluster(devices=8),
-        seq_len=256,
-        global_batch=16,
-        micro_batch=4,
-        recompute="none",
-    )
+    job = {"seq_len": 256, "global_batch": 16, "micro_batch": 4, "recompute": "none"}
+    ev = phaze.evaluate("gpt3-125m", preset("a100"), Cluster(devices=8), **job)
     assert ev.placement.sequence_parallel is False
     fixed = phaze.evaluate(
-        "gpt3-125m",
-        preset("a100"),
-        Cluster(devices=8),
-        seq_len=256,
-        global_batch=16,
-        micro_batch=4,
-        recompute="none",
-        sequence_parallel=True,
+        "gpt3-125m", preset("a100"), Cluster(devices=8), sequence_parallel=True, **job
     )
     assert fixed.placement.sequence_parallel is True
     assert _seconds(ev) < _seconds(fixed)
