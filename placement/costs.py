@@ -314,15 +314,20 @@ def phaze_costs(
     tied_s = None
     if tied_comm is not None and tied_each.any():
         outside = np.maximum(float(tied_each.sum()) - tied, 0.0)
-        tied_s = np.where(later, 0.0, tied_comm(np.where(later, 0.0, outside)))
+        if ch is not None:  # first stages are the last row (the whole chain as outer state)
+            tied_s = np.zeros_like(tied)
+            tied_s[-1] = tied_comm(outside[-1])
+        else:
+            tied_s = np.where(later, 0.0, tied_comm(np.where(later, 0.0, outside)))
     gathered = la.params + tied_each
     largest = _chain_max(gathered, ch) if ch is not None else _largest(gathered, in_stage)
+    held = stash + workspace
     limits = tuple(
         _limit(
             params,
             sharded,
             stash,
-            workspace,
+            held,
             largest,
             ch,
             hbm_bytes,
@@ -345,7 +350,7 @@ def phaze_costs(
         params,
         tied_s,
     )
-    base = params * state_bytes_per_parameter + stash + workspace
+    base = params * state_bytes_per_parameter + held
     figures = StageFigures(
         compute=_flat(compute, ch),
         p2p=_flat(p2p, ch),
@@ -370,14 +375,17 @@ class MemoryLimit:
     max_s_at: Callable[[int], np.ndarray] | None
 
 
-def _limit(params, shards, stash, workspace, largest, ch, hbm_bytes, max_stages, state, zero):
+def _limit(params, shards, stash, held, largest, ch, hbm_bytes, max_stages, state, zero):
+    """``held`` is what a stage holds besides its parameters' state (stash and workspace)."""
     replicated, sharded_bytes, gathered = zero_state(state[0], zero, state[1])
-    base = params * replicated + stash + workspace + largest * gathered
-    sharded = shards * sharded_bytes
-    if not sharded.any():
+    base = params * replicated + held
+    if gathered:
+        base += largest * gathered
+    if not (sharded_bytes and shards.any()):
         return MemoryLimit(
             zero, _layout(max_stages_fitting(base, stash, hbm_bytes, max_stages), ch), None
         )
+    sharded = shards * sharded_bytes
 
     def max_s_at(d: int) -> np.ndarray:  # where d enters the DP's memory test
         return _layout(max_stages_fitting(base + sharded / d, stash, hbm_bytes, max_stages), ch)

@@ -41,7 +41,7 @@ from placement.iteration import (
 )
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
-__all__ = ["Method", "place", "layer_arrays", "gib"]
+__all__ = ["Method", "place", "layer_arrays", "gib", "dp_tasks"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,26 @@ def gib(nbytes: float) -> str:
 
 def layer_arrays(graph: StageGraph) -> LayerArrays:
     """The per-layer figures of ``graph`` as read-only numpy arrays (params as counts)."""
-    ls = graph.layers
     edges = sorted(graph.edges, key=lambda e: (e.src, e.dst))
+    # one pass over the layers: the columns below, in this order
+    cols = np.array(
+        [
+            (
+                x.fwd_s,
+                x.bwd_s,
+                x.recompute_s,
+                x.parameters,
+                x.stash_bytes,
+                x.workspace_bytes,
+                x.tensor_parallel,
+                x.expert_parameters,
+                x.tied_parameters,
+            )
+            for x in graph.layers
+        ],
+        dtype=np.float64,
+    ).reshape(-1, 9)
+    fwd, bwd, rec, params, stash, workspace, tp, experts, tied = cols.T
 
     def arr(values, dtype=np.float64) -> np.ndarray:
         a = np.array(values, dtype=dtype)
@@ -72,18 +90,16 @@ def layer_arrays(graph: StageGraph) -> LayerArrays:
         return a
 
     return LayerArrays(
-        fwd=arr([x.fwd_s for x in ls]),
-        bwd=arr([x.bwd_s for x in ls]),
-        rec=arr([x.recompute_s for x in ls]),
-        params=arr([x.parameters for x in ls]),
-        stash=arr([x.stash_bytes for x in ls]),
-        workspace=arr([x.workspace_bytes for x in ls]),
-        tp=arr([x.tensor_parallel for x in ls], bool),
-        sharded_params=arr(
-            [sharded_parameters(x.parameters, x.expert_parameters, graph.ep) / graph.cp for x in ls]
-        ),
-        tied=arr([x.tied_parameters for x in ls]),
-        sharded_tied=arr([x.tied_parameters / graph.cp for x in ls]),
+        fwd=arr(fwd),
+        bwd=arr(bwd),
+        rec=arr(rec),
+        params=arr(params),
+        stash=arr(stash),
+        workspace=arr(workspace),
+        tp=arr(tp, bool),
+        sharded_params=arr(sharded_parameters(params, experts, graph.ep) / graph.cp),
+        tied=arr(tied),
+        sharded_tied=arr(tied / graph.cp),
         src=arr([e.src for e in edges], np.int64),
         dst=arr([e.dst for e in edges], np.int64),
         nbytes=arr([e.bytes for e in edges]),
@@ -100,7 +116,7 @@ def _max_stages(problem: PlacementProblem, graph: StageGraph, devices: int) -> i
     return cap
 
 
-def _prepare(
+def dp_tasks(
     problem: PlacementProblem, graph: StageGraph, method: Method, devices: int
 ) -> list[tuple[DpTask, StageFigures, int]]:
     """The DP tasks of one graph on at most ``devices`` devices (which set the p2p link),
@@ -224,23 +240,25 @@ def _time_bound(b: _BoundInputs, first_params: float) -> Callable[[np.ndarray], 
         with np.errstate(divide="ignore"):
             first = np.maximum(first_params, params - (stages - 1) * problem.hbm_bytes / state)
         pipeline = load * ((m // ds)[:, None] + stages - 1)
-        return np.where(ok, pipeline + tail(ds[:, None], first), np.inf).min(axis=1)
+        return np.where(ok, pipeline + tail(ds[:, None], first), np.inf)
 
     return bound
 
 
-def _prefix_bound(b: _BoundInputs) -> Callable[[np.ndarray], np.ndarray]:
-    """A sharper lower bound than :func:`_time_bound` for a chain, at more cost per degree.
+def _prefix_bound(b: _BoundInputs) -> Callable[..., np.ndarray]:
+    """A sharper lower bound than :func:`_time_bound` for a chain, at more cost per cell.
 
     The first stage of a chain is a prefix ``[0, j)``; with ``s`` stages the bottleneck load
     is at least the prefix's work and at least the rest's work over ``s - 1``, while the
     tail grows with the prefix's parameters, so each prefix is priced with both. Each of the
     other ``s - 1`` stages holds a layer at least and at most a device's memory of state.
-    Its figures are only computed when it is called (most tasks never need it).
+    Only the (degree, stage count) cells ``live`` marks are worked out (None: all); the
+    others are -inf. Its figures are only computed when it is called (most tasks never need
+    it).
     """
     problem, graph, la, shards, zero, s_max, devices, tail = _fields(b)
 
-    def bound(ds: np.ndarray) -> np.ndarray:
+    def bound(ds: np.ndarray, live: np.ndarray | None = None) -> np.ndarray:
         work = np.cumsum(la.fwd + la.bwd + la.rec)
         total, largest = float(work[-1]), float((la.fwd + la.bwd + la.rec).max())
         held = np.cumsum(la.params)  # parameters of prefix [0, j) at index j - 1
@@ -250,19 +268,22 @@ def _prefix_bound(b: _BoundInputs) -> Callable[[np.ndarray], np.ndarray]:
             problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
         )
         j = np.arange(1, n + 1)[None, :]
-        per = devices // ds
+        per = (devices // ds)[:, None]
         s_hi = np.minimum(s_max, np.where(per <= n_one, per, n_one + (per - n_one) // t))
         state = replicated + sharded / (ds * graph.cp)  # the least bytes of a parameter
-        whole = held[-1] * replicated + shards * sharded / (ds * graph.cp)
-        s_lo = np.maximum(1, np.ceil(whole / problem.hbm_bytes)).astype(np.int64)
-        counts = np.maximum(s_hi - s_lo + 1, 0)
-        which = np.repeat(np.arange(ds.size), counts)  # one row per (degree, stages)
+        whole = held[-1] * replicated + shards * sharded / (ds[:, None] * graph.cp)
+        s_lo = np.maximum(1, np.ceil(whole / problem.hbm_bytes))
+        stages = np.arange(1, s_max + 1)[None, :]
+        inside = (stages >= s_lo) & (stages <= s_hi)  # what the devices and memory allow
+        if live is None:
+            out = np.full((ds.size, s_max), np.inf)
+        else:
+            out = np.where(live & ~inside, np.inf, -np.inf)
+            inside &= live
+        which, s0 = np.nonzero(inside)  # one row per (degree, stage count) cell
         if which.size == 0:
-            return np.full(ds.size, np.inf)
-        s = (s_lo[which] + np.arange(which.size) - np.repeat(np.cumsum(counts) - counts, counts))[
-            :, None
-        ]
-        d = ds[which][:, None]
+            return out
+        s, d = (s0 + 1)[:, None], ds[which][:, None]
         # the bottleneck load depends on the stage count alone: once per count, not per row
         counts_s = np.arange(1, int(s.max()) + 1)[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -271,13 +292,11 @@ def _prefix_bound(b: _BoundInputs) -> Callable[[np.ndarray], np.ndarray]:
         by_s = np.maximum(np.maximum(work[None, :], rest), largest)
         by_s = np.where(counts_s == 1, np.where(j == n, total, np.inf), by_s)
         # the other s - 1 stages need a layer each: a longer prefix takes an infinite load
-        load = np.where(j <= n - (counts_s - 1), by_s, np.inf)[s[:, 0] - 1]
+        load = np.where(j <= n - (counts_s - 1), by_s, np.inf)[s0]
         fits = held[None, :] >= held[-1] - (s - 1) * cap
         # the tail depends on the degree alone: price it once per degree, not per stage count
         time = load * (-(-m // d) + s - 1) + tail(ds[:, None], held[None, :])[which]
-        best = np.where(fits, time, np.inf).min(axis=1)
-        out = np.full(ds.size, np.inf)
-        np.minimum.at(out, which, best)
+        out[which, s0] = np.where(fits, time, np.inf).min(axis=1)
         return out
 
     return bound
@@ -328,8 +347,8 @@ def _run(
     """Solve the variants ``todo`` on at most ``devices`` devices (skipping what cannot be
     faster than ``limit_s``).
 
-    Returns the solutions as (key, graph, solution, costs, figures) and, for variants with
-    none, (bytes needed, reason; none under a limit).
+    Returns the solutions as (key, graph, solution, costs, figures) and, when there is none
+    (and no limit), why each variant does not fit: (bytes needed, reason).
     """
     reasons = [
         (math.inf, _too_wide(problem, g))
@@ -337,20 +356,19 @@ def _run(
         if _max_stages(problem, g, devices // g.cp) < 1
     ]
     todo = [(i, g) for i, g in todo if _max_stages(problem, g, devices // g.cp) >= 1]
-    prepared = [(i, g, *task) for i, g in todo for task in _prepare(problem, g, method, devices)]
+    prepared = [(i, g, *task) for i, g in todo for task in dp_tasks(problem, g, method, devices)]
     sols = solve_many(tuple(task for _, _, task, _, _ in prepared), prune=True, cutoff_s=limit_s)
     found = []
     for (i, graph, task, figures, zero), sol in zip(prepared, sols, strict=True):
         if sol is not None:
             key = (sol.time_s, graph.tp, sol.d, sol.s, zero, i)
             found.append((key, graph, sol, task.costs, figures, zero))
-    placed = {f[0][-1] for f in found}
-    if limit_s < math.inf:
+    if found or limit_s < math.inf:
         return found, []
     reasons += [
         _why(problem, graph, task.costs, figures)
-        for i, graph, task, figures, zero in prepared
-        if i not in placed and zero == problem.zero_stages[0]
+        for _, graph, task, figures, zero in prepared
+        if zero == problem.zero_stages[0]
     ]
     return found, reasons
 

@@ -29,6 +29,7 @@ from placement import (
 from placement import network as net
 from placement.fixed import Strategy
 from placement.iteration import exposed_reduction_parameters
+from placement.search import dp_tasks
 
 # --- brute force (independent of the DP code) -----------------------------------------------
 
@@ -448,6 +449,60 @@ def test_memory_that_depends_on_d_matches_brute_force_chain(problem):
 @given(sharded_problems(max_layers=5, chain=False))
 def test_memory_that_depends_on_d_matches_brute_force_dag(problem):
     _check_phaze(problem, ("auto",))
+
+
+def _exact_by_degree_and_stages(task) -> dict[tuple[int, int], float]:
+    """The best time of a chain task at each (degree, stage count), by trying every split of
+    its layers: the figure a lower bound at that degree and stage count must not exceed."""
+    costs, t, m = task.costs, task.t, task.micro_batches
+    size = costs.n_states
+    n = size - 1
+    top = max(1, min(task.max_devices, m))
+    best: dict[tuple[int, int], float] = {}
+    for d in (d for d in range(1, top + 1) if m % d == 0 and d % task.d_multiple == 0):
+        table = costs.max_s if task.max_s_at is None else task.max_s_at(d)
+        for s in range(1, min(n, task.max_stages) + 1):
+            for cuts in itertools.combinations(range(1, n), s - 1):
+                bounds = (0, *cuts, n)
+                qs = [(n - a) * size + (n - b) for a, b in itertools.pairwise(bounds)]
+                if any(table[q] < s - i for i, q in enumerate(qs)):
+                    continue  # stage i sits s - i places from the end
+                devices = sum(1 if costs.one[q] and t > 1 else t for q in qs)
+                if devices * d > task.max_devices:
+                    continue
+                load = max(costs.load_mid[q] for q in qs[:-1]) if s > 1 else 0.0
+                load = max(load, costs.load_last[qs[-1]])
+                first = qs[0]
+                time = load * (m // d + s - 1)
+                time += float(task.tail(np.array([d]), np.array([costs.params[first]]))[0])
+                time += 0.0 if costs.tied_s is None else float(costs.tied_s[first])
+                best[d, s] = min(best.get((d, s), math.inf), time)
+    return best
+
+
+@budget(100)
+@given(st.one_of(sharded_problems(6, chain=True), measured_problems(6, chain=True)), st.data())
+def test_the_search_bounds_hold_at_every_degree_and_stage_count(problem, data):
+    """Both lower bounds of every DP task, per degree and stage count, stay under the best
+    time of any pipeline with that many stages at that degree: the search skips degrees and
+    stops its DPs at stage counts on their word. The sharper one, asked for some cells only,
+    gives the same figures there and no bound (-inf) elsewhere."""
+    for graph in problem.graphs:
+        for task, _, _ in dp_tasks(problem, graph, "chain", problem.cluster.devices):
+            exact = _exact_by_degree_and_stages(task)
+            assume(exact)
+            ds = np.array(sorted({d for d, _ in exact}))
+            for bound in (task.bound, task.sharper):
+                table = bound(ds)
+                assert table.shape == (ds.size, task.max_stages)
+                for (d, s), want in exact.items():
+                    got = table[np.searchsorted(ds, d), s - 1]
+                    assert got <= want * (1 + 1e-9) + 1e-12, (d, s, got, want)
+            cells = ds.size * task.max_stages
+            live = np.array(data.draw(st.lists(st.booleans(), min_size=cells, max_size=cells)))
+            live = live.reshape(ds.size, task.max_stages)
+            want = np.where(live, task.sharper(ds), -np.inf)
+            assert np.array_equal(task.sharper(ds, live), want)
 
 
 def _searched(problem: PlacementProblem):
