@@ -17,8 +17,9 @@ optimizer step, see :class:`DpTask`), plus the all-reduce of the tied weights th
 shares with later ones (:mod:`placement.first_stage`).
 
 Memory may depend on ``d`` (state sharded over the replicas): then the DP runs once per
-degree with that degree's memory table, in order of a lower bound on each degree's time,
-skipping the degrees that cannot beat the best found (:func:`solve_many`).
+memory table. Degrees are solved in order of lower bounds on their time, per degree and
+stage count, skipping the degrees that cannot beat the best found and stopping each DP at
+the most stages that still can (:func:`solve_many`).
 
 Notes
 -----
@@ -138,12 +139,16 @@ class DpTask:
     device). None means ``costs.max_s`` holds for every ``d``. ``bound(ds)`` is a lower bound
     on the best time at each degree of ``ds`` and each stage count ``s`` (column ``s - 1`` of
     a ``len(ds) x max_stages`` array; None: no bound), to skip degrees and stage counts that
-    cannot win; ``sharper(ds)`` another, costlier per degree, tried on the degrees ``bound``
-    leaves. Only multiples of ``d_multiple`` are degrees (expert parallelism's ``ep`` divides
-    ``d``).
+    cannot win; ``sharper(ds, live)`` another, costlier, worked out only in the cells the
+    boolean array ``live`` marks (-inf in the others) and tried on those ``bound`` leaves.
+    Only multiples of ``d_multiple`` are degrees (expert parallelism's ``ep`` divides ``d``).
+
+    With ``build``, ``costs`` and ``max_s_at`` are worked out only when the DP needs them:
+    ``build()`` returns the task in full (the bounds do without them), and ``sharded`` says
+    beforehand whether memory depends on ``d``.
     """
 
-    costs: SegmentCosts
+    costs: SegmentCosts | None
     t: int
     max_stages: int
     max_devices: int
@@ -153,7 +158,9 @@ class DpTask:
     whole_batches: bool = True
     bound: Callable[[np.ndarray], np.ndarray] | None = None
     d_multiple: int = 1
-    sharper: Callable[[np.ndarray], np.ndarray] | None = None
+    sharper: Callable[..., np.ndarray] | None = None
+    build: Callable[[], DpTask] | None = None
+    sharded: bool = False
 
     @property
     def c1(self) -> int:
@@ -193,15 +200,15 @@ def solve_many(
         if not every.size:
             continue
         lows.add(i, every)
-        if task.max_s_at is None and not prune:
+        if not prune and lows.task(i).max_s_at is None:
             ds = lows.degrees.pop(i)
             if float(lows.table.pop(i).min()) <= cutoff_s:
-                parts.append((i, _with_table(task, task.costs.max_s, ds), ds))
+                parts.append((i, _with_table(lows.task(i), lows.task(i).costs.max_s, ds), ds))
     for (i, _, _), sol in zip(parts, _solve_parts(parts, bands), strict=True):
         out[i] = sol
-    items = lows.items()
+    items = _contenders(lows.items(), out, rival)
     if prune and items:
-        seed = min(items, key=lambda it: (tasks[it[1]].max_s_at is not None, it))
+        seed = min(items, key=lambda it: (lows.sharded(it[1]), it))
         ds = np.array([seed[2]])
         part = (seed[1], lows.part(seed[1], ds, rival(out, seed[1])), ds)
         out[seed[1]] = _solve_parts([part], bands)[0]
@@ -250,6 +257,16 @@ class _Lows:
         self.table: dict[int, np.ndarray] = {}
         self._memory: dict[tuple[int, int], np.ndarray] = {}
 
+    def task(self, i: int) -> DpTask:
+        """Task ``i`` in full (:attr:`DpTask.build`)."""
+        task = self.tasks[i]
+        return task if task.build is None else task.build()
+
+    def sharded(self, i: int) -> bool:
+        """Whether task ``i``'s memory depends on ``d``, without building it."""
+        task = self.tasks[i]
+        return task.sharded if task.build is not None else task.max_s_at is not None
+
     def add(self, i: int, ds: np.ndarray) -> None:
         task = self.tasks[i]
         self.degrees[i] = ds
@@ -284,13 +301,13 @@ class _Lows:
 
     def memory(self, i: int, d: int) -> np.ndarray:
         if (i, d) not in self._memory:
-            task = self.tasks[i]
+            task = self.task(i)
             self._memory[i, d] = task.costs.max_s if task.max_s_at is None else task.max_s_at(d)
         return self._memory[i, d]
 
     def part(self, i: int, ds: np.ndarray, bar: float) -> DpTask:
         """Task ``i`` at degrees ``ds`` (sharing one memory table), as a DP to run."""
-        task = _with_table(self.tasks[i], self.memory(i, int(ds[0])), ds)
+        task = _with_table(self.task(i), self.memory(i, int(ds[0])), ds)
         return replace(task, max_stages=max(1, min(task.max_stages, self.stages(i, ds, bar))))
 
     def sharper(self, left: dict[int, np.ndarray], bars: dict[int, float]) -> dict[int, np.ndarray]:
@@ -344,7 +361,7 @@ def _relaxed_bounds(
     is among its candidates, priced at that degree with the task's own tail. Stage counts
     past the DP's are left unbounded.
     """
-    tasks = lows.tasks
+    tasks = {i: lows.task(i) for i in degrees}
     groups: dict[int, list[int]] = {}
     for i in degrees:
         groups.setdefault(id(tasks[i].costs.load_last), []).append(i)

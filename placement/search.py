@@ -17,6 +17,7 @@ and prefix sums); other DAGs enumerate downsets. Both give the same optimum.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -28,7 +29,13 @@ import numpy as np
 
 from phaze.errors import ConfigError, Infeasible
 from placement import network as net
-from placement.costs import LayerArrays, StageFigures, phaze_costs, stage_layers
+from placement.costs import (
+    LayerArrays,
+    MemoryLimit,
+    StageFigures,
+    phaze_costs,
+    stage_layers,
+)
 from placement.dp import DpSolution, DpTask, SegmentCosts, solve_many
 from placement.ep_cp import graph_variants
 from placement.iteration import (
@@ -118,10 +125,16 @@ def _max_stages(problem: PlacementProblem, graph: StageGraph, devices: int) -> i
 
 def dp_tasks(
     problem: PlacementProblem, graph: StageGraph, method: Method, devices: int
-) -> list[tuple[DpTask, StageFigures, int]]:
+) -> list[tuple[DpTask, Callable[[], StageFigures], int]]:
     """The DP tasks of one graph on at most ``devices`` devices (which set the p2p link),
-    one per ZeRO stage the problem allows: (task, figures, stage). A context-parallel graph
-    has ``devices / cp`` for its pipelines and data-parallel replicas."""
+    one per ZeRO stage the problem allows: (task, its stages' figures, stage). A
+    context-parallel graph has ``devices / cp`` for its pipelines and data-parallel
+    replicas.
+
+    The candidate stages are worked out once for the graph, and only when a task needs them
+    (:attr:`DpTask.build`): the lower bounds read the layers alone, so a graph they rule out
+    costs no stage figures.
+    """
     la = layer_arrays(graph)
     if method == "chain" and not la.is_chain:
         raise ConfigError(
@@ -129,59 +142,79 @@ def dp_tasks(
             "one); use 'auto' or 'dag'"
         )
     chain = la.is_chain if method == "auto" else method == "chain"
-    bw, lat = net.boundary_link(
-        problem.cluster,
-        devices,
-        graph.tp,
-        graph.sequence_parallel,
-        problem.collectives,
-        float(la.nbytes.max(initial=0.0)),
-    )
     s_max = _max_stages(problem, graph, devices // graph.cp)
-    costs, figures, limits = phaze_costs(
-        la,
-        chain=chain,
-        p2p_bandwidth=bw,
-        p2p_latency_s=lat,
-        hbm_bytes=problem.hbm_bytes,
-        state_bytes_per_parameter=problem.state_bytes_per_parameter,
-        max_stages=s_max,
-        zero_stages=problem.zero_stages,
-        optimizer_bytes_per_parameter=problem.optimizer_bytes_per_parameter,
-        p2p_overlap=problem.p2p_overlap,
-        # the first and the last stage are as far apart as the stage boundaries
-        tied_comm=lambda n: embedding_allreduce_s(
-            problem, devices > problem.cluster.devices_per_node, n
-        ),
-    )
+
+    @functools.cache
+    def stages() -> tuple[SegmentCosts, StageFigures, tuple[MemoryLimit, ...]]:
+        bw, lat = net.boundary_link(
+            problem.cluster,
+            devices,
+            graph.tp,
+            graph.sequence_parallel,
+            problem.collectives,
+            float(la.nbytes.max(initial=0.0)),
+        )
+        return phaze_costs(
+            la,
+            chain=chain,
+            p2p_bandwidth=bw,
+            p2p_latency_s=lat,
+            hbm_bytes=problem.hbm_bytes,
+            state_bytes_per_parameter=problem.state_bytes_per_parameter,
+            max_stages=s_max,
+            zero_stages=problem.zero_stages,
+            optimizer_bytes_per_parameter=problem.optimizer_bytes_per_parameter,
+            p2p_overlap=problem.p2p_overlap,
+            # the first and the last stage are as far apart as the stage boundaries
+            tied_comm=lambda n: embedding_allreduce_s(
+                problem, devices > problem.cluster.devices_per_node, n
+            ),
+        )
+
     m = problem.global_batch // graph.micro_batch
-    # the fewest parameters a first stage (the one holding the graph's sources) can have
-    firsts = (costs.outer == costs.full) & np.isfinite(costs.load_last)
-    first = float(costs.params[firsts].min(initial=np.inf)) if firsts.any() else 0.0
+    # a first stage is a nonempty downset: it holds a source layer at least
+    sources = np.setdiff1d(np.arange(la.n), la.dst)
+    first = float(la.params[sources].min(initial=np.inf)) if sources.size else 0.0
     # what ZeRO shards over d (placement.iteration.stage_memory), over cp as well
     shards = float(
         sum(sharded_parameters(x.parameters, x.expert_parameters, graph.ep) for x in graph.layers)
     )
     out = []
-    for limit in limits:
-        tail = tail_fn(problem, graph.tp, limit.zero, m, cp=graph.cp)
-        inputs = _BoundInputs(
-            problem, graph, la, shards, limit.zero, s_max, devices // graph.cp, tail
-        )
-        task = DpTask(
-            costs if limit.max_s is None else replace(costs, max_s=limit.max_s),
+    for k, zero in enumerate(problem.zero_stages):
+        tail = tail_fn(problem, graph.tp, zero, m, cp=graph.cp)
+        inputs = _BoundInputs(problem, graph, la, shards, zero, s_max, devices // graph.cp, tail)
+        stub = DpTask(
+            None,
             t=graph.tp,
             max_stages=s_max,
             max_devices=devices // graph.cp,
             micro_batches=m,
             tail=tail,
-            max_s_at=limit.max_s_at,
             bound=_time_bound(inputs, first),
             d_multiple=graph.ep,
             sharper=_prefix_bound(inputs) if la.is_chain else None,
+            sharded=zero_state(
+                problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
+            )[1]
+            > 0,
         )
-        out.append((task, figures, limit.zero))
-    return out
+        out.append(
+            (replace(stub, build=functools.cache(functools.partial(_built, stub, stages, k))), zero)
+        )
+    return [(task, lambda: stages()[1], zero) for task, zero in out]
+
+
+def _built(
+    stub: DpTask,
+    stages: Callable[[], tuple[SegmentCosts, StageFigures, tuple[MemoryLimit, ...]]],
+    k: int,
+) -> DpTask:
+    """``stub`` with the graph's stages and the memory limits of its ``k``-th ZeRO stage."""
+    costs, _, limits = stages()
+    limit = limits[k]
+    if limit.max_s is not None:
+        costs = replace(costs, max_s=limit.max_s)
+    return replace(stub, costs=costs, max_s_at=limit.max_s_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +245,8 @@ def _time_bound(b: _BoundInputs, first_params: float) -> Callable[[np.ndarray], 
     tensor-parallel layer takes one device) and at least the stages whose memory holds
     every parameter's state; the tail is at least that of a first stage holding what the
     other ``s - 1`` stages cannot (each holds at most a device's memory of state), and at
-    least ``first_params``, the fewest parameters any first stage has. ``shards`` counts the
-    parameters whose state ZeRO shards over ``d * cp``.
+    least ``first_params``, the fewest parameters a first stage can have. ``shards`` counts
+    the parameters whose state ZeRO shards over ``d * cp``.
     """
     problem, graph, la, shards, zero, s_max, devices, tail = _fields(b)
     work = la.fwd + la.bwd + la.rec
@@ -362,11 +395,11 @@ def _run(
     for (i, graph, task, figures, zero), sol in zip(prepared, sols, strict=True):
         if sol is not None:
             key = (sol.time_s, graph.tp, sol.d, sol.s, zero, i)
-            found.append((key, graph, sol, task.costs, figures, zero))
+            found.append((key, graph, sol, task.build().costs, figures(), zero))
     if found or limit_s < math.inf:
         return found, []
     reasons += [
-        _why(problem, graph, task.costs, figures)
+        _why(problem, graph, task.build().costs, figures())
         for _, graph, task, figures, zero in prepared
         if zero == problem.zero_stages[0]
     ]

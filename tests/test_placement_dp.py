@@ -489,7 +489,7 @@ def test_the_search_bounds_hold_at_every_degree_and_stage_count(problem, data):
     gives the same figures there and no bound (-inf) elsewhere."""
     for graph in problem.graphs:
         for task, _, _ in dp_tasks(problem, graph, "chain", problem.cluster.devices):
-            exact = _exact_by_degree_and_stages(task)
+            exact = _exact_by_degree_and_stages(task.build())
             assume(exact)
             ds = np.array(sorted({d for d, _ in exact}))
             for bound in (task.bound, task.sharper):
