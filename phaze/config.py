@@ -93,8 +93,7 @@ class SolverSettings:
     on machine load. "highs", "cbc" or "gurobi" first run the exact branch and bound of
     :mod:`ilp.branch` for ``search_nodes`` nodes, then the ILP of docs/scheduling.md, within
     ``time_limit_s`` per independent part of a graph. ``search_nodes`` defaults to 0 for
-    "list" (a search budget slows the default sweep severalfold, see
-    ``benchmarks/bench_sweep.py --search-nodes``) and to
+    "list" (``benchmarks/bench_sweep.py --search-nodes`` measures what a budget costs) and to
     :data:`ilp.DEFAULT_SEARCH_NODES` for the solvers.
     """
 
