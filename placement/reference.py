@@ -47,7 +47,8 @@ import numpy as np
 from phaze.errors import ConfigError, Infeasible
 from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, over_limit
 from placement.costs import LayerArrays, reference_costs, stage_layers
-from placement.dp import DpTask, solve_many
+from placement.dp import DpTask
+from placement.dp_order import solve_many
 
 __all__ = [
     "RefNode",

@@ -36,7 +36,8 @@ from placement.costs import (
     phaze_costs,
     stage_layers,
 )
-from placement.dp import DpSolution, DpTask, SegmentCosts, solve_many
+from placement.dp import DpSolution, DpTask, SegmentCosts
+from placement.dp_order import solve_many
 from placement.ep_cp import graph_variants
 from placement.iteration import (
     assemble,
