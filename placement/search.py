@@ -38,7 +38,7 @@ from placement.costs import (
 )
 from placement.dp import DpSolution, DpTask, SegmentCosts
 from placement.dp_order import solve_many
-from placement.ep_cp import graph_variants
+from placement.ep_cp import Variant, variants
 from placement.iteration import (
     assemble,
     embedding_allreduce_s,
@@ -69,28 +69,10 @@ def gib(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
-def layer_arrays(graph: StageGraph) -> LayerArrays:
+def layer_arrays(graph: StageGraph | Variant) -> LayerArrays:
     """The per-layer figures of ``graph`` as read-only numpy arrays (params as counts)."""
-    edges = sorted(graph.edges, key=lambda e: (e.src, e.dst))
-    # one pass over the layers: the columns below, in this order
-    cols = np.array(
-        [
-            (
-                x.fwd_s,
-                x.bwd_s,
-                x.recompute_s,
-                x.parameters,
-                x.stash_bytes,
-                x.workspace_bytes,
-                x.tensor_parallel,
-                x.expert_parameters,
-                x.tied_parameters,
-            )
-            for x in graph.layers
-        ],
-        dtype=np.float64,
-    ).reshape(-1, 9)
-    fwd, bwd, rec, params, stash, workspace, tp, experts, tied = cols.T
+    v = graph if isinstance(graph, Variant) else Variant.of(graph)
+    c = v.columns
 
     def arr(values, dtype=np.float64) -> np.ndarray:
         a = np.array(values, dtype=dtype)
@@ -98,34 +80,37 @@ def layer_arrays(graph: StageGraph) -> LayerArrays:
         return a
 
     return LayerArrays(
-        fwd=arr(fwd),
-        bwd=arr(bwd),
-        rec=arr(rec),
-        params=arr(params),
-        stash=arr(stash),
-        workspace=arr(workspace),
-        tp=arr(tp, bool),
-        sharded_params=arr(sharded_parameters(params, experts, graph.ep) / graph.cp),
-        tied=arr(tied),
-        sharded_tied=arr(tied / graph.cp),
-        src=arr([e.src for e in edges], np.int64),
-        dst=arr([e.dst for e in edges], np.int64),
-        nbytes=arr([e.bytes for e in edges]),
-        is_chain=graph.is_chain,
+        fwd=arr(c["fwd_s"]),
+        bwd=arr(c["bwd_s"]),
+        rec=arr(c["recompute_s"]),
+        params=arr(c["parameters"]),
+        stash=arr(c["stash_bytes"]),
+        workspace=arr(c["workspace_bytes"]),
+        tp=arr(c["tensor_parallel"], bool),
+        sharded_params=arr(
+            sharded_parameters(c["parameters"], c["expert_parameters"], v.ep) / v.cp
+        ),
+        tied=arr(c["tied_parameters"]),
+        sharded_tied=arr(c["tied_parameters"] / v.cp),
+        src=arr([e[0] for e in v.edges], np.int64),
+        dst=arr([e[1] for e in v.edges], np.int64),
+        nbytes=arr([e[2] for e in v.edges]),
+        is_chain=v.is_chain,
     )
 
 
-def _max_stages(problem: PlacementProblem, graph: StageGraph, devices: int) -> int:
+def _max_stages(problem: PlacementProblem, graph: Variant, devices: int) -> int:
     """At most one stage per layer and per device (per t devices when every layer is TP)."""
-    per_stage = graph.tp if all(x.tensor_parallel for x in graph.layers) else 1
-    cap = min(len(graph.layers), devices // per_stage)
+    tp = graph.columns["tensor_parallel"]
+    per_stage = graph.tp if tp.all() else 1
+    cap = min(tp.size, devices // per_stage)
     if problem.max_stages is not None:
         cap = min(cap, problem.max_stages)
     return cap
 
 
 def dp_tasks(
-    problem: PlacementProblem, graph: StageGraph, method: Method, devices: int
+    problem: PlacementProblem, graph: StageGraph | Variant, method: Method, devices: int
 ) -> list[tuple[DpTask, Callable[[], StageFigures], int]]:
     """The DP tasks of one graph on at most ``devices`` devices (which set the p2p link),
     one per ZeRO stage the problem allows: (task, its stages' figures, stage). A
@@ -136,6 +121,8 @@ def dp_tasks(
     (:attr:`DpTask.build`): the lower bounds read the layers alone, so a graph they rule out
     costs no stage figures.
     """
+    if not isinstance(graph, Variant):
+        graph = Variant.of(graph)
     la = layer_arrays(graph)
     if method == "chain" and not la.is_chain:
         raise ConfigError(
@@ -177,8 +164,9 @@ def dp_tasks(
     sources = np.setdiff1d(np.arange(la.n), la.dst)
     first = float(la.params[sources].min(initial=np.inf)) if sources.size else 0.0
     # what ZeRO shards over d (placement.iteration.stage_memory), over cp as well
+    cols = graph.columns
     shards = float(
-        sum(sharded_parameters(x.parameters, x.expert_parameters, graph.ep) for x in graph.layers)
+        sum(sharded_parameters(cols["parameters"], cols["expert_parameters"], graph.ep).tolist())
     )
     out = []
     for k, zero in enumerate(problem.zero_stages):
@@ -225,7 +213,7 @@ class _BoundInputs:
     may use; ``tail`` is the iteration's tail at (d, first-stage parameters)."""
 
     problem: PlacementProblem
-    graph: StageGraph
+    graph: Variant
     la: LayerArrays
     shards: float
     zero: int
@@ -355,7 +343,7 @@ def place(
     """
     start = time.perf_counter()
     cl = problem.cluster
-    graphs = graph_variants(problem)
+    graphs = variants(problem)
     found, reasons = _run(problem, list(enumerate(graphs)), method, cl.devices, limit_s)
     if cl.devices > cl.devices_per_node and (found or limit_s < math.inf):
         best = min((f[0][0] for f in found), default=limit_s)
@@ -368,12 +356,12 @@ def place(
     if not found:
         raise Infeasible(min(reasons)[1] if reasons else f"no placement within {limit_s} s")
     _, graph, sol, costs, figures, zero = min(found, key=lambda f: f[0])
-    return _placement(problem, graph, sol, costs, figures, zero)
+    return _placement(problem, graph.graph, sol, costs, figures, zero)
 
 
 def _run(
     problem: PlacementProblem,
-    todo: list[tuple[int, StageGraph]],
+    todo: list[tuple[int, Variant]],
     method: Method,
     devices: int,
     limit_s: float = math.inf,
@@ -400,21 +388,22 @@ def _run(
     if found or limit_s < math.inf:
         return found, []
     reasons += [
-        _why(problem, graph, task.build().costs, figures())
+        _why(problem, graph.graph, task.build().costs, figures())
         for _, graph, task, figures, zero in prepared
         if zero == problem.zero_stages[0]
     ]
     return found, reasons
 
 
-def _one_node_bound(problem: PlacementProblem, graph: StageGraph) -> float:
+def _one_node_bound(problem: PlacementProblem, graph: Variant) -> float:
     """A lower bound on the time of any placement on one node: all work over its devices
     (each of a context-parallel graph's ``cp`` ranks does its layers' work)."""
-    work = graph.cp * sum(x.fwd_s + x.bwd_s + x.recompute_s for x in graph.layers)
+    c = graph.columns
+    work = graph.cp * sum((c["fwd_s"] + c["bwd_s"] + c["recompute_s"]).tolist())
     return problem.global_batch // graph.micro_batch * work / problem.cluster.devices_per_node
 
 
-def _too_wide(problem: PlacementProblem, graph: StageGraph) -> str:
+def _too_wide(problem: PlacementProblem, graph: Variant) -> str:
     return (
         f"tp={graph.tp} needs {graph.tp} devices per stage, the cluster has "
         f"{problem.cluster.devices}"
@@ -425,7 +414,7 @@ def _why(
     problem: PlacementProblem, graph: StageGraph, costs: SegmentCosts, figures: StageFigures
 ) -> tuple[float, str]:
     """Why nothing fits: (a lower bound on the bytes any placement needs per device, text)."""
-    s_max = _max_stages(problem, graph, problem.cluster.devices)
+    s_max = _max_stages(problem, Variant.of(graph), problem.cluster.devices)
     # Every layer sits in some stage, whose memory is at least that layer's alone; the states
     # of all layers spread over at most s_max stages. Either bound is a valid lower bound.
     # Sharded state may shrink to nothing: count only what the most sharded stage replicates.

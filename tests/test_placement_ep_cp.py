@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import astuple, replace
 
+import numpy as np
 import pytest
 from budget import budget
 from hypothesis import assume, example, given, settings
@@ -13,10 +14,18 @@ from hypothesis import strategies as st
 from arch_space import Cluster
 from phaze.errors import Infeasible
 from placement import PlacementProblem, StageEdge, StageGraph, StageLayer, place
-from placement.ep_cp import all_to_all_s, ep_cp_graph, ep_link, graph_variants, ring_s
+from placement.ep_cp import (
+    Variant,
+    all_to_all_s,
+    ep_cp_graph,
+    ep_link,
+    graph_variants,
+    ring_s,
+)
 from placement.fixed import Strategy, evaluate_fixed
 from placement.iteration import stage_memory
 from placement.partial import evaluate_partial
+from placement.search import layer_arrays
 
 _CLUSTER = Cluster(devices=16, devices_per_node=8)
 
@@ -69,6 +78,60 @@ def test_graph_at_ep_cp_matches_the_closed_forms(ep, cp, recompute):
     assert y.fwd_s + y.bwd_s == pytest.approx(3e-3 / cp + 4 * a2a + exposed)
     full = recompute == "full"
     assert y.recompute_s >= (1e-3 / cp + 2 * a2a if full else 0.0) - 1e-15
+
+
+@budget(80)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.floats(0, 1e-2),  # fwd_s
+            st.floats(0, 1e-2),  # recompute_s
+            st.integers(0, 10**6),  # parameters
+            st.floats(0, 1),  # expert share of them
+            st.floats(0, 1e7),  # dispatch_bytes
+            st.floats(0, 1e7),  # kv_bytes
+            st.floats(0, 1e-3),  # tp_comm_s
+            st.floats(0, 50),  # tied_parameters
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    ep=st.sampled_from([1, 2, 4, 8]),
+    cp=st.sampled_from([1, 2, 4]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    per_node=st.sampled_from([2, 8]),
+)
+def test_a_variant_prices_what_its_graph_holds(rows, ep, cp, recompute, per_node):
+    """The search reads a variant's layer arrays without building its graph; the placement
+    it returns is priced on the graph :func:`ep_cp_graph` builds: both hold the same
+    figures, bit for bit."""
+    layers = tuple(
+        StageLayer(
+            f"l{i}",
+            fwd,
+            2 * fwd,
+            parameters=params,
+            stash_bytes=1e6 * (i + 1),
+            recompute_s=rec,
+            workspace_bytes=1e5,
+            expert_parameters=share * params,
+            dispatch_bytes=dispatch,
+            kv_bytes=kv,
+            tp_comm_s=tpc,
+            tied_parameters=tied,
+        )
+        for i, (fwd, rec, params, share, dispatch, kv, tpc, tied) in enumerate(rows)
+    )
+    edges = tuple(StageEdge(i, i + 1, 1e6 + i) for i in range(len(layers) - 1))
+    g = StageGraph(2, layers, edges, recompute=recompute, experts=8)
+    cluster = Cluster(devices=64, devices_per_node=per_node)
+    built = layer_arrays(ep_cp_graph(g, ep, cp, cluster))
+    searched = layer_arrays(Variant.at(g, ep, cp, cluster))
+    for name in ("fwd", "bwd", "rec", "params", "stash", "workspace", "tp", "sharded_params"):
+        assert np.array_equal(getattr(built, name), getattr(searched, name)), name
+    for name in ("tied", "sharded_tied", "src", "dst", "nbytes"):
+        assert np.array_equal(getattr(built, name), getattr(searched, name)), name
+    assert Variant.at(g, ep, cp, cluster).graph == ep_cp_graph(g, ep, cp, cluster)
 
 
 def test_expert_state_is_sharded_over_d_cp_over_ep():
