@@ -26,12 +26,13 @@ import dataclasses
 import heapq
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 from typing import Final
 
+from ilp.balance import balanced_modes
 from ilp.bounds import resource_lower_bound
 from ilp.problem import PARALLEL, SINGLE, Problem
 
@@ -384,15 +385,26 @@ def initial_schedule(problem: Problem, bound: float) -> Incumbent:
     for generate in (_sgs, parallel_sgs):
         for modes in dict.fromkeys((fast, single)):
             for rank in (by_tail, by_index):
-                s, ms = generate(problem, modes, rank)
-                if ms > bound:
-                    s, ms = justify(problem, modes, s)
-                if best is None or ms < best[2]:
-                    best = (modes, s, ms)
-                if ms <= bound:
+                best = _better(problem, best, generate, modes, rank, bound)
+                if best[2] <= bound:
                     return best
     assert best is not None
     return best
+
+
+def _better(
+    problem: Problem,
+    best: Incumbent | None,
+    generate: Callable[[Problem, Sequence[int], Sequence[float]], tuple[tuple[float, ...], float]],
+    modes: Sequence[int],
+    rank: Sequence[float],
+    bound: float,
+) -> Incumbent:
+    """``best`` or the (justified) list schedule of ``modes`` and ``rank``, the shorter."""
+    s, ms = generate(problem, modes, rank)
+    if ms > bound:
+        s, ms = justify(problem, modes, s)
+    return best if best is not None and best[2] <= ms else (tuple(modes), s, ms)
 
 
 def _by_tail(problem: Problem) -> tuple[float, ...]:
@@ -413,7 +425,30 @@ def improve(problem: Problem, incumbent: Incumbent, bound: float) -> Incumbent:
     justified once more. Justifying every trial instead finds shorter schedules only with
     several times the schedules built: the mode moves matter more. The parallel SGS in the
     trials did worse within the same budget.
+
+    A single-op or group flip cannot leave a local optimum in which many ops hold the whole
+    chip one after another where, single-core, they would run side by side: each flip alone
+    only lengthens the schedule. So when the bound is still not met, the list schedules of
+    :func:`balanced_modes` (serial and parallel SGS, justified) are tried too, and the local
+    search restarts from them when they are shorter than its result; the result is never
+    longer than the local search's alone.
     """
+    best = _improved(problem, incumbent, bound)
+    if best[2] <= bound:
+        return best
+    balanced = balanced_modes(problem, structure(problem))
+    if balanced is None or balanced[0] == incumbent[0] or balanced[1] >= best[2]:
+        return best  # no schedule in those modes is shorter
+    rank = _by_tail(problem)
+    other = None
+    for generate in (_sgs, parallel_sgs):
+        other = _better(problem, other, generate, balanced[0], rank, bound)
+    if other[2] >= best[2]:
+        return best
+    return other if other[2] <= bound else _improved(problem, other, bound)
+
+
+def _improved(problem: Problem, incumbent: Incumbent, bound: float) -> Incumbent:
     modes, start, span = _local_search(problem, incumbent, bound)
     if span > bound:
         start, span = justify(problem, modes, start)

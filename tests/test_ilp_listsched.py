@@ -1,5 +1,5 @@
 """The list schedules against independent checks: serial and parallel schedule
-generation, resumption and cutoffs, and double justification."""
+generation, resumption and cutoffs, double justification, and the balanced modes."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import math
 from budget import budget
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from ilp_oracle import check_schedule, dags, graph
+from ilp_oracle import brute_force, check_schedule, dags, graph
 
 from ilp import Method, ScheduleStatus, solve_schedule
+from ilp.balance import balanced_modes
 from ilp.listsched import (
     initial_schedule,
     justify,
@@ -175,3 +176,40 @@ def test_parallel_sgs_keeps_the_bottleneck_busy():
     assert s.makespan_s == 9.0 and s.method == Method.BOUND
     assert s.status == ScheduleStatus.OPTIMAL
     check_schedule(g, s, 1, 1)
+
+
+@budget(200, deadline=None)
+@given(moded_problems())
+def test_balanced_estimate_bounds_every_schedule_in_its_modes(drawn):
+    """No schedule in the balanced modes (here: the serial SGS under a random priority) is
+    shorter than their estimate: a collapsed-schedule bound, channels included."""
+    problem, _, rank = drawn
+    found = balanced_modes(problem, structure(problem))
+    assume(found is not None)
+    modes, estimate = found
+    assert estimate <= makespan(problem, modes, serial_sgs(problem, modes, rank)) * (1 + 1e-9)
+
+
+def test_list_schedule_leaves_the_all_split_optimum_for_the_balanced_modes():
+    """Three tensor cores and one vector core: a chain c0 (VC) -> c1 (TC, split 3x) -> c2
+    (VC, 4 s) -> c3 (TC, split 3x), an independent x (VC, 1 s), and three GEMMs w0..w2
+    after c1 that a split barely speeds up. With every op split they run one after another,
+    and no flip of one or two of them to a single core shortens that; the balanced modes
+    run them single-core beside c2, as the brute force does."""
+    g = graph(
+        [
+            ("c0", "VC", 2.0, 2.0),
+            ("c1", "TC", 8.0, 8.0 / 3),
+            ("c2", "VC", 4.0, 4.0),
+            ("c3", "TC", 9.0, 3.0),
+            ("w0", "TC", 5.0, 2.33),
+            ("w1", "TC", 4.0, 1.9),
+            ("w2", "TC", 5.0, 2.4),
+            ("x", "VC", 1.0, 1.0),
+        ],
+        [("c0", "c1"), ("c1", "c2"), ("c2", "c3"), ("c1", "w0"), ("c1", "w1"), ("c1", "w2")],
+    )
+    s = solve_schedule(g, 3, 1, solver="list", search_nodes=0)
+    check_schedule(g, s, 3, 1)
+    assert math.isclose(s.makespan_s, brute_force(g, 3, 1), rel_tol=1e-9)
+    assert {"w0", "w1", "w2"}.isdisjoint(s.parallel)

@@ -256,8 +256,8 @@ def test_search_beats_an_incumbent_just_above_the_optimum_on_branches(
 
 
 def test_a_known_bound_spares_the_proof():
-    """Here the list schedule (14) is one off the optimum (13): once the search finds 13 the
-    bound ends it, where without it the tree must be searched to prove 13."""
+    """Here the starting list schedule (14) is one off the optimum (13): once the search
+    finds 13 the bound ends it, where without it the tree must be searched to prove 13."""
     g = graph(
         [
             ("o0", "VC", 4 * US, 3 * US),
@@ -271,7 +271,7 @@ def test_a_known_bound_spares_the_proof():
     assert brute_force(g, 3, 2) == pytest.approx(13 * US)
     problem = build_problem(g, 3, 2).problem
     st_ = structure(problem)
-    start = _list_schedule(problem)
+    start = initial_schedule(problem, 0.0)
     assert start[2] == pytest.approx(14 * US)
     full = branch_and_bound(problem, st_, start, 1e-6, 10**6)
     met = branch_and_bound(problem, st_, start, 1e-6, 10**6, floor_s=13 * US)

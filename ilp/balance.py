@@ -1,0 +1,121 @@
+"""A mode choice for the list schedules that does not starve the critical chain:
+:func:`balanced_modes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ilp.problem import CORE_KINDS, PARALLEL, SINGLE, Problem
+
+if TYPE_CHECKING:
+    from ilp.listsched import Structure
+
+__all__ = ["balanced_modes"]
+
+
+def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], float] | None:
+    """(modes, estimate): modes that split an op only where that lowers an estimate of the
+    makespan, found greedily from all single-core; None without ``parallel_blocks_all``.
+
+    With ``parallel_blocks_all`` a split op runs beside no core holder, so the estimate is
+    the split ops' summed time plus the longer of the longest path of the single-core core
+    holders and the busiest core kind's unit-seconds per unit of them (the collapsed
+    schedule of :mod:`ilp.lpbound`), or the busiest further kind's unit-seconds per unit if
+    more (at the fastest modes' durations): a lower bound on every schedule in those modes. The fastest modes ignore it and split every op, so ops that a split
+    barely speeds up (a weight-gradient GEMM on a chip of many tensor cores) hold the whole
+    chip one after another, where single-core, side by side and beside the critical chain,
+    they would take about as long as one of them; the local search cannot leave that
+    optimum one flip at a time. A move splits one op or a group of identical ops (parallel
+    siblings, which only shorten the path together) with an op on a longest path; each step
+    takes the first move, in order of the least estimate it could reach, that lowers the
+    estimate (one longest-path pass each), until none does. ``st`` is the problem's
+    :func:`ilp.listsched.structure`.
+    """
+    n = problem.n
+    if not problem.parallel_blocks_all or not any(problem.can_parallel):
+        return None
+    single_s, parallel_s = problem.single_s, problem.parallel_s
+    cores = len(CORE_KINDS)
+    per_unit = [
+        [s * u / cap for u, cap in zip(need[:cores], problem.capacity[:cores], strict=True)]
+        for s, need in zip(single_s, problem.need[SINGLE], strict=True)
+    ]
+    work = [sum(w[k] for w in per_unit) for k in range(cores)]
+    # An op holding no core (a collective on its channel) may run beside split ops: it
+    # counts only in its further kinds' unit-seconds (at the fastest modes' durations).
+    further = max(
+        (
+            sum(problem.min_duration(i) * problem.need[SINGLE][i][k] for i in range(n)) / cap
+            for k, cap in enumerate(problem.capacity[cores:], cores)
+        ),
+        default=0.0,
+    )
+    alike: dict[tuple, list[int]] = {}
+    for i in range(n):
+        if problem.can_parallel[i]:
+            key = (problem.need[SINGLE][i], problem.need[PARALLEL][i], single_s[i], parallel_s[i])
+            alike.setdefault(key, []).append(i)
+    moves = [g for g in alike.values() if len(g) > 1]
+    moves += [[i] for i in range(n) if problem.can_parallel[i]]
+    d = [s if problem.holds_core(i) else 0.0 for i, s in enumerate(single_s)]  # 0 once split
+    modes = [SINGLE] * n
+    paid = 0.0  # the split ops' summed time
+    head, path = _heads(st.preds, d, 0, [0.0] * n)
+    estimate = max(further, path, *work)
+    while True:
+        tail = [0.0] * n
+        for i in range(n - 1, -1, -1):
+            for q in st.succs[i]:
+                if d[q] + tail[q] > tail[i]:
+                    tail[i] = d[q] + tail[q]
+        critical = [h + x + t >= path * (1 - 1e-12) for h, x, t in zip(head, d, tail, strict=True)]
+        tried = []
+        for move in moves:
+            ops = [i for i in move if modes[i] == SINGLE]
+            if ops and any(critical[i] for i in ops):
+                rest = [w - sum(per_unit[i][k] for i in ops) for k, w in enumerate(work)]
+                cost = paid + sum(parallel_s[i] for i in ops)
+                # the longest path shortens by at most the ops' single-core times
+                floor = max(further, cost + max(path - sum(d[i] for i in ops), *rest))
+                tried.append((floor, cost, rest, ops))
+        tried.sort(key=lambda t: t[0])
+        chosen = None
+        for floor, cost, rest, ops in tried:
+            if floor >= estimate * (1 - 1e-12):
+                break
+            trial = d[:]
+            for i in ops:
+                trial[i] = 0.0
+            cost = max(further, cost + max(_heads(st.preds, trial, min(ops), head)[1], *rest))
+            if cost < estimate * (1 - 1e-12):
+                chosen, estimate = ops, cost
+                break
+        if chosen is None:
+            return tuple(modes), estimate
+        for i in chosen:
+            modes[i] = PARALLEL
+            d[i] = 0.0
+            paid += parallel_s[i]
+            work = [w - u for w, u in zip(work, per_unit[i], strict=True)]
+        head, path = _heads(st.preds, d, min(chosen), head)
+
+
+def _heads(
+    preds: Sequence[Sequence[int]], d: Sequence[float], first: int, head: Sequence[float]
+) -> tuple[list[float], float]:
+    """(earliest starts, longest path) under durations ``d``; ops before ``first`` keep
+    their ``head`` (``d`` changed only from ``first`` on)."""
+    head = [*head[:first], *[0.0] * (len(d) - first)]
+    span = 0.0
+    for j, x in enumerate(d):
+        if j >= first:
+            h = 0.0
+            for p in preds[j]:
+                if head[p] + d[p] > h:
+                    h = head[p] + d[p]
+            head[j] = h
+        if head[j] + x > span:
+            span = head[j] + x
+    return head, span
