@@ -59,6 +59,10 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
             alike.setdefault(key, []).append(i)
     moves = [g for g in alike.values() if len(g) > 1]
     moves += [[i] for i in range(n) if problem.can_parallel[i]]
+    within: list[list[int]] = [[] for _ in range(n)]  # the moves holding each op
+    for m, move in enumerate(moves):
+        for i in move:
+            within[i].append(m)
     d = [s if problem.holds_core(i) else 0.0 for i, s in enumerate(single_s)]  # 0 once split
     modes = [SINGLE] * n
     paid = 0.0  # the split ops' summed time
@@ -70,16 +74,23 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
             for q in st.succs[i]:
                 if d[q] + tail[q] > tail[i]:
                     tail[i] = d[q] + tail[q]
-        critical = [h + x + t >= path * (1 - 1e-12) for h, x, t in zip(head, d, tail, strict=True)]
+        near = path * (1 - 1e-12)
+        candidates = sorted(
+            {
+                m
+                for i in range(n)
+                if modes[i] == SINGLE and head[i] + d[i] + tail[i] >= near
+                for m in within[i]
+            }
+        )
         tried = []
-        for move in moves:
-            ops = [i for i in move if modes[i] == SINGLE]
-            if ops and any(critical[i] for i in ops):
-                rest = [w - sum(per_unit[i][k] for i in ops) for k, w in enumerate(work)]
-                cost = paid + sum(parallel_s[i] for i in ops)
-                # the longest path shortens by at most the ops' single-core times
-                floor = max(further, cost + max(path - sum(d[i] for i in ops), *rest))
-                tried.append((floor, cost, rest, ops))
+        for m in candidates:
+            ops = [i for i in moves[m] if modes[i] == SINGLE]
+            rest = [w - sum(per_unit[i][k] for i in ops) for k, w in enumerate(work)]
+            cost = paid + sum(parallel_s[i] for i in ops)
+            # the longest path shortens by at most the ops' single-core times
+            floor = max(further, cost + max(path - sum(d[i] for i in ops), *rest))
+            tried.append((floor, cost, rest, ops))
         tried.sort(key=lambda t: t[0])
         chosen = None
         for floor, cost, rest, ops in tried:
