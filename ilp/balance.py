@@ -23,10 +23,11 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
     the split ops' summed time plus the longer of the longest path of the single-core core
     holders and the busiest core kind's unit-seconds per unit of them (the collapsed
     schedule of :mod:`ilp.lpbound`), or the busiest further kind's unit-seconds per unit if
-    more (at the fastest modes' durations): a lower bound on every schedule in those modes. The fastest modes ignore it and split every op, so ops that a split
-    barely speeds up (a weight-gradient GEMM on a chip of many tensor cores) hold the whole
-    chip one after another, where single-core, side by side and beside the critical chain,
-    they would take about as long as one of them; the local search cannot leave that
+    more (at the fastest modes' durations): a lower bound on every schedule in those modes.
+    The fastest modes ignore it and split every op, so ops that a split barely speeds up
+    (a weight-gradient GEMM on a chip of many tensor cores) hold the whole chip one after
+    another, where single-core, side by side and beside the critical chain, they would take
+    about as long as one of them; the local search cannot leave that
     optimum one flip at a time. A move splits one op or a group of identical ops (parallel
     siblings, which only shorten the path together) with an op on a longest path; each step
     takes the first move, in order of the least estimate it could reach, that lowers the

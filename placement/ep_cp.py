@@ -197,16 +197,13 @@ class Variant:
     ) -> Variant:
         """``base`` at (``ep``, ``cp``); ``columns`` are ``base``'s if already read."""
         cols = layer_columns(base) if columns is None else columns
+        at_base = (ep, cp) == (base.ep, base.cp)
+        if not at_base:
+            cols = scaled_columns(cols, base, ep, cp, cluster)
+        split = 1 if at_base else cp  # a boundary message splits over the cp ranks
         edges = sorted(base.edges, key=lambda e: (e.src, e.dst))
-        if (ep, cp) == (base.ep, base.cp):
-            return cls(base, ep, cp, cluster, cols, tuple((e.src, e.dst, e.bytes) for e in edges))
         return cls(
-            base,
-            ep,
-            cp,
-            cluster,
-            scaled_columns(cols, base, ep, cp, cluster),
-            tuple((e.src, e.dst, e.bytes / cp) for e in edges),
+            base, ep, cp, cluster, cols, tuple((e.src, e.dst, e.bytes / split) for e in edges)
         )
 
     @classmethod
