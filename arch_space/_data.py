@@ -2,7 +2,7 @@
 
 The shipped data files keep every number as ``{value = ..., source = "..."}``; user files and
 override mappings may give plain numbers. Every checker returns a list of problems (strings)
-so callers can report all of them in one :class:`~phaze.errors.ConfigError`.
+so callers can report all of them in one :class:`~phaze_common.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from numpy import format_float_scientific
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 __all__ = [
     "shipped_toml",

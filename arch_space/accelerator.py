@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from arch_space.tech import known_nodes, unknown_node_problem
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 __all__ = [
     "ACCELERATOR_FIELDS",

@@ -33,7 +33,7 @@ import numpy as np
 from arch_space._data import shipped_toml
 from arch_space.accelerator import Accelerator
 from arch_space.tech import TechNode, tech_node
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 __all__ = [
     "COMPONENTS",

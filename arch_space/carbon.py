@@ -24,7 +24,7 @@ from arch_space.accelerator import Accelerator
 from arch_space.area import hbm_stacks
 from arch_space.cost import CostParams, made_die
 from arch_space.tech import TechNode
-from phaze.errors import ConfigError, unknown_name
+from phaze_common.errors import ConfigError, unknown_name
 
 __all__ = [
     "CarbonParams",

@@ -42,7 +42,7 @@ from typing import Any
 from arch_space._data import read_toml, toml_literal, unknown_keys
 from arch_space.accelerator import Accelerator, Cluster, accelerator_problems, cluster_problems
 from arch_space.presets import preset, preset_names
-from phaze.errors import ConfigError, unknown_name
+from phaze_common.errors import ConfigError, unknown_name
 
 __all__ = [
     "ACCELERATOR_TOML_KEYS",

@@ -29,7 +29,7 @@ from arch_space.area import (
     made_die_area_mm2,
 )
 from arch_space.tech import TechNode
-from phaze.errors import ConfigError, Infeasible
+from phaze_common.errors import ConfigError, Infeasible
 
 __all__ = [
     "CostParams",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from arch_space.accelerator import Accelerator
-from phaze.errors import unknown_name
+from phaze_common.errors import unknown_name
 
 __all__ = ["preset", "preset_names", "PUBLISHED"]
 

@@ -45,7 +45,7 @@ from arch_space.config import ACCELERATOR_TOML_KEYS
 from arch_space.presets import preset
 from arch_space.system import power_budget_w
 from arch_space.tech import known_nodes, tech_node, unknown_node_problem
-from phaze.errors import ConfigError, unknown_name
+from phaze_common.errors import ConfigError, unknown_name
 
 __all__ = ["Space", "SpaceSummary", "space_names", "load_space", "design_id", "PARAMETERS"]
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from arch_space._data import plain_values, shipped_toml
 from arch_space.power_limit import preset_board_limit_w
-from phaze.errors import unknown_name
+from phaze_common.errors import unknown_name
 
 __all__ = [
     "board_limit_w",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from arch_space._data import number_problem, plain_values, read_toml, shipped_toml, unknown_keys
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 __all__ = [
     "TechNode",

@@ -57,7 +57,7 @@ from ilp._native import native_stdout_silenced
 from ilp.listsched import Structure
 from ilp.problem import PARALLEL, SINGLE, Problem
 from ilp.symmetry import symmetry
-from phaze.errors import ConfigError, SolverError, unknown_name
+from phaze_common.errors import ConfigError, SolverError, unknown_name
 
 __all__ = [
     "MAX_ANTICHAINS",

@@ -27,7 +27,7 @@ from typing import Final
 
 import networkx as nx
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 __all__ = [
     "CORE_KINDS",

@@ -42,7 +42,7 @@ from ilp.lpbound import collapsed_lower_bound
 from ilp.problem import CORE_KINDS, PARALLEL, SINGLE, Problem, build_problem
 from ilp.symmetry import canonical, symmetry
 from ilp.usage import unit_ids, utilisation
-from phaze.errors import ConfigError, SolverError
+from phaze_common.errors import ConfigError, SolverError
 
 __all__ = [
     "ScheduleStatus",

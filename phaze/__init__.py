@@ -1,7 +1,7 @@
 """Phaze: co-design of an ML accelerator and the parallel placement of LLM training.
 
-The public API (``phaze.search``, ``phaze.evaluate``) is imported lazily so that the
-leaf packages can import :mod:`phaze.errors` without pulling in the whole tool.
+The public API (``phaze.search``, ``phaze.evaluate``) is imported lazily, so that importing
+``phaze`` (and starting the CLI) does not pull in the whole tool.
 """
 
 from __future__ import annotations

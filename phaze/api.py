@@ -18,13 +18,13 @@ from typing import Any
 from arch_space import Accelerator, Cluster
 from arch_space.perf.device import DeviceProfile
 from phaze.config import SolverSettings, SweepConfig
-from phaze.errors import ConfigError
 from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
-from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from phaze.pipeline import Context, Evaluation, Knobs
 from phaze.pipeline import evaluate as _evaluate
 from phaze.scoring import ScoringParams
 from phaze.sweep import run_sweep
+from phaze_common.errors import ConfigError
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from placement import Strategy, parse_strategy
 from results.store import load
 from workloads import resolve_model
@@ -169,7 +169,7 @@ def evaluate(
 def _check_limits(
     cluster: Cluster, seq_len: int, global_batch: int, micro: tuple[str, Sequence[int]]
 ) -> None:
-    """The sizes of :mod:`phaze.limits`, as the CLI and sweep configs apply them: one
+    """The sizes of :mod:`phaze_common.limits`, as the CLI and sweep configs apply them: one
     ConfigError naming every argument above its limit (``micro``: a name and its values)."""
     name, values = micro
     checks = [

@@ -22,10 +22,10 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
-from phaze.errors import ConfigError
-from phaze.limits import LIMITS, over_limit
 from phaze.run import parse_tokens
 from phaze.scoring import ScoringParams
+from phaze_common.errors import ConfigError
+from phaze_common.limits import LIMITS, over_limit
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from arch_space import Accelerator
-from phaze.errors import ConfigError
 from phaze.pipeline import Context, Evaluation, Knobs, evaluate, time_lower_bound_s
+from phaze_common.errors import ConfigError
 from placement.fixed import Strategy
 from workloads import Model
 

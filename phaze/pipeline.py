@@ -21,9 +21,9 @@ from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profil
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.context import CP_DEGREES, Context, Knobs, search_degrees
-from phaze.errors import ConfigError, Infeasible
 from phaze.lower_bounds import bound_graph, recompute_workspace_bytes
 from phaze.scoring import Score, score_point
+from phaze_common.errors import ConfigError, Infeasible
 from placement import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
     Placement,

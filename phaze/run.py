@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from phaze.errors import ConfigError
 from phaze.scoring import Score, ScoringParams, embodied_share_kgco2e
+from phaze_common.errors import ConfigError
 
 __all__ = ["RunAnswers", "parse_tokens", "run_answers"]
 

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from placement.iteration import IterationEnergy
 
 __all__ = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from placement.types import RecomputeMode, StageEdge, StageGraph, StageLayer
 from workloads.layer_graph import LayerGraph
 

@@ -14,7 +14,7 @@ from typing import Final
 
 import numpy as np
 
-from phaze.errors import SolverError
+from phaze_common.errors import SolverError
 
 __all__ = ["DOWNSET_LIMIT", "PAIR_LIMIT", "DownsetPairs", "downset_pairs"]
 

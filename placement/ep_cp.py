@@ -37,7 +37,7 @@ from typing import Final
 import numpy as np
 
 from arch_space.accelerator import Cluster
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from placement import network as net
 from placement.types import PlacementProblem, StageEdge, StageGraph
 

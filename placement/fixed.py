@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from phaze.errors import ConfigError, Infeasible
+from phaze_common.errors import ConfigError, Infeasible
 from placement import network as net
 from placement.ep_cp import ep_cp_graph
 from placement.iteration import assemble, embedding_allreduce_s, stage_memory

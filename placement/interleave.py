@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from phaze.errors import Infeasible
+from phaze_common.errors import Infeasible
 from placement import network as net
 from placement.dp import candidate_degrees
 from placement.fixed import Strategy, evaluate_fixed

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import inf
 
-from phaze.errors import ConfigError, Infeasible
+from phaze_common.errors import ConfigError, Infeasible
 from placement.dp import candidate_degrees
 from placement.fixed import Strategy, evaluate_fixed
 from placement.interleave import best_interleaved

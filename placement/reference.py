@@ -44,8 +44,8 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
-from phaze.errors import ConfigError, Infeasible
-from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, over_limit
+from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, over_limit
 from placement.costs import LayerArrays, reference_costs, stage_layers
 from placement.dp import DpTask
 from placement.dp_order import solve_many
@@ -220,7 +220,7 @@ def parse_reference_instance(doc: Any, *, source: str = "instance") -> Reference
 
 
 def _over_limits(source: str, devices: int, mbs: int) -> list[str]:
-    """The sizes above the limits every entry point applies (:mod:`phaze.limits`)."""
+    """The sizes above the limits every entry point applies (:mod:`phaze_common.limits`)."""
     checks = (("maxDevices", devices, MAX_DEVICES), ("mbsInBatch", mbs, MAX_GLOBAL_BATCH))
     return [f"{source}: {p}" for n, v, lim in checks if (p := over_limit(n, v, lim)) is not None]
 
@@ -382,7 +382,7 @@ def solve_reference(
     ins: ReferenceInstance, *, method: Literal["auto", "chain", "dag"] = "auto"
 ) -> ReferenceResult:
     """The best placement under the reference objective; Infeasible when none fits, and
-    ConfigError for sizes above :mod:`phaze.limits` (as :func:`parse_reference_instance`).
+    ConfigError for sizes above :mod:`phaze_common.limits` (as :func:`parse_reference_instance`).
 
     Ties go to the smaller width, then the smaller ``d``, then fewer stages.
     """

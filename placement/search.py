@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from phaze.errors import ConfigError, Infeasible
+from phaze_common.errors import ConfigError, Infeasible
 from placement import network as net
 from placement.costs import (
     LayerArrays,

@@ -1,6 +1,6 @@
 """The values the placement reads and returns (docs/placement.md).
 
-Placement depends on nothing of ours but :mod:`phaze.errors` and the
+Placement depends on nothing of ours but :mod:`phaze_common.errors` and the
 :class:`arch_space.Cluster` it places on: the caller (``phaze``) maps its layer timings and
 :class:`workloads.LayerGraph` onto these plain frozen values. One :class:`StageGraph`
 describes the model at one tensor-parallel width ``tp``, one micro-batch size and one
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from arch_space.accelerator import Cluster
 from arch_space.perf.device import CollectiveCurve
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 if TYPE_CHECKING:
     from placement.iteration import DeviceMemory, IterationTime

@@ -1,7 +1,7 @@
 """Results of a sweep: the SQLite store, Pareto fronts, plots, the HTML report and export.
 
 This package works on plain records (flat dicts keyed by the column names of
-:mod:`results.schema`) and imports nothing of Phaze's but :mod:`phaze.errors`.
+:mod:`results.schema`) and imports nothing of Phaze's but :mod:`phaze_common.errors`.
 
 >>> from results import pareto
 >>> pts = [{"key": "a", "tokens_per_s": 9.0, "system_cost_usd": 3.0},

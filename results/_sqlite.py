@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 __all__ = [
     "MISUSE",

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from results.schema import Sense, numeric_column
 
 __all__ = [

@@ -20,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from results.display import design_label, fmt_value, knob_label, point_label, workload_title
 from results.pareto import ObjectiveSpec, best_per_design, pareto, parse_objectives, rank
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal
 
 from arch_space import Accelerator
 from arch_space.power import headroom
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from results.compare import (
     COMPARISON_HEADERS,
     compare_to_presets,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal
 
-from phaze.errors import ConfigError, unknown_name
+from phaze_common.errors import ConfigError, unknown_name
 
 __all__ = [
     "SCHEMA_VERSION",

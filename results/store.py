@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from phaze.errors import ConfigError, unknown_name
+from phaze_common.errors import ConfigError, unknown_name
 from results._plain import dumps
 from results._sqlite import (
     MISUSE,

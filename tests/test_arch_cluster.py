@@ -6,7 +6,7 @@ import pytest
 
 from arch_space.accelerator import Cluster
 from arch_space.config import cluster_from_mapping, cluster_from_toml, cluster_to_toml
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 
 def test_group_link_picks_intra_or_inter_node():

@@ -24,7 +24,7 @@ from arch_space.cost import (
 )
 from arch_space.presets import preset_names
 from arch_space.space import design_id
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 
 def _one_die(acc: Accelerator) -> Accelerator:

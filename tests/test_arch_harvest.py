@@ -17,7 +17,7 @@ from arch_space.cost import (
     harvested_yield,
     made_die,
 )
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 _AREA = st.floats(0.0, 400.0)
 _D0 = st.floats(0.01, 0.5)

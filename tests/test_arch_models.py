@@ -27,7 +27,7 @@ from arch_space.cost import (
 from arch_space.power import tdp_w
 from arch_space.presets import preset
 from arch_space.tech import known_nodes, tech_node, tech_overrides_from_toml
-from phaze.errors import ConfigError, Infeasible
+from phaze_common.errors import ConfigError, Infeasible
 
 REF = preset("ref-max")
 

@@ -11,7 +11,7 @@ from arch_space.area import made_die_area_mm2, tensor_load_power_w
 from arch_space.perf.device import MODELLED
 from arch_space.power import gemm_power_w, memory_bound_power_w, tdp_w, unlimited_gemm_power_w
 from arch_space.presets import PUBLISHED
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 # Calibrated on (benchmarks/calibrate_energy.py) and held out from the fit.
 FIT = ("a100", "tpuv4")

@@ -20,7 +20,7 @@ from arch_space.cost import made_die
 from arch_space.power import tdp_w, unlimited_gemm_power_w
 from arch_space.presets import PUBLISHED, preset, preset_names
 from arch_space.tech import tech_node
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 
 @pytest.mark.parametrize("name", ["a100", "h100", "tpuv4", "v100", "b200"])

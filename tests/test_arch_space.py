@@ -13,7 +13,7 @@ from arch_space.area import area_mm2, mac_pj, static_power_w
 from arch_space.presets import preset
 from arch_space.space import PARAMETERS, Space, design_id, load_space, space_names
 from arch_space.tech import tech_node
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 MIB, GIB = 2**20, 2**30
 

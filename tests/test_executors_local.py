@@ -24,8 +24,8 @@ from _executors_tasks import (
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from phaze.errors import ConfigError
 from phaze.executors import Progress, Runner, RunSummary, TaskError, run_tasks
+from phaze_common.errors import ConfigError
 
 TASKS = tuple(Job(n) for n in range(60))
 EXPECTED = {job: (job.n, job.n * job.n) for job in TASKS}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from _executors_tasks import Job, flaky, lp_value, square_job
 
-from phaze.errors import ConfigError
 from phaze.executors import Runner, TaskError, run_tasks
+from phaze_common.errors import ConfigError
 
 ray = pytest.importorskip("ray")
 

@@ -25,7 +25,7 @@ from ilp import formulation, schedule, solve_schedule
 from ilp.branch import branch_and_bound
 from ilp.listsched import makespan, structure
 from ilp.problem import PARALLEL, SINGLE, build_problem
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 
 def _channelled(g, units):

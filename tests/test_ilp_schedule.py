@@ -24,7 +24,7 @@ from ilp_oracle import (
 from ilp import DEFAULT_MIP_GAP, Method, ScheduleStatus, formulation, schedule, solve_schedule
 from ilp.listsched import improve, initial_schedule, structure
 from ilp.problem import build_problem
-from phaze.errors import ConfigError, SolverError
+from phaze_common.errors import ConfigError, SolverError
 
 
 @budget(120, deadline=None)

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 import phaze
 from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
-from phaze.errors import ConfigError, Infeasible
 from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
+from phaze_common.errors import ConfigError, Infeasible
 from placement import PlacementProblem, Strategy, evaluate_fixed, parse_strategy, place
 from placement.dp import candidate_degrees
 from placement.partial import evaluate_partial

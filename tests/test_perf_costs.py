@@ -25,7 +25,7 @@ from arch_space.perf.costs import evaluate_ops, op_key
 from arch_space.perf.device import MODELLED
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes
 from arch_space.tech import tech_node
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
 
 TECH = tech_node(7)

@@ -17,7 +17,7 @@ from arch_space.perf.device import (
     profile_from_mapping,
 )
 from arch_space.presets import preset
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads import CollectiveKind, CoreType, OpGraph, OpKind
 from workloads.ops import Op
 

@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arch_space.perf import matmul_cycles
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 _SCALESIM_CFG = """[general]
 run_name = phaze

@@ -9,7 +9,7 @@ from phaze.config import (
     quick_sweep_config,
     sweep_config_from_mapping,
 )
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 
 def test_quick_sweep_loads():

@@ -166,8 +166,8 @@ def test_llama3_405b_long_context_layout_fits_with_cp_16():
 
 
 def test_sweep_rejects_cp_not_dividing_the_sequence():
-    from phaze.errors import ConfigError
     from phaze.sweep.planning import plan
+    from phaze_common.errors import ConfigError
 
     cfg = sweep_config_from_mapping({"sweep": {"cp": [1, 3], "tokens_to_train": "1B"}})
     with pytest.raises(ConfigError, match="cp: 3 must divide seq_len = 2048"):

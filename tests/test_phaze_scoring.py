@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phaze.errors import ConfigError
 from phaze.scoring import SECONDS_PER_YEAR, BatchEnergy, ScoringParams, job_carbon, score_point
+from phaze_common.errors import ConfigError
 
 
 def _score(params=None, **over):

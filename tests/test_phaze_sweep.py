@@ -29,8 +29,8 @@ from arch_space import design_id
 from ilp import layer_timing
 from phaze.cli import cli
 from phaze.config import model_digest
-from phaze.errors import ConfigError
 from phaze.sweep import plan
+from phaze_common.errors import ConfigError
 from results.pareto import pareto
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import STORE_FILENAME, Store, load

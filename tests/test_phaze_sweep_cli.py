@@ -18,8 +18,8 @@ from arch_space import Cluster, preset
 from ilp import DEFAULT_SEARCH_NODES
 from phaze.cli import cli
 from phaze.config import quick_sweep_config, sweep_config_from_mapping
-from phaze.errors import ConfigError
 from phaze.sweep import plan, schedule_exactness
+from phaze_common.errors import ConfigError
 from results.store import load
 
 

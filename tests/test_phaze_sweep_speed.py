@@ -28,10 +28,10 @@ from ilp.listsched import lower_bound
 from ilp.problem import build_problem
 from ilp.timing import channels
 from phaze.config import SolverSettings, sweep_config_from_mapping
-from phaze.errors import Infeasible
 from phaze.lower_bounds import pass_bound_s
 from phaze.sweep import run_sweep
 from phaze.sweep.fronts import dominated, front_add
+from phaze_common.errors import Infeasible
 from placement import place
 from placement.interleave import best_interleaved
 from results.store import load

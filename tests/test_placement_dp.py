@@ -14,7 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from arch_space.perf.device import CollectiveCurve
-from phaze.errors import Infeasible
+from phaze_common.errors import Infeasible
 from placement import (
     Cluster,
     PlacementProblem,

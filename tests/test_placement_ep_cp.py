@@ -12,7 +12,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from arch_space import Cluster
-from phaze.errors import Infeasible
+from phaze_common.errors import Infeasible
 from placement import PlacementProblem, StageEdge, StageGraph, StageLayer, place
 from placement.ep_cp import (
     Variant,

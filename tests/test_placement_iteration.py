@@ -17,7 +17,7 @@ import phaze
 from arch_space import Cluster
 from phaze.cli import cli
 from phaze.config import SolverSettings
-from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH
 from placement import (
     DeviceMemory,
     PlacementProblem,

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
-from phaze.errors import ConfigError, Infeasible
 from phaze.knob_search import evaluate_best_knobs
 from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
+from phaze_common.errors import ConfigError, Infeasible
 from placement import PlacementProblem, Strategy, evaluate_fixed, parse_strategy, place
 from placement.dp import candidate_degrees
 from placement.interleave import best_interleaved

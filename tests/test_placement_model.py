@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arch_space.perf.device import preset_profile
-from phaze.errors import ConfigError, Infeasible
+from phaze_common.errors import ConfigError, Infeasible
 from placement import (
     Cluster,
     PlacementProblem,

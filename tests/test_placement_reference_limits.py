@@ -1,4 +1,4 @@
-"""The Piper / Phaze-reference instance format refuses sizes above phaze.limits, as every
+"""The Piper / Phaze-reference instance format refuses sizes above phaze_common.limits, as every
 other entry point does: one ConfigError naming each field, the value and the limit."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from phaze.errors import ConfigError
-from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH
+from phaze_common.errors import ConfigError
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH
 from placement import parse_reference_instance, read_reference_instance, solve_reference
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "placement_gpt_small.json"

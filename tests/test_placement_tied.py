@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from arch_space import Cluster
-from phaze.errors import Infeasible
+from phaze_common.errors import Infeasible
 from placement import (
     PlacementProblem,
     StageEdge,

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arch_space import Cluster
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from placement import (
     PlacementProblem,
     StageEdge,

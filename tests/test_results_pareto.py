@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from results.pareto import Objective, best, nondominated, pareto, parse_objective, rank
 
 METRICS = ("tokens_per_s", "system_cost_usd", "total_kgco2e")

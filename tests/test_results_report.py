@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from reports import check_images, make_store, parse_html
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from results.compare import compare_to_presets, comparison_rows, comparison_text
 from results.display import fmt_value
 from results.plots import front_figure, png_bytes, standard_plots, svg_text, write_plots

@@ -16,7 +16,7 @@ from budget import budget
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from results.schema import COLUMN_NAMES, POINT_COLUMNS
 from results.store import STORE_FILENAME, Store, load
 

@@ -11,7 +11,7 @@ from arch_space import Cluster
 from arch_space.perf import op_costs
 from arch_space.presets import preset
 from ilp import layer_timing
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads import CollectiveKind, CoreType, OpGraph, OpKind, TrainingSetup, build_layer_graph
 from workloads.catalog import get_model
 from workloads.framework import apply_framework, framework_names, framework_profile

@@ -3,7 +3,7 @@
 import networkx as nx
 import pytest
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads import (
     CollectiveKind,
     CoreType,

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads import get_model, load_hf_config, model_names, resolve_model, to_hf_config
 
 # Architecture keys of published config.json files (Hugging Face Hub, main branches).

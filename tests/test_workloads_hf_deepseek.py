@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads import build_layer_graph, load_hf_config, to_hf_config
 from workloads.flops import attention_core_flops, block_forward_flops, forward_flops_per_sequence
 from workloads.hf import model_from_hf

@@ -11,7 +11,7 @@ from dataclasses import replace
 import networkx as nx
 import pytest
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads import build_layer_graph, get_model, load_hf_config, to_hf_config
 from workloads.flops import block_forward_flops, forward_flops_per_sequence
 from workloads.memory import block_activation_bytes

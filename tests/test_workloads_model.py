@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads import (
     Model,
     Recompute,

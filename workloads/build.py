@@ -6,7 +6,7 @@ import operator
 from functools import lru_cache
 from types import MappingProxyType
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads.framework import apply_framework, framework_profile
 from workloads.layer_graph import Layer, LayerEdge, LayerGraph, LayerKind, PassGraphs
 from workloads.memory import (

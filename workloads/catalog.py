@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 
-from phaze.errors import ConfigError, unknown_name
+from phaze_common.errors import ConfigError, unknown_name
 from workloads.hf import load_hf_config
 from workloads.model import Model
 

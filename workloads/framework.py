@@ -28,7 +28,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final
 
-from phaze.errors import ConfigError, unknown_name
+from phaze_common.errors import ConfigError, unknown_name
 from workloads.ops import CommRole, CoreType, Op, OpGraph, OpKind
 
 __all__ = [

@@ -20,7 +20,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads.model import FfnKind, Model, NormKind, PositionKind
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "load_hf_config", "model_from_hf", "to_hf_config"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 __all__ = ["FfnKind", "NormKind", "PositionKind", "Model", "padded_vocab"]
 

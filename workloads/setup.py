@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads.framework import DEFAULT_FRAMEWORK, framework_profile
 
 __all__ = ["Recompute", "Optimizer", "TrainingSetup", "optimizer_state_bytes"]

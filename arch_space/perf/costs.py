@@ -62,7 +62,7 @@ from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from arch_space.perf.settings import PerfSettings, default_settings
 from arch_space.power_limit import capped_dynamic_scale
 from arch_space.tech import TechNode, tech_node
-from phaze.errors import unknown_name
+from phaze_common.errors import unknown_name
 from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
 
 __all__ = [

@@ -27,7 +27,7 @@ from arch_space._data import shipped_toml
 from arch_space.accelerator import Accelerator
 from arch_space.power_limit import preset_board_limit_w
 from arch_space.presets import preset, preset_names
-from phaze.errors import ConfigError, unknown_name
+from phaze_common.errors import ConfigError, unknown_name
 
 __all__ = [
     "CollectiveCurve",

@@ -18,7 +18,7 @@ from arch_space.perf.costs import BOUNDS, evaluate_ops, op_key, resolve_energy_i
 from arch_space.perf.device import DeviceProfile
 from arch_space.perf.settings import PerfSettings, default_settings
 from arch_space.tech import TechNode
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from workloads.ops import CoreType, Op, OpKind
 
 __all__ = ["GemmReport", "GemmMeasurement", "gemm_report", "gemm_measurements"]

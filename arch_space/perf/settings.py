@@ -14,7 +14,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from phaze.errors import ConfigError, unknown_name
+from phaze_common.errors import ConfigError, unknown_name
 
 __all__ = ["PerfSettings", "default_settings"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 __all__ = ["matmul_cycles", "fold_cycles"]
 

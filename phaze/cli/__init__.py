@@ -14,7 +14,7 @@ import sys
 import click
 
 from phaze import __version__
-from phaze.errors import ConfigError, Infeasible, PhazeError
+from phaze_common.errors import ConfigError, Infeasible, PhazeError
 
 __all__ = ["main", "cli", "NoFeasiblePoint", "INTERRUPTED"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 
 __all__ = ["cannot_write", "check_writable", "check_writable_dir"]
 

@@ -14,11 +14,11 @@ from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
-from phaze.errors import ConfigError
-from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import SECONDS_PER_YEAR, Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
+from phaze_common.errors import ConfigError
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from placement import Placement
 from results.units import fmt_bytes, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model

@@ -30,7 +30,7 @@ def place(file: Path, method: str, as_json: bool) -> None:
     optimizerAlgorithm, nodes and edges keyed by tensor-parallel width). The time per batch
     is the reference's own objective. Exits 3 when no placement fits the memory.
     """
-    instance = read_reference_instance(file)  # sizes above phaze.limits are refused there
+    instance = read_reference_instance(file)  # sizes above phaze_common.limits are refused there
     result = solve_reference(instance, method=method)
     doc = reference_document(result)
     if as_json:

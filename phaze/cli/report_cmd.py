@@ -15,7 +15,7 @@ import click
 
 from phaze.cli._files import cannot_write, check_writable, check_writable_dir
 from phaze.cli._render import echo_json, table
-from phaze.errors import ConfigError, Infeasible
+from phaze_common.errors import ConfigError, Infeasible
 from results.display import design_label, fmt_value, workload_title
 from results.export import json_document, to_json, write_csv
 from results.pareto import pareto, parse_objectives

@@ -14,8 +14,8 @@ from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIM
 from ilp.timing import pass_schedule
 from phaze.cli._files import cannot_write, check_writable
 from phaze.cli._render import echo_json, table
-from phaze.errors import ConfigError, unknown_name
-from phaze.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.errors import ConfigError, unknown_name
+from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.gantt import draw_gantt
 from results.units import fmt_percent, fmt_quantity
 from workloads import TrainingSetup, build_layer_graph, resolve_model

@@ -14,9 +14,9 @@ from phaze.cli._files import cannot_write
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
 from phaze.executors import EXECUTORS, check_reachable
-from phaze.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze.run import parse_tokens
 from phaze.sweep import SweepResult, run_sweep
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.compare import comparison_text
 from results.display import fmt_value
 from results.pareto import parse_objectives

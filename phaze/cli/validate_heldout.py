@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any, Final
 
 from phaze.cli.validate_cmd import ValidationRow
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from placement import Strategy
 from workloads import get_model
 

@@ -29,7 +29,7 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_option
 from phaze.cli.validate_fit import FitResult, fit_device
 from phaze.cli.validate_heldout import held_out_rows
-from phaze.errors import ConfigError
+from phaze_common.errors import ConfigError
 from placement import Strategy
 
 __all__ = ["MegatronRow", "TABLE5", "FRAMEWORK", "FIT_MODELS", "megatron"]

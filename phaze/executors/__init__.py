@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterable, Sized
 from types import TracebackType
 from typing import Any, Final, Literal, TypeVar, get_args
 
-from phaze.errors import ConfigError, unknown_name
 from phaze.executors._common import Chunker, Delivery, RunSummary, TaskError
 from phaze.executors._local import LocalPool, SerialRunner
 from phaze.executors._ray import RaySession, check_reachable, import_ray
 from phaze.executors.progress import Progress
+from phaze_common.errors import ConfigError, unknown_name
 
 __all__ = [
     "EXECUTORS",

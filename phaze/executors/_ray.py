@@ -18,7 +18,6 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
-from phaze.errors import ConfigError
 from phaze.executors._common import (
     Chunker,
     Delivery,
@@ -27,6 +26,7 @@ from phaze.executors._common import (
     rest_of_chunk,
     run_chunk,
 )
+from phaze_common.errors import ConfigError
 
 __all__ = ["RaySession", "check_reachable", "import_ray"]
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from arch_space import Accelerator, Cluster, load_space, preset
 from phaze.config import SweepConfig
-from phaze.errors import ConfigError
 from phaze.pipeline import Context, Knobs
+from phaze_common.errors import ConfigError
 from results.pareto import parse_objectives
 from workloads import Model, resolve_model
 

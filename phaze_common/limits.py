@@ -2,7 +2,7 @@
 
 Checked where input enters (sweep configs, command-line options, placement instances), so a
 slip such as ``--devices 100000000`` is one error naming the limit rather than minutes of
-work or a process killed for memory. Like :mod:`phaze.errors`, this module imports nothing
+work or a process killed for memory. Like :mod:`phaze_common.errors`, this module imports nothing
 of ours, so any package may use it.
 """
 
