@@ -195,12 +195,18 @@ def _group(results: Iterable[RunResult]) -> dict[str, Any]:
 
 def _by(results: Sequence[RunResult], key: Callable[[RunResult], str]) -> dict[str, Any]:
     keys = dict.fromkeys(key(r) for r in results)
-    return {k: _group(r for r in results if key(r) == k) for k in keys}
+    return {
+        k: {
+            "fitted": _group(r for r in results if key(r) == k and r.run.fitted),
+            "held_out": _group(r for r in results if key(r) == k and not r.run.fitted),
+        }
+        for k in keys
+    }
 
 
 def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
     """Mean and largest |error| (and the mean signed iteration-time error, the model's bias)
-    of the fitted rows, the held-out rows, and of all rows by GPU and by framework."""
+    of the fitted rows and of the held-out rows, overall, by GPU and by framework."""
     return {
         "fitted": _group(r for r in results if r.run.fitted),
         "held_out": _group(r for r in results if not r.run.fitted),

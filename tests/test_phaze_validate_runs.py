@@ -217,6 +217,8 @@ def test_two_rows_through_the_cli():
     assert mpt["predicted"] == pytest.approx(2048 * 448 / (mpt["predicted_iteration_s"] * 8))
     assert doc["summary"]["fitted"]["runs"] == 1 and doc["summary"]["held_out"]["runs"] == 1
     assert set(doc["summary"]["by_gpu"]) == {"a100"}
+    assert doc["summary"]["by_framework"]["fsdp1-2023"]["held_out"]["runs"] == 1
+    assert doc["summary"]["by_framework"]["megatron-2022"]["held_out"]["runs"] == 0
     assert doc["within_targets"] == (r.exit_code == 0)
 
 
@@ -230,7 +232,8 @@ def test_the_whole_registry_is_evaluated():
     summary = doc["summary"]
     assert summary["fitted"]["runs"] + summary["held_out"]["runs"] == len(REGISTRY.runs)
     counts = Counter(row["arch"] for row in doc["rows"])
-    assert {k: v["runs"] for k, v in summary["by_gpu"].items()} == dict(counts)
+    by_gpu = summary["by_gpu"].items()
+    assert {k: v["fitted"]["runs"] + v["held_out"]["runs"] for k, v in by_gpu} == dict(counts)
     # the fitted rows are those `validate megatron` fits: within its tolerance
     assert summary["fitted"]["max_abs_error_pct"] < 8.0
     assert r.exit_code == (0 if doc["within_targets"] else 3)

@@ -76,8 +76,13 @@ def _summary_rows(summary: dict) -> list[list[str]]:
         ]
 
     rows = [line("fitted", summary["fitted"]), line("held out", summary["held_out"])]
-    rows += [line(f"gpu {k}", g) for k, g in summary["by_gpu"].items()]
-    rows += [line(f"framework {k}", g) for k, g in summary["by_framework"].items()]
+    for by, name in (("by_gpu", "gpu"), ("by_framework", "framework")):
+        for k, groups in summary[by].items():
+            rows += [
+                line(f"{name} {k}, {part.replace('_', ' ')}", g)
+                for part, g in groups.items()
+                if g["runs"]
+            ]
     return rows
 
 
