@@ -391,6 +391,15 @@ def _parse(text: str, name: str) -> Registry:
         f"unknown table [{k}] (known: sources, systems, fallback_profiles, run)"
         for k in sorted(extra)
     ]
+    for key, kind in (
+        ("sources", dict),
+        ("systems", dict),
+        ("fallback_profiles", dict),
+        ("run", list),
+    ):
+        if not isinstance(data.get(key, kind()), kind):
+            problems.append(f"{key} must be {'tables' if kind is dict else 'an array of tables'}")
+            data[key] = kind()
     sources = {}
     for key, table in data.get("sources", {}).items():
         v = _fields(table, _SOURCE_KEYS, f"[sources.{key}]", problems)

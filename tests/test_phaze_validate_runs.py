@@ -172,6 +172,14 @@ def test_a_damaged_registry_is_one_error_line(tmp_path):
         assert len(lines) == 1 and pattern in lines[0] and "Traceback" not in r.output
 
 
+def test_a_registry_of_the_wrong_shape_lists_every_problem(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_registry(_write(tmp_path, 'sources = 3\nrun = "x"\n[extra]\n'))
+    text = str(e.value)
+    assert "sources must be tables" in text and "run must be an array of tables" in text
+    assert "unknown table [extra]" in text and "no [[run]] tables" in text
+
+
 def test_unknown_run_id_is_refused():
     r = CliRunner().invoke(cli, ["validate", "runs", "--run", "no-such-run"])
     assert r.exit_code == 1 and "--run no-such-run: not in the registry" in r.output
