@@ -471,7 +471,8 @@ def standard_plots(
             "breakdowns",
             "Where the time, energy and carbon go",
             "For the best point of each objective (named on the left): time per iteration, "
-            "energy per batch and carbon of the job, split by cause.",
+            "energy per batch (devices and hosts) and carbon of the job, split by cause; each "
+            "bar ends at the point's total as the export gives it.",
             breakdown_figure(chosen),
         ),
         Plot(
