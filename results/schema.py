@@ -124,7 +124,7 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
        "all-reduce of the tied word embedding's gradients between first and last stage"),
     _c("optimizer_s", "REAL", "s", "min", "optimizer", "optimizer step"),
     # energy
-    _c("energy_per_batch_j", "REAL", "J", "min", "energy per batch", "energy of one iteration, all devices"),
+    _c("energy_per_batch_j", "REAL", "J", "min", "energy per batch", "IT energy of one iteration, all devices and hosts"),
     _c("energy_compute_j", "REAL", "J", "min", "compute energy", "MAC and vector energy per batch"),
     _c("energy_memory_j", "REAL", "J", "min", "memory energy", "buffer and HBM energy per batch"),
     _c("energy_static_j", "REAL", "J", "min", "static energy", "leakage while computing, per batch"),
