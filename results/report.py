@@ -295,8 +295,9 @@ def _top_tables(
 ) -> str:
     out = [
         f"<p>The {top} best designs per objective, each at its best micro-batch size and "
-        "recompute mode (ties broken by the other objectives, then design id). Click a "
-        "placement to see its pipeline stages.</p>"
+        "recompute mode (ties broken by the other objectives, then design id); the shaded "
+        "column, in bold, is the one a table ranks by. Click a placement to see its "
+        "pipeline stages.</p>"
     ]
     for w, pts in by_workload(feasible).items():
         out.append(f"<h3>{html.escape(workload_title(w))}</h3>")
