@@ -11,7 +11,7 @@ MODULES = [
     "workloads.flops",
     "workloads.memory",
     "workloads.model",
-    "workloads.op_graphs",
+    "workloads.attention_ops",
     "workloads.setup",
 ]
 

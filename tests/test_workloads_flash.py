@@ -16,7 +16,7 @@ from workloads import (
     get_model,
 )
 from workloads.framework import framework_profile
-from workloads.op_graphs import FLASH_BLOCK, flash_scores, head_groups
+from workloads.attention_ops import FLASH_BLOCK, flash_scores, head_groups
 
 FLASH = (OpKind.ATTENTION_FORWARD, OpKind.ATTENTION_BACKWARD)
 
