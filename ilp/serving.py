@@ -3,9 +3,12 @@
 
 :func:`serving_pass_time` builds a pass's layer graph (:mod:`workloads.serving_ops`) and
 schedules each distinct layer with :func:`ilp.timing.layer_timing`, as a training
-micro-batch's forward pass is scheduled; a layer's time and energy are its schedule's
-makespan and energy, and the pass on one device group holding the whole model (one pipeline
-stage) is the sum over its layers. :func:`serving_pass_times` gives a request batch's
+micro-batch's forward pass is scheduled; a layer's energy is its schedule's, and the pass on
+one device group holding the whole model (one pipeline stage) is the sum over its layers.
+A layer's time is its schedule's makespan, but never less than the bytes its ops move
+through device memory at the sustained HBM bandwidth: the scheduler prices each op as if it
+had the memory to itself, so a decode step of many small independent memory-bound ops (an
+MoE block's experts) could otherwise overlap them beyond the bandwidth. :func:`serving_pass_times` gives a request batch's
 prefill passes and its mean decode step. :func:`decode_hbm_bound_s` is the closed-form floor
 of a pass on HBM bandwidth: the weights and KV cache it must read, over the peak bandwidth.
 """
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from arch_space.accelerator import Accelerator, Cluster
-from arch_space.perf import op_costs
+from arch_space.perf import default_settings, op_costs
 from arch_space.perf.device import DeviceProfile, device_profile
 from ilp.timing import PassTiming, SolveSettings, layer_timing
 from workloads.model import Model
@@ -44,12 +47,14 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class LayerPassTime:
     """One distinct layer's part of a pass on one device: ``count`` layers of class
-    ``class_id`` each take ``latency_s`` and ``energy_j`` (its schedule, ``timing``), move
-    ``hbm_bytes`` through device memory and run ``flops``."""
+    ``class_id`` each take ``latency_s`` (the longer of the schedule's makespan and
+    ``hbm_floor_s``, ``hbm_bytes`` over the sustained HBM bandwidth) and ``energy_j`` (its
+    schedule, ``timing``), and run ``flops``."""
 
     class_id: str
     count: int
     latency_s: float
+    hbm_floor_s: float
     energy_j: float
     hbm_bytes: int
     flops: int
@@ -124,18 +129,21 @@ def serving_pass_time(
     counts: dict[str, int] = {}
     for layer in graph.layers:
         counts[layer.class_id] = counts.get(layer.class_id, 0) + 1
+    sustained_bytes_per_s = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
     parts = []
     for class_id, count in counts.items():
         op_graph = graph.op_graphs[class_id].forward
-        costs = op_costs(op_graph, acc, cluster, device=device)
+        hbm_bytes = int(op_costs(op_graph, acc, cluster, device=device).hbm_bytes.sum())
+        floor_s = hbm_bytes / sustained_bytes_per_s
         forward = timings[class_id].forward
         parts.append(
             LayerPassTime(
                 class_id,
                 count,
-                forward.makespan_s,
+                max(forward.makespan_s, floor_s),
+                floor_s,
                 forward.energy_j,
-                int(costs.hbm_bytes.sum()),
+                hbm_bytes,
                 op_graph.flops,
                 forward,
             )

@@ -49,7 +49,7 @@ from workloads.op_graphs import NORM_FLOPS, inference_block_graph, inference_emb
 from workloads.ops import CollectiveKind, OpGraph, OpKind
 from workloads.serving import ServingPass, serving_settings
 
-__all__ = ["check_serving", "serving_layer_graph", "pass_workspace_bytes"]
+__all__ = ["check_serving", "serving_layer_graph", "peak_live_bytes", "pass_workspace_bytes"]
 
 _SAMPLE_FLOPS = 7  # per logit: temperature scale, max, subtract, exp, sum, divide, draw
 _EMPTY = OpGraph(ops=(), edges=())
@@ -188,7 +188,7 @@ def _build(model: Model, p: ServingPass, tp: int) -> LayerGraph:
     )
 
 
-def _peak_live_bytes(graph: OpGraph, input_bytes: int) -> int:
+def peak_live_bytes(graph: OpGraph, input_bytes: int) -> int:
     """The most bytes of tensors alive at once when the graph's ops run in their order: the
     input throughout, each op's output from the op until its last consumer (the cache write
     stores into the KV cache, which is not workspace)."""
@@ -208,7 +208,7 @@ def _peak_live_bytes(graph: OpGraph, input_bytes: int) -> int:
 
 def pass_workspace_bytes(model: Model, p: ServingPass, tp: int) -> int:
     """The transient memory of a pass on one device: the most any of its layers' op graphs
-    holds at once (:func:`_peak_live_bytes`), layers running one after another."""
+    holds at once (:func:`peak_live_bytes`), layers running one after another."""
     graph = serving_layer_graph(model, p, tp)
     boundary = graph.edges[0].bytes
-    return max(_peak_live_bytes(pg.forward, boundary) for pg in graph.op_graphs.values())
+    return max(peak_live_bytes(pg.forward, boundary) for pg in graph.op_graphs.values())
