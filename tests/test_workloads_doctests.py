@@ -11,6 +11,7 @@ MODULES = [
     "workloads.flops",
     "workloads.memory",
     "workloads.model",
+    "workloads.serving",
     "workloads.attention_ops",
     "workloads.setup",
 ]

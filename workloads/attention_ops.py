@@ -23,7 +23,7 @@ token's from it at the cache's bytes per element:
 * a decode step (one token per sequence) runs a paged decode kernel (vLLM PagedAttention,
   Kwon et al. SOSP 2023; Flash-Decoding, Dao et al. 2023) whose matmuls have one query row
   per query head: the query heads that share a key/value head are packed into the rows of
-  one product (FlashInfer, Ye et al. 2025, arXiv:2501.01005, §3.2), so each key/value head of
+  one product (FlashInfer, Ye et al. 2025, arXiv:2501.01005), so each key/value head of
   the cache is read once. Its cost is the cache it reads; the op model finds it memory-bound
   from its shape and bytes, as it finds any op;
 * multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, §2.1) caches the

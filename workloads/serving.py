@@ -117,6 +117,14 @@ def _format_bytes(kv_format: str) -> int:
     return formats[kv_format]
 
 
+def _format_problems(kv_format: str) -> list[str]:
+    try:
+        _format_bytes(kv_format)
+    except ConfigError as e:
+        return [f"kv_format: {e}"]
+    return []
+
+
 @dataclass(frozen=True, slots=True)
 class ServingPass:
     """One forward pass of a serving engine: ``batch`` sequences each compute ``new_tokens``
@@ -157,10 +165,7 @@ class ServingPass:
             ]
         if not isinstance(self.samples, bool):
             problems.append(f"samples = {self.samples!r} must be true or false")
-        try:
-            _format_bytes(self.kv_format)
-        except ConfigError as e:
-            problems.append(f"kv_format: {e}")
+        problems += _format_problems(self.kv_format)
         if problems:
             raise ConfigError("serving pass: " + "; ".join(problems))
 
@@ -235,10 +240,7 @@ class RequestBatch:
             problems.append(
                 f"precision_bytes = {self.precision_bytes!r} must be a positive integer"
             )
-        try:
-            _format_bytes(self.kv_format)
-        except ConfigError as e:
-            problems.append(f"kv_format: {e}")
+        problems += _format_problems(self.kv_format)
         if problems:
             raise ConfigError("request batch: " + "; ".join(problems))
         object.__setattr__(self, "lengths", tuple((i, o, float(w)) for i, o, w in lengths))

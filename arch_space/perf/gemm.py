@@ -44,10 +44,6 @@ __all__ = ["GemmShape", "GemmTerms", "gemm_hbm_bytes", "gemm_terms"]
 # Candidate splits of m over cores and candidate row tiles: powers of two (tm also gets m).
 _SPLITS: Final = 2.0 ** np.arange(0, 17)
 _ROW_TILES: Final = 2.0 ** np.arange(4, 17)
-# The candidate (m split, K split) pairs: the m splits with K whole, then the K splits of an
-# unsplit m.
-_M_SPLITS: Final = np.concatenate([_SPLITS, np.ones(len(_SPLITS) - 1)])
-_K_SPLITS: Final = np.concatenate([np.ones(len(_SPLITS)), _SPLITS[1:]])
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +114,11 @@ def gemm_terms(
     b, m, k, n = (a[:, None] for a in (g.batch, g.m, g.k, g.n))
     row_folds = np.ceil(k / rows)
     col_folds = np.ceil(n / cols)
-    s, q = _M_SPLITS[None, :], _K_SPLITS[None, :]
+    # candidate (m split, K split) pairs: the m splits with K whole, then the K splits (no
+    # more than the cores: more would only add waves) of an unsplit m
+    k_splits = _SPLITS[1:][_SPLITS[1:] <= cores]
+    s = np.concatenate([_SPLITS, np.ones(len(k_splits))])[None, :]
+    q = np.concatenate([np.ones(len(_SPLITS)), k_splits])[None, :]
     waves = np.ceil(b * col_folds * s * q / cores)
     unit_folds = np.ceil(row_folds / q)
     compute_s = waves * unit_folds * fold_cycles(rows, cols, np.ceil(m / s)) / clock_hz

@@ -248,8 +248,16 @@ def show_cmd(
     _echo_show(doc, graph)
 
 
-def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
-    kv = [
+def _echo_pairs(kv: list[tuple[str, str]]) -> None:
+    """``name  value`` lines, the values aligned."""
+    width = max(len(k) for k, _ in kv)
+    for k, v in kv:
+        click.echo(f"{k.ljust(width)}  {v}")
+
+
+def _model_pairs(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The model's name, source, shape and parameters, as both views open."""
+    return [
         ("model", doc["name"]),
         ("source", doc["source"]),
         (
@@ -261,6 +269,12 @@ def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
             "parameters",
             f"{fmt_quantity(doc['parameters'])} (active {fmt_quantity(doc['active_parameters'])})",
         ),
+    ]
+
+
+def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
+    kv = [
+        *_model_pairs(doc),
         (
             "setup",
             f"seq {doc['seq_len']}, micro-batch {doc['micro_batch']}, tp {doc['tp']}, "
@@ -271,9 +285,7 @@ def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
         ("activation / block", f"{fmt_bytes(doc['activation_bytes_per_layer'])} per device"),
         ("valid tp widths", ", ".join(map(str, doc["valid_tp_widths"]))),
     ]
-    width = max(len(k) for k, _ in kv)
-    for k, v in kv:
-        click.echo(f"{k.ljust(width)}  {v}")
+    _echo_pairs(kv)
     click.echo()
     rows = []
     edge_bytes = {e.src: e.bytes for e in graph.edges}
@@ -364,8 +376,7 @@ def _serve_doc(model: Model, requests: RequestBatch, tp: int) -> dict[str, Any]:
 def _echo_serve(doc: dict[str, Any]) -> None:
     b, tp = doc["batch"], doc["tp"]
     kv = [
-        ("model", doc["name"]),
-        ("source", doc["source"]),
+        *_model_pairs(doc),
         (
             "requests",
             f"{b} x ({doc['input_tokens']} in, {doc['output_tokens']} out), tp {tp}, "
@@ -401,9 +412,7 @@ def _echo_serve(doc: dict[str, Any]) -> None:
                 f"{fmt_bytes(decode['kv_read_bytes_per_device'])} of KV cache per device",
             ),
         ]
-    width = max(len(k) for k, _ in kv)
-    for k, v in kv:
-        click.echo(f"{k.ljust(width)}  {v}")
+    _echo_pairs(kv)
     if decode is None:
         return
     click.echo()
