@@ -25,6 +25,7 @@ from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
 from phaze.run import parse_tokens
 from phaze.scoring import ScoringParams
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, over_limit
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
@@ -306,9 +307,8 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
 
 
 _SOLVER_KEYS: Final = tuple(f.name for f in fields(SolverSettings))
-_SCORING_NUMBERS: Final = tuple(
-    n for n in ScoringParams.field_names() if n not in ("grid_region", "embodied_mode")
-)
+_SCORING_NAMES: Final = ("grid_region", "embodied_mode", "host_profile")  # strings
+_SCORING_NUMBERS: Final = tuple(n for n in ScoringParams.field_names() if n not in _SCORING_NAMES)
 
 
 def _scoring_from_mapping(
@@ -330,6 +330,10 @@ def _scoring_from_mapping(
         ):
             problems.append(f"{where}: {name} = {value!r} must be a number")
             del given[name]
+    for name in _SCORING_NAMES:
+        if name in given and not isinstance(given[name], str):
+            problems.append(f"{where}: {name} = {given[name]!r} must be a name (a string)")
+            del given[name]
     region = given.get("grid_region")
     if region is not None and given.get("grid_gco2e_per_kwh") is None:
         try:
@@ -340,20 +344,14 @@ def _scoring_from_mapping(
     try:
         return ScoringParams(**given)
     except ConfigError as e:
-        problems += [f"{where}: {p.removeprefix('scoring: ')}" for p in str(e).split("; ")]
+        problems.append(f"{where}: {str(e).replace('scoring: ', '')}")
         return ScoringParams()
 
 
 def load_sweep_config(path: str | Path) -> SweepConfig:
     """Read and validate a sweep TOML file."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"sweep config {str(p)!r} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    return sweep_config_from_mapping(data, source=p.name)
+    return sweep_config_from_mapping(read_toml(p, "sweep config"), source=p.name)
 
 
 def quick_sweep_config() -> SweepConfig:

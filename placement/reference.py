@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import difflib
 import heapq
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.files import read_json
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, over_limit
 from placement.costs import LayerArrays, reference_costs, stage_layers
 from placement.dp import DpTask
@@ -138,13 +138,7 @@ class ReferenceResult:
 def read_reference_instance(path: str | Path) -> ReferenceInstance:
     """Read and validate an instance file (see the module docstring)."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read the instance ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    return parse_reference_instance(doc, source=str(p))
+    return parse_reference_instance(read_json(p, "placement instance"), source=str(p))
 
 
 def _number(problems: list[str], where: str, key: str, value: Any, *, integer=False) -> float:

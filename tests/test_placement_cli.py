@@ -58,4 +58,4 @@ def test_place_bad_instance_is_one_error_line(tmp_path, cli_run):
     assert "optimizerAlgorithm = 'LAMB' must be one of SGD, Adam" in r.output
     f.write_text("{not json")
     r = cli_run("place", str(f))
-    assert r.exit_code == 1 and "not valid JSON" in r.output
+    assert r.exit_code == 1 and "malformed JSON" in r.output

@@ -12,6 +12,7 @@ from arch_space.power import gemm_power_w, headroom
 from arch_space.system import host_profile_for, host_profiles
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
+from phaze.cli._options import DEFAULT_SEQ_LEN, default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
 from phaze.run import RunAnswers, parse_tokens, run_answers
@@ -59,7 +60,11 @@ __all__ = ["evaluate"]
     required=True,
     help="Sequences per iteration.",
 )
-@click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), default=2048, show_default=True)
+@click.option(
+    "--seq-len",
+    type=click.IntRange(1, MAX_SEQ_LEN),
+    help="Tokens per sequence [default: 2048, or the model's context if shorter].",
+)
 @click.option(
     "--micro-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
@@ -155,6 +160,12 @@ def evaluate(
         inter_node_bandwidth_bytes_per_s=inter_node_gbps * 1e9,
     )
     model = resolve_model(workload)
+    if seq_len is None:
+        seq_len = default_seq_len(model)
+        if seq_len < DEFAULT_SEQ_LEN:
+            click.echo(
+                f"note: seq_len {seq_len}, the model's context (--seq-len to choose)", err=True
+            )
     if lifetime_years <= 0:
         raise ConfigError(f"--lifetime-years = {lifetime_years!r} must be > 0")
     scoring = ScoringParams(
@@ -210,6 +221,7 @@ def evaluate(
         "arch": acc.name or arch,
         "devices": devices,
         "framework": framework,
+        "seq_len": seq_len,
         "iteration_s": pl.time_per_batch_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,

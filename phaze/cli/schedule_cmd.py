@@ -13,6 +13,7 @@ from ilp import SCHEDULERS, Schedule
 from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIMIT_S
 from ilp.timing import pass_schedule
 from phaze.cli._files import cannot_write, check_writable
+from phaze.cli._options import default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, unknown_name
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
@@ -22,7 +23,6 @@ from workloads import TrainingSetup, build_layer_graph, resolve_model
 
 __all__ = ["schedule", "schedule_doc"]
 
-_DEFAULT_SEQ_LEN = 2048
 _PASSES = {"fwd": "forward", "bwd": "backward", "recompute": "recompute"}
 
 
@@ -131,7 +131,7 @@ def schedule(
         check_writable(gantt, "--gantt")
     model = resolve_model(workload)
     acc = load_accelerator(arch)
-    seq = seq_len if seq_len is not None else min(_DEFAULT_SEQ_LEN, model.max_positions)
+    seq = seq_len if seq_len is not None else default_seq_len(model)
     setup = TrainingSetup(seq_len=seq, global_batch=micro_batch, micro_batch=micro_batch)
     graph = build_layer_graph(model, setup, tp)
     if layer not in graph.op_graphs:

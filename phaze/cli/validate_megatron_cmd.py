@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -30,6 +29,7 @@ from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_o
 from phaze.cli.validate_fit import FitResult, fit_device
 from phaze.cli.validate_heldout import held_out_rows
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_toml
 from placement import Strategy
 
 __all__ = ["MegatronRow", "TABLE5", "FRAMEWORK", "FIT_MODELS", "megatron"]
@@ -126,10 +126,7 @@ def _marked(rows: list[ValidationRow], device: DeviceProfile) -> list[Validation
 
 def _calibration(path: Path) -> DeviceProfile:
     """The A100 profile of a calibration file (a ``devices.toml``-style table ``[a100]``)."""
-    try:
-        data = tomllib.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"calibration file {path}: cannot be read ({e})") from None
+    data = read_toml(path, "calibration file")
     if set(data) != {"a100"}:
         raise ConfigError(
             f"calibration file {path}: has tables {sorted(data)}; validate megatron runs the "

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from phaze.cli._options import default_seq_len
 from phaze.cli._render import echo_json, table
 from results.units import fmt_bytes, fmt_quantity
 from workloads import (
@@ -25,8 +26,6 @@ from workloads import (
 )
 
 __all__ = ["workloads"]
-
-_DEFAULT_SEQ_LEN = 2048  # used when the model's context is at least this long
 
 
 @click.group()
@@ -172,7 +171,7 @@ def show_cmd(
     NAME is a catalog name (see `phaze workloads list`) or a Hugging Face config.json.
     """
     model = resolve_model(name)
-    seq_len = seq_len or min(_DEFAULT_SEQ_LEN, model.max_positions)
+    seq_len = seq_len or default_seq_len(model)
     setup = TrainingSetup(
         seq_len=seq_len,
         global_batch=micro_batch,
