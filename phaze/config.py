@@ -193,7 +193,7 @@ def _is_count(v: Any) -> bool:
 
 
 def _is_pos_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < math.inf
 
 
 def _is_nonneg_num(v: Any) -> bool:
@@ -259,11 +259,16 @@ _RULES: Final = MappingProxyType(
 def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -> SweepConfig:
     """Validate a parsed TOML mapping (sections ``[sweep]``, ``[solver]``, ``[scoring]``)."""
     problems = _check(source, "top level", data, ("sweep", "solver", "scoring"))
-    sweep = dict(data.get("sweep", {}))
+    tables = {}
+    for name in ("sweep", "solver", "scoring"):
+        table = data.get(name, {})
+        if not isinstance(table, Mapping):
+            problems.append(f"{source}: {name} = {table!r} must be a table [{name}]")
+            table = {}
+        tables[name] = dict(table)
+    sweep, solver_d, scoring_d = tables["sweep"], tables["solver"], tables["scoring"]
     problems += _check(source, "sweep", sweep, _TOP_KEYS)
-    solver_d = dict(data.get("solver", {}))
     problems += _check(source, "solver", solver_d, tuple(f.name for f in fields(SolverSettings)))
-    scoring_d = dict(data.get("scoring", {}))
     problems += _check(source, "scoring", scoring_d, ScoringParams.field_names())
     kw: dict[str, Any] = {}
     for key, value in sweep.items():
@@ -275,7 +280,8 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
             is_list and not vals and key not in ("hbm_gib", "presets", "ep", "cp", "zero")
         ) or not all(ok(v) for v in vals):
             problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")
-        elif key in LIMITS:
+            continue
+        if key in LIMITS:
             problems += [
                 f"{source} [sweep]: {p}"
                 for v in vals

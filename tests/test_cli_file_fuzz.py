@@ -17,11 +17,11 @@ from budget import budget
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spaces import space_toml
 
 from phaze.cli import cli
 from phaze_common.errors import ConfigError
 from phaze_common.files import decode_text, read_json, read_toml
-from spaces import space_toml
 
 # A two-block GPT-2: every command on it takes milliseconds.
 _MODEL = {
@@ -86,7 +86,9 @@ def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+        return (
+            "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+        )
     if isinstance(v, int):
         return str(v)
     if isinstance(v, str):
@@ -110,11 +112,15 @@ def _toml_text(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+# One device, one short sequence, a fixed strategy: an evaluation in milliseconds.
+_ONE_DEVICE = ["--devices", "1", "--global-batch", "1", "--seq-len", "64"]
+_ONE_DEVICE += ["--strategy", "t=1,p=1,d=1,mbs=1,recompute=none,zero=0"]
+
 # (command line with {} for the file, suffix, valid document, its serialiser)
 READERS = {
     "workloads show": (["workloads", "show", "{}"], ".json", _MODEL, _json_text),
     "evaluate --workload": (
-        ["evaluate", "--workload", "{}", "--arch", "a100", "--devices", "2", "--global-batch", "4"],
+        ["evaluate", "--workload", "{}", "--arch", "a100", *_ONE_DEVICE],
         ".json",
         _MODEL,
         _json_text,
@@ -128,8 +134,7 @@ READERS = {
     "place": (["place", "{}"], ".json", _PLACE, _json_text),
     "arch show": (["arch", "show", "{}"], ".toml", None, _toml_text),
     "evaluate --arch": (
-        ["evaluate", "--workload", "gpt3-125m", "--arch", "{}", "--devices", "1", "--seq-len", "64"]
-        + ["--global-batch", "1", "--strategy", "t=1,p=1,d=1,mbs=1,recompute=none"],
+        ["evaluate", "--workload", "gpt3-125m", "--arch", "{}", *_ONE_DEVICE],
         ".toml",
         None,
         _toml_text,
@@ -180,7 +185,9 @@ _SCALARS = (
 )
 _VALUES = st.recursive(
     _SCALARS,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=8,
 )
 
@@ -244,15 +251,18 @@ def test_a_valid_file_in_any_encoding_is_read_or_named(name, encoding, tmp_path)
 
 
 @pytest.mark.parametrize("name", sorted(READERS))
-@budget(80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@budget(40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_bytes_end_in_one_error_line_or_a_result(name, data, tmp_path):
     raw = data.draw(st.binary(max_size=200) | _mutated(name), label="file")
     _no_traceback(_run(name, raw, tmp_path))
 
 
-@settings(max_examples=200)
-@given(raw=st.binary(max_size=64), bom=st.sampled_from((b"", b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")))
+@settings(max_examples=100)
+@given(
+    raw=st.binary(max_size=64),
+    bom=st.sampled_from((b"", b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")),
+)
 def test_decoding_gives_text_or_one_config_error(raw, bom):
     try:
         text = decode_text(bom + raw, "f")

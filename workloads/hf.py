@@ -27,6 +27,7 @@ __all__ = ["SUPPORTED_MODEL_TYPES", "load_hf_config", "model_from_hf", "to_hf_co
 
 _GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"})
 _LLAMA_TYPES = ("llama", "mistral", "mixtral", "qwen2", "phi3")
+_KIND = {list: "array", dict: "object"}
 
 
 class _Reader:
@@ -63,6 +64,11 @@ class _Reader:
                 return None
             return default
         value = self.data[key]
+        if isinstance(value, list | dict):  # every key read here holds one number, flag or name
+            self.problems.append(
+                f"{key} = {value!r} must be a single value, not a JSON {_KIND[type(value)]}"
+            )
+            return None if default is ... else default
         if check is not None and not check(value):
             self.problems.append(f"unsupported value {key} = {value!r}")
         return value
