@@ -46,6 +46,7 @@ import numpy as np
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.files import read_json
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, over_limit
+from phaze_common.units import fmt_bytes, fmt_pair
 from placement.costs import LayerArrays, reference_costs, stage_layers
 from placement.dp import DpTask
 from placement.dp_order import solve_many
@@ -431,13 +432,14 @@ def solve_reference(
     if best is None:
         have = ins.max_memory_per_device
         if need > have:
+            needs, has = fmt_pair(need, have, "B")
             raise Infeasible(
-                f"needs {need / 2**30:.1f} GiB per device for its largest layer alone, "
-                f"has maxMemoryPerDevice = {have / 2**30:.1f} GiB"
+                f"needs {needs} per device for its largest layer alone, "
+                f"has maxMemoryPerDevice = {has}"
             )
         raise Infeasible(
             f"no pipeline of at most {ins.max_devices} devices fits maxMemoryPerDevice = "
-            f"{have / 2**30:.1f} GiB at any width"
+            f"{fmt_bytes(have)} at any width"
         )
     return best[1]
 

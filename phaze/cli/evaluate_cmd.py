@@ -21,7 +21,7 @@ from phaze.sweep import placement_summary, schedule_exactness
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from placement import Placement
-from results.units import fmt_bytes, fmt_percent, fmt_quantity, fmt_time
+from results.units import fmt_bytes, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
@@ -116,8 +116,9 @@ __all__ = ["evaluate"]
 @click.option(
     "--state-bytes",
     type=click.IntRange(min=1),
-    help="Weights + gradients + optimizer state per parameter (default 18: Adam, mixed "
-    "precision; 20: DeepSpeed's BF16 optimizer).",
+    help="Weights + gradients + optimizer state per parameter, at least 16 (2 B weights, "
+    "2 B gradients, Adam's 12 B) [default 18: Adam, mixed precision, fp32 gradients; 20: "
+    "DeepSpeed's BF16 optimizer].",
 )
 @click.option(
     "--framework",
@@ -265,7 +266,7 @@ def evaluate(
         ["MFU", fmt_percent(sc.mfu)],
         [
             "memory per device",
-            f"{fmt_bytes(pl.memory_per_device_bytes)} of {fmt_bytes(acc.hbm_bytes)}",
+            "{} of {}".format(*fmt_pair(pl.memory_per_device_bytes, acc.hbm_bytes, "B")),
         ],
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
         ["exposed communication", fmt_time(pl.communication_s)],

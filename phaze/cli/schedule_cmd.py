@@ -16,7 +16,7 @@ from phaze.cli._files import cannot_write, check_writable
 from phaze.cli._options import default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, unknown_name
-from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.gantt import draw_gantt
 from results.units import fmt_percent, fmt_quantity
 from workloads import TrainingSetup, build_layer_graph, resolve_model
@@ -63,7 +63,11 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
 @click.option("--workload", "workload", required=True, help="Catalog model name or config.json.")
 @click.option("--arch", "arch", required=True, help="Accelerator preset name or TOML file.")
 @click.option(
-    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel width."
+    "--tp",
+    type=click.IntRange(1, MAX_DEVICES),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel width.",
 )
 @click.option(
     "--pass",

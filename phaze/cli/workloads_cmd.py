@@ -10,6 +10,7 @@ import click
 
 from phaze.cli._options import default_seq_len
 from phaze.cli._render import echo_json, table
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.units import fmt_bytes, fmt_quantity
 from workloads import (
     LayerGraph,
@@ -135,18 +136,22 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 @click.argument("name")
 @click.option(
     "--seq-len",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_SEQ_LEN),
     help="Tokens per sequence [default: min(2048, context)].",
 )
 @click.option(
     "--micro-batch",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
     default=1,
     show_default=True,
     help="Sequences per micro-batch.",
 )
 @click.option(
-    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel width."
+    "--tp",
+    type=click.IntRange(1, MAX_DEVICES),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel width.",
 )
 @click.option("--sp", is_flag=True, help="Sequence parallelism on the tensor-parallel group.")
 @click.option(
