@@ -2,8 +2,9 @@
 
 CSV holds one row per point with every column; empty cells are missing values, ``feasible`` is
 1 or 0 and ``placement`` stays JSON text. JSON is one document
-``{"schema_version": 1, "points": [...]}`` whose points have the same keys as the CSV header,
-``feasible`` as a boolean and ``placement`` as a JSON object (or null).
+``{"schema_version": SCHEMA_VERSION, "points": [...]}`` (the store's schema version) whose
+points have the same keys as the CSV header, ``feasible`` as a boolean and ``placement`` as a
+JSON object (or null).
 """
 
 from __future__ import annotations
