@@ -79,7 +79,7 @@ SCHEDULE = ("schedule", "--workload", "gpt3-125m", "--arch", "a100", "--solver",
     [
         ("--seq-len", "0", "1<=x<=10000000"),
         ("--micro-batch", "-1", "1<=x<=1000000"),
-        ("--tp", "0", "x>=1"),
+        ("--tp", "0", "1<=x<=1000000"),
         ("--search-nodes", "-1", "x>=0"),
         ("--mip-gap", "1", "0<=x<1"),
         ("--time-limit", "0", "x>0"),

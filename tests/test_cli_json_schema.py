@@ -74,14 +74,18 @@ def test_every_json_document_has_its_documented_version(command, cli_run, small_
 
 
 def test_every_json_command_is_listed():
+    import click
+
     from phaze.cli import cli
 
     found = []
 
     def walk(group, prefix):
-        for name, cmd in group.commands.items():
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
             path = f"{prefix} {name}".strip()
-            if hasattr(cmd, "commands"):
+            if isinstance(cmd, click.Group):
                 walk(cmd, path)
             elif any("--json" in p.opts for p in cmd.params):
                 found.append(path)
