@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -147,13 +148,7 @@ _TOML_TEXT = {"arch show": _ARCH, "evaluate --arch": _ARCH, "space show": _SPACE
 
 def _document(name: str):
     _, _, doc, _ = READERS[name]
-    return doc if doc is not None else read_toml_text(_TOML_TEXT[name])
-
-
-def read_toml_text(text: str) -> dict:
-    import tomllib
-
-    return tomllib.loads(text)
+    return doc if doc is not None else tomllib.loads(_TOML_TEXT[name])
 
 
 def _run(name: str, data: bytes, tmp: Path):

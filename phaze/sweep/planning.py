@@ -106,6 +106,8 @@ def _setup_problems(model: Model, ctx: Context, knobs: tuple[Knobs, ...]) -> lis
     (checked here, before any worker starts), each problem once."""
     problems = []
     for k in knobs:
+        if ctx.global_batch % k.micro_batch:
+            continue  # reported once for the micro-batch list
         try:
             check_setup(model, training_setup(model, ctx, k, sequence_parallel=False))
         except ConfigError as e:
