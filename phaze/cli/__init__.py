@@ -70,6 +70,7 @@ def _register() -> None:
         space_cmd,
         sweep_cmd,
         validate_cmd,
+        validate_cost_cmd,
         validate_energy_cmd,
         validate_megatron_cmd,
         workloads_cmd,
@@ -77,6 +78,7 @@ def _register() -> None:
 
     validate_cmd.validate.add_command(validate_megatron_cmd.megatron)
     validate_cmd.validate.add_command(validate_energy_cmd.energy)
+    validate_cmd.validate.add_command(validate_cost_cmd.cost)
     for command in (
         sweep_cmd.sweep,
         evaluate_cmd.evaluate,

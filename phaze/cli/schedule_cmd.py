@@ -13,6 +13,7 @@ from ilp import SCHEDULERS, Schedule
 from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIMIT_S
 from ilp.timing import pass_schedule
 from phaze.cli._files import cannot_write, check_writable
+from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, unknown_name
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
@@ -86,14 +87,14 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
 @click.option("--solver", type=click.Choice(SCHEDULERS), default="highs", show_default=True)
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(0, 1e6, lo_open=True),
     default=DEFAULT_TIME_LIMIT_S,
     show_default=True,
     help="Seconds per independent part of the graph.",
 )
 @click.option(
     "--mip-gap",
-    type=click.FloatRange(0, 1, max_open=True),
+    type=FiniteFloat(0, 1, hi_open=True),
     default=DEFAULT_MIP_GAP,
     show_default=True,
 )

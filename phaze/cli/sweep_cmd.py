@@ -11,6 +11,7 @@ import click
 
 from phaze.cli import INTERRUPTED, NoFeasiblePoint
 from phaze.cli._files import cannot_write
+from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
 from phaze.executors import EXECUTORS, check_reachable
@@ -116,7 +117,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 @click.option(
     "--hbm-gib",
     "hbm_gib",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(0, 1e6, lo_open=True),
     multiple=True,
     help="HBM per device in GiB for the space's designs (repeatable); presets keep their own.",
 )
