@@ -158,3 +158,29 @@ def test_a_sweep_file_may_name_a_host_and_a_cost_view():
     )
     assert (cfg.scoring.host_profile, cfg.scoring.cost_view) == ("dgx-h100", "build")
     assert cfg.scoring.grid_region == "eu"
+
+
+def test_gpt3_on_a_thousand_h100_is_priced_term_by_term():
+    """The README's run (its searched layout given, to skip the search): every cost term,
+    the system capex and both views, each term the run's device-hours at its hourly rate."""
+    doc = _json(
+        "evaluate",
+        "--workload",
+        "gpt3-175b",
+        "--arch",
+        "h100",
+        "--devices",
+        "1024",
+        "--global-batch",
+        "1536",
+        "--tokens",
+        "300B",
+        "--strategy",
+        "t=4,p=16,d=16,mbs=1,v=6,recompute=none,zero=0,sp=on",
+    )
+    assert tuple(doc["cost_breakdown"]) == TERMS
+    assert doc["usd_per_device_hour"] == pytest.approx(1.58, abs=0.01)
+    assert doc["capex_usd"] == pytest.approx(1024 * (27_500 + 8_517.75 + 4_247.5 + 1_275 * 11.7))
+    assert doc["accelerator_usd"] == pytest.approx({"build": 6196.2, "buy": 27_500}, abs=1)
+    hours = doc["device_hours"]
+    assert doc["cost_breakdown"]["accelerator"] == pytest.approx(hours * 27_500 / 5 / 8766)

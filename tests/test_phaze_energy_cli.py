@@ -136,6 +136,12 @@ def test_validate_energy_reports_every_run():
     runs = {r["run"]: r for r in doc["runs"]}
     for run in runs.values():
         assert 0 < run["board_w"] < run["with_host_w"]
+    # each run's energy both ways: modelled, and as a model card counts it (hours x TDP x PUE)
+    gpt3 = runs["gpt3-175b"]
+    assert gpt3["energy_tdp_accounting_kwh"] == pytest.approx(3_552_000 * 300 / 1000 * 1.10)
+    assert gpt3["modelled_energy_j"] == pytest.approx(cases["gpt3-175b with host"]["predicted"])
+    text = CliRunner().invoke(cli, ["validate", "energy"]).output
+    assert "model-card (GPU-h x TDP x PUE)" in text and "energy, modelled" in text
     assert r.exit_code == (0 if doc["within_tolerance"] else 3)
     # GPT-3's measured system power and energy (Patterson et al. 2021)
     assert abs(cases["gpt3-175b with host W"]["error_pct"]) <= 20
