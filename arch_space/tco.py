@@ -39,6 +39,7 @@ from arch_space.system import board_limit_w, host_max_w_per_device, host_usd_per
 from phaze_common.errors import ConfigError
 
 __all__ = [
+    "SECONDS_PER_YEAR",
     "COST_VIEWS",
     "CostView",
     "TcoConstants",
@@ -59,8 +60,9 @@ __all__ = [
 
 CostView = Literal["build", "buy"]
 COST_VIEWS: Final = ("build", "buy")
-_SECONDS_PER_YEAR: Final = 365.25 * 24 * 3600  # Julian year, as phaze.scoring
-_HOURS_PER_YEAR: Final = _SECONDS_PER_YEAR / 3600.0
+# Julian year, the convention of ACT's lifetime figures
+SECONDS_PER_YEAR: Final = 365.25 * 24 * 3600
+_HOURS_PER_YEAR: Final = SECONDS_PER_YEAR / 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,7 @@ def _shipped() -> TcoConstants:
     net, good = plain_values(data["network"]), plain_values(data["goodput"])
     return TcoConstants(
         datacenter_usd_per_w=float(dc["capex_usd_per_w"]),
-        datacenter_lifetime_s=float(dc["lifetime_years"]) * _SECONDS_PER_YEAR,
+        datacenter_lifetime_s=float(dc["lifetime_years"]) * SECONDS_PER_YEAR,
         datacenter_opex_usd_per_w_year=float(dc["opex_usd_per_w_year"]),
         interest=float(fin["interest"]),
         maintenance_share=float(fin["maintenance_share"]),
@@ -317,8 +319,8 @@ def device_hour_cost(
     per provisioned watt.
     """
     c = constants or TcoConstants.default()
-    it_years = lifetime_s / _SECONDS_PER_YEAR
-    dc_years = c.datacenter_lifetime_s / _SECONDS_PER_YEAR
+    it_years = lifetime_s / SECONDS_PER_YEAR
+    dc_years = c.datacenter_lifetime_s / SECONDS_PER_YEAR
     per_hour = 1.0 / (_HOURS_PER_YEAR * utilisation)
     interest_per_year = (
         capital_recovery_factor(interest, it_years) - 1.0 / it_years

@@ -34,7 +34,6 @@ _SUFFIX: Final = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _TOKENS: Final = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*$", re.I)
 #: The largest token budget accepted: 10^16, about 700 times Llama 3's 15.6T.
 MAX_TOKENS: Final = 10**16
-_J_PER_KWH: Final = 3.6e6
 
 
 def parse_tokens(text: str) -> int:

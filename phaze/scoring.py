@@ -32,6 +32,7 @@ import numpy as np
 from arch_space.accelerator import Accelerator
 from arch_space.tco import (
     COST_VIEWS,
+    SECONDS_PER_YEAR,
     CostView,
     DeviceCapex,
     DeviceHourCost,
@@ -64,8 +65,6 @@ __all__ = [
     "score_point",
 ]
 
-# Julian year, the convention of ACT's lifetime figures.
-SECONDS_PER_YEAR: Final = 365.25 * 24 * 3600
 _J_PER_KWH: Final = 3.6e6
 
 FORMULAS: Final = MappingProxyType(

@@ -27,6 +27,8 @@ from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
 __all__ = ["evaluate"]
 
+_J_PER_KWH = 3.6e6
+
 
 @click.command("evaluate")
 @click.option("--workload", required=True, help="Catalog name or a Hugging Face config.json.")
@@ -428,7 +430,7 @@ def _run_table(sc: Score, run: RunAnswers, scoring: ScoringParams) -> str:
         ["  of which restarts (IT)", q(run.restart_energy_j, "J")],
         [
             "energy, model-card accounting",
-            f"{q(run.energy_tdp_accounting_kwh * 3.6e6, 'J')} "
+            f"{q(run.energy_tdp_accounting_kwh * _J_PER_KWH, 'J')} "
             f"(device-hours x {q(run.board_tdp_w, 'W')} TDP x PUE {run.pue:g})",
         ],
         ["average power per device", q(run.avg_device_power_w, "W")],
