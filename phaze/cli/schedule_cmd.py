@@ -18,7 +18,7 @@ from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, unknown_name
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.gantt import draw_gantt
-from results.units import fmt_percent, fmt_quantity
+from results.units import fmt_column, fmt_percent, fmt_quantity
 from workloads import TrainingSetup, build_layer_graph, resolve_model
 
 __all__ = ["schedule", "schedule_doc"]
@@ -181,15 +181,11 @@ def schedule(
         f"solver {s.solver}, status {s.status} ({s.method}), gap {fmt_percent(s.gap)}, "
         f"{fmt_quantity(s.wall_s, 's')} (limit {fmt_quantity(s.time_limit_s, 's')})"
     )
+    starts = fmt_column([o["start_s"] for o in doc["ops"]], "s")
+    durations = fmt_column([o["duration_s"] for o in doc["ops"]], "s")
     rows = [
-        (
-            o["op"],
-            fmt_quantity(o["start_s"], "s"),
-            fmt_quantity(o["duration_s"], "s"),
-            o["mode"],
-            o["cores"] or "-",
-        )
-        for o in doc["ops"]
+        (o["op"], starts[i], durations[i], o["mode"], o["cores"] or "-")
+        for i, o in enumerate(doc["ops"])
     ]
     click.echo(table(rows, ("op", "start", "duration", "mode", "cores")))
     if gantt is not None:
