@@ -49,6 +49,7 @@ from placement.iteration import IterationEnergy
 __all__ = [
     "SECONDS_PER_YEAR",
     "FORMULAS",
+    "RANGES",
     "ScoringParams",
     "BatchEnergy",
     "Score",
@@ -91,7 +92,7 @@ FORMULAS: Final = MappingProxyType(
 )
 
 # field -> (lowest, highest, lowest allowed?, highest allowed?) of a ScoringParams number
-_RANGES: Final = MappingProxyType(
+RANGES: Final = MappingProxyType(
     {
         "pue": (1.0, 4.0, True, True),
         "grid_gco2e_per_kwh": (0.0, 2000.0, True, True),
@@ -108,13 +109,13 @@ _RANGES: Final = MappingProxyType(
 
 
 def _range_text(name: str) -> str:
-    lo, hi, lo_in, hi_in = _RANGES[name]
+    lo, hi, lo_in, hi_in = RANGES[name]
     return f"{'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}"
 
 
 def _range_problem(name: str, value: Any) -> str | None:
-    """The problem with ``name = value`` (a number in the range of :data:`_RANGES`), or None."""
-    lo, hi, lo_in, hi_in = _RANGES[name]
+    """The problem with ``name = value`` (a number in the range of :data:`RANGES`), or None."""
+    lo, hi, lo_in, hi_in = RANGES[name]
     ok = (
         isinstance(value, int | float)
         and not isinstance(value, bool)
@@ -183,7 +184,7 @@ class ScoringParams:
         for name, default in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default())
-        problems = [p for name in _RANGES if (p := _range_problem(name, getattr(self, name)))]
+        problems = [p for name in RANGES if (p := _range_problem(name, getattr(self, name)))]
         if self.embodied_mode not in ("amortised", "whole-life"):
             problems.append(
                 f"embodied_mode = {self.embodied_mode!r} must be 'amortised' or 'whole-life'"
@@ -201,11 +202,6 @@ class ScoringParams:
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
-
-    @classmethod
-    def range_text(cls, name: str) -> str:
-        """The allowed range of the number ``name``, as ``[1, 4]`` (for option help)."""
-        return _range_text(name)
 
 
 # The energy of one iteration, by cause: the iteration model's energy terms.

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-__all__ = ["FiniteFloat"]
+__all__ = ["FiniteFloat", "scoring_float"]
 
 
 class FiniteFloat(click.ParamType):
@@ -48,3 +48,12 @@ class FiniteFloat(click.ParamType):
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return f"FLOAT {self.range_text}"
+
+
+def scoring_float(name: str, per_unit: float = 1.0) -> FiniteFloat:
+    """The option type of scoring number ``name`` in its range (:data:`phaze.scoring.RANGES`),
+    given in units of ``per_unit`` SI units (``SECONDS_PER_YEAR`` for a lifetime in years)."""
+    from phaze.scoring import RANGES
+
+    lo, hi, lo_in, hi_in = RANGES[name]
+    return FiniteFloat(lo / per_unit, hi / per_unit, lo_open=not lo_in, hi_open=not hi_in)

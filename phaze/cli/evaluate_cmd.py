@@ -13,7 +13,7 @@ from arch_space.system import host_profile_for, host_profiles
 from arch_space.tco import COST_VIEWS
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._options import FiniteFloat
+from phaze.cli._options import FiniteFloat, scoring_float
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
 from phaze.run import RunAnswers, parse_tokens, run_answers
@@ -91,15 +91,15 @@ _J_PER_KWH = 3.6e6
 )
 @click.option(
     "--grid-gco2e-per-kwh",
-    type=FiniteFloat(0, 2000),
+    type=scoring_float("grid_gco2e_per_kwh"),
     help="Grid carbon intensity (overrides --grid).",
 )
 @click.option(
-    "--pue", type=FiniteFloat(1, 4), default=1.10, show_default=True, help="Facility PUE."
+    "--pue", type=scoring_float("pue"), default=1.10, show_default=True, help="Facility PUE."
 )
 @click.option(
     "--lifetime-years",
-    type=FiniteFloat(0, 30, lo_open=True),
+    type=scoring_float("lifetime_s", SECONDS_PER_YEAR),
     default=5.0,
     show_default=True,
     help="Life of the IT equipment: its depreciation period and its embodied carbon's.",
@@ -113,7 +113,7 @@ _J_PER_KWH = 3.6e6
 )
 @click.option(
     "--usd-per-kwh",
-    type=FiniteFloat(0, 10),
+    type=scoring_float("usd_per_kwh"),
     help="Electricity price (default: the grid region's).",
 )
 @click.option(
@@ -125,12 +125,12 @@ _J_PER_KWH = 3.6e6
 )
 @click.option(
     "--interest",
-    type=FiniteFloat(0, 1, hi_open=True),
+    type=scoring_float("interest"),
     help="Yearly cost of capital [default: 0.08, Barroso et al. 2013].",
 )
 @click.option(
     "--goodput",
-    type=FiniteFloat(0, 1, lo_open=True),
+    type=scoring_float("goodput"),
     help="Share of wall-clock time spent training [default: 0.90, Llama 3's large runs].",
 )
 @click.option(
