@@ -11,6 +11,7 @@ from phaze_common.units import (
     UNIT_FAMILIES,
     fmt_bytes,
     fmt_carbon,
+    fmt_column,
     fmt_count,
     fmt_energy,
     fmt_pair,
@@ -38,4 +39,5 @@ __all__ = [
     "fmt_count",
     "fmt_ratio",
     "fmt_si",
+    "fmt_column",
 ]

@@ -53,8 +53,10 @@ _ARGS = {
     "validate gemm": [],
     "validate megatron": [],
     "validate energy": [],
+    "validate cost": [],
+    "validate runs": [],
 }
-_SLOW = {"validate gemm", "validate megatron", "validate energy"}
+_SLOW = {"validate gemm", "validate megatron", "validate energy", "validate cost", "validate runs"}
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,8 @@ COMMANDS: Final = MappingProxyType(
 _VALIDATE_MORE: Final = (
     "phaze.cli.validate_megatron_cmd:megatron",
     "phaze.cli.validate_energy_cmd:energy",
+    "phaze.cli.validate_cost_cmd:cost",
+    "phaze.cli.validate_runs_cmd:runs",
 )
 
 

@@ -41,6 +41,8 @@ JSON_SCHEMA_VERSIONS: Final = MappingProxyType(
         "validate gemm": 1,
         "validate megatron": 1,
         "validate energy": 1,
+        "validate cost": 1,
+        "validate runs": 1,
     }
 )
 
