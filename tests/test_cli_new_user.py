@@ -120,3 +120,9 @@ def test_place_names_a_one_byte_memory_as_it_is(cli_run, tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(doc))
     _one_error(cli_run("place", path), "needs 104 MiB per device", "= 1 B", code=3)
+
+
+def test_a_registry_in_another_encoding_is_one_error(cli_run, tmp_path):
+    path = tmp_path / "runs.toml"
+    path.write_text("[run.x]\n", encoding="utf-16-le")
+    _one_error(cli_run("validate", "runs", "--registry", path), "runs.toml", "UTF-16-LE")
