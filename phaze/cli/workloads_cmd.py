@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
+from phaze.cli._options import default_seq_len
 from phaze.cli._render import echo_json, table
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.units import fmt_bytes, fmt_quantity
 from workloads import (
     LayerGraph,
@@ -38,8 +40,6 @@ from workloads.serving import (
 from workloads.serving_ops import check_serving, serving_layer_graph
 
 __all__ = ["workloads"]
-
-_DEFAULT_SEQ_LEN = 2048  # used when the model's context is at least this long
 
 
 @click.group()
@@ -149,18 +149,22 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 @click.argument("name")
 @click.option(
     "--seq-len",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_SEQ_LEN),
     help="Tokens per sequence [default: min(2048, context)].",
 )
 @click.option(
     "--micro-batch",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
     default=1,
     show_default=True,
     help="Sequences per micro-batch.",
 )
 @click.option(
-    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel width."
+    "--tp",
+    type=click.IntRange(1, MAX_DEVICES),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel width.",
 )
 @click.option("--sp", is_flag=True, help="Sequence parallelism on the tensor-parallel group.")
 @click.option(
@@ -173,10 +177,18 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 @click.option(
     "--serve", is_flag=True, help="Show the serving workload (needs --input/--output-tokens)."
 )
-@click.option("--input-tokens", type=click.IntRange(min=1), help="Prompt tokens (--serve).")
-@click.option("--output-tokens", type=click.IntRange(min=1), help="Generated tokens (--serve).")
 @click.option(
-    "--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Requests (--serve)."
+    "--input-tokens", type=click.IntRange(1, MAX_SEQ_LEN), help="Prompt tokens (--serve)."
+)
+@click.option(
+    "--output-tokens", type=click.IntRange(1, MAX_SEQ_LEN), help="Generated tokens (--serve)."
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
+    default=1,
+    show_default=True,
+    help="Requests (--serve).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def show_cmd(
@@ -209,7 +221,7 @@ def show_cmd(
         doc = _serve_doc(model, requests, tp)
         echo_json(doc) if as_json else _echo_serve(doc)
         return
-    seq_len = seq_len or min(_DEFAULT_SEQ_LEN, model.max_positions)
+    seq_len = seq_len or default_seq_len(model)
     setup = TrainingSetup(
         seq_len=seq_len,
         global_batch=micro_batch,
