@@ -22,6 +22,7 @@ from arch_space.accelerator import Accelerator, Cluster
 from arch_space.perf import default_settings, op_costs
 from arch_space.perf.device import DeviceProfile, device_profile
 from ilp.timing import PassTiming, SolveSettings, layer_timing
+from phaze_common.errors import unknown_name
 from workloads.model import Model
 from workloads.serving import (
     RequestBatch,
@@ -80,7 +81,10 @@ class ServingPassTime:
 
     def layer(self, class_id: str) -> LayerPassTime:
         """The part of the layers of class ``class_id``."""
-        return next(x for x in self.layers if x.class_id == class_id)
+        for x in self.layers:
+            if x.class_id == class_id:
+                return x
+        raise unknown_name("layer class", class_id, [x.class_id for x in self.layers])
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from ilp.serving import (
     serving_pass_time,
     serving_pass_times,
 )
+from phaze_common.errors import ConfigError
 from workloads import Model, get_model
 from workloads.serving import (
     RequestBatch,
@@ -72,6 +73,9 @@ def test_a_pass_is_the_sum_of_its_layers():
     assert r.energy_j > 0 and all(x.timing.status in ("optimal", "time_limit") for x in r.layers)
     per_token = kv_cache_bytes_per_token(get_model("llama2-70b"), 8)
     assert r.kv_read_bytes == 4 * 500 * per_token and r.kv_written_bytes == 4 * per_token
+    assert r.layer("block").count == 80
+    with pytest.raises(ConfigError, match="unknown layer class 'blok'; did you mean block"):
+        r.layer("blok")
 
 
 @settings(max_examples=6)
