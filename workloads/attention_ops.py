@@ -288,18 +288,18 @@ def cached_core(
     keys = cached + new
     if model.mla:
         latent = model.kv_lora_rank + model.qk_rope_head_dim
-        written = _kv_write(nodes, ("kv.down.norm", k), batch * new * latent, p, kv_bytes)
+        cache = _kv_write(nodes, ("kv.down.norm", k), batch * new * latent, p, kv_bytes)
         inputs: tuple[str, ...] = (q, k, "v")
         if cached:
             kr, nope = model.kv_lora_rank, model.qk_nope_head_dim
             for name, width in (("k.context", nope), ("v.context", dv)):
-                nodes.append(Node(gemm(name, batch * cached, kr, a_t * width, p), (written,)))
+                nodes.append(Node(gemm(name, batch * cached, kr, a_t * width, p), (cache,)))
             inputs += ("k.context", "v.context")
         kv_read = p * batch * keys * (model.head_dim + dv)  # per head, up-projected
     else:
         width = g_t * (model.head_dim + dv)
-        written = _kv_write(nodes, (k, "v"), batch * new * width, p, kv_bytes)
-        inputs = (q, written)
+        cache = _kv_write(nodes, (k, "v"), batch * new * width, p, kv_bytes)
+        inputs = (q, cache)
         kv_read = kv_bytes * batch * keys * (model.head_dim + dv)  # per key/value head
     decode = new == 1
     groups = head_groups(a_t if model.mla else g_t)
@@ -337,7 +337,7 @@ def mla_decode_core(
     output taken back to the value heads (``v.absorb``, the value up-projection's)."""
     a_t, kr, rope = model.heads // tp, model.kv_lora_rank, model.qk_rope_head_dim
     nope, dv = model.qk_nope_head_dim, model.value_head_dim
-    written = _kv_write(nodes, ("kv.down.norm", k), batch * (kr + rope), p, kv_bytes)
+    cache = _kv_write(nodes, ("kv.down.norm", k), batch * (kr + rope), p, kv_bytes)
     absorb = gemm("q.absorb", batch, nope, kr, p, batch=a_t, batched=True)
     nodes.append(Node(absorb, (q,)))
     keys = cached + 1
@@ -345,7 +345,7 @@ def mla_decode_core(
     shape = (batch, a_t, 1, cached)  # every head's query reads the one latent "head"
     name = f"{CORE_PREFIX}0.decode"
     kernel = _cached_kernel(name, model, shape, (2 * kr + rope) // 2, read, p * batch * a_t * kr)
-    nodes.append(Node(kernel, (absorb.name, written)))
+    nodes.append(Node(kernel, (absorb.name, cache)))
     out = gemm("v.absorb", batch, kr, dv, p, batch=a_t, batched=True)
     nodes.append(Node(out, (name,)))
     return (out.name,)
