@@ -331,6 +331,7 @@ def _estimate(
         clock_hz=clock,
         glb_bytes_per_s=glb_bytes_per_s,
         bytes_per_element=acc.bytes_per_element,
+        accumulator_bytes=settings.accumulator_bytes,
     )
     gi = w.gemm_index
     lane_ops = w.vector_flops + w.epilogue_flops
