@@ -25,7 +25,7 @@ from phaze.scoring import ScoringParams
 from phaze.sweep import run_sweep
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
-from placement import Strategy, parse_strategy
+from placement import Layout, parse_strategy
 from results.store import load
 from workloads import resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK
@@ -105,7 +105,7 @@ def evaluate(
     micro_batch: int | None = None,
     recompute: str | None = None,
     sequence_parallel: bool | None = None,
-    strategy: Strategy | str | None = None,
+    strategy: Layout | str | None = None,
     tokens_to_train: int | None = None,
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
@@ -114,8 +114,10 @@ def evaluate(
     state_bytes_per_parameter: int | None = None,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
-    (a :class:`placement.Strategy` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
-    keys left out are searched, see :mod:`placement.partial`), under the ``framework``
+    (a :class:`placement.Layout` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
+    keys left out are searched, see :mod:`placement.partial`; a key it gives that
+    ``micro_batch``, ``recompute`` or ``sequence_parallel`` also gives differently is a
+    ConfigError naming both), under the ``framework``
     overlap profile (:func:`workloads.framework_names`); ``device`` overrides the sustained
     rates of the accelerator's preset (:mod:`arch_space.perf.device`).
     ``state_bytes_per_parameter`` overrides weights + gradients + optimizer state per
@@ -130,14 +132,18 @@ def evaluate(
         global_batch,
         ("micro_batch", () if micro_batch is None else (micro_batch,)),
     )
-    if isinstance(strategy, str):
-        strategy = parse_strategy(strategy)
-    if strategy is not None:  # what it leaves open keeps the arguments' values
-        open_ = strategy.unset
-        micro_batch = micro_batch if "micro_batch" in open_ else strategy.micro_batch
-        recompute = recompute if "recompute" in open_ else strategy.recompute
-        if "sequence_parallel" not in open_:
-            sequence_parallel = strategy.sequence_parallel
+    if strategy is not None:  # the arguments fill what it leaves open; a clash is an error
+        strategy = parse_strategy(
+            strategy if isinstance(strategy, str) else str(strategy),
+            {
+                "mbs": ("micro_batch", micro_batch),
+                "recompute": ("recompute", recompute),
+                "sp": ("sequence_parallel", sequence_parallel),
+            },
+        )
+        micro_batch = strategy.mbs if strategy.given("mbs") else None
+        recompute = strategy.recompute if strategy.given("recompute") else None
+        sequence_parallel = strategy.sp if strategy.given("sp") else None
     ctx = Context(
         cluster=cluster,
         seq_len=seq_len,

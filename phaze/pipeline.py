@@ -26,15 +26,16 @@ from phaze.scoring import Score, score_point
 from phaze_common.errors import ConfigError, Infeasible
 from placement import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
+    Layout,
     Placement,
     PlacementProblem,
     StageGraph,
-    Strategy,
     place,
 )
 from placement.adapt import stage_graph
+from placement.energy import iteration_energy
 from placement.interleave import best_interleaved, interleaved_floor
-from placement.iteration import EnergyRates, iteration_energy
+from placement.iteration import EnergyRates
 from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
     Model,
@@ -44,7 +45,6 @@ from workloads import (
     model_flops_per_sequence,
     valid_tp_widths,
 )
-from workloads.framework import framework_profile
 
 __all__ = [
     "Knobs",
@@ -232,6 +232,11 @@ def _energy_rates(
         host_w_per_node=host_w_per_node,
         dispatch_bytes=sum(x.dispatch_bytes for x in variant.graph.layers),
         kv_bytes=sum(x.kv_bytes for x in variant.graph.layers),
+        # the routed experts of the whole model: each tensor-parallel layer holds 1/t of them
+        expert_parameters=sum(
+            x.expert_parameters * (variant.graph.tp if x.tensor_parallel else 1)
+            for x in variant.graph.layers
+        ),
     )
 
 
@@ -256,8 +261,8 @@ def placement_problem(
         # the optimizer step after the last backward pass streams its bytes through HBM
         optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
-        p2p_overlap=framework_profile(setup.framework).p2p_overlap,
-        dp_overlap=framework_profile(setup.framework).dp_overlap,
+        p2p_overlap=setup.profile.p2p_overlap,
+        dp_overlap=setup.profile.dp_overlap,
         collectives=collectives,
         zero_stages=ctx.zero_stages,
         optimizer_bytes_per_parameter=float(setup.optimizer_bytes_per_parameter),
@@ -378,29 +383,31 @@ def _best_widths(
     variants: dict[Key, Variant] = {}
     best = plain((schedule(key),))
     while bounds and best is not None:
-        limit = best.time_per_batch_s * (1 + _BOUND_SLACK)
+        limit = best.breakdown.iteration_s * (1 + _BOUND_SLACK)
         try:
             could = place(problem(tuple(bounds.values())), limit_s=limit)
         except Infeasible:
             break
-        alone = plain((schedule((could.tp, could.sequence_parallel)),))
-        if alone is not None and alone.time_per_batch_s < best.time_per_batch_s:
+        alone = plain((schedule((could.layout.t, could.layout.sp)),))
+        if alone is not None and alone.breakdown.iteration_s < best.breakdown.iteration_s:
             best = alone
     if best is None:
         return variants, None
     if len(variants) > 1:
         best = place(problem(tuple(variants[k].graph for k in sorted(variants, key=_sp_first))))
     best = (
-        best_interleaved(problem(tuple(v.graph for v in variants.values())), best.time_per_batch_s)
+        best_interleaved(
+            problem(tuple(v.graph for v in variants.values())), best.breakdown.iteration_s
+        )
         or best
     )
     while bounds:
         graphs = tuple(bounds.values())
-        floor = interleaved_floor(problem(graphs), best.time_per_batch_s * (1 + _BOUND_SLACK))
+        floor = interleaved_floor(problem(graphs), best.breakdown.iteration_s * (1 + _BOUND_SLACK))
         if floor is None:
             break
         graph = schedule((graphs[floor[1]].tp, graphs[floor[1]].sequence_parallel))
-        woven = best_interleaved(problem((graph,)), best.time_per_batch_s)
+        woven = best_interleaved(problem((graph,)), best.breakdown.iteration_s)
         best = woven or best
     return variants, best
 
@@ -430,7 +437,7 @@ def evaluate(
     knobs: Knobs,
     ctx: Context,
     *,
-    strategy: Strategy | None = None,
+    strategy: Layout | None = None,
 ) -> Evaluation:
     """Evaluate one point: the best placement (or the given ``strategy``) and its score.
 
@@ -453,14 +460,14 @@ def evaluate(
         raise ConfigError(
             f"micro_batch = {knobs.micro_batch} must divide global_batch = {ctx.global_batch}"
         )
-    if strategy is not None and "cp" not in strategy.unset and ctx.seq_len % strategy.cp:
+    if strategy is not None and strategy.given("cp") and ctx.seq_len % strategy.cp:
         allowed = [c for c in CP_DEGREES if ctx.seq_len % c == 0]
         raise ConfigError(
             f"strategy: cp = {strategy.cp} must divide the sequence of {ctx.seq_len} tokens "
             f"(allowed e.g.: {', '.join(map(str, allowed))})"
         )
-    fixed_tp = strategy is not None and "tp" not in strategy.unset
-    keys = variant_keys(model, ctx, (strategy.tp,) if fixed_tp else ())
+    fixed_tp = strategy is not None and strategy.given("t")
+    keys = variant_keys(model, ctx, (strategy.t,) if fixed_tp else ())
     if not keys:
         return Evaluation(
             workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
@@ -479,10 +486,10 @@ def evaluate(
             )
         placement = found
         if ctx.sequence_parallel is None:  # searched: say what it chose
-            defaults = f"sp={'on' if placement.sequence_parallel else 'off'}"
+            defaults = f"sp={'on' if placement.layout.sp else 'off'}"
     else:
         # left open, sequence parallelism is what the search uses (off at t = 1)
-        if "sequence_parallel" in strategy.unset:
+        if not strategy.given("sp"):
             keys = tuple(dict.fromkeys((t, sp and t > 1) for t, sp in keys))
         variants = {
             (t, sp): width_variant(
@@ -492,13 +499,11 @@ def evaluate(
         }
         problem = placement_problem(tuple(v.graph for v in variants.values()), hbm, ctx, setup)
         try:
-            placement, chosen = evaluate_partial(
-                problem, strategy, sequence_parallel=ctx.sequence_parallel
-            )
+            placement = evaluate_partial(problem, strategy, sequence_parallel=ctx.sequence_parallel)
         except Infeasible as e:
             return Evaluation(workload, acc, knobs, None, None, e.reason)
-        defaults = describe_defaults(chosen)
-    variant = variants[placement.tp, placement.sequence_parallel]
+        defaults = describe_defaults(strategy, placement.layout)
+    variant = variants[placement.layout.t, placement.layout.sp]
     energy = iteration_energy(
         placement,
         _energy_rates(variant, acc, model, ctx.scoring.host_w_per_node),
@@ -507,7 +512,7 @@ def evaluate(
     )
     tokens = setup.training_tokens(model.tokens_to_train)
     score = score_point(
-        iteration_s=placement.time_per_batch_s,
+        iteration_s=placement.breakdown.iteration_s,
         global_batch=ctx.global_batch,
         seq_len=ctx.seq_len,
         model_flops_per_batch=ctx.global_batch * model_flops_per_sequence(model, ctx.seq_len),
@@ -549,8 +554,8 @@ def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Knobs, ctx: Contex
     hbm = device_hbm(acc, ctx)
     problem = placement_problem(graphs, hbm, every, setup)
     try:
-        best = place(problem).time_per_batch_s
+        best = place(problem).breakdown.iteration_s
     except Infeasible:
         return float("inf")
     interleaved = best_interleaved(problem, best)
-    return best if interleaved is None else interleaved.time_per_batch_s
+    return best if interleaved is None else interleaved.breakdown.iteration_s

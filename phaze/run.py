@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from arch_space.accelerator import node_count
 from phaze.scoring import Score, ScoringParams, embodied_share_kgco2e
 from phaze_common.errors import ConfigError
 
@@ -75,7 +76,7 @@ def run_answers(
     params: ScoringParams,
 ) -> RunAnswers:
     """The whole-run figures of a point scored for ``tokens_to_train`` tokens."""
-    nodes = -(-devices // devices_per_node)
+    nodes = node_count(devices, devices_per_node)
     device_j = score.energy_per_batch_j - score.energy_host_j
     return RunAnswers(
         tokens_to_train=tokens_to_train,

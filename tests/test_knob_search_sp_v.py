@@ -18,7 +18,7 @@ from phaze.config import sweep_config_from_mapping
 from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError, Infeasible
-from placement import PlacementProblem, Strategy, evaluate_fixed, parse_strategy, place
+from placement import Layout, PlacementProblem, evaluate_fixed, parse_strategy, place
 from placement.dp import candidate_degrees
 from placement.partial import evaluate_partial
 from placement.synthetic import GptShape, gpt_stage_graph
@@ -40,7 +40,7 @@ def _problem(devices: int, hbm_gb: float, batch: int, layers: int) -> PlacementP
     )
 
 
-def _megatron_layouts(problem: PlacementProblem, fixed: Strategy):
+def _megatron_layouts(problem: PlacementProblem, fixed: Layout):
     """Every full strategy keeping ``fixed``'s set fields, with interleaving as Megatron-LM
     accepts it: ``v = 1``, or ``p >= 2`` with ``p * v`` dividing the blocks and each
     pipeline's micro-batches a multiple of ``p``."""
@@ -49,17 +49,17 @@ def _megatron_layouts(problem: PlacementProblem, fixed: Strategy):
         m = problem.global_batch // g.micro_batch
         for p, v, z in itertools.product(range(1, blocks + 1), range(1, blocks + 1), ZERO_STAGES):
             for d in candidate_degrees(m, 1, problem.cluster.devices).tolist():
-                s = Strategy(
-                    tp=g.tp,
-                    pp=p,
-                    dp=d,
-                    micro_batch=g.micro_batch,
-                    virtual_stages=v,
+                s = Layout(
+                    t=g.tp,
+                    p=p,
+                    d=d,
+                    mbs=g.micro_batch,
+                    v=v,
                     recompute=g.recompute,
-                    sequence_parallel=g.sequence_parallel,
+                    sp=g.sequence_parallel,
                     zero=z,
                 )
-                if any(getattr(s, k) != getattr(fixed, k) for k in _FIELDS - fixed.unset):
+                if any(getattr(s, k) != getattr(fixed, k) for k in _FIELDS - fixed.open):
                     continue
                 if g.tp * p * d > problem.cluster.devices:
                     continue
@@ -68,16 +68,14 @@ def _megatron_layouts(problem: PlacementProblem, fixed: Strategy):
                 yield s
 
 
-_FIELDS = frozenset(
-    {"tp", "pp", "dp", "micro_batch", "virtual_stages", "recompute", "sequence_parallel", "zero"}
-)
+_FIELDS = frozenset({"t", "p", "d", "mbs", "v", "recompute", "sp", "zero"})
 
 
-def _brute(problem: PlacementProblem, fixed: Strategy) -> float:
+def _brute(problem: PlacementProblem, fixed: Layout) -> float:
     best = math.inf
     for s in _megatron_layouts(problem, fixed):
         try:
-            best = min(best, evaluate_fixed(problem, s).time_per_batch_s)
+            best = min(best, evaluate_fixed(problem, s).breakdown.iteration_s)
         except Infeasible:
             pass
     return best
@@ -101,22 +99,24 @@ def test_a_partial_strategy_is_the_best_completion_over_sp_and_v(
     fixed = parse_strategy(text)
     brute = _brute(problem, fixed)
     assume(brute < math.inf)
-    pl, chosen = evaluate_partial(problem, fixed, sequence_parallel=None)
-    assert pl.time_per_batch_s == pytest.approx(brute, rel=1e-12)
-    assert (chosen.virtual_stages, chosen.sequence_parallel) == (
-        pl.virtual_stages,
-        pl.sequence_parallel,
+    pl = evaluate_partial(problem, fixed, sequence_parallel=None)
+    chosen = pl.layout
+    assert pl.breakdown.iteration_s == pytest.approx(brute, rel=1e-12)
+    assert (chosen.v, chosen.sp) == (
+        pl.layout.v,
+        pl.layout.sp,
     )
-    assert "virtual_stages" in chosen.unset
-    if pl.virtual_stages > 1:
-        assert (batch // pl.micro_batch // pl.dp) % pl.pp == 0
+    assert not chosen.open and chosen.given("v")
+    if pl.layout.v > 1:
+        assert (batch // pl.layout.mbs // pl.layout.d) % pl.layout.p == 0
 
 
 def test_a_strategy_that_fixes_v_keeps_it():
     problem = _problem(8, 2.0, 16, 8)
     for v in (1, 2, 4):
-        pl, chosen = evaluate_partial(problem, parse_strategy(f"t=1,p=2,v={v}"))
-        assert pl.virtual_stages == chosen.virtual_stages == v
+        pl = evaluate_partial(problem, parse_strategy(f"t=1,p=2,v={v}"))
+        chosen = pl.layout
+        assert pl.layout.v == chosen.v == v
 
 
 def test_an_impossible_fixed_part_is_one_error():
@@ -134,7 +134,7 @@ def _ctx(sp: bool | None, devices: int = 8) -> Context:
 
 
 def _seconds(ev) -> float:
-    return ev.placement.time_per_batch_s if ev.feasible else math.inf
+    return ev.placement.breakdown.iteration_s if ev.feasible else math.inf
 
 
 @pytest.mark.parametrize("hbm_gib", [80, 0.75, 0.3])
@@ -157,18 +157,18 @@ def test_sp_off_wins_where_it_is_faster_and_is_reported():
     on, off = (evaluate("g", _GPT, acc, knobs, _ctx(sp)) for sp in (True, False))
     assert _seconds(off) < _seconds(on)
     ev = evaluate("g", _GPT, acc, knobs, _ctx(None))
-    assert ev.placement.sequence_parallel is False and ev.placement.tp > 1
+    assert ev.placement.layout.sp is False and ev.placement.layout.t > 1
     assert _seconds(ev) == _seconds(off)
 
 
 def test_the_api_and_sweeps_search_sp_unless_it_is_fixed(tmp_path):
     job = {"seq_len": 256, "global_batch": 16, "micro_batch": 4, "recompute": "none"}
     ev = phaze.evaluate("gpt3-125m", preset("a100"), Cluster(devices=8), **job)
-    assert ev.placement.sequence_parallel is False
+    assert ev.placement.layout.sp is False
     fixed = phaze.evaluate(
         "gpt3-125m", preset("a100"), Cluster(devices=8), sequence_parallel=True, **job
     )
-    assert fixed.placement.sequence_parallel is True
+    assert fixed.placement.layout.sp is True
     assert _seconds(ev) < _seconds(fixed)
     assert plan(sweep_config_from_mapping({"sweep": {}}))[0].ctx.sequence_parallel is None
     given = sweep_config_from_mapping({"sweep": {"sequence_parallel": True}})
@@ -209,7 +209,7 @@ def test_a_search_under_a_limit_finds_the_best_when_it_is_within_it(devices, hbm
         best = place(problem)
     except Infeasible:
         assume(False)
-    limit = best.time_per_batch_s * scale
+    limit = best.breakdown.iteration_s * scale
     if scale >= 1.0:
         assert place(problem, limit_s=limit) == best
     else:

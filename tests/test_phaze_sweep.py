@@ -31,6 +31,7 @@ from phaze.cli import cli
 from phaze.config import model_digest
 from phaze.sweep import plan
 from phaze_common.errors import ConfigError
+from placement import parse_strategy
 from results.pareto import pareto
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import STORE_FILENAME, Store, load
@@ -254,7 +255,8 @@ def test_points_record_how_exact_their_layer_schedules_are(clean_sweeps):
             global_batch=cfg.global_batch,
             micro_batch=p["micro_batch"],
             recompute=Recompute(p["recompute"]),
-            sequence_parallel=json.loads(p["placement"])["sequence_parallel"],  # as chosen
+            # as chosen
+            sequence_parallel=parse_strategy(json.loads(p["placement"])["strategy"]).sp,
         )
         solver = shared.ctx.solver
         timings = layer_timing(

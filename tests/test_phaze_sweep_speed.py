@@ -113,9 +113,9 @@ def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
             assert (got.placement, got.reason) == (None, e.reason)
         else:
             # Megatron's interleaved layouts compete with the DP's best
-            want = best_interleaved(problem, want.time_per_batch_s) or want
+            want = best_interleaved(problem, want.breakdown.iteration_s) or want
             assert got.placement == want
-            tps.add(want.tp)
+            tps.add(want.layout.t)
     assert len(tps) > 1 or link_bytes_per_s > 1e11  # slow links: narrower widths win too
 
 

@@ -74,7 +74,7 @@ def test_bad_calibration_file_is_one_error_line(tmp_path, text, message):
 def test_held_out_runs_are_the_published_data():
     runs = held_out_runs()
     assert len(runs) == 17
-    assert all(r.gpus == r.strategy.tp * r.strategy.pp * r.strategy.dp for r in runs)
+    assert all(r.gpus == r.strategy.t * r.strategy.p * r.strategy.d for r in runs)
     by_case = {r.case: r for r in runs}
     # SC21 Table 1, 1T: 163 TFLOP/s per GPU on 3072 GPUs; Korthikanti et al. 530B at d = 8
     one_t = by_case["sc21 T1 1T t8 p64 d6"]

@@ -44,7 +44,6 @@ from workloads._autodiff import (
     sub_graph,
     vector,
 )
-from workloads.framework import framework_profile
 from workloads.layer_graph import PassGraphs
 from workloads.memory import LSE_BYTES
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
@@ -116,7 +115,7 @@ class _Dims:
         b, s = setup.micro_batch, setup.seq_len
         sp = setup.sequence_parallel and tp > 1
         local = b * s // tp if sp else b * s
-        flash = framework_profile(setup.framework).attention == "flash"
+        flash = setup.profile.attention == "flash"
         return cls(b, s, b * s, local, tp, setup.precision_bytes, sp, flash)
 
 

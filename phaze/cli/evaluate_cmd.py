@@ -19,7 +19,7 @@ from phaze.scoring import SECONDS_PER_YEAR, Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
-from placement import Placement
+from placement import Placement, parse_strategy
 from results.units import fmt_bytes, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
@@ -172,6 +172,17 @@ def evaluate(
         tokens, source = model.tokens_to_train, "the model's published budget"
     else:
         tokens, source = global_batch * seq_len, "one iteration (no published budget; --tokens N)"
+    layout = None
+    if strategy != "search":  # the options fill what it leaves open; a clash names both
+        sp_flag = "--sp" if sequence_parallel else "--no-sp"
+        layout = parse_strategy(
+            strategy,
+            {
+                "mbs": ("--micro-batch", micro_batch),
+                "recompute": ("--recompute", recompute),
+                "sp": (sp_flag, sequence_parallel),
+            },
+        )
     ev = api_evaluate(
         workload,
         acc,
@@ -181,7 +192,7 @@ def evaluate(
         micro_batch=micro_batch,
         recompute=recompute,
         sequence_parallel=sequence_parallel,
-        strategy=None if strategy == "search" else strategy,
+        strategy=layout,
         tokens_to_train=tokens,
         scoring=scoring,
         framework=framework,
@@ -201,7 +212,7 @@ def evaluate(
     tflops = (
         global_batch
         * model_flops_per_sequence(model, seq_len)
-        / pl.time_per_batch_s
+        / pl.breakdown.iteration_s
         / devices
         / 1e12
     )
@@ -210,15 +221,15 @@ def evaluate(
         "arch": acc.name or arch,
         "devices": devices,
         "framework": framework,
-        "iteration_s": pl.time_per_batch_s,
+        "iteration_s": pl.breakdown.iteration_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,
         "tflops_per_device": tflops,
         "mfu": sc.mfu,
-        "memory_per_device_bytes": pl.memory_per_device_bytes,
+        "memory_per_device_bytes": pl.memory_breakdown.total_bytes,
         "hbm_bytes": acc.hbm_bytes,
         "bubble_fraction": pl.bubble_fraction,
-        "communication_s": pl.communication_s,
+        "communication_s": pl.breakdown.communication_s,
         "breakdown": {**pl.breakdown.terms(), "iteration_s": pl.breakdown.iteration_s},
         "memory_breakdown": {
             **dataclasses.asdict(pl.memory_breakdown),
@@ -243,7 +254,7 @@ def evaluate(
     bubble_share = bubble_s / pl.breakdown.iteration_s if pl.breakdown.iteration_s > 0 else 0.0
     gap, methods = schedule_exactness(ev.pass_timings)
     rows = [
-        ["iteration time", fmt_time(pl.time_per_batch_s)],
+        ["iteration time", fmt_time(pl.breakdown.iteration_s)],
         [
             "throughput",
             f"{fmt_quantity(sc.samples_per_s, 'samples/s')}, "
@@ -253,18 +264,13 @@ def evaluate(
         ["MFU", fmt_percent(sc.mfu)],
         [
             "memory per device",
-            f"{fmt_bytes(pl.memory_per_device_bytes)} of {fmt_bytes(acc.hbm_bytes)}",
+            f"{fmt_bytes(pl.memory_breakdown.total_bytes)} of {fmt_bytes(acc.hbm_bytes)}",
         ],
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
-        ["exposed communication", fmt_time(pl.communication_s)],
+        ["exposed communication", fmt_time(pl.breakdown.communication_s)],
         ["layer schedules", f"worst gap {fmt_percent(gap)} ({methods})"],
         *_headroom_rows(doc["headroom"]),
-        [
-            "placement",
-            f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "
-            f"recompute={pl.recompute} sp={'on' if pl.sequence_parallel else 'off'} "
-            f"zero={pl.zero} ep={pl.ep} cp={pl.cp}",
-        ],
+        ["placement", str(pl.layout)],
     ]
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
     if ev.defaults:

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from phaze.cli.validate_cmd import ValidationRow
 from phaze_common.errors import ConfigError
-from placement import Strategy
+from placement import Layout
 from workloads import get_model
 
 __all__ = ["HeldOutRun", "held_out_runs", "sc21_flops", "held_out_rows"]
@@ -32,7 +32,7 @@ class HeldOutRun:
     case: str
     model: str
     gpus: int
-    strategy: Strategy
+    strategy: Layout
     global_batch: int
     measured_s: float
     source: str
@@ -50,14 +50,14 @@ def sc21_flops(model: str, global_batch: int, seq_len: int = _SEQ_LEN) -> float:
 
 def _run(row: Mapping[str, Any], sources: Mapping[str, str], where: str) -> HeldOutRun:
     try:
-        strategy = Strategy(
-            tp=int(row["tp"]),
-            pp=int(row["pp"]),
-            dp=int(row["gpus"]) // (int(row["tp"]) * int(row["pp"])),
-            micro_batch=int(row["micro_batch"]),
-            virtual_stages=int(row["virtual_stages"]),
+        strategy = Layout(
+            t=int(row["tp"]),
+            p=int(row["pp"]),
+            d=int(row["gpus"]) // (int(row["tp"]) * int(row["pp"])),
+            mbs=int(row["micro_batch"]),
+            v=int(row["virtual_stages"]),
             recompute=str(row["recompute"]),
-            sequence_parallel=bool(row["sequence_parallel"]),
+            sp=bool(row["sequence_parallel"]),
         )
         if "iteration_s" in row:
             measured = float(row["iteration_s"])

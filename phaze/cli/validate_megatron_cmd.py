@@ -30,7 +30,7 @@ from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_o
 from phaze.cli.validate_fit import FitResult, fit_device
 from phaze.cli.validate_heldout import held_out_rows
 from phaze_common.errors import ConfigError
-from placement import Strategy
+from placement import Layout
 
 __all__ = ["MegatronRow", "TABLE5", "FRAMEWORK", "FIT_MODELS", "megatron"]
 
@@ -71,7 +71,7 @@ FIT_MODELS: Final = ("korthikanti-22b", "korthikanti-530b")
 
 
 def _predict(
-    model: str, gpus: int, strategy: Strategy, global_batch: int, device: DeviceProfile | None
+    model: str, gpus: int, strategy: Layout, global_batch: int, device: DeviceProfile | None
 ) -> float:
     """The predicted iteration time of ``model`` under ``strategy`` on ``gpus`` A100s."""
     ev = evaluate(
@@ -86,7 +86,7 @@ def _predict(
         framework=FRAMEWORK,
         device=device,
     )
-    return ev.placement.time_per_batch_s if ev.placement else math.inf
+    return ev.placement.breakdown.iteration_s if ev.placement else math.inf
 
 
 def _rows(device: DeviceProfile | None = None) -> list[ValidationRow]:
@@ -97,14 +97,14 @@ def _rows(device: DeviceProfile | None = None) -> list[ValidationRow]:
             ("full", False, r.full_recompute_s),
             ("selective", True, r.selective_sp_s),
         ):
-            strategy = Strategy(
-                tp=r.tp,
-                pp=r.pp,
-                dp=r.gpus // (r.tp * r.pp),
-                micro_batch=r.micro_batch,
-                virtual_stages=r.virtual_stages,
+            strategy = Layout(
+                t=r.tp,
+                p=r.pp,
+                d=r.gpus // (r.tp * r.pp),
+                mbs=r.micro_batch,
+                v=r.virtual_stages,
                 recompute=recompute,
-                sequence_parallel=sp,
+                sp=sp,
             )
             predicted = _predict(r.model, r.gpus, strategy, r.global_batch, device)
             label = "full recompute" if recompute == "full" else "selective + SP"

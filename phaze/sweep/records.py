@@ -15,6 +15,7 @@ from arch_space.area import made_die_area_mm2
 from ilp import Method, PassTiming
 from phaze.pipeline import Evaluation, Knobs
 from placement import Placement
+from placement.pipelining import pipeline_s
 
 __all__ = [
     "point_key",
@@ -56,20 +57,12 @@ def design_columns(acc: Accelerator) -> Mapping[str, Any]:
 
 
 def placement_summary(pl: Placement) -> str:
-    """The placement as compact JSON text (degrees, knobs, where the iteration's time goes
-    and each stage's layer range)."""
+    """The placement as compact JSON text: its layout as the strategy string that gives it
+    back (:func:`placement.parse_strategy`), where the iteration's time goes and each
+    stage's layer range."""
     return json.dumps(
         {
-            "tp": pl.tp,
-            "pp": pl.pp,
-            "dp": pl.dp,
-            "micro_batch": pl.micro_batch,
-            "recompute": pl.recompute,
-            "sequence_parallel": pl.sequence_parallel,
-            "virtual_stages": pl.virtual_stages,
-            "zero": pl.zero,
-            "ep": pl.ep,
-            "cp": pl.cp,
+            "strategy": str(pl.layout),
             "devices_used": pl.devices_used,
             "bubble_fraction": pl.bubble_fraction,
             "time_s": pl.breakdown.terms(),
@@ -84,6 +77,28 @@ def placement_summary(pl: Placement) -> str:
         },
         sort_keys=True,
     )
+
+
+def _time_columns(pl: Placement) -> dict[str, float]:
+    """The record's ``compute_s``, ``communication_s`` and ``bubble_s`` from the placement's
+    breakdown: the pipeline's time split by the bottleneck rank's compute and receive shares
+    per micro-batch (``compute_s`` holds that rank's share of the bubble too), the exposed
+    data-parallel and tied-embedding collectives, and the bubble."""
+    lay, bd = pl.layout, pl.breakdown
+    load, comp, comm = ([0.0] * lay.p for _ in range(3))
+    for st in pl.stages:
+        load[st.device] += st.load_s
+        comp[st.device] += st.compute_s
+        comm[st.device] += st.p2p_s
+    r = load.index(max(load))
+    pipeline = pipeline_s(pl.load_s, pl.micro_batches, lay.p, lay.v)
+    share = comp[r] / (comp[r] + comm[r]) if comp[r] + comm[r] > 0 else 1.0
+    collectives = bd.dp_comm_exposed_s + bd.embedding_comm_exposed_s
+    return {
+        "compute_s": pipeline * share,
+        "communication_s": pipeline * (1.0 - share) + collectives,
+        "bubble_s": bd.bubble_s,
+    }
 
 
 def schedule_exactness(passes: Sequence[PassTiming]) -> tuple[float, str]:
@@ -116,13 +131,11 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
         pl, sc = ev.placement, ev.score
         rec.update(dataclasses.asdict(sc))
         rec.update(
-            tp=pl.tp,
-            pp=pl.pp,
-            dp=pl.dp,
-            compute_s=pl.compute_s,
-            communication_s=pl.communication_s,
-            bubble_s=pl.load_s * (pl.pp - 1) / pl.virtual_stages,
-            memory_per_device_bytes=pl.memory_per_device_bytes,
+            tp=pl.layout.t,
+            pp=pl.layout.p,
+            dp=pl.layout.d,
+            **_time_columns(pl),
+            memory_per_device_bytes=pl.memory_breakdown.total_bytes,
             placement=placement_summary(pl),
         )
         rec["schedule_gap_max"], rec["schedule_methods"] = schedule_exactness(ev.pass_timings)
