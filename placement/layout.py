@@ -158,6 +158,8 @@ class Layout:
             problems += _split_problems(self)
         if problems:
             raise ConfigError("; ".join(problems))
+        for name in self.open:  # an open field holds its default, so equal layouts compare equal
+            object.__setattr__(self, name, _DEFAULTS[name])
 
     @property
     def devices(self) -> int:
@@ -210,6 +212,7 @@ class Layout:
 
 
 FIELDS: Final = frozenset(f.name for f in fields(Layout) if f.name != "open")
+_DEFAULTS: Final = {f.name: f.default for f in fields(Layout)}
 _PRINTED: Final = tuple(dict.fromkeys(_KEYS.values()))
 
 
@@ -281,7 +284,7 @@ def format_split(chunks: tuple[str, ...]) -> str:
 
     def chunk(c: str) -> str:
         return "".join(
-            s if len(run) == 1 else f"{s}*{len(run)}"
+            run if len(run) < 3 else f"{s}*{len(run)}"
             for run, s in ((m.group(0), m.group(1)) for m in re.finditer(r"(.)\1*", c))
         )
 
@@ -293,7 +296,7 @@ def format_split(chunks: tuple[str, ...]) -> str:
         n, last = j - i + 1, j == len(chunks) - 1
         if n >= 3 and not last:  # (c|)*n reads the chunk and its separator n times
             out.append(f"({chunk(chunks[i])}|)*{n}")
-        elif n >= 3:
+        elif n >= 4:
             out.append(f"({chunk(chunks[i])}|)*{n - 1}{chunk(chunks[i])}")
         else:
             out.append("|".join([chunk(chunks[i])] * n) + ("" if last else "|"))
