@@ -11,13 +11,14 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from arch_space import Accelerator, Cluster
 from arch_space.perf.device import DeviceProfile
-from phaze.config import SolverSettings, SweepConfig
+from phaze.config import SolverSettings, sweep_config_from_mapping
 from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
 from phaze.pipeline import Context, Evaluation, Knobs
 from phaze.pipeline import evaluate as _evaluate
@@ -54,41 +55,61 @@ def search(
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
     progress: bool = False,
-    tokens_to_train: int | None = None,
+    tokens_to_train: int | str | None = None,
+    framework: str = DEFAULT_FRAMEWORK,
+    zero: Sequence[int] = (),
+    ep: Sequence[int] = (),
+    cp: Sequence[int] = (),
+    presets: Sequence[str] = ("tpuv4", "a100", "h100"),
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
-    ``space`` is a shipped space name or a TOML path; ``hbm_sizes`` (bytes) replaces each
-    design's HBM capacity by each size given; ``tokens_to_train`` is every workload's token
-    budget (default: each model's published one); ``sequence_parallel`` None searches it (on
-    or off at each tensor-parallel width), True or False fixes it; points already in
-    ``out_dir`` are reused.
+    The options of ``phaze sweep`` (and of a sweep file's ``[sweep]`` table): ``space`` is a
+    shipped space name or a TOML path; ``hbm_sizes`` (bytes) replaces each design's HBM
+    capacity by each size given; ``tokens_to_train`` is every workload's token budget, a
+    count or text like ``"2T"`` (default: each model's published one); ``sequence_parallel``
+    None searches it (on or off at each tensor-parallel width), True or False fixes it;
+    ``framework`` names the overlap profile (:func:`workloads.framework_names`); ``zero``,
+    ``ep`` and ``cp`` list the ZeRO stages and expert- and context-parallel degrees the
+    placement search may choose from (empty: its own); ``presets`` are real chips evaluated
+    beside the space. Points already in ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
     _check_limits(cluster, seq_len, global_batch, ("micro_batches", micro_batches))
     if any(h % (1 << 20) for h in hbm_sizes):
         raise ConfigError(f"hbm_sizes = {list(hbm_sizes)!r} must be whole MiB (bytes)")
-    cfg = SweepConfig(
-        workloads=tuple(workloads),
-        space=space,
-        devices=cluster.devices,
-        devices_per_node=cluster.devices_per_node,
-        intra_node_bandwidth_bytes_per_s=cluster.intra_node_bandwidth_bytes_per_s,
-        inter_node_bandwidth_bytes_per_s=cluster.inter_node_bandwidth_bytes_per_s,
-        intra_node_latency_s=cluster.intra_node_latency_s,
-        inter_node_latency_s=cluster.inter_node_latency_s,
-        seq_len=seq_len,
-        global_batch=global_batch,
-        micro_batches=tuple(micro_batches),
-        hbm_gib=tuple(h / _GIB for h in hbm_sizes),
-        recompute=tuple(recompute_modes),
-        sequence_parallel=sequence_parallel,
-        objectives=tuple(objectives),
-        prune=prune,
+    sweep = {
+        "workloads": list(workloads),
+        "space": space,
+        "devices": cluster.devices,
+        "devices_per_node": cluster.devices_per_node,
+        "intra_node_bandwidth_bytes_per_s": cluster.intra_node_bandwidth_bytes_per_s,
+        "inter_node_bandwidth_bytes_per_s": cluster.inter_node_bandwidth_bytes_per_s,
+        "intra_node_latency_s": cluster.intra_node_latency_s,
+        "inter_node_latency_s": cluster.inter_node_latency_s,
+        "seq_len": seq_len,
+        "global_batch": global_batch,
+        "micro_batches": list(micro_batches),
+        "hbm_gib": [h / _GIB for h in hbm_sizes],
+        "recompute": list(recompute_modes),
+        "objectives": list(objectives),
+        "prune": prune,
+        "framework": framework,
+        "zero": list(zero),
+        "ep": list(ep),
+        "cp": list(cp),
+        "presets": list(presets),
+    }
+    if sequence_parallel is not None:
+        sweep["sequence_parallel"] = sequence_parallel
+    if tokens_to_train is not None:
+        sweep["tokens_to_train"] = tokens_to_train
+    # the checks of a sweep file, each problem named once
+    cfg = dataclasses.replace(
+        sweep_config_from_mapping({"sweep": sweep}, "phaze.search"),
         solver=solver or SolverSettings(),
         scoring=scoring or ScoringParams(),
-        tokens_to_train=tokens_to_train,
     )
     run_sweep(cfg, out_dir, executor=executor, jobs=jobs, progress=progress)
     with load(out_dir) as store:
