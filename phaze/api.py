@@ -20,7 +20,7 @@ from arch_space import Accelerator, Cluster
 from arch_space.perf.device import DeviceProfile
 from phaze.config import SolverSettings, sweep_config_from_mapping
 from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
-from phaze.pipeline import Context, Evaluation, Knobs
+from phaze.pipeline import Context, Evaluation
 from phaze.pipeline import evaluate as _evaluate
 from phaze.scoring import ScoringParams
 from phaze.sweep import run_sweep
@@ -188,9 +188,8 @@ def evaluate(
             recomputes=RECOMPUTES if recompute is None else (recompute,),
             strategy=strategy,
         )
-    return _evaluate(
-        workload, model, accelerator, Knobs(micro_batch, recompute), ctx, strategy=strategy
-    )
+    knobs = (strategy or Layout.searching()).completed(mbs=micro_batch, recompute=recompute)
+    return _evaluate(workload, model, accelerator, knobs, ctx)
 
 
 def _check_limits(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from arch_space import Accelerator
-from phaze.pipeline import Context, Evaluation, Knobs, evaluate, time_lower_bound_s
+from phaze.pipeline import Context, Evaluation, evaluate, time_lower_bound_s
 from phaze_common.errors import ConfigError
 from placement.layout import Layout
 from workloads import Model
@@ -39,7 +39,8 @@ def evaluate_best_knobs(
     strategy: Layout | None = None,
 ) -> Evaluation:
     """The fastest evaluation over ``micro_batches`` (those dividing the global batch) x
-    ``recomputes``; when none fits, the evaluation of the pair with the lowest bound (its
+    ``recomputes``, keeping what ``strategy`` fixes (its micro-batch and recompute mode
+    open); when none fits, the evaluation of the pair with the lowest bound (its
     reason says why). Ties go to the pair with the lower bound, then the one listed first.
     Raises ConfigError when no micro-batch size divides the global batch."""
     d = 1 if strategy is None or not strategy.given("d") else strategy.d
@@ -52,8 +53,13 @@ def evaluate_best_knobs(
         and all(strategy.given(k) for k in ("p", "d", "v"))
         else 1
     )
+    asked = strategy or Layout.searching()
+
+    def knobs(mb: int, rc: str) -> Layout:
+        return asked.completed(mbs=mb, recompute=rc)
+
     grid = [
-        Knobs(mb, rc)
+        knobs(mb, rc)
         for mb in micro_batches
         if ctx.global_batch % (mb * d) == 0 and (ctx.global_batch // (mb * d)) % group == 0
         for rc in recomputes
@@ -63,14 +69,14 @@ def evaluate_best_knobs(
             f"micro_batches = {list(micro_batches)}: none divides global_batch = {ctx.global_batch}"
         )
     if not grid:  # the strategy's own check names d and mbs
-        grid = [Knobs(micro_batches[0], rc) for rc in recomputes]
+        grid = [knobs(micro_batches[0], rc) for rc in recomputes]
     bounds = sorted((time_lower_bound_s(model, acc, k, ctx), i, k) for i, k in enumerate(grid))
     best: Evaluation | None = None
     first: Evaluation | None = None
-    for bound, _, knobs in bounds:
+    for bound, _, point in bounds:
         if strategy is None and best is not None and bound >= best.placement.breakdown.iteration_s:
             break
-        ev = evaluate(workload, model, acc, knobs, ctx, strategy=strategy)
+        ev = evaluate(workload, model, acc, point, ctx)
         first = first or ev
         if ev.feasible and (
             best is None

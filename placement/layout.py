@@ -188,6 +188,12 @@ class Layout:
             pp=bool(cluster.spans_nodes(g.pp if pipeline_devices is None else pipeline_devices)),
         )
 
+    @classmethod
+    def searching(cls, **fixed: object) -> Layout:
+        """A layout fixing ``fixed`` (a sweep's micro-batch and recompute mode, say) and
+        leaving every other field to the search."""
+        return cls(**fixed, open=FIELDS - set(fixed) - {"split"})
+
     def given(self, name: str) -> bool:
         """Is field ``name`` fixed (not left to the search)?"""
         return name not in self.open

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import phaze
 from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
-from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
+from phaze.pipeline import Context, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError, Infeasible
 from placement import Layout, PlacementProblem, evaluate_fixed, parse_strategy, place
@@ -144,7 +144,7 @@ def test_the_search_is_the_better_of_sp_on_and_off(hbm_gib, micro_batch, recompu
     and bytes) finds the time of evaluating sp on and sp off alone and keeping the faster;
     its lower bound holds for both."""
     acc = dataclasses.replace(preset("a100"), hbm_bytes=int(hbm_gib * (1 << 30)))
-    knobs = Knobs(micro_batch, recompute)
+    knobs = Layout.searching(mbs=micro_batch, recompute=recompute)
     both = _seconds(evaluate("g", _GPT, acc, knobs, _ctx(None)))
     alone = [_seconds(evaluate("g", _GPT, acc, knobs, _ctx(sp))) for sp in (True, False)]
     assert both == min(alone)
@@ -153,7 +153,7 @@ def test_the_search_is_the_better_of_sp_on_and_off(hbm_gib, micro_batch, recompu
 
 def test_sp_off_wins_where_it_is_faster_and_is_reported():
     """Sequence parallelism is not always the faster: here off wins, and the search says so."""
-    acc, knobs = preset("a100"), Knobs(4, "none")
+    acc, knobs = preset("a100"), Layout.searching(mbs=4, recompute="none")
     on, off = (evaluate("g", _GPT, acc, knobs, _ctx(sp)) for sp in (True, False))
     assert _seconds(off) < _seconds(on)
     ev = evaluate("g", _GPT, acc, knobs, _ctx(None))
@@ -179,7 +179,7 @@ def test_no_layout_written_out_beats_the_search():
     """Every fixed layout (t, p, d, v, ZeRO stage, sp) of a small case, written out and
     evaluated alone, is at most as fast as the search with sp and v open (the search's DP
     also has uneven stages, so it may be faster); the fastest of them is sp off here."""
-    acc, knobs = preset("a100"), Knobs(4, "none")
+    acc, knobs = preset("a100"), Layout.searching(mbs=4, recompute="none")
     search = _seconds(evaluate("g", _GPT, acc, knobs, _ctx(None)))
     times = {}
     for t, p, v, zero, sp in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 3), range(4), (1, 0)):
@@ -187,7 +187,7 @@ def test_no_layout_written_out_beats_the_search():
             if t * p * d > 8 or (v > 1 and (p < 2 or 12 % (p * v) or (16 // 4 // d) % p)):
                 continue
             text = f"t={t},p={p},d={d},v={v},zero={zero},sp={sp},mbs=4,recompute=none,ep=1,cp=1"
-            ev = evaluate("g", _GPT, acc, knobs, _ctx(bool(sp)), strategy=parse_strategy(text))
+            ev = evaluate("g", _GPT, acc, parse_strategy(text), _ctx(bool(sp)))
             times[text] = _seconds(ev)
     best = min(times, key=times.get)
     assert search <= times[best] * (1 + 1e-12)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
 from phaze.knob_search import evaluate_best_knobs
-from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
+from phaze.pipeline import Context, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError, Infeasible
 from placement import Layout, PlacementProblem, evaluate_fixed, parse_strategy, place
@@ -172,7 +172,11 @@ def test_open_knobs_find_the_best_evaluation_of_the_grid(devices, hbm_gib):
     acc = dataclasses.replace(preset("tpuv4"), hbm_bytes=int(hbm_gib * 2**30))
     ctx = Context(cluster=Cluster(devices=devices, devices_per_node=4), seq_len=256, global_batch=8)
     model = resolve_model("gpt3-125m")
-    grid = [Knobs(mb, rc) for mb in (1, 2, 4, 8) for rc in ("none", "selective", "full")]
+    grid = [
+        Layout.searching(mbs=mb, recompute=rc)
+        for mb in (1, 2, 4, 8)
+        for rc in ("none", "selective", "full")
+    ]
     alone = [evaluate("gpt3-125m", model, acc, k, ctx) for k in grid]
     times = [ev.placement.breakdown.iteration_s for ev in alone if ev.feasible]
     for k in grid:
@@ -199,7 +203,7 @@ def test_a_strategy_leaving_micro_batch_and_recompute_open_takes_the_fastest_pai
     times = []
     for mb, rc in itertools.product((1, 2, 4), ("none", "selective", "full")):
         fixed = parse_strategy(f"t=1,p=2,d=2,mbs={mb},recompute={rc}")
-        ev = evaluate("gpt3-125m", model, acc, Knobs(mb, rc), ctx, strategy=fixed)
+        ev = evaluate("gpt3-125m", model, acc, fixed, ctx)
         if ev.feasible:
             times.append(ev.placement.breakdown.iteration_s)
     assert times and found.placement.breakdown.iteration_s == min(times)

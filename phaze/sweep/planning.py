@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from arch_space import Accelerator, Cluster, load_space, preset
 from phaze.config import SweepConfig
-from phaze.pipeline import Context, Knobs
+from phaze.pipeline import Context
 from phaze_common.errors import ConfigError
+from placement import Layout
 from results.pareto import parse_objectives
 from workloads import Model, resolve_model
 
@@ -22,7 +23,7 @@ class Shared:
     """Read-only context sent once to every worker."""
 
     workloads: tuple[tuple[str, Model], ...]
-    knobs: tuple[Knobs, ...]
+    knobs: tuple[Layout, ...]  # each fixes a micro-batch and a recompute mode
     ctx: Context
     signs: tuple[tuple[str, float], ...] = ()  # (objective, sign): sign * value is minimised
 
@@ -76,7 +77,9 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     if cfg.hbm_bytes:
         designs = tuple(dataclasses.replace(a, hbm_bytes=h) for a in designs for h in cfg.hbm_bytes)
     designs = tuple(preset(name) for name in cfg.presets) + designs
-    knobs = tuple(Knobs(mb, rc) for mb in cfg.micro_batches for rc in cfg.recompute)
+    knobs = tuple(
+        Layout.searching(mbs=mb, recompute=rc) for mb in cfg.micro_batches for rc in cfg.recompute
+    )
     return Shared(workloads, knobs, ctx, tuple(objective_signs(cfg.objectives))), designs
 
 

@@ -13,8 +13,8 @@ from typing import Any
 from arch_space import Accelerator, design_id, device_cost_usd
 from arch_space.area import made_die_area_mm2
 from ilp import Method, PassTiming
-from phaze.pipeline import Evaluation, Knobs
-from placement import Placement
+from phaze.pipeline import Evaluation
+from placement import Layout, Placement
 from placement.pipelining import pipeline_s
 
 __all__ = [
@@ -27,9 +27,10 @@ __all__ = [
 ]
 
 
-def point_key(workload: str, design: str, knobs: Knobs) -> str:
-    """The content key of one point (the store's primary key)."""
-    return f"{workload}|{design}|mbs={knobs.micro_batch}|recompute={knobs.recompute}"
+def point_key(workload: str, design: str, knobs: Layout) -> str:
+    """The content key of one point (the store's primary key): its workload, design,
+    micro-batch and recompute mode."""
+    return f"{workload}|{design}|mbs={knobs.mbs}|recompute={knobs.recompute}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -121,7 +122,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
         "workload": ev.workload,
         **cols,
         "devices": devices,
-        "micro_batch": ev.knobs.micro_batch,
+        "micro_batch": ev.knobs.mbs,
         "recompute": ev.knobs.recompute,
         "feasible": ev.feasible,
         "reason": ev.reason or None,
@@ -142,7 +143,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
     return rec
 
 
-def pruned_record(acc: Accelerator, workload: str, knobs: Knobs, devices: int) -> dict[str, Any]:
+def pruned_record(acc: Accelerator, workload: str, knobs: Layout, devices: int) -> dict[str, Any]:
     """The record of a point left out because its design was pruned."""
     cols = design_columns(acc)
     return {
@@ -150,7 +151,7 @@ def pruned_record(acc: Accelerator, workload: str, knobs: Knobs, devices: int) -
         "workload": workload,
         **cols,
         "devices": devices,
-        "micro_batch": knobs.micro_batch,
+        "micro_batch": knobs.mbs,
         "recompute": knobs.recompute,
         "feasible": False,
         "reason": "pruned: its optimistic bound is dominated by an evaluated design",
