@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib.resources
+import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
@@ -94,11 +95,14 @@ def number_problem(
     minimum: float = 0.0,
     strict: bool = True,
 ) -> str | None:
-    """None if ``value`` is a number above (or at, if not ``strict``) ``minimum``, else a message."""
+    """None if ``value`` is a finite number above (or at, if not ``strict``) ``minimum``, else
+    a message."""
     kind = "an integer" if integer else "a number"
     ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
     if not ok_type or isinstance(value, bool):
         return f"{where}: {key} = {value!r} must be {kind}"
+    if not math.isfinite(value):
+        return f"{where}: {key} = {value!r} must be a finite number"
     if value < minimum or (strict and value == minimum):
         rel = ">" if strict else ">="
         return f"{where}: {key} = {value!r} must be {rel} {minimum:g}"

@@ -5,7 +5,7 @@ Examples
 >>> import phaze
 >>> from arch_space import Cluster, preset
 >>> ev = phaze.evaluate("gpt3-1.3b", preset("a100"), Cluster(devices=8), global_batch=64)
->>> ev.feasible, ev.placement.tp * ev.placement.pp * ev.placement.dp <= 8
+>>> ev.feasible, ev.placement.layout.devices <= 8
 (True, True)
 """
 

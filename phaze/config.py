@@ -192,7 +192,7 @@ def _is_count(v: Any) -> bool:
 
 
 def _is_pos_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < math.inf
 
 
 def _is_nonneg_num(v: Any) -> bool:
@@ -217,14 +217,22 @@ _RULES: Final = MappingProxyType(
         "space": (False, _is_name, "a space name or a TOML path"),
         "devices": (False, _is_pos_int, "a positive integer"),
         "devices_per_node": (False, _is_pos_int, "a positive integer"),
-        "intra_node_bandwidth_bytes_per_s": (False, _is_pos_num, "a positive number (bytes/s)"),
-        "inter_node_bandwidth_bytes_per_s": (False, _is_pos_num, "a positive number (bytes/s)"),
-        "intra_node_latency_s": (False, _is_nonneg_num, "a number >= 0 (seconds)"),
-        "inter_node_latency_s": (False, _is_nonneg_num, "a number >= 0 (seconds)"),
+        "intra_node_bandwidth_bytes_per_s": (
+            False,
+            _is_pos_num,
+            "a finite positive number (bytes/s)",
+        ),
+        "inter_node_bandwidth_bytes_per_s": (
+            False,
+            _is_pos_num,
+            "a finite positive number (bytes/s)",
+        ),
+        "intra_node_latency_s": (False, _is_nonneg_num, "a finite number >= 0 (seconds)"),
+        "inter_node_latency_s": (False, _is_nonneg_num, "a finite number >= 0 (seconds)"),
         "seq_len": (False, _is_pos_int, "a positive integer (tokens)"),
         "global_batch": (False, _is_pos_int, "a positive integer (sequences)"),
         "micro_batches": (True, _is_pos_int, "a non-empty list of positive integers"),
-        "hbm_gib": (True, _is_pos_num, "a list of positive numbers (GiB)"),
+        "hbm_gib": (True, _is_pos_num, "a list of finite positive numbers (GiB)"),
         "recompute": (
             True,
             lambda v: v in RECOMPUTE_MODES,
@@ -250,7 +258,11 @@ _RULES: Final = MappingProxyType(
             lambda v: v in framework_names(),
             f"a framework overlap profile: one of {', '.join(framework_names())}",
         ),
-        "tokens_to_train": (False, _is_token_count, 'a positive token count (2e12, "2T", "300B")'),
+        "tokens_to_train": (
+            False,
+            _is_token_count,
+            'a positive token count up to 1e16 (2e12, "2T", "300B")',
+        ),
     }
 )
 
@@ -292,7 +304,9 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
             f"{source} [solver]: name = {solver.name!r} must be one of {', '.join(SCHEDULERS)}"
         )
     if not _is_pos_num(solver.time_limit_s):
-        problems.append(f"{source} [solver]: time_limit_s = {solver.time_limit_s!r} must be > 0")
+        problems.append(
+            f"{source} [solver]: time_limit_s = {solver.time_limit_s!r} must be a finite number > 0"
+        )
     if not (isinstance(solver.mip_gap, int | float) and 0 <= solver.mip_gap < 1):
         problems.append(f"{source} [solver]: mip_gap = {solver.mip_gap!r} must be in [0, 1)")
     if not _is_count(solver.search_nodes):
@@ -306,9 +320,8 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
 
 
 _SOLVER_KEYS: Final = tuple(f.name for f in fields(SolverSettings))
-_SCORING_NUMBERS: Final = tuple(
-    n for n in ScoringParams.field_names() if n not in ("grid_region", "embodied_mode")
-)
+_SCORING_NAMES: Final = ("grid_region", "embodied_mode", "host_profile", "cost_view")
+_SCORING_NUMBERS: Final = tuple(n for n in ScoringParams.field_names() if n not in _SCORING_NAMES)
 
 
 def _scoring_from_mapping(

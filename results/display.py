@@ -7,20 +7,23 @@ and the report share); the other helpers turn a point into short labels.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
-from results.units import fmt_quantity
+from results.units import fmt_column, fmt_percent, fmt_quantity
 
 __all__ = [
     "fmt_value",
+    "fmt_values",
     "display_unit",
     "unit_of",
     "design_label",
     "knob_label",
     "point_label",
     "workload_title",
+    "area_headroom_text",
+    "power_headroom_text",
 ]
 
 # Unit suffixes of Phaze's names (STYLE §2.2), longest first.
@@ -36,7 +39,7 @@ _SUFFIX_UNITS: Final = (
     ("_s", "s"),
 )
 # Fractions of a whole, shown as percentages.
-_FRACTIONS: Final = frozenset({"mfu", "schedule_gap_max"})
+_FRACTIONS: Final = frozenset({"mfu", "schedule_gap_max", "area_headroom", "power_headroom"})
 _FRACTION_SUFFIXES: Final = ("_fraction", "_utilisation", "_utilization")
 
 
@@ -66,6 +69,30 @@ def fmt_value(name: str, value: Any) -> str:
     if isinstance(value, int) and unit == "":
         return str(value)
     return fmt_quantity(value, unit)
+
+
+def fmt_values(name: str, values: Sequence[Any]) -> list[str]:
+    """A table column of ``name``'s values in one unit (:func:`results.units.fmt_column`);
+    missing values read ``-``, text and unit-less integers as :func:`fmt_value` writes them.
+
+    >>> fmt_values("job_energy_j", [7.2e11, 3.6e9, None])
+    ['200 MWh', '1 MWh', '-']
+    """
+    numbers = [
+        float(v)
+        for v in values
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    ]
+    unit = display_unit(name)
+    if not numbers or (unit == "" and all(isinstance(v, int) for v in values if v is not None)):
+        return [fmt_value(name, v) for v in values]
+    column = iter(fmt_column(numbers, unit))
+    return [
+        next(column)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        else fmt_value(name, v)
+        for v in values
+    ]
 
 
 def display_unit(name: str) -> str:
@@ -142,3 +169,37 @@ def point_label(p: Mapping[str, Any]) -> str:
 def workload_title(workload: str) -> str:
     """A panel title for a workload (the aggregate rows get words, not ``*all*``)."""
     return "all workloads (aggregate)" if workload == AGGREGATE_WORKLOAD else workload
+
+
+def area_headroom_text(h: Mapping[str, Any]) -> str:
+    """A design's die area against its budget, from its headroom figures (the names of
+    ``arch_space.power.Headroom.figures``, as a record stores them): the words ``phaze
+    evaluate`` and the report both print.
+
+    >>> area_headroom_text({"area_headroom": 0.0513, "die_area_mm2": 814.0,
+    ...                     "area_budget_mm2": 858.0})
+    '5.13 %: 814 of 858 mm² (reticle)'
+    """
+    area, budget = h["die_area_mm2"], h["area_budget_mm2"]
+    return (
+        f"{fmt_percent(h['area_headroom'])}: {fmt_quantity(area, '')} of "
+        f"{fmt_quantity(budget, 'mm²')} (reticle)"
+    )
+
+
+def power_headroom_text(h: Mapping[str, Any]) -> str:
+    """What a design draws under tensor load against its board limit, from its headroom
+    figures; when it asks for more than it draws (a limiter holds it), the asked-for power
+    too, which the headroom measures. ``phaze evaluate`` and the report both print it.
+
+    >>> power_headroom_text({"power_headroom": -0.195, "power_drawn_w": 700.0,
+    ...                      "power_asked_w": 836.8, "power_budget_w": 700.0})
+    '-19.5 %: draws 700 W under tensor load, held at its 700 W board limit (asks 837 W without it)'
+    """
+    drawn = fmt_quantity(h["power_drawn_w"], "W")
+    limit = fmt_quantity(h["power_budget_w"], "W")
+    text = f"{fmt_percent(h['power_headroom'])}: draws {drawn} under tensor load"
+    if h["power_asked_w"] > h["power_drawn_w"] * (1 + 1e-9):
+        asked = fmt_quantity(h["power_asked_w"], "W")
+        return f"{text}, held at its {limit} board limit (asks {asked} without it)"
+    return f"{text} of a {limit} board limit"

@@ -18,6 +18,7 @@ Examples
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Final
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "fmt_count",
     "fmt_ratio",
     "fmt_si",
+    "fmt_column",
 ]
 
 _MINUTE: Final = 60.0
@@ -71,13 +73,26 @@ def _special(value: float, unit: str) -> str | None:
     return None
 
 
-def _ladder(value: float, steps: tuple[tuple[float, str], ...], digits: int, sep: str) -> str:
-    """``value`` in the largest of ``steps`` (ascending scales) it reaches once rounded."""
+def _pick(value: float, steps: tuple[tuple[float, str], ...], digits: int) -> tuple[float, str]:
+    """The largest of ``steps`` (ascending (scale, name)) that ``value`` reaches once rounded."""
     scale, name = steps[0]
     for s, n in steps[1:]:
         if abs(_sig(value / s, digits)) >= 1:
             scale, name = s, n
+    return scale, name
+
+
+def _ladder(value: float, steps: tuple[tuple[float, str], ...], digits: int, sep: str) -> str:
+    """``value`` in the largest of ``steps`` (ascending scales) it reaches once rounded."""
+    scale, name = _pick(value, steps, digits)
     return f"{_num(value / scale, digits)}{sep}{name}".rstrip()
+
+
+def _si_steps(unit: str) -> tuple[tuple[float, str], ...]:
+    return tuple((10.0 ** (3 * (i - 4)), (p + unit).strip()) for i, p in enumerate(_SI_PREFIXES))
+
+
+_COUNT_STEPS: Final = tuple((10.0 ** (3 * i), s) for i, s in enumerate(_COUNT_SUFFIXES))
 
 
 def fmt_si(value: float, unit: str = "", digits: int = 3) -> str:
@@ -91,8 +106,7 @@ def fmt_si(value: float, unit: str = "", digits: int = 3) -> str:
         return special
     if value == 0:
         return f"0 {unit}".rstrip()
-    steps = tuple((10.0 ** (3 * (i - 4)), (p + unit).strip()) for i, p in enumerate(_SI_PREFIXES))
-    return _ladder(value, steps, digits, " ")
+    return _ladder(value, _si_steps(unit), digits, " ")
 
 
 def fmt_time(seconds: float, digits: int = 3) -> str:
@@ -202,8 +216,7 @@ def fmt_count(value: float, digits: int = 3) -> str:
     special = _special(value, "")
     if special is not None:
         return special
-    steps = tuple((10.0 ** (3 * i), s) for i, s in enumerate(_COUNT_SUFFIXES))
-    return _ladder(value, steps, digits, "")
+    return _ladder(value, _COUNT_STEPS, digits, "")
 
 
 def fmt_ratio(value: float, digits: int = 3) -> str:
@@ -258,3 +271,67 @@ def fmt_quantity(value: float | int, unit: str = "", digits: int = 3) -> str:
         special = _special(value, unit)
         return special if special is not None else f"{_num(value, digits)} {unit}"
     return fmt_si(value, unit, digits)
+
+
+def _usd_text(number: str) -> str:
+    return f"-${number[1:]}" if number.startswith("-") else f"${number}"
+
+
+def _column_scale(ref: float, unit: str, digits: int) -> tuple[float, Callable[[str], str]]:
+    """(divisor, wrap) of the unit :func:`fmt_quantity` picks for ``ref`` (a column's largest
+    magnitude): every value of the column is ``wrap(number of value / divisor)``."""
+
+    def suffix(text: str) -> Callable[[str], str]:
+        return lambda n: f"{n}{text}"
+
+    if unit == "s":
+        if ref >= 2 * _YEAR:
+            return _YEAR, suffix(" years")
+        steps = ((1.0, "s"), (_MINUTE, "min"), (_HOUR, "h"), (_DAY, "days"))
+        scale, name = _pick(ref, _si_steps("s") if ref < 1 else steps, digits)
+    elif unit == "J":
+        if abs(_sig(ref / _KWH, digits)) < 1:
+            scale, name = _pick(ref, _si_steps("J"), digits)
+        else:
+            steps = ((1.0, "kWh"), (1e3, "MWh"), (1e6, "GWh"), (1e9, "TWh"))
+            scale, name = _pick(ref / _KWH, steps, digits)
+            scale *= _KWH
+    elif unit in ("kgCO2e", "kgCO2e·s"):
+        per_t = 1000.0 if unit == "kgCO2e" else 1000.0 * _DAY
+        tail = " tCO2e" if unit == "kgCO2e" else " tCO2e·days"
+        if unit == "kgCO2e" and abs(_sig(ref / 1000.0, digits)) < 1:
+            return 1.0, suffix(" kgCO2e")
+        scale, name = _pick(ref / per_t, _COUNT_STEPS, digits)
+        return scale * per_t, suffix(name + tail)
+    elif unit == "USD":
+        scale, name = _pick(ref, _COUNT_STEPS, digits)
+        return scale, lambda n: _usd_text(n + name)
+    elif unit == "B":
+        scale, name = _pick(ref, tuple((float(1024**i), n) for i, n in enumerate(_BINARY)), digits)
+    elif unit == "%":
+        return 0.01, suffix(" %")
+    elif unit in _COUNTED:
+        scale, name = _pick(ref, _COUNT_STEPS, digits)
+        return scale, suffix(f"{name} {unit}".rstrip())
+    elif unit in ("mm²", "nm"):
+        return 1.0, suffix(f" {unit}")
+    else:
+        scale, name = _pick(ref, _si_steps(unit), digits)
+    return scale, suffix(f" {name}".rstrip())
+
+
+def fmt_column(values: Sequence[float], unit: str = "", digits: int = 3) -> list[str]:
+    """A column of values in ``unit`` (SI) with one unit for the whole column: the one
+    :func:`fmt_quantity` picks for the largest magnitude, so the column reads and compares
+    at a glance (``2.76 MJ`` above ``0.0096 MJ``, never ``9.56 kJ``).
+
+    >>> fmt_column([2.76e6, 9.56e3, 0.0], "J")
+    ['2.76 MJ', '0.00956 MJ', '0 MJ']
+    >>> fmt_column([0.0342, 1.5], "s"), fmt_column([37612.0, 950.0], "USD")
+    (['0.0342 s', '1.5 s'], ['$37.6k', '$0.95k'])
+    """
+    finite = [abs(float(v)) for v in values if math.isfinite(float(v))]
+    if unit == "×" or not finite or max(finite) == 0:
+        return [fmt_quantity(v, unit, digits) for v in values]
+    scale, wrap = _column_scale(max(finite), unit, digits)
+    return [_special(float(v), unit) or wrap(_num(float(v) / scale, digits)) for v in values]

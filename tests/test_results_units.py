@@ -148,3 +148,23 @@ def test_comparison_says_when_no_searched_design_fits():
     (c,) = compare_to_presets(pts)
     assert c.searched is None and c.gains == (None, None, None)
     assert comparison_rows([c])[0][2:] == ["(none fits)", "-", "-", "-"]
+
+
+@given(
+    values=st.lists(st.floats(0.0, 1e13, allow_nan=False), min_size=1, max_size=8),
+    unit=st.sampled_from(["J", "s", "W", "USD", "kgCO2e", "B", "tokens/s"]),
+)
+def test_a_column_has_one_unit(values, unit):
+    """fmt_column writes every value of a column in one unit: the one fmt_quantity picks
+    for its largest value."""
+    from results.units import fmt_column
+
+    texts = fmt_column(values, unit)
+    top = fmt_quantity(max(values), unit)
+
+    def unit_of_text(t: str) -> str:
+        return t.lstrip("-$0123456789.")
+
+    assert len({unit_of_text(t) for t in texts}) == 1, texts
+    if max(values) > 0:
+        assert unit_of_text(texts[values.index(max(values))]) == unit_of_text(top)

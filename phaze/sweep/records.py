@@ -12,14 +12,15 @@ from typing import Any
 
 from arch_space import Accelerator, design_id, device_cost_usd
 from arch_space.area import made_die_area_mm2
+from arch_space.power import headroom
 from ilp import Method, PassTiming
 from phaze.pipeline import Evaluation
 from placement import Layout, Placement
-from placement.pipelining import pipeline_s
 
 __all__ = [
     "point_key",
     "design_columns",
+    "headroom_columns",
     "placement_summary",
     "schedule_exactness",
     "record_of",
@@ -57,16 +58,22 @@ def design_columns(acc: Accelerator) -> Mapping[str, Any]:
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def headroom_columns(acc: Accelerator) -> Mapping[str, float]:
+    """The design's area and tensor-load power against its budgets (cached per design), the
+    figures ``phaze evaluate`` prints and the report shows."""
+    return MappingProxyType(headroom(acc).figures())
+
+
 def placement_summary(pl: Placement) -> str:
     """The placement as compact JSON text: its layout as the strategy string that gives it
-    back (:func:`placement.parse_strategy`), where the iteration's time goes and each
-    stage's layer range."""
+    back (:func:`placement.parse_strategy`) and each stage's layer range (the time terms are
+    columns of their own)."""
     return json.dumps(
         {
             "strategy": str(pl.layout),
             "devices_used": pl.devices_used,
             "bubble_fraction": pl.bubble_fraction,
-            "time_s": pl.breakdown.terms(),
             "stages": [
                 {
                     "layers": [min(s.layers), max(s.layers)],
@@ -78,28 +85,6 @@ def placement_summary(pl: Placement) -> str:
         },
         sort_keys=True,
     )
-
-
-def _time_columns(pl: Placement) -> dict[str, float]:
-    """The record's ``compute_s``, ``communication_s`` and ``bubble_s`` from the placement's
-    breakdown: the pipeline's time split by the bottleneck rank's compute and receive shares
-    per micro-batch (``compute_s`` holds that rank's share of the bubble too), the exposed
-    data-parallel and tied-embedding collectives, and the bubble."""
-    lay, bd = pl.layout, pl.breakdown
-    load, comp, comm = ([0.0] * lay.p for _ in range(3))
-    for st in pl.stages:
-        load[st.device] += st.load_s
-        comp[st.device] += st.compute_s
-        comm[st.device] += st.p2p_s
-    r = load.index(max(load))
-    pipeline = pipeline_s(pl.load_s, pl.micro_batches, lay.p, lay.v)
-    share = comp[r] / (comp[r] + comm[r]) if comp[r] + comm[r] > 0 else 1.0
-    collectives = bd.dp_comm_exposed_s + bd.embedding_comm_exposed_s
-    return {
-        "compute_s": pipeline * share,
-        "communication_s": pipeline * (1.0 - share) + collectives,
-        "bubble_s": bd.bubble_s,
-    }
 
 
 def schedule_exactness(passes: Sequence[PassTiming]) -> tuple[float, str]:
@@ -115,7 +100,9 @@ def schedule_exactness(passes: Sequence[PassTiming]) -> tuple[float, str]:
 
 
 def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
-    """A store record (flat, column-named) of one evaluation."""
+    """A store record (flat, column-named) of one evaluation: the design's columns and
+    headroom, the knobs, and for a feasible point its score, placement and the terms of its
+    iteration time (which sum to ``iteration_s``)."""
     cols = design_columns(ev.design)
     rec: dict[str, Any] = {
         "key": point_key(ev.workload, cols["design_id"], ev.knobs),
@@ -127,6 +114,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
         "feasible": ev.feasible,
         "reason": ev.reason or None,
         "embodied_kgco2e": None,
+        **headroom_columns(ev.design),
     }
     if ev.placement is not None and ev.score is not None:
         pl, sc = ev.placement, ev.score
@@ -135,7 +123,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
             tp=pl.layout.t,
             pp=pl.layout.p,
             dp=pl.layout.d,
-            **_time_columns(pl),
+            **pl.breakdown.terms(),
             memory_per_device_bytes=pl.memory_breakdown.total_bytes,
             placement=placement_summary(pl),
         )

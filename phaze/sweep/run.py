@@ -9,11 +9,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from arch_space import design_id, device_cost_usd
+from arch_space import design_id
 from phaze import __version__
 from phaze.config import SweepConfig, model_digest
 from phaze.executors import Progress, Runner
-from phaze.scoring import FORMULAS
+from phaze.scoring import FORMULAS, system_capex
 from phaze.sweep.aggregate import aggregate_records
 from phaze.sweep.optimistic import BOUNDED
 from phaze.sweep.planning import objective_signs, plan
@@ -72,14 +72,18 @@ def run_sweep(
         t1 = time.perf_counter()
         names = [n for n, _ in shared.workloads]
         ids = [design_id(a) for a in designs]
-        costs = [device_cost_usd(a) for a in designs]
+        capex = [system_capex(a, cfg.devices, cfg.scoring) for a in designs]
         # Presets first (reference points, never pruned), then the strongest: optimistic
-        # throughput per dollar, then the design id. The rounds are cut from this total order
+        # throughput per dollar of accelerator, then the design id. The rounds are cut from this total order
         # of *all* designs, not of those left to do, so a resumed sweep prunes each design
         # against the same earlier rounds as an uninterrupted one.
         rank = sorted(
             range(len(designs)),
-            key=lambda i: (not designs[i].name, -designs[i].peak_flops / costs[i], ids[i]),
+            key=lambda i: (
+                not designs[i].name,
+                -designs[i].peak_flops / capex[i].accelerator_usd,
+                ids[i],
+            ),
         )
         order = tuple(designs[i] for i in rank)
         order_ids = tuple(ids[i] for i in rank)
@@ -106,7 +110,7 @@ def run_sweep(
             store,
             shared,
             order,
-            [costs[i] for i in rank],
+            [capex[i] for i in rank],
             need,
             prune=prune,
             signs=signs,
