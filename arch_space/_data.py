@@ -14,13 +14,13 @@ import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from numpy import format_float_scientific
 
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_toml
 
 __all__ = [
     "shipped_toml",
@@ -50,20 +50,6 @@ def _frozen(obj: Any) -> Any:
     if isinstance(obj, list):
         return tuple(_frozen(v) for v in obj)
     return obj
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a user TOML file; a missing or malformed file is a ConfigError naming it."""
-    p = Path(path)
-    try:
-        with p.open("rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML ({e})") from None
 
 
 def unknown_keys(where: str, keys: Iterable[str], known: Iterable[str]) -> list[str]:

@@ -25,6 +25,7 @@ from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
 from phaze.run import parse_tokens
 from phaze.scoring import ScoringParams
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, over_limit
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
@@ -270,11 +271,16 @@ _RULES: Final = MappingProxyType(
 def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -> SweepConfig:
     """Validate a parsed TOML mapping (sections ``[sweep]``, ``[solver]``, ``[scoring]``)."""
     problems = _check(source, "top level", data, ("sweep", "solver", "scoring"))
-    sweep = dict(data.get("sweep", {}))
+    tables = {}
+    for name in ("sweep", "solver", "scoring"):
+        table = data.get(name, {})
+        if not isinstance(table, Mapping):
+            problems.append(f"{source}: {name} = {table!r} must be a table [{name}]")
+            table = {}
+        tables[name] = dict(table)
+    sweep, solver_d, scoring_d = tables["sweep"], tables["solver"], tables["scoring"]
     problems += _check(source, "sweep", sweep, _TOP_KEYS)
-    solver_d = dict(data.get("solver", {}))
     problems += _check(source, "solver", solver_d, tuple(f.name for f in fields(SolverSettings)))
-    scoring_d = dict(data.get("scoring", {}))
     problems += _check(source, "scoring", scoring_d, ScoringParams.field_names())
     kw: dict[str, Any] = {}
     for key, value in sweep.items():
@@ -286,7 +292,8 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
             is_list and not vals and key not in ("hbm_gib", "presets", "ep", "cp", "zero")
         ) or not all(ok(v) for v in vals):
             problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")
-        elif key in LIMITS:
+            continue
+        if key in LIMITS:
             problems += [
                 f"{source} [sweep]: {p}"
                 for v in vals
@@ -343,6 +350,10 @@ def _scoring_from_mapping(
         ):
             problems.append(f"{where}: {name} = {value!r} must be a number")
             del given[name]
+    for name in _SCORING_NAMES:
+        if name in given and not isinstance(given[name], str):
+            problems.append(f"{where}: {name} = {given[name]!r} must be a name (a string)")
+            del given[name]
     region = given.get("grid_region")
     if region is not None and given.get("grid_gco2e_per_kwh") is None:
         try:
@@ -353,20 +364,14 @@ def _scoring_from_mapping(
     try:
         return ScoringParams(**given)
     except ConfigError as e:
-        problems += [f"{where}: {p.removeprefix('scoring: ')}" for p in str(e).split("; ")]
+        problems.append(f"{where}: {str(e).replace('scoring: ', '')}")
         return ScoringParams()
 
 
 def load_sweep_config(path: str | Path) -> SweepConfig:
     """Read and validate a sweep TOML file."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"sweep config {str(p)!r} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    return sweep_config_from_mapping(data, source=p.name)
+    return sweep_config_from_mapping(read_toml(p, "sweep config"), source=p.name)
 
 
 def quick_sweep_config() -> SweepConfig:

@@ -2,10 +2,10 @@
 
 CSV holds one row per point with every column; empty cells are missing values, ``feasible`` is
 1 or 0 and ``placement`` stays JSON text. JSON is one document
-``{"schema_version": ..., "units": {...}, "points": [...]}`` whose points have the same keys as
-the CSV header, ``feasible`` as a boolean and ``placement`` as a JSON object (or null), and
-whose ``units`` give each column's unit (``tcdp``: kgCO2e·s), so no key's unit is left to
-guess.
+``{"schema_version": SCHEMA_VERSION, "units": {...}, "points": [...]}`` (the store's schema
+version) whose points have the same keys as the CSV header, ``feasible`` as a boolean and
+``placement`` as a JSON object (or null), and whose ``units`` give each column's unit
+(``tcdp``: kgCO2e·s), so no key's unit is left to guess.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 """
 
 from workloads import flops
-from workloads.build import build_layer_graph, valid_tp_widths
+from workloads.build import build_layer_graph, check_setup, valid_tp_widths
 from workloads.catalog import catalog, get_model, model_names, resolve_model
 from workloads.flops import *  # noqa: F403 (re-exports flops.__all__)
 from workloads.hf import load_hf_config, model_from_hf, to_hf_config
@@ -41,6 +41,7 @@ __all__ = [
     "to_hf_config",
     "valid_tp_widths",
     "build_layer_graph",
+    "check_setup",
     "Layer",
     "LayerEdge",
     "LayerGraph",

@@ -2,17 +2,29 @@
 
 click's ``float`` and ``FloatRange`` let ``nan`` and ``inf`` through (no comparison fails on
 them); :class:`FiniteFloat` refuses them with click's one usage-error line, naming the option
-and the range (exit status 2).
+and the range (exit status 2). :func:`default_seq_len` is the sequence length the commands
+use when none is given.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
-__all__ = ["FiniteFloat", "scoring_float"]
+if TYPE_CHECKING:
+    from workloads import Model
+
+__all__ = ["FiniteFloat", "scoring_float", "DEFAULT_SEQ_LEN", "default_seq_len"]
+
+DEFAULT_SEQ_LEN: Final = 2048  # tokens; GPT-3's context, used where a model's is at least this
+
+
+def default_seq_len(model: Model) -> int:
+    """The sequence length a command uses when none is given: 2048 tokens, or the model's
+    context (its position table) when that is shorter."""
+    return min(DEFAULT_SEQ_LEN, model.max_positions)
 
 
 class FiniteFloat(click.ParamType):

@@ -13,7 +13,7 @@ from arch_space.system import host_profile_for, host_profiles
 from arch_space.tco import COST_VIEWS
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._options import FiniteFloat, scoring_float
+from phaze.cli._options import DEFAULT_SEQ_LEN, FiniteFloat, default_seq_len, scoring_float
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
 from phaze.run import RunAnswers, parse_tokens, run_answers
@@ -22,7 +22,7 @@ from phaze.sweep import placement_summary, schedule_exactness
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from placement import Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
-from results.units import fmt_bytes, fmt_column, fmt_percent, fmt_quantity, fmt_time
+from results.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
@@ -63,7 +63,11 @@ _J_PER_KWH = 3.6e6
     required=True,
     help="Sequences per iteration.",
 )
-@click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), default=2048, show_default=True)
+@click.option(
+    "--seq-len",
+    type=click.IntRange(1, MAX_SEQ_LEN),
+    help="Tokens per sequence [default: 2048, or the model's context if shorter].",
+)
 @click.option(
     "--micro-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
@@ -156,8 +160,9 @@ _J_PER_KWH = 3.6e6
 @click.option(
     "--state-bytes",
     type=click.IntRange(min=1),
-    help="Weights + gradients + optimizer state per parameter (default 18: Adam, mixed "
-    "precision; 20: DeepSpeed's BF16 optimizer).",
+    help="Weights + gradients + optimizer state per parameter, at least 16 (2 B weights, "
+    "2 B gradients, Adam's 12 B) [default 18: Adam, mixed precision, fp32 gradients; 20: "
+    "DeepSpeed's BF16 optimizer].",
 )
 @click.option(
     "--framework",
@@ -204,6 +209,12 @@ def evaluate(
         inter_node_bandwidth_bytes_per_s=inter_node_gbps * 1e9,
     )
     model = resolve_model(workload)
+    if seq_len is None:
+        seq_len = default_seq_len(model)
+        if seq_len < DEFAULT_SEQ_LEN:
+            click.echo(
+                f"note: seq_len {seq_len}, the model's context (--seq-len to choose)", err=True
+            )
     scoring = ScoringParams(
         pue=pue,
         grid_gco2e_per_kwh=grid_gco2e_per_kwh,
@@ -272,6 +283,7 @@ def evaluate(
         "arch": acc.name or arch,
         "devices": devices,
         "framework": framework,
+        "seq_len": seq_len,
         "iteration_s": pl.breakdown.iteration_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,
@@ -315,7 +327,7 @@ def evaluate(
         ["MFU", fmt_percent(sc.mfu)],
         [
             "memory per device",
-            f"{fmt_bytes(pl.memory_breakdown.total_bytes)} of {fmt_bytes(acc.hbm_bytes)}",
+            "{} of {}".format(*fmt_pair(pl.memory_breakdown.total_bytes, acc.hbm_bytes, "B")),
         ],
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
         ["exposed communication", fmt_time(pl.breakdown.communication_s)],

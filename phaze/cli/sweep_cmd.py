@@ -17,6 +17,7 @@ from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_
 from phaze.executors import EXECUTORS, check_reachable
 from phaze.run import parse_tokens
 from phaze.sweep import SweepResult, run_sweep
+from phaze.sweep.planning import plan
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.compare import comparison_text
 from results.display import fmt_values
@@ -208,7 +209,7 @@ def sweep(
         framework=framework,
         tokens_to_train=None if tokens_to_train is None else parse_tokens(tokens_to_train),
     )
-    parse_objectives(cfg.objectives)  # a bad --objective before the banner
+    planned = plan(cfg)  # every problem of the config at once, before the banner
     if executor == "ray" and address is not None:
         check_reachable(address)  # seconds, where Ray itself retries for minutes
     out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
@@ -224,7 +225,13 @@ def sweep(
     )
     try:
         result: SweepResult = run_sweep(
-            cfg, out, executor=executor, jobs=jobs, address=address, progress=not as_json
+            cfg,
+            out,
+            executor=executor,
+            jobs=jobs,
+            address=address,
+            progress=not as_json,
+            planned=planned,
         )
     except KeyboardInterrupt:
         click.echo(

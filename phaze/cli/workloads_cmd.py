@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
+from phaze.cli._options import default_seq_len
 from phaze.cli._render import echo_json, table
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.units import fmt_bytes, fmt_quantity
 from workloads import (
     LayerGraph,
@@ -25,8 +27,6 @@ from workloads import (
 )
 
 __all__ = ["workloads"]
-
-_DEFAULT_SEQ_LEN = 2048  # used when the model's context is at least this long
 
 
 @click.group()
@@ -136,18 +136,22 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 @click.argument("name")
 @click.option(
     "--seq-len",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_SEQ_LEN),
     help="Tokens per sequence [default: min(2048, context)].",
 )
 @click.option(
     "--micro-batch",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
     default=1,
     show_default=True,
     help="Sequences per micro-batch.",
 )
 @click.option(
-    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel width."
+    "--tp",
+    type=click.IntRange(1, MAX_DEVICES),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel width.",
 )
 @click.option("--sp", is_flag=True, help="Sequence parallelism on the tensor-parallel group.")
 @click.option(
@@ -172,7 +176,7 @@ def show_cmd(
     NAME is a catalog name (see `phaze workloads list`) or a Hugging Face config.json.
     """
     model = resolve_model(name)
-    seq_len = seq_len or min(_DEFAULT_SEQ_LEN, model.max_positions)
+    seq_len = seq_len or default_seq_len(model)
     setup = TrainingSetup(
         seq_len=seq_len,
         global_batch=micro_batch,

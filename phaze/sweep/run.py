@@ -9,14 +9,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from arch_space import design_id
+from arch_space import Accelerator, design_id
 from phaze import __version__
 from phaze.config import SweepConfig, model_digest
 from phaze.executors import Progress, Runner
 from phaze.scoring import FORMULAS, system_capex
 from phaze.sweep.aggregate import aggregate_records
 from phaze.sweep.optimistic import BOUNDED
-from phaze.sweep.planning import objective_signs, plan
+from phaze.sweep.planning import Shared, objective_signs, plan
 from phaze.sweep.records import point_key
 from phaze.sweep.rounds import Rounds
 from phaze.sweep.tasks import run_task
@@ -50,14 +50,16 @@ def run_sweep(
     address: str | None = None,
     progress: bool = True,
     allow_config_change: bool = False,
+    planned: tuple[Shared, tuple[Accelerator, ...]] | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep into ``out_dir``; returns counts and wall time.
 
-    Every point is committed as it completes; Ctrl-C stops cleanly (KeyboardInterrupt
-    propagates after the finished points are stored).
+    ``planned`` is ``plan(cfg)`` when the caller has checked the config already. Every
+    point is committed as it completes; Ctrl-C stops cleanly (KeyboardInterrupt propagates
+    after the finished points are stored).
     """
     t0 = time.perf_counter()
-    shared, designs = plan(cfg)
+    shared, designs = planned if planned is not None else plan(cfg)
     out = Path(out_dir)
     inputs = {
         "config": cfg.as_dict(),
