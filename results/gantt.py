@@ -1,10 +1,12 @@
 """The Gantt chart of one layer pass's schedule (``phaze schedule --gantt``).
 
-Small accelerators get one row per core. Past :data:`PER_CORE_MAX` cores, each core kind gets
-one lane instead, and an op occupies the band of the lane that its cores take up (an op on
-all 432 tensor cores fills the TC lane; one on core 3 of 8 fills its eighth), so the chart
-stays readable and its size fixed however many cores there are. Rectangles are drawn as one
-collection per kind on fixed axis limits: drawing cost grows with the op count only.
+Small accelerators get one row per compute unit. Past :data:`PER_CORE_MAX` units, each kind of
+unit gets one lane instead, and an op occupies the band of the lane that its units take up (an
+op on all 432 tensor cores fills the TC lane; one on core 3 of 8 fills its eighth), so the
+chart stays readable and its size fixed however many units there are. Ops that hold no
+compute unit (collectives, on their channel or not) share the network row. Rectangles are
+drawn as one collection per kind on fixed axis limits: drawing cost grows with the op count
+only.
 """
 
 from __future__ import annotations
@@ -25,61 +27,53 @@ if TYPE_CHECKING:
 
 __all__ = ["PER_CORE_MAX", "gantt_figure", "draw_gantt"]
 
-#: Up to this many cores (TC + VC) the chart has one row per core, above it one lane per kind.
+#: Up to this many compute units (of every kind) the chart has one row per unit, above it one
+#: lane per kind.
 PER_CORE_MAX: Final = 32
-_COLOURS: Final = {"TC": "tab:blue", "VC": "tab:orange", "net": "tab:gray"}
-_NAMES: Final = ("tensor cores", "vector cores", "network")
+_NET: Final = "net"
+_NAMES: Final = {"TC": "tensor cores", "VC": "vector cores", _NET: "network"}
+_PALETTE: Final = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 _DPI: Final = 110  # with _WIDTH_IN, 1650 px wide
 _WIDTH_IN: Final = 15.0
 _CHAR_PX: Final = 5.5  # width of one label character at font size 7
 
 
-def _parts(ids: str) -> list[tuple[str, int, int]]:
-    """``"TC0-7+VC2"`` -> ``[("TC", 0, 7), ("VC", 2, 2)]``; ``""`` (a network op) -> net."""
-    if not ids:
-        return [("net", 0, 0)]
-    out = []
-    for part in ids.split("+"):
-        kind, rng = part[:2], part[2:]
-        lo, _, hi = rng.partition("-")
-        out.append((kind, int(lo), int(hi or lo)))
-    return out
+def _parts(s: Schedule, v: Hashable) -> list[tuple[str, tuple[int, ...]]]:
+    """(kind, units) of node ``v`` on the compute units; [(net, (0,))] if it holds none."""
+    parts = [(k, units) for k, units in s.assigned[v] if k in s.core_kinds]
+    return parts or [(_NET, (0,))]
 
 
 def _rows(s: Schedule, per_core: bool) -> list[tuple[str, str, int]]:
-    """(label, kind, cores) of each row, top to bottom."""
+    """(label, kind, units) of each row, top to bottom."""
     if per_core:
-        return (
-            [(f"TC{c}", "TC", 1) for c in range(s.num_tc)]
-            + [(f"VC{c}", "VC", 1) for c in range(s.num_vc)]
-            + [("net", "net", 1)]
-        )
-    return [
-        (f"TC ×{s.num_tc}", "TC", s.num_tc),
-        (f"VC ×{s.num_vc}", "VC", s.num_vc),
-        ("net", "net", 1),
-    ]
+        rows = [(f"{k}{c}", k, 1) for k in s.core_kinds for c in range(s.capacity[k])]
+    else:
+        rows = [(f"{k} ×{s.capacity[k]}", k, s.capacity[k]) for k in s.core_kinds]
+    return [*rows, (_NET, _NET, 1)]
 
 
 def gantt_figure(s: Schedule, title: str) -> Figure:
     """The chart of ``s`` as a matplotlib Figure (no pyplot state)."""
-    per_core = s.num_tc + s.num_vc <= PER_CORE_MAX
+    per_core = sum(s.capacity[k] for k in s.core_kinds) <= PER_CORE_MAX
     rows = _rows(s, per_core)
     row_of = {label: k for k, (label, _, _) in enumerate(rows)}
     lane_of = {kind: k for k, (_, kind, _) in enumerate(rows)}
-    cores = {kind: n for _, kind, n in rows}
+    units = {kind: n for _, kind, n in rows}
+    colours = {k: _PALETTE[i % len(_PALETTE)] for i, k in enumerate(s.core_kinds)}
+    colours[_NET] = "tab:gray"
     span = max(s.makespan_s, 1e-12)
     row_in = 0.28 if per_core else 1.1
     fig = Figure(figsize=(_WIDTH_IN, 1.6 + row_in * len(rows)), dpi=_DPI, layout="constrained")
     ax = fig.subplots()
-    boxes: dict[str, list] = {k: [] for k in _COLOURS}
+    boxes: dict[str, list] = {k: [] for k in colours}
     labels: list[tuple[float, float, Hashable]] = []
-    for v, ids in s.core_ids.items():
+    for v in s.assigned:
         x0, d = s.start_s[v], s.duration_s[v]
         if d <= 0:
             continue
-        for kind, lo, hi in _parts(ids):
-            for r, y0, h in _bands(kind, lo, hi, per_core, row_of, lane_of, cores):
+        for kind, held in _parts(s, v):
+            for r, y0, h in _bands(kind, held, per_core, row_of, lane_of, units):
                 boxes[kind].append([(x0, y0), (x0 + d, y0), (x0 + d, y0 + h), (x0, y0 + h)])
                 if r == 0 and d / span * _WIDTH_IN * _DPI * 0.9 >= _CHAR_PX * (len(str(v)) + 1):
                     labels.append((x0 + d / 2, y0 + h / 2, v))
@@ -88,7 +82,7 @@ def gantt_figure(s: Schedule, title: str) -> Figure:
             ax.add_collection(
                 PolyCollection(
                     verts,
-                    facecolors=_COLOURS[kind],
+                    facecolors=colours[kind],
                     edgecolors="white",
                     linewidths=0.4,
                 )
@@ -104,23 +98,32 @@ def gantt_figure(s: Schedule, title: str) -> Figure:
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(f"{title}: makespan {fmt_time(s.makespan_s)} ({s.status}, {s.method})")
     fig.legend(
-        handles=[Patch(color=c, label=n) for n, c in zip(_NAMES, _COLOURS.values(), strict=True)],
+        handles=[Patch(color=c, label=_NAMES.get(k, k)) for k, c in colours.items()],
         loc="outside lower center",
-        ncol=3,
+        ncol=len(colours),
         frameon=False,
         fontsize=8,
     )
     return fig
 
 
-def _bands(kind, lo, hi, per_core, row_of, lane_of, cores):
-    """(index within the op, y, height) of the rectangles one core range of an op fills."""
-    if kind == "net":
-        return [(0, lane_of["net"] + 0.1, 0.8)]
+def _bands(kind, held, per_core, row_of, lane_of, units):
+    """(index within the op, y, height) of the rectangles the units ``held`` of an op fill."""
+    if kind == _NET:
+        return [(0, lane_of[_NET] + 0.1, 0.8)]
     if per_core:
-        return [(i, row_of[f"{kind}{c}"] + 0.1, 0.8) for i, c in enumerate(range(lo, hi + 1))]
-    n = cores[kind]
-    return [(0, lane_of[kind] + 0.05 + 0.9 * lo / n, 0.9 * (hi - lo + 1) / n)]
+        return [(i, row_of[f"{kind}{c}"] + 0.1, 0.8) for i, c in enumerate(held)]
+    n = units[kind]
+    runs: list[list[int]] = []  # contiguous runs of unit indices, one band each
+    for c in sorted(held):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return [
+        (i, lane_of[kind] + 0.05 + 0.9 * lo / n, 0.9 * (hi - lo + 1) / n)
+        for i, (lo, hi) in enumerate(runs)
+    ]
 
 
 def draw_gantt(s: Schedule, path: str | Path, title: str) -> None:

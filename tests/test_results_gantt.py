@@ -12,18 +12,18 @@ from results.gantt import PER_CORE_MAX, draw_gantt, gantt_figure
 from workloads import TrainingSetup, build_layer_graph, resolve_model
 
 
-def _schedule(arch: str):
+def _schedule(arch: str, tp: int = 1):
     model = resolve_model("gpt3-125m")
-    graph = build_layer_graph(model, TrainingSetup(seq_len=256, global_batch=1, micro_batch=1), 1)
+    graph = build_layer_graph(model, TrainingSetup(seq_len=256, global_batch=1, micro_batch=1), tp)
     return pass_schedule(
-        graph.op_graphs["block"].forward, preset(arch), Cluster(devices=1), solver="list"
+        graph.op_graphs["block"].forward, preset(arch), Cluster(devices=tp), solver="list"
     )
 
 
 @pytest.mark.parametrize(("arch", "rows"), [("a100", 3), ("tpuv4", 8 + 2 + 1)])
 def test_lanes_per_kind_past_the_per_core_limit(arch, rows, tmp_path):
     s = _schedule(arch)
-    assert (s.num_tc + s.num_vc > PER_CORE_MAX) == (arch == "a100")
+    assert (sum(s.capacity[k] for k in s.core_kinds) > PER_CORE_MAX) == (arch == "a100")
     fig = gantt_figure(s, arch)
     (ax,) = fig.axes
     assert len(ax.get_yticks()) == rows
@@ -35,3 +35,17 @@ def test_lanes_per_kind_past_the_per_core_limit(arch, rows, tmp_path):
     draw_gantt(s, png, arch)
     width, height = Image.open(png).size
     assert width <= 2000 and height <= 2000
+
+
+def test_collectives_on_their_channel_share_the_network_row():
+    """At t > 1 each collective holds its group's channel (a further kind): it is drawn on
+    the network row, beside the rows of the compute units only."""
+    s = _schedule("tpuv4", tp=2)
+    colls = [v for v, ids in s.core_ids.items() if ids.startswith("channel:")]
+    assert colls
+    (ax,) = gantt_figure(s, "tpuv4").axes
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == [*(f"TC{c}" for c in range(8)), "VC0", "VC1", "net"]
+    net = labels.index("net")
+    ys = [y for c in ax.collections for p in c.get_paths() for y in p.vertices[:, 1]]
+    assert sum(net < y < net + 1 for y in ys) >= 4 * len(colls)  # every corner of each
