@@ -112,27 +112,45 @@ def reticle_mm2() -> float:
 
 @dataclass(frozen=True, slots=True)
 class Headroom:
-    """A design against its budgets: the area of one die against the reticle (or a space's
-    area budget)
-    and the power it asks for under tensor load without a limiter
-    (:func:`unlimited_gemm_power_w`) against its board limit (its host server's, else its node
-    era's; or a space's power budget). Positive headroom is room to spare; negative is over
-    (a preset's limiter then holds its draw at the limit)."""
+    """A design against its budgets: the area of one die as made against the reticle (or a
+    space's area budget), and its board power under tensor load against its board limit (its
+    host server's, else its node era's; or a space's power budget).
 
-    area_mm2: float
+    ``power_asked_w`` is what the energy model asks for without a limiter
+    (:func:`unlimited_gemm_power_w`); ``power_drawn_w`` is what the board draws
+    (:func:`gemm_power_w`: a preset's limiter holds it at its limit). The power headroom
+    measures the asked-for power, so a negative one says how far the limiter throttles.
+    Positive headroom is room to spare; negative is over.
+    """
+
+    die_area_mm2: float
     area_budget_mm2: float
-    power_w: float
+    power_drawn_w: float
+    power_asked_w: float
     power_budget_w: float
 
     @property
     def area_headroom(self) -> float:
         """Share of the area budget left (``1 - area / budget``)."""
-        return 1.0 - self.area_mm2 / self.area_budget_mm2
+        return 1.0 - self.die_area_mm2 / self.area_budget_mm2
 
     @property
     def power_headroom(self) -> float:
-        """Share of the power budget left (``1 - power / budget``)."""
-        return 1.0 - self.power_w / self.power_budget_w
+        """Share of the power budget left (``1 - asked-for power / budget``)."""
+        return 1.0 - self.power_asked_w / self.power_budget_w
+
+    def figures(self) -> dict[str, float]:
+        """Every figure by name (the fields, then the two headroom shares): what a sweep
+        stores in a point's record and ``phaze evaluate --json`` prints."""
+        return {
+            "die_area_mm2": self.die_area_mm2,
+            "area_budget_mm2": self.area_budget_mm2,
+            "area_headroom": self.area_headroom,
+            "power_drawn_w": self.power_drawn_w,
+            "power_asked_w": self.power_asked_w,
+            "power_budget_w": self.power_budget_w,
+            "power_headroom": self.power_headroom,
+        }
 
 
 def headroom(
@@ -141,13 +159,15 @@ def headroom(
     power_budget: float | None = None,
     tech: TechNode | None = None,
 ) -> Headroom:
-    """``acc``'s area and unlimited tensor-load power against the budgets (defaults: the
-    reticle, and its board limit, :func:`arch_space.system.board_limit_w`); the area is one die
-    as made (:func:`~arch_space.area.made_die_area_mm2`), spare cores included."""
+    """``acc``'s die area and tensor-load power (drawn, and asked for without a limiter)
+    against the budgets (defaults: the reticle, and its board limit,
+    :func:`arch_space.system.board_limit_w`); the area is one die as made
+    (:func:`~arch_space.area.made_die_area_mm2`), spare cores included."""
     return Headroom(
-        area_mm2=made_die_area_mm2(acc, tech),
+        die_area_mm2=made_die_area_mm2(acc, tech),
         area_budget_mm2=area_budget_mm2 if area_budget_mm2 is not None else reticle_mm2(),
-        power_w=unlimited_gemm_power_w(acc, tech),
+        power_drawn_w=gemm_power_w(acc, tech),
+        power_asked_w=unlimited_gemm_power_w(acc, tech),
         power_budget_w=(
             power_budget if power_budget is not None else board_limit_w(acc.name, acc.node_nm)
         ),

@@ -8,13 +8,15 @@ References
 - Gupta et al., "ACT: Designing Sustainable Computer Systems with an Architectural Carbon
   Modeling Tool", ISCA 2022: embodied carbon amortised by the job's share of device lifetime.
 - Elgamal et al., "Design Space Exploration and Optimization for Carbon-Efficient Extended
-  Reality Systems" (arXiv:2305.01831) and CORDOBA: tCDP, the total carbon delay product,
-  is tC x D, total (embodied + operational) carbon times execution time, with operational
-  carbon summed over the device's uses; here D is the time to train. For a fixed number of
-  runs, the whole-life form ((embodied + runs x operational) x D) and the per-run form with
-  embodied carbon amortised over the runs rank designs identically and differ only in
-  scale. Phaze's default ``embodied_mode = "amortised"`` is the per-run form, amortised by
-  the job's share of the lifetime (ACT); ``"whole-life"`` charges one job all of it.
+  Reality Systems", arXiv:2305.01831 (https://arxiv.org/abs/2305.01831), and Elgamal et al.,
+  "CORDOBA" (https://openreview.net/forum?id=IjhyMJ1PWy): tCDP, the total carbon delay
+  product, is tC x D, total (embodied + operational) carbon times execution time, with
+  operational carbon summed over the device's uses; here D is the time to train. For a
+  fixed number of runs, the whole-life form ((embodied + runs x operational) x D) and the
+  per-run form with embodied carbon amortised over the runs rank designs identically and
+  differ only in scale. Phaze's default ``embodied_mode = "amortised"`` is the per-run
+  form, amortised by the job's share of the lifetime (ACT); ``"whole-life"`` charges one
+  job all of it.
 - Narayanan et al., SC21: model FLOPs utilisation (MFU) uses model FLOPs, no recompute.
 """
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
-from results.units import fmt_quantity
+from results.units import fmt_percent, fmt_quantity
 
 __all__ = [
     "fmt_value",
@@ -21,6 +21,8 @@ __all__ = [
     "knob_label",
     "point_label",
     "workload_title",
+    "area_headroom_text",
+    "power_headroom_text",
 ]
 
 # Unit suffixes of Phaze's names (STYLE §2.2), longest first.
@@ -36,7 +38,7 @@ _SUFFIX_UNITS: Final = (
     ("_s", "s"),
 )
 # Fractions of a whole, shown as percentages.
-_FRACTIONS: Final = frozenset({"mfu", "schedule_gap_max"})
+_FRACTIONS: Final = frozenset({"mfu", "schedule_gap_max", "area_headroom", "power_headroom"})
 _FRACTION_SUFFIXES: Final = ("_fraction", "_utilisation", "_utilization")
 
 
@@ -142,3 +144,37 @@ def point_label(p: Mapping[str, Any]) -> str:
 def workload_title(workload: str) -> str:
     """A panel title for a workload (the aggregate rows get words, not ``*all*``)."""
     return "all workloads (aggregate)" if workload == AGGREGATE_WORKLOAD else workload
+
+
+def area_headroom_text(h: Mapping[str, Any]) -> str:
+    """A design's die area against its budget, from its headroom figures (the names of
+    ``arch_space.power.Headroom.figures``, as a record stores them): the words ``phaze
+    evaluate`` and the report both print.
+
+    >>> area_headroom_text({"area_headroom": 0.0513, "die_area_mm2": 814.0,
+    ...                     "area_budget_mm2": 858.0})
+    '5.13 %: 814 of 858 mm² (reticle)'
+    """
+    area, budget = h["die_area_mm2"], h["area_budget_mm2"]
+    return (
+        f"{fmt_percent(h['area_headroom'])}: {fmt_quantity(area, '')} of "
+        f"{fmt_quantity(budget, 'mm²')} (reticle)"
+    )
+
+
+def power_headroom_text(h: Mapping[str, Any]) -> str:
+    """What a design draws under tensor load against its board limit, from its headroom
+    figures; when it asks for more than it draws (a limiter holds it), the asked-for power
+    too, which the headroom measures. ``phaze evaluate`` and the report both print it.
+
+    >>> power_headroom_text({"power_headroom": -0.195, "power_drawn_w": 700.0,
+    ...                      "power_asked_w": 836.8, "power_budget_w": 700.0})
+    '-19.5 %: draws 700 W under tensor load, held at its 700 W board limit (asks 837 W without it)'
+    """
+    drawn = fmt_quantity(h["power_drawn_w"], "W")
+    limit = fmt_quantity(h["power_budget_w"], "W")
+    text = f"{fmt_percent(h['power_headroom'])}: draws {drawn} under tensor load"
+    if h["power_asked_w"] > h["power_drawn_w"] * (1 + 1e-9):
+        asked = fmt_quantity(h["power_asked_w"], "W")
+        return f"{text}, held at its {limit} board limit (asks {asked} without it)"
+    return f"{text} of a {limit} board limit"

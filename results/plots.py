@@ -23,7 +23,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from phaze_common.errors import ConfigError
 from results.display import design_label, fmt_value, knob_label, point_label, workload_title
 from results.pareto import ObjectiveSpec, best_per_design, pareto, parse_objectives, rank
-from results.schema import AGGREGATE_WORKLOAD, COLUMNS
+from results.schema import AGGREGATE_WORKLOAD, COLUMNS, ENERGY_TERM_COLUMNS, TIME_TERM_COLUMNS
 from results.summary import (
     DEFAULT_OBJECTIVES,
     by_workload,
@@ -40,6 +40,8 @@ __all__ = [
     "Plot",
     "front_figure",
     "tcdp_ranking",
+    "BREAKDOWNS",
+    "breakdown_parts",
     "breakdown_figure",
     "knob_effects",
     "standard_plots",
@@ -56,17 +58,18 @@ _FRONT_COLOR: Final = "C0"
 _PRESET_COLOR: Final = "C3"
 _CLOUD_COLOR: Final = "0.72"
 _MAX_PRESET_LABELS: Final = 10  # more names than this on one panel are unreadable
-_PART_COLORS: Final = ("C0", "C1", "C2", "C4")
 _SECONDS_PER_DAY: Final = 86400.0
-# (axis label, tick unit, stacked columns)
-_BREAKDOWNS: Final = (
-    ("time per iteration", "s", ("compute_s", "communication_s", "bubble_s")),
+#: The panels of the breakdown figure: (axis label, tick unit, the total, the stored terms
+#: that sum to it, stacked in this order).
+BREAKDOWNS: Final = (
+    ("time per iteration", "s", "iteration_s", TIME_TERM_COLUMNS),
+    ("energy per batch, devices and hosts", "J", "energy_per_batch_j", ENERGY_TERM_COLUMNS),
     (
-        "energy per batch, all devices",
-        "J",
-        ("energy_compute_j", "energy_memory_j", "energy_static_j", "energy_network_j"),
+        "carbon of the training job",
+        "kgCO2e",
+        "total_kgco2e",
+        ("embodied_kgco2e", "operational_kgco2e"),
     ),
-    ("carbon of the training job", "kgCO2e", ("embodied_kgco2e", "operational_kgco2e")),
 )
 
 
@@ -229,17 +232,25 @@ def _best_per_name(
     return out
 
 
+def breakdown_parts(rows: Sequence[Mapping[str, Any]], terms: Sequence[str]) -> list[str]:
+    """The ``terms`` some row has a non-zero value of (the others would only crowd the legend)."""
+    return [t for t in terms if any(r.get(t) for r in rows)]
+
+
 def _stacked_barh(
     ax: Axes,
     rows: Sequence[Mapping[str, Any]],
-    parts: Sequence[str],
+    terms: Sequence[str],
     labels: Sequence[str],
     unit: str = "",
 ) -> None:
+    """One bar per row, stacked from the row's stored ``terms`` (each term keeps its colour
+    whichever others are left out)."""
     y = np.arange(len(rows))[::-1]
     left = np.zeros(len(rows))
-    for color, part in zip(_PART_COLORS, parts, strict=False):
+    for part in breakdown_parts(rows, terms):
         vals = np.array([float(r.get(part) or 0.0) for r in rows])
+        color = f"C{terms.index(part) % 10}"
         ax.barh(y, vals, left=left, color=color, label=COLUMNS[part].label, height=0.62)
         left += vals
     ax.set_yticks(y, labels, fontsize=8)
@@ -319,9 +330,12 @@ def breakdown_figure(
 ) -> Figure:
     """Where time, energy and carbon go, for chosen points (labelled) of each workload.
 
-    One row of three panels per workload: time per iteration (compute / exposed
-    communication / pipeline bubble), energy per batch (compute / memory / static /
-    network) and the job's carbon (embodied / operational), as stacked bars.
+    One row of three panels per workload, stacked bars of the stored terms
+    (:data:`BREAKDOWNS`): time per iteration by the terms of the iteration model (compute,
+    recompute, exposed communication of each kind, bubble, optimizer), energy per batch by
+    cause (compute, memory, static, network, idle, hosts) and the job's carbon (embodied,
+    operational). Each bar sums to the point's stored total (``iteration_s``,
+    ``energy_per_batch_j``, ``total_kgco2e``), so bars compare as the export's figures do.
     """
     groups = {w: rows for w, rows in rows_by_workload.items() if rows}
     heights = [0.55 * len(rows) + 2.2 for rows in groups.values()]
@@ -332,11 +346,11 @@ def breakdown_figure(
     subfigs = fig.subfigures(len(groups), 1, squeeze=False, height_ratios=heights).ravel()
     for sub, (w, rows) in zip(subfigs, groups.items(), strict=True):
         sub.suptitle(workload_title(w), fontsize=12, x=0.01, ha="left")
-        axes = sub.subplots(1, len(_BREAKDOWNS), width_ratios=(1.25, 1, 1))
+        axes = sub.subplots(1, len(BREAKDOWNS), width_ratios=(1.25, 1, 1))
         labels = [f"{label}\n{design_label(p)}\n{knob_label(p)}" for label, p in rows]
-        for c, (ax, (title, unit, parts)) in enumerate(zip(axes, _BREAKDOWNS, strict=True)):
+        for c, (ax, (title, unit, _, terms)) in enumerate(zip(axes, BREAKDOWNS, strict=True)):
             _stacked_barh(
-                ax, [p for _, p in rows], parts, labels if c == 0 else [""] * len(rows), unit
+                ax, [p for _, p in rows], terms, labels if c == 0 else [""] * len(rows), unit
             )
             ax.set_xlabel(title)
             ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False)
@@ -457,7 +471,8 @@ def standard_plots(
             "breakdowns",
             "Where the time, energy and carbon go",
             "For the best point of each objective (named on the left): time per iteration, "
-            "energy per batch and carbon of the job, split by cause.",
+            "energy per batch (devices and hosts) and carbon of the job, split by cause; each "
+            "bar ends at the point's total as the export gives it.",
             breakdown_figure(chosen),
         ),
         Plot(

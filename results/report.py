@@ -18,8 +18,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-from arch_space import Accelerator
-from arch_space.power import headroom
 from phaze_common.errors import ConfigError
 from results.compare import (
     COMPARISON_HEADERS,
@@ -27,11 +25,18 @@ from results.compare import (
     comparison_rows,
     searched_designs,
 )
-from results.display import design_label, fmt_value, unit_of, workload_title
+from results.display import (
+    area_headroom_text,
+    design_label,
+    fmt_value,
+    power_headroom_text,
+    unit_of,
+    workload_title,
+)
 from results.pareto import Objective, ObjectiveSpec, parse_objectives
 from results.plots import Plot, draw, save_plots, standard_plots
 from results.report_time import time_breakdown_html
-from results.schema import AGGREGATE_WORKLOAD, POINT_COLUMNS
+from results.schema import AGGREGATE_WORKLOAD, COLUMNS, HEADROOM_COLUMNS, POINT_COLUMNS
 from results.store import Store, load
 from results.summary import (
     DEFAULT_OBJECTIVES,
@@ -68,8 +73,15 @@ _AGGREGATE_HEADERS: Final = MappingProxyType(
         "total_kgco2e": "total carbon, all jobs",
         "time_to_train_s": "time to train, all jobs",
         "tcdp_kgco2e_days": "tCDP, all jobs",
+        "tcdp": "tCDP, all jobs",
+        "tco_usd": "cost to train, all jobs",
+        "job_energy_j": "job energy, all jobs",
+        "electricity_usd": "electricity, all jobs",
+        "operational_kgco2e": "operational carbon, all jobs",
     }
 )
+# Columns that show the same quantity in two units: a table shows one of them.
+_SAME: Final = MappingProxyType({"tcdp": "tcdp_kgco2e_days", "tcdp_kgco2e_days": "tcdp"})
 
 _CSS: Final = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto;
@@ -87,6 +99,7 @@ tr:nth-child(even) td { background: #fafbfd; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 td.design { min-width: 180px; }
 td.best { background: #e6f4ea !important; font-weight: 600; }
+td.rank { font-weight: 600; } th.rank { background: #dfe3f0; }
 .muted { color: #777; font-size: 0.85em; }
 figure { margin: 12px 0 28px; }
 figure img { max-width: 100%; height: auto; border: 1px solid #e3e5ec; }
@@ -270,6 +283,7 @@ def _answer(feasible: Sequence[Mapping[str, Any]], objectives: Sequence[Objectiv
                 w,
                 [h.point for h in rows],
                 first=("best for", [h.title for h in rows]),
+                objectives=[metric_for(w, o.metric) for o in parse_objectives(objectives)],
                 wins=[h.metrics for h in rows],
             )
         )
@@ -281,8 +295,9 @@ def _top_tables(
 ) -> str:
     out = [
         f"<p>The {top} best designs per objective, each at its best micro-batch size and "
-        "recompute mode (ties broken by the other objectives, then design id). Click a "
-        "placement to see its pipeline stages.</p>"
+        "recompute mode (ties broken by the other objectives, then design id); the shaded "
+        "column, in bold, is the one a table ranks by. Click a placement to see its "
+        "pipeline stages.</p>"
     ]
     for w, pts in by_workload(feasible).items():
         out.append(f"<h3>{html.escape(workload_title(w))}</h3>")
@@ -295,50 +310,43 @@ def _top_tables(
             title = objective_title((metric, o.sense))
             out.append(f"<h4>{html.escape(title[0].upper() + title[1:])}</h4>")
             out.append(
-                _points_table(w, ranked, first=("#", [str(i + 1) for i in range(len(ranked))]))
+                _points_table(
+                    w,
+                    ranked,
+                    first=("#", [str(i + 1) for i in range(len(ranked))]),
+                    objectives=[x.metric for x in objs],
+                    ranked_by=metric,
+                )
             )
     return "".join(out)
 
 
-_DESIGN_FIELDS: Final = (
-    "num_tc",
-    "tc_rows",
-    "tc_cols",
-    "num_vc",
-    "vc_lanes",
-    "glb_bytes",
-    "hbm_bytes",
-    "hbm_bandwidth_bytes_per_s",
-    "clock_hz",
-    "node_nm",
-)
-
-
 def _headroom(feasible: Sequence[Mapping[str, Any]], top: int) -> str:
     """The fastest designs' die area against the reticle and power under tensor load against
-    their board limit (a preset's host server's, else the node era's; :mod:`arch_space.power`)."""
+    their board limit, as the sweep stored them (``arch_space.power.headroom``, the figures
+    ``phaze evaluate`` prints, in the same words)."""
     best: dict[str, Mapping[str, Any]] = {}
-    for p in sorted(feasible, key=lambda p: (-(p.get("tokens_per_s") or 0.0), p["design_id"])):
+    stored = (p for p in feasible if all(p.get(c) is not None for c in HEADROOM_COLUMNS))
+    for p in sorted(stored, key=lambda p: (-(p.get("tokens_per_s") or 0.0), p["design_id"])):
         best.setdefault(p["design_id"], p)
-    rows = []
-    for p in list(best.values())[:top]:
-        acc = Accelerator(**{f: p[f] for f in _DESIGN_FIELDS}, name=p.get("design_name") or "")
-        h = headroom(acc)
-        rows.append(
-            "<tr>"
-            f"<td>{html.escape(design_label(p))}</td>"
-            f"<td>{h.area_mm2:.0f} / {h.area_budget_mm2:.0f} mm²</td>"
-            f"<td>{fmt_percent(h.area_headroom)}</td>"
-            f"<td>{h.power_w:.0f} / {h.power_budget_w:.0f} W</td>"
-            f"<td>{fmt_percent(h.power_headroom)}</td>"
-            "</tr>"
-        )
+    if not best:
+        return "<p>No feasible point records its design's headroom.</p>"
+    rows = "".join(
+        f"<tr><td>{html.escape(design_label(p))}</td>"
+        f"<td>{html.escape(area_headroom_text(p))}</td>"
+        f"<td>{html.escape(power_headroom_text(p))}</td></tr>"
+        for p in list(best.values())[:top]
+    )
     return (
-        "<p>The fastest designs against their budgets: die area against the reticle (one "
-        "exposure field), power under tensor load at the design's clock against its board "
-        "limit. Negative headroom is over budget (a space caps such a design's clock).</p>"
-        "<table><tr><th>design</th><th>area</th><th>area headroom</th><th>power</th>"
-        "<th>power headroom</th></tr>" + "".join(rows) + "</table>"
+        "<p>The fastest designs against their budgets: the area of one die as made against "
+        "the reticle (one exposure field), and board power under tensor load (a large GEMM) "
+        "at the design's clock against its board limit (a preset's host server's, else its "
+        "node's default budget). The headroom measures the power the design asks for; a "
+        "preset's limiter holds what it draws at its limit, so negative power headroom says "
+        "how far the limiter throttles it (a design space caps such a design's clock "
+        "instead).</p>"
+        "<table><tr><th>design</th><th>area headroom</th><th>power headroom</th></tr>"
+        f"{rows}</table>"
     )
 
 
@@ -347,35 +355,55 @@ def _points_table(
     rows: Sequence[Mapping[str, Any]],
     *,
     first: tuple[str, Sequence[str]],
+    objectives: Sequence[str],
+    ranked_by: str | None = None,
     wins: Sequence[frozenset[str]] | None = None,
 ) -> str:
-    """A table of points: design, knobs, the key metrics with units, and the placement."""
+    """A table of points: design, knobs, the placement, then the columns of the
+    ``objectives`` (the table ranks by ``ranked_by``, shown bold) and the other key metrics,
+    in people's units."""
     aggregate = workload == AGGREGATE_WORKLOAD
-    cols = [
-        (h, metric_for(workload, c))
-        for h, c in _TOP_COLUMNS
-        if not (aggregate and c in _AGGREGATE_SKIP)
+    cols = _metric_columns(workload, objectives)
+    head = [first[0], "design", *([] if aggregate else ["micro-batch, recompute; placement"])]
+    heads = [f"<th>{html.escape(h)}</th>" for h in head]
+    heads += [
+        (
+            f'<th class="rank">{html.escape(h)}</th>'
+            if c == ranked_by
+            else f"<th>{html.escape(h)}</th>"
+        )
+        for h, c in cols
     ]
-    head = [first[0], "design", *([] if aggregate else ["micro-batch, recompute", "placement"])]
-    head += [_AGGREGATE_HEADERS.get(c, h) if aggregate else h for h, c in cols]
-    lines = [
-        '<div class="scroll"><table><tr>'
-        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        + "</tr>"
-    ]
+    lines = ['<div class="scroll"><table><tr>' + "".join(heads) + "</tr>"]
     for i, (label, p) in enumerate(zip(first[1], rows, strict=True)):
         cells = [f"<td>{html.escape(label)}</td>", f'<td class="design">{_design_cell(p)}</td>']
         if not aggregate:
-            cells += [
-                f"<td>{html.escape(_knobs(p))}</td>",
-                f"<td>{_placement_cell(p)}</td>",
-            ]
+            cells.append(f"<td>{html.escape(_knobs(p))}<br>{_placement_cell(p)}</td>")
         for _, c in cols:
-            cls = "num best" if wins is not None and c in wins[i] else "num"
+            cls = "num"
+            if wins is not None and c in wins[i]:
+                cls += " best"
+            if c == ranked_by:
+                cls += " rank"
             cells.append(f'<td class="{cls}">{html.escape(fmt_value(c, p.get(c)))}</td>')
         lines.append("<tr>" + "".join(cells) + "</tr>")
     lines.append("</table></div>")
     return "".join(lines)
+
+
+def _metric_columns(workload: str, objectives: Sequence[str]) -> list[tuple[str, str]]:
+    """(header, column) of a points table: each objective's column first, then the key
+    metrics not already shown (one of two columns holding one quantity in two units)."""
+    aggregate = workload == AGGREGATE_WORKLOAD
+    names = list(dict.fromkeys(objectives))
+    shown = set(names) | {_SAME[n] for n in names if n in _SAME}
+    for _, c in _TOP_COLUMNS:
+        c = metric_for(workload, c)
+        if c not in shown and not (aggregate and c in _AGGREGATE_SKIP):
+            names.append(c)
+            shown.add(c)
+    headers = {c: h for h, c in _TOP_COLUMNS} | (_AGGREGATE_HEADERS if aggregate else {})
+    return [(headers.get(c, COLUMNS[c].label), c) for c in names]
 
 
 def _knobs(p: Mapping[str, Any]) -> str:

@@ -1,47 +1,29 @@
 """The report's time section: where one iteration's time goes, for the fastest designs.
 
-The terms are those of :class:`placement.iteration.IterationTime`, which a sweep stores in
-each point's placement summary (``time_s``); they sum to the iteration time.
+The terms are those of :class:`placement.iteration.IterationTime`, which a sweep stores as
+columns of each point (:data:`results.schema.TIME_TERM_COLUMNS`); they sum to the iteration
+time.
 """
 
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
-from typing import Any, Final
+from typing import Any
 
 from results.display import design_label, knob_label, workload_title
+from results.schema import COLUMNS, TIME_TERM_COLUMNS
 from results.summary import by_workload
 from results.units import fmt_percent, fmt_time
 
-__all__ = ["TIME_TERMS", "time_terms", "time_breakdown_html"]
-
-#: The terms of one iteration's time (placement.iteration.IterationTime), in its order.
-TIME_TERMS: Final = MappingProxyType(
-    {
-        "compute_s": "compute",
-        "recompute_s": "recompute",
-        "tp_comm_exposed_s": "TP comm.",
-        "ep_comm_exposed_s": "EP all-to-all",
-        "cp_comm_exposed_s": "CP K/V ring",
-        "pp_comm_exposed_s": "PP comm.",
-        "bubble_s": "bubble",
-        "dp_comm_exposed_s": "DP comm.",
-        "embedding_comm_exposed_s": "tied emb. comm.",
-        "optimizer_s": "optimizer",
-    }
-)
+__all__ = ["time_terms", "time_breakdown_html"]
 
 
 def time_terms(p: Mapping[str, Any]) -> Mapping[str, float] | None:
     """The stored time terms of point ``p`` (None for a point stored without them)."""
-    try:
-        terms = json.loads(p.get("placement") or "")["time_s"]
-    except (TypeError, ValueError, KeyError):
+    if any(p.get(c) is None for c in TIME_TERM_COLUMNS):
         return None
-    return terms if isinstance(terms, dict) else None
+    return {c: float(p[c]) for c in TIME_TERM_COLUMNS}
 
 
 def time_breakdown_html(feasible: Sequence[Mapping[str, Any]], top: int = 3) -> str:
@@ -63,28 +45,25 @@ def time_breakdown_html(feasible: Sequence[Mapping[str, Any]], top: int = 3) -> 
             key=lambda p: (-p["tokens_per_s"], str(p.get("key"))),
         ):
             best.setdefault(p.get("design_id"), p)
-        ranked = list(best.values())[:top]
+        ranked = [(p, time_terms(p) or {}) for p in list(best.values())[:top]]
         if not ranked:
             continue
-        shown_terms = [
-            k for k in TIME_TERMS if any((time_terms(p) or {}).get(k, 0.0) for p in ranked)
-        ]
+        shown_terms = [k for k in TIME_TERM_COLUMNS if any(t[k] for _, t in ranked)]
         head = "".join(
             f"<th>{html.escape(h)}</th>"
             for h in (
                 "design",
                 "knobs and placement",
                 "iteration",
-                *(TIME_TERMS[k] for k in shown_terms),
+                *(COLUMNS[k].label for k in shown_terms),
             )
         )
         rows = ""
-        for p in ranked:
-            terms = time_terms(p) or {}
-            total = p.get("iteration_s") or sum(terms.values())
+        for p, terms in ranked:
+            total = p["iteration_s"]
             cells = "".join(
-                f'<td class="num">{html.escape(fmt_time(terms.get(k, 0.0)))}<br>'
-                f'<span class="muted">{html.escape(fmt_percent(terms.get(k, 0.0) / total))}'
+                f'<td class="num">{html.escape(fmt_time(terms[k]))}<br>'
+                f'<span class="muted">{html.escape(fmt_percent(terms[k] / total))}'
                 "</span></td>"
                 for k in shown_terms
             )
@@ -97,5 +76,5 @@ def time_breakdown_html(feasible: Sequence[Mapping[str, Any]], top: int = 3) -> 
         out.append(f"<h3>{html.escape(workload_title(w))}</h3>")
         out.append(f'<div class="scroll"><table><tr>{head}</tr>{rows}</table></div>')
     if not shown:
-        return "<p>No point of this store records its time terms (stored before they were).</p>"
+        return "<p>No feasible point records where its time goes.</p>"
     return "".join(out)

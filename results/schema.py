@@ -27,12 +27,15 @@ __all__ = [
     "COLUMN_NAMES",
     "NUMERIC_COLUMNS",
     "DESIGN_COLUMNS",
+    "TIME_TERM_COLUMNS",
+    "ENERGY_TERM_COLUMNS",
+    "HEADROOM_COLUMNS",
     "column",
     "numeric_column",
 ]
 
 # Version of the store layout and of the exported documents; bump on any incompatible change.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 # The workload name of the per-design aggregate rows.
 AGGREGATE_WORKLOAD: Final = "*all*"
@@ -102,11 +105,26 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
     _c("tokens_per_s", "REAL", "tokens/s", "max", "throughput", "training tokens per second"),
     _c("mfu", "REAL", "", "max", "MFU", "model FLOPs utilisation, fraction of peak (0-1)"),
     _c("time_to_train_s", "REAL", "s", "min", "time to train", "D: tokens to train / tokens per s"),
-    _c("compute_s", "REAL", "s", "min", "compute time", "compute part of one iteration"),
-    _c("communication_s", "REAL", "s", "min", "communication time", "exposed communication per iteration"),
-    _c("bubble_s", "REAL", "s", "min", "pipeline bubble", "pipeline bubble per iteration"),
+    # where one iteration's time goes (placement.iteration.IterationTime): the terms sum to
+    # iteration_s; the steady pipeline's terms are the bottleneck device's
+    _c("compute_s", "REAL", "s", "min", "compute",
+       "compute in the steady pipeline, without recomputation and exposed collectives"),
+    _c("recompute_s", "REAL", "s", "min", "recompute", "forward work re-run before the backward pass"),
+    _c("tp_comm_exposed_s", "REAL", "s", "min", "TP comm.",
+       "tensor-parallel collectives no compute hides"),
+    _c("ep_comm_exposed_s", "REAL", "s", "min", "EP all-to-all",
+       "expert-parallel token all-to-alls no compute hides"),
+    _c("cp_comm_exposed_s", "REAL", "s", "min", "CP K/V ring",
+       "context-parallel K/V ring transfers no compute hides"),
+    _c("pp_comm_exposed_s", "REAL", "s", "min", "PP comm.", "pipeline receives between stages"),
+    _c("bubble_s", "REAL", "s", "min", "bubble", "pipeline fill and drain: L (p - 1) / v"),
+    _c("dp_comm_exposed_s", "REAL", "s", "min", "DP comm.",
+       "data-parallel gradient reduction (and ZeRO gathers) left after the pipeline flush"),
+    _c("embedding_comm_exposed_s", "REAL", "s", "min", "tied emb. comm.",
+       "all-reduce of the tied word embedding's gradients between first and last stage"),
+    _c("optimizer_s", "REAL", "s", "min", "optimizer", "optimizer step"),
     # energy
-    _c("energy_per_batch_j", "REAL", "J", "min", "energy per batch", "energy of one iteration, all devices"),
+    _c("energy_per_batch_j", "REAL", "J", "min", "energy per batch", "IT energy of one iteration, all devices and hosts"),
     _c("energy_compute_j", "REAL", "J", "min", "compute energy", "MAC and vector energy per batch"),
     _c("energy_memory_j", "REAL", "J", "min", "memory energy", "buffer and HBM energy per batch"),
     _c("energy_static_j", "REAL", "J", "min", "static energy", "leakage while computing, per batch"),
@@ -116,7 +134,7 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
     _c("job_energy_j", "REAL", "J", "min", "job energy", "energy of the whole training job"),
     _c("avg_power_w", "REAL", "W", "min", "average power", "average power of all devices and hosts"),
     # area, cost, carbon
-    _c("area_mm2", "REAL", "mm²", "min", "die area", "silicon area of one device"),
+    _c("area_mm2", "REAL", "mm²", "min", "die area", "silicon area of one device (all its dies)"),
     _c("peak_flops", "REAL", "FLOP/s", "max", "peak compute", "peak FLOP/s of one device"),
     _c("device_cost_usd", "REAL", "USD", "min", "device cost", "cost of one device"),
     _c("system_cost_usd", "REAL", "USD", "min", "system cost", "cost of all devices (+ host/network share)"),
@@ -129,6 +147,18 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
     _c("tcdp", "REAL", "kgCO2e·s", "min", "tCDP", "total carbon x time to train"),
     _c("tcdp_kgco2e_days", "REAL", "kgCO2e·day", "min", "tCDP", "tCDP in kgCO2e·days"),
     _c("memory_per_device_bytes", "REAL", "B", "min", "memory per device", "peak memory on one device"),
+    # the design against its budgets (arch_space.power.Headroom); set on evaluated points
+    _c("die_area_mm2", "REAL", "mm²", "min", "area of one die", "one die as made, spare cores too"),
+    _c("area_budget_mm2", "REAL", "mm²", None, "area budget", "largest die: the reticle"),
+    _c("area_headroom", "REAL", "", "max", "area headroom", "1 - die area / area budget"),
+    _c("power_drawn_w", "REAL", "W", "min", "power drawn",
+       "board power under tensor load (a large GEMM), held at the limit by a preset's limiter"),
+    _c("power_asked_w", "REAL", "W", "min", "power asked",
+       "board power under tensor load the energy model asks for without a limiter"),
+    _c("power_budget_w", "REAL", "W", None, "board limit",
+       "board power limit: a preset's host server's, else its node's default budget"),
+    _c("power_headroom", "REAL", "", "max", "power headroom",
+       "1 - power asked / board limit (negative: how far a limiter throttles)"),
     _c("throughput_score", "REAL", "", "max", "throughput score",
        "aggregate rows: geometric mean over workloads of throughput / best throughput"),
     _c("placement", "TEXT", "", None, "placement", "the chosen placement, as JSON text"),
@@ -155,8 +185,41 @@ DESIGN_COLUMNS: Final = (
     "device_cost_usd",
 )
 
+# The terms of an iteration's time (they sum to iteration_s), of its energy (they sum to
+# energy_per_batch_j), and the design's headroom figures, in the order tables show them.
+TIME_TERM_COLUMNS: Final = (
+    "compute_s",
+    "recompute_s",
+    "tp_comm_exposed_s",
+    "ep_comm_exposed_s",
+    "cp_comm_exposed_s",
+    "pp_comm_exposed_s",
+    "bubble_s",
+    "dp_comm_exposed_s",
+    "embedding_comm_exposed_s",
+    "optimizer_s",
+)
+ENERGY_TERM_COLUMNS: Final = (
+    "energy_compute_j",
+    "energy_memory_j",
+    "energy_static_j",
+    "energy_network_j",
+    "energy_idle_j",
+    "energy_host_j",
+)
+HEADROOM_COLUMNS: Final = (
+    "die_area_mm2",
+    "area_budget_mm2",
+    "area_headroom",
+    "power_drawn_w",
+    "power_asked_w",
+    "power_budget_w",
+    "power_headroom",
+)
+
 assert len(COLUMNS) == len(POINT_COLUMNS), "duplicate column name"
-assert set(DESIGN_COLUMNS) <= set(COLUMNS)
+assert set(DESIGN_COLUMNS) | set(TIME_TERM_COLUMNS) | set(ENERGY_TERM_COLUMNS) <= set(COLUMNS)
+assert set(HEADROOM_COLUMNS) <= set(COLUMNS)
 
 
 def column(name: str) -> Column:

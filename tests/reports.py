@@ -114,17 +114,29 @@ def synthetic_points(tiny: bool = False) -> tuple[list[dict], list[dict]]:
         tps = devices * d["peak_flops"] * util / flops_per_token
         it = 512 * 2048 / tps
         d_s = tokens / tps
-        comp, comm = 0.78 * it, 0.12 * it
+        time = {
+            "compute_s": 0.70 * it,
+            "recompute_s": 0.08 * it if rc == "full" else 0.0,
+            "tp_comm_exposed_s": 0.04 * it,
+            "pp_comm_exposed_s": 0.03 * it,
+            "dp_comm_exposed_s": 0.05 * it,
+            "optimizer_s": 0.01 * it,
+        }
+        time["bubble_s"] = it - math.fsum(time.values())
         e = {
             "energy_compute_j": 0.55e-12 * 6 * params * 512 * 2048 * 4,
             "energy_memory_j": 0.25e-12 * 6 * params * 512 * 2048 * 4,
-            "energy_static_j": devices * 0.12 * d["area_mm2"] * it,
+            "energy_static_j": devices * 0.12 * d["area_mm2"] * it * 0.8,
             "energy_network_j": 0.02e-12 * 6 * params * 512 * 2048 * 4 * (1 + mb / 8),
+            "energy_idle_j": devices * 0.05 * d["area_mm2"] * it * 0.2,
+            "energy_host_j": devices / 8 * 2508.0 * it,
         }
         e_batch = sum(e.values())
         job_e = e_batch * tokens / (512 * 2048)
         emb = devices * (0.9 * d["area_mm2"] + 0.16 * d["hbm_bytes"] / _GIB) * d_s / (5 * 3.15576e7)
         op = job_e / 3.6e6 * 1.1 * 0.481
+        tco = devices * d["device_cost_usd"] * d_s / (5 * 3.15576e7) + job_e / 3.6e6 * 0.09
+        power = 0.45 * d["area_mm2"]
         points.append(
             {
                 **rec,
@@ -137,20 +149,27 @@ def synthetic_points(tiny: bool = False) -> tuple[list[dict], list[dict]]:
                 "tokens_per_s": tps,
                 "mfu": util / (4 / 3 if rc == "full" else 1),
                 "time_to_train_s": d_s,
-                "compute_s": comp,
-                "communication_s": comm,
-                "bubble_s": it - comp - comm,
+                **time,
                 "energy_per_batch_j": e_batch,
                 **e,
                 "job_energy_j": job_e,
                 "avg_power_w": e_batch / it,
                 "system_cost_usd": devices * d["device_cost_usd"],
+                "tco_usd": tco,
+                "tokens_per_usd": tokens / tco,
                 "embodied_kgco2e": emb,
                 "operational_kgco2e": op,
                 "total_kgco2e": emb + op,
                 "tcdp": (emb + op) * d_s,
                 "tcdp_kgco2e_days": (emb + op) * d_s / 86400,
                 "memory_per_device_bytes": mem,
+                "die_area_mm2": d["area_mm2"],
+                "area_budget_mm2": 858.0,
+                "area_headroom": 1 - d["area_mm2"] / 858.0,
+                "power_drawn_w": min(power, 400.0) if d["design_name"] else power,
+                "power_asked_w": power,
+                "power_budget_w": 400.0,
+                "power_headroom": 1 - power / 400.0,
                 "placement": {
                     "tp": 2,
                     "pp": 4,

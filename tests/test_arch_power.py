@@ -125,8 +125,13 @@ def test_headroom_against_the_reticle_and_the_board_limit():
     assert a100.power_budget_w == 400.0 and abs(a100.power_headroom) < 0.01  # calibrated
     assert b200.power_budget_w == 1000.0 and b200.power_headroom < 0  # held by its limiter
     # the area is one die as made (with its spare SMs): each of the B200's two fits the reticle
-    assert b200.area_mm2 == pytest.approx(made_die_area_mm2(preset("b200")))
-    assert area_mm2(preset("b200")) / 2 < b200.area_mm2 < reticle_mm2()
+    assert b200.die_area_mm2 == pytest.approx(made_die_area_mm2(preset("b200")))
+    assert area_mm2(preset("b200")) / 2 < b200.die_area_mm2 < reticle_mm2()
+    # the limiter holds the B200's draw at its limit; the A100 draws what it asks for
+    assert b200.power_drawn_w == pytest.approx(1000.0) and b200.power_asked_w > 1000.0
+    assert a100.power_drawn_w == pytest.approx(a100.power_asked_w)
+    assert a100.power_drawn_w <= 400.0
+    assert set(a100.figures()) >= {"power_drawn_w", "power_headroom", "area_headroom"}
     assert 0 < a100.area_headroom and 0 < b200.area_headroom
     assert tpu.power_headroom == pytest.approx(1 - tdp_w(preset("tpuv4")) / 400.0)
     custom = headroom(preset("a100"), area_budget_mm2=1000.0, power_budget=800.0)

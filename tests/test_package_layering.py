@@ -20,7 +20,7 @@ ALLOWED = {
     "arch_space": {"phaze_common", "workloads"},
     "ilp": {"phaze_common", "arch_space", "workloads"},
     "placement": {"phaze_common", "arch_space", "workloads"},
-    "results": {"phaze_common", "ilp", "arch_space"},
+    "results": {"phaze_common", "ilp"},
 }
 
 

@@ -183,10 +183,10 @@ def test_evaluate_reports_area_and_power_headroom():
     doc = json.loads(CliRunner().invoke(cli, [*BASE, "--json"]).output)
     h = doc["headroom"]
     assert h["area_budget_mm2"] == 858.0 and h["power_budget_w"] == 400.0
-    assert h["area_headroom"] == pytest.approx(1 - h["area_mm2"] / 858.0)
-    assert h["power_headroom"] == pytest.approx(1 - h["power_w"] / 400.0)
+    assert h["area_headroom"] == pytest.approx(1 - h["die_area_mm2"] / 858.0)
+    assert h["power_headroom"] == pytest.approx(1 - h["power_asked_w"] / 400.0)
     text = CliRunner().invoke(cli, BASE).output
-    assert "area headroom" in text and "of 858 mm2 (reticle)" in text
+    assert "area headroom" in text and "of 858 mm² (reticle)" in text
     assert "power headroom" in text and "board limit" in text
 
 
@@ -196,14 +196,14 @@ def test_power_headroom_line_reports_the_drawn_power_and_the_limit():
     args = ["evaluate", "--workload", "gpt3-125m", "--arch", "b200", "--devices", "8"]
     args += ["--global-batch", "8", "--seq-len", "256"]
     h = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)["headroom"]
-    assert h["power_budget_w"] == 1000.0 and h["power_w"] > 1000.0
+    assert h["power_budget_w"] == 1000.0 and h["power_asked_w"] > 1000.0
     assert h["power_drawn_w"] == pytest.approx(1000.0)
-    assert h["power_headroom"] == pytest.approx(1 - h["power_w"] / 1000.0)
+    assert h["power_headroom"] == pytest.approx(1 - h["power_asked_w"] / 1000.0)
     line = next(x for x in CliRunner().invoke(cli, args).output.splitlines() if "power head" in x)
     assert "draws 1 kW under tensor load, held at its 1 kW board limit" in line
-    assert f"asks {h['power_w'] / 1000:.3g} kW without it" in line
+    assert f"asks {h['power_asked_w'] / 1000:.3g} kW without it" in line
     # under its limit (A100, calibrated to it) a design draws what it asks for
     a100 = json.loads(CliRunner().invoke(cli, [*BASE, "--json"]).output)["headroom"]
-    assert a100["power_drawn_w"] == pytest.approx(a100["power_w"])
+    assert a100["power_drawn_w"] == pytest.approx(a100["power_asked_w"])
     assert a100["power_drawn_w"] <= 400.0
     assert "of a 400 W board limit" in CliRunner().invoke(cli, BASE).output

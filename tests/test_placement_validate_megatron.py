@@ -10,8 +10,12 @@ from click.testing import CliRunner
 
 from phaze.cli import cli
 from phaze.cli.validate_fit import coordinate_fit, golden_min
-from phaze.cli.validate_heldout import held_out_runs, sc21_flops
-from phaze.cli.validate_megatron_cmd import FIT_MODELS, TABLE5, megatron
+from phaze.cli.validate_megatron_cmd import HELD_OUT_SUITE, TABLE5_SUITE, fit_models, megatron
+from phaze.published_runs import default_registry, flops_per_iteration, measured_iteration_s
+
+
+def _suite(name):
+    return [r for r in default_registry().runs if r.suite == name]
 
 
 @pytest.mark.slow
@@ -19,24 +23,26 @@ def test_validate_megatron_reports_every_row():
     r = CliRunner().invoke(megatron, ["--json"])
     assert r.exit_code in (0, 3), r.output
     doc = json.loads(r.output[: r.output.rindex("}") + 1])
-    assert len(doc["rows"]) == 2 * len(TABLE5)
+    assert len(doc["rows"]) == len(_suite(TABLE5_SUITE)) == 8
     assert all(row["predicted"] > 0 for row in doc["rows"])
     assert doc["rows"][0]["measured"] == 1.42
 
 
 def test_table5_is_the_published_data():
-    assert [(r.model, r.gpus, r.tp * r.pp) for r in TABLE5] == [
-        ("korthikanti-22b", 8, 8),
-        ("korthikanti-175b", 64, 64),
-        ("korthikanti-530b", 280, 280),
-        ("korthikanti-1t", 512, 512),
-    ]
-    assert [(r.full_recompute_s, r.selective_sp_s) for r in TABLE5] == [
+    rows = _suite(TABLE5_SUITE)
+    models = [r.model for r in rows[::2]]
+    assert models == ["korthikanti-22b", "korthikanti-175b", "korthikanti-530b", "korthikanti-1t"]
+    assert [r.gpus for r in rows[::2]] == [8, 64, 280, 512]
+    assert [
+        (full.measured, sel.measured) for full, sel in zip(rows[::2], rows[1::2], strict=True)
+    ] == [
         (1.42, 1.10),
         (18.13, 13.75),
         (49.05, 37.83),
         (94.42, 71.49),
     ]
+    assert all("recompute=full,sp=off" in r.strategy for r in rows[::2])
+    assert all("recompute=selective,sp=on" in r.strategy for r in rows[1::2])
 
 
 def test_golden_and_coordinate_fit_find_a_known_minimum():
@@ -50,7 +56,11 @@ def test_golden_and_coordinate_fit_find_a_known_minimum():
 
 
 def test_fit_rows_are_part_of_table5():
-    assert set(FIT_MODELS) < {r.model for r in TABLE5}
+    assert fit_models() == ("korthikanti-22b", "korthikanti-530b")
+    table5 = _suite(TABLE5_SUITE)
+    assert {r.model for r in table5 if r.fitted} == set(fit_models())
+    # no row outside Table 5 is marked fitted: the A100's two parameters came from these
+    assert [r.id for r in default_registry().runs if r.fitted] == [r.id for r in table5 if r.fitted]
 
 
 @pytest.mark.parametrize(
@@ -72,14 +82,14 @@ def test_bad_calibration_file_is_one_error_line(tmp_path, text, message):
 
 
 def test_held_out_runs_are_the_published_data():
-    runs = held_out_runs()
-    assert len(runs) == 17
-    assert all(r.gpus == r.strategy.tp * r.strategy.pp * r.strategy.dp for r in runs)
-    by_case = {r.case: r for r in runs}
+    runs = _suite(HELD_OUT_SUITE)
+    assert len(runs) == 17 and not any(r.fitted for r in runs)
+    by_label = {r.label: r for r in runs}
     # SC21 Table 1, 1T: 163 TFLOP/s per GPU on 3072 GPUs; Korthikanti et al. 530B at d = 8
-    one_t = by_case["sc21 T1 1T t8 p64 d6"]
-    assert one_t.measured_s == pytest.approx(sc21_flops("megatron-1t", 3072) / (163e12 * 3072))
-    assert by_case["korthikanti 530B sel+SP t8 p35 d8"].measured_s == 39.15
+    one_t = by_label["sc21 T1 1T t8 p64 d6"]
+    expected = flops_per_iteration("sc21", "megatron-1t", 2048, 3072) / (163e12 * 3072)
+    assert measured_iteration_s(one_t) == pytest.approx(expected)
+    assert measured_iteration_s(by_label["korthikanti 530B sel+SP t8 p35 d8"]) == 39.15
     # every row says what its source leaves open, and none is a Table 5 row
     assert {r.model for r in runs}.isdisjoint({"korthikanti-22b", "korthikanti-1t"})
     assert all(set(r.assumed) <= {"micro_batch", "virtual_stages", "pp"} for r in runs)
@@ -90,7 +100,8 @@ def test_sc21_flop_count_is_four_forward_passes_and_three_logit_passes():
     # FLOPs per block (24 B s h^2 + 4 B s^2 h each), three passes of the logits (2 B s h V)
     b, s, layers, h, v = 3072, 2048, 128, 25600, 51200
     blocks = 4 * layers * (24 * b * s * h * h + 4 * b * s * s * h)
-    assert sc21_flops("megatron-1t", b) == pytest.approx(blocks + 3 * 2 * b * s * h * v)
+    flops = flops_per_iteration("sc21", "megatron-1t", s, b)
+    assert flops == pytest.approx(blocks + 3 * 2 * b * s * h * v)
 
 
 @pytest.mark.slow
@@ -98,6 +109,6 @@ def test_held_out_rows_are_informative_only():
     r = CliRunner().invoke(megatron, ["--json", "--held-out"])
     doc = json.loads(r.output[: r.output.rindex("}") + 1])
     more = doc["informative"]
-    assert len(more["rows"]) == len(held_out_runs()) and more["tolerance_pct"] is None
+    assert len(more["rows"]) == len(_suite(HELD_OUT_SUITE)) and more["tolerance_pct"] is None
     assert "within_tolerance" not in more
     assert r.exit_code == (0 if doc["within_tolerance"] else 3), r.output

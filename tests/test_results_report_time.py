@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
 
 from placement.iteration import IterationTime
-from results.report_time import TIME_TERMS, time_breakdown_html, time_terms
+from results.report_time import time_breakdown_html, time_terms
+from results.schema import COLUMNS, TIME_TERM_COLUMNS
 
 
 def _point(design: str, tokens_per_s: float, terms: dict[str, float] | None, key: str) -> dict:
-    placement = {"tp": 1} if terms is None else {"tp": 1, "time_s": terms}
     return {
         "key": key,
         "workload": "gpt3-1.3b",
@@ -23,7 +22,7 @@ def _point(design: str, tokens_per_s: float, terms: dict[str, float] | None, key
         "tp": 1,
         "pp": 1,
         "dp": 8,
-        "placement": json.dumps(placement),
+        **(terms or {}),
     }
 
 
@@ -41,8 +40,10 @@ TERMS = {
 }
 
 
-def test_the_table_names_every_term_of_the_iteration_model():
-    assert set(TIME_TERMS) == {f.name for f in fields(IterationTime)} - {"iteration_s"}
+def test_the_store_has_a_column_for_every_term_of_the_iteration_model():
+    names = [f.name for f in fields(IterationTime) if f.name != "iteration_s"]
+    assert list(TIME_TERM_COLUMNS) == names
+    assert all(COLUMNS[c].unit == "s" and COLUMNS[c].sense == "min" for c in names)
 
 
 def test_terms_zero_for_every_shown_design_are_left_out():
@@ -61,7 +62,7 @@ def test_each_design_once_at_its_fastest_point_with_every_term():
         _point("c", 50.0, None, "c1"),  # stored before the terms were: left out
     ]
     text = time_breakdown_html(points, top=3)
-    assert set(TIME_TERMS) == set(TERMS)
+    assert set(TIME_TERM_COLUMNS) == set(TERMS)
     assert text.count("<tr>") == 1 + 2  # header, a at its fastest, b
     assert "400 ms" in text and "750 ms" in text  # a's fastest point, then b
     assert text.index("400 ms") < text.index("750 ms")
@@ -71,4 +72,4 @@ def test_each_design_once_at_its_fastest_point_with_every_term():
 
 def test_a_store_without_terms_says_so():
     assert time_terms(_point("c", 1.0, None, "c1")) is None
-    assert "No point" in time_breakdown_html([_point("c", 1.0, None, "c1")])
+    assert "No feasible point" in time_breakdown_html([_point("c", 1.0, None, "c1")])

@@ -72,11 +72,13 @@ def _register() -> None:
         validate_cmd,
         validate_energy_cmd,
         validate_megatron_cmd,
+        validate_runs_cmd,
         workloads_cmd,
     )
 
     validate_cmd.validate.add_command(validate_megatron_cmd.megatron)
     validate_cmd.validate.add_command(validate_energy_cmd.energy)
+    validate_cmd.validate.add_command(validate_runs_cmd.runs)
     for command in (
         sweep_cmd.sweep,
         evaluate_cmd.evaluate,

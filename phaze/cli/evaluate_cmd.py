@@ -7,8 +7,8 @@ import json
 
 import click
 
-from arch_space import Accelerator, Cluster, load_accelerator
-from arch_space.power import gemm_power_w, headroom
+from arch_space import Cluster, load_accelerator
+from arch_space.power import headroom
 from arch_space.system import host_profile_for, host_profiles
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
@@ -20,6 +20,7 @@ from phaze.sweep import placement_summary, schedule_exactness
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from placement import Placement
+from results.display import area_headroom_text, power_headroom_text
 from results.units import fmt_bytes, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
@@ -232,7 +233,7 @@ def evaluate(
         **dataclasses.asdict(run),
         "placement": json.loads(placement_summary(pl)),
         "strategy_defaults": ev.defaults,
-        "headroom": _headroom_doc(acc),
+        "headroom": headroom(acc).figures(),
     }
     if as_json:
         echo_json(doc)
@@ -258,7 +259,8 @@ def evaluate(
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
         ["exposed communication", fmt_time(pl.communication_s)],
         ["layer schedules", f"worst gap {fmt_percent(gap)} ({methods})"],
-        *_headroom_rows(doc["headroom"]),
+        ["area headroom", area_headroom_text(doc["headroom"])],
+        ["power headroom", power_headroom_text(doc["headroom"])],
         [
             "placement",
             f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "
@@ -304,44 +306,6 @@ def _breakdown_table(pl: Placement) -> str:
     memory += [("", "")] * (len(times) - len(memory))
     rows = [[*t, *m] for t, m in zip(times, memory, strict=True)]
     return table(rows, ["time term", "per iteration", "share", "memory (fullest device)", ""])
-
-
-def _headroom_doc(acc: Accelerator) -> dict[str, float]:
-    """The design's area and tensor-load power against the reticle and its board limit:
-    the power it asks for (``power_w``, what the headroom and the report's headroom section
-    measure) and what it draws (``power_drawn_w``: held at the limit by a preset's limiter)."""
-    h = headroom(acc)
-    return {
-        "area_mm2": h.area_mm2,
-        "area_budget_mm2": h.area_budget_mm2,
-        "area_headroom": h.area_headroom,
-        "power_w": h.power_w,
-        "power_drawn_w": gemm_power_w(acc),
-        "power_budget_w": h.power_budget_w,
-        "power_headroom": h.power_headroom,
-    }
-
-
-def _headroom_rows(h: dict[str, float]) -> list[list[str]]:
-    return [
-        [
-            "area headroom",
-            f"{fmt_percent(h['area_headroom'])}: {h['area_mm2']:.0f} of "
-            f"{h['area_budget_mm2']:.0f} mm2 (reticle)",
-        ],
-        ["power headroom", _power_line(h)],
-    ]
-
-
-def _power_line(h: dict[str, float]) -> str:
-    """What the chip draws under tensor load against its board limit; when it asks for more
-    than it draws (a limiter holds it), the asked-for power too, which the headroom measures."""
-    drawn, limit = fmt_quantity(h["power_drawn_w"], "W"), fmt_quantity(h["power_budget_w"], "W")
-    text = f"{fmt_percent(h['power_headroom'])}: draws {drawn} under tensor load"
-    if h["power_w"] > h["power_drawn_w"] * (1 + 1e-9):
-        asked = fmt_quantity(h["power_w"], "W")
-        return f"{text}, held at its {limit} board limit (asks {asked} without it)"
-    return f"{text} of a {limit} board limit"
 
 
 def energy_terms(sc: Score) -> dict[str, float]:

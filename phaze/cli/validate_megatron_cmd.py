@@ -2,11 +2,12 @@
 
 The measurements are Korthikanti et al. 2022, Table 5: GPT models on A100-80GB GPUs (8 per
 node, NVLink inside a node, InfiniBand between), sequence length 2048, with full activation
-recomputation and with selective recomputation plus sequence parallelism. Each row is predicted
-from first principles: the layer graph of the model, the op model of the A100 preset, the layer
-schedules, and the fixed strategy of the paper evaluated by :func:`placement.evaluate_fixed`
-(which includes the optimizer step). The cluster is a DGX A100 pod (NVLink 3 inside a node,
-one HDR InfiniBand NIC per GPU); the A100 preset's measured sustained rates
+recomputation and with selective recomputation plus sequence parallelism. The rows (and the
+held-out ones of ``--held-out``) are runs of the registry ``phaze/data/published_runs.toml``
+(suites ``megatron-table5`` and ``megatron-held-out``), predicted from first principles as
+``phaze validate runs`` predicts them (:func:`phaze.run_validation.predict_iteration_s`: the
+paper's fixed strategy on the A100 preset, on Selene's links), always under the overlap rules
+of ``megatron-2022``; the A100 preset's measured sustained rates
 (``arch_space/data/devices.toml``) price its GEMMs and collectives.
 """
 
@@ -15,100 +16,65 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import click
 
-from arch_space import Cluster
 from arch_space.perf.device import DeviceProfile, preset_profile, profile_from_mapping
-from arch_space.presets import preset
-from phaze.api import evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_option
 from phaze.cli.validate_fit import FitResult, fit_device
-from phaze.cli.validate_heldout import held_out_rows
+from phaze.published_runs import PublishedRun, default_registry, measured_iteration_s
+from phaze.run_validation import predict_iteration_s
 from phaze_common.errors import ConfigError
-from placement import Strategy
 
-__all__ = ["MegatronRow", "TABLE5", "FRAMEWORK", "FIT_MODELS", "megatron"]
+__all__ = ["FRAMEWORK", "TABLE5_SUITE", "HELD_OUT_SUITE", "fit_models", "megatron"]
 
-_SOURCE: Final = (
-    "Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models', "
-    "arXiv:2205.05198 (2022), Table 5: A100-80GB, seq 2048, iteration time"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class MegatronRow:
-    """One Table 5 configuration and its two measured iteration times (s)."""
-
-    model: str
-    gpus: int
-    tp: int
-    pp: int
-    virtual_stages: int
-    global_batch: int
-    micro_batch: int
-    full_recompute_s: float
-    selective_sp_s: float
-
-
-TABLE5: Final = (
-    MegatronRow("korthikanti-22b", 8, 8, 1, 1, 4, 4, 1.42, 1.10),
-    MegatronRow("korthikanti-175b", 64, 8, 8, 3, 64, 1, 18.13, 13.75),
-    MegatronRow("korthikanti-530b", 280, 8, 35, 3, 280, 1, 49.05, 37.83),
-    MegatronRow("korthikanti-1t", 512, 8, 64, 1, 512, 1, 94.42, 71.49),
-)
-_MEAN_TARGET_PCT: Final = 8.0
 #: The overlap rules of the Megatron-LM code that produced Table 5.
 FRAMEWORK: Final = "megatron-2022"
+#: The registry's suites (phaze/data/published_runs.toml): Korthikanti et al. 2022 Table 5,
+#: and the other published Megatron-LM runs held out of every fit.
+TABLE5_SUITE: Final = "megatron-table5"
+HELD_OUT_SUITE: Final = "megatron-held-out"
+_MEAN_TARGET_PCT: Final = 8.0
 
 
-#: The rows the preset's unmeasured parameters are fitted to; the others are held out.
-FIT_MODELS: Final = ("korthikanti-22b", "korthikanti-530b")
+def _suite(name: str) -> list[PublishedRun]:
+    return [r for r in default_registry().runs if r.suite == name]
 
 
-def _predict(
-    model: str, gpus: int, strategy: Strategy, global_batch: int, device: DeviceProfile | None
-) -> float:
-    """The predicted iteration time of ``model`` under ``strategy`` on ``gpus`` A100s."""
-    ev = evaluate(
-        model,
-        preset("a100"),
-        Cluster(devices=gpus, devices_per_node=8),
-        seq_len=2048,
-        global_batch=global_batch,
-        strategy=strategy,
-        # whole-job figures are not validated here: one iteration's tokens
-        tokens_to_train=global_batch * 2048,
-        framework=FRAMEWORK,
-        device=device,
-    )
-    return ev.placement.time_per_batch_s if ev.placement else math.inf
+def fit_models() -> tuple[str, ...]:
+    """The Table 5 models the preset's unmeasured parameters are fitted to (the registry's
+    fitted rows, both recompute modes); the others are held out."""
+    return tuple(dict.fromkeys(r.model for r in _suite(TABLE5_SUITE) if r.fitted))
+
+
+def _predict(run: PublishedRun, device: DeviceProfile | None) -> float:
+    """The predicted iteration time of ``run`` under Table 5's framework rules."""
+    predicted, _ = predict_iteration_s(run, FRAMEWORK, device)
+    return math.inf if predicted is None else predicted
 
 
 def _rows(device: DeviceProfile | None = None) -> list[ValidationRow]:
     """Every Table 5 case predicted on the A100 preset (``device`` overrides its rates)."""
+    return [
+        ValidationRow(r.label, r.measured, _predict(r, device), r.citation)
+        for r in _suite(TABLE5_SUITE)
+    ]
+
+
+def _table5_source() -> str:
+    return _suite(TABLE5_SUITE)[0].citation
+
+
+def _held_out_rows(device: DeviceProfile) -> list[ValidationRow]:
+    """The held-out runs as iteration times (a throughput through its source's own FLOP
+    count); a case resting on a setting its source leaves open says which."""
     out = []
-    for r in TABLE5:
-        for recompute, sp, measured in (
-            ("full", False, r.full_recompute_s),
-            ("selective", True, r.selective_sp_s),
-        ):
-            strategy = Strategy(
-                tp=r.tp,
-                pp=r.pp,
-                dp=r.gpus // (r.tp * r.pp),
-                micro_batch=r.micro_batch,
-                virtual_stages=r.virtual_stages,
-                recompute=recompute,
-                sequence_parallel=sp,
-            )
-            predicted = _predict(r.model, r.gpus, strategy, r.global_batch, device)
-            label = "full recompute" if recompute == "full" else "selective + SP"
-            out.append(ValidationRow(f"{r.model} {label}", measured, predicted, _SOURCE))
+    for r in _suite(HELD_OUT_SUITE):
+        label = f"{r.label} (assumed: {', '.join(r.assumed)})" if r.assumed else r.label
+        out.append(ValidationRow(label, measured_iteration_s(r), _predict(r, device), r.citation))
     return out
 
 
@@ -116,9 +82,10 @@ def _marked(rows: list[ValidationRow], device: DeviceProfile) -> list[Validation
     """The rows with their part in the fit named, when the device has fitted parameters."""
     if not device.fitted:
         return rows
+    fitted = fit_models()
     return [
         dataclasses.replace(
-            r, case=f"{r.case} ({'fit' if r.case.startswith(FIT_MODELS) else 'held out'})"
+            r, case=f"{r.case} ({'fit' if r.case.startswith(fitted) else 'held out'})"
         )
         for r in rows
     ]
@@ -140,7 +107,7 @@ def _calibration(path: Path) -> DeviceProfile:
 
 def _print_fit(result: FitResult) -> None:
     click.echo(f"fitted to {', '.join(result.fit_cases)} (both recompute modes) of:")
-    click.echo(f"  {_SOURCE}")
+    click.echo(f"  {_table5_source()}")
     click.echo(f"framework {FRAMEWORK}; RMS error {result.rms_error_pct:.2f}% on those rows")
     click.echo("[a100.fitted]  # arch_space/data/devices.toml")
     for name, value in result.values.items():
@@ -180,7 +147,7 @@ def megatron(
     """
     device = _calibration(calibration) if calibration else preset_profile("a100")
     if fit:
-        result = fit_device(device, _rows, FIT_MODELS, _SOURCE)
+        result = fit_device(device, _rows, fit_models(), _table5_source())
         device = result.device
         if not as_json:
             _print_fit(result)
@@ -190,7 +157,7 @@ def megatron(
         extra = (
             "Held out: other published Megatron-LM runs, same settings (not fitted to, "
             "no tolerance)",
-            held_out_rows(lambda r: _predict(r.model, r.gpus, r.strategy, r.global_batch, device)),
+            _held_out_rows(device),
         )
     report_validation(
         "Megatron-LM iteration time on A100-80GB",

@@ -12,6 +12,7 @@ from typing import Any
 
 from arch_space import Accelerator, design_id, device_cost_usd
 from arch_space.area import made_die_area_mm2
+from arch_space.power import headroom
 from ilp import Method, PassTiming
 from phaze.pipeline import Evaluation, Knobs
 from placement import Placement
@@ -19,6 +20,7 @@ from placement import Placement
 __all__ = [
     "point_key",
     "design_columns",
+    "headroom_columns",
     "placement_summary",
     "schedule_exactness",
     "record_of",
@@ -55,9 +57,16 @@ def design_columns(acc: Accelerator) -> Mapping[str, Any]:
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def headroom_columns(acc: Accelerator) -> Mapping[str, float]:
+    """The design's area and tensor-load power against its budgets (cached per design), the
+    figures ``phaze evaluate`` prints and the report shows."""
+    return MappingProxyType(headroom(acc).figures())
+
+
 def placement_summary(pl: Placement) -> str:
-    """The placement as compact JSON text (degrees, knobs, where the iteration's time goes
-    and each stage's layer range)."""
+    """The placement as compact JSON text (degrees, knobs and each stage's layer range; the
+    time terms are columns of their own)."""
     return json.dumps(
         {
             "tp": pl.tp,
@@ -72,7 +81,6 @@ def placement_summary(pl: Placement) -> str:
             "cp": pl.cp,
             "devices_used": pl.devices_used,
             "bubble_fraction": pl.bubble_fraction,
-            "time_s": pl.breakdown.terms(),
             "stages": [
                 {
                     "layers": [min(s.layers), max(s.layers)],
@@ -99,7 +107,9 @@ def schedule_exactness(passes: Sequence[PassTiming]) -> tuple[float, str]:
 
 
 def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
-    """A store record (flat, column-named) of one evaluation."""
+    """A store record (flat, column-named) of one evaluation: the design's columns and
+    headroom, the knobs, and for a feasible point its score, placement and the terms of its
+    iteration time (which sum to ``iteration_s``)."""
     cols = design_columns(ev.design)
     rec: dict[str, Any] = {
         "key": point_key(ev.workload, cols["design_id"], ev.knobs),
@@ -111,6 +121,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
         "feasible": ev.feasible,
         "reason": ev.reason or None,
         "embodied_kgco2e": None,
+        **headroom_columns(ev.design),
     }
     if ev.placement is not None and ev.score is not None:
         pl, sc = ev.placement, ev.score
@@ -119,9 +130,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
             tp=pl.tp,
             pp=pl.pp,
             dp=pl.dp,
-            compute_s=pl.compute_s,
-            communication_s=pl.communication_s,
-            bubble_s=pl.load_s * (pl.pp - 1) / pl.virtual_stages,
+            **pl.breakdown.terms(),
             memory_per_device_bytes=pl.memory_per_device_bytes,
             placement=placement_summary(pl),
         )

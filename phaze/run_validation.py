@@ -1,0 +1,239 @@
+"""The time model against published training runs: one prediction per registry run, and
+summaries of the errors by fit, GPU and framework.
+
+A run is predicted through :func:`phaze.api.evaluate` with its complete strategy (the path of
+``phaze evaluate --strategy``), on its system's preset and links, under the framework profile
+the registry resolves for its stack. The error is that of the published metric: the
+predicted iteration time turned into the publication's own metric (its FLOP count, its
+peak, its batch's tokens), against the published figure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from arch_space import Cluster, preset
+from arch_space.perf.device import DeviceProfile
+from phaze.api import evaluate
+from phaze.published_runs import (
+    METRICS,
+    PublishedRun,
+    Registry,
+    measured_iteration_s,
+    metric_from_iteration_s,
+)
+from phaze_common.errors import ConfigError
+
+__all__ = [
+    "RunResult",
+    "Targets",
+    "evaluate_run",
+    "evaluate_runs",
+    "predict_iteration_s",
+    "summarize",
+    "outside_targets",
+]
+
+_GIB: Final = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """What ``phaze validate runs`` holds the model to, in % of the published metric: the
+    held-out rows' mean and largest |error|, and every fitted row's |error|."""
+
+    held_out_mean_pct: float = 10.0
+    held_out_max_pct: float = 20.0
+    fitted_max_pct: float = 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """A run beside its prediction; ``predicted_iteration_s`` is None when the model finds
+    the published layout infeasible (``reason`` says why)."""
+
+    run: PublishedRun
+    profile_used: str
+    profile_note: str
+    measured_iteration_s: float
+    predicted_iteration_s: float | None
+    reason: str = ""
+
+    @property
+    def predicted(self) -> float | None:
+        """The prediction in the publication's metric."""
+        if self.predicted_iteration_s is None:
+            return None
+        return metric_from_iteration_s(self.run, self.predicted_iteration_s)
+
+    @property
+    def error_pct(self) -> float | None:
+        """Signed error of the predicted metric, in % of the published one."""
+        p = self.predicted
+        return None if p is None else 100.0 * (p / self.run.measured - 1.0)
+
+    @property
+    def time_error_pct(self) -> float | None:
+        """Signed error of the predicted iteration time (+: the model is slower than the run),
+        one sign for every metric."""
+        t = self.predicted_iteration_s
+        return None if t is None else 100.0 * (t / self.measured_iteration_s - 1.0)
+
+    def record(self) -> dict[str, Any]:
+        """The row as ``--json`` prints it: the inputs, the published and predicted figures."""
+        r = self.run
+        return {
+            "id": r.id,
+            "label": r.label,
+            "arch": r.arch,
+            "gpus": r.gpus,
+            "framework": r.framework,
+            "framework_version": r.framework_version,
+            "profile_used": self.profile_used,
+            "profile_note": self.profile_note,
+            "fitted": r.fitted,
+            "model": r.model,
+            "seq_len": r.seq_len,
+            "global_batch": r.global_batch,
+            "strategy": r.strategy,
+            "state_bytes": r.state_bytes,
+            "system": r.system.key,
+            "devices_per_node": r.system.devices_per_node,
+            "intra_node_bandwidth_bytes_per_s": r.system.intra_node_bandwidth_bytes_per_s,
+            "inter_node_bandwidth_bytes_per_s": r.system.inter_node_bandwidth_bytes_per_s,
+            "hbm_gib": r.system.hbm_gib,
+            "metric": r.metric,
+            "unit": METRICS[r.metric],
+            "flop_convention": r.flops,
+            "measured": r.measured,
+            "predicted": self.predicted,
+            "error_pct": self.error_pct,
+            "measured_iteration_s": self.measured_iteration_s,
+            "predicted_iteration_s": self.predicted_iteration_s,
+            "time_error_pct": self.time_error_pct,
+            "infeasible_reason": self.reason,
+            "assumed": list(r.assumed),
+            "source": r.citation,
+            "notes": r.notes,
+        }
+
+
+def predict_iteration_s(
+    run: PublishedRun, framework: str, device: DeviceProfile | None = None
+) -> tuple[float | None, str]:
+    """The model's iteration time of ``run`` under ``framework`` (``device`` overrides the
+    preset's sustained rates), or None and the reason when the layout does not fit."""
+    acc = preset(run.arch)
+    if run.system.hbm_gib is not None:
+        acc = dataclasses.replace(acc, hbm_bytes=round(run.system.hbm_gib * _GIB))
+    cluster = Cluster(
+        devices=run.gpus,
+        devices_per_node=run.system.devices_per_node,
+        intra_node_bandwidth_bytes_per_s=run.system.intra_node_bandwidth_bytes_per_s,
+        inter_node_bandwidth_bytes_per_s=run.system.inter_node_bandwidth_bytes_per_s,
+    )
+    try:
+        ev = evaluate(
+            run.model,
+            acc,
+            cluster,
+            seq_len=run.seq_len,
+            global_batch=run.global_batch,
+            strategy=run.strategy,
+            # whole-run figures are not validated here: one iteration's tokens
+            tokens_to_train=run.global_batch * run.seq_len,
+            framework=framework,
+            device=device,
+            state_bytes_per_parameter=run.state_bytes,
+        )
+    except ConfigError as e:
+        raise ConfigError(f"run {run.id}: {e}") from None
+    if ev.placement is None:
+        return None, ev.reason
+    return ev.placement.time_per_batch_s, ""
+
+
+def evaluate_run(
+    run: PublishedRun, registry: Registry, device: DeviceProfile | None = None
+) -> RunResult:
+    """``run`` predicted under the profile the registry resolves for its stack."""
+    profile, note = registry.profile_for(run.framework)
+    predicted, reason = predict_iteration_s(run, profile, device)
+    return RunResult(run, profile, note, measured_iteration_s(run), predicted, reason)
+
+
+def evaluate_runs(
+    runs: Sequence[PublishedRun],
+    registry: Registry,
+    progress: Callable[[int, PublishedRun], None] | None = None,
+) -> list[RunResult]:
+    """Every run of ``runs`` in order; ``progress(i, run)`` is called before each."""
+    out = []
+    for i, run in enumerate(runs):
+        if progress is not None:
+            progress(i, run)
+        out.append(evaluate_run(run, registry))
+    return out
+
+
+def _group(results: Iterable[RunResult]) -> dict[str, Any]:
+    results = list(results)
+    errors = [abs(e) for r in results if (e := r.error_pct) is not None]
+    times = [t for r in results if (t := r.time_error_pct) is not None]
+    return {
+        "runs": len(results),
+        "infeasible": len(results) - len(errors),
+        "mean_abs_error_pct": math.fsum(errors) / len(errors) if errors else None,
+        "max_abs_error_pct": max(errors, default=None),
+        "mean_time_error_pct": math.fsum(times) / len(times) if times else None,
+    }
+
+
+def _by(results: Sequence[RunResult], key: Callable[[RunResult], str]) -> dict[str, Any]:
+    keys = dict.fromkeys(key(r) for r in results)
+    return {
+        k: {
+            "fitted": _group(r for r in results if key(r) == k and r.run.fitted),
+            "held_out": _group(r for r in results if key(r) == k and not r.run.fitted),
+        }
+        for k in keys
+    }
+
+
+def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
+    """Mean and largest |error| (and the mean signed iteration-time error, the model's bias)
+    of the fitted rows and of the held-out rows, overall, by GPU and by framework."""
+    return {
+        "fitted": _group(r for r in results if r.run.fitted),
+        "held_out": _group(r for r in results if not r.run.fitted),
+        "by_gpu": _by(results, lambda r: r.run.arch),
+        "by_framework": _by(results, lambda r: r.run.framework),
+    }
+
+
+def outside_targets(summary: dict[str, Any], targets: Targets) -> list[str]:
+    """Each target the summary misses, in words (empty when all are met); a row the model
+    finds infeasible misses its group's target."""
+    held, fitted = summary["held_out"], summary["fitted"]
+    misses = []
+    for name, group in (("held-out", held), ("fitted", fitted)):
+        if group["infeasible"]:
+            misses.append(f"{group['infeasible']} {name} runs infeasible in the model")
+    if held["runs"] and (held["mean_abs_error_pct"] or 0.0) > targets.held_out_mean_pct:
+        misses.append(
+            f"held-out mean |error| {held['mean_abs_error_pct']:.1f}% > "
+            f"{targets.held_out_mean_pct:g}%"
+        )
+    if held["runs"] and (held["max_abs_error_pct"] or 0.0) > targets.held_out_max_pct:
+        misses.append(
+            f"held-out max |error| {held['max_abs_error_pct']:.1f}% > {targets.held_out_max_pct:g}%"
+        )
+    if fitted["runs"] and (fitted["max_abs_error_pct"] or 0.0) > targets.fitted_max_pct:
+        misses.append(
+            f"fitted max |error| {fitted['max_abs_error_pct']:.1f}% > {targets.fitted_max_pct:g}%"
+        )
+    return misses

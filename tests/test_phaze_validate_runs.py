@@ -1,0 +1,247 @@
+"""The registry of published training runs and ``phaze validate runs``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import Counter
+
+import pytest
+from click.testing import CliRunner
+
+from phaze.cli import cli
+from phaze.errors import ConfigError
+from phaze.published_runs import (
+    METRICS,
+    default_registry,
+    flops_per_iteration,
+    load_registry,
+    measured_iteration_s,
+    metric_from_iteration_s,
+)
+from phaze.run_validation import RunResult, Targets, outside_targets, summarize
+from placement import parse_strategy
+from workloads import get_model, model_flops_per_sequence
+
+REGISTRY = default_registry()
+
+
+def test_registry_covers_the_generations_stacks_and_holds_out_most_runs():
+    runs = REGISTRY.runs
+    assert len(runs) >= 30
+    held_out = [r for r in runs if not r.fitted]
+    assert len(held_out) >= len(runs) / 2
+    assert {"v100", "a100", "h100"} <= {r.arch for r in runs}
+    families = {r.framework.split("-")[0] for r in runs}
+    assert {"megatron", "deepspeed", "fsdp2", "fsdp1"} <= families
+    assert len({r.id for r in runs}) == len(runs)
+    for r in runs:
+        assert r.source.url.startswith("https://"), r.id
+        s = parse_strategy(r.strategy)
+        assert not s.unset and s.tp * s.pp * s.dp * s.cp == r.gpus, r.id
+        profile, why = REGISTRY.profile_for(r.framework)
+        assert profile and (why or profile == r.framework), r.id
+
+
+def test_fitted_rows_are_the_a100_fit_and_nothing_else():
+    fitted = [r.id for r in REGISTRY.runs if r.fitted]
+    assert fitted == [
+        "korthikanti-t5-22b-full",
+        "korthikanti-t5-22b-selective",
+        "korthikanti-t5-530b-full",
+        "korthikanti-t5-530b-selective",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("model", "seq_len"),
+    [("mcore-gpt-177b", 4096), ("llama3-70b", 8192), ("gemma-7b", 8192), ("mpt-7b", 2048)],
+)
+def test_megatron_core_flop_count_is_the_model_flops(model, seq_len):
+    # Megatron-Core's closed form (GQA, gated FFN, logits) against the op-level count of
+    # workloads.flops: two independent derivations of the same three passes
+    assert flops_per_iteration("megatron-core", model, seq_len, 3) == pytest.approx(
+        3 * model_flops_per_sequence(get_model(model), seq_len), rel=1e-12
+    )
+
+
+def test_every_metric_maps_back_to_the_published_figure():
+    seen = set()
+    for r in REGISTRY.runs:
+        t = measured_iteration_s(r)
+        assert t > 0
+        assert metric_from_iteration_s(r, t) == pytest.approx(r.measured, rel=1e-12)
+        seen.add(r.metric)
+    assert seen == set(METRICS)
+
+
+def test_published_metrics_become_iteration_times_by_their_conventions():
+    by_id = {r.id: r for r in REGISTRY.runs}
+    # MPT-70B, 64 A100: 410 tokens/s per GPU at 2048 sequences of 2048 tokens
+    assert measured_iteration_s(by_id["mpt-a100-70b-64"]) == pytest.approx(2048 * 2048 / (410 * 64))
+    # Megatron-Core 177B on 96 H100: 47 % of 989 TFLOP/s, three passes of 1152 x 4096 tokens
+    work = 3 * 1152 * model_flops_per_sequence(get_model("mcore-gpt-177b"), 4096) / 3
+    assert measured_iteration_s(by_id["mcore-strong-177b-96"]) == pytest.approx(
+        work / (0.47 * 989e12 * 96)
+    )
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "runs.toml"
+    path.write_text(text)
+    return path
+
+
+_GOOD_HEAD = """
+[sources.s]
+title = "a paper"
+url = "https://example.org"
+date = "2024-01"
+
+[systems.n]
+description = "a node"
+arch = "a100"
+devices_per_node = 8
+intra_node_bandwidth_bytes_per_s = 300e9
+inter_node_bandwidth_bytes_per_s = 25e9
+source = "data sheet"
+"""
+
+_GOOD_RUN = """
+[[run]]
+id = "r1"
+label = "one run"
+source = "s"
+where = "Table 1"
+system = "n"
+gpus = 8
+framework = "megatron-2022"
+framework_version = "2022"
+model = "korthikanti-22b"
+seq_len = 2048
+global_batch = 4
+strategy = "t=8,p=1,d=1,v=1,mbs=4,recompute=full,sp=off,zero=0,ep=1,cp=1"
+metric = "iteration_s"
+measured = 1.42
+fitted = false
+"""
+
+
+def test_a_small_registry_loads(tmp_path):
+    reg = load_registry(_write(tmp_path, _GOOD_HEAD + _GOOD_RUN))
+    (run,) = reg.runs
+    assert run.system.arch == "a100" and run.assumed == () and run.citation.endswith("example.org")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("gpus = 8", "gpsu = 8"),
+            r"unknown key 'gpsu' \(did you mean 'gpus'\?\).*gpus is missing",
+        ),
+        (('"korthikanti-22b"', '"gpt5"'), r"model 'gpt5' is not in the catalog"),
+        (("d=1,v=1", "v=1"), r"strategy leaves dp open"),
+        (("global_batch = 4", "global_batch = 0"), r"global_batch = 0 must be > 0"),
+        (
+            ('"iteration_s"', '"flops_per_s_per_gpu"'),
+            r"flops = None must be one of sc21, megatron-core",
+        ),
+        (('"megatron-2022"', '"jax-2030"'), r"framework 'jax-2030' has no profile"),
+        (("gpus = 8", "gpus = 16"), r"t\*p\*d\*cp = 8 devices, gpus = 16"),
+        (('source = "s"', 'source = "t"'), r"source 't' is not in \[sources\]"),
+    ],
+)
+def test_registry_errors_name_the_run_the_key_and_the_rule(tmp_path, edit, message):
+    bad = _GOOD_RUN.replace(*edit)
+    with pytest.raises(ConfigError) as e:
+        load_registry(_write(tmp_path, _GOOD_HEAD + bad))
+    assert re.search(message, str(e.value)), str(e.value)
+    assert str(e.value).startswith(f"registry {tmp_path / 'runs.toml'}: [[run]] 1 (r1): ")
+
+
+def test_a_damaged_registry_is_one_error_line(tmp_path):
+    path = _write(tmp_path, _GOOD_HEAD + _GOOD_RUN.replace("fitted = false", "fitted = 'no'"))
+    path.with_name("bad.toml").write_text("[[run]\n")
+    cases = ((path, "fitted = 'no' must be of type bool"), (path.with_name("bad.toml"), "not TOML"))
+    for target, pattern in cases:
+        r = CliRunner().invoke(cli, ["validate", "runs", "--registry", str(target)])
+        assert r.exit_code == 1, r.output
+        lines = [x for x in r.output.splitlines() if x.startswith("Error:")]
+        assert len(lines) == 1 and pattern in lines[0] and "Traceback" not in r.output
+
+
+def test_a_registry_of_the_wrong_shape_lists_every_problem(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_registry(_write(tmp_path, 'sources = 3\nrun = "x"\n[extra]\n'))
+    text = str(e.value)
+    assert "sources must be tables" in text and "run must be an array of tables" in text
+    assert "unknown table [extra]" in text and "no [[run]] tables" in text
+
+
+def test_unknown_run_id_is_refused():
+    r = CliRunner().invoke(cli, ["validate", "runs", "--run", "no-such-run"])
+    assert r.exit_code == 1 and "--run no-such-run: not in the registry" in r.output
+
+
+def _result(fitted, error_pct, *, run_id="mpt-a100-1b-8"):
+    run = dataclasses.replace(next(r for r in REGISTRY.runs if r.id == run_id), fitted=fitted)
+    measured = measured_iteration_s(run)
+    # a tokens/s metric: +x % in the metric is a time of measured / (1 + x)
+    predicted = None if error_pct is None else measured / (1 + error_pct / 100)
+    return RunResult(run, "overlap-all", "", measured, predicted)
+
+
+def test_targets_separate_fitted_and_held_out_rows():
+    ok = summarize([_result(True, 5.0), _result(False, -9.0), _result(False, 9.0)])
+    assert ok["fitted"]["runs"] == 1 and ok["held_out"]["mean_abs_error_pct"] == pytest.approx(9.0)
+    assert outside_targets(ok, Targets()) == []
+    bad = summarize([_result(True, 9.0), _result(False, 25.0), _result(False, None)])
+    misses = " ".join(outside_targets(bad, Targets()))
+    assert "fitted max |error| 9.0% > 8%" in misses and "held-out max |error| 25.0% > 20%" in misses
+    assert "1 held-out runs infeasible" in misses
+    assert bad["held_out"]["mean_time_error_pct"] == pytest.approx(100 * (1 / 1.25 - 1))
+
+
+def test_two_rows_through_the_cli():
+    """The Table 5 22B row (as `validate megatron` predicts it) and a small FSDP row."""
+    ids = ["korthikanti-t5-22b-full", "mpt-a100-1b-8"]
+    r = CliRunner().invoke(
+        cli, ["validate", "runs", "--json", *sum((["--run", i] for i in ids), [])]
+    )
+    assert r.exit_code in (0, 3), r.output
+    doc = json.loads(r.output[: r.output.rindex("}") + 1])
+    rows = {row["id"]: row for row in doc["rows"]}
+    assert list(rows) == ids
+    t5 = rows["korthikanti-t5-22b-full"]
+    assert t5["fitted"] and t5["profile_used"] == "megatron-2022" and t5["arch"] == "a100"
+    # validate megatron's figure for this row: 1.418 s against the published 1.42 s
+    assert t5["predicted_iteration_s"] == pytest.approx(1.418, abs=0.002)
+    mpt = rows["mpt-a100-1b-8"]
+    assert mpt["framework"] == "fsdp1-2023" and mpt["profile_used"] == "overlap-all"
+    assert mpt["profile_note"] and not mpt["fitted"]
+    assert mpt["error_pct"] == pytest.approx(100 * (mpt["predicted"] / mpt["measured"] - 1))
+    assert mpt["predicted"] == pytest.approx(2048 * 448 / (mpt["predicted_iteration_s"] * 8))
+    assert doc["summary"]["fitted"]["runs"] == 1 and doc["summary"]["held_out"]["runs"] == 1
+    assert set(doc["summary"]["by_gpu"]) == {"a100"}
+    assert doc["summary"]["by_framework"]["fsdp1-2023"]["held_out"]["runs"] == 1
+    assert doc["summary"]["by_framework"]["megatron-2022"]["held_out"]["runs"] == 0
+    assert doc["within_targets"] == (r.exit_code == 0)
+
+
+@pytest.mark.slow
+def test_the_whole_registry_is_evaluated():
+    r = CliRunner().invoke(cli, ["validate", "runs", "--json"])
+    assert r.exit_code in (0, 3), r.output
+    doc = json.loads(r.output[: r.output.rindex("}") + 1])
+    assert len(doc["rows"]) == len(REGISTRY.runs)
+    assert all(row["predicted_iteration_s"] for row in doc["rows"]), "a published run is infeasible"
+    summary = doc["summary"]
+    assert summary["fitted"]["runs"] + summary["held_out"]["runs"] == len(REGISTRY.runs)
+    counts = Counter(row["arch"] for row in doc["rows"])
+    by_gpu = summary["by_gpu"].items()
+    assert {k: v["fitted"]["runs"] + v["held_out"]["runs"] for k, v in by_gpu} == dict(counts)
+    # the fitted rows are those `validate megatron` fits: within its tolerance
+    assert summary["fitted"]["max_abs_error_pct"] < 8.0
+    assert r.exit_code == (0 if doc["within_targets"] else 3)
