@@ -10,16 +10,17 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib.resources
+import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from numpy import format_float_scientific
 
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_toml
 
 __all__ = [
     "shipped_toml",
@@ -51,20 +52,6 @@ def _frozen(obj: Any) -> Any:
     return obj
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a user TOML file; a missing or malformed file is a ConfigError naming it."""
-    p = Path(path)
-    try:
-        with p.open("rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML ({e})") from None
-
-
 def unknown_keys(where: str, keys: Iterable[str], known: Iterable[str]) -> list[str]:
     """One problem per key not in ``known``, each naming the nearest known key."""
     known = sorted(known)
@@ -94,11 +81,14 @@ def number_problem(
     minimum: float = 0.0,
     strict: bool = True,
 ) -> str | None:
-    """None if ``value`` is a number above (or at, if not ``strict``) ``minimum``, else a message."""
+    """None if ``value`` is a finite number above (or at, if not ``strict``) ``minimum``, else
+    a message."""
     kind = "an integer" if integer else "a number"
     ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
     if not ok_type or isinstance(value, bool):
         return f"{where}: {key} = {value!r} must be {kind}"
+    if not math.isfinite(value):
+        return f"{where}: {key} = {value!r} must be a finite number"
     if value < minimum or (strict and value == minimum):
         rel = ">" if strict else ">="
         return f"{where}: {key} = {value!r} must be {rel} {minimum:g}"

@@ -1,10 +1,13 @@
-"""Embodied carbon of a device (ACT) and operational carbon of the energy it uses.
+"""Embodied carbon of an accelerator board (ACT and a product footprint) and operational carbon
+of the energy it uses.
 
 Embodied, after Gupta et al., "ACT", ISCA 2022: a good die carries
 ``area x (CI_fab x EPA + GPA + MPA) / yield`` (fab energy, process gases, materials per cm2,
 divided by the same negative-binomial yield as the dollar cost, :func:`arch_space.cost.die_yield`),
-plus ``HBM GB x gCO2e/GB`` (ACT's DRAM figure over its yield) with a package term per HBM
-stack, and a per-package term. Operational: ``E x PUE x grid intensity``.
+plus ``HBM GB x gCO2e/GB`` with a package term per HBM stack, and a per-package term. The rest
+of the board follows the component split of NVIDIA's HGX H100 product carbon footprint: heat
+sinks per watt of board power, and the PCB, power delivery and assembly per board.
+Operational: ``E x PUE x grid intensity``.
 Constants live in ``data/carbon.toml`` with their sources; :meth:`CarbonParams.from_toml`
 overrides any of them, including the grid regions.
 """
@@ -23,6 +26,7 @@ from arch_space._data import build_params, params_hash, read_toml, shipped_toml
 from arch_space.accelerator import Accelerator
 from arch_space.area import hbm_stacks
 from arch_space.cost import CostParams, made_die
+from arch_space.system import board_limit_w
 from arch_space.tech import TechNode
 from phaze_common.errors import ConfigError, unknown_name
 
@@ -46,6 +50,7 @@ _SCHEMA: Mapping[str, Mapping[str, str]] = MappingProxyType(
         "fab": {"ci_g_per_kwh": "fab_ci_g_per_kwh"},
         "memory": {"hbm_g_per_gb": "hbm_g_per_gb", "g_per_hbm_stack": "hbm_stack_g"},
         "package": {"g_per_package": "package_g"},
+        "board": {"g_per_board": "board_g", "thermal_g_per_w": "thermal_g_per_w"},
         "operation": {"pue": "pue"},
     }
 )
@@ -73,6 +78,8 @@ class CarbonParams:
     mpa_g_per_cm2: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
     grid: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     hbm_stack_g: float = 0.0
+    board_g: float = 0.0
+    thermal_g_per_w: float = 0.0
 
     def __hash__(self) -> int:
         return params_hash(self)
@@ -91,8 +98,8 @@ class CarbonParams:
     ) -> CarbonParams:
         """``base`` (default: the shipped constants) with the values in ``data`` replaced.
 
-        ``data`` has the layout of ``carbon.toml``: ``[fab]``, ``[memory]``, ``[package]``,
-        ``[operation]``, ``[grid]`` (any region names) and ``[node.N]`` tables.
+        ``data`` has the layout of ``carbon.toml``: ``[fab]``, ``[memory]``, ``[board]``,
+        ``[package]``, ``[operation]``, ``[grid]`` (any region names) and ``[node.N]`` tables.
         """
         base = base if base is not None else cls.default()
         return build_params(cls, data, source, base, _SCHEMA, _NODE_SCHEMA, _FREE)
@@ -138,16 +145,17 @@ def embodied_breakdown_kgco2e(
     cost: CostParams | None = None,
     tech: TechNode | None = None,
 ) -> Mapping[str, float]:
-    """Embodied carbon of one device by part: ``die`` (its good dies), ``hbm`` (per GB and per
-    stack), ``package``."""
+    """Embodied carbon of one accelerator board by part: ``die`` (its good dies), ``hbm`` (per
+    GB and per stack), ``package``, ``thermal`` (heat sinks, per watt of its board power limit)
+    and ``board`` (PCB, power delivery, passives, assembly)."""
     p = params or CarbonParams.default()
     c = cost or CostParams.default()
     area, y = made_die(acc, c, tech)
     die_g = acc.dies * area / _MM2_PER_CM2 * carbon_per_area_g_per_cm2(acc.node_nm, p) / y
     hbm_g = acc.hbm_bytes / _BYTES_PER_GB * p.hbm_g_per_gb + hbm_stacks(acc, tech) * p.hbm_stack_g
-    return MappingProxyType(
-        {"die": die_g / _G_PER_KG, "hbm": hbm_g / _G_PER_KG, "package": p.package_g / _G_PER_KG}
-    )
+    thermal_g = p.thermal_g_per_w * board_limit_w(acc.name, acc.node_nm)
+    parts_g = {"die": die_g, "hbm": hbm_g, "package": p.package_g, "thermal": thermal_g}
+    return MappingProxyType({k: g / _G_PER_KG for k, g in {**parts_g, "board": p.board_g}.items()})
 
 
 def embodied_kgco2e(
@@ -156,7 +164,8 @@ def embodied_kgco2e(
     cost: CostParams | None = None,
     tech: TechNode | None = None,
 ) -> float:
-    """Embodied carbon of one device (kgCO2e): good die + HBM + package."""
+    """Embodied carbon of one accelerator board (kgCO2e): good dies, HBM, package, heat sinks
+    and the rest of the board."""
     return math.fsum(embodied_breakdown_kgco2e(acc, params, cost, tech).values())
 
 
@@ -177,9 +186,17 @@ def grid_regions(params: CarbonParams | None = None) -> tuple[str, ...]:
 
 
 def grid_intensity(region: str, params: CarbonParams | None = None) -> float:
-    """Grid carbon intensity of ``region`` (gCO2e/kWh); unknown names suggest the nearest."""
+    """Grid carbon intensity of ``region`` (gCO2e/kWh), whatever its letter case; unknown
+    names suggest the nearest.
+
+    Examples
+    --------
+    >>> grid_intensity("FRANCE") == grid_intensity("france")
+    True
+    """
     p = params or CarbonParams.default()
+    by_name = {k.casefold(): v for k, v in p.grid.items()}
     try:
-        return p.grid[region]
+        return by_name[region.casefold()]
     except KeyError:
-        raise unknown_name("grid region", region, p.grid) from None
+        raise unknown_name("grid region", region.casefold(), by_name) from None

@@ -63,16 +63,24 @@ _SCHEMA: Mapping[str, Mapping[str, str]] = MappingProxyType(
             "interposer_margin": "interposer_margin",
             "test_assembly_usd": "test_assembly_usd",
         },
+        "board": {"usd": "board_usd"},
+        "market": {"gross_margin": "gross_margin", "volume_units": "volume_units"},
     }
 )
 _NODE_SCHEMA: Mapping[str, str] = MappingProxyType(
-    {"wafer_usd": "wafer_usd", "defect_density_per_cm2": "defect_density_per_cm2"}
+    {
+        "wafer_usd": "wafer_usd",
+        "defect_density_per_cm2": "defect_density_per_cm2",
+        "nre_usd": "nre_usd",
+    }
 )
+_FREE = ("price",)
 
 
 @dataclass(frozen=True, slots=True)
 class CostParams:
-    """Constants of the cost model (units in the names); per-node values keyed by nm."""
+    """Constants of the cost model (units in the names); per-node values keyed by nm,
+    published prices (USD) keyed by preset name."""
 
     wafer_diameter_mm: float
     edge_exclusion_mm: float
@@ -88,6 +96,20 @@ class CostParams:
         default_factory=lambda: MappingProxyType({})
     )
     test_assembly_usd: float = 0.0
+    nre_usd: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
+    board_usd: float = 0.0
+    gross_margin: float = 0.0
+    volume_units: float = 1.0
+    price: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 <= self.gross_margin < 1:
+            problems.append(f"gross_margin = {self.gross_margin!r} must be in [0, 1)")
+        if not self.volume_units >= 1:
+            problems.append(f"volume_units = {self.volume_units!r} must be >= 1")
+        if problems:
+            raise ConfigError("cost params: " + "; ".join(problems))
 
     def __hash__(self) -> int:
         return params_hash(self)
@@ -104,11 +126,11 @@ class CostParams:
         """``base`` (default: the shipped constants) with the values in ``data`` replaced.
 
         ``data`` has the layout of ``cost.toml``: ``[wafer]``, ``[yield]``, ``[memory]``,
-        ``[package]`` and ``[node.N]`` tables, plain numbers or ``{value, source}``.
+        ``[package]``, ``[board]``, ``[market]``, ``[price]`` and ``[node.N]`` tables, plain
+        numbers or ``{value, source}``.
         """
-        return build_params(
-            cls, data, source, base if base is not None else cls.default(), _SCHEMA, _NODE_SCHEMA
-        )
+        base = base if base is not None else cls.default()
+        return build_params(cls, data, source, base, _SCHEMA, _NODE_SCHEMA, _FREE)
 
     @classmethod
     def from_toml(cls, path: str | Path) -> CostParams:
@@ -135,6 +157,7 @@ def _shipped_cost() -> CostParams:
         None,
         _SCHEMA,
         _NODE_SCHEMA,
+        _FREE,
     )
 
 

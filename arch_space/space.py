@@ -171,6 +171,7 @@ class SpaceSummary:
     power_w_max: float = math.nan
     capped_designs: int = 0
     clock_hz_min: float = math.nan
+    empty_reason: str = ""  # with no design: which rules removed the grid's points
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +309,7 @@ class Space:
 
     def enumerate(self) -> Iterator[Accelerator]:
         """Every valid design, in a stable order (grid order of :data:`PARAMETERS`)."""
-        values, _, _, _, clock_fraction = self._survivors()
+        values, _, _, _, clock_fraction, _ = self._survivors()
         for row, fraction in zip(zip(*values, strict=True), clock_fraction, strict=True):
             yield Accelerator(
                 num_tc=row[0],
@@ -326,7 +327,7 @@ class Space:
 
     def summary(self) -> SpaceSummary:
         """Counts and area range of the valid designs, without building them."""
-        values, area, grid_points, power, clock_fraction = self._survivors()
+        values, area, grid_points, power, clock_fraction, why = self._survivors()
         counts = {
             p: MappingProxyType(
                 {v.item(): int(n) for v, n in zip(*np.unique(col, return_counts=True), strict=True)}
@@ -345,13 +346,21 @@ class Space:
             power_w_max=float(power.max()) if power.size else math.nan,
             capped_designs=int(np.count_nonzero(clock_fraction < 1.0)),
             clock_hz_min=self.clock_hz * float(clock_fraction.min()) if area.size else math.nan,
+            empty_reason=why,
         )
+
+    def check_not_empty(self) -> None:
+        """Raise a ConfigError saying which rules removed every design, if none is left."""
+        why = self._survivors()[5]
+        if why:
+            raise ConfigError(f"{self.source or 'space ' + repr(self.name)}: no design left: {why}")
 
     def _survivors(
         self,
-    ) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray, np.ndarray]:
+    ) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray, np.ndarray, str]:
         """(per-parameter value lists of the valid designs, their areas, grid size, their
-        power under tensor load at their clock, their clock over the space's)."""
+        power under tensor load at their clock, their clock over the space's, and when no
+        design is left, why)."""
         return _survivors_cached(self)
 
 
@@ -366,7 +375,7 @@ PARAMETERS: tuple[str, ...] = tuple(
 
 def _survivors_kernel(
     s: Space,
-) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray, np.ndarray]:
+) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray, np.ndarray, str]:
     """The vectorised filter: area, power under tensor load and power-capped clock of every
     grid point at once, then the kept points' values."""
     tech = tech_node(s.node_nm)
@@ -397,9 +406,9 @@ def _survivors_kernel(
     )
     area = sum(terms.values())
     budget = s.budget()
-    keep = area >= s.area_fraction_min * budget
+    large_enough = area >= s.area_fraction_min * budget
     if s.keep_single_core:
-        keep = keep | (tc == 1) | (vc == 1)
+        large_enough = large_enough | (tc == 1) | (vc == 1)
     power = tensor_load_power_w(
         tech,
         num_tc=tc,
@@ -411,7 +420,8 @@ def _survivors_kernel(
     )
     leakage = area * tech.leakage_w_per_mm2
     fraction = np.clip((s.power_budget() - leakage) / (power - leakage), 0.0, 1.0)
-    keep = keep & (area <= s.area_fraction_max * budget) & (fraction > 0.0)
+    small_enough = area <= s.area_fraction_max * budget
+    keep = large_enough & small_enough & (fraction > 0.0)
     idx = np.nonzero(keep)
     choices = [s.num_tc, s.tc_rows, s.tc_cols, s.num_vc, s.vc_lanes or s.tc_cols, s.glb_bytes]
     values = [tuple(np.asarray(c, dtype=object)[i]) for c, i in zip(choices, idx[:6], strict=True)]
@@ -428,7 +438,37 @@ def _survivors_kernel(
     full_power = np.broadcast_to(power, np.shape(area))[idx]
     kept_power = kept_leakage + (full_power - kept_leakage) * kept_fraction
     kept_power.setflags(write=False)
-    return values, kept, grid_points, kept_power, kept_fraction
+    why = "" if kept.size else _why_empty(s, grid_points, area, large_enough, small_enough, leakage)
+    return values, kept, grid_points, kept_power, kept_fraction, why
+
+
+def _why_empty(s: Space, grid_points: int, area, large_enough, small_enough, leakage) -> str:
+    """Which rules removed the grid points of a space with no design left, with the numbers
+    (a point may break several rules)."""
+    area, leakage = np.broadcast_arrays(area, leakage)
+    shape = area.shape
+    large, small = np.broadcast_to(large_enough, shape), np.broadcast_to(small_enough, shape)
+    budget = s.budget()
+    parts = []
+    if not small.all():
+        parts.append(
+            f"{np.count_nonzero(~small)} are larger than area_fraction_max x budget = "
+            f"{s.area_fraction_max:g} x {budget:.0f} = {s.area_fraction_max * budget:.0f} mm2 "
+            f"(the smallest design is {area.min():.0f} mm2)"
+        )
+    if not large.all():
+        parts.append(
+            f"{np.count_nonzero(~large)} are smaller than area_fraction_min x budget = "
+            f"{s.area_fraction_min:g} x {budget:.0f} = {s.area_fraction_min * budget:.0f} mm2 "
+            f"(the largest is {area.max():.0f} mm2)"
+        )
+    leaky = leakage >= s.power_budget()
+    if leaky.any():
+        parts.append(
+            f"{np.count_nonzero(leaky)} leak more than the {s.power_budget():.0f} W power budget "
+            f"at {s.node_nm} nm (the least leakage is {leakage.min():.0f} W)"
+        )
+    return f"of {grid_points} grid points, " + "; ".join(parts)
 
 
 _survivors_cached = functools.lru_cache(maxsize=8)(_survivors_kernel)

@@ -18,6 +18,7 @@ from arch_space.carbon import CarbonParams, embodied_breakdown_kgco2e
 from arch_space.cost import CostParams, cost_breakdown_usd, dies_per_wafer, made_die
 from arch_space.power import tdp_w
 from arch_space.space import design_id
+from arch_space.tco import build_cost_usd, buy_price_usd
 from arch_space.tech import TechNode, tech_node
 
 __all__ = ["describe"]
@@ -34,8 +35,10 @@ def describe(
     Keys: the Accelerator fields (``extra_units`` as a list of dicts), ``design_id``, ``hbm_stacks_effective``, ``peak_flops``,
     ``area_mm2``, ``area_breakdown_mm2``, ``tdp_w`` (under tensor load), ``peak_power_w``
     (every unit busy) and its ``power_breakdown_w``, ``static_power_w``,
-    ``dies_per_wafer``, ``yield``, ``die_cost_usd``, ``device_cost_usd``, ``cost_breakdown_usd``,
-    ``embodied_kgco2e``, ``embodied_breakdown_kgco2e``.
+    ``dies_per_wafer``, ``yield``, ``die_cost_usd``, ``device_cost_usd`` (the chip),
+    ``cost_breakdown_usd``, ``build_cost_usd`` (chip, board, a new design's non-recurring
+    cost), ``price_usd`` (what an owner pays), ``embodied_kgco2e``, ``embodied_breakdown_kgco2e``
+    (the board).
     """
     tech = tech or tech_node(acc.node_nm)
     cost = cost or CostParams.default()
@@ -66,6 +69,8 @@ def describe(
         die_cost_usd=costs["die"],
         device_cost_usd=sum(costs.values()),
         cost_breakdown_usd=costs,
+        build_cost_usd=build_cost_usd(acc, cost),
+        price_usd=buy_price_usd(acc, cost),
         embodied_kgco2e=sum(embodied.values()),
         embodied_breakdown_kgco2e=embodied,
     )

@@ -1,5 +1,5 @@
-"""The system around the accelerators: host power per node, electricity prices and the
-default power budget of a design space.
+"""The system around the accelerators: host servers (power, price, embodied carbon), electricity
+prices and the default power budget of a design space.
 
 Constants live in ``data/system.toml`` beside their sources; this module only reads them.
 """
@@ -20,6 +20,8 @@ __all__ = [
     "host_w_per_node",
     "host_profile_for",
     "host_embodied_kgco2e_per_device",
+    "host_usd_per_device",
+    "host_max_w_per_device",
     "typical_load_fraction",
     "electricity_regions",
     "electricity_usd_per_kwh",
@@ -74,21 +76,42 @@ def host_w_per_node(profile: str) -> float:
     >>> round(host_w_per_node("dgx-a100"))
     2508
     """
+    p = _profile(profile)
+    return (p["node_max_w"] - p["devices"] * p["device_board_w"]) * typical_load_fraction()
+
+
+def _profile(profile: str) -> Mapping[str, float]:
     try:
-        p = _profiles()[profile]
+        return _profiles()[profile]
     except KeyError:
         raise unknown_name("host profile", profile, _profiles()) from None
-    return (p["node_max_w"] - p["devices"] * p["device_board_w"]) * typical_load_fraction()
 
 
 def host_embodied_kgco2e_per_device(profile: str) -> float:
     """Embodied carbon (kgCO2e) of a ``profile`` server without its accelerators, per
     accelerator slot."""
-    try:
-        p = _profiles()[profile]
-    except KeyError:
-        raise unknown_name("host profile", profile, _profiles()) from None
+    p = _profile(profile)
     return p["embodied_kgco2e"] / p["devices"]
+
+
+def host_usd_per_device(profile: str) -> float:
+    """Price (USD) of a ``profile`` server without its accelerators, per accelerator slot:
+    the published system price less its accelerators at their price.
+
+    Examples
+    --------
+    >>> round(host_usd_per_device("dgx-h100"))
+    8518
+    """
+    p = _profile(profile)
+    return (p["system_usd"] - p["devices"] * p["device_usd"]) / p["devices"]
+
+
+def host_max_w_per_device(profile: str) -> float:
+    """The maximum power (W) of a ``profile`` server without its accelerators, per slot: its
+    datasheet maximum less its accelerators' board limits (what a data centre provisions)."""
+    p = _profile(profile)
+    return (p["node_max_w"] - p["devices"] * p["device_board_w"]) / p["devices"]
 
 
 def electricity_regions() -> tuple[str, ...]:
@@ -97,12 +120,13 @@ def electricity_regions() -> tuple[str, ...]:
 
 
 def electricity_usd_per_kwh(region: str) -> float:
-    """Electricity price of ``region`` (USD/kWh); unknown names suggest the nearest."""
+    """Electricity price of ``region`` (USD/kWh), whatever its letter case; unknown names
+    suggest the nearest."""
     prices = plain_values(shipped_toml(_FILE)["electricity"])
     try:
-        return float(prices[region])
+        return float(prices[region.casefold()])
     except KeyError:
-        raise unknown_name("electricity region", region, prices) from None
+        raise unknown_name("electricity region", region.casefold(), prices) from None
 
 
 def power_budget_w(node_nm: int) -> float:

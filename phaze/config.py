@@ -25,6 +25,7 @@ from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
 from phaze.run import parse_tokens
 from phaze.scoring import ScoringParams
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, over_limit
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
@@ -192,7 +193,7 @@ def _is_count(v: Any) -> bool:
 
 
 def _is_pos_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < math.inf
 
 
 def _is_nonneg_num(v: Any) -> bool:
@@ -217,14 +218,22 @@ _RULES: Final = MappingProxyType(
         "space": (False, _is_name, "a space name or a TOML path"),
         "devices": (False, _is_pos_int, "a positive integer"),
         "devices_per_node": (False, _is_pos_int, "a positive integer"),
-        "intra_node_bandwidth_bytes_per_s": (False, _is_pos_num, "a positive number (bytes/s)"),
-        "inter_node_bandwidth_bytes_per_s": (False, _is_pos_num, "a positive number (bytes/s)"),
-        "intra_node_latency_s": (False, _is_nonneg_num, "a number >= 0 (seconds)"),
-        "inter_node_latency_s": (False, _is_nonneg_num, "a number >= 0 (seconds)"),
+        "intra_node_bandwidth_bytes_per_s": (
+            False,
+            _is_pos_num,
+            "a finite positive number (bytes/s)",
+        ),
+        "inter_node_bandwidth_bytes_per_s": (
+            False,
+            _is_pos_num,
+            "a finite positive number (bytes/s)",
+        ),
+        "intra_node_latency_s": (False, _is_nonneg_num, "a finite number >= 0 (seconds)"),
+        "inter_node_latency_s": (False, _is_nonneg_num, "a finite number >= 0 (seconds)"),
         "seq_len": (False, _is_pos_int, "a positive integer (tokens)"),
         "global_batch": (False, _is_pos_int, "a positive integer (sequences)"),
         "micro_batches": (True, _is_pos_int, "a non-empty list of positive integers"),
-        "hbm_gib": (True, _is_pos_num, "a list of positive numbers (GiB)"),
+        "hbm_gib": (True, _is_pos_num, "a list of finite positive numbers (GiB)"),
         "recompute": (
             True,
             lambda v: v in RECOMPUTE_MODES,
@@ -250,7 +259,11 @@ _RULES: Final = MappingProxyType(
             lambda v: v in framework_names(),
             f"a framework overlap profile: one of {', '.join(framework_names())}",
         ),
-        "tokens_to_train": (False, _is_token_count, 'a positive token count (2e12, "2T", "300B")'),
+        "tokens_to_train": (
+            False,
+            _is_token_count,
+            'a positive token count up to 1e16 (2e12, "2T", "300B")',
+        ),
     }
 )
 
@@ -258,11 +271,16 @@ _RULES: Final = MappingProxyType(
 def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -> SweepConfig:
     """Validate a parsed TOML mapping (sections ``[sweep]``, ``[solver]``, ``[scoring]``)."""
     problems = _check(source, "top level", data, ("sweep", "solver", "scoring"))
-    sweep = dict(data.get("sweep", {}))
+    tables = {}
+    for name in ("sweep", "solver", "scoring"):
+        table = data.get(name, {})
+        if not isinstance(table, Mapping):
+            problems.append(f"{source}: {name} = {table!r} must be a table [{name}]")
+            table = {}
+        tables[name] = dict(table)
+    sweep, solver_d, scoring_d = tables["sweep"], tables["solver"], tables["scoring"]
     problems += _check(source, "sweep", sweep, _TOP_KEYS)
-    solver_d = dict(data.get("solver", {}))
     problems += _check(source, "solver", solver_d, tuple(f.name for f in fields(SolverSettings)))
-    scoring_d = dict(data.get("scoring", {}))
     problems += _check(source, "scoring", scoring_d, ScoringParams.field_names())
     kw: dict[str, Any] = {}
     for key, value in sweep.items():
@@ -274,7 +292,8 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
             is_list and not vals and key not in ("hbm_gib", "presets", "ep", "cp", "zero")
         ) or not all(ok(v) for v in vals):
             problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")
-        elif key in LIMITS:
+            continue
+        if key in LIMITS:
             problems += [
                 f"{source} [sweep]: {p}"
                 for v in vals
@@ -292,7 +311,9 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
             f"{source} [solver]: name = {solver.name!r} must be one of {', '.join(SCHEDULERS)}"
         )
     if not _is_pos_num(solver.time_limit_s):
-        problems.append(f"{source} [solver]: time_limit_s = {solver.time_limit_s!r} must be > 0")
+        problems.append(
+            f"{source} [solver]: time_limit_s = {solver.time_limit_s!r} must be a finite number > 0"
+        )
     if not (isinstance(solver.mip_gap, int | float) and 0 <= solver.mip_gap < 1):
         problems.append(f"{source} [solver]: mip_gap = {solver.mip_gap!r} must be in [0, 1)")
     if not _is_count(solver.search_nodes):
@@ -306,9 +327,8 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
 
 
 _SOLVER_KEYS: Final = tuple(f.name for f in fields(SolverSettings))
-_SCORING_NUMBERS: Final = tuple(
-    n for n in ScoringParams.field_names() if n not in ("grid_region", "embodied_mode")
-)
+_SCORING_NAMES: Final = ("grid_region", "embodied_mode", "host_profile", "cost_view")
+_SCORING_NUMBERS: Final = tuple(n for n in ScoringParams.field_names() if n not in _SCORING_NAMES)
 
 
 def _scoring_from_mapping(
@@ -330,6 +350,10 @@ def _scoring_from_mapping(
         ):
             problems.append(f"{where}: {name} = {value!r} must be a number")
             del given[name]
+    for name in _SCORING_NAMES:
+        if name in given and not isinstance(given[name], str):
+            problems.append(f"{where}: {name} = {given[name]!r} must be a name (a string)")
+            del given[name]
     region = given.get("grid_region")
     if region is not None and given.get("grid_gco2e_per_kwh") is None:
         try:
@@ -340,20 +364,14 @@ def _scoring_from_mapping(
     try:
         return ScoringParams(**given)
     except ConfigError as e:
-        problems += [f"{where}: {p.removeprefix('scoring: ')}" for p in str(e).split("; ")]
+        problems.append(f"{where}: {str(e).replace('scoring: ', '')}")
         return ScoringParams()
 
 
 def load_sweep_config(path: str | Path) -> SweepConfig:
     """Read and validate a sweep TOML file."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"sweep config {str(p)!r} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    return sweep_config_from_mapping(data, source=p.name)
+    return sweep_config_from_mapping(read_toml(p, "sweep config"), source=p.name)
 
 
 def quick_sweep_config() -> SweepConfig:

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
-from arch_space import Accelerator, Cluster, device_cost_usd, embodied_kgco2e, static_power_w
+from arch_space import Accelerator, Cluster, embodied_kgco2e, static_power_w
 from arch_space.perf import default_settings
 from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profile
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.context import CP_DEGREES, Context, Knobs, search_degrees
 from phaze.lower_bounds import bound_graph, recompute_workspace_bytes
-from phaze.scoring import Score, score_point
+from phaze.scoring import Score, score_point, system_capex
 from phaze_common.errors import ConfigError, Infeasible
 from placement import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
@@ -515,7 +515,8 @@ def evaluate(
         devices=ctx.cluster.devices,
         peak_flops_per_device=acc.peak_flops,
         energy=energy,
-        device_cost_usd=device_cost_usd(acc),
+        capex=system_capex(acc, ctx.cluster.devices, ctx.scoring),
+        idle_w_per_device=static_power_w(acc),
         embodied_kgco2e_per_device=embodied_kgco2e(acc),
         params=ctx.scoring,
     )

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_text
 from placement import parse_strategy
 from workloads import FfnKind, Model, get_model, model_names
 from workloads.framework import framework_names
@@ -207,11 +208,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
     """The registry at ``path`` (default: the shipped one); every problem in one ConfigError."""
     if path is None:
         return default_registry()
-    try:
-        text = Path(path).read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"registry {path}: cannot be read ({e})") from None
-    return _parse(text, str(path))
+    return _parse(read_text(path, "registry"), str(path))
 
 
 # --- parsing: every problem collected, named by table and key ---------------------------------

@@ -33,7 +33,6 @@ keyed by tensor-parallel (TMPC) width ``t``; the reference also reads ``fixedPP`
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,8 +43,10 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.files import read_json
 from phaze_common.graph import topological_order
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, over_limit
+from phaze_common.units import fmt_bytes, fmt_pair
 from placement.costs import LayerArrays, reference_costs, stage_layers
 from placement.dp import DpTask
 from placement.dp_order import solve_many
@@ -138,13 +139,7 @@ class ReferenceResult:
 def read_reference_instance(path: str | Path) -> ReferenceInstance:
     """Read and validate an instance file (see the module docstring)."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read the instance ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    return parse_reference_instance(doc, source=str(p))
+    return parse_reference_instance(read_json(p, "placement instance"), source=str(p))
 
 
 def _number(problems: list[str], where: str, key: str, value: Any, *, integer=False) -> float:
@@ -423,13 +418,14 @@ def solve_reference(
     if best is None:
         have = ins.max_memory_per_device
         if need > have:
+            needs, has = fmt_pair(need, have, "B")
             raise Infeasible(
-                f"needs {need / 2**30:.1f} GiB per device for its largest layer alone, "
-                f"has maxMemoryPerDevice = {have / 2**30:.1f} GiB"
+                f"needs {needs} per device for its largest layer alone, "
+                f"has maxMemoryPerDevice = {has}"
             )
         raise Infeasible(
             f"no pipeline of at most {ins.max_devices} devices fits maxMemoryPerDevice = "
-            f"{have / 2**30:.1f} GiB at any width"
+            f"{fmt_bytes(have)} at any width"
         )
     return best[1]
 

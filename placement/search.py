@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.units import fmt_bytes, fmt_pair
 from placement import network as net
 from placement.costs import (
     LayerArrays,
@@ -54,19 +55,12 @@ __all__ = ["Method", "place", "layer_arrays", "gib", "dp_tasks"]
 logger = logging.getLogger(__name__)
 
 Method = Literal["auto", "chain", "dag"]
-_GIB = float(1 << 30)
 
 
 def gib(nbytes: float) -> str:
-    """Bytes for messages: GiB from 0.1 GiB, else MiB, KiB or B, so a small size never reads
-    as zero: ``gib(100e9) == '93.1 GiB'``, ``gib(2**20) == '1 MiB'``, ``gib(380) == '380 B'``.
-    """
-    if nbytes >= 0.1 * _GIB:
-        return f"{nbytes / _GIB:.1f} GiB"
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= size:
-            return f"{nbytes / size:.3g} {unit}"
-    return f"{nbytes:.0f} B"
+    """Bytes for messages, by the one formatter: ``gib(100e9) == '93.1 GiB'``,
+    ``gib(2**20) == '1 MiB'``, ``gib(380) == '380 B'``."""
+    return fmt_bytes(nbytes)
 
 
 def layer_arrays(graph: StageGraph | Variant) -> LayerArrays:
@@ -433,7 +427,8 @@ def _why(
         f"at most {s_max} stages on {problem.cluster.devices} devices"
     )
     if need > problem.hbm_bytes:
-        return need, f"needs {gib(need)} per device, has {gib(problem.hbm_bytes)} ({what})"
+        needs, has = fmt_pair(need, problem.hbm_bytes, "B")
+        return need, f"needs {needs} per device, has {has} ({what})"
     return need, (
         f"needs more than {gib(problem.hbm_bytes)} per device for every pipeline that fits "
         f"the devices ({what})"

@@ -7,14 +7,15 @@ and the report share); the other helpers turn a point into short labels.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
-from results.units import fmt_percent, fmt_quantity
+from results.units import fmt_column, fmt_percent, fmt_quantity
 
 __all__ = [
     "fmt_value",
+    "fmt_values",
     "display_unit",
     "unit_of",
     "design_label",
@@ -68,6 +69,30 @@ def fmt_value(name: str, value: Any) -> str:
     if isinstance(value, int) and unit == "":
         return str(value)
     return fmt_quantity(value, unit)
+
+
+def fmt_values(name: str, values: Sequence[Any]) -> list[str]:
+    """A table column of ``name``'s values in one unit (:func:`results.units.fmt_column`);
+    missing values read ``-``, text and unit-less integers as :func:`fmt_value` writes them.
+
+    >>> fmt_values("job_energy_j", [7.2e11, 3.6e9, None])
+    ['200 MWh', '1 MWh', '-']
+    """
+    numbers = [
+        float(v)
+        for v in values
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    ]
+    unit = display_unit(name)
+    if not numbers or (unit == "" and all(isinstance(v, int) for v in values if v is not None)):
+        return [fmt_value(name, v) for v in values]
+    column = iter(fmt_column(numbers, unit))
+    return [
+        next(column)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        else fmt_value(name, v)
+        for v in values
+    ]
 
 
 def display_unit(name: str) -> str:

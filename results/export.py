@@ -2,8 +2,10 @@
 
 CSV holds one row per point with every column; empty cells are missing values, ``feasible`` is
 1 or 0 and ``placement`` stays JSON text. JSON is one document
-``{"schema_version": 1, "points": [...]}`` whose points have the same keys as the CSV header,
-``feasible`` as a boolean and ``placement`` as a JSON object (or null).
+``{"schema_version": SCHEMA_VERSION, "units": {...}, "points": [...]}`` (the store's schema
+version) whose points have the same keys as the CSV header, ``feasible`` as a boolean and
+``placement`` as a JSON object (or null), and whose ``units`` give each column's unit
+(``tcdp``: kgCO2e·s), so no key's unit is left to guess.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from results._plain import to_plain
-from results.schema import COLUMN_NAMES, SCHEMA_VERSION
+from results.schema import COLUMN_NAMES, COLUMNS, SCHEMA_VERSION
 
 __all__ = ["export_record", "write_csv", "json_document", "to_json"]
 
@@ -48,9 +50,10 @@ def write_csv(points: Sequence[Mapping[str, Any]], stream: IO[str]) -> None:
 
 
 def json_document(points: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]:
-    """``{"schema_version": ..., **extra, "points": [export_record(p), ...]}``."""
+    """``{"schema_version": ..., "units": ..., **extra, "points": [export_record(p), ...]}``."""
     return {
         "schema_version": SCHEMA_VERSION,
+        "units": {name: COLUMNS[name].unit for name in COLUMN_NAMES if COLUMNS[name].unit},
         **to_plain(extra),
         "points": [export_record(p) for p in points],
     }

@@ -35,7 +35,9 @@ __all__ = [
 ]
 
 # Version of the store layout and of the exported documents; bump on any incompatible change.
-SCHEMA_VERSION: Final = 3
+# 4: usd_per_device_hour; system cost, cost to train and embodied carbon count the whole
+# system (hosts, network, data centre).
+SCHEMA_VERSION: Final = 4
 
 # The workload name of the per-design aggregate rows.
 AGGREGATE_WORKLOAD: Final = "*all*"
@@ -104,7 +106,7 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
     _c("samples_per_s", "REAL", "samples/s", "max", "throughput", "training samples per second"),
     _c("tokens_per_s", "REAL", "tokens/s", "max", "throughput", "training tokens per second"),
     _c("mfu", "REAL", "", "max", "MFU", "model FLOPs utilisation, fraction of peak (0-1)"),
-    _c("time_to_train_s", "REAL", "s", "min", "time to train", "D: tokens to train / tokens per s"),
+    _c("time_to_train_s", "REAL", "s", "min", "time to train", "D: tokens to train / tokens per s / goodput (wall clock)"),
     # where one iteration's time goes (placement.iteration.IterationTime): the terms sum to
     # iteration_s; the steady pipeline's terms are the bottleneck device's
     _c("compute_s", "REAL", "s", "min", "compute",
@@ -136,15 +138,16 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
     # area, cost, carbon
     _c("area_mm2", "REAL", "mm²", "min", "die area", "silicon area of one device (all its dies)"),
     _c("peak_flops", "REAL", "FLOP/s", "max", "peak compute", "peak FLOP/s of one device"),
-    _c("device_cost_usd", "REAL", "USD", "min", "device cost", "cost of one device"),
-    _c("system_cost_usd", "REAL", "USD", "min", "system cost", "cost of all devices (+ host/network share)"),
+    _c("device_cost_usd", "REAL", "USD", "min", "chip cost", "manufacturing cost of one device's chip (die, HBM, package, test)"),
+    _c("system_cost_usd", "REAL", "USD", "min", "system cost", "capex: accelerators, hosts, network and data centre"),
     _c("electricity_usd", "REAL", "USD", "min", "electricity", "job energy x PUE x electricity price"),
-    _c("tco_usd", "REAL", "USD", "min", "cost to train", "system cost's share over the run + electricity"),
+    _c("tco_usd", "REAL", "USD", "min", "cost to train", "devices x wall-clock time x cost per device-hour (capital, interest, upkeep, electricity)"),
+    _c("usd_per_device_hour", "REAL", "USD", "min", "cost per device-hour", "cost to train / device-hours held"),
     _c("tokens_per_usd", "REAL", "tokens/USD", "max", "tokens per dollar", "tokens to train / cost to train"),
-    _c("embodied_kgco2e", "REAL", "kgCO2e", "min", "embodied carbon", "manufacturing carbon charged to the job"),
+    _c("embodied_kgco2e", "REAL", "kgCO2e", "min", "embodied carbon", "manufacturing carbon of boards, hosts and network charged to the job"),
     _c("operational_kgco2e", "REAL", "kgCO2e", "min", "operational carbon", "job energy x PUE x grid intensity"),
     _c("total_kgco2e", "REAL", "kgCO2e", "min", "total carbon", "tC = embodied + operational"),
-    _c("tcdp", "REAL", "kgCO2e·s", "min", "tCDP", "total carbon x time to train"),
+    _c("tcdp", "REAL", "kgCO2e·s", "min", "tCDP", "total carbon x time to train, in kgCO2e·s"),
     _c("tcdp_kgco2e_days", "REAL", "kgCO2e·day", "min", "tCDP", "tCDP in kgCO2e·days"),
     _c("memory_per_device_bytes", "REAL", "B", "min", "memory per device", "peak memory on one device"),
     # the design against its budgets (arch_space.power.Headroom); set on evaluated points

@@ -1,28 +1,34 @@
-"""The one formatter of numbers for people: every CLI table and the HTML report use it.
+"""The one formatter of numbers for people, as the results package and the CLI import it.
 
-Values arrive in SI (seconds, joules, kgCO2e, USD, bytes, fractions) and leave in the units a
-practitioner reads: time in µs, ms, s, min, h, days, years (never ks or Ms); energy in J, kJ, MJ
-below a kilowatt-hour and kWh, MWh, GWh from it; carbon in kgCO2e below a tonne and tCO2e from
-it; money as $ with k, M, B; utilisations as %; tCDP in tCO2e·days. Three significant digits
-unless asked otherwise; the prefix or unit is chosen after rounding, so 999.96 W reads ``1 kW``
-and never ``1e+03 W``.
-
-Examples
---------
->>> fmt_quantity(950e6, "s"), fmt_quantity(0.0042, "s"), fmt_quantity(136e3, "s")
-('30.1 years', '4.2 ms', '1.57 days')
->>> fmt_quantity(3.6e12, "J"), fmt_quantity(2.5e6, "USD"), fmt_quantity(0.313, "%")
-('1 GWh', '$2.5M', '31.3 %')
+It is :mod:`phaze_common.units` (the leaf package, so that the libraries' own messages use
+it too); see there for the units and rules.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Final
+from phaze_common.units import (
+    MAX_DIGITS,
+    UNIT_FAMILIES,
+    fmt_bytes,
+    fmt_carbon,
+    fmt_column,
+    fmt_count,
+    fmt_energy,
+    fmt_pair,
+    fmt_percent,
+    fmt_quantity,
+    fmt_ratio,
+    fmt_si,
+    fmt_tcdp,
+    fmt_time,
+    fmt_usd,
+)
 
 __all__ = [
     "UNIT_FAMILIES",
+    "MAX_DIGITS",
     "fmt_quantity",
+    "fmt_pair",
     "fmt_time",
     "fmt_energy",
     "fmt_carbon",
@@ -33,228 +39,5 @@ __all__ = [
     "fmt_count",
     "fmt_ratio",
     "fmt_si",
+    "fmt_column",
 ]
-
-_MINUTE: Final = 60.0
-_HOUR: Final = 3600.0
-_DAY: Final = 86400.0
-_YEAR: Final = 365.25 * _DAY  # Julian year
-_KWH: Final = 3.6e6  # joules
-_SI_PREFIXES: Final = "pnµm kMGTPE"  # 10**-12 .. 10**18, the space is 10**0
-_COUNT_SUFFIXES: Final = ("", "k", "M", "B", "T")
-_BINARY: Final = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def _sig(value: float, digits: int) -> float:
-    """``value`` rounded to ``digits`` significant digits."""
-    if value == 0:
-        return 0.0
-    return round(value, digits - 1 - math.floor(math.log10(abs(value))))
-
-
-def _num(value: float, digits: int) -> str:
-    """A plain number with ``digits`` significant digits and no exponent (``1200``, ``0.0042``)."""
-    x = _sig(value, digits)
-    if x == 0:
-        return "0"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
-    text = f"{x:.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def _special(value: float, unit: str) -> str | None:
-    """The text of NaN and infinities (``-``, ``∞ s``), or None for a finite value."""
-    if math.isnan(value):
-        return "-"
-    if math.isinf(value):
-        return f"{'-' if value < 0 else ''}∞ {unit}".rstrip()
-    return None
-
-
-def _ladder(value: float, steps: tuple[tuple[float, str], ...], digits: int, sep: str) -> str:
-    """``value`` in the largest of ``steps`` (ascending scales) it reaches once rounded."""
-    scale, name = steps[0]
-    for s, n in steps[1:]:
-        if abs(_sig(value / s, digits)) >= 1:
-            scale, name = s, n
-    return f"{_num(value / scale, digits)}{sep}{name}".rstrip()
-
-
-def fmt_si(value: float, unit: str = "", digits: int = 3) -> str:
-    """A number with an SI prefix, for units without a practical ladder (FLOP/s, B/s, Hz, W).
-
-    >>> fmt_si(3.2e14, "FLOP/s"), fmt_si(999.96, "W"), fmt_si(0), fmt_si(-2e-9, "s")
-    ('320 TFLOP/s', '1 kW', '0', '-2 ns')
-    """
-    special = _special(value, unit)
-    if special is not None:
-        return special
-    if value == 0:
-        return f"0 {unit}".rstrip()
-    steps = tuple((10.0 ** (3 * (i - 4)), (p + unit).strip()) for i, p in enumerate(_SI_PREFIXES))
-    return _ladder(value, steps, digits, " ")
-
-
-def fmt_time(seconds: float, digits: int = 3) -> str:
-    """A duration: ns, µs, ms, s, min, h, days, years (two years and up).
-
-    >>> fmt_time(59.4), fmt_time(90), fmt_time(7200), fmt_time(3 * 86400), fmt_time(2e-5)
-    ('59.4 s', '1.5 min', '2 h', '3 days', '20 µs')
-    """
-    special = _special(seconds, "s")
-    if special is not None:
-        return special
-    if abs(seconds) < 1:
-        return fmt_si(seconds, "s", digits)
-    steps = ((1.0, "s"), (_MINUTE, "min"), (_HOUR, "h"), (_DAY, "days"))
-    if abs(seconds) >= 2 * _YEAR:
-        return f"{_num(seconds / _YEAR, digits)} years"
-    return _ladder(seconds, steps, digits, " ")
-
-
-def fmt_energy(joules: float, digits: int = 3) -> str:
-    """Energy: J, kJ, MJ below a kilowatt-hour; kWh, MWh, GWh, TWh from it.
-
-    >>> fmt_energy(5e4), fmt_energy(3.6e6), fmt_energy(7.2e11)
-    ('50 kJ', '1 kWh', '200 MWh')
-    """
-    special = _special(joules, "J")
-    if special is not None:
-        return special
-    if abs(_sig(joules / _KWH, digits)) < 1:
-        return fmt_si(joules, "J", digits)
-    steps = ((1.0, "kWh"), (1e3, "MWh"), (1e6, "GWh"), (1e9, "TWh"))
-    return _ladder(joules / _KWH, steps, digits, " ")
-
-
-def fmt_carbon(kg_co2e: float, digits: int = 3) -> str:
-    """Carbon: kgCO2e below a tonne (fractions of a kilogram too), then tCO2e (with k, M).
-
-    >>> fmt_carbon(164.2), fmt_carbon(3670), fmt_carbon(2.5e7), fmt_carbon(0.545)
-    ('164 kgCO2e', '3.67 tCO2e', '25k tCO2e', '0.545 kgCO2e')
-    """
-    special = _special(kg_co2e, "kgCO2e")
-    if special is not None:
-        return special
-    if kg_co2e == 0:
-        return "0 kgCO2e"
-    if abs(_sig(kg_co2e / 1000, digits)) < 1:
-        return f"{_num(kg_co2e, digits)} kgCO2e"
-    return f"{fmt_count(kg_co2e / 1000, digits)} tCO2e"
-
-
-def fmt_tcdp(kg_co2e_s: float, digits: int = 3) -> str:
-    """tCDP (carbon x time to train), given in kgCO2e·s, always in tCO2e·days.
-
-    >>> fmt_tcdp(36.1e6), fmt_tcdp(20.1e9)
-    ('0.418 tCO2e·days', '233 tCO2e·days')
-    """
-    special = _special(kg_co2e_s, "tCO2e·days")
-    if special is not None:
-        return special
-    return f"{fmt_count(kg_co2e_s / 1000 / _DAY, digits)} tCO2e·days"
-
-
-def fmt_usd(usd: float, digits: int = 3) -> str:
-    """Money: ``$950``, ``$37.6k``, ``$2.5M``, ``$1.2B``.
-
-    >>> fmt_usd(37612.0), fmt_usd(-1500), fmt_usd(0)
-    ('$37.6k', '-$1.5k', '$0')
-    """
-    special = _special(usd, "$")
-    if special is not None:
-        return special
-    text = fmt_count(abs(usd), digits)
-    return f"{'-' if usd < 0 else ''}${text}"
-
-
-def fmt_percent(fraction: float, digits: int = 3) -> str:
-    """A fraction as a percentage: ``0.313 -> 31.3 %``, ``1 -> 100 %``, ``0.0004 -> 0.04 %``.
-
-    >>> fmt_percent(0.313), fmt_percent(1.0), fmt_percent(0.0004), fmt_percent(0)
-    ('31.3 %', '100 %', '0.04 %', '0 %')
-    """
-    special = _special(fraction, "%")
-    if special is not None:
-        return special
-    return f"{_num(100 * fraction, digits)} %"
-
-
-def fmt_bytes(nbytes: float, digits: int = 3) -> str:
-    """Bytes with binary prefixes, as memory is sold: ``64 MiB``, ``80 GiB``.
-
-    >>> fmt_bytes(64 * 2**20), fmt_bytes(80 * 2**30), fmt_bytes(1023.9), fmt_bytes(0)
-    ('64 MiB', '80 GiB', '1 KiB', '0 B')
-    """
-    special = _special(nbytes, "B")
-    if special is not None:
-        return special
-    steps = tuple((float(1024**i), name) for i, name in enumerate(_BINARY))
-    return _ladder(float(nbytes), steps, digits, " ")
-
-
-def fmt_count(value: float, digits: int = 3) -> str:
-    """A plain number with k, M, B, T for thousands and up: ``447``, ``0.447``, ``1.39M``.
-
-    >>> fmt_count(0.4471), fmt_count(1386000), fmt_count(175e9), fmt_count(12)
-    ('0.447', '1.39M', '175B', '12')
-    """
-    special = _special(value, "")
-    if special is not None:
-        return special
-    steps = tuple((10.0 ** (3 * i), s) for i, s in enumerate(_COUNT_SUFFIXES))
-    return _ladder(value, steps, digits, "")
-
-
-def fmt_ratio(value: float, digits: int = 3) -> str:
-    """A ratio of two like quantities, two decimals so a column of them lines up: ``1.59×``.
-
-    >>> fmt_ratio(1.5912), fmt_ratio(0.5), fmt_ratio(1234.5)
-    ('1.59×', '0.50×', '1.23k×')
-    """
-    special = _special(value, "×")
-    if special is not None:
-        return special
-    if abs(value) >= 100:
-        return f"{fmt_count(value, digits)}×"
-    return f"{value:.2f}×"
-
-
-_FAMILIES: Final = {
-    "s": fmt_time,
-    "J": fmt_energy,
-    "kgCO2e": fmt_carbon,
-    "kgCO2e·s": fmt_tcdp,
-    "USD": fmt_usd,
-    "%": fmt_percent,
-    "B": fmt_bytes,
-    "×": fmt_ratio,
-}
-#: The units :func:`fmt_quantity` converts to people's units; any other goes through fmt_si.
-UNIT_FAMILIES: Final = tuple(_FAMILIES)
-# Counted things read best with k/M suffixes and the unit spelled out after a space.
-_COUNTED: Final = ("", "tokens/s", "samples/s", "tokens", "samples", "parameters")
-
-
-def fmt_quantity(value: float | int, unit: str = "", digits: int = 3) -> str:
-    """``value`` (SI, in ``unit``) as people read it; the one entry point of this module.
-
-    ``unit`` is a column's unit (:data:`results.schema.POINT_COLUMNS`) or ``"%"`` for a fraction
-    shown as a percentage, ``"×"`` for a ratio. Counted units use k/M suffixes (``1.39M
-    tokens/s``); FLOP/s, B/s, Hz, W and other physical units get SI prefixes.
-
-    >>> fmt_quantity(1.386e6, "tokens/s"), fmt_quantity(2.04e12, "B/s"), fmt_quantity(826, "mm²")
-    ('1.39M tokens/s', '2.04 TB/s', '826 mm²')
-    """
-    value = float(value)
-    if unit in _FAMILIES:
-        return _FAMILIES[unit](value, digits)
-    if unit == "kgCO2e·day":
-        return fmt_tcdp(value * _DAY, digits)
-    if unit in _COUNTED:
-        text = fmt_count(value, digits)
-        return f"{text} {unit}".rstrip() if text != "-" else text
-    if unit in ("mm²", "nm"):
-        special = _special(value, unit)
-        return special if special is not None else f"{_num(value, digits)} {unit}"
-    return fmt_si(value, unit, digits)

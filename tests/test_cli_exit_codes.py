@@ -56,8 +56,8 @@ def test_a_bad_objective_comes_before_the_banner(cli_run, small_sweep, tmp_path)
     config, _ = small_sweep
     r = cli_run(*_sweep_args(config, tmp_path / "o", "--objective", "speed"))
     assert r.exit_code == 1
-    assert r.output.startswith("Error: unknown metric 'speed'"), r.output
-    assert "sweep:" not in r.output and not (tmp_path / "o").exists()
+    assert r.output.startswith("Error: sweep: unknown metric 'speed'"), r.output
+    assert len(r.output.splitlines()) == 1 and not (tmp_path / "o").exists()
 
 
 def test_a_fully_resumed_sweep_prints_its_progress_line_once(cli_run, small_sweep, tmp_path):
@@ -79,10 +79,10 @@ SCHEDULE = ("schedule", "--workload", "gpt3-125m", "--arch", "a100", "--solver",
     [
         ("--seq-len", "0", "1<=x<=10000000"),
         ("--micro-batch", "-1", "1<=x<=1000000"),
-        ("--tp", "0", "x>=1"),
+        ("--tp", "0", "1<=x<=1000000"),
         ("--search-nodes", "-1", "x>=0"),
-        ("--mip-gap", "1", "0<=x<1"),
-        ("--time-limit", "0", "x>0"),
+        ("--mip-gap", "1", "1 is not a finite number in [0, 1)"),
+        ("--time-limit", "0", "0 is not a finite number in (0, 1e+06]"),
         ("--solver", "cplex", "'highs', 'cbc', 'gurobi', 'list'"),
     ],
 )

@@ -129,3 +129,21 @@ def test_run_tasks_draws_progress_to_the_end():
     lines = out.getvalue().splitlines()
     assert lines[0] == "points 0/12 (0.0%)  --/s  ETA --"
     assert lines[-1].startswith("points 12/12 (100.0%)") and "done in" in lines[-1]
+
+
+def test_the_eta_counts_every_design_done_this_run_pruned_ones_too():
+    """A sweep's stream: 20 designs found in the store, then 5 evaluated one per 2 s while
+    pruned designs arrive in jumps of 15. The rate is of all designs this run has done, so the
+    ETA is what is left at that rate (counting the evaluated ones only, it read 0.5/s and
+    ETA 2m10s)."""
+    out, clock = io.StringIO(), FakeClock()
+    bar = Progress(stream=out, label="designs", skipped=20, is_tty=False, clock=clock)
+    bar.start(100)
+    for i in range(5):
+        clock.now += 2.0
+        bar.advance()
+        if i % 2:
+            bar.skip(15)  # a round's pruned designs, decided at once
+    assert bar.line() == "designs 55/120 (45.8%)  3.5/s  ETA 19s"
+    bar.close()
+    assert out.getvalue().splitlines()[1] == "designs 55/120 (45.8%)  3.5/s  ETA 19s"

@@ -31,8 +31,13 @@ from phaze_common.errors import ConfigError
 from workloads.ops import CoreType, Op, OpGraph, OpKind
 
 ILP = Path(__file__).resolve().parents[1] / "ilp"
-# What would tie the scheduler to the two kinds of core the op model knows.
-_NAMED = re.compile(r"\b(TC|VC|TCandVC|Nop)\b|tensor|vector|num_tc|num_vc", re.IGNORECASE)
+# What would tie the scheduler to the two kinds of core the op model knows (the
+# tensor-parallel dimension is no kind of unit).
+_NAMED = re.compile(
+    r"\b(TC|VC|TCandVC|Nop|num_tc|num_vc|tc_rows|tc_cols|vc_lanes)\b|tensor(?![ -]parallel)"
+    r"|vector",
+    re.IGNORECASE,
+)
 
 DMA = ComputeUnit(
     "DMA", count=2, rows=1, cols=64, runs=("elementwise",), pj_per_op=0.4, area_mm2=0.3

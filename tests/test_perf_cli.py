@@ -76,7 +76,8 @@ def test_report_routine_mean_max_and_json(capsys):
         ValidationRow("b", measured=4.0, predicted=3.8, source="paper A"),
     ]
     assert rows[0].error_pct == pytest.approx(10.0)
-    report_validation("t", rows, unit="s", tolerance_pct=15, as_json=True)
+    with click.Context(click.Command("gemm"), info_name="phaze validate gemm"):
+        report_validation("t", rows, unit="s", tolerance_pct=15, as_json=True)
     doc = json.loads(capsys.readouterr().out)
     assert doc["mean_abs_error_pct"] == pytest.approx(7.5)
     assert doc["max_abs_error_pct"] == pytest.approx(10.0)

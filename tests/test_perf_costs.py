@@ -123,6 +123,37 @@ def test_parallel_compute_splits_exact_tiles_evenly(cores, waves, m):
     assert t.compute_s[0] * acc.clock_hz == pytest.approx(matmul_cycles(16, 16, m, 64, n) / cores)
 
 
+@given(
+    kf=st.integers(1, 600),
+    nf=st.integers(1, 40),
+    cores=st.sampled_from([8, 64, 528]),
+    m=st.integers(1, 16),
+)
+def test_a_gemm_with_fewer_output_tiles_than_cores_splits_k(kf, nf, cores, m):
+    # a decode step's GEMV: its output tiles cannot fill the cores, so K is split over them
+    # (brute force over the splits of m and of K, on a buffer too fast to matter)
+    acc = _acc(num_tc=cores, tc_rows=16, tc_cols=32, glb_bytes=4096 * MIB)
+    t = _terms([_gemm(m, 16 * kf, 32 * nf)], acc)
+
+    def cycles(s, q):
+        return -(-nf * s * q // cores) * -(-kf // q) * (2 * 16 + 32 + -(-m // s) - 2)
+
+    m_splits = [cycles(s, 1) for s in (2**i for i in range(17)) if s <= m]
+    k_splits = [cycles(1, q) for q in (2**i for i in range(1, 17)) if q <= kf]
+    best = min(m_splits + (k_splits if nf < cores else []))
+    assert t.compute_s[0] * acc.clock_hz == pytest.approx(best)
+
+
+def test_a_decode_gemv_on_many_cores_is_memory_bound():
+    h100 = dict(num_tc=528, tc_rows=16, tc_cols=32, glb_bytes=50 * MIB, clock_hz=1.83e9)
+    acc = _acc(**h100, hbm_bandwidth_bytes_per_s=3.35e12)
+    gemv = _gemm(1, 8192, 1024)  # Llama 2 70B's Q projection at t = 8, one token
+    t = _terms([gemv], acc)
+    hbm_s = 2 * (8192 * 1024 + 8192 + 1024) / (3.35e12 * SETTINGS.hbm_efficiency)
+    assert t.latency_s[0] == pytest.approx(hbm_s + SETTINGS.issue_overhead_s, rel=1e-3)
+    assert BOUNDS[t.bound_code[0]] == "memory"
+
+
 def test_collectives_follow_the_ring_formulas():
     nbytes = 64 * MIB
     acc = _acc()

@@ -122,8 +122,42 @@ def test_collectives_take_the_measured_bus_bandwidth():
         ({"collective_compute_share": 0.2, "fitted": {"collective_compute_share": 0.3}}, "once"),
         ({"intra_node": {"size_bytes": [2, 1], "busbw_bytes_per_s": [1, 2]}}, "ascending"),
         ({"speed": 1}, "unknown key 'speed'"),
+        (
+            {"custom_all_reduce": {"devices": 8, "size_bytes": [1, 2], "latency_s": [1e-6]}},
+            "latency_s must list a positive time per size_bytes",
+        ),
     ],
 )
 def test_bad_profiles_are_one_error(table, message):
     with pytest.raises(ConfigError, match=message):
         profile_from_mapping("a100", table, "calibration [a100]")
+
+
+def _all_reduce_s(profile, nbytes, t=8):
+    op = Op(
+        "ar",
+        OpKind.COLLECTIVE,
+        CoreType.NOP,
+        collective=CollectiveKind.ALL_REDUCE,
+        collective_bytes=int(nbytes),
+        group=t,
+    )
+    cluster = Cluster(devices=t, intra_node_bandwidth_bytes_per_s=450e9)
+    return float(op_costs(OpGraph((op,), ()), preset("h100"), cluster, device=profile).latency_s[0])
+
+
+def test_a_serving_engine_all_reduces_at_its_measured_latency_then_at_nccls():
+    h100 = preset_profile("h100")
+    engine = h100.for_serving()
+    assert h100.custom_all_reduce is not None and engine.custom_all_reduce is not None
+    # sglang #2904, vLLM's custom all-reduce on 8 H100 at tp 8: 11.8 us at 32 KiB, 45.0 us
+    # at 1 MiB; a decode step's 16 KiB all-reduce between the 4 KiB (held at 512 B's 10.1
+    # us, the larger time) and the 32 KiB points
+    assert _all_reduce_s(engine, 32768) == pytest.approx(11.8e-6)
+    assert _all_reduce_s(engine, 1 << 20) == pytest.approx(45.0e-6)
+    assert 10.1e-6 < _all_reduce_s(engine, 16384) < 11.8e-6
+    # NCCL's curve beyond the kernel's largest measured size, and for the training passes
+    for nbytes in (4 << 20, 1 << 30):
+        assert _all_reduce_s(engine, nbytes) == pytest.approx(_all_reduce_s(h100, nbytes))
+    assert _all_reduce_s(h100, 32768) == pytest.approx(2 * 7 / 8 * 32768 / 1.44e9)
+    assert A100.for_serving() == A100  # no measurement of its engine's kernel

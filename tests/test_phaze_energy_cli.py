@@ -24,8 +24,11 @@ RUN_KEYS = (
     "operational_kgco2e",
     "embodied_kgco2e",
     "total_kgco2e",
-    "tcdp",
+    "tcdp_kgco2e_s",
     "capex_usd",
+    "usd_per_device_hour",
+    "cost_breakdown",
+    "energy_tdp_accounting_kwh",
     "electricity_usd",
     "tco_usd",
 )
@@ -99,10 +102,22 @@ def test_default_budget_is_published_else_one_iteration():
     [
         (["--tokens", "0"], "must be a positive count"),
         (["--tokens", "-2T"], "must be a positive count"),
-        (["--pue", "0.9"], "pue = 0.9 must be >= 1"),
+        (["--pue", "0.9"], "'--pue': 0.9 is not a finite number in [1, 4]"),
+        (["--pue", "nan"], "'--pue': nan is not a finite number in [1, 4]"),
         (["--grid", "franse"], "did you mean france"),
-        (["--usd-per-kwh", "-1"], "usd_per_kwh = -1.0 must be >= 0"),
-        (["--lifetime-years", "0"], "--lifetime-years = 0.0 must be > 0"),
+        (["--grid", "FRANSE"], "did you mean france"),
+        (["--grid-gco2e-per-kwh", "nan"], "nan is not a finite number in [0, 2000]"),
+        (["--usd-per-kwh", "-1"], "'--usd-per-kwh': -1 is not a finite number in [0, 10]"),
+        (["--usd-per-kwh", "inf"], "'--usd-per-kwh': inf is not a finite number in [0, 10]"),
+        (["--lifetime-years", "0"], "'--lifetime-years': 0 is not a finite number in (0, 30]"),
+        (["--lifetime-years", "nan"], "'--lifetime-years': nan is not a finite number"),
+        (["--interest", "1"], "'--interest': 1 is not a finite number in [0, 1)"),
+        (["--goodput", "0"], "'--goodput': 0 is not a finite number in (0, 1]"),
+        (["--intra-node-gbps", "nan"], "'--intra-node-gbps': nan is not a finite number"),
+        (["--inter-node-gbps", "inf"], "'--inter-node-gbps': inf is not a finite number"),
+        (["--tokens", "1e40"], "tokens = '1e40' must be at most 1e16"),
+        (["--volume", "0"], "'--volume': 0 is not in the range"),
+        (["--cost-view", "rent"], "'--cost-view': 'rent' is not one of 'build', 'buy'"),
         (["--host", "dgx-a10"], "did you mean dgx-a100"),
     ],
 )
@@ -121,6 +136,12 @@ def test_validate_energy_reports_every_run():
     runs = {r["run"]: r for r in doc["runs"]}
     for run in runs.values():
         assert 0 < run["board_w"] < run["with_host_w"]
+    # each run's energy both ways: modelled, and as a model card counts it (hours x TDP x PUE)
+    gpt3 = runs["gpt3-175b"]
+    assert gpt3["energy_tdp_accounting_kwh"] == pytest.approx(3_552_000 * 300 / 1000 * 1.10)
+    assert gpt3["modelled_energy_j"] == pytest.approx(cases["gpt3-175b with host"]["predicted"])
+    text = CliRunner().invoke(cli, ["validate", "energy"]).output
+    assert "model-card (GPU-h x TDP x PUE)" in text and "energy, modelled" in text
     assert r.exit_code == (0 if doc["within_tolerance"] else 3)
     # GPT-3's measured system power and energy (Patterson et al. 2021)
     assert abs(cases["gpt3-175b with host W"]["error_pct"]) <= 20

@@ -15,7 +15,7 @@ import sweeps
 from reports import parse_html
 from spaces import space_toml
 
-from results.display import design_label, fmt_value
+from results.display import design_label, fmt_value, fmt_values
 from results.pareto import parse_objectives
 from results.plots import BREAKDOWNS, breakdown_figure
 from results.report import render_report
@@ -152,11 +152,13 @@ def test_every_report_ranking_table_shows_the_column_it_ranks_by(sweep):
 
 def test_every_sweep_table_shows_the_column_it_ranks_by(sweep):
     """``phaze sweep``'s closing tables: "best by tco_usd" has a tco_usd column, values in
-    rank order."""
+    rank order, the column in one unit."""
     points, _, stdout = sweep
-    for metric in OBJECTIVES:
-        block = stdout.split(f"gpt3-350m: best by {metric} (", 1)[1].split("\n\n", 1)[0]
+    objectives = parse_objectives(OBJECTIVES)
+    for o in objectives:
+        block = stdout.split(f"gpt3-350m: best by {o.metric} (", 1)[1].split("\n\n", 1)[0]
         head, _, *rows = block.splitlines()[1:]
-        assert head.split()[-1] == metric
+        assert head.split()[-1] == o.metric
         shown = [r.rsplit("  ", 1)[-1].strip() for r in rows]
-        assert shown and all(any(fmt_value(metric, p[metric]) == s for p in points) for s in shown)
+        ranked = top_designs(points, o, objectives, len(rows))
+        assert shown and shown == fmt_values(o.metric, [p[o.metric] for p in ranked])

@@ -1,14 +1,29 @@
 """Scoring formulas (docs/models.md) checked by hand-computed values and identities."""
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phaze.scoring import SECONDS_PER_YEAR, BatchEnergy, ScoringParams, job_carbon, score_point
+from arch_space.tco import DeviceCapex
+from phaze.scoring import (
+    SECONDS_PER_YEAR,
+    BatchEnergy,
+    ScoringParams,
+    job_carbon,
+    job_cost,
+    network_embodied_kgco2e_per_device,
+    score_point,
+)
 from phaze_common.errors import ConfigError
+
+# the accelerator alone: no host, network or building to pay for
+CHIP_ONLY = DeviceCapex(
+    accelerator_usd=10_000.0, host_usd=0.0, network_usd=0.0, datacenter_usd=0.0, provisioned_w=0.0
+)
 
 
 def _score(params=None, **over):
@@ -21,9 +36,10 @@ def _score(params=None, **over):
         devices=1024,
         peak_flops_per_device=312e12,
         energy=BatchEnergy(compute_j=2e6, memory_j=1e6, static_j=5e5, network_j=5e5),
-        device_cost_usd=10_000.0,
+        capex=CHIP_ONLY,
+        idle_w_per_device=50.0,
         embodied_kgco2e_per_device=100.0,
-        params=params or ScoringParams(),
+        params=params or ScoringParams(goodput=1.0),
     )
     kw.update(over)
     return score_point(**kw)
@@ -40,8 +56,9 @@ def test_hand_computed_values():
     assert s.job_energy_j == pytest.approx(4e6 * batches)
     assert s.avg_power_w == pytest.approx(4e5)
     assert s.system_cost_usd == pytest.approx(1024 * 10_000)
-    # the devices' 100 kg each and their DGX A100 hosts' 2,500 kg per 8 devices
-    emb = 1024 * (100 + 2500 / 8) * d / (5 * SECONDS_PER_YEAR)
+    # the boards' 100 kg each, their DGX A100 hosts' 2,500 kg per 8 devices and a two-tier
+    # tree of 64-port switches (3 per 64 devices) at 600 kg each
+    emb = 1024 * (100 + 2500 / 8 + 3 / 64 * 600) * d / (5 * SECONDS_PER_YEAR)
     assert s.embodied_kgco2e == pytest.approx(emb)
     op = 4e6 * batches / 3.6e6 * 1.10 * ScoringParams().grid_gco2e_per_kwh / 1000
     assert s.operational_kgco2e == pytest.approx(op)
@@ -50,10 +67,43 @@ def test_hand_computed_values():
     assert s.tcdp_kgco2e_days == pytest.approx(s.tcdp / 86400)
 
 
+def test_cost_to_train_is_device_hours_at_the_hourly_cost_plus_electricity():
+    """Closed form with the capital recovery factor worked out here: $10,000 over 5 years at
+    8 % is 10,000 x 0.08 x 1.08^5 / (1.08^5 - 1) a year; maintenance 5 % of 2,000 a year."""
+    s = _score(ScoringParams(goodput=1.0, interest=0.08, usd_per_kwh=0.1))
+    hours_held = 1024 * s.time_to_train_s / 3600
+    crf = 0.08 * 1.08**5 / (1.08**5 - 1)
+    per_year = 10_000 * crf + 0.05 * 10_000 / 5
+    kwh = s.job_energy_j / 3.6e6
+    expected = hours_held * per_year / (365.25 * 24) + kwh * 1.10 * 0.1
+    assert s.tco_usd == pytest.approx(expected)
+    assert s.usd_per_device_hour == pytest.approx(expected / hours_held)
+    assert s.electricity_usd == pytest.approx(kwh * 1.10 * 0.1)
+
+
+def test_goodput_stretches_the_time_held_and_adds_idle_energy_while_restarting():
+    full, part = _score(), _score(ScoringParams(goodput=0.8))
+    assert part.time_to_train_s == pytest.approx(full.time_to_train_s / 0.8)
+    lost_s = part.time_to_train_s - full.time_to_train_s
+    # devices at their 50 W idle power; the test energy has no hosts
+    assert part.job_energy_j - full.job_energy_j == pytest.approx(lost_s * 1024 * 50.0)
+    assert part.embodied_kgco2e == pytest.approx(full.embodied_kgco2e / 0.8)
+    assert part.tco_usd > full.tco_usd and part.tokens_per_s == full.tokens_per_s
+
+
+def test_whole_life_charges_the_whole_capex():
+    p = ScoringParams(goodput=1.0, embodied_mode="whole-life", usd_per_kwh=0.0)
+    cost = job_cost(time_to_train_s=3600.0, job_energy_j=0.0, devices=8, capex=CHIP_ONLY, params=p)
+    maintenance = 0.05 * 10_000 / 5 / (365.25 * 24) * 8
+    assert cost.tco_usd == pytest.approx(8 * 10_000 + maintenance)
+    assert sum(cost.breakdown_usd().values()) == pytest.approx(cost.tco_usd)
+
+
 def test_whole_life_embodied_is_independent_of_time():
-    p = ScoringParams(embodied_mode="whole-life", host_embodied_kgco2e_per_device=0.0)
-    assert _score(p).embodied_kgco2e == pytest.approx(1024 * 100)
-    assert _score(p, iteration_s=20.0).embodied_kgco2e == pytest.approx(1024 * 100)
+    p = ScoringParams(embodied_mode="whole-life", host_embodied_kgco2e_per_device=0.0, goodput=1)
+    system = 1024 * (100 + network_embodied_kgco2e_per_device(1024))
+    assert _score(p).embodied_kgco2e == pytest.approx(system)
+    assert _score(p, iteration_s=20.0).embodied_kgco2e == pytest.approx(system)
 
 
 @given(
@@ -89,6 +139,7 @@ def test_tcdp_equals_a_hand_computation(
         utilisation=utilisation,
         embodied_mode=mode,
         host_embodied_kgco2e_per_device=host_per_device,
+        goodput=1.0,
     )
     s = _score(
         params,
@@ -103,7 +154,8 @@ def test_tcdp_equals_a_hand_computation(
     operational_kg = kwh * pue * grid / 1000
     life_hours = lifetime_years * 365.25 * 24 * utilisation
     share = hours / life_hours if mode == "amortised" else 1.0
-    embodied_kg = devices * (embodied_per_device + host_per_device) * share
+    network_kg = network_embodied_kgco2e_per_device(devices)
+    embodied_kg = devices * (embodied_per_device + host_per_device + network_kg) * share
     tcdp_kg_s = (embodied_kg + operational_kg) * hours * 3600
     assert s.tcdp == pytest.approx(tcdp_kg_s, rel=1e-9, abs=1e-12)
     assert s.tcdp_kgco2e_days == pytest.approx(tcdp_kg_s / 86400, rel=1e-9, abs=1e-12)
@@ -126,10 +178,16 @@ def test_faster_iteration_never_worse():
         ({"lifetime_s": -1}, "lifetime_s = -1"),
         ({"embodied_mode": "forever"}, "embodied_mode = 'forever'"),
         ({"grid_gco2e_per_kwh": -3}, "grid_gco2e_per_kwh = -3"),
+        ({"pue": float("nan")}, "pue = nan must be a finite number in [1, 4]"),
+        ({"usd_per_kwh": float("inf")}, "usd_per_kwh = inf must be a finite number in [0, 10]"),
+        ({"lifetime_s": float("nan")}, "lifetime_s = nan must be a finite number"),
+        ({"goodput": 0.0}, "goodput = 0.0 must be a finite number in (0, 1]"),
+        ({"interest": 1.0}, "interest = 1.0 must be a finite number in [0, 1)"),
+        ({"cost_view": "rent"}, "cost_view = 'rent' must be one of build, buy"),
     ],
 )
 def test_bad_params_name_field_and_value(kw, needle):
-    with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
         ScoringParams(**kw)
 
 
@@ -140,7 +198,7 @@ def test_bad_params_name_field_and_value(kw, needle):
 def test_job_carbon_of_arrays_equals_job_carbon_of_each_float(rows, mode):
     """The sweep's bounds call job_carbon on arrays of many designs at once: each entry is
     exactly the float result (the same operations in the same order)."""
-    params = ScoringParams(embodied_mode=mode, grid_gco2e_per_kwh=430.0)
+    params = ScoringParams(embodied_mode=mode, grid_gco2e_per_kwh=430.0, goodput=0.9)
     times, energies, embodied = (np.array(c) for c in zip(*rows, strict=True))
     many = job_carbon(
         time_to_train_s=times,

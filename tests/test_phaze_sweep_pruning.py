@@ -181,10 +181,13 @@ _SCORING = st.builds(
     lifetime_s=st.floats(0.5 * SECONDS_PER_YEAR, 10 * SECONDS_PER_YEAR),
     utilisation=st.floats(0.05, 1.0),
     embodied_mode=st.sampled_from(["amortised", "whole-life"]),
-    host_network_usd_per_device=st.floats(0.0, 1e5),
+    host_profile=st.sampled_from(["dgx-a100", "dgx-h100"]),
     host_w_per_node=st.none() | st.floats(0.0, 1e4),
     host_embodied_kgco2e_per_device=st.none() | st.floats(0.0, 1e4),
     usd_per_kwh=st.none() | st.floats(0.0, 1.0),
+    cost_view=st.sampled_from(["build", "buy"]),
+    interest=st.none() | st.floats(0.0, 0.3),
+    goodput=st.none() | st.floats(0.3, 1.0),
 )
 
 
@@ -216,7 +219,8 @@ def test_bounds_never_beat_the_scored_point_for_any_scoring(
     devices,
 ):
     """Random scoring parameters (PUE, grid intensity, lifetime, utilisation, embodied
-    mode, host cost, power and embodied carbon, electricity price), designs, workloads and knobs: each bound is optimistic for the point
+    mode, host server, its power and embodied carbon, electricity price, cost view, interest,
+    goodput), designs, workloads and knobs: each bound is optimistic for the point
     the pipeline scores, so pruning stays exact whatever the user sets."""
     model = resolve_model(workload)
     ctx = Context(

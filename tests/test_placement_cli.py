@@ -43,8 +43,8 @@ def test_place_infeasible_exits_3(tmp_path, cli_run):
     f.write_text(json.dumps(doc))
     r = cli_run("place", str(f))
     assert r.exit_code == 3
-    assert "infeasible: needs" in r.output
-    assert "GiB per device" in r.output
+    assert "infeasible: needs 104 MiB per device" in r.output  # read "0.1 GiB" before
+    assert "has maxMemoryPerDevice = 1 MiB" in r.output  # read "0.0 GiB" before
 
 
 def test_place_bad_instance_is_one_error_line(tmp_path, cli_run):
@@ -58,4 +58,4 @@ def test_place_bad_instance_is_one_error_line(tmp_path, cli_run):
     assert "optimizerAlgorithm = 'LAMB' must be one of SGD, Adam" in r.output
     f.write_text("{not json")
     r = cli_run("place", str(f))
-    assert r.exit_code == 1 and "not valid JSON" in r.output
+    assert r.exit_code == 1 and "malformed JSON" in r.output

@@ -90,7 +90,7 @@ def test_reference_data_parallel_term_by_hand():
 
 def test_reference_infeasible_says_why():
     doc = _ref_doc(maxMemoryPerDevice=4)
-    with pytest.raises(Infeasible, match=r"needs .* GiB per device .* has maxMemoryPerDevice"):
+    with pytest.raises(Infeasible, match=r"needs 5 B per device .* has maxMemoryPerDevice = 4 B"):
         solve_reference(parse_reference_instance(doc))
 
 
@@ -221,7 +221,7 @@ def test_one_device_is_the_sum_of_the_layers():
 
 def test_infeasible_names_the_need_and_the_capacity():
     g = _chain(3, params=int(2e9))  # 3 layers of 2e9 params * 18 B on one device: 100.6 GiB
-    with pytest.raises(Infeasible, match=r"needs 100\.6 GiB per device, has 20\.0 GiB"):
+    with pytest.raises(Infeasible, match=r"needs 101 GiB per device, has 20 GiB"):
         place(_problem([g], devices=1, hbm=20 * 2**30))
 
 

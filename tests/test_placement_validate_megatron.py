@@ -68,7 +68,7 @@ def test_fit_rows_are_part_of_table5():
     [
         ("[h100]\nsustained_tensor_fraction = 0.8\n", "needs exactly one table \\[a100\\]"),
         ("[a100.fitted]\ncollective_compute_share = 1.5\n", "must be in \\(0, 1\\]"),
-        ("[a100\n", "cannot be read"),
+        ("[a100\n", "cal.toml: not valid TOML"),
     ],
 )
 def test_bad_calibration_file_is_one_error_line(tmp_path, text, message):

@@ -24,7 +24,9 @@ def test_export_json_has_every_column_and_round_trips(store_dir, cli_run):
     r = cli_run("export", store_dir, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    assert doc["schema_version"] == SCHEMA_VERSION and list(doc) == ["schema_version", "points"]
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert list(doc) == ["schema_version", "units", "points"]
+    assert doc["units"]["tcdp"] == "kgCO2e·s" and doc["units"]["tco_usd"] == "USD"
     stored = load(store_dir).points()
     assert len(doc["points"]) == len(stored)
     assert all(list(p) == list(COLUMN_NAMES) for p in doc["points"])

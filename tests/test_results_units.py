@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from results.compare import compare_to_presets, comparison_rows
@@ -96,9 +97,14 @@ def test_zero_nan_and_infinities(unit):
 
 @given(
     st.sampled_from([*UNIT_FAMILIES, "tokens/s", "FLOP/s", "B/s", "W"]),
-    st.floats(min_value=1e-9, max_value=1e15),
+    st.floats(min_value=1e-3, max_value=1e9),
 )
 def test_no_exponent_and_sign_symmetry(unit, value):
+    """No exponent while the number shown is in the plain range: a percentage past 10**6 %,
+    a tCDP below 10**-4 tCO2e·days (it has one unit) and sizes past every ladder read in
+    scientific form (test_units_pairs.py)."""
+    assume(unit != "%" or value < 1e3)
+    assume(unit != "kgCO2e·s" or value > 1e4)
     text = fmt_quantity(value, unit)
     assert "e+" not in text and "e-" not in text
     assert fmt_quantity(-value, unit).lstrip("-") == text.lstrip("-")
@@ -148,3 +154,23 @@ def test_comparison_says_when_no_searched_design_fits():
     (c,) = compare_to_presets(pts)
     assert c.searched is None and c.gains == (None, None, None)
     assert comparison_rows([c])[0][2:] == ["(none fits)", "-", "-", "-"]
+
+
+@given(
+    values=st.lists(st.floats(0.0, 1e13, allow_nan=False), min_size=1, max_size=8),
+    unit=st.sampled_from(["J", "s", "W", "USD", "kgCO2e", "B", "tokens/s"]),
+)
+def test_a_column_has_one_unit(values, unit):
+    """fmt_column writes every value of a column in one unit: the one fmt_quantity picks
+    for its largest value."""
+    from results.units import fmt_column
+
+    texts = fmt_column(values, unit)
+    top = fmt_quantity(max(values), unit)
+
+    def unit_of_text(t: str) -> str:  # what follows the number (scientific form included)
+        return re.sub(r"^[-$\d.]+(e-?\d+)?", "", t)
+
+    assert len({unit_of_text(t) for t in texts}) == 1, texts
+    if max(values) > 0:
+        assert unit_of_text(texts[values.index(max(values))]) == unit_of_text(top)

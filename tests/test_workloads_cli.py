@@ -99,3 +99,58 @@ def test_unknown_name_lists_known_models(cli_run):
 
 def test_bad_option_is_usage_error(cli_run):
     assert cli_run("workloads", "show", "gpt3-175b", "--recompute", "half").exit_code == 2
+
+
+SERVE = ("workloads", "show", "llama2-70b", "--serve", "--input-tokens", "2048")
+
+
+def test_serve_json_gives_the_serving_workload(cli_run):
+    r = cli_run(*SERVE, "--output-tokens", "128", "--batch", "4", "--tp", "8", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    m = get_model("llama2-70b")
+    per_token = 80 * 2 * 1 * 128 * 2  # 80 blocks, K and V, one KV head of 128 per device
+    pages = -(-(2048 + 128 - 1) // 16)
+    assert doc["kv_cache_bytes_per_token_per_device"] == per_token
+    assert doc["kv_cache_bytes_per_sequence_per_device"] == pages * 16 * per_token
+    assert doc["kv_cache_bytes_per_sequence"] == 8 * pages * 16 * per_token
+    assert doc["kv_cache_bytes_per_device"] == 4 * pages * 16 * per_token
+    assert doc["decode"]["context_tokens"] == 2048 + 64
+    assert doc["prefill_flops"] > 2 * m.parameters * 4 * 2048 * 0.99
+    names = [op["name"] for op in doc["decode"]["block_ops"]]
+    assert "heads0.decode" in names and "kv.write" in names and "fc2.allreduce" in names
+
+
+def test_serve_table_shows_the_decode_block(cli_run):
+    r = cli_run(*SERVE, "--output-tokens", "128", "--tp", "8")
+    assert r.exit_code == 0, r.output
+    for words in ("prefill FLOPs", "decode FLOPs / token", "KV cache / sequence", "heads0.decode"):
+        assert words in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        ((*SERVE,), 2, "--serve needs --input-tokens and --output-tokens"),
+        (("workloads", "show", "llama2-7b", "--input-tokens", "5"), 2, "need --serve"),
+        ((*SERVE, "--output-tokens", "8", "--tp", "3"), 1, "tp = 3 must be one of"),
+        ((*SERVE, "--output-tokens", "4000"), 1, "exceeds max_positions = 4096"),
+        (
+            (
+                "workloads",
+                "show",
+                "bert-large",
+                "--serve",
+                "--input-tokens",
+                "5",
+                "--output-tokens",
+                "5",
+            ),
+            1,
+            "causal decoder",
+        ),
+    ],
+)
+def test_serve_errors(args, code, message, cli_run):
+    r = cli_run(*args)
+    assert r.exit_code == code and message in r.output and "Traceback" not in r.output

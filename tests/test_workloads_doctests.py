@@ -11,7 +11,8 @@ MODULES = [
     "workloads.flops",
     "workloads.memory",
     "workloads.model",
-    "workloads.op_graphs",
+    "workloads.serving",
+    "workloads.attention_ops",
     "workloads.setup",
 ]
 

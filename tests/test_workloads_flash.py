@@ -15,8 +15,8 @@ from workloads import (
     build_layer_graph,
     get_model,
 )
+from workloads.attention_ops import FLASH_BLOCK, flash_scores, head_groups
 from workloads.framework import framework_profile
-from workloads.op_graphs import FLASH_BLOCK, flash_scores, head_groups
 
 FLASH = (OpKind.ATTENTION_FORWARD, OpKind.ATTENTION_BACKWARD)
 

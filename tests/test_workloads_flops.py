@@ -20,7 +20,7 @@ from workloads import (
     padded_vocab,
     valid_tp_widths,
 )
-from workloads.op_graphs import expert_tokens
+from workloads.moe_ops import expert_tokens
 
 
 def gemm_flops(g: OpGraph) -> int:

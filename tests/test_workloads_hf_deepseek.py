@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from phaze_common.errors import ConfigError
 from workloads import build_layer_graph, load_hf_config, to_hf_config
+from workloads.attention_ops import flash_scores
 from workloads.flops import attention_core_flops, block_forward_flops, forward_flops_per_sequence
 from workloads.hf import model_from_hf
 from workloads.memory import block_activation_bytes, dispatch_bytes, kv_bytes
-from workloads.op_graphs import flash_scores
 from workloads.setup import TrainingSetup
 
 DEEPSEEK_V3 = {

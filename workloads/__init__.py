@@ -1,4 +1,5 @@
-"""LLM training workloads: models, training setups, layer graphs and op graphs (docs/models.md).
+"""LLM workloads: models, training setups, layer graphs and op graphs (docs/models.md), and
+the passes of inference serving (docs/serving.md).
 
 >>> from workloads import get_model, TrainingSetup, build_layer_graph
 >>> g = build_layer_graph(get_model("gpt3-175b"), TrainingSetup(seq_len=2048, global_batch=1536), 8)
@@ -7,7 +8,7 @@
 """
 
 from workloads import flops
-from workloads.build import build_layer_graph, valid_tp_widths
+from workloads.build import build_layer_graph, check_setup, valid_tp_widths
 from workloads.catalog import catalog, get_model, model_names, resolve_model
 from workloads.flops import *  # noqa: F403 (re-exports flops.__all__)
 from workloads.hf import load_hf_config, model_from_hf, to_hf_config
@@ -20,9 +21,14 @@ from workloads.memory import (
 )
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
 from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
+from workloads.serving import RequestBatch, ServingPass
+from workloads.serving_ops import serving_layer_graph
 from workloads.setup import Optimizer, Recompute, TrainingSetup, optimizer_state_bytes
 
 __all__ = [
+    "RequestBatch",
+    "ServingPass",
+    "serving_layer_graph",
     "Model",
     "FfnKind",
     "NormKind",
@@ -41,6 +47,7 @@ __all__ = [
     "to_hf_config",
     "valid_tp_widths",
     "build_layer_graph",
+    "check_setup",
     "Layer",
     "LayerEdge",
     "LayerGraph",

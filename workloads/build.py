@@ -21,7 +21,7 @@ from workloads.model import Model, PositionKind
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
 from workloads.setup import TrainingSetup
 
-__all__ = ["DENSE_BLOCK_CLASS", "valid_tp_widths", "build_layer_graph"]
+__all__ = ["DENSE_BLOCK_CLASS", "valid_tp_widths", "build_layer_graph", "check_setup"]
 
 EMBEDDING_CLASS = "embedding"
 BLOCK_CLASS = "block"
@@ -76,6 +76,12 @@ def _check(model: Model, setup: TrainingSetup, tp: int) -> None:
         )
     if problems:
         raise ConfigError(f"model {model.name!r}: " + "; ".join(problems))
+
+
+def check_setup(model: Model, setup: TrainingSetup, tp: int = 1) -> None:
+    """Raise the ConfigError :func:`build_layer_graph` would raise for these arguments,
+    without building anything (so a sweep can check every setup before its workers start)."""
+    _check(model, setup, tp)
 
 
 def build_layer_graph(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:

@@ -43,7 +43,7 @@ __all__ = [
 DEFAULT_FRAMEWORK: Final = "overlap-all"
 _DATA_FILE: Final = "frameworks.toml"
 #: How a framework runs the attention core: ``unfused`` (QK^T, a materialised softmax and
-#: dropout, AV) or ``flash`` (one fused kernel per pass, :mod:`workloads.op_graphs`).
+#: dropout, AV) or ``flash`` (one fused kernel per pass, :mod:`workloads.attention_ops`).
 ATTENTION_KERNELS: Final = ("unfused", "flash")
 
 

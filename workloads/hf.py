@@ -13,7 +13,6 @@ does not change FLOPs or stashed bytes) and OPT's two-row position offset.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import fields
@@ -21,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_json
 from workloads.model import FfnKind, Model, NormKind, PositionKind
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "load_hf_config", "model_from_hf", "to_hf_config"]
 
 _GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"})
 _LLAMA_TYPES = ("llama", "mistral", "mixtral", "qwen2", "phi3")
+_KIND = {list: "array", dict: "object"}
 
 
 class _Reader:
@@ -63,6 +64,11 @@ class _Reader:
                 return None
             return default
         value = self.data[key]
+        if isinstance(value, list | dict):  # every key read here holds one number, flag or name
+            self.problems.append(
+                f"{key} = {value!r} must be a single value, not a JSON {_KIND[type(value)]}"
+            )
+            return None if default is ... else default
         if check is not None and not check(value):
             self.problems.append(f"unsupported value {key} = {value!r}")
         return value
@@ -411,16 +417,7 @@ def load_hf_config(path: str | Path) -> Model:
     """
     path = Path(path)
     source = str(path)
-    try:
-        text = path.read_text("utf-8")
-    except OSError as e:
-        raise ConfigError(f"{source}: cannot read the file ({e.strerror or e})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(
-            f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
-        ) from None
+    data = read_json(path, "model config")
     name = data.get("_name_or_path") if isinstance(data, dict) else None
     if not isinstance(name, str) or not name:
         name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem

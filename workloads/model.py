@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from phaze_common.errors import ConfigError
+from phaze_common.limits import MODEL_LIMITS, over_limit
 
 __all__ = ["FfnKind", "NormKind", "PositionKind", "Model", "padded_vocab"]
 
@@ -161,6 +162,12 @@ class Model:
         for f in flags:
             if not isinstance(getattr(self, f), bool):
                 problems.append(f"{f} = {getattr(self, f)!r} must be true or false")
+        problems += [
+            p
+            for f, limit in MODEL_LIMITS.items()
+            if (f != "embedding_dim" or self.embedding_dim != self.hidden)  # given, not derived
+            and (p := over_limit(f, getattr(self, f), limit, "far beyond any published model"))
+        ]
         for f in ("type_vocab", "shared_experts", "dense_layers"):
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

@@ -87,7 +87,7 @@ def _op(name: str, kind: OpKind, elements: int, flops: int, read: int, written: 
     )
 
 
-def _router_nodes(src: str, model: Model, T: int, p: int) -> list[Node]:
+def _router_nodes(src: str, model: Model, T: int, p: int, aux_loss: bool) -> list[Node]:
     h, E, k = model.hidden, model.experts, model.top_k
     topk = _op(
         "router.topk",
@@ -122,11 +122,11 @@ def _router_nodes(src: str, model: Model, T: int, p: int) -> list[Node]:
         read=2 * FP32_BYTES * T * E + FP32_BYTES * E,
         written=FP32_BYTES * T * E + p * T * E,
     )
-    return [
+    nodes = [
         Node(gemm("router", T, h, E, p), (src,), Grad.GEMM),
         Node(topk, ("router",), Grad.FUSED, backward=topk_bwd),
-        Node(aux, ("router",), Grad.FUSED, backward=aux_bwd),
     ]
+    return nodes + ([Node(aux, ("router",), Grad.FUSED, backward=aux_bwd)] if aux_loss else [])
 
 
 def _dispatch(src: str, model: Model, T: int, p: int) -> Node:
@@ -153,7 +153,7 @@ def _dispatch(src: str, model: Model, T: int, p: int) -> Node:
     )
 
 
-def _combine(outs: list[str], model: Model, T: int, p: int, shared: bool) -> Node:
+def _combine(outs: list[str], model: Model, T: int, p: int, shared: bool, aux_loss: bool) -> Node:
     h, k = model.hidden, model.top_k
     rows = T * k * h
     # zero fill + scatter-add (read the outputs, read-modify-write the target), multiply by
@@ -176,15 +176,18 @@ def _combine(outs: list[str], model: Model, T: int, p: int, shared: bool) -> Nod
         read=p * (3 * rows + 2 * T * h + T * k) + INDEX_BYTES * T * k,
         written=p * (3 * rows + T * k),
     )
-    inputs = (*outs, "router.topk", "router.aux_loss")
+    inputs = (*outs, "router.topk", *(("router.aux_loss",) if aux_loss else ()))
     return Node(forward, inputs, Grad.FUSED, backward=backward)
 
 
-def moe_nodes(nodes: list[Node], src: str, model: Model, T: int, p: int, ffn: Ffn) -> str:
+def moe_nodes(
+    nodes: list[Node], src: str, model: Model, T: int, p: int, ffn: Ffn, aux_loss: bool = True
+) -> str:
     """Append an MoE block's router, dispatch, routed experts (each ``ffn`` on its tokens),
     the shared experts (one ``ffn`` of their total width on every token) and combine to
-    ``nodes``; return the combine's name. ``T`` tokens per rank, ``p`` bytes per element."""
-    nodes += _router_nodes(src, model, T, p)
+    ``nodes``; return the combine's name. ``T`` tokens per rank, ``p`` bytes per element;
+    ``aux_loss``: the load-balancing loss (training only)."""
+    nodes += _router_nodes(src, model, T, p, aux_loss)
     nodes.append(_dispatch(src, model, T, p))
     width = model.expert_width
     outs = [
@@ -193,5 +196,5 @@ def moe_nodes(nodes: list[Node], src: str, model: Model, T: int, p: int, ffn: Ff
     shared = model.shared_experts
     if shared:
         outs.append(ffn("shared.", src, T, shared * width))
-    nodes.append(_combine(outs, model, T, p, bool(shared)))
+    nodes.append(_combine(outs, model, T, p, bool(shared), aux_loss))
     return "combine"

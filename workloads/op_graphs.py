@@ -14,16 +14,13 @@ MoE blocks (router, token permutation, experts, combine) come from :mod:`workloa
 the shared experts run as one dense FFN beside the routed ones.
 
 Independent work is kept as separate nodes so a scheduler can overlap it: unfused Q, K, V
-projections; the attention core split into up to :data:`MAX_HEAD_GROUPS` head groups; one
-GEMM chain per MoE expert; input- and weight-gradient GEMMs in the backward pass.
+projections; the attention core split into up to
+:data:`~workloads.attention_ops.MAX_HEAD_GROUPS` head groups; one GEMM chain per MoE expert;
+input- and weight-gradient GEMMs in the backward pass.
 
-The attention core follows the framework profile's kernel. ``unfused`` (Megatron-LM of 2022):
-QK^T, a softmax (and dropout) materialised over the full ``s x s`` scores, AV; its FLOPs
-count the full score matrix, also for causal models, as the closed forms do. ``flash``
-(FlashAttention-2, Dao 2023): one fused op per head group and pass, whose scores never
-leave the chip; it executes the ``B x B`` tiles (``B =`` :data:`FLASH_BLOCK`) at or below
-the diagonal for a causal model (:func:`flash_scores`), with the matmuls of QK^T and AV
-forward and five backward (the scores and probabilities recomputed, dV, dP, dQ, dK). Q/K/V biases ride in their GEMMs
+The attention core follows the framework profile's kernel, ``unfused`` or ``flash``
+(:mod:`workloads.attention_ops`); inference passes put their KV-cache cores in the same
+blocks (:func:`inference_block_graph`, :mod:`workloads.serving_ops`). Q/K/V biases ride in their GEMMs
 (cuBLAS epilogue, no FLOPs counted); FC1's bias is part of its fused bias + activation
 epilogue; row-parallel biases are added after the all-reduce in the fused
 bias-dropout-residual op, as Megatron does. Backward vector ops take twice their forward
@@ -32,7 +29,9 @@ FLOPs (a modelling convention: local derivative and chain-rule product per forwa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 
 from workloads._autodiff import (
     Grad,
@@ -44,44 +43,35 @@ from workloads._autodiff import (
     sub_graph,
     vector,
 )
+from workloads.attention_ops import (
+    ADD_FLOPS,
+    CORE_PREFIX,
+    DROPOUT_FLOPS,
+    flash_core,
+    unfused_core,
+)
 from workloads.framework import framework_profile
 from workloads.layer_graph import PassGraphs
-from workloads.memory import LSE_BYTES
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
-from workloads.moe_ops import expert_tokens, moe_nodes
-from workloads.ops import CollectiveKind, CoreType, Op, OpKind
+from workloads.moe_ops import moe_nodes
+from workloads.ops import CollectiveKind, OpGraph, OpKind
 from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
-    "FLASH_BLOCK",
-    "MAX_HEAD_GROUPS",
-    "flash_scores",
+    "NORM_FLOPS",
+    "AttentionCore",
     "embedding_pass_graphs",
     "block_pass_graphs",
     "head_pass_graphs",
-    "head_groups",
-    "expert_tokens",
+    "inference_block_graph",
+    "inference_embedding_graph",
 ]
 
-MAX_HEAD_GROUPS = 4  # attention head groups per shard (independent nodes for the scheduler)
-_CORE_PREFIX = "heads"  # op names of the attention core (QK^T, softmax, dropout, AV): heads0.qk
-
 # FLOPs per element of vector ops (an exp, tanh, division or rsqrt counts as one FLOP):
-_NORM_FLOPS = {
+NORM_FLOPS = {
     NormKind.LAYERNORM: 7,  # mean add, centre, square, variance add, normalise, scale, shift
     NormKind.RMSNORM: 4,  # square, add, normalise, scale
 }
-_SOFTMAX_FLOPS = 7  # scale, causal mask, max, subtract, exp, sum, divide
-# Fused attention, per executed score: scale, running max, subtract, exp, running sum (the
-# division is once per row); backward: scale, subtract the log-sum-exp, exp (recomputing
-# P), dS = P (dP - D) (subtract, multiply). Plus per row and key block, rescaling the
-# output accumulator (head_dim multiplies) forward; D = rowsum(dO o O) backward.
-_FLASH_FORWARD_FLOPS = 5
-_FLASH_BACKWARD_FLOPS = 5
-_FLASH_MATMULS_FORWARD = 2  # S = Q K^T, O = P V
-_FLASH_MATMULS_BACKWARD = 5  # S = Q K^T again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q
-FLASH_BLOCK = 128  # query and key tile of FlashAttention-2/3 kernels at head dimension 128
-_DROPOUT_FLOPS = 2  # compare a random draw with the keep probability, scale
 _GELU_FLOPS = 8  # tanh form: x^3 (2), x 0.044715, + x, x sqrt(2/pi), tanh, + 1, x 0.5x
 _RELU_FLOPS = 1
 _GATE_FLOPS = {
@@ -90,17 +80,23 @@ _GATE_FLOPS = {
 }
 _ROPE_FLOPS = 3  # x cos + rotate(x) sin: two multiplies, one add
 _BIAS_FLOPS = 1
-_ADD_FLOPS = 1
 _CE_MAX_FLOPS = 1  # running max over the local logits
 _CE_SOFTMAX_FLOPS = 3  # subtract max, exp, sum (and pick the target logit)
 _CE_LOSS_FLOPS = 2  # log of the sum, subtract the target logit (per token)
 _FP32_BYTES = 4  # cross-entropy statistics are all-reduced in fp32 (Megatron)
 
 
+#: ``core(nodes, q, k)`` appends an attention core reading the query and key tensors named
+#: ``q`` and ``k`` (values: ``v``) and returns the names of its outputs, which the output
+#: projection reads (:mod:`workloads.attention_ops`).
+AttentionCore = Callable[[list[Node], str, str], tuple[str, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class _Dims:
     """Per-shard sizes of one micro-batch: ``tokens`` for GEMMs, ``local`` for the ops that
-    sequence parallelism splits."""
+    sequence parallelism splits; ``b`` sequences of ``s`` tokens shape the training attention
+    core. ``training`` passes have the MoE auxiliary loss; inference passes do not."""
 
     b: int
     s: int
@@ -110,6 +106,7 @@ class _Dims:
     p: int
     sp: bool
     flash: bool
+    training: bool = True
 
     @classmethod
     def of(cls, setup: TrainingSetup, tp: int) -> _Dims:
@@ -120,29 +117,9 @@ class _Dims:
         return cls(b, s, b * s, local, tp, setup.precision_bytes, sp, flash)
 
 
-def head_groups(heads: int) -> tuple[int, ...]:
-    """Split a shard's ``heads`` into up to :data:`MAX_HEAD_GROUPS` near-equal groups.
-
-    >>> head_groups(12), head_groups(3)
-    ((3, 3, 3, 3), (1, 1, 1))
-    """
-    n = min(MAX_HEAD_GROUPS, heads)
-    return tuple(heads // n + (1 if i < heads % n else 0) for i in range(n))
-
-
-def flash_scores(s: int, causal: bool, block: int = FLASH_BLOCK) -> int:
-    """Scores a flash kernel computes per head: ``s^2``, or for a causal mask the ``B x B``
-    tiles at or below the diagonal, ``sum_i rows_i x min(s, (i + 1) B)`` over the query
-    tiles ``i``; ``s (s + B) / 2`` when ``B`` divides ``s``.
-
-    >>> flash_scores(256, False), flash_scores(256, True), 256 * (256 + 128) // 2
-    (65536, 49152, 49152)
-    >>> flash_scores(100, True)
-    10000
-    """
-    if not causal:
-        return s * s
-    return sum(min(block, s - q) * min(s, q + block) for q in range(0, s, block))
+def _inference_dims(tokens: int, tp: int, precision_bytes: int) -> _Dims:
+    """An inference pass over ``tokens`` tokens: no sequence parallelism, no training."""
+    return _Dims(1, tokens, tokens, tokens, tp, precision_bytes, False, True, training=False)
 
 
 def _pass_graphs(
@@ -188,15 +165,15 @@ def _column_parallel_input(nodes: list[Node], src: str, d: _Dims, width: int) ->
 def _norm(
     nodes: list[Node], name: str, src: tuple[str, ...], model: Model, d: _Dims, tp_next: bool
 ) -> str:
-    op = vector(name, OpKind.NORM, d.local * model.hidden, _NORM_FLOPS[model.norm], d.p)
+    op = vector(name, OpKind.NORM, d.local * model.hidden, NORM_FLOPS[model.norm], d.p)
     nodes.append(Node(op, src, enter_tp=tp_next and not d.sp))
     return name
 
 
 def _residual(nodes: list[Node], name: str, src: str, model: Model, d: _Dims) -> str:
     """(Bias +) (dropout +) residual add on the sequence-local tokens."""
-    flops = _ADD_FLOPS + (_BIAS_FLOPS if model.biases else 0)
-    flops += _DROPOUT_FLOPS if model.dropout else 0
+    flops = ADD_FLOPS + (_BIAS_FLOPS if model.biases else 0)
+    flops += DROPOUT_FLOPS if model.dropout else 0
     n = d.local * model.hidden
     op = vector(
         name, OpKind.ELEMENTWISE, n, flops, d.p, inputs=2, mask_bytes=n if model.dropout else 0
@@ -211,16 +188,19 @@ def _residual(nodes: list[Node], name: str, src: str, model: Model, d: _Dims) ->
 def _latent_norm(nodes: list[Node], name: str, src: str, width: int, model: Model, d: _Dims) -> str:
     """An MLA latent's norm on every token (replicated over the tensor-parallel group; its
     output feeds column-parallel up-projections)."""
-    op = vector(name, OpKind.NORM, d.tokens * width, _NORM_FLOPS[model.norm], d.p)
+    op = vector(name, OpKind.NORM, d.tokens * width, NORM_FLOPS[model.norm], d.p)
     nodes.append(Node(op, (src,), enter_tp=d.t > 1))
     return name
 
 
-def _mla_projections(nodes: list[Node], src: str, model: Model, d: _Dims) -> tuple[str, str]:
+def _mla_projections(
+    nodes: list[Node], src: str, model: Model, d: _Dims, kv_up: bool
+) -> tuple[str, str]:
     """Multi-head latent attention's Q, K, V as trained: replicated down-projections to the
     latents (and the shared rotary key part), their norms, column-parallel per-head
     up-projections; the rotary parts rotated. Nodes ``q``, ``k``, ``v`` (or ``q.rope``,
-    ``k.rope`` after rotation, returned) hold the per-head tensors the attention core reads."""
+    ``k.rope`` after rotation, returned) hold the per-head tensors the attention core reads.
+    Without ``kv_up`` K and V stay in the latent ``kv.down.norm`` (an absorbed decode)."""
     h, p, T, a_t = model.hidden, d.p, d.tokens, model.heads // d.t
     nope, rope, kr = model.qk_nope_head_dim, model.qk_rope_head_dim, model.kv_lora_rank
     q_src, q_width = src, h
@@ -231,20 +211,31 @@ def _mla_projections(nodes: list[Node], src: str, model: Model, d: _Dims) -> tup
     nodes.append(Node(gemm("q", T, q_width, a_t * (nope + rope), p), (q_src,), Grad.GEMM))
     nodes.append(Node(gemm("kv.down", T, h, kr + rope, p), (src,), Grad.GEMM))
     latent = _latent_norm(nodes, "kv.down.norm", "kv.down", kr, model, d)
-    nodes.append(Node(gemm("k", T, kr, a_t * nope, p), (latent,), Grad.GEMM))
-    nodes.append(Node(gemm("v", T, kr, a_t * model.v_head_dim, p), (latent,), Grad.GEMM))
+    if kv_up:
+        nodes.append(Node(gemm("k", T, kr, a_t * nope, p), (latent,), Grad.GEMM))
+        nodes.append(Node(gemm("v", T, kr, a_t * model.v_head_dim, p), (latent,), Grad.GEMM))
     q_rope = vector("q.rope", OpKind.ELEMENTWISE, T * a_t * rope, _ROPE_FLOPS, p)
     k_rope = vector("k.rope", OpKind.ELEMENTWISE, T * rope, _ROPE_FLOPS, p, inputs=2)
-    nodes += [Node(q_rope, ("q",)), Node(k_rope, ("k", "kv.down"), enter_tp=d.t > 1)]
+    k_inputs = ("k", "kv.down") if kv_up else ("kv.down",)
+    nodes += [Node(q_rope, ("q",)), Node(k_rope, k_inputs, enter_tp=d.t > 1)]
     return "q.rope", "k.rope"
 
 
-def _attention(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
+def _attention(
+    nodes: list[Node],
+    src: str,
+    model: Model,
+    d: _Dims,
+    core: AttentionCore | None = None,
+    kv_up: bool = True,
+) -> str:
+    """Q, K, V projections, the attention core (``core``, else the framework profile's
+    training kernel) and the output projection; ``kv_up``: see :func:`_mla_projections`."""
     h, hd, p, t, T = model.hidden, model.head_dim, d.p, d.t, d.tokens
     a_t, g_t = model.heads // t, model.kv_heads // t
     bias = model.biases
     if model.mla:
-        q_in, k_in = _mla_projections(nodes, src, model, d)
+        q_in, k_in = _mla_projections(nodes, src, model, d, kv_up)
     else:
         q = gemm("q", T, h, a_t * hd, p, bias=bias)
         k = gemm("k", T, h, g_t * hd, p, bias=bias)
@@ -260,112 +251,14 @@ def _attention(nodes: list[Node], src: str, model: Model, d: _Dims) -> str:
             rope = vector(f"{name}.rope", OpKind.ELEMENTWISE, T * width * hd, _ROPE_FLOPS, p)
             nodes.append(Node(rope, (name,)))
         q_in, k_in = "q.rope", "k.rope"
-    if d.flash:
-        return _flash_attention(nodes, (q_in, k_in, "v"), model, d)
-    outputs = []
-    for i, hg in enumerate(head_groups(a_t)):
-        bh, s = d.b * hg, d.s
-        qk = gemm(f"{_CORE_PREFIX}{i}.qk", s, hd, s, p, batch=bh, batched=True)
-        nodes.append(Node(qk, (q_in, k_in), Grad.BGEMM))
-        scores = qk.name
-        if model.positions is PositionKind.ALIBI:  # a fixed bias per head and distance
-            alibi = vector(
-                f"{_CORE_PREFIX}{i}.alibi", OpKind.ELEMENTWISE, bh * s * s, _ADD_FLOPS, p
-            )
-            nodes.append(Node(alibi, (scores,)))
-            scores = alibi.name
-        sm = vector(f"{_CORE_PREFIX}{i}.softmax", OpKind.SOFTMAX, bh * s * s, _SOFTMAX_FLOPS, p)
-        nodes.append(Node(sm, (scores,)))
-        probs = sm.name
-        if model.dropout:
-            n = bh * s * s
-            dr = vector(
-                f"{_CORE_PREFIX}{i}.dropout", OpKind.ELEMENTWISE, n, _DROPOUT_FLOPS, p, mask_bytes=n
-            )
-            nodes.append(Node(dr, (probs,)))
-            probs = dr.name
-        av = gemm(f"{_CORE_PREFIX}{i}.av", s, s, model.value_head_dim, p, batch=bh, batched=True)
-        nodes.append(Node(av, (probs, "v"), Grad.BGEMM))
-        outputs.append(av.name)
+    if core is None:
+        kernel = flash_core if d.flash else unfused_core
+        outputs = kernel(nodes, q_in, k_in, model, d.b, d.s, t, p)
+    else:
+        outputs = core(nodes, q_in, k_in)
     proj = gemm("proj", T, a_t * model.value_head_dim, h, p)
-    nodes.append(Node(proj, tuple(outputs), Grad.GEMM))
+    nodes.append(Node(proj, outputs, Grad.GEMM))
     return proj.name
-
-
-def _flash_attention(nodes: list[Node], qkv: tuple[str, ...], model: Model, d: _Dims) -> str:
-    """One fused forward op per head group (its backward the node's fused backward op), then
-    the output projection. Each op's shape is ``matmuls x b x heads`` products of
-    ``(s x d_head) @ (d_head x n)``, ``n`` the executed keys per query (rounded up), so its
-    MACs are the executed tiles'; its bytes are Q, K, V and O (and the log-sum-exp). With
-    MLA's wider query/key than value heads, ``d_head`` is their mean (the same MACs)."""
-    h, p, t, s = model.hidden, d.p, d.t, d.s
-    hd = (model.head_dim + model.value_head_dim) // 2
-    a_t, g_t = model.heads // t, model.kv_heads // t
-    keys = -(-flash_scores(s, model.causal) // s)
-    scores = s * keys
-    row = p * d.b * s * hd  # one head's Q, K, V, O or their gradients
-    lse = LSE_BYTES * d.b * s
-    extra = (_ADD_FLOPS if model.positions is PositionKind.ALIBI else 0) + (
-        _DROPOUT_FLOPS if model.dropout else 0
-    )
-    outputs = []
-    for i, hg in enumerate(head_groups(a_t)):
-        bh, kv = d.b * hg, -(-hg * g_t // a_t)
-        rescale = bh * s * -(-keys // FLASH_BLOCK) * hd
-        name = f"{_CORE_PREFIX}{i}.flash"
-        forward = _fused(
-            name,
-            OpKind.ATTENTION_FORWARD,
-            _FLASH_MATMULS_FORWARD * bh,
-            (s, hd, keys),
-            epilogue=bh * scores * (_FLASH_FORWARD_FLOPS + extra) + rescale,
-            read=row * (hg + 2 * kv),
-            written=row * hg + lse * hg,
-        )
-        backward = _fused(
-            f"{name}.bwd",
-            OpKind.ATTENTION_BACKWARD,
-            _FLASH_MATMULS_BACKWARD * bh,
-            (s, hd, keys),
-            epilogue=bh * scores * (_FLASH_BACKWARD_FLOPS + extra) + 2 * bh * s * hd,
-            read=row * (3 * hg + 2 * kv) + lse * hg,
-            written=row * (hg + 2 * kv),
-        )
-        nodes.append(Node(forward, qkv, Grad.FUSED, backward=backward))
-        outputs.append(name)
-    proj = gemm("proj", d.tokens, a_t * model.value_head_dim, h, p)
-    nodes.append(Node(proj, tuple(outputs), Grad.GEMM))
-    return proj.name
-
-
-def _fused(
-    name: str,
-    kind: OpKind,
-    batch: int,
-    mkn: tuple[int, int, int],
-    *,
-    epilogue: int,
-    read: int,
-    written: int,
-) -> Op:
-    """A fused attention op: ``batch`` (m x k) @ (k x n) products with ``epilogue`` vector
-    FLOPs beside them, reading and writing only the given bytes."""
-    m, k, n = mkn
-    macs = batch * m * k * n
-    return Op(
-        name=name,
-        kind=kind,
-        core=CoreType.TC_AND_VC,
-        flops=2 * macs + epilogue,
-        bytes_read=read,
-        bytes_written=written,
-        batch=batch,
-        m=m,
-        k=k,
-        n=n,
-        elements=batch * m * n,
-        epilogue_flops=epilogue,
-    )
 
 
 def _ffn(
@@ -409,11 +302,13 @@ def _ffn_or_moe(nodes: list[Node], x: str, model: Model, d: _Dims, dense: bool) 
         def ffn(prefix: str, src: str, tokens: int, width: int) -> str:
             return _ffn(nodes, prefix, src, tokens, model, d, width)
 
-        return moe_nodes(nodes, x, model, d.tokens, d.p, ffn)
+        return moe_nodes(nodes, x, model, d.tokens, d.p, ffn, aux_loss=d.training)
     return _ffn(nodes, "", x, d.tokens, model, d, model.ffn_hidden)
 
 
-def _parallel_block_nodes(model: Model, d: _Dims, dense: bool) -> list[Node]:
+def _parallel_block_nodes(
+    model: Model, d: _Dims, dense: bool, attention: Callable[[list[Node], str], str]
+) -> list[Node]:
     """Attention and FFN on the same (normalised) block input, one residual add of both."""
     nodes: list[Node] = []
     h = model.hidden
@@ -423,10 +318,10 @@ def _parallel_block_nodes(model: Model, d: _Dims, dense: bool) -> list[Node]:
     if model.block_norms == 2:
         y = _norm(nodes, "ln2", (), model, d, tp_next=True)
         y = _column_parallel_input(nodes, y, d, h)
-    a = _row_parallel_reduce(nodes, _attention(nodes, x, model, d), d, h)
+    a = _row_parallel_reduce(nodes, attention(nodes, x), d, h)
     f = _row_parallel_reduce(nodes, _ffn_or_moe(nodes, y, model, d, dense), d, h)
-    flops = 2 * _ADD_FLOPS + (2 * _BIAS_FLOPS if model.biases else 0)
-    flops += 2 * _DROPOUT_FLOPS if model.dropout else 0
+    flops = 2 * ADD_FLOPS + (2 * _BIAS_FLOPS if model.biases else 0)
+    flops += 2 * DROPOUT_FLOPS if model.dropout else 0
     n = d.local * h
     mask = 2 * n if model.dropout else 0
     op = vector("residual", OpKind.ELEMENTWISE, n, flops, d.p, inputs=3, mask_bytes=mask)
@@ -434,15 +329,18 @@ def _parallel_block_nodes(model: Model, d: _Dims, dense: bool) -> list[Node]:
     return nodes
 
 
-def _block_nodes(model: Model, d: _Dims, dense: bool) -> list[Node]:
+def _block_nodes(
+    model: Model, d: _Dims, dense: bool, core: AttentionCore | None = None, kv_up: bool = True
+) -> list[Node]:
+    attention = partial(_attention, model=model, d=d, core=core, kv_up=kv_up)
     if model.parallel_block:
-        return _parallel_block_nodes(model, d, dense)
+        return _parallel_block_nodes(model, d, dense, attention)
     nodes: list[Node] = []
     h = model.hidden
     post = model.block_norms == 4  # Gemma 2: each sub-layer's output is normalised too
     x = _norm(nodes, "ln1", (), model, d, tp_next=True)
     x = _column_parallel_input(nodes, x, d, h)
-    x = _attention(nodes, x, model, d)
+    x = attention(nodes, x)
     x = _row_parallel_reduce(nodes, x, d, h)
     if post:
         x = _norm(nodes, "attn.post_norm", (x,), model, d, tp_next=False)
@@ -468,10 +366,27 @@ def block_pass_graphs(
         case Recompute.NONE:
             keep: frozenset[str] | None = _EMPTY
         case Recompute.SELECTIVE:
-            keep = frozenset(n.op.name for n in nodes if n.op.name.startswith(_CORE_PREFIX))
+            keep = frozenset(n.op.name for n in nodes if n.op.name.startswith(CORE_PREFIX))
         case Recompute.FULL:
             keep = None
     return _pass_graphs(nodes, d, keep)
+
+
+def inference_block_graph(
+    model: Model,
+    tokens: int,
+    tp: int,
+    precision_bytes: int,
+    core: AttentionCore,
+    *,
+    kv_up: bool = True,
+    dense: bool = False,
+) -> OpGraph:
+    """One block's forward graph on ``tokens`` tokens per shard as inference runs it: no
+    dropout, no MoE auxiliary loss, no sequence parallelism, the attention ``core`` given
+    (``kv_up``: see :func:`_mla_projections`)."""
+    d = _inference_dims(tokens, tp, precision_bytes)
+    return forward_graph(_block_nodes(replace(model, dropout=False), d, dense, core, kv_up))
 
 
 # ---- embedding and head ------------------------------------------------------------------
@@ -481,6 +396,16 @@ def embedding_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGr
     """Vocab-parallel lookup, its reduction, (OPT project-in,) position/type add, dropout,
     (BERT embedding norm). Never recomputed."""
     d = _Dims.of(setup, tp)
+    return _pass_graphs(_embedding_nodes(model, d), d, _EMPTY)
+
+
+def inference_embedding_graph(model: Model, tokens: int, tp: int, precision_bytes: int) -> OpGraph:
+    """The embedding's forward graph on ``tokens`` tokens as inference runs it (no dropout)."""
+    d = _inference_dims(tokens, tp, precision_bytes)
+    return forward_graph(_embedding_nodes(replace(model, dropout=False), d))
+
+
+def _embedding_nodes(model: Model, d: _Dims) -> list[Node]:
     h, e, p, T = model.hidden, model.embedding_dim, d.p, d.tokens
     nodes: list[Node] = []
     lookup = vector("embed.lookup", OpKind.ELEMENTWISE, T * e, 0, p)
@@ -496,7 +421,7 @@ def embedding_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGr
             "embed.add_positions",
             OpKind.ELEMENTWISE,
             d.local * h,
-            adds * _ADD_FLOPS,
+            adds * ADD_FLOPS,
             p,
             inputs=1 + adds,
         )
@@ -506,9 +431,9 @@ def embedding_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGr
         x = _norm(nodes, "embed.norm", (x,), model, d, tp_next=False)
     if model.dropout:
         n = d.local * h
-        op = vector("embed.dropout", OpKind.ELEMENTWISE, n, _DROPOUT_FLOPS, p, mask_bytes=n)
+        op = vector("embed.dropout", OpKind.ELEMENTWISE, n, DROPOUT_FLOPS, p, mask_bytes=n)
         nodes.append(Node(op, (x,)))
-    return _pass_graphs(nodes, d, _EMPTY)
+    return nodes
 
 
 def head_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:

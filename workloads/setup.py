@@ -56,7 +56,8 @@ class TrainingSetup:
         tensor-parallel group.
     tokens_to_train : overrides the model's published token budget for whole-job figures.
     state_bytes_per_parameter : weights + gradients + optimizer state per parameter; None
-        derives it with :func:`optimizer_state_bytes` (18 for Adam in mixed precision).
+        derives it with :func:`optimizer_state_bytes` (18 for Adam in mixed precision); at
+        least :attr:`least_state_bytes_per_parameter` (16).
     framework : the framework overlap profile (:mod:`workloads.framework`).
     """
 
@@ -94,6 +95,17 @@ class TrainingSetup:
             value = getattr(self, f)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 problems.append(f"{f} = {value!r} must be a positive integer or unset")
+        if not problems and self.state_bytes_per_parameter is not None:
+            least = self.least_state_bytes_per_parameter
+            if self.state_bytes_per_parameter < least:
+                problems.append(
+                    f"state_bytes_per_parameter = {self.state_bytes_per_parameter} must cover the "
+                    f"weights ({self.precision_bytes} B), their gradients (at least "
+                    f"{self.precision_bytes} B) and the {self.optimizer} optimizer's state "
+                    f"({self.optimizer_bytes_per_parameter} B): at least {least} B per parameter "
+                    f"({optimizer_state_bytes(self.optimizer, self.precision_bytes)} with fp32 "
+                    "gradients, as Megatron-LM keeps them)"
+                )
         if not problems and self.global_batch % self.micro_batch:
             problems.append(
                 f"global_batch = {self.global_batch} must be a multiple of "
@@ -115,6 +127,13 @@ class TrainingSetup:
         narrower, and Adam's two fp32 moments (SGD's one), the part ZeRO stage 1 shards."""
         master = 4 if self.precision_bytes < 4 else 0
         return master + (8 if self.optimizer == "adam" else 4)
+
+    @property
+    def least_state_bytes_per_parameter(self) -> int:
+        """The least training state per parameter: the weights, gradients in the weights'
+        format and the optimizer's state (16 B for Adam in mixed precision: Rajbhandari et al.,
+        ZeRO, 2020, §3.1)."""
+        return 2 * self.precision_bytes + self.optimizer_bytes_per_parameter
 
     @property
     def micro_batches(self) -> int:

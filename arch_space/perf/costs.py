@@ -368,6 +368,7 @@ def _estimate(
         clock_hz=clock,
         glb_bytes_per_s=glb_bytes_per_s,
         bytes_per_element=acc.bytes_per_element,
+        accumulator_bytes=settings.accumulator_bytes,
     )
     gi = w.gemm_index
     buf_read = w.vector_buffer_read + _scatter(size, gi, g.buffer_read_bytes)

@@ -2,8 +2,9 @@
 
 ``arch_space/data/devices.toml`` holds, per preset, the sustained share of the tensor-core
 peak a GEMM reaches, the share of the chip's compute a collective holds while it runs beside
-other ops, the collective bus bandwidth measured at each message size inside one node, and
-the parameters fitted where no measurement exists (each with its source). A design gets a
+other ops, the collective bus bandwidth measured at each message size inside one node (and
+an inference engine's own all-reduce where measured), and the parameters fitted where no
+measurement exists (each with its source). A design gets a
 preset's table when it equals the preset in every field the op model reads (its name and HBM
 capacity aside), so the timing copies of a preset that drop those fields keep it; every other
 design that is not a preset gets the ``generic`` table (:func:`generic_profile`): a
@@ -102,7 +103,8 @@ class DeviceProfile:
     ``attention_backward_fraction`` cap a fused attention kernel's matmul FLOP rate at that
     share of the tensor-core peak (measured FlashAttention rates);
     ``collective_compute_share`` is the share of the compute a collective holds while it
-    runs beside other ops; ``intra_node`` the measured collective bandwidth inside a node.
+    runs beside other ops; ``intra_node`` the measured collective bandwidth inside a node,
+    ``custom_all_reduce`` an inference engine's own all-reduce there (:meth:`for_serving`).
     ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
     ``board_limit_w`` is the board's power limit (a preset's, ``system.toml``): the op
     model holds each op's energy to it times the op's time (the sustained rates above
@@ -116,6 +118,7 @@ class DeviceProfile:
     attention_backward_fraction: float = 1.0
     collective_compute_share: float = 0.0
     intra_node: CollectiveCurve | None = None
+    custom_all_reduce: CollectiveCurve | None = None
     fitted: tuple[str, ...] = ()
     provenance: str = ""
     board_limit_w: float = math.inf
@@ -123,6 +126,26 @@ class DeviceProfile:
     def alone(self) -> DeviceProfile:
         """The device running one benchmark kernel alone, at its benchmark clock."""
         return dataclasses.replace(self, sustained_clock_fraction=1.0)
+
+    def for_serving(self) -> DeviceProfile:
+        """The device under an inference engine whose all-reduce is ``custom_all_reduce``:
+        inside a node, collectives up to its largest measured size run at its bus bandwidth,
+        larger ones at ``intra_node``'s (unchanged without a measurement)."""
+        custom, nccl = self.custom_all_reduce, self.intra_node
+        if custom is None:
+            return self
+        if nccl is not None:
+            largest = custom.size_bytes[-1]
+            points = zip(nccl.size_bytes, nccl.busbw_bytes_per_s, strict=True)
+            above = [(s, b) for s, b in points if s > largest]
+            scale = custom.line_rate_bytes_per_s / nccl.line_rate_bytes_per_s
+            custom = dataclasses.replace(
+                custom,
+                size_bytes=custom.size_bytes + tuple(s for s, _ in above),
+                busbw_bytes_per_s=custom.busbw_bytes_per_s + tuple(b * scale for _, b in above),
+                ring_busbw_bytes_per_s=nccl.ring_busbw_bytes_per_s * scale,
+            )
+        return dataclasses.replace(self, intra_node=custom)
 
 
 MODELLED: Final = DeviceProfile()
@@ -170,11 +193,31 @@ def _curve(data: Mapping[str, Any], owner: str, problems: list[str]) -> Collecti
     )
 
 
+def _latency_curve(
+    data: Mapping[str, Any], owner: str, problems: list[str]
+) -> CollectiveCurve | None:
+    """An all-reduce measured as latency by message size, as the bus bandwidth of the
+    nccl-tests convention: ``2 (n - 1) / n x size / latency``."""
+    sizes, latencies = data.get("size_bytes", ()), data.get("latency_s", ())
+    devices = data.get("devices")
+    if not (len(latencies) == len(sizes) and all(_number(x) and x > 0 for x in latencies)):
+        problems.append(
+            f"{owner}.custom_all_reduce: latency_s must list a positive time per size_bytes"
+        )
+    if not (isinstance(devices, int) and not isinstance(devices, bool) and devices >= 2):
+        devices = 2  # _curve names the problem
+    factor = 2 * (devices - 1) / devices
+    points = zip(sizes, latencies, strict=False)  # unequal lengths are named above
+    busbw = [factor * s / t for s, t in points if _number(t) and t > 0]
+    table = {k: v for k, v in data.items() if k != "latency_s"}
+    return _curve({**table, "busbw_bytes_per_s": busbw}, f"{owner}.custom_all_reduce", problems)
+
+
 def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> DeviceProfile:
     """The profile of preset ``name`` from one table of ``devices.toml`` (or a calibration
     file's), every problem named in one ConfigError."""
     problems: list[str] = []
-    known = {*_FRACTIONS, "collective_compute_share", "intra_node", "fitted"}
+    known = {*_FRACTIONS, "collective_compute_share", "intra_node", "custom_all_reduce", "fitted"}
     for key in data:
         if key not in known:
             problems.append(f"{owner}: {unknown_name('key', key, known)}")
@@ -195,11 +238,14 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
             problems.append(f"{where}: {key} = {v!r} must be in (0, 1]")
         values[key] = v
     curve = _curve(data["intra_node"], owner, problems) if "intra_node" in data else None
+    custom = data.get("custom_all_reduce")
+    custom = _latency_curve(custom, owner, problems) if custom is not None else None
     if problems:
         raise ConfigError("; ".join(problems))
     return DeviceProfile(
         name=name,
         intra_node=curve,
+        custom_all_reduce=custom,
         fitted=tuple(k for k in FITTED_NAMES if k in fitted),
         provenance=provenance,
         board_limit_w=preset_board_limit_w(name),

@@ -5,16 +5,22 @@ All functions take float64 arrays with one entry per GEMM (``batch`` independent
 
 *Compute.* The work unit of a weight-stationary array is one column fold (``cols`` output
 columns) of one chunk of ``mc`` input rows, run through all ``ceil(k/rows)`` row folds so the
-K reduction stays inside the core (no cross-core partial sums). The ``batch * ceil(n/cols) * s``
-units of a split of m into ``s`` chunks run on ``cores`` cores in ``ceil(units / cores)``
-waves (wave quantisation); each unit costs ``ceil(k/rows) * fold_cycles(mc)``. A finer split
-fills more cores but pays the per-fold load, fill and drain more often; the split with the
-least time (compute against buffer bandwidth) is taken.
+K reduction stays inside the core. The ``batch * ceil(n/cols) * s`` units of a split of m
+into ``s`` chunks run on ``cores`` cores in ``ceil(units / cores)`` waves (wave
+quantisation); each unit costs ``ceil(k/rows) * fold_cycles(mc)``. A finer split fills more
+cores but pays the per-fold load, fill and drain more often. A GEMM with fewer
+``rows x cols`` output tiles than cores (a decode step's ``m`` of a few tokens) may split K
+instead (split-K, as cuBLAS and CUTLASS do for such shapes): ``q`` units per output tile
+each run ``ceil(ceil(k/rows) / q)`` row folds, and their fp32 partial sums meet in the
+buffer. The split (of m, or of K) with the least time (compute against buffer bandwidth) is
+taken.
 
 *Buffer traffic* (global buffer <-> cores, bytes): every unit loads its weights
-(``k x cols``); input rows are multicast to all cores working on the same rows, so they cross
-the buffer port once per group of ``cores`` column folds; outputs are written once (partial
-sums accumulate in the cores). HBM fills and drains also pass through the buffer.
+(``k x cols``, its share of them under split-K); input rows are multicast to all cores
+working on the same rows, so they cross the buffer port once per group of ``cores`` column
+folds; outputs are written once (partial sums accumulate in the cores), split-K's ``q``
+partial outputs are written and read back by the reduction at ``accumulator_bytes`` per
+element. HBM fills and drains also pass through the buffer.
 
 *HBM traffic.* An output tile ``tm x tn`` stays in the buffer (fp32 accumulators) while
 double-buffered ``tm x tk`` input and ``tk x tn`` weight panels stream along K (``tk`` = one
@@ -97,6 +103,7 @@ def gemm_terms(
     clock_hz: float,
     glb_bytes_per_s: float,
     bytes_per_element: int,
+    accumulator_bytes: int,
 ) -> GemmTerms:
     """Compute and buffer time of the best split over ``cores`` arrays, and the traffic.
 
@@ -107,17 +114,25 @@ def gemm_terms(
     b, m, k, n = (a[:, None] for a in (g.batch, g.m, g.k, g.n))
     row_folds = np.ceil(k / rows)
     col_folds = np.ceil(n / cols)
-    s = _SPLITS[None, :]
-    waves = np.ceil(b * col_folds * s / cores)
-    compute_s = waves * row_folds * fold_cycles(rows, cols, np.ceil(m / s)) / clock_hz
+    # candidate (m split, K split) pairs: the m splits with K whole, then the K splits (no
+    # more than the cores: more would only add waves) of an unsplit m
+    k_splits = _SPLITS[1:][_SPLITS[1:] <= cores]
+    s = np.concatenate([_SPLITS, np.ones(len(k_splits))])[None, :]
+    q = np.concatenate([np.ones(len(_SPLITS)), k_splits])[None, :]
+    waves = np.ceil(b * col_folds * s * q / cores)
+    unit_folds = np.ceil(row_folds / q)
+    compute_s = waves * unit_folds * fold_cycles(rows, cols, np.ceil(m / s)) / clock_hz
 
     hbm_read, hbm_write = hbm
     input_passes = np.ceil(col_folds / np.minimum(col_folds, cores))
-    buffer_reads = e * b * (m * k * input_passes + k * n * s) + hbm_write[:, None]
-    buffer_writes = e * g.batch * g.m * g.n + hbm_read  # the same for every split
-    buffer_s = (buffer_reads + buffer_writes[:, None]) / glb_bytes_per_s
+    partials = np.where(q > 1, accumulator_bytes * b * m * n * q, 0.0)  # written, read back
+    buffer_reads = e * b * (m * k * input_passes + k * n * s) + hbm_write[:, None] + partials
+    buffer_writes = (e * g.batch * g.m * g.n + hbm_read)[:, None] + partials
+    buffer_s = (buffer_reads + buffer_writes) / glb_bytes_per_s
 
-    score = np.where(s <= m, np.maximum(compute_s, buffer_s), np.inf)
+    few_tiles = b * col_folds * np.ceil(m / rows) < cores
+    valid = (s <= m) & ((q == 1) | (few_tiles & (q <= row_folds)))
+    score = np.where(valid, np.maximum(compute_s, buffer_s), np.inf)
     best = np.argmin(score, axis=1)[:, None]
 
     def pick(a: np.ndarray) -> np.ndarray:
@@ -127,5 +142,5 @@ def gemm_terms(
         compute_s=pick(compute_s),
         buffer_s=pick(buffer_s),
         buffer_read_bytes=pick(buffer_reads),
-        buffer_write_bytes=buffer_writes,
+        buffer_write_bytes=pick(buffer_writes),
     )

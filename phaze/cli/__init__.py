@@ -4,19 +4,91 @@ Each command module under ``phaze.cli`` is thin: parse, one API call, render. Ex
 0 success; 1 a fixable error (one ``Error:`` line, no traceback); 2 a usage error;
 3 the command ran but found no feasible point, or ``validate`` is outside tolerance;
 130 interrupted (Ctrl-C).
+
+The commands are listed in one place, :data:`COMMANDS`, with the one-line help that
+``phaze --help`` shows; a command's module (and with it numpy, matplotlib and the models) is
+imported only when that command runs, so the command line starts at once.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
+from types import MappingProxyType
+from typing import Final
 
 import click
 
 from phaze import __version__
 from phaze_common.errors import ConfigError, Infeasible, PhazeError
 
-__all__ = ["main", "cli", "NoFeasiblePoint", "INTERRUPTED"]
+__all__ = ["main", "cli", "NoFeasiblePoint", "INTERRUPTED", "COMMANDS"]
+
+#: Every command: (module:attribute, the first sentence of its help). A test holds the text
+#: to the command's own.
+COMMANDS: Final = MappingProxyType(
+    {
+        "sweep": (
+            "phaze.cli.sweep_cmd:sweep",
+            "Sweep designs x workloads x training knobs; with no arguments, the built-in quick "
+            "sweep.",
+        ),
+        "evaluate": (
+            "phaze.cli.evaluate_cmd:evaluate",
+            "Iteration time, throughput, MFU and memory of one design, and its placement.",
+        ),
+        "report": (
+            "phaze.cli.report_cmd:report",
+            "Write the self-contained HTML report of the sweep in DIR and print its path.",
+        ),
+        "pareto": (
+            "phaze.cli.report_cmd:pareto_cmd",
+            "Print the Pareto-optimal points of the sweep in DIR.",
+        ),
+        "export": (
+            "phaze.cli.report_cmd:export",
+            "Export every stored point of the sweep in DIR (all columns, SI units).",
+        ),
+        "workloads": (
+            "phaze.cli.workloads_cmd:workloads",
+            "LLM workloads: the model catalog, FLOPs, memory and layer graphs.",
+        ),
+        "arch": (
+            "phaze.cli.arch_cmd:arch",
+            "Accelerators: presets, custom designs, and their area, power, cost and carbon.",
+        ),
+        "space": (
+            "phaze.cli.space_cmd:space",
+            "Accelerator design spaces: the shipped ones (default, tiny) or a TOML file.",
+        ),
+        "schedule": (
+            "phaze.cli.schedule_cmd:schedule",
+            "Schedule one layer pass's ops on an accelerator's tensor and vector cores.",
+        ),
+        "place": (
+            "phaze.cli.place_cmd:place",
+            "Best pipeline stages, tensor- and data-parallel degree for a placement instance.",
+        ),
+        "validate": (
+            "phaze.cli.validate_cmd:validate",
+            "Compare the models with published measurements (exit 3 if outside tolerance).",
+        ),
+    }
+)
+# validate's subcommands that live in modules of their own
+_VALIDATE_MORE: Final = (
+    "phaze.cli.validate_megatron_cmd:megatron",
+    "phaze.cli.validate_energy_cmd:energy",
+    "phaze.cli.validate_cost_cmd:cost",
+    "phaze.cli.validate_runs_cmd:runs",
+)
+
+
+def _load(spec: str) -> click.Command:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
 
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 
@@ -28,7 +100,31 @@ class NoFeasiblePoint(click.ClickException):
 
 
 class _PhazeGroup(click.Group):
-    """Turns Phaze's own errors into one-line messages with the documented exit codes."""
+    """Turns Phaze's own errors into one-line messages with the documented exit codes, and
+    imports a command's module only when it runs (:data:`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        command = _load(COMMANDS[cmd_name][0])
+        if cmd_name == "validate":
+            for spec in _VALIDATE_MORE:
+                sub = _load(spec)
+                command.add_command(sub)  # type: ignore[attr-defined]
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from :data:`COMMANDS`, laid out as click does, nothing imported."""
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [
+            (name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit))
+            for name in sorted(COMMANDS)
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -57,45 +153,6 @@ def cli(verbose: int) -> None:
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
-
-
-def _register() -> None:
-    """Add every command module's command to the group (explicitly, in one place)."""
-    from phaze.cli import (
-        arch_cmd,
-        evaluate_cmd,
-        place_cmd,
-        report_cmd,
-        schedule_cmd,
-        space_cmd,
-        sweep_cmd,
-        validate_cmd,
-        validate_energy_cmd,
-        validate_megatron_cmd,
-        validate_runs_cmd,
-        workloads_cmd,
-    )
-
-    validate_cmd.validate.add_command(validate_megatron_cmd.megatron)
-    validate_cmd.validate.add_command(validate_energy_cmd.energy)
-    validate_cmd.validate.add_command(validate_runs_cmd.runs)
-    for command in (
-        sweep_cmd.sweep,
-        evaluate_cmd.evaluate,
-        report_cmd.report,
-        report_cmd.pareto_cmd,
-        report_cmd.export,
-        workloads_cmd.workloads,
-        arch_cmd.arch,
-        space_cmd.space,
-        schedule_cmd.schedule,
-        place_cmd.place,
-        validate_cmd.validate,
-    ):
-        cli.add_command(command)
-
-
-_register()
 
 
 def main() -> None:

@@ -11,14 +11,40 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from enum import Enum
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 import click
 import numpy as np
 
-__all__ = ["SCHEMA_VERSION", "echo_json", "to_jsonable", "table"]
+from results.schema import SCHEMA_VERSION as POINTS_SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
+__all__ = ["JSON_SCHEMA_VERSIONS", "echo_json", "to_jsonable", "table"]
+
+#: The ``schema_version`` of each command's ``--json`` document, by command (docs/architecture.md,
+#: "JSON documents"). A document kind's version rises when its keys change meaning or go away.
+#: ``export`` and ``pareto`` print stored points, whose keys are the store's columns, so
+#: theirs is the store's schema version (:data:`results.schema.SCHEMA_VERSION`).
+JSON_SCHEMA_VERSIONS: Final = MappingProxyType(
+    {
+        "sweep": 1,
+        "evaluate": 1,
+        "export": POINTS_SCHEMA_VERSION,
+        "pareto": POINTS_SCHEMA_VERSION,
+        "workloads list": 1,
+        "workloads show": 1,
+        "arch list": 1,
+        "arch show": 1,
+        "space show": 1,
+        "schedule": 1,
+        "place": 1,
+        "validate gemm": 1,
+        "validate megatron": 1,
+        "validate energy": 1,
+        "validate cost": 1,
+        "validate runs": 1,
+    }
+)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -41,9 +67,13 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def echo_json(doc: Mapping[str, Any]) -> None:
-    """Print exactly one JSON object on stdout, with ``schema_version`` first."""
-    out = {"schema_version": SCHEMA_VERSION, **to_jsonable(doc)}
-    click.echo(json.dumps(out, indent=2))
+    """Print exactly one JSON object on stdout, with the running command's
+    ``schema_version`` first (:data:`JSON_SCHEMA_VERSIONS`)."""
+    kind = click.get_current_context().command_path.partition(" ")[2]
+    version = JSON_SCHEMA_VERSIONS[kind]
+    body = to_jsonable(doc)
+    assert body.pop("schema_version", version) == version, (kind, doc["schema_version"])
+    click.echo(json.dumps({"schema_version": version, **body}, indent=2))
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:

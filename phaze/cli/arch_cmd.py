@@ -17,7 +17,7 @@ from arch_space.presets import preset, preset_names
 from arch_space.summary import describe
 from arch_space.tech import tech_node, tech_overrides_from_toml
 from phaze.cli._render import echo_json, table, to_jsonable
-from results.units import fmt_percent, fmt_quantity
+from results.units import fmt_column, fmt_percent, fmt_quantity
 
 __all__ = ["arch"]
 
@@ -72,6 +72,14 @@ def list_cmd(
     if as_json:
         echo_json({"accelerators": docs})
         return
+    columns = {  # one unit per column: the one for its largest value
+        key: fmt_column([d[key] for d in docs], unit)
+        for key, unit in (
+            ("hbm_bandwidth_bytes_per_s", "B/s"),
+            ("clock_hz", "Hz"),
+            ("peak_flops", "FLOP/s"),
+        )
+    }
     rows = [
         [
             d["name"],
@@ -79,16 +87,18 @@ def list_cmd(
             f"{d['num_vc']} x {d['vc_lanes']}",
             f"{d['glb_bytes'] / _MIB:g} MiB",
             f"{d['hbm_bytes'] / _GIB:g} GiB",
-            fmt_quantity(d["hbm_bandwidth_bytes_per_s"], "B/s"),
-            fmt_quantity(d["clock_hz"], "Hz"),
+            columns["hbm_bandwidth_bytes_per_s"][i],
+            columns["clock_hz"][i],
             f"{d['node_nm']} nm",
-            fmt_quantity(d["peak_flops"], "FLOP/s"),
+            columns["peak_flops"][i],
             round(d["area_mm2"]),
             round(d["tdp_w"]),
             round(d["device_cost_usd"]),
+            round(d["build_cost_usd"]),
+            round(d["price_usd"]),
             round(d["embodied_kgco2e"], 1),
         ]
-        for d in docs
+        for i, d in enumerate(docs)
     ]
     headers = [
         "name",
@@ -102,8 +112,10 @@ def list_cmd(
         "peak bf16",
         "area mm2",
         "TDP W",
-        "device $",
-        "kgCO2e",
+        "chip $",
+        "build $",
+        "buy $",
+        "board kgCO2e",
     ]
     click.echo(table(rows, headers))
 
@@ -220,10 +232,17 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
         f"power under tensor load (TDP-like, a large GEMM): {fmt_quantity(d['tdp_w'], 'W')}",
         "",
         f"die: {d['dies_per_wafer']} dies per wafer, yield {fmt_percent(d['yield'])}",
-        _breakdown("device cost", d["device_cost_usd"], d["cost_breakdown_usd"], "USD", 0),
+        _breakdown("chip cost", d["device_cost_usd"], d["cost_breakdown_usd"], "USD", 0),
+        f"build cost (chip, board, a new design's non-recurring cost): "
+        f"{fmt_quantity(d['build_cost_usd'], 'USD')}; price (buy view): "
+        f"{fmt_quantity(d['price_usd'], 'USD')}",
         "",
         _breakdown(
-            "embodied carbon", d["embodied_kgco2e"], d["embodied_breakdown_kgco2e"], "kgCO2e", 2
+            "embodied carbon (board)",
+            d["embodied_kgco2e"],
+            d["embodied_breakdown_kgco2e"],
+            "kgCO2e",
+            2,
         ),
     ]
     extra = [k for k in d if k not in _KNOWN_KEYS]
@@ -256,6 +275,8 @@ _KNOWN_KEYS = frozenset(
         "die_cost_usd",
         "device_cost_usd",
         "cost_breakdown_usd",
+        "build_cost_usd",
+        "price_usd",
         "embodied_kgco2e",
         "embodied_breakdown_kgco2e",
     }

@@ -10,22 +10,25 @@ import click
 from arch_space import Cluster, load_accelerator
 from arch_space.power import headroom
 from arch_space.system import host_profile_for, host_profiles
+from arch_space.tco import COST_VIEWS
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
+from phaze.cli._options import DEFAULT_SEQ_LEN, FiniteFloat, default_seq_len, scoring_float
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
 from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import SECONDS_PER_YEAR, Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
-from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from placement import Placement
 from results.display import area_headroom_text, power_headroom_text
-from results.units import fmt_bytes, fmt_percent, fmt_quantity, fmt_time
+from results.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
 __all__ = ["evaluate"]
+
+_J_PER_KWH = 3.6e6
 
 
 @click.command("evaluate")
@@ -42,14 +45,14 @@ __all__ = ["evaluate"]
 )
 @click.option(
     "--intra-node-gbps",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(0, 1e6, lo_open=True),
     default=300.0,
     show_default=True,
     help="Intra-node link bandwidth per device, GB/s.",
 )
 @click.option(
     "--inter-node-gbps",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(0, 1e6, lo_open=True),
     default=25.0,
     show_default=True,
     help="Inter-node link bandwidth per device, GB/s.",
@@ -60,7 +63,11 @@ __all__ = ["evaluate"]
     required=True,
     help="Sequences per iteration.",
 )
-@click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), default=2048, show_default=True)
+@click.option(
+    "--seq-len",
+    type=click.IntRange(1, MAX_SEQ_LEN),
+    help="Tokens per sequence [default: 2048, or the model's context if shorter].",
+)
 @click.option(
     "--micro-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
@@ -83,10 +90,24 @@ __all__ = ["evaluate"]
     help="Tokens to train: 2e12, 2T, 300B (default: the model's published budget, else one "
     "iteration).",
 )
-@click.option("--grid", "grid_region", default="world", show_default=True, help="Grid region.")
-@click.option("--grid-gco2e-per-kwh", type=float, help="Grid carbon intensity (overrides --grid).")
-@click.option("--pue", type=float, default=1.10, show_default=True, help="Facility PUE (>= 1).")
-@click.option("--lifetime-years", type=float, default=5.0, show_default=True)
+@click.option(
+    "--grid", "grid_region", default="world", show_default=True, help="Grid region (any case)."
+)
+@click.option(
+    "--grid-gco2e-per-kwh",
+    type=scoring_float("grid_gco2e_per_kwh"),
+    help="Grid carbon intensity (overrides --grid).",
+)
+@click.option(
+    "--pue", type=scoring_float("pue"), default=1.10, show_default=True, help="Facility PUE."
+)
+@click.option(
+    "--lifetime-years",
+    type=scoring_float("lifetime_s", SECONDS_PER_YEAR),
+    default=5.0,
+    show_default=True,
+    help="Life of the IT equipment: its depreciation period and its embodied carbon's.",
+)
 @click.option(
     "--embodied-mode",
     type=click.Choice(["amortised", "whole-life"]),
@@ -94,7 +115,34 @@ __all__ = ["evaluate"]
     show_default=True,
     help="Embodied carbon and capex: the run's share of the lifetime, or all of it.",
 )
-@click.option("--usd-per-kwh", type=float, help="Electricity price (default: the grid region's).")
+@click.option(
+    "--usd-per-kwh",
+    type=scoring_float("usd_per_kwh"),
+    help="Electricity price (default: the grid region's).",
+)
+@click.option(
+    "--cost-view",
+    type=click.Choice(COST_VIEWS),
+    default="buy",
+    show_default=True,
+    help="Price the accelerator as built (chip, board, a new design's NRE) or bought.",
+)
+@click.option(
+    "--interest",
+    type=scoring_float("interest"),
+    help="Yearly cost of capital [default: 0.08, Barroso et al. 2013].",
+)
+@click.option(
+    "--goodput",
+    type=scoring_float("goodput"),
+    help="Share of wall-clock time spent training [default: 0.90, Llama 3's large runs].",
+)
+@click.option(
+    "--volume",
+    "volume_units",
+    type=click.IntRange(1, 10**12),
+    help="Units a new design's non-recurring cost is spread over [default: 1,200,000].",
+)
 @click.option(
     "--host",
     "host_profile",
@@ -112,8 +160,9 @@ __all__ = ["evaluate"]
 @click.option(
     "--state-bytes",
     type=click.IntRange(min=1),
-    help="Weights + gradients + optimizer state per parameter (default 18: Adam, mixed "
-    "precision; 20: DeepSpeed's BF16 optimizer).",
+    help="Weights + gradients + optimizer state per parameter, at least 16 (2 B weights, "
+    "2 B gradients, Adam's 12 B) [default 18: Adam, mixed precision, fp32 gradients; 20: "
+    "DeepSpeed's BF16 optimizer].",
 )
 @click.option(
     "--framework",
@@ -141,6 +190,10 @@ def evaluate(
     lifetime_years,
     embodied_mode,
     usd_per_kwh,
+    cost_view,
+    interest,
+    goodput,
+    volume_units,
     host_profile,
     strategy,
     framework,
@@ -156,8 +209,12 @@ def evaluate(
         inter_node_bandwidth_bytes_per_s=inter_node_gbps * 1e9,
     )
     model = resolve_model(workload)
-    if lifetime_years <= 0:
-        raise ConfigError(f"--lifetime-years = {lifetime_years!r} must be > 0")
+    if seq_len is None:
+        seq_len = default_seq_len(model)
+        if seq_len < DEFAULT_SEQ_LEN:
+            click.echo(
+                f"note: seq_len {seq_len}, the model's context (--seq-len to choose)", err=True
+            )
     scoring = ScoringParams(
         pue=pue,
         grid_gco2e_per_kwh=grid_gco2e_per_kwh,
@@ -166,6 +223,10 @@ def evaluate(
         embodied_mode=embodied_mode,
         host_profile=host_profile or host_profile_for(acc.name),
         usd_per_kwh=usd_per_kwh,
+        cost_view=cost_view,
+        interest=interest,
+        goodput=goodput,
+        volume_units=volume_units,
     )
     if tokens_to_train is not None:
         tokens, source = parse_tokens(tokens_to_train), "--tokens"
@@ -193,8 +254,8 @@ def evaluate(
     pl, sc = ev.placement, ev.score
     run = run_answers(
         sc,
-        devices=devices,
-        devices_per_node=devices_per_node,
+        acc=acc,
+        cluster=cluster,
         tokens_to_train=float(tokens),
         tokens_source=source,
         params=scoring,
@@ -211,6 +272,7 @@ def evaluate(
         "arch": acc.name or arch,
         "devices": devices,
         "framework": framework,
+        "seq_len": seq_len,
         "iteration_s": pl.time_per_batch_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,
@@ -254,7 +316,7 @@ def evaluate(
         ["MFU", fmt_percent(sc.mfu)],
         [
             "memory per device",
-            f"{fmt_bytes(pl.memory_per_device_bytes)} of {fmt_bytes(acc.hbm_bytes)}",
+            "{} of {}".format(*fmt_pair(pl.memory_per_device_bytes, acc.hbm_bytes, "B")),
         ],
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
         ["exposed communication", fmt_time(pl.communication_s)],
@@ -273,36 +335,35 @@ def evaluate(
         click.echo(f"strategy defaults used (not given): {ev.defaults}")
     click.echo("")
     click.echo(_breakdown_table(pl))
+    loads = fmt_column([s.load_s for s in pl.stages], "s")
+    memories = fmt_column([s.memory_bytes for s in pl.stages], "B")
     stage_rows = [
-        [
-            i,
-            f"{min(s.layers)}-{max(s.layers)}",
-            s.devices,
-            fmt_time(s.load_s),
-            fmt_bytes(s.memory_bytes),
-        ]
+        [i, f"{min(s.layers)}-{max(s.layers)}", s.devices, loads[i], memories[i]]
         for i, s in enumerate(pl.stages)
     ]
     click.echo("")
     click.echo(table(stage_rows, ["stage", "layers", "devices", "load per micro-batch", "memory"]))
     click.echo("")
     click.echo(_run_table(sc, run, scoring))
+    click.echo("")
+    click.echo(_cost_table(run))
 
 
 def _breakdown_table(pl: Placement) -> str:
     """Where the iteration's time goes, beside the fullest device's memory."""
     total = pl.breakdown.iteration_s
+    terms = pl.breakdown.terms()
+    seconds = fmt_column([*terms.values(), total], "s")
     times = [
-        (name.removesuffix("_s"), fmt_time(value), fmt_percent(value / total if total else 0.0))
-        for name, value in pl.breakdown.terms().items()
+        (name.removesuffix("_s"), text, fmt_percent(value / total if total else 0.0))
+        for (name, value), text in zip(terms.items(), seconds, strict=False)
     ]
-    times.append(("iteration", fmt_time(total), fmt_percent(1.0)))
+    times.append(("iteration", seconds[-1], fmt_percent(1.0)))
     mem = pl.memory_breakdown
-    memory = [
-        (f.name.removesuffix("_bytes"), fmt_bytes(getattr(mem, f.name)))
-        for f in dataclasses.fields(mem)
-    ]
-    memory.append(("total", fmt_bytes(mem.total_bytes)))
+    names = [f.name for f in dataclasses.fields(mem)]
+    sizes = fmt_column([*(getattr(mem, n) for n in names), mem.total_bytes], "B")
+    memory = [(n.removesuffix("_bytes"), t) for n, t in zip(names, sizes, strict=False)]
+    memory.append(("total", sizes[-1]))
     memory += [("", "")] * (len(times) - len(memory))
     rows = [[*t, *m] for t, m in zip(times, memory, strict=True)]
     return table(rows, ["time term", "per iteration", "share", "memory (fullest device)", ""])
@@ -324,26 +385,65 @@ def _run_table(sc: Score, run: RunAnswers, scoring: ScoringParams) -> str:
     """The iteration's energy by cause, then the whole run's answers."""
     q = fmt_quantity
     total = sc.energy_per_batch_j
+    terms = energy_terms(sc)
+    joules = fmt_column([*terms.values(), total * (scoring.pue - 1)], "J")
     rows = [
-        [name.removesuffix("_j"), q(j, "J"), q(j / total, "%")]
-        for name, j in energy_terms(sc).items()
+        [name.removesuffix("_j"), text, q(j / total, "%")]
+        for (name, j), text in zip(terms.items(), joules, strict=False)
     ]
-    rows.append([f"facility (PUE {scoring.pue:g})", q(total * (scoring.pue - 1), "J"), ""])
+    rows.append([f"facility (PUE {scoring.pue:g})", joules[-1], ""])
     energy = table(rows, ["energy term", "per iteration", "share of IT"])
+    embodied = run.embodied_breakdown_kgco2e
     answers = [
         ["tokens", f"{q(run.tokens_to_train, 'tokens')} ({run.tokens_source})"],
-        ["time to train", q(run.time_to_train_s, "s")],
+        [
+            "time to train (wall clock)",
+            f"{q(run.time_to_train_s, 's')} at goodput {q(run.goodput, '%')} "
+            f"({q(run.training_s, 's')} failure-free)",
+        ],
         ["device-hours", q(run.device_hours)],
         ["energy (facility)", q(run.energy_j, "J")],
+        ["  of which restarts (IT)", q(run.restart_energy_j, "J")],
+        [
+            "energy, model-card accounting",
+            f"{q(run.energy_tdp_accounting_kwh * _J_PER_KWH, 'J')} "
+            f"(device-hours x {q(run.board_tdp_w, 'W')} TDP x PUE {run.pue:g})",
+        ],
         ["average power per device", q(run.avg_device_power_w, "W")],
         ["average power per node", q(run.avg_node_power_w, "W")],
         ["operational carbon", q(run.operational_kgco2e, "kgCO2e")],
+        ["  model-card accounting", q(run.tdp_accounting_kgco2e, "kgCO2e")],
         [f"embodied carbon ({run.embodied_mode})", q(run.embodied_kgco2e, "kgCO2e")],
-        ["  of which hosts", q(run.embodied_host_kgco2e, "kgCO2e")],
+        *[[f"  of which {k}", q(v, "kgCO2e")] for k, v in embodied.items()],
         ["total carbon", q(run.total_kgco2e, "kgCO2e")],
-        ["tCDP", q(run.tcdp, "kgCO2e·s")],
-        ["capex (devices)", q(run.capex_usd, "USD")],
-        ["electricity", f"{q(run.electricity_usd, 'USD')} at ${run.usd_per_kwh:g}/kWh"],
-        ["cost to train (TCO)", q(run.tco_usd, "USD")],
+        ["tCDP", q(run.tcdp_kgco2e_s, "kgCO2e·s")],
     ]
     return f"{energy}\n\n{table(answers, ['whole run', ''])}"
+
+
+def _cost_table(run: RunAnswers) -> str:
+    """The cost to train term by term (per device-hour and over the run), the capex, and
+    both views of the accelerator's price."""
+    hours = run.device_hours
+    terms = dict(run.cost_breakdown)
+    per_hour = fmt_column([*(v / hours for v in terms.values()), run.usd_per_device_hour], "USD")
+    over_run = fmt_column([*terms.values(), run.tco_usd], "USD")
+    rows = [
+        [k, per_hour[i], over_run[i], fmt_percent(v / run.tco_usd if run.tco_usd else 0.0)]
+        for i, (k, v) in enumerate(terms.items())
+    ]
+    rows.append(["total (TCO)", per_hour[-1], over_run[-1], fmt_percent(1.0)])
+    views = ", ".join(
+        f"{v} {fmt_quantity(run.accelerator_usd[v], 'USD')} per accelerator, "
+        f"{fmt_quantity(run.tco_usd_by_view[v], 'USD')} to train"
+        for v in COST_VIEWS
+    )
+    lines = [
+        table(
+            rows, [f"cost term ({run.cost_view} view)", "per device-hour", "over the run", "share"]
+        ),
+        f"capex (accelerators, hosts, network, data centre): {fmt_quantity(run.capex_usd, 'USD')}",
+        f"electricity at ${run.usd_per_kwh:g}/kWh; interest {fmt_percent(run.interest)} a year",
+        f"cost views: {views}",
+    ]
+    return "\n".join(lines)

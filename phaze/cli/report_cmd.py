@@ -16,7 +16,7 @@ import click
 from phaze.cli._files import cannot_write, check_writable, check_writable_dir
 from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, Infeasible
-from results.display import design_label, fmt_value, workload_title
+from results.display import design_label, fmt_values, workload_title
 from results.export import json_document, to_json, write_csv
 from results.pareto import pareto, parse_objectives
 from results.schema import AGGREGATE_WORKLOAD
@@ -97,7 +97,7 @@ def pareto_cmd(
     computed per workload, since throughputs of different models do not compare; throughput
     metrics mean the throughput score for the aggregate rows.
 
-    --json prints {"schema_version": 1, "objectives": [{"metric", "sense"}], "points": [...]}
+    --json prints {"schema_version": 4, "objectives": [{"metric", "sense"}], "points": [...]}
     whose points have exactly the keys of `phaze export --json`, ordered by workload, then
     by the objectives (best first).
     """
@@ -142,15 +142,16 @@ def pareto_cmd(
         click.echo(
             f"{workload_title(w)}: {len(front)} of {len(groups[w])} feasible points on the front of {names}"
         )
+        columns = [fmt_values(m, [p.get(m) for p in front]) for m in metrics]
         body = [
             [
                 design_label(p),
                 p.get("micro_batch") if p.get("micro_batch") is not None else "-",
                 p.get("recompute") or "-",
                 f"{p['tp']}x{p['pp']}x{p['dp']}" if p.get("tp") is not None else "-",
-                *[fmt_value(m, p.get(m)) for m in metrics],
+                *[c[i] for c in columns],
             ]
-            for p in front
+            for i, p in enumerate(front)
         ]
         click.echo(table(body, ["design", "micro-batch", "recompute", "TPxPPxDP", *metrics]))
         click.echo("")
@@ -160,7 +161,7 @@ def pareto_cmd(
 @click.argument("directory", type=_DIR, metavar="DIR")
 @click.option("--csv", "fmt", flag_value="csv", help="CSV, one row per point.")
 @click.option(
-    "--json", "fmt", flag_value="json", help='One JSON document {"schema_version", "points"}.'
+    "--json", "fmt", flag_value="json", help='One JSON document {"schema_version": 4, "points"}.'
 )
 @click.option("--feasible-only", is_flag=True, help="Leave out infeasible and pruned points.")
 @_out_option("Write to this file instead of stdout.")

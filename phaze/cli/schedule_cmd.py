@@ -13,16 +13,16 @@ from ilp import SCHEDULERS, Schedule
 from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIMIT_S
 from ilp.timing import pass_schedule
 from phaze.cli._files import cannot_write, check_writable
+from phaze.cli._options import FiniteFloat, default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, unknown_name
-from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.gantt import draw_gantt
-from results.units import fmt_percent, fmt_quantity
+from results.units import fmt_column, fmt_percent, fmt_quantity
 from workloads import TrainingSetup, build_layer_graph, resolve_model
 
 __all__ = ["schedule", "schedule_doc"]
 
-_DEFAULT_SEQ_LEN = 2048
 _PASSES = {"fwd": "forward", "bwd": "backward", "recompute": "recompute"}
 
 
@@ -60,7 +60,11 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
 @click.option("--workload", "workload", required=True, help="Catalog model name or config.json.")
 @click.option("--arch", "arch", required=True, help="Accelerator preset name or TOML file.")
 @click.option(
-    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel width."
+    "--tp",
+    type=click.IntRange(1, MAX_DEVICES),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel width.",
 )
 @click.option(
     "--pass",
@@ -83,14 +87,14 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
 @click.option("--solver", type=click.Choice(SCHEDULERS), default="highs", show_default=True)
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(0, 1e6, lo_open=True),
     default=DEFAULT_TIME_LIMIT_S,
     show_default=True,
     help="Seconds per independent part of the graph.",
 )
 @click.option(
     "--mip-gap",
-    type=click.FloatRange(0, 1, max_open=True),
+    type=FiniteFloat(0, 1, hi_open=True),
     default=DEFAULT_MIP_GAP,
     show_default=True,
 )
@@ -128,7 +132,7 @@ def schedule(
         check_writable(gantt, "--gantt")
     model = resolve_model(workload)
     acc = load_accelerator(arch)
-    seq = seq_len if seq_len is not None else min(_DEFAULT_SEQ_LEN, model.max_positions)
+    seq = seq_len if seq_len is not None else default_seq_len(model)
     setup = TrainingSetup(seq_len=seq, global_batch=micro_batch, micro_batch=micro_batch)
     graph = build_layer_graph(model, setup, tp)
     if layer not in graph.op_graphs:
@@ -180,15 +184,11 @@ def schedule(
         f"solver {s.solver}, status {s.status} ({s.method}), gap {fmt_percent(s.gap)}, "
         f"{fmt_quantity(s.wall_s, 's')} (limit {fmt_quantity(s.time_limit_s, 's')})"
     )
+    starts = fmt_column([o["start_s"] for o in doc["ops"]], "s")
+    durations = fmt_column([o["duration_s"] for o in doc["ops"]], "s")
     rows = [
-        (
-            o["op"],
-            fmt_quantity(o["start_s"], "s"),
-            fmt_quantity(o["duration_s"], "s"),
-            o["mode"],
-            o["cores"] or "-",
-        )
-        for o in doc["ops"]
+        (o["op"], starts[i], durations[i], o["mode"], o["cores"] or "-")
+        for i, o in enumerate(doc["ops"])
     ]
     click.echo(table(rows, ("op", "start", "duration", "mode", "cores")))
     if gantt is not None:

@@ -58,7 +58,9 @@ def _space_doc(s: Space) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def show(spec: str, as_json: bool) -> None:
     """Show a space (default: the reference's): designs, budget, areas, designs per value."""
-    doc = _space_doc(load_space(spec))
+    s = load_space(spec)
+    s.check_not_empty()  # an empty space is an error naming the rules that emptied it
+    doc = _space_doc(s)
     if as_json:
         echo_json(doc)
         return

@@ -11,14 +11,16 @@ import click
 
 from phaze.cli import INTERRUPTED, NoFeasiblePoint
 from phaze.cli._files import cannot_write
+from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
 from phaze.executors import EXECUTORS, check_reachable
 from phaze.run import parse_tokens
 from phaze.sweep import SweepResult, run_sweep
+from phaze.sweep.planning import plan
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.compare import comparison_text
-from results.display import fmt_value
+from results.display import fmt_values
 from results.pareto import parse_objectives
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import load
@@ -69,7 +71,10 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
         )
         for o in objs:
             rows = []
-            for p in top_designs(pts, o, objs, _TOP):
+            top = top_designs(pts, o, objs, _TOP)
+            columns = {k: fmt_values(k, [p[k] for p in top]) for k in ("glb_bytes", "hbm_bytes")}
+            columns[o.metric] = fmt_values(o.metric, [p[o.metric] for p in top])
+            for i, p in enumerate(top):
                 shape = f"{p['num_tc']}x{p['tc_rows']}x{p['tc_cols']} TC, {p['num_vc']}x{p['vc_lanes']} VC"
                 knobs = (
                     ""
@@ -80,10 +85,10 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
                     [
                         p["design_name"] or p["design_id"],
                         shape,
-                        fmt_value("glb_bytes", p["glb_bytes"]),
-                        fmt_value("hbm_bytes", p["hbm_bytes"]),
+                        columns["glb_bytes"][i],
+                        columns["hbm_bytes"][i],
                         knobs,
-                        fmt_value(o.metric, p[o.metric]),
+                        columns[o.metric][i],
                     ]
                 )
             header = f"\n{w}: best by {o.metric} ({o.sense})"
@@ -116,7 +121,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 @click.option(
     "--hbm-gib",
     "hbm_gib",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(0, 1e6, lo_open=True),
     multiple=True,
     help="HBM per device in GiB for the space's designs (repeatable); presets keep their own.",
 )
@@ -204,7 +209,7 @@ def sweep(
         framework=framework,
         tokens_to_train=None if tokens_to_train is None else parse_tokens(tokens_to_train),
     )
-    parse_objectives(cfg.objectives)  # a bad --objective before the banner
+    planned = plan(cfg)  # every problem of the config at once, before the banner
     if executor == "ray" and address is not None:
         check_reachable(address)  # seconds, where Ray itself retries for minutes
     out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
@@ -220,7 +225,13 @@ def sweep(
     )
     try:
         result: SweepResult = run_sweep(
-            cfg, out, executor=executor, jobs=jobs, address=address, progress=not as_json
+            cfg,
+            out,
+            executor=executor,
+            jobs=jobs,
+            address=address,
+            progress=not as_json,
+            planned=planned,
         )
     except KeyboardInterrupt:
         click.echo(

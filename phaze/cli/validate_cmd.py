@@ -17,8 +17,9 @@ from arch_space.perf import gemm_measurements, gemm_report
 from arch_space.perf.device import preset_profile
 from arch_space.presets import preset
 from phaze.cli import NoFeasiblePoint
+from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
-from results.units import fmt_quantity
+from results.units import fmt_column
 
 __all__ = ["ValidationRow", "report_validation", "tolerance_option", "validate"]
 
@@ -104,15 +105,17 @@ def _summary(
 
 def _print(doc: dict, rows: Sequence[ValidationRow], unit: str) -> None:
     sources = list(dict.fromkeys(r.source for r in rows))
+    # one unit for both columns: that of the largest of all their values
+    values = fmt_column([*(r.measured for r in rows), *(r.predicted for r in rows)], unit, 4)
     body = [
         (
             r.case,
-            fmt_quantity(r.measured, unit, digits=4),
-            fmt_quantity(r.predicted, unit, digits=4),
+            values[i],
+            values[len(rows) + i],
             f"{r.error_pct:+.1f}",
             f"[{sources.index(r.source) + 1}]",
         )
-        for r in rows
+        for i, r in enumerate(rows)
     ]
     tol = doc["tolerance_pct"]
     click.echo(doc["title"] + (f" (tolerance ±{tol:g}%)" if tol is not None else ""))
@@ -134,7 +137,7 @@ def tolerance_option(flag: str, default: float, what: str):
     """A ``--...-tolerance-pct`` option: the largest allowed |error| of ``what``, in %."""
     return click.option(
         flag,
-        type=click.FloatRange(min=0, min_open=True),
+        type=FiniteFloat(0, 1000, lo_open=True),
         default=default,
         show_default=True,
         help=f"Largest allowed |error| of {what}, in %.",

@@ -8,7 +8,9 @@ modelled average draw with its host's share, and that power times the published 
 were made: the modelled power limit (:func:`arch_space.power.tdp_w`) against the published
 one, the GPU-hours the model predicts for the published tokens against the published hours,
 and their product against the published energy. Its modelled average draw is reported
-beside, not held to the power limit.
+beside, not held to the power limit. Every run also shows its energy both ways: modelled
+(average draw with the host's share x GPU-hours x PUE) and as a model card counts it
+(GPU-hours x the board's TDP x PUE).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import click
 from arch_space import Cluster, preset
 from arch_space._data import shipped_toml
 from arch_space.power import tdp_w
+from arch_space.system import board_limit_w
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_option
 from phaze.scoring import ScoringParams
-from results.units import fmt_quantity
+from results.units import fmt_column
 
 __all__ = ["CALIBRATED_LIMITS", "EnergyValidation", "energy", "energy_rows"]
 
@@ -39,13 +42,14 @@ CALIBRATED_LIMITS = frozenset({"a100", "tpuv4"})
 @dataclass(frozen=True, slots=True)
 class EnergyValidation:
     """Rows of every published run: power (W), GPU-hours, energy (J), operational carbon
-    (kgCO2e), and each run's modelled average board draw and draw with its host's share (W)."""
+    (kgCO2e), and each run's modelled average board draw and draw with its host's share (W),
+    its modelled energy and its model-card energy (J, GPU-hours x board TDP x PUE)."""
 
     power: tuple[ValidationRow, ...]
     hours: tuple[ValidationRow, ...]
     energy: tuple[ValidationRow, ...]
     carbon: tuple[ValidationRow, ...]
-    runs: tuple[tuple[str, float, float], ...]
+    runs: tuple[tuple[str, float, float, float, float], ...]
 
 
 def energy_rows() -> EnergyValidation:
@@ -68,7 +72,6 @@ def energy_rows() -> EnergyValidation:
         sc = ev.score
         with_host = sc.energy_per_batch_j / sc.iteration_s / run["devices"]
         board = (sc.energy_per_batch_j - sc.energy_host_j) / sc.iteration_s / run["devices"]
-        runs.append((name, board, with_host))
         source = (
             f"{run['source']}; layout {run['layout_source']}; "
             f"framework {run['framework']}: {run['framework_source']}"
@@ -84,6 +87,9 @@ def energy_rows() -> EnergyValidation:
             case, published_w, watts = "with host", run["system_w"], with_host
             gpu_hours, published_j = run["gpu_hours"], run["facility_energy_j"]
         energy_j = watts * gpu_hours * _J_PER_WH * run["pue"]
+        modelled_j = with_host * gpu_hours * _J_PER_WH * run["pue"]
+        tdp_j = board_limit_w(acc.name, acc.node_nm) * gpu_hours * _J_PER_WH * run["pue"]
+        runs.append((name, board, with_host, modelled_j, tdp_j))
         power.append(ValidationRow(f"{name} {case} W", published_w, watts, source))
         energy.append(ValidationRow(f"{name} {case}", published_j, energy_j, source))
         kg = energy_j / _J_PER_KWH * run["grid_gco2e_per_kwh"] / 1000.0
@@ -109,15 +115,30 @@ def energy(power_tolerance_pct: float, energy_tolerance_pct: float, as_json: boo
     if as_json:
         echo_json(
             {
-                "runs": [{"run": n, "board_w": b, "with_host_w": h} for n, b, h in v.runs],
+                "runs": [
+                    {
+                        "run": n,
+                        "board_w": b,
+                        "with_host_w": h,
+                        "modelled_energy_j": e,
+                        "energy_tdp_accounting_kwh": t / _J_PER_KWH,
+                    }
+                    for n, b, h, e, t in v.runs
+                ],
                 "rows": [r.record() for r in (*v.power, *v.hours, *v.energy, *v.carbon)],
                 "within_tolerance": not outside,
             }
         )
     else:
-        q = fmt_quantity
-        rows = [[n, q(b, "W"), q(h, "W")] for n, b, h in v.runs]
-        click.echo(table(rows, ["run", "average board draw", "with host share"]))
+        _, boards, hosts, modelled, tdp = zip(*v.runs, strict=True)
+        watts = fmt_column([*boards, *hosts], "W")
+        joules = fmt_column([*modelled, *tdp], "J")
+        n = len(v.runs)
+        rows = [
+            [r[0], watts[i], watts[n + i], joules[i], joules[n + i]] for i, r in enumerate(v.runs)
+        ]
+        headers = ["run", "average board draw", "with host share", "energy, modelled"]
+        click.echo(table(rows, [*headers, "model-card (GPU-h x TDP x PUE)"]))
         click.echo("")
         for title, rows, unit, tol in checks:
             try:

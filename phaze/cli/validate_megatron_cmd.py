@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from pathlib import Path
 from typing import Final
 
@@ -28,6 +27,7 @@ from phaze.cli.validate_fit import FitResult, fit_device
 from phaze.published_runs import PublishedRun, default_registry, measured_iteration_s
 from phaze.run_validation import predict_iteration_s
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_toml
 
 __all__ = ["FRAMEWORK", "TABLE5_SUITE", "HELD_OUT_SUITE", "fit_models", "megatron"]
 
@@ -93,10 +93,7 @@ def _marked(rows: list[ValidationRow], device: DeviceProfile) -> list[Validation
 
 def _calibration(path: Path) -> DeviceProfile:
     """The A100 profile of a calibration file (a ``devices.toml``-style table ``[a100]``)."""
-    try:
-        data = tomllib.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"calibration file {path}: cannot be read ({e})") from None
+    data = read_toml(path, "calibration file")
     if set(data) != {"a100"}:
         raise ConfigError(
             f"calibration file {path}: has tables {sorted(data)}; validate megatron runs the "

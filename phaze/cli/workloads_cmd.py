@@ -1,4 +1,5 @@
-"""``phaze workloads``: list the model catalog and show one model's training workload."""
+"""``phaze workloads``: list the model catalog and show one model's training or serving
+workload."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 import click
 
+from phaze.cli._options import default_seq_len
 from phaze.cli._render import echo_json, table
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.units import fmt_bytes, fmt_quantity
 from workloads import (
     LayerGraph,
@@ -23,10 +26,20 @@ from workloads import (
     resolve_model,
     valid_tp_widths,
 )
+from workloads.serving import (
+    RequestBatch,
+    ServingPass,
+    kv_cache_bytes_per_sequence,
+    kv_cache_bytes_per_token,
+    pass_flops,
+    pass_kv_read_bytes,
+    pass_weight_read_bytes,
+    serving_settings,
+    weight_bytes_per_device,
+)
+from workloads.serving_ops import check_serving, serving_layer_graph
 
 __all__ = ["workloads"]
-
-_DEFAULT_SEQ_LEN = 2048  # used when the model's context is at least this long
 
 
 @click.group()
@@ -136,18 +149,22 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 @click.argument("name")
 @click.option(
     "--seq-len",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_SEQ_LEN),
     help="Tokens per sequence [default: min(2048, context)].",
 )
 @click.option(
     "--micro-batch",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
     default=1,
     show_default=True,
     help="Sequences per micro-batch.",
 )
 @click.option(
-    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel width."
+    "--tp",
+    type=click.IntRange(1, MAX_DEVICES),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel width.",
 )
 @click.option("--sp", is_flag=True, help="Sequence parallelism on the tensor-parallel group.")
 @click.option(
@@ -157,6 +174,22 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
     show_default=True,
     help="Activation recomputation.",
 )
+@click.option(
+    "--serve", is_flag=True, help="Show the serving workload (needs --input/--output-tokens)."
+)
+@click.option(
+    "--input-tokens", type=click.IntRange(1, MAX_SEQ_LEN), help="Prompt tokens (--serve)."
+)
+@click.option(
+    "--output-tokens", type=click.IntRange(1, MAX_SEQ_LEN), help="Generated tokens (--serve)."
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
+    default=1,
+    show_default=True,
+    help="Requests (--serve).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def show_cmd(
     name: str,
@@ -165,14 +198,30 @@ def show_cmd(
     tp: int,
     sp: bool,
     recompute: str,
+    serve: bool,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    batch: int,
     as_json: bool,
 ) -> None:
-    """Show a model's FLOPs, memory and layer graph.
+    """Show a model's FLOPs, memory and layer graph; with --serve, its serving workload:
+    prefill and decode FLOPs, the KV cache per sequence and per device, a decode step's
+    block op graph.
 
     NAME is a catalog name (see `phaze workloads list`) or a Hugging Face config.json.
     """
+    given = (input_tokens is not None, output_tokens is not None)
+    if (serve and not all(given)) or (not serve and any(given)):
+        raise click.UsageError(
+            "--serve needs --input-tokens and --output-tokens (and they need --serve)"
+        )
     model = resolve_model(name)
-    seq_len = seq_len or min(_DEFAULT_SEQ_LEN, model.max_positions)
+    if serve:
+        requests = RequestBatch.of(input_tokens, output_tokens, batch)
+        doc = _serve_doc(model, requests, tp)
+        echo_json(doc) if as_json else _echo_serve(doc)
+        return
+    seq_len = seq_len or default_seq_len(model)
     setup = TrainingSetup(
         seq_len=seq_len,
         global_batch=micro_batch,
@@ -211,8 +260,16 @@ def show_cmd(
     _echo_show(doc, graph)
 
 
-def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
-    kv = [
+def _echo_pairs(kv: list[tuple[str, str]]) -> None:
+    """``name  value`` lines, the values aligned."""
+    width = max(len(k) for k, _ in kv)
+    for k, v in kv:
+        click.echo(f"{k.ljust(width)}  {v}")
+
+
+def _model_pairs(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The model's name, source, shape and parameters, as both views open."""
+    return [
         ("model", doc["name"]),
         ("source", doc["source"]),
         (
@@ -224,6 +281,12 @@ def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
             "parameters",
             f"{fmt_quantity(doc['parameters'])} (active {fmt_quantity(doc['active_parameters'])})",
         ),
+    ]
+
+
+def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
+    kv = [
+        *_model_pairs(doc),
         (
             "setup",
             f"seq {doc['seq_len']}, micro-batch {doc['micro_batch']}, tp {doc['tp']}, "
@@ -234,9 +297,7 @@ def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
         ("activation / block", f"{fmt_bytes(doc['activation_bytes_per_layer'])} per device"),
         ("valid tp widths", ", ".join(map(str, doc["valid_tp_widths"]))),
     ]
-    width = max(len(k) for k, _ in kv)
-    for k, v in kv:
-        click.echo(f"{k.ljust(width)}  {v}")
+    _echo_pairs(kv)
     click.echo()
     rows = []
     edge_bytes = {e.src: e.bytes for e in graph.edges}
@@ -266,3 +327,120 @@ def _echo_show(doc: dict[str, Any], graph: LayerGraph) -> None:
             counts = ", ".join(f"{k} {v}" for k, v in c["op_counts"].items()) or "-"
             rows.append([cid, name, c["ops"], fmt_quantity(c["gemm_flops"], "FLOP"), counts])
     click.echo(table(rows, ["class", "pass", "ops", "GEMM FLOPs/device", "ops by kind"]))
+
+
+def _op_row(op) -> dict[str, Any]:
+    return {
+        "name": op.name,
+        "kind": str(op.kind),
+        "core": str(op.core),
+        "shape": f"{op.batch}x{op.m}x{op.k}x{op.n}" if op.macs else "",
+        "flops": op.flops,
+        "bytes_read": op.bytes_read,
+        "bytes_written": op.bytes_written,
+        "collective_bytes": op.collective_bytes,
+    }
+
+
+def _serve_doc(model: Model, requests: RequestBatch, tp: int) -> dict[str, Any]:
+    """The serving workload of ``requests``: its prefill, its decode step at the mean
+    context, the KV cache and the decode step's block op graph (workloads.serving)."""
+    (prefill,) = requests.prefill_passes()
+    decode = requests.decode_pass()
+    last = ServingPass.decode(requests.batch, requests.max_kv_tokens)
+    check_serving(model, last, tp)  # the model, tp and the longest context
+    graphs = [serving_layer_graph(model, p, tp) for p in (prefill, decode) if p is not None]
+    isl, osl, b = requests.lengths[0][0], requests.lengths[0][1], requests.batch
+    doc: dict[str, Any] = {
+        **_model_row(model),
+        "input_tokens": isl,
+        "output_tokens": osl,
+        "batch": b,
+        "tp": tp,
+        "kv_format": requests.kv_format,
+        "page_tokens": serving_settings().page_tokens,
+        "valid_tp_widths": list(valid_tp_widths(model)),
+        "weight_bytes_per_device": weight_bytes_per_device(model, tp),
+        "prefill_flops": pass_flops(model, prefill),
+        "kv_cache_bytes_per_token_per_device": kv_cache_bytes_per_token(model, tp),
+        "kv_cache_bytes_per_sequence_per_device": kv_cache_bytes_per_sequence(
+            model, tp, requests.max_kv_tokens
+        ),
+        "kv_cache_bytes_per_device": b
+        * kv_cache_bytes_per_sequence(model, tp, requests.max_kv_tokens),
+        "kv_cache_bytes_per_sequence": kv_cache_bytes_per_sequence(
+            model, 1, requests.max_kv_tokens
+        ),
+        "decode": None,
+    }
+    if decode is not None:
+        block = graphs[1].op_graphs["block"].forward
+        doc["decode"] = {
+            "context_tokens": decode.context_tokens,
+            "flops_per_token": pass_flops(model, decode) // b,
+            "weight_read_bytes_per_device": pass_weight_read_bytes(model, tp, decode),
+            "kv_read_bytes_per_device": pass_kv_read_bytes(model, tp, decode),
+            "block_ops": [_op_row(op) for op in block.ops],
+        }
+    return doc
+
+
+def _echo_serve(doc: dict[str, Any]) -> None:
+    b, tp = doc["batch"], doc["tp"]
+    kv = [
+        *_model_pairs(doc),
+        (
+            "requests",
+            f"{b} x ({doc['input_tokens']} in, {doc['output_tokens']} out), tp {tp}, "
+            f"KV cache {doc['kv_format']} in pages of {doc['page_tokens']} tokens",
+        ),
+        ("weights", f"{fmt_bytes(doc['weight_bytes_per_device'])} per device"),
+        (
+            "prefill FLOPs",
+            f"{fmt_quantity(doc['prefill_flops'], 'FLOP')} (LM head on the last token only)",
+        ),
+        (
+            "KV cache / token",
+            f"{fmt_bytes(doc['kv_cache_bytes_per_token_per_device'])} per device, all blocks",
+        ),
+        (
+            "KV cache / sequence",
+            f"{fmt_bytes(doc['kv_cache_bytes_per_sequence_per_device'])} per device, "
+            f"{fmt_bytes(doc['kv_cache_bytes_per_sequence'])} in all (one copy)",
+        ),
+        ("KV cache / batch", f"{fmt_bytes(doc['kv_cache_bytes_per_device'])} per device"),
+    ]
+    decode = doc["decode"]
+    if decode is not None:
+        kv += [
+            (
+                "decode FLOPs / token",
+                f"{fmt_quantity(decode['flops_per_token'], 'FLOP')} "
+                f"(mean context {decode['context_tokens']} tokens)",
+            ),
+            (
+                "decode step reads",
+                f"{fmt_bytes(decode['weight_read_bytes_per_device'])} of weights, "
+                f"{fmt_bytes(decode['kv_read_bytes_per_device'])} of KV cache per device",
+            ),
+        ]
+    _echo_pairs(kv)
+    if decode is None:
+        return
+    click.echo()
+    click.echo("decode step, one block on one device:")
+    rows = [
+        [
+            r["name"],
+            r["kind"],
+            r["core"],
+            r["shape"] or "-",
+            fmt_quantity(r["flops"], "FLOP"),
+            fmt_bytes(r["bytes_read"]),
+            fmt_bytes(r["bytes_written"]),
+            fmt_bytes(r["collective_bytes"]) if r["collective_bytes"] else "-",
+        ]
+        for r in decode["block_ops"]
+    ]
+    heads = ["op", "kind", "core", "b x m x k x n", "FLOPs", "read", "written", "collective"]
+    click.echo(table(rows, heads))

@@ -45,7 +45,8 @@ def format_progress(
     """One progress line: count, percentage, rate and ETA (or elapsed time when finished).
 
     ``rate_per_s`` is the rate of this run only (items already done before it, e.g. points
-    found in the store, count towards ``done`` but not towards the rate).
+    found in the store, count towards ``done`` but not towards the rate; items this run
+    decided without running them, e.g. pruned designs, count towards both).
 
     Examples
     --------
@@ -88,7 +89,9 @@ class Progress:
         Where to draw; ``None`` means ``sys.stderr`` at the time of drawing.
     skipped
         Items already done before this run (e.g. found in the store): they count towards
-        done / total but not towards the rate.
+        done / total but not towards the rate, which is this run's. Items this run decides
+        without running them (:meth:`skip`, e.g. pruned designs) count towards the rate, so
+        the ETA covers every item left whichever way it will be done.
     enabled
         ``False`` draws nothing.
     is_tty
@@ -114,6 +117,7 @@ class Progress:
         self._stream = stream
         self.label = label
         self.skipped = skipped
+        self._resumed = skipped
         self.enabled = enabled
         self._is_tty = is_tty
         self._interval_s = interval_s
@@ -143,6 +147,7 @@ class Progress:
         """Begin a run of ``total`` new items (``None`` if unknown) and draw the first line."""
         self.total = None if total is None else total + self.skipped
         self.done = self.skipped
+        self._resumed = self.skipped
         self._start = self._clock()
         self._last_draw = -math.inf
         self._open = True
@@ -154,7 +159,8 @@ class Progress:
         return self._open
 
     def skip(self, n: int) -> None:
-        """Count ``n`` items as done without running them (e.g. pruned): not in the rate."""
+        """Count ``n`` items as done without running them (e.g. pruned): done by this run,
+        so in its rate."""
         self.skipped += n
         self.advance(n)
 
@@ -181,7 +187,7 @@ class Progress:
     def line(self) -> str:
         """The current progress text."""
         elapsed_s = max(self._clock() - self._start, 0.0)
-        new = self.done - self.skipped
+        new = self.done - self._resumed
         rate = new / elapsed_s if elapsed_s > 0 and new > 0 else 0.0
         return format_progress(self.label, self.done, self.total, rate, elapsed_s)
 

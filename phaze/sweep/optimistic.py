@@ -20,12 +20,12 @@ import numpy as np
 
 from arch_space import (
     Accelerator,
-    device_cost_usd,
     embodied_kgco2e,
     static_power_w,
     tech_node,
 )
 from arch_space.area import mac_energy_pj
+from arch_space.tco import DeviceCapex, stack_capex
 from phaze.lower_bounds import pass_bound_s
 from phaze.pipeline import (
     Context,
@@ -36,7 +36,7 @@ from phaze.pipeline import (
     variant_keys,
     width_fits,
 )
-from phaze.scoring import score_point
+from phaze.scoring import score_point, system_capex
 from placement.iteration import IterationEnergy
 from workloads import Model, TrainingSetup, build_layer_graph, model_flops_per_sequence
 
@@ -105,7 +105,7 @@ def _bound_at(acc: Accelerator, flops_per_s: float, model: Model, ctx: Context) 
         mac_energy_pj(acc, tech_node(acc.node_nm)),
         static_power_w(acc),
         embodied_kgco2e(acc),
-        device_cost_usd(acc),
+        system_capex(acc, ctx.cluster.devices, ctx.scoring),
         model,
         ctx,
     )
@@ -117,7 +117,7 @@ def _bound_fields(
     mac_energy_pj: Any,
     static_w: Any,
     embodied_kgco2e_per_device: Any,
-    device_cost: Any,
+    capex: DeviceCapex,
     model: Model,
     ctx: Context,
 ) -> dict[str, Any]:
@@ -129,7 +129,8 @@ def _bound_fields(
     (the shortest iteration), and the iteration's energy terms
     (:class:`placement.iteration.IterationEnergy`) are only the MACs of those FLOPs, the
     devices' static power and the hosts' power over that iteration (the least energy), so
-    a bound is optimistic exactly when its inputs are.
+    a bound is optimistic exactly when its inputs are (the time lost to restarts is the
+    goodput's share of that shortest time, at the devices' static and the hosts' power).
     """
     n = ctx.cluster.devices
     flops_per_batch = ctx.global_batch * model_flops_per_sequence(model, ctx.seq_len)
@@ -154,7 +155,8 @@ def _bound_fields(
         devices=n,
         peak_flops_per_device=peak_flops,
         energy=energy,
-        device_cost_usd=device_cost,
+        capex=capex,
+        idle_w_per_device=static_w,
         embodied_kgco2e_per_device=embodied_kgco2e_per_device,
         params=ctx.scoring,
     )
@@ -163,19 +165,19 @@ def _bound_fields(
 
 def bound_columns(
     designs: Sequence[Accelerator],
-    costs_usd: np.ndarray,
+    capex: Sequence[DeviceCapex],
     model: Model,
     ctx: Context,
     signs: Sequence[tuple[str, float]],
 ) -> list[tuple[np.ndarray, float]]:
     """(values over ``designs``, sign) of each bounded objective, vectorised over designs;
-    ``costs_usd`` are the designs' device costs (already known to the caller)."""
+    ``capex`` are the designs' capital costs per device (already known to the caller)."""
     fields = _bound_fields(
         np.array([a.peak_flops for a in designs], dtype=float),
         np.array([mac_energy_pj(a, tech_node(a.node_nm)) for a in designs], dtype=float),
         np.array([static_power_w(a) for a in designs], dtype=float),
         np.array([embodied_kgco2e(a) for a in designs], dtype=float),
-        costs_usd,
+        stack_capex(capex),
         model,
         ctx,
     )

@@ -4,17 +4,19 @@ context every worker shares."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from arch_space import Accelerator, Cluster, load_space, preset
 from phaze.config import SweepConfig
-from phaze.pipeline import Context, Knobs
+from phaze.pipeline import Context, Knobs, training_setup
 from phaze_common.errors import ConfigError
 from results.pareto import parse_objectives
-from workloads import Model, resolve_model
+from workloads import Model, check_setup, resolve_model
 
-__all__ = ["Shared", "plan", "objective_signs"]
+__all__ = ["Shared", "plan", "objective_signs", "duplicate_problems"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +31,13 @@ class Shared:
 
 def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     """Resolve a config into the shared context and the designs to evaluate (validated)."""
-    workloads = tuple((w, resolve_model(w)) for w in cfg.workloads)
+    problems = duplicate_problems(cfg)
+    workloads = []
+    for w in cfg.workloads:
+        try:
+            workloads.append((w, resolve_model(w)))
+        except ConfigError as e:
+            problems.append(str(e))
     cluster = Cluster(
         devices=cfg.devices,
         devices_per_node=cfg.devices_per_node,
@@ -52,7 +60,7 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     )
     if cfg.zero:  # the stages listed, and no others
         ctx = dataclasses.replace(ctx, zero_stages=tuple(sorted(set(cfg.zero))), zero_fallback=())
-    problems = [
+    problems += [
         f"micro_batches: {mb} does not divide global_batch = {cfg.global_batch}"
         for mb in cfg.micro_batches
         if cfg.global_batch % mb
@@ -62,22 +70,79 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         for c in cfg.cp
         if cfg.seq_len % c
     ]
+    knobs = tuple(Knobs(mb, rc) for mb in cfg.micro_batches for rc in cfg.recompute)
     for name, model in workloads:
         if model.tokens_to_train is None and cfg.tokens_to_train is None:
             problems.append(
                 f"workload {name!r} has no published token budget; set tokens_to_train in "
                 "[sweep] (or phaze sweep --tokens, phaze.search(tokens_to_train=...))"
             )
+        problems += _setup_problems(model, ctx, knobs)
+    for step in (
+        lambda: parse_objectives(cfg.objectives),
+        lambda: [preset(name) for name in cfg.presets],
+    ):
+        try:
+            step()
+        except ConfigError as e:
+            problems.append(str(e))
+    try:
+        space = load_space(cfg.space)
+        space.check_not_empty()
+    except ConfigError as e:
+        problems.append(str(e))
     if problems:
-        raise ConfigError("sweep: " + "; ".join(problems))
-    parse_objectives(cfg.objectives)
-    space = load_space(cfg.space)
+        raise ConfigError("sweep: " + "; ".join(dict.fromkeys(problems)))
     designs = tuple(space.enumerate())
     if cfg.hbm_bytes:
         designs = tuple(dataclasses.replace(a, hbm_bytes=h) for a in designs for h in cfg.hbm_bytes)
     designs = tuple(preset(name) for name in cfg.presets) + designs
-    knobs = tuple(Knobs(mb, rc) for mb in cfg.micro_batches for rc in cfg.recompute)
-    return Shared(workloads, knobs, ctx, tuple(objective_signs(cfg.objectives))), designs
+    shared = Shared(tuple(workloads), knobs, ctx, tuple(objective_signs(cfg.objectives)))
+    return shared, designs
+
+
+def _setup_problems(model: Model, ctx: Context, knobs: tuple[Knobs, ...]) -> list[str]:
+    """What a worker would refuse in the training setup of each knob setting of ``model``
+    (checked here, before any worker starts), each problem once."""
+    problems = []
+    for k in knobs:
+        if ctx.global_batch % k.micro_batch:
+            continue  # reported once for the micro-batch list
+        try:
+            check_setup(model, training_setup(model, ctx, k, sequence_parallel=False))
+        except ConfigError as e:
+            problems.append(
+                f"workload {model.name!r}: {str(e).removeprefix(f'model {model.name!r}: ')}"
+            )
+    return problems
+
+
+def duplicate_problems(cfg: SweepConfig) -> list[str]:
+    """A problem for each list of the config that names a value twice (the sweep would do
+    its work twice, and count the value twice in the all-workload rows)."""
+    problems = []
+    for name in _LISTS:
+        counts = Counter(getattr(cfg, name))
+        problems += [
+            f"{name} lists {v!r} {n} times: give each value once"
+            for v, n in counts.items()
+            if n > 1
+        ]
+    return problems
+
+
+#: The config's lists, where a repeated value is refused.
+_LISTS: Final = (
+    "workloads",
+    "micro_batches",
+    "hbm_gib",
+    "recompute",
+    "ep",
+    "cp",
+    "zero",
+    "objectives",
+    "presets",
+)
 
 
 def objective_signs(objectives: Sequence[str]) -> list[tuple[str, float]]:

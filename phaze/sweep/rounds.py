@@ -11,6 +11,7 @@ from typing import Any, Final
 import numpy as np
 
 from arch_space import Accelerator
+from arch_space.tco import DeviceCapex
 from phaze.executors import Progress
 from phaze.pipeline import timing_design
 from phaze.sweep.fronts import dominated, front_add
@@ -57,7 +58,7 @@ class Rounds:
         store: Store,
         shared: Shared,
         order: Sequence[Accelerator],
-        costs_usd: Sequence[float],
+        capex: Sequence[DeviceCapex],
         need: Sequence[tuple[int, ...]],
         *,
         prune: bool,
@@ -67,7 +68,7 @@ class Rounds:
         self._store = store
         self._shared = shared
         self._order = order
-        self._costs_usd = costs_usd
+        self._capex = capex
         self._need = need  # workloads still to evaluate, per design (none: all stored)
         self._prune = prune
         self._signs = signs
@@ -285,12 +286,12 @@ class Rounds:
             start = time.perf_counter()
             r = self._rounds[q]
             designs = [self._order[i] for i in r]
-            costs = np.array([self._costs_usd[i] for i in r])
+            capex = [self._capex[i] for i in r]
             ctx = self._shared.ctx
             self._cache[key] = np.array(
                 [
                     np.stack(
-                        [s * f for f, s in bound_columns(designs, costs, m, ctx, self._signs)],
+                        [s * f for f, s in bound_columns(designs, capex, m, ctx, self._signs)],
                         axis=1,
                     )
                     for _, m in self._shared.workloads

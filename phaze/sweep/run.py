@@ -9,14 +9,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from arch_space import design_id, device_cost_usd
+from arch_space import Accelerator, design_id
 from phaze import __version__
 from phaze.config import SweepConfig, model_digest
 from phaze.executors import Progress, Runner
-from phaze.scoring import FORMULAS
+from phaze.scoring import FORMULAS, system_capex
 from phaze.sweep.aggregate import aggregate_records
 from phaze.sweep.optimistic import BOUNDED
-from phaze.sweep.planning import objective_signs, plan
+from phaze.sweep.planning import Shared, objective_signs, plan
 from phaze.sweep.records import point_key
 from phaze.sweep.rounds import Rounds
 from phaze.sweep.tasks import run_task
@@ -50,14 +50,16 @@ def run_sweep(
     address: str | None = None,
     progress: bool = True,
     allow_config_change: bool = False,
+    planned: tuple[Shared, tuple[Accelerator, ...]] | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep into ``out_dir``; returns counts and wall time.
 
-    Every point is committed as it completes; Ctrl-C stops cleanly (KeyboardInterrupt
-    propagates after the finished points are stored).
+    ``planned`` is ``plan(cfg)`` when the caller has checked the config already. Every
+    point is committed as it completes; Ctrl-C stops cleanly (KeyboardInterrupt propagates
+    after the finished points are stored).
     """
     t0 = time.perf_counter()
-    shared, designs = plan(cfg)
+    shared, designs = planned if planned is not None else plan(cfg)
     out = Path(out_dir)
     inputs = {
         "config": cfg.as_dict(),
@@ -72,14 +74,18 @@ def run_sweep(
         t1 = time.perf_counter()
         names = [n for n, _ in shared.workloads]
         ids = [design_id(a) for a in designs]
-        costs = [device_cost_usd(a) for a in designs]
+        capex = [system_capex(a, cfg.devices, cfg.scoring) for a in designs]
         # Presets first (reference points, never pruned), then the strongest: optimistic
-        # throughput per dollar, then the design id. The rounds are cut from this total order
+        # throughput per dollar of accelerator, then the design id. The rounds are cut from this total order
         # of *all* designs, not of those left to do, so a resumed sweep prunes each design
         # against the same earlier rounds as an uninterrupted one.
         rank = sorted(
             range(len(designs)),
-            key=lambda i: (not designs[i].name, -designs[i].peak_flops / costs[i], ids[i]),
+            key=lambda i: (
+                not designs[i].name,
+                -designs[i].peak_flops / capex[i].accelerator_usd,
+                ids[i],
+            ),
         )
         order = tuple(designs[i] for i in rank)
         order_ids = tuple(ids[i] for i in rank)
@@ -106,7 +112,7 @@ def run_sweep(
             store,
             shared,
             order,
-            [costs[i] for i in rank],
+            [capex[i] for i in rank],
             need,
             prune=prune,
             signs=signs,

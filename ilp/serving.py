@@ -1,0 +1,203 @@
+"""Times of serving passes: each layer's op graph scheduled by the layer scheduler
+(docs/serving.md).
+
+:func:`serving_pass_time` builds a pass's layer graph (:mod:`workloads.serving_ops`) and
+schedules each distinct layer with :func:`ilp.timing.layer_timing`, as a training
+micro-batch's forward pass is scheduled; a layer's energy is its schedule's, and the pass on
+one device group holding the whole model (one pipeline stage) is the sum over its layers.
+A layer's time is its schedule's makespan, but never less than the bytes its ops move
+through device memory at the sustained HBM bandwidth: the scheduler prices each op as if it
+had the memory to itself, so a decode step of many small independent memory-bound ops (an
+MoE block's experts) could otherwise overlap them beyond the bandwidth. :func:`serving_pass_times` gives a request batch's
+prefill passes and its mean decode step. :func:`decode_hbm_bound_s` is the closed-form floor
+of a pass on HBM bandwidth: the weights and KV cache it must read, over the peak bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Unpack
+
+from arch_space.accelerator import Accelerator, Cluster
+from arch_space.perf import default_settings, op_costs
+from arch_space.perf.device import DeviceProfile, device_profile
+from ilp.timing import PassTiming, SolveSettings, layer_timing
+from phaze_common.errors import unknown_name
+from workloads.model import Model
+from workloads.serving import (
+    RequestBatch,
+    ServingPass,
+    kv_cache_bytes_per_token,
+    pass_kv_read_bytes,
+    pass_weight_read_bytes,
+    serving_settings,
+)
+from workloads.serving_ops import serving_layer_graph
+
+__all__ = [
+    "LayerPassTime",
+    "ServingPassTime",
+    "ServingPassTimes",
+    "serving_pass_time",
+    "serving_pass_times",
+    "serving_device_profile",
+    "decode_hbm_bound_s",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPassTime:
+    """One distinct layer's part of a pass on one device: ``count`` layers of class
+    ``class_id`` each take ``latency_s`` (the longer of the schedule's makespan and
+    ``hbm_floor_s``, ``hbm_bytes`` over the sustained HBM bandwidth) and ``energy_j`` (its
+    schedule, ``timing``), and run ``flops``."""
+
+    class_id: str
+    count: int
+    latency_s: float
+    hbm_floor_s: float
+    energy_j: float
+    hbm_bytes: int
+    flops: int
+    timing: PassTiming
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPassTime:
+    """A pass of the whole model on one tensor-parallel group (one pipeline stage), per
+    device: the sum of its layers' times and energies, the bytes its ops move through device
+    memory, its FLOPs, and the workload's weight and KV-cache bytes it reads and writes."""
+
+    serving_pass: ServingPass
+    tp: int
+    layers: tuple[LayerPassTime, ...]
+    latency_s: float
+    energy_j: float
+    hbm_bytes: int
+    flops: int
+    weight_read_bytes: int
+    kv_read_bytes: int
+    kv_written_bytes: int
+
+    def layer(self, class_id: str) -> LayerPassTime:
+        """The part of the layers of class ``class_id``."""
+        for x in self.layers:
+            if x.class_id == class_id:
+                return x
+        raise unknown_name("layer class", class_id, [x.class_id for x in self.layers])
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPassTimes:
+    """A request batch's prefill passes (in order; their sum is the prompt's time to its
+    first token) and its decode step at the mean context (None when nothing decodes)."""
+
+    prefill: tuple[ServingPassTime, ...]
+    decode: ServingPassTime | None
+
+    @property
+    def prefill_s(self) -> float:
+        return sum(p.latency_s for p in self.prefill)
+
+
+def serving_device_profile(acc: Accelerator) -> DeviceProfile:
+    """``acc``'s sustained rates under the serving engine: its all-reduce kernel where the
+    engine uses its own and the preset has it measured (:meth:`DeviceProfile.for_serving`)."""
+    profile = device_profile(acc)
+    return profile.for_serving() if serving_settings().custom_all_reduce else profile
+
+
+def serving_pass_time(
+    model: Model,
+    acc: Accelerator,
+    cluster: Cluster,
+    serving_pass: ServingPass,
+    tp: int,
+    *,
+    device: DeviceProfile | None = None,
+    **settings: Unpack[SolveSettings],
+) -> ServingPassTime:
+    """One pass of ``model`` at tensor-parallel width ``tp`` on ``acc`` devices of
+    ``cluster``, each distinct layer scheduled by :func:`ilp.timing.layer_timing`
+    (``settings`` as there; ``device`` defaults to :func:`serving_device_profile`).
+
+    Raises
+    ------
+    ConfigError
+        The model cannot serve the pass at that width
+        (:func:`workloads.serving_ops.check_serving`), or bad solver settings.
+    """
+    graph = serving_layer_graph(model, serving_pass, tp)
+    device = device or serving_device_profile(acc)
+    timings = layer_timing(graph, acc, cluster, device=device, **settings)
+    counts: dict[str, int] = {}
+    for layer in graph.layers:
+        counts[layer.class_id] = counts.get(layer.class_id, 0) + 1
+    sustained_bytes_per_s = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
+    parts = []
+    for class_id, count in counts.items():
+        op_graph = graph.op_graphs[class_id].forward
+        hbm_bytes = int(op_costs(op_graph, acc, cluster, device=device).hbm_bytes.sum())
+        floor_s = hbm_bytes / sustained_bytes_per_s
+        forward = timings[class_id].forward
+        parts.append(
+            LayerPassTime(
+                class_id,
+                count,
+                max(forward.makespan_s, floor_s),
+                floor_s,
+                forward.energy_j,
+                hbm_bytes,
+                op_graph.flops,
+                forward,
+            )
+        )
+    kv_written = serving_pass.tokens * kv_cache_bytes_per_token(model, tp, serving_pass.kv_format)
+    return ServingPassTime(
+        serving_pass=serving_pass,
+        tp=tp,
+        layers=tuple(parts),
+        latency_s=sum(x.count * x.latency_s for x in parts),
+        energy_j=sum(x.count * x.energy_j for x in parts),
+        hbm_bytes=sum(x.count * x.hbm_bytes for x in parts),
+        flops=sum(x.count * x.flops for x in parts),
+        weight_read_bytes=pass_weight_read_bytes(model, tp, serving_pass),
+        kv_read_bytes=pass_kv_read_bytes(model, tp, serving_pass),
+        kv_written_bytes=kv_written,
+    )
+
+
+def serving_pass_times(
+    model: Model,
+    acc: Accelerator,
+    cluster: Cluster,
+    requests: RequestBatch,
+    tp: int,
+    *,
+    chunk_tokens: int | None = None,
+    device: DeviceProfile | None = None,
+    **settings: Unpack[SolveSettings],
+) -> ServingPassTimes:
+    """The prefill passes (``chunk_tokens`` per chunk; None: whole prompts) and the mean
+    decode step of ``requests`` (:meth:`~workloads.serving.RequestBatch.decode_pass`)."""
+
+    def timed(p: ServingPass) -> ServingPassTime:
+        return serving_pass_time(model, acc, cluster, p, tp, device=device, **settings)
+
+    decode = requests.decode_pass()
+    return ServingPassTimes(
+        prefill=tuple(timed(p) for p in requests.prefill_passes(chunk_tokens)),
+        decode=None if decode is None else timed(decode),
+    )
+
+
+def decode_hbm_bound_s(model: Model, acc: Accelerator, serving_pass: ServingPass, tp: int) -> float:
+    """The least time a pass can take on one device of a tensor-parallel group of ``tp``
+    holding the whole model: the weight bytes it must read
+    (:func:`~workloads.serving.pass_weight_read_bytes`) and the KV cache it reads
+    (:func:`~workloads.serving.pass_kv_read_bytes`) over the peak HBM bandwidth. A decode
+    step reads nothing else of note, so its time sits a little above this."""
+    read = pass_weight_read_bytes(model, tp, serving_pass) + pass_kv_read_bytes(
+        model, tp, serving_pass
+    )
+    return read / acc.hbm_bandwidth_bytes_per_s

@@ -1,0 +1,128 @@
+"""What a new user typed and got a traceback or silent nonsense for: each is now one
+``Error:`` line naming the problem, or the sensible default said aloud."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from spaces import space_toml
+
+
+def _one_error(r, *words: str, code: int = 1) -> str:
+    """The output of a failed command: exactly one ``Error:`` line holding ``words``, nothing
+    before it (no banner), no traceback."""
+    assert r.exit_code == code, r.output
+    assert isinstance(r.exception, SystemExit), r.output
+    lines = r.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), r.output
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]
+
+
+def _sweep(cli_run, tmp_path, *args):
+    return cli_run("sweep", *args, "--out", tmp_path / "o", "--executor", "serial", "--no-report")
+
+
+def test_a_sweep_over_a_short_context_model_fails_before_any_worker(cli_run, tmp_path):
+    r = _sweep(cli_run, tmp_path, "--workload", "gpt2-xl", "--space", "tiny", "--devices", "8")
+    _one_error(r, "workload 'gpt2-xl'", "seq_len = 2048", "max_positions = 1024")
+    assert not (tmp_path / "o").exists()
+
+
+def test_evaluate_clamps_the_default_sequence_to_the_context_and_says_so(cli_run):
+    args = ["evaluate", "--workload", "bert-large", "--arch", "a100", "--devices", "1"]
+    args += ["--global-batch", "1", "--strategy", "t=1,p=1,d=1,mbs=1,recompute=none", "--json"]
+    r = cli_run(*args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["seq_len"] == 512
+    assert "seq_len 512, the model's context" in r.stderr
+    _one_error(cli_run(*args, "--seq-len", "1024"), "seq_len = 1024", "max_positions = 512")
+
+
+def test_a_bad_space_name_fails_before_the_banner(cli_run, tmp_path):
+    _one_error(_sweep(cli_run, tmp_path, "--space", "tinyy"), "unknown space 'tinyy'", "tiny")
+
+
+def test_repeated_sweep_values_are_refused_naming_the_list(cli_run, tmp_path):
+    config = tmp_path / "s.toml"
+    config.write_text(
+        '[sweep]\nworkloads = ["gpt3-125m", "gpt3-125m"]\nspace = "tiny"\nmicro_batches = [1, 1]\n'
+        'hbm_gib = [16, 16]\nrecompute = ["none"]\nglobal_batch = 16\n'
+    )
+    line = _one_error(
+        _sweep(cli_run, tmp_path, config),
+        "workloads lists 'gpt3-125m' 2 times",
+        "micro_batches lists 1 2 times",
+        "hbm_gib lists 16.0 2 times",
+    )
+    assert "give each value once" in line
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"hbm_gib": "[1e9]"}, ["no design left", "larger than area_fraction_max x budget"]),
+        (
+            {"budget_mm2": "2000", "num_tc": "[64]", "area_fraction_min": "0.3"},
+            ["no design left", "smaller than area_fraction_min x budget = 0.3 x 2000 = 600 mm2"],
+        ),
+    ],
+)
+def test_an_empty_space_is_an_error_naming_the_rule(cli_run, tmp_path, change, words):
+    text = space_toml("empty", num_tc=(2, 4), tc_rows=(64,))
+    for key, value in change.items():
+        text = (
+            "\n".join(line for line in text.splitlines() if not line.startswith(f"{key} ="))
+            + f"\n{key} = {value}\n"
+        )
+    path = tmp_path / "empty.toml"
+    path.write_text(text.replace("keep_single_core = true", "keep_single_core = false"))
+    _one_error(cli_run("space", "show", path), *words)
+    _one_error(_sweep(cli_run, tmp_path, "--space", path), *words)
+
+
+def test_state_bytes_must_cover_weights_gradients_and_optimizer(cli_run):
+    args = ["evaluate", "--workload", "gpt3-125m", "--arch", "a100", "--devices", "1"]
+    args += ["--global-batch", "1", "--seq-len", "64"]
+    args += ["--strategy", "t=1,p=1,d=1,mbs=1,recompute=none"]
+    for value in ("1", "4", "15"):
+        _one_error(
+            cli_run(*args, "--state-bytes", value),
+            f"state_bytes_per_parameter = {value} must cover the weights (2 B)",
+            "at least 16 B per parameter",
+        )
+    r = cli_run(*args, "--state-bytes", "16", "--json")
+    assert r.exit_code == 0, r.output
+    memory = json.loads(r.stdout)["memory_breakdown"]
+    assert memory["gradients_bytes"] > 0 and memory["weights_bytes"] > 0
+
+
+def test_a_model_s_sizes_and_options_are_bounded(cli_run, tmp_path):
+    config = {"model_type": "gpt2", "n_layer": 10**12, "n_embd": 64, "n_head": 2}
+    config |= {"n_inner": 256, "vocab_size": 128, "n_positions": 256}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    _one_error(
+        cli_run("workloads", "show", path),
+        "n_layer = 1000000000000 is above the limit of 10000",
+    )
+    r = cli_run("workloads", "show", "gpt3-125m", "--micro-batch", "100000000000000")
+    assert r.exit_code == 2 and "1<=x<=1000000" in r.output
+
+
+def test_place_names_a_one_byte_memory_as_it_is(cli_run, tmp_path):
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).parents[1] / "examples/placement_gpt_small.json").read_text())
+    doc["maxMemoryPerDevice"] = 1
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    _one_error(cli_run("place", path), "needs 104 MiB per device", "= 1 B", code=3)
+
+
+def test_a_registry_in_another_encoding_is_one_error(cli_run, tmp_path):
+    path = tmp_path / "runs.toml"
+    path.write_text("[run.x]\n", encoding="utf-16-le")
+    _one_error(cli_run("validate", "runs", "--registry", path), "runs.toml", "UTF-16-LE")

@@ -1,0 +1,485 @@
+"""Inference serving workloads: passes, request batches, the KV cache, FLOPs and bytes
+(docs/serving.md).
+
+A serving engine runs a model forward in *passes* over a batch of sequences
+(:class:`ServingPass`): a prefill computes a prompt's tokens (in one pass, or in chunks after
+the ones already cached), a decode step one new token per sequence. Each pass writes its
+tokens' keys and values into the KV cache and reads every earlier token's from it. The cache
+is paged (Kwon et al., "Efficient Memory Management for Large Language Model Serving with
+PagedAttention", SOSP 2023): a sequence holds whole pages of ``page_tokens`` tokens, and a
+device holds as many pages as its memory leaves beside the weights and the pass's transient
+workspace (:func:`kv_cache_capacity`). No backward pass, no optimizer, no stashed
+activations.
+
+A :class:`RequestBatch` is a batch of requests given by their input and output lengths
+(ISL, OSL), one pair or a weighted mix; it gives the prefill passes and the decode step at
+the mean context a decode step attends.
+
+Closed forms here are independent of the op graphs (:mod:`workloads.serving_ops`), which the
+tests check against them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from types import MappingProxyType
+from typing import Any
+
+from phaze_common.errors import ConfigError, unknown_name
+from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
+from workloads.flops import attention_core_flops, block_forward_flops, embedding_forward_flops
+from workloads.model import Model, PositionKind, padded_vocab
+from workloads.moe_ops import expert_tokens
+
+__all__ = [
+    "ServingSettings",
+    "serving_settings",
+    "ServingPass",
+    "RequestBatch",
+    "KvCapacity",
+    "kv_cache_elements_per_token",
+    "kv_cache_bytes_per_token",
+    "kv_cache_bytes_per_sequence",
+    "attention_flops",
+    "pass_flops",
+    "weight_bytes_per_device",
+    "pass_weight_read_bytes",
+    "pass_kv_read_bytes",
+    "kv_cache_capacity",
+]
+
+_DATA_FILE = "serving.toml"
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSettings:
+    """The serving engine's constants (``workloads/data/serving.toml``, with sources):
+    ``page_tokens`` per KV-cache page, the ``memory_fraction`` of device memory the engine
+    uses, bytes per cache element by format, the framework overlap profile of a pass,
+    whether the engine all-reduces with its own kernel, the bytes of one logit as the sampler
+    reads it."""
+
+    page_tokens: int
+    memory_fraction: float
+    format_bytes: Mapping[str, int]
+    framework: str
+    custom_all_reduce: bool
+    logit_bytes: int
+
+
+@cache
+def serving_settings() -> ServingSettings:
+    """The packaged settings; a damaged file is one ConfigError naming what is wrong."""
+    text = resources.files("workloads").joinpath("data", _DATA_FILE).read_text("utf-8")
+    try:
+        data = tomllib.loads(text)
+        kv, engine = data["kv_cache"], data["engine"]
+        settings = ServingSettings(
+            page_tokens=kv["page_tokens"],
+            memory_fraction=kv["memory_fraction"],
+            format_bytes=MappingProxyType(dict(kv["format_bytes"])),
+            framework=engine["framework"],
+            custom_all_reduce=engine["custom_all_reduce"],
+            logit_bytes=engine["logit_bytes"],
+        )
+    except (tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+        raise ConfigError(f"{_DATA_FILE}: unreadable ({type(e).__name__}: {e})") from None
+    problems = [
+        f"{name} = {value!r} must be a positive integer"
+        for name, value in (
+            ("page_tokens", settings.page_tokens),
+            ("logit_bytes", settings.logit_bytes),
+            *((f"format_bytes.{k}", v) for k, v in settings.format_bytes.items()),
+        )
+        if not _positive_int(value)
+    ]
+    if not isinstance(settings.custom_all_reduce, bool):
+        problems.append(f"custom_all_reduce = {settings.custom_all_reduce!r} must be true or false")
+    if not 0 < settings.memory_fraction <= 1:
+        problems.append(f"memory_fraction = {settings.memory_fraction!r} must be in (0, 1]")
+    if problems:
+        raise ConfigError(f"{_DATA_FILE}: " + "; ".join(problems))
+    return settings
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _format_bytes(kv_format: str) -> int:
+    formats = serving_settings().format_bytes
+    if kv_format not in formats:
+        raise unknown_name("KV-cache format", str(kv_format), formats)
+    return formats[kv_format]
+
+
+def _format_problems(kv_format: str) -> list[str]:
+    try:
+        _format_bytes(kv_format)
+    except ConfigError as e:
+        return [f"kv_format: {e}"]
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPass:
+    """One forward pass of a serving engine: ``batch`` sequences each compute ``new_tokens``
+    tokens after ``cached_tokens`` already in their KV cache.
+
+    A prefill computes a prompt (``cached_tokens = 0``) or a chunk of one (chunked prefill);
+    a decode step computes one token per sequence (``new_tokens = 1``). ``samples``: the pass
+    ends each sequence's prompt or is a decode step, so its head computes the last token's
+    logits and samples a token; a chunk that does not end its prompt does not.
+    ``kv_format`` is the cache's number format (``workloads/data/serving.toml``),
+    ``precision_bytes`` the bytes per weight and activation element (2 = bf16).
+    """
+
+    batch: int
+    new_tokens: int
+    cached_tokens: int = 0
+    samples: bool = True
+    kv_format: str = "bf16"
+    precision_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"{f} = {getattr(self, f)!r} must be a positive integer"
+            for f in ("batch", "new_tokens", "precision_bytes")
+            if not _positive_int(getattr(self, f))
+        ]
+        cached = self.cached_tokens
+        if not isinstance(cached, int) or isinstance(cached, bool) or cached < 0:
+            problems.append(f"cached_tokens = {cached!r} must be a non-negative integer")
+        elif not problems:
+            problems += [
+                msg
+                for msg in (
+                    over_limit("batch", self.batch, MAX_GLOBAL_BATCH),
+                    over_limit("context tokens", self.context_tokens, MAX_SEQ_LEN),
+                )
+                if msg
+            ]
+        if not isinstance(self.samples, bool):
+            problems.append(f"samples = {self.samples!r} must be true or false")
+        problems += _format_problems(self.kv_format)
+        if problems:
+            raise ConfigError("serving pass: " + "; ".join(problems))
+
+    @classmethod
+    def prefill(cls, batch: int, tokens: int, cached: int = 0, **kw: Any) -> ServingPass:
+        """A prefill of ``tokens`` prompt tokens per sequence after ``cached`` ones."""
+        return cls(batch, tokens, cached, **kw)
+
+    @classmethod
+    def decode(cls, batch: int, context: int, **kw: Any) -> ServingPass:
+        """A decode step whose new token attends ``context`` tokens (itself included)."""
+        return cls(batch, 1, context - 1, **kw)
+
+    @property
+    def is_decode(self) -> bool:
+        return self.new_tokens == 1
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the pass computes, over the batch."""
+        return self.batch * self.new_tokens
+
+    @property
+    def context_tokens(self) -> int:
+        """Keys the last new token of a sequence attends: cached and new."""
+        return self.cached_tokens + self.new_tokens
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes per cached element."""
+        return _format_bytes(self.kv_format)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBatch:
+    """``batch`` requests in flight, their (input tokens, output tokens, weight) drawn from
+    ``lengths``: one pair, or a length distribution whose weights are relative frequencies.
+
+    The first output token comes from the prefill, each further one from a decode step; the
+    step producing token ``j + 1`` attends the ``input + j`` tokens before it.
+    """
+
+    lengths: tuple[tuple[int, int, float], ...]
+    batch: int = 1
+    kv_format: str = "bf16"
+    precision_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        problems = []
+        lengths = self.lengths
+        if not isinstance(lengths, Sequence) or not lengths:
+            problems.append(f"lengths = {lengths!r} must be a non-empty list of (ISL, OSL, weight)")
+            lengths = ()
+        for i, entry in enumerate(lengths):
+            if not isinstance(entry, Sequence) or len(entry) != 3:
+                problems.append(f"lengths[{i}] = {entry!r} must be (input, output, weight)")
+                continue
+            isl, osl, weight = entry
+            for name, value in (("input_tokens", isl), ("output_tokens", osl)):
+                if not _positive_int(value):
+                    problems.append(f"lengths[{i}] {name} = {value!r} must be a positive integer")
+            if _positive_int(isl) and _positive_int(osl):
+                msg = over_limit(f"lengths[{i}] tokens", isl + osl, MAX_SEQ_LEN)
+                problems += [msg] if msg else []
+            if not isinstance(weight, int | float) or isinstance(weight, bool) or not weight > 0:
+                problems.append(f"lengths[{i}] weight = {weight!r} must be a positive number")
+        if not _positive_int(self.batch):
+            problems.append(f"batch = {self.batch!r} must be a positive integer")
+        elif msg := over_limit("batch", self.batch, MAX_GLOBAL_BATCH):
+            problems.append(msg)
+        if not _positive_int(self.precision_bytes):
+            problems.append(
+                f"precision_bytes = {self.precision_bytes!r} must be a positive integer"
+            )
+        problems += _format_problems(self.kv_format)
+        if problems:
+            raise ConfigError("request batch: " + "; ".join(problems))
+        object.__setattr__(self, "lengths", tuple((i, o, float(w)) for i, o, w in lengths))
+
+    @classmethod
+    def of(cls, input_tokens: int, output_tokens: int, batch: int = 1, **kw: Any) -> RequestBatch:
+        """``batch`` requests of ``input_tokens`` in and ``output_tokens`` out."""
+        return cls(((input_tokens, output_tokens, 1.0),), batch, **kw)
+
+    def _mean(self, value: Any) -> float:
+        total = sum(w for _, _, w in self.lengths)
+        return sum(w * value(i, o) for i, o, w in self.lengths) / total
+
+    @property
+    def mean_input_tokens(self) -> float:
+        return self._mean(lambda i, o: i)
+
+    @property
+    def mean_output_tokens(self) -> float:
+        return self._mean(lambda i, o: o)
+
+    @property
+    def max_kv_tokens(self) -> int:
+        """Tokens the longest request holds in the cache at its last step: ``ISL + OSL - 1``
+        (the last token is sampled, never fed back)."""
+        return max(i + o - 1 for i, o, _ in self.lengths)
+
+    @property
+    def decode_context_tokens(self) -> float | None:
+        """The mean context of a decode step over the mix, each request weighted by its
+        ``OSL - 1`` steps attending ``ISL + 1 .. ISL + OSL - 1`` keys (mean
+        ``ISL + OSL / 2``); None when no request decodes (every OSL is 1)."""
+        steps = sum(w * (o - 1) for _, o, w in self.lengths)
+        if not steps:
+            return None
+        return sum(w * (o - 1) * (i + o / 2) for i, o, w in self.lengths) / steps
+
+    def _pass_kw(self) -> dict[str, Any]:
+        return {"kv_format": self.kv_format, "precision_bytes": self.precision_bytes}
+
+    def prefill_passes(self, chunk_tokens: int | None = None) -> tuple[ServingPass, ...]:
+        """The prefill passes of a batch of each distinct input length, in order (chunks of
+        ``chunk_tokens``, the last one sampling; None: the whole prompt in one pass)."""
+        passes = []
+        for isl in sorted({i for i, _, _ in self.lengths}):
+            chunk = isl if chunk_tokens is None else chunk_tokens
+            for start in range(0, isl, chunk):
+                new = min(chunk, isl - start)
+                last = start + new == isl
+                kw = self._pass_kw()
+                passes.append(ServingPass(self.batch, new, start, samples=last, **kw))
+        return tuple(passes)
+
+    def decode_pass(self) -> ServingPass | None:
+        """The decode step at the mean context (rounded to whole tokens): a step's time is
+        affine in its context, so the mean step is the step at the mean context; None when
+        no request decodes."""
+        context = self.decode_context_tokens
+        if context is None:
+            return None
+        return ServingPass.decode(self.batch, round(context), **self._pass_kw())
+
+
+# ---- KV cache --------------------------------------------------------------------------------
+
+
+def kv_cache_elements_per_token(model: Model) -> int:
+    """Elements one token stores in one block's KV cache: its keys and values,
+    ``kv_heads x (d_qk + d_v)`` (``2 kv_heads d_head``); with multi-head latent attention
+    the latent and the shared rotary key, ``kv_lora_rank + qk_rope_head_dim`` (DeepSeek-V2,
+    arXiv:2405.04434, §2.1.4, ``(d_c + d_h^R) l`` elements over ``l`` layers)."""
+    if model.mla:
+        return model.kv_lora_rank + model.qk_rope_head_dim
+    return model.kv_heads * (model.head_dim + model.value_head_dim)
+
+
+def kv_cache_bytes_per_token(
+    model: Model, tp: int, kv_format: str = "bf16", layers: int | None = None
+) -> int:
+    """Bytes one token's cache takes on one device of a tensor-parallel group of ``tp`` over
+    ``layers`` blocks (default: all): the key/value heads are split by ``tp``; MLA's latent
+    is the same on every rank (vLLM replicates it: "MLA is always replicated as the hidden
+    dim can't be split", vllm/distributed/kv_transfer/kv_connector/utils.py).
+
+    >>> from workloads.catalog import get_model
+    >>> kv_cache_bytes_per_token(get_model("llama2-70b"), 8) == 80 * 2 * 1 * 128 * 2
+    True
+    """
+    per_layer = kv_cache_elements_per_token(model)
+    if not model.mla:
+        per_layer //= tp
+    blocks = model.layers if layers is None else layers
+    return blocks * per_layer * _format_bytes(kv_format)
+
+
+def kv_cache_bytes_per_sequence(
+    model: Model,
+    tp: int,
+    tokens: int,
+    kv_format: str = "bf16",
+    page_tokens: int | None = None,
+    layers: int | None = None,
+) -> int:
+    """Bytes of the whole pages that hold ``tokens`` tokens of one sequence on one device."""
+    page = page_tokens or serving_settings().page_tokens
+    return -(-tokens // page) * page * kv_cache_bytes_per_token(model, tp, kv_format, layers)
+
+
+@dataclass(frozen=True, slots=True)
+class KvCapacity:
+    """The paged KV cache one device holds: of its ``usable_bytes`` (the engine's share of
+    memory), the weights and the largest pass's workspace are taken first, the rest is
+    ``pages`` pages of ``page_tokens`` tokens, ``page_bytes`` each (all the device's
+    blocks); ``pages`` is 0 when the weights and workspace do not fit."""
+
+    usable_bytes: int
+    weights_bytes: int
+    workspace_bytes: int
+    page_tokens: int
+    page_bytes: int
+    pages: int
+
+    @property
+    def tokens(self) -> int:
+        return self.pages * self.page_tokens
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.pages * self.page_bytes
+
+    def sequences(self, tokens: int) -> int:
+        """Sequences of ``tokens`` tokens each that fit at once."""
+        return self.pages // -(-tokens // self.page_tokens)
+
+
+def kv_cache_capacity(
+    model: Model,
+    tp: int,
+    hbm_bytes: int,
+    workspace_bytes: int,
+    *,
+    kv_format: str = "bf16",
+    precision_bytes: int = 2,
+    page_tokens: int | None = None,
+) -> KvCapacity:
+    """The KV cache one device of a tensor-parallel group holding the whole model can keep
+    (vLLM's sizing: ``gpu_memory_utilization`` x memory, less the weights and the peak
+    activation memory its profiling pass measures)."""
+    settings = serving_settings()
+    page = page_tokens or settings.page_tokens
+    usable = int(settings.memory_fraction * hbm_bytes)
+    weights = weight_bytes_per_device(model, tp, precision_bytes)
+    page_bytes = page * kv_cache_bytes_per_token(model, tp, kv_format)
+    free = usable - weights - workspace_bytes
+    return KvCapacity(
+        usable, weights, workspace_bytes, page, page_bytes, max(0, free // page_bytes)
+    )
+
+
+# ---- FLOPs and bytes of a pass ----------------------------------------------------------------
+
+
+def _absorbed(model: Model, p: ServingPass) -> bool:
+    """MLA decodes in the latent space (keys and values never up-projected)."""
+    return model.mla and p.is_decode
+
+
+def attention_flops(model: Model, p: ServingPass) -> int:
+    """QK^T and PV of a pass over all heads: each of a sequence's ``C`` new tokens attends
+    the ``P`` cached ones and the new ones up to itself (a causal decoder),
+    ``C P + C (C + 1) / 2`` scores per head, ``2 (d_qk + d_v)`` FLOPs each (an absorbed MLA
+    decode: ``2 (2 kv_lora_rank + qk_rope_head_dim)``, over the latent)."""
+    c, cached = p.new_tokens, p.cached_tokens
+    scores = c * cached + c * (c + 1) // 2
+    if _absorbed(model, p):
+        width = 2 * model.kv_lora_rank + model.qk_rope_head_dim
+    else:
+        width = model.head_dim + model.value_head_dim
+    return 2 * p.batch * model.heads * scores * width
+
+
+def pass_flops(model: Model, p: ServingPass) -> int:
+    """Matmul FLOPs of one pass over all devices: ``2`` per weight per token through the
+    blocks (only the ``top_k`` routed experts and the shared ones), the attention
+    (:func:`attention_flops`), OPT's embedding projections, and the LM head on each
+    sequence's last token only when the pass samples; MLA up-projects its cached context's
+    latents in a chunked prefill."""
+    b, c = p.batch, p.new_tokens
+    dense = model.dense_layers
+    blocks = sum(
+        n * (block_forward_flops(model, c, b, dense=kind) - attention_core_flops(model, c, b))
+        for n, kind in ((dense, True), (model.layers - dense, False))
+    )
+    if model.mla and p.cached_tokens and not p.is_decode:
+        up = model.kv_lora_rank * model.heads * (model.qk_nope_head_dim + model.value_head_dim)
+        blocks += 2 * b * p.cached_tokens * up * model.layers
+    e, h = model.embedding_dim, model.hidden
+    edges = embedding_forward_flops(model, c, b) + (2 * b * c * h * e if e != h else 0)
+    head = 2 * b * e * model.vocab if p.samples else 0
+    return blocks + model.layers * attention_flops(model, p) + edges + head
+
+
+def weight_bytes_per_device(model: Model, tp: int, precision_bytes: int = 2) -> int:
+    """Bytes of the weights one device of a tensor-parallel group holds with the whole model
+    on that group: embedding, blocks and head shards (a tied LM head once)."""
+    dense = model.dense_layers
+    params = (
+        model.embedding_parameters(tp)
+        + dense * model.block_parameters(tp, dense=True)
+        + (model.layers - dense) * model.block_parameters(tp)
+        + model.head_parameters(tp)
+    )
+    return precision_bytes * params
+
+
+def pass_weight_read_bytes(model: Model, tp: int, p: ServingPass) -> int:
+    """Weight bytes one device must read in a pass: every block weight but, in MoE blocks,
+    only the experts some token is routed to (balanced routing,
+    :func:`~workloads.moe_ops.expert_tokens`); the final norm (and OPT's projection) and,
+    when the pass samples, the LM-head matrix; the embedding rows of the pass's tokens
+    (and position rows, OPT's input projection)."""
+    dense = model.dense_layers
+    params = dense * model.block_parameters(tp, dense=True)
+    if model.is_moe:
+        per_expert = model.expert_parameters(tp) // model.experts
+        reached = sum(1 for n in expert_tokens(p.tokens, model) if n)
+        moe = model.block_parameters(tp) - model.expert_parameters(tp) + reached * per_expert
+        params += (model.layers - dense) * moe
+    else:
+        params += (model.layers - dense) * model.block_parameters(tp)
+    e, h = model.embedding_dim, model.hidden
+    lm = padded_vocab(model.vocab, tp) // tp * e
+    params += model.head_parameters(tp) + model.tied_head_parameters(tp) - (0 if p.samples else lm)
+    rows = p.tokens * (e + (h if model.positions is PositionKind.LEARNED else 0))
+    params += rows + (e * h if e != h else 0)
+    return p.precision_bytes * params
+
+
+def pass_kv_read_bytes(model: Model, tp: int, p: ServingPass) -> int:
+    """Cache bytes one device reads in a pass: every sequence's keys and values (or latents)
+    of all its ``cached + new`` tokens, each once, in every block."""
+    return p.batch * p.context_tokens * kv_cache_bytes_per_token(model, tp, p.kv_format)
