@@ -94,8 +94,8 @@ class Schedule:
     ``start_s``/``duration_s`` are per node; ``parallel`` holds the nodes run intra-op
     parallel; ``held[node]`` maps each resource kind the node holds to its units (a parallel
     op holds every unit of its kinds, and every core at all when parallel ops hold the chip);
-    ``assigned[node]`` lists (kind, unit indices) of the kinds it works on, and
-    ``core_ids[node]`` names them ("A3", "A0+B1", "A0-7"; "" for a node holding no unit).
+    ``core_ids[node]`` names the units of the kinds it works on ("A3", "A0+B1", "A0-7"; ""
+    for a node holding no unit).
     ``capacity`` is the units of every resource kind, of which ``core_kinds`` are the chip's
     compute units (the rest further kinds, such as channels). Utilisation is the share of a
     kind's units doing work (held by ops of that kind in their single mode's kinds): peak
@@ -110,7 +110,6 @@ class Schedule:
     duration_s: Mapping[Hashable, float]
     parallel: frozenset[Hashable]
     held: Mapping[Hashable, Mapping[str, int]]
-    assigned: Mapping[Hashable, tuple[tuple[str, tuple[int, ...]], ...]]
     core_ids: Mapping[Hashable, str]
     core_kinds: tuple[str, ...]
     capacity: Mapping[str, int]
@@ -517,7 +516,7 @@ def _assemble(
         key = "parallel_energy_j" if mode[v] == PARALLEL else "energy_j"
         energy += float(attrs[v].get(key, attrs[v].get("energy_j", 0.0)))
     ordered = list(graph.nodes)
-    ids, assigned = unit_ids(ordered, start, duration, mode, own, held, problem)
+    ids = unit_ids(ordered, start, duration, mode, own, held, problem)
     util, peak = utilisation(ordered, start, duration, own, held, problem, result.makespan_s)
     kinds = problem.kinds
     return Schedule(
@@ -532,7 +531,6 @@ def _assemble(
                 for v in ordered
             }
         ),
-        assigned=MappingProxyType({v: assigned[v] for v in ordered}),
         core_ids=MappingProxyType({v: ids[v] for v in ordered}),
         core_kinds=kinds[: problem.core_kinds],
         capacity=MappingProxyType(dict(zip(problem.kinds, problem.capacity, strict=True))),

@@ -13,41 +13,33 @@ from ilp.problem import PARALLEL, Problem
 __all__ = ["unit_ids", "utilisation"]
 
 
-def unit_ids(
-    nodes, start, duration, mode, own, held, problem: Problem
-) -> tuple[dict[Hashable, str], dict[Hashable, tuple[tuple[str, tuple[int, ...]], ...]]]:
-    """Which units of the kinds it works on each node holds (``own``, its single mode's;
-    ``held`` are the units it holds in its mode): (labels, assignments). A parallel op
-    holding every unit of a kind is labelled with all of them ("A0-7"), otherwise it gets the
-    lowest free units (greedy by start time, which never needs more units than are busy at
-    once; "A3", "A0+B1"); an assignment lists (kind, unit indices) per kind."""
+def unit_ids(nodes, start, duration, mode, own, held, problem: Problem) -> dict[Hashable, str]:
+    """Label each node's units of the kinds it works on (``own``, its single mode's; ``held``
+    are the units it holds in its mode): a parallel op holding every unit of a kind is
+    labelled with all of them, otherwise it gets the lowest free units (greedy by start
+    time, which never needs more units than are busy at once)."""
     ids: dict[Hashable, str] = {}
-    assigned: dict[Hashable, tuple[tuple[str, tuple[int, ...]], ...]] = {}
     free_at = [[0.0] * cap for cap in problem.capacity]
     for v in sorted(nodes, key=lambda v: (start[v], duration[v] > 0)):
         if not any(own[v]) or duration[v] == 0:
             ids[v] = ""
-            assigned[v] = ()
             continue
-        parts, units = [], []
+        parts = []
         for k, r in enumerate(problem.kinds):
             if not own[v][k]:
                 continue
             cap = problem.capacity[k]
             if mode[v] == PARALLEL and held[v][k] == cap:
                 parts.append(f"{r}0-{cap - 1}" if cap > 1 else f"{r}0")
-                units.append((r, tuple(range(cap))))
                 continue
-            taken: list[int] = []
+            taken = []
             for _ in range(held[v][k]):
                 c = next(c for c, f in enumerate(free_at[k]) if f <= start[v] and c not in taken)
                 free_at[k][c] = start[v] + duration[v]
                 taken.append(c)
             parts.append(",".join(f"{r}{c}" for c in taken))
-            units.append((r, tuple(taken)))
         ids[v] = "+".join(parts)
-        assigned[v] = tuple(units)
-    return ids, assigned
+    return ids
 
 
 def utilisation(nodes, start, duration, own, held, problem: Problem, span: float):
