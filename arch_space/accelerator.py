@@ -32,6 +32,7 @@ __all__ = [
     "ComputeUnit",
     "accelerator_problems",
     "cluster_problems",
+    "node_count",
 ]
 
 TENSOR: Final = "TC"  # the resource kind of the tensor cores (systolic MAC arrays)
@@ -292,11 +293,22 @@ class Cluster:
 
     @property
     def nodes(self) -> int:
-        return max(1, self.devices // self.devices_per_node)
+        """Nodes the devices fill (:func:`node_count`)."""
+        return node_count(self.devices, self.devices_per_node)
+
+    def spans_nodes(self, group):
+        """Does a group of ``group`` consecutive devices cross a node boundary (then its
+        slowest link is an inter-node one)? The one test of it; arrays broadcast."""
+        return group > self.devices_per_node
 
     def group_link(self, group: int) -> tuple[float, float]:
         """(bandwidth bytes/s, latency s) of the slowest link a ring over ``group``
         consecutive devices crosses: intra-node if the group fits in a node."""
-        if group <= self.devices_per_node:
+        if not self.spans_nodes(group):
             return self.intra_node_bandwidth_bytes_per_s, self.intra_node_latency_s
         return self.inter_node_bandwidth_bytes_per_s, self.inter_node_latency_s
+
+
+def node_count(devices: int, devices_per_node: int) -> int:
+    """Nodes that hold ``devices``: a partly filled node counts whole."""
+    return -(-devices // devices_per_node)

@@ -62,32 +62,33 @@ def main() -> None:
     print(f"machine load gauge: np.maximum on 99x99 takes {t_op * 1e6:.1f} us")
     print(f"chain fast path : {t_chain * 1e3:8.1f} ms per placement (best of {args.repeat})")
     print(f"general DP      : {t_dag * 1e3:8.1f} ms per placement")
-    same = (fast.tp, fast.pp, fast.dp) == (full.tp, full.pp, full.dp) and [
-        st.layers for st in fast.stages
-    ] == [st.layers for st in full.stages]
-    rel = abs(fast.time_per_batch_s - full.time_per_batch_s) / full.time_per_batch_s
+    same = (fast.layout.t, fast.layout.p, fast.layout.d) == (
+        full.layout.t,
+        full.layout.p,
+        full.layout.d,
+    ) and [st.layers for st in fast.stages] == [st.layers for st in full.stages]
+    rel = abs(fast.breakdown.iteration_s - full.breakdown.iteration_s) / full.breakdown.iteration_s
     print(
-        f"best: t={fast.tp} p={fast.pp} d={fast.dp} time/batch {fast.time_per_batch_s:.3f} s, "
-        f"memory {fast.memory_per_device_bytes / 2**30:.1f} GiB"
+        f"best: {fast.layout} time/batch {fast.breakdown.iteration_s:.3f} s, "
+        f"memory {fast.memory_breakdown.total_bytes / 2**30:.1f} GiB"
     )
     print(
         f"paths agree on t, p, d and stages: {same}; time per batch differs by {rel:.1e} "
         "(summation order: prefix sums vs matrix products)"
     )
     print(
-        f"chain, ZeRO 0-3 : {t_zero * 1e3:8.1f} ms per placement; best: t={zero.tp} "
-        f"p={zero.pp} d={zero.dp} zero={zero.zero} time/batch {zero.time_per_batch_s:.3f} s"
+        f"chain, ZeRO 0-3 : {t_zero * 1e3:8.1f} ms per placement; best: {zero.layout} "
+        f"time/batch {zero.breakdown.iteration_s:.3f} s"
     )
 
     def every_knob():
         best = place(sharded, method="chain")
-        return best_interleaved(sharded, best.time_per_batch_s) or best
+        return best_interleaved(sharded, best.breakdown.iteration_s) or best
 
     t_knobs, knobs = _time(every_knob, max(1, args.repeat // 4))
     print(
-        f"+ interleaving   : {t_knobs * 1e3:8.1f} ms per placement; best: t={knobs.tp} "
-        f"p={knobs.pp} d={knobs.dp} v={knobs.virtual_stages} zero={knobs.zero} "
-        f"time/batch {knobs.time_per_batch_s:.3f} s"
+        f"+ interleaving   : {t_knobs * 1e3:8.1f} ms per placement; best: {knobs.layout} "
+        f"time/batch {knobs.breakdown.iteration_s:.3f} s"
     )
 
 

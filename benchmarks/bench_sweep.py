@@ -41,6 +41,7 @@ from unittest import mock
 from arch_space import Accelerator, Space
 from phaze.config import SolverSettings, SweepConfig
 from phaze.sweep import run_sweep
+from phaze_common.errors import ConfigError
 from results.store import load
 
 TARGET_S = 30 * 60.0  # the whole default space within half an hour on this machine
@@ -89,6 +90,11 @@ class _Sample:
 
     def enumerate(self) -> Iterator[Accelerator]:
         return iter(self.designs)
+
+    def check_not_empty(self) -> None:
+        """As ``Space.check_not_empty``: a sample must hold a design."""
+        if not self.designs:
+            raise ConfigError("bench_sweep: the sample holds no design")
 
 
 def sample(designs: Sequence[Accelerator], n: int | None) -> tuple[Accelerator, ...]:

@@ -5,27 +5,28 @@ Examples
 >>> import phaze
 >>> from arch_space import Cluster, preset
 >>> ev = phaze.evaluate("gpt3-1.3b", preset("a100"), Cluster(devices=8), global_batch=64)
->>> ev.feasible, ev.placement.tp * ev.placement.pp * ev.placement.dp <= 8
+>>> ev.feasible, ev.placement.layout.devices <= 8
 (True, True)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from arch_space import Accelerator, Cluster
 from arch_space.perf.device import DeviceProfile
-from phaze.config import SolverSettings, SweepConfig
+from phaze.config import SolverSettings, sweep_config_from_mapping
 from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
-from phaze.pipeline import Context, Evaluation, Knobs
+from phaze.pipeline import Context, Evaluation
 from phaze.pipeline import evaluate as _evaluate
 from phaze.scoring import ScoringParams
 from phaze.sweep import run_sweep
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
-from placement import Strategy, parse_strategy
+from placement import Layout, parse_strategy
 from results.store import load
 from workloads import resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK
@@ -54,41 +55,61 @@ def search(
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
     progress: bool = False,
-    tokens_to_train: int | None = None,
+    tokens_to_train: int | str | None = None,
+    framework: str = DEFAULT_FRAMEWORK,
+    zero: Sequence[int] = (),
+    ep: Sequence[int] = (),
+    cp: Sequence[int] = (),
+    presets: Sequence[str] = ("tpuv4", "a100", "h100"),
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
-    ``space`` is a shipped space name or a TOML path; ``hbm_sizes`` (bytes) replaces each
-    design's HBM capacity by each size given; ``tokens_to_train`` is every workload's token
-    budget (default: each model's published one); ``sequence_parallel`` None searches it (on
-    or off at each tensor-parallel width), True or False fixes it; points already in
-    ``out_dir`` are reused.
+    The options of ``phaze sweep`` (and of a sweep file's ``[sweep]`` table): ``space`` is a
+    shipped space name or a TOML path; ``hbm_sizes`` (bytes) replaces each design's HBM
+    capacity by each size given; ``tokens_to_train`` is every workload's token budget, a
+    count or text like ``"2T"`` (default: each model's published one); ``sequence_parallel``
+    None searches it (on or off at each tensor-parallel width), True or False fixes it;
+    ``framework`` names the overlap profile (:func:`workloads.framework_names`); ``zero``,
+    ``ep`` and ``cp`` list the ZeRO stages and expert- and context-parallel degrees the
+    placement search may choose from (empty: its own); ``presets`` are real chips evaluated
+    beside the space. Points already in ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
     _check_limits(cluster, seq_len, global_batch, ("micro_batches", micro_batches))
     if any(h % (1 << 20) for h in hbm_sizes):
         raise ConfigError(f"hbm_sizes = {list(hbm_sizes)!r} must be whole MiB (bytes)")
-    cfg = SweepConfig(
-        workloads=tuple(workloads),
-        space=space,
-        devices=cluster.devices,
-        devices_per_node=cluster.devices_per_node,
-        intra_node_bandwidth_bytes_per_s=cluster.intra_node_bandwidth_bytes_per_s,
-        inter_node_bandwidth_bytes_per_s=cluster.inter_node_bandwidth_bytes_per_s,
-        intra_node_latency_s=cluster.intra_node_latency_s,
-        inter_node_latency_s=cluster.inter_node_latency_s,
-        seq_len=seq_len,
-        global_batch=global_batch,
-        micro_batches=tuple(micro_batches),
-        hbm_gib=tuple(h / _GIB for h in hbm_sizes),
-        recompute=tuple(recompute_modes),
-        sequence_parallel=sequence_parallel,
-        objectives=tuple(objectives),
-        prune=prune,
+    sweep = {
+        "workloads": list(workloads),
+        "space": space,
+        "devices": cluster.devices,
+        "devices_per_node": cluster.devices_per_node,
+        "intra_node_bandwidth_bytes_per_s": cluster.intra_node_bandwidth_bytes_per_s,
+        "inter_node_bandwidth_bytes_per_s": cluster.inter_node_bandwidth_bytes_per_s,
+        "intra_node_latency_s": cluster.intra_node_latency_s,
+        "inter_node_latency_s": cluster.inter_node_latency_s,
+        "seq_len": seq_len,
+        "global_batch": global_batch,
+        "micro_batches": list(micro_batches),
+        "hbm_gib": [h / _GIB for h in hbm_sizes],
+        "recompute": list(recompute_modes),
+        "objectives": list(objectives),
+        "prune": prune,
+        "framework": framework,
+        "zero": list(zero),
+        "ep": list(ep),
+        "cp": list(cp),
+        "presets": list(presets),
+    }
+    if sequence_parallel is not None:
+        sweep["sequence_parallel"] = sequence_parallel
+    if tokens_to_train is not None:
+        sweep["tokens_to_train"] = tokens_to_train
+    # the checks of a sweep file, each problem named once
+    cfg = dataclasses.replace(
+        sweep_config_from_mapping({"sweep": sweep}, "phaze.search"),
         solver=solver or SolverSettings(),
         scoring=scoring or ScoringParams(),
-        tokens_to_train=tokens_to_train,
     )
     run_sweep(cfg, out_dir, executor=executor, jobs=jobs, progress=progress)
     with load(out_dir) as store:
@@ -105,7 +126,7 @@ def evaluate(
     micro_batch: int | None = None,
     recompute: str | None = None,
     sequence_parallel: bool | None = None,
-    strategy: Strategy | str | None = None,
+    strategy: Layout | str | None = None,
     tokens_to_train: int | None = None,
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
@@ -114,8 +135,10 @@ def evaluate(
     state_bytes_per_parameter: int | None = None,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
-    (a :class:`placement.Strategy` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
-    keys left out are searched, see :mod:`placement.partial`), under the ``framework``
+    (a :class:`placement.Layout` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
+    keys left out are searched, see :mod:`placement.partial`; a key it gives that
+    ``micro_batch``, ``recompute`` or ``sequence_parallel`` also gives differently is a
+    ConfigError naming both), under the ``framework``
     overlap profile (:func:`workloads.framework_names`); ``device`` overrides the sustained
     rates of the accelerator's preset (:mod:`arch_space.perf.device`).
     ``state_bytes_per_parameter`` overrides weights + gradients + optimizer state per
@@ -130,14 +153,18 @@ def evaluate(
         global_batch,
         ("micro_batch", () if micro_batch is None else (micro_batch,)),
     )
-    if isinstance(strategy, str):
-        strategy = parse_strategy(strategy)
-    if strategy is not None:  # what it leaves open keeps the arguments' values
-        open_ = strategy.unset
-        micro_batch = micro_batch if "micro_batch" in open_ else strategy.micro_batch
-        recompute = recompute if "recompute" in open_ else strategy.recompute
-        if "sequence_parallel" not in open_:
-            sequence_parallel = strategy.sequence_parallel
+    if strategy is not None:  # the arguments fill what it leaves open; a clash is an error
+        strategy = parse_strategy(
+            strategy if isinstance(strategy, str) else str(strategy),
+            {
+                "mbs": ("micro_batch", micro_batch),
+                "recompute": ("recompute", recompute),
+                "sp": ("sequence_parallel", sequence_parallel),
+            },
+        )
+        micro_batch = strategy.mbs if strategy.given("mbs") else None
+        recompute = strategy.recompute if strategy.given("recompute") else None
+        sequence_parallel = strategy.sp if strategy.given("sp") else None
     ctx = Context(
         cluster=cluster,
         seq_len=seq_len,
@@ -161,9 +188,8 @@ def evaluate(
             recomputes=RECOMPUTES if recompute is None else (recompute,),
             strategy=strategy,
         )
-    return _evaluate(
-        workload, model, accelerator, Knobs(micro_batch, recompute), ctx, strategy=strategy
-    )
+    knobs = (strategy or Layout.searching()).completed(mbs=micro_batch, recompute=recompute)
+    return _evaluate(workload, model, accelerator, knobs, ctx)
 
 
 def _check_limits(

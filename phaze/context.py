@@ -1,5 +1,7 @@
-"""What every evaluation of a sweep shares (:class:`Context`), the knobs swept per design
-(:class:`Knobs`), and the expert- and context-parallel degrees the search chooses from."""
+"""What every evaluation of a sweep shares (:class:`Context`) and the expert- and
+context-parallel degrees the search chooses from. The knobs swept per design are a
+:class:`placement.Layout` fixing the micro-batch and recompute mode
+(``Layout.searching(mbs=..., recompute=...)``)."""
 
 from __future__ import annotations
 
@@ -13,15 +15,7 @@ from phaze.config import SolverSettings
 from phaze.scoring import ScoringParams
 from workloads.framework import DEFAULT_FRAMEWORK
 
-__all__ = ["Knobs", "Context", "CP_DEGREES", "search_degrees"]
-
-
-@dataclass(frozen=True, slots=True)
-class Knobs:
-    """The training knobs swept per design: micro-batch (sequences) and recompute mode."""
-
-    micro_batch: int
-    recompute: str
+__all__ = ["Context", "CP_DEGREES", "search_degrees"]
 
 
 @dataclass(frozen=True, slots=True)

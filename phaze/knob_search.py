@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from arch_space import Accelerator
-from phaze.pipeline import Context, Evaluation, Knobs, evaluate, time_lower_bound_s
+from phaze.pipeline import Context, Evaluation, evaluate, time_lower_bound_s
 from phaze_common.errors import ConfigError
-from placement.fixed import Strategy
+from placement.layout import Layout
 from workloads import Model
 
 __all__ = ["MICRO_BATCHES", "RECOMPUTES", "evaluate_best_knobs"]
@@ -36,24 +36,30 @@ def evaluate_best_knobs(
     *,
     micro_batches: Sequence[int] = MICRO_BATCHES,
     recomputes: Sequence[str] = RECOMPUTES,
-    strategy: Strategy | None = None,
+    strategy: Layout | None = None,
 ) -> Evaluation:
     """The fastest evaluation over ``micro_batches`` (those dividing the global batch) x
-    ``recomputes``; when none fits, the evaluation of the pair with the lowest bound (its
+    ``recomputes``, keeping what ``strategy`` fixes (its micro-batch and recompute mode
+    open); when none fits, the evaluation of the pair with the lowest bound (its
     reason says why). Ties go to the pair with the lower bound, then the one listed first.
     Raises ConfigError when no micro-batch size divides the global batch."""
-    d = 1 if strategy is None or "dp" in strategy.unset else strategy.dp
+    d = 1 if strategy is None or not strategy.given("d") else strategy.d
     # a fixed interleaved layout runs each pipeline's micro-batches in groups of p
     # (Megatron-LM's interleaved schedule), so only the sizes giving such counts are tried
     group = (
-        strategy.pp
+        strategy.p
         if strategy is not None
-        and strategy.virtual_stages > 1
-        and not {"pp", "dp", "virtual_stages"} & strategy.unset
+        and strategy.v > 1
+        and all(strategy.given(k) for k in ("p", "d", "v"))
         else 1
     )
+    asked = strategy or Layout.searching()
+
+    def knobs(mb: int, rc: str) -> Layout:
+        return asked.completed(mbs=mb, recompute=rc)
+
     grid = [
-        Knobs(mb, rc)
+        knobs(mb, rc)
         for mb in micro_batches
         if ctx.global_batch % (mb * d) == 0 and (ctx.global_batch // (mb * d)) % group == 0
         for rc in recomputes
@@ -63,17 +69,18 @@ def evaluate_best_knobs(
             f"micro_batches = {list(micro_batches)}: none divides global_batch = {ctx.global_batch}"
         )
     if not grid:  # the strategy's own check names d and mbs
-        grid = [Knobs(micro_batches[0], rc) for rc in recomputes]
+        grid = [knobs(micro_batches[0], rc) for rc in recomputes]
     bounds = sorted((time_lower_bound_s(model, acc, k, ctx), i, k) for i, k in enumerate(grid))
     best: Evaluation | None = None
     first: Evaluation | None = None
-    for bound, _, knobs in bounds:
-        if strategy is None and best is not None and bound >= best.placement.time_per_batch_s:
+    for bound, _, point in bounds:
+        if strategy is None and best is not None and bound >= best.placement.breakdown.iteration_s:
             break
-        ev = evaluate(workload, model, acc, knobs, ctx, strategy=strategy)
+        ev = evaluate(workload, model, acc, point, ctx)
         first = first or ev
         if ev.feasible and (
-            best is None or ev.placement.time_per_batch_s < best.placement.time_per_batch_s
+            best is None
+            or ev.placement.breakdown.iteration_s < best.placement.breakdown.iteration_s
         ):
             best = ev
     assert first is not None, "the pair with the lowest bound is always evaluated"

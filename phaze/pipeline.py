@@ -20,21 +20,23 @@ from arch_space.perf import default_settings
 from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profile
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
-from phaze.context import CP_DEGREES, Context, Knobs, search_degrees
+from phaze.context import CP_DEGREES, Context, search_degrees
 from phaze.lower_bounds import bound_graph, recompute_workspace_bytes
 from phaze.scoring import Score, score_point, system_capex
 from phaze_common.errors import ConfigError, Infeasible
 from placement import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
+    Layout,
     Placement,
     PlacementProblem,
     StageGraph,
-    Strategy,
     place,
 )
 from placement.adapt import stage_graph
+from placement.energy import iteration_energy
 from placement.interleave import best_interleaved, interleaved_floor
-from placement.iteration import EnergyRates, iteration_energy
+from placement.iteration import EnergyRates
+from placement.layout import FIELDS
 from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
     Model,
@@ -44,10 +46,8 @@ from workloads import (
     model_flops_per_sequence,
     valid_tp_widths,
 )
-from workloads.framework import framework_profile
 
 __all__ = [
-    "Knobs",
     "Context",
     "search_degrees",
     "Evaluation",
@@ -84,7 +84,7 @@ class Evaluation:
 
     workload: str
     design: Accelerator
-    knobs: Knobs
+    knobs: Layout
     placement: Placement | None
     score: Score | None
     reason: str = ""
@@ -128,7 +128,7 @@ def variant_keys(
 
 
 def training_setup(
-    model: Model, ctx: Context, knobs: Knobs, sequence_parallel: bool | None = None
+    model: Model, ctx: Context, knobs: Layout, sequence_parallel: bool | None = None
 ) -> TrainingSetup:
     """The training setup of ``knobs`` in ``ctx`` (sequence parallelism as ``ctx`` fixes it,
     else ``sequence_parallel``, else on): what builds the layer graphs."""
@@ -136,7 +136,7 @@ def training_setup(
     return TrainingSetup(
         seq_len=ctx.seq_len,
         global_batch=ctx.global_batch,
-        micro_batch=knobs.micro_batch,
+        micro_batch=knobs.mbs,
         recompute=Recompute(knobs.recompute),
         sequence_parallel=(sequence_parallel is not False) if sp is None else sp,
         tokens_to_train=ctx.tokens_to_train,
@@ -232,6 +232,11 @@ def _energy_rates(
         host_w_per_node=host_w_per_node,
         dispatch_bytes=sum(x.dispatch_bytes for x in variant.graph.layers),
         kv_bytes=sum(x.kv_bytes for x in variant.graph.layers),
+        # the routed experts of the whole model: each tensor-parallel layer holds 1/t of them
+        expert_parameters=sum(
+            x.expert_parameters * (variant.graph.tp if x.tensor_parallel else 1)
+            for x in variant.graph.layers
+        ),
     )
 
 
@@ -256,8 +261,8 @@ def placement_problem(
         # the optimizer step after the last backward pass streams its bytes through HBM
         optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
-        p2p_overlap=framework_profile(setup.framework).p2p_overlap,
-        dp_overlap=framework_profile(setup.framework).dp_overlap,
+        p2p_overlap=setup.profile.p2p_overlap,
+        dp_overlap=setup.profile.dp_overlap,
         collectives=collectives,
         zero_stages=ctx.zero_stages,
         optimizer_bytes_per_parameter=float(setup.optimizer_bytes_per_parameter),
@@ -378,29 +383,31 @@ def _best_widths(
     variants: dict[Key, Variant] = {}
     best = plain((schedule(key),))
     while bounds and best is not None:
-        limit = best.time_per_batch_s * (1 + _BOUND_SLACK)
+        limit = best.breakdown.iteration_s * (1 + _BOUND_SLACK)
         try:
             could = place(problem(tuple(bounds.values())), limit_s=limit)
         except Infeasible:
             break
-        alone = plain((schedule((could.tp, could.sequence_parallel)),))
-        if alone is not None and alone.time_per_batch_s < best.time_per_batch_s:
+        alone = plain((schedule((could.layout.t, could.layout.sp)),))
+        if alone is not None and alone.breakdown.iteration_s < best.breakdown.iteration_s:
             best = alone
     if best is None:
         return variants, None
     if len(variants) > 1:
         best = place(problem(tuple(variants[k].graph for k in sorted(variants, key=_sp_first))))
     best = (
-        best_interleaved(problem(tuple(v.graph for v in variants.values())), best.time_per_batch_s)
+        best_interleaved(
+            problem(tuple(v.graph for v in variants.values())), best.breakdown.iteration_s
+        )
         or best
     )
     while bounds:
         graphs = tuple(bounds.values())
-        floor = interleaved_floor(problem(graphs), best.time_per_batch_s * (1 + _BOUND_SLACK))
+        floor = interleaved_floor(problem(graphs), best.breakdown.iteration_s * (1 + _BOUND_SLACK))
         if floor is None:
             break
         graph = schedule((graphs[floor[1]].tp, graphs[floor[1]].sequence_parallel))
-        woven = best_interleaved(problem((graph,)), best.time_per_batch_s)
+        woven = best_interleaved(problem((graph,)), best.breakdown.iteration_s)
         best = woven or best
     return variants, best
 
@@ -423,82 +430,57 @@ def _more_bytes(a: StageGraph, b: StageGraph) -> bool:
     )
 
 
-def evaluate(
-    workload: str,
-    model: Model,
-    acc: Accelerator,
-    knobs: Knobs,
-    ctx: Context,
-    *,
-    strategy: Strategy | None = None,
-) -> Evaluation:
-    """Evaluate one point: the best placement (or the given ``strategy``) and its score.
+_KNOB_FIELDS: Final = frozenset({"mbs", "recompute", "sp", "split"})
 
-    Raises ConfigError for bad input; returns an infeasible Evaluation (with the reason) when
-    nothing fits.
+
+def evaluate(
+    workload: str, model: Model, acc: Accelerator, knobs: Layout, ctx: Context
+) -> Evaluation:
+    """Evaluate one point: the best placement keeping what ``knobs`` fixes, and its score.
+
+    ``knobs`` fixes the micro-batch size and recompute mode at least. Fixing nothing more
+    (or sequence parallelism too) asks for the search; fixing any other field asks for the
+    fastest completion of that partial strategy (:mod:`placement.partial`), all of them a
+    fixed one. Raises ConfigError for bad input; returns an infeasible Evaluation (with the
+    reason) when nothing fits.
 
     Notes
     -----
-    Layer schedules are the costly step, so without a ``strategy`` only the (width, sp)
-    variants whose placement fits the HBM are scheduled (:func:`width_fits`), and another
-    than the widest only when its lower-bound placement could beat the best so far
+    Layer schedules are the costly step, so in the search only the (width, sp) variants
+    whose placement fits the HBM are scheduled (:func:`width_fits`), and another than the
+    widest only when its lower-bound placement could beat the best so far
     (:func:`_best_widths`). Both are exact: the result is that of scheduling every variant
     and searching them all at once. Megatron's interleaved layouts (``v >= 2``) of the
     variants kept then compete with that placement
     (:func:`placement.interleave.best_interleaved`). A strategy leaving sequence
     parallelism open, where ``ctx`` searches it, has both settings of each width priced.
     """
+    assert knobs.given("mbs") and knobs.given("recompute"), "the knobs fix mbs and recompute"
+    if knobs.given("sp"):
+        ctx = dataclasses.replace(ctx, sequence_parallel=knobs.sp)
     setup = training_setup(model, ctx, knobs)
-    if ctx.global_batch % knobs.micro_batch:
+    if ctx.global_batch % knobs.mbs:
         raise ConfigError(
-            f"micro_batch = {knobs.micro_batch} must divide global_batch = {ctx.global_batch}"
+            f"micro_batch = {knobs.mbs} must divide global_batch = {ctx.global_batch}"
         )
-    if strategy is not None and "cp" not in strategy.unset and ctx.seq_len % strategy.cp:
+    if knobs.given("cp") and ctx.seq_len % knobs.cp:
         allowed = [c for c in CP_DEGREES if ctx.seq_len % c == 0]
         raise ConfigError(
-            f"strategy: cp = {strategy.cp} must divide the sequence of {ctx.seq_len} tokens "
+            f"strategy: cp = {knobs.cp} must divide the sequence of {ctx.seq_len} tokens "
             f"(allowed e.g.: {', '.join(map(str, allowed))})"
         )
-    fixed_tp = strategy is not None and "tp" not in strategy.unset
-    keys = variant_keys(model, ctx, (strategy.tp,) if fixed_tp else ())
+    keys = variant_keys(model, ctx, (knobs.t,) if knobs.given("t") else ())
     if not keys:
         return Evaluation(
             workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
         )
-    hbm = device_hbm(acc, ctx)
-    timing_acc = timing_design(acc)
-    defaults = ""
-    if strategy is None:
-        variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
-        if found is None and ctx.zero_fallback:  # only the wider sharding may fit
-            ctx = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
-            variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
-        if found is None:
-            return Evaluation(
-                workload, acc, knobs, None, None, _why_not(model, setup, keys, hbm, ctx)
-            )
-        placement = found
-        if ctx.sequence_parallel is None:  # searched: say what it chose
-            defaults = f"sp={'on' if placement.sequence_parallel else 'off'}"
+    if knobs.split is not None or {f for f in FIELDS if knobs.given(f)} - _KNOB_FIELDS:
+        found = _given(model, setup, keys, acc, ctx, knobs)
     else:
-        # left open, sequence parallelism is what the search uses (off at t = 1)
-        if "sequence_parallel" in strategy.unset:
-            keys = tuple(dict.fromkeys((t, sp and t > 1) for t, sp in keys))
-        variants = {
-            (t, sp): width_variant(
-                model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.solver, ctx.device
-            )
-            for t, sp in keys
-        }
-        problem = placement_problem(tuple(v.graph for v in variants.values()), hbm, ctx, setup)
-        try:
-            placement, chosen = evaluate_partial(
-                problem, strategy, sequence_parallel=ctx.sequence_parallel
-            )
-        except Infeasible as e:
-            return Evaluation(workload, acc, knobs, None, None, e.reason)
-        defaults = describe_defaults(chosen)
-    variant = variants[placement.tp, placement.sequence_parallel]
+        found = _searched(model, setup, keys, acc, ctx)
+    if isinstance(found, str):
+        return Evaluation(workload, acc, knobs, None, None, found)
+    variant, placement, defaults = found
     energy = iteration_energy(
         placement,
         _energy_rates(variant, acc, model, ctx.scoring.host_w_per_node),
@@ -507,7 +489,7 @@ def evaluate(
     )
     tokens = setup.training_tokens(model.tokens_to_train)
     score = score_point(
-        iteration_s=placement.time_per_batch_s,
+        iteration_s=placement.breakdown.iteration_s,
         global_batch=ctx.global_batch,
         seq_len=ctx.seq_len,
         model_flops_per_batch=ctx.global_batch * model_flops_per_sequence(model, ctx.seq_len),
@@ -521,23 +503,65 @@ def evaluate(
         params=ctx.scoring,
     )
     return Evaluation(
-        workload,
-        acc,
-        knobs,
-        placement,
-        score,
-        pass_timings=variant.passes,
-        defaults=defaults,
+        workload, acc, knobs, placement, score, pass_timings=variant.passes, defaults=defaults
     )
 
 
-def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Knobs, ctx: Context) -> float:
+def _searched(
+    model: Model, setup: TrainingSetup, keys: tuple[Key, ...], acc: Accelerator, ctx: Context
+) -> tuple[Variant, Placement, str] | str:
+    """The search's placement over ``keys`` (its variant and what it chose for sequence
+    parallelism when ``ctx`` searches it), or why none fits."""
+    hbm, timing_acc = device_hbm(acc, ctx), timing_design(acc)
+    variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
+    if found is None and ctx.zero_fallback:  # only the wider sharding may fit
+        ctx = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
+        variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
+    if found is None:
+        return _why_not(model, setup, keys, hbm, ctx)
+    # sequence parallelism searched: say what it chose
+    defaults = f"sp={'on' if found.layout.sp else 'off'}" if ctx.sequence_parallel is None else ""
+    return variants[found.layout.t, found.layout.sp], found, defaults
+
+
+def _given(
+    model: Model,
+    setup: TrainingSetup,
+    keys: tuple[Key, ...],
+    acc: Accelerator,
+    ctx: Context,
+    layout: Layout,
+) -> tuple[Variant, Placement, str] | str:
+    """The fastest completion of the partial strategy ``layout`` (its variant and the values
+    it gave the open fields), or why none fits."""
+    if not layout.given("sp"):  # left open, it is what the search uses (off at t = 1)
+        keys = tuple(dict.fromkeys((t, sp and t > 1) for t, sp in keys))
+    variants = {
+        (t, sp): width_variant(
+            model, _with_sp(setup, sp), t, timing_design(acc), ctx.cluster, ctx.solver, ctx.device
+        )
+        for t, sp in keys
+    }
+    graphs = tuple(v.graph for v in variants.values())
+    problem = placement_problem(graphs, device_hbm(acc, ctx), ctx, setup)
+    try:
+        placement = evaluate_partial(problem, layout, sequence_parallel=ctx.sequence_parallel)
+    except Infeasible as e:
+        return e.reason
+    return (
+        variants[placement.layout.t, placement.layout.sp],
+        placement,
+        describe_defaults(layout, placement.layout),
+    )
+
+
+def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Layout, ctx: Context) -> float:
     """A lower bound on the time per batch :func:`evaluate` finds at ``knobs`` (inf when
     nothing can fit), with no layer schedule: the search, interleaving included, over the
     lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
     stage ``ctx`` allows. Placement time never falls when layer times rise."""
     setup = training_setup(model, ctx, knobs)
-    if ctx.global_batch % knobs.micro_batch:
+    if ctx.global_batch % knobs.mbs:
         return float("inf")
     timing_acc = timing_design(acc)
     graphs = tuple(
@@ -550,8 +574,8 @@ def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Knobs, ctx: Contex
     hbm = device_hbm(acc, ctx)
     problem = placement_problem(graphs, hbm, every, setup)
     try:
-        best = place(problem).time_per_batch_s
+        best = place(problem).breakdown.iteration_s
     except Infeasible:
         return float("inf")
     interleaved = best_interleaved(problem, best)
-    return best if interleaved is None else interleaved.time_per_batch_s
+    return best if interleaved is None else interleaved.breakdown.iteration_s

@@ -309,9 +309,9 @@ def _layout_problems(v: Mapping[str, Any], where: str) -> list[str]:
         s = parse_strategy(v["strategy"])
     except ConfigError as e:
         return [f"{where}: {e}"]
-    if s.unset:
-        return [f"{where}: strategy leaves {', '.join(sorted(s.unset))} open; give every key"]
-    used = s.tp * s.pp * s.dp * s.cp
+    if s.open:
+        return [f"{where}: strategy leaves {', '.join(sorted(s.open))} open; give every key"]
+    used = s.devices
     if used != v["gpus"]:
         return [f"{where}: strategy uses t*p*d*cp = {used} devices, gpus = {v['gpus']}"]
     return []

@@ -154,7 +154,7 @@ def predict_iteration_s(
         raise ConfigError(f"run {run.id}: {e}") from None
     if ev.placement is None:
         return None, ev.reason
-    return ev.placement.time_per_batch_s, ""
+    return ev.placement.breakdown.iteration_s, ""
 
 
 def evaluate_run(

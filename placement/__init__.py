@@ -4,7 +4,9 @@ Public API:
 
 * :func:`place` - the best placement over every graph variant (exact downset DP, with a fast
   path for chains) on an :class:`arch_space.Cluster` (re-exported here);
-* :func:`evaluate_fixed` / :func:`parse_strategy` - a given strategy under the same model;
+* :class:`Layout` - the one parallel layout value; :func:`parse_strategy` reads it from a
+  strategy string and ``str(layout)`` writes it;
+* :func:`evaluate_fixed` - a given layout under the same model;
 * :func:`read_reference_instance` / :func:`solve_reference` - the Piper / Phaze-reference
   instance format under its own objective;
 * :mod:`placement.iteration` - the iteration model: named time terms, memory per device
@@ -20,14 +22,16 @@ Examples
 ...                           tensor_parallel=False) for i in range(4))
 >>> g = StageGraph(1, layers, tuple(StageEdge(i, i + 1, 0.0) for i in range(3)))
 >>> best = place(PlacementProblem((g,), Cluster(devices=1), hbm_bytes=1e9, global_batch=2))
->>> best.pp, best.dp, best.time_per_batch_s   # one device: 2 micro-batches x 4 x (1 + 2) s
+>>> best.layout.p, best.layout.d, best.breakdown.iteration_s  # 2 micro-batches x 4 x (1 + 2) s
 (1, 1, 24.0)
 """
 
 from arch_space.accelerator import Cluster
+from placement.chunks import megatron_chunks
 from placement.ep_cp import ep_cp_graph
-from placement.fixed import Strategy, evaluate_fixed, megatron_chunks, parse_strategy
+from placement.fixed import evaluate_fixed
 from placement.iteration import DeviceMemory, IterationEnergy, IterationTime
+from placement.layout import Groups, Layout, Links, parse_strategy
 from placement.reference import (
     ReferenceInstance,
     ReferenceResult,
@@ -53,6 +57,9 @@ __all__ = [
     "DeviceMemory",
     "IterationEnergy",
     "IterationTime",
+    "Groups",
+    "Layout",
+    "Links",
     "Placement",
     "PlacementProblem",
     "ReferenceInstance",
@@ -63,7 +70,6 @@ __all__ = [
     "StageEdge",
     "StageGraph",
     "StageLayer",
-    "Strategy",
     "ep_cp_graph",
     "evaluate_fixed",
     "megatron_chunks",

@@ -271,73 +271,31 @@ def phaze_costs(
     base holding the replicated state and, under ZeRO stage 3, the largest layer gathered.
     """
     ch, pairs = _geometry(la, chain)
-    work = la.fwd + la.bwd + la.rec
-    sharded_each = la.params if la.sharded_params is None else la.sharded_params
     tied_each = np.zeros(la.n) if la.tied is None else la.tied
-    sharded_tied_each = tied_each if la.sharded_tied is None else la.sharded_tied
-    if ch is not None:
-        later = ch.has_in  # every stage but a first one has a layer before it
-        tied = _span(_prefix(tied_each))
-        sharded_tied = _span(_prefix(sharded_tied_each))
-        sharded = _span(_prefix(sharded_each))
-        compute = _span(_prefix(work))
-        recompute = _span(_prefix(la.rec))
-        params = _span(_prefix(la.params))
-        stash = _span(_prefix(la.stash))
-        tp_count = _span(_prefix(la.tp.astype(np.float64)))
-        workspace = _chain_max(la.workspace, ch)
-        p2p = np.where(ch.has_in, p2p_latency_s + ch.cin / p2p_bandwidth, 0.0) + np.where(
-            ch.has_out, p2p_latency_s + ch.cout / p2p_bandwidth, 0.0
-        )
-        in_stage = None
-    else:
-        in_stage = pairs.in_stage
-        m = in_stage.astype(np.float64)
-        later = pairs.outer != pairs.full
-        tied = m @ tied_each
-        sharded_tied = m @ sharded_tied_each
-        compute = m @ work
-        recompute = m @ la.rec
-        params = m @ la.params
-        sharded = m @ sharded_each
-        stash = m @ la.stash
-        tp_count = m @ la.tp.astype(np.float64)
-        workspace = np.where(in_stage, la.workspace[None, :], 0.0).max(axis=1, initial=0.0)
-        crossing = in_stage[:, la.src] != in_stage[:, la.dst]
-        p2p = crossing.astype(np.float64) @ (p2p_latency_s + la.nbytes / p2p_bandwidth)
-    if p2p_overlap:
-        p2p = np.maximum(p2p - compute, 0.0)  # the exposed part
+    sums = _stage_sums(la, ch, pairs, tied_each, (p2p_bandwidth, p2p_latency_s))
+    compute, stash, workspace, in_stage = sums.compute, sums.stash, sums.workspace, sums.in_stage
+    p2p = np.maximum(sums.p2p - compute, 0.0) if p2p_overlap else sums.p2p  # the exposed part
     load = compute + p2p
-    copy = np.where(later, tied, 0.0)
-    params = params + copy
-    sharded = sharded + np.where(later, sharded_tied, 0.0)
+    copy = np.where(sums.later, sums.tied, 0.0)
+    params = sums.params + copy
+    sharded = sums.sharded + np.where(sums.later, sums.sharded_tied, 0.0)
     tied_s = None
     if tied_comm is not None and tied_each.any():
-        outside = np.maximum(float(tied_each.sum()) - tied, 0.0)
+        outside = np.maximum(float(tied_each.sum()) - sums.tied, 0.0)
         if ch is not None:  # first stages are the last row (the whole chain as outer state)
-            tied_s = np.zeros_like(tied)
+            tied_s = np.zeros_like(sums.tied)
             tied_s[-1] = tied_comm(outside[-1])
         else:
-            tied_s = np.where(later, 0.0, tied_comm(np.where(later, 0.0, outside)))
+            tied_s = np.where(sums.later, 0.0, tied_comm(np.where(sums.later, 0.0, outside)))
     gathered = la.params + tied_each
     largest = _chain_max(gathered, ch) if ch is not None else _largest(gathered, in_stage)
     held = stash + workspace
+    state = (state_bytes_per_parameter, optimizer_bytes_per_parameter)
     limits = tuple(
-        _limit(
-            params,
-            sharded,
-            stash,
-            held,
-            largest,
-            ch,
-            hbm_bytes,
-            max_stages,
-            (state_bytes_per_parameter, optimizer_bytes_per_parameter),
-            z,
-        )
+        _limit(params, sharded, stash, held, largest, ch, hbm_bytes, max_stages, state, z)
         for z in zero_stages
     )
-    one = tp_count == 0
+    one = sums.tp_count == 0
     first = limits[0].max_s
     costs = _segments(
         la,
@@ -357,12 +315,69 @@ def phaze_costs(
         mem_base=_flat(base, ch),
         mem_stash=_flat(stash, ch),
         in_stage=in_stage,
-        recompute=_flat(recompute, ch),
+        recompute=_flat(sums.recompute, ch),
         workspace=_flat(workspace, ch),
         largest=_flat(largest, ch),
         tied=_flat(np.broadcast_to(copy, load.shape), ch),
     )
     return costs, figures, limits
+
+
+@dataclass(frozen=True, slots=True)
+class _Sums:
+    """Per candidate stage (see :func:`_stage_sums`)."""
+
+    tied: np.ndarray
+    sharded_tied: np.ndarray
+    sharded: np.ndarray
+    compute: np.ndarray
+    recompute: np.ndarray
+    params: np.ndarray
+    stash: np.ndarray
+    tp_count: np.ndarray
+    later: np.ndarray
+    workspace: np.ndarray
+    p2p: np.ndarray
+    in_stage: np.ndarray | None
+
+
+def _stage_sums(la: LayerArrays, ch: _Chain | None, pairs, tied_each: np.ndarray, link) -> _Sums:
+    """Per candidate stage: its layers' sums (work, recompute, parameters, sharded
+    parameters, stash, tied and sharded tied parameters, tensor-parallel layers), largest
+    workspace and boundary messages (``link``: bandwidth, latency), whether a layer precedes
+    it (``later``) and, for a DAG, its layers (``in_stage``)."""
+    bandwidth, latency = link
+    work = la.fwd + la.bwd + la.rec
+    sharded_each = la.params if la.sharded_params is None else la.sharded_params
+    sharded_tied_each = tied_each if la.sharded_tied is None else la.sharded_tied
+    columns = {
+        "tied": tied_each,
+        "sharded_tied": sharded_tied_each,
+        "sharded": sharded_each,
+        "compute": work,
+        "recompute": la.rec,
+        "params": la.params,
+        "stash": la.stash,
+        "tp_count": la.tp.astype(np.float64),
+    }
+    if ch is not None:
+        out = {k: _span(_prefix(x)) for k, x in columns.items()}
+        out["later"] = ch.has_in  # every stage but a first one has a layer before it
+        out["workspace"] = _chain_max(la.workspace, ch)
+        out["p2p"] = np.where(ch.has_in, latency + ch.cin / bandwidth, 0.0) + np.where(
+            ch.has_out, latency + ch.cout / bandwidth, 0.0
+        )
+        out["in_stage"] = None
+        return _Sums(**out)
+    in_stage = pairs.in_stage
+    m = in_stage.astype(np.float64)
+    out = {k: m @ x for k, x in columns.items()}
+    out["later"] = pairs.outer != pairs.full
+    out["workspace"] = np.where(in_stage, la.workspace[None, :], 0.0).max(axis=1, initial=0.0)
+    crossing = in_stage[:, la.src] != in_stage[:, la.dst]
+    out["p2p"] = crossing.astype(np.float64) @ (latency + la.nbytes / bandwidth)
+    out["in_stage"] = in_stage
+    return _Sums(**out)
 
 
 @dataclass(frozen=True, slots=True)

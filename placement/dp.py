@@ -316,28 +316,32 @@ def dense_solve(
     if keep is not None:
         keep += [(finals[:deepest, g], rows) for g in range(g_count)]
         return sols
+    bands_g = (ms_b, last_b, mid_all, one_b, windows, big_w)
     for g, task in enumerate(tasks):
         best = final_round(task, finals[:deepest, g], rows, degrees[g])
-        if best is None:
-            sols.append(None)
-            continue
-        time_s, load_s, d, s, c, q = best
-        pairs, one = [q], _one(task)
-        state, c = int(task.costs.inner[q]), c - int(one[q])
-        for pos in range(s - 1, 0, -1):
-            # the first band column attaining dp[pos, g, state, c], as the DP step took it
-            loads = np.where(
-                ms_b[g, state] >= pos, (last_b if pos == 1 else mid_all)[g, state], _INF
-            )
-            below = windows[pos - 1, g, state, c - 1] if c else _INF  # a one-device stage
-            prev = np.where(one_b[g, state], below, windows[pos - 1, g, state, c])
-            inner = state - big_w + int(np.maximum(loads, prev).argmin())  # band column -> k'
-            q = state * size + inner
-            pairs.append(q)
-            state, c = inner, c - int(one[q])
-        assert state == 0 and c == 0, "reconstruction must end at the empty downset"
-        sols.append(DpSolution(time_s, load_s, d, s, tuple(pairs)))
+        sols.append(None if best is None else _dense_backtrack(task, g, best, bands_g))
     return sols
+
+
+def _dense_backtrack(task: DpTask, g: int, best: tuple, bands: tuple) -> DpSolution:
+    """The stages of task ``g``'s ``best`` (the final round's pick), walking the banded
+    tables back: at each position the first band column attaining the table's value, as the
+    DP step took it."""
+    ms_b, last_b, mid_all, one_b, windows, big_w = bands
+    size = task.costs.n_states
+    time_s, load_s, d, s, c, q = best
+    pairs, one = [q], _one(task)
+    state, c = int(task.costs.inner[q]), c - int(one[q])
+    for pos in range(s - 1, 0, -1):
+        loads = np.where(ms_b[g, state] >= pos, (last_b if pos == 1 else mid_all)[g, state], _INF)
+        below = windows[pos - 1, g, state, c - 1] if c else _INF  # a one-device stage
+        prev = np.where(one_b[g, state], below, windows[pos - 1, g, state, c])
+        inner = state - big_w + int(np.maximum(loads, prev).argmin())  # band column -> k'
+        q = state * size + inner
+        pairs.append(q)
+        state, c = inner, c - int(one[q])
+    assert state == 0 and c == 0, "reconstruction must end at the empty downset"
+    return DpSolution(time_s, load_s, d, s, tuple(pairs))
 
 
 def sparse_solve(task: DpTask, ds: np.ndarray, keep: list | None = None) -> DpSolution | None:

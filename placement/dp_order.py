@@ -26,6 +26,7 @@ from placement.dp import (
     with_table,
 )
 from placement.first_stage import record_lows
+from placement.pipelining import micro_batches_per_pipeline, pipeline_s
 
 __all__ = ["solve_many"]
 
@@ -267,7 +268,8 @@ def _relaxed_bounds(
             table = np.full((ds.size, task.max_stages), _INF)
             table[:, runs[j].max_stages :] = -_INF
             if si.size:
-                time = load * (-(-task.micro_batches // ds) + si[:, None]) + task.tail(ds, params)
+                per = micro_batches_per_pipeline(task.micro_batches, ds)
+                time = pipeline_s(load, per, si[:, None] + 1) + task.tail(ds, params)
                 time = np.where(devices * ds <= task.max_devices, time, _INF)
                 table[:, si[starts]] = np.minimum.reduceat(time, starts, axis=0).T
             tables[i] = table

@@ -39,31 +39,20 @@ import numpy as np
 from arch_space.accelerator import Cluster
 from phaze_common.errors import ConfigError
 from placement import network as net
+from placement.layout import Layout
 from placement.types import PlacementProblem, StageEdge, StageGraph
 
 __all__ = [
     "COLUMNS",
     "Variant",
     "all_to_all_s",
-    "cp_link",
     "ep_cp_graph",
-    "ep_link",
     "graph_variants",
     "layer_columns",
     "ring_s",
     "scaled_columns",
     "variants",
 ]
-
-
-def ep_link(cluster: Cluster, t: int, cp: int, ep: int) -> net.Link:
-    """Link of an expert-parallel group: it spans ``t * cp * ep`` consecutive ranks."""
-    return net.link(cluster, inter_node=t * cp * ep > cluster.devices_per_node)
-
-
-def cp_link(cluster: Cluster, t: int, cp: int) -> net.Link:
-    """Link of a context-parallel ring: it spans ``t * cp`` consecutive ranks."""
-    return net.link(cluster, inter_node=t * cp > cluster.devices_per_node)
 
 
 def all_to_all_s(nbytes: float, n: int, ln: net.Link) -> float:
@@ -123,8 +112,9 @@ def scaled_columns(
 ) -> dict[str, np.ndarray]:
     """The columns of ``graph``'s layers (at ``ep = cp = 1``) with ``ep`` expert- and ``cp``
     context-parallel ranks (see the module docstring)."""
-    a2a = _all_to_all(cols["dispatch_bytes"] / cp, ep, ep_link(cluster, graph.tp, cp, ep))
-    ring = _ring(cols["kv_bytes"] / cp, cp, cp_link(cluster, graph.tp, cp))
+    groups = Layout(t=graph.tp, ep=ep, cp=cp).groups  # the expert and context groups' spans
+    a2a = _all_to_all(cols["dispatch_bytes"] / cp, ep, net.group_link(cluster, groups.ep))
+    ring = _ring(cols["kv_bytes"] / cp, cp, net.group_link(cluster, groups.cp))
     fwd, bwd, rec = cols["fwd_s"] / cp, cols["bwd_s"] / cp, cols["recompute_s"] / cp
     none = np.zeros_like(fwd)
     cp_f = np.maximum(ring - fwd, 0.0)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from placement.pipelining import micro_batches_per_pipeline, pipeline_s
+
 if TYPE_CHECKING:
     from placement.dp import DpTask
 
@@ -83,7 +85,7 @@ def final_round(
         cand = np.repeat(np.arange(lo, hi), c)
         d = ds[np.arange(cand.size) - np.repeat(np.cumsum(c) - c, c)]
         load, s, q = loads[cand], stages[cand], firsts[cand]
-        time = load * (-(-m // d) + s - 1) + task.tail(d, costs.params[q])
+        time = pipeline_s(load, micro_batches_per_pipeline(m, d), s) + task.tail(d, costs.params[q])
         if costs.tied_s is not None:
             time = time + costs.tied_s[q]
         pick = np.lexsort((s, d, time))[0]

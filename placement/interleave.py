@@ -27,8 +27,11 @@ import numpy as np
 from phaze_common.errors import Infeasible
 from placement import network as net
 from placement.dp import candidate_degrees
-from placement.fixed import Strategy, evaluate_fixed
+from placement.fixed import evaluate_fixed
 from placement.iteration import embedding_allreduce_s, stage_memory, tail_fn
+from placement.layout import Layout
+from placement.pipelining import in_flight, pipeline_s
+from placement.pipelining import micro_batches_per_pipeline as per
 from placement.types import Placement, PlacementProblem, StageGraph
 
 __all__ = ["best_interleaved", "interleaved_floor"]
@@ -53,10 +56,10 @@ def best_interleaved(
     p, d, v and ZeRO stage."""
     for key, gi in _cheapest(problem, incumbent_s, pp, dp):
         try:  # its price is its time, below every layout left: it wins if it fits
-            pl = evaluate_fixed(problem, _strategy(problem.graphs[gi], key))
+            pl = evaluate_fixed(problem, _layout(problem.graphs[gi], key))
         except Infeasible:
             continue
-        return pl if pl.time_per_batch_s < incumbent_s else None
+        return pl if pl.breakdown.iteration_s < incumbent_s else None
     return None
 
 
@@ -98,17 +101,10 @@ def _cheapest(
                 heapq.heappush(heap, (key, gi))
 
 
-def _strategy(g: StageGraph, key: tuple[float, int, int, int, int, int]) -> Strategy:
+def _layout(g: StageGraph, key: tuple[float, int, int, int, int, int]) -> Layout:
     _, t, p, d, v, z = key
-    return Strategy(
-        tp=t,
-        pp=p,
-        dp=d,
-        micro_batch=g.micro_batch,
-        virtual_stages=v,
-        recompute=g.recompute,
-        sequence_parallel=g.sequence_parallel,
-        zero=z,
+    return Layout(
+        t=t, p=p, d=d, v=v, mbs=g.micro_batch, recompute=g.recompute, sp=g.sequence_parallel, zero=z
     )
 
 
@@ -123,18 +119,17 @@ def _memory_floor(
     (:func:`placement.iteration.stage_memory` is linear in them, and a rank's chunks share
     its in-flight count), without the workspace and ZeRO-3's gathered layer."""
     _, _, p, d, v, zero = key
-    per_pipeline = problem.global_batch // g.micro_batch // d
+    per_pipeline = per(problem.global_batch // g.micro_batch, d)
     lo, hi = sums.chunks(p * v)
     params = (sums.held[hi] - sums.held[lo]).reshape(v, p).sum(axis=0)
     stash = (sums.stash[hi] - sums.stash[lo]).reshape(v, p).sum(axis=0)
     experts = (sums.experts[hi] - sums.experts[lo]).reshape(v, p).sum(axis=0)
-    r = np.arange(p)
-    in_flight = np.minimum(2 * (p - r - 1) + (v - 1) * p + 1, per_pipeline * v) / v
+    flight = in_flight(p, np.arange(p), v, per_pipeline)
     mem = stage_memory(
         problem,
         parameters=params,
         stash_bytes=stash,
-        in_flight=in_flight,
+        in_flight=flight,
         workspace_bytes=0.0,
         d=d,
         zero=zero,
@@ -171,11 +166,11 @@ def _groups(
                 ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
                 if dp is not None:
                     ds = ds[ds == dp]
-                if ds.size == 0 or sums.total / p * (m // ds[-1] + (p - 1) / v) >= limit_s:
+                if ds.size == 0 or pipeline_s(sums.total / p, per(m, ds[-1]), p, v) >= limit_s:
                     continue
                 lo, hi = sums.chunks(p * v)
                 slowest = (sums.work[hi] - sums.work[lo]).reshape(v, p).sum(axis=0).max()
-                bound = float(slowest * (m // ds[-1] + (p - 1) / v))
+                bound = float(pipeline_s(slowest, per(m, ds[-1]), p, v))
                 if bound < limit_s:
                     out.append((bound, gi, sums, p, v, ds))
     out.sort(key=lambda x: x[:2] + x[3:5])
@@ -232,12 +227,12 @@ def _priced(
     lo, hi = sums.chunks(p * v)
     compute = sums.work[hi] - sums.work[lo]
     slowest = compute.reshape(v, p).sum(axis=0).max()
-    if slowest * (m // ds[-1] + (p - 1) / v) >= limit_s:  # no degree can win
+    if pipeline_s(slowest, per(m, ds[-1]), p, v) >= limit_s:  # no degree can win
         return []
     first = float((sums.held[hi] - sums.held[lo])[0::p].sum())
     tails = {z: tail_fn(problem, t, z, m)(ds, np.full(ds.size, first)) for z in problem.zero_stages}
     # compute alone (no boundary messages) already too slow at these degrees
-    keep = slowest * (m // ds + (p - 1) / v) + np.min(list(tails.values()), axis=0) < limit_s
+    keep = pipeline_s(slowest, per(m, ds), p, v) + np.min(list(tails.values()), axis=0) < limit_s
     if not keep.any():
         return []
     ds = ds[keep]
@@ -256,11 +251,11 @@ def _priced(
     p2p[:, 1:] += sends
     load = np.maximum(compute, p2p) if problem.p2p_overlap else compute + p2p
     bottleneck = load.reshape(ds.size, v, p).sum(axis=1).max(axis=1)
-    pipeline = bottleneck * (m // ds + (p - 1) / v)
+    pipeline = pipeline_s(bottleneck, per(m, ds), p, v)
     # the tied weights the chunks after the first copy, all-reduced once per iteration
     copies = float(sums.tied[-1] - (sums.tied[hi[0]] - sums.tied[lo[0]]))
     used = ds * tp_chunks // v
-    embedding = embedding_allreduce_s(problem, used > problem.cluster.devices_per_node, copies)
+    embedding = embedding_allreduce_s(problem, problem.cluster.spans_nodes(used), copies)
     out = []
     for z, tail in tails.items():
         time = pipeline + embedding + tail

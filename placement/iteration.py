@@ -52,8 +52,9 @@ from dataclasses import astuple, dataclass, fields
 
 import numpy as np
 
-from arch_space.accelerator import Cluster
 from placement import network as net
+from placement.layout import Layout
+from placement.pipelining import bubble_s, micro_batches_per_pipeline, pipeline_s
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
 __all__ = [
@@ -70,10 +71,12 @@ __all__ = [
     "tail_fn",
     "exposed_reduction_parameters",
     "assemble",
-    "iteration_energy",
+    "Collective",
+    "dp_collectives",
+    "WEIGHT_BYTES",
 ]
 
-_WEIGHT_BYTES = 2.0  # of the state bytes per parameter: fp16/bf16 weights
+WEIGHT_BYTES = 2.0  # of the state bytes per parameter: fp16/bf16 weights
 _BUCKET_PARAMETERS = 40e6
 _BUCKET_PARAMETERS_PER_D = 1e6
 
@@ -97,6 +100,11 @@ class IterationTime:
     def terms(self) -> dict[str, float]:
         """The named terms, without their sum."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "iteration_s"}
+
+    @property
+    def communication_s(self) -> float:
+        """The exposed communication: the ``*_comm_exposed_s`` terms."""
+        return sum(v for k, v in self.terms().items() if k.endswith("_comm_exposed_s"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +167,8 @@ class EnergyRates:
     all-reduce moves them all); ``boundary_bytes`` is the largest activation crossing a
     stage boundary per micro-batch; ``host_w_per_node`` is a host server's power under load.
     ``dispatch_bytes`` and ``kv_bytes`` sum the layers' token all-to-all and K/V bytes per
-    micro-batch per device at ``ep = cp = 1`` (what expert and context parallelism move).
+    micro-batch per device at ``ep = cp = 1`` (what expert and context parallelism move);
+    ``expert_parameters`` is the routed experts' part of ``model_parameters``.
     """
 
     compute_j: float
@@ -173,6 +182,7 @@ class EnergyRates:
     host_w_per_node: float = 0.0
     dispatch_bytes: float = 0.0
     kv_bytes: float = 0.0
+    expert_parameters: float = 0.0
 
 
 def state_split(
@@ -184,7 +194,7 @@ def state_split(
     12 B); the rest is gradients (4 B of fp32 main gradients in Megatron-LM; 6 B with
     DeepSpeed's BF16 optimizer, which keeps bf16 gradients beside fp32 accumulators).
     """
-    weights = min(_WEIGHT_BYTES, state_bytes_per_parameter)
+    weights = min(WEIGHT_BYTES, state_bytes_per_parameter)
     optimizer = min(optimizer_bytes_per_parameter, state_bytes_per_parameter - weights)
     return weights, state_bytes_per_parameter - weights - optimizer, optimizer
 
@@ -302,7 +312,7 @@ def dp_terms(
     stage): it prices all of rank 0's parameters on the longer ring, never less.
     """
     cl = problem.cluster
-    inter = t * cp * d > cl.devices_per_node
+    inter = cl.spans_nodes(t * cp * d)
     n = d * cp
     # bytes each rank sends per byte of rank 0's parameters (the expert part on its own ring)
     if np.asarray(expert_params).any():
@@ -313,28 +323,63 @@ def dp_terms(
     else:  # every parameter on the dense ring
         expert, share = 0.0, (n - 1) / n
 
-    def ring(count, bytes_per_parameter, kind="ring", halves=1.0):
-        nbytes = count * bytes_per_parameter
-        bw, lat = net.measured_link(cl, problem.collectives, inter, nbytes, kind, halves * share)
-        return lat + halves * share * nbytes / bw
+    def ring(c: Collective):
+        what = params if c.what == "weights" else exposed_reduction_parameters(problem, n, params)
+        nbytes = what * c.bytes_per_parameter
+        passes = c.passes * share
+        bw, lat = net.measured_link(cl, problem.collectives, inter, nbytes, c.link_kind, passes)
+        return lat + passes * nbytes / bw
 
-    reduced = exposed_reduction_parameters(problem, n, params)  # buckets grow with the group
-    gbytes = problem.gradient_bytes_per_parameter
-    if zero == 0:
-        comm = ring(reduced, gbytes, "all_reduce", 2.0)
-    else:
-        grads = ring(reduced, gbytes)  # reduce-scatter
-        weights = ring(params, _WEIGHT_BYTES)  # all-gather
-        per_pipeline = m // d
-        if zero == 1:
-            comm = grads + weights
-        elif zero == 2:
-            comm = per_pipeline * grads + weights
-        else:
-            comm = per_pipeline * (grads + 2.0 * weights)
+    comm = 0.0
+    for c in dp_collectives(
+        zero, micro_batches_per_pipeline(m, d), problem.gradient_bytes_per_parameter
+    ):
+        comm = comm + c.count * ring(c)
     held = sharded_parameters(params, expert, ep) / n if zero >= 1 else params
     step = held * problem.optimizer_s_per_parameter
     return np.where(n > 1, comm, 0.0), step
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """``count`` ring collectives of one iteration over the data-parallel group: an
+    ``all_reduce`` (two passes of the ring), a ``reduce_scatter`` or an ``all_gather`` (one
+    pass each) of the ``gradients`` or the ``weights``, at ``bytes_per_parameter``."""
+
+    kind: str
+    what: str
+    count: object
+    bytes_per_parameter: float
+
+    @property
+    def passes(self) -> float:
+        return 2.0 if self.kind == "all_reduce" else 1.0
+
+    @property
+    def link_kind(self) -> str:
+        """The transfer kind :func:`placement.network.measured_link` prices it as."""
+        return "all_reduce" if self.kind == "all_reduce" else "ring"
+
+
+def dp_collectives(zero: int, micro_batches, gradient_bytes_per_parameter: float = 2.0):
+    """The data-parallel collectives of one iteration of a pipeline running
+    ``micro_batches`` under ZeRO stage ``zero``; what both its time (:func:`dp_terms`) and
+    its energy (:func:`placement.energy.iteration_energy`) read.
+
+    Stage 0 all-reduces the gradients once; stage 1 reduce-scatters them and all-gathers the
+    updated weights; stage 2 keeps only its shard of the gradients, so it reduce-scatters
+    after each micro-batch; stage 3 also all-gathers the weights before each forward and
+    each backward pass (Rajbhandari et al., SC20, §5 and §7; Zhao et al., VLDB 2023, §3).
+    """
+    grads = gradient_bytes_per_parameter
+    if zero == 0:
+        return (Collective("all_reduce", "gradients", 1, grads),)
+    reductions = 1 if zero == 1 else micro_batches
+    gathers = 2 * micro_batches if zero == 3 else 1
+    return (
+        Collective("reduce_scatter", "gradients", reductions, grads),
+        Collective("all_gather", "weights", gathers, WEIGHT_BYTES),
+    )
 
 
 def embedding_allreduce_s(problem: PlacementProblem, inter_node, tied_parameters):
@@ -368,40 +413,35 @@ def assemble(
     graph: StageGraph,
     stages: tuple[Stage, ...],
     *,
-    d: int,
-    v: int,
+    layout: Layout,
     micro_batches: int,
     first_stage_params: float,
-    zero: int = 0,
     first_stage_expert_params: float = 0.0,
     embedding_comm_s: float = 0.0,
 ) -> Placement:
     """A Placement from its stages: the one iteration model of searched and fixed layouts.
 
     Device ``r`` runs the stages with ``device == r``; its load and memory are their sums.
-    ``micro_batches`` counts those of one pipeline; ``graph.ep`` and ``graph.cp`` the
-    expert- and context-parallel degrees (``first_stage_expert_params`` the experts' part of
-    rank 0's parameters). ``embedding_comm_s`` is the tied weights' gradient all-reduce
+    ``micro_batches`` counts those of one pipeline; ``layout`` holds the degrees (its ``ep``
+    and ``cp`` those of ``graph``; ``first_stage_expert_params`` the experts' part of rank
+    0's parameters). ``embedding_comm_s`` is the tied weights' gradient all-reduce
     (:func:`embedding_allreduce_s` on the links the stage boundaries use).
     """
-    p = 1 + max(st.device for st in stages)
-    load = np.zeros(p)
-    comp = np.zeros(p)
-    recomp = np.zeros(p)
-    tpc = np.zeros(p)
-    epc = np.zeros(p)
-    cpc = np.zeros(p)
-    comm = np.zeros(p)
+    p, v, d = layout.p, layout.v, layout.d
+    assert p == 1 + max(st.device for st in stages), "the stages must fill the p ranks"
+    # per rank: load, compute, recompute, exposed TP, EP, CP collectives, pipeline receives
+    per = np.zeros((7, p))
     memory = [DeviceMemory(0.0, 0.0, 0.0, 0.0, 0.0)] * p
-    ep, cp = graph.ep, graph.cp
     for st in stages:
-        load[st.device] += st.load_s
-        comp[st.device] += st.compute_s
-        recomp[st.device] += st.recompute_s
-        tpc[st.device] += st.tp_comm_s
-        epc[st.device] += st.ep_comm_s
-        cpc[st.device] += st.cp_comm_s
-        comm[st.device] += st.p2p_s
+        per[:, st.device] += (
+            st.load_s,
+            st.compute_s,
+            st.recompute_s,
+            st.tp_comm_s,
+            st.ep_comm_s,
+            st.cp_comm_s,
+            st.p2p_s,
+        )
         memory[st.device] = memory[st.device] + stage_memory(
             problem,
             parameters=st.parameters,
@@ -409,128 +449,45 @@ def assemble(
             in_flight=st.in_flight,
             workspace_bytes=st.workspace_bytes,
             d=d,
-            zero=zero,
+            zero=layout.zero,
             largest_layer_parameters=st.largest_layer_parameters,
             expert_parameters=st.expert_parameters,
-            ep=ep,
-            cp=cp,
+            ep=graph.ep,
+            cp=graph.cp,
         )
-    r = int(np.argmax(load))
-    bottleneck = float(load[r])
-    pipeline = bottleneck * (micro_batches + (p - 1) / v)
+    r = int(np.argmax(per[0]))
+    load, comp, recomp, tpc, epc, cpc, comm = (float(x) for x in per[:, r])
     dp_comm_s, step_s = dp_terms(
         problem,
         graph.tp,
-        zero,
+        layout.zero,
         np.array([d]),
         np.array([first_stage_params]),
         d * micro_batches,
-        cp=cp,
-        ep=ep,
+        cp=graph.cp,
+        ep=graph.ep,
         expert_params=first_stage_expert_params,
     )
     dp_comm, optimizer = float(dp_comm_s[0]), float(step_s[0])
+    m = micro_batches
     breakdown = IterationTime(
-        compute_s=micro_batches * float(comp[r] - recomp[r] - tpc[r] - epc[r] - cpc[r]),
-        recompute_s=micro_batches * float(recomp[r]),
-        tp_comm_exposed_s=micro_batches * float(tpc[r]),
-        ep_comm_exposed_s=micro_batches * float(epc[r]),
-        cp_comm_exposed_s=micro_batches * float(cpc[r]),
-        pp_comm_exposed_s=micro_batches * float(comm[r]),
-        bubble_s=bottleneck * (p - 1) / v,
+        compute_s=m * (comp - recomp - tpc - epc - cpc),
+        recompute_s=m * recomp,
+        tp_comm_exposed_s=m * tpc,
+        ep_comm_exposed_s=m * epc,
+        cp_comm_exposed_s=m * cpc,
+        pp_comm_exposed_s=m * comm,
+        bubble_s=bubble_s(load, p, v),
         dp_comm_exposed_s=dp_comm,
         embedding_comm_exposed_s=embedding_comm_s,
         optimizer_s=optimizer,
-        iteration_s=pipeline + dp_comm + embedding_comm_s + optimizer,
+        iteration_s=pipeline_s(load, m, p, v) + dp_comm + embedding_comm_s + optimizer,
     )
-    fullest = max(memory, key=lambda mem: mem.total_bytes)
-    # split the pipeline time by the bottleneck device's compute and receive shares
-    share = comp[r] / (comp[r] + comm[r]) if comp[r] + comm[r] > 0 else 1.0
     return Placement(
-        tp=graph.tp,
-        pp=p,
-        dp=d,
-        micro_batch=graph.micro_batch,
-        micro_batches=micro_batches,
-        recompute=graph.recompute,
-        sequence_parallel=graph.sequence_parallel,
-        virtual_stages=v,
+        layout=layout,
         stages=stages,
-        devices_used=d * cp * sum(st.devices for st in stages) // v,
-        load_s=bottleneck,
-        time_per_batch_s=breakdown.iteration_s,
-        pipeline_s=pipeline,
-        compute_s=pipeline * share,
-        p2p_s=pipeline * (1.0 - share),
-        allreduce_s=dp_comm + embedding_comm_s,
-        memory_per_device_bytes=fullest.total_bytes,
-        bubble_fraction=(p - 1) / (v * micro_batches),
+        micro_batches=m,
+        load_s=load,
         breakdown=breakdown,
-        memory_breakdown=fullest,
-        optimizer_s=optimizer,
-        zero=zero,
-        ep=ep,
-        cp=cp,
-    )
-
-
-def iteration_energy(
-    placement: Placement, rates: EnergyRates, cluster: Cluster, micro_batches: int
-) -> IterationEnergy:
-    """Energy of one iteration over all devices of ``cluster`` (docs/models.md).
-
-    Dynamic op energy per micro-batch times the ``micro_batches`` of the global batch;
-    pipeline and data-parallel traffic at the link energy; static power of every device over
-    the whole iteration, split by the bottleneck device's timeline into the time it computes
-    (``static_j``) and the time it waits (``idle_j``: bubble, exposed communication, optimizer
-    step; a waiting device draws its idle power, the static power calibrated to P0 idle); the
-    hosts of every node over the whole iteration.
-    """
-    t, p, d, ep, cp = placement.tp, placement.pp, placement.dp, placement.ep, placement.cp
-
-    def pj_per_bit(span: int) -> float:
-        """Link energy of a group of ``span`` consecutive ranks (Megatron's rank order)."""
-        if span > cluster.devices_per_node:
-            return rates.inter_node_link_pj_per_bit
-        return rates.intra_node_link_pj_per_bit
-
-    # Ring passes over 2-byte gradients or weights among the n = d cp ranks holding the same
-    # weights: each of the t*p*n devices sends (n-1)/n of its shard's P/(t*p) per pass,
-    # 2 (n-1) P bytes per pass in all. An all-reduce (stage 0) or a reduce-scatter and an
-    # all-gather (stage 1) are two passes; stage 2 reduce-scatters per micro-batch, stage 3
-    # also gathers twice per micro-batch (:func:`dp_terms`).
-    m = placement.micro_batches
-    n = d * cp
-    passes = (2, 2, m + 1, 3 * m)[placement.zero]
-    allreduce_bytes = passes * (n - 1) * 2.0 * rates.model_parameters
-    # Activations forward and their gradients backward at each of the p - 1 stage boundaries,
-    # sent by each of the t devices of a stage, for every micro-batch of the batch.
-    p2p_bytes = 2.0 * (p - 1) * t * rates.boundary_bytes * micro_batches
-    # The tied weights' 2-byte gradients all-reduced between the first and the last stage:
-    # each of the two ranks of every (tensor, data, context) rank sends its copy's bytes.
-    copies = sum(st.tied_parameters for st in placement.stages)
-    p2p_bytes += 2.0 * 2.0 * copies * t * n
-    # Four token all-to-alls per MoE block (six with full recompute), (ep-1)/ep of each
-    # device's dispatch bytes leaving it; the K/V ring's cp - 1 chunks per pass, three passes
-    # (forward, backward K/V and their gradients; four with recompute) (:mod:`placement.ep_cp`).
-    a2a_count = 6 if placement.recompute == "full" else 4
-    a2a_bytes = a2a_count * (ep - 1) / ep * t * rates.dispatch_bytes * micro_batches
-    ring_count = 3 if placement.recompute == "none" else 4
-    ring_bytes = ring_count * (cp - 1) * t * rates.kv_bytes * micro_batches
-    link_j = (
-        (allreduce_bytes + p2p_bytes) * pj_per_bit(t * n)
-        + a2a_bytes * pj_per_bit(t * cp * ep)
-        + ring_bytes * pj_per_bit(t * cp)
-    ) * (8 * 1e-12)
-    bd = placement.breakdown
-    busy_s = min(bd.compute_s + bd.recompute_s, placement.time_per_batch_s)
-    static_w = cluster.devices * rates.static_w_per_device
-    nodes = -(-cluster.devices // cluster.devices_per_node)
-    return IterationEnergy(
-        compute_j=rates.compute_j * micro_batches,
-        memory_j=rates.memory_j * micro_batches,
-        static_j=static_w * busy_s,
-        network_j=rates.network_j * micro_batches + link_j,
-        idle_j=static_w * (placement.time_per_batch_s - busy_s),
-        host_j=nodes * rates.host_w_per_node * placement.time_per_batch_s,
+        memory_breakdown=max(memory, key=lambda mem: mem.total_bytes),
     )

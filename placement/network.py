@@ -31,9 +31,7 @@ from arch_space.perf.device import CollectiveCurve
 __all__ = [
     "Link",
     "link",
-    "tp_link",
-    "dp_link",
-    "p2p_link",
+    "group_link",
     "boundary_link",
     "measured_link",
     "p2p_s",
@@ -53,19 +51,10 @@ def link(cluster: Cluster, *, inter_node: bool) -> Link:
     return cluster.intra_node_bandwidth_bytes_per_s, cluster.intra_node_latency_s
 
 
-def tp_link(cluster: Cluster, t: int) -> Link:
-    """Link of a tensor-parallel group: inside a node when ``t <= devices_per_node``."""
-    return link(cluster, inter_node=t > cluster.devices_per_node)
-
-
-def dp_link(cluster: Cluster, t: int, d: int) -> Link:
-    """Link of the data-parallel ring: across nodes when the replicas span nodes."""
-    return link(cluster, inter_node=t * d > cluster.devices_per_node)
-
-
-def p2p_link(cluster: Cluster, devices_used: int) -> Link:
-    """Link between pipeline stages: across nodes whenever the job spans several nodes."""
-    return link(cluster, inter_node=devices_used > cluster.devices_per_node)
+def group_link(cluster: Cluster, span: int) -> Link:
+    """Link of a group of ``span`` consecutive ranks (:class:`placement.layout.Groups`):
+    across nodes when it spans them (:meth:`arch_space.Cluster.spans_nodes`)."""
+    return link(cluster, inter_node=bool(cluster.spans_nodes(span)))
 
 
 def measured_link(
@@ -128,13 +117,12 @@ def boundary_link(
     send = nbytes / t if split else nbytes
     bw, lat = (
         float(x)
-        for x in measured_link(cluster, curve, devices_used > cluster.devices_per_node, send, "p2p")
+        for x in measured_link(cluster, curve, cluster.spans_nodes(devices_used), send, "p2p")
     )
     if not split:
         return bw, lat
     tp_bw, tp_lat = (
-        float(x)
-        for x in measured_link(cluster, curve, t > cluster.devices_per_node, nbytes, "ring")
+        float(x) for x in measured_link(cluster, curve, cluster.spans_nodes(t), nbytes, "ring")
     )
     return 1.0 / (1.0 / (t * bw) + (t - 1) / (t * tp_bw)), lat + tp_lat
 
@@ -178,7 +166,7 @@ def tp_collective_s(
     with sequence parallelism each becomes a reduce-scatter plus an all-gather, which moves
     the same bytes (Korthikanti et al. 2022, §4.2.2).
     """
-    ln = tp_link(cluster, t)
+    ln = group_link(cluster, t)
     if kind == "all_reduce":
         return allreduce_s(nbytes, t, ln)
     if kind == "reduce_scatter":

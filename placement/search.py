@@ -30,6 +30,7 @@ import numpy as np
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_bytes, fmt_pair
 from placement import network as net
+from placement.chunks import chunk_split
 from placement.costs import (
     LayerArrays,
     MemoryLimit,
@@ -48,6 +49,8 @@ from placement.iteration import (
     tail_fn,
     zero_state,
 )
+from placement.layout import Layout
+from placement.pipelining import in_flight, micro_batches_per_pipeline, pipeline_s
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
 __all__ = ["Method", "place", "layer_arrays", "gib", "dp_tasks"]
@@ -149,7 +152,7 @@ def dp_tasks(
             p2p_overlap=problem.p2p_overlap,
             # the first and the last stage are as far apart as the stage boundaries
             tied_comm=lambda n: embedding_allreduce_s(
-                problem, devices > problem.cluster.devices_per_node, n
+                problem, problem.cluster.spans_nodes(devices), n
             ),
         )
 
@@ -255,7 +258,7 @@ def _time_bound(b: _BoundInputs, first_params: float) -> Callable[[np.ndarray], 
         # the other s - 1 stages hold at most what fits a device: the rest is the first's
         with np.errstate(divide="ignore"):
             first = np.maximum(first_params, params - (stages - 1) * problem.hbm_bytes / state)
-        pipeline = load * ((m // ds)[:, None] + stages - 1)
+        pipeline = pipeline_s(load, micro_batches_per_pipeline(m, ds)[:, None], stages)
         return np.where(ok, pipeline + tail(ds[:, None], first), np.inf)
 
     return bound
@@ -311,7 +314,10 @@ def _prefix_bound(b: _BoundInputs) -> Callable[..., np.ndarray]:
         load = np.where(j <= n - (counts_s - 1), by_s, np.inf)[s0]
         fits = held[None, :] >= held[-1] - (s - 1) * cap
         # the tail depends on the degree alone: price it once per degree, not per stage count
-        time = load * (-(-m // d) + s - 1) + tail(ds[:, None], held[None, :])[which]
+        time = (
+            pipeline_s(load, micro_batches_per_pipeline(m, d), s)
+            + tail(ds[:, None], held[None, :])[which]
+        )
         out[which, s0] = np.where(fits, time, np.inf).min(axis=1)
         return out
 
@@ -456,21 +462,20 @@ def _placement(
     zero: int,
 ) -> Placement:
     t, p, d = graph.tp, sol.s, sol.d
-    m = problem.global_batch // graph.micro_batch
-    per_pipeline = m // d
+    per_pipeline = micro_batches_per_pipeline(problem.global_batch // graph.micro_batch, d)
     stages = []
     for i, q in enumerate(sol.pairs):
         pos = p - i  # position from the end
         load = costs.load_last[q] if pos == 1 else costs.load_mid[q]
+        layers = stage_layers(costs, figures, q)
         parts = {
             "parameters": float(costs.params[q]),
             "stash_bytes": float(figures.mem_stash[q]),
-            "in_flight": float(pos),
+            "in_flight": float(in_flight(p, i)),
             "workspace_bytes": float(figures.workspace[q]),
             "largest_layer_parameters": float(figures.largest[q]),
+            "expert_parameters": float(sum(graph.layers[j].expert_parameters for j in layers)),
         }
-        layers = stage_layers(costs, figures, q)
-        parts["expert_parameters"] = float(sum(graph.layers[j].expert_parameters for j in layers))
         stages.append(
             Stage(
                 layers=layers,
@@ -490,15 +495,25 @@ def _placement(
                 **parts,
             )
         )
+    layout = Layout(
+        t=t,
+        p=p,
+        d=d,
+        mbs=graph.micro_batch,
+        recompute=graph.recompute,
+        sp=graph.sequence_parallel,
+        zero=zero,
+        ep=graph.ep,
+        cp=graph.cp,
+        split=chunk_split(graph, tuple(st.layers for st in stages)),
+    )
     return assemble(
         problem,
         graph,
         tuple(stages),
-        d=d,
-        v=1,
+        layout=layout,
         micro_batches=per_pipeline,
         first_stage_params=float(costs.params[sol.pairs[0]]),
-        zero=zero,
         first_stage_expert_params=stages[0].expert_parameters,
         embedding_comm_s=0.0 if costs.tied_s is None else float(costs.tied_s[sol.pairs[0]]),
     )

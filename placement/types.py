@@ -11,13 +11,15 @@ the cluster and the memory budget.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 
 from arch_space.accelerator import Cluster
 from arch_space.perf.device import CollectiveCurve
 from phaze_common.errors import ConfigError
+from placement.layout import LAYER_SYMBOLS, ZERO_STAGES, Layout, RecomputeMode
+from placement.layout import RECOMPUTE_MODES as _RECOMPUTE_MODES
 
 if TYPE_CHECKING:
     from placement.iteration import DeviceMemory, IterationTime
@@ -36,9 +38,6 @@ __all__ = [
     "Placement",
 ]
 
-RecomputeMode = Literal["none", "selective", "full"]
-ZERO_STAGES: Final = (0, 1, 2, 3)
-_RECOMPUTE_MODES: Final = ("none", "selective", "full")
 
 # Bytes of weights + gradients + optimizer state per parameter in mixed-precision training.
 # source: Rajbhandari et al., "ZeRO", SC20, §3.1 (Adam: 2 fp16 weights + 2 fp16 gradients +
@@ -119,8 +118,16 @@ class StageLayer:
     tied_parameters: float = 0.0
 
     def __post_init__(self) -> None:
+        kind = (
+            []
+            if self.kind in LAYER_SYMBOLS
+            else [
+                f"layer {self.name!r}: kind = {self.kind!r} must be one of {', '.join(LAYER_SYMBOLS)}"
+            ]
+        )
         _raise(
-            _problems_nonneg(
+            kind
+            + _problems_nonneg(
                 f"layer {self.name!r}",
                 self,
                 (
@@ -350,48 +357,32 @@ class Stage:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """A parallel placement and its predicted time per iteration (one global batch).
+    """A parallel placement and its predicted iteration (one global batch).
 
-    ``time_per_batch_s = pipeline_s + allreduce_s + optimizer_s`` where
-    ``pipeline_s = load_s * (micro_batches + (p - 1) / v)`` (1F1B, interleaved with ``v``
-    chunks per device; Narayanan et al. SC21 §2.2), ``load_s`` the bottleneck device's time per
-    micro-batch. ``compute_s + p2p_s = pipeline_s`` split the pipeline time by the bottleneck's
-    shares; ``communication_s = p2p_s + allreduce_s`` (TP collectives sit inside the layer
-    times); ``allreduce_s`` holds the data-parallel collectives and the all-reduce of the tied
-    weights' gradients between the first and the last stage. ``optimizer_s`` is the
-    optimizer step after the all-reduce (rank 0's shard, like the all-reduce). ``bubble_fraction = (p - 1) / (v * micro_batches)`` (SC21's bubble time
-    over ideal time). ``memory_per_device_bytes`` is the maximum over devices.
-    ``breakdown`` names the terms of ``time_per_batch_s`` and ``memory_breakdown`` the parts
-    of the fullest device's memory (:mod:`placement.iteration`). ``zero`` is the ZeRO stage
-    (0-3) of the data-parallel replicas; ``ep`` the expert-parallel degree (dividing
-    ``dp``), ``cp`` the context-parallel one: the job uses ``tp * pp * dp * cp`` devices.
+    ``layout`` is the parallel layout (its ``split`` the stages' layers, as a strategy string
+    gives them back); ``stages`` the pipeline chunks with their figures per micro-batch,
+    ``micro_batches`` those of one pipeline (``m'``) and ``load_s`` the bottleneck device's
+    time per micro-batch. ``breakdown`` is the iteration's time by cause, the only one: its
+    terms sum to ``breakdown.iteration_s`` (:func:`placement.iteration.assemble`);
+    ``memory_breakdown`` the fullest device's memory by kind.
     """
 
-    tp: int
-    pp: int
-    dp: int
-    micro_batch: int
-    micro_batches: int
-    recompute: RecomputeMode
-    sequence_parallel: bool
-    virtual_stages: int
+    layout: Layout
     stages: tuple[Stage, ...]
-    devices_used: int
+    micro_batches: int
     load_s: float
-    time_per_batch_s: float
-    pipeline_s: float
-    compute_s: float
-    p2p_s: float
-    allreduce_s: float
-    memory_per_device_bytes: float
-    bubble_fraction: float
     breakdown: IterationTime
     memory_breakdown: DeviceMemory
-    optimizer_s: float = 0.0
-    zero: int = 0
-    ep: int = 1
-    cp: int = 1
-    communication_s: float = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "communication_s", self.p2p_s + self.allreduce_s)
+    @property
+    def devices_used(self) -> int:
+        """Devices of the job: every replica's stages (a stage without tensor-parallel
+        layers takes one device), each rank counted once."""
+        lay = self.layout
+        return lay.d * lay.cp * sum(st.devices for st in self.stages) // lay.v
+
+    @property
+    def bubble_fraction(self) -> float:
+        """SC21's bubble time over ideal time, ``(p - 1) / (v m')``."""
+        lay = self.layout
+        return (lay.p - 1) / (lay.v * self.micro_batches)

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 import phaze
 from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
-from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
+from phaze.pipeline import Context, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError, Infeasible
-from placement import PlacementProblem, Strategy, evaluate_fixed, parse_strategy, place
+from placement import Layout, PlacementProblem, evaluate_fixed, parse_strategy, place
 from placement.dp import candidate_degrees
 from placement.partial import evaluate_partial
 from placement.synthetic import GptShape, gpt_stage_graph
@@ -40,7 +40,7 @@ def _problem(devices: int, hbm_gb: float, batch: int, layers: int) -> PlacementP
     )
 
 
-def _megatron_layouts(problem: PlacementProblem, fixed: Strategy):
+def _megatron_layouts(problem: PlacementProblem, fixed: Layout):
     """Every full strategy keeping ``fixed``'s set fields, with interleaving as Megatron-LM
     accepts it: ``v = 1``, or ``p >= 2`` with ``p * v`` dividing the blocks and each
     pipeline's micro-batches a multiple of ``p``."""
@@ -49,17 +49,17 @@ def _megatron_layouts(problem: PlacementProblem, fixed: Strategy):
         m = problem.global_batch // g.micro_batch
         for p, v, z in itertools.product(range(1, blocks + 1), range(1, blocks + 1), ZERO_STAGES):
             for d in candidate_degrees(m, 1, problem.cluster.devices).tolist():
-                s = Strategy(
-                    tp=g.tp,
-                    pp=p,
-                    dp=d,
-                    micro_batch=g.micro_batch,
-                    virtual_stages=v,
+                s = Layout(
+                    t=g.tp,
+                    p=p,
+                    d=d,
+                    mbs=g.micro_batch,
+                    v=v,
                     recompute=g.recompute,
-                    sequence_parallel=g.sequence_parallel,
+                    sp=g.sequence_parallel,
                     zero=z,
                 )
-                if any(getattr(s, k) != getattr(fixed, k) for k in _FIELDS - fixed.unset):
+                if any(getattr(s, k) != getattr(fixed, k) for k in _FIELDS - fixed.open):
                     continue
                 if g.tp * p * d > problem.cluster.devices:
                     continue
@@ -68,16 +68,14 @@ def _megatron_layouts(problem: PlacementProblem, fixed: Strategy):
                 yield s
 
 
-_FIELDS = frozenset(
-    {"tp", "pp", "dp", "micro_batch", "virtual_stages", "recompute", "sequence_parallel", "zero"}
-)
+_FIELDS = frozenset({"t", "p", "d", "mbs", "v", "recompute", "sp", "zero"})
 
 
-def _brute(problem: PlacementProblem, fixed: Strategy) -> float:
+def _brute(problem: PlacementProblem, fixed: Layout) -> float:
     best = math.inf
     for s in _megatron_layouts(problem, fixed):
         try:
-            best = min(best, evaluate_fixed(problem, s).time_per_batch_s)
+            best = min(best, evaluate_fixed(problem, s).breakdown.iteration_s)
         except Infeasible:
             pass
     return best
@@ -101,22 +99,24 @@ def test_a_partial_strategy_is_the_best_completion_over_sp_and_v(
     fixed = parse_strategy(text)
     brute = _brute(problem, fixed)
     assume(brute < math.inf)
-    pl, chosen = evaluate_partial(problem, fixed, sequence_parallel=None)
-    assert pl.time_per_batch_s == pytest.approx(brute, rel=1e-12)
-    assert (chosen.virtual_stages, chosen.sequence_parallel) == (
-        pl.virtual_stages,
-        pl.sequence_parallel,
+    pl = evaluate_partial(problem, fixed, sequence_parallel=None)
+    chosen = pl.layout
+    assert pl.breakdown.iteration_s == pytest.approx(brute, rel=1e-12)
+    assert (chosen.v, chosen.sp) == (
+        pl.layout.v,
+        pl.layout.sp,
     )
-    assert "virtual_stages" in chosen.unset
-    if pl.virtual_stages > 1:
-        assert (batch // pl.micro_batch // pl.dp) % pl.pp == 0
+    assert not chosen.open and chosen.given("v")
+    if pl.layout.v > 1:
+        assert (batch // pl.layout.mbs // pl.layout.d) % pl.layout.p == 0
 
 
 def test_a_strategy_that_fixes_v_keeps_it():
     problem = _problem(8, 2.0, 16, 8)
     for v in (1, 2, 4):
-        pl, chosen = evaluate_partial(problem, parse_strategy(f"t=1,p=2,v={v}"))
-        assert pl.virtual_stages == chosen.virtual_stages == v
+        pl = evaluate_partial(problem, parse_strategy(f"t=1,p=2,v={v}"))
+        chosen = pl.layout
+        assert pl.layout.v == chosen.v == v
 
 
 def test_an_impossible_fixed_part_is_one_error():
@@ -134,7 +134,7 @@ def _ctx(sp: bool | None, devices: int = 8) -> Context:
 
 
 def _seconds(ev) -> float:
-    return ev.placement.time_per_batch_s if ev.feasible else math.inf
+    return ev.placement.breakdown.iteration_s if ev.feasible else math.inf
 
 
 @pytest.mark.parametrize("hbm_gib", [80, 0.75, 0.3])
@@ -144,7 +144,7 @@ def test_the_search_is_the_better_of_sp_on_and_off(hbm_gib, micro_batch, recompu
     and bytes) finds the time of evaluating sp on and sp off alone and keeping the faster;
     its lower bound holds for both."""
     acc = dataclasses.replace(preset("a100"), hbm_bytes=int(hbm_gib * (1 << 30)))
-    knobs = Knobs(micro_batch, recompute)
+    knobs = Layout.searching(mbs=micro_batch, recompute=recompute)
     both = _seconds(evaluate("g", _GPT, acc, knobs, _ctx(None)))
     alone = [_seconds(evaluate("g", _GPT, acc, knobs, _ctx(sp))) for sp in (True, False)]
     assert both == min(alone)
@@ -153,22 +153,22 @@ def test_the_search_is_the_better_of_sp_on_and_off(hbm_gib, micro_batch, recompu
 
 def test_sp_off_wins_where_it_is_faster_and_is_reported():
     """Sequence parallelism is not always the faster: here off wins, and the search says so."""
-    acc, knobs = preset("a100"), Knobs(4, "none")
+    acc, knobs = preset("a100"), Layout.searching(mbs=4, recompute="none")
     on, off = (evaluate("g", _GPT, acc, knobs, _ctx(sp)) for sp in (True, False))
     assert _seconds(off) < _seconds(on)
     ev = evaluate("g", _GPT, acc, knobs, _ctx(None))
-    assert ev.placement.sequence_parallel is False and ev.placement.tp > 1
+    assert ev.placement.layout.sp is False and ev.placement.layout.t > 1
     assert _seconds(ev) == _seconds(off)
 
 
 def test_the_api_and_sweeps_search_sp_unless_it_is_fixed(tmp_path):
     job = {"seq_len": 256, "global_batch": 16, "micro_batch": 4, "recompute": "none"}
     ev = phaze.evaluate("gpt3-125m", preset("a100"), Cluster(devices=8), **job)
-    assert ev.placement.sequence_parallel is False
+    assert ev.placement.layout.sp is False
     fixed = phaze.evaluate(
         "gpt3-125m", preset("a100"), Cluster(devices=8), sequence_parallel=True, **job
     )
-    assert fixed.placement.sequence_parallel is True
+    assert fixed.placement.layout.sp is True
     assert _seconds(ev) < _seconds(fixed)
     assert plan(sweep_config_from_mapping({"sweep": {}}))[0].ctx.sequence_parallel is None
     given = sweep_config_from_mapping({"sweep": {"sequence_parallel": True}})
@@ -179,7 +179,7 @@ def test_no_layout_written_out_beats_the_search():
     """Every fixed layout (t, p, d, v, ZeRO stage, sp) of a small case, written out and
     evaluated alone, is at most as fast as the search with sp and v open (the search's DP
     also has uneven stages, so it may be faster); the fastest of them is sp off here."""
-    acc, knobs = preset("a100"), Knobs(4, "none")
+    acc, knobs = preset("a100"), Layout.searching(mbs=4, recompute="none")
     search = _seconds(evaluate("g", _GPT, acc, knobs, _ctx(None)))
     times = {}
     for t, p, v, zero, sp in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 3), range(4), (1, 0)):
@@ -187,7 +187,7 @@ def test_no_layout_written_out_beats_the_search():
             if t * p * d > 8 or (v > 1 and (p < 2 or 12 % (p * v) or (16 // 4 // d) % p)):
                 continue
             text = f"t={t},p={p},d={d},v={v},zero={zero},sp={sp},mbs=4,recompute=none,ep=1,cp=1"
-            ev = evaluate("g", _GPT, acc, knobs, _ctx(bool(sp)), strategy=parse_strategy(text))
+            ev = evaluate("g", _GPT, acc, parse_strategy(text), _ctx(bool(sp)))
             times[text] = _seconds(ev)
     best = min(times, key=times.get)
     assert search <= times[best] * (1 + 1e-12)
@@ -209,7 +209,7 @@ def test_a_search_under_a_limit_finds_the_best_when_it_is_within_it(devices, hbm
         best = place(problem)
     except Infeasible:
         assume(False)
-    limit = best.time_per_batch_s * scale
+    limit = best.breakdown.iteration_s * scale
     if scale >= 1.0:
         assert place(problem, limit_s=limit) == best
     else:

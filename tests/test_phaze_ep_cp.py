@@ -10,6 +10,7 @@ import pytest
 from arch_space import Cluster, load_accelerator
 from phaze.api import evaluate
 from phaze.config import SolverSettings, sweep_config_from_mapping
+from placement import parse_strategy
 
 _LIST = SolverSettings(name="list")
 # H100 HGX: NVLink 450 GB/s per direction per GPU; one 400 Gb/s NIC per GPU
@@ -40,10 +41,10 @@ def test_mixtral_8x7b_with_ep_8_fits_and_shows_its_all_to_all():
     ev = _mixtral_on_64_h100(strategy="t=1,p=4,d=16,ep=8,v=8,mbs=1,zero=1,recompute=selective")
     assert ev.feasible, ev.reason
     pl = ev.placement
-    assert (pl.ep, pl.dp, pl.devices_used) == (8, 16, 64)
-    assert pl.memory_per_device_bytes <= 80 * 2**30
+    assert (pl.layout.ep, pl.layout.d, pl.devices_used) == (8, 16, 64)
+    assert pl.memory_breakdown.total_bytes <= 80 * 2**30
     assert pl.breakdown.ep_comm_exposed_s > 0
-    assert sum(pl.breakdown.terms().values()) == pytest.approx(pl.time_per_batch_s)
+    assert sum(pl.breakdown.terms().values()) == pytest.approx(pl.breakdown.iteration_s)
     # without expert parallelism every device holds all eight experts' state
     whole = evaluate(
         "mixtral-8x7b",
@@ -78,11 +79,11 @@ def test_long_sequence_fits_with_context_parallelism_only():
     assert not run(1).feasible
     four = run(4)
     assert four.feasible, four.reason
-    assert four.placement.cp == 4 and four.placement.devices_used == 32
+    assert four.placement.layout.cp == 4 and four.placement.devices_used == 32
     flash = [run(cp, "overlap-all").placement for cp in (1, 4)]
-    assert flash[0].memory_per_device_bytes <= 80 * 2**30
-    assert flash[1].memory_per_device_bytes < four.placement.memory_per_device_bytes
-    assert flash[1].memory_per_device_bytes < flash[0].memory_per_device_bytes
+    assert flash[0].memory_breakdown.total_bytes <= 80 * 2**30
+    assert flash[1].memory_breakdown.total_bytes < four.placement.memory_breakdown.total_bytes
+    assert flash[1].memory_breakdown.total_bytes < flash[0].memory_breakdown.total_bytes
 
 
 @pytest.mark.parametrize(
@@ -135,7 +136,8 @@ def test_evaluate_json_shows_ep_and_cp(cli_run):
     )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert (doc["placement"]["ep"], doc["placement"]["cp"]) == (8, 1)
+    lay = parse_strategy(doc["placement"]["strategy"])
+    assert (lay.ep, lay.cp) == (8, 1)
     assert doc["breakdown"]["ep_comm_exposed_s"] > 0
     assert "cp_comm_exposed_s" in doc["breakdown"]
 
@@ -157,12 +159,13 @@ def test_llama3_405b_long_context_layout_fits_with_cp_16():
         Cluster(devices=16384, **_H100),
         seq_len=131072,
         global_batch=128,
-        strategy="t=8,p=16,d=8,cp=16,v=7,mbs=1,zero=1,recompute=full,sp=on",
+        # the first chunk the embedding alone, the last the head alone (Llama 3 §3.3.2)
+        strategy="t=8,p=16,d=8,cp=16,v=8,split=E|(t|)*126L,mbs=1,zero=1,recompute=full,sp=on",
         solver=_LIST,
     )
     assert ev.feasible, ev.reason
-    assert ev.placement.devices_used == 16384 and ev.placement.cp == 16
-    assert ev.placement.memory_per_device_bytes <= 80 * 2**30
+    assert ev.placement.devices_used == 16384 and ev.placement.layout.cp == 16
+    assert ev.placement.memory_breakdown.total_bytes <= 80 * 2**30
 
 
 def test_sweep_rejects_cp_not_dividing_the_sequence():
@@ -179,7 +182,7 @@ def test_search_chooses_ep_for_moe_and_cp_only_for_long_sequences():
 
     ev = _mixtral_on_64_h100(recompute="selective")
     assert ev.feasible, ev.reason
-    assert ev.placement.ep > 1 and ev.placement.dp % ev.placement.ep == 0
+    assert ev.placement.layout.ep > 1 and ev.placement.layout.d % ev.placement.layout.ep == 0
     ctx = Context(cluster=Cluster(devices=64), seq_len=2048)
     assert search_degrees(1, ctx) == ((1,), (1,))
     assert search_degrees(8, ctx) == ((1, 2, 4, 8), (1,))

@@ -30,7 +30,7 @@ def test_bloom_176b_fits_only_with_zero_1_near_the_published_60_gb():
     """'One copy of the model takes 48 GPUs, using 60 GB of memory on each GPU'."""
     ev = _bloom(zero=1)
     assert ev.feasible, ev.reason
-    assert ev.placement.memory_per_device_bytes == pytest.approx(60e9, rel=0.2)
+    assert ev.placement.memory_breakdown.total_bytes == pytest.approx(60e9, rel=0.2)
     mem = ev.placement.memory_breakdown
     assert mem.optimizer_bytes * 8 == pytest.approx(mem.weights_bytes * 12 / 2)  # 12 B / d
     assert not _bloom(zero=0).feasible
@@ -50,5 +50,5 @@ def test_llama3_405b_published_layout_fits_with_sharded_state():
         solver=_LIST,
     )
     assert ev.feasible, ev.reason
-    assert ev.placement.memory_per_device_bytes <= 80 * 2**30
-    assert ev.placement.zero == 1 and ev.placement.dp == 128
+    assert ev.placement.memory_breakdown.total_bytes <= 80 * 2**30
+    assert ev.placement.layout.zero == 1 and ev.placement.layout.d == 128

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from phaze.cli import cli
+from placement import parse_strategy
 
 _BASE = ["evaluate", "--workload", "gpt3-125m", "--arch", "a100", "--devices", "8"]
 _BASE += ["--global-batch", "16", "--seq-len", "256"]
@@ -24,13 +25,18 @@ def _json(strategy: str) -> dict:
     return json.loads(r.stdout)
 
 
+def _layout(doc: dict):
+    """The layout a document's placement names (its strategy string, read back)."""
+    return parse_strategy(doc["placement"]["strategy"])
+
+
 def test_open_fields_take_the_search_defaults_and_are_reported():
     doc = _json("t=2,p=2,d=2")
-    pl = doc["placement"]
-    assert (pl["tp"], pl["pp"], pl["dp"]) == (2, 2, 2)
-    sp = "on" if pl["sequence_parallel"] else "off"  # searched: the faster of on and off
+    pl = _layout(doc)
+    assert (pl.t, pl.p, pl.d) == (2, 2, 2)
+    sp = "on" if pl.sp else "off"  # searched: the faster of on and off
     assert f"sp={sp}" in doc["strategy_defaults"] and "zero=" in doc["strategy_defaults"]
-    assert f"v={pl['virtual_stages']}" in doc["strategy_defaults"]
+    assert f"v={pl.v}" in doc["strategy_defaults"]
     human = _run("t=2,p=2,d=2")
     assert "strategy defaults used (not given):" in human.output
     # the search's sp, ZeRO stage and v: the fastest of them for this layout (mbs = 2: each
@@ -51,17 +57,17 @@ def test_open_fields_take_the_search_defaults_and_are_reported():
 
 def test_a_partial_strategy_searches_the_rest():
     doc = _json("t=2")
-    pl = doc["placement"]
-    assert pl["tp"] == 2 and pl["tp"] * pl["pp"] * pl["dp"] <= 8
-    assert 16 % pl["dp"] == 0  # d * mbs divides the global batch
+    pl = _layout(doc)
+    assert pl.t == 2 and pl.t * pl.p * pl.d <= 8
+    assert 16 % pl.d == 0  # d * mbs divides the global batch
     for p, d in ((1, 1), (1, 2), (2, 2), (4, 1), (1, 4)):
         fixed = _json(f"t=2,p={p},d={d}")
         assert doc["iteration_s"] <= fixed["iteration_s"]
 
 
 def test_a_fixed_degree_limits_the_stages_searched():
-    pl = _json("t=2,d=2")["placement"]
-    assert (pl["tp"], pl["dp"]) == (2, 2) and pl["pp"] <= 2
+    pl = _layout(_json("t=2,d=2"))
+    assert (pl.t, pl.d) == (2, 2) and pl.p <= 2
 
 
 @pytest.mark.parametrize(
@@ -83,5 +89,5 @@ def test_bad_strategies_are_one_error_line(strategy, message):
 def test_an_interleaved_layout_with_the_micro_batch_open_picks_one_it_can_run():
     # global batch 16 at d = 2: mbs 8 leaves one micro-batch per pipeline, not a group of p
     doc = _json("t=2,p=2,d=2,v=2")
-    assert doc["placement"]["virtual_stages"] == 2
-    assert (16 // (doc["placement"]["micro_batch"] * 2)) % 2 == 0
+    assert _layout(doc).v == 2
+    assert (16 // (_layout(doc).mbs * 2)) % 2 == 0

@@ -31,6 +31,7 @@ from phaze.cli import cli
 from phaze.config import model_digest
 from phaze.sweep import plan
 from phaze_common.errors import ConfigError
+from placement import parse_strategy
 from results.pareto import pareto
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import STORE_FILENAME, Store, load
@@ -254,7 +255,8 @@ def test_points_record_how_exact_their_layer_schedules_are(clean_sweeps):
             global_batch=cfg.global_batch,
             micro_batch=p["micro_batch"],
             recompute=Recompute(p["recompute"]),
-            sequence_parallel=json.loads(p["placement"])["sequence_parallel"],  # as chosen
+            # as chosen
+            sequence_parallel=parse_strategy(json.loads(p["placement"])["strategy"]).sp,
         )
         solver = shared.ctx.solver
         timings = layer_timing(
@@ -311,3 +313,41 @@ def test_the_api_applies_the_size_limits_of_the_command_line(tmp_path):
     with pytest.raises(ConfigError, match=r"global_batch = 2000000 is above the limit"):
         phaze.search(["gpt3-125m"], global_batch=2 * 10**6, out_dir=tmp_path, executor="serial")
     assert not any(tmp_path.iterdir())
+
+
+def test_the_api_search_takes_what_phaze_sweep_does(tmp_path, monkeypatch):
+    """framework, ZeRO stages, ep, cp, presets and a token budget (as text, like --tokens)
+    reach the sweep's config, checked by the rules of a sweep file."""
+    seen = []
+
+    def run(cfg, *args, **kwargs):
+        seen.append(cfg)
+        raise KeyboardInterrupt  # the config is all this test needs
+
+    monkeypatch.setattr(phaze.api, "run_sweep", run)
+    with pytest.raises(KeyboardInterrupt):
+        phaze.search(
+            ["gpt3-125m"],
+            out_dir=tmp_path,
+            framework="megatron-2022",
+            zero=[1, 3],
+            ep=[1],
+            cp=[1, 2],
+            presets=["a100"],
+            tokens_to_train="300B",
+            sequence_parallel=False,
+        )
+    (cfg,) = seen
+    assert (cfg.framework, cfg.zero, cfg.ep, cfg.cp, cfg.presets) == (
+        "megatron-2022",
+        (1, 3),
+        (1,),
+        (1, 2),
+        ("a100",),
+    )
+    assert (cfg.tokens_to_train, cfg.sequence_parallel) == (300 * 10**9, False)
+    with pytest.raises(ConfigError) as e:
+        phaze.search(["gpt3-125m"], out_dir=tmp_path, framework="fast", zero=[4], cp=[0])
+    for field in ("framework = 'fast'", "zero = [4]", "cp = [0]"):
+        assert f"phaze.search [sweep]: {field}" in str(e.value)
+    assert len(seen) == 1

@@ -18,10 +18,11 @@ from sweeps import OBJECTIVES
 
 from arch_space import Accelerator, Cluster, design_id
 from phaze.config import SolverSettings
-from phaze.pipeline import Context, Knobs
+from phaze.pipeline import Context
 from phaze.pipeline import evaluate as evaluate_point
 from phaze.scoring import SECONDS_PER_YEAR, ScoringParams
 from phaze.sweep import Bound, bounds, plan, record_of, tight_bound
+from placement import Layout
 from results.pareto import pareto
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
 from workloads import resolve_model
@@ -243,7 +244,7 @@ def test_bounds_never_beat_the_scored_point_for_any_scoring(
         clock_hz=1.05e9,
         node_nm=node_nm,
     )
-    knobs = Knobs(micro_batch, recompute)
+    knobs = Layout.searching(mbs=micro_batch, recompute=recompute)
     ev = evaluate_point(workload, model, acc, knobs, ctx)
     assume(ev.feasible)
     _check_bound(acc, model, ctx, record_of(ev, devices), (knobs,))

@@ -32,7 +32,7 @@ from phaze.lower_bounds import pass_bound_s
 from phaze.sweep import run_sweep
 from phaze.sweep.fronts import dominated, front_add
 from phaze_common.errors import Infeasible
-from placement import place
+from placement import Layout, place
 from placement.interleave import best_interleaved
 from results.store import load
 from workloads import build_layer_graph, resolve_model
@@ -92,7 +92,7 @@ def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
         [(1, "full"), (4, "none")],
     ):
         acc = dataclasses.replace(base, hbm_bytes=hbm_mib * _MIB)
-        knobs = pipeline.Knobs(mb, rc)
+        knobs = Layout.searching(mbs=mb, recompute=rc)
         got = pipeline.evaluate("w", model, acc, knobs, ctx)
         setup = pipeline.training_setup(model, ctx, knobs)
         graphs = tuple(
@@ -113,9 +113,9 @@ def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
             assert (got.placement, got.reason) == (None, e.reason)
         else:
             # Megatron's interleaved layouts compete with the DP's best
-            want = best_interleaved(problem, want.time_per_batch_s) or want
+            want = best_interleaved(problem, want.breakdown.iteration_s) or want
             assert got.placement == want
-            tps.add(want.tp)
+            tps.add(want.layout.t)
     assert len(tps) > 1 or link_bytes_per_s > 1e11  # slow links: narrower widths win too
 
 
@@ -133,7 +133,7 @@ def test_pass_bound_is_the_schedulers_lower_bound(name):
         enumerate(designs), enumerate(widths), [1, 4], ["none", "full"]
     ):
         ctx = pipeline.Context(cluster=cluster, seq_len=256, global_batch=8)
-        setup = pipeline.training_setup(model, ctx, pipeline.Knobs(mb, rc))
+        setup = pipeline.training_setup(model, ctx, Layout.searching(mbs=mb, recompute=rc))
         lg = build_layer_graph(model, setup, tp)
         schedule = a == w and (mb, rc) == (4, "full")
         timings = layer_timing(lg, acc, cluster, solver="list") if schedule else {}

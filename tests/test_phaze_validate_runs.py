@@ -39,7 +39,7 @@ def test_registry_covers_the_generations_stacks_and_holds_out_most_runs():
     for r in runs:
         assert r.source.url.startswith("https://"), r.id
         s = parse_strategy(r.strategy)
-        assert not s.unset and s.tp * s.pp * s.dp * s.cp == r.gpus, r.id
+        assert not s.open and s.devices == r.gpus, r.id
         profile, why = REGISTRY.profile_for(r.framework)
         assert profile and (why or profile == r.framework), r.id
 
@@ -142,7 +142,7 @@ def test_a_small_registry_loads(tmp_path):
             r"unknown key 'gpsu' \(did you mean 'gpus'\?\).*gpus is missing",
         ),
         (('"korthikanti-22b"', '"gpt5"'), r"model 'gpt5' is not in the catalog"),
-        (("d=1,v=1", "v=1"), r"strategy leaves dp open"),
+        (("d=1,v=1", "v=1"), r"strategy leaves d open"),
         (("global_batch = 4", "global_batch = 0"), r"global_batch = 0 must be > 0"),
         (
             ('"iteration_s"', '"flops_per_s_per_gpu"'),

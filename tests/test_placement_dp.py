@@ -27,8 +27,8 @@ from placement import (
     solve_reference,
 )
 from placement import network as net
-from placement.fixed import Strategy
 from placement.iteration import exposed_reduction_parameters
+from placement.layout import parse_strategy
 from placement.search import dp_tasks
 
 # --- brute force (independent of the DP code) -----------------------------------------------
@@ -351,8 +351,8 @@ def _check_phaze(problem, methods):
                 place(problem, method=method)
             continue
         got = place(problem, method=method)
-        assert math.isclose(got.time_per_batch_s, want, rel_tol=1e-9), method
-        assert got.memory_per_device_bytes <= problem.hbm_bytes
+        assert math.isclose(got.breakdown.iteration_s, want, rel_tol=1e-9), method
+        assert got.memory_breakdown.total_bytes <= problem.hbm_bytes
         assert got.devices_used <= problem.cluster.devices
         assert sorted(v for s in got.stages for v in s.layers) == list(
             range(len(problem.graphs[0].layers))
@@ -526,18 +526,19 @@ def test_fixed_strategy_reproduces_the_searched_placement(problem):
     best = _searched(problem)
     assume(best is not None)
     # fixed strategies put t devices on every stage
-    assume(all(s.devices == best.tp for s in best.stages))
-    graph = next(g for g in problem.graphs if g.tp == best.tp)
-    strategy = Strategy(tp=best.tp, pp=best.pp, dp=best.dp, zero=best.zero)
-    got = evaluate_fixed(
-        problem, strategy, chunks=tuple(s.layers for s in best.stages), check_memory=False
+    assume(all(s.devices == best.layout.t for s in best.stages))
+    graph = next(g for g in problem.graphs if g.tp == best.layout.t)
+    # printed as a strategy string and read back, the layout names the same stages
+    got = evaluate_fixed(problem, parse_strategy(str(best.layout)), check_memory=False)
+    assert [s.layers for s in got.stages] == [s.layers for s in best.stages]
+    assert math.isclose(got.breakdown.iteration_s, best.breakdown.iteration_s, rel_tol=1e-9)
+    assert math.isclose(
+        got.memory_breakdown.total_bytes, best.memory_breakdown.total_bytes, rel_tol=1e-9
     )
-    assert math.isclose(got.time_per_batch_s, best.time_per_batch_s, rel_tol=1e-9)
-    assert math.isclose(got.memory_per_device_bytes, best.memory_per_device_bytes, rel_tol=1e-9)
     for a, b in zip(astuple(got.breakdown), astuple(best.breakdown), strict=True):
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
     assert got.memory_breakdown == best.memory_breakdown
-    assert graph.tp == got.tp
+    assert graph.tp == got.layout.t
 
 
 @budget(100)
@@ -548,9 +549,7 @@ def test_named_terms_sum_to_the_iteration(problem):
     assume(best is not None)
     b = best.breakdown
     assert math.isclose(sum(b.terms().values()), b.iteration_s, rel_tol=1e-9, abs_tol=1e-12)
-    assert b.iteration_s == best.time_per_batch_s
-    assert b.dp_comm_exposed_s + b.embedding_comm_exposed_s == best.allreduce_s
-    assert b.optimizer_s == best.optimizer_s
+    assert b.iteration_s == best.breakdown.iteration_s
     assert b.tp_comm_exposed_s == 0.0  # inside the layer times
-    assert math.isclose(best.memory_breakdown.total_bytes, best.memory_per_device_bytes)
-    assert best.memory_per_device_bytes <= problem.hbm_bytes
+    assert math.isclose(best.memory_breakdown.total_bytes, best.memory_breakdown.total_bytes)
+    assert best.memory_breakdown.total_bytes <= problem.hbm_bytes

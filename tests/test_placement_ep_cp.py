@@ -14,16 +14,17 @@ from hypothesis import strategies as st
 from arch_space import Cluster
 from phaze_common.errors import Infeasible
 from placement import PlacementProblem, StageEdge, StageGraph, StageLayer, place
+from placement import network as net
 from placement.ep_cp import (
     Variant,
     all_to_all_s,
     ep_cp_graph,
-    ep_link,
     graph_variants,
     ring_s,
 )
-from placement.fixed import Strategy, evaluate_fixed
+from placement.fixed import evaluate_fixed
 from placement.iteration import stage_memory
+from placement.layout import Layout, parse_strategy
 from placement.partial import evaluate_partial
 from placement.search import layer_arrays
 
@@ -64,7 +65,7 @@ def _moe_graph(experts: int = 8, blocks: int = 4, recompute: str = "none") -> St
 def test_graph_at_ep_cp_matches_the_closed_forms(ep, cp, recompute):
     g = _moe_graph(recompute=recompute)
     x, y = g.layers[1], ep_cp_graph(g, ep, cp, _CLUSTER).layers[1]
-    bw, lat = ep_link(_CLUSTER, 1, cp, ep)
+    bw, lat = net.group_link(_CLUSTER, Layout(t=1, cp=cp, ep=ep).groups.ep)
     a2a = 0.0 if ep == 1 else lat + (ep - 1) / ep * (2e6 / cp) / bw
     assert all_to_all_s(2e6 / cp, ep, (bw, lat)) == pytest.approx(a2a)
     assert y.ep_comm_s == pytest.approx(4 * a2a)
@@ -167,28 +168,28 @@ def test_search_chooses_ep_dividing_d_and_prices_the_all_to_all():
         zero_stages=(0, 1),
     )
     best = place(problem)
-    assert best.dp % best.ep == 0
+    assert best.layout.d % best.layout.ep == 0
     for ep in (2, 8):
-        fixed = evaluate_fixed(problem, Strategy(tp=1, pp=1, dp=8, ep=ep))
+        fixed = evaluate_fixed(problem, Layout(t=1, p=1, d=8, ep=ep))
         assert fixed.breakdown.ep_comm_exposed_s > 0
-        assert fixed.ep == ep and fixed.devices_used == 8
+        assert fixed.layout.ep == ep and fixed.devices_used == 8
     # with d = ep no expert gradient is reduced: less exposed data-parallel time
-    d8 = [evaluate_fixed(problem, Strategy(tp=1, pp=1, dp=8, ep=e)) for e in (1, 8)]
+    d8 = [evaluate_fixed(problem, Layout(t=1, p=1, d=8, ep=e)) for e in (1, 8)]
     assert d8[1].breakdown.dp_comm_exposed_s < d8[0].breakdown.dp_comm_exposed_s
 
 
 def test_context_parallel_ranks_count_as_devices_and_split_activations():
     g = _moe_graph(experts=1)
     problem = PlacementProblem((g,), _CLUSTER, hbm_bytes=1e12, global_batch=16, cp_degrees=(1, 4))
-    one = evaluate_fixed(problem, Strategy(tp=1, pp=2, dp=2))
-    four = evaluate_fixed(problem, Strategy(tp=1, pp=2, dp=2, cp=4))
+    one = evaluate_fixed(problem, Layout(t=1, p=2, d=2))
+    four = evaluate_fixed(problem, Layout(t=1, p=2, d=2, cp=4))
     assert four.devices_used == 4 * one.devices_used == 16
     act = (one.memory_breakdown.activations_bytes, four.memory_breakdown.activations_bytes)
     assert act[1] == pytest.approx(act[0] / 4)
-    assert four.cp == 4
+    assert four.layout.cp == 4
     assert {(x.ep, x.cp) for x in graph_variants(problem)} == {(1, 1), (1, 4)}
     with pytest.raises(Exception, match="t\\*p\\*d\\*cp"):
-        evaluate_fixed(problem, Strategy(tp=1, pp=2, dp=4, cp=4))
+        evaluate_fixed(problem, Layout(t=1, p=2, d=4, cp=4))
 
 
 def test_partial_strategy_completes_ep_and_cp():
@@ -196,11 +197,12 @@ def test_partial_strategy_completes_ep_and_cp():
     problem = PlacementProblem(
         (g,), _CLUSTER, hbm_bytes=1e12, global_batch=16, ep_degrees=(1, 2, 4, 8), cp_degrees=(1, 2)
     )
-    fields = frozenset({"dp", "ep", "cp", "micro_batch", "recompute", "sequence_parallel"})
-    pl, chosen = evaluate_partial(problem, Strategy(tp=1, pp=2, dp=1, unset=fields | {"zero"}))
-    assert chosen.dp % chosen.ep == 0
-    assert chosen.tp * chosen.pp * chosen.dp * chosen.cp <= 16
-    assert (pl.ep, pl.cp) == (chosen.ep, chosen.cp)
+    fields = frozenset({"d", "ep", "cp", "mbs", "recompute", "sp"})
+    pl = evaluate_partial(problem, Layout(t=1, p=2, d=1, open=fields | {"zero"}))
+    chosen = pl.layout
+    assert chosen.d % chosen.ep == 0
+    assert chosen.t * chosen.p * chosen.d * chosen.cp <= 16
+    assert (pl.layout.ep, pl.layout.cp) == (chosen.ep, chosen.cp)
 
 
 @budget(40, deadline=None)
@@ -237,22 +239,22 @@ def test_fixed_strategy_reproduces_the_searched_ep_cp_placement(
         best = place(problem)
     except Infeasible:
         assume(False)
-    assert best.dp % best.ep == 0
+    assert best.layout.d % best.layout.ep == 0
     assert best.devices_used <= _CLUSTER.devices
-    strategy = Strategy(tp=1, pp=best.pp, dp=best.dp, zero=best.zero, ep=best.ep, cp=best.cp)
-    got = evaluate_fixed(
-        problem, strategy, chunks=tuple(s.layers for s in best.stages), check_memory=False
-    )
-    assert math.isclose(got.time_per_batch_s, best.time_per_batch_s, rel_tol=1e-9)
+    # printed as a strategy string and read back, the layout names the same stages
+    got = evaluate_fixed(problem, parse_strategy(str(best.layout)), check_memory=False)
+    assert [s.layers for s in got.stages] == [s.layers for s in best.stages]
+    assert math.isclose(got.breakdown.iteration_s, best.breakdown.iteration_s, rel_tol=1e-9)
     for a, b in zip(astuple(got.breakdown), astuple(best.breakdown), strict=True):
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
     for a, b in zip(astuple(got.memory_breakdown), astuple(best.memory_breakdown), strict=True):
         assert math.isclose(a, b, rel_tol=1e-9)
-    assert best.memory_per_device_bytes <= problem.hbm_bytes * (1 + 1e-9)
+    assert best.memory_breakdown.total_bytes <= problem.hbm_bytes * (1 + 1e-9)
 
 
 def test_all_to_all_and_ring_bytes_are_priced_as_network_energy():
-    from placement.iteration import EnergyRates, iteration_energy
+    from placement.energy import iteration_energy
+    from placement.iteration import EnergyRates
 
     g = _moe_graph()
     problem = PlacementProblem((g,), _CLUSTER, hbm_bytes=1e12, global_batch=16)
@@ -270,14 +272,14 @@ def test_all_to_all_and_ring_bytes_are_priced_as_network_energy():
     )
 
     def network_j(**degrees) -> float:
-        pl = evaluate_fixed(problem, Strategy(**{"tp": 1, "pp": 1, "dp": 8, **degrees}))
+        pl = evaluate_fixed(problem, Layout(**{"t": 1, "p": 1, "d": 8, **degrees}))
         return iteration_energy(pl, rates, _CLUSTER, micro_batches=16).network_j
 
     assert network_j() == 0.0
     # four all-to-alls per micro-batch, 7/8 of 3 bytes leaving each device, 1 pJ/bit
     assert network_j(ep=8) == pytest.approx(4 * 7 / 8 * 3.0 * 16 * 8e-12)
     # cp - 1 = 1 ring step per pass, three passes (forward; backward K/V and gradients)
-    assert network_j(dp=4, cp=2) == pytest.approx(3 * 1 * 7.0 * 16 * 8e-12)
+    assert network_j(d=4, cp=2) == pytest.approx(3 * 1 * 7.0 * 16 * 8e-12)
 
 
 @budget(30, deadline=None)
@@ -314,12 +316,12 @@ def test_search_beats_every_fixed_cp_layout(hbm, zero, batch, kv):
                     if p * d * cp > 16 or batch % d:
                         continue
                     try:
-                        s = Strategy(tp=1, pp=p, dp=d, cp=cp, zero=z)
-                        fixed.append(evaluate_fixed(problem, s).time_per_batch_s)
+                        s = Layout(t=1, p=p, d=d, cp=cp, zero=z)
+                        fixed.append(evaluate_fixed(problem, s).breakdown.iteration_s)
                     except Infeasible:
                         pass
     try:
-        best = place(problem).time_per_batch_s
+        best = place(problem).breakdown.iteration_s
     except Infeasible:
         best = math.inf
     assert all(best <= f * (1 + 1e-9) for f in fixed)

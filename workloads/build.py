@@ -7,7 +7,7 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from phaze_common.errors import ConfigError
-from workloads.framework import apply_framework, framework_profile
+from workloads.framework import apply_framework
 from workloads.layer_graph import Layer, LayerEdge, LayerGraph, LayerKind, PassGraphs
 from workloads.memory import (
     block_activation_bytes,
@@ -154,7 +154,7 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
     )
     edge_bytes = boundary_bytes(model, setup, tp)
     edges = tuple(LayerEdge(i, i + 1, edge_bytes) for i in range(model.layers + 1))
-    framework = framework_profile(setup.framework)
+    framework = setup.profile
 
     def framed(pg: PassGraphs) -> PassGraphs:
         return PassGraphs(

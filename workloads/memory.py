@@ -45,7 +45,6 @@ The terms, generalised here term by term:
 
 from __future__ import annotations
 
-from workloads.framework import framework_profile
 from workloads.model import Model, padded_vocab
 from workloads.setup import Recompute, TrainingSetup
 
@@ -116,7 +115,7 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int, dense: b
         inner = per_width * model.ffn_hidden
     total = _ceil_div(replicated, rep) + _ceil_div(qkv + out_in + inner, t) + latent
     if setup.recompute is Recompute.NONE:
-        if framework_profile(setup.framework).attention == "flash":
+        if setup.profile.attention == "flash":
             total += _ceil_div(LSE_BYTES * model.heads * s * b, t)
         else:
             per_score = p + (mask + p if model.dropout else 0)

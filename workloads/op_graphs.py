@@ -50,7 +50,6 @@ from workloads.attention_ops import (
     flash_core,
     unfused_core,
 )
-from workloads.framework import framework_profile
 from workloads.layer_graph import PassGraphs
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
 from workloads.moe_ops import moe_nodes
@@ -113,7 +112,7 @@ class _Dims:
         b, s = setup.micro_batch, setup.seq_len
         sp = setup.sequence_parallel and tp > 1
         local = b * s // tp if sp else b * s
-        flash = framework_profile(setup.framework).attention == "flash"
+        flash = setup.profile.attention == "flash"
         return cls(b, s, b * s, local, tp, setup.precision_bytes, sp, flash)
 
 

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Literal
 
 from phaze_common.errors import ConfigError
-from workloads.framework import DEFAULT_FRAMEWORK, framework_profile
+from workloads.framework import DEFAULT_FRAMEWORK, FrameworkProfile, framework_profile
 
 __all__ = ["Recompute", "Optimizer", "TrainingSetup", "optimizer_state_bytes"]
 
@@ -75,7 +75,7 @@ class TrainingSetup:
     def __post_init__(self) -> None:
         problems: list[str] = []
         try:
-            framework_profile(self.framework)
+            self.profile  # noqa: B018 - the name must resolve
         except ConfigError as e:
             problems.append(f"framework: {e}")
         for f in ("seq_len", "global_batch", "micro_batch", "precision_bytes"):
@@ -120,6 +120,11 @@ class TrainingSetup:
                 "state_bytes_per_parameter",
                 optimizer_state_bytes(self.optimizer, self.precision_bytes),
             )
+
+    @property
+    def profile(self) -> FrameworkProfile:
+        """The framework's overlap profile: the one place its name is looked up."""
+        return framework_profile(self.framework)
 
     @property
     def optimizer_bytes_per_parameter(self) -> int:

@@ -295,19 +295,17 @@ def _work(
     groups, which = np.unique(t, return_inverse=True)
     links = np.array([cluster.group_link(int(x)) for x in groups]).reshape(len(groups), 2)
     bw, alpha = links[which, 0], links[which, 1]
+    inter = cluster.spans_nodes(t)
     pj_per_bit = np.where(
-        t <= cluster.devices_per_node,
-        settings.intra_node_link_pj_per_bit,
-        settings.inter_node_link_pj_per_bit,
+        inter, settings.inter_node_link_pj_per_bit, settings.intra_node_link_pj_per_bit
     )
     all_reduce = coll == _COLLECTIVES.index(CollectiveKind.ALL_REDUCE)
     halves = np.where(all_reduce, 2.0, 1.0)
     sent = np.where(is_coll & ~is_share, halves * (t - 1) / t * coll_bytes, 0.0)
     if device.intra_node is not None:
         # measured bus bandwidth at the message's size inside a node; it includes latency
-        measured = t <= cluster.devices_per_node
-        bw = np.where(measured, bw * device.intra_node.efficiency(coll_bytes, all_reduce), bw)
-        alpha = np.where(measured, 0.0, alpha)
+        bw = np.where(inter, bw, bw * device.intra_node.efficiency(coll_bytes, all_reduce))
+        alpha = np.where(inter, alpha, 0.0)
     # Each ring step reads the outgoing chunk from device memory and writes the incoming one.
     hbm = vector_reads + vector_writes + 2 * sent + _scatter(len(a), gi, hbm_read + hbm_write)
     macs = _scatter(len(a), gi, shape.batch * shape.m * shape.k * shape.n)

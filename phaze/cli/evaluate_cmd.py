@@ -20,7 +20,7 @@ from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import SECONDS_PER_YEAR, Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
-from placement import Placement
+from placement import Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
 from results.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
@@ -234,6 +234,17 @@ def evaluate(
         tokens, source = model.tokens_to_train, "the model's published budget"
     else:
         tokens, source = global_batch * seq_len, "one iteration (no published budget; --tokens N)"
+    layout = None
+    if strategy != "search":  # the options fill what it leaves open; a clash names both
+        sp_flag = "--sp" if sequence_parallel else "--no-sp"
+        layout = parse_strategy(
+            strategy,
+            {
+                "mbs": ("--micro-batch", micro_batch),
+                "recompute": ("--recompute", recompute),
+                "sp": (sp_flag, sequence_parallel),
+            },
+        )
     ev = api_evaluate(
         workload,
         acc,
@@ -243,7 +254,7 @@ def evaluate(
         micro_batch=micro_batch,
         recompute=recompute,
         sequence_parallel=sequence_parallel,
-        strategy=None if strategy == "search" else strategy,
+        strategy=layout,
         tokens_to_train=tokens,
         scoring=scoring,
         framework=framework,
@@ -263,7 +274,7 @@ def evaluate(
     tflops = (
         global_batch
         * model_flops_per_sequence(model, seq_len)
-        / pl.time_per_batch_s
+        / pl.breakdown.iteration_s
         / devices
         / 1e12
     )
@@ -273,15 +284,15 @@ def evaluate(
         "devices": devices,
         "framework": framework,
         "seq_len": seq_len,
-        "iteration_s": pl.time_per_batch_s,
+        "iteration_s": pl.breakdown.iteration_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,
         "tflops_per_device": tflops,
         "mfu": sc.mfu,
-        "memory_per_device_bytes": pl.memory_per_device_bytes,
+        "memory_per_device_bytes": pl.memory_breakdown.total_bytes,
         "hbm_bytes": acc.hbm_bytes,
         "bubble_fraction": pl.bubble_fraction,
-        "communication_s": pl.communication_s,
+        "communication_s": pl.breakdown.communication_s,
         "breakdown": {**pl.breakdown.terms(), "iteration_s": pl.breakdown.iteration_s},
         "memory_breakdown": {
             **dataclasses.asdict(pl.memory_breakdown),
@@ -306,7 +317,7 @@ def evaluate(
     bubble_share = bubble_s / pl.breakdown.iteration_s if pl.breakdown.iteration_s > 0 else 0.0
     gap, methods = schedule_exactness(ev.pass_timings)
     rows = [
-        ["iteration time", fmt_time(pl.time_per_batch_s)],
+        ["iteration time", fmt_time(pl.breakdown.iteration_s)],
         [
             "throughput",
             f"{fmt_quantity(sc.samples_per_s, 'samples/s')}, "
@@ -316,19 +327,14 @@ def evaluate(
         ["MFU", fmt_percent(sc.mfu)],
         [
             "memory per device",
-            "{} of {}".format(*fmt_pair(pl.memory_per_device_bytes, acc.hbm_bytes, "B")),
+            "{} of {}".format(*fmt_pair(pl.memory_breakdown.total_bytes, acc.hbm_bytes, "B")),
         ],
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
-        ["exposed communication", fmt_time(pl.communication_s)],
+        ["exposed communication", fmt_time(pl.breakdown.communication_s)],
         ["layer schedules", f"worst gap {fmt_percent(gap)} ({methods})"],
         ["area headroom", area_headroom_text(doc["headroom"])],
         ["power headroom", power_headroom_text(doc["headroom"])],
-        [
-            "placement",
-            f"t={pl.tp} p={pl.pp} d={pl.dp} v={pl.virtual_stages} mbs={pl.micro_batch} "
-            f"recompute={pl.recompute} sp={'on' if pl.sequence_parallel else 'off'} "
-            f"zero={pl.zero} ep={pl.ep} cp={pl.cp}",
-        ],
+        ["placement", str(pl.layout)],
     ]
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
     if ev.defaults:

@@ -29,7 +29,6 @@ from arch_space.tco import DeviceCapex, stack_capex
 from phaze.lower_bounds import pass_bound_s
 from phaze.pipeline import (
     Context,
-    Knobs,
     device_hbm,
     timing_design,
     training_setup,
@@ -37,6 +36,7 @@ from phaze.pipeline import (
     width_fits,
 )
 from phaze.scoring import score_point, system_capex
+from placement import Layout
 from placement.iteration import IterationEnergy
 from workloads import Model, TrainingSetup, build_layer_graph, model_flops_per_sequence
 
@@ -84,7 +84,7 @@ def bounds(acc: Accelerator, model: Model, ctx: Context) -> Bound:
     return _bound_at(acc, acc.peak_flops, model, ctx)
 
 
-def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Knobs], ctx: Context) -> Bound:
+def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Layout], ctx: Context) -> Bound:
     """A tighter optimistic bound than :func:`bounds`, valid for every point of ``acc`` over
     ``knobs``: the throughput of the iteration-time lower bound of
     :func:`iteration_lower_bound_s` (layer passes at their schedule lower bounds spread
@@ -185,7 +185,7 @@ def bound_columns(
 
 
 def iteration_lower_bound_s(
-    model: Model, acc: Accelerator, knobs: Sequence[Knobs], ctx: Context
+    model: Model, acc: Accelerator, knobs: Sequence[Layout], ctx: Context
 ) -> float:
     """A lower bound on the iteration time of every point of ``acc`` over ``knobs`` (0 when
     no knob setting fits the HBM at any width), from op costs alone: no schedule, no
@@ -205,7 +205,7 @@ def iteration_lower_bound_s(
     hbm = device_hbm(acc, ctx)
     best = math.inf
     for k in knobs:
-        micro_batches = ctx.global_batch // k.micro_batch
+        micro_batches = ctx.global_batch // k.mbs
         for t, sp in variant_keys(model, ctx):
             setup = training_setup(model, ctx, k, sp)
             lg = build_layer_graph(model, setup, t)

@@ -11,8 +11,9 @@ from typing import Final
 
 from arch_space import Accelerator, Cluster, load_space, preset
 from phaze.config import SweepConfig
-from phaze.pipeline import Context, Knobs, training_setup
+from phaze.pipeline import Context, training_setup
 from phaze_common.errors import ConfigError
+from placement import Layout
 from results.pareto import parse_objectives
 from workloads import Model, check_setup, resolve_model
 
@@ -24,7 +25,7 @@ class Shared:
     """Read-only context sent once to every worker."""
 
     workloads: tuple[tuple[str, Model], ...]
-    knobs: tuple[Knobs, ...]
+    knobs: tuple[Layout, ...]  # each fixes a micro-batch and a recompute mode
     ctx: Context
     signs: tuple[tuple[str, float], ...] = ()  # (objective, sign): sign * value is minimised
 
@@ -70,7 +71,9 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         for c in cfg.cp
         if cfg.seq_len % c
     ]
-    knobs = tuple(Knobs(mb, rc) for mb in cfg.micro_batches for rc in cfg.recompute)
+    knobs = tuple(
+        Layout.searching(mbs=mb, recompute=rc) for mb in cfg.micro_batches for rc in cfg.recompute
+    )
     for name, model in workloads:
         if model.tokens_to_train is None and cfg.tokens_to_train is None:
             problems.append(
@@ -101,12 +104,12 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     return shared, designs
 
 
-def _setup_problems(model: Model, ctx: Context, knobs: tuple[Knobs, ...]) -> list[str]:
+def _setup_problems(model: Model, ctx: Context, knobs: tuple[Layout, ...]) -> list[str]:
     """What a worker would refuse in the training setup of each knob setting of ``model``
     (checked here, before any worker starts), each problem once."""
     problems = []
     for k in knobs:
-        if ctx.global_batch % k.micro_batch:
+        if ctx.global_batch % k.mbs:
             continue  # reported once for the micro-batch list
         try:
             check_setup(model, training_setup(model, ctx, k, sequence_parallel=False))

@@ -14,8 +14,8 @@ from arch_space import Accelerator, design_id, device_cost_usd
 from arch_space.area import made_die_area_mm2
 from arch_space.power import headroom
 from ilp import Method, PassTiming
-from phaze.pipeline import Evaluation, Knobs
-from placement import Placement
+from phaze.pipeline import Evaluation
+from placement import Layout, Placement
 
 __all__ = [
     "point_key",
@@ -28,9 +28,10 @@ __all__ = [
 ]
 
 
-def point_key(workload: str, design: str, knobs: Knobs) -> str:
-    """The content key of one point (the store's primary key)."""
-    return f"{workload}|{design}|mbs={knobs.micro_batch}|recompute={knobs.recompute}"
+def point_key(workload: str, design: str, knobs: Layout) -> str:
+    """The content key of one point (the store's primary key): its workload, design,
+    micro-batch and recompute mode."""
+    return f"{workload}|{design}|mbs={knobs.mbs}|recompute={knobs.recompute}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -65,20 +66,12 @@ def headroom_columns(acc: Accelerator) -> Mapping[str, float]:
 
 
 def placement_summary(pl: Placement) -> str:
-    """The placement as compact JSON text (degrees, knobs and each stage's layer range; the
-    time terms are columns of their own)."""
+    """The placement as compact JSON text: its layout as the strategy string that gives it
+    back (:func:`placement.parse_strategy`) and each stage's layer range (the time terms are
+    columns of their own)."""
     return json.dumps(
         {
-            "tp": pl.tp,
-            "pp": pl.pp,
-            "dp": pl.dp,
-            "micro_batch": pl.micro_batch,
-            "recompute": pl.recompute,
-            "sequence_parallel": pl.sequence_parallel,
-            "virtual_stages": pl.virtual_stages,
-            "zero": pl.zero,
-            "ep": pl.ep,
-            "cp": pl.cp,
+            "strategy": str(pl.layout),
             "devices_used": pl.devices_used,
             "bubble_fraction": pl.bubble_fraction,
             "stages": [
@@ -116,7 +109,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
         "workload": ev.workload,
         **cols,
         "devices": devices,
-        "micro_batch": ev.knobs.micro_batch,
+        "micro_batch": ev.knobs.mbs,
         "recompute": ev.knobs.recompute,
         "feasible": ev.feasible,
         "reason": ev.reason or None,
@@ -127,18 +120,18 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
         pl, sc = ev.placement, ev.score
         rec.update(dataclasses.asdict(sc))
         rec.update(
-            tp=pl.tp,
-            pp=pl.pp,
-            dp=pl.dp,
+            tp=pl.layout.t,
+            pp=pl.layout.p,
+            dp=pl.layout.d,
             **pl.breakdown.terms(),
-            memory_per_device_bytes=pl.memory_per_device_bytes,
+            memory_per_device_bytes=pl.memory_breakdown.total_bytes,
             placement=placement_summary(pl),
         )
         rec["schedule_gap_max"], rec["schedule_methods"] = schedule_exactness(ev.pass_timings)
     return rec
 
 
-def pruned_record(acc: Accelerator, workload: str, knobs: Knobs, devices: int) -> dict[str, Any]:
+def pruned_record(acc: Accelerator, workload: str, knobs: Layout, devices: int) -> dict[str, Any]:
     """The record of a point left out because its design was pruned."""
     cols = design_columns(acc)
     return {
@@ -146,7 +139,7 @@ def pruned_record(acc: Accelerator, workload: str, knobs: Knobs, devices: int) -
         "workload": workload,
         **cols,
         "devices": devices,
-        "micro_batch": knobs.micro_batch,
+        "micro_batch": knobs.mbs,
         "recompute": knobs.recompute,
         "feasible": False,
         "reason": "pruned: its optimistic bound is dominated by an evaluated design",

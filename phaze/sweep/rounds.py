@@ -107,7 +107,7 @@ class Rounds:
         round, then decide round 0."""
         position = {did: i for i, did in enumerate(ids)}
         names = {n: w for w, (n, _) in enumerate(self._shared.workloads)}
-        knobs = {(k.micro_batch, k.recompute) for k in self._shared.knobs}
+        knobs = {(k.mbs, k.recompute) for k in self._shared.knobs}
         for p in stored:
             i = position.get(p["design_id"])
             if i is not None and p["workload"] in names:

@@ -1,0 +1,398 @@
+"""The parallel layout of a training job: one value, its groups, and its strategy string.
+
+A :class:`Layout` holds every choice that makes an iteration's placement reproducible: the
+tensor-, pipeline- and data-parallel degrees ``t``, ``p``, ``d``, the interleaved chunks per
+pipeline rank ``v``, the micro-batch size ``mbs``, the recompute mode, sequence parallelism
+``sp``, the ZeRO stage, the expert- and context-parallel degrees ``ep`` and ``cp``, and the
+``split`` of the layers into the ``p * v`` pipeline chunks. Searched placements, fixed
+strategies, the sweep's records and the API all carry it; :func:`parse_strategy` reads it
+from the strategy language and ``str(layout)`` writes it back.
+
+The split uses Megatron-Core's ``--pipeline-model-parallel-layout`` notation
+(``megatron/core/transformer/pipeline_parallel_layer_layout.py``,
+``docs/user-guide/features/pipeline_parallel_layout.md``): chunks in order (chunk ``c`` on
+pipeline rank ``c mod p``) separated by ``|``, each a string of ``E`` (the embedding), ``t``
+(a transformer block) and ``L`` (the final norm, LM head and loss); ``x*n`` repeats a symbol,
+``(...)*n`` a group, commas are only for reading. ``E|(t|)*126L`` puts the embedding and the
+head on stages of their own around 126 one-block stages. ``split`` None is Megatron-LM's
+default: the blocks split evenly, the embedding with the first chunk and the head with the
+last.
+
+Ranks follow Megatron-LM's order ``tp-cp-ep-dp-pp`` (``megatron/core/parallel_state.py``), so
+each group is a run of consecutive ranks (:attr:`Layout.groups`) and crosses a node exactly
+when its run is longer than a node (:meth:`arch_space.Cluster.spans_nodes`), resolved once per
+dimension by :meth:`Layout.links`.
+
+Examples
+--------
+>>> lay = parse_strategy("t=8,p=4,d=2,mbs=2,recompute=full,sp=on")
+>>> lay.devices, lay.groups.dp, sorted(lay.open)
+(64, 16, ['cp', 'ep', 'v', 'zero'])
+>>> str(parse_strategy("t=2,p=3,d=1,v=1,split=Et|tt|tL"))
+'t=2,p=3,d=1,v=1,split=Et|t*2|tL'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Final, Literal
+
+from arch_space.accelerator import Cluster
+from phaze_common.errors import ConfigError
+from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH
+
+__all__ = [
+    "RecomputeMode",
+    "RECOMPUTE_MODES",
+    "ZERO_STAGES",
+    "LAYER_SYMBOLS",
+    "FIELDS",
+    "Layout",
+    "Groups",
+    "Links",
+    "parse_strategy",
+    "parse_split",
+    "format_split",
+]
+
+RecomputeMode = Literal["none", "selective", "full"]
+RECOMPUTE_MODES: Final = ("none", "selective", "full")
+ZERO_STAGES: Final = (0, 1, 2, 3)
+#: Megatron-Core's layer symbol of each layer kind of a stage graph
+LAYER_SYMBOLS: Final = {"embedding": "E", "block": "t", "head": "L"}
+
+# strategy key -> Layout field; the first key of a field is the one printed
+_KEYS: Final = {
+    "t": "t",
+    "tp": "t",
+    "p": "p",
+    "pp": "p",
+    "d": "d",
+    "dp": "d",
+    "v": "v",
+    "mbs": "mbs",
+    "recompute": "recompute",
+    "sp": "sp",
+    "zero": "zero",
+    "ep": "ep",
+    "cp": "cp",
+    "split": "split",
+}
+# integer fields and their ranges
+_COUNTS: Final = {
+    "t": MAX_DEVICES,
+    "p": MAX_DEVICES,
+    "d": MAX_DEVICES,
+    "v": MAX_DEVICES,
+    "mbs": MAX_GLOBAL_BATCH,
+    "ep": MAX_DEVICES,
+    "cp": MAX_DEVICES,
+}
+_SP_WORDS: Final = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+_MAX_SPLIT_LAYERS: Final = 10 * MAX_DEVICES  # symbols a split may expand to
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    """How many consecutive ranks each parallel group spans (Megatron's ``tp-cp-ep-dp-pp``
+    order): tensor ``t``, context ``t cp``, expert ``t cp ep``, data ``t cp d`` (the ``d cp``
+    ranks holding the same weights), pipeline: the whole job."""
+
+    tp: int
+    cp: int
+    ep: int
+    dp: int
+    pp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Whether each group's ring crosses a node boundary (its inter-node link)."""
+
+    tp: bool
+    cp: bool
+    ep: bool
+    dp: bool
+    pp: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One parallel layout (see the module docstring); ``open`` names the fields left to a
+    search (a partial strategy), which hold placeholders until it fills them."""
+
+    t: int = 1
+    p: int = 1
+    d: int = 1
+    v: int = 1
+    mbs: int = 1
+    recompute: RecomputeMode = "none"
+    sp: bool = False
+    zero: int = 0
+    ep: int = 1
+    cp: int = 1
+    split: tuple[str, ...] | None = None
+    open: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        # the upper limits apply to what a user types (parse_strategy), not to a search
+        problems = [
+            f"strategy: {k} = {getattr(self, k)!r} must be an integer >= 1"
+            for k in _COUNTS
+            if not _is_count(getattr(self, k))
+        ]
+        if self.recompute not in RECOMPUTE_MODES:
+            problems.append(
+                f"strategy: recompute = {self.recompute!r} must be one of "
+                f"{', '.join(RECOMPUTE_MODES)}"
+            )
+        if not isinstance(self.sp, bool):
+            problems.append(f"strategy: sp = {self.sp!r} must be on or off")
+        if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
+            problems.append(f"strategy: zero = {self.zero!r} must be 0, 1, 2 or 3")
+        if not self.open <= FIELDS:
+            problems.append(f"strategy: open = {sorted(self.open)} must name layout fields")
+        if self.split is not None and not problems:
+            problems += _split_problems(self)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        for name in self.open:  # an open field holds its default, so equal layouts compare equal
+            object.__setattr__(self, name, _DEFAULTS[name])
+
+    @property
+    def devices(self) -> int:
+        """Devices the layout uses: ``t * p * d * cp``."""
+        return self.t * self.p * self.d * self.cp
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks of the pipeline: ``p * v``."""
+        return self.p * self.v
+
+    @property
+    def groups(self) -> Groups:
+        t, cp = self.t, self.cp
+        return Groups(tp=t, cp=t * cp, ep=t * cp * self.ep, dp=t * cp * self.d, pp=self.devices)
+
+    def links(self, cluster: Cluster, pipeline_devices: int | None = None) -> Links:
+        """Which groups cross a node on ``cluster``; the pipeline's boundaries do when the job
+        spans nodes (``pipeline_devices``: what its stages use, default :attr:`devices`)."""
+        g = self.groups
+        return Links(
+            tp=bool(cluster.spans_nodes(g.tp)),
+            cp=bool(cluster.spans_nodes(g.cp)),
+            ep=bool(cluster.spans_nodes(g.ep)),
+            dp=bool(cluster.spans_nodes(g.dp)),
+            pp=bool(cluster.spans_nodes(g.pp if pipeline_devices is None else pipeline_devices)),
+        )
+
+    @classmethod
+    def searching(cls, **fixed: object) -> Layout:
+        """A layout fixing ``fixed`` (a sweep's micro-batch and recompute mode, say) and
+        leaving every other field to the search."""
+        return cls(**fixed, open=FIELDS - set(fixed) - {"split"})
+
+    def given(self, name: str) -> bool:
+        """Is field ``name`` fixed (not left to the search)?"""
+        return name not in self.open
+
+    def completed(self, **values: object) -> Layout:
+        """This layout with ``values`` set and no longer open."""
+        return replace(self, **values, open=self.open - set(values))
+
+    def __str__(self) -> str:
+        """The strategy string of the fixed fields (:func:`parse_strategy` reads it back)."""
+        parts = []
+        for name in _PRINTED:
+            if name in self.open or (name == "split" and self.split is None):
+                continue
+            value = getattr(self, name)
+            if name == "sp":
+                value = "on" if value else "off"
+            elif name == "split":
+                value = format_split(value)
+            parts.append(f"{name}={value}")
+        return ",".join(parts)
+
+
+FIELDS: Final = frozenset(f.name for f in fields(Layout) if f.name != "open")
+_DEFAULTS: Final = {f.name: f.default for f in fields(Layout)}
+_PRINTED: Final = tuple(dict.fromkeys(_KEYS.values()))
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _split_problems(lay: Layout) -> list[str]:
+    split = lay.split
+    if not (isinstance(split, tuple) and all(isinstance(c, str) for c in split)):
+        return [f"strategy: split = {split!r} must be a tuple of chunk strings"]
+    problems = []
+    if lay.given("p") and lay.given("v") and len(split) != lay.chunks:
+        problems.append(
+            f"strategy: split has {len(split)} chunks, p * v = {lay.p} * {lay.v} = {lay.chunks} "
+            "(one per model chunk)"
+        )
+    if any(not c for c in split):
+        problems.append("strategy: split has an empty chunk; each chunk needs a layer at least")
+    bad = sorted({s for c in split for s in c} - set(LAYER_SYMBOLS.values()))
+    if bad:
+        problems.append(
+            f"strategy: split has unknown layer symbols {bad} (known: E embedding, "
+            "t transformer block, L head and loss)"
+        )
+    return problems
+
+
+def parse_split(text: str) -> tuple[str, ...]:
+    """Megatron-Core's layout notation as one string of layer symbols per chunk.
+
+    Examples
+    --------
+    >>> parse_split("Et*3|(tt|)*2,L")
+    ('Ettt', 'tt', 'tt', 'L')
+    """
+    flat = text.replace(",", "").replace(" ", "")
+
+    def size(m: re.Match[str]) -> str:
+        # expanded lengths are checked before expanding, so a huge count costs nothing
+        if len(m.group(1)) * int(m.group(2)) > _MAX_SPLIT_LAYERS:
+            raise ConfigError(
+                f"strategy: split {text!r} repeats {m.group(0)!r}, more than "
+                f"{_MAX_SPLIT_LAYERS} layers"
+            )
+        return m.group(1) * int(m.group(2))
+
+    for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):  # Megatron's two unrolling steps
+        flat = re.sub(pattern, size, flat)
+        if len(flat) > _MAX_SPLIT_LAYERS:
+            raise ConfigError(f"strategy: split {text!r} has more than {_MAX_SPLIT_LAYERS} layers")
+    if re.search(r"[()*]", flat):
+        raise ConfigError(
+            f"strategy: split = {text!r} must be chunks of E, t, L separated by |, with x*n "
+            "and (...)*n repeats (Megatron-Core's pipeline layout)"
+        )
+    return tuple(flat.split("|"))
+
+
+def format_split(chunks: tuple[str, ...]) -> str:
+    """The shortest-reading Megatron-Core notation of ``chunks``: runs of a symbol as
+    ``x*n``, runs of equal chunks as ``(c|)*n``.
+
+    Examples
+    --------
+    >>> format_split(("E", *["t"] * 126, "L"))
+    'E|(t|)*126L'
+    """
+
+    def chunk(c: str) -> str:
+        return "".join(
+            run if len(run) < 3 else f"{s}*{len(run)}"
+            for run, s in ((m.group(0), m.group(1)) for m in re.finditer(r"(.)\1*", c))
+        )
+
+    out, i = [], 0
+    while i < len(chunks):
+        j = i
+        while j + 1 < len(chunks) and chunks[j + 1] == chunks[i]:
+            j += 1
+        n, last = j - i + 1, j == len(chunks) - 1
+        if n >= 3 and not last:  # (c|)*n reads the chunk and its separator n times
+            out.append(f"({chunk(chunks[i])}|)*{n}")
+        elif n >= 4:
+            out.append(f"({chunk(chunks[i])}|)*{n - 1}{chunk(chunks[i])}")
+        else:
+            out.append("|".join([chunk(chunks[i])] * n) + ("" if last else "|"))
+        i = j + 1
+    return "".join(out)
+
+
+def _value(key: str, name: str, text: str) -> tuple[object | None, str | None]:
+    """(value, problem) of ``key=text`` for field ``name``."""
+    if name in _COUNTS:
+        hi = _COUNTS[name]
+        if re.fullmatch(r"\d+", text) and 1 <= int(text) <= hi:
+            return int(text), None
+        return None, f"strategy: {key} = {text} must be an integer in [1, {hi}]"
+    if name == "sp":
+        if text.lower() in _SP_WORDS:
+            return _SP_WORDS[text.lower()], None
+        return None, f"strategy: sp = {text!r} must be on or off"
+    if name == "zero":
+        if text in ("0", "1", "2", "3"):
+            return int(text), None
+        return None, f"strategy: zero = {text} must be 0, 1, 2 or 3"
+    if name == "recompute":
+        if text in RECOMPUTE_MODES:
+            return text, None
+        return None, f"strategy: recompute = {text!r} must be one of {', '.join(RECOMPUTE_MODES)}"
+    try:
+        return parse_split(text), None
+    except ConfigError as e:
+        return None, str(e)
+
+
+def parse_strategy(text: str, options: Mapping[str, tuple[str, object]] | None = None) -> Layout:
+    """The layout a strategy string gives, its left-out keys open.
+
+    ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1,ep=1,cp=1,split=..."``; ``tp``,
+    ``pp`` and ``dp`` are accepted for ``t``, ``p``, ``d``. ``options`` maps a field to
+    (its source, its value) from elsewhere (``{"mbs": ("--micro-batch", 2)}``): it fills the
+    field when the string leaves it open; a different value in both is a conflict. Every
+    problem is reported at once: a key given twice, an unknown key, a value out of its range,
+    a conflict naming both sources.
+
+    Examples
+    --------
+    >>> parse_strategy("t=8,p=8,d=1,v=3,recompute=full,sp=on").v
+    3
+    >>> parse_strategy("t=2", {"mbs": ("--micro-batch", 4)}).mbs
+    4
+    """
+    import difflib
+
+    values: dict[str, object] = {}
+    spelled: dict[str, str] = {}
+    problems = []
+    # a comma starts a new key only before "key="; Megatron's split may hold commas
+    for part in filter(None, (x.strip() for x in re.split(r",(?=\s*\w+\s*=)", text))):
+        m = re.fullmatch(r"(\w+)\s*=\s*(\S.*)", part)
+        if not m:
+            problems.append(f"strategy: {part!r} must look like key=value")
+            continue
+        key, raw = m.group(1), m.group(2).strip()
+        if key not in _KEYS:
+            close = difflib.get_close_matches(key, list(_KEYS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(f"strategy: unknown key {key!r}{hint} (known: {', '.join(_KEYS)})")
+            continue
+        name = _KEYS[key]
+        if name in spelled:
+            problems.append(f"strategy: {name} is given twice ({spelled[name]}, {key}={raw})")
+            continue
+        spelled[name] = f"{key}={raw}"
+        value, problem = _value(key, name, raw)
+        if problem:
+            problems.append(problem)
+        else:
+            values[name] = value
+    for name, (source, value) in (options or {}).items():
+        if value is None:
+            continue
+        if name in values and values[name] != value:
+            problems.append(f"strategy {spelled[name]} conflicts with {_spelled(source, value)}")
+        values.setdefault(name, value)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    # a split left out is Megatron-LM's default (no search chooses it for a strategy)
+    return Layout(**values, open=FIELDS - set(values) - {"split"})
+
+
+def _spelled(source: str, value: object) -> str:
+    """``--micro-batch 1``, ``--no-sp``, ``sequence_parallel=True``: a value and its source."""
+    if source.startswith("--"):
+        return source if isinstance(value, bool) else f"{source} {value}"
+    return f"{source}={value!r}"
