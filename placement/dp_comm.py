@@ -149,12 +149,14 @@ def dp_terms(
         bw, lat = net.measured_link(
             cl, problem.collectives, inter, nbytes, c.link_kind, passes, per_node
         )
+        if c.link_kind == "ring":
+            lat = np.where(inter, net.ring_latency_s(n, per_node), lat)
         return lat + passes * nbytes / bw
 
     per_mb = micro_batches_per_pipeline(m, d)
     unit_params, unit_s = unit
     prefetch = problem.sharded_prefetch and unit_params > 0
-    comm, total, edge = 0.0, 0.0, 0.0
+    comm, total, edge, overlapped = 0.0, 0.0, 0.0, 0.0
     for c in dp_collectives(zero, per_mb, problem.gradient_bytes_per_parameter):
         if prefetch and c.per_micro_batch:
             size = np.minimum(unit_params, params)
@@ -166,10 +168,17 @@ def dp_terms(
             what = bucket_parameters(n, params) if problem.param_gather_overlap else params
         else:
             what = exposed_reduction_parameters(problem, n, params)
-        comm = comm + c.count * ring(c, what)
+        exposed = c.count * ring(c, what)
+        comm = comm + exposed
+        if problem.collective_compute_share:  # the buckets reduced beside the compute
+            overlapped = overlapped + np.maximum(c.count * ring(c, params) - exposed, 0.0)
     if prefetch:
         hidden = per_mb * np.maximum(np.asarray(load_s) - unit_s, 0.0)
-        comm = comm + prefetched_exposed_s(total, edge, hidden)
+        exposed = prefetched_exposed_s(total, edge, hidden)
+        comm = comm + exposed
+        overlapped = overlapped + np.maximum(total - exposed, 0.0)
+    # a collective hidden behind compute still holds its share of the chip while it runs
+    comm = comm + problem.collective_compute_share * overlapped
     held = sharded_parameters(params, expert, ep) / n if zero >= 1 else params
     step = held * problem.optimizer_s_per_parameter
     return np.where(n > 1, comm, 0.0), step

@@ -258,7 +258,9 @@ class PlacementProblem:
     (an ``ep`` must divide a graph's experts and ``d``; :mod:`placement.ep_cp`).
     ``collectives`` is the device's measured collective curve inside a node (None: the
     cluster's links alone), which prices the data-parallel collectives and the pipeline's
-    sends (:func:`placement.network.measured_link`).
+    sends (:func:`placement.network.measured_link`). ``collective_compute_share`` is the
+    share of the device's compute a data-parallel collective holds while it runs hidden
+    behind compute (:func:`placement.dp_comm.dp_terms`; 0: none).
     """
 
     graphs: tuple[StageGraph, ...]
@@ -280,6 +282,7 @@ class PlacementProblem:
     ep_degrees: tuple[int, ...] = (1,)
     cp_degrees: tuple[int, ...] = (1,)
     collectives: CollectiveCurve | None = None
+    collective_compute_share: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
