@@ -24,7 +24,12 @@ from placement import Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
 from results.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
-from workloads.framework import DEFAULT_FRAMEWORK, framework_names
+from workloads.framework import (
+    DEFAULT_FRAMEWORK,
+    framework_names,
+    framework_profile,
+    search_exclusions,
+)
 
 __all__ = ["evaluate"]
 
@@ -306,6 +311,7 @@ def evaluate(
         **dataclasses.asdict(run),
         "placement": json.loads(placement_summary(pl)),
         "strategy_defaults": ev.defaults,
+        "search_exclusions": _exclusions(framework) if layout is None or ev.defaults else [],
         "headroom": headroom(acc).figures(),
     }
     if as_json:
@@ -339,6 +345,9 @@ def evaluate(
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
     if ev.defaults:
         click.echo(f"strategy defaults used (not given): {ev.defaults}")
+    if doc["search_exclusions"]:
+        rules = "; ".join(f"{x['rule']} ({x['reason']})" for x in doc["search_exclusions"])
+        click.echo(f"layouts the search skipped, by {framework}'s rules: {rules}")
     click.echo("")
     click.echo(_breakdown_table(pl))
     loads = fmt_column([s.load_s for s in pl.stages], "s")
@@ -353,6 +362,16 @@ def evaluate(
     click.echo(_run_table(sc, run, scoring))
     click.echo("")
     click.echo(_cost_table(run))
+
+
+def _exclusions(framework: str) -> list[dict[str, str]]:
+    """The rules by which a search under ``framework`` skipped layouts the stack cannot run
+    (:func:`workloads.framework.search_exclusions`): each rule's name and why."""
+    out = []
+    for text in search_exclusions(framework_profile(framework)):
+        rule, _, reason = text.partition(": ")
+        out.append({"rule": rule, "reason": reason})
+    return out
 
 
 def _breakdown_table(pl: Placement) -> str:
