@@ -31,8 +31,10 @@ from placement.types import PlacementProblem, StageGraph
 __all__ = [
     "WEIGHT_BYTES",
     "Collective",
+    "DpTime",
     "dp_collectives",
     "dp_terms",
+    "dp_time",
     "embedding_allreduce_s",
     "exposed_reduction_parameters",
     "prefetched_exposed_s",
@@ -95,7 +97,34 @@ def shard_unit(graph: StageGraph, columns: dict | None = None) -> tuple[float, f
     return float(params[i]), float(work[i])
 
 
+@dataclass(frozen=True, slots=True)
+class DpTime:
+    """The data-parallel collectives of one iteration (arrays over the degrees asked):
+    ``exposed_s`` the iteration waits for (with the compute the hidden ones hold),
+    ``overlapped_s`` of their time run beside compute, ``unoverlapped_s`` all of their time
+    end to end (``overlapped_s`` plus the part exposed), ``step_s`` the optimizer step."""
+
+    exposed_s: np.ndarray
+    overlapped_s: np.ndarray
+    unoverlapped_s: np.ndarray
+    step_s: np.ndarray
+
+
 def dp_terms(
+    problem: PlacementProblem,
+    t: int,
+    zero: int,
+    d: np.ndarray,
+    params: np.ndarray,
+    m: int,
+    **kw,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(exposed data-parallel communication, optimizer step) seconds of :func:`dp_time`."""
+    parts = dp_time(problem, t, zero, d, params, m, **kw)
+    return parts.exposed_s, parts.step_s
+
+
+def dp_time(
     problem: PlacementProblem,
     t: int,
     zero: int,
@@ -108,9 +137,9 @@ def dp_terms(
     expert_params: float | np.ndarray = 0.0,
     load_s: float | np.ndarray = 0.0,
     unit: tuple[float, float] = (0.0, 0.0),
-) -> tuple[np.ndarray, np.ndarray]:
-    """(exposed data-parallel communication, optimizer step) seconds for arrays of degrees
-    ``d`` (each dividing the ``m`` micro-batches) and rank 0's ``params``.
+) -> DpTime:
+    """The data-parallel collectives' time (:class:`DpTime`) for arrays of degrees ``d``
+    (each dividing the ``m`` micro-batches) and rank 0's ``params``.
 
     The collectives are :func:`dp_collectives`'. Where the framework overlaps the gradient
     reduction with the backward pass (``problem.dp_overlap``), each once-per-iteration
@@ -170,18 +199,25 @@ def dp_terms(
             what = exposed_reduction_parameters(problem, n, params)
         exposed = c.count * ring(c, what)
         comm = comm + exposed
-        if problem.collective_compute_share:  # the buckets reduced beside the compute
-            overlapped = overlapped + np.maximum(c.count * ring(c, params) - exposed, 0.0)
+        # the buckets reduced or gathered beside the compute
+        overlapped = overlapped + np.maximum(c.count * ring(c, params) - exposed, 0.0)
     if prefetch:
         hidden = per_mb * np.maximum(np.asarray(load_s) - unit_s, 0.0)
         exposed = prefetched_exposed_s(total, edge, hidden)
         comm = comm + exposed
         overlapped = overlapped + np.maximum(total - exposed, 0.0)
+    unoverlapped = comm + overlapped
     # a collective hidden behind compute still holds its share of the chip while it runs
     comm = comm + problem.collective_compute_share * overlapped
     held = sharded_parameters(params, expert, ep) / n if zero >= 1 else params
     step = held * problem.optimizer_s_per_parameter
-    return np.where(n > 1, comm, 0.0), step
+    alone = n <= 1
+    return DpTime(
+        exposed_s=np.where(alone, 0.0, comm),
+        overlapped_s=np.where(alone, 0.0, overlapped),
+        unoverlapped_s=np.where(alone, 0.0, unoverlapped),
+        step_s=step,
+    )
 
 
 def sharded_parameters(parameters, expert_parameters, ep: int):

@@ -381,7 +381,9 @@ class Placement:
     ``micro_batches`` those of one pipeline (``m'``) and ``load_s`` the bottleneck device's
     time per micro-batch. ``breakdown`` is the iteration's time by cause, the only one: its
     terms sum to ``breakdown.iteration_s`` (:func:`placement.iteration.assemble`);
-    ``memory_breakdown`` the fullest device's memory by kind.
+    ``memory_breakdown`` the fullest device's memory by kind. ``dp_comm_unoverlapped_s``
+    is every data-parallel collective's time end to end, ``dp_comm_overlapped_s`` the part
+    of it run beside compute (:class:`placement.dp_comm.DpTime`); not terms of the iteration.
     """
 
     layout: Layout
@@ -390,6 +392,8 @@ class Placement:
     load_s: float
     breakdown: IterationTime
     memory_breakdown: DeviceMemory
+    dp_comm_overlapped_s: float = 0.0
+    dp_comm_unoverlapped_s: float = 0.0
 
     @property
     def devices_used(self) -> int:

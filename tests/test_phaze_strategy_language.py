@@ -118,3 +118,17 @@ def test_a_search_names_the_rules_that_skipped_layouts(framework, rules):
     # a strategy given whole searched nothing and skipped nothing
     given = _json("t=1,p=1,d=8,v=1,mbs=2,recompute=none,sp=off,zero=0,ep=1,cp=1")
     assert given["search_exclusions"] == []
+
+
+def test_fsdp2_prefetch_shows_in_the_dp_figures():
+    args = ["evaluate", "--workload", "llama2-70b", "--arch", "h100", "--devices", "64"]
+    args += ["--global-batch", "128", "--framework", "fsdp2-2024", "--json"]
+    args += ["--strategy", "t=1,p=1,d=64,mbs=2,zero=3,recompute=full"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    dp = doc["dp_comm"]
+    assert dp["exposed_s"] == doc["breakdown"]["dp_comm_exposed_s"]
+    # 80 blocks gathered twice and reduce-scattered once each: all but one block's hidden
+    assert dp["overlapped_s"] > 0.95 * dp["unoverlapped_s"]
+    assert dp["exposed_s"] < 0.2 * dp["unoverlapped_s"]

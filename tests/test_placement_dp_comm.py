@@ -131,3 +131,36 @@ def test_ring_latency_across_nodes_is_nccls_model():
     (rs, ag) = dp_collectives(1, 1)
     assert rs.kind == "reduce_scatter" and ag.kind == "all_gather"
     assert float(comm[0]) >= 2 * float(ring_latency_s(512, 8))
+
+
+def test_dp_time_splits_the_collectives_into_overlapped_and_exposed():
+    from placement.dp_comm import dp_time
+
+    # one node of 8 (no curve: the link's latency and bandwidth), ZeRO-3 prefetched
+    bw, lat, d, m, share = 100e9, 2e-6, 8, 8, 0.2  # one micro-batch per replica
+    cluster = Cluster(devices=8, devices_per_node=8, intra_node_bandwidth_bytes_per_s=bw)
+    assert cluster.intra_node_latency_s == lat
+    fsdp = dataclasses.replace(
+        _problem(zero_stages=(3,), sharded_prefetch=True, collective_compute_share=share),
+        cluster=cluster,
+        gradient_bytes_per_parameter=4.0,
+    )
+    units, unit_params = 80, 1e9
+    parts = dp_time(
+        fsdp,
+        1,
+        3,
+        np.array([d]),
+        np.array([units * unit_params]),
+        m,
+        load_s=1e3,
+        unit=(unit_params, 1.0),
+    )
+    ring = (d - 1) / d
+    gather, scatter = lat + ring * 2 * unit_params / bw, lat + ring * 4 * unit_params / bw
+    total = units * (2 * gather + scatter)
+    assert float(parts.unoverlapped_s[0]) == pytest.approx(total)
+    # compute hides all but the first gather and the last reduce-scatter
+    edge = gather + scatter
+    assert float(parts.overlapped_s[0]) == pytest.approx(total - edge)
+    assert float(parts.exposed_s[0]) == pytest.approx(edge + share * (total - edge))

@@ -299,6 +299,11 @@ def evaluate(
         "bubble_fraction": pl.bubble_fraction,
         "communication_s": pl.breakdown.communication_s,
         "breakdown": {**pl.breakdown.terms(), "iteration_s": pl.breakdown.iteration_s},
+        "dp_comm": {
+            "unoverlapped_s": pl.dp_comm_unoverlapped_s,
+            "overlapped_s": pl.dp_comm_overlapped_s,
+            "exposed_s": pl.breakdown.dp_comm_exposed_s,
+        },
         "memory_breakdown": {
             **dataclasses.asdict(pl.memory_breakdown),
             "total_bytes": pl.memory_breakdown.total_bytes,
@@ -337,6 +342,11 @@ def evaluate(
         ],
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
         ["exposed communication", fmt_time(pl.breakdown.communication_s)],
+        [
+            "data-parallel collectives",
+            f"{fmt_time(pl.dp_comm_unoverlapped_s)} end to end, "
+            f"{fmt_time(pl.dp_comm_overlapped_s)} of it beside compute",
+        ],
         ["layer schedules", f"worst gap {fmt_percent(gap)} ({methods})"],
         ["area headroom", area_headroom_text(doc["headroom"])],
         ["power headroom", power_headroom_text(doc["headroom"])],
