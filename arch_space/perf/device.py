@@ -297,14 +297,20 @@ def generic_profile() -> DeviceProfile:
 
 @cache
 def preset_profile(name: str) -> DeviceProfile:
-    """The shipped profile of preset ``name`` (:data:`MODELLED` for a preset without one: the
-    per-MAC energies of ``tech.toml`` are fitted to TPU v4's board power at its modelled
-    rates, so a preset keeps them until it has a measurement)."""
+    """The shipped profile of preset ``name``; a preset without one runs at its modelled
+    rates (:data:`MODELLED`) but for its GEMMs, capped at :func:`generic_profile`'s share as
+    any unmeasured chip (the per-MAC energies of ``tech.toml`` are fitted to TPU v4's board
+    power at that share)."""
     if name not in preset_names():
         raise unknown_name("accelerator preset", name, preset_names())
     data = shipped_toml(_DATA_FILE)
     if name not in data:
-        return dataclasses.replace(MODELLED, name=name, board_limit_w=preset_board_limit_w(name))
+        return dataclasses.replace(
+            MODELLED,
+            name=name,
+            sustained_tensor_fraction=generic_profile().sustained_tensor_fraction,
+            board_limit_w=preset_board_limit_w(name),
+        )
     return profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
 
 
