@@ -120,7 +120,7 @@ def dp_terms(
     **kw,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(exposed data-parallel communication, optimizer step) seconds of :func:`dp_time`."""
-    parts = dp_time(problem, t, zero, d, params, m, **kw)
+    parts = dp_time(problem, t, zero, d, params, m, report=False, **kw)
     return parts.exposed_s, parts.step_s
 
 
@@ -137,9 +137,12 @@ def dp_time(
     expert_params: float | np.ndarray = 0.0,
     load_s: float | np.ndarray = 0.0,
     unit: tuple[float, float] = (0.0, 0.0),
+    report: bool = True,
 ) -> DpTime:
     """The data-parallel collectives' time (:class:`DpTime`) for arrays of degrees ``d``
-    (each dividing the ``m`` micro-batches) and rank 0's ``params``.
+    (each dividing the ``m`` micro-batches) and rank 0's ``params``; without ``report``
+    (the search's inner loop) the hidden buckets are priced only where they hold compute,
+    so ``overlapped_s`` and ``unoverlapped_s`` may leave them out.
 
     The collectives are :func:`dp_collectives`'. Where the framework overlaps the gradient
     reduction with the backward pass (``problem.dp_overlap``), each once-per-iteration
@@ -199,8 +202,8 @@ def dp_time(
             what = exposed_reduction_parameters(problem, n, params)
         exposed = c.count * ring(c, what)
         comm = comm + exposed
-        # the buckets reduced or gathered beside the compute
-        overlapped = overlapped + np.maximum(c.count * ring(c, params) - exposed, 0.0)
+        if report or problem.collective_compute_share:  # the buckets beside the compute
+            overlapped = overlapped + np.maximum(c.count * ring(c, params) - exposed, 0.0)
     if prefetch:
         hidden = per_mb * np.maximum(np.asarray(load_s) - unit_s, 0.0)
         exposed = prefetched_exposed_s(total, edge, hidden)
