@@ -181,7 +181,7 @@ def dp_time(
         bw, lat = net.measured_link(
             cl, problem.collectives, inter, nbytes, c.link_kind, passes, per_node
         )
-        if c.link_kind == "ring":
+        if c.link_kind == "ring" and np.any(inter):
             lat = np.where(inter, net.ring_latency_s(n, per_node), lat)
         return lat + passes * nbytes / bw
 
