@@ -1,4 +1,5 @@
-"""The Python API: :func:`search` (a sweep) and :func:`evaluate` (one design).
+"""The Python API: :func:`search` (a sweep), :func:`evaluate` (one design) and
+:func:`serve` (one design serving a model).
 
 Examples
 --------
@@ -23,15 +24,17 @@ from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
 from phaze.pipeline import Context, Evaluation
 from phaze.pipeline import evaluate as _evaluate
 from phaze.scoring import ScoringParams
+from phaze.serving import ServingPoint
 from phaze.sweep import run_sweep
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from placement import Layout, parse_strategy
+from placement.serving_layout import ServingLayout, parse_serving
 from results.store import load
 from workloads import resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK
 
-__all__ = ["search", "evaluate"]
+__all__ = ["search", "evaluate", "serve"]
 
 _GIB = 1 << 30
 
@@ -190,6 +193,72 @@ def evaluate(
         )
     knobs = (strategy or Layout.searching()).completed(mbs=micro_batch, recompute=recompute)
     return _evaluate(workload, model, accelerator, knobs, ctx)
+
+
+def serve(
+    workload: str,
+    accelerator: Accelerator,
+    cluster: Cluster,
+    *,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    lengths: Sequence[tuple[int, int, float]] | None = None,
+    batch: int | None = None,
+    ttft_limit_s: float | None = None,
+    tpot_limit_s: float | None = None,
+    strategy: ServingLayout | str | None = None,
+    objective: str = "tokens_per_s_per_device",
+    disaggregate: bool = True,
+    kv_format: str = "bf16",
+    tokens_to_serve: float | None = None,
+    solver: SolverSettings | None = None,
+    scoring: ScoringParams | None = None,
+    device: DeviceProfile | None = None,
+) -> ServingPoint:
+    """Serve ``workload`` on ``cluster``'s devices of ``accelerator``: the serving layout
+    that meets the latency limits (mean TTFT and TPOT, seconds; None: none) and maximises
+    output tokens per second per device (``objective="usd_per_million_tokens"``: the
+    cheapest per token), with its TTFT, TPOT, throughput, memory, energy, cost and carbon
+    (docs/serving.md).
+
+    Requests are ``input_tokens`` in and ``output_tokens`` out, or a mix of
+    ``(input, output, weight)`` in ``lengths``. ``strategy`` (a
+    :class:`placement.ServingLayout` or text like ``"t=8,batch=64,chunk=2048"``, or
+    ``"prefill:t=4;decode:t=4,batch=64"`` for two pools) fixes what it gives and the search
+    fills the rest; ``batch`` fixes the sequences in flight per replica (a different
+    ``batch=`` in the strategy is a ConfigError). ``disaggregate`` lets the search try
+    separate prefill and decode pools. The returned point's ``slo`` names the limits it
+    misses when no layout meets them.
+    """
+    from phaze.serving import ServeContext
+    from phaze.serving import search as serve_search
+    from workloads.serving import RequestBatch
+
+    if (lengths is None) == (input_tokens is None or output_tokens is None):
+        raise ConfigError(
+            "serve: give input_tokens and output_tokens, or lengths (a list of (input, "
+            "output, weight)), not both"
+        )
+    mix = tuple(lengths) if lengths is not None else ((input_tokens, output_tokens, 1.0),)
+    requests = RequestBatch(mix, kv_format=kv_format)  # type: ignore[arg-type]
+    layout = strategy if isinstance(strategy, ServingLayout) else parse_serving(strategy or "")
+    if batch is not None:
+        if layout.given("batch") and layout.batch != batch:
+            raise ConfigError(f"strategy batch={layout.batch} conflicts with batch={batch}")
+        layout = dataclasses.replace(layout, batch=batch, open=layout.open - {"batch"})
+    ctx = ServeContext(
+        cluster=cluster,
+        requests=requests,
+        ttft_limit_s=ttft_limit_s,
+        tpot_limit_s=tpot_limit_s,
+        objective=objective,  # type: ignore[arg-type]
+        disaggregate=disaggregate,
+        tokens_to_serve=tokens_to_serve,
+        solver=solver or SolverSettings(),
+        scoring=scoring or ScoringParams(),
+        device=device,
+    )
+    return serve_search(workload, resolve_model(workload), accelerator, layout, ctx)
 
 
 def _check_limits(
