@@ -316,8 +316,10 @@ def _pool_memory(
     sequences: int,
     tokens: int,
     ctx: ServeContext,
+    fraction: float | None = None,
 ) -> PoolMemory:
-    """A device of ``pool`` holding ``sequences`` sequences of ``tokens`` tokens of cache."""
+    """A device of ``pool`` holding ``sequences`` sequences of ``tokens`` tokens of cache
+    (``fraction``: the engine's share of the memory, default vLLM's)."""
     r = ctx.requests
     workspace = max(pass_workspace_bytes(model, p, pool.t, pool.ep) for p in passes)
     cap = kv_cache_capacity(
@@ -329,6 +331,7 @@ def _pool_memory(
         precision_bytes=r.precision_bytes,
         ep=pool.ep,
         pp=pool.p,
+        memory_fraction=fraction,
     )
     blocks = max(stage_block_counts(model, pool.p))
     need = sequences * kv_cache_bytes_per_sequence(
@@ -434,7 +437,8 @@ def evaluate_layout(
         engine = static(decode, prefill, batch=b, **common)
         full = isl + max(o for _, o, _ in r.lengths) - 1
         passes = [decode_pass, *(ServingPass.prefill(b, i, **_kw(ctx)) for i, _, _ in r.lengths)]
-        memory = (_pool_memory(model, acc, dec, passes, b, full, ctx),)
+        fraction = serving_settings().static_memory_fraction
+        memory = (_pool_memory(model, acc, dec, passes, b, full, ctx, fraction),)
     elif layout.chunk is None:
         k = prefill_batch(b, lengths)
         prefill = _prefill(model, acc, dec, k, ctx)

@@ -69,6 +69,7 @@ class ServingSettings:
 
     page_tokens: int
     memory_fraction: float
+    static_memory_fraction: float
     format_bytes: Mapping[str, int]
     framework: str
     custom_all_reduce: bool
@@ -89,6 +90,7 @@ def serving_settings() -> ServingSettings:
         settings = ServingSettings(
             page_tokens=kv["page_tokens"],
             memory_fraction=kv["memory_fraction"],
+            static_memory_fraction=kv["static_memory_fraction"],
             format_bytes=MappingProxyType(dict(kv["format_bytes"])),
             framework=engine["framework"],
             custom_all_reduce=engine["custom_all_reduce"],
@@ -116,8 +118,9 @@ def serving_settings() -> ServingSettings:
         problems.append(f"custom_all_reduce = {settings.custom_all_reduce!r} must be true or false")
     if not settings.tokens_to_serve >= 1:
         problems.append(f"tokens_to_serve = {settings.tokens_to_serve!r} must be at least 1")
-    if not 0 < settings.memory_fraction <= 1:
-        problems.append(f"memory_fraction = {settings.memory_fraction!r} must be in (0, 1]")
+    for name in ("memory_fraction", "static_memory_fraction"):
+        if not 0 < getattr(settings, name) <= 1:
+            problems.append(f"{name} = {getattr(settings, name)!r} must be in (0, 1]")
     if problems:
         raise ConfigError(f"{_DATA_FILE}: " + "; ".join(problems))
     return settings
@@ -404,15 +407,17 @@ def kv_cache_capacity(
     page_tokens: int | None = None,
     ep: int = 1,
     pp: int = 1,
+    memory_fraction: float | None = None,
 ) -> KvCapacity:
     """The KV cache one device of a replica of ``pp`` pipeline stages of ``tp`` devices each
     (one of ``ep`` ranks sharing the routed experts) can keep (vLLM's sizing:
     ``gpu_memory_utilization`` x memory, less the weights and the peak activation memory
     its profiling pass measures): the stage with the fewest pages decides, every stage
-    holding the cache of its own blocks for the same sequences."""
+    holding the cache of its own blocks for the same sequences. ``memory_fraction`` overrides
+    the engine's share of the memory (a static-batch engine's is all of it)."""
     settings = serving_settings()
     page = page_tokens or settings.page_tokens
-    usable = int(settings.memory_fraction * hbm_bytes)
+    usable = int((memory_fraction or settings.memory_fraction) * hbm_bytes)
     per_token = kv_cache_bytes_per_token(model, tp, kv_format, layers=1)
     stages = [
         (precision_bytes * params, page * per_token * blocks)

@@ -87,6 +87,7 @@ _VALIDATE_MORE: Final = (
     "phaze.cli.validate_energy_cmd:energy",
     "phaze.cli.validate_cost_cmd:cost",
     "phaze.cli.validate_runs_cmd:runs",
+    "phaze.cli.validate_serve_cmd:serve",
 )
 
 

@@ -44,6 +44,7 @@ JSON_SCHEMA_VERSIONS: Final = MappingProxyType(
         "validate energy": 1,
         "validate cost": 1,
         "validate runs": 1,
+        "validate serve": 1,
     }
 )
 
