@@ -37,6 +37,7 @@ from workloads.framework import DEFAULT_FRAMEWORK
 __all__ = ["search", "evaluate", "serve"]
 
 _GIB = 1 << 30
+_TRAIN_OBJECTIVES = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
 
 
 def search(
@@ -47,7 +48,7 @@ def search(
     micro_batches: Sequence[int] = (1, 4),
     hbm_sizes: Sequence[int] = (),
     recompute_modes: Sequence[str] = ("none", "full"),
-    objectives: Sequence[str] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp"),
+    objectives: Sequence[str] = _TRAIN_OBJECTIVES,
     executor: str = "local",
     out_dir: str | Path = "phaze-out/search",
     jobs: int | None = None,
@@ -64,6 +65,14 @@ def search(
     ep: Sequence[int] = (),
     cp: Sequence[int] = (),
     presets: Sequence[str] = ("tpuv4", "a100", "h100"),
+    mode: str = "train",
+    input_tokens: int = 2048,
+    output_tokens: int = 128,
+    ttft_limit_s: float | None = None,
+    tpot_limit_s: float | None = None,
+    batches: Sequence[int] = (1, 4, 16, 64, 256),
+    disaggregate: bool = True,
+    hbm_tbps: Sequence[float] = (),
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
@@ -75,7 +84,13 @@ def search(
     ``framework`` names the overlap profile (:func:`workloads.framework_names`); ``zero``,
     ``ep`` and ``cp`` list the ZeRO stages and expert- and context-parallel degrees the
     placement search may choose from (empty: its own); ``presets`` are real chips evaluated
-    beside the space. Points already in ``out_dir`` are reused.
+    beside the space. ``mode="serve"`` sweeps inference serving instead (docs/serving.md):
+    requests of ``input_tokens`` in and ``output_tokens`` out at each of ``batches``, the
+    serving layout searched under the mean latency limits (seconds, None: none), separate
+    prefill and decode pools too unless ``disaggregate`` is false; ``objectives`` then
+    default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`). ``hbm_tbps``
+    replaces each space design's HBM bandwidth by each value (TB/s). Points already in
+    ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
@@ -103,7 +118,18 @@ def search(
         "ep": list(ep),
         "cp": list(cp),
         "presets": list(presets),
+        "mode": mode,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "batches": list(batches),
+        "disaggregate": disaggregate,
+        "hbm_tbps": list(hbm_tbps),
     }
+    if mode == "serve" and tuple(objectives) == _TRAIN_OBJECTIVES:
+        del sweep["objectives"]  # the serving defaults
+    for key, value in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
+        if value is not None:
+            sweep[key] = value
     if sequence_parallel is not None:
         sweep["sequence_parallel"] = sequence_parallel
     if tokens_to_train is not None:

@@ -253,8 +253,6 @@ def _pass_cost(
         link = net.boundary_link(ctx.cluster, pool.devices, t, False, device.intra_node, nbytes)
         send_s = net.p2p_s(nbytes, link)
         network_j += _pj_j((stages - 1) * nbytes, bool(ctx.cluster.spans_nodes(pool.devices)))
-    sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
-    weights = pass_weight_read_bytes(model, t, p, ep)
     return PassCost(
         stage_s=max(per_stage),
         latency_s=sum(per_stage) + (stages - 1) * send_s,
@@ -262,8 +260,6 @@ def _pass_cost(
         compute_j=compute_j,
         memory_j=memory_j,
         network_j=network_j,
-        weight_s=weights / stages / sustained,
-        weight_j=t * weights * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12,
     )
 
 
@@ -295,14 +291,16 @@ def _decode_pass(b: int, ctx: ServeContext) -> ServingPass:
     return dataclasses.replace(r, batch=b).decode_pass()
 
 
-def _chunk_pass(tokens: int, ctx: ServeContext) -> ServingPass:
-    """A prefill step of ``tokens`` prompt tokens: whole prompts of the mean input length
+def _chunk_pass(tokens: int, decodes: int, ctx: ServeContext) -> ServingPass:
+    """A prefill step of ``tokens`` prompt tokens and ``decodes`` decode tokens riding on its
+    matmuls: whole prompts of the mean input length (each ``decodes / k`` tokens longer)
     when it holds one or more, else one chunk at the mean position of a prompt's chunks."""
     r, kw = ctx.requests, _kw(ctx)
     isl = max(1, round(r.mean_input_tokens))
     if tokens >= isl:
-        return ServingPass.prefill(max(1, tokens // isl), isl, **kw)
-    return ServingPass(1, tokens, (isl - tokens) // 2, samples=False, **kw)
+        k = max(1, tokens // isl)
+        return ServingPass.prefill(k, isl + -(-decodes // k), **kw)
+    return ServingPass(1, tokens + decodes, (isl - tokens) // 2, samples=False, **kw)
 
 
 # ---- memory ------------------------------------------------------------------------------
@@ -448,14 +446,24 @@ def evaluate_layout(
     else:
         mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
         first_tokens = max(1, min(layout.chunk - micro, isl))
+        chunks = [_chunk_pass(n, micro, ctx) for n in (mean_tokens, first_tokens)]
+        sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
+        kv = pass_kv_read_bytes(model, dec.t, decode_pass)  # one device, every stage
+        kv_j = dec.t * kv * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12
         steps = [
-            mixed(decode, _pass_cost(model, acc, dec, _chunk_pass(n, ctx), ctx), dec.p)
-            for n in (mean_tokens, first_tokens)
+            mixed(
+                _pass_cost(model, acc, dec, c, ctx),
+                kv / dec.p / sustained,
+                kv_j,
+                dec.p,
+                dec.t * dec.p,
+            )
+            for c in chunks
         ]
         engine = chunked(
             steps[0], steps[1], batch=b, chunk_tokens=layout.chunk, stages=dec.p, **common
         )
-        passes = [decode_pass, _chunk_pass(first_tokens, ctx), _chunk_pass(mean_tokens, ctx)]
+        passes = [decode_pass, *chunks]
         memory = (_pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
     score = serving_score(
         engine,

@@ -18,9 +18,9 @@ makes the first token, ``O - 1`` decode steps the rest. Engines:
 * **chunked prefill** (Sarathi-Serve, Agrawal et al., OSDI 2024; vLLM V1): each step has a
   token budget ``C``; the decodes come first and a chunk of a waiting prompt fills the rest.
   In steady state a step carries ``b I / (O - 1)`` prompt tokens on average (as many as the
-  finished sequences free), so ``C >= b (1 + I / (O - 1))``; one step reads the weights once
-  for both parts, so its time is the decode step's plus the chunk's less the weight stream
-  they share (:func:`mixed`). A prompt's chunks take the budget the decodes leave, one per
+  finished sequences free), so ``C >= b (1 + I / (O - 1))``; one step runs the matmuls of
+  both parts' tokens together, reading the weights once, and the decodes' attention over
+  their KV cache (:func:`mixed`). A prompt's chunks take the budget the decodes leave, one per
   step: TTFT is ``ceil(I / (C - b))`` such steps.
 * **static batching** (TensorRT-LLM's ``gptSessionBenchmark`` before in-flight batching): a
   batch of ``B`` prompts is prefilled together, then decoded to its end; TTFT is the
@@ -88,9 +88,7 @@ class PassCost:
     """One pass of a replica of ``p`` stages of ``t`` devices: ``stage_s`` the busiest
     stage's time, ``latency_s`` through every stage and the sends between them,
     ``busy_device_s`` the device-seconds the stages compute, the dynamic energy of all the
-    replica's devices by cause (J), and ``weight_s`` / ``weight_j``: the busiest stage's
-    weight stream at the sustained HBM bandwidth and its energy on all the devices (what a
-    mixed step's two parts share)."""
+    replica's devices by cause (J)."""
 
     stage_s: float
     latency_s: float
@@ -98,8 +96,6 @@ class PassCost:
     compute_j: float
     memory_j: float
     network_j: float
-    weight_s: float = 0.0
-    weight_j: float = 0.0
 
     @property
     def dynamic_j(self) -> float:
@@ -115,22 +111,19 @@ class PassCost:
         )
 
 
-def mixed(decode: PassCost, chunk: PassCost, stages: int) -> PassCost:
-    """One engine step of a decode pass and a prefill chunk together: the weights are read
-    once, so the step takes the two passes' times less the weight stream they share (never
-    less than either part), and the weights' read energy once."""
-    shared = min(decode.stage_s, chunk.stage_s, decode.weight_s)
-    saved_j = min(decode.weight_j, chunk.weight_j)
-    devices = decode.busy_device_s / decode.stage_s / stages if decode.stage_s > 0 else 0.0
+def mixed(step: PassCost, kv_stage_s: float, kv_j: float, stages: int, devices: int) -> PassCost:
+    """One engine step of decodes and a prefill chunk together (Sarathi-Serve): ``step`` is
+    a prefill pass over the chunk's and the decodes' tokens, whose matmuls read the weights
+    once for both; the decodes also read their sequences' KV cache, ``kv_stage_s`` on the
+    busiest stage at the sustained HBM bandwidth and ``kv_j`` on all the replica's
+    ``devices``, after the chunk's attention."""
     return PassCost(
-        stage_s=decode.stage_s + chunk.stage_s - shared,
-        latency_s=decode.latency_s + chunk.latency_s - stages * shared,
-        busy_device_s=decode.busy_device_s + chunk.busy_device_s - shared * devices * stages,
-        compute_j=decode.compute_j + chunk.compute_j,
-        memory_j=decode.memory_j + chunk.memory_j - saved_j,
-        network_j=decode.network_j + chunk.network_j,
-        weight_s=decode.weight_s,
-        weight_j=decode.weight_j,
+        stage_s=step.stage_s + kv_stage_s,
+        latency_s=step.latency_s + stages * kv_stage_s,
+        busy_device_s=step.busy_device_s + devices * kv_stage_s,
+        compute_j=step.compute_j,
+        memory_j=step.memory_j + kv_j,
+        network_j=step.network_j,
     )
 
 

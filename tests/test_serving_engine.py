@@ -23,8 +23,8 @@ from placement.serving_engine import (
 )
 
 
-def _cost(s: float, devices: int = 1, j: float = 1.0, weight_s: float = 0.0) -> PassCost:
-    return PassCost(s, s, devices * s, j, 2 * j, 0.0, weight_s, 0.5 * j)
+def _cost(s: float, devices: int = 1, j: float = 1.0) -> PassCost:
+    return PassCost(s, s, devices * s, j, 2 * j, 0.0)
 
 
 def test_whole_prompts_ahead_of_the_decodes_closed_form():
@@ -69,14 +69,12 @@ def test_static_batching_closed_form():
     assert r.output_tokens_per_s == pytest.approx(64 * 128 / cycle)
 
 
-def test_a_mixed_step_reads_the_weights_once():
-    d, c = _cost(0.02, weight_s=0.015), _cost(0.05, weight_s=0.015)
-    m = mixed(d, c, stages=1)
-    assert m.stage_s == pytest.approx(0.02 + 0.05 - 0.015)
-    assert m.memory_j == pytest.approx(d.memory_j + c.memory_j - 0.5)
-    # never less than either part, even when the weight stream exceeds a part's time
-    tiny = mixed(_cost(0.001, weight_s=0.5), _cost(0.001, weight_s=0.5), stages=1)
-    assert tiny.stage_s >= 0.001
+def test_a_mixed_step_adds_the_decodes_kv_reads_to_the_joint_prefill():
+    step = PassCost(0.05, 0.11, 4 * 0.1, 1.0, 2.0, 0.5)
+    m = mixed(step, kv_stage_s=0.004, kv_j=0.3, stages=2, devices=2)
+    assert (m.stage_s, m.latency_s) == pytest.approx((0.054, 0.118))
+    assert m.busy_device_s == pytest.approx(0.4 + 2 * 0.004)
+    assert (m.compute_j, m.memory_j, m.network_j) == pytest.approx((1.0, 2.3, 0.5))
 
 
 def test_chunked_prefill_closed_form_and_its_budget():
