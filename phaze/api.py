@@ -257,7 +257,7 @@ def serve(
     misses when no layout meets them.
     """
     from phaze.serving import ServeContext
-    from phaze.serving import search as serve_search
+    from phaze.serving_search import search as serve_search
     from workloads.serving import RequestBatch
 
     if (lengths is None) == (input_tokens is None or output_tokens is None):

@@ -61,6 +61,7 @@ _MODEL_MODULES: Final = (
     "phaze/scoring.py",
     "phaze/serving.py",
     "phaze/serving_score.py",
+    "phaze/serving_search.py",
     "phaze/sweep/__init__.py",
     "phaze/sweep/aggregate.py",
     "phaze/sweep/fronts.py",

@@ -31,7 +31,8 @@ from typing import Any, Final
 
 from arch_space import Cluster, preset
 from arch_space.perf.device import device_profile
-from phaze.serving import ServeContext, evaluate_layout, search
+from phaze.serving import ServeContext, evaluate_layout
+from phaze.serving_search import search
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
 from workloads import get_model

@@ -15,7 +15,8 @@ from arch_space.accelerator import node_count
 from arch_space.tco import device_hour_cost
 from phaze.cli import cli
 from phaze.scoring import ScoringParams, electricity_usd, system_capex
-from phaze.serving import ServeContext, candidates, evaluate_layout, search
+from phaze.serving import ServeContext, evaluate_layout
+from phaze.serving_search import candidates, search
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
 from workloads import get_model

@@ -14,7 +14,8 @@ import json
 from typing import Any
 
 from arch_space import Accelerator
-from phaze.serving import ServeContext, ServingPoint, search
+from phaze.serving import ServeContext, ServingPoint
+from phaze.serving_search import search
 from phaze.sweep.records import design_columns, headroom_columns
 from phaze_common.errors import Infeasible
 from placement import parse_serving
