@@ -7,17 +7,20 @@ import dataclasses
 
 import click
 
-from arch_space import Cluster, load_accelerator
-from arch_space.system import host_profile_for, host_profiles
-from arch_space.tco import COST_VIEWS
+from arch_space import load_accelerator
 from phaze.api import serve as api_serve
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._options import FiniteFloat, scoring_float
+from phaze.cli._options import (
+    FiniteFloat,
+    cluster_of,
+    design_options,
+    scoring_of,
+    scoring_options,
+)
 from phaze.cli._render import echo_json, table
 from phaze.run import parse_tokens
-from phaze.scoring import ScoringParams
 from phaze.serving import OBJECTIVES, ServingPoint
-from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.units import fmt_column, fmt_percent, fmt_quantity, fmt_time
 from workloads.serving import serving_settings
 
@@ -25,28 +28,7 @@ __all__ = ["serve", "serving_document"]
 
 
 @click.command("serve")
-@click.option("--workload", required=True, help="Catalog name or a Hugging Face config.json.")
-@click.option("--arch", "arch", required=True, help="Accelerator preset name or TOML file.")
-@click.option(
-    "--devices", type=click.IntRange(1, MAX_DEVICES), required=True, help="Accelerators serving."
-)
-@click.option(
-    "--devices-per-node", type=click.IntRange(1, MAX_DEVICES), default=8, show_default=True
-)
-@click.option(
-    "--intra-node-gbps",
-    type=FiniteFloat(0, 1e6, lo_open=True),
-    default=300.0,
-    show_default=True,
-    help="Intra-node link bandwidth per device, GB/s.",
-)
-@click.option(
-    "--inter-node-gbps",
-    type=FiniteFloat(0, 1e6, lo_open=True),
-    default=25.0,
-    show_default=True,
-    help="Inter-node link bandwidth per device, GB/s.",
-)
+@design_options("Accelerators serving.")
 @click.option(
     "--input-tokens",
     type=click.IntRange(1, MAX_SEQ_LEN),
@@ -99,44 +81,11 @@ __all__ = ["serve", "serving_document"]
     help="Output tokens of the serving workload whose carbon and tCDP are given (2e9, 1B) "
     "[default: 1e9].",
 )
-@click.option(
-    "--grid", "grid_region", default="world", show_default=True, help="Grid region (any case)."
-)
-@click.option(
-    "--grid-gco2e-per-kwh",
-    type=scoring_float("grid_gco2e_per_kwh"),
-    help="Grid carbon intensity (overrides --grid).",
-)
-@click.option(
-    "--pue", type=scoring_float("pue"), default=1.10, show_default=True, help="Facility PUE."
-)
-@click.option(
-    "--usd-per-kwh",
-    type=scoring_float("usd_per_kwh"),
-    help="Electricity price (default: the grid region's).",
-)
-@click.option(
-    "--cost-view",
-    type=click.Choice(COST_VIEWS),
-    default="buy",
-    show_default=True,
-    help="Price the accelerator as built (chip, board, a new design's NRE) or bought.",
-)
-@click.option(
-    "--host",
-    "host_profile",
-    help="Host server per node ("
-    + ", ".join(host_profiles())
-    + ") [default: the preset's own server, else dgx-a100].",
-)
+@scoring_options(training=False)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def serve(
     workload,
     arch,
-    devices,
-    devices_per_node,
-    intra_node_gbps,
-    inter_node_gbps,
     input_tokens,
     output_tokens,
     batch,
@@ -147,13 +96,8 @@ def serve(
     disaggregate,
     kv_format,
     tokens_to_serve,
-    grid_region,
-    grid_gco2e_per_kwh,
-    pue,
-    usd_per_kwh,
-    cost_view,
-    host_profile,
     as_json,
+    **kw,
 ):
     """TTFT, TPOT, throughput, memory, energy, cost and carbon of serving a model on one
     design, with the serving layout that meets the latency limits.
@@ -165,20 +109,9 @@ def serve(
     Exits 3 when no layout meets the limits, after printing the closest.
     """
     acc = load_accelerator(arch)
-    cluster = Cluster(
-        devices=devices,
-        devices_per_node=devices_per_node,
-        intra_node_bandwidth_bytes_per_s=intra_node_gbps * 1e9,
-        inter_node_bandwidth_bytes_per_s=inter_node_gbps * 1e9,
-    )
-    scoring = ScoringParams(
-        pue=pue,
-        grid_gco2e_per_kwh=grid_gco2e_per_kwh,
-        grid_region=grid_region,
-        host_profile=host_profile or host_profile_for(acc.name),
-        usd_per_kwh=usd_per_kwh,
-        cost_view=cost_view,
-    )
+    cluster = cluster_of(kw)
+    scoring = scoring_of(kw, acc)
+    devices = cluster.devices
     point = api_serve(
         workload,
         acc,
