@@ -1,4 +1,13 @@
-"""The accelerator and cluster descriptions (docs/models.md), validated on construction."""
+"""The accelerator and cluster descriptions (docs/models.md), validated on construction.
+
+An accelerator's compute units are data: :attr:`Accelerator.units` is a tuple of
+:class:`ComputeUnit` (a resource kind, how many units of it, and each unit's rate), which the
+op cost model and the layer scheduler read kind by kind. Its tensor cores (kind
+:data:`TENSOR`) and vector cores (kind :data:`VECTOR`) are given by the five fields the
+design space sweeps and the area and power models read; any further kind (a DMA or
+transpose engine) is a :class:`ComputeUnit` of ``extra_units`` with its own area, energy and
+the op kinds it runs.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +16,31 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from arch_space.tech import known_nodes, unknown_node_problem
 from phaze_common.errors import ConfigError
+from workloads.ops import OpKind
 
 __all__ = [
     "ACCELERATOR_FIELDS",
+    "TENSOR",
+    "VECTOR",
+    "UNIT_OP_KINDS",
     "Accelerator",
     "Cluster",
+    "ComputeUnit",
     "accelerator_problems",
     "cluster_problems",
     "node_count",
 ]
+
+TENSOR: Final = "TC"  # the resource kind of the tensor cores (systolic MAC arrays)
+VECTOR: Final = "VC"  # the resource kind of the vector cores (SIMD lanes)
+#: The op kinds a further unit may run (ops that compute on the chip).
+UNIT_OP_KINDS: Final = tuple(
+    str(k) for k in OpKind if k not in (OpKind.COLLECTIVE, OpKind.COMM_SHARE, OpKind.NOP)
+)
 
 
 def _is_int(v: Any) -> bool:
@@ -29,6 +50,74 @@ def _is_int(v: Any) -> bool:
 
 def _is_real(v: Any) -> bool:
     return type(v) in (int, float) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeUnit:
+    """``count`` identical compute units of resource kind ``kind``, each a ``rows x cols``
+    array doing that many operations per cycle at the design's clock and element format (a
+    weight-stationary systolic array: ``rows x cols`` MACs; a SIMD unit: ``1 x lanes`` lane
+    operations). The rate lives with the unit, so a number format's own rate would join it
+    here.
+
+    The tensor and vector cores take their area and energy from the node's technology data;
+    a further kind carries its own: ``area_mm2`` per unit, ``pj_per_op`` per operation, and
+    ``runs``, the op kinds (:data:`UNIT_OP_KINDS`) it takes over from the cores, doing all
+    their MACs and lane operations at its rate.
+    """
+
+    kind: str
+    count: int
+    rows: int = 1
+    cols: int = 1
+    runs: tuple[str, ...] = ()
+    pj_per_op: float = 0.0
+    area_mm2: float = 0.0
+
+    @property
+    def ops_per_cycle(self) -> int:
+        """Operations one unit does per cycle."""
+        return self.rows * self.cols
+
+
+def _unit_problems(units: Any, dies: Any, owner: str) -> list[str]:
+    """The rules the further units in ``units`` break (see :class:`ComputeUnit`)."""
+    where = f"{owner}: extra_units"
+    if not isinstance(units, tuple) or not all(isinstance(u, ComputeUnit) for u in units):
+        return [f"{where} = {units!r} must be a tuple of ComputeUnit"]
+    problems = []
+    seen: set[str] = {TENSOR, VECTOR}
+    ran: dict[str, str] = {}
+    for u in units:
+        name = f"{where} {u.kind!r}"
+        if not isinstance(u.kind, str) or not u.kind or u.kind in seen:
+            problems.append(
+                f"{where}: kind = {u.kind!r} must be a new name (taken: {', '.join(sorted(seen))})"
+            )
+        seen.add(u.kind)
+        for f in ("count", "rows", "cols"):
+            v = getattr(u, f)
+            if not _is_int(v) or v <= 0:
+                problems.append(f"{name}: {f} = {v!r} must be a positive integer")
+        for f in ("pj_per_op", "area_mm2"):
+            v = getattr(u, f)
+            if not _is_real(v) or not 0 < v < math.inf:
+                problems.append(f"{name}: {f} = {v!r} must be a positive number")
+        if not isinstance(u.runs, tuple) or not u.runs:
+            problems.append(f"{name}: runs = {u.runs!r} must name op kinds it runs")
+            continue
+        for k in u.runs:
+            if k not in UNIT_OP_KINDS:
+                problems.append(
+                    f"{name}: runs {k!r}, which is not one of {', '.join(UNIT_OP_KINDS)}"
+                )
+            elif k in ran:
+                problems.append(f"{name}: runs {k!r}, which {ran[k]!r} runs already")
+            else:
+                ran[k] = u.kind
+        if _is_int(dies) and dies > 0 and _is_int(u.count) and u.count % dies:
+            problems.append(f"{name}: dies = {dies!r} must divide count = {u.count!r}")
+    return problems
 
 
 def accelerator_problems(values: Mapping[str, Any], owner: str) -> list[str]:
@@ -53,6 +142,8 @@ def accelerator_problems(values: Mapping[str, Any], owner: str) -> list[str]:
                 f"{owner}: dies = {dies!r} must divide num_tc = {tcs!r} and num_vc = {vcs!r} "
                 "(every die carries the same cores)"
             )
+    if values["extra_units"]:
+        problems += _unit_problems(values["extra_units"], dies, owner)
     node = values["node_nm"]
     if _is_int(node) and node > 0 and node not in known_nodes():
         problems.append(unknown_node_problem(owner, f"{node}"))
@@ -73,6 +164,7 @@ class Accelerator:
     ``dies`` is the number of identical logic dies in the package (B200: 2): the counts and
     sizes above are the package's totals, split evenly over the dies for die area, yield,
     cost and carbon (:func:`arch_space.area.die_area_mm2`); the die-to-die link is not timed.
+    ``extra_units`` are further kinds of compute unit (see :class:`ComputeUnit`).
     """
 
     num_tc: int
@@ -89,6 +181,7 @@ class Accelerator:
     name: str = ""
     hbm_stacks: int = 0
     dies: int = 1
+    extra_units: tuple[ComputeUnit, ...] = ()
 
     def __post_init__(self) -> None:
         values = {f: getattr(self, f) for f in ACCELERATOR_FIELDS}
@@ -108,10 +201,20 @@ class Accelerator:
         return self.num_tc * self.tc_rows * self.tc_cols
 
     @property
-    def resources(self) -> Mapping[str, int]:
-        """The units of each resource kind the layer scheduler shares among ops: tensor
-        cores ("TC") and vector cores ("VC")."""
-        return MappingProxyType({"TC": self.num_tc, "VC": self.num_vc})
+    def units(self) -> tuple[ComputeUnit, ...]:
+        """Every kind of compute unit: the tensor cores, the vector cores (``1 x vc_lanes``),
+        then the further kinds."""
+        return (
+            ComputeUnit(TENSOR, self.num_tc, self.tc_rows, self.tc_cols),
+            ComputeUnit(VECTOR, self.num_vc, 1, self.vc_lanes),
+            *self.extra_units,
+        )
+
+    @property
+    def capacity(self) -> Mapping[str, int]:
+        """The units of each kind, in :attr:`units` order: what the layer scheduler shares
+        among ops."""
+        return MappingProxyType({u.kind: u.count for u in self.units})
 
     @property
     def peak_flops(self) -> float:

@@ -8,6 +8,7 @@ The area model is a sum of components (docs/models.md), each a count times a per
     vector_cores  = num_vc * (vc_lanes * vector_lane_area + core_fixed_area)
     glb_sram      = glb MiB * sram_area_per_mib
     hbm_phy       = hbm_stacks * hbm_phy_area_per_stack
+    extra_units   = sum of count * area_mm2 of any further unit  # (only when there are any)
     uncore        = overhead_fraction * (sum of the above)       # NoC, IO, PCIe, clocking
 
 A tensor array's ``rows + cols`` operand ports (what feeds it each cycle) make a small GPU
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from arch_space._data import shipped_toml
-from arch_space.accelerator import Accelerator
+from arch_space.accelerator import TENSOR, VECTOR, Accelerator, ComputeUnit
 from arch_space.tech import TechNode, tech_node
 from phaze_common.errors import ConfigError
 
@@ -48,6 +49,9 @@ __all__ = [
     "made_die_area_mm2",
     "static_power_w",
     "mac_pj",
+    "mac_energy_pj",
+    "unit_pj_per_op",
+    "with_uncore",
     "tensor_load_power_w",
     "dynamic_power_breakdown_w",
     "peak_power_w",
@@ -92,8 +96,10 @@ def area_terms_mm2(
     vc_lanes: Any,
     glb_bytes: Any,
     stacks: Any,
+    extra_mm2: float = 0.0,
 ) -> dict[str, Any]:
-    """Area of each component (mm2) for scalars or broadcastable numpy arrays.
+    """Area of each component (mm2) for scalars or broadcastable numpy arrays;
+    ``extra_mm2`` is the area of any further units (:attr:`Accelerator.extra_units`).
 
     The one kernel behind :func:`area_breakdown_mm2` and the vectorised space enumeration.
     """
@@ -106,18 +112,20 @@ def area_terms_mm2(
     )
     glb = glb_bytes / _MIB * tech.sram_area_mm2_per_mib
     phy = stacks * tech.hbm_phy_area_mm2_per_stack
-    uncore = tech.overhead_fraction * (tensor + vector + glb + phy)
+    uncore = tech.overhead_fraction * (tensor + vector + glb + phy + extra_mm2)
     return {
         "tensor_cores": tensor,
         "vector_cores": vector,
         "glb_sram": glb,
         "hbm_phy": phy,
+        "extra_units": extra_mm2,
         "uncore": uncore,
     }
 
 
 def area_breakdown_mm2(acc: Accelerator, tech: TechNode | None = None) -> Mapping[str, float]:
-    """Die area per component (mm2), keys in :data:`COMPONENTS` order.
+    """Die area per component (mm2), keys in :data:`COMPONENTS` order (with
+    ``extra_units`` before ``uncore`` when the design has further units).
 
     Examples
     --------
@@ -136,8 +144,10 @@ def area_breakdown_mm2(acc: Accelerator, tech: TechNode | None = None) -> Mappin
         vc_lanes=acc.vc_lanes,
         glb_bytes=acc.glb_bytes,
         stacks=hbm_stacks(acc, tech),
+        extra_mm2=sum(u.count * u.area_mm2 for u in acc.extra_units),
     )
-    return MappingProxyType({k: float(terms[k]) for k in COMPONENTS})
+    keys = COMPONENTS if not acc.extra_units else (*COMPONENTS[:-1], "extra_units", "uncore")
+    return MappingProxyType({k: float(terms[k]) for k in keys})
 
 
 def area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
@@ -198,7 +208,14 @@ def made_die_area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
     if harvest is None:
         return area
     cores, shipped = harvest
-    return area + (cores - shipped) * core_area_mm2(acc, tech) * (1.0 + tech.overhead_fraction)
+    return area + with_uncore(tech, (cores - shipped) * core_area_mm2(acc, tech))
+
+
+def with_uncore(tech: TechNode, on_die: Any) -> Any:
+    """``on_die`` (the area, energy or power of on-die units) with the node's uncore share
+    on top: ``overhead_fraction`` more for clock tree, control and on-chip network, the same
+    fraction the area model counts as uncore area."""
+    return on_die * (1.0 + tech.overhead_fraction)
 
 
 def mac_pj(acc: Accelerator, tech: TechNode) -> float:
@@ -206,6 +223,23 @@ def mac_pj(acc: Accelerator, tech: TechNode) -> float:
     and operand delivery of ``1/rows + 1/cols`` elements (an array of ``rows x cols`` MACs
     takes ``rows`` inputs and gives ``cols`` partial sums per cycle)."""
     return _mac_pj(tech, acc.tc_rows, acc.tc_cols, acc.bytes_per_element)
+
+
+def mac_energy_pj(acc: Accelerator, tech: TechNode) -> float:
+    """Energy (pJ) the op model charges each MAC of ``acc``: :func:`mac_pj` with its uncore
+    share (:func:`with_uncore`)."""
+    return with_uncore(tech, mac_pj(acc, tech))
+
+
+def unit_pj_per_op(acc: Accelerator, unit: ComputeUnit, tech: TechNode) -> float:
+    """Energy (pJ, without the uncore share) of one operation on ``unit``: a MAC of the
+    tensor cores (:func:`mac_pj`), a lane operation of the vector cores (the node's), or a
+    further unit's own ``pj_per_op``."""
+    if unit.kind == TENSOR:
+        return mac_pj(acc, tech)
+    if unit.kind == VECTOR:
+        return tech.vector_lane_energy_pj
+    return unit.pj_per_op
 
 
 def _mac_pj(tech: TechNode, rows: Any, cols: Any, bytes_per_element: int) -> Any:
@@ -228,9 +262,7 @@ def tensor_load_power_w(
     tensor load, elementwise on numpy arrays, for filtering whole design spaces at once."""
     macs_per_s = num_tc * tc_rows * tc_cols * clock_hz
     mac = _mac_pj(tech, tc_rows, tc_cols, bytes_per_element)
-    return (
-        macs_per_s * mac * (1.0 + tech.overhead_fraction) * _PJ + area_mm2 * tech.leakage_w_per_mm2
-    )
+    return with_uncore(tech, macs_per_s * mac) * _PJ + area_mm2 * tech.leakage_w_per_mm2
 
 
 def static_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:
@@ -250,6 +282,7 @@ def dynamic_power_breakdown_w(
     * GLB: each weight-stationary tensor core reads ``tc_rows`` input elements and writes
       ``tc_cols`` output elements per cycle; each vector lane streams one element per cycle
       from the buffer (its other operand and its result stay in its register slice);
+    * further units (only when there are any): every unit its operations each cycle;
     * HBM: the full bandwidth;
     * uncore: the overhead fraction of the on-die dynamic power (clock tree, NoC, control),
       the same fraction the area model uses for uncore area.
@@ -262,11 +295,14 @@ def dynamic_power_breakdown_w(
     read_b = (acc.num_tc * acc.tc_rows + acc.num_vc * acc.vc_lanes) * e * f
     write_b = acc.num_tc * acc.tc_cols * e * f
     glb = (read_b * tech.sram_read_pj_per_byte + write_b * tech.sram_write_pj_per_byte) * _PJ
-    uncore = tech.overhead_fraction * (tc + vc + glb)
+    parts = {"tensor_cores": tc, "vector_cores": vc, "glb_sram": glb}
+    if acc.extra_units:
+        parts["extra_units"] = sum(
+            u.count * u.ops_per_cycle * f * u.pj_per_op * _PJ for u in acc.extra_units
+        )
+    uncore = tech.overhead_fraction * sum(parts.values())
     hbm = acc.hbm_bandwidth_bytes_per_s * tech.hbm_energy_pj_per_byte * _PJ
-    return MappingProxyType(
-        {"tensor_cores": tc, "vector_cores": vc, "glb_sram": glb, "uncore": uncore, "hbm": hbm}
-    )
+    return MappingProxyType({**parts, "uncore": uncore, "hbm": hbm})
 
 
 def peak_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:

@@ -516,8 +516,10 @@ def design_id(acc: Accelerator) -> str:
 
     Equal designs get equal ids on every machine and run; the store keys designs by it.
     """
-    # a single die is the default and leaves the ids of single-die designs as they were
-    skip = {"name"} if acc.dies != 1 else {"name", "dies"}
+    # a single die and no further units are the defaults and leave the ids of such designs
+    # as they were
+    skip = {"name"} | ({"dies"} if acc.dies == 1 else set())
+    skip |= {"extra_units"} if not acc.extra_units else set()
     text = "|".join(f"{f.name}={getattr(acc, f.name)!r}" for f in fields(acc) if f.name not in skip)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

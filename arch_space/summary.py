@@ -3,7 +3,7 @@ prints), computed by the area, power, cost and carbon models with the given para
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 from arch_space.accelerator import Accelerator
@@ -32,7 +32,7 @@ def describe(
 ) -> dict[str, Any]:
     """All parameters of ``acc`` (SI units) and its modelled figures, as a flat dict.
 
-    Keys: the Accelerator fields, ``design_id``, ``hbm_stacks_effective``, ``peak_flops``,
+    Keys: the Accelerator fields (``extra_units`` as a list of dicts), ``design_id``, ``hbm_stacks_effective``, ``peak_flops``,
     ``area_mm2``, ``area_breakdown_mm2``, ``tdp_w`` (under tensor load), ``peak_power_w``
     (every unit busy) and its ``power_breakdown_w``, ``static_power_w``,
     ``dies_per_wafer``, ``yield``, ``die_cost_usd``, ``device_cost_usd`` (the chip),
@@ -49,6 +49,7 @@ def describe(
     costs = dict(cost_breakdown_usd(acc, cost, tech))
     embodied = dict(embodied_breakdown_kgco2e(acc, carbon, cost, tech))
     doc: dict[str, Any] = {f.name: getattr(acc, f.name) for f in fields(acc)}
+    doc["extra_units"] = [asdict(u) for u in acc.extra_units]
     doc.update(
         design_id=design_id(acc),
         hbm_stacks_effective=hbm_stacks(acc, tech),

@@ -106,8 +106,7 @@ def main() -> None:
             t0 = time.perf_counter()
             s = solve_schedule(
                 g,
-                acc.num_tc,
-                acc.num_vc,
+                acc.capacity,
                 resources=channels(g),
                 time_limit_s=args.time_limit,
                 search_nodes=args.search_nodes,
@@ -126,8 +125,7 @@ def main() -> None:
                 per_graph[label][1].append(dt)
                 listed = solve_schedule(
                     g,
-                    acc.num_tc,
-                    acc.num_vc,
+                    acc.capacity,
                     resources=channels(g),
                     solver=HEURISTIC,
                     search_nodes=0,

@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping
 
 import networkx as nx
 from bench_ilp import designs, instances
@@ -33,17 +34,16 @@ from ilp.timing import channels
 _NO_LIMIT_S = 1e6  # a time limit no solve reaches: the search and MIP stop on their own
 
 
-def _bound(g: nx.DiGraph, num_tc: int, num_vc: int) -> float:
+def _bound(g: nx.DiGraph, units: Mapping[str, int]) -> float:
     order = list(nx.lexicographical_topological_sort(g, key=str))
     pos = {v: k for k, v in enumerate(order)}
     a = g.nodes
     return makespan_lower_bound(
-        [a[v]["core"] for v in order],
+        [a[v]["units"] for v in order],
         [a[v].get("latency_s", 0.0) for v in order],
         [a[v].get("parallel_latency_s", a[v].get("latency_s", 0.0)) for v in order],
         [[pos[p] for p in g.predecessors(v)] for v in order],
-        num_tc,
-        num_vc,
+        units,
     )
 
 
@@ -54,7 +54,7 @@ def record(num_designs: int, search_nodes: int) -> list[dict]:
     for k, acc in enumerate(designs(num_designs)):
         for label, og in graphs:
             g = costed_graph(og, acc, cluster)
-            row: dict = {"design": k, "graph": label, "bound": _bound(g, acc.num_tc, acc.num_vc)}
+            row: dict = {"design": k, "graph": label, "bound": _bound(g, acc.capacity)}
             for mode, solver, nodes in (
                 ("list", HEURISTIC, 0),
                 ("search", HEURISTIC, search_nodes),
@@ -64,8 +64,7 @@ def record(num_designs: int, search_nodes: int) -> list[dict]:
                     continue
                 s = solve_schedule(
                     g,
-                    acc.num_tc,
-                    acc.num_vc,
+                    acc.capacity,
                     resources=channels(g),
                     solver=solver,
                     search_nodes=nodes,

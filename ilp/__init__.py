@@ -1,8 +1,8 @@
 """Per-layer operator scheduling (docs/scheduling.md): which ops share the cores, which run intra-op
 parallel, in what order, for the least makespan.
 
-* :func:`solve_schedule` - one op graph (networkx, with costs) on T tensor and W vector cores
-  and any further resource kinds (resources are data: kinds, capacities, units per op).
+* :func:`solve_schedule` - one op graph (networkx, with costs) on the chip's kinds of compute
+  unit and any further resource kinds (resources are data: kinds, capacities, units per op).
 * :func:`layer_timing` - every distinct layer of a layer graph on one design, for placement
   (each collective holding its parallel group's communication channel).
 * :func:`makespan_lower_bound` - what no schedule can beat, from op costs alone (pruning).

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ilp.problem import CORE_KINDS, PARALLEL, SINGLE, Problem
+from ilp.problem import PARALLEL, SINGLE, Problem
 
 if TYPE_CHECKING:
     from ilp.listsched import Structure
@@ -25,7 +25,7 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
     schedule of :mod:`ilp.lpbound`), or the busiest further kind's unit-seconds per unit if
     more (at the fastest modes' durations): a lower bound on every schedule in those modes.
     The fastest modes ignore it and split every op, so ops that a split barely speeds up
-    (a weight-gradient GEMM on a chip of many tensor cores) hold the whole chip one after
+    (a weight-gradient GEMM on a chip of many matrix units) hold the whole chip one after
     another, where single-core, side by side and beside the critical chain, they would take
     about as long as one of them; the local search cannot leave that
     optimum one flip at a time. A move splits one op or a group of identical ops (parallel
@@ -38,7 +38,7 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
     if not problem.parallel_blocks_all or not any(problem.can_parallel):
         return None
     single_s, parallel_s = problem.single_s, problem.parallel_s
-    cores = len(CORE_KINDS)
+    cores = problem.core_kinds
     per_unit = [
         [s * u / cap for u, cap in zip(need[:cores], problem.capacity[:cores], strict=True)]
         for s, need in zip(single_s, problem.need[SINGLE], strict=True)

@@ -25,16 +25,16 @@ The bound is the largest of:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Final
 
 import numpy as np
 
-from ilp.problem import CORE_KINDS, PARALLEL, SINGLE, core_demand
+from ilp.problem import PARALLEL, SINGLE, unit_demand
 
-__all__ = ["makespan_lower_bound", "resource_lower_bound", "weight_vectors"]
+__all__ = ["makespan_lower_bound", "resource_lower_bound", "occupancy_weights"]
 
 # Occupancy weights a tried by the destructive bound (0 and 1 are the per-kind bounds).
 _WEIGHTS: Final = tuple(float(a) for a in np.arange(1, 8) / 8.0)
@@ -42,7 +42,7 @@ _WEIGHTS: Final = tuple(float(a) for a in np.arange(1, 8) / 8.0)
 Units = tuple[int, ...]
 
 
-def weight_vectors(kinds: int, grid: Sequence[float]) -> tuple[tuple[float, ...], ...]:
+def occupancy_weights(kinds: int, grid: Sequence[float]) -> tuple[tuple[float, ...], ...]:
     """Weights of the resource kinds for occupancy bounds: a on one kind and 1 - a on
     another, for every pair of kinds and every a in ``grid`` (one kind: weight 1). Any
     weights summing to 1 give a valid bound: the weighted share of the units in use is at
@@ -83,12 +83,11 @@ class _Ops:
 
 
 def makespan_lower_bound(
-    core: Sequence[str],
+    units: Sequence[Mapping[str, int]],
     single_s: Sequence[float],
     parallel_s: Sequence[float],
     preds: Sequence[Sequence[int]],
-    num_tc: int,
-    num_vc: int,
+    cores: Mapping[str, int],
     *,
     parallel_blocks_all: bool = True,
     destructive: bool = True,
@@ -96,24 +95,30 @@ def makespan_lower_bound(
 ) -> float:
     """A valid lower bound on the least makespan of ops ``0..n-1`` on the cores.
 
-    ``core[i]`` is "TC", "VC", "TCandVC" or "Nop" (holds no core); ``single_s[i]`` and
-    ``parallel_s[i]`` are its times on one core and split over all cores of its type (the
-    split mode exists where it is faster); ``preds[j]`` lists j's predecessors, and the ops
-    must be numbered in a topological order (every predecessor index below its successor's).
-    A split op holds every core of its type, and every core at all when
+    ``cores`` are the chip's kinds of compute unit with their units; ``units[i]`` the units
+    of each kind op i holds in its single mode (empty: it holds no core); ``single_s[i]`` and
+    ``parallel_s[i]`` are its times in its single mode and split over all units of its kinds
+    (the split mode exists where it is faster); ``preds[j]`` lists j's predecessors, and the
+    ops must be numbered in a topological order (every predecessor index below its
+    successor's). A split op holds every unit of its kinds, and every core at all when
     ``parallel_blocks_all``. ``channels[i]``, when given, is the communication channel op i
     holds (a further kind of one unit, as :func:`ilp.timing.op_channel` names it) or None.
     ``destructive=False`` leaves out the destructive bound, most of the time on tens of ops,
     for callers that take many bounds of small sets.
     """
-    ops_channel = list(channels) if channels is not None else [None] * len(core)
+    ops_channel = list(channels) if channels is not None else [None] * len(units)
     further = sorted({c for c in ops_channel if c is not None})
-    caps = (num_tc, num_vc, *(1 for _ in further))
+    caps = (*cores.values(), *(1 for _ in further))
     needs = [
-        core_demand(c, caps, parallel_blocks_all, (0, 0, *(int(ch == k) for k in further)))
-        for c, ch in zip(core, ops_channel, strict=True)
+        unit_demand(
+            (*(u.get(k, 0) for k in cores), *(int(ch == k) for k in further)),
+            caps,
+            len(cores),
+            parallel_blocks_all,
+        )
+        for u, ch in zip(units, ops_channel, strict=True)
     ]
-    can = [c != "Nop" and p < s for c, s, p in zip(core, single_s, parallel_s, strict=True)]
+    can = [any(u.values()) and p < s for u, s, p in zip(units, single_s, parallel_s, strict=True)]
     return resource_lower_bound(
         single_s,
         parallel_s,
@@ -121,6 +126,7 @@ def makespan_lower_bound(
         ([d[SINGLE] for d in needs], [d[PARALLEL] for d in needs]),
         preds,
         caps,
+        cores=len(cores),
         parallel_blocks_all=parallel_blocks_all,
         destructive=destructive,
     )
@@ -134,17 +140,19 @@ def resource_lower_bound(
     preds: Sequence[Sequence[int]],
     capacity: Units,
     *,
+    cores: int,
     parallel_blocks_all: bool = True,
     destructive: bool = True,
 ) -> float:
     """:func:`makespan_lower_bound` over resources as data: ``need[m][i]`` are the units of
-    each kind op i holds in mode m (single, split), ``capacity`` the units of each kind,
-    ``can[i]`` whether op i may split; ``parallel_blocks_all`` declares that every split
-    mode holds every unit of the core kinds, which come first (:data:`ilp.problem.CORE_KINDS`)."""
+    each kind op i holds in mode m (single, split), ``capacity`` the units of each kind, of
+    which the first ``cores`` are the cores, ``can[i]`` whether op i may split;
+    ``parallel_blocks_all`` declares that every split mode holds every unit of the core
+    kinds."""
     n = len(single_s)
     if n == 0:
         return 0.0
-    ops = _facts(single_s, parallel_s, can, need, preds, capacity, parallel_blocks_all)
+    ops = _facts(single_s, parallel_s, can, need, preds, capacity, cores, parallel_blocks_all)
     head, tail = ops.head, ops.tail
     best = max(h + f + t for h, f, t in zip(head, ops.fastest, tail, strict=True))
 
@@ -169,7 +177,7 @@ def resource_lower_bound(
     return max(best, _destructive(ops, best, cuts, threshold))
 
 
-def _facts(single_s, parallel_s, can, need, preds, caps, blocks_all) -> _Ops:
+def _facts(single_s, parallel_s, can, need, preds, caps, cores, blocks_all) -> _Ops:
     n = len(single_s)
     fastest = [p if ok else s for ok, s, p in zip(can, single_s, parallel_s, strict=True)]
     succs: list[list[int]] = [[] for _ in range(n)]
@@ -182,7 +190,7 @@ def _facts(single_s, parallel_s, can, need, preds, caps, blocks_all) -> _Ops:
     for i in range(n - 1, -1, -1):
         tail[i] = max((fastest[j] + tail[j] for j in succs[i]), default=0.0)
     holds = [any(u) for u in need[SINGLE]]
-    holds_core = [any(u[: len(CORE_KINDS)]) for u in need[SINGLE]]
+    holds_core = [any(u[:cores]) for u in need[SINGLE]]
     return _Ops(
         single_s,
         parallel_s,
@@ -201,7 +209,7 @@ def _facts(single_s, parallel_s, can, need, preds, caps, blocks_all) -> _Ops:
 
 
 def _shares(units: np.ndarray, caps: Units, weights: np.ndarray) -> np.ndarray:
-    """Per op (rows) and weight vector (columns): the weighted share of the units it holds."""
+    """Per op (rows) and set of weights (columns): the weighted share of the units it holds."""
     total = weights[None, :, 0] * units[:, :1] / caps[0]
     for k in range(1, len(caps)):
         total = total + weights[None, :, k] * units[:, k : k + 1] / caps[k]
@@ -217,7 +225,7 @@ def _destructive(ops: _Ops, base: float, cuts: list[float], threshold: list[floa
     """
     n = len(ops.single_s)
     kinds = len(ops.caps)
-    weights = np.asarray(weight_vectors(kinds, _WEIGHTS))
+    weights = np.asarray(occupancy_weights(kinds, _WEIGHTS))
     uses = np.asarray(ops.uses, dtype=float).reshape(n, kinds)
     split = np.asarray(ops.split, dtype=float).reshape(n, kinds)
     can = np.asarray(ops.can)[:, None]

@@ -8,7 +8,7 @@ finishes before j starts, only for incomparable pairs that can compete for resou
 unit c of a resource kind whose capacity the previous solve exceeded.
 
 Resources are the problem's data (:class:`ilp.problem.Problem`): kinds with capacities and
-each op's units per mode. The model relies on one property :func:`ilp.problem.core_demand`
+each op's units per mode. The model relies on one property :func:`ilp.problem.unit_demand`
 guarantees: per kind, an op's split mode holds either the units of its single mode or every
 unit of the kind (a full holder runs beside nothing else that holds the kind, by the
 ``x_ij + x_ji >= y_i`` rows). A split op holds every core but no more of a further kind (a
@@ -32,7 +32,7 @@ schedule:
 * unit-seconds per kind and, when parallel ops hold every core, path-plus-parallel-time
   inequalities, linear in the modes (see ``_work_cuts`` and ``_path_cuts``): without them
   the LP bound ignores that a parallel op cannot overlap any core-holding op;
-* an op holding several kinds (a fused ``TCandVC`` op) gets units of each kind of its own,
+* an op holding several kinds (a GEMM with a fused epilogue) gets units of each kind of its own,
   which is exactly "at most the capacity of each kind busy at any instant" (interval
   graphs are perfect, so such a schedule always has a per-unit assignment).
 
@@ -279,13 +279,13 @@ class _Model:
         self._warm(warm_modes, warm_start, assign)
 
     def _work_cuts(self, head, tail, single, gain, add, ge) -> None:
-        """Core-seconds per type, as valid inequalities linear in the modes:
+        """Unit-seconds per kind, as valid inequalities linear in the modes:
         ``T >= min head + sum_i (unit-seconds of i in its mode) / units + min tail``.
 
         All ops holding units of a kind run between the least head and the makespan less
         the least tail, and the kind gives ``units`` unit-seconds per second. Under
         ``parallel_blocks_all`` a parallel op holds every core, so this charges its full
-        latency to both core types: the LP then sees that parallel ops cannot overlap
+        latency to every core kind: the LP then sees that parallel ops cannot overlap
         single-core work, which the big-M rows alone hide from it. On a channel (one unit)
         it charges every collective's time.
         """

@@ -270,8 +270,8 @@ def parallel_sgs(
     ``rank`` (ties by index), as long as their resources are free.
 
     It builds non-delay schedules (no op waits while its cores are idle), which the serial
-    SGS misses when a high-priority op holds a low-priority one back: a tensor core left idle
-    behind a vector op, beside a weight-gradient GEMM that could have filled it. Not every
+    SGS misses when a high-priority op holds a low-priority one back: a matrix unit left idle
+    behind an elementwise op, beside a weight-gradient GEMM that could have filled it. Not every
     problem has a non-delay optimum, so it complements the serial SGS rather than replacing
     it (Kolisch, EJOR 90(2), 1996).
     """
@@ -363,6 +363,7 @@ def lower_bound(problem: Problem) -> float:
         problem.need,
         structure(problem).preds,
         problem.capacity,
+        cores=problem.core_kinds,
         parallel_blocks_all=problem.parallel_blocks_all,
     )
 

@@ -4,7 +4,7 @@ The argument (valid only with ``parallel_blocks_all``, where a split op holds ev
 take any schedule and cut out of the time axis every interval in which a parallel op runs.
 Nothing that holds a core runs then, so what is left holds every core-holding single-mode op
 whole, still in precedence order and within the capacities; an op that holds no core (a
-``Nop`` join, or a collective holding only its channel) may lose the part of its time that
+join, or a collective holding only its channel) may lose the part of its time that
 overlapped parallel ops, so it keeps at least its latency minus the parallel time of the ops
 it is incomparable with. Hence, with ``x_i`` = 1 when op i runs parallel,
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from ilp._native import native_stdout_silenced
 from ilp.listsched import Structure
-from ilp.problem import CORE_KINDS, SINGLE, Problem
+from ilp.problem import SINGLE, Problem
 
 __all__ = ["collapsed_lower_bound"]
 
@@ -90,7 +90,7 @@ def _rows(
         rows.append(([("e", j), ("e", i), ("d", i)], [1.0, -1.0, -1.0], 0.0))  # e_j >= e_i + d_i
     for k, cap in enumerate(problem.capacity):
         units = [u[k] for u in problem.need[SINGLE]]
-        if k >= len(CORE_KINDS):
+        if k >= problem.core_kinds:
             # C >= sum u_i d_i / cap: a further kind's ops keep their collapsed time
             ops = [i for i in range(n) if units[i]]
             if ops:

@@ -7,21 +7,22 @@ duration and resource demand. Node names, energies and everything else that does
 the optimal schedule stay out of the key, so identical layers share one solve.
 
 Resources are data (docs/scheduling.md): a problem declares its resource kinds and the units of
-each (the design's tensor and vector cores, and any further kinds such as a communication
-channel), and every op, per mode, how many units of each kind it holds while it runs. The
-solver reads only those. :func:`build_problem` derives the demands from the graph: a
-single-core op holds one core of its type (a fused ``TCandVC`` op one tensor and one vector
-core); an intra-op parallel op holds all cores of its type and, with
-``parallel_blocks_all`` (the default), every core of the chip (every unit of the core kinds,
-never of the further kinds: a split GEMM runs beside a collective on its channel); ``Nop``
-ops hold no core (network collectives, joins) but take their latency; a node's ``demand``
-attribute adds units of the further kinds, held in either mode.
+each (the design's kinds of compute unit, its *cores*, and any further kinds such as a
+communication channel), and every op, per mode, how many units of each kind it holds while it
+runs. The solver reads only those; no kind has a meaning of its own. :func:`build_problem`
+derives the demands from the graph: a node's ``units`` attribute maps the core kinds it runs
+on to the units it holds of each in its single mode (usually one); in its intra-op parallel
+mode it holds every unit of those kinds and, with ``parallel_blocks_all`` (the default),
+every core of the chip (every unit of every core kind, never of the further kinds: a split
+op runs beside a collective on its channel); a node without ``units`` holds no core (a
+network collective, a join) but takes its latency; a node's ``demand`` attribute adds units
+of the further kinds, held in either mode.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,21 +31,17 @@ import networkx as nx
 from phaze_common.errors import ConfigError
 
 __all__ = [
-    "CORE_KINDS",
-    "CORE_TYPES",
     "SINGLE",
     "PARALLEL",
     "Problem",
     "Contracted",
     "build_problem",
-    "core_demand",
+    "unit_demand",
     "channel_kind",
 ]
 
-CORE_TYPES: Final = ("TC", "VC", "TCandVC", "Nop")
-CORE_KINDS: Final = ("TC", "VC")  # the resource kinds of every design: its cores
-SINGLE: Final = 0  # mode index: the op runs on one core of its type
-PARALLEL: Final = 1  # mode index: the op runs split over all cores of its type (intra-op)
+SINGLE: Final = 0  # mode index: the op runs on its single mode's units (one of each kind)
+PARALLEL: Final = 1  # mode index: the op runs split over all units of its kinds (intra-op)
 
 Units = tuple[int, ...]  # units held of each resource kind, in the problem's kind order
 
@@ -63,16 +60,18 @@ class Problem:
     units of kind k op i holds in mode m (the parallel mode's equals the single mode's where
     that mode does not exist). ``single_s[i]``/``parallel_s[i]`` are its durations in the two
     modes (equal for ops that cannot split); ``can_parallel[i]`` is False when the parallel
-    mode is dominated (no faster) or does not exist. The kinds start with the cores
-    (:data:`CORE_KINDS`). ``parallel_blocks_all`` says that every parallel mode holds every
-    unit of every core kind (not of the further kinds), which the bounds exploit: a split op
-    runs beside no op that holds a core (:meth:`holds_core`), but may run beside one that
-    holds only further kinds (a collective on its channel). ``edges`` are (i, j) with i < j
-    (ops are in topological order), after contraction.
+    mode is dominated (no faster) or does not exist. The first ``core_kinds`` kinds are the
+    cores (the chip's compute units), the rest further kinds. ``parallel_blocks_all`` says
+    that every parallel mode holds every unit of every core kind (not of the further kinds),
+    which the bounds exploit: a split op runs beside no op that holds a core
+    (:meth:`holds_core`), but may run beside one that holds only further kinds (a collective
+    on its channel). ``edges`` are (i, j) with i < j (ops are in topological order), after
+    contraction.
     """
 
     kinds: tuple[str, ...]
     capacity: Units
+    core_kinds: int
     parallel_blocks_all: bool
     need: tuple[tuple[Units, ...], tuple[Units, ...]]
     single_s: tuple[float, ...]
@@ -93,36 +92,34 @@ class Problem:
         )
 
     def holds(self, i: int) -> bool:
-        """Does op i hold any resource (unlike a ``Nop`` join or collective)?"""
+        """Does op i hold any resource (unlike a join or a collective)?"""
         return any(self.need[SINGLE][i])
 
     def holds_core(self, i: int) -> bool:
         """Does op i hold a core (so no op split over the chip runs beside it)?"""
-        return any(self.need[SINGLE][i][: len(CORE_KINDS)])
+        return any(self.need[SINGLE][i][: self.core_kinds])
 
     def demand(self, i: int, mode: int) -> dict[str, int]:
         """The units of each kind op i holds in ``mode``, by kind."""
         return dict(zip(self.kinds, self.need[mode][i], strict=True))
 
 
-def core_demand(
-    core: str, capacity: Sequence[int], blocks_all: bool, extra: Sequence[int] | None = None
+def unit_demand(
+    single: Units, capacity: Units, cores: int, blocks_all: bool
 ) -> tuple[Units, Units]:
-    """(single, parallel) units of each kind held by an op of this core type.
+    """(single, parallel) units of each kind held by an op that holds ``single`` in its single
+    mode (every kind in order: the first ``cores`` are the cores, the rest further kinds).
 
-    ``capacity`` starts with the tensor and vector cores (:data:`CORE_KINDS`); ``extra`` are
-    the units of every kind the op holds besides its cores, in either mode. With
-    ``blocks_all`` the split mode holds every core, and of the further kinds only ``extra``.
+    In its parallel mode it holds every unit of the core kinds it works on or, with
+    ``blocks_all``, of every core kind; of the further kinds the same as in its single mode.
+    An op holding no core has no parallel mode (both are its single one).
     """
-    extra = tuple(extra) if extra is not None else (0,) * len(capacity)
-    tc, vc = core in ("TC", "TCandVC"), core in ("VC", "TCandVC")
-    single = (int(tc) + extra[0], int(vc) + extra[1], *extra[2:])
-    if core == "Nop":
+    if not any(single[:cores]):
         return single, single
     if blocks_all:
-        return single, (*capacity[: len(CORE_KINDS)], *extra[len(CORE_KINDS) :])
-    own = (capacity[0] if tc else extra[0], capacity[1] if vc else extra[1])
-    return single, (*own, *extra[2:])
+        return single, (*capacity[:cores], *single[cores:])
+    own = tuple(c if u else 0 for u, c in zip(single[:cores], capacity[:cores], strict=True))
+    return single, (*own, *single[cores:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,81 +143,77 @@ def _number(value: object) -> float | None:
     return v if math.isfinite(v) and v >= 0 else None
 
 
-def _check_node(node: Hashable, attrs: Mapping[str, object], capacity: Mapping[str, int]):
+def _check_units(
+    node: Hashable, attr: str, value: object, kinds: Mapping[str, int], what: str
+) -> list[str]:
+    """The problems of a node's ``units`` or ``demand`` mapping over ``kinds``."""
+    if not isinstance(value, Mapping):
+        return [f"graph node {node!r}: {attr} = {value!r} must map {what} kinds to units"]
     problems = []
-    core = attrs.get("core")
-    if core not in CORE_TYPES:
-        problems.append(
-            f"graph node {node!r}: core = {core!r} must be one of {', '.join(CORE_TYPES)}"
-        )
-    required = ("latency_s",) if core == "Nop" else ("latency_s", "parallel_latency_s")
-    optional = ("energy_j",) if core == "Nop" else ("energy_j", "parallel_energy_j")
-    for field in required:
-        if core == "Nop" and field not in attrs:
-            continue  # a Nop without latency is a zero-time join
-        if field not in attrs:
-            problems.append(f"graph node {node!r}: missing attribute {field!r} (seconds, >= 0)")
-        elif _number(attrs[field]) is None:
+    for kind, units in value.items():
+        if kind not in kinds:
             problems.append(
-                f"graph node {node!r}: {field} = {attrs[field]!r} must be a finite number >= 0"
-            )
-    for field in optional:
-        if field in attrs and _number(attrs[field]) is None:
-            problems.append(
-                f"graph node {node!r}: {field} = {attrs[field]!r} must be a finite number >= 0"
-            )
-    extra = attrs.get("demand", {})
-    further = [k for k in capacity if k not in CORE_KINDS]
-    if not isinstance(extra, Mapping):
-        problems.append(f"graph node {node!r}: demand = {extra!r} must map resource kinds to units")
-        return problems
-    for kind, units in extra.items():
-        if kind not in further:
-            problems.append(
-                f"graph node {node!r}: demand names resource {kind!r}; the declared further "
-                f"resources are: {', '.join(map(repr, further)) or 'none'}"
+                f"graph node {node!r}: {attr} names {kind!r}; the declared {what} kinds are: "
+                f"{', '.join(map(repr, kinds)) or 'none'}"
             )
         elif isinstance(units, bool) or not isinstance(units, int) or not 0 <= units:
             problems.append(
-                f"graph node {node!r}: demand[{kind!r}] = {units!r} must be an integer >= 0"
+                f"graph node {node!r}: {attr}[{kind!r}] = {units!r} must be an integer >= 0"
             )
-        elif isinstance(capacity[kind], int) and units > capacity[kind]:
+        elif isinstance(kinds[kind], int) and units > kinds[kind]:
             problems.append(
-                f"graph node {node!r}: demand[{kind!r}] = {units} exceeds the "
-                f"{capacity[kind]} units of {kind!r}"
+                f"graph node {node!r}: {attr}[{kind!r}] = {units} exceeds the "
+                f"{kinds[kind]} units of {kind!r}"
             )
     return problems
 
 
-def _check_capacity(num_tc: object, num_vc: object, resources: object) -> list[str]:
-    problems = []
-    for name, v in (("num_tc", num_tc), ("num_vc", num_vc)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            problems.append(f"solve_schedule: {name} = {v!r} must be an integer >= 1")
-    if not isinstance(resources, Mapping):
-        return [*problems, f"solve_schedule: resources = {resources!r} must map kinds to units"]
-    for kind, v in resources.items():
-        if not isinstance(kind, str) or kind in CORE_KINDS:
+def _check_node(
+    node: Hashable, attrs: Mapping[str, object], cores: Mapping[str, int], further: Mapping
+) -> list[str]:
+    units = attrs.get("units", {})
+    problems = _check_units(node, "units", units, cores, "core")
+    held = isinstance(units, Mapping) and any(units.values())
+    required = ("latency_s", "parallel_latency_s") if held else ()
+    optional = ("energy_j", "parallel_energy_j") if held else ("latency_s", "energy_j")
+    for field in required:
+        if field not in attrs:
+            problems.append(f"graph node {node!r}: missing attribute {field!r} (seconds, >= 0)")
+    for field in (*required, *optional):
+        if field in attrs and _number(attrs[field]) is None:
             problems.append(
-                f"solve_schedule: resource kind {kind!r} must be a name other than "
-                f"{' and '.join(CORE_KINDS)} (the cores are num_tc and num_vc)"
+                f"graph node {node!r}: {field} = {attrs[field]!r} must be a finite number >= 0"
+            )
+    return problems + _check_units(node, "demand", attrs.get("demand", {}), further, "further")
+
+
+def _kinds_problems(name: str, kinds: object, taken: Mapping[str, int]) -> list[str]:
+    """The problems of ``units`` or ``resources`` (kind -> units >= 1; no kind in ``taken``)."""
+    if not isinstance(kinds, Mapping):
+        return [f"solve_schedule: {name} = {kinds!r} must map kinds to units"]
+    problems = []
+    for kind, v in kinds.items():
+        if not isinstance(kind, str) or kind in taken:
+            problems.append(
+                f"solve_schedule: {name} kind {kind!r} must be a name"
+                + (f" other than the cores' ({', '.join(map(repr, taken))})" if taken else "")
             )
         elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            problems.append(f"solve_schedule: resources[{kind!r}] = {v!r} must be an integer >= 1")
+            problems.append(f"solve_schedule: {name}[{kind!r}] = {v!r} must be an integer >= 1")
     return problems
 
 
 def build_problem(
     graph: nx.DiGraph,
-    num_tc: int,
-    num_vc: int,
+    units: Mapping[str, int],
     *,
     parallel_blocks_all: bool = True,
     resources: Mapping[str, int] | None = None,
 ) -> Contracted:
-    """Validate ``graph`` and build its canonical :class:`Problem` on ``num_tc`` tensor and
-    ``num_vc`` vector cores and the further ``resources`` (kind -> units), which the nodes'
-    ``demand`` attributes draw on.
+    """Validate ``graph`` and build its canonical :class:`Problem` on the cores ``units``
+    (kind -> units, in that order: the chip's kinds of compute unit) and the further
+    ``resources`` (kind -> units), which the nodes' ``units`` and ``demand`` attributes
+    draw on.
 
     Raises
     ------
@@ -228,16 +221,16 @@ def build_problem(
         Listing every bad node attribute, bad capacity, or a cycle, at once.
     """
     resources = {} if resources is None else resources
-    problems = _check_capacity(num_tc, num_vc, resources)
-    capacity = {"TC": num_tc, "VC": num_vc}
-    if isinstance(resources, Mapping):
-        capacity.update(resources)
+    problems = _kinds_problems("units", units, {})
+    cores = dict(units) if isinstance(units, Mapping) else {}
+    problems += _kinds_problems("resources", resources, cores)
+    further = dict(resources) if isinstance(resources, Mapping) else {}
     if not isinstance(graph, nx.DiGraph):
         raise ConfigError(
             f"solve_schedule: graph must be a networkx DiGraph (got {type(graph).__name__})"
         )
     for node, attrs in graph.nodes(data=True):
-        problems.extend(_check_node(node, attrs, capacity))
+        problems.extend(_check_node(node, attrs, cores, further))
     if not nx.is_directed_acyclic_graph(graph):
         cycle = nx.find_cycle(graph)
         problems.append(f"solve_schedule: graph has a cycle through {[u for u, _ in cycle]!r}")
@@ -253,7 +246,7 @@ def build_problem(
     for node in order:
         a = attrs[node]
         single = float(a.get("latency_s", 0.0))
-        if a["core"] == "Nop":
+        if not any(a.get("units", {}).values()):
             parallel, can = single, False
         else:
             parallel = float(a["parallel_latency_s"])
@@ -280,19 +273,17 @@ def build_problem(
         kept_preds[node] = frozenset(acc)
         if node in index:
             edges.update((p, index[node]) for p in acc)
+    capacity = {**cores, **further}
     caps = tuple(capacity.values())
-    needs = [
-        core_demand(
-            attrs[v]["core"],
-            caps,
-            bool(parallel_blocks_all),
-            tuple(attrs[v].get("demand", {}).get(k, 0) for k in capacity) if resources else None,
-        )
-        for v in kept
-    ]
+    needs = []
+    for v in kept:
+        held = {**attrs[v].get("units", {}), **attrs[v].get("demand", {})}
+        single = tuple(held.get(k, 0) for k in capacity)
+        needs.append(unit_demand(single, caps, len(cores), bool(parallel_blocks_all)))
     problem = Problem(
         kinds=tuple(capacity),
         capacity=caps,
+        core_kinds=len(cores),
         parallel_blocks_all=bool(parallel_blocks_all),
         need=(tuple(d[SINGLE] for d in needs), tuple(d[PARALLEL] for d in needs)),
         single_s=tuple(mode_of[v][0] for v in kept),

@@ -1,4 +1,4 @@
-"""Schedule one layer pass's ops on a design's cores: :func:`solve_schedule`.
+"""Schedule one layer pass's ops on a design's compute units: :func:`solve_schedule`.
 
 The pipeline for one graph (docs/scheduling.md):
 
@@ -39,7 +39,7 @@ from ilp.branch import branch_and_bound
 from ilp.formulation import SOLVERS, check_solver, solve_ilp
 from ilp.listsched import improve, initial_schedule, lower_bound, makespan, serial_sgs, structure
 from ilp.lpbound import collapsed_lower_bound
-from ilp.problem import CORE_KINDS, PARALLEL, SINGLE, Problem, build_problem
+from ilp.problem import PARALLEL, SINGLE, Problem, build_problem
 from ilp.symmetry import canonical, symmetry
 from ilp.usage import unit_ids, utilisation
 from phaze_common.errors import ConfigError, SolverError
@@ -92,15 +92,16 @@ class Schedule:
     """An exact, feasible schedule of one layer pass.
 
     ``start_s``/``duration_s`` are per node; ``parallel`` holds the nodes run intra-op
-    parallel; ``cores[node]`` is (tensor cores, vector cores) the node holds (a parallel op
-    holds every core of its type, and every core at all when parallel ops hold the chip);
-    ``core_ids[node]`` names the units of the kinds it works on ("TC3", "TC0+VC1", "TC0-7",
-    "" for ``Nop``). ``capacity`` is the units of every resource kind. Utilisation is the
-    share of a kind's units doing work (held by ops of that kind in their single mode's
-    kinds): peak over time and average over the makespan, per kind in ``utilisation`` and
-    ``peak_utilisation``, and for the cores in the ``tc_``/``vc_`` fields. ``gap`` is
-    (makespan - best lower bound) / makespan. ``wall_s`` is the time the solve took when
-    first computed (schedules are cached by content).
+    parallel; ``held[node]`` maps each resource kind the node holds to its units (a parallel
+    op holds every unit of its kinds, and every core at all when parallel ops hold the chip);
+    ``core_ids[node]`` names the units of the kinds it works on ("A3", "A0+B1", "A0-7"; ""
+    for a node holding no unit).
+    ``capacity`` is the units of every resource kind, of which ``core_kinds`` are the chip's
+    compute units (the rest further kinds, such as channels). Utilisation is the share of a
+    kind's units doing work (held by ops of that kind in their single mode's kinds): peak
+    over time and average over the makespan, per kind in ``utilisation`` and
+    ``peak_utilisation``. ``gap`` is (makespan - best lower bound) / makespan. ``wall_s`` is
+    the time the solve took when first computed (schedules are cached by content).
     """
 
     makespan_s: float
@@ -108,14 +109,9 @@ class Schedule:
     start_s: Mapping[Hashable, float]
     duration_s: Mapping[Hashable, float]
     parallel: frozenset[Hashable]
-    cores: Mapping[Hashable, tuple[int, int]]
+    held: Mapping[Hashable, Mapping[str, int]]
     core_ids: Mapping[Hashable, str]
-    num_tc: int
-    num_vc: int
-    tc_utilisation: float
-    vc_utilisation: float
-    tc_peak_utilisation: float
-    vc_peak_utilisation: float
+    core_kinds: tuple[str, ...]
     capacity: Mapping[str, int]
     utilisation: Mapping[str, float]
     peak_utilisation: Mapping[str, float]
@@ -145,8 +141,7 @@ class _Result:
 
 def solve_schedule(
     graph: nx.DiGraph,
-    num_tc: int,
-    num_vc: int,
+    units: Mapping[str, int],
     *,
     solver: str = "highs",
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
@@ -155,15 +150,19 @@ def solve_schedule(
     search_nodes: int = DEFAULT_SEARCH_NODES,
     resources: Mapping[str, int] | None = None,
 ) -> Schedule:
-    """The minimum-makespan schedule of ``graph`` on ``num_tc`` tensor and ``num_vc``
-    vector cores (and the further ``resources``).
+    """The minimum-makespan schedule of ``graph`` on the cores ``units`` (the chip's kinds
+    of compute unit, each with its units) and the further ``resources``.
 
     Parameters
     ----------
     graph
-        DAG whose nodes carry ``core`` ("TC", "VC", "TCandVC", "Nop"), ``latency_s`` (one
-        core), ``parallel_latency_s`` (all cores of its type; not needed for "Nop") and
-        optionally ``energy_j``/``parallel_energy_j``.
+        DAG whose nodes carry ``units`` (the units of each core kind they hold in their
+        single mode, usually one; absent or empty for a node that holds no core, such as a
+        network collective or a join), ``latency_s`` (single mode), ``parallel_latency_s``
+        (split over every unit of its kinds; not needed without ``units``) and optionally
+        ``energy_j``/``parallel_energy_j``.
+    units
+        The cores: kind -> units (e.g. ``{"A": 4, "B": 1}``), in a fixed order.
     solver
         "highs" (in-process, default), "cbc" (PuLP's bundled binary) or "gurobi" (when
         installed and licensed). If HiGHS fails, CBC is tried before giving up. "list"
@@ -175,7 +174,7 @@ def solve_schedule(
     parallel_blocks_all
         True (default): an intra-op parallel op holds every core of the chip (it may still
         run beside an op holding only further resources, such as a collective on its
-        channel). False: it holds only the cores of its own type(s).
+        channel). False: it holds only the units of its own kinds.
     search_nodes
         Node budget of the exact branch and bound (:mod:`ilp.branch`) that runs on every
         part the list schedule does not prove optimal, before any MIP (0: none). Within the
@@ -190,16 +189,16 @@ def solve_schedule(
     Raises
     ------
     ConfigError
-        Bad graph attributes, core counts, solver name or settings (all listed at once).
+        Bad graph attributes, unit counts, solver name or settings (all listed at once).
     SolverError
         Every solver failed (not a timeout), with the solver's status.
 
     Examples
     --------
     >>> g = nx.DiGraph()
-    >>> g.add_node("a", core="TC", latency_s=4.0, parallel_latency_s=1.0)
-    >>> g.add_node("b", core="VC", latency_s=2.0, parallel_latency_s=2.0)
-    >>> solve_schedule(g, 4, 1).makespan_s  # a on all 4 tensor cores, then b
+    >>> g.add_node("a", units={"A": 1}, latency_s=4.0, parallel_latency_s=1.0)
+    >>> g.add_node("b", units={"B": 1}, latency_s=2.0, parallel_latency_s=2.0)
+    >>> solve_schedule(g, {"A": 4, "B": 1}).makespan_s  # a on all 4 units of A, then b
     3.0
     """
     problems = []
@@ -214,7 +213,7 @@ def solve_schedule(
     if solver != HEURISTIC:
         check_solver(solver)
     contracted = build_problem(
-        graph, num_tc, num_vc, parallel_blocks_all=parallel_blocks_all, resources=resources
+        graph, units, parallel_blocks_all=parallel_blocks_all, resources=resources
     )
     result = _solve(
         contracted.problem, solver, float(time_limit_s), float(mip_gap), int(search_nodes)
@@ -310,6 +309,7 @@ def _sub_problem(problem: Problem, lo: int, hi: int) -> Problem:
     return Problem(
         kinds=problem.kinds,
         capacity=problem.capacity,
+        core_kinds=problem.core_kinds,
         parallel_blocks_all=problem.parallel_blocks_all,
         need=(problem.need[SINGLE][lo:hi], problem.need[PARALLEL][lo:hi]),
         single_s=problem.single_s[lo:hi],
@@ -373,7 +373,7 @@ def _solve_part(
     sym = symmetry(problem)
     best = (modes, start, ub)
     # A further kind (a channel) is few rows and nearly always over-subscribed without them.
-    assign = frozenset(problem.kinds[len(CORE_KINDS) :])
+    assign = frozenset(problem.kinds[problem.core_kinds :])
     used = solver
     status = ScheduleStatus.LIST_SCHEDULE
     method = Method.ILP
@@ -381,7 +381,9 @@ def _solve_part(
         remaining = time_limit_s - (time.perf_counter() - t0)
         if remaining <= 0:
             break
-        method = Method.ILP_CORES if assign & set(CORE_KINDS) else Method.ILP
+        method = (
+            Method.ILP_CORES if assign & set(problem.kinds[: problem.core_kinds]) else Method.ILP
+        )
         warm = canonical(sym, best[0], best[1])
         out, used = _solve_with_fallback(
             problem, st, (warm[0], warm[1], best[2]), lb, assign, solver, t0 + time_limit_s, mip_gap
@@ -516,21 +518,21 @@ def _assemble(
     ordered = list(graph.nodes)
     ids = unit_ids(ordered, start, duration, mode, own, held, problem)
     util, peak = utilisation(ordered, start, duration, own, held, problem, result.makespan_s)
-    tc, vc = (problem.kinds.index(k) for k in CORE_KINDS)
+    kinds = problem.kinds
     return Schedule(
         makespan_s=result.makespan_s,
         energy_j=energy,
         start_s=MappingProxyType({v: start[v] for v in ordered}),
         duration_s=MappingProxyType({v: duration[v] for v in ordered}),
         parallel=frozenset(v for v in ordered if mode[v] == PARALLEL),
-        cores=MappingProxyType({v: (held[v][tc], held[v][vc]) for v in ordered}),
+        held=MappingProxyType(
+            {
+                v: MappingProxyType({k: u for k, u in zip(kinds, held[v], strict=True) if u})
+                for v in ordered
+            }
+        ),
         core_ids=MappingProxyType({v: ids[v] for v in ordered}),
-        num_tc=problem.capacity[tc],
-        num_vc=problem.capacity[vc],
-        tc_utilisation=util[tc],
-        vc_utilisation=util[vc],
-        tc_peak_utilisation=peak[tc],
-        vc_peak_utilisation=peak[vc],
+        core_kinds=kinds[: problem.core_kinds],
         capacity=MappingProxyType(dict(zip(problem.kinds, problem.capacity, strict=True))),
         utilisation=MappingProxyType(dict(zip(problem.kinds, util, strict=True))),
         peak_utilisation=MappingProxyType(dict(zip(problem.kinds, peak, strict=True))),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ilp.bounds import resource_lower_bound, weight_vectors
+from ilp.bounds import occupancy_weights, resource_lower_bound
 from ilp.listsched import Structure
 from ilp.problem import PARALLEL, SINGLE, Problem
 from ilp.symmetry import symmetry
@@ -52,12 +52,12 @@ class SearchTables:
                 for i in ops:
                     self.in_branch[i] = (group, k)
         # Per op: units-seconds of each kind, least over its modes and split (for ops the
-        # bound forces to split); and weighted occupancy per weight vector.
+        # bound forces to split); and weighted occupancy per set of weights.
         units = [tuple(1.0 if j == k else 0.0 for j in self.kinds) for k in self.kinds]
         work = [self._table(w) for w in units]
         self.work_free = list(zip(*(free for free, _ in work), strict=True))
         self.work_split = list(zip(*(split for _, split in work), strict=True))
-        self.weights = weight_vectors(len(self.caps), _WEIGHTS)
+        self.weights = occupancy_weights(len(self.caps), _WEIGHTS)
         occupancy = [
             self._table(tuple(w / c for w, c in zip(wv, self.caps, strict=True)))
             for wv in self.weights
@@ -130,6 +130,7 @@ def heads_and_tails(problem: Problem, st: Structure) -> tuple[list[float], list[
             tuple([problem.need[m][i] for i in ops] for m in (SINGLE, PARALLEL)),
             [[pos[p] for p in st.preds[i] if p in pos] for i in ops],
             problem.capacity,
+            cores=problem.core_kinds,
             parallel_blocks_all=problem.parallel_blocks_all,
             # The destructive bound raises few heads and tails here, for much more time.
             destructive=False,
@@ -150,7 +151,7 @@ def split_sinks(problem: Problem, st: Structure) -> int:
     Where split ops hold every core, a split op with no successors runs beside nothing
     that holds a core; cutting its interval out of the time axis and appending it at the end
     keeps every other op's precedence and units and the makespan. The cut would split an
-    op that holds no core (a ``Nop``, or a collective holding only its channel) running
+    op that holds no core (a join, or a collective holding only its channel) running
     beside it, so only an op every such op precedes qualifies.
     """
     if not problem.parallel_blocks_all:

@@ -1,16 +1,18 @@
 """Layer timings for the placement stage: op costs -> schedules -> :class:`LayerTiming`.
 
 For each distinct layer (class id) of a :class:`~workloads.layer_graph.LayerGraph`, the
-operator model (:func:`arch_space.perf.op_costs`) prices every op on one core and on all cores
-of its type; those become the scheduler's node attributes; :func:`ilp.solve_schedule` gives
-each pass's makespan, energy and utilisation. Every collective over more than one device
-holds one unit of its parallel group's communication channel (a resource kind of one unit,
-declared for the pass when it has such collectives), so a group's collectives run one at a
-time, in the order the scheduler finds best, beside the compute that does not depend on
-them (a split GEMM too: split ops hold every core, not the channel). Identical passes (same
+operator model (:func:`arch_space.perf.op_costs`) gives every op the kinds of compute unit it
+runs on and its cost on one unit of each and on all units of them; those become the
+scheduler's node attributes, and the design's units of each kind
+(:attr:`~arch_space.accelerator.Accelerator.capacity`) its cores; :func:`ilp.solve_schedule`
+gives each pass's makespan, energy and utilisation. Every collective over more than one
+device holds one unit of its parallel group's communication channel (a resource kind of one
+unit, declared for the pass when it has such collectives), so a group's collectives run one
+at a time, in the order the scheduler finds best, beside the compute that does not depend on
+them (a split op too: split ops hold every core, not the channel). Identical passes (same
 ops, same design) are solved once: timings are cached by content (the op graph, the
 accelerator without its name, the cluster and the :class:`SolveOptions`), and schedules by
-their costs and core counts.
+their costs and unit counts.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import networkx as nx
 from arch_space.accelerator import Accelerator, Cluster
 from arch_space.perf import op_costs
 from arch_space.perf.device import DeviceProfile
-from ilp.problem import CORE_KINDS, channel_kind
+from ilp.problem import channel_kind
 from ilp.schedule import (
     DEFAULT_MIP_GAP,
     DEFAULT_SEARCH_NODES,
@@ -74,9 +76,9 @@ class SolveSettings(TypedDict, total=False):
 class PassTiming:
     """One pass (forward, backward or recompute) of one distinct layer on one design.
 
-    Utilisations are average shares of each core type busy over the makespan, and
-    ``utilisation_by_kind`` the same for every resource kind, as (kind, share) pairs (hashable
-    like the rest; ``dict()`` of it is the mapping). ``status``,
+    ``utilisation_by_kind`` is the average share of each resource kind's units busy over the
+    makespan, as (kind, share) pairs (hashable like the rest; ``dict()`` of it is the
+    mapping). ``status``,
     ``method`` and ``gap`` say how exact the schedule is (see :class:`ilp.Schedule`).
     ``comm_exposed_s`` is the time in which collectives run and no compute op does.
     ``energy_j`` sums the ops' energies (each with the chip's static power over its own
@@ -89,8 +91,6 @@ class PassTiming:
     compute_j: float
     memory_j: float
     network_j: float
-    tc_utilisation: float
-    vc_utilisation: float
     solver: str
     status: str
     method: str
@@ -113,8 +113,6 @@ class PassTiming:
             compute_j=parts[0],
             memory_j=parts[1],
             network_j=parts[2],
-            tc_utilisation=s.tc_utilisation,
-            vc_utilisation=s.vc_utilisation,
             solver=s.solver,
             status=str(s.status),
             method=str(s.method),
@@ -147,7 +145,7 @@ def _exposed_comm_s(s: Schedule, graph: nx.DiGraph) -> float:
         interval = (s.start_s[node], s.start_s[node] + s.duration_s[node])
         if op.kind is OpKind.COLLECTIVE:
             comm.append(interval)
-        elif attrs["core"] != "Nop" and op.kind is not OpKind.COMM_SHARE:
+        elif attrs["units"] and op.kind is not OpKind.COMM_SHARE:
             work.append(interval)
     exposed = 0.0
     busy = _merged(work)
@@ -174,15 +172,17 @@ class LayerTiming:
 def costed_graph(
     graph: OpGraph, acc: Accelerator, cluster: Cluster, device: DeviceProfile | None = None
 ) -> nx.DiGraph:
-    """The networkx view of ``graph`` with each op's single- and all-core latency and energy
-    on ``acc`` (the scheduler's input), and each collective's ``demand`` of one unit of its
-    group's channel (:func:`channels`); ``device`` overrides the preset's sustained rates."""
+    """The networkx view of ``graph`` with the kinds of unit each op runs on (``units``, one
+    of each in its single mode), its single- and all-unit latency and energy on ``acc`` (the
+    scheduler's input), and each collective's ``demand`` of one unit of its group's channel
+    (:func:`channels`); ``device`` overrides the preset's sustained rates."""
     table = op_costs(graph, acc, cluster, device=device)
     g = nx.DiGraph(graph.to_networkx())
     for k, op in enumerate(graph.ops):
         if (channel := op_channel(op)) is not None:
             g.nodes[op.name]["demand"] = {channel: 1}
         g.nodes[op.name].update(
+            units=dict.fromkeys(table.units[k], 1),
             latency_s=float(table.latency_s[k]),
             parallel_latency_s=float(table.parallel_latency_s[k]),
             energy_j=float(table.energy_j[k]),
@@ -209,20 +209,17 @@ def channels(graph: nx.DiGraph) -> dict[str, int]:
 def pass_schedule(
     graph: OpGraph, acc: Accelerator, cluster: Cluster, **settings: Unpack[SolveSettings]
 ) -> Schedule:
-    """The optimal schedule of one pass's op graph on ``acc``'s cores and its collectives'
-    channels (``settings``: :class:`SolveOptions`)."""
+    """The optimal schedule of one pass's op graph on ``acc``'s compute units and its
+    collectives' channels (``settings``: :class:`SolveOptions`)."""
     costed = costed_graph(graph, acc, cluster)
     return _schedule(costed, acc, SolveOptions(**settings))
 
 
 def _schedule(costed: nx.DiGraph, acc: Accelerator, options: SolveOptions) -> Schedule:
-    capacity = dict(acc.resources)
-    further = {k: v for k, v in capacity.items() if k not in CORE_KINDS}
     return solve_schedule(
         costed,
-        capacity["TC"],
-        capacity["VC"],
-        resources={**further, **channels(costed)},
+        acc.capacity,
+        resources=channels(costed),
         solver=options.solver,
         time_limit_s=options.time_limit_s,
         mip_gap=options.mip_gap,

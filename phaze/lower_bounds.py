@@ -10,7 +10,6 @@ for its tight bound of a design (:mod:`phaze.sweep.optimistic`).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from functools import lru_cache
 
 from arch_space import Accelerator, Cluster
@@ -18,6 +17,7 @@ from arch_space.perf import op_costs
 from arch_space.perf.device import DeviceProfile
 from ilp import makespan_lower_bound
 from ilp.timing import op_channel
+from phaze_common.graph import topological_order
 from placement import StageGraph
 from placement.adapt import stage_graph
 from workloads import (
@@ -95,37 +95,18 @@ def pass_bound_s(
         return 0.0
     table = op_costs(graph, acc, cluster, device=device)
     preds: list[list[int]] = [[] for _ in ops]
-    succs: list[list[int]] = [[] for _ in ops]
     for i, j in graph.edges:
         preds[j].append(i)
-        succs[i].append(j)
-    order = _topological(preds, succs)
+    order = topological_order(range(len(ops)), graph.edges)
+    assert len(order) == len(ops), "an op graph is acyclic"
     position = {op: k for k, op in enumerate(order)}
     single = table.latency_s.tolist()
     split = table.parallel_latency_s.tolist()
     return makespan_lower_bound(
-        [str(ops[i].core) for i in order],
+        [dict.fromkeys(table.units[i], 1) for i in order],
         [single[i] for i in order],
         [split[i] for i in order],
         [[position[p] for p in preds[i]] for i in order],
-        acc.num_tc,
-        acc.num_vc,
+        acc.capacity,
         channels=[op_channel(ops[i]) for i in order],
     )
-
-
-def _topological(preds: list[list[int]], succs: list[list[int]]) -> list[int]:
-    """The ops in a topological order (Kahn's algorithm, smallest index first)."""
-    missing = [len(p) for p in preds]
-    ready = [i for i, m in enumerate(missing) if not m]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for j in succs[i]:
-            missing[j] -= 1
-            if not missing[j]:
-                heapq.heappush(ready, j)
-    assert len(order) == len(preds), "an op graph is acyclic"
-    return order

@@ -33,7 +33,6 @@ keyed by tensor-parallel (TMPC) width ``t``; the reference also reads ``fixedPP`
 from __future__ import annotations
 
 import difflib
-import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ import numpy as np
 
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.files import read_json
+from phaze_common.graph import topological_order
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, over_limit
 from phaze_common.units import fmt_bytes, fmt_pair
 from placement.costs import LayerArrays, reference_costs, stage_layers
@@ -318,24 +318,10 @@ def _check_graphs(problems, source, nodes, edges) -> None:
 
 
 def _topological(source, problems, nodes, edges) -> tuple[int, ...]:
-    """Kahn's algorithm, smallest id first among ready nodes (deterministic)."""
+    """The node ids in topological order, smallest id first among ready nodes (deterministic)."""
     first = min(nodes)
     ids = sorted(n.id for n in nodes[first])
-    indeg = dict.fromkeys(ids, 0)
-    succ: dict[int, list[int]] = {i: [] for i in ids}
-    for e in edges[first]:
-        indeg[e.dest] += 1
-        succ[e.source].append(e.dest)
-    ready = [i for i in ids if indeg[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        v = heapq.heappop(ready)
-        order.append(v)
-        for w in succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(ready, w)
+    order = topological_order(ids, ((e.source, e.dest) for e in edges[first]))
     if len(order) != len(ids):
         problems.append(f"{source} [edges]: the graph has a cycle; it must be a DAG")
     return tuple(order)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PER_CORE_MAX", "gantt_figure", "draw_gantt"]
 
-#: Up to this many cores (TC + VC) the chart has one row per core, above it one lane per kind.
+#: Up to this many cores (units of every compute kind) the chart has one row per unit, above it
+#: one lane per kind.
 PER_CORE_MAX: Final = 32
 _COLOURS: Final = {"TC": "tab:blue", "VC": "tab:orange", "net": "tab:gray"}
 _FURTHER_COLOURS: Final = ("tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
@@ -84,7 +85,7 @@ def _colours(kinds: Sequence[str]) -> dict[str, str]:
 
 def gantt_figure(s: Schedule, title: str) -> Figure:
     """The chart of ``s`` as a matplotlib Figure (no pyplot state)."""
-    per_core = s.num_tc + s.num_vc <= PER_CORE_MAX
+    per_core = sum(s.capacity[k] for k in s.core_kinds) <= PER_CORE_MAX
     rows = _rows(s, per_core)
     kinds = tuple(s.capacity)
     colours = _colours(kinds)

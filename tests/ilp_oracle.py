@@ -4,10 +4,12 @@ random op graphs. Nothing here imports the scheduler's internals.
 The brute force enumerates every precedence-feasible order x every mode of every op (also
 dominated ones), placing each op at its earliest feasible start (serial schedule
 generation, which reaches an optimal schedule over all orders; Kolisch, EJOR 1996), pruning
-branches already no better than the best found. Resources are a capacity per kind (the
-tensor cores "TC", the vector cores "VC" and any further kinds); a node's ``demand``
-attribute adds units of the further kinds, held in either mode. An op split over the chip
-holds every core, and of the further kinds only its demand.
+branches already no better than the best found. Resources are a capacity per kind: the
+cores (the chip's kinds of compute unit, here mostly the tensor cores "TC" and the vector
+cores "VC", but any names) and any further kinds. A node's ``units`` attribute gives the units
+of each core kind it holds in its single mode (it holds every unit of those kinds split, or
+every core at all when split ops block the chip); its ``demand`` attribute adds units of the
+further kinds, held in either mode.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ilp import DEFAULT_MIP_GAP, ScheduleStatus, makespan_lower_bound, solve_sch
 __all__ = [
     "CORES",
     "US",
+    "cores",
+    "node_units",
     "assert_optimal",
     "branchy",
     "brute_force",
@@ -36,23 +40,37 @@ __all__ = [
     "run_list",
 ]
 
-CORES = ("TC", "VC", "TCandVC", "Nop")
+CORES = ("TC", "VC", "TCandVC", "Nop")  # the op model's core types, as the tests name them
 US = 1e-6  # latencies in microseconds, to exercise the solver's scaling
 
 
-def held(attrs, parallel, caps, blocks_all):
-    """Units of each kind in ``caps`` an op with node ``attrs`` holds in the given mode."""
-    core = attrs["core"]
+def node_units(core):
+    """The ``units`` attribute of a node of core type ``core`` (one of :data:`CORES`)."""
+    return {"TC": {"TC": 1}, "VC": {"VC": 1}, "TCandVC": {"TC": 1, "VC": 1}, "Nop": {}}[core]
+
+
+def cores(num_tc, num_vc):
+    """The cores of a design of ``num_tc`` tensor and ``num_vc`` vector cores."""
+    return {"TC": num_tc, "VC": num_vc}
+
+
+def _holds_core(attrs):
+    return any(attrs.get("units", {}).values())
+
+
+def held(attrs, parallel, units, resources, blocks_all):
+    """Units of each kind an op with node ``attrs`` holds in the given mode, on the cores
+    ``units`` and the further ``resources``."""
     extra = attrs.get("demand", {})
-    units = {k: extra.get(k, 0) for k in caps}
-    if core == "Nop":
-        return units
+    out = {k: extra.get(k, 0) for k in {**units, **resources}}
+    if not _holds_core(attrs):
+        return out
     if parallel and blocks_all:  # every core, and of the further kinds only its demand
-        return {**units, "TC": caps["TC"], "VC": caps["VC"]}
-    for kind, on in (("TC", core in ("TC", "TCandVC")), ("VC", core in ("VC", "TCandVC"))):
-        if on:
-            units[kind] = caps[kind] if parallel else 1
-    return units
+        return {**out, **units}
+    for kind, n in attrs["units"].items():
+        if n:
+            out[kind] = units[kind] if parallel else n
+    return out
 
 
 def _fits(placed, start, dur, need, caps):
@@ -68,15 +86,12 @@ def _fits(placed, start, dur, need, caps):
     return True
 
 
-def _caps(num_tc, num_vc, resources):
-    return {"TC": num_tc, "VC": num_vc, **(resources or {})}
-
-
-def brute_force(g, num_tc, num_vc, blocks_all=True, resources=None):
+def brute_force(g, units, blocks_all=True, resources=None):
     """Optimal makespan by exhaustive search over orders x modes (with bound pruning)."""
     nodes = list(g.nodes)
-    caps = _caps(num_tc, num_vc, resources)
-    modes = {v: ((False,) if g.nodes[v]["core"] == "Nop" else (False, True)) for v in nodes}
+    resources = resources or {}
+    caps = {**units, **resources}
+    modes = {v: ((False, True) if _holds_core(g.nodes[v]) else (False,)) for v in nodes}
     best = [math.inf]
 
     def dur(v, par):
@@ -106,7 +121,7 @@ def brute_force(g, num_tc, num_vc, blocks_all=True, resources=None):
             est = max((finish[p] for p in g.predecessors(v)), default=0.0)
             for par in modes[v]:
                 d = dur(v, par)
-                need = held(g.nodes[v], par, caps, blocks_all)
+                need = held(g.nodes[v], par, units, resources, blocks_all)
                 cands = sorted({est} | {s + dd for s, dd, _ in placed if s + dd > est})
                 c = next(c for c in cands if _fits(placed, c, d, need, caps))
                 rec(done | {v}, placed + [(c, d, need)], {**finish, v: c + d}, max(span, c + d))
@@ -115,12 +130,13 @@ def brute_force(g, num_tc, num_vc, blocks_all=True, resources=None):
     return best[0] if nodes else 0.0
 
 
-def check_schedule(g, s, num_tc, num_vc, blocks_all=True, resources=None):
+def check_schedule(g, s, units, blocks_all=True, resources=None):
     """Independent checks: modes and durations, precedence, units of every kind at every
-    instant, per-core labels, makespan, energy, utilisation."""
+    instant, per-unit labels, makespan, energy, utilisation."""
     eps = 1e-12
-    caps = _caps(num_tc, num_vc, resources)
-    assert dict(s.capacity) == caps
+    resources = resources or {}
+    caps = {**units, **resources}
+    assert dict(s.capacity) == caps and s.core_kinds == tuple(units)
     assert set(s.start_s) == set(g.nodes)
     energy = 0.0
     intervals = []
@@ -128,13 +144,13 @@ def check_schedule(g, s, num_tc, num_vc, blocks_all=True, resources=None):
         par = v in s.parallel
         d = s.duration_s[v]
         assert s.start_s[v] >= 0
-        if a["core"] == "Nop":
+        if not _holds_core(a):
             assert not par and d == a.get("latency_s", 0.0)
         else:
             assert d == (a["parallel_latency_s"] if par else a["latency_s"]) or d == 0.0
         if d > 0:
-            need = held(a, par, caps, blocks_all)
-            assert s.cores[v] == (need["TC"], need["VC"]), (v, s.cores[v], need)
+            need = held(a, par, units, resources, blocks_all)
+            assert dict(s.held[v]) == {k: n for k, n in need.items() if n}, (v, s.held[v], need)
             intervals.append((s.start_s[v], s.start_s[v] + d, need, s.core_ids[v], par))
         energy += a.get("parallel_energy_j" if par else "energy_j", 0.0)
     for u, v in g.edges:
@@ -155,10 +171,9 @@ def check_schedule(g, s, num_tc, num_vc, blocks_all=True, resources=None):
     ends = [s.start_s[v] + s.duration_s[v] for v in g.nodes]
     assert s.makespan_s == pytest.approx(max(ends, default=0.0), rel=1e-12, abs=1e-15)
     assert s.energy_j == pytest.approx(energy, rel=1e-9, abs=1e-15)
-    shares = (s.tc_utilisation, s.vc_utilisation, s.tc_peak_utilisation, s.vc_peak_utilisation)
-    for x in (*shares, *s.utilisation.values(), *s.peak_utilisation.values()):
+    assert set(s.utilisation) == set(s.peak_utilisation) == set(caps)
+    for x in (*s.utilisation.values(), *s.peak_utilisation.values()):
         assert 0.0 <= x <= 1.0 + 1e-9
-    assert (s.utilisation["TC"], s.utilisation["VC"]) == shares[:2]
 
 
 @st.composite
@@ -170,7 +185,7 @@ def dags(draw, max_ops=6, channel=0):
     for i in range(n):
         core = draw(st.sampled_from(CORES))
         lat = draw(st.integers(0 if core == "Nop" else 1, 9)) * US
-        attrs = {"core": core, "latency_s": lat, "energy_j": float(i + 1)}
+        attrs = {"units": node_units(core), "latency_s": lat, "energy_j": float(i + 1)}
         if core != "Nop":
             attrs["parallel_latency_s"] = draw(st.integers(1, 9)) * US
             attrs["parallel_energy_j"] = float(10 * (i + 1))
@@ -197,7 +212,7 @@ def collective_dags(draw, max_ops=4, max_collectives=3):
     compute = list(g.nodes)
     for c in range(draw(st.integers(1, max_collectives))):
         name = f"coll{c}"
-        g.add_node(name, core="Nop", latency_s=draw(st.integers(1, 9)) * US, demand={CHANNEL: 1})
+        g.add_node(name, latency_s=draw(st.integers(1, 9)) * US, demand={CHANNEL: 1})
         preds = [v for v in compute if draw(st.booleans()) and draw(st.booleans())]
         succs = [
             v
@@ -211,7 +226,12 @@ def collective_dags(draw, max_ops=4, max_collectives=3):
         if draw(st.booleans()):
             share = f"{name}.share"
             lat = draw(st.integers(1, 9))
-            g.add_node(share, core="TCandVC", latency_s=lat * US, parallel_latency_s=lat * US / 2)
+            g.add_node(
+                share,
+                units=node_units("TCandVC"),
+                latency_s=lat * US,
+                parallel_latency_s=lat * US / 2,
+            )
             g.add_edges_from((p, share) for p in preds)
             g.add_edges_from((share, v) for v in succs)
     return g
@@ -222,8 +242,8 @@ def branchy(draw):
     """A fork, k copies of one random branch (a short chain or a diamond-free pair), a
     join, and maybe a side op: the symmetry-breaking constraints get exercised."""
     g = nx.DiGraph()
-    g.add_node("fork", core="VC", latency_s=1 * US, parallel_latency_s=1 * US)
-    g.add_node("join", core="VC", latency_s=1 * US, parallel_latency_s=1 * US)
+    g.add_node("fork", units=node_units("VC"), latency_s=1 * US, parallel_latency_s=1 * US)
+    g.add_node("join", units=node_units("VC"), latency_s=1 * US, parallel_latency_s=1 * US)
     copies = draw(st.integers(2, 3))
     length = draw(st.integers(1, 2 if copies == 2 else 1))
     spec = [
@@ -234,14 +254,16 @@ def branchy(draw):
         prev = "fork"
         for k, (core, lat, par) in enumerate(spec):
             name = f"b{c}.{k}"
-            g.add_node(name, core=core, latency_s=lat * US, parallel_latency_s=par * US)
+            g.add_node(
+                name, units=node_units(core), latency_s=lat * US, parallel_latency_s=par * US
+            )
             g.add_edge(prev, name)
             prev = name
         g.add_edge(prev, "join")
     if draw(st.booleans()):
         g.add_node(
             "side",
-            core="TC",
+            units=node_units("TC"),
             latency_s=draw(st.integers(1, 9)) * US,
             parallel_latency_s=draw(st.integers(1, 9)) * US,
         )
@@ -250,10 +272,10 @@ def branchy(draw):
 
 
 def graph(spec, edges=()):
-    """An op graph from (name, core, latency_s, parallel_latency_s) rows and edges."""
+    """An op graph from (name, core type, latency_s, parallel_latency_s) rows and edges."""
     g = nx.DiGraph()
     for name, core, lat, par in spec:
-        g.add_node(name, core=core, latency_s=lat, parallel_latency_s=par)
+        g.add_node(name, units=node_units(core), latency_s=lat, parallel_latency_s=par)
     g.add_edges_from(edges)
     return g
 
@@ -263,52 +285,49 @@ def assert_optimal(makespan, best):
     assert best * (1 - 1e-9) <= makespan <= best * (1 + DEFAULT_MIP_GAP) + 1e-15
 
 
-def run_exact(g, num_tc, num_vc, blocks_all, resources=None, **kw):
+def run_exact(g, units, blocks_all, resources=None, **kw):
     """Solve, check the schedule, and compare its makespan with the brute force."""
     s = solve_schedule(
         g,
-        num_tc,
-        num_vc,
+        units,
         parallel_blocks_all=blocks_all,
         time_limit_s=60.0,
         resources=resources,
         **kw,
     )
-    check_schedule(g, s, num_tc, num_vc, blocks_all, resources)
+    check_schedule(g, s, units, blocks_all, resources)
     assert s.status == ScheduleStatus.OPTIMAL
-    assert_optimal(s.makespan_s, brute_force(g, num_tc, num_vc, blocks_all, resources))
+    assert_optimal(s.makespan_s, brute_force(g, units, blocks_all, resources))
     return s
 
 
-def run_list(g, num_tc, num_vc, blocks_all, resources=None):
+def run_list(g, units, blocks_all, resources=None):
     """The list schedule alone (no search, no MIP): checked, and never below the brute force."""
     s = solve_schedule(
         g,
-        num_tc,
-        num_vc,
+        units,
         solver="list",
         search_nodes=0,
         parallel_blocks_all=blocks_all,
         resources=resources,
     )
-    check_schedule(g, s, num_tc, num_vc, blocks_all, resources)
-    assert s.makespan_s >= brute_force(g, num_tc, num_vc, blocks_all, resources) * (1 - 1e-9)
+    check_schedule(g, s, units, blocks_all, resources)
+    assert s.makespan_s >= brute_force(g, units, blocks_all, resources) * (1 - 1e-9)
     return s
 
 
-def cost_bound(g, num_tc, num_vc, blocks_all, channel=None):
-    """:func:`ilp.makespan_lower_bound` of ``g`` from core types, times and edges (what the
-    sweep reads); with ``channel``, ops with a ``demand`` hold that channel."""
+def cost_bound(g, units, blocks_all, channel=None):
+    """:func:`ilp.makespan_lower_bound` of ``g`` from its ops' units, times and edges (what
+    the sweep reads); with ``channel``, ops with a ``demand`` hold that channel."""
     order = list(nx.topological_sort(g))
     pos = {v: k for k, v in enumerate(order)}
     a = g.nodes
     return makespan_lower_bound(
-        [a[v]["core"] for v in order],
+        [a[v].get("units", {}) for v in order],
         [a[v]["latency_s"] for v in order],
         [a[v].get("parallel_latency_s", a[v]["latency_s"]) for v in order],
         [[pos[p] for p in g.predecessors(v)] for v in order],
-        num_tc,
-        num_vc,
+        units,
         parallel_blocks_all=blocks_all,
         channels=[channel if a[v].get("demand") else None for v in order],
     )

@@ -17,6 +17,7 @@ from ilp_oracle import (
     brute_force,
     check_schedule,
     collective_dags,
+    cores,
     cost_bound,
     graph,
     run_exact,
@@ -47,7 +48,7 @@ def test_list_schedule_runs_collectives_one_at_a_time(case):
     g, num_tc, num_vc, blocks_all = case
     colls = _collectives(g)
     assume(len(colls) >= 2)
-    s = run_list(g, num_tc, num_vc, blocks_all, RESOURCES)
+    s = run_list(g, cores(num_tc, num_vc), blocks_all, RESOURCES)
     for k, a in enumerate(colls):
         for b in colls[k + 1 :]:
             assert not _overlap(s, a, b), (a, b)
@@ -57,9 +58,9 @@ def test_list_schedule_runs_collectives_one_at_a_time(case):
 @given(cases)
 def test_bounds_with_collectives_never_exceed_the_optimum(case):
     g, num_tc, num_vc, blocks_all = case
-    best = brute_force(g, num_tc, num_vc, blocks_all, RESOURCES)
+    best = brute_force(g, cores(num_tc, num_vc), blocks_all, RESOURCES)
     problem = build_problem(
-        g, num_tc, num_vc, parallel_blocks_all=blocks_all, resources=RESOURCES
+        g, cores(num_tc, num_vc), parallel_blocks_all=blocks_all, resources=RESOURCES
     ).problem
     st_ = structure(problem)
     assert lower_bound(problem) <= best * (1 + 1e-12)
@@ -74,9 +75,9 @@ def test_the_sweeps_bound_with_channels_never_exceeds_the_optimum(case):
     """:func:`ilp.makespan_lower_bound` from core types, times and each op's channel (what
     the sweep's pruning reads) stays below the optimum, and sees the channel's work."""
     g, num_tc, num_vc, blocks_all = case
-    bound = cost_bound(g, num_tc, num_vc, blocks_all, CHANNEL)
+    bound = cost_bound(g, cores(num_tc, num_vc), blocks_all, CHANNEL)
     a = g.nodes
-    assert bound <= brute_force(g, num_tc, num_vc, blocks_all, RESOURCES) * (1 + 1e-12)
+    assert bound <= brute_force(g, cores(num_tc, num_vc), blocks_all, RESOURCES) * (1 + 1e-12)
     assert bound >= sum(a[v]["latency_s"] for v in _collectives(g)) * (1 - 1e-12)
 
 
@@ -85,7 +86,7 @@ def test_the_sweeps_bound_with_channels_never_exceeds_the_optimum(case):
 def test_search_with_collectives_is_exact(case):
     g, num_tc, num_vc, blocks_all = case
     assume(len(_collectives(g)) >= 2)
-    run_exact(g, num_tc, num_vc, blocks_all, RESOURCES, solver="list")
+    run_exact(g, cores(num_tc, num_vc), blocks_all, RESOURCES, solver="list")
 
 
 @budget(30, deadline=None)
@@ -93,13 +94,13 @@ def test_search_with_collectives_is_exact(case):
 def test_search_from_the_list_schedule_with_collectives_proves_the_optimum(case):
     g, num_tc, num_vc, blocks_all = case
     problem = build_problem(
-        g, num_tc, num_vc, parallel_blocks_all=blocks_all, resources=RESOURCES
+        g, cores(num_tc, num_vc), parallel_blocks_all=blocks_all, resources=RESOURCES
     ).problem
     found = branch_and_bound(
         problem, structure(problem), initial_schedule(problem, 0.0), 1e-9, 10**6
     )
     assert found.proven
-    best = brute_force(g, num_tc, num_vc, blocks_all, RESOURCES)
+    best = brute_force(g, cores(num_tc, num_vc), blocks_all, RESOURCES)
     assert_optimal(found.makespan_s, best)
     assert makespan(problem, found.modes, found.start) == pytest.approx(found.makespan_s)
 
@@ -109,18 +110,18 @@ def test_search_from_the_list_schedule_with_collectives_proves_the_optimum(case)
 def test_mip_with_collectives_is_exact(case):
     g, num_tc, num_vc, blocks_all = case
     assume(len(_collectives(g)) >= 2)
-    run_exact(g, num_tc, num_vc, blocks_all, RESOURCES, search_nodes=0)
+    run_exact(g, cores(num_tc, num_vc), blocks_all, RESOURCES, search_nodes=0)
 
 
 def test_a_split_gemm_runs_beside_a_collective():
     """A GEMM split over the tensor cores (1 us) beside an independent collective (1 us):
     the split GEMM holds every core but not the channel, so the two overlap."""
     g = graph([("mm", "TC", 4 * US, 1 * US)])
-    g.add_node("ar", core="Nop", latency_s=1 * US, demand={CHANNEL: 1})
-    s = solve_schedule(g, 4, 1, resources=RESOURCES)
-    check_schedule(g, s, 4, 1, resources=RESOURCES)
+    g.add_node("ar", latency_s=1 * US, demand={CHANNEL: 1})
+    s = solve_schedule(g, cores(4, 1), resources=RESOURCES)
+    check_schedule(g, s, cores(4, 1), resources=RESOURCES)
     assert s.makespan_s == pytest.approx(1 * US) and "mm" in s.parallel
-    problem = build_problem(g, 4, 1, resources=RESOURCES).problem
+    problem = build_problem(g, cores(4, 1), resources=RESOURCES).problem
     assert problem.need[PARALLEL][0] == (4, 1, 0)
 
 
@@ -130,9 +131,9 @@ def test_the_scheduler_orders_collectives_on_the_channel():
     (3 + 3 + 9 = 15 us)."""
     g = graph([("short", "TC", 1 * US, 1 * US), ("long", "TC", 9 * US, 9 * US)])
     for name, after in (("c_short", "short"), ("c_long", "long")):
-        g.add_node(name, core="Nop", latency_s=3 * US, demand={CHANNEL: 1})
+        g.add_node(name, latency_s=3 * US, demand={CHANNEL: 1})
         g.add_edge(name, after)
-    s = solve_schedule(g, 2, 1, resources=RESOURCES)
-    check_schedule(g, s, 2, 1, resources=RESOURCES)
+    s = solve_schedule(g, cores(2, 1), resources=RESOURCES)
+    check_schedule(g, s, cores(2, 1), resources=RESOURCES)
     assert s.makespan_s == pytest.approx(12 * US)
     assert s.start_s["c_long"] < s.start_s["c_short"]

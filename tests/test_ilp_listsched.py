@@ -8,7 +8,7 @@ import math
 from budget import budget
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from ilp_oracle import brute_force, check_schedule, dags, graph
+from ilp_oracle import brute_force, check_schedule, cores, dags, graph
 
 from ilp import Method, ScheduleStatus, solve_schedule
 from ilp.balance import balanced_modes
@@ -54,8 +54,7 @@ def moded_problems(draw):
     num_tc, num_vc = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     problem = build_problem(
         g,
-        num_tc,
-        num_vc,
+        cores(num_tc, num_vc),
         parallel_blocks_all=draw(st.booleans()),
         resources={"channel": channel} if channel else None,
     ).problem
@@ -83,7 +82,7 @@ def test_justification_closes_a_list_schedules_gap():
     for the first core (makespan 4). Right-justified, 3 goes first; left again, the ops pack
     into 3 s."""
     g = graph([("a", "TC", 1.0, 1.0), ("b", "TC", 2.0, 2.0), ("c", "TC", 3.0, 3.0)])
-    problem = build_problem(g, 2, 1).problem
+    problem = build_problem(g, cores(2, 1)).problem
     modes = (SINGLE,) * 3
     start = serial_sgs(problem, modes, problem.single_s)
     assert makespan(problem, modes, start) == 4.0
@@ -165,17 +164,17 @@ def test_parallel_sgs_keeps_the_bottleneck_busy():
     tensor core frees: 9 s, the tensor core's work, so the list schedule is proven optimal
     without a search."""
     g = graph([("a", "VC", 1.0, 1.0), ("b", "TC", 5.0, 5.0), ("c", "TC", 4.0, 4.0)], [("a", "b")])
-    problem = build_problem(g, 1, 1).problem
+    problem = build_problem(g, cores(1, 1)).problem
     st_ = structure(problem)
     by_tail = tuple(-(problem.single_s[i] + st_.tail[i]) for i in range(problem.n))
     modes = (SINGLE,) * 3
     assert makespan(problem, modes, serial_sgs(problem, modes, by_tail)) == 10.0
     assert parallel_sgs(problem, modes, by_tail)[1] == 9.0
     assert initial_schedule(problem, 0.0)[2] == 9.0
-    s = solve_schedule(g, 1, 1, solver="list", search_nodes=0)
+    s = solve_schedule(g, cores(1, 1), solver="list", search_nodes=0)
     assert s.makespan_s == 9.0 and s.method == Method.BOUND
     assert s.status == ScheduleStatus.OPTIMAL
-    check_schedule(g, s, 1, 1)
+    check_schedule(g, s, cores(1, 1))
 
 
 @budget(200, deadline=None)
@@ -209,7 +208,7 @@ def test_list_schedule_leaves_the_all_split_optimum_for_the_balanced_modes():
         ],
         [("c0", "c1"), ("c1", "c2"), ("c2", "c3"), ("c1", "w0"), ("c1", "w1"), ("c1", "w2")],
     )
-    s = solve_schedule(g, 3, 1, solver="list", search_nodes=0)
-    check_schedule(g, s, 3, 1)
-    assert math.isclose(s.makespan_s, brute_force(g, 3, 1), rel_tol=1e-9)
+    s = solve_schedule(g, cores(3, 1), solver="list", search_nodes=0)
+    check_schedule(g, s, cores(3, 1))
+    assert math.isclose(s.makespan_s, brute_force(g, cores(3, 1)), rel_tol=1e-9)
     assert {"w0", "w1", "w2"}.isdisjoint(s.parallel)

@@ -15,8 +15,10 @@ from ilp_oracle import (
     branchy,
     brute_force,
     check_schedule,
+    cores,
     dags,
     graph,
+    node_units,
     run_exact,
 )
 
@@ -41,10 +43,12 @@ def fanned(draw):
     g = nx.DiGraph()
     twin = (draw(st.sampled_from(CORES[:3])), draw(st.integers(1, 9)), draw(st.integers(1, 9)))
     for name in ("q", "k"):
-        g.add_node(name, core=twin[0], latency_s=twin[1] * US, parallel_latency_s=twin[2] * US)
+        g.add_node(
+            name, units=node_units(twin[0]), latency_s=twin[1] * US, parallel_latency_s=twin[2] * US
+        )
     g.add_node(
         "v",
-        core="TC",
+        units=node_units("TC"),
         latency_s=draw(st.integers(1, 9)) * US,
         parallel_latency_s=draw(st.integers(1, 9)) * US,
     )
@@ -56,7 +60,9 @@ def fanned(draw):
     ]
     for c in range(copies):
         for k, (core, lat, par) in enumerate(spec):
-            g.add_node(f"h{c}.{k}", core=core, latency_s=lat * US, parallel_latency_s=par * US)
+            g.add_node(
+                f"h{c}.{k}", units=node_units(core), latency_s=lat * US, parallel_latency_s=par * US
+            )
             if k:
                 g.add_edge(f"h{c}.{k - 1}", f"h{c}.{k}")
         g.add_edges_from((src, f"h{c}.0") for src in ("q", "k"))
@@ -67,7 +73,7 @@ def fanned(draw):
 @budget(40, deadline=None)
 @given(fanned(), st.integers(1, 3), st.integers(1, 2), st.booleans())
 def test_search_is_exact_on_branches_behind_hubs(g, num_tc, num_vc, blocks_all):
-    run_exact(g, num_tc, num_vc, blocks_all, solver="list")
+    run_exact(g, cores(num_tc, num_vc), blocks_all, solver="list")
 
 
 @budget(40, deadline=None)
@@ -78,17 +84,17 @@ def test_search_out_of_nodes_keeps_its_best_schedule(g, num_tc, num_vc, nodes):
     runs = []
     for _ in range(2):
         schedule.clear_caches()
-        runs.append(solve_schedule(g, num_tc, num_vc, solver="list", search_nodes=nodes))
+        runs.append(solve_schedule(g, cores(num_tc, num_vc), solver="list", search_nodes=nodes))
     s = runs[0]
-    check_schedule(g, s, num_tc, num_vc)
+    check_schedule(g, s, cores(num_tc, num_vc))
     assert (s.makespan_s, dict(s.start_s), s.parallel) == (
         runs[1].makespan_s,
         dict(runs[1].start_s),
         runs[1].parallel,
     )
-    plain = solve_schedule(g, num_tc, num_vc, solver="list", search_nodes=0)
+    plain = solve_schedule(g, cores(num_tc, num_vc), solver="list", search_nodes=0)
     assert s.makespan_s <= plain.makespan_s * (1 + 1e-12)
-    assert s.makespan_s >= brute_force(g, num_tc, num_vc) * (1 - 1e-9)
+    assert s.makespan_s >= brute_force(g, cores(num_tc, num_vc)) * (1 - 1e-9)
     if s.method == Method.SEARCH:
         assert s.status == ScheduleStatus.OPTIMAL
 
@@ -98,13 +104,13 @@ def test_search_out_of_nodes_keeps_its_best_schedule(g, num_tc, num_vc, nodes):
 def test_search_stops_where_its_schedule_meets_a_known_bound(g, num_tc, num_vc, blocks_all):
     """Given the optimum as a lower bound, the search stops at a schedule that meets it,
     proven, no later than the search that has to exhaust its tree."""
-    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
+    problem = build_problem(g, cores(num_tc, num_vc), parallel_blocks_all=blocks_all).problem
     st_ = structure(problem)
     start = _list_schedule(problem)
     close = 1e-6
     full = branch_and_bound(problem, st_, start, close, 10**6)
     assert full.proven
-    best = brute_force(g, num_tc, num_vc, blocks_all)
+    best = brute_force(g, cores(num_tc, num_vc), blocks_all)
     assert_optimal(full.makespan_s, best)
     met = branch_and_bound(problem, st_, start, close, 10**6, floor_s=best)
     assert met.proven and met.nodes <= full.nodes
@@ -126,12 +132,12 @@ def _search_from_serial(g, num_tc, num_vc, blocks_all, resources=None):
     is often optimal already), the search alone must reach the brute-force optimum: its
     pruning rules (split sinks last among them) may cut schedules, never every optimal one."""
     problem = build_problem(
-        g, num_tc, num_vc, parallel_blocks_all=blocks_all, resources=resources
+        g, cores(num_tc, num_vc), parallel_blocks_all=blocks_all, resources=resources
     ).problem
     serial = _one_after_another(problem)
     found = branch_and_bound(problem, structure(problem), serial, 1e-9, 10**6)
     assert found.proven
-    assert_optimal(found.makespan_s, brute_force(g, num_tc, num_vc, blocks_all, resources))
+    assert_optimal(found.makespan_s, brute_force(g, cores(num_tc, num_vc), blocks_all, resources))
     assert makespan(problem, found.modes, found.start) == pytest.approx(found.makespan_s)
 
 
@@ -154,7 +160,7 @@ def test_split_sinks_end_the_schedule_unless_a_nop_may_run_beside_them():
     shorten that op, nor when split ops hold only their own cores."""
 
     def tail_names(g, blocks_all=True):
-        c = build_problem(g, 4, 1, parallel_blocks_all=blocks_all)
+        c = build_problem(g, cores(4, 1), parallel_blocks_all=blocks_all)
         mask = split_sinks(c.problem, structure(c.problem))
         return {v for k, v in enumerate(c.nodes) if (mask >> k) & 1}
 
@@ -164,7 +170,7 @@ def test_split_sinks_end_the_schedule_unless_a_nop_may_run_beside_them():
     )
     assert tail_names(g) == {"w"}  # x cannot split faster
     assert tail_names(g, blocks_all=False) == set()
-    g.add_node("n", core="Nop", latency_s=5.0)
+    g.add_node("n", latency_s=5.0)
     g.add_edge("a", "n")
     assert tail_names(g) == set()
     g.add_edge("n", "w")
@@ -188,8 +194,8 @@ def test_an_op_that_must_split_waits_for_the_running_ops():
         ],
         [("o3", "o4")],
     )
-    assert brute_force(g, 3, 2) == pytest.approx(10 * US)
-    problem = build_problem(g, 3, 2).problem
+    assert brute_force(g, cores(3, 2)) == pytest.approx(10 * US)
+    problem = build_problem(g, cores(3, 2)).problem
     start = _list_schedule(problem)
     assert start[2] == pytest.approx(10 * US)
     found = branch_and_bound(problem, structure(problem), start, 1e-6, 10**6)
@@ -213,8 +219,8 @@ def test_interchangeable_chains_split_one_after_another():
         ],
         [("a0", "b0"), ("a1", "b1")],
     )
-    assert brute_force(g, 4, 2) == pytest.approx(10 * US)
-    problem = build_problem(g, 4, 2).problem
+    assert brute_force(g, cores(4, 2)) == pytest.approx(10 * US)
+    problem = build_problem(g, cores(4, 2)).problem
     start = _list_schedule(problem)
     assert start[2] == pytest.approx(10 * US)
     found = branch_and_bound(problem, structure(problem), start, 1e-6, 10**6)
@@ -245,8 +251,8 @@ def test_search_beats_an_incumbent_just_above_the_optimum_on_branches(
     """On graphs with interchangeable branches, where the node bound spreads a path over the
     branches, the search must find the optimum below an incumbent just above it: a bound
     above the best completion of any node on the way would leave that incumbent."""
-    problem = build_problem(g, num_tc, num_vc, parallel_blocks_all=blocks_all).problem
-    best = brute_force(g, num_tc, num_vc, blocks_all)
+    problem = build_problem(g, cores(num_tc, num_vc), parallel_blocks_all=blocks_all).problem
+    best = brute_force(g, cores(num_tc, num_vc), blocks_all)
     modes, start, _ = _one_after_another(problem)
     above = (modes, start, best * (1 + 1e-6))
     found = branch_and_bound(problem, structure(problem), above, 1e-9, 10**6)
@@ -268,8 +274,8 @@ def test_a_known_bound_spares_the_proof():
         ],
         [("o1", "o4"), ("o2", "o4")],
     )
-    assert brute_force(g, 3, 2) == pytest.approx(13 * US)
-    problem = build_problem(g, 3, 2).problem
+    assert brute_force(g, cores(3, 2)) == pytest.approx(13 * US)
+    problem = build_problem(g, cores(3, 2)).problem
     st_ = structure(problem)
     start = initial_schedule(problem, 0.0)
     assert start[2] == pytest.approx(14 * US)

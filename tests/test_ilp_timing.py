@@ -32,7 +32,8 @@ def test_layer_timing_covers_every_distinct_layer(gpt_small):
         assert isinstance(lt, LayerTiming) and lt.class_id == cid
         for p in (lt.forward, lt.backward):
             assert p.makespan_s > 0 and p.energy_j > 0
-            assert 0 <= p.tc_utilisation <= 1 and 0 <= p.vc_utilisation <= 1
+            busy = dict(p.utilisation_by_kind)
+            assert set(acc.capacity) <= set(busy) and all(0 <= x <= 1 for x in busy.values())
             assert p.time_limit_s == 0.5
         # No recompute: the recompute pass is empty.
         assert lt.recompute.makespan_s == 0 and lt.recompute.energy_j == 0

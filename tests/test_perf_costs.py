@@ -11,6 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arch_space.accelerator import Accelerator, Cluster
+from arch_space.area import mac_energy_pj, tensor_load_power_w
 from arch_space.perf import (
     BOUNDS,
     OpCost,
@@ -493,3 +494,23 @@ def test_energy_parts_are_the_dynamic_energy():
         uncore = 1 + TECH.overhead_fraction
         assert parts[0, 0] == pytest.approx(512 * 1024 * 2048 * pj * uncore * 1e-12)
         assert parts[2, 2] > 0 and parts[2, 0] == 0
+
+
+def test_one_mac_energy_everywhere():
+    """The op model and the tensor-load power charge a MAC the same energy, uncore share
+    included (``area.mac_energy_pj``, which the pruning bound reads)."""
+    acc = _acc()
+    per_mac = mac_energy_pj(acc, TECH)
+    op = _gemm(4096, 4096, 4096)
+    one, _ = evaluate_ops([op_key(op)], acc, CLUSTER, TECH, STATIC_W, SETTINGS, MODELLED)
+    assert one.parts_j[0][0] == pytest.approx(op.macs * per_mac * 1e-12, rel=1e-12)
+    power = tensor_load_power_w(
+        TECH,
+        num_tc=acc.num_tc,
+        tc_rows=acc.tc_rows,
+        tc_cols=acc.tc_cols,
+        clock_hz=acc.clock_hz,
+        bytes_per_element=acc.bytes_per_element,
+        area_mm2=0.0,
+    )
+    assert power == pytest.approx(acc.macs_per_cycle * acc.clock_hz * per_mac * 1e-12, rel=1e-12)

@@ -142,9 +142,7 @@ def test_pass_bound_is_the_schedulers_lower_bound(name):
                 ours = pass_bound_s(g, acc, cluster)
                 costed = costed_graph(g, acc, cluster)
                 theirs = lower_bound(
-                    build_problem(
-                        costed, acc.num_tc, acc.num_vc, resources=channels(costed)
-                    ).problem
+                    build_problem(costed, acc.capacity, resources=channels(costed)).problem
                 )
                 assert ours == pytest.approx(theirs, rel=1e-12, abs=0.0)
                 checked += 1

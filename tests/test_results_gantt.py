@@ -23,7 +23,7 @@ def _schedule(arch: str):
 @pytest.mark.parametrize(("arch", "rows"), [("a100", 3), ("tpuv4", 8 + 2 + 1)])
 def test_lanes_per_kind_past_the_per_core_limit(arch, rows, tmp_path):
     s = _schedule(arch)
-    assert (s.num_tc + s.num_vc > PER_CORE_MAX) == (arch == "a100")
+    assert (sum(s.capacity[k] for k in s.core_kinds) > PER_CORE_MAX) == (arch == "a100")
     fig = gantt_figure(s, arch)
     (ax,) = fig.axes
     assert len(ax.get_yticks()) == rows

@@ -112,10 +112,10 @@ class OpGraph:
     edges: tuple[tuple[int, int], ...]
 
     def to_networkx(self) -> nx.DiGraph:
-        """A frozen DiGraph: nodes are op names with attributes ``op`` (the Op) and ``core``."""
+        """A frozen DiGraph: nodes are op names with attribute ``op`` (the Op)."""
         g = nx.DiGraph()
         for op in self.ops:
-            g.add_node(op.name, op=op, core=str(op.core))
+            g.add_node(op.name, op=op)
         g.add_edges_from((self.ops[a].name, self.ops[b].name) for a, b in self.edges)
         return nx.freeze(g)
 

@@ -1,16 +1,26 @@
 """Latency and energy of every op of an op graph on one accelerator (docs/models.md).
 
-Each op gets two estimates: on one core of its type (one tensor core, one vector core, or one
-of each for a GEMM with a fused epilogue) and split over all cores of its type. Both are
-computed for the whole graph at once with numpy, over the graph's distinct ops only, and
-cached by content: the key is the ops' cost-relevant fields (never their names or positions)
-plus the accelerator, cluster, technology and settings.
+Each op runs on one or more kinds of the accelerator's compute units
+(:attr:`~arch_space.accelerator.Accelerator.units`): the op model maps a ``TC`` op to the
+tensor cores, a ``VC`` op to the vector cores, a GEMM with a fused epilogue (``TCandVC``) to
+one of each, and an op kind a further unit runs to that unit. Each op gets two estimates: on
+one unit of each of its kinds, and split over all units of its kinds. Both are computed for
+the whole graph at once with numpy, over the graph's distinct ops only, and cached by
+content: the key is the ops' cost-relevant fields (never their names or positions) plus the
+accelerator, cluster, technology and settings.
+
+Every kind is costed the same way: the op model gives each op's operations on each kind (MACs
+on the tensor cores, lane operations on the vector cores, all of both on a further unit that
+runs the op), which take ``operations / (units x ops per cycle per unit x clock x sustained
+share)`` (the share is the device's measured one on the tensor cores, else 1) and
+``operations x pJ per operation``; the op's compute time is the slowest of its kinds.
 
 Per op kind:
 
 * GEMM (plain, batched, or fused with a vector epilogue): :mod:`arch_space.perf.gemm` gives
-  compute time, buffer time and HBM traffic; the epilogue's FLOPs run on the vector cores as
-  the outputs stream out (overlapped, so the slower of the two counts).
+  compute time (a floor under the tensor cores' rate), buffer time and HBM traffic; the
+  epilogue's FLOPs run on the vector cores as the outputs stream out (overlapped, so the
+  slower of the two counts).
 * Fused attention (FlashAttention forward or backward): its matmuls are tiled like a GEMM
   of its shape on the tensor cores, its softmax work runs on the vector cores beside them
   (the slower counts), its HBM traffic is the compulsory bytes it reads and writes (no
@@ -27,7 +37,8 @@ Per op kind:
   node, a preset with a measured collective curve (:mod:`arch_space.perf.device`) runs at
   the bus bandwidth measured at the collective's size (latency included).
 * ``COMM_SHARE`` ops (the compute an asynchronous collective holds while it runs) take the
-  device's collective compute share of their collective's time on all cores.
+  device's collective compute share of their collective's time on all cores (the same
+  tensor-core-seconds on one core).
 * Empty ``NOP`` ops cost nothing.
 
 The global buffer's bandwidth grows with its capacity (``glb_bytes_per_cycle_per_mib`` of
@@ -38,25 +49,26 @@ cap GEMMs at its measured share of the tensor-core peak and scale the cores' clo
 core ops (double-buffered overlap) and the ring time for collectives. Energy is
 ``(1 + uncore) x (MACs x pJ/MAC + lane ops x pJ/op + buffer bytes x pJ/byte) + HBM bytes x
 pJ/byte + link bits x pJ/bit + static power x latency`` (all cores of the chip leak while any
-op runs). A MAC's energy (:func:`arch_space.area.mac_pj`) is its arithmetic, its control and clocking, and
+op runs; a further unit's operations count at its own pJ/op beside the MACs and lane ops).
+A MAC's energy (:func:`arch_space.area.mac_pj`) is its arithmetic, its control and clocking, and
 the delivery of its operands into the array (register files, local buffers, wires: ``rows +
 cols`` elements per cycle of a ``rows x cols`` array); ``uncore`` is the node's
 ``overhead_fraction``, the share of on-die power spent in clock tree, control and network
-that :func:`arch_space.area.peak_power_w` counts too.
+that :func:`arch_space.area.peak_power_w` counts too (:func:`arch_space.area.with_uncore`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
 import numpy as np
 
-from arch_space.accelerator import Accelerator, Cluster
-from arch_space.area import mac_pj, static_power_w
+from arch_space.accelerator import TENSOR, VECTOR, Accelerator, Cluster
+from arch_space.area import static_power_w, unit_pj_per_op, with_uncore
 from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from arch_space.perf.settings import PerfSettings, default_settings
@@ -96,14 +108,17 @@ class OpCost:
 class OpCostTable:
     """Costs of every op of a graph, in graph order (read-only numpy arrays).
 
-    ``latency_s``/``energy_j`` are on one core of the op's type; ``parallel_*`` split the op
-    over all cores of its type. ``hbm_bytes`` and ``bound`` belong to the parallel estimate.
+    ``units[i]`` are the kinds of compute unit op i runs on (none for collectives and
+    joins). ``latency_s``/``energy_j`` are on one unit of each of its kinds; ``parallel_*``
+    split the op over all units of its kinds. ``hbm_bytes`` and ``bound`` belong to the
+    parallel estimate.
     ``energy_j`` includes the chip's static power over the op's latency; ``*parts_j`` (ops x 3)
     split the dynamic energy alone into compute (MACs, lanes), memory (buffer, HBM) and
     network (link) joules, for totals where static power is counted once per chip.
     """
 
     names: tuple[str, ...]
+    units: tuple[tuple[str, ...], ...]
     latency_s: np.ndarray
     energy_j: np.ndarray
     parallel_latency_s: np.ndarray
@@ -124,11 +139,11 @@ class OpCostTable:
             raise unknown_name("op", name, self.names) from None
 
     def single(self, i: int) -> OpCost:
-        """Cost of op ``i`` on one core of its type."""
+        """Cost of op ``i`` on one unit of each of its kinds."""
         return OpCost(float(self.latency_s[i]), float(self.energy_j[i]))
 
     def parallel(self, i: int) -> OpCost:
-        """Cost of op ``i`` split over all cores of its type."""
+        """Cost of op ``i`` split over all units of its kinds."""
         return OpCost(float(self.parallel_latency_s[i]), float(self.parallel_energy_j[i]))
 
     def bound(self, i: int) -> str:
@@ -138,7 +153,7 @@ class OpCostTable:
 
 @dataclass(frozen=True, slots=True)
 class OpTerms:
-    """Per-op arrays of one estimate (single core or all cores)."""
+    """Per-op arrays of one estimate (one unit of each kind, or all units)."""
 
     latency_s: np.ndarray
     energy_j: np.ndarray
@@ -160,6 +175,14 @@ _ATTENTION_CODES: Final = (_ATTENTION_FORWARD, _KINDS.index(OpKind.ATTENTION_BAC
 _VECTOR_CODES: Final = tuple(
     _KINDS.index(k) for k in (OpKind.ELEMENTWISE, OpKind.SOFTMAX, OpKind.NORM)
 )
+# The op model's kinds of compute unit per core type (a further unit that runs an op's kind
+# takes it over, see _op_units).
+_CORE_UNITS: Final = {
+    _CORES.index(CoreType.TC): (TENSOR,),
+    _CORES.index(CoreType.VC): (VECTOR,),
+    _CORES.index(CoreType.TC_AND_VC): (TENSOR, VECTOR),
+    _CORES.index(CoreType.NOP): (),
+}
 
 
 _KEY_WIDTH: Final = 14  # entries of an op_key
@@ -197,7 +220,12 @@ def _scatter(n: int, index: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class _Work:
-    """What an op moves and computes, independent of how many cores run it."""
+    """What an op moves and computes, independent of how many units run it.
+
+    ``work[kind]`` is each op's operations on that kind of unit (MACs on the tensor cores,
+    lane operations on the vector cores, both on a further unit that runs the op);
+    ``taken`` marks the ops a further unit runs (None when there is none).
+    """
 
     is_gemm: np.ndarray
     is_attention: np.ndarray
@@ -208,9 +236,8 @@ class _Work:
     gemm_index: np.ndarray
     gemm: GemmShape
     gemm_hbm: tuple[np.ndarray, np.ndarray]
-    macs: np.ndarray
-    vector_flops: np.ndarray
-    epilogue_flops: np.ndarray
+    work: dict[str, np.ndarray]
+    taken: np.ndarray | None
     vector_buffer_read: np.ndarray
     vector_buffer_write: np.ndarray
     hbm_bytes: np.ndarray
@@ -281,6 +308,19 @@ def _work(
         alpha = np.where(inter, alpha, 0.0)
     # Each ring step reads the outgoing chunk from device memory and writes the incoming one.
     hbm = vector_reads + vector_writes + 2 * sent + _scatter(len(a), gi, hbm_read + hbm_write)
+    macs = _scatter(len(a), gi, shape.batch * shape.m * shape.k * shape.n)
+    lane_ops = np.where(is_vector, flops, 0.0) + np.where(
+        (is_gemm | is_attention) & (core == _CORES.index(CoreType.TC_AND_VC)), epilogue, 0.0
+    )
+    work = {TENSOR: macs, VECTOR: lane_ops}
+    taken = None
+    for unit in acc.extra_units:
+        runs = np.isin(kind, [_KINDS.index(OpKind(k)) for k in unit.runs])
+        work[unit.kind] = np.where(runs, macs + lane_ops, 0.0)
+        taken = runs if taken is None else taken | runs
+    if taken is not None:
+        work[TENSOR] = np.where(taken, 0.0, macs)
+        work[VECTOR] = np.where(taken, 0.0, lane_ops)
     return _Work(
         is_gemm=is_gemm | is_attention,
         is_attention=is_attention,
@@ -291,11 +331,8 @@ def _work(
         gemm_index=gi,
         gemm=shape,
         gemm_hbm=(hbm_read, hbm_write),
-        macs=_scatter(len(a), gi, shape.batch * shape.m * shape.k * shape.n),
-        vector_flops=np.where(is_vector, flops, 0.0),
-        epilogue_flops=np.where(
-            (is_gemm | is_attention) & (core == _CORES.index(CoreType.TC_AND_VC)), epilogue, 0.0
-        ),
+        work=work,
+        taken=taken,
         vector_buffer_read=passes * vector_reads + vector_writes,
         vector_buffer_write=vector_reads + vector_writes,
         hbm_bytes=hbm,
@@ -312,14 +349,14 @@ def _estimate(
     settings: PerfSettings,
     device: DeviceProfile,
     *,
-    tcs: int,
-    vcs: int,
+    counts: Mapping[str, int],
 ) -> OpTerms:
-    """Latency, energy and bound of every op on ``tcs`` tensor and ``vcs`` vector cores; the
+    """Latency, energy and bound of every op on ``counts[kind]`` units of each kind; the
     device's board power limit caps each op's energy at ``limit x latency``."""
     size = len(w.is_gemm)
     clock = acc.clock_hz * device.sustained_clock_fraction
     glb_bytes_per_s = settings.glb_bytes_per_cycle_per_mib * acc.glb_bytes / 2**20 * clock
+    tcs = counts[TENSOR]
     g = gemm_terms(
         w.gemm,
         w.gemm_hbm,
@@ -332,39 +369,49 @@ def _estimate(
         accumulator_bytes=settings.accumulator_bytes,
     )
     gi = w.gemm_index
-    lane_ops = w.vector_flops + w.epilogue_flops
     buf_read = w.vector_buffer_read + _scatter(size, gi, g.buffer_read_bytes)
     # a fused attention kernel writes its fills and its outputs to the buffer, never scores
     tiled_write = np.where(w.is_attention[gi], w.hbm_bytes[gi], g.buffer_write_bytes)
     buf_write = w.vector_buffer_write + _scatter(size, gi, tiled_write)
-    # no GEMM beats the sustained share of the tensor-core peak, no fused attention kernel
-    # its measured share
-    peak_macs_per_s = tcs * acc.tc_rows * acc.tc_cols * clock
+    # On the tensor cores no GEMM beats the sustained share of their peak, no fused attention
+    # kernel its measured share, and none the arrays' tiling.
     fraction = np.select(
         [w.is_attention_forward, w.is_attention],
         [device.attention_forward_fraction, device.attention_backward_fraction],
         1.0,
     )
-    fraction = np.minimum(fraction, device.sustained_tensor_fraction)
-    gemm_s = np.maximum(_scatter(size, gi, g.compute_s), w.macs / (peak_macs_per_s * fraction))
-    compute_s = np.maximum(gemm_s, lane_ops / (acc.vc_lanes * vcs * clock))
+    share = {TENSOR: np.minimum(fraction, device.sustained_tensor_fraction)}
+    tiled_s = _scatter(size, gi, g.compute_s)
+    floor = {TENSOR: tiled_s if w.taken is None else np.where(w.taken, 0.0, tiled_s)}
+    # Every kind the same way: its operations at its units' rate; the slowest kind counts.
+    compute_s = np.zeros(size)
+    on_die_pj = np.zeros(size)
+    for unit in acc.units:
+        ops = w.work[unit.kind]
+        rate = counts[unit.kind] * unit.rows * unit.cols * clock
+        busy_s = ops / (rate * share.get(unit.kind, 1.0))
+        if unit.kind in floor:
+            busy_s = np.maximum(floor[unit.kind], busy_s)
+        compute_s = np.maximum(compute_s, busy_s)
+        on_die_pj = on_die_pj + ops * unit_pj_per_op(acc, unit, tech)
     buffer_s = (buf_read + buf_write) / glb_bytes_per_s
     hbm_bytes_per_s = acc.hbm_bandwidth_bytes_per_s * settings.hbm_efficiency
     hbm_s = np.where(w.is_core_op, w.hbm_bytes / hbm_bytes_per_s, 0.0)
 
     stack = np.stack([compute_s, hbm_s, buffer_s, w.network_s])
     # a collective's compute share: that share of every core for the collective's time, or
-    # the same core-seconds on one core
+    # the same tensor-core-seconds on one core
     share_s = w.network_s * device.collective_compute_share * acc.num_tc / tcs
     comm_s = np.where(w.is_share, share_s, w.network_s)
     latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, comm_s)
     bound = np.where(w.is_core_op | w.is_coll, stack.argmax(axis=0), _NONE)
     # On-die work pays its uncore share (clock tree, control, on-chip network) on top, the
     # fraction the TDP-like power counts; HBM energy is off-die.
-    uncore = 1.0 + tech.overhead_fraction
-    compute_pj = uncore * (w.macs * mac_pj(acc, tech) + lane_ops * tech.vector_lane_energy_pj)
+    compute_pj = with_uncore(tech, on_die_pj)
     memory_pj = (
-        uncore * (buf_read * tech.sram_read_pj_per_byte + buf_write * tech.sram_write_pj_per_byte)
+        with_uncore(
+            tech, buf_read * tech.sram_read_pj_per_byte + buf_write * tech.sram_write_pj_per_byte
+        )
         + w.hbm_bytes * tech.hbm_energy_pj_per_byte
     )
     parts_j = np.stack([compute_pj, memory_pj, w.network_pj], axis=1) * _PJ
@@ -392,17 +439,26 @@ def evaluate_ops(
     settings: PerfSettings,
     device: DeviceProfile | None = None,
 ) -> tuple[OpTerms, OpTerms]:
-    """(one core, all cores) cost terms of ops given by their :func:`op_key`, vectorised.
+    """(one unit of each kind, all units) cost terms of ops given by their :func:`op_key`,
+    vectorised.
 
     The work (tiling, HBM traffic, network time) is shared by both estimates; only the
-    split over cores differs. ``device`` defaults to :func:`device_profile` of ``acc``.
+    split over units differs. ``device`` defaults to :func:`device_profile` of ``acc``.
     """
     device = device or device_profile(acc)
     w = _work(keys, acc, cluster, settings, device)
+    one = {u.kind: 1 for u in acc.units}
     return (
-        _estimate(w, acc, tech, static_w, settings, device, tcs=1, vcs=1),
-        _estimate(w, acc, tech, static_w, settings, device, tcs=acc.num_tc, vcs=acc.num_vc),
+        _estimate(w, acc, tech, static_w, settings, device, counts=one),
+        _estimate(w, acc, tech, static_w, settings, device, counts=acc.capacity),
     )
+
+
+def _op_units(keys: Sequence[tuple[int, ...]], acc: Accelerator) -> tuple[tuple[str, ...], ...]:
+    """The kinds of compute unit each op (by :func:`op_key`) runs on: its core type's, or
+    the one further unit that runs its op kind."""
+    taken = {_KINDS.index(OpKind(k)): (u.kind,) for u in acc.extra_units for k in u.runs}
+    return tuple(taken.get(key[0]) or _CORE_UNITS[key[1]] for key in keys)
 
 
 def resolve_energy_inputs(
@@ -431,21 +487,19 @@ def _cached(
     static_w: float,
     settings: PerfSettings,
     device: DeviceProfile,
-) -> tuple[np.ndarray, ...]:
+) -> tuple[tuple[tuple[str, ...], ...], tuple[np.ndarray, ...]]:
     one, par = evaluate_ops(keys, acc, cluster, tech, static_w, settings, device)
-    return tuple(
-        _readonly(a)
-        for a in (
-            one.latency_s,
-            one.energy_j,
-            par.latency_s,
-            par.energy_j,
-            par.hbm_bytes,
-            par.bound_code,
-            one.parts_j,
-            par.parts_j,
-        )
+    arrays = (
+        one.latency_s,
+        one.energy_j,
+        par.latency_s,
+        par.energy_j,
+        par.hbm_bytes,
+        par.bound_code,
+        one.parts_j,
+        par.parts_j,
     )
+    return _op_units(keys, acc), tuple(_readonly(a) for a in arrays)
 
 
 def op_costs(
@@ -480,5 +534,9 @@ def op_costs(
     )
     device = device or device_profile(acc)
     design = dataclasses.replace(acc, name="")
-    arrays = _cached(tuple(position), design, cluster, tech, static_w, settings, device)
-    return OpCostTable(tuple(op.name for op in graph.ops), *(_readonly(a[inverse]) for a in arrays))
+    units, arrays = _cached(tuple(position), design, cluster, tech, static_w, settings, device)
+    return OpCostTable(
+        tuple(op.name for op in graph.ops),
+        tuple(units[i] for i in inverse.tolist()),
+        *(_readonly(a[inverse]) for a in arrays),
+    )

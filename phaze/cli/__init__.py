@@ -69,7 +69,7 @@ COMMANDS: Final = MappingProxyType(
         ),
         "schedule": (
             "phaze.cli.schedule_cmd:schedule",
-            "Schedule one layer pass's ops on an accelerator's tensor and vector cores.",
+            "Schedule one layer pass's ops on an accelerator's compute units.",
         ),
         "place": (
             "phaze.cli.place_cmd:place",

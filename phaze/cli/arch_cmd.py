@@ -203,6 +203,15 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
             [
                 ["tensor cores", f"{d['num_tc']} x {d['tc_rows']}x{d['tc_cols']} bf16 MACs"],
                 ["vector cores", f"{d['num_vc']} x {d['vc_lanes']} lanes"],
+                *(
+                    [
+                        f"{u['kind']} units",
+                        f"{u['count']} x {u['rows']}x{u['cols']} ops/cycle, "
+                        f"{u['pj_per_op']:g} pJ/op, {u['area_mm2']:g} mm2 each; "
+                        f"runs {', '.join(u['runs'])}",
+                    ]
+                    for u in d["extra_units"]
+                ),
                 ["global buffer", f"{d['glb_bytes'] / _MIB:g} MiB"],
                 [
                     "HBM",

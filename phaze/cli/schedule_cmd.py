@@ -27,15 +27,15 @@ _PASSES = {"fwd": "forward", "bwd": "backward", "recompute": "recompute"}
 
 
 def schedule_doc(s: Schedule) -> dict[str, Any]:
-    """A JSON-ready description of a schedule (ops in start order, SI units)."""
+    """A JSON-ready description of a schedule (ops in start order, SI units; units and
+    utilisations by resource kind: the design's kinds of compute unit, then channels)."""
     ops = [
         {
             "op": str(v),
             "start_s": s.start_s[v],
             "duration_s": s.duration_s[v],
             "mode": "parallel" if v in s.parallel else "single",
-            "tc_cores": s.cores[v][0],
-            "vc_cores": s.cores[v][1],
+            "units": dict(s.held[v]),
             "cores": s.core_ids[v],
         }
         for v in sorted(s.start_s, key=lambda v: (s.start_s[v], str(v)))
@@ -43,12 +43,9 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
     return {
         "makespan_s": s.makespan_s,
         "energy_j": s.energy_j,
-        "num_tc": s.num_tc,
-        "num_vc": s.num_vc,
-        "tc_utilisation": s.tc_utilisation,
-        "vc_utilisation": s.vc_utilisation,
-        "tc_peak_utilisation": s.tc_peak_utilisation,
-        "vc_peak_utilisation": s.vc_peak_utilisation,
+        "capacity": dict(s.capacity),
+        "utilisation": dict(s.utilisation),
+        "peak_utilisation": dict(s.peak_utilisation),
         "solver": s.solver,
         "status": str(s.status),
         "method": str(s.method),
@@ -130,7 +127,7 @@ def schedule(
     gantt: Path | None,
     as_json: bool,
 ) -> None:
-    """Schedule one layer pass's ops on an accelerator's tensor and vector cores."""
+    """Schedule one layer pass's ops on an accelerator's compute units."""
     if gantt is not None:
         check_writable(gantt, "--gantt")
     model = resolve_model(workload)
@@ -175,10 +172,13 @@ def schedule(
         return
     doc = schedule_doc(s)
     click.echo(title)
+    busy = ", ".join(
+        f"{k} {fmt_percent(s.utilisation[k])} avg / {fmt_percent(s.peak_utilisation[k])} peak"
+        for k in s.core_kinds
+    )
     click.echo(
         f"makespan {fmt_quantity(s.makespan_s, 's')}, energy {fmt_quantity(s.energy_j, 'J')}, "
-        f"TC {fmt_percent(s.tc_utilisation)} avg / {fmt_percent(s.tc_peak_utilisation)} peak, "
-        f"VC {fmt_percent(s.vc_utilisation)} avg / {fmt_percent(s.vc_peak_utilisation)} peak"
+        + busy
     )
     click.echo(
         f"solver {s.solver}, status {s.status} ({s.method}), gap {fmt_percent(s.gap)}, "

@@ -24,7 +24,7 @@ from arch_space import (
     static_power_w,
     tech_node,
 )
-from arch_space.area import mac_pj
+from arch_space.area import mac_energy_pj
 from arch_space.tco import DeviceCapex, stack_capex
 from phaze.lower_bounds import pass_bound_s
 from phaze.pipeline import (
@@ -102,7 +102,7 @@ def _bound_at(acc: Accelerator, flops_per_s: float, model: Model, ctx: Context) 
     """The bound of ``acc`` when every device does model FLOPs at ``flops_per_s``."""
     fields = _bound_fields(
         flops_per_s,
-        _mac_energy_pj(acc),
+        mac_energy_pj(acc, tech_node(acc.node_nm)),
         static_power_w(acc),
         embodied_kgco2e(acc),
         system_capex(acc, ctx.cluster.devices, ctx.scoring),
@@ -110,13 +110,6 @@ def _bound_at(acc: Accelerator, flops_per_s: float, model: Model, ctx: Context) 
         ctx,
     )
     return Bound(**fields)
-
-
-def _mac_energy_pj(acc: Accelerator) -> float:
-    """Energy (pJ) the op model charges every MAC of ``acc``: arithmetic, control, operand
-    delivery, and the uncore share of on-die energy."""
-    tech = tech_node(acc.node_nm)
-    return mac_pj(acc, tech) * (1.0 + tech.overhead_fraction)
 
 
 def _bound_fields(
@@ -181,7 +174,7 @@ def bound_columns(
     ``capex`` are the designs' capital costs per device (already known to the caller)."""
     fields = _bound_fields(
         np.array([a.peak_flops for a in designs], dtype=float),
-        np.array([_mac_energy_pj(a) for a in designs], dtype=float),
+        np.array([mac_energy_pj(a, tech_node(a.node_nm)) for a in designs], dtype=float),
         np.array([static_power_w(a) for a in designs], dtype=float),
         np.array([embodied_kgco2e(a) for a in designs], dtype=float),
         stack_capex(capex),
