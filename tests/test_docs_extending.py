@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from doclinks import anchors
 
 ROOT = Path(__file__).parents[1]
 DOC = ROOT / "docs" / "extending.md"
@@ -15,16 +16,6 @@ TEXT = DOC.read_text("utf-8")
 # a backticked repository path: no spaces, at least one folder
 _PATH = re.compile(r"`([\w.-]+(?:/[\w.-]+)+/?)`")
 _LINK = re.compile(r"\]\((?!https?:)([^)#\s]+)(#[^)]*)?\)")
-
-
-def anchors(markdown: str) -> set[str]:
-    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to
-    hyphens (link targets inside a heading keep only their text)."""
-    out = set()
-    for title in re.findall(r"^#+ (.+)$", markdown, re.M):
-        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title).lower()
-        out.add(re.sub(r"[^\w\- ]", "", text).replace(" ", "-"))
-    return out
 
 
 def test_the_page_names_the_files_of_each_extension():
