@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from phaze_common.units import fmt_ratio
 from results.display import design_label, fmt_value
 from results.pareto import rank
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import load
 from results.summary import by_workload, is_preset
-from results.units import fmt_ratio
 
 __all__ = [
     "COMPARISON_HEADERS",

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from phaze_common.errors import ConfigError
+from phaze_common.units import fmt_percent
 from results.compare import (
     COMPARISON_HEADERS,
     compare_to_presets,
@@ -48,7 +49,6 @@ from results.summary import (
     objective_title,
     top_designs,
 )
-from results.units import fmt_percent
 
 __all__ = ["REPORT_FILENAME", "write_report", "render_report"]
 

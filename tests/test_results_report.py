@@ -13,12 +13,12 @@ import pytest
 from reports import check_images, make_store, parse_html
 
 from phaze_common.errors import ConfigError
+from phaze_common.units import fmt_percent
 from results.compare import compare_to_presets, comparison_rows, comparison_text
 from results.display import area_headroom_text, design_label, fmt_value, power_headroom_text
 from results.plots import front_figure, png_bytes, standard_plots, svg_text, write_plots
 from results.report import write_report
 from results.store import Store, load
-from results.units import fmt_percent
 
 
 @pytest.fixture(scope="module")

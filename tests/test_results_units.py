@@ -1,4 +1,4 @@
-"""The one formatter of people's units (results.units) and the views built on it."""
+"""The one formatter of people's units (phaze_common.units) and the views built on it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from results.compare import compare_to_presets, comparison_rows
-from results.display import fmt_value
-from results.units import (
+from phaze_common.units import (
     UNIT_FAMILIES,
     fmt_bytes,
     fmt_carbon,
@@ -24,6 +22,8 @@ from results.units import (
     fmt_time,
     fmt_usd,
 )
+from results.compare import compare_to_presets, comparison_rows
+from results.display import fmt_value
 
 
 @pytest.mark.parametrize(
@@ -163,7 +163,7 @@ def test_comparison_says_when_no_searched_design_fits():
 def test_a_column_has_one_unit(values, unit):
     """fmt_column writes every value of a column in one unit: the one fmt_quantity picks
     for its largest value."""
-    from results.units import fmt_column
+    from phaze_common.units import fmt_column
 
     texts = fmt_column(values, unit)
     top = fmt_quantity(max(values), unit)

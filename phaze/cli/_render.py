@@ -1,6 +1,6 @@
 """Shared rendering helpers for the CLI: one JSON document on stdout, aligned text tables.
 
-Numbers for people are formatted by :mod:`results.units`, the formatter the report shares.
+Numbers for people are formatted by :mod:`phaze_common.units`, the formatter the report shares.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-# A quantity as results.units writes it: a number, maybe k/M/B/T, then ×, one unit or nothing.
+# A quantity as phaze_common.units writes it: a number, maybe k/M/B/T, then ×, one unit or nothing.
 _QUANTITY = re.compile(r"-?\$?(\d[\d.]*|∞)[kMBT]?(×| [^\s,]+)?")
 
 

@@ -26,9 +26,9 @@ from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from placement import Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
-from results.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 

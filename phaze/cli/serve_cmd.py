@@ -21,7 +21,7 @@ from phaze.cli._render import echo_json, table
 from phaze.run import parse_tokens
 from phaze.serving import OBJECTIVES, ServingPoint
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
-from results.units import fmt_column, fmt_percent, fmt_quantity, fmt_time
+from phaze_common.units import fmt_column, fmt_percent, fmt_quantity, fmt_time
 from workloads.serving import serving_settings
 
 __all__ = ["serve", "serving_document"]

@@ -8,7 +8,7 @@ import click
 
 from arch_space.space import PARAMETERS, Space, load_space
 from phaze.cli._render import echo_json, table
-from results.units import fmt_quantity
+from phaze_common.units import fmt_quantity
 
 __all__ = ["space"]
 

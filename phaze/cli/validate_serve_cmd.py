@@ -16,7 +16,7 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import tolerance_option
 from phaze.serving_validation import RowResult, evaluate_rows, load_points, summarize
-from results.units import fmt_quantity
+from phaze_common.units import fmt_quantity
 
 __all__ = ["serve"]
 
