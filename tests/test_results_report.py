@@ -168,8 +168,7 @@ def test_report_opens_with_the_comparison_against_the_presets(store_dir, report_
     first = re.search(r'<section id="(\w+)"><h2>([^<]*)</h2>', report_text)
     assert first.groups() == ("presets", "Searched designs against the presets")
     section = report_text[first.start() : report_text.index("</section>", first.start())]
-    pts = load(store_dir).points(feasible_only=True)
-    comparisons = compare_to_presets(pts)
+    comparisons = compare_to_presets(load(store_dir).points())
     assert comparisons
     for row in comparison_rows(comparisons):
         for cell in row:
@@ -179,7 +178,7 @@ def test_report_opens_with_the_comparison_against_the_presets(store_dir, report_
 def test_sweep_summary_text_has_the_same_comparison(store_dir):
     text = comparison_text(store_dir)
     assert text.lstrip().startswith("searched designs against the presets at equal area")
-    for row in comparison_rows(compare_to_presets(load(store_dir).points(feasible_only=True))):
+    for row in comparison_rows(compare_to_presets(load(store_dir).points())):
         assert all(cell in text for cell in row), row
 
 
