@@ -80,7 +80,7 @@ _TOML_KEYS: tuple[str, ...] = (
     "keep_single_core",
 )
 _SHIPPED: Mapping[str, str] = MappingProxyType(
-    {"default": "space_default.toml", "tiny": "space_tiny.toml"}
+    {"default": "space_default.toml", "tiny": "space_tiny.toml", "reticle": "space_reticle.toml"}
 )
 
 
