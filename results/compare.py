@@ -8,10 +8,10 @@ throughput, tokens per dollar of system cost, and tCDP (the preset's over the se
 so above 1x means better on every column). The comparison is at equal area only when the sweep
 searched a design of about the preset's area: when every searched design no larger than the
 preset is more than :data:`EQUAL_AREA_TOLERANCE` below its area (a space that stops well short
-of the chip), the row says so instead of giving gains, unless the searched design is ahead
-on all three (a design no larger that is better on every column wins within the preset's
-area whatever its size; one behind on any says nothing about a design of the preset's size). The sweep's summary and the report both use
-:func:`compare_to_presets`.
+of the chip), the row says so instead of giving gains, unless the searched design is ahead on
+all three (a design no larger that is better on every column wins within the preset's area
+whatever its size; one behind on any says nothing about a design of the preset's size). The
+sweep's summary and the report both use :func:`compare_to_presets`.
 """
 
 from __future__ import annotations
