@@ -36,6 +36,7 @@ from results.display import (
 )
 from results.pareto import Objective, ObjectiveSpec, parse_objectives
 from results.plots import Plot, draw, save_plots, standard_plots
+from results.report_serving import serving_sections
 from results.report_time import time_breakdown_html
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS, HEADROOM_COLUMNS, POINT_COLUMNS
 from results.store import Store, load
@@ -161,14 +162,20 @@ def render_report(
         "<h1>Phaze sweep report</h1>",
         f'<p class="lead">{_summary_sentence(store, points, manifest)}</p>',
     ]
-    sections = [
-        ("presets", "Searched designs against the presets", _versus_presets(points)),
-        ("answer", "The answer", _answer(feasible, objectives)),
-        ("time", "Where the time goes", time_breakdown_html(feasible)),
-    ]
-    if feasible:
+    images: dict[tuple[str, str], bytes] = {}
+    if inputs.get("config", {}).get("mode") == "serve":  # a serving sweep: docs/serving.md
+        sections = serving_sections(
+            points, inputs, lambda ps: _figures(ps, image_format, images), top=top,
+            plots_dir=plots_dir, drawn=images,
+        )  # fmt: skip
+    else:
+        sections = [
+            ("presets", "Searched designs against the presets", _versus_presets(points)),
+            ("answer", "The answer", _answer(feasible, objectives)),
+            ("time", "Where the time goes", time_breakdown_html(feasible)),
+        ]
+    if feasible and inputs.get("config", {}).get("mode") != "serve":
         plots = {p.name: p for p in standard_plots(points, objectives=objectives)}
-        images: dict[tuple[str, str], bytes] = {}
 
         def figs(*names: str) -> str:
             return _figures([plots[n] for n in names], image_format, images)

@@ -29,6 +29,7 @@ JSON_SCHEMA_VERSIONS: Final = MappingProxyType(
     {
         "sweep": 1,
         "evaluate": 1,
+        "serve": 1,
         "export": POINTS_SCHEMA_VERSION,
         "pareto": POINTS_SCHEMA_VERSION,
         "workloads list": 1,
@@ -44,6 +45,7 @@ JSON_SCHEMA_VERSIONS: Final = MappingProxyType(
         "validate energy": 1,
         "validate cost": 1,
         "validate runs": 1,
+        "validate serve": 1,
     }
 )
 
