@@ -22,6 +22,7 @@ from phaze_common.errors import ConfigError
 from phaze_common.units import fmt_percent
 from results.compare import (
     COMPARISON_HEADERS,
+    EQUAL_AREA_TOLERANCE,
     compare_to_presets,
     comparison_rows,
     searched_designs,
@@ -169,7 +170,7 @@ def render_report(
         )  # fmt: skip
     else:
         sections = [
-            ("presets", "Searched designs against the presets", _versus_presets(feasible)),
+            ("presets", "Searched designs against the presets", _versus_presets(points)),
             ("answer", "The answer", _answer(feasible, objectives)),
             ("time", "Where the time goes", time_breakdown_html(feasible)),
         ]
@@ -246,8 +247,8 @@ def _summary_sentence(
     return " ".join(parts)
 
 
-def _versus_presets(feasible: Sequence[Mapping[str, Any]]) -> str:
-    comparisons = compare_to_presets(feasible)
+def _versus_presets(points: Sequence[Mapping[str, Any]]) -> str:
+    comparisons = compare_to_presets(points)
     if not comparisons:
         return "<p>The sweep has no preset (named design) to compare its searched designs with.</p>"
     head = "".join(f"<th>{html.escape(h)}</th>" for h in COMPARISON_HEADERS)
@@ -267,8 +268,12 @@ def _versus_presets(feasible: Sequence[Mapping[str, Any]]) -> str:
     return (
         "<p>For each preset, the fastest searched design whose die is no larger than the "
         "preset's, both at their fastest point (as the Phaze paper compares its designs with "
-        "TPUv4 at TPUv4's area). Each gain is the searched design's advantage: throughput and "
-        "tokens per dollar of system cost as searched / preset, tCDP as preset / searched. "
+        "TPUv4 at TPUv4's area). Where every searched design that fits is more than "
+        f"{EQUAL_AREA_TOLERANCE:.0%} below the preset's area, no design of its size was "
+        "searched: the row says so, and gives the gains only when the smaller design is ahead "
+        "on all three. Each gain is the searched design's advantage: "
+        "throughput and tokens per dollar of system cost as searched / preset, tCDP as "
+        "preset / searched. "
         "Above 1.00× (green) the searched design is better.</p>"
         f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div><ul>{designs}</ul>'
     )

@@ -40,6 +40,7 @@ _ARGS = {
     "workloads show": ["gpt3-125m", "--seq-len", "64"],
     "arch list": [],
     "arch show": [str(EXAMPLES / "accelerator_v100.toml")],
+    "space list": [],
     "space show": ["tiny"],
     "schedule": [
         "--workload",

@@ -65,7 +65,7 @@ COMMANDS: Final = MappingProxyType(
         ),
         "space": (
             "phaze.cli.space_cmd:space",
-            "Accelerator design spaces: the shipped ones (default, tiny) or a TOML file.",
+            "Accelerator design spaces: the shipped ones (default, tiny, reticle) or a TOML file.",
         ),
         "schedule": (
             "phaze.cli.schedule_cmd:schedule",

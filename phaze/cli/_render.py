@@ -36,6 +36,7 @@ JSON_SCHEMA_VERSIONS: Final = MappingProxyType(
         "workloads show": 1,
         "arch list": 1,
         "arch show": 1,
+        "space list": 1,
         "space show": 1,
         "schedule": 1,
         "place": 1,

@@ -126,7 +126,9 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 @click.option(
     "--workload", "workloads", multiple=True, help="Workload name or config.json (repeatable)."
 )
-@click.option("--space", help="Design space: a shipped name (tiny, default) or a TOML file.")
+@click.option(
+    "--space", help="Design space: a shipped name (tiny, default, reticle) or a TOML file."
+)
 @click.option("--devices", type=click.IntRange(1, MAX_DEVICES), help="Accelerators in the cluster.")
 @click.option(
     "--devices-per-node", type=click.IntRange(1, MAX_DEVICES), help="Accelerators per node."
