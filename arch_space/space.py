@@ -80,7 +80,7 @@ _TOML_KEYS: tuple[str, ...] = (
     "keep_single_core",
 )
 _SHIPPED: Mapping[str, str] = MappingProxyType(
-    {"default": "space_default.toml", "tiny": "space_tiny.toml"}
+    {"default": "space_default.toml", "tiny": "space_tiny.toml", "reticle": "space_reticle.toml"}
 )
 
 
@@ -226,7 +226,8 @@ class Space:
 
     @classmethod
     def named(cls, name: str) -> Space:
-        """A shipped space: ``default`` (the reference's) or ``tiny`` (tests, quick start)."""
+        """A shipped space: ``default`` (the reference's), ``tiny`` (tests, quick start) or
+        ``reticle`` (designs of the H100's size, node and power)."""
         if name not in _SHIPPED:
             raise unknown_name("space", name, _SHIPPED)
         return _shipped_space(name)

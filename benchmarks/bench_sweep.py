@@ -21,8 +21,11 @@ of one more, in-process run under cProfile on ``--profile-designs`` designs of t
 placement, scoring, records and store; cProfile inflates code of many small calls, such as
 the placement search, more than the rest).
 
+``--space NAME`` runs the same sweep on another shipped space (``reticle``: the designs of the
+H100's size, whose target is about twice the default space's time).
+
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--designs 50] [--jobs 2] [--search-nodes N]
-[--profile-designs 4] [--no-prune] [--out DIR]``.
+[--profile-designs 4] [--no-prune] [--space default] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -65,11 +68,11 @@ _PROFILED = (
 _OF_WHICH = ("op costs", "arch_space/perf/costs.py", "op_costs")
 
 
-def config(*, prune: bool = True, search_nodes: int = 0) -> SweepConfig:
+def config(*, prune: bool = True, search_nodes: int = 0, space: str = "default") -> SweepConfig:
     """The benchmark's sweep (see the module docstring)."""
     return SweepConfig(
         workloads=("gpt3-175b",),
-        space="default",
+        space=space,
         devices=1024,
         devices_per_node=8,
         seq_len=2048,
@@ -117,9 +120,10 @@ def sweep(
     prune: bool,
     serial: bool,
     search_nodes: int,
+    space: str = "default",
 ):
     """Run the sweep over ``designs`` into ``out``; returns (result, manifest)."""
-    cfg = config(prune=prune, search_nodes=search_nodes)
+    cfg = config(prune=prune, search_nodes=search_nodes, space=space)
     with mock.patch("phaze.sweep.planning.load_space", lambda spec: _Sample(designs)):
         result = run_sweep(
             cfg,
@@ -157,10 +161,11 @@ def main() -> None:
         default=0,
         help="branch-and-bound nodes per graph part (default 0: the plain list schedule)",
     )
+    parser.add_argument("--space", default="default", help="shipped space (default: default)")
     parser.add_argument("--out", type=Path, default=None, help="store directory (default: temp)")
     args = parser.parse_args()
 
-    cfg = config(prune=not args.no_prune, search_nodes=args.search_nodes)
+    cfg = config(prune=not args.no_prune, search_nodes=args.search_nodes, space=args.space)
     every = tuple(Space.named(cfg.space).enumerate())
     designs = sample(every, args.designs)
     hbm = len(cfg.hbm_gib)
@@ -186,6 +191,7 @@ def main() -> None:
             prune=not args.no_prune,
             serial=False,
             search_nodes=args.search_nodes,
+            space=args.space,
         )
         wall_s = time.perf_counter() - start
         print(f"after:  {_load()}")
@@ -236,6 +242,7 @@ def main() -> None:
                 prune=not args.no_prune,
                 serial=True,
                 search_nodes=args.search_nodes,
+                space=args.space,
             )
             profiler.disable()
             total_s = time.perf_counter() - start

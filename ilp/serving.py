@@ -23,6 +23,7 @@ from arch_space.perf import default_settings, op_costs
 from arch_space.perf.device import DeviceProfile, device_profile
 from ilp.timing import PassTiming, SolveSettings, layer_timing
 from phaze_common.errors import unknown_name
+from workloads.build import BLOCK_CLASS, DENSE_BLOCK_CLASS, EMBEDDING_CLASS, HEAD_CLASS
 from workloads.model import Model
 from workloads.serving import (
     RequestBatch,
@@ -31,6 +32,7 @@ from workloads.serving import (
     pass_kv_read_bytes,
     pass_weight_read_bytes,
     serving_settings,
+    stage_block_counts,
 )
 from workloads.serving_ops import serving_layer_graph
 
@@ -78,6 +80,7 @@ class ServingPassTime:
     weight_read_bytes: int
     kv_read_bytes: int
     kv_written_bytes: int
+    ep: int = 1
 
     def layer(self, class_id: str) -> LayerPassTime:
         """The part of the layers of class ``class_id``."""
@@ -85,6 +88,35 @@ class ServingPassTime:
             if x.class_id == class_id:
                 return x
         raise unknown_name("layer class", class_id, [x.class_id for x in self.layers])
+
+    @property
+    def dynamic_j(self) -> tuple[float, float, float]:
+        """The dynamic energy of the pass on one device by cause (compute, memory, network
+        joules; :class:`~ilp.timing.PassTiming`), without static power, which a caller charges
+        over the wall-clock time (a layer the HBM floor extends runs longer than its schedule)."""
+        parts = [0.0, 0.0, 0.0]
+        for x in self.layers:
+            t = x.timing
+            for i, j in enumerate((t.compute_j, t.memory_j, t.network_j)):
+                parts[i] += x.count * j
+        return parts[0], parts[1], parts[2]
+
+    def stage_latencies_s(self, model: Model, pp: int) -> tuple[float, ...]:
+        """The time of each of ``pp`` pipeline stages (:func:`~workloads.serving.stage_block_counts`):
+        its blocks, the embedding on the first stage, the head on the last."""
+        by_class = {x.class_id: x.latency_s for x in self.layers}
+        dense = model.dense_layers
+        out, first = [], 1
+        for i, n in enumerate(stage_block_counts(model, pp)):
+            blocks = range(first, first + n)
+            first += n
+            dense_n = sum(1 for b in blocks if b <= dense)
+            t = dense_n * by_class.get(DENSE_BLOCK_CLASS, 0.0)
+            t += (n - dense_n) * by_class[BLOCK_CLASS]
+            t += by_class[EMBEDDING_CLASS] if i == 0 else 0.0
+            t += by_class[HEAD_CLASS] if i == pp - 1 else 0.0
+            out.append(t)
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +146,16 @@ def serving_pass_time(
     serving_pass: ServingPass,
     tp: int,
     *,
+    ep: int = 1,
     device: DeviceProfile | None = None,
     **settings: Unpack[SolveSettings],
 ) -> ServingPassTime:
     """One pass of ``model`` at tensor-parallel width ``tp`` on ``acc`` devices of
     ``cluster``, each distinct layer scheduled by :func:`ilp.timing.layer_timing`
-    (``settings`` as there; ``device`` defaults to :func:`serving_device_profile`).
+    (``settings`` as there; ``device`` defaults to :func:`serving_device_profile`); with
+    ``ep`` expert-parallel ranks, one rank's share of the routed experts
+    (:func:`workloads.serving_ops.serving_layer_graph`; the token all-to-alls are the
+    caller's).
 
     Raises
     ------
@@ -127,7 +163,7 @@ def serving_pass_time(
         The model cannot serve the pass at that width
         (:func:`workloads.serving_ops.check_serving`), or bad solver settings.
     """
-    graph = serving_layer_graph(model, serving_pass, tp)
+    graph = serving_layer_graph(model, serving_pass, tp, ep)
     device = device or serving_device_profile(acc)
     timings = layer_timing(graph, acc, cluster, device=device, **settings)
     counts: dict[str, int] = {}
@@ -161,9 +197,10 @@ def serving_pass_time(
         energy_j=sum(x.count * x.energy_j for x in parts),
         hbm_bytes=sum(x.count * x.hbm_bytes for x in parts),
         flops=sum(x.count * x.flops for x in parts),
-        weight_read_bytes=pass_weight_read_bytes(model, tp, serving_pass),
+        weight_read_bytes=pass_weight_read_bytes(model, tp, serving_pass, ep),
         kv_read_bytes=pass_kv_read_bytes(model, tp, serving_pass),
         kv_written_bytes=kv_written,
+        ep=ep,
     )
 
 

@@ -1,6 +1,6 @@
 """Phaze: co-design of an ML accelerator and the parallel placement of LLM training.
 
-The public API (``phaze.search``, ``phaze.evaluate``) is imported lazily, so that importing
+The public API (``phaze.search``, ``phaze.evaluate``, ``phaze.serve``) is imported lazily, so that importing
 ``phaze`` (and starting the CLI) does not pull in the whole tool.
 """
 
@@ -11,9 +11,9 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "evaluate", "search"]
+__all__ = ["__version__", "evaluate", "search", "serve"]
 
-_LAZY = {"search": "phaze.api", "evaluate": "phaze.api"}
+_LAZY = {"search": "phaze.api", "evaluate": "phaze.api", "serve": "phaze.api"}
 
 
 def __getattr__(name: str) -> Any:

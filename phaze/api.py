@@ -1,4 +1,5 @@
-"""The Python API: :func:`search` (a sweep) and :func:`evaluate` (one design).
+"""The Python API: :func:`search` (a sweep), :func:`evaluate` (one design) and
+:func:`serve` (one design serving a model).
 
 Examples
 --------
@@ -23,17 +24,20 @@ from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
 from phaze.pipeline import Context, Evaluation
 from phaze.pipeline import evaluate as _evaluate
 from phaze.scoring import ScoringParams
+from phaze.serving import ServingPoint
 from phaze.sweep import run_sweep
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from placement import Layout, parse_strategy
+from placement.serving_layout import ServingLayout, parse_serving
 from results.store import load
 from workloads import resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK
 
-__all__ = ["search", "evaluate"]
+__all__ = ["search", "evaluate", "serve"]
 
 _GIB = 1 << 30
+_TRAIN_OBJECTIVES = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
 
 
 def search(
@@ -44,7 +48,7 @@ def search(
     micro_batches: Sequence[int] = (1, 4),
     hbm_sizes: Sequence[int] = (),
     recompute_modes: Sequence[str] = ("none", "full"),
-    objectives: Sequence[str] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp"),
+    objectives: Sequence[str] = _TRAIN_OBJECTIVES,
     executor: str = "local",
     out_dir: str | Path = "phaze-out/search",
     jobs: int | None = None,
@@ -61,6 +65,14 @@ def search(
     ep: Sequence[int] = (),
     cp: Sequence[int] = (),
     presets: Sequence[str] = ("tpuv4", "a100", "h100"),
+    mode: str = "train",
+    input_tokens: int = 2048,
+    output_tokens: int = 128,
+    ttft_limit_s: float | None = None,
+    tpot_limit_s: float | None = None,
+    batches: Sequence[int] = (1, 4, 16, 64, 256),
+    disaggregate: bool = True,
+    hbm_tbps: Sequence[float] = (),
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
@@ -72,7 +84,13 @@ def search(
     ``framework`` names the overlap profile (:func:`workloads.framework_names`); ``zero``,
     ``ep`` and ``cp`` list the ZeRO stages and expert- and context-parallel degrees the
     placement search may choose from (empty: its own); ``presets`` are real chips evaluated
-    beside the space. Points already in ``out_dir`` are reused.
+    beside the space. ``mode="serve"`` sweeps inference serving instead (docs/serving.md):
+    requests of ``input_tokens`` in and ``output_tokens`` out at each of ``batches``, the
+    serving layout searched under the mean latency limits (seconds, None: none), separate
+    prefill and decode pools too unless ``disaggregate`` is false; ``objectives`` then
+    default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`). ``hbm_tbps``
+    replaces each space design's HBM bandwidth by each value (TB/s). Points already in
+    ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
@@ -100,7 +118,18 @@ def search(
         "ep": list(ep),
         "cp": list(cp),
         "presets": list(presets),
+        "mode": mode,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "batches": list(batches),
+        "disaggregate": disaggregate,
+        "hbm_tbps": list(hbm_tbps),
     }
+    if mode == "serve" and tuple(objectives) == _TRAIN_OBJECTIVES:
+        del sweep["objectives"]  # the serving defaults
+    for key, value in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
+        if value is not None:
+            sweep[key] = value
     if sequence_parallel is not None:
         sweep["sequence_parallel"] = sequence_parallel
     if tokens_to_train is not None:
@@ -190,6 +219,72 @@ def evaluate(
         )
     knobs = (strategy or Layout.searching()).completed(mbs=micro_batch, recompute=recompute)
     return _evaluate(workload, model, accelerator, knobs, ctx)
+
+
+def serve(
+    workload: str,
+    accelerator: Accelerator,
+    cluster: Cluster,
+    *,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    lengths: Sequence[tuple[int, int, float]] | None = None,
+    batch: int | None = None,
+    ttft_limit_s: float | None = None,
+    tpot_limit_s: float | None = None,
+    strategy: ServingLayout | str | None = None,
+    objective: str = "tokens_per_s_per_device",
+    disaggregate: bool = True,
+    kv_format: str = "bf16",
+    tokens_to_serve: float | None = None,
+    solver: SolverSettings | None = None,
+    scoring: ScoringParams | None = None,
+    device: DeviceProfile | None = None,
+) -> ServingPoint:
+    """Serve ``workload`` on ``cluster``'s devices of ``accelerator``: the serving layout
+    that meets the latency limits (mean TTFT and TPOT, seconds; None: none) and maximises
+    output tokens per second per device (``objective="usd_per_million_tokens"``: the
+    cheapest per token), with its TTFT, TPOT, throughput, memory, energy, cost and carbon
+    (docs/serving.md).
+
+    Requests are ``input_tokens`` in and ``output_tokens`` out, or a mix of
+    ``(input, output, weight)`` in ``lengths``. ``strategy`` (a
+    :class:`placement.ServingLayout` or text like ``"t=8,batch=64,chunk=2048"``, or
+    ``"prefill:t=4;decode:t=4,batch=64"`` for two pools) fixes what it gives and the search
+    fills the rest; ``batch`` fixes the sequences in flight per replica (a different
+    ``batch=`` in the strategy is a ConfigError). ``disaggregate`` lets the search try
+    separate prefill and decode pools. The returned point's ``slo`` names the limits it
+    misses when no layout meets them.
+    """
+    from phaze.serving import ServeContext
+    from phaze.serving_search import search as serve_search
+    from workloads.serving import RequestBatch
+
+    if (lengths is None) == (input_tokens is None or output_tokens is None):
+        raise ConfigError(
+            "serve: give input_tokens and output_tokens, or lengths (a list of (input, "
+            "output, weight)), not both"
+        )
+    mix = tuple(lengths) if lengths is not None else ((input_tokens, output_tokens, 1.0),)
+    requests = RequestBatch(mix, kv_format=kv_format)  # type: ignore[arg-type]
+    layout = strategy if isinstance(strategy, ServingLayout) else parse_serving(strategy or "")
+    if batch is not None:
+        if layout.given("batch") and layout.batch != batch:
+            raise ConfigError(f"strategy batch={layout.batch} conflicts with batch={batch}")
+        layout = dataclasses.replace(layout, batch=batch, open=layout.open - {"batch"})
+    ctx = ServeContext(
+        cluster=cluster,
+        requests=requests,
+        ttft_limit_s=ttft_limit_s,
+        tpot_limit_s=tpot_limit_s,
+        objective=objective,  # type: ignore[arg-type]
+        disaggregate=disaggregate,
+        tokens_to_serve=tokens_to_serve,
+        solver=solver or SolverSettings(),
+        scoring=scoring or ScoringParams(),
+        device=device,
+    )
+    return serve_search(workload, resolve_model(workload), accelerator, layout, ctx)
 
 
 def _check_limits(

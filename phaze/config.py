@@ -26,11 +26,13 @@ from phaze.run import parse_tokens
 from phaze.scoring import ScoringParams
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
-from phaze_common.limits import LIMITS, over_limit
+from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 
 __all__ = [
+    "MODES",
+    "SERVE_OBJECTIVES",
     "RECOMPUTE_MODES",
     "SolverSettings",
     "SweepConfig",
@@ -40,6 +42,13 @@ __all__ = [
 ]
 
 RECOMPUTE_MODES: Final = ("none", "selective", "full")
+MODES: Final = ("train", "serve")
+#: The objectives of a serving sweep when none are given.
+SERVE_OBJECTIVES: Final = (
+    "tokens_per_s_per_device",
+    "usd_per_million_tokens",
+    "kgco2e_per_million_tokens",
+)
 _GIB: Final = 1 << 30
 # The code and data that decide a sweep's numbers: the packages of the models, and the
 # modules of this package that score points and choose which are evaluated (not the CLI,
@@ -50,6 +59,9 @@ _MODEL_MODULES: Final = (
     "phaze/lower_bounds.py",
     "phaze/pipeline.py",
     "phaze/scoring.py",
+    "phaze/serving.py",
+    "phaze/serving_score.py",
+    "phaze/serving_search.py",
     "phaze/sweep/__init__.py",
     "phaze/sweep/aggregate.py",
     "phaze/sweep/fronts.py",
@@ -58,6 +70,7 @@ _MODEL_MODULES: Final = (
     "phaze/sweep/records.py",
     "phaze/sweep/rounds.py",
     "phaze/sweep/run.py",
+    "phaze/sweep/serve_tasks.py",
     "phaze/sweep/tasks.py",
 )
 
@@ -123,6 +136,14 @@ class SweepConfig:
     own, :func:`phaze.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
     then 2 and 3 when neither fits); ``sequence_parallel`` True or False fixes it (None:
     searched, on or off at each tensor-parallel width).
+
+    ``mode = "serve"`` sweeps inference serving instead (docs/serving.md): every design serves
+    each workload's requests of ``input_tokens`` in and ``output_tokens`` out at each of
+    ``batches`` (sequences in flight per replica), the serving layout searched under the
+    mean latency limits ``ttft_limit_s`` and ``tpot_limit_s`` (None: none), disaggregated
+    pools too unless ``disaggregate`` is false; the training knobs are unused. ``hbm_tbps``
+    (both modes) replaces each space design's HBM bandwidth by each value (TB/s), its stacks
+    derived again; presets keep theirs.
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -147,6 +168,14 @@ class SweepConfig:
     prune: bool = True
     framework: str = DEFAULT_FRAMEWORK
     tokens_to_train: int | None = None
+    mode: str = "train"
+    input_tokens: int = 2048
+    output_tokens: int = 128
+    ttft_limit_s: float | None = None
+    tpot_limit_s: float | None = None
+    batches: tuple[int, ...] = (1, 4, 16, 64, 256)
+    disaggregate: bool = True
+    hbm_tbps: tuple[float, ...] = ()
     solver: SolverSettings = field(default_factory=SolverSettings)
     scoring: ScoringParams = field(default_factory=ScoringParams)
 
@@ -164,6 +193,12 @@ class SweepConfig:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# the serving knobs' upper bounds, as the CLI's and the API's
+_SERVE_LIMITS: Final = {
+    "input_tokens": MAX_SEQ_LEN,
+    "output_tokens": MAX_SEQ_LEN,
+    "batches": MAX_GLOBAL_BATCH,
+}
 _TOP_KEYS: Final = tuple(f.name for f in fields(SweepConfig) if f.name not in ("solver", "scoring"))
 
 
@@ -264,6 +299,18 @@ _RULES: Final = MappingProxyType(
             _is_token_count,
             'a positive token count up to 1e16 (2e12, "2T", "300B")',
         ),
+        "mode": (False, lambda v: v in MODES, f"one of {', '.join(MODES)}"),
+        "input_tokens": (False, _is_pos_int, "a positive integer (prompt tokens)"),
+        "output_tokens": (
+            False,
+            lambda v: _is_pos_int(v) and v >= 2,
+            "an integer >= 2 (generated tokens, a decode step at least)",
+        ),
+        "ttft_limit_s": (False, _is_pos_num, "a finite positive number (seconds)"),
+        "tpot_limit_s": (False, _is_pos_num, "a finite positive number (seconds)"),
+        "batches": (True, _is_pos_int, "a non-empty list of positive integers (sequences)"),
+        "disaggregate": (False, lambda v: isinstance(v, bool), "true or false"),
+        "hbm_tbps": (True, _is_pos_num, "a list of finite positive numbers (TB/s)"),
     }
 )
 
@@ -289,19 +336,25 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
         is_list, ok, allowed = _RULES[key]
         vals = _as_tuple(value) if is_list else (value,)
         if (
-            is_list and not vals and key not in ("hbm_gib", "presets", "ep", "cp", "zero")
+            is_list
+            and not vals
+            and key not in ("hbm_gib", "hbm_tbps", "presets", "ep", "cp", "zero")
         ) or not all(ok(v) for v in vals):
             problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")
             continue
-        if key in LIMITS:
+        limit = LIMITS.get(key) or _SERVE_LIMITS.get(key)
+        if limit is not None:
             problems += [
                 f"{source} [sweep]: {p}"
                 for v in vals
-                if (p := over_limit(key, v, LIMITS[key])) is not None
+                if (p := over_limit(key, v, limit)) is not None
             ]
         kw[key] = vals if is_list else value
-    if "hbm_gib" in kw:
-        kw["hbm_gib"] = tuple(float(v) for v in kw["hbm_gib"])
+    for key in ("hbm_gib", "hbm_tbps", "ttft_limit_s", "tpot_limit_s"):
+        if key in kw:
+            kw[key] = tuple(map(float, kw[key])) if key.startswith("hbm") else float(kw[key])
+    if kw.get("mode") == "serve" and "objectives" not in kw:
+        kw["objectives"] = SERVE_OBJECTIVES
     if "tokens_to_train" in kw and not problems:
         kw["tokens_to_train"] = parse_tokens(kw["tokens_to_train"])
     known_solver = {k: v for k, v in solver_d.items() if k in _SOLVER_KEYS}

@@ -1,6 +1,6 @@
 """The one formatter of numbers for people: every CLI table, message and the HTML report use
-it (as :mod:`results.units`; it lives in this leaf package so that the libraries' messages,
-such as a placement's "needs ... has ...", use it too).
+it (it lives in this leaf package so that the libraries' messages, such as a placement's
+"needs ... has ...", use it too).
 
 Values arrive in SI (seconds, joules, kgCO2e, USD, bytes, fractions) and leave in the units a
 practitioner reads: time in µs, ms, s, min, h, days, years (never ks or Ms); energy in J, kJ, MJ

@@ -6,6 +6,9 @@ Public API:
   path for chains) on an :class:`arch_space.Cluster` (re-exported here);
 * :class:`Layout` - the one parallel layout value; :func:`parse_strategy` reads it from a
   strategy string and ``str(layout)`` writes it;
+* :class:`ServingLayout` - a serving deployment's pools (each a :class:`Layout`) and engine
+  knobs; :func:`parse_serving` reads its strategy string, :mod:`placement.serving_engine`
+  gives its steady state (docs/serving.md);
 * :func:`evaluate_fixed` - a given layout under the same model;
 * :func:`read_reference_instance` / :func:`solve_reference` - the Piper / Phaze-reference
   instance format under its own objective;
@@ -41,6 +44,7 @@ from placement.reference import (
     solve_reference,
 )
 from placement.search import place
+from placement.serving_layout import ServingLayout, parse_serving
 from placement.types import (
     OPTIMIZER_STEP_BYTES_PER_PARAMETER,
     STATE_BYTES_PER_PARAMETER,
@@ -64,6 +68,7 @@ __all__ = [
     "PlacementProblem",
     "ReferenceInstance",
     "ReferenceResult",
+    "ServingLayout",
     "OPTIMIZER_STEP_BYTES_PER_PARAMETER",
     "STATE_BYTES_PER_PARAMETER",
     "Stage",
@@ -74,6 +79,7 @@ __all__ = [
     "evaluate_fixed",
     "megatron_chunks",
     "parse_reference_instance",
+    "parse_serving",
     "parse_strategy",
     "place",
     "read_reference_instance",

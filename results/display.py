@@ -1,6 +1,6 @@
 """Human-readable values and labels for tables and plots (display only: stored values stay SI).
 
-:func:`fmt_value` formats a column's value with :mod:`results.units` (the one formatter the CLI
+:func:`fmt_value` formats a column's value with :mod:`phaze_common.units` (the one formatter the CLI
 and the report share); the other helpers turn a point into short labels.
 """
 
@@ -10,8 +10,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from phaze_common.units import fmt_column, fmt_percent, fmt_quantity
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
-from results.units import fmt_column, fmt_percent, fmt_quantity
 
 __all__ = [
     "fmt_value",
@@ -72,7 +72,7 @@ def fmt_value(name: str, value: Any) -> str:
 
 
 def fmt_values(name: str, values: Sequence[Any]) -> list[str]:
-    """A table column of ``name``'s values in one unit (:func:`results.units.fmt_column`);
+    """A table column of ``name``'s values in one unit (:func:`phaze_common.units.fmt_column`);
     missing values read ``-``, text and unit-less integers as :func:`fmt_value` writes them.
 
     >>> fmt_values("job_energy_j", [7.2e11, 3.6e9, None])
@@ -96,7 +96,7 @@ def fmt_values(name: str, values: Sequence[Any]) -> list[str]:
 
 
 def display_unit(name: str) -> str:
-    """The unit :func:`results.units.fmt_quantity` formats column ``name`` in ("%" for fractions).
+    """The unit :func:`phaze_common.units.fmt_quantity` formats column ``name`` in ("%" for fractions).
 
     >>> display_unit("mfu"), display_unit("bubble_fraction"), display_unit("iteration_s")
     ('%', '%', 's')

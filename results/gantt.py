@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from results.units import fmt_time
+from phaze_common.units import fmt_time
 
 if TYPE_CHECKING:
     from ilp import Schedule

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from phaze_common.errors import ConfigError
+from phaze_common.units import fmt_quantity
 from results.display import design_label, fmt_value, knob_label, point_label, workload_title
 from results.pareto import ObjectiveSpec, best_per_design, pareto, parse_objectives, rank
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS, ENERGY_TERM_COLUMNS, TIME_TERM_COLUMNS
@@ -33,7 +34,6 @@ from results.summary import (
     metric_for,
     throughput_metric,
 )
-from results.units import fmt_quantity
 
 __all__ = [
     "LOG_SPAN",

@@ -19,8 +19,10 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from phaze_common.errors import ConfigError
+from phaze_common.units import fmt_percent
 from results.compare import (
     COMPARISON_HEADERS,
+    EQUAL_AREA_TOLERANCE,
     compare_to_presets,
     comparison_rows,
     searched_designs,
@@ -35,6 +37,7 @@ from results.display import (
 )
 from results.pareto import Objective, ObjectiveSpec, parse_objectives
 from results.plots import Plot, draw, save_plots, standard_plots
+from results.report_serving import serving_sections
 from results.report_time import time_breakdown_html
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS, HEADROOM_COLUMNS, POINT_COLUMNS
 from results.store import Store, load
@@ -47,7 +50,6 @@ from results.summary import (
     objective_title,
     top_designs,
 )
-from results.units import fmt_percent
 
 __all__ = ["REPORT_FILENAME", "write_report", "render_report"]
 
@@ -160,14 +162,20 @@ def render_report(
         "<h1>Phaze sweep report</h1>",
         f'<p class="lead">{_summary_sentence(store, points, manifest)}</p>',
     ]
-    sections = [
-        ("presets", "Searched designs against the presets", _versus_presets(feasible)),
-        ("answer", "The answer", _answer(feasible, objectives)),
-        ("time", "Where the time goes", time_breakdown_html(feasible)),
-    ]
-    if feasible:
+    images: dict[tuple[str, str], bytes] = {}
+    if inputs.get("config", {}).get("mode") == "serve":  # a serving sweep: docs/serving.md
+        sections = serving_sections(
+            points, inputs, lambda ps: _figures(ps, image_format, images), top=top,
+            plots_dir=plots_dir, drawn=images,
+        )  # fmt: skip
+    else:
+        sections = [
+            ("presets", "Searched designs against the presets", _versus_presets(points)),
+            ("answer", "The answer", _answer(feasible, objectives)),
+            ("time", "Where the time goes", time_breakdown_html(feasible)),
+        ]
+    if feasible and inputs.get("config", {}).get("mode") != "serve":
         plots = {p.name: p for p in standard_plots(points, objectives=objectives)}
-        images: dict[tuple[str, str], bytes] = {}
 
         def figs(*names: str) -> str:
             return _figures([plots[n] for n in names], image_format, images)
@@ -239,8 +247,8 @@ def _summary_sentence(
     return " ".join(parts)
 
 
-def _versus_presets(feasible: Sequence[Mapping[str, Any]]) -> str:
-    comparisons = compare_to_presets(feasible)
+def _versus_presets(points: Sequence[Mapping[str, Any]]) -> str:
+    comparisons = compare_to_presets(points)
     if not comparisons:
         return "<p>The sweep has no preset (named design) to compare its searched designs with.</p>"
     head = "".join(f"<th>{html.escape(h)}</th>" for h in COMPARISON_HEADERS)
@@ -260,8 +268,12 @@ def _versus_presets(feasible: Sequence[Mapping[str, Any]]) -> str:
     return (
         "<p>For each preset, the fastest searched design whose die is no larger than the "
         "preset's, both at their fastest point (as the Phaze paper compares its designs with "
-        "TPUv4 at TPUv4's area). Each gain is the searched design's advantage: throughput and "
-        "tokens per dollar of system cost as searched / preset, tCDP as preset / searched. "
+        "TPUv4 at TPUv4's area). Where every searched design that fits is more than "
+        f"{EQUAL_AREA_TOLERANCE:.0%} below the preset's area, no design of its size was "
+        "searched: the row says so, and gives the gains only when the smaller design is ahead "
+        "on all three. Each gain is the searched design's advantage: "
+        "throughput and tokens per dollar of system cost as searched / preset, tCDP as "
+        "preset / searched. "
         "Above 1.00× (green) the searched design is better.</p>"
         f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div><ul>{designs}</ul>'
     )

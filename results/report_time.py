@@ -11,10 +11,10 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from phaze_common.units import fmt_percent, fmt_time
 from results.display import design_label, knob_label, workload_title
 from results.schema import COLUMNS, TIME_TERM_COLUMNS
 from results.summary import by_workload
-from results.units import fmt_percent, fmt_time
 
 __all__ = ["time_terms", "time_breakdown_html"]
 

@@ -30,14 +30,16 @@ __all__ = [
     "TIME_TERM_COLUMNS",
     "ENERGY_TERM_COLUMNS",
     "HEADROOM_COLUMNS",
+    "SERVE_COLUMNS",
     "column",
     "numeric_column",
 ]
 
 # Version of the store layout and of the exported documents; bump on any incompatible change.
 # 4: usd_per_device_hour; system cost, cost to train and embodied carbon count the whole
-# system (hosts, network, data centre).
-SCHEMA_VERSION: Final = 4
+# system (hosts, network, data centre). 5: serving points (mode, batch, lengths, TTFT, TPOT,
+# rates, energy, cost and carbon per token).
+SCHEMA_VERSION: Final = 5
 
 # The workload name of the per-design aggregate rows.
 AGGREGATE_WORKLOAD: Final = "*all*"
@@ -164,6 +166,28 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
        "1 - power asked / board limit (negative: how far a limiter throttles)"),
     _c("throughput_score", "REAL", "", "max", "throughput score",
        "aggregate rows: geometric mean over workloads of throughput / best throughput"),
+    # serving points (mode "serve"): one layout at one batch; their cost and carbon columns
+    # above are those of serving the workload's output tokens (docs/serving.md)
+    _c("mode", "TEXT", "", None, "mode", "train, or serve (inference serving)"),
+    _c("batch", "INTEGER", "", None, "batch", "serving: sequences in flight per decode replica"),
+    _c("input_tokens", "INTEGER", "tokens", None, "ISL", "serving: prompt tokens per request"),
+    _c("output_tokens", "INTEGER", "tokens", None, "OSL", "serving: generated tokens per request"),
+    _c("ttft_s", "REAL", "s", "min", "TTFT", "serving: mean time to the first token"),
+    _c("tpot_s", "REAL", "s", "min", "TPOT", "serving: mean time per output token after the first"),
+    _c("output_tokens_per_s", "REAL", "tokens/s", "max", "output throughput",
+       "serving: output tokens per second of all devices"),
+    _c("tokens_per_s_per_device", "REAL", "tokens/s", "max", "output tokens/s per device",
+       "serving: output tokens per second per device"),
+    _c("requests_per_s", "REAL", "requests/s", "max", "requests/s", "serving: requests completed per second"),
+    _c("kv_cache_bytes_per_device", "REAL", "B", None, "KV cache per device",
+       "serving: the KV cache a device's sequences hold"),
+    _c("energy_per_token_j", "REAL", "J", "min", "energy per token",
+       "serving: IT energy per output token (compute, memory, static, network, idle, host)"),
+    _c("usd_per_million_tokens", "REAL", "USD", "min", "$ per Mtoken",
+       "serving: cost of a million output tokens (device-hours at the TCO rate, electricity)"),
+    _c("kgco2e_per_million_tokens", "REAL", "kgCO2e", "min", "carbon per Mtoken",
+       "serving: embodied share and operational carbon of a million output tokens"),
+    _c("meets_slo", "INTEGER", "", None, "meets SLO", "serving: 1 if the TTFT and TPOT limits are met"),
     _c("placement", "TEXT", "", None, "placement", "the chosen placement, as JSON text"),
     # how exact the layer schedules are
     _c("schedule_gap_max", "REAL", "", None, "worst schedule gap",
@@ -219,6 +243,9 @@ HEADROOM_COLUMNS: Final = (
     "power_budget_w",
     "power_headroom",
 )
+
+# The columns a serving point adds (mode "serve").
+SERVE_COLUMNS: Final = COLUMN_NAMES[COLUMN_NAMES.index("batch") : COLUMN_NAMES.index("placement")]
 
 assert len(COLUMNS) == len(POINT_COLUMNS), "duplicate column name"
 assert set(DESIGN_COLUMNS) | set(TIME_TERM_COLUMNS) | set(ENERGY_TERM_COLUMNS) <= set(COLUMNS)

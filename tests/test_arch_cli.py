@@ -93,6 +93,19 @@ def test_space_show_text_and_json(tmp_path, cli_run):
     assert r.exit_code == 0 and "space default" in r.output
 
 
+def test_space_list_shows_every_shipped_space(cli_run):
+    r = cli_run("space", "list")
+    assert r.exit_code == 0, r.output
+    names = [line.split()[0] for line in r.output.splitlines()[2:]]
+    assert names == ["default", "tiny", "reticle"]
+    doc = json.loads(cli_run("space", "list", "--json").output)
+    reticle = doc["spaces"][2]
+    assert reticle["name"] == "reticle" and reticle["budget_mm2"] == 858.0
+    assert reticle["area_mm2_max"] <= 858.0 and reticle["power_budget_w"] == 700.0
+    r = cli_run("space", "show", "reticle")
+    assert r.exit_code == 0 and "space reticle: " in r.output
+
+
 def test_space_show_bad_file_exit_1(tmp_path, cli_run):
     f = tmp_path / "space.toml"
     f.write_text(

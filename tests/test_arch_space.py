@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 
 from arch_space.accelerator import Accelerator
 from arch_space.area import area_mm2, mac_pj, static_power_w
-from arch_space.presets import preset
+from arch_space.power import reticle_mm2
+from arch_space.presets import PUBLISHED, preset
 from arch_space.space import PARAMETERS, Space, design_id, load_space, space_names
 from arch_space.tech import tech_node
 from phaze_common.errors import ConfigError
+from results.compare import EQUAL_AREA_TOLERANCE
 
 MIB, GIB = 2**20, 2**30
 
@@ -102,7 +104,7 @@ def test_enumeration_equals_brute_force(
 
 
 def test_shipped_spaces():
-    assert space_names() == ("default", "tiny")
+    assert space_names() == ("default", "tiny", "reticle")
     tiny = Space.named("tiny")
     designs = list(tiny.enumerate())
     assert 20 <= len(designs) <= 60
@@ -115,6 +117,32 @@ def test_shipped_spaces():
     assert 1000 < summ.designs < 50000
     assert summ.area_mm2_max <= summ.budget_mm2
     assert preset("ref-max").num_tc in summ.counts["num_tc"]
+
+
+def test_default_and_tiny_spaces_keep_their_designs():
+    # the design and grid counts the sweeps and their published timings were made with
+    for name, designs, grid_points in (("default", 23474, 75712), ("tiny", 30, 32)):
+        summ = Space.named(name).summary()
+        assert (summ.designs, summ.grid_points) == (designs, grid_points), name
+
+
+def test_reticle_space_reaches_the_h100_at_its_area_and_power():
+    s = Space.named("reticle")
+    h100 = preset("h100")
+    _, h100_die_mm2, h100_tdp_w = PUBLISHED["h100"]
+    assert s.budget() == reticle_mm2() == 858.0
+    assert s.power_budget() == h100_tdp_w == 700.0
+    assert (s.node_nm, s.clock_hz) == (h100.node_nm, h100.clock_hz)
+    assert (s.hbm_bytes, s.hbm_bandwidth_bytes_per_s) == (
+        (h100.hbm_bytes,),
+        (h100.hbm_bandwidth_bytes_per_s,),
+    )
+    areas = [area_mm2(d) for d in s.enumerate()]
+    assert max(areas) <= 858.0
+    # every design no larger than the H100's die is of its area (the equal-area comparison)
+    fits = [a for a in areas if a <= h100_die_mm2]
+    assert fits and min(fits) >= (1 - EQUAL_AREA_TOLERANCE) * h100_die_mm2
+    assert any(abs(a - h100_die_mm2) <= 0.1 * h100_die_mm2 for a in areas)
 
 
 def test_single_core_designs_kept_below_the_lower_bound():
@@ -133,7 +161,7 @@ def test_single_core_designs_kept_below_the_lower_bound():
     assert list(s2.enumerate()) == []
 
 
-@pytest.mark.parametrize("name", ["default", "tiny"])
+@pytest.mark.parametrize("name", ["default", "tiny", "reticle"])
 def test_space_toml_round_trip(name, tmp_path):
     s = Space.named(name)
     assert Space.from_mapping(tomllib.loads(s.to_toml())) == s

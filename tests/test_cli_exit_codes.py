@@ -1,4 +1,4 @@
-"""Exit statuses and messages of the commands as the README states them: 3 for a sweep with
+"""Exit statuses and messages of the commands as docs/cli.md states them: 3 for a sweep with
 no feasible point (after its store is written), 2 for every out-of-range option, 130 for
 Ctrl-C in every command, and messages that name what the user gave."""
 

@@ -32,12 +32,15 @@ _ARGS = {
     "sweep": ["{config}", "--out", "{dir}", "--executor", "serial", "--no-report"],
     "evaluate": ["--workload", "gpt3-125m", "--arch", "a100", "--devices", "1"]
     + ["--global-batch", "1", "--seq-len", "64", "--strategy", "t=1,p=1,d=1,mbs=1,recompute=none"],
+    "serve": ["--workload", "gpt3-125m", "--arch", "a100", "--devices", "1"]
+    + ["--input-tokens", "64", "--output-tokens", "16", "--strategy", "t=1,batch=4,chunk=off"],
     "export": ["{dir}"],
     "pareto": ["{dir}", "--x", "tokens_per_s", "--y", "tco_usd"],
     "workloads list": [],
     "workloads show": ["gpt3-125m", "--seq-len", "64"],
     "arch list": [],
     "arch show": [str(EXAMPLES / "accelerator_v100.toml")],
+    "space list": [],
     "space show": ["tiny"],
     "schedule": [
         "--workload",
@@ -55,8 +58,16 @@ _ARGS = {
     "validate energy": [],
     "validate cost": [],
     "validate runs": [],
+    "validate serve": [],
 }
-_SLOW = {"validate gemm", "validate megatron", "validate energy", "validate cost", "validate runs"}
+_SLOW = {
+    "validate gemm",
+    "validate megatron",
+    "validate energy",
+    "validate cost",
+    "validate runs",
+    "validate serve",
+}
 
 
 @pytest.mark.parametrize(

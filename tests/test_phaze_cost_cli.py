@@ -161,7 +161,7 @@ def test_a_sweep_file_may_name_a_host_and_a_cost_view():
 
 
 def test_gpt3_on_a_thousand_h100_is_priced_term_by_term():
-    """The README's run (its searched layout given, to skip the search): every cost term,
+    """docs/cost.md's run (its searched layout given, to skip the search): every cost term,
     the system capex and both views, each term the run's device-hours at its hourly rate."""
     doc = _json(
         "evaluate",

@@ -1,4 +1,4 @@
-"""Expert and context parallelism through the public API and the command line: the README's
+"""Expert and context parallelism through the public API and the command line: docs/validation.md's
 targets and one ``Error:`` line per bad input."""
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ import pytest
 from reports import check_images, make_store, parse_html
 
 from phaze_common.errors import ConfigError
+from phaze_common.units import fmt_percent
 from results.compare import compare_to_presets, comparison_rows, comparison_text
 from results.display import area_headroom_text, design_label, fmt_value, power_headroom_text
 from results.plots import front_figure, png_bytes, standard_plots, svg_text, write_plots
 from results.report import write_report
 from results.store import Store, load
-from results.units import fmt_percent
 
 
 @pytest.fixture(scope="module")
@@ -168,18 +168,38 @@ def test_report_opens_with_the_comparison_against_the_presets(store_dir, report_
     first = re.search(r'<section id="(\w+)"><h2>([^<]*)</h2>', report_text)
     assert first.groups() == ("presets", "Searched designs against the presets")
     section = report_text[first.start() : report_text.index("</section>", first.start())]
-    pts = load(store_dir).points(feasible_only=True)
-    comparisons = compare_to_presets(pts)
+    comparisons = compare_to_presets(load(store_dir).points())
     assert comparisons
     for row in comparison_rows(comparisons):
         for cell in row:
             assert html.escape(cell) in section, cell
 
 
+def test_report_says_when_no_searched_design_reaches_a_presets_area():
+    from results.report import _versus_presets
+
+    def pt(design_id, name, area, tput):
+        return {
+            "workload": "w",
+            "design_id": design_id,
+            "design_name": name,
+            "feasible": 1,
+            "key": design_id,
+            "area_mm2": area,
+            "tokens_per_s": tput,
+            "system_cost_usd": 1.0,
+            "tcdp": 1.0 / tput,
+        }
+
+    section = _versus_presets([pt("h", "h100", 814.0, 100.0), pt("s", None, 339.0, 50.0)])
+    assert "no searched design within 10% of its area (largest: 339 mm²)" in section
+    assert "×" not in section.split("<table>", 1)[1]
+
+
 def test_sweep_summary_text_has_the_same_comparison(store_dir):
     text = comparison_text(store_dir)
     assert text.lstrip().startswith("searched designs against the presets at equal area")
-    for row in comparison_rows(compare_to_presets(load(store_dir).points(feasible_only=True))):
+    for row in comparison_rows(compare_to_presets(load(store_dir).points())):
         assert all(cell in text for cell in row), row
 
 

@@ -1,4 +1,4 @@
-"""The one formatter of people's units (results.units) and the views built on it."""
+"""The one formatter of people's units (phaze_common.units) and the views built on it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from results.compare import compare_to_presets, comparison_rows
-from results.display import fmt_value
-from results.units import (
+from phaze_common.units import (
     UNIT_FAMILIES,
     fmt_bytes,
     fmt_carbon,
@@ -24,6 +22,8 @@ from results.units import (
     fmt_time,
     fmt_usd,
 )
+from results.compare import compare_to_presets, comparison_rows
+from results.display import fmt_value
 
 
 @pytest.mark.parametrize(
@@ -138,6 +138,7 @@ def test_comparison_takes_the_best_searched_design_within_each_presets_area():
         _pt("pb", "big", 500.0, 40.0, 2.0, 1.0),
         _pt("s1", None, 120.0, 30.0, 1.0, 2.0),  # fastest, but larger than "small"
         _pt("s2", None, 90.0, 20.0, 1.0, 2.0),
+        _pt("s3", None, 480.0, 5.0, 1.0, 9.0),  # of about "big"'s area, but slower than s1
     ]
     comps = {c.preset["design_name"]: c for c in compare_to_presets(pts)}
     assert comps["small"].searched["design_id"] == "s2"
@@ -147,6 +148,32 @@ def test_comparison_takes_the_best_searched_design_within_each_presets_area():
     assert comps["big"].tokens_per_usd_gain == pytest.approx(1.5)
     assert comps["big"].tcdp_gain == pytest.approx(0.5)
     assert [c.preset["design_name"] for c in compare_to_presets(pts)] == ["small", "big"]
+
+
+def test_comparison_says_when_every_searched_design_is_well_below_the_presets_area():
+    # The default space (339 mm2 at most) against the H100 (814 mm2): a searched design that
+    # loses there says nothing about a design of the H100's size, so no gain is given.
+    pts = [
+        _pt("h", "h100", 814.0, 100.0, 10.0, 1.0),
+        _pt("s1", None, 339.0, 50.0, 4.0, 2.0),
+        _pt("s2", None, 200.0, 60.0, 4.0, 2.0),
+        {**_pt("s3", None, 740.0, None, None, None), "feasible": 0},  # pruned: it counts
+    ]
+    (c,) = compare_to_presets(pts[:3])
+    assert c.searched is None and c.gains == (None, None, None)
+    assert c.well_below and c.largest_searched_mm2 == 339.0
+    (row,) = comparison_rows([c])
+    assert row[2] == "no searched design within 10% of its area (largest: 339 mm²)"
+    assert row[3:] == ["-", "-", "-"]
+    # a searched design of 740 mm2 (within 10 %), even a pruned one, makes it a comparison
+    (c,) = compare_to_presets(pts)
+    assert c.searched["design_id"] == "s2" and c.throughput_gain == pytest.approx(0.6)
+    assert not c.well_below and c.largest_searched_mm2 == 740.0
+    # so does a smaller design ahead on every column: it wins within the preset's area
+    ahead = [pts[0], _pt("s4", None, 300.0, 200.0, 4.0, 0.5)]
+    (c,) = compare_to_presets(ahead)
+    assert c.well_below and c.gains == (2.0, 5.0, 2.0)
+    assert comparison_rows([c])[0][2] == "s4 (300 mm²)"
 
 
 def test_comparison_says_when_no_searched_design_fits():
@@ -163,7 +190,7 @@ def test_comparison_says_when_no_searched_design_fits():
 def test_a_column_has_one_unit(values, unit):
     """fmt_column writes every value of a column in one unit: the one fmt_quantity picks
     for its largest value."""
-    from results.units import fmt_column
+    from phaze_common.units import fmt_column
 
     texts = fmt_column(values, unit)
     top = fmt_quantity(max(values), unit)

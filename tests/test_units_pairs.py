@@ -8,7 +8,7 @@ import re
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from results.units import MAX_DIGITS, UNIT_FAMILIES, fmt_pair, fmt_quantity
+from phaze_common.units import MAX_DIGITS, UNIT_FAMILIES, fmt_pair, fmt_quantity
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")
 _UNITS = st.sampled_from([*UNIT_FAMILIES, "", "tokens/s", "W", "FLOP/s", "mm²"])

@@ -33,8 +33,10 @@ gradient of the sum over ``k``, the probabilities beside a row) is counted once.
 
 Not modelled: the dispatcher's small all-gather of token counts over the expert-parallel
 group and the host synchronisation before the all-to-all; the chunk sort around the
-experts when a rank holds several of them; the experts' row counts at ``ep > 1`` (a
-device runs ``E / ep`` experts on ``ep`` times the rows, the same FLOPs); load imbalance
+experts when a rank holds several of them; in training passes, the experts' row counts at
+``ep > 1`` (a device runs ``E / ep`` experts on ``ep`` times the rows, the same FLOPs;
+serving passes give ``ep`` to :func:`expert_tokens`, as a decode step's weight reads depend
+on it); load imbalance
 (routing is taken as balanced, what the auxiliary loss aims for).
 """
 
@@ -57,14 +59,18 @@ _SUM_FLOPS = 1  # one add per element reduced
 Ffn = Callable[[str, str, int, int], str]
 
 
-def expert_tokens(tokens: int, model: Model) -> tuple[int, ...]:
-    """Tokens each expert processes: ``tokens x top_k`` routed copies spread evenly (the
-    balanced routing that auxiliary load-balancing losses aim for).
+def expert_tokens(tokens: int, model: Model, ep: int = 1) -> tuple[int, ...]:
+    """Tokens each expert of a rank processes: ``tokens x top_k`` routed copies spread
+    evenly (the balanced routing that auxiliary load-balancing losses aim for). With expert
+    parallelism over ``ep`` ranks, each running ``tokens`` tokens, a rank holds ``E / ep``
+    experts and receives as many routed copies as it sends, so its experts share the same
+    ``tokens x top_k`` copies, ``ep`` times as many each.
 
-    >>> expert_tokens(10, Model("m", 1, 8, 1, 8, 8, experts=4, top_k=2))
-    (5, 5, 5, 5)
+    >>> m = Model("m", 1, 8, 1, 8, 8, experts=4, top_k=2)
+    >>> expert_tokens(10, m), expert_tokens(10, m, ep=2)
+    ((5, 5, 5, 5), (10, 10))
     """
-    routed, e = tokens * model.top_k, model.experts
+    routed, e = tokens * model.top_k, model.experts // ep
     return tuple(routed // e + (1 if i < routed % e else 0) for i in range(e))
 
 
@@ -181,17 +187,27 @@ def _combine(outs: list[str], model: Model, T: int, p: int, shared: bool, aux_lo
 
 
 def moe_nodes(
-    nodes: list[Node], src: str, model: Model, T: int, p: int, ffn: Ffn, aux_loss: bool = True
+    nodes: list[Node],
+    src: str,
+    model: Model,
+    T: int,
+    p: int,
+    ffn: Ffn,
+    aux_loss: bool = True,
+    ep: int = 1,
 ) -> str:
     """Append an MoE block's router, dispatch, routed experts (each ``ffn`` on its tokens),
     the shared experts (one ``ffn`` of their total width on every token) and combine to
     ``nodes``; return the combine's name. ``T`` tokens per rank, ``p`` bytes per element;
-    ``aux_loss``: the load-balancing loss (training only)."""
+    ``aux_loss``: the load-balancing loss (training only); ``ep``: the rank holds ``1/ep`` of
+    the routed experts (:func:`expert_tokens`)."""
     nodes += _router_nodes(src, model, T, p, aux_loss)
     nodes.append(_dispatch(src, model, T, p))
     width = model.expert_width
     outs = [
-        ffn(f"expert{e}.", "dispatch", n, width) for e, n in enumerate(expert_tokens(T, model)) if n
+        ffn(f"expert{e}.", "dispatch", n, width)
+        for e, n in enumerate(expert_tokens(T, model, ep))
+        if n
     ]
     shared = model.shared_experts
     if shared:

@@ -106,6 +106,7 @@ class _Dims:
     sp: bool
     flash: bool
     training: bool = True
+    ep: int = 1  # expert-parallel ranks sharing the routed experts (a rank holds 1/ep of them)
 
     @classmethod
     def of(cls, setup: TrainingSetup, tp: int) -> _Dims:
@@ -116,9 +117,9 @@ class _Dims:
         return cls(b, s, b * s, local, tp, setup.precision_bytes, sp, flash)
 
 
-def _inference_dims(tokens: int, tp: int, precision_bytes: int) -> _Dims:
+def _inference_dims(tokens: int, tp: int, precision_bytes: int, ep: int = 1) -> _Dims:
     """An inference pass over ``tokens`` tokens: no sequence parallelism, no training."""
-    return _Dims(1, tokens, tokens, tokens, tp, precision_bytes, False, True, training=False)
+    return _Dims(1, tokens, tokens, tokens, tp, precision_bytes, False, True, False, ep)
 
 
 def _pass_graphs(
@@ -301,7 +302,7 @@ def _ffn_or_moe(nodes: list[Node], x: str, model: Model, d: _Dims, dense: bool) 
         def ffn(prefix: str, src: str, tokens: int, width: int) -> str:
             return _ffn(nodes, prefix, src, tokens, model, d, width)
 
-        return moe_nodes(nodes, x, model, d.tokens, d.p, ffn, aux_loss=d.training)
+        return moe_nodes(nodes, x, model, d.tokens, d.p, ffn, aux_loss=d.training, ep=d.ep)
     return _ffn(nodes, "", x, d.tokens, model, d, model.ffn_hidden)
 
 
@@ -380,11 +381,13 @@ def inference_block_graph(
     *,
     kv_up: bool = True,
     dense: bool = False,
+    ep: int = 1,
 ) -> OpGraph:
     """One block's forward graph on ``tokens`` tokens per shard as inference runs it: no
     dropout, no MoE auxiliary loss, no sequence parallelism, the attention ``core`` given
-    (``kv_up``: see :func:`_mla_projections`)."""
-    d = _inference_dims(tokens, tp, precision_bytes)
+    (``kv_up``: see :func:`_mla_projections`); an MoE block's rank holds ``1/ep`` of the
+    routed experts (:func:`~workloads.moe_ops.expert_tokens`)."""
+    d = _inference_dims(tokens, tp, precision_bytes, ep)
     return forward_graph(_block_nodes(replace(model, dropout=False), d, dense, core, kv_up))
 
 

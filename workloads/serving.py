@@ -50,6 +50,8 @@ __all__ = [
     "pass_weight_read_bytes",
     "pass_kv_read_bytes",
     "kv_cache_capacity",
+    "stage_block_counts",
+    "stage_parameters",
 ]
 
 _DATA_FILE = "serving.toml"
@@ -61,14 +63,21 @@ class ServingSettings:
     ``page_tokens`` per KV-cache page, the ``memory_fraction`` of device memory the engine
     uses, bytes per cache element by format, the framework overlap profile of a pass,
     whether the engine all-reduces with its own kernel, the bytes of one logit as the sampler
-    reads it."""
+    reads it; the scheduler's limits a serving search explores (sequences in flight, the
+    token budgets of chunked prefill, a prefill pass's tokens) and the output tokens of the
+    serving workload a point's tCDP is for."""
 
     page_tokens: int
     memory_fraction: float
+    static_memory_fraction: float
     format_bytes: Mapping[str, int]
     framework: str
     custom_all_reduce: bool
     logit_bytes: int
+    max_num_seqs: int
+    chunk_tokens: tuple[int, ...]
+    max_batched_tokens: int
+    tokens_to_serve: float
 
 
 @cache
@@ -77,14 +86,19 @@ def serving_settings() -> ServingSettings:
     text = resources.files("workloads").joinpath("data", _DATA_FILE).read_text("utf-8")
     try:
         data = tomllib.loads(text)
-        kv, engine = data["kv_cache"], data["engine"]
+        kv, engine, sched = data["kv_cache"], data["engine"], data["scheduler"]
         settings = ServingSettings(
             page_tokens=kv["page_tokens"],
             memory_fraction=kv["memory_fraction"],
+            static_memory_fraction=kv["static_memory_fraction"],
             format_bytes=MappingProxyType(dict(kv["format_bytes"])),
             framework=engine["framework"],
             custom_all_reduce=engine["custom_all_reduce"],
             logit_bytes=engine["logit_bytes"],
+            max_num_seqs=sched["max_num_seqs"],
+            chunk_tokens=tuple(sched["chunk_tokens"]),
+            max_batched_tokens=sched["max_batched_tokens"],
+            tokens_to_serve=float(data["workload"]["tokens_to_serve"]),
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as e:
         raise ConfigError(f"{_DATA_FILE}: unreadable ({type(e).__name__}: {e})") from None
@@ -93,14 +107,20 @@ def serving_settings() -> ServingSettings:
         for name, value in (
             ("page_tokens", settings.page_tokens),
             ("logit_bytes", settings.logit_bytes),
+            ("max_num_seqs", settings.max_num_seqs),
+            ("max_batched_tokens", settings.max_batched_tokens),
+            *((f"chunk_tokens[{i}]", v) for i, v in enumerate(settings.chunk_tokens)),
             *((f"format_bytes.{k}", v) for k, v in settings.format_bytes.items()),
         )
         if not _positive_int(value)
     ]
     if not isinstance(settings.custom_all_reduce, bool):
         problems.append(f"custom_all_reduce = {settings.custom_all_reduce!r} must be true or false")
-    if not 0 < settings.memory_fraction <= 1:
-        problems.append(f"memory_fraction = {settings.memory_fraction!r} must be in (0, 1]")
+    if not settings.tokens_to_serve >= 1:
+        problems.append(f"tokens_to_serve = {settings.tokens_to_serve!r} must be at least 1")
+    for name in ("memory_fraction", "static_memory_fraction"):
+        if not 0 < getattr(settings, name) <= 1:
+            problems.append(f"{name} = {getattr(settings, name)!r} must be in (0, 1]")
     if problems:
         raise ConfigError(f"{_DATA_FILE}: " + "; ".join(problems))
     return settings
@@ -385,19 +405,57 @@ def kv_cache_capacity(
     kv_format: str = "bf16",
     precision_bytes: int = 2,
     page_tokens: int | None = None,
+    ep: int = 1,
+    pp: int = 1,
+    memory_fraction: float | None = None,
 ) -> KvCapacity:
-    """The KV cache one device of a tensor-parallel group holding the whole model can keep
-    (vLLM's sizing: ``gpu_memory_utilization`` x memory, less the weights and the peak
-    activation memory its profiling pass measures)."""
+    """The KV cache one device of a replica of ``pp`` pipeline stages of ``tp`` devices each
+    (one of ``ep`` ranks sharing the routed experts) can keep (vLLM's sizing:
+    ``gpu_memory_utilization`` x memory, less the weights and the peak activation memory
+    its profiling pass measures): the stage with the fewest pages decides, every stage
+    holding the cache of its own blocks for the same sequences. ``memory_fraction`` overrides
+    the engine's share of the memory (a static-batch engine's is all of it)."""
     settings = serving_settings()
     page = page_tokens or settings.page_tokens
-    usable = int(settings.memory_fraction * hbm_bytes)
-    weights = weight_bytes_per_device(model, tp, precision_bytes)
-    page_bytes = page * kv_cache_bytes_per_token(model, tp, kv_format)
-    free = usable - weights - workspace_bytes
-    return KvCapacity(
-        usable, weights, workspace_bytes, page, page_bytes, max(0, free // page_bytes)
-    )
+    usable = int((memory_fraction or settings.memory_fraction) * hbm_bytes)
+    per_token = kv_cache_bytes_per_token(model, tp, kv_format, layers=1)
+    stages = [
+        (precision_bytes * params, page * per_token * blocks)
+        for params, blocks in zip(
+            stage_parameters(model, tp, ep, pp), stage_block_counts(model, pp), strict=True
+        )
+    ]
+    pages = min(max(0, (usable - w - workspace_bytes) // max(b, 1)) for w, b in stages)
+    weights, page_bytes = max(w for w, _ in stages), max(b for _, b in stages)
+    return KvCapacity(usable, weights, workspace_bytes, page, page_bytes, pages)
+
+
+def stage_block_counts(model: Model, pp: int = 1) -> tuple[int, ...]:
+    """Blocks on each of ``pp`` pipeline stages: as even as can be, the first stages taking
+    one more when ``pp`` does not divide the blocks (vLLM's ``get_pp_indices`` gives its
+    extra layers to stages before the last, Megatron's even split needs none)."""
+    n, extra = divmod(model.layers, pp)
+    return tuple(n + (1 if i < extra else 0) for i in range(pp))
+
+
+def stage_parameters(model: Model, tp: int, ep: int = 1, pp: int = 1) -> tuple[int, ...]:
+    """Parameters one device of each pipeline stage holds: its blocks' shards (an MoE
+    block's routed experts over ``ep`` ranks), the embedding on the first stage, the head
+    on the last (with a copy of a tied LM-head matrix when that is not the first stage)."""
+    dense = model.dense_layers
+    experts = model.expert_parameters(tp)
+    moe = model.block_parameters(tp) - experts + experts // ep
+    out, first = [], 1
+    for i, n in enumerate(stage_block_counts(model, pp)):
+        blocks = range(first, first + n)
+        first += n
+        params = sum(model.block_parameters(tp, dense=True) if b <= dense else moe for b in blocks)
+        if i == 0:
+            params += model.embedding_parameters(tp)
+        if i == pp - 1:
+            params += model.head_parameters(tp) + (model.tied_head_parameters(tp) if i else 0)
+        out.append(params)
+    return tuple(out)
 
 
 # ---- FLOPs and bytes of a pass ----------------------------------------------------------------
@@ -443,30 +501,27 @@ def pass_flops(model: Model, p: ServingPass) -> int:
     return blocks + model.layers * attention_flops(model, p) + edges + head
 
 
-def weight_bytes_per_device(model: Model, tp: int, precision_bytes: int = 2) -> int:
-    """Bytes of the weights one device of a tensor-parallel group holds with the whole model
-    on that group: embedding, blocks and head shards (a tied LM head once)."""
-    dense = model.dense_layers
-    params = (
-        model.embedding_parameters(tp)
-        + dense * model.block_parameters(tp, dense=True)
-        + (model.layers - dense) * model.block_parameters(tp)
-        + model.head_parameters(tp)
-    )
-    return precision_bytes * params
+def weight_bytes_per_device(
+    model: Model, tp: int, precision_bytes: int = 2, ep: int = 1, pp: int = 1
+) -> int:
+    """Bytes of the weights one device holds, of a replica of ``pp`` pipeline stages of a
+    tensor-parallel group of ``tp`` each (the fullest stage's; :func:`stage_parameters`):
+    with the whole model on one group, embedding, blocks and head shards (a tied LM head
+    once)."""
+    return precision_bytes * max(stage_parameters(model, tp, ep, pp))
 
 
-def pass_weight_read_bytes(model: Model, tp: int, p: ServingPass) -> int:
+def pass_weight_read_bytes(model: Model, tp: int, p: ServingPass, ep: int = 1) -> int:
     """Weight bytes one device must read in a pass: every block weight but, in MoE blocks,
-    only the experts some token is routed to (balanced routing,
-    :func:`~workloads.moe_ops.expert_tokens`); the final norm (and OPT's projection) and,
+    only the experts some token is routed to of the ``1/ep`` the device holds (balanced
+    routing, :func:`~workloads.moe_ops.expert_tokens`); the final norm (and OPT's projection) and,
     when the pass samples, the LM-head matrix; the embedding rows of the pass's tokens
     (and position rows, OPT's input projection)."""
     dense = model.dense_layers
     params = dense * model.block_parameters(tp, dense=True)
     if model.is_moe:
         per_expert = model.expert_parameters(tp) // model.experts
-        reached = sum(1 for n in expert_tokens(p.tokens, model) if n)
+        reached = sum(1 for n in expert_tokens(p.tokens, model, ep) if n)
         moe = model.block_parameters(tp) - model.expert_parameters(tp) + reached * per_expert
         params += (model.layers - dense) * moe
     else:

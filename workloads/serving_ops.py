@@ -55,11 +55,15 @@ _SAMPLE_FLOPS = 7  # per logit: temperature scale, max, subtract, exp, sum, divi
 _EMPTY = OpGraph(ops=(), edges=())
 
 
-def check_serving(model: Model, p: ServingPass, tp: int) -> None:
+def check_serving(model: Model, p: ServingPass, tp: int, ep: int = 1) -> None:
     """Raise one ConfigError naming every reason ``model`` cannot serve ``p`` at width
-    ``tp``: an encoder, a width Megatron-style sharding refuses, a context longer than the
-    model's positions."""
+    ``tp`` with ``ep`` expert-parallel ranks: an encoder, a width Megatron-style sharding
+    refuses, an expert-parallel degree that does not divide the routed experts, a context
+    longer than the model's positions."""
     problems = []
+    if not (isinstance(ep, int) and ep >= 1 and model.experts % ep == 0):
+        what = "the routed experts" if model.is_moe else "a dense model's one FFN"
+        problems.append(f"ep = {ep!r} must divide {what} ({model.experts})")
     if not model.causal:
         problems.append("causal = false: serving generates tokens with a causal decoder")
     widths = valid_tp_widths(model)
@@ -76,17 +80,18 @@ def check_serving(model: Model, p: ServingPass, tp: int) -> None:
         raise ConfigError(f"model {model.name!r}: " + "; ".join(problems))
 
 
-def serving_layer_graph(model: Model, p: ServingPass, tp: int) -> LayerGraph:
-    """The layer graph of one serving pass of ``model`` at tensor-parallel width ``tp``
-    (cached by its frozen arguments).
+def serving_layer_graph(model: Model, p: ServingPass, tp: int, ep: int = 1) -> LayerGraph:
+    """The layer graph of one serving pass of ``model`` at tensor-parallel width ``tp`` on
+    one rank of ``ep`` expert-parallel ranks, each running its own ``p`` and holding ``1/ep``
+    of an MoE block's routed experts (cached by its frozen arguments).
 
     Raises
     ------
     ConfigError
         See :func:`check_serving`.
     """
-    check_serving(model, p, tp)
-    return _build(model, p, tp)
+    check_serving(model, p, tp, ep)
+    return _build(model, p, tp, ep)
 
 
 def _core(
@@ -120,14 +125,14 @@ def _head_graph(model: Model, p: ServingPass, tp: int) -> OpGraph:
 
 
 @lru_cache(maxsize=512)
-def _build(model: Model, p: ServingPass, tp: int) -> LayerGraph:
+def _build(model: Model, p: ServingPass, tp: int, ep: int) -> LayerGraph:
     m = replace(model, dropout=False)
     core = partial(_core, model=m, p=p, tp=tp)
     kv_up = not (model.mla and p.is_decode)
 
     def block(dense: bool) -> OpGraph:
         return inference_block_graph(
-            m, p.tokens, tp, p.precision_bytes, core, kv_up=kv_up, dense=dense
+            m, p.tokens, tp, p.precision_bytes, core, kv_up=kv_up, dense=dense, ep=ep
         )
 
     framework = framework_profile(serving_settings().framework)
@@ -139,6 +144,8 @@ def _build(model: Model, p: ServingPass, tp: int) -> LayerGraph:
     }
     boundary = p.precision_bytes * p.tokens * model.hidden
     tensor_parallel, dense = tp > 1, model.dense_layers
+    # the routed experts' parameters the other ep - 1 ranks hold
+    expert_held = model.expert_parameters(tp) - model.expert_parameters(tp) // ep
     layers = [
         Layer(
             0,
@@ -155,10 +162,10 @@ def _build(model: Model, p: ServingPass, tp: int) -> LayerGraph:
                 f"block{i}",
                 LayerKind.BLOCK,
                 DENSE_BLOCK_CLASS if i <= dense else BLOCK_CLASS,
-                model.block_parameters(tp, dense=i <= dense),
+                model.block_parameters(tp, dense=i <= dense) - (0 if i <= dense else expert_held),
                 0,
                 tensor_parallel,
-                expert_parameters=0 if i <= dense else model.expert_parameters(tp),
+                expert_parameters=0 if i <= dense else model.expert_parameters(tp) // ep,
                 dispatch_bytes=model.top_k * boundary if model.is_moe and i > dense else 0,
             )
             for i in range(1, model.layers + 1)
@@ -206,9 +213,9 @@ def peak_live_bytes(graph: OpGraph, input_bytes: int) -> int:
     return peak
 
 
-def pass_workspace_bytes(model: Model, p: ServingPass, tp: int) -> int:
+def pass_workspace_bytes(model: Model, p: ServingPass, tp: int, ep: int = 1) -> int:
     """The transient memory of a pass on one device: the most any of its layers' op graphs
     holds at once (:func:`peak_live_bytes`), layers running one after another."""
-    graph = serving_layer_graph(model, p, tp)
+    graph = serving_layer_graph(model, p, tp, ep)
     boundary = graph.edges[0].bytes
     return max(peak_live_bytes(pg.forward, boundary) for pg in graph.op_graphs.values())

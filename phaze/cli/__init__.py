@@ -38,6 +38,11 @@ COMMANDS: Final = MappingProxyType(
             "phaze.cli.evaluate_cmd:evaluate",
             "Iteration time, throughput, MFU and memory of one design, and its placement.",
         ),
+        "serve": (
+            "phaze.cli.serve_cmd:serve",
+            "TTFT, TPOT, throughput, memory, energy, cost and carbon of serving a model on one "
+            "design, with the serving layout that meets the latency limits.",
+        ),
         "report": (
             "phaze.cli.report_cmd:report",
             "Write the self-contained HTML report of the sweep in DIR and print its path.",
@@ -60,7 +65,7 @@ COMMANDS: Final = MappingProxyType(
         ),
         "space": (
             "phaze.cli.space_cmd:space",
-            "Accelerator design spaces: the shipped ones (default, tiny) or a TOML file.",
+            "Accelerator design spaces: the shipped ones (default, tiny, reticle) or a TOML file.",
         ),
         "schedule": (
             "phaze.cli.schedule_cmd:schedule",
@@ -82,6 +87,7 @@ _VALIDATE_MORE: Final = (
     "phaze.cli.validate_energy_cmd:energy",
     "phaze.cli.validate_cost_cmd:cost",
     "phaze.cli.validate_runs_cmd:runs",
+    "phaze.cli.validate_serve_cmd:serve",
 )
 
 

@@ -1,22 +1,39 @@
-"""Option types shared by the commands: a number that must be finite and in a range.
+"""Option types and groups shared by the commands: a number that must be finite and in a
+range, the design and cluster of one evaluation, and the scoring settings.
 
 click's ``float`` and ``FloatRange`` let ``nan`` and ``inf`` through (no comparison fails on
 them); :class:`FiniteFloat` refuses them with click's one usage-error line, naming the option
 and the range (exit status 2). :func:`default_seq_len` is the sequence length the commands
-use when none is given.
+use when none is given. :func:`design_options` and :func:`scoring_options` add the options
+``phaze evaluate`` and ``phaze serve`` share; :func:`cluster_of` and :func:`scoring_of` read
+them back.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import click
 
+from phaze_common.limits import MAX_DEVICES
+
 if TYPE_CHECKING:
+    from arch_space import Accelerator, Cluster
+    from phaze.scoring import ScoringParams
     from workloads import Model
 
-__all__ = ["FiniteFloat", "scoring_float", "DEFAULT_SEQ_LEN", "default_seq_len"]
+__all__ = [
+    "FiniteFloat",
+    "scoring_float",
+    "DEFAULT_SEQ_LEN",
+    "default_seq_len",
+    "design_options",
+    "scoring_options",
+    "cluster_of",
+    "scoring_of",
+]
 
 DEFAULT_SEQ_LEN: Final = 2048  # tokens; GPT-3's context, used where a model's is at least this
 
@@ -69,3 +86,198 @@ def scoring_float(name: str, per_unit: float = 1.0) -> FiniteFloat:
 
     lo, hi, lo_in, hi_in = RANGES[name]
     return FiniteFloat(lo / per_unit, hi / per_unit, lo_open=not lo_in, hi_open=not hi_in)
+
+
+def _stack(options: list[Callable]) -> Callable:
+    def apply(f: Callable) -> Callable:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
+def design_options(devices_help: str) -> Callable:
+    """``--workload``, ``--arch``, ``--devices`` and the cluster's nodes and links."""
+    return _stack(
+        [
+            click.option(
+                "--workload", required=True, help="Catalog name or a Hugging Face config.json."
+            ),
+            click.option(
+                "--arch", "arch", required=True, help="Accelerator preset name or TOML file."
+            ),
+            click.option(
+                "--devices", type=click.IntRange(1, MAX_DEVICES), required=True, help=devices_help
+            ),
+            click.option(
+                "--devices-per-node",
+                type=click.IntRange(1, MAX_DEVICES),
+                default=8,
+                show_default=True,
+            ),
+            click.option(
+                "--intra-node-gbps",
+                type=FiniteFloat(0, 1e6, lo_open=True),
+                default=300.0,
+                show_default=True,
+                help="Intra-node link bandwidth per device, GB/s.",
+            ),
+            click.option(
+                "--inter-node-gbps",
+                type=FiniteFloat(0, 1e6, lo_open=True),
+                default=25.0,
+                show_default=True,
+                help="Inter-node link bandwidth per device, GB/s.",
+            ),
+        ]
+    )
+
+
+def cluster_of(kw: dict[str, Any]) -> Cluster:
+    """The cluster the :func:`design_options` in ``kw`` give (they are taken out of it)."""
+    from arch_space import Cluster
+
+    return Cluster(
+        devices=kw.pop("devices"),
+        devices_per_node=kw.pop("devices_per_node"),
+        intra_node_bandwidth_bytes_per_s=kw.pop("intra_node_gbps") * 1e9,
+        inter_node_bandwidth_bytes_per_s=kw.pop("inter_node_gbps") * 1e9,
+    )
+
+
+def scoring_options(training: bool) -> Callable:
+    """The scoring settings: grid, PUE, electricity price, cost view, host server; with
+    ``training``, the lifetime, embodied mode, interest, goodput and production volume too."""
+    from arch_space.system import host_profiles
+    from arch_space.tco import COST_VIEWS, SECONDS_PER_YEAR
+
+    # (option, training only), in the order the help lists them
+    options = [
+        (
+            click.option(
+                "--grid",
+                "grid_region",
+                default="world",
+                show_default=True,
+                help="Grid region (any case).",
+            ),
+            False,
+        ),
+        (
+            click.option(
+                "--grid-gco2e-per-kwh",
+                type=scoring_float("grid_gco2e_per_kwh"),
+                help="Grid carbon intensity (overrides --grid).",
+            ),
+            False,
+        ),
+        (
+            click.option(
+                "--pue",
+                type=scoring_float("pue"),
+                default=1.10,
+                show_default=True,
+                help="Facility PUE.",
+            ),
+            False,
+        ),
+        (
+            click.option(
+                "--lifetime-years",
+                type=scoring_float("lifetime_s", SECONDS_PER_YEAR),
+                default=5.0,
+                show_default=True,
+                help="Life of the IT equipment: its depreciation period and its embodied carbon's.",
+            ),
+            True,
+        ),
+        (
+            click.option(
+                "--embodied-mode",
+                type=click.Choice(["amortised", "whole-life"]),
+                default="amortised",
+                show_default=True,
+                help="Embodied carbon and capex: the run's share of the lifetime, or all of it.",
+            ),
+            True,
+        ),
+        (
+            click.option(
+                "--usd-per-kwh",
+                type=scoring_float("usd_per_kwh"),
+                help="Electricity price (default: the grid region's).",
+            ),
+            False,
+        ),
+        (
+            click.option(
+                "--cost-view",
+                type=click.Choice(COST_VIEWS),
+                default="buy",
+                show_default=True,
+                help="Price the accelerator as built (chip, board, a new design's NRE) or bought.",
+            ),
+            False,
+        ),
+        (
+            click.option(
+                "--interest",
+                type=scoring_float("interest"),
+                help="Yearly cost of capital [default: 0.08, Barroso et al. 2013].",
+            ),
+            True,
+        ),
+        (
+            click.option(
+                "--goodput",
+                type=scoring_float("goodput"),
+                help="Share of wall-clock time spent training [default: 0.90, Llama 3's large "
+                "runs].",
+            ),
+            True,
+        ),
+        (
+            click.option(
+                "--volume",
+                "volume_units",
+                type=click.IntRange(1, 10**12),
+                help="Units a new design's non-recurring cost is spread over [default: 1,200,000].",
+            ),
+            True,
+        ),
+        (
+            click.option(
+                "--host",
+                "host_profile",
+                help="Host server per node ("
+                + ", ".join(host_profiles())
+                + ") [default: the preset's own server, else dgx-a100].",
+            ),
+            False,
+        ),
+    ]
+    return _stack([option for option, training_only in options if training or not training_only])
+
+
+def scoring_of(kw: dict[str, Any], acc: Accelerator) -> ScoringParams:
+    """The scoring settings the :func:`scoring_options` in ``kw`` give (taken out of it); a
+    preset runs in its own host server unless ``--host`` says otherwise; a setting the
+    command does not offer keeps :class:`~phaze.scoring.ScoringParams`' default."""
+    from arch_space.system import host_profile_for
+    from phaze.scoring import SECONDS_PER_YEAR, ScoringParams
+
+    given = {
+        k: kw.pop(k) for k in ("embodied_mode", "interest", "goodput", "volume_units") if k in kw
+    }
+    if "lifetime_years" in kw:
+        given["lifetime_s"] = kw.pop("lifetime_years") * SECONDS_PER_YEAR
+    return ScoringParams(
+        pue=kw.pop("pue"),
+        grid_gco2e_per_kwh=kw.pop("grid_gco2e_per_kwh"),
+        grid_region=kw.pop("grid_region"),
+        host_profile=kw.pop("host_profile") or host_profile_for(acc.name),
+        usd_per_kwh=kw.pop("usd_per_kwh"),
+        cost_view=kw.pop("cost_view"),
+        **given,
+    )

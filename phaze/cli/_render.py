@@ -1,6 +1,6 @@
 """Shared rendering helpers for the CLI: one JSON document on stdout, aligned text tables.
 
-Numbers for people are formatted by :mod:`results.units`, the formatter the report shares.
+Numbers for people are formatted by :mod:`phaze_common.units`, the formatter the report shares.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ JSON_SCHEMA_VERSIONS: Final = MappingProxyType(
     {
         "sweep": 1,
         "evaluate": 1,
+        "serve": 1,
         "export": POINTS_SCHEMA_VERSION,
         "pareto": POINTS_SCHEMA_VERSION,
         "workloads list": 1,
         "workloads show": 1,
         "arch list": 1,
         "arch show": 1,
+        "space list": 1,
         "space show": 1,
         "schedule": 1,
         "place": 1,
@@ -43,6 +45,7 @@ JSON_SCHEMA_VERSIONS: Final = MappingProxyType(
         "validate energy": 1,
         "validate cost": 1,
         "validate runs": 1,
+        "validate serve": 1,
     }
 )
 
@@ -98,7 +101,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-# A quantity as results.units writes it: a number, maybe k/M/B/T, then ×, one unit or nothing.
+# A quantity as phaze_common.units writes it: a number, maybe k/M/B/T, then ×, one unit or nothing.
 _QUANTITY = re.compile(r"-?\$?(\d[\d.]*|∞)[kMBT]?(×| [^\s,]+)?")
 
 

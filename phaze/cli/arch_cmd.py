@@ -17,7 +17,7 @@ from arch_space.presets import preset, preset_names
 from arch_space.summary import describe
 from arch_space.tech import tech_node, tech_overrides_from_toml
 from phaze.cli._render import echo_json, table, to_jsonable
-from results.units import fmt_column, fmt_percent, fmt_quantity
+from phaze_common.units import fmt_column, fmt_percent, fmt_quantity
 
 __all__ = ["arch"]
 

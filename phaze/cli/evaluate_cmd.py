@@ -7,22 +7,28 @@ import json
 
 import click
 
-from arch_space import Cluster, load_accelerator
+from arch_space import load_accelerator
 from arch_space.power import headroom
-from arch_space.system import host_profile_for, host_profiles
 from arch_space.tco import COST_VIEWS
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._options import DEFAULT_SEQ_LEN, FiniteFloat, default_seq_len, scoring_float
+from phaze.cli._options import (
+    DEFAULT_SEQ_LEN,
+    cluster_of,
+    default_seq_len,
+    design_options,
+    scoring_of,
+    scoring_options,
+)
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
 from phaze.run import RunAnswers, parse_tokens, run_answers
-from phaze.scoring import SECONDS_PER_YEAR, Score, ScoringParams
+from phaze.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
-from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from placement import Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
-from results.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from workloads import model_flops_per_sequence, resolve_model
 from workloads.framework import (
     DEFAULT_FRAMEWORK,
@@ -37,31 +43,7 @@ _J_PER_KWH = 3.6e6
 
 
 @click.command("evaluate")
-@click.option("--workload", required=True, help="Catalog name or a Hugging Face config.json.")
-@click.option("--arch", "arch", required=True, help="Accelerator preset name or TOML file.")
-@click.option(
-    "--devices",
-    type=click.IntRange(1, MAX_DEVICES),
-    required=True,
-    help="Accelerators in the cluster.",
-)
-@click.option(
-    "--devices-per-node", type=click.IntRange(1, MAX_DEVICES), default=8, show_default=True
-)
-@click.option(
-    "--intra-node-gbps",
-    type=FiniteFloat(0, 1e6, lo_open=True),
-    default=300.0,
-    show_default=True,
-    help="Intra-node link bandwidth per device, GB/s.",
-)
-@click.option(
-    "--inter-node-gbps",
-    type=FiniteFloat(0, 1e6, lo_open=True),
-    default=25.0,
-    show_default=True,
-    help="Inter-node link bandwidth per device, GB/s.",
-)
+@design_options("Accelerators in the cluster.")
 @click.option(
     "--global-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
@@ -95,66 +77,7 @@ _J_PER_KWH = 3.6e6
     help="Tokens to train: 2e12, 2T, 300B (default: the model's published budget, else one "
     "iteration).",
 )
-@click.option(
-    "--grid", "grid_region", default="world", show_default=True, help="Grid region (any case)."
-)
-@click.option(
-    "--grid-gco2e-per-kwh",
-    type=scoring_float("grid_gco2e_per_kwh"),
-    help="Grid carbon intensity (overrides --grid).",
-)
-@click.option(
-    "--pue", type=scoring_float("pue"), default=1.10, show_default=True, help="Facility PUE."
-)
-@click.option(
-    "--lifetime-years",
-    type=scoring_float("lifetime_s", SECONDS_PER_YEAR),
-    default=5.0,
-    show_default=True,
-    help="Life of the IT equipment: its depreciation period and its embodied carbon's.",
-)
-@click.option(
-    "--embodied-mode",
-    type=click.Choice(["amortised", "whole-life"]),
-    default="amortised",
-    show_default=True,
-    help="Embodied carbon and capex: the run's share of the lifetime, or all of it.",
-)
-@click.option(
-    "--usd-per-kwh",
-    type=scoring_float("usd_per_kwh"),
-    help="Electricity price (default: the grid region's).",
-)
-@click.option(
-    "--cost-view",
-    type=click.Choice(COST_VIEWS),
-    default="buy",
-    show_default=True,
-    help="Price the accelerator as built (chip, board, a new design's NRE) or bought.",
-)
-@click.option(
-    "--interest",
-    type=scoring_float("interest"),
-    help="Yearly cost of capital [default: 0.08, Barroso et al. 2013].",
-)
-@click.option(
-    "--goodput",
-    type=scoring_float("goodput"),
-    help="Share of wall-clock time spent training [default: 0.90, Llama 3's large runs].",
-)
-@click.option(
-    "--volume",
-    "volume_units",
-    type=click.IntRange(1, 10**12),
-    help="Units a new design's non-recurring cost is spread over [default: 1,200,000].",
-)
-@click.option(
-    "--host",
-    "host_profile",
-    help="Host server per node ("
-    + ", ".join(host_profiles())
-    + ") [default: the preset's own server, else dgx-a100].",
-)
+@scoring_options(training=True)
 @click.option(
     "--strategy",
     default="search",
@@ -179,40 +102,22 @@ _J_PER_KWH = 3.6e6
 def evaluate(
     workload,
     arch,
-    devices,
-    devices_per_node,
-    intra_node_gbps,
-    inter_node_gbps,
     global_batch,
     seq_len,
     micro_batch,
     recompute,
     sequence_parallel,
     tokens_to_train,
-    grid_region,
-    grid_gco2e_per_kwh,
-    pue,
-    lifetime_years,
-    embodied_mode,
-    usd_per_kwh,
-    cost_view,
-    interest,
-    goodput,
-    volume_units,
-    host_profile,
     strategy,
     framework,
     state_bytes,
     as_json,
+    **kw,
 ):
     """Iteration time, throughput, MFU and memory of one design, and its placement."""
     acc = load_accelerator(arch)
-    cluster = Cluster(
-        devices=devices,
-        devices_per_node=devices_per_node,
-        intra_node_bandwidth_bytes_per_s=intra_node_gbps * 1e9,
-        inter_node_bandwidth_bytes_per_s=inter_node_gbps * 1e9,
-    )
+    cluster = cluster_of(kw)
+    devices = cluster.devices
     model = resolve_model(workload)
     if seq_len is None:
         seq_len = default_seq_len(model)
@@ -220,19 +125,7 @@ def evaluate(
             click.echo(
                 f"note: seq_len {seq_len}, the model's context (--seq-len to choose)", err=True
             )
-    scoring = ScoringParams(
-        pue=pue,
-        grid_gco2e_per_kwh=grid_gco2e_per_kwh,
-        grid_region=grid_region,
-        lifetime_s=lifetime_years * SECONDS_PER_YEAR,
-        embodied_mode=embodied_mode,
-        host_profile=host_profile or host_profile_for(acc.name),
-        usd_per_kwh=usd_per_kwh,
-        cost_view=cost_view,
-        interest=interest,
-        goodput=goodput,
-        volume_units=volume_units,
-    )
+    scoring = scoring_of(kw, acc)
     if tokens_to_train is not None:
         tokens, source = parse_tokens(tokens_to_train), "--tokens"
     elif model.tokens_to_train:

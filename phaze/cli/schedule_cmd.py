@@ -17,8 +17,8 @@ from phaze.cli._options import FiniteFloat, default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, unknown_name
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.units import fmt_column, fmt_percent, fmt_quantity
 from results.gantt import draw_gantt
-from results.units import fmt_column, fmt_percent, fmt_quantity
 from workloads import TrainingSetup, build_layer_graph, resolve_model
 
 __all__ = ["schedule", "schedule_doc"]

@@ -1,4 +1,5 @@
-"""``phaze space``: show a design space: its budget, area range and designs per value."""
+"""``phaze space``: list the shipped design spaces; show one: its budget, area range and
+designs per value."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from typing import Any
 
 import click
 
-from arch_space.space import PARAMETERS, Space, load_space
+from arch_space.space import PARAMETERS, Space, load_space, space_names
 from phaze.cli._render import echo_json, table
-from results.units import fmt_quantity
+from phaze_common.units import fmt_quantity
 
 __all__ = ["space"]
 
@@ -25,7 +26,7 @@ _DISPLAY = {
 
 @click.group()
 def space() -> None:
-    """Accelerator design spaces: the shipped ones (default, tiny) or a TOML file."""
+    """Accelerator design spaces: the shipped ones (default, tiny, reticle) or a TOML file."""
 
 
 def _space_doc(s: Space) -> dict[str, Any]:
@@ -85,3 +86,27 @@ def show(spec: str, as_json: bool) -> None:
         rows.append([label, "  ".join(f"{v / scale:g}:{n}" for v, n in counts.items())])
     lines.append(table(rows, ["parameter", "value:designs"]))
     click.echo("\n".join(lines))
+
+
+@space.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def list_cmd(as_json: bool) -> None:
+    """List the shipped spaces: designs, area range, area and power budgets, node."""
+    docs = [_space_doc(Space.named(n)) for n in space_names()]
+    if as_json:
+        echo_json({"spaces": docs})
+        return
+    rows = [
+        [
+            d["name"],
+            d["designs"],
+            f"{d['area_mm2_min']:.0f}..{d['area_mm2_max']:.0f}",
+            f"{d['budget_mm2']:.0f}",
+            fmt_quantity(d["power_budget_w"], "W"),
+            f"{d['node_nm']} nm",
+            fmt_quantity(d["clock_hz"], "Hz"),
+        ]
+        for d in docs
+    ]
+    headers = ["space", "designs", "area mm2", "budget mm2", "power budget", "node", "clock"]
+    click.echo(table(rows, headers))

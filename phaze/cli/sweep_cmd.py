@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import sys
 from pathlib import Path
@@ -13,16 +14,24 @@ from phaze.cli import INTERRUPTED, NoFeasiblePoint
 from phaze.cli._files import cannot_write
 from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
-from phaze.config import RECOMPUTE_MODES, SweepConfig, load_sweep_config, quick_sweep_config
+from phaze.config import (
+    MODES,
+    RECOMPUTE_MODES,
+    SERVE_OBJECTIVES,
+    SweepConfig,
+    load_sweep_config,
+    quick_sweep_config,
+)
 from phaze.executors import EXECUTORS, check_reachable
 from phaze.run import parse_tokens
 from phaze.sweep import SweepResult, run_sweep
 from phaze.sweep.planning import plan
+from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from results.compare import comparison_text
 from results.display import fmt_values
 from results.pareto import parse_objectives
-from results.schema import AGGREGATE_WORKLOAD
+from results.schema import AGGREGATE_WORKLOAD, SERVE_COLUMNS
 from results.store import load
 from results.summary import top_designs
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
@@ -37,8 +46,9 @@ _TOP = 3
 def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
     """The config with every option the user gave on the command line."""
     given = {k: v for k, v in options.items() if v not in (None, ())}
-    if "hbm_gib" in given:
-        given["hbm_gib"] = tuple(float(x) for x in given["hbm_gib"])
+    for key in ("hbm_gib", "hbm_tbps"):
+        if key in given:
+            given[key] = tuple(float(x) for x in given[key])
     return dataclasses.replace(cfg, **given)
 
 
@@ -51,16 +61,27 @@ def _hbm_text(cfg: SweepConfig) -> str:
     return f"HBM [{sizes}] GiB{kept}"
 
 
+def _training_objectives(cfg: SweepConfig) -> bool:
+    """Are the config's objectives all training metrics (a serving sweep asked of a training
+    config, such as the quick one)? A bad name is left for the plan to report."""
+    try:
+        metrics = {o.metric for o in parse_objectives(cfg.objectives)}
+    except ConfigError:
+        return False
+    return not metrics & set(SERVE_COLUMNS)
+
+
 def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     lines = []
     with load(out) as store:
         points = store.points(feasible_only=True)
     workloads = list(cfg.workloads) + ([AGGREGATE_WORKLOAD] if len(cfg.workloads) > 1 else [])
     objectives = parse_objectives(cfg.objectives)
+    serve = cfg.mode == "serve"
     for w in workloads:
-        pts = [p for p in points if p["workload"] == w]
+        pts = [p for p in points if p["workload"] == w and (not serve or p["meets_slo"])]
         if not pts:
-            lines.append(f"\n{w}: no feasible point")
+            lines.append(f"\n{w}: no feasible point{' at the latency limits' if serve else ''}")
             continue
         objs = (
             objectives
@@ -76,11 +97,14 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
             columns[o.metric] = fmt_values(o.metric, [p[o.metric] for p in top])
             for i, p in enumerate(top):
                 shape = f"{p['num_tc']}x{p['tc_rows']}x{p['tc_cols']} TC, {p['num_vc']}x{p['vc_lanes']} VC"
-                knobs = (
-                    ""
-                    if w == AGGREGATE_WORKLOAD
-                    else f"t{p['tp']} p{p['pp']} d{p['dp']} mbs{p['micro_batch']} {p['recompute']}"
-                )
+                if w == AGGREGATE_WORKLOAD:
+                    knobs = ""
+                elif p["mode"] == "serve":
+                    knobs = json.loads(p["placement"])["strategy"]
+                else:
+                    knobs = (
+                        f"t{p['tp']} p{p['pp']} d{p['dp']} mbs{p['micro_batch']} {p['recompute']}"
+                    )
                 rows.append(
                     [
                         p["design_name"] or p["design_id"],
@@ -91,7 +115,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
                         columns[o.metric][i],
                     ]
                 )
-            header = f"\n{w}: best by {o.metric} ({o.sense})"
+            header = f"\n{w}: best by {o.metric} ({o.sense}){' at the limits' if serve else ''}"
             lines.append(header)
             lines.append(table(rows, ["design", "cores", "buffer", "HBM", "placement", o.metric]))
     return lines
@@ -102,7 +126,9 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 @click.option(
     "--workload", "workloads", multiple=True, help="Workload name or config.json (repeatable)."
 )
-@click.option("--space", help="Design space: a shipped name (tiny, default) or a TOML file.")
+@click.option(
+    "--space", help="Design space: a shipped name (tiny, default, reticle) or a TOML file."
+)
 @click.option("--devices", type=click.IntRange(1, MAX_DEVICES), help="Accelerators in the cluster.")
 @click.option(
     "--devices-per-node", type=click.IntRange(1, MAX_DEVICES), help="Accelerators per node."
@@ -152,6 +178,33 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     help="Tokens to train every workload: 2e12, 2T, 300B [default: each model's published budget].",
 )
 @click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    help="train (the training knobs) or serve (inference serving) [default: train].",
+)
+@click.option(
+    "--input-tokens", type=click.IntRange(1, MAX_SEQ_LEN), help="Serving: prompt tokens (ISL)."
+)
+@click.option(
+    "--output-tokens", type=click.IntRange(2, MAX_SEQ_LEN), help="Serving: tokens generated (OSL)."
+)
+@click.option("--ttft-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Serving: mean TTFT limit.")
+@click.option("--tpot-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Serving: mean TPOT limit.")
+@click.option(
+    "--batch",
+    "batches",
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
+    multiple=True,
+    help="Serving: sequences in flight per replica (repeatable) [default: 1, 4, 16, 64, 256].",
+)
+@click.option(
+    "--hbm-tbps",
+    "hbm_tbps",
+    type=FiniteFloat(0, 1e6, lo_open=True),
+    multiple=True,
+    help="HBM bandwidth in TB/s for the space's designs (repeatable); presets keep their own.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     help="Output directory [default: phaze-out/sweep-<config hash>].",
@@ -179,6 +232,13 @@ def sweep(
     no_prune,
     framework,
     tokens_to_train,
+    mode,
+    input_tokens,
+    output_tokens,
+    ttft_ms,
+    tpot_ms,
+    batches,
+    hbm_tbps,
     out,
     jobs,
     executor,
@@ -208,15 +268,35 @@ def sweep(
         prune=False if no_prune else None,
         framework=framework,
         tokens_to_train=None if tokens_to_train is None else parse_tokens(tokens_to_train),
+        mode=mode,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        ttft_limit_s=None if ttft_ms is None else ttft_ms / 1e3,
+        tpot_limit_s=None if tpot_ms is None else tpot_ms / 1e3,
+        batches=batches,
+        hbm_tbps=hbm_tbps,
     )
+    if cfg.mode == "serve" and not objectives and _training_objectives(cfg):
+        cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES)
     planned = plan(cfg)  # every problem of the config at once, before the banner
     if executor == "ray" and address is not None:
         check_reachable(address)  # seconds, where Ray itself retries for minutes
     out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
+    if cfg.mode == "serve":
+        limits = ", ".join(
+            f"{n} <= {v * 1e3:g} ms"
+            for n, v in (("TTFT", cfg.ttft_limit_s), ("TPOT", cfg.tpot_limit_s))
+            if v is not None
+        )
+        knobs = (
+            f"serving ISL {cfg.input_tokens} OSL {cfg.output_tokens}, batches "
+            f"{list(cfg.batches)}, limits {limits or 'none'}"
+        )
+    else:
+        knobs = f"micro-batches {list(cfg.micro_batches)}, recompute {list(cfg.recompute)}"
     click.echo(
         f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, {cfg.devices} devices "
-        f"({cfg.devices_per_node}/node); micro-batches {list(cfg.micro_batches)}, recompute "
-        f"{list(cfg.recompute)}, {_hbm_text(cfg)} -> {out}",
+        f"({cfg.devices_per_node}/node); {knobs}, {_hbm_text(cfg)} -> {out}",
         err=True,
     )
     click.echo(
@@ -268,7 +348,8 @@ def sweep(
         f"evaluated, {result.pruned_designs} pruned by bounds, {result.skipped_designs} already "
         f"stored; {result.wall_s:.1f} s"
     )
-    click.echo(comparison_text(out))
+    if cfg.mode != "serve":  # the report compares serving designs at the latency limits
+        click.echo(comparison_text(out))
     for line in _top_tables(out, cfg):
         click.echo(line)
     if report_path is not None:

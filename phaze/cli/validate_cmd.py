@@ -19,7 +19,7 @@ from arch_space.presets import preset
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
-from results.units import fmt_column
+from phaze_common.units import fmt_column
 
 __all__ = ["ValidationRow", "report_validation", "tolerance_option", "validate"]
 

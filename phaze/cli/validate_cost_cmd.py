@@ -26,7 +26,7 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_option
 from phaze.scoring import ScoringParams, system_capex
-from results.units import fmt_column
+from phaze_common.units import fmt_column
 
 __all__ = ["device_hour_usd", "cost"]
 

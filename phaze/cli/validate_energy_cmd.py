@@ -28,7 +28,7 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_option
 from phaze.scoring import ScoringParams
-from results.units import fmt_column
+from phaze_common.units import fmt_column
 
 __all__ = ["CALIBRATED_LIMITS", "EnergyValidation", "energy", "energy_rows"]
 

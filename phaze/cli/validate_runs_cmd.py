@@ -26,7 +26,7 @@ from phaze.run_validation import (
     summarize,
 )
 from phaze_common.errors import ConfigError
-from results.units import fmt_quantity
+from phaze_common.units import fmt_quantity
 
 __all__ = ["runs"]
 

@@ -12,7 +12,7 @@ import click
 from phaze.cli._options import default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
-from results.units import fmt_bytes, fmt_quantity
+from phaze_common.units import fmt_bytes, fmt_quantity
 from workloads import (
     LayerGraph,
     Model,

@@ -12,22 +12,36 @@ from typing import Final
 from arch_space import Accelerator, Cluster, load_space, preset
 from phaze.config import SweepConfig
 from phaze.pipeline import Context, training_setup
+from phaze.serving import ServeContext
+from phaze.sweep.records import point_key
+from phaze.sweep.serve_tasks import serve_point_key
 from phaze_common.errors import ConfigError
 from placement import Layout
 from results.pareto import parse_objectives
 from workloads import Model, check_setup, resolve_model
+from workloads.serving import RequestBatch, ServingPass
+from workloads.serving_ops import check_serving
 
 __all__ = ["Shared", "plan", "objective_signs", "duplicate_problems"]
 
 
 @dataclass(frozen=True, slots=True)
 class Shared:
-    """Read-only context sent once to every worker."""
+    """Read-only context sent once to every worker. A serving sweep has ``serve`` (what
+    every serving evaluation shares) and its ``batches``, and no training knobs."""
 
     workloads: tuple[tuple[str, Model], ...]
     knobs: tuple[Layout, ...]  # each fixes a micro-batch and a recompute mode
     ctx: Context
     signs: tuple[tuple[str, float], ...] = ()  # (objective, sign): sign * value is minimised
+    serve: ServeContext | None = None
+    batches: tuple[int, ...] = ()
+
+    def point_keys(self, workload: str, design_id: str) -> tuple[str, ...]:
+        """The keys of every point of one design on one workload."""
+        if self.serve is not None:
+            return tuple(serve_point_key(workload, design_id, b, self.serve) for b in self.batches)
+        return tuple(point_key(workload, design_id, k) for k in self.knobs)
 
 
 def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
@@ -61,26 +75,28 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     )
     if cfg.zero:  # the stages listed, and no others
         ctx = dataclasses.replace(ctx, zero_stages=tuple(sorted(set(cfg.zero))), zero_fallback=())
-    problems += [
-        f"micro_batches: {mb} does not divide global_batch = {cfg.global_batch}"
-        for mb in cfg.micro_batches
-        if cfg.global_batch % mb
-    ]
-    problems += [
-        f"cp: {c} must divide seq_len = {cfg.seq_len} (the context-parallel ranks split it)"
-        for c in cfg.cp
-        if cfg.seq_len % c
-    ]
-    knobs = tuple(
-        Layout.searching(mbs=mb, recompute=rc) for mb in cfg.micro_batches for rc in cfg.recompute
-    )
-    for name, model in workloads:
-        if model.tokens_to_train is None and cfg.tokens_to_train is None:
-            problems.append(
-                f"workload {name!r} has no published token budget; set tokens_to_train in "
-                "[sweep] (or phaze sweep --tokens, phaze.search(tokens_to_train=...))"
-            )
-        problems += _setup_problems(model, ctx, knobs)
+    serve = None
+    if cfg.mode == "serve":
+        knobs: tuple[Layout, ...] = ()
+        try:
+            serve = _serve_context(cfg, cluster)
+        except ConfigError as e:
+            problems.append(str(e))
+        problems += [p for _, model in workloads for p in _serve_problems(model, cfg)]
+    else:
+        problems += _train_problems(cfg)
+        knobs = tuple(
+            Layout.searching(mbs=mb, recompute=rc)
+            for mb in cfg.micro_batches
+            for rc in cfg.recompute
+        )
+        for name, model in workloads:
+            if model.tokens_to_train is None and cfg.tokens_to_train is None:
+                problems.append(
+                    f"workload {name!r} has no published token budget; set tokens_to_train in "
+                    "[sweep] (or phaze sweep --tokens, phaze.search(tokens_to_train=...))"
+                )
+            problems += _setup_problems(model, ctx, knobs)
     for step in (
         lambda: parse_objectives(cfg.objectives),
         lambda: [preset(name) for name in cfg.presets],
@@ -99,9 +115,55 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     designs = tuple(space.enumerate())
     if cfg.hbm_bytes:
         designs = tuple(dataclasses.replace(a, hbm_bytes=h) for a in designs for h in cfg.hbm_bytes)
+    if cfg.hbm_tbps:  # space designs derive their stacks from the bandwidth (hbm_stacks = 0)
+        designs = tuple(
+            dataclasses.replace(a, hbm_bandwidth_bytes_per_s=tb * 1e12)
+            for a in designs
+            for tb in cfg.hbm_tbps
+        )
     designs = tuple(preset(name) for name in cfg.presets) + designs
-    shared = Shared(tuple(workloads), knobs, ctx, tuple(objective_signs(cfg.objectives)))
+    signs = tuple(objective_signs(cfg.objectives))
+    shared = Shared(tuple(workloads), knobs, ctx, signs, serve, cfg.batches if serve else ())
     return shared, designs
+
+
+def _train_problems(cfg: SweepConfig) -> list[str]:
+    """A training sweep's knobs that do not divide what they must."""
+    problems = [
+        f"micro_batches: {mb} does not divide global_batch = {cfg.global_batch}"
+        for mb in cfg.micro_batches
+        if cfg.global_batch % mb
+    ]
+    return problems + [
+        f"cp: {c} must divide seq_len = {cfg.seq_len} (the context-parallel ranks split it)"
+        for c in cfg.cp
+        if cfg.seq_len % c
+    ]
+
+
+def _serve_context(cfg: SweepConfig, cluster: Cluster) -> ServeContext:
+    return ServeContext(
+        cluster=cluster,
+        requests=RequestBatch.of(cfg.input_tokens, cfg.output_tokens),
+        ttft_limit_s=cfg.ttft_limit_s,
+        tpot_limit_s=cfg.tpot_limit_s,
+        disaggregate=cfg.disaggregate,
+        solver=cfg.solver,
+        scoring=cfg.scoring,
+    )
+
+
+def _serve_problems(model: Model, cfg: SweepConfig) -> list[str]:
+    """What would keep ``model`` from serving the sweep's requests (an encoder, a context
+    beyond its positions), checked before any worker starts."""
+    context = cfg.input_tokens + cfg.output_tokens - 1
+    try:
+        check_serving(model, ServingPass.decode(1, context), 1)
+    except ConfigError as e:
+        return [
+            f"workload {model.name!r} cannot serve ISL {cfg.input_tokens} + OSL {cfg.output_tokens}: {e}"
+        ]
+    return []
 
 
 def _setup_problems(model: Model, ctx: Context, knobs: tuple[Layout, ...]) -> list[str]:
@@ -139,6 +201,8 @@ _LISTS: Final = (
     "workloads",
     "micro_batches",
     "hbm_gib",
+    "hbm_tbps",
+    "batches",
     "recompute",
     "ep",
     "cp",

@@ -17,7 +17,6 @@ from phaze.scoring import FORMULAS, system_capex
 from phaze.sweep.aggregate import aggregate_records
 from phaze.sweep.optimistic import BOUNDED
 from phaze.sweep.planning import Shared, objective_signs, plan
-from phaze.sweep.records import point_key
 from phaze.sweep.rounds import Rounds
 from phaze.sweep.tasks import run_task
 from results.schema import AGGREGATE_WORKLOAD
@@ -94,7 +93,7 @@ def run_sweep(
             tuple(
                 w
                 for w, name in enumerate(names)
-                if not all(point_key(name, did, k) in done for k in shared.knobs)
+                if not all(k in done for k in shared.point_keys(name, did))
             )
             if done
             else tuple(range(len(names)))
@@ -132,8 +131,9 @@ def run_sweep(
         feasible = [
             p for p in store.points(feasible_only=True) if p["workload"] != AGGREGATE_WORKLOAD
         ]
-        for rec in aggregate_records(feasible, names):
-            store.put_point(rec)
+        if shared.serve is None:  # serving points have no training throughput to aggregate
+            for rec in aggregate_records(feasible, names):
+                store.put_point(rec)
         stage_s["aggregate_s"] = time.perf_counter() - t2
         stage_s["total_s"] = time.perf_counter() - t0
         points = len(store) - len(store.points(workload=AGGREGATE_WORKLOAD))

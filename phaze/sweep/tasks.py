@@ -1,4 +1,5 @@
-"""A sweep's unit of work, run by a worker: some designs on one workload, every knob setting."""
+"""A sweep's unit of work, run by a worker: some designs on one workload, every knob setting
+(a serving sweep's: every batch size, :mod:`phaze.sweep.serve_tasks`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from phaze.sweep.fronts import dominated
 from phaze.sweep.optimistic import tight_bound
 from phaze.sweep.planning import Shared
 from phaze.sweep.records import record_of
+from phaze.sweep.serve_tasks import serve_design_records
 
 __all__ = ["Task", "TaskResult", "run_task"]
 
@@ -55,6 +57,13 @@ def run_task(shared: Shared, task: Task) -> TaskResult:
     devices = shared.ctx.cluster.devices
     records: list[tuple[dict[str, Any], ...] | None] = []
     rows = []
+    if shared.serve is not None:  # a serving sweep: no bounds, every batch of every design
+        for a in task.designs:
+            rows.append(())
+            records.append(serve_design_records(name, model, a, shared.batches, shared.serve))
+        return TaskResult(
+            tuple(records), tuple(rows), time.perf_counter() - start, time.process_time() - cpu
+        )
     for a in task.designs:
         row: tuple[float, ...] = ()
         if task.front is not None and not a.name:  # presets are never pruned

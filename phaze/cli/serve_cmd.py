@@ -1,0 +1,271 @@
+"""``phaze serve``: one design serving a model, with the serving layout that meets a latency
+target (docs/serving.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from arch_space import load_accelerator
+from phaze.api import serve as api_serve
+from phaze.cli import NoFeasiblePoint
+from phaze.cli._options import (
+    FiniteFloat,
+    cluster_of,
+    design_options,
+    scoring_of,
+    scoring_options,
+)
+from phaze.cli._render import echo_json, table
+from phaze.run import parse_tokens
+from phaze.serving import OBJECTIVES, ServingPoint
+from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.units import fmt_column, fmt_percent, fmt_quantity, fmt_time
+from workloads.serving import serving_settings
+
+__all__ = ["serve", "serving_document"]
+
+
+@click.command("serve")
+@design_options("Accelerators serving.")
+@click.option(
+    "--input-tokens",
+    type=click.IntRange(1, MAX_SEQ_LEN),
+    required=True,
+    help="Prompt tokens (ISL).",
+)
+@click.option(
+    "--output-tokens",
+    type=click.IntRange(2, MAX_SEQ_LEN),
+    required=True,
+    help="Generated tokens per request (OSL), at least 2.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, MAX_GLOBAL_BATCH),
+    help="Sequences in flight per replica [default: searched, powers of two up to vLLM's "
+    "max_num_seqs].",
+)
+@click.option("--ttft-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Mean TTFT limit, ms.")
+@click.option("--tpot-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Mean TPOT limit, ms.")
+@click.option(
+    "--strategy",
+    default="",
+    help="Fixed keys, the rest searched: t=8,p=1,d=1,ep=1,batch=64,chunk=2048|off,"
+    "batching=continuous|static; two pools: prefill:t=4,d=1;decode:t=4,d=1,batch=64.",
+)
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default=OBJECTIVES[0],
+    show_default=True,
+    help="What the search maximises (throughput per device) or minimises ($ per Mtoken).",
+)
+@click.option(
+    "--no-disaggregate",
+    "disaggregate",
+    flag_value=False,
+    default=True,
+    help="Search one pool only (no separate prefill and decode pools).",
+)
+@click.option(
+    "--kv-format",
+    default="bf16",
+    show_default=True,
+    help="KV-cache number format (bf16, fp16, fp8).",
+)
+@click.option(
+    "--tokens",
+    "tokens_to_serve",
+    help="Output tokens of the serving workload whose carbon and tCDP are given (2e9, 1B) "
+    "[default: 1e9].",
+)
+@scoring_options(training=False)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def serve(
+    workload,
+    arch,
+    input_tokens,
+    output_tokens,
+    batch,
+    ttft_ms,
+    tpot_ms,
+    strategy,
+    objective,
+    disaggregate,
+    kv_format,
+    tokens_to_serve,
+    as_json,
+    **kw,
+):
+    """TTFT, TPOT, throughput, memory, energy, cost and carbon of serving a model on one
+    design, with the serving layout that meets the latency limits.
+
+    The search tries tensor, pipeline and expert parallelism within a replica, data-parallel
+    replicas, batch sizes, chunked prefill and separate prefill and decode pools, and keeps
+    the layout that meets --ttft-ms and --tpot-ms (the model's mean latencies in steady
+    state) with the most output tokens per second per device (or the fewest $ per million).
+    Exits 3 when no layout meets the limits, after printing the closest.
+    """
+    acc = load_accelerator(arch)
+    cluster = cluster_of(kw)
+    scoring = scoring_of(kw, acc)
+    devices = cluster.devices
+    point = api_serve(
+        workload,
+        acc,
+        cluster,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        batch=batch,
+        ttft_limit_s=None if ttft_ms is None else ttft_ms / 1e3,
+        tpot_limit_s=None if tpot_ms is None else tpot_ms / 1e3,
+        strategy=strategy,
+        objective=objective,
+        disaggregate=disaggregate,
+        kv_format=kv_format,
+        tokens_to_serve=None if tokens_to_serve is None else parse_tokens(tokens_to_serve),
+        scoring=scoring,
+    )
+    doc = serving_document(point)
+    doc = {
+        "workload": workload,
+        "arch": acc.name or arch,
+        "devices": devices,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "ttft_limit_s": None if ttft_ms is None else ttft_ms / 1e3,
+        "tpot_limit_s": None if tpot_ms is None else tpot_ms / 1e3,
+        "objective": objective,
+        **doc,
+    }
+    if as_json:
+        echo_json(doc)
+    else:
+        _print(point, doc)
+    if not point.meets_slo:
+        raise NoFeasiblePoint(
+            f"no serving layout meets the limits ({', '.join(point.slo)} missed); the closest "
+            f"is printed: {point.layout}"
+        )
+
+
+def serving_document(point: ServingPoint) -> dict[str, object]:
+    """The figures of a serving point, SI units, as ``--json`` prints them."""
+    e, sc, lay = point.engine, point.score, point.layout
+    pools = {"decode": lay.decode, **({"prefill": lay.prefill} if lay.prefill else {})}
+    return {
+        "ttft_s": e.ttft_s,
+        "tpot_s": e.tpot_s,
+        "output_tokens_per_s": e.output_tokens_per_s,
+        "tokens_per_s_per_device": sc.tokens_per_s_per_device,
+        "tokens_per_s_per_replica": point.tokens_per_s_per_replica,
+        "requests_per_s": e.requests_per_s,
+        "kv_cache_bytes_per_device": point.kv_cache_bytes_per_device,
+        "memory_per_device_bytes": point.memory_per_device_bytes,
+        "hbm_bytes": point.design.hbm_bytes,
+        "memory_breakdown": {
+            name: dataclasses.asdict(m) for name, m in zip(pools, point.memory, strict=True)
+        },
+        "energy_per_token_j": sc.energy_per_token_j,
+        "energy_breakdown": sc.energy.terms(),
+        "avg_power_w": sc.avg_power_w,
+        "usd_per_million_tokens": sc.usd_per_million_tokens,
+        "usd_per_device_hour": sc.usd_per_device_hour,
+        "kgco2e_per_million_tokens": sc.kgco2e_per_million_tokens,
+        "tokens_to_serve": sc.tokens_to_serve,
+        "serve_time_s": sc.serve_time_s,
+        "embodied_kgco2e": sc.embodied_kgco2e,
+        "operational_kgco2e": sc.operational_kgco2e,
+        "total_kgco2e": sc.total_kgco2e,
+        "tcdp_kgco2e_s": sc.tcdp,
+        "system_cost_usd": sc.system_cost_usd,
+        "meets_slo": point.meets_slo,
+        "slo_missed": list(point.slo),
+        "bound": e.bound,
+        "kv_transfer_s": e.transfer_s,
+        "strategy": str(lay),
+        "layout": {
+            **{
+                name: {f: getattr(pool, f) for f in ("t", "p", "d", "ep")}
+                for name, pool in pools.items()
+            },
+            "batch": lay.batch,
+            "chunk": lay.chunk,
+            "batching": lay.batching,
+            "disaggregated": lay.disaggregated,
+        },
+        "pools": [
+            {"name": p.name, "replicas": p.replicas, "devices": p.devices, "busy": p.busy}
+            for p in e.pools
+        ],
+    }
+
+
+def _print(point: ServingPoint, doc: dict) -> None:
+    e, sc, q = point.engine, point.score, fmt_quantity
+    lay = point.layout
+    limits = ", ".join(
+        f"{name} <= {fmt_time(doc[key])}"
+        for name, key in (("TTFT", "ttft_limit_s"), ("TPOT", "tpot_limit_s"))
+        if doc[key] is not None
+    )
+    rows = [
+        ["layout", str(lay)],
+        ["latency limits", f"{limits or 'none'} ({'met' if point.meets_slo else 'missed'})"],
+        ["TTFT (mean)", fmt_time(e.ttft_s)],
+        ["TPOT (mean)", fmt_time(e.tpot_s)],
+        ["output tokens/s", q(e.output_tokens_per_s, "tokens/s")],
+        ["  per device", q(sc.tokens_per_s_per_device, "tokens/s")],
+        ["  per replica", q(point.tokens_per_s_per_replica, "tokens/s")],
+        ["requests/s", q(e.requests_per_s, "/s")],
+        ["rate bound by", e.bound],
+        [
+            "memory per device",
+            f"{q(point.memory_per_device_bytes, 'B')} of {q(point.design.hbm_bytes, 'B')}",
+        ],
+        ["KV cache per device", q(point.kv_cache_bytes_per_device, "B")],
+        ["energy per output token", q(sc.energy_per_token_j, "J")],
+        ["average power", q(sc.avg_power_w, "W")],
+        ["$ per million output tokens", q(sc.usd_per_million_tokens, "USD")],
+        ["cost per device-hour", q(sc.usd_per_device_hour, "USD")],
+        ["carbon per million output tokens", q(sc.kgco2e_per_million_tokens, "kgCO2e")],
+        [
+            f"serving {q(sc.tokens_to_serve, 'tokens')}",
+            f"{fmt_time(sc.serve_time_s)}, {q(sc.total_kgco2e, 'kgCO2e')}, "
+            f"tCDP {q(sc.tcdp, 'kgCO2e·s')}",
+        ],
+    ]
+    head = f"{doc['workload']} on {doc['arch']}, {doc['devices']} devices, ISL {doc['input_tokens']} OSL {doc['output_tokens']}"
+    click.echo(table(rows, ["serving", head]))
+    click.echo("")
+    terms = sc.energy.terms()
+    joules = fmt_column([*terms.values(), sc.energy_per_token_j], "J")
+    energy = [
+        [k.removesuffix("_j"), joules[i], fmt_percent(v / sc.energy_per_token_j)]
+        for i, (k, v) in enumerate(terms.items())
+    ]
+    energy.append(["total (IT)", joules[-1], fmt_percent(1.0)])
+    click.echo(table(energy, ["energy term", "per output token", "share"]))
+    click.echo("")
+    names = ["decode" if lay.prefill else "replica", *(["prefill"] if lay.prefill else [])]
+    mem_rows = []
+    for name, m, pool in zip(
+        names, point.memory, e.pools[::-1] if lay.prefill else e.pools, strict=True
+    ):
+        sizes = fmt_column(
+            [m.weights_bytes, m.workspace_bytes, m.kv_cache_bytes, m.kv_capacity_bytes], "B"
+        )
+        mem_rows.append([name, pool.devices, fmt_percent(pool.busy), *sizes])
+    click.echo(
+        table(
+            mem_rows,
+            ["pool", "devices", "busy", "weights", "workspace", "KV cache", "KV capacity"],
+        )
+    )
+    settings = serving_settings()
+    click.echo(
+        f"steady state at the batch (docs/serving.md); KV pages of {settings.page_tokens} tokens "
+        f"in {fmt_percent(settings.memory_fraction)} of device memory"
+    )

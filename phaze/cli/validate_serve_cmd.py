@@ -1,0 +1,118 @@
+"""``phaze validate serve``: the serving model against published serving measurements.
+
+Every point of ``phaze/data/serving_points.toml`` is predicted at its published layout
+(:mod:`phaze.serving_validation`); the table shows each row's error, then the mean and
+largest |error| of the fitted and held-out rows and by kind of point, and lists the rows
+waiting for number formats. Exit status 3 when the held-out mean misses its target.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from phaze.cli import NoFeasiblePoint
+from phaze.cli._render import echo_json, table
+from phaze.cli.validate_cmd import tolerance_option
+from phaze.serving_validation import RowResult, evaluate_rows, load_points, summarize
+from phaze_common.units import fmt_quantity
+
+__all__ = ["serve"]
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}"
+
+
+def _group_rows(summary: dict) -> list[list[str]]:
+    def line(name: str, g: dict) -> list[str]:
+        mean, worst = g["mean_abs_error_pct"], g["max_abs_error_pct"]
+        return [
+            name,
+            str(g["evaluated"]),
+            "-" if mean is None else f"{mean:.1f}",
+            "-" if worst is None else f"{worst:.1f}",
+        ]
+
+    rows = [line("fitted", summary["fitted"]), line("held out", summary["held_out"])]
+    rows += [line(f"kind {k}", g) for k, g in summary["by_kind"].items()]
+    return rows
+
+
+def _print(results: list[RowResult], summary: dict, target: float) -> None:
+    sources = list(dict.fromkeys(r.row.citation for r in results))
+    live = [r for r in results if not r.row.waiting]
+    click.echo(
+        f"Published serving points (phaze/data/serving_points.toml): {len(results)} points, "
+        f"{len(live)} evaluated, {summary['waiting']} waiting"
+    )
+    rows = [
+        [
+            r.row.case,
+            r.row.metric,
+            fmt_quantity(r.row.measured, r.row.unit, digits=4),
+            "infeasible" if r.predicted is None else fmt_quantity(r.predicted, r.row.unit, 4),
+            _pct(r.error_pct),
+            "fit" if r.row.fitted else "held out",
+            f"[{sources.index(r.row.citation) + 1}]",
+        ]
+        for r in live
+    ]
+    head = ["point", "metric", "published", "predicted", "error %", "", "source"]
+    click.echo(table(rows, head))
+    click.echo("")
+    click.echo(table(_group_rows(summary), ["group", "rows", "mean |error| %", "max |error| %"]))
+    click.echo(
+        f"target: held-out mean |error| <= {target:g}% (no parameter is fitted to these rows)"
+    )
+    for r in live:
+        if r.predicted is None:
+            click.echo(f"{r.row.case}: {r.reason}")
+    waiting = [r for r in results if r.row.waiting]
+    if waiting:
+        click.echo("")
+        click.echo("waiting (not evaluated):")
+        for r in waiting:
+            click.echo(f"  {r.row.case}: {r.reason}")
+    for i, s in enumerate(sources, 1):
+        click.echo(f"[{i}] {s}")
+
+
+@click.command("serve")
+@tolerance_option("--held-out-mean-pct", 15.0, "the held-out points' mean")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def serve(held_out_mean_pct: float, as_json: bool) -> None:
+    """Published serving measurements (gpt-fast decode at batch 1, TensorRT-LLM static-batch
+    throughput and first-token latency, MLPerf and TensorRT-LLM FP8 tables) against the
+    serving model at their published layouts.
+
+    Points that ran a weight format Phaze does not model yet (FP8, FP4, int8) are listed as
+    waiting for number formats. No parameter is fitted to these points. Exits 3 when the
+    held-out mean |error| misses its target.
+    """
+    rows = load_points()
+    show = sys.stderr.isatty()
+
+    def progress(i: int, row) -> None:
+        if show:
+            click.echo(f"[{i + 1}/{len(rows)}] {row.case}", err=True)
+
+    results = evaluate_rows(rows, progress)
+    summary = summarize(results)
+    mean = summary["held_out"]["mean_abs_error_pct"]
+    missed = mean is None or mean > held_out_mean_pct
+    if as_json:
+        echo_json(
+            {
+                "target_held_out_mean_abs_error_pct": held_out_mean_pct,
+                "rows": [r.record() for r in results],
+                "summary": summary,
+                "within_target": not missed,
+            }
+        )
+    else:
+        _print(results, summary, held_out_mean_pct)
+    if missed:
+        shown = "no evaluated point" if mean is None else f"{mean:.1f}%"
+        raise NoFeasiblePoint(f"held-out mean |error| {shown} exceeds {held_out_mean_pct:g}%")

@@ -1,0 +1,472 @@
+"""Serving a model on a design: one serving layout's TTFT, TPOT, throughput, memory, energy,
+cost and carbon, and the search for the layout that meets a latency target (docs/serving.md).
+
+:func:`evaluate_layout` prices one complete :class:`~placement.serving_layout.ServingLayout`:
+each pool's passes scheduled by the layer scheduler (:func:`ilp.serving.serving_pass_time`),
+split into pipeline stages, with the expert-parallel token all-to-alls and the pipeline sends
+priced by the cluster's links (:mod:`placement.network`); the memory of a device (weights,
+the largest pass's workspace, the paged KV cache of its sequences) against its capacity; the
+engine's steady state (:mod:`placement.serving_engine`); and the metrics
+(:mod:`phaze.serving_score`).
+
+:mod:`phaze.serving_search` searches the layouts a partial one leaves open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final, Literal
+
+from arch_space import Accelerator, Cluster
+from arch_space.perf import default_settings
+from arch_space.perf.device import DeviceProfile
+from arch_space.tech import tech_node
+from ilp.serving import ServingPassTime, serving_device_profile, serving_pass_time
+from phaze.config import SolverSettings
+from phaze.pipeline import timing_design
+from phaze.scoring import ScoringParams
+from phaze.serving_score import ServingScore, serving_score
+from phaze_common.errors import ConfigError, Infeasible
+from placement import network as net
+from placement.ep_cp import all_to_all_s
+from placement.layout import Layout
+from placement.serving_engine import (
+    EngineResult,
+    Lengths,
+    PassCost,
+    chunked,
+    disaggregated,
+    mixed,
+    prefill_batch,
+    prefill_batches,
+    prefill_first,
+    static,
+)
+from placement.serving_layout import ServingLayout
+from workloads import Model
+from workloads.serving import (
+    RequestBatch,
+    ServingPass,
+    kv_cache_bytes_per_sequence,
+    kv_cache_bytes_per_token,
+    kv_cache_capacity,
+    pass_kv_read_bytes,
+    serving_settings,
+    stage_block_counts,
+)
+from workloads.serving_ops import check_serving, pass_workspace_bytes
+
+__all__ = [
+    "Objective",
+    "OBJECTIVES",
+    "ServeContext",
+    "PoolMemory",
+    "ServingPoint",
+    "check_layout",
+    "decode_step",
+    "evaluate_layout",
+]
+
+Objective = Literal["tokens_per_s_per_device", "usd_per_million_tokens"]
+OBJECTIVES: Final = ("tokens_per_s_per_device", "usd_per_million_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeContext:
+    """What every serving evaluation of a search or sweep shares: the cluster, the requests
+    (a :class:`~workloads.serving.RequestBatch` of their lengths; its ``batch`` is unused),
+    the latency limits (None: no limit; they bound the model's mean TTFT and TPOT), the
+    objective, the batch sizes and chunk budgets searched (None: the engine's whole-prompt
+    prefill), whether disaggregated layouts are searched, the serving workload's output
+    tokens (tCDP), solver and scoring settings and an optional device profile."""
+
+    cluster: Cluster
+    requests: RequestBatch
+    ttft_limit_s: float | None = None
+    tpot_limit_s: float | None = None
+    objective: Objective = "tokens_per_s_per_device"
+    batches: tuple[int, ...] = ()
+    chunks: tuple[int | None, ...] = ()
+    disaggregate: bool = True
+    tokens_to_serve: float | None = None
+    solver: SolverSettings = dataclasses.field(default_factory=SolverSettings)
+    scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
+    device: DeviceProfile | None = None
+
+    def __post_init__(self) -> None:
+        settings = serving_settings()
+        problems = []
+        for name in ("ttft_limit_s", "tpot_limit_s"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, int | float) and 0 < v < math.inf):
+                problems.append(f"{name} = {v!r} must be a positive number of seconds")
+        if self.objective not in OBJECTIVES:
+            problems.append(
+                f"objective = {self.objective!r} must be one of {', '.join(OBJECTIVES)}"
+            )
+        if self.requests.mean_output_tokens < 2:
+            problems.append(
+                f"output_tokens = {self.requests.mean_output_tokens:g} must be at least 2 on "
+                "average (TPOT needs a decode step)"
+            )
+        if problems:
+            raise ConfigError("serve: " + "; ".join(problems))
+        if not self.batches:
+            limit = settings.max_num_seqs
+            batches = tuple(2**i for i in range(limit.bit_length()) if 2**i <= limit)
+            object.__setattr__(self, "batches", batches)
+        if not self.chunks:
+            object.__setattr__(self, "chunks", (None, *settings.chunk_tokens))
+        if self.tokens_to_serve is None:
+            object.__setattr__(self, "tokens_to_serve", settings.tokens_to_serve)
+
+    @property
+    def lengths(self) -> Lengths:
+        return Lengths(self.requests.mean_input_tokens, self.requests.mean_output_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolMemory:
+    """One device of a pool: its weights, the largest pass's workspace and the KV cache its
+    sequences hold, beside the pages it could hold (bytes)."""
+
+    weights_bytes: int
+    workspace_bytes: int
+    kv_cache_bytes: int
+    kv_capacity_bytes: int
+    hbm_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.workspace_bytes + self.kv_cache_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPoint:
+    """One serving layout of a model on a design: its engine's steady state, the memory of a
+    device of each pool (decode first), its score, and whether it meets the latency limits
+    (``slo``: the limits it misses, empty when it meets them)."""
+
+    workload: str
+    design: Accelerator
+    layout: ServingLayout
+    engine: EngineResult
+    memory: tuple[PoolMemory, ...]
+    score: ServingScore
+    slo: tuple[str, ...] = ()
+
+    @property
+    def meets_slo(self) -> bool:
+        return not self.slo
+
+    @property
+    def memory_per_device_bytes(self) -> int:
+        return max(m.total_bytes for m in self.memory)
+
+    @property
+    def kv_cache_bytes_per_device(self) -> int:
+        return max(m.kv_cache_bytes for m in self.memory)
+
+    @property
+    def tokens_per_s_per_replica(self) -> float:
+        return self.engine.output_tokens_per_s / self.layout.decode.d
+
+
+# ---- passes ------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=8192)
+def _timed(
+    model: Model,
+    acc: Accelerator,
+    cluster: Cluster,
+    p: ServingPass,
+    t: int,
+    ep: int,
+    device: DeviceProfile | None,
+    solver: SolverSettings,
+) -> ServingPassTime:
+    return serving_pass_time(
+        model,
+        acc,
+        cluster,
+        p,
+        t,
+        ep=ep,
+        device=device,
+        solver=solver.name,
+        time_limit_s=solver.time_limit_s,
+        mip_gap=solver.mip_gap,
+        search_nodes=solver.search_nodes,
+    )
+
+
+def _pj_j(nbytes: float, inter_node: bool) -> float:
+    """Joules of ``nbytes`` over a link (docs/models.md: pJ per bit)."""
+    perf = default_settings()
+    pj = perf.inter_node_link_pj_per_bit if inter_node else perf.intra_node_link_pj_per_bit
+    return nbytes * 8 * pj * 1e-12
+
+
+def _pass_cost(
+    model: Model, acc: Accelerator, pool: Layout, p: ServingPass, ctx: ServeContext
+) -> PassCost:
+    """One pass of a replica of ``pool`` (its ``t``, ``p``, ``ep``) as the engine sees it."""
+    t, stages, ep = pool.t, pool.p, pool.ep
+    device = ctx.device or serving_device_profile(acc)
+    spt = _timed(model, timing_design(acc), ctx.cluster, p, t, ep, device, ctx.solver)
+    per_stage = list(spt.stage_latencies_s(model, stages))
+    compute_j, memory_j, network_j = (t * x for x in spt.dynamic_j)
+    blocks = stage_block_counts(model, stages)
+    if ep > 1 and model.is_moe:
+        # a dispatch and a combine all-to-all per MoE block (vLLM's expert parallelism:
+        # each rank sends its tokens' top-k copies to the experts' ranks and back)
+        per_device = model.top_k * p.tokens * model.hidden * p.precision_bytes
+        span = pool.groups.ep
+        a2a_s = 2 * all_to_all_s(per_device, ep, net.group_link(ctx.cluster, span))
+        first = 1
+        for i, n in enumerate(blocks):
+            moe = sum(1 for b in range(first, first + n) if b > model.dense_layers)
+            per_stage[i] += moe * a2a_s
+            first += n
+        moe_blocks = model.layers - model.dense_layers
+        sent = 2 * (ep - 1) / ep * per_device * moe_blocks * t
+        network_j += _pj_j(sent, bool(ctx.cluster.spans_nodes(span)))
+    send_s = 0.0
+    if stages > 1:
+        nbytes = p.tokens * model.hidden * p.precision_bytes
+        link = net.boundary_link(ctx.cluster, pool.devices, t, False, device.intra_node, nbytes)
+        send_s = net.p2p_s(nbytes, link)
+        network_j += _pj_j((stages - 1) * nbytes, bool(ctx.cluster.spans_nodes(pool.devices)))
+    return PassCost(
+        stage_s=max(per_stage),
+        latency_s=sum(per_stage) + (stages - 1) * send_s,
+        busy_device_s=t * sum(per_stage),
+        compute_j=compute_j,
+        memory_j=memory_j,
+        network_j=network_j,
+    )
+
+
+def _mean(costs: list[tuple[float, PassCost]]) -> PassCost:
+    """The weighted mean of passes (a request mix's prompts)."""
+    total = sum(w for w, _ in costs)
+    values = [
+        sum(w * getattr(c, f.name) for w, c in costs) / total for f in dataclasses.fields(PassCost)
+    ]
+    return PassCost(*values)
+
+
+def _prefill(model, acc, pool: Layout, prompts: int, ctx: ServeContext) -> PassCost:
+    """A prefill of ``prompts`` whole prompts of each input length of the mix, weighted."""
+    r, kw = ctx.requests, _kw(ctx)
+    costs = [
+        (w, _pass_cost(model, acc, pool, ServingPass.prefill(prompts, i, **kw), ctx))
+        for i, _, w in r.lengths
+    ]
+    return _mean(costs)
+
+
+def _kw(ctx: ServeContext) -> dict[str, object]:
+    return {"kv_format": ctx.requests.kv_format, "precision_bytes": ctx.requests.precision_bytes}
+
+
+def decode_step(b: int, ctx: ServeContext) -> ServingPass:
+    """The decode step of ``b`` sequences at the requests' mean context."""
+    r = ctx.requests
+    return dataclasses.replace(r, batch=b).decode_pass()
+
+
+def _chunk_pass(tokens: int, decodes: int, ctx: ServeContext) -> ServingPass:
+    """A prefill step of ``tokens`` prompt tokens and ``decodes`` decode tokens riding on its
+    matmuls: whole prompts of the mean input length (each ``decodes / k`` tokens longer)
+    when it holds one or more, else one chunk at the mean position of a prompt's chunks."""
+    r, kw = ctx.requests, _kw(ctx)
+    isl = max(1, round(r.mean_input_tokens))
+    if tokens >= isl:
+        k = max(1, tokens // isl)
+        return ServingPass.prefill(k, isl + -(-decodes // k), **kw)
+    return ServingPass(1, tokens + decodes, (isl - tokens) // 2, samples=False, **kw)
+
+
+# ---- memory ------------------------------------------------------------------------------
+
+
+def _pool_memory(
+    model: Model,
+    acc: Accelerator,
+    pool: Layout,
+    passes: list[ServingPass],
+    sequences: int,
+    tokens: int,
+    ctx: ServeContext,
+    fraction: float | None = None,
+) -> PoolMemory:
+    """A device of ``pool`` holding ``sequences`` sequences of ``tokens`` tokens of cache
+    (``fraction``: the engine's share of the memory, default vLLM's)."""
+    r = ctx.requests
+    workspace = max(pass_workspace_bytes(model, p, pool.t, pool.ep) for p in passes)
+    cap = kv_cache_capacity(
+        model,
+        pool.t,
+        acc.hbm_bytes,
+        workspace,
+        kv_format=r.kv_format,
+        precision_bytes=r.precision_bytes,
+        ep=pool.ep,
+        pp=pool.p,
+        memory_fraction=fraction,
+    )
+    blocks = max(stage_block_counts(model, pool.p))
+    need = sequences * kv_cache_bytes_per_sequence(
+        model, pool.t, tokens, r.kv_format, layers=blocks
+    )
+    pages_need = sequences * -(-tokens // cap.page_tokens)
+    if pages_need > cap.pages:
+        raise Infeasible(
+            f"KV cache: {sequences} sequences of {tokens} tokens need {pages_need} pages of "
+            f"{cap.page_tokens} tokens per device, the device holds {cap.pages} (of "
+            f"{cap.usable_bytes / 2**30:.1f} GiB usable: weights {cap.weights_bytes / 2**30:.1f} "
+            f"GiB, workspace {workspace / 2**30:.2f} GiB) at t={pool.t}, p={pool.p}, ep={pool.ep}"
+        )
+    return PoolMemory(cap.weights_bytes, workspace, need, cap.kv_cache_bytes, acc.hbm_bytes)
+
+
+# ---- one layout --------------------------------------------------------------------------
+
+
+def check_layout(model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext) -> None:
+    """Raise a ConfigError when ``layout`` is not a complete layout of the cluster's devices
+    that suits ``model`` (widths, expert degree, pipeline depth, micro-batches)."""
+    if not layout.complete:
+        raise ConfigError(f"serve: layout {layout} leaves fields open; evaluate a complete one")
+    if layout.devices != ctx.cluster.devices:
+        raise ConfigError(
+            f"serve: the layout {layout} uses {layout.devices} devices, the cluster has "
+            f"{ctx.cluster.devices} (t x p x d of each pool must add up to the devices)"
+        )
+    pools = (layout.decode, *((layout.prefill,) if layout.prefill else ()))
+    probe = ServingPass.prefill(1, 1)
+    for pool in pools:
+        check_serving(model, probe, pool.t, pool.ep)
+        if pool.p > model.layers:
+            raise ConfigError(f"serve: p = {pool.p} must be at most the {model.layers} blocks")
+    if layout.batching == "static" and layout.decode.p > 1:
+        raise ConfigError("serve: static batching runs one pipeline stage (p = 1)")
+    if layout.batch % layout.decode.p:
+        raise ConfigError(
+            f"serve: batch = {layout.batch} must be a multiple of p = {layout.decode.p} "
+            "(one micro-batch per pipeline stage)"
+        )
+
+
+def evaluate_layout(
+    workload: str, model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+) -> ServingPoint:
+    """Price one complete serving layout (see the module docstring).
+
+    Raises
+    ------
+    ConfigError
+        The layout is incomplete, uses more devices than the cluster has, or does not suit
+        the model.
+    Infeasible
+        Its sequences' KV cache does not fit, or its chunk budget cannot hold its batch.
+    """
+    check_layout(model, acc, layout, ctx)
+    lengths, r = ctx.lengths, ctx.requests
+    dec, b = layout.decode, layout.batch
+    micro = b // dec.p
+    decode_pass = decode_step(micro, ctx)
+    decode = _pass_cost(model, acc, dec, decode_pass, ctx)
+    in_flight = round(lengths.input_tokens + lengths.output_tokens / 2)  # a sequence's mean
+    common = {"replicas": dec.d, "replica_devices": dec.t * dec.p, "lengths": lengths}
+    isl = max(i for i, _, _ in r.lengths)
+    if layout.prefill is not None:
+        pre = layout.prefill
+        budget = serving_settings().max_batched_tokens
+        ks = prefill_batches(budget // isl)
+        prefills = {k: _prefill(model, acc, pre, k, ctx) for k in ks}
+        per_request = round(lengths.input_tokens) * kv_cache_bytes_per_token(model, 1, r.kv_format)
+        shard = per_request / (pre.t * pre.p) if not model.mla else per_request / pre.p
+        inter = bool(ctx.cluster.spans_nodes(layout.devices))
+        curve = (ctx.device or serving_device_profile(acc)).intra_node
+        bw, lat = (float(x) for x in net.measured_link(ctx.cluster, curve, inter, shard, "p2p"))
+        engine = disaggregated(
+            decode,
+            prefills,
+            batch=b,
+            decode_stages=dec.p,
+            decode_replicas=dec.d,
+            decode_devices=dec.t * dec.p,
+            prefill_stages=pre.p,
+            prefill_replicas=pre.d,
+            prefill_devices=pre.t * pre.p,
+            transfer_s=lat + shard / bw,
+            transfer_j=_pj_j(per_request, inter),
+            lengths=lengths,
+        )
+        memory = (
+            _pool_memory(model, acc, dec, [decode_pass], micro * dec.p, in_flight, ctx),
+            _pool_memory(
+                model,
+                acc,
+                pre,
+                [ServingPass.prefill(max(ks), i, **_kw(ctx)) for i, _, _ in r.lengths],
+                max(ks),
+                isl,
+                ctx,
+            ),
+        )
+    elif layout.batching == "static":
+        prefill = _prefill(model, acc, dec, b, ctx)
+        engine = static(decode, prefill, batch=b, **common)
+        full = isl + max(o for _, o, _ in r.lengths) - 1
+        passes = [decode_pass, *(ServingPass.prefill(b, i, **_kw(ctx)) for i, _, _ in r.lengths)]
+        fraction = serving_settings().static_memory_fraction
+        memory = (_pool_memory(model, acc, dec, passes, b, full, ctx, fraction),)
+    elif layout.chunk is None:
+        k = prefill_batch(b, lengths)
+        prefill = _prefill(model, acc, dec, k, ctx)
+        engine = prefill_first(decode, prefill, batch=b, prefill_prompts=k, stages=dec.p, **common)
+        passes = [decode_pass, *(ServingPass.prefill(k, i, **_kw(ctx)) for i, _, _ in r.lengths)]
+        memory = (_pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
+    else:
+        mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
+        first_tokens = max(1, min(layout.chunk - micro, isl))
+        chunks = [_chunk_pass(n, micro, ctx) for n in (mean_tokens, first_tokens)]
+        sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
+        kv = pass_kv_read_bytes(model, dec.t, decode_pass)  # one device, every stage
+        kv_j = dec.t * kv * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12
+        steps = [
+            mixed(
+                _pass_cost(model, acc, dec, c, ctx),
+                kv / dec.p / sustained,
+                kv_j,
+                dec.p,
+                dec.t * dec.p,
+            )
+            for c in chunks
+        ]
+        engine = chunked(
+            steps[0], steps[1], batch=b, chunk_tokens=layout.chunk, stages=dec.p, **common
+        )
+        passes = [decode_pass, *chunks]
+        memory = (_pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
+    score = serving_score(
+        engine,
+        acc=acc,
+        devices=layout.devices,
+        devices_per_node=ctx.cluster.devices_per_node,
+        tokens_to_serve=float(ctx.tokens_to_serve),
+        params=ctx.scoring,
+    )
+    slo = []
+    if ctx.ttft_limit_s is not None and engine.ttft_s > ctx.ttft_limit_s:
+        slo.append("ttft")
+    if ctx.tpot_limit_s is not None and engine.tpot_s > ctx.tpot_limit_s:
+        slo.append("tpot")
+    return ServingPoint(workload, acc, layout, engine, memory, score, tuple(slo))

@@ -1,0 +1,169 @@
+"""Serving a model on a design: the command's document, the search against evaluating every
+candidate, memory, energy, cost and carbon against their formulas, expert parallelism."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import phaze
+from arch_space import Cluster, preset, static_power_w
+from arch_space.accelerator import node_count
+from arch_space.tco import device_hour_cost
+from phaze.cli import cli
+from phaze.scoring import ScoringParams, electricity_usd, system_capex
+from phaze.serving import ServeContext, evaluate_layout
+from phaze.serving_search import candidates, search
+from phaze_common.errors import ConfigError, Infeasible
+from placement import parse_serving
+from workloads import get_model
+from workloads.serving import RequestBatch, weight_bytes_per_device
+
+_KEYS = (
+    "ttft_s",
+    "tpot_s",
+    "output_tokens_per_s",
+    "tokens_per_s_per_device",
+    "kv_cache_bytes_per_device",
+    "memory_per_device_bytes",
+    "energy_per_token_j",
+    "usd_per_million_tokens",
+    "kgco2e_per_million_tokens",
+    "strategy",
+    "layout",
+)
+
+
+def test_serve_json_prints_the_figures_and_the_layout():
+    args = "serve --workload llama2-70b --arch h100 --devices 8 --input-tokens 2048 "
+    args += "--output-tokens 128 --json"
+    result = CliRunner().invoke(cli, args.split())
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert all(doc[k] is not None for k in _KEYS)
+    lay = parse_serving(doc["strategy"])
+    assert lay.complete and lay.devices == 8
+    assert doc["output_tokens_per_s"] == pytest.approx(8 * doc["tokens_per_s_per_device"])
+    assert 0 < doc["memory_per_device_bytes"] <= doc["hbm_bytes"]
+
+
+def _ctx(devices: int = 2, **kw) -> ServeContext:
+    return ServeContext(Cluster(devices=devices), RequestBatch.of(512, 64), **kw)
+
+
+@pytest.mark.parametrize("objective", ["tokens_per_s_per_device", "usd_per_million_tokens"])
+def test_the_search_finds_what_evaluating_every_candidate_finds(objective):
+    model, acc = get_model("llama2-7b"), preset("a100")
+    ctx = _ctx(batches=(1, 8, 64, 256), chunks=(None, 2048), tpot_limit_s=0.03, objective=objective)
+    layout = parse_serving("")
+    points = []
+    for cand in candidates(model, layout, ctx):
+        try:
+            points.append(evaluate_layout("m", model, acc, cand, ctx))
+        except (Infeasible, ConfigError):
+            continue
+    meeting = [p for p in points if p.meets_slo]
+    assert meeting and len(meeting) < len(points)  # the limit binds
+    if objective == "tokens_per_s_per_device":
+        best = max(p.score.tokens_per_s_per_device for p in meeting)
+        assert search("m", model, acc, layout, ctx).score.tokens_per_s_per_device == best
+    else:
+        best = min(p.score.usd_per_million_tokens for p in meeting)
+        assert search("m", model, acc, layout, ctx).score.usd_per_million_tokens == best
+
+
+def test_with_no_layout_meeting_the_limits_the_closest_is_returned():
+    model, acc = get_model("llama2-7b"), preset("a100")
+    ctx = _ctx(batches=(1, 8), chunks=(None,), tpot_limit_s=1e-4)
+    point = search("m", model, acc, parse_serving(""), ctx)
+    assert point.slo == ("tpot",)
+    every = [
+        evaluate_layout("m", model, acc, c, ctx).engine.tpot_s
+        for c in candidates(model, parse_serving(""), ctx)
+    ]
+    assert point.engine.tpot_s == min(every)
+
+
+def test_energy_cost_and_carbon_per_token_follow_their_formulas():
+    model, acc = get_model("llama2-7b"), preset("a100")
+    scoring = ScoringParams(host_profile="dgx-a100")
+    ctx = _ctx(scoring=scoring)
+    lay = parse_serving("t=1,p=1,d=2,ep=1,batch=32,chunk=off,batching=continuous")
+    p = evaluate_layout("m", model, acc, lay, ctx)
+    rate, sc = p.engine.output_tokens_per_s, p.score
+    e = sc.energy
+    # static power over the wall clock, split by busy and waiting
+    assert e.static_j + e.idle_j == pytest.approx(2 * static_power_w(acc) / rate)
+    assert e.host_j == pytest.approx(node_count(2, 8) * scoring.host_w_per_node / rate)
+    assert sc.energy_per_token_j == pytest.approx(sum(e.terms().values()))
+    # a million tokens: the devices' hours at the cost per device-hour, plus electricity
+    capex = system_capex(acc, 2, scoring)
+    per_hour = device_hour_cost(capex, lifetime_s=scoring.lifetime_s, interest=scoring.interest)
+    hours = 2 * 1e6 / rate / 3600
+    usd = hours * per_hour.total + electricity_usd(1e6 * sc.energy_per_token_j, scoring)
+    assert sc.usd_per_million_tokens == pytest.approx(usd)
+    # tCDP of the workload: its carbon times the time to serve it
+    assert sc.tcdp == pytest.approx(sc.total_kgco2e * sc.tokens_to_serve / rate)
+    assert sc.serve_time_s == pytest.approx(sc.tokens_to_serve / rate)
+
+
+def test_the_kv_cache_must_fit_beside_the_weights():
+    model, acc = get_model("llama2-70b"), preset("a100")
+    ctx = ServeContext(Cluster(devices=2), RequestBatch.of(4000, 64))
+    lay = parse_serving("t=2,p=1,d=1,ep=1,batch=64,chunk=off,batching=continuous")
+    with pytest.raises(Infeasible, match="KV cache: 64 sequences of 4032 tokens need"):
+        evaluate_layout("m", model, acc, lay, ctx)
+    small = dataclasses.replace(lay, batch=4)
+    p = evaluate_layout("m", model, acc, small, ctx)
+    m = p.memory[0]
+    assert m.weights_bytes == weight_bytes_per_device(model, 2)
+    assert m.total_bytes <= 0.9 * acc.hbm_bytes
+
+
+def test_decode_at_batch_one_against_weights_over_bandwidth():
+    model, acc = get_model("llama2-70b"), preset("h100")
+    ctx = ServeContext(Cluster(devices=8), RequestBatch.of(2048, 128))
+    lay = parse_serving("t=8,p=1,d=1,ep=1,batch=1,chunk=off,batching=static")
+    p = evaluate_layout("m", model, acc, lay, ctx)
+    floor = weight_bytes_per_device(model, 8) / acc.hbm_bandwidth_bytes_per_s
+    assert 1.0 <= p.engine.tpot_s / floor <= 2.5
+
+
+def test_expert_parallelism_holds_a_share_of_the_experts_and_reads_fewer():
+    model, acc = get_model("mixtral-8x7b"), preset("h100")
+    ctx = ServeContext(Cluster(devices=8), RequestBatch.of(512, 64))
+    kw = "batch=64,chunk=off,batching=continuous"
+    tp = evaluate_layout("m", model, acc, parse_serving(f"t=2,p=1,d=4,ep=1,{kw}"), ctx)
+    ep = evaluate_layout("m", model, acc, parse_serving(f"t=2,p=1,d=4,ep=4,{kw}"), ctx)
+    experts = model.expert_parameters(2) * model.layers * 2
+    assert tp.memory[0].weights_bytes - ep.memory[0].weights_bytes == experts * 3 // 4
+    # a decode step reads all eight experts' shards at ep = 1 (every expert reached), two at
+    # ep = 4, and pays two token all-to-alls per block
+    assert ep.engine.tpot_s < tp.engine.tpot_s
+
+
+def test_disaggregated_pools_move_the_kv_cache():
+    model, acc = get_model("llama2-7b"), preset("h100")
+    ctx = ServeContext(Cluster(devices=4), RequestBatch.of(1024, 128))
+    lay = parse_serving("prefill:t=1,p=1,d=1,ep=1;decode:t=1,p=1,d=3,ep=1,batch=64")
+    lay = dataclasses.replace(lay, open=frozenset())
+    p = evaluate_layout("m", model, acc, lay, ctx)
+    assert p.engine.transfer_s > 0 and p.engine.transfer_w > 0
+    assert {x.name for x in p.engine.pools} == {"prefill", "decode"}
+    assert len(p.memory) == 2
+
+
+def test_the_api_serves_with_a_fixed_batch_and_refuses_a_clash():
+    got = phaze.serve(
+        "llama2-7b", preset("a100"), Cluster(devices=1), input_tokens=256, output_tokens=32,
+        batch=16,
+    )  # fmt: skip
+    assert got.layout.batch == 16 and got.meets_slo
+    with pytest.raises(ConfigError, match="strategy batch=8 conflicts with batch=16"):
+        phaze.serve(
+            "llama2-7b", preset("a100"), Cluster(devices=1), input_tokens=256,
+            output_tokens=32, batch=16, strategy="batch=8",
+        )  # fmt: skip
