@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from arch_space import Accelerator, Cluster
 from arch_space.perf import op_costs
-from arch_space.perf.device import DeviceProfile
+from arch_space.perf.device import DeviceProfile, device_profile
 from ilp import makespan_lower_bound
 from ilp.timing import op_channel
 from phaze_common.graph import topological_order
@@ -32,7 +32,19 @@ from workloads import (
 )
 from workloads.build import DENSE_BLOCK_CLASS
 
-__all__ = ["bound_graph", "pass_bound_s", "recompute_workspace_bytes"]
+__all__ = ["bound_graph", "pass_bound_s", "recompute_workspace_bytes", "stack_device"]
+
+
+def stack_device(
+    device: DeviceProfile | None, acc: Accelerator, setup: TrainingSetup
+) -> DeviceProfile | None:
+    """The sustained rates ``acc`` runs at under ``setup``'s stack: ``device`` (else the
+    preset's) with the stack's attention kernel's rate
+    (:meth:`~arch_space.perf.device.DeviceProfile.for_attention`); None, the preset's
+    as they are, when the kernel changes nothing."""
+    if setup.profile.attention != "flash2":
+        return device
+    return (device or device_profile(acc)).for_attention(setup.profile.attention)
 
 
 @lru_cache(maxsize=4096)
@@ -48,6 +60,7 @@ def bound_graph(
     bytes of the scheduled graph (so a placement of it fits exactly when one of that graph
     does); ``device`` overrides the preset's sustained rates, as in the schedules it bounds."""
     lg = build_layer_graph(model, setup, tp)
+    device = stack_device(device, acc, setup)
     times = {
         cid: tuple(
             pass_bound_s(g, acc, cluster, device)

@@ -21,7 +21,7 @@ from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profil
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.context import CP_DEGREES, Context, search_degrees
-from phaze.lower_bounds import bound_graph, recompute_workspace_bytes
+from phaze.lower_bounds import bound_graph, recompute_workspace_bytes, stack_device
 from phaze.scoring import Score, score_point, system_capex
 from phaze_common.errors import ConfigError, Infeasible
 from placement import (
@@ -72,9 +72,9 @@ logger = logging.getLogger(__name__)
 # the bound and a schedule that meets it can differ by rounding (a few ulps) in floating point.
 _BOUND_SLACK: Final = 1e-9
 
-# (HBM capacity bytes, HBM bandwidth bytes/s, measured collective curve inside a node): all a
-# placement needs of a device (:func:`device_hbm`)
-Hbm = tuple[int, float, CollectiveCurve | None]
+# (HBM capacity bytes, HBM bandwidth bytes/s, measured collective curve inside a node, share
+# of the compute a collective holds): all a placement needs of a device (:func:`device_hbm`)
+Hbm = tuple[int, float, CollectiveCurve | None, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +186,7 @@ def width_variant(
         time_limit_s=solver.time_limit_s,
         mip_gap=solver.mip_gap,
         search_nodes=solver.search_nodes,
-        device=device,
+        device=stack_device(device, acc, setup),
     )
     times = {
         cid: (lt.forward.makespan_s, lt.backward.makespan_s, lt.recompute.makespan_s)
@@ -242,16 +242,22 @@ def _energy_rates(
 
 
 def device_hbm(acc: Accelerator, ctx: Context) -> Hbm:
-    """What a placement needs of ``acc`` (its collective curve from ``ctx.device`` if set)."""
-    curve = (ctx.device or device_profile(acc)).intra_node
-    return acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s, curve
+    """What a placement needs of ``acc`` (its collective curve and the share of its compute
+    a collective holds from ``ctx.device`` if set)."""
+    device = ctx.device or device_profile(acc)
+    return (
+        acc.hbm_bytes,
+        acc.hbm_bandwidth_bytes_per_s,
+        device.intra_node,
+        device.collective_compute_share,
+    )
 
 
 def placement_problem(
     graphs: tuple[StageGraph, ...], hbm: Hbm, ctx: Context, setup: TrainingSetup
 ) -> PlacementProblem:
     """The placement problem of ``graphs`` on devices with ``hbm`` in ``ctx``'s cluster."""
-    hbm_bytes, hbm_bytes_per_s, collectives = hbm
+    hbm_bytes, hbm_bytes_per_s, collectives, compute_share = hbm
     eps, cps = search_degrees(max(g.experts for g in graphs), ctx)
     fw = setup.profile
     return PlacementProblem(
@@ -272,6 +278,7 @@ def placement_problem(
         max_stages=1 if fw.pipeline == "none" else None,
         interleaving=fw.pipeline == "interleaved",
         collectives=collectives,
+        collective_compute_share=compute_share,
         zero_stages=_zero_stages(ctx, fw),
         optimizer_bytes_per_parameter=float(setup.optimizer_bytes_per_parameter),
         ep_degrees=eps,

@@ -31,8 +31,10 @@ from placement.types import PlacementProblem, StageGraph
 __all__ = [
     "WEIGHT_BYTES",
     "Collective",
+    "DpTime",
     "dp_collectives",
     "dp_terms",
+    "dp_time",
     "embedding_allreduce_s",
     "exposed_reduction_parameters",
     "prefetched_exposed_s",
@@ -95,7 +97,34 @@ def shard_unit(graph: StageGraph, columns: dict | None = None) -> tuple[float, f
     return float(params[i]), float(work[i])
 
 
+@dataclass(frozen=True, slots=True)
+class DpTime:
+    """The data-parallel collectives of one iteration (arrays over the degrees asked):
+    ``exposed_s`` the iteration waits for (with the compute the hidden ones hold),
+    ``overlapped_s`` of their time run beside compute, ``unoverlapped_s`` all of their time
+    end to end (``overlapped_s`` plus the part exposed), ``step_s`` the optimizer step."""
+
+    exposed_s: np.ndarray
+    overlapped_s: np.ndarray
+    unoverlapped_s: np.ndarray
+    step_s: np.ndarray
+
+
 def dp_terms(
+    problem: PlacementProblem,
+    t: int,
+    zero: int,
+    d: np.ndarray,
+    params: np.ndarray,
+    m: int,
+    **kw,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(exposed data-parallel communication, optimizer step) seconds of :func:`dp_time`."""
+    parts = dp_time(problem, t, zero, d, params, m, report=False, **kw)
+    return parts.exposed_s, parts.step_s
+
+
+def dp_time(
     problem: PlacementProblem,
     t: int,
     zero: int,
@@ -108,9 +137,12 @@ def dp_terms(
     expert_params: float | np.ndarray = 0.0,
     load_s: float | np.ndarray = 0.0,
     unit: tuple[float, float] = (0.0, 0.0),
-) -> tuple[np.ndarray, np.ndarray]:
-    """(exposed data-parallel communication, optimizer step) seconds for arrays of degrees
-    ``d`` (each dividing the ``m`` micro-batches) and rank 0's ``params``.
+    report: bool = True,
+) -> DpTime:
+    """The data-parallel collectives' time (:class:`DpTime`) for arrays of degrees ``d``
+    (each dividing the ``m`` micro-batches) and rank 0's ``params``; without ``report``
+    (the search's inner loop) the hidden buckets are priced only where they hold compute,
+    so ``overlapped_s`` and ``unoverlapped_s`` may leave them out.
 
     The collectives are :func:`dp_collectives`'. Where the framework overlaps the gradient
     reduction with the backward pass (``problem.dp_overlap``), each once-per-iteration
@@ -149,12 +181,14 @@ def dp_terms(
         bw, lat = net.measured_link(
             cl, problem.collectives, inter, nbytes, c.link_kind, passes, per_node
         )
+        if c.link_kind == "ring" and np.any(inter):
+            lat = np.where(inter, net.ring_latency_s(n, per_node), lat)
         return lat + passes * nbytes / bw
 
     per_mb = micro_batches_per_pipeline(m, d)
     unit_params, unit_s = unit
     prefetch = problem.sharded_prefetch and unit_params > 0
-    comm, total, edge = 0.0, 0.0, 0.0
+    comm, total, edge, overlapped = 0.0, 0.0, 0.0, 0.0
     for c in dp_collectives(zero, per_mb, problem.gradient_bytes_per_parameter):
         if prefetch and c.per_micro_batch:
             size = np.minimum(unit_params, params)
@@ -166,13 +200,27 @@ def dp_terms(
             what = bucket_parameters(n, params) if problem.param_gather_overlap else params
         else:
             what = exposed_reduction_parameters(problem, n, params)
-        comm = comm + c.count * ring(c, what)
+        exposed = c.count * ring(c, what)
+        comm = comm + exposed
+        if report or problem.collective_compute_share:  # the buckets beside the compute
+            overlapped = overlapped + np.maximum(c.count * ring(c, params) - exposed, 0.0)
     if prefetch:
         hidden = per_mb * np.maximum(np.asarray(load_s) - unit_s, 0.0)
-        comm = comm + prefetched_exposed_s(total, edge, hidden)
+        exposed = prefetched_exposed_s(total, edge, hidden)
+        comm = comm + exposed
+        overlapped = overlapped + np.maximum(total - exposed, 0.0)
+    unoverlapped = comm + overlapped
+    # a collective hidden behind compute still holds its share of the chip while it runs
+    comm = comm + problem.collective_compute_share * overlapped
     held = sharded_parameters(params, expert, ep) / n if zero >= 1 else params
     step = held * problem.optimizer_s_per_parameter
-    return np.where(n > 1, comm, 0.0), step
+    alone = n <= 1
+    return DpTime(
+        exposed_s=np.where(alone, 0.0, comm),
+        overlapped_s=np.where(alone, 0.0, overlapped),
+        unoverlapped_s=np.where(alone, 0.0, unoverlapped),
+        step_s=step,
+    )
 
 
 def sharded_parameters(parameters, expert_parameters, ep: int):

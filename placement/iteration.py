@@ -34,7 +34,7 @@ Memory per device: weights, gradients and optimizer state of the device's parame
 copy of tied weights included), the activations of the micro-batches in flight and the largest backward workspace. Under ZeRO
 stage 1, 2 or 3 the optimizer state, then the gradients, then the weights are sharded over
 the ``d * cp`` ranks holding the same weights (:func:`zero_state`), the experts' over
-``d * cp / ep``: divided here and nowhere else. The data-parallel collectives of each stage are :func:`placement.dp_comm.dp_terms`.
+``d * cp / ep``: divided here and nowhere else. The data-parallel collectives of each stage are :func:`placement.dp_comm.dp_time`.
 
 Where new effects go: collectives the layer schedule reports apart move from ``compute_s``
 to ``tp_comm_exposed_s``; energy by cause can price each time term at its own power.
@@ -51,7 +51,7 @@ from dataclasses import astuple, dataclass, fields
 
 import numpy as np
 
-from placement.dp_comm import WEIGHT_BYTES, dp_terms, shard_unit, sharded_parameters
+from placement.dp_comm import WEIGHT_BYTES, dp_time, shard_unit, sharded_parameters
 from placement.layout import Layout
 from placement.pipelining import bubble_s, pipeline_s
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
@@ -295,7 +295,7 @@ def assemble(
         )
     r = int(np.argmax(per[0]))
     load, comp, recomp, tpc, epc, cpc, comm = (float(x) for x in per[:, r])
-    dp_comm_s, step_s = dp_terms(
+    dp = dp_time(
         problem,
         graph.tp,
         layout.zero,
@@ -308,7 +308,7 @@ def assemble(
         load_s=load,
         unit=shard_unit(graph),
     )
-    dp_comm, optimizer = float(dp_comm_s[0]), float(step_s[0])
+    dp_comm, optimizer = float(dp.exposed_s[0]), float(dp.step_s[0])
     m = micro_batches
     breakdown = IterationTime(
         compute_s=m * (comp - recomp - tpc - epc - cpc),
@@ -330,4 +330,6 @@ def assemble(
         load_s=load,
         breakdown=breakdown,
         memory_breakdown=max(memory, key=lambda mem: mem.total_bytes),
+        dp_comm_overlapped_s=float(dp.overlapped_s[0]),
+        dp_comm_unoverlapped_s=float(dp.unoverlapped_s[0]),
     )

@@ -29,7 +29,7 @@ import numpy as np
 
 from arch_space.accelerator import Cluster
 from arch_space.perf.device import CollectiveCurve
-from arch_space.perf.multinode import nic_busbw_fraction
+from arch_space.perf.multinode import nccl_ring_latency, nic_busbw_fraction
 
 __all__ = [
     "Link",
@@ -38,6 +38,7 @@ __all__ = [
     "boundary_link",
     "measured_link",
     "members_per_node",
+    "ring_latency_s",
     "p2p_s",
     "allreduce_s",
     "reduce_scatter_s",
@@ -102,6 +103,20 @@ def measured_link(
     floor_bw = np.where(gap > 0, sent / np.where(gap > 0, gap, 1.0), np.inf)
     bw = np.where(inter, np.minimum(inter_bw, floor_bw), intra_bw * eff)
     return bw, np.where(inter, inter_lat, 0.0)
+
+
+def ring_latency_s(members, per_node):
+    """Latency of one ring reduce-scatter or all-gather over ``members`` ranks with
+    ``per_node`` of them in each node: NCCL's own model of its Simple-protocol ring,
+    a base latency plus one hop latency per ring step, ``members - 1`` steps of which
+    ``nodes - 1`` cross the network (``ring_latency`` of
+    ``arch_space/data/measured_nccl_multinode.toml``). Arrays broadcast."""
+    base_s, nvlink_hop_s, net_hop_s = nccl_ring_latency()
+    members = np.asarray(members, dtype=np.float64)
+    nodes = np.ceil(members / np.maximum(per_node, 1))
+    steps = np.maximum(members - 1, 0)
+    net_steps = np.maximum(nodes - 1, 0)
+    return base_s + (steps - net_steps) * nvlink_hop_s + net_steps * net_hop_s
 
 
 def members_per_node(cluster: Cluster, stride, members):

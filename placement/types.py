@@ -258,7 +258,9 @@ class PlacementProblem:
     (an ``ep`` must divide a graph's experts and ``d``; :mod:`placement.ep_cp`).
     ``collectives`` is the device's measured collective curve inside a node (None: the
     cluster's links alone), which prices the data-parallel collectives and the pipeline's
-    sends (:func:`placement.network.measured_link`).
+    sends (:func:`placement.network.measured_link`). ``collective_compute_share`` is the
+    share of the device's compute a data-parallel collective holds while it runs hidden
+    behind compute (:func:`placement.dp_comm.dp_terms`; 0: none).
     """
 
     graphs: tuple[StageGraph, ...]
@@ -280,6 +282,7 @@ class PlacementProblem:
     ep_degrees: tuple[int, ...] = (1,)
     cp_degrees: tuple[int, ...] = (1,)
     collectives: CollectiveCurve | None = None
+    collective_compute_share: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -378,7 +381,9 @@ class Placement:
     ``micro_batches`` those of one pipeline (``m'``) and ``load_s`` the bottleneck device's
     time per micro-batch. ``breakdown`` is the iteration's time by cause, the only one: its
     terms sum to ``breakdown.iteration_s`` (:func:`placement.iteration.assemble`);
-    ``memory_breakdown`` the fullest device's memory by kind.
+    ``memory_breakdown`` the fullest device's memory by kind. ``dp_comm_unoverlapped_s``
+    is every data-parallel collective's time end to end, ``dp_comm_overlapped_s`` the part
+    of it run beside compute (:class:`placement.dp_comm.DpTime`); not terms of the iteration.
     """
 
     layout: Layout
@@ -387,6 +392,8 @@ class Placement:
     load_s: float
     breakdown: IterationTime
     memory_breakdown: DeviceMemory
+    dp_comm_overlapped_s: float = 0.0
+    dp_comm_unoverlapped_s: float = 0.0
 
     @property
     def devices_used(self) -> int:

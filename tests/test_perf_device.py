@@ -30,7 +30,15 @@ def test_shipped_a100_and_h100_figures():
     assert set(A100.fitted) <= {"sustained_clock_fraction", "collective_compute_share"}
     assert "phaze validate megatron --fit" in A100.provenance
     assert A100.intra_node.busbw_bytes_per_s[-1] == 234.89e9
-    assert preset_profile("tpuv4") == dataclasses.replace(MODELLED, name="tpuv4")
+    # a preset without measurements gets the generic GEMM cap, never none
+    for name in ("tpuv4", "v100"):
+        assert preset_profile(name) == dataclasses.replace(
+            MODELLED,
+            name=name,
+            sustained_tensor_fraction=generic_profile().sustained_tensor_fraction,
+            board_limit_w=preset_profile(name).board_limit_w,
+        )
+        assert preset_profile(name).sustained_tensor_fraction == 0.830
 
 
 def test_the_generic_share_is_the_mean_of_the_measured_ones():

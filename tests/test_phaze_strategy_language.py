@@ -91,3 +91,44 @@ def test_an_interleaved_layout_with_the_micro_batch_open_picks_one_it_can_run():
     doc = _json("t=2,p=2,d=2,v=2")
     assert _layout(doc).v == 2
     assert (16 // (_layout(doc).mbs * 2)) % 2 == 0
+
+
+@pytest.mark.parametrize(
+    ("framework", "rules"),
+    [
+        ("fsdp2-2024", {"pipeline", "zero"}),
+        ("deepspeed-2022", {"interleaving"}),
+        ("megatron-core-2024", {"interleaving", "zero"}),
+    ],
+)
+def test_a_search_names_the_rules_that_skipped_layouts(framework, rules):
+    r = _run("search", "--framework", framework, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    found = {x["rule"]: x["reason"] for x in doc["search_exclusions"]}
+    assert set(found) == rules
+    assert all(framework in reason or "divisible" in reason for reason in found.values())
+    layout = _layout(doc)
+    if "pipeline" in rules:
+        assert layout.p == 1
+    if framework == "deepspeed-2022":
+        assert layout.v == 1
+    text = _run("search", "--framework", framework).output
+    assert f"layouts the search skipped, by {framework}'s rules: " in text
+    # a strategy given whole searched nothing and skipped nothing
+    given = _json("t=1,p=1,d=8,v=1,mbs=2,recompute=none,sp=off,zero=0,ep=1,cp=1")
+    assert given["search_exclusions"] == []
+
+
+def test_fsdp2_prefetch_shows_in_the_dp_figures():
+    args = ["evaluate", "--workload", "llama2-70b", "--arch", "h100", "--devices", "64"]
+    args += ["--global-batch", "128", "--framework", "fsdp2-2024", "--json"]
+    args += ["--strategy", "t=1,p=1,d=64,mbs=2,zero=3,recompute=full"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    dp = doc["dp_comm"]
+    assert dp["exposed_s"] == doc["breakdown"]["dp_comm_exposed_s"]
+    # 80 blocks gathered twice and reduce-scattered once each: all but one block's hidden
+    assert dp["overlapped_s"] > 0.95 * dp["unoverlapped_s"]
+    assert dp["exposed_s"] < 0.2 * dp["unoverlapped_s"]

@@ -14,7 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from arch_space.perf.device import CollectiveCurve
-from arch_space.perf.multinode import nic_busbw_fraction
+from arch_space.perf.multinode import nccl_ring_latency, nic_busbw_fraction
 from phaze_common.errors import Infeasible
 from placement import (
     Cluster,
@@ -278,7 +278,7 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                     # one ring per NIC of the group's members in a node, at the measured share
                     nics = max(1, min(netw.devices_per_node // g.tp, d))
 
-                    def ring(nbytes, kind, halves, inter=inter, share=share, nics=nics):
+                    def ring(nbytes, kind, halves, inter=inter, share=share, nics=nics, d=d):
                         if curve is None:
                             b2, l2 = link(inter)
                             if inter:
@@ -287,6 +287,10 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                             b2, l2 = net.measured_link(
                                 netw, curve, inter, nbytes, kind, halves * share, nics
                             )
+                        if inter and kind == "ring":  # NCCL's ring: a latency per step
+                            base, nvlink, net_hop = nccl_ring_latency()
+                            nodes = -(-d // nics)
+                            l2 = base + (d - nodes) * nvlink + (nodes - 1) * net_hop
                         return float(l2 + halves * share * nbytes / b2)
 
                     rs = ring(grad_bytes, "ring", 1.0)

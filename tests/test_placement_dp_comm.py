@@ -91,3 +91,76 @@ def test_the_sharded_unit_is_the_largest_block():
         StageLayer("b1", 1.5, 2.5, 600, 1.0),
     )
     assert shard_unit(StageGraph(1, layers, ())) == (600.0, 4.0)
+
+
+def test_hidden_collectives_hold_their_compute_share():
+    d, params, m, share = np.array([64]), np.array([64e9]), 64, 0.25
+    fsdp = _problem(zero_stages=(3,), sharded_prefetch=True)
+    held = dataclasses.replace(fsdp, collective_compute_share=share)
+    unit = (1e9, 0.5)
+    one, _ = dp_terms(_problem(zero_stages=(3,)), 1, 3, d, np.array([1e9]), m)
+    free, _ = dp_terms(fsdp, 1, 3, d, params, m, load_s=1e3, unit=unit)
+    busy, _ = dp_terms(held, 1, 3, d, params, m, load_s=1e3, unit=unit)
+    # 64 units of three collectives; all but the first gather and last reduce-scatter hidden
+    hidden = 64 * float(one[0]) - 2 / 3 * float(one[0])
+    assert float(free[0]) == pytest.approx(2 / 3 * float(one[0]))
+    assert float(busy[0]) == pytest.approx(float(free[0]) + share * hidden)
+    # a bucketed reduction: every bucket but the last runs beside the backward pass
+    plain = _problem(zero_stages=(0,))
+    ddp = dataclasses.replace(plain, dp_overlap=True)
+    whole, _ = dp_terms(plain, 1, 0, d, params, m)
+    last, _ = dp_terms(ddp, 1, 0, d, params, m)
+    busy, _ = dp_terms(dataclasses.replace(ddp, collective_compute_share=share), 1, 0, d, params, m)
+    assert float(busy[0]) == pytest.approx(float(last[0]) + share * float(whole[0] - last[0]))
+
+
+def test_ring_latency_across_nodes_is_nccls_model():
+    from placement.network import ring_latency_s
+
+    # NCCL's Simple ring: 8.4 us base, 3.4 us per NVLink step, 9.6 us per network step
+    us = 1e-6
+    assert float(ring_latency_s(512, 8)) == pytest.approx((8.4 + 448 * 3.4 + 63 * 9.6) * us)
+    assert float(ring_latency_s(16, 1)) == pytest.approx((8.4 + 15 * 9.6) * us)
+    lat = ring_latency_s(np.array([16, 64, 128, 512]), 8)
+    assert np.all(np.diff(lat) > 0)
+    # a reduce-scatter across 64 nodes waits the ring's latency, more than one link's
+    d, params = np.array([512]), np.array([1e3])  # a few bytes: latency alone
+    big = Cluster(devices=512, devices_per_node=8)
+    problem = dataclasses.replace(_problem(zero_stages=(1,)), cluster=big)
+    comm, _ = dp_terms(problem, 1, 1, d, params, 512)
+    (rs, ag) = dp_collectives(1, 1)
+    assert rs.kind == "reduce_scatter" and ag.kind == "all_gather"
+    assert float(comm[0]) >= 2 * float(ring_latency_s(512, 8))
+
+
+def test_dp_time_splits_the_collectives_into_overlapped_and_exposed():
+    from placement.dp_comm import dp_time
+
+    # one node of 8 (no curve: the link's latency and bandwidth), ZeRO-3 prefetched
+    bw, lat, d, m, share = 100e9, 2e-6, 8, 8, 0.2  # one micro-batch per replica
+    cluster = Cluster(devices=8, devices_per_node=8, intra_node_bandwidth_bytes_per_s=bw)
+    assert cluster.intra_node_latency_s == lat
+    fsdp = dataclasses.replace(
+        _problem(zero_stages=(3,), sharded_prefetch=True, collective_compute_share=share),
+        cluster=cluster,
+        gradient_bytes_per_parameter=4.0,
+    )
+    units, unit_params = 80, 1e9
+    parts = dp_time(
+        fsdp,
+        1,
+        3,
+        np.array([d]),
+        np.array([units * unit_params]),
+        m,
+        load_s=1e3,
+        unit=(unit_params, 1.0),
+    )
+    ring = (d - 1) / d
+    gather, scatter = lat + ring * 2 * unit_params / bw, lat + ring * 4 * unit_params / bw
+    total = units * (2 * gather + scatter)
+    assert float(parts.unoverlapped_s[0]) == pytest.approx(total)
+    # compute hides all but the first gather and the last reduce-scatter
+    edge = gather + scatter
+    assert float(parts.overlapped_s[0]) == pytest.approx(total - edge)
+    assert float(parts.exposed_s[0]) == pytest.approx(edge + share * (total - edge))

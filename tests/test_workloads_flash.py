@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from arch_space import preset
 from arch_space.accelerator import Cluster
-from arch_space.perf import op_costs
+from arch_space.perf import default_settings, op_costs
 from arch_space.perf.device import preset_profile
 from workloads import (
     OpKind,
@@ -133,3 +133,34 @@ def test_flash_is_priced_at_the_measured_attention_rate():
         for g in (pg.forward, unfused.forward)
     ]
     assert time[0] < time[1]
+
+
+def test_flash2_stacks_run_flashattention2_at_its_measured_rate():
+    from phaze.lower_bounds import stack_device
+
+    h100 = preset_profile("h100")
+    assert framework_profile("fsdp2-2024").attention == "flash2"
+    assert framework_profile("fsdp1-2023").fused_attention
+    fa2 = h100.for_attention("flash2")
+    # FlashAttention-3 paper, Figs. 5 and 6: FlashAttention-2 at 335 and 322 of 989 TFLOP/s
+    assert (fa2.attention_forward_fraction, fa2.attention_backward_fraction) == (0.339, 0.326)
+    assert h100.for_attention("flash") == h100
+    # no FlashAttention-2 rate of its own (the A100's figures are FlashAttention-2's)
+    assert preset_profile("a100").for_attention("flash2") == preset_profile("a100")
+    acc = preset("h100")
+    fsdp = stack_device(None, acc, setup(4096, framework="fsdp2-2024"))
+    assert fsdp.attention_forward_fraction == 0.339
+    assert stack_device(None, acc, setup(4096)) is None
+    # the same block is slower under the stack that runs FlashAttention-2, by its attention
+    pg = block("llama3-8b", 8192)
+    one = Cluster(devices=1)
+    fast = op_costs(pg.forward, acc, one, device=h100).parallel_latency_s
+    slow = op_costs(pg.forward, acc, one, device=fa2).parallel_latency_s
+    issue = default_settings().issue_overhead_s
+    kinds = [op.kind for op in pg.forward.ops]
+    for i, kind in enumerate(kinds):
+        if kind is OpKind.ATTENTION_FORWARD:  # compute-bound: the rate's ratio
+            ratio = (slow[i] - issue) / (fast[i] - issue)
+            assert ratio == pytest.approx(0.545 / 0.339, rel=1e-6)
+        else:
+            assert slow[i] == fast[i]

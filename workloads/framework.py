@@ -52,8 +52,11 @@ __all__ = [
 DEFAULT_FRAMEWORK: Final = "overlap-all"
 _DATA_FILE: Final = "frameworks.toml"
 #: How a framework runs the attention core: ``unfused`` (QK^T, a materialised softmax and
-#: dropout, AV) or ``flash`` (one fused kernel per pass, :mod:`workloads.attention_ops`).
-ATTENTION_KERNELS: Final = ("unfused", "flash")
+#: dropout, AV), ``flash`` (one fused kernel per pass, :mod:`workloads.attention_ops`, at the
+#: best fused rate measured on the chip: cuDNN's or TransformerEngine's) or ``flash2`` (the
+#: same fused passes run by FlashAttention-2, at its own measured rate where the chip has one:
+#: :meth:`arch_space.perf.device.DeviceProfile.for_attention`).
+ATTENTION_KERNELS: Final = ("unfused", "flash", "flash2")
 #: The pipeline schedules a stack runs: none, 1F1B without virtual stages, or 1F1B with
 #: Megatron's interleaved virtual stages (and the plain 1F1B beside it).
 PIPELINE_SCHEDULES: Final = ("none", "1f1b", "interleaved")
@@ -92,6 +95,12 @@ class FrameworkProfile:
     pipeline: str = "interleaved"
     zero_stages: tuple[int, ...] = _ZERO_STAGES
     host_s_per_kernel: float = 0.0
+
+    @property
+    def fused_attention(self) -> bool:
+        """Whether the attention core is one fused kernel per pass (no ``s x s`` scores in
+        device memory)."""
+        return self.attention != "unfused"
 
 
 def _data() -> Mapping[str, Any]:

@@ -115,7 +115,7 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int, dense: b
         inner = per_width * model.ffn_hidden
     total = _ceil_div(replicated, rep) + _ceil_div(qkv + out_in + inner, t) + latent
     if setup.recompute is Recompute.NONE:
-        if setup.profile.attention == "flash":
+        if setup.profile.fused_attention:
             total += _ceil_div(LSE_BYTES * model.heads * s * b, t)
         else:
             per_score = p + (mask + p if model.dropout else 0)

@@ -113,7 +113,7 @@ class _Dims:
         b, s = setup.micro_batch, setup.seq_len
         sp = setup.sequence_parallel and tp > 1
         local = b * s // tp if sp else b * s
-        flash = setup.profile.attention == "flash"
+        flash = setup.profile.fused_attention
         return cls(b, s, b * s, local, tp, setup.precision_bytes, sp, flash)
 
 

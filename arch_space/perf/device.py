@@ -101,8 +101,10 @@ class DeviceProfile:
     down by the power cap while the links and memory are busy, against the clock of one
     device running a benchmark alone: :meth:`alone`); ``attention_forward_fraction`` and
     ``attention_backward_fraction`` cap a fused attention kernel's matmul FLOP rate at that
-    share of the tensor-core peak (measured FlashAttention rates);
-    ``collective_compute_share`` is the share of the compute a collective holds while it
+    share of the tensor-core peak (the best fused kernel measured on the chip);
+    ``flash2_forward_fraction`` and ``flash2_backward_fraction`` are FlashAttention-2's own
+    measured shares where they differ (None: the same), taken by a stack that runs it
+    (:meth:`for_attention`); ``collective_compute_share`` is the share of the compute a collective holds while it
     runs beside other ops; ``intra_node`` the measured collective bandwidth inside a node,
     ``custom_all_reduce`` an inference engine's own all-reduce there (:meth:`for_serving`).
     ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
@@ -116,6 +118,8 @@ class DeviceProfile:
     sustained_clock_fraction: float = 1.0
     attention_forward_fraction: float = 1.0
     attention_backward_fraction: float = 1.0
+    flash2_forward_fraction: float | None = None
+    flash2_backward_fraction: float | None = None
     collective_compute_share: float = 0.0
     intra_node: CollectiveCurve | None = None
     custom_all_reduce: CollectiveCurve | None = None
@@ -126,6 +130,23 @@ class DeviceProfile:
     def alone(self) -> DeviceProfile:
         """The device running one benchmark kernel alone, at its benchmark clock."""
         return dataclasses.replace(self, sustained_clock_fraction=1.0)
+
+    def for_attention(self, kernel: str) -> DeviceProfile:
+        """The device under a stack whose fused attention is ``kernel``
+        (:data:`workloads.framework.ATTENTION_KERNELS`): ``flash2`` caps the fused attention
+        at FlashAttention-2's measured shares where the chip has them; every other kernel
+        keeps the chip's best fused rate (an unfused core has no fused op to cap)."""
+        if kernel != "flash2":
+            return self
+        return dataclasses.replace(
+            self,
+            attention_forward_fraction=_or(
+                self.flash2_forward_fraction, self.attention_forward_fraction
+            ),
+            attention_backward_fraction=_or(
+                self.flash2_backward_fraction, self.attention_backward_fraction
+            ),
+        )
 
     def for_serving(self) -> DeviceProfile:
         """The device under an inference engine whose all-reduce is ``custom_all_reduce``:
@@ -150,11 +171,18 @@ class DeviceProfile:
 
 MODELLED: Final = DeviceProfile()
 
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
 _FRACTIONS: Final = (
     "sustained_tensor_fraction",
     "sustained_clock_fraction",
     "attention_forward_fraction",
     "attention_backward_fraction",
+    "flash2_forward_fraction",
+    "flash2_backward_fraction",
 )
 
 
@@ -269,14 +297,20 @@ def generic_profile() -> DeviceProfile:
 
 @cache
 def preset_profile(name: str) -> DeviceProfile:
-    """The shipped profile of preset ``name`` (:data:`MODELLED` for a preset without one: the
-    per-MAC energies of ``tech.toml`` are fitted to TPU v4's board power at its modelled
-    rates, so a preset keeps them until it has a measurement)."""
+    """The shipped profile of preset ``name``; a preset without one runs at its modelled
+    rates (:data:`MODELLED`) but for its GEMMs, capped at :func:`generic_profile`'s share as
+    any unmeasured chip (the per-MAC energies of ``tech.toml`` are fitted to TPU v4's board
+    power at that share)."""
     if name not in preset_names():
         raise unknown_name("accelerator preset", name, preset_names())
     data = shipped_toml(_DATA_FILE)
     if name not in data:
-        return dataclasses.replace(MODELLED, name=name, board_limit_w=preset_board_limit_w(name))
+        return dataclasses.replace(
+            MODELLED,
+            name=name,
+            sustained_tensor_fraction=generic_profile().sustained_tensor_fraction,
+            board_limit_w=preset_board_limit_w(name),
+        )
     return profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
 
 

@@ -16,7 +16,7 @@ from typing import Final
 from arch_space._data import shipped_toml
 from phaze_common.errors import ConfigError
 
-__all__ = ["nic_busbw_fraction"]
+__all__ = ["nccl_ring_latency", "nic_busbw_fraction"]
 
 _DATA_FILE: Final = "measured_nccl_multinode.toml"
 
@@ -41,3 +41,27 @@ def nic_busbw_fraction() -> float:
             f"bus bandwidth in (0, 1] of the NICs' rate (got {shares})"
         )
     return math.fsum(shares) / len(shares)
+
+
+_RING_LATENCY_KEYS: Final = ("base_s", "nvlink_hop_s", "net_hop_s")
+
+
+@cache
+def nccl_ring_latency() -> tuple[float, float, float]:
+    """(base, NVLink hop, network hop) seconds of NCCL's ring latency model
+    (``[ring_latency]``): a ring collective of ``n`` steps, ``k`` of them across nodes, takes
+    ``base + (n - k) nvlink_hop + k net_hop`` before its bytes.
+
+    >>> base, nvlink, net = nccl_ring_latency()
+    >>> 0 < nvlink < net
+    True
+    """
+    table = shipped_toml(_DATA_FILE).get("ring_latency", {})
+    values = [table.get(k) for k in _RING_LATENCY_KEYS]
+    ok = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    if not ok or not all(0 <= v < 1e-3 for v in values):
+        raise ConfigError(
+            f"{_DATA_FILE} [ring_latency]: {', '.join(_RING_LATENCY_KEYS)} must be seconds in "
+            f"[0, 1e-3) (got {values})"
+        )
+    return tuple(float(v) for v in values)

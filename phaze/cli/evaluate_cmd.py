@@ -30,7 +30,12 @@ from phaze_common.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, 
 from placement import Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
 from workloads import model_flops_per_sequence, resolve_model
-from workloads.framework import DEFAULT_FRAMEWORK, framework_names
+from workloads.framework import (
+    DEFAULT_FRAMEWORK,
+    framework_names,
+    framework_profile,
+    search_exclusions,
+)
 
 __all__ = ["evaluate"]
 
@@ -187,6 +192,11 @@ def evaluate(
         "bubble_fraction": pl.bubble_fraction,
         "communication_s": pl.breakdown.communication_s,
         "breakdown": {**pl.breakdown.terms(), "iteration_s": pl.breakdown.iteration_s},
+        "dp_comm": {
+            "unoverlapped_s": pl.dp_comm_unoverlapped_s,
+            "overlapped_s": pl.dp_comm_overlapped_s,
+            "exposed_s": pl.breakdown.dp_comm_exposed_s,
+        },
         "memory_breakdown": {
             **dataclasses.asdict(pl.memory_breakdown),
             "total_bytes": pl.memory_breakdown.total_bytes,
@@ -199,6 +209,7 @@ def evaluate(
         **dataclasses.asdict(run),
         "placement": json.loads(placement_summary(pl)),
         "strategy_defaults": ev.defaults,
+        "search_exclusions": _exclusions(framework) if layout is None or ev.defaults else [],
         "headroom": headroom(acc).figures(),
     }
     if as_json:
@@ -224,6 +235,11 @@ def evaluate(
         ],
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
         ["exposed communication", fmt_time(pl.breakdown.communication_s)],
+        [
+            "data-parallel collectives",
+            f"{fmt_time(pl.dp_comm_unoverlapped_s)} end to end, "
+            f"{fmt_time(pl.dp_comm_overlapped_s)} of it beside compute",
+        ],
         ["layer schedules", f"worst gap {fmt_percent(gap)} ({methods})"],
         ["area headroom", area_headroom_text(doc["headroom"])],
         ["power headroom", power_headroom_text(doc["headroom"])],
@@ -232,6 +248,9 @@ def evaluate(
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
     if ev.defaults:
         click.echo(f"strategy defaults used (not given): {ev.defaults}")
+    if doc["search_exclusions"]:
+        rules = "; ".join(f"{x['rule']} ({x['reason']})" for x in doc["search_exclusions"])
+        click.echo(f"layouts the search skipped, by {framework}'s rules: {rules}")
     click.echo("")
     click.echo(_breakdown_table(pl))
     loads = fmt_column([s.load_s for s in pl.stages], "s")
@@ -246,6 +265,16 @@ def evaluate(
     click.echo(_run_table(sc, run, scoring))
     click.echo("")
     click.echo(_cost_table(run))
+
+
+def _exclusions(framework: str) -> list[dict[str, str]]:
+    """The rules by which a search under ``framework`` skipped layouts the stack cannot run
+    (:func:`workloads.framework.search_exclusions`): each rule's name and why."""
+    out = []
+    for text in search_exclusions(framework_profile(framework)):
+        rule, _, reason = text.partition(": ")
+        out.append({"rule": rule, "reason": reason})
+    return out
 
 
 def _breakdown_table(pl: Placement) -> str:
