@@ -52,6 +52,7 @@ __all__ = ["Space", "SpaceSummary", "space_names", "load_space", "design_id", "P
 _MIB = 2**20
 _GIB = 2**30
 _REF_MAX = preset("ref-max")
+_BF16_ONLY = _REF_MAX.formats
 
 # Allowed powers of two per parameter, as (TOML key, scale to SI, low, high). The core and
 # array ranges and the buffer range are the reference's (max_acc_config_per_dim); the vector
@@ -520,6 +521,7 @@ def design_id(acc: Accelerator) -> str:
     # as they were
     skip = {"name"} | ({"dies"} if acc.dies == 1 else set())
     skip |= {"extra_units"} if not acc.extra_units else set()
+    skip |= {"formats"} if acc.formats == _BF16_ONLY else set()
     text = "|".join(f"{f.name}={getattr(acc, f.name)!r}" for f in fields(acc) if f.name not in skip)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
