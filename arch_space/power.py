@@ -17,7 +17,7 @@ from typing import Final
 
 from arch_space._data import plain_values, shipped_toml
 from arch_space.accelerator import Accelerator, Cluster
-from arch_space.area import made_die_area_mm2
+from arch_space.area import made_die_area_mm2, static_power_w
 from arch_space.perf import op_costs
 from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.system import board_limit_w
@@ -34,6 +34,7 @@ __all__ = [
     "reticle_mm2",
     "tdp_w",
     "unlimited_gemm_power_w",
+    "limited_clock_fraction",
 ]
 
 #: (m, k, n) of the tensor-load probe: the square bf16 GEMM matmul benchmarks time.
@@ -78,6 +79,16 @@ def unlimited_gemm_power_w(acc: Accelerator, tech: TechNode | None = None) -> fl
     power limiter off: the op model's own tensor-load energy, before the limit holds it."""
     free = dataclasses.replace(device_profile(acc), board_limit_w=math.inf)
     return gemm_power_w(acc, tech, device=free)
+
+
+def limited_clock_fraction(acc: Accelerator, limit_w: float, tech: TechNode | None = None) -> float:
+    """The share of its clock ``acc`` holds under tensor load at a board limit of
+    ``limit_w``: the GEMM probe asks :func:`unlimited_gemm_power_w`, dynamic power scales with
+    the clock at a fixed voltage and leakage does not (as :mod:`arch_space.space` caps a
+    design), so the clock is ``(limit - leakage) / (asked - leakage)``, at most 1."""
+    asked = unlimited_gemm_power_w(acc, tech)
+    leak = static_power_w(acc, tech)
+    return float(min(1.0, max(limit_w - leak, 0.0) / max(asked - leak, 1e-12)))
 
 
 def memory_bound_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:

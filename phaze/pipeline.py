@@ -46,6 +46,7 @@ from workloads import (
     model_flops_per_sequence,
     valid_tp_widths,
 )
+from workloads.framework import FrameworkProfile, layout_refusals, runnable_zero_stages
 
 __all__ = [
     "Context",
@@ -252,6 +253,7 @@ def placement_problem(
     """The placement problem of ``graphs`` on devices with ``hbm`` in ``ctx``'s cluster."""
     hbm_bytes, hbm_bytes_per_s, collectives = hbm
     eps, cps = search_degrees(max(g.experts for g in graphs), ctx)
+    fw = setup.profile
     return PlacementProblem(
         graphs=graphs,
         cluster=ctx.cluster,
@@ -261,14 +263,31 @@ def placement_problem(
         # the optimizer step after the last backward pass streams its bytes through HBM
         optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
-        p2p_overlap=setup.profile.p2p_overlap,
-        dp_overlap=setup.profile.dp_overlap,
+        p2p_overlap=fw.p2p_overlap != "never",
+        p2p_overlap_interleaved_only=fw.p2p_overlap == "interleaved",
+        dp_overlap=fw.dp_overlap,
+        param_gather_overlap=fw.param_gather_overlap,
+        sharded_prefetch=fw.sharded_prefetch,
+        gradient_bytes_per_parameter=fw.reduce_bytes_per_parameter or 2.0,
+        max_stages=1 if fw.pipeline == "none" else None,
+        interleaving=fw.pipeline == "interleaved",
         collectives=collectives,
-        zero_stages=ctx.zero_stages,
+        zero_stages=_zero_stages(ctx, fw),
         optimizer_bytes_per_parameter=float(setup.optimizer_bytes_per_parameter),
         ep_degrees=eps,
         cp_degrees=cps,
     )
+
+
+def _zero_stages(ctx: Context, fw: FrameworkProfile) -> tuple[int, ...]:
+    """The ZeRO stages of ``ctx`` the framework runs; ConfigError when it runs none."""
+    stages = runnable_zero_stages(ctx.zero_stages, fw)
+    if not stages:
+        raise ConfigError(
+            f"zero: {fw.name} runs ZeRO stages {', '.join(map(str, fw.zero_stages))} "
+            f"(asked for {', '.join(map(str, ctx.zero_stages))})"
+        )
+    return stages
 
 
 @lru_cache(maxsize=1024)
@@ -431,6 +450,8 @@ def _more_bytes(a: StageGraph, b: StageGraph) -> bool:
 
 
 _KNOB_FIELDS: Final = frozenset({"mbs", "recompute", "sp", "split"})
+# the layout fields a framework's rules read, with values every profile runs when open
+_RULED: Final = {"p": 1, "v": 1, "zero": 0}
 
 
 def evaluate(
@@ -475,6 +496,12 @@ def evaluate(
             workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
         )
     if knobs.split is not None or {f for f in FIELDS if knobs.given(f)} - _KNOB_FIELDS:
+        refused = layout_refusals(
+            setup.profile,
+            **{f: getattr(knobs, f) if knobs.given(f) else d for f, d in _RULED.items()},
+        )
+        if refused:
+            raise ConfigError(f"strategy {knobs}: " + "; ".join(refused))
         found = _given(model, setup, keys, acc, ctx, knobs)
     else:
         found = _searched(model, setup, keys, acc, ctx)
@@ -514,7 +541,8 @@ def _searched(
     parallelism when ``ctx`` searches it), or why none fits."""
     hbm, timing_acc = device_hbm(acc, ctx), timing_design(acc)
     variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
-    if found is None and ctx.zero_fallback:  # only the wider sharding may fit
+    if found is None and runnable_zero_stages(ctx.zero_fallback, setup.profile):
+        # only the wider sharding may fit
         ctx = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
         variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
     if found is None:

@@ -103,8 +103,10 @@ class RunSource:
 
 @dataclass(frozen=True, slots=True)
 class RunSystem:
-    """The machine a run used: a preset (its HBM replaced when ``hbm_gib`` is given), GPUs
-    per node and the links of one GPU (bytes/s per direction, as :class:`arch_space.Cluster`)."""
+    """The machine a run used: a preset (its HBM capacity, HBM bandwidth and board power
+    limit replaced when ``hbm_gib``, ``hbm_bandwidth_bytes_per_s``, ``power_limit_w`` are
+    given: a part of the preset's die built or run otherwise), GPUs per node and the links of
+    one GPU (bytes/s per direction, as :class:`arch_space.Cluster`)."""
 
     key: str
     description: str
@@ -114,6 +116,8 @@ class RunSystem:
     inter_node_bandwidth_bytes_per_s: float
     hbm_gib: float | None
     source: str
+    hbm_bandwidth_bytes_per_s: float | None = None
+    power_limit_w: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +225,8 @@ _SYSTEM_KEYS: Final = {
     "intra_node_bandwidth_bytes_per_s": float,
     "inter_node_bandwidth_bytes_per_s": float,
     "hbm_gib": float,
+    "hbm_bandwidth_bytes_per_s": float,
+    "power_limit_w": float,
     "source": str,
 }
 _RUN_KEYS: Final = {
@@ -248,6 +254,8 @@ _RUN_KEYS: Final = {
 }
 _OPTIONAL: Final = {
     "hbm_gib",
+    "hbm_bandwidth_bytes_per_s",
+    "power_limit_w",
     "assumed",
     "flops",
     "peak_flops_per_s",
@@ -300,7 +308,10 @@ def _system(key: str, table: Any, problems: list[str]) -> RunSystem | None:
     if v is None:
         return None
     _positive(v, tuple(k for k, t in _SYSTEM_KEYS.items() if t in (int, float)), where, problems)
-    return RunSystem(key=key, hbm_gib=v.pop("hbm_gib", None), **v)
+    optional = {
+        k: v.pop(k, None) for k in ("hbm_gib", "hbm_bandwidth_bytes_per_s", "power_limit_w")
+    }
+    return RunSystem(key=key, **optional, **v)
 
 
 def _layout_problems(v: Mapping[str, Any], where: str) -> list[str]:

@@ -16,13 +16,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from arch_space import Cluster, preset
-from arch_space.perf.device import DeviceProfile
+from arch_space import Accelerator, Cluster, preset
+from arch_space.perf.device import DeviceProfile, preset_profile
+from arch_space.power import limited_clock_fraction
 from phaze.api import evaluate
+from phaze.cli.validate_cmd import ValidationRow
+from phaze.cli.validate_fit import FitResult, fit_device
 from phaze.published_runs import (
     METRICS,
     PublishedRun,
     Registry,
+    RunSystem,
     measured_iteration_s,
     metric_from_iteration_s,
 )
@@ -34,8 +38,11 @@ __all__ = [
     "evaluate_run",
     "evaluate_runs",
     "predict_iteration_s",
+    "system_device",
     "summarize",
     "outside_targets",
+    "fit_preset",
+    "fitted_rows",
 ]
 
 _GIB: Final = 1 << 30
@@ -122,14 +129,39 @@ class RunResult:
         }
 
 
+def system_device(
+    system: RunSystem, device: DeviceProfile | None = None
+) -> tuple[Accelerator, DeviceProfile | None]:
+    """The preset of ``system`` with its HBM capacity and bandwidth, and the sustained rates
+    (``device``, else the preset's) at its board power limit: the preset's training clock
+    times the share of the clock the power model holds at the system's limit over that at
+    the preset's (:func:`arch_space.power.limited_clock_fraction`). ``device`` stays None
+    when the system is the preset as shipped."""
+    acc = preset(system.arch)
+    if system.hbm_gib is not None:
+        acc = dataclasses.replace(acc, hbm_bytes=round(system.hbm_gib * _GIB))
+    if system.hbm_bandwidth_bytes_per_s is None and system.power_limit_w is None:
+        return acc, device
+    base = device or preset_profile(system.arch)  # the preset's, though its HBM changes
+    if system.power_limit_w is not None:
+        held = limited_clock_fraction(acc, system.power_limit_w)
+        shipped = limited_clock_fraction(acc, base.board_limit_w)
+        base = dataclasses.replace(
+            base,
+            sustained_clock_fraction=base.sustained_clock_fraction * held / shipped,
+            board_limit_w=system.power_limit_w,
+        )
+    if system.hbm_bandwidth_bytes_per_s is not None:
+        acc = dataclasses.replace(acc, hbm_bandwidth_bytes_per_s=system.hbm_bandwidth_bytes_per_s)
+    return acc, base
+
+
 def predict_iteration_s(
     run: PublishedRun, framework: str, device: DeviceProfile | None = None
 ) -> tuple[float | None, str]:
     """The model's iteration time of ``run`` under ``framework`` (``device`` overrides the
     preset's sustained rates), or None and the reason when the layout does not fit."""
-    acc = preset(run.arch)
-    if run.system.hbm_gib is not None:
-        acc = dataclasses.replace(acc, hbm_bytes=round(run.system.hbm_gib * _GIB))
+    acc, device = system_device(run.system, device)
     cluster = Cluster(
         devices=run.gpus,
         devices_per_node=run.system.devices_per_node,
@@ -237,3 +269,37 @@ def outside_targets(summary: dict[str, Any], targets: Targets) -> list[str]:
             f"fitted max |error| {fitted['max_abs_error_pct']:.1f}% > {targets.fitted_max_pct:g}%"
         )
     return misses
+
+
+def fitted_rows(
+    runs: Sequence[PublishedRun], registry: Registry, device: DeviceProfile
+) -> list[ValidationRow]:
+    """``runs`` predicted with ``device``'s sustained rates, as rows of the metric (what a
+    fit of a preset's parameters minimises); an infeasible run is a 100 % error."""
+    out = []
+    for run in runs:
+        r = evaluate_run(run, registry, device)
+        predicted = r.predicted if r.predicted is not None else 2.0 * run.measured
+        out.append(ValidationRow(run.id, run.measured, predicted, run.citation))
+    return out
+
+
+def fit_preset(registry: Registry, arch: str) -> tuple[FitResult, list[ValidationRow]]:
+    """The :data:`arch_space.perf.device.FITTED_NAMES` parameters of preset ``arch`` fitted
+    to its runs marked ``fitted`` (one value each for the preset, never per run), and those
+    runs at the fitted values. ConfigError when no run of ``arch`` is marked."""
+    runs = [r for r in registry.runs if r.fitted and r.arch == arch]
+    if not runs:
+        marked = sorted({r.arch for r in registry.runs if r.fitted})
+        raise ConfigError(
+            f"--fit {arch}: no run of {arch} is marked fitted in {registry.path} "
+            f"(presets with fitted runs: {', '.join(marked) or 'none'})"
+        )
+    fit = fit_device(
+        preset_profile(arch),
+        lambda device: fitted_rows(runs, registry, device),
+        [r.id for r in runs],
+        f"the published runs of {registry.path}",
+        command=f"phaze validate runs --fit {arch}",
+    )
+    return fit, fitted_rows(runs, registry, fit.device)

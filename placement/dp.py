@@ -12,7 +12,7 @@ The DP iterates over ``s``: ``dp_s = min over stages (D \\ D') of max(load, dp_(
 one vectorised numpy step over all candidate stages. The final round places the first stage
 (whose parameters set the exposed data-parallel all-reduce) and, for the data-parallel
 degrees ``d`` that can win (those dividing the ``m`` micro-batches in Phaze's model), prices
-``L * (ceil(m/d) + s - 1) + tail(d, P_first)`` (the data-parallel collectives and the
+``L * (ceil(m/d) + s - 1) + tail(d, P_first, L)`` (the data-parallel collectives and the
 optimizer step, see :class:`DpTask`), plus the all-reduce of the tied weights the first stage
 shares with later ones (:mod:`placement.first_stage`).
 
@@ -135,9 +135,12 @@ def _sparse_step(
 class DpTask:
     """One graph's DP: its stages, tensor-parallel width and batch/device figures.
 
-    ``tail(d, params)`` is the exposed time after the pipeline (the data-parallel
-    collectives and the optimizer step) for arrays of degrees and first-stage parameters; it
-    must not decrease with ``params`` (the final round keeps only record-low loads). With
+    ``tail(d, params, load)`` is the exposed time after the pipeline (the data-parallel
+    collectives and the optimizer step) for arrays of degrees, first-stage parameters and
+    bottleneck loads per micro-batch; it must not decrease with ``params`` (the final round
+    keeps only record-low loads) and may fall by at most ``ceil(m / d)`` times a rise of the
+    load (sharded collectives hidden behind it), so that the time never falls as the load
+    rises. With
     ``whole_batches`` only degrees dividing the micro-batches are allowed and the tail may be
     any function of ``d``; without, any degree is (``ceil(m / d)`` micro-batches per
     pipeline) and the tail must not decrease with ``d`` (:func:`candidate_degrees`).
@@ -161,7 +164,7 @@ class DpTask:
     max_stages: int
     max_devices: int
     micro_batches: int
-    tail: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    tail: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     max_s_at: Callable[[int], np.ndarray] | None = None
     whole_batches: bool = True
     bound: Callable[[np.ndarray], np.ndarray] | None = None

@@ -269,7 +269,7 @@ def _relaxed_bounds(
             table[:, runs[j].max_stages :] = -_INF
             if si.size:
                 per = micro_batches_per_pipeline(task.micro_batches, ds)
-                time = pipeline_s(load, per, si[:, None] + 1) + task.tail(ds, params)
+                time = pipeline_s(load, per, si[:, None] + 1) + task.tail(ds, params, load)
                 time = np.where(devices * ds <= task.max_devices, time, _INF)
                 table[:, si[starts]] = np.minimum.reduceat(time, starts, axis=0).T
             tables[i] = table

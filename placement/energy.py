@@ -2,14 +2,15 @@
 
 The time terms of :class:`~placement.iteration.IterationTime` are priced at the device's
 powers, and the bytes the collectives move at the link energies; the data-parallel
-collectives are those the time model prices (:func:`placement.iteration.dp_collectives`), so
+collectives are those the time model prices (:func:`placement.dp_comm.dp_collectives`), so
 time and energy see the same volumes.
 """
 
 from __future__ import annotations
 
 from arch_space.accelerator import Cluster
-from placement.iteration import EnergyRates, IterationEnergy, dp_collectives
+from placement.dp_comm import dp_collectives
+from placement.iteration import EnergyRates, IterationEnergy
 from placement.types import Placement
 
 __all__ = ["dp_bytes", "iteration_energy"]

@@ -2,7 +2,7 @@
 
 The last DP step leaves, per stage count ``s``, one-device stage count ``c`` and candidate
 first stage, the largest stage load; the iteration then costs
-``load * (m/d + s - 1) + tail(d, P_first) + tied_s`` (:class:`placement.dp.DpTask`), with
+``load * (m/d + s - 1) + tail(d, P_first, load) + tied_s`` (:class:`placement.dp.DpTask`), with
 ``tied_s`` the first stage's all-reduce of the tied weights other stages copy
 (:attr:`placement.dp.SegmentCosts.tied_s`). As the tail never decreases with the first
 stage's parameters, a first stage can only win if its load beats every first stage with as
@@ -85,7 +85,9 @@ def final_round(
         cand = np.repeat(np.arange(lo, hi), c)
         d = ds[np.arange(cand.size) - np.repeat(np.cumsum(c) - c, c)]
         load, s, q = loads[cand], stages[cand], firsts[cand]
-        time = pipeline_s(load, micro_batches_per_pipeline(m, d), s) + task.tail(d, costs.params[q])
+        time = pipeline_s(load, micro_batches_per_pipeline(m, d), s) + task.tail(
+            d, costs.params[q], load
+        )
         if costs.tied_s is not None:
             time = time + costs.tied_s[q]
         pick = np.lexsort((s, d, time))[0]

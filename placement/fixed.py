@@ -32,8 +32,9 @@ import numpy as np
 from phaze_common.errors import ConfigError, Infeasible
 from placement import network as net
 from placement.chunks import layout_chunks
+from placement.dp_comm import embedding_allreduce_s
 from placement.ep_cp import ep_cp_graph
-from placement.iteration import assemble, embedding_allreduce_s, stage_memory
+from placement.iteration import assemble, stage_memory
 from placement.layout import Layout
 from placement.pipelining import in_flight
 from placement.search import gib
@@ -194,7 +195,7 @@ def _stages(
             layers = [graph.layers[i] for i in parts[c]]
             compute = sum(x.fwd_s + x.bwd_s + x.recompute_s for x in layers)
             p2p = sum(net.p2p_s(e.bytes, link) for e in crossing if c in (pos[e.src], pos[e.dst]))
-            if problem.p2p_overlap:
+            if problem.overlaps_p2p(v):
                 p2p = max(p2p - compute, 0.0)  # the exposed part
             tied = float(sum(x.tied_parameters for x in layers)) if c else 0.0
             memory = {

@@ -27,8 +27,9 @@ import numpy as np
 from phaze_common.errors import Infeasible
 from placement import network as net
 from placement.dp import candidate_degrees
+from placement.dp_comm import embedding_allreduce_s, shard_unit, tail_fn
 from placement.fixed import evaluate_fixed
-from placement.iteration import embedding_allreduce_s, stage_memory, tail_fn
+from placement.iteration import stage_memory
 from placement.layout import Layout
 from placement.pipelining import in_flight, pipeline_s
 from placement.pipelining import micro_batches_per_pipeline as per
@@ -53,7 +54,8 @@ def best_interleaved(
     is priced only when that bound is below both the incumbent and every layout priced so
     far; the cheapest priced layout is evaluated once no unpriced one can undercut it, so the
     first that fits is the answer. Ties go to the layout priced first, then the smaller t,
-    p, d, v and ZeRO stage."""
+    p, d, v and ZeRO stage. None when the framework has no interleaved schedule
+    (``problem.interleaving``)."""
     for key, gi in _cheapest(problem, incumbent_s, pp, dp):
         try:  # its price is its time, below every layout left: it wins if it fits
             pl = evaluate_fixed(problem, _layout(problem.graphs[gi], key))
@@ -147,8 +149,10 @@ def _groups(
     accepts (at ``pp`` and ``dp`` when given) whose bound is under ``limit_s``, lowest bound
     first; the bound is the time of its slowest rank's compute alone at its most replicas
     (no messages, no tail)."""
-    if (problem.ep_degrees, problem.cp_degrees) != ((1,), (1,)):
-        return []  # its layouts would leave out the expert and context parallelism searched
+    if (problem.ep_degrees, problem.cp_degrees) != ((1,), (1,)) or not problem.interleaving:
+        # its layouts would leave out the expert and context parallelism searched, or the
+        # framework has no interleaved schedule
+        return []
     out = []
     devices = problem.cluster.devices
     for gi, g in enumerate(problem.graphs):
@@ -229,14 +233,14 @@ def _priced(
     slowest = compute.reshape(v, p).sum(axis=0).max()
     if pipeline_s(slowest, per(m, ds[-1]), p, v) >= limit_s:  # no degree can win
         return []
-    first = float((sums.held[hi] - sums.held[lo])[0::p].sum())
-    tails = {z: tail_fn(problem, t, z, m)(ds, np.full(ds.size, first)) for z in problem.zero_stages}
+    first = np.full(ds.size, float((sums.held[hi] - sums.held[lo])[0::p].sum()))
+    fns = {z: tail_fn(problem, t, z, m, unit=shard_unit(g)) for z in problem.zero_stages}
     # compute alone (no boundary messages) already too slow at these degrees
-    keep = pipeline_s(slowest, per(m, ds), p, v) + np.min(list(tails.values()), axis=0) < limit_s
+    least = np.min([fn(ds, first, slowest) for fn in fns.values()], axis=0)
+    keep = pipeline_s(slowest, per(m, ds), p, v) + least < limit_s
     if not keep.any():
         return []
-    ds = ds[keep]
-    tails = {z: tail[keep] for z, tail in tails.items()}
+    ds, first = ds[keep], first[keep]
     tp_chunks = int(np.where(sums.tp[hi] > sums.tp[lo], t, 1).sum())
     cut = sums.into[lo[1:]]  # bytes crossing from chunk c to c + 1
     links = [
@@ -249,7 +253,7 @@ def _priced(
     p2p = np.zeros((ds.size, p * v))
     p2p[:, :-1] += sends
     p2p[:, 1:] += sends
-    load = np.maximum(compute, p2p) if problem.p2p_overlap else compute + p2p
+    load = np.maximum(compute, p2p) if problem.overlaps_p2p(v) else compute + p2p
     bottleneck = load.reshape(ds.size, v, p).sum(axis=1).max(axis=1)
     pipeline = pipeline_s(bottleneck, per(m, ds), p, v)
     # the tied weights the chunks after the first copy, all-reduced once per iteration
@@ -257,7 +261,7 @@ def _priced(
     used = ds * tp_chunks // v
     embedding = embedding_allreduce_s(problem, problem.cluster.spans_nodes(used), copies)
     out = []
-    for z, tail in tails.items():
-        time = pipeline + embedding + tail
+    for z, fn in fns.items():
+        time = pipeline + embedding + fn(ds, first, bottleneck)
         out += [(x, t, p, d, v, z) for x, d in zip(time.tolist(), ds.tolist(), strict=True)]
     return out

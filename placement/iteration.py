@@ -3,7 +3,7 @@
 Every figure of an iteration comes from here. :func:`assemble` turns the stages of a
 placement (searched or fixed) into a :class:`~placement.types.Placement` with named time
 terms (:class:`IterationTime`) and the memory parts of the fullest device
-(:class:`DeviceMemory`); :func:`stage_memory` is the memory of one stage, :func:`tail_fn`
+(:class:`DeviceMemory`); :func:`stage_memory` is the memory of one stage, :func:`placement.dp_comm.tail_fn`
 the time after the pipeline flush, :func:`iteration_energy` the energy terms. The DP of
 :mod:`placement.dp` prices the same model in a vectorised form (tests check it equal).
 
@@ -34,7 +34,7 @@ Memory per device: weights, gradients and optimizer state of the device's parame
 copy of tied weights included), the activations of the micro-batches in flight and the largest backward workspace. Under ZeRO
 stage 1, 2 or 3 the optimizer state, then the gradients, then the weights are sharded over
 the ``d * cp`` ranks holding the same weights (:func:`zero_state`), the experts' over
-``d * cp / ep``: divided here and nowhere else. The data-parallel collectives of each stage are :func:`dp_terms`.
+``d * cp / ep``: divided here and nowhere else. The data-parallel collectives of each stage are :func:`placement.dp_comm.dp_terms`.
 
 Where new effects go: collectives the layer schedule reports apart move from ``compute_s``
 to ``tp_comm_exposed_s``; energy by cause can price each time term at its own power.
@@ -47,14 +47,13 @@ more than idle power (spinning collectives) would price ``tp_comm_exposed_s`` ap
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import astuple, dataclass, fields
 
 import numpy as np
 
-from placement import network as net
+from placement.dp_comm import WEIGHT_BYTES, dp_terms, shard_unit, sharded_parameters
 from placement.layout import Layout
-from placement.pipelining import bubble_s, micro_batches_per_pipeline, pipeline_s
+from placement.pipelining import bubble_s, pipeline_s
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
 __all__ = [
@@ -66,19 +65,8 @@ __all__ = [
     "zero_state",
     "stage_memory",
     "sharded_parameters",
-    "dp_terms",
-    "embedding_allreduce_s",
-    "tail_fn",
-    "exposed_reduction_parameters",
     "assemble",
-    "Collective",
-    "dp_collectives",
-    "WEIGHT_BYTES",
 ]
-
-WEIGHT_BYTES = 2.0  # of the state bytes per parameter: fp16/bf16 weights
-_BUCKET_PARAMETERS = 40e6
-_BUCKET_PARAMETERS_PER_D = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,156 +246,6 @@ def stage_memory(
     )
 
 
-def sharded_parameters(parameters, expert_parameters, ep: int):
-    """What a device's ``parameters`` count as when sharded over its ``d * cp``
-    data-parallel ranks: its expert parameters, ``1/ep`` of the experts replicated over only
-    ``d * cp / ep`` ranks, count ``ep`` times."""
-    return parameters + expert_parameters * (ep - 1)
-
-
-def exposed_reduction_parameters(problem: PlacementProblem, d, params):
-    """The parameters whose gradient reduction is exposed: all of rank 0's, or with an
-    overlapped reduction (``problem.dp_overlap``) only its last bucket, the others having
-    been reduced beside the backward pass. Megatron-LM buckets ``max(40e6, 1e6 * d)``
-    parameters (megatron/core/distributed/distributed_data_parallel.py,
-    ``ddp_config.bucket_size``). Never decreases with ``d`` or the parameters."""
-    if not problem.dp_overlap:
-        return params
-    return np.minimum(params, np.maximum(_BUCKET_PARAMETERS, _BUCKET_PARAMETERS_PER_D * d))
-
-
-def dp_terms(
-    problem: PlacementProblem,
-    t: int,
-    zero: int,
-    d: np.ndarray,
-    params: np.ndarray,
-    m: int,
-    *,
-    cp: int = 1,
-    ep: int = 1,
-    expert_params: float | np.ndarray = 0.0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(exposed data-parallel communication, optimizer step) seconds for arrays of degrees
-    ``d`` (each dividing the ``m`` micro-batches) and rank 0's ``params``.
-
-    Stage 0 all-reduces the gradients once (a ring, SC21); stage 1 reduce-scatters them and
-    all-gathers the updated weights (the same bytes on the ring, two latencies); stage 2
-    keeps only its shard of the gradients, so it reduce-scatters after each of the ``m / d``
-    micro-batches of a pipeline; stage 3 also all-gathers the weights before each forward
-    and each backward pass (Rajbhandari et al. §7; Zhao et al. §3). These per-micro-batch
-    collectives are counted exposed: an upper bound, as frameworks overlap part of them.
-    Where the framework overlaps the gradient reduction with the backward pass
-    (``problem.dp_overlap``), each gradient reduction (all-reduce or reduce-scatter) exposes
-    only its last bucket (:func:`exposed_reduction_parameters`); the weights' all-gathers
-    stay whole. With the optimizer state sharded (stage >= 1) each replica steps its shard.
-    Each collective runs at the rate :func:`placement.network.measured_link` gives at its
-    type and size (the device's measured curve inside a node). Neither term decreases with
-    ``params``.
-
-    The rings run over the ``d * cp`` ranks holding the same weights (context-parallel ranks
-    compute on different tokens, so their gradients are summed too); the ``expert_params``
-    among ``params`` (``1/ep`` of the experts) over the ``d * cp / ep`` ranks holding the
-    same experts. The search's DP gives no ``expert_params`` (it does not track them per
-    stage): it prices all of rank 0's parameters on the longer ring, never less.
-    """
-    cl = problem.cluster
-    inter = cl.spans_nodes(t * cp * d)
-    n = d * cp
-    # bytes each rank sends per byte of rank 0's parameters (the expert part on its own ring)
-    if np.asarray(expert_params).any():
-        n_expert = np.maximum(n // ep, 1)
-        expert = np.minimum(expert_params, params)
-        part = np.where(params > 0, expert / np.maximum(params, 1e-300), 0.0)
-        share = (1.0 - part) * (n - 1) / n + part * (n_expert - 1) / n_expert
-    else:  # every parameter on the dense ring
-        expert, share = 0.0, (n - 1) / n
-
-    def ring(c: Collective):
-        what = params if c.what == "weights" else exposed_reduction_parameters(problem, n, params)
-        nbytes = what * c.bytes_per_parameter
-        passes = c.passes * share
-        bw, lat = net.measured_link(cl, problem.collectives, inter, nbytes, c.link_kind, passes)
-        return lat + passes * nbytes / bw
-
-    comm = 0.0
-    for c in dp_collectives(
-        zero, micro_batches_per_pipeline(m, d), problem.gradient_bytes_per_parameter
-    ):
-        comm = comm + c.count * ring(c)
-    held = sharded_parameters(params, expert, ep) / n if zero >= 1 else params
-    step = held * problem.optimizer_s_per_parameter
-    return np.where(n > 1, comm, 0.0), step
-
-
-@dataclass(frozen=True, slots=True)
-class Collective:
-    """``count`` ring collectives of one iteration over the data-parallel group: an
-    ``all_reduce`` (two passes of the ring), a ``reduce_scatter`` or an ``all_gather`` (one
-    pass each) of the ``gradients`` or the ``weights``, at ``bytes_per_parameter``."""
-
-    kind: str
-    what: str
-    count: object
-    bytes_per_parameter: float
-
-    @property
-    def passes(self) -> float:
-        return 2.0 if self.kind == "all_reduce" else 1.0
-
-    @property
-    def link_kind(self) -> str:
-        """The transfer kind :func:`placement.network.measured_link` prices it as."""
-        return "all_reduce" if self.kind == "all_reduce" else "ring"
-
-
-def dp_collectives(zero: int, micro_batches, gradient_bytes_per_parameter: float = 2.0):
-    """The data-parallel collectives of one iteration of a pipeline running
-    ``micro_batches`` under ZeRO stage ``zero``; what both its time (:func:`dp_terms`) and
-    its energy (:func:`placement.energy.iteration_energy`) read.
-
-    Stage 0 all-reduces the gradients once; stage 1 reduce-scatters them and all-gathers the
-    updated weights; stage 2 keeps only its shard of the gradients, so it reduce-scatters
-    after each micro-batch; stage 3 also all-gathers the weights before each forward and
-    each backward pass (Rajbhandari et al., SC20, §5 and §7; Zhao et al., VLDB 2023, §3).
-    """
-    grads = gradient_bytes_per_parameter
-    if zero == 0:
-        return (Collective("all_reduce", "gradients", 1, grads),)
-    reductions = 1 if zero == 1 else micro_batches
-    gathers = 2 * micro_batches if zero == 3 else 1
-    return (
-        Collective("reduce_scatter", "gradients", reductions, grads),
-        Collective("all_gather", "weights", gathers, WEIGHT_BYTES),
-    )
-
-
-def embedding_allreduce_s(problem: PlacementProblem, inter_node, tied_parameters):
-    """Seconds of the all-reduce of the gradients of ``tied_parameters`` copied on another
-    stage between the two stages holding them: two ranks, on the pipeline's links (across
-    nodes as the stage boundaries are), at the data-parallel reduction's bytes per parameter;
-    0 without a copy. Arrays broadcast."""
-    nbytes = np.asarray(tied_parameters, dtype=np.float64) * problem.gradient_bytes_per_parameter
-    bw, lat = net.measured_link(
-        problem.cluster, problem.collectives, inter_node, nbytes, "all_reduce"
-    )
-    return np.where(nbytes > 0, lat + nbytes / bw, 0.0)
-
-
-def tail_fn(
-    problem: PlacementProblem, t: int, zero: int, m: int, *, cp: int = 1
-) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """The exposed time after the pipeline flush for arrays of degrees ``d`` and rank 0's
-    parameters (:func:`dp_terms`, every parameter on the dense ring); it never decreases
-    with the parameters."""
-
-    def tail(d: np.ndarray, params: np.ndarray) -> np.ndarray:
-        comm, step = dp_terms(problem, t, zero, d, params, m, cp=cp)
-        return comm + step
-
-    return tail
-
-
 def assemble(
     problem: PlacementProblem,
     graph: StageGraph,
@@ -467,6 +305,8 @@ def assemble(
         cp=graph.cp,
         ep=graph.ep,
         expert_params=first_stage_expert_params,
+        load_s=load,
+        unit=shard_unit(graph),
     )
     dp_comm, optimizer = float(dp_comm_s[0]), float(step_s[0])
     m = micro_batches

@@ -15,8 +15,10 @@ collective): all-reduce ``alpha + 2 (n - 1) / n * bytes / bw``, reduce-scatter a
 half of that volume (Patarasuk & Yuan, JPDC 2009; Thakur et al., IJHPCA 2005). Inside a node,
 a device with a measured collective curve (:class:`~arch_space.perf.device.CollectiveCurve`)
 runs each collective and send at the bus bandwidth measured at its type and size, latency
-included (:func:`measured_link`); across nodes the link's latency and bandwidth hold, but a
-transfer is never faster than the same one inside a node.
+included (:func:`measured_link`); across nodes the link's latency and bandwidth hold (a ring
+collective with ``k`` members in each node drives ``k`` NICs at the measured share of their
+line rate, :func:`arch_space.perf.multinode.nic_busbw_fraction`), but a transfer is never
+faster than the same one inside a node.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 
 from arch_space.accelerator import Cluster
 from arch_space.perf.device import CollectiveCurve
+from arch_space.perf.multinode import nic_busbw_fraction
 
 __all__ = [
     "Link",
@@ -34,6 +37,7 @@ __all__ = [
     "group_link",
     "boundary_link",
     "measured_link",
+    "members_per_node",
     "p2p_s",
     "allreduce_s",
     "reduce_scatter_s",
@@ -64,6 +68,7 @@ def measured_link(
     nbytes: np.ndarray | float,
     kind: Literal["all_reduce", "ring", "p2p"],
     volume: np.ndarray | float = 1.0,
+    per_node: np.ndarray | int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(bandwidth, latency) arrays of a transfer of ``nbytes`` (a collective's full tensor,
     or one send) of ``kind``: an all-reduce, another ring collective (reduce-scatter,
@@ -74,12 +79,17 @@ def measured_link(
     Across nodes the bandwidth is lowered, where needed, so that the transfer takes at least
     as long as inside the node (the measured small-message floor is the collective library's,
     on any link); ``volume`` is the bytes each device sends per byte of ``nbytes``
-    (``2 (n - 1) / n`` for an all-reduce over ``n``), which that comparison needs.
+    (``2 (n - 1) / n`` for an all-reduce over ``n``), which that comparison needs. A ring
+    collective across nodes with ``per_node`` members in each node runs one ring per member's
+    NIC: ``per_node`` NIC shares at the measured fraction of their line rate
+    (:func:`arch_space.perf.multinode.nic_busbw_fraction`), at most the intra-node link.
     """
     inter = np.asarray(inter_node, dtype=bool)
     size = np.asarray(nbytes, dtype=np.float64)
     intra_bw, intra_lat = link(cluster, inter_node=False)
     inter_bw, inter_lat = link(cluster, inter_node=True)
+    if kind != "p2p":
+        inter_bw = np.minimum(inter_bw * np.asarray(per_node) * nic_busbw_fraction(), intra_bw)
     if curve is None:
         return np.where(inter, inter_bw, intra_bw), np.where(inter, inter_lat, intra_lat)
     if kind == "p2p":
@@ -92,6 +102,17 @@ def measured_link(
     floor_bw = np.where(gap > 0, sent / np.where(gap > 0, gap, 1.0), np.inf)
     bw = np.where(inter, np.minimum(inter_bw, floor_bw), intra_bw * eff)
     return bw, np.where(inter, inter_lat, 0.0)
+
+
+def members_per_node(cluster: Cluster, stride, members):
+    """Members of a group of ``members`` ranks ``stride`` apart that share a node (at least
+    1): the NICs a ring over them drives in each node. Arrays broadcast.
+
+    >>> from arch_space import Cluster
+    >>> int(members_per_node(Cluster(devices=64, devices_per_node=8), 2, 32))
+    4
+    """
+    return np.clip(cluster.devices_per_node // np.maximum(stride, 1), 1, np.maximum(members, 1))
 
 
 def boundary_link(
@@ -121,9 +142,10 @@ def boundary_link(
     )
     if not split:
         return bw, lat
-    tp_bw, tp_lat = (
-        float(x) for x in measured_link(cluster, curve, cluster.spans_nodes(t), nbytes, "ring")
+    gather = measured_link(
+        cluster, curve, cluster.spans_nodes(t), nbytes, "ring", 1.0, members_per_node(cluster, 1, t)
     )
+    tp_bw, tp_lat = (float(x) for x in gather)
     return 1.0 / (1.0 / (t * bw) + (t - 1) / (t * tp_bw)), lat + tp_lat
 
 

@@ -374,7 +374,8 @@ def solve_reference(
     need = math.inf
     bw = ins.bandwidth
 
-    def allreduce(d: np.ndarray, p1: np.ndarray) -> np.ndarray:
+    def allreduce(d: np.ndarray, p1: np.ndarray, _load_s: object = None) -> np.ndarray:
+        # the reference format's all-reduce is not hidden behind the load
         return 4.0 * (d - 1) * p1 / bw / d
 
     prepared = []

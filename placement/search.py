@@ -39,16 +39,10 @@ from placement.costs import (
     stage_layers,
 )
 from placement.dp import DpSolution, DpTask, SegmentCosts
+from placement.dp_comm import embedding_allreduce_s, shard_unit, sharded_parameters, tail_fn
 from placement.dp_order import solve_many
 from placement.ep_cp import Variant, variants
-from placement.iteration import (
-    assemble,
-    embedding_allreduce_s,
-    sharded_parameters,
-    stage_memory,
-    tail_fn,
-    zero_state,
-)
+from placement.iteration import assemble, stage_memory, zero_state
 from placement.layout import Layout
 from placement.pipelining import in_flight, micro_batches_per_pipeline, pipeline_s
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
@@ -149,7 +143,7 @@ def dp_tasks(
             max_stages=s_max,
             zero_stages=problem.zero_stages,
             optimizer_bytes_per_parameter=problem.optimizer_bytes_per_parameter,
-            p2p_overlap=problem.p2p_overlap,
+            p2p_overlap=problem.overlaps_p2p(1),
             # the first and the last stage are as far apart as the stage boundaries
             tied_comm=lambda n: embedding_allreduce_s(
                 problem, problem.cluster.spans_nodes(devices), n
@@ -167,7 +161,8 @@ def dp_tasks(
     )
     out = []
     for k, zero in enumerate(problem.zero_stages):
-        tail = tail_fn(problem, graph.tp, zero, m, cp=graph.cp)
+        unit = shard_unit(graph.base, graph.columns)
+        tail = tail_fn(problem, graph.tp, zero, m, cp=graph.cp, unit=unit)
         inputs = _BoundInputs(problem, graph, la, shards, zero, s_max, devices // graph.cp, tail)
         stub = DpTask(
             None,
@@ -216,7 +211,7 @@ class _BoundInputs:
     zero: int
     s_max: int
     devices: int
-    tail: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    tail: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 def _fields(b: _BoundInputs) -> tuple:
@@ -259,7 +254,7 @@ def _time_bound(b: _BoundInputs, first_params: float) -> Callable[[np.ndarray], 
         with np.errstate(divide="ignore"):
             first = np.maximum(first_params, params - (stages - 1) * problem.hbm_bytes / state)
         pipeline = pipeline_s(load, micro_batches_per_pipeline(m, ds)[:, None], stages)
-        return np.where(ok, pipeline + tail(ds[:, None], first), np.inf)
+        return np.where(ok, pipeline + tail(ds[:, None], first, load), np.inf)
 
     return bound
 
@@ -313,11 +308,11 @@ def _prefix_bound(b: _BoundInputs) -> Callable[..., np.ndarray]:
         # the other s - 1 stages need a layer each: a longer prefix takes an infinite load
         load = np.where(j <= n - (counts_s - 1), by_s, np.inf)[s0]
         fits = held[None, :] >= held[-1] - (s - 1) * cap
-        # the tail depends on the degree alone: price it once per degree, not per stage count
-        time = (
-            pipeline_s(load, micro_batches_per_pipeline(m, d), s)
-            + tail(ds[:, None], held[None, :])[which]
-        )
+        if problem.sharded_prefetch:  # the tail falls as the load hides more collectives
+            after = tail(d, held[None, :], load)
+        else:  # the tail depends on the degree alone: price it once per degree
+            after = tail(ds[:, None], held[None, :], 0.0)[which]
+        time = pipeline_s(load, micro_batches_per_pipeline(m, d), s) + after
         out[which, s0] = np.where(fits, time, np.inf).min(axis=1)
         return out
 

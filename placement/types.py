@@ -246,8 +246,14 @@ class PlacementProblem:
     SGD with momentum: 8 B), sharded from ZeRO stage 1 on. ``max_stages`` optionally caps the
     pipeline depth. ``p2p_overlap`` lets a stage's boundary transfers run beside its compute
     (the framework's profile, :mod:`workloads.framework`): only what exceeds the compute is
-    exposed. ``dp_overlap`` reduces the gradients beside the backward pass, all but the last
-    bucket (:func:`placement.iteration.exposed_reduction_parameters`). ``ep_degrees`` and
+    exposed; with ``p2p_overlap_interleaved_only`` only the interleaved schedule's
+    (``v >= 2``) do (:meth:`overlaps_p2p`). ``dp_overlap`` reduces the gradients beside the
+    backward pass, all but the last bucket
+    (:func:`placement.dp_comm.exposed_reduction_parameters`); ``param_gather_overlap``
+    all-gathers the updated weights beside the next forward pass, all but the first bucket;
+    ``sharded_prefetch`` runs ZeRO-2/3's per-micro-batch collectives unit by unit behind the
+    compute (:func:`placement.dp_comm.dp_terms`). ``interleaving`` allows virtual stages
+    (the framework runs Megatron's interleaved schedule). ``ep_degrees`` and
     ``cp_degrees`` are the expert- and context-parallel degrees the search may choose from
     (an ``ep`` must divide a graph's experts and ``d``; :mod:`placement.ep_cp`).
     ``collectives`` is the device's measured collective curve inside a node (None: the
@@ -267,6 +273,10 @@ class PlacementProblem:
     optimizer_bytes_per_parameter: float = 12.0
     p2p_overlap: bool = False
     dp_overlap: bool = False
+    p2p_overlap_interleaved_only: bool = False
+    param_gather_overlap: bool = False
+    sharded_prefetch: bool = False
+    interleaving: bool = True
     ep_degrees: tuple[int, ...] = (1,)
     cp_degrees: tuple[int, ...] = (1,)
     collectives: CollectiveCurve | None = None
@@ -317,6 +327,10 @@ class PlacementProblem:
                 f"placement problem: max_stages = {self.max_stages!r} must be None or >= 1"
             )
         _raise(problems)
+
+    def overlaps_p2p(self, v: int) -> bool:
+        """Do the pipeline's sends run beside compute with ``v`` virtual stages per rank?"""
+        return self.p2p_overlap and (v >= 2 or not self.p2p_overlap_interleaved_only)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from importlib import resources
 import pytest
 
 from phaze.published_runs import default_registry
+from workloads.framework import framework_names
 
 PRESETS = {"v100", "tpuv4", "a100", "h100", "b200"}  # the presets that are real chips
 
@@ -29,7 +30,11 @@ def test_gemm_rates_cover_every_preset():
 
 @pytest.mark.parametrize(
     ("preset", "rate", "fraction"),
-    [("a100", 267.9e12, 0.859), ("h100", 792.1e12, 0.801), ("b200", 1745.0e12, 0.776)],
+    [
+        ("a100", 267.9e12, 0.859),
+        ("h100", 792.1e12, 0.801),
+        ("b200", 1745.0e12, 0.776),
+    ],
 )
 def test_devices_toml_caps_are_measurements_of_formats_toml(preset, rate, fraction):
     devices = _data("arch_space", "devices.toml")
@@ -37,7 +42,9 @@ def test_devices_toml_caps_are_measurements_of_formats_toml(preset, rate, fracti
     (row,) = [
         r
         for r in _data("arch_space", "formats.toml")["sustained_gemm"]
-        if r["preset"] == preset and r["format"] == "bf16" and r["measured_ops_per_s"] == rate
+        if r["preset"] == preset
+        and r["format"] in ("bf16", "fp16")
+        and r["measured_ops_per_s"] == rate
     ]
     assert row["measured_ops_per_s"] / row["peak_dense_ops_per_s"] == pytest.approx(
         fraction, abs=5e-4
@@ -73,9 +80,11 @@ def test_launch_overheads_are_microseconds_with_sources():
                 assert v is None or 1e-7 < v < 1e-4
 
 
-def test_framework_facts_cover_the_registry_stacks_without_profiles():
+def test_framework_facts_source_the_profiles_of_the_registry_stacks():
     facts = _data("workloads", "framework_facts.toml")["fact"]
     assert all(f["where"] and f["text"] and f["mechanism"] for f in facts)
     stacks = {f["stack"] for f in facts}
     assert {"megatron-core-2024", "fsdp1-2023", "fsdp2-2024", "deepspeed-2022"} <= stacks
-    assert stacks <= set(default_registry().fallbacks)
+    # each stack the facts describe has its own profile now, and no fallback
+    assert stacks <= set(framework_names())
+    assert not stacks & set(default_registry().fallbacks)

@@ -64,7 +64,7 @@ def _rows(table: str) -> list[list[str]]:
 
 def test_every_point_stores_terms_that_sum_to_its_totals(sweep):
     points, _, _ = sweep
-    assert len(points) == 4 and all(p["pp"] == 2 and p["bubble_s"] > 0 for p in points)
+    assert len(points) == 4 and any(p["pp"] > 1 and p["bubble_s"] > 0 for p in points)
     for p in points:
         time = [p[c] for c in TIME_TERM_COLUMNS]
         energy = [p[c] for c in ENERGY_TERM_COLUMNS]
@@ -110,7 +110,7 @@ def test_the_time_table_reads_the_stored_terms(sweep):
 def test_the_report_prints_the_headroom_evaluate_prints(sweep, cli_run, preset):
     """One function prices the headroom and one formats it: the report's row of a preset
     reads, word for word, the lines of ``phaze evaluate`` (the A100 draws its 400 W limit, as
-    calibrated; the H100 is held at 700 W and asks 837 W without its limiter)."""
+    calibrated; the H100, at its fitted training clock, draws less than its 700 W limit)."""
     _, text, _ = sweep
     rows = {row[0]: row[1:] for row in _rows(_section(text, "headroom"))}
     result = cli_run("evaluate", *EVALUATE, "--arch", preset)
@@ -123,7 +123,7 @@ def test_the_report_prints_the_headroom_evaluate_prints(sweep, cli_run, preset):
     assert rows[preset] == [lines["area headroom"], lines["power headroom"]]
     expected = {
         "a100": "draws 400 W under tensor load of a 400 W board limit",
-        "h100": "draws 700 W under tensor load, held at its 700 W board limit (asks 837 W",
+        "h100": "draws 602 W under tensor load of a 700 W board limit",
     }
     assert expected[preset] in rows[preset][1]
 

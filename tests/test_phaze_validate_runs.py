@@ -10,6 +10,10 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
+from arch_space import preset
+from arch_space.area import static_power_w
+from arch_space.perf.device import preset_profile
+from arch_space.power import unlimited_gemm_power_w
 from phaze.cli import cli
 from phaze.errors import ConfigError
 from phaze.published_runs import (
@@ -20,7 +24,7 @@ from phaze.published_runs import (
     measured_iteration_s,
     metric_from_iteration_s,
 )
-from phaze.run_validation import RunResult, Targets, outside_targets, summarize
+from phaze.run_validation import RunResult, Targets, outside_targets, summarize, system_device
 from placement import parse_strategy
 from workloads import get_model, model_flops_per_sequence
 
@@ -44,14 +48,64 @@ def test_registry_covers_the_generations_stacks_and_holds_out_most_runs():
         assert profile and (why or profile == r.framework), r.id
 
 
-def test_fitted_rows_are_the_a100_fit_and_nothing_else():
+def test_fitted_rows_are_the_fits_and_nothing_else():
     fitted = [r.id for r in REGISTRY.runs if r.fitted]
-    assert fitted == [
+    a100 = [
         "korthikanti-t5-22b-full",
         "korthikanti-t5-22b-selective",
         "korthikanti-t5-530b-full",
         "korthikanti-t5-530b-selective",
     ]
+    h100 = ["mcore-weak-32b", "mcore-weak-70b", "mcore-weak-177b", "mpt-h100-30b-128"]
+    assert fitted == a100 + h100
+    # the preset's provenance names exactly the rows its parameters came from
+    provenance = preset_profile("h100").provenance
+    assert "phaze validate runs --fit h100" in provenance
+    assert all(i in provenance for i in h100)
+    assert set(preset_profile("h100").fitted) == {
+        "sustained_clock_fraction",
+        "collective_compute_share",
+    }
+
+
+def test_a_system_part_runs_at_its_power_limit_and_hbm_bandwidth():
+    (run,) = [r for r in REGISTRY.runs if r.id == "torchtitan-h100-llama3-8b-8"]
+    assert run.system.power_limit_w == 500.0 and run.system.hbm_bandwidth_bytes_per_s == 2.4e12
+    acc, device = system_device(run.system)
+    shipped = preset_profile("h100")
+    assert acc.hbm_bandwidth_bytes_per_s == 2.4e12 and acc.hbm_bytes == 96 * 2**30
+    # the clock scales by the power model's held share at 500 W over that at 700 W:
+    # min(1, (limit - leakage) / (asked - leakage)), asked by the GEMM probe at the preset's
+    # training clock (under 700 W there, over 500 W)
+    leak, asked = static_power_w(acc), unlimited_gemm_power_w(preset("h100"))
+    assert 500.0 < asked < 700.0
+    ratio = (500.0 - leak) / (asked - leak)
+    assert device.sustained_clock_fraction == pytest.approx(
+        shipped.sustained_clock_fraction * ratio
+    )
+    assert device.board_limit_w == 500.0 and device.intra_node == shipped.intra_node
+    # a system that is the preset as shipped keeps the preset's own lookup
+    (plain,) = [r for r in REGISTRY.runs if r.id == "mcore-weak-32b"]
+    assert system_device(plain.system)[1] is None
+
+
+@pytest.mark.slow
+def test_fit_prints_its_data_and_values():
+    r = CliRunner().invoke(cli, ["validate", "runs", "--fit", "h100", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [row["id"] for row in doc["rows"]] == [
+        "mcore-weak-32b",
+        "mcore-weak-70b",
+        "mcore-weak-177b",
+        "mpt-h100-30b-128",
+    ]
+    # the shipped values are the fit's
+    shipped = preset_profile("h100")
+    assert doc["values"]["sustained_clock_fraction"] == shipped.sustained_clock_fraction
+    assert doc["values"]["collective_compute_share"] == shipped.collective_compute_share
+    bad = CliRunner().invoke(cli, ["validate", "runs", "--fit", "b200"])
+    assert bad.exit_code == 1 and "no run of b200 is marked fitted" in bad.output
 
 
 @pytest.mark.parametrize(
@@ -219,8 +273,8 @@ def test_two_rows_through_the_cli():
     # validate megatron's figure for this row: 1.418 s against the published 1.42 s
     assert t5["predicted_iteration_s"] == pytest.approx(1.418, abs=0.002)
     mpt = rows["mpt-a100-1b-8"]
-    assert mpt["framework"] == "fsdp1-2023" and mpt["profile_used"] == "overlap-all"
-    assert mpt["profile_note"] and not mpt["fitted"]
+    assert mpt["framework"] == "fsdp1-2023" and mpt["profile_used"] == "fsdp1-2023"
+    assert not mpt["profile_note"] and not mpt["fitted"]
     assert mpt["error_pct"] == pytest.approx(100 * (mpt["predicted"] / mpt["measured"] - 1))
     assert mpt["predicted"] == pytest.approx(2048 * 448 / (mpt["predicted_iteration_s"] * 8))
     assert doc["summary"]["fitted"]["runs"] == 1 and doc["summary"]["held_out"]["runs"] == 1

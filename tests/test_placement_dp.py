@@ -14,6 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from arch_space.perf.device import CollectiveCurve
+from arch_space.perf.multinode import nic_busbw_fraction
 from phaze_common.errors import Infeasible
 from placement import (
     Cluster,
@@ -27,7 +28,7 @@ from placement import (
     solve_reference,
 )
 from placement import network as net
-from placement.iteration import exposed_reduction_parameters
+from placement.dp_comm import exposed_reduction_parameters
 from placement.layout import parse_strategy
 from placement.search import dp_tasks
 
@@ -257,6 +258,9 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                     bw, lat = net.boundary_link(netw, d * used, g.tp, False, curve, size)
                 elif g.tp > 1:  # scatter over t links, all-gather in the node (SC21 §4.1)
                     tp_bw, tp_lat = link(g.tp > netw.devices_per_node)
+                    if g.tp > netw.devices_per_node:  # one ring per NIC of the node
+                        nics = netw.devices_per_node * nic_busbw_fraction()
+                        tp_bw = min(tp_bw * nics, link(False)[0])
                     bw = 1.0 / (1.0 / (g.tp * bw) + (g.tp - 1) / (g.tp * tp_bw))
                     lat += tp_lat
                 sends = [sum(lat + x / bw for x in cut) for _, cut in parts]
@@ -271,13 +275,17 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                     inter = g.tp * d > netw.devices_per_node  # data-parallel ring
                     share = (d - 1) / d
                     grad_bytes = reduced * problem.gradient_bytes_per_parameter
+                    # one ring per NIC of the group's members in a node, at the measured share
+                    nics = max(1, min(netw.devices_per_node // g.tp, d))
 
-                    def ring(nbytes, kind, halves, inter=inter, share=share):
+                    def ring(nbytes, kind, halves, inter=inter, share=share, nics=nics):
                         if curve is None:
                             b2, l2 = link(inter)
+                            if inter:
+                                b2 = min(b2 * nics * nic_busbw_fraction(), link(False)[0])
                         else:
                             b2, l2 = net.measured_link(
-                                netw, curve, inter, nbytes, kind, halves * share
+                                netw, curve, inter, nbytes, kind, halves * share, nics
                             )
                         return float(l2 + halves * share * nbytes / b2)
 
@@ -474,7 +482,9 @@ def _exact_by_degree_and_stages(task) -> dict[tuple[int, int], float]:
                 load = max(load, costs.load_last[qs[-1]])
                 first = qs[0]
                 time = load * (m // d + s - 1)
-                time += float(task.tail(np.array([d]), np.array([costs.params[first]]))[0])
+                time += float(
+                    task.tail(np.array([d]), np.array([costs.params[first]]), np.array([load]))[0]
+                )
                 time += 0.0 if costs.tied_s is None else float(costs.tied_s[first])
                 best[d, s] = min(best.get((d, s), math.inf), time)
     return best

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arch_space.perf.device import preset_profile
+from arch_space.perf.multinode import nic_busbw_fraction
 from phaze_common.errors import ConfigError, Infeasible
 from placement import (
     Cluster,
@@ -148,8 +149,21 @@ def test_measured_links_take_the_a100_curve_inside_a_node():
     # a send of S / 8 bytes is one step of the 8-device ring over S bytes
     bw, _ = net.measured_link(cl, curve, False, size / 8, "p2p")
     assert float(bw) == pytest.approx(176.92e9)
-    # without a curve: the cluster's links
-    assert net.measured_link(cl, None, True, size, "ring") == (25e9, 5e-6)
+    # without a curve: the cluster's links; a ring across nodes drives one NIC per member
+    # of the group in a node, at the measured share of the NICs' line rate (192 of 200 GB/s
+    # on DGX A100, 380 of 400 on DGX H100, 350 of 400 at 248 H200 nodes)
+    share = (192 / 200 + 380 / 400 + 350 / 400) / 3
+    assert nic_busbw_fraction() == pytest.approx(share)
+    bw, lat = net.measured_link(cl, None, True, size, "ring")
+    assert (float(bw), float(lat)) == pytest.approx((25e9 * share, 5e-6))
+    bw, _ = net.measured_link(cl, None, True, size, "ring", 1.0, 8)
+    assert float(bw) == pytest.approx(8 * 25e9 * share)
+    # never above the link inside a node, and sends are not rings
+    assert float(net.measured_link(cl, None, True, size, "ring", 1.0, 64)[0]) == 300e9
+    assert float(net.measured_link(cl, None, True, size, "p2p", 1.0, 8)[0]) == 25e9
+    # a data-parallel group t apart: devices_per_node / t members in a node, at most all
+    assert int(net.members_per_node(cl, 2, 32)) == 4 and int(net.members_per_node(cl, 8, 4)) == 1
+    assert int(net.members_per_node(cl, 1, 2)) == 2
 
 
 @given(st.floats(1.0, 1e11), st.sampled_from(["all_reduce", "ring", "p2p"]))

@@ -14,7 +14,13 @@ from ilp import layer_timing
 from phaze_common.errors import ConfigError
 from workloads import CollectiveKind, CoreType, OpGraph, OpKind, TrainingSetup, build_layer_graph
 from workloads.catalog import get_model
-from workloads.framework import apply_framework, framework_names, framework_profile
+from workloads.framework import (
+    apply_framework,
+    framework_names,
+    framework_profile,
+    layout_refusals,
+    profile_from_mapping,
+)
 from workloads.ops import CommRole, Op
 
 
@@ -30,12 +36,63 @@ def _block(framework, sp=False, recompute="full"):
     return build_layer_graph(get_model("gpt3-175b"), setup, 8).op_graphs["block"]
 
 
-def test_the_three_profiles():
-    assert framework_names() == ("megatron-2022", "overlap-all", "none")
+def test_the_profiles():
+    assert framework_names() == (
+        "megatron-2022",
+        "overlap-all",
+        "none",
+        "megatron-core-2024",
+        "deepspeed-2022",
+        "fsdp2-2024",
+        "fsdp1-2023",
+    )
     m = framework_profile("megatron-2022")
-    assert m.tp_overlap == {CommRole.COLUMN_BACKWARD} and not m.dp_overlap and not m.p2p_overlap
+    assert m.tp_overlap == {CommRole.COLUMN_BACKWARD} and not m.dp_overlap
+    assert m.p2p_overlap == "never" and m.zero_stages == (0, 1)
     assert framework_profile("overlap-all").tp_overlap == set(CommRole)
     assert framework_profile("none").tp_overlap == set()
+    core = framework_profile("megatron-core-2024")
+    assert core.tp_overlap == set(CommRole) and core.param_gather_overlap and core.dp_overlap
+    assert core.p2p_overlap == "interleaved" and core.pipeline == "interleaved"
+    ds = framework_profile("deepspeed-2022")
+    assert ds.pipeline == "1f1b" and ds.p2p_overlap == "never" and not ds.dp_overlap
+    fsdp = framework_profile("fsdp2-2024")
+    assert fsdp.pipeline == "none" and fsdp.sharded_prefetch
+    assert fsdp.reduce_bytes_per_parameter == 4.0 and 1 not in fsdp.zero_stages
+
+
+def test_layout_rules_name_the_rule():
+    fsdp, ds = framework_profile("fsdp2-2024"), framework_profile("deepspeed-2022")
+    assert layout_refusals(fsdp, p=1, v=1, zero=3) == []
+    assert [r.split(":")[0] for r in layout_refusals(fsdp, p=2, v=2, zero=1)] == [
+        "pipeline",
+        "interleaving",
+        "zero",
+    ]
+    assert [r.split(":")[0] for r in layout_refusals(ds, p=4, v=2, zero=1)] == ["interleaving"]
+    assert layout_refusals(framework_profile("megatron-core-2024"), p=4, v=2, zero=1) == []
+
+
+def test_a_damaged_profile_names_every_problem():
+    table = {
+        "description": "x",
+        "tp_overlap": [],
+        "dp_overlap": False,
+        "p2p_overlap": "sometimes",
+        "pipeline": "gpipe",
+        "zero_stages": [4],
+        "host_s_per_kernal": 1e-6,
+    }
+    with pytest.raises(ConfigError) as err:
+        profile_from_mapping("bad", table)
+    msg = str(err.value)
+    for part in (
+        "p2p_overlap = 'sometimes'",
+        "pipeline = 'gpipe'",
+        "zero_stages",
+        "host_s_per_kernel",
+    ):
+        assert part in msg
 
 
 def test_unknown_profile_names_the_known_ones():

@@ -1,9 +1,12 @@
 """Framework overlap profiles: which collectives a training framework runs beside compute.
 
 A profile (``workloads/data/frameworks.toml``) names the tensor-parallel collective roles
-that run asynchronously, and whether the data-parallel gradient reduction and the pipeline's
-point-to-point sends overlap compute. :func:`apply_framework` turns it into structure in a
-pass's op graph, which every scheduler then respects:
+that run asynchronously, whether the data-parallel gradient reduction, the all-gather of
+updated weights and the pipeline's point-to-point sends overlap compute, whether sharded
+data parallelism prefetches each unit's collectives behind the previous unit's compute, and
+which layouts the stack can run (its pipeline schedules and ZeRO stages, :func:`layout_rules`).
+:func:`apply_framework` turns the collective roles into structure in a pass's op graph,
+which every scheduler then respects:
 
 * a synchronous collective is a barrier: every op issued before it ends before it starts,
   every op issued after it starts after it ends;
@@ -33,11 +36,17 @@ from workloads.ops import CommRole, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
     "ATTENTION_KERNELS",
+    "PIPELINE_SCHEDULES",
+    "P2P_OVERLAP",
     "DEFAULT_FRAMEWORK",
     "FrameworkProfile",
     "framework_names",
     "framework_profile",
+    "profile_from_mapping",
     "apply_framework",
+    "layout_refusals",
+    "runnable_zero_stages",
+    "search_exclusions",
 ]
 
 DEFAULT_FRAMEWORK: Final = "overlap-all"
@@ -45,19 +54,44 @@ _DATA_FILE: Final = "frameworks.toml"
 #: How a framework runs the attention core: ``unfused`` (QK^T, a materialised softmax and
 #: dropout, AV) or ``flash`` (one fused kernel per pass, :mod:`workloads.attention_ops`).
 ATTENTION_KERNELS: Final = ("unfused", "flash")
+#: The pipeline schedules a stack runs: none, 1F1B without virtual stages, or 1F1B with
+#: Megatron's interleaved virtual stages (and the plain 1F1B beside it).
+PIPELINE_SCHEDULES: Final = ("none", "1f1b", "interleaved")
+#: When a stack overlaps the pipeline's sends with compute: never, always, or only with
+#: virtual stages (Megatron-Core's ``overlap_p2p_comm``).
+P2P_OVERLAP: Final = ("never", "always", "interleaved")
+_ZERO_STAGES: Final = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True, slots=True)
 class FrameworkProfile:
-    """Which collectives a framework overlaps with compute, and its attention kernel (one of
-    :data:`ATTENTION_KERNELS`)."""
+    """Which collectives a framework overlaps with compute, its attention kernel (one of
+    :data:`ATTENTION_KERNELS`) and the layouts it runs.
+
+    ``dp_overlap``: the gradient reduction runs in buckets beside the backward pass;
+    ``param_gather_overlap``: the all-gather of the updated weights (ZeRO >= 1) runs in
+    buckets beside the next forward pass; ``p2p_overlap``: when pipeline sends overlap
+    compute (:data:`P2P_OVERLAP`); ``sharded_prefetch``: sharded data parallelism (ZeRO-2/3)
+    gathers unit ``i + 1``'s weights behind unit ``i``'s compute and reduce-scatters
+    behind the backward pass (FSDP, DeepSpeed ZeRO-3); ``reduce_bytes_per_parameter``: the
+    bytes a gradient reduction moves per parameter (0: the problem's default, bf16);
+    ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
+    ``zero_stages`` the ZeRO stages it runs; ``host_s_per_kernel`` the host's time to
+    dispatch one kernel (0: none modelled), a pass taking at least its kernels times that.
+    """
 
     name: str
     description: str
     tp_overlap: frozenset[CommRole]
     dp_overlap: bool
-    p2p_overlap: bool
+    p2p_overlap: str
     attention: str = "unfused"
+    param_gather_overlap: bool = False
+    sharded_prefetch: bool = False
+    reduce_bytes_per_parameter: float = 0.0
+    pipeline: str = "interleaved"
+    zero_stages: tuple[int, ...] = _ZERO_STAGES
+    host_s_per_kernel: float = 0.0
 
 
 def _data() -> Mapping[str, Any]:
@@ -65,32 +99,82 @@ def _data() -> Mapping[str, Any]:
     return tomllib.loads(text)
 
 
+_KNOWN_KEYS: Final = frozenset(
+    {
+        "description",
+        "tp_overlap",
+        "dp_overlap",
+        "p2p_overlap",
+        "attention",
+        "param_gather_overlap",
+        "sharded_prefetch",
+        "reduce_bytes_per_parameter",
+        "pipeline",
+        "zero_stages",
+        "host_s_per_kernel",
+    }
+)
+
+
+def _choice(name: str, key: str, value: Any, allowed: tuple, problems: list[str]) -> None:
+    if value not in allowed:
+        problems.append(
+            f"{_DATA_FILE} [{name}]: {key} = {value!r} must be one of "
+            f"{', '.join(map(str, allowed))}"
+        )
+
+
+def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfile:
+    """The profile ``name`` of one table of ``frameworks.toml``, every problem named in one
+    ConfigError."""
+    problems: list[str] = []
+    roles = {r.value: r for r in CommRole}
+    for key in table:
+        if key not in _KNOWN_KEYS:
+            problems.append(f"{_DATA_FILE} [{name}]: {unknown_name('key', key, _KNOWN_KEYS)}")
+    bad = [r for r in table.get("tp_overlap", ()) if r not in roles]
+    if bad:
+        problems.append(
+            f"{_DATA_FILE} [{name}]: tp_overlap names unknown roles {bad} "
+            f"(known: {', '.join(roles)})"
+        )
+    attention = table.get("attention", "unfused")
+    _choice(name, "attention", attention, ATTENTION_KERNELS, problems)
+    p2p = table.get("p2p_overlap", "never")
+    _choice(name, "p2p_overlap", p2p, P2P_OVERLAP, problems)
+    pipeline = table.get("pipeline", "interleaved")
+    _choice(name, "pipeline", pipeline, PIPELINE_SCHEDULES, problems)
+    zeros = tuple(table.get("zero_stages", _ZERO_STAGES))
+    if not zeros or any(z not in _ZERO_STAGES or isinstance(z, bool) for z in zeros):
+        problems.append(
+            f"{_DATA_FILE} [{name}]: zero_stages = {list(zeros)!r} must list ZeRO stages "
+            "from 0, 1, 2, 3"
+        )
+    numbers = {k: table.get(k, 0.0) for k in ("reduce_bytes_per_parameter", "host_s_per_kernel")}
+    for key, v in numbers.items():
+        if not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e3):
+            problems.append(f"{_DATA_FILE} [{name}]: {key} = {v!r} must be a number >= 0")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return FrameworkProfile(
+        name=name,
+        description=str(table["description"]),
+        tp_overlap=frozenset(roles[r] for r in table["tp_overlap"]),
+        dp_overlap=bool(table["dp_overlap"]),
+        p2p_overlap=p2p,
+        attention=attention,
+        param_gather_overlap=bool(table.get("param_gather_overlap", False)),
+        sharded_prefetch=bool(table.get("sharded_prefetch", False)),
+        reduce_bytes_per_parameter=float(numbers["reduce_bytes_per_parameter"]),
+        pipeline=pipeline,
+        zero_stages=zeros,
+        host_s_per_kernel=float(numbers["host_s_per_kernel"]),
+    )
+
+
 @cache
 def _profiles() -> Mapping[str, FrameworkProfile]:
-    out = {}
-    roles = {r.value: r for r in CommRole}
-    for name, table in _data().items():
-        bad = [r for r in table["tp_overlap"] if r not in roles]
-        if bad:
-            raise ConfigError(
-                f"{_DATA_FILE} [{name}]: tp_overlap names unknown roles {bad} "
-                f"(known: {', '.join(roles)})"
-            )
-        attention = table.get("attention", "unfused")
-        if attention not in ATTENTION_KERNELS:
-            raise ConfigError(
-                f"{_DATA_FILE} [{name}]: attention = {attention!r} must be one of "
-                f"{', '.join(ATTENTION_KERNELS)}"
-            )
-        out[name] = FrameworkProfile(
-            name=name,
-            description=str(table["description"]),
-            tp_overlap=frozenset(roles[r] for r in table["tp_overlap"]),
-            dp_overlap=bool(table["dp_overlap"]),
-            p2p_overlap=bool(table["p2p_overlap"]),
-            attention=attention,
-        )
-    return out
+    return {name: profile_from_mapping(name, table) for name, table in _data().items()}
 
 
 def framework_names() -> tuple[str, ...]:
@@ -135,3 +219,45 @@ def apply_framework(graph: OpGraph, profile: FrameworkProfile) -> OpGraph:
         if c not in shares:
             edges |= {(i, c) for i in range(c)} | {(c, j) for j in range(c + 1, len(ops))}
     return OpGraph(ops=tuple(ops), edges=tuple(sorted(edges)))
+
+
+def layout_refusals(profile: FrameworkProfile, *, p: int, v: int, zero: int) -> list[str]:
+    """Each rule of ``profile`` that a layout with ``p`` pipeline stages, ``v`` virtual
+    stages and ZeRO stage ``zero`` breaks, in words (empty: the stack runs it)."""
+    out = []
+    if p > 1 and profile.pipeline == "none":
+        out.append(f"pipeline: {profile.name} runs no pipeline parallelism (p = 1; got p = {p})")
+    if v > 1 and profile.pipeline != "interleaved":
+        out.append(
+            f"interleaving: {profile.name}'s pipeline schedule has no virtual stages "
+            f"(v = 1; got v = {v})"
+        )
+    if zero not in profile.zero_stages:
+        allowed = ", ".join(map(str, profile.zero_stages))
+        out.append(f"zero: {profile.name} runs ZeRO stages {allowed} (got zero = {zero})")
+    return out
+
+
+def search_exclusions(profile: FrameworkProfile) -> tuple[str, ...]:
+    """The rules by which the search of ``profile`` skips layouts, in words."""
+    out = []
+    if profile.pipeline == "none":
+        out.append(f"pipeline: {profile.name} runs no pipeline parallelism: only p = 1")
+    elif profile.pipeline == "1f1b":
+        out.append(
+            f"interleaving: {profile.name}'s 1F1B schedule has no virtual stages: only v = 1"
+        )
+    else:
+        out.append(
+            "interleaving: the interleaved schedule needs blocks divisible by p * v and each "
+            "pipeline's micro-batches divisible by p (Megatron-LM schedules.py)"
+        )
+    if set(profile.zero_stages) != set(_ZERO_STAGES):
+        allowed = ", ".join(map(str, profile.zero_stages))
+        out.append(f"zero: {profile.name} runs ZeRO stages {allowed} only")
+    return tuple(out)
+
+
+def runnable_zero_stages(stages: tuple[int, ...], profile: FrameworkProfile) -> tuple[int, ...]:
+    """The ZeRO stages of ``stages`` that ``profile``'s stack runs, in order."""
+    return tuple(z for z in stages if z in profile.zero_stages)

@@ -82,9 +82,11 @@ def fit_device(
     rows_for: Callable[[DeviceProfile], Sequence[ValidationRow]],
     fit_cases: Sequence[str],
     source: str,
+    command: str = "phaze validate megatron --fit",
 ) -> FitResult:
     """Fit the :data:`FITTED_NAMES` parameters of ``base`` to the rows of ``rows_for`` whose
-    case starts with one of ``fit_cases``; ``source`` names the data for the provenance."""
+    case starts with one of ``fit_cases``; ``source`` names the data and ``command`` the fit
+    for the provenance."""
 
     def with_values(values: Mapping[str, float]) -> DeviceProfile:
         return dataclasses.replace(base, **values)
@@ -98,7 +100,7 @@ def fit_device(
     values = coordinate_fit(objective, start, BOUNDS)
     rms = objective(values)
     provenance = (
-        f"fitted by `phaze validate megatron --fit` to {', '.join(fit_cases)} of {source}; "
+        f"fitted by `{command}` to {', '.join(fit_cases)} of {source}; "
         f"RMS error {rms:.2f}% on those rows"
     )
     device = dataclasses.replace(

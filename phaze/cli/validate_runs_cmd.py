@@ -16,8 +16,15 @@ import click
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import tolerance_option
-from phaze.published_runs import METRICS, PublishedRun, load_registry
-from phaze.run_validation import RunResult, Targets, evaluate_runs, outside_targets, summarize
+from phaze.published_runs import METRICS, PublishedRun, Registry, load_registry
+from phaze.run_validation import (
+    RunResult,
+    Targets,
+    evaluate_runs,
+    fit_preset,
+    outside_targets,
+    summarize,
+)
 from phaze_common.errors import ConfigError
 from results.units import fmt_quantity
 
@@ -121,6 +128,41 @@ def _print(results: list[RunResult], summary: dict, targets: Targets, path: str)
         click.echo(f"[{i}] {s}")
 
 
+def _fit(registry: Registry, arch: str, as_json: bool) -> None:
+    """Fit ``arch``'s parameters to its fitted runs and print the data and the values."""
+    fit, rows = fit_preset(registry, arch)
+    values = {k: round(v, 3) for k, v in fit.values.items()}
+    if as_json:
+        echo_json(
+            {
+                "arch": arch,
+                "values": values,
+                "rms_error_pct": fit.rms_error_pct,
+                "rows": [
+                    {
+                        "id": r.case,
+                        "measured": r.measured,
+                        "predicted": r.predicted,
+                        "error_pct": r.error_pct,
+                    }
+                    for r in rows
+                ],
+                "provenance": fit.device.provenance,
+            }
+        )
+        return
+    click.echo(f"Fit of {arch} on {len(rows)} runs marked fitted ({registry.path}):")
+    cells = [
+        [r.case, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}"] for r in rows
+    ]
+    click.echo(table(cells, ["run", "published", "predicted", "error %"]))
+    click.echo(f"RMS error {fit.rms_error_pct:.2f}%; for arch_space/data/devices.toml:")
+    click.echo(f"[{arch}.fitted]")
+    for k, v in values.items():
+        click.echo(f"{k} = {v}")
+    click.echo(f'provenance = "{fit.device.provenance}"')
+
+
 @click.command("runs")
 @click.option(
     "--registry",
@@ -132,6 +174,13 @@ def _print(results: list[RunResult], summary: dict, targets: Targets, path: str)
 @tolerance_option("--held-out-mean-pct", 10.0, "the held-out runs' mean")
 @tolerance_option("--held-out-max-pct", 20.0, "any held-out run")
 @tolerance_option("--fitted-max-pct", 8.0, "any fitted run")
+@click.option(
+    "--fit",
+    "fit_arch",
+    metavar="PRESET",
+    help="Fit PRESET's unmeasured parameters to its runs marked fitted and print them (the "
+    "data, the values and the devices.toml lines) instead of the validation.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def runs(
     registry_path: Path | None,
@@ -139,6 +188,7 @@ def runs(
     held_out_mean_pct: float,
     held_out_max_pct: float,
     fitted_max_pct: float,
+    fit_arch: str | None,
     as_json: bool,
 ) -> None:
     """Published training runs (V100, A100, H100; Megatron-LM, Megatron-Core, DeepSpeed,
@@ -149,6 +199,9 @@ def runs(
     Exits 3 when the held-out mean or largest |error|, or a fitted row's, misses its target.
     """
     registry = load_registry(registry_path)
+    if fit_arch is not None:
+        _fit(registry, fit_arch, as_json)
+        return
     selected = _select(registry.runs, run_ids)
     targets = Targets(held_out_mean_pct, held_out_max_pct, fitted_max_pct)
     show = sys.stderr.isatty()

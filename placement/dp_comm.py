@@ -1,0 +1,260 @@
+"""The data-parallel collectives of one iteration and the part of them that is exposed.
+
+One home for what the time model (:func:`dp_terms`, :func:`tail_fn`) and the energy model
+(:func:`placement.energy.iteration_energy`) read: which collectives ZeRO stage ``zero`` runs
+(:func:`dp_collectives`), how many bytes each moves, and how much of their time a framework
+hides behind compute:
+
+* a bucketed gradient reduction (``problem.dp_overlap``) exposes only its last bucket, and a
+  bucketed all-gather of the updated weights (``problem.param_gather_overlap``) only its
+  first (:func:`exposed_reduction_parameters`; Megatron-Core's buckets);
+* sharded data parallelism with prefetch (``problem.sharded_prefetch``: FSDP, DeepSpeed
+  ZeRO-3) runs its per-micro-batch collectives unit by unit, one unit per layer: the
+  all-gather of unit ``i + 1`` beside unit ``i``'s compute, each reduce-scatter beside the
+  next unit's backward (:func:`prefetched_exposed_s`).
+
+Collectives run on the rates :func:`placement.network.measured_link` gives at their type,
+size and the NICs the group drives in each node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from placement import network as net
+from placement.pipelining import micro_batches_per_pipeline
+from placement.types import PlacementProblem, StageGraph
+
+__all__ = [
+    "WEIGHT_BYTES",
+    "Collective",
+    "dp_collectives",
+    "dp_terms",
+    "embedding_allreduce_s",
+    "exposed_reduction_parameters",
+    "prefetched_exposed_s",
+    "shard_unit",
+    "tail_fn",
+]
+
+WEIGHT_BYTES = 2.0  # of the state bytes per parameter: fp16/bf16 weights
+_BUCKET_PARAMETERS = 40e6
+_BUCKET_PARAMETERS_PER_D = 1e6
+
+
+def exposed_reduction_parameters(problem: PlacementProblem, d, params):
+    """The parameters whose gradient reduction is exposed: all of rank 0's, or with an
+    overlapped reduction (``problem.dp_overlap``) only its last bucket, the others having
+    been reduced beside the backward pass. Megatron-LM buckets ``max(40e6, 1e6 * d)``
+    parameters (megatron/core/distributed/distributed_data_parallel.py,
+    ``ddp_config.bucket_size``). Never decreases with ``d`` or the parameters."""
+    if not problem.dp_overlap:
+        return params
+    return bucket_parameters(d, params)
+
+
+def bucket_parameters(d, params):
+    """One bucket of Megatron-Core's gradient buffer: ``max(40e6, 1e6 * d)`` parameters, at
+    most ``params``."""
+    return np.minimum(params, np.maximum(_BUCKET_PARAMETERS, _BUCKET_PARAMETERS_PER_D * d))
+
+
+def prefetched_exposed_s(total_s, edge_s, hidden_s):
+    """Exposed seconds of collectives run unit by unit, each beside the previous unit's
+    compute: ``max(edge, total - hidden)``.
+
+    With ``n`` equal units of ``c`` seconds of collectives and ``f`` of compute each, the
+    first unit's collectives wait and the others hide behind the unit before them:
+    ``c + (n - 1) max(0, c - f)``, which is ``max(c, n c - (n - 1) f)``: ``edge`` the
+    collectives of one unit, ``total = n c``, ``hidden = (n - 1) f`` the compute beside
+    which the others run. Arrays broadcast.
+
+    >>> float(prefetched_exposed_s(10.0, 1.0, 20.0)), float(prefetched_exposed_s(10.0, 1.0, 4.0))
+    (1.0, 6.0)
+    """
+    return np.maximum(edge_s, total_s - hidden_s)
+
+
+def shard_unit(graph: StageGraph, columns: dict | None = None) -> tuple[float, float]:
+    """(parameters, compute seconds per micro-batch) of the unit sharded data parallelism
+    gathers at a time: the graph's largest block (FSDP and DeepSpeed wrap each transformer
+    block), else its largest layer; ``columns`` (:func:`placement.ep_cp.layer_columns`, at
+    other expert- and context-parallel degrees) replace the layers' figures."""
+    if columns is None:
+        params = np.array([x.parameters for x in graph.layers], dtype=np.float64)
+        work = np.array([x.fwd_s + x.bwd_s + x.recompute_s for x in graph.layers])
+    else:
+        params = columns["parameters"]
+        work = columns["fwd_s"] + columns["bwd_s"] + columns["recompute_s"]
+    blocks = np.array([x.kind == "block" for x in graph.layers])
+    pick = np.where(blocks, params, -1.0) if blocks.any() else params
+    i = int(np.argmax(pick))
+    return float(params[i]), float(work[i])
+
+
+def dp_terms(
+    problem: PlacementProblem,
+    t: int,
+    zero: int,
+    d: np.ndarray,
+    params: np.ndarray,
+    m: int,
+    *,
+    cp: int = 1,
+    ep: int = 1,
+    expert_params: float | np.ndarray = 0.0,
+    load_s: float | np.ndarray = 0.0,
+    unit: tuple[float, float] = (0.0, 0.0),
+) -> tuple[np.ndarray, np.ndarray]:
+    """(exposed data-parallel communication, optimizer step) seconds for arrays of degrees
+    ``d`` (each dividing the ``m`` micro-batches) and rank 0's ``params``.
+
+    The collectives are :func:`dp_collectives`'. Where the framework overlaps the gradient
+    reduction with the backward pass (``problem.dp_overlap``), each once-per-iteration
+    reduction exposes only its last bucket, and with ``problem.param_gather_overlap`` the
+    all-gather of the updated weights only its first (:func:`bucket_parameters`). With
+    ``problem.sharded_prefetch`` the per-micro-batch collectives of ZeRO-2/3 run per
+    ``unit`` (its parameters and compute seconds, :func:`shard_unit`), hidden behind the
+    bottleneck's ``load_s`` per micro-batch but one unit's compute
+    (:func:`prefetched_exposed_s`); otherwise they are exposed whole. With the optimizer
+    state sharded (stage >= 1) each replica steps its shard. Neither term decreases with
+    ``params``; the communication falls by at most ``m / d`` times a rise of ``load_s``.
+
+    The rings run over the ``d * cp`` ranks holding the same weights (context-parallel ranks
+    compute on different tokens, so their gradients are summed too), ``t`` ranks apart; the
+    ``expert_params`` among ``params`` (``1/ep`` of the experts) over the ``d * cp / ep``
+    ranks holding the same experts. The search's DP gives no ``expert_params`` (it does not
+    track them per stage): it prices all of rank 0's parameters on the longer ring, never
+    less.
+    """
+    cl = problem.cluster
+    inter = cl.spans_nodes(t * cp * d)
+    n = d * cp
+    # bytes each rank sends per byte of rank 0's parameters (the expert part on its own ring)
+    if np.asarray(expert_params).any():
+        n_expert = np.maximum(n // ep, 1)
+        expert = np.minimum(expert_params, params)
+        part = np.where(params > 0, expert / np.maximum(params, 1e-300), 0.0)
+        share = (1.0 - part) * (n - 1) / n + part * (n_expert - 1) / n_expert
+    else:  # every parameter on the dense ring
+        expert, share = 0.0, (n - 1) / n
+    per_node = net.members_per_node(cl, t, n)
+
+    def ring(c: Collective, what):
+        nbytes = what * c.bytes_per_parameter
+        passes = c.passes * share
+        bw, lat = net.measured_link(
+            cl, problem.collectives, inter, nbytes, c.link_kind, passes, per_node
+        )
+        return lat + passes * nbytes / bw
+
+    per_mb = micro_batches_per_pipeline(m, d)
+    unit_params, unit_s = unit
+    prefetch = problem.sharded_prefetch and unit_params > 0
+    comm, total, edge = 0.0, 0.0, 0.0
+    for c in dp_collectives(zero, per_mb, problem.gradient_bytes_per_parameter):
+        if prefetch and c.per_micro_batch:
+            size = np.minimum(unit_params, params)
+            one = ring(c, size)
+            total = total + c.count * one * params / np.maximum(size, 1e-300)
+            edge = edge + per_mb * one  # the first gather, the last reduce-scatter
+            continue
+        if c.what == "weights":
+            what = bucket_parameters(n, params) if problem.param_gather_overlap else params
+        else:
+            what = exposed_reduction_parameters(problem, n, params)
+        comm = comm + c.count * ring(c, what)
+    if prefetch:
+        hidden = per_mb * np.maximum(np.asarray(load_s) - unit_s, 0.0)
+        comm = comm + prefetched_exposed_s(total, edge, hidden)
+    held = sharded_parameters(params, expert, ep) / n if zero >= 1 else params
+    step = held * problem.optimizer_s_per_parameter
+    return np.where(n > 1, comm, 0.0), step
+
+
+def sharded_parameters(parameters, expert_parameters, ep: int):
+    """What a device's ``parameters`` count as when sharded over its ``d * cp``
+    data-parallel ranks: its expert parameters, ``1/ep`` of the experts replicated over only
+    ``d * cp / ep`` ranks, count ``ep`` times."""
+    return parameters + expert_parameters * (ep - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """``count`` ring collectives of one iteration over the data-parallel group: an
+    ``all_reduce`` (two passes of the ring), a ``reduce_scatter`` or an ``all_gather`` (one
+    pass each) of the ``gradients`` or the ``weights``, at ``bytes_per_parameter``;
+    ``per_micro_batch`` when they run with every micro-batch (ZeRO-2/3)."""
+
+    kind: str
+    what: str
+    count: object
+    bytes_per_parameter: float
+    per_micro_batch: bool = False
+
+    @property
+    def passes(self) -> float:
+        return 2.0 if self.kind == "all_reduce" else 1.0
+
+    @property
+    def link_kind(self) -> str:
+        """The transfer kind :func:`placement.network.measured_link` prices it as."""
+        return "all_reduce" if self.kind == "all_reduce" else "ring"
+
+
+def dp_collectives(zero: int, micro_batches, gradient_bytes_per_parameter: float = 2.0):
+    """The data-parallel collectives of one iteration of a pipeline running
+    ``micro_batches`` under ZeRO stage ``zero``; what both its time (:func:`dp_terms`) and
+    its energy (:func:`placement.energy.iteration_energy`) read.
+
+    Stage 0 all-reduces the gradients once; stage 1 reduce-scatters them and all-gathers the
+    updated weights; stage 2 keeps only its shard of the gradients, so it reduce-scatters
+    after each micro-batch; stage 3 also all-gathers the weights before each forward and
+    each backward pass (Rajbhandari et al., SC20, §5 and §7; Zhao et al., VLDB 2023, §3).
+    """
+    grads = gradient_bytes_per_parameter
+    if zero == 0:
+        return (Collective("all_reduce", "gradients", 1, grads),)
+    reductions = 1 if zero == 1 else micro_batches
+    gathers = 2 * micro_batches if zero == 3 else 1
+    return (
+        Collective("reduce_scatter", "gradients", reductions, grads, zero >= 2),
+        Collective("all_gather", "weights", gathers, WEIGHT_BYTES, zero == 3),
+    )
+
+
+def embedding_allreduce_s(problem: PlacementProblem, inter_node, tied_parameters):
+    """Seconds of the all-reduce of the gradients of ``tied_parameters`` copied on another
+    stage between the two stages holding them: two ranks, on the pipeline's links (across
+    nodes as the stage boundaries are), at the data-parallel reduction's bytes per parameter;
+    0 without a copy. Arrays broadcast."""
+    nbytes = np.asarray(tied_parameters, dtype=np.float64) * problem.gradient_bytes_per_parameter
+    bw, lat = net.measured_link(
+        problem.cluster, problem.collectives, inter_node, nbytes, "all_reduce"
+    )
+    return np.where(nbytes > 0, lat + nbytes / bw, 0.0)
+
+
+def tail_fn(
+    problem: PlacementProblem,
+    t: int,
+    zero: int,
+    m: int,
+    *,
+    cp: int = 1,
+    unit: tuple[float, float] = (0.0, 0.0),
+) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """The exposed time after the pipeline flush for arrays of degrees ``d``, rank 0's
+    parameters and the bottleneck's load per micro-batch (:func:`dp_terms`, every parameter
+    on the dense ring, ``unit`` the sharded unit of :func:`shard_unit`). It never decreases
+    with the parameters and falls by at most ``m / d`` times a rise of the load, so the
+    pipeline's time plus it never falls when the load rises."""
+
+    def tail(d: np.ndarray, params: np.ndarray, load_s: np.ndarray) -> np.ndarray:
+        comm, step = dp_terms(problem, t, zero, d, params, m, cp=cp, load_s=load_s, unit=unit)
+        return comm + step
+
+    return tail
