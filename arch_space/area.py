@@ -266,17 +266,21 @@ def format_mac_pj(acc: Accelerator, tech: TechNode, fmt: str) -> float:
     format's relative energy (``data/formats.toml`` (d)), control and clocking, and operand
     delivery at the format's bytes (one for an 8-bit format, half for fp4); bf16 is
     :func:`mac_pj`."""
+    return _format_mac_pj(tech, acc.tc_rows, acc.tc_cols, acc.bytes_per_element, fmt)
+
+
+_FORMAT_BYTES = MappingProxyType({"fp8": 1.0, "int8": 1.0, "fp4": 0.5})
+
+
+def _format_mac_pj(tech: TechNode, rows: Any, cols: Any, bytes_per_element: int, fmt: str) -> Any:
     if fmt == "bf16":
-        return mac_pj(acc, tech)
-    operand_bytes = _FORMAT_BYTES[fmt] * (1.0 / acc.tc_rows + 1.0 / acc.tc_cols)
+        return _mac_pj(tech, rows, cols, bytes_per_element)
+    operand_bytes = _FORMAT_BYTES[fmt] * (1.0 / rows + 1.0 / cols)
     return (
         tech.mac_energy_pj * format_options()[fmt].relative_energy
         + tech.control_pj_per_mac
         + operand_bytes * tech.operand_pj_per_byte
     )
-
-
-_FORMAT_BYTES = MappingProxyType({"fp8": 1.0, "int8": 1.0, "fp4": 0.5})
 
 
 def _mac_pj(tech: TechNode, rows: Any, cols: Any, bytes_per_element: int) -> Any:
@@ -293,12 +297,17 @@ def tensor_load_power_w(
     clock_hz: float,
     bytes_per_element: int,
     area_mm2: Any,
+    formats: tuple[tuple[str, float], ...] = (("bf16", 1.0),),
 ) -> Any:
     """Power (W) with every tensor core doing a MAC each cycle (with its control, operand
     delivery and uncore share) plus leakage: the closed form of a design's power under
-    tensor load, elementwise on numpy arrays, for filtering whole design spaces at once."""
+    tensor load, elementwise on numpy arrays, for filtering whole design spaces at once.
+    With several ``formats`` (format, relative rate) the load is the most power-hungry
+    one's (fp8 at twice the bf16 rate draws more than bf16)."""
     macs_per_s = num_tc * tc_rows * tc_cols * clock_hz
     mac = _mac_pj(tech, tc_rows, tc_cols, bytes_per_element)
+    for fmt, rate in formats[1:]:
+        mac = np.maximum(mac, rate * _format_mac_pj(tech, tc_rows, tc_cols, 2, fmt))
     return with_uncore(tech, macs_per_s * mac) * _PJ + area_mm2 * tech.leakage_w_per_mm2
 
 

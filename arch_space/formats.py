@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
+
+import numpy as np
 
 from arch_space._data import shipped_toml
 from phaze_common.errors import ConfigError
@@ -27,6 +29,10 @@ __all__ = [
     "preset_format_rates",
     "format_lane_factor",
     "format_problem",
+    "format_set_problems",
+    "format_set_name",
+    "FormatSetSummary",
+    "format_set_summaries",
 ]
 
 BASE_FORMAT: Final = "bf16"
@@ -88,7 +94,7 @@ def format_lane_factor(formats: tuple[tuple[str, float], ...]) -> float:
     """Area of the lanes beyond bf16, in bf16 MACs per bf16 MAC: the sum over the further
     formats of rate x relative MAC area (dedicated lanes)."""
     options = format_options()
-    return sum(rate * options[f].relative_area for f, rate in formats if f != BASE_FORMAT)
+    return float(sum(rate * options[f].relative_area for f, rate in formats if f != BASE_FORMAT))
 
 
 def format_problem(owner: str, formats: object) -> str | None:
@@ -113,3 +119,62 @@ def format_problem(owner: str, formats: object) -> str | None:
         f"{owner}: formats = {formats!r} must be distinct (format, rate) pairs of "
         f"{', '.join(FORMATS)}, bf16 first at rate 1.0"
     )
+
+
+def format_set_problems(sets: Any, where: str) -> list[str]:
+    """Why ``sets`` is not a valid tuple of format sets of a space (``where`` names it)."""
+    rule = (
+        f"{where}: formats = {sets!r} must be a non-empty list of format sets, each a list "
+        f"of distinct formats of {', '.join(FORMATS)} holding {BASE_FORMAT}"
+    )
+    if not isinstance(sets, tuple) or not sets:
+        return [rule]
+    for fs in sets:
+        if not (
+            isinstance(fs, tuple)
+            and BASE_FORMAT in fs
+            and all(f in FORMATS for f in fs)
+            and len(set(fs)) == len(fs)
+        ):
+            return [rule]
+    if len(set(sets)) != len(sets):
+        return [f"{where}: formats = {sets!r} lists a format set twice"]
+    return []
+
+
+def format_set_name(fs: tuple[str, ...]) -> str:
+    """A format set as ``bf16+fp8``."""
+    return "+".join(fs)
+
+
+@dataclass(frozen=True, slots=True)
+class FormatSetSummary:
+    """One format set of a space: its designs, its lanes' area beyond bf16 per bf16 MAC, and
+    the area range of its designs (mm2)."""
+
+    formats: str
+    designs: int
+    lane_area_fraction: float
+    area_mm2_min: float
+    area_mm2_max: float
+
+
+def format_set_summaries(
+    sets: tuple[tuple[str, ...], ...], design_sets: tuple[tuple[str, ...], ...], area: Any
+) -> tuple[FormatSetSummary, ...]:
+    """Per format set of a space, its designs (``design_sets[i]`` is design i's set, whose
+    area is ``area[i]``), lane area and area range."""
+    out = []
+    for fs in sets:
+        which = np.fromiter((x == fs for x in design_sets), dtype=bool, count=len(design_sets))
+        mine = np.asarray(area)[which]
+        out.append(
+            FormatSetSummary(
+                format_set_name(fs),
+                int(mine.size),
+                format_lane_factor(format_set_rates(fs)),
+                float(mine.min()) if mine.size else float("nan"),
+                float(mine.max()) if mine.size else float("nan"),
+            )
+        )
+    return tuple(out)

@@ -20,7 +20,7 @@ from arch_space import Accelerator, Cluster
 from arch_space.perf.device import DeviceProfile
 from phaze.config import SolverSettings, sweep_config_from_mapping
 from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
-from phaze.pipeline import Context, Evaluation
+from phaze.pipeline import Context, Evaluation, check_precision
 from phaze.pipeline import evaluate as _evaluate
 from phaze.scoring import ScoringParams
 from phaze.sweep import run_sweep
@@ -44,6 +44,7 @@ def search(
     micro_batches: Sequence[int] = (1, 4),
     hbm_sizes: Sequence[int] = (),
     recompute_modes: Sequence[str] = ("none", "full"),
+    precisions: Sequence[str] = ("bf16",),
     objectives: Sequence[str] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp"),
     executor: str = "local",
     out_dir: str | Path = "phaze-out/search",
@@ -71,8 +72,9 @@ def search(
     None searches it (on or off at each tensor-parallel width), True or False fixes it;
     ``framework`` names the overlap profile (:func:`workloads.framework_names`); ``zero``,
     ``ep`` and ``cp`` list the ZeRO stages and expert- and context-parallel degrees the
-    placement search may choose from (empty: its own); ``presets`` are real chips evaluated
-    beside the space. Points already in ``out_dir`` are reused.
+    placement search may choose from (empty: its own); ``precisions`` the precision recipes
+    (each design runs those its tensor cores have the format for); ``presets`` are real
+    chips evaluated beside the space. Points already in ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
@@ -81,6 +83,7 @@ def search(
         raise ConfigError(f"hbm_sizes = {list(hbm_sizes)!r} must be whole MiB (bytes)")
     sweep = {
         "workloads": list(workloads),
+        "precision": list(precisions),
         "space": space,
         "devices": cluster.devices,
         "devices_per_node": cluster.devices_per_node,
@@ -133,6 +136,7 @@ def evaluate(
     framework: str = DEFAULT_FRAMEWORK,
     device: DeviceProfile | None = None,
     state_bytes_per_parameter: int | None = None,
+    precision: str | None = None,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
     (a :class:`placement.Layout` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
@@ -145,7 +149,9 @@ def evaluate(
     parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer).
     ``micro_batch``, ``recompute`` and ``sequence_parallel`` left None (and not set by
     ``strategy``) are searched (:mod:`phaze.knob_search`; sequence parallelism on or off at
-    each tensor-parallel width ``t > 1``).
+    each tensor-parallel width ``t > 1``). ``precision`` names the precision recipe
+    (:func:`workloads.precision.recipe_names`; bf16 unless it or ``strategy`` gives one); an
+    accelerator without the recipe's GEMM format is a ConfigError naming the formats it has.
     """
     _check_limits(
         cluster,
@@ -160,6 +166,7 @@ def evaluate(
                 "mbs": ("micro_batch", micro_batch),
                 "recompute": ("recompute", recompute),
                 "sp": ("sequence_parallel", sequence_parallel),
+                "precision": ("precision", precision),
             },
         )
         micro_batch = strategy.mbs if strategy.given("mbs") else None
@@ -178,6 +185,10 @@ def evaluate(
         state_bytes_per_parameter=state_bytes_per_parameter,
     )
     model = resolve_model(workload)
+    if strategy is None and precision is not None:
+        strategy = Layout.searching(precision=precision)
+    if strategy is not None:
+        check_precision(accelerator, strategy.precision)  # before any search
     if micro_batch is None or recompute is None:
         return evaluate_best_knobs(
             workload,

@@ -29,6 +29,7 @@ from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, over_limit
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
+from workloads.precision import DEFAULT_PRECISION, recipe_names
 
 __all__ = [
     "RECOMPUTE_MODES",
@@ -122,7 +123,9 @@ class SweepConfig:
     and context-parallel degrees the placement search may choose from (empty: the search's
     own, :func:`phaze.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
     then 2 and 3 when neither fits); ``sequence_parallel`` True or False fixes it (None:
-    searched, on or off at each tensor-parallel width).
+    searched, on or off at each tensor-parallel width). ``precision`` lists the precision
+    recipes (:mod:`workloads.precision`) each design runs, those whose GEMM format its tensor
+    cores have (:func:`phaze.sweep.planning.design_knobs`).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -138,6 +141,7 @@ class SweepConfig:
     micro_batches: tuple[int, ...] = (1, 2, 4)
     hbm_gib: tuple[float, ...] = ()
     recompute: tuple[str, ...] = ("none", "full")
+    precision: tuple[str, ...] = (DEFAULT_PRECISION,)
     ep: tuple[int, ...] = ()
     cp: tuple[int, ...] = ()
     zero: tuple[int, ...] = ()
@@ -238,6 +242,11 @@ _RULES: Final = MappingProxyType(
             True,
             lambda v: v in RECOMPUTE_MODES,
             f"a non-empty list of {', '.join(RECOMPUTE_MODES)}",
+        ),
+        "precision": (
+            True,
+            lambda v: v in recipe_names(),
+            f"a non-empty list of precision recipes: {', '.join(recipe_names())}",
         ),
         "ep": (True, _is_pos_int, "a list of expert-parallel degrees (positive integers)"),
         "cp": (True, _is_pos_int, "a list of context-parallel degrees (positive integers)"),

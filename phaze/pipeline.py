@@ -47,6 +47,7 @@ from workloads import (
     valid_tp_widths,
 )
 from workloads.framework import FrameworkProfile, layout_refusals, runnable_zero_stages
+from workloads.precision import recipe
 
 __all__ = [
     "Context",
@@ -143,7 +144,19 @@ def training_setup(
         tokens_to_train=ctx.tokens_to_train,
         framework=ctx.framework,
         state_bytes_per_parameter=ctx.state_bytes_per_parameter,
+        precision=knobs.precision,
     )
+
+
+def check_precision(acc: Accelerator, precision: str) -> None:
+    """Raise a ConfigError naming the formats ``acc`` runs when its tensor cores have none
+    for the GEMM format of recipe ``precision``."""
+    fmt = recipe(precision).gemm_format
+    if fmt not in acc.format_names:
+        raise ConfigError(
+            f"precision {precision} needs {fmt} tensor cores; {acc.name or 'the design'} "
+            f"runs {', '.join(acc.format_names)}"
+        )
 
 
 def timing_design(acc: Accelerator) -> Accelerator:
@@ -449,7 +462,7 @@ def _more_bytes(a: StageGraph, b: StageGraph) -> bool:
     )
 
 
-_KNOB_FIELDS: Final = frozenset({"mbs", "recompute", "sp", "split"})
+_KNOB_FIELDS: Final = frozenset({"mbs", "recompute", "sp", "split", "precision"})
 # the layout fields a framework's rules read, with values every profile runs when open
 _RULED: Final = {"p": 1, "v": 1, "zero": 0}
 
@@ -480,6 +493,7 @@ def evaluate(
     if knobs.given("sp"):
         ctx = dataclasses.replace(ctx, sequence_parallel=knobs.sp)
     setup = training_setup(model, ctx, knobs)
+    check_precision(acc, knobs.precision)
     if ctx.global_batch % knobs.mbs:
         raise ConfigError(
             f"micro_batch = {knobs.mbs} must divide global_batch = {ctx.global_batch}"
@@ -508,6 +522,10 @@ def evaluate(
     if isinstance(found, str):
         return Evaluation(workload, acc, knobs, None, None, found)
     variant, placement, defaults = found
+    if placement.layout.precision != knobs.precision:  # the search lays out, the knobs choose
+        placement = dataclasses.replace(
+            placement, layout=dataclasses.replace(placement.layout, precision=knobs.precision)
+        )
     energy = iteration_energy(
         placement,
         _energy_rates(variant, acc, model, ctx.scoring.host_w_per_node),
@@ -589,6 +607,7 @@ def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Layout, ctx: Conte
     lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
     stage ``ctx`` allows. Placement time never falls when layer times rise."""
     setup = training_setup(model, ctx, knobs)
+    check_precision(acc, knobs.precision)
     if ctx.global_batch % knobs.mbs:
         return float("inf")
     timing_acc = timing_design(acc)

@@ -26,6 +26,7 @@ from results.schema import AGGREGATE_WORKLOAD
 from results.store import load
 from results.summary import top_designs
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
+from workloads.precision import DEFAULT_PRECISION, recipe_names
 
 __all__ = ["sweep"]
 
@@ -40,6 +41,12 @@ def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
     if "hbm_gib" in given:
         given["hbm_gib"] = tuple(float(x) for x in given["hbm_gib"])
     return dataclasses.replace(cfg, **given)
+
+
+def _precision_text(p) -> str:
+    """A point's precision recipe, where it is not bf16."""
+    precision = p.get("precision") or DEFAULT_PRECISION
+    return "" if precision == DEFAULT_PRECISION else f" {precision}"
 
 
 def _hbm_text(cfg: SweepConfig) -> str:
@@ -80,6 +87,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
                     ""
                     if w == AGGREGATE_WORKLOAD
                     else f"t{p['tp']} p{p['pp']} d{p['dp']} mbs{p['micro_batch']} {p['recompute']}"
+                    + _precision_text(p)
                 )
                 rows.append(
                     [
@@ -132,6 +140,13 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     help="Recompute mode (repeatable).",
 )
 @click.option(
+    "--precision",
+    type=click.Choice(recipe_names()),
+    multiple=True,
+    help="Precision recipe (repeatable): each design runs those its tensor cores have the "
+    "format for.",
+)
+@click.option(
     "--zero",
     type=click.IntRange(0, 3),
     multiple=True,
@@ -174,6 +189,7 @@ def sweep(
     micro_batches,
     hbm_gib,
     recompute,
+    precision,
     zero,
     objectives,
     no_prune,
@@ -203,6 +219,7 @@ def sweep(
         micro_batches=micro_batches,
         hbm_gib=hbm_gib,
         recompute=recompute,
+        precision=precision,
         zero=zero,
         objectives=objectives,
         prune=False if no_prune else None,
@@ -216,7 +233,9 @@ def sweep(
     click.echo(
         f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, {cfg.devices} devices "
         f"({cfg.devices_per_node}/node); micro-batches {list(cfg.micro_batches)}, recompute "
-        f"{list(cfg.recompute)}, {_hbm_text(cfg)} -> {out}",
+        f"{list(cfg.recompute)}, "
+        + ("" if cfg.precision == (DEFAULT_PRECISION,) else f"precision {list(cfg.precision)}, ")
+        + f"{_hbm_text(cfg)} -> {out}",
         err=True,
     )
     click.echo(

@@ -16,8 +16,9 @@ from phaze_common.errors import ConfigError
 from placement import Layout
 from results.pareto import parse_objectives
 from workloads import Model, check_setup, resolve_model
+from workloads.precision import recipe
 
-__all__ = ["Shared", "plan", "objective_signs", "duplicate_problems"]
+__all__ = ["Shared", "plan", "design_knobs", "objective_signs", "duplicate_problems"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +26,28 @@ class Shared:
     """Read-only context sent once to every worker."""
 
     workloads: tuple[tuple[str, Model], ...]
-    knobs: tuple[Layout, ...]  # each fixes a micro-batch and a recompute mode
+    knobs: tuple[Layout, ...]  # each fixes a micro-batch, a recompute mode and a precision
     ctx: Context
     signs: tuple[tuple[str, float], ...] = ()  # (objective, sign): sign * value is minimised
+    format_sets: tuple[tuple[str, ...], ...] = (("bf16",),)  # the space's
+
+
+def design_knobs(shared: Shared, acc: Accelerator) -> tuple[Layout, ...]:
+    """The knob settings ``acc`` is evaluated at: those whose precision's GEMM format its
+    tensor cores run. A searched design whose formats the precision leaves partly unused is
+    left out where the space has the same design without those lanes: that twin runs as
+    fast on less area, so it dominates on every objective (exact pruning)."""
+    names = acc.format_names
+    out = []
+    for k in shared.knobs:
+        fmt = recipe(k.precision).gemm_format
+        if fmt not in names:
+            continue
+        used = tuple(f for f in names if f in ("bf16", fmt))
+        if not acc.name and used != names and used in shared.format_sets:
+            continue
+        out.append(k)
+    return tuple(out)
 
 
 def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
@@ -72,7 +92,10 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         if cfg.seq_len % c
     ]
     knobs = tuple(
-        Layout.searching(mbs=mb, recompute=rc) for mb in cfg.micro_batches for rc in cfg.recompute
+        Layout.searching(mbs=mb, recompute=rc, precision=pr)
+        for mb in cfg.micro_batches
+        for rc in cfg.recompute
+        for pr in cfg.precision
     )
     for name, model in workloads:
         if model.tokens_to_train is None and cfg.tokens_to_train is None:
@@ -100,7 +123,17 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     if cfg.hbm_bytes:
         designs = tuple(dataclasses.replace(a, hbm_bytes=h) for a in designs for h in cfg.hbm_bytes)
     designs = tuple(preset(name) for name in cfg.presets) + designs
-    shared = Shared(tuple(workloads), knobs, ctx, tuple(objective_signs(cfg.objectives)))
+    shared = Shared(
+        tuple(workloads), knobs, ctx, tuple(objective_signs(cfg.objectives)), space.format_sets
+    )
+    # a design runs the precisions its formats serve (a preset without any is left out)
+    designs = tuple(a for a in designs if design_knobs(shared, a))
+    if not designs:
+        raise ConfigError(
+            f"sweep: no design of space {cfg.space!r} or preset runs precision "
+            f"{', '.join(cfg.precision)} (the space's formats: "
+            f"{'; '.join('+'.join(fs) for fs in space.format_sets)})"
+        )
     return shared, designs
 
 
@@ -140,6 +173,7 @@ _LISTS: Final = (
     "micro_batches",
     "hbm_gib",
     "recompute",
+    "precision",
     "ep",
     "cp",
     "zero",

@@ -16,7 +16,7 @@ from phaze.executors import Progress, Runner
 from phaze.scoring import FORMULAS, system_capex
 from phaze.sweep.aggregate import aggregate_records
 from phaze.sweep.optimistic import BOUNDED
-from phaze.sweep.planning import Shared, objective_signs, plan
+from phaze.sweep.planning import Shared, design_knobs, objective_signs, plan
 from phaze.sweep.records import point_key
 from phaze.sweep.rounds import Rounds
 from phaze.sweep.tasks import run_task
@@ -90,11 +90,12 @@ def run_sweep(
         order = tuple(designs[i] for i in rank)
         order_ids = tuple(ids[i] for i in rank)
         done = store.done_keys()
+        knobs = {did: design_knobs(shared, a) for did, a in zip(order_ids, order, strict=True)}
         need = tuple(
             tuple(
                 w
                 for w, name in enumerate(names)
-                if not all(point_key(name, did, k) in done for k in shared.knobs)
+                if not all(point_key(name, did, k) in done for k in knobs[did])
             )
             if done
             else tuple(range(len(names)))
