@@ -228,11 +228,12 @@ class Layout:
         return ",".join(parts)
 
 
-FIELDS: Final = frozenset(f.name for f in fields(Layout) if f.name != "open")
+# the fields a search may leave open (a precision is chosen, never searched)
+FIELDS: Final = frozenset(f.name for f in fields(Layout) if f.name not in ("open", "precision"))
 _DEFAULTS: Final = {f.name: f.default for f in fields(Layout)}
 _PRINTED: Final = tuple(dict.fromkeys(_KEYS.values()))
-# fields a search never chooses: a split left out is Megatron-LM's default, a precision bf16
-_NEVER_OPEN: Final = frozenset({"split", "precision"})
+# a split left out is Megatron-LM's default: no search chooses it
+_NEVER_OPEN: Final = frozenset({"split"})
 
 
 def _is_count(value: object) -> bool:

@@ -111,8 +111,12 @@ def test_shipped_spaces():
     default = Space.named("default")
     assert default.budget() == pytest.approx(area_mm2(preset("ref-max")))
     summ = default.summary()
-    assert summ.grid_points == 13 * 8 * 8 * 13 * 7
+    # every grid point once per format set: bf16 alone, and bf16 with fp8 lanes
+    assert default.format_sets == (("bf16",), ("bf16", "fp8"))
+    assert summ.grid_points == 2 * 13 * 8 * 8 * 13 * 7
     assert 1000 < summ.designs < 50000
+    assert [f.formats for f in summ.format_sets] == ["bf16", "bf16+fp8"]
+    assert sum(f.designs for f in summ.format_sets) == summ.designs
     assert summ.area_mm2_max <= summ.budget_mm2
     assert preset("ref-max").num_tc in summ.counts["num_tc"]
 
