@@ -20,6 +20,7 @@ import numpy as np
 from arch_space._data import shipped_toml
 from phaze_common.errors import ConfigError
 from workloads.ops import FORMATS
+from workloads.precision import recipe
 
 __all__ = [
     "BASE_FORMAT",
@@ -33,6 +34,7 @@ __all__ = [
     "format_set_name",
     "FormatSetSummary",
     "format_set_summaries",
+    "check_precision",
 ]
 
 BASE_FORMAT: Final = "bf16"
@@ -178,3 +180,14 @@ def format_set_summaries(
             )
         )
     return tuple(out)
+
+
+def check_precision(acc: Any, precision: str) -> None:
+    """Raise a ConfigError naming the formats ``acc`` runs when its tensor cores have none
+    for the GEMM format of recipe ``precision``."""
+    fmt = recipe(precision).gemm_format
+    if fmt not in acc.format_names:
+        raise ConfigError(
+            f"precision {precision} needs {fmt} tensor cores; {acc.name or 'the design'} "
+            f"runs {', '.join(acc.format_names)}"
+        )

@@ -21,8 +21,12 @@ of one more, in-process run under cProfile on ``--profile-designs`` designs of t
 placement, scoring, records and store; cProfile inflates code of many small calls, such as
 the placement search, more than the rest).
 
+``--precision`` (repeatable, default bf16) lists the precision recipes: with ``--precision
+bf16 --precision fp8-te`` the default space's bf16+fp8 designs run fp8-te, its bf16 designs
+bf16 (:func:`phaze.sweep.planning.design_knobs`), the sweep choosing formats.
+
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--designs 50] [--jobs 2] [--search-nodes N]
-[--profile-designs 4] [--no-prune] [--out DIR]``.
+[--profile-designs 4] [--no-prune] [--precision P ...] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -65,9 +69,12 @@ _PROFILED = (
 _OF_WHICH = ("op costs", "arch_space/perf/costs.py", "op_costs")
 
 
-def config(*, prune: bool = True, search_nodes: int = 0) -> SweepConfig:
+def config(
+    *, prune: bool = True, search_nodes: int = 0, precision: tuple[str, ...] = ("bf16",)
+) -> SweepConfig:
     """The benchmark's sweep (see the module docstring)."""
     return SweepConfig(
+        precision=precision,
         workloads=("gpt3-175b",),
         space="default",
         devices=1024,
@@ -87,6 +94,11 @@ class _Sample:
     """Stands in for the space in ``plan``: enumerates the sampled designs only."""
 
     designs: tuple[Accelerator, ...]
+
+    @property
+    def format_sets(self) -> tuple[tuple[str, ...], ...]:
+        """The format sets of the sampled designs, as the space lists them."""
+        return tuple(dict.fromkeys(a.format_names for a in self.designs))
 
     def enumerate(self) -> Iterator[Accelerator]:
         return iter(self.designs)
@@ -117,9 +129,10 @@ def sweep(
     prune: bool,
     serial: bool,
     search_nodes: int,
+    precision: tuple[str, ...],
 ):
     """Run the sweep over ``designs`` into ``out``; returns (result, manifest)."""
-    cfg = config(prune=prune, search_nodes=search_nodes)
+    cfg = config(prune=prune, search_nodes=search_nodes, precision=precision)
     with mock.patch("phaze.sweep.planning.load_space", lambda spec: _Sample(designs)):
         result = run_sweep(
             cfg,
@@ -158,9 +171,13 @@ def main() -> None:
         help="branch-and-bound nodes per graph part (default 0: the plain list schedule)",
     )
     parser.add_argument("--out", type=Path, default=None, help="store directory (default: temp)")
+    parser.add_argument(
+        "--precision", action="append", default=None, help="precision recipe (repeatable)"
+    )
     args = parser.parse_args()
+    precision = tuple(args.precision or ("bf16",))
 
-    cfg = config(prune=not args.no_prune, search_nodes=args.search_nodes)
+    cfg = config(prune=not args.no_prune, search_nodes=args.search_nodes, precision=precision)
     every = tuple(Space.named(cfg.space).enumerate())
     designs = sample(every, args.designs)
     hbm = len(cfg.hbm_gib)
@@ -173,7 +190,7 @@ def main() -> None:
         f"sample: {len(designs)} designs (every {max(1, len(every) // len(designs))}th), "
         f"{len(designs) * hbm} design x HBM tasks, {len(designs) * hbm * knobs} points; "
         f"jobs {args.jobs or 'all'}; prune {not args.no_prune}; "
-        f"search budget {args.search_nodes} nodes"
+        f"search budget {args.search_nodes} nodes; precision {list(precision)}"
     )
     print(f"before: {_load()}")
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
@@ -186,6 +203,7 @@ def main() -> None:
             prune=not args.no_prune,
             serial=False,
             search_nodes=args.search_nodes,
+            precision=precision,
         )
         wall_s = time.perf_counter() - start
         print(f"after:  {_load()}")
@@ -236,6 +254,7 @@ def main() -> None:
                 prune=not args.no_prune,
                 serial=True,
                 search_nodes=args.search_nodes,
+                precision=precision,
             )
             profiler.disable()
             total_s = time.perf_counter() - start

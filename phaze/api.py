@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from arch_space import Accelerator, Cluster
+from arch_space.formats import check_precision
 from arch_space.perf.device import DeviceProfile
 from phaze.config import SolverSettings, sweep_config_from_mapping
 from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
-from phaze.pipeline import Context, Evaluation, check_precision
+from phaze.pipeline import Context, Evaluation
 from phaze.pipeline import evaluate as _evaluate
 from phaze.scoring import ScoringParams
 from phaze.sweep import run_sweep

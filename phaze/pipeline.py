@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Final
 
 from arch_space import Accelerator, Cluster, embodied_kgco2e, static_power_w
+from arch_space.formats import check_precision
 from arch_space.perf import default_settings
 from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profile
 from ilp import PassTiming, layer_timing
@@ -47,7 +48,6 @@ from workloads import (
     valid_tp_widths,
 )
 from workloads.framework import FrameworkProfile, layout_refusals, runnable_zero_stages
-from workloads.precision import recipe
 
 __all__ = [
     "Context",
@@ -146,17 +146,6 @@ def training_setup(
         state_bytes_per_parameter=ctx.state_bytes_per_parameter,
         precision=knobs.precision,
     )
-
-
-def check_precision(acc: Accelerator, precision: str) -> None:
-    """Raise a ConfigError naming the formats ``acc`` runs when its tensor cores have none
-    for the GEMM format of recipe ``precision``."""
-    fmt = recipe(precision).gemm_format
-    if fmt not in acc.format_names:
-        raise ConfigError(
-            f"precision {precision} needs {fmt} tensor cores; {acc.name or 'the design'} "
-            f"runs {', '.join(acc.format_names)}"
-        )
 
 
 def timing_design(acc: Accelerator) -> Accelerator:

@@ -102,8 +102,9 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int, dense: b
     post_norms = 2 if model.block_norms == 4 else 0  # Gemma 2: sub-layer outputs normalised
     # norm inputs at p bytes, the Q/K/V and FFN inputs (Linear inputs) at q
     q = setup.saved_linear_input_bytes
+    # (a parallel block with one norm stashes one tensor there, its GEMMs' shared input)
     linear_inputs = 1 if shared else 2
-    norms = (1 if shared else 2) + post_norms
+    norms = (0 if shared else 2) + post_norms
     replicated = (norms * p + linear_inputs * q + 2 * mask) * tokens * h
     a, d, latent = model.heads, model.head_dim, 0
     if model.mla:
