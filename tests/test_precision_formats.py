@@ -311,3 +311,41 @@ def test_sweep_config_lists_precisions():
     assert cfg.precision == ("bf16", "fp8-te")
     with pytest.raises(ConfigError, match="precision"):
         sweep_config_from_mapping({"sweep": {"precision": ["fp16"]}}, "s.toml")
+
+
+def test_a_sweep_chooses_formats_and_stores_the_precision_of_each_point(tmp_path):
+    import phaze
+
+    space = tmp_path / "formats.toml"
+    space.write_text(
+        "[space]\nnum_tc = [2, 4]\ntc_rows = [64]\ntc_cols = [128]\nnum_vc = [4]\n"
+        "vc_lanes = [1024]\nglb_mib = [16]\nhbm_gib = [32]\n"
+        'area_fraction_min = 0.0\nformats = [["bf16"], ["bf16", "fp8"]]\n'
+    )
+    points = phaze.search(
+        ["gpt3-125m"],
+        space=str(space),
+        cluster=Cluster(devices=8),
+        micro_batches=[1],
+        recompute_modes=["none"],
+        precisions=["bf16", "fp8-te"],
+        global_batch=16,
+        prune=False,
+        presets=["a100", "h100"],
+        out_dir=tmp_path / "out",
+        executor="serial",
+    )
+    rows = {(p["design_name"] or p["formats"], p["num_tc"], p["precision"]) for p in points}
+    # each design at the precisions its formats serve; bf16 on fp8 lanes is left out
+    assert rows == {
+        ("bf16", 2, "bf16"),
+        ("bf16", 4, "bf16"),
+        ("bf16+fp8", 2, "fp8-te"),
+        ("bf16+fp8", 4, "fp8-te"),
+        ("a100", 432, "bf16"),
+        ("h100", 528, "bf16"),
+        ("h100", 528, "fp8-te"),
+    }
+    speed = {(p["formats"], p["num_tc"], p["precision"]): p["tokens_per_s"] for p in points}
+    assert speed[("bf16+fp8", 4, "fp8-te")] > speed[("bf16", 4, "bf16")]
+    assert all(p["feasible"] for p in points)
