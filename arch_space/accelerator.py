@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Final
 
+from arch_space.formats import BASE_FORMAT, format_problem
 from arch_space.tech import known_nodes, unknown_node_problem
 from phaze_common.errors import ConfigError
 from workloads.ops import OpKind
@@ -57,8 +58,9 @@ class ComputeUnit:
     """``count`` identical compute units of resource kind ``kind``, each a ``rows x cols``
     array doing that many operations per cycle at the design's clock and element format (a
     weight-stationary systolic array: ``rows x cols`` MACs; a SIMD unit: ``1 x lanes`` lane
-    operations). The rate lives with the unit, so a number format's own rate would join it
-    here.
+    operations). The rate lives with the unit: ``formats`` gives, per number format the unit
+    runs, its operations per cycle relative to ``rows x cols`` (the tensor cores: bf16 at 1,
+    fp8 at 2 on an H100; empty for a unit without format choices).
 
     The tensor and vector cores take their area and energy from the node's technology data;
     a further kind carries its own: ``area_mm2`` per unit, ``pj_per_op`` per operation, and
@@ -73,6 +75,7 @@ class ComputeUnit:
     runs: tuple[str, ...] = ()
     pj_per_op: float = 0.0
     area_mm2: float = 0.0
+    formats: tuple[tuple[str, float], ...] = ()
 
     @property
     def ops_per_cycle(self) -> int:
@@ -147,6 +150,9 @@ def accelerator_problems(values: Mapping[str, Any], owner: str) -> list[str]:
     node = values["node_nm"]
     if _is_int(node) and node > 0 and node not in known_nodes():
         problems.append(unknown_node_problem(owner, f"{node}"))
+    p = format_problem(owner, values["formats"])
+    if p:
+        problems.append(p)
     if not isinstance(values["name"], str):
         problems.append(f"{owner}: name = {values['name']!r} must be a string")
     return problems
@@ -165,6 +171,8 @@ class Accelerator:
     sizes above are the package's totals, split evenly over the dies for die area, yield,
     cost and carbon (:func:`arch_space.area.die_area_mm2`); the die-to-die link is not timed.
     ``extra_units`` are further kinds of compute unit (see :class:`ComputeUnit`).
+    ``formats`` are the number formats the tensor cores run, each with its MACs per cycle
+    relative to bf16 (:mod:`arch_space.formats`); bf16 alone by default.
     """
 
     num_tc: int
@@ -182,6 +190,7 @@ class Accelerator:
     hbm_stacks: int = 0
     dies: int = 1
     extra_units: tuple[ComputeUnit, ...] = ()
+    formats: tuple[tuple[str, float], ...] = ((BASE_FORMAT, 1.0),)
 
     def __post_init__(self) -> None:
         values = {f: getattr(self, f) for f in ACCELERATOR_FIELDS}
@@ -205,7 +214,7 @@ class Accelerator:
         """Every kind of compute unit: the tensor cores, the vector cores (``1 x vc_lanes``),
         then the further kinds."""
         return (
-            ComputeUnit(TENSOR, self.num_tc, self.tc_rows, self.tc_cols),
+            ComputeUnit(TENSOR, self.num_tc, self.tc_rows, self.tc_cols, formats=self.formats),
             ComputeUnit(VECTOR, self.num_vc, 1, self.vc_lanes),
             *self.extra_units,
         )
@@ -215,6 +224,22 @@ class Accelerator:
         """The units of each kind, in :attr:`units` order: what the layer scheduler shares
         among ops."""
         return MappingProxyType({u.kind: u.count for u in self.units})
+
+    @property
+    def format_names(self) -> tuple[str, ...]:
+        """The number formats the tensor cores run, bf16 first."""
+        return tuple(f for f, _ in self.formats)
+
+    def format_rate(self, fmt: str) -> float:
+        """The tensor cores' MACs per cycle in ``fmt`` relative to bf16 (a ConfigError naming
+        the formats they run if they have none for it)."""
+        for f, rate in self.formats:
+            if f == fmt:
+                return rate
+        raise ConfigError(
+            f"accelerator {self.name or '(unnamed)'} has no {fmt} tensor-core format "
+            f"(it runs {', '.join(self.format_names)})"
+        )
 
     @property
     def peak_flops(self) -> float:

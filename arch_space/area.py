@@ -3,7 +3,7 @@
 The area model is a sum of components (docs/models.md), each a count times a per-unit area from
 ``data/tech.toml``::
 
-    tensor_cores  = num_tc * (tc_rows * tc_cols * mac_area
+    tensor_cores  = num_tc * (tc_rows * tc_cols * mac_area * (1 + format_lanes)
                               + (tc_rows + tc_cols) * operand_port_area + core_fixed_area)
     vector_cores  = num_vc * (vc_lanes * vector_lane_area + core_fixed_area)
     glb_sram      = glb MiB * sram_area_per_mib
@@ -11,7 +11,9 @@ The area model is a sum of components (docs/models.md), each a count times a per
     extra_units   = sum of count * area_mm2 of any further unit  # (only when there are any)
     uncore        = overhead_fraction * (sum of the above)       # NoC, IO, PCIe, clocking
 
-A tensor array's ``rows + cols`` operand ports (what feeds it each cycle) make a small GPU
+``format_lanes`` is the area of the tensor cores' lanes for formats beyond bf16, in bf16 MACs
+per bf16 MAC (:func:`arch_space.formats.format_lane_factor`); 0 for a preset, whose published
+die holds its lanes already. A tensor array's ``rows + cols`` operand ports (what feeds it each cycle) make a small GPU
 tensor core cost far more per MAC than a large systolic array. The same kernel
 (:func:`area_terms_mm2`) works on numpy arrays, so a whole design grid is costed in one
 vectorised call (:mod:`arch_space.space`). A harvested preset's die as made
@@ -33,6 +35,7 @@ import numpy as np
 
 from arch_space._data import shipped_toml
 from arch_space.accelerator import TENSOR, VECTOR, Accelerator, ComputeUnit
+from arch_space.formats import format_lane_factor, format_options, preset_format_rates
 from arch_space.tech import TechNode, tech_node
 from phaze_common.errors import ConfigError
 
@@ -49,6 +52,8 @@ __all__ = [
     "made_die_area_mm2",
     "static_power_w",
     "mac_pj",
+    "format_mac_pj",
+    "counted_format_lanes",
     "mac_energy_pj",
     "unit_pj_per_op",
     "with_uncore",
@@ -97,15 +102,19 @@ def area_terms_mm2(
     glb_bytes: Any,
     stacks: Any,
     extra_mm2: float = 0.0,
+    format_lanes: Any = 0.0,
 ) -> dict[str, Any]:
     """Area of each component (mm2) for scalars or broadcastable numpy arrays;
-    ``extra_mm2`` is the area of any further units (:attr:`Accelerator.extra_units`).
+    ``extra_mm2`` is the area of any further units (:attr:`Accelerator.extra_units`),
+    ``format_lanes`` the tensor cores' lanes beyond bf16 (see the module docstring).
 
     The one kernel behind :func:`area_breakdown_mm2` and the vectorised space enumeration.
     """
     array_um2 = tc_rows * tc_cols * tech.mac_area_um2 + (tc_rows + tc_cols) * (
         tech.operand_port_area_um2
     )
+    if np.any(format_lanes):
+        array_um2 = array_um2 + tc_rows * tc_cols * tech.mac_area_um2 * format_lanes
     tensor = num_tc * (array_um2 / _UM2_PER_MM2 + tech.core_fixed_area_mm2)
     vector = num_vc * (
         vc_lanes * tech.vector_lane_area_um2 / _UM2_PER_MM2 + tech.core_fixed_area_mm2
@@ -145,6 +154,7 @@ def area_breakdown_mm2(acc: Accelerator, tech: TechNode | None = None) -> Mappin
         glb_bytes=acc.glb_bytes,
         stacks=hbm_stacks(acc, tech),
         extra_mm2=sum(u.count * u.area_mm2 for u in acc.extra_units),
+        format_lanes=counted_format_lanes(acc),
     )
     keys = COMPONENTS if not acc.extra_units else (*COMPONENTS[:-1], "extra_units", "uncore")
     return MappingProxyType({k: float(terms[k]) for k in keys})
@@ -211,6 +221,15 @@ def made_die_area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
     return area + with_uncore(tech, (cores - shipped) * core_area_mm2(acc, tech))
 
 
+def counted_format_lanes(acc: Accelerator) -> float:
+    """The format lanes the area model adds to ``acc``'s tensor cores: none for a preset
+    with published peaks (its measured die holds them), else
+    :func:`~arch_space.formats.format_lane_factor` of its formats."""
+    if acc.name and preset_format_rates(acc.name) is not None:
+        return 0.0
+    return format_lane_factor(acc.formats)
+
+
 def with_uncore(tech: TechNode, on_die: Any) -> Any:
     """``on_die`` (the area, energy or power of on-die units) with the node's uncore share
     on top: ``overhead_fraction`` more for clock tree, control and on-chip network, the same
@@ -242,6 +261,28 @@ def unit_pj_per_op(acc: Accelerator, unit: ComputeUnit, tech: TechNode) -> float
     return unit.pj_per_op
 
 
+def format_mac_pj(acc: Accelerator, tech: TechNode, fmt: str) -> float:
+    """Energy (pJ) of one MAC in ``fmt`` on ``acc``'s tensor cores: the arithmetic at the
+    format's relative energy (``data/formats.toml`` (d)), control and clocking, and operand
+    delivery at the format's bytes (one for an 8-bit format, half for fp4); bf16 is
+    :func:`mac_pj`."""
+    return _format_mac_pj(tech, acc.tc_rows, acc.tc_cols, acc.bytes_per_element, fmt)
+
+
+_FORMAT_BYTES = MappingProxyType({"fp8": 1.0, "int8": 1.0, "fp4": 0.5})
+
+
+def _format_mac_pj(tech: TechNode, rows: Any, cols: Any, bytes_per_element: int, fmt: str) -> Any:
+    if fmt == "bf16":
+        return _mac_pj(tech, rows, cols, bytes_per_element)
+    operand_bytes = _FORMAT_BYTES[fmt] * (1.0 / rows + 1.0 / cols)
+    return (
+        tech.mac_energy_pj * format_options()[fmt].relative_energy
+        + tech.control_pj_per_mac
+        + operand_bytes * tech.operand_pj_per_byte
+    )
+
+
 def _mac_pj(tech: TechNode, rows: Any, cols: Any, bytes_per_element: int) -> Any:
     operand_bytes = bytes_per_element * (1.0 / rows + 1.0 / cols)
     return tech.mac_energy_pj + tech.control_pj_per_mac + operand_bytes * tech.operand_pj_per_byte
@@ -256,12 +297,17 @@ def tensor_load_power_w(
     clock_hz: float,
     bytes_per_element: int,
     area_mm2: Any,
+    formats: tuple[tuple[str, float], ...] = (("bf16", 1.0),),
 ) -> Any:
     """Power (W) with every tensor core doing a MAC each cycle (with its control, operand
     delivery and uncore share) plus leakage: the closed form of a design's power under
-    tensor load, elementwise on numpy arrays, for filtering whole design spaces at once."""
+    tensor load, elementwise on numpy arrays, for filtering whole design spaces at once.
+    With several ``formats`` (format, relative rate) the load is the most power-hungry
+    one's (fp8 at twice the bf16 rate draws more than bf16)."""
     macs_per_s = num_tc * tc_rows * tc_cols * clock_hz
     mac = _mac_pj(tech, tc_rows, tc_cols, bytes_per_element)
+    for fmt, rate in formats[1:]:
+        mac = np.maximum(mac, rate * _format_mac_pj(tech, tc_rows, tc_cols, 2, fmt))
     return with_uncore(tech, macs_per_s * mac) * _PJ + area_mm2 * tech.leakage_w_per_mm2
 
 

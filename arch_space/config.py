@@ -17,6 +17,8 @@ File layout (sizes in MiB / GiB, rates in SI; ``accelerator_to_toml`` writes it)
     bytes_per_element = 2    # optional, default 2
     hbm_stacks = 5           # optional, default 0 = derived from bandwidth and capacity
     dies = 1                 # optional, default 1: logic dies in the package (B200: 2)
+    formats = { bf16 = 1.0, int8 = 2.0 }  # optional, default bf16 alone: tensor-core
+                             # formats and their MACs per cycle relative to bf16
 
 Clusters use the Cluster field names (SI units); only ``devices`` is required::
 
@@ -91,9 +93,11 @@ def accelerator_from_mapping(data: Mapping[str, Any], source: str = "accelerator
     if not isinstance(table, Mapping):
         raise ConfigError("; ".join([*problems, f"{source}: needs an [accelerator] table"]))
     where = f"{source} [accelerator]"
-    problems += unknown_keys(where, table, ACCELERATOR_TOML_KEYS)
+    problems += unknown_keys(where, table, (*ACCELERATOR_TOML_KEYS, "formats"))
     problems += [f"{where}: missing key {k!r}" for k in _REQUIRED if k not in table]
     values = {f.name: f.default for f in fields(Accelerator)}
+    if "formats" in table:
+        values["formats"] = _formats(table["formats"])
     for key, raw in table.items():
         if key not in ACCELERATOR_TOML_KEYS:
             continue
@@ -136,7 +140,27 @@ def accelerator_to_toml(acc: Accelerator) -> str:
         if unit is not None:
             v = v // unit if v % unit == 0 else v / unit
         lines.append(f"{key} = {toml_literal(v)}")
+    if acc.formats != Accelerator.__dataclass_fields__["formats"].default:
+        rates = ", ".join(f"{f} = {toml_literal(r)}" for f, r in acc.formats)
+        lines.append(f"formats = {{ {rates} }}")
     return "\n".join(lines) + "\n"
+
+
+def _formats(raw: Any) -> Any:
+    """``{ bf16 = 1.0, fp8 = 2.0 }`` as (format, rate) pairs, bf16 first (anything else is
+    passed on for :func:`accelerator_problems` to name)."""
+    if not isinstance(raw, Mapping):
+        return raw
+    order = sorted(raw, key=lambda f: f != "bf16")
+    return tuple(
+        (
+            f,
+            float(raw[f])
+            if isinstance(raw[f], int | float) and not isinstance(raw[f], bool)
+            else raw[f],
+        )
+        for f in order
+    )
 
 
 def load_accelerator(spec: str) -> Accelerator:

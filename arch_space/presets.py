@@ -7,9 +7,11 @@ tests/test_arch_presets.py, as is the modelled die area where one is published.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from arch_space.accelerator import Accelerator
+from arch_space.formats import preset_format_rates
 from phaze_common.errors import unknown_name
 
 __all__ = ["preset", "preset_names", "PUBLISHED"]
@@ -17,7 +19,7 @@ __all__ = ["preset", "preset_names", "PUBLISHED"]
 _MIB = 2**20
 _GIB = 2**30
 
-_PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
+_LISTED: dict[str, Accelerator] = dict(
     {
         # Google TPU v4 (Jouppi et al., "TPU v4", ISCA 2023; "Ten lessons...", ISCA 2021):
         # 2 TensorCores x 4 MXUs of 128x128 bf16 MACs at 1050 MHz = 275 TFLOP/s; a VPU of
@@ -133,6 +135,15 @@ _PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
         ),
     }
 )
+# Each preset's tensor-core formats at their published dense peaks over bf16's
+# (arch_space/data/formats.toml; the V100's fp16-only cores and ref-max stay bf16).
+_PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
+    {
+        name: replace(acc, formats=preset_format_rates(name) or acc.formats)
+        for name, acc in _LISTED.items()
+    }
+)
+del _LISTED
 
 #: Published figures the presets are checked against: (peak dense bf16 FLOP/s, area of one
 #: die mm2 or None, TDP W or None), from the sources cited above.

@@ -11,6 +11,10 @@ era (``data/system.toml``): a design whose power under tensor load at the space'
 board at its limit: it runs at the clock whose power fits, dynamic power scaling with the clock
 at a fixed voltage (leakage does not; a lower voltage would save more, so the clock is a lower
 bound), and its peak falls with it. A design whose leakage alone exceeds the budget is dropped.
+A space lists the number-format sets of its tensor cores (``formats``, bf16 alone by default):
+every grid point is a design per set, its lanes beyond bf16 adding area
+(:func:`arch_space.formats.format_lane_factor`) and its power under tensor load taken at
+its most power-hungry format.
 The capped clock plays, for a design, the part the fitted sustained-clock fraction plays for a
 measured chip; designs carry the modelled device profile (fraction 1), so the cap applies once. The area of the whole grid is computed in one vectorised call
 (:func:`arch_space.area.area_terms_mm2`); Accelerators are built only for the survivors.
@@ -42,16 +46,36 @@ from arch_space._data import (
 from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
 from arch_space.area import area_mm2, area_terms_mm2, hbm_stacks_for, tensor_load_power_w
 from arch_space.config import ACCELERATOR_TOML_KEYS
+from arch_space.formats import (
+    BASE_FORMAT,
+    FormatSetSummary,
+    format_lane_factor,
+    format_set_name,
+    format_set_problems,
+    format_set_rates,
+    format_set_summaries,
+)
 from arch_space.presets import preset
 from arch_space.system import power_budget_w
 from arch_space.tech import known_nodes, tech_node, unknown_node_problem
 from phaze_common.errors import ConfigError, unknown_name
+from workloads.ops import FORMATS
 
-__all__ = ["Space", "SpaceSummary", "space_names", "load_space", "design_id", "PARAMETERS"]
+__all__ = [
+    "Space",
+    "SpaceSummary",
+    "space_names",
+    "load_space",
+    "design_id",
+    "PARAMETERS",
+]
 
 _MIB = 2**20
 _GIB = 2**30
+# a space's kept designs: per-parameter values, areas, grid size, power, clock share, why none
+_Kept = tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray, np.ndarray, str]
 _REF_MAX = preset("ref-max")
+_BF16_ONLY = _REF_MAX.formats
 
 # Allowed powers of two per parameter, as (TOML key, scale to SI, low, high). The core and
 # array ranges and the buffer range are the reference's (max_acc_config_per_dim); the vector
@@ -73,6 +97,7 @@ _TOML_FIELD: Mapping[str, tuple[str, int | None]] = MappingProxyType(
 )
 _TOML_KEYS: tuple[str, ...] = (
     *_TOML_FIELD,
+    "formats",
     "budget_mm2",
     "power_budget_w",
     "area_fraction_min",
@@ -136,6 +161,7 @@ def _problems(s: Space, where: str) -> list[str]:
         out.append(
             f"{where}: bytes_per_element = {s.bytes_per_element!r} must be a positive integer"
         )
+    out += format_set_problems(s.format_sets, where)
     if not isinstance(s.name, str):
         out.append(f"{where}: name = {s.name!r} must be a string")
     if not isinstance(s.keep_single_core, bool):
@@ -172,6 +198,7 @@ class SpaceSummary:
     capped_designs: int = 0
     clock_hz_min: float = math.nan
     empty_reason: str = ""  # with no design: which rules removed the grid's points
+    format_sets: tuple[FormatSetSummary, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +207,8 @@ class Space:
 
     ``vc_lanes = ()`` ties the vector width to ``tc_cols`` (the reference's restriction);
     ``budget_mm2 = None`` means the area of the ``ref-max`` preset at ``node_nm``. HBM, clock,
-    node and element size default to the ``ref-max`` preset's (TPUv4's).
+    node and element size default to the ``ref-max`` preset's (TPUv4's). ``format_sets``
+    (TOML ``formats``) are the tensor cores' number-format sets, each holding bf16.
     """
 
     num_tc: tuple[int, ...]
@@ -199,6 +227,7 @@ class Space:
     area_fraction_min: float = 0.3
     area_fraction_max: float = 1.0
     keep_single_core: bool = True
+    format_sets: tuple[tuple[str, ...], ...] = ((BASE_FORMAT,),)
     name: str = ""
     source: str = field(default="", compare=False, repr=False)
 
@@ -208,6 +237,15 @@ class Space:
             if all(isinstance(v, numbers.Real) for v in values):
                 values = tuple(sorted(set(values)))
             object.__setattr__(self, f, values)
+        if isinstance(self.format_sets, list | tuple):
+            # each set in FORMATS order, bf16 first, so equal sets compare equal
+            sets = tuple(
+                tuple(f for f in FORMATS if f in fs) + tuple(f for f in fs if f not in FORMATS)
+                if isinstance(fs, list | tuple)
+                else fs
+                for fs in self.format_sets
+            )
+            object.__setattr__(self, "format_sets", sets)
         problems = _problems(self, self.source or f"space {self.name or '(unnamed)'}")
         if problems:
             raise ConfigError("; ".join(problems))
@@ -256,6 +294,13 @@ class Space:
             if key not in _TOML_KEYS:
                 continue
             field_name, scale = _TOML_FIELD.get(key, (key, None))
+            if key == "formats":
+                field_name = "format_sets"
+                value = (
+                    [tuple(v) if isinstance(v, list) else v for v in value]
+                    if isinstance(value, list)
+                    else value
+                )
             if field_name in PARAMETERS:
                 values, p = _choices(where, key, value)
                 problems += p
@@ -285,6 +330,10 @@ class Space:
             lines.append(f"name = {toml_literal(self.name)}")
         for key in _TOML_KEYS[1:]:
             field_name, scale = _TOML_FIELD.get(key, (key, None))
+            if key == "formats":
+                if self.format_sets != ((BASE_FORMAT,),):
+                    lines.append(f"formats = {toml_literal(self.format_sets)}")
+                continue
             value = getattr(self, field_name)
             if value is None or (field_name == "vc_lanes" and not value):
                 continue
@@ -324,6 +373,7 @@ class Space:
                 clock_hz=self.clock_hz * float(fraction),
                 node_nm=self.node_nm,
                 bytes_per_element=self.bytes_per_element,
+                formats=format_set_rates(row[8]),
             )
 
     def summary(self) -> SpaceSummary:
@@ -333,7 +383,7 @@ class Space:
             p: MappingProxyType(
                 {v.item(): int(n) for v, n in zip(*np.unique(col, return_counts=True), strict=True)}
             )
-            for p, col in zip(PARAMETERS, values, strict=True)
+            for p, col in zip(PARAMETERS, values[: len(PARAMETERS)], strict=True)
         }
         return SpaceSummary(
             designs=int(area.size),
@@ -348,6 +398,7 @@ class Space:
             capped_designs=int(np.count_nonzero(clock_fraction < 1.0)),
             clock_hz_min=self.clock_hz * float(clock_fraction.min()) if area.size else math.nan,
             empty_reason=why,
+            format_sets=format_set_summaries(self.format_sets, values[len(PARAMETERS)], area),
         )
 
     def check_not_empty(self) -> None:
@@ -356,9 +407,7 @@ class Space:
         if why:
             raise ConfigError(f"{self.source or 'space ' + repr(self.name)}: no design left: {why}")
 
-    def _survivors(
-        self,
-    ) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray, np.ndarray, str]:
+    def _survivors(self) -> _Kept:
         """(per-parameter value lists of the valid designs, their areas, grid size, their
         power under tensor load at their clock, their clock over the space's, and when no
         design is left, why)."""
@@ -374,11 +423,27 @@ PARAMETERS: tuple[str, ...] = tuple(
 )
 
 
-def _survivors_kernel(
-    s: Space,
-) -> tuple[list[tuple[Any, ...]], np.ndarray, int, np.ndarray, np.ndarray, str]:
-    """The vectorised filter: area, power under tensor load and power-capped clock of every
-    grid point at once, then the kept points' values."""
+def _survivors_kernel(s: Space) -> _Kept:
+    """The vectorised filter of every format set in turn (:func:`_format_set_kernel`), the
+    kept points' values with their format set last."""
+    parts = [_format_set_kernel(s, fs) for fs in s.format_sets]
+    if len(parts) == 1:
+        values, kept, grid_points, power, fraction, why = parts[0]
+        return [*values, (s.format_sets[0],) * len(kept)], kept, grid_points, power, fraction, why
+    values = [sum((p[0][c] for p in parts), ()) for c in range(len(parts[0][0]))]
+    values.append(sum(((fs,) * len(p[1]) for fs, p in zip(s.format_sets, parts, strict=True)), ()))
+    kept, power, fraction = (np.concatenate([p[i] for p in parts]) for i in (1, 3, 4))
+    for a in (kept, power, fraction):
+        a.setflags(write=False)
+    whys = [f"{format_set_name(fs)}: {p[5]}" for fs, p in zip(s.format_sets, parts, strict=True)]
+    why = "" if kept.size else "; ".join(whys)
+    return values, kept, sum(p[2] for p in parts), power, fraction, why
+
+
+def _format_set_kernel(s: Space, format_set: tuple[str, ...]) -> _Kept:
+    """The vectorised filter of one format set: area, power under tensor load and
+    power-capped clock of every grid point at once, then the kept points' values."""
+    rates = format_set_rates(format_set)
     tech = tech_node(s.node_nm)
     tied = not s.vc_lanes
     hbm_pairs = [(b, bw) for b in s.hbm_bytes for bw in s.hbm_bandwidth_bytes_per_s]
@@ -404,6 +469,7 @@ def _survivors_kernel(
         vc_lanes=lanes,
         glb_bytes=glb,
         stacks=stacks,
+        format_lanes=format_lane_factor(rates),
     )
     area = sum(terms.values())
     budget = s.budget()
@@ -418,6 +484,7 @@ def _survivors_kernel(
         clock_hz=s.clock_hz,
         bytes_per_element=s.bytes_per_element,
         area_mm2=area,
+        formats=rates,
     )
     leakage = area * tech.leakage_w_per_mm2
     fraction = np.clip((s.power_budget() - leakage) / (power - leakage), 0.0, 1.0)
@@ -521,6 +588,7 @@ def design_id(acc: Accelerator) -> str:
     # as they were
     skip = {"name"} | ({"dies"} if acc.dies == 1 else set())
     skip |= {"extra_units"} if not acc.extra_units else set()
+    skip |= {"formats"} if acc.formats == _BF16_ONLY else set()
     text = "|".join(f"{f.name}={getattr(acc, f.name)!r}" for f in fields(acc) if f.name not in skip)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

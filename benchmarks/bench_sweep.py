@@ -22,10 +22,13 @@ placement, scoring, records and store; cProfile inflates code of many small call
 the placement search, more than the rest).
 
 ``--space NAME`` runs the same sweep on another shipped space (``reticle``: the designs of the
-H100's size, whose target is about twice the default space's time).
+H100's size, whose target is about twice the default space's time). ``--precision``
+(repeatable, default bf16) lists the precision recipes: with ``--precision bf16 --precision
+fp8-te`` the default space's bf16+fp8 designs run fp8-te, its bf16 designs bf16
+(:func:`phaze.sweep.planning.design_knobs`), the sweep choosing formats.
 
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--designs 50] [--jobs 2] [--search-nodes N]
-[--profile-designs 4] [--no-prune] [--space default] [--out DIR]``.
+[--profile-designs 4] [--no-prune] [--space default] [--precision P ...] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -68,9 +71,16 @@ _PROFILED = (
 _OF_WHICH = ("op costs", "arch_space/perf/costs.py", "op_costs")
 
 
-def config(*, prune: bool = True, search_nodes: int = 0, space: str = "default") -> SweepConfig:
+def config(
+    *,
+    prune: bool = True,
+    search_nodes: int = 0,
+    space: str = "default",
+    precision: tuple[str, ...] = ("bf16",),
+) -> SweepConfig:
     """The benchmark's sweep (see the module docstring)."""
     return SweepConfig(
+        precision=precision,
         workloads=("gpt3-175b",),
         space=space,
         devices=1024,
@@ -90,6 +100,11 @@ class _Sample:
     """Stands in for the space in ``plan``: enumerates the sampled designs only."""
 
     designs: tuple[Accelerator, ...]
+
+    @property
+    def format_sets(self) -> tuple[tuple[str, ...], ...]:
+        """The format sets of the sampled designs, as the space lists them."""
+        return tuple(dict.fromkeys(a.format_names for a in self.designs))
 
     def enumerate(self) -> Iterator[Accelerator]:
         return iter(self.designs)
@@ -121,9 +136,10 @@ def sweep(
     serial: bool,
     search_nodes: int,
     space: str = "default",
+    precision: tuple[str, ...] = ("bf16",),
 ):
     """Run the sweep over ``designs`` into ``out``; returns (result, manifest)."""
-    cfg = config(prune=prune, search_nodes=search_nodes, space=space)
+    cfg = config(prune=prune, search_nodes=search_nodes, space=space, precision=precision)
     with mock.patch("phaze.sweep.planning.load_space", lambda spec: _Sample(designs)):
         result = run_sweep(
             cfg,
@@ -163,9 +179,18 @@ def main() -> None:
     )
     parser.add_argument("--space", default="default", help="shipped space (default: default)")
     parser.add_argument("--out", type=Path, default=None, help="store directory (default: temp)")
+    parser.add_argument(
+        "--precision", action="append", default=None, help="precision recipe (repeatable)"
+    )
     args = parser.parse_args()
+    precision = tuple(args.precision or ("bf16",))
 
-    cfg = config(prune=not args.no_prune, search_nodes=args.search_nodes, space=args.space)
+    cfg = config(
+        prune=not args.no_prune,
+        search_nodes=args.search_nodes,
+        space=args.space,
+        precision=precision,
+    )
     every = tuple(Space.named(cfg.space).enumerate())
     designs = sample(every, args.designs)
     hbm = len(cfg.hbm_gib)
@@ -178,7 +203,7 @@ def main() -> None:
         f"sample: {len(designs)} designs (every {max(1, len(every) // len(designs))}th), "
         f"{len(designs) * hbm} design x HBM tasks, {len(designs) * hbm * knobs} points; "
         f"jobs {args.jobs or 'all'}; prune {not args.no_prune}; "
-        f"search budget {args.search_nodes} nodes"
+        f"search budget {args.search_nodes} nodes; precision {list(precision)}"
     )
     print(f"before: {_load()}")
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
@@ -192,6 +217,7 @@ def main() -> None:
             serial=False,
             search_nodes=args.search_nodes,
             space=args.space,
+            precision=precision,
         )
         wall_s = time.perf_counter() - start
         print(f"after:  {_load()}")
@@ -243,6 +269,7 @@ def main() -> None:
                 serial=True,
                 search_nodes=args.search_nodes,
                 space=args.space,
+                precision=precision,
             )
             profiler.disable()
             total_s = time.perf_counter() - start

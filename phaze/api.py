@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from arch_space import Accelerator, Cluster
+from arch_space.formats import check_precision
 from arch_space.perf.device import DeviceProfile
 from phaze.config import SolverSettings, sweep_config_from_mapping
 from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
@@ -48,6 +49,7 @@ def search(
     micro_batches: Sequence[int] = (1, 4),
     hbm_sizes: Sequence[int] = (),
     recompute_modes: Sequence[str] = ("none", "full"),
+    precisions: Sequence[str] = ("bf16",),
     objectives: Sequence[str] = _TRAIN_OBJECTIVES,
     executor: str = "local",
     out_dir: str | Path = "phaze-out/search",
@@ -83,14 +85,15 @@ def search(
     None searches it (on or off at each tensor-parallel width), True or False fixes it;
     ``framework`` names the overlap profile (:func:`workloads.framework_names`); ``zero``,
     ``ep`` and ``cp`` list the ZeRO stages and expert- and context-parallel degrees the
-    placement search may choose from (empty: its own); ``presets`` are real chips evaluated
-    beside the space. ``mode="serve"`` sweeps inference serving instead (docs/serving.md):
-    requests of ``input_tokens`` in and ``output_tokens`` out at each of ``batches``, the
-    serving layout searched under the mean latency limits (seconds, None: none), separate
-    prefill and decode pools too unless ``disaggregate`` is false; ``objectives`` then
-    default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`). ``hbm_tbps``
-    replaces each space design's HBM bandwidth by each value (TB/s). Points already in
-    ``out_dir`` are reused.
+    placement search may choose from (empty: its own); ``precisions`` the precision recipes
+    (each design runs those its tensor cores have the format for); ``presets`` are real chips
+    evaluated beside the space. ``mode="serve"`` sweeps inference serving instead
+    (docs/serving.md): requests of ``input_tokens`` in and ``output_tokens`` out at each of
+    ``batches``, the serving layout searched under the mean latency limits (seconds, None:
+    none), separate prefill and decode pools too unless ``disaggregate`` is false;
+    ``objectives`` then default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`).
+    ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s). Points
+    already in ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
@@ -99,6 +102,7 @@ def search(
         raise ConfigError(f"hbm_sizes = {list(hbm_sizes)!r} must be whole MiB (bytes)")
     sweep = {
         "workloads": list(workloads),
+        "precision": list(precisions),
         "space": space,
         "devices": cluster.devices,
         "devices_per_node": cluster.devices_per_node,
@@ -162,6 +166,7 @@ def evaluate(
     framework: str = DEFAULT_FRAMEWORK,
     device: DeviceProfile | None = None,
     state_bytes_per_parameter: int | None = None,
+    precision: str | None = None,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
     (a :class:`placement.Layout` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
@@ -174,7 +179,9 @@ def evaluate(
     parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer).
     ``micro_batch``, ``recompute`` and ``sequence_parallel`` left None (and not set by
     ``strategy``) are searched (:mod:`phaze.knob_search`; sequence parallelism on or off at
-    each tensor-parallel width ``t > 1``).
+    each tensor-parallel width ``t > 1``). ``precision`` names the precision recipe
+    (:func:`workloads.precision.recipe_names`; bf16 unless it or ``strategy`` gives one); an
+    accelerator without the recipe's GEMM format is a ConfigError naming the formats it has.
     """
     _check_limits(
         cluster,
@@ -189,6 +196,7 @@ def evaluate(
                 "mbs": ("micro_batch", micro_batch),
                 "recompute": ("recompute", recompute),
                 "sp": ("sequence_parallel", sequence_parallel),
+                "precision": ("precision", precision),
             },
         )
         micro_batch = strategy.mbs if strategy.given("mbs") else None
@@ -207,6 +215,10 @@ def evaluate(
         state_bytes_per_parameter=state_bytes_per_parameter,
     )
     model = resolve_model(workload)
+    if strategy is None and precision is not None:
+        strategy = Layout.searching(precision=precision)
+    if strategy is not None:
+        check_precision(accelerator, strategy.precision)  # before any search
     if micro_batch is None or recompute is None:
         return evaluate_best_knobs(
             workload,

@@ -29,6 +29,7 @@ from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
+from workloads.precision import DEFAULT_PRECISION, recipe_names
 
 __all__ = [
     "MODES",
@@ -135,7 +136,9 @@ class SweepConfig:
     and context-parallel degrees the placement search may choose from (empty: the search's
     own, :func:`phaze.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
     then 2 and 3 when neither fits); ``sequence_parallel`` True or False fixes it (None:
-    searched, on or off at each tensor-parallel width).
+    searched, on or off at each tensor-parallel width). ``precision`` lists the precision
+    recipes (:mod:`workloads.precision`) each design runs, those whose GEMM format its tensor
+    cores have (:func:`phaze.sweep.planning.design_knobs`).
 
     ``mode = "serve"`` sweeps inference serving instead (docs/serving.md): every design serves
     each workload's requests of ``input_tokens`` in and ``output_tokens`` out at each of
@@ -159,6 +162,7 @@ class SweepConfig:
     micro_batches: tuple[int, ...] = (1, 2, 4)
     hbm_gib: tuple[float, ...] = ()
     recompute: tuple[str, ...] = ("none", "full")
+    precision: tuple[str, ...] = (DEFAULT_PRECISION,)
     ep: tuple[int, ...] = ()
     cp: tuple[int, ...] = ()
     zero: tuple[int, ...] = ()
@@ -273,6 +277,11 @@ _RULES: Final = MappingProxyType(
             True,
             lambda v: v in RECOMPUTE_MODES,
             f"a non-empty list of {', '.join(RECOMPUTE_MODES)}",
+        ),
+        "precision": (
+            True,
+            lambda v: v in recipe_names(),
+            f"a non-empty list of precision recipes: {', '.join(recipe_names())}",
         ),
         "ep": (True, _is_pos_int, "a list of expert-parallel degrees (positive integers)"),
         "cp": (True, _is_pos_int, "a list of context-parallel degrees (positive integers)"),

@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Final
 
 from arch_space import Accelerator, Cluster, embodied_kgco2e, static_power_w
+from arch_space.formats import check_precision
 from arch_space.perf import default_settings
 from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profile
 from ilp import PassTiming, layer_timing
@@ -143,6 +144,7 @@ def training_setup(
         tokens_to_train=ctx.tokens_to_train,
         framework=ctx.framework,
         state_bytes_per_parameter=ctx.state_bytes_per_parameter,
+        precision=knobs.precision,
     )
 
 
@@ -456,7 +458,7 @@ def _more_bytes(a: StageGraph, b: StageGraph) -> bool:
     )
 
 
-_KNOB_FIELDS: Final = frozenset({"mbs", "recompute", "sp", "split"})
+_KNOB_FIELDS: Final = frozenset({"mbs", "recompute", "sp", "split", "precision"})
 # the layout fields a framework's rules read, with values every profile runs when open
 _RULED: Final = {"p": 1, "v": 1, "zero": 0}
 
@@ -487,6 +489,7 @@ def evaluate(
     if knobs.given("sp"):
         ctx = dataclasses.replace(ctx, sequence_parallel=knobs.sp)
     setup = training_setup(model, ctx, knobs)
+    check_precision(acc, knobs.precision)
     if ctx.global_batch % knobs.mbs:
         raise ConfigError(
             f"micro_batch = {knobs.mbs} must divide global_batch = {ctx.global_batch}"
@@ -515,6 +518,10 @@ def evaluate(
     if isinstance(found, str):
         return Evaluation(workload, acc, knobs, None, None, found)
     variant, placement, defaults = found
+    if placement.layout.precision != knobs.precision:  # the search lays out, the knobs choose
+        placement = dataclasses.replace(
+            placement, layout=dataclasses.replace(placement.layout, precision=knobs.precision)
+        )
     energy = iteration_energy(
         placement,
         _energy_rates(variant, acc, model, ctx.scoring.host_w_per_node),
@@ -596,6 +603,7 @@ def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Layout, ctx: Conte
     lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
     stage ``ctx`` allows. Placement time never falls when layer times rise."""
     setup = training_setup(model, ctx, knobs)
+    check_precision(acc, knobs.precision)
     if ctx.global_batch % knobs.mbs:
         return float("inf")
     timing_acc = timing_design(acc)

@@ -3,8 +3,9 @@
 A :class:`Layout` holds every choice that makes an iteration's placement reproducible: the
 tensor-, pipeline- and data-parallel degrees ``t``, ``p``, ``d``, the interleaved chunks per
 pipeline rank ``v``, the micro-batch size ``mbs``, the recompute mode, sequence parallelism
-``sp``, the ZeRO stage, the expert- and context-parallel degrees ``ep`` and ``cp``, and the
-``split`` of the layers into the ``p * v`` pipeline chunks. Searched placements, fixed
+``sp``, the ZeRO stage, the expert- and context-parallel degrees ``ep`` and ``cp``, the
+``split`` of the layers into the ``p * v`` pipeline chunks, and the ``precision`` recipe
+(:mod:`workloads.precision`; bf16 unless given, never searched, printed when not bf16). Searched placements, fixed
 strategies, the sweep's records and the API all carry it; :func:`parse_strategy` reads it
 from the strategy language and ``str(layout)`` writes it back.
 
@@ -42,6 +43,7 @@ from typing import Final, Literal
 from arch_space.accelerator import Cluster
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH
+from workloads.precision import DEFAULT_PRECISION, recipe_names
 
 __all__ = [
     "RecomputeMode",
@@ -79,6 +81,7 @@ _KEYS: Final = {
     "ep": "ep",
     "cp": "cp",
     "split": "split",
+    "precision": "precision",
 }
 # integer fields and their ranges
 _COUNTS: Final = {
@@ -134,6 +137,7 @@ class Layout:
     ep: int = 1
     cp: int = 1
     split: tuple[str, ...] | None = None
+    precision: str = DEFAULT_PRECISION
     open: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -152,6 +156,11 @@ class Layout:
             problems.append(f"strategy: sp = {self.sp!r} must be on or off")
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
             problems.append(f"strategy: zero = {self.zero!r} must be 0, 1, 2 or 3")
+        if self.precision not in recipe_names():
+            problems.append(
+                f"strategy: precision = {self.precision!r} must be one of "
+                f"{', '.join(recipe_names())}"
+            )
         if not self.open <= FIELDS:
             problems.append(f"strategy: open = {sorted(self.open)} must name layout fields")
         if self.split is not None and not problems:
@@ -192,7 +201,7 @@ class Layout:
     def searching(cls, **fixed: object) -> Layout:
         """A layout fixing ``fixed`` (a sweep's micro-batch and recompute mode, say) and
         leaving every other field to the search."""
-        return cls(**fixed, open=FIELDS - set(fixed) - {"split"})
+        return cls(**fixed, open=FIELDS - set(fixed) - _NEVER_OPEN)
 
     def given(self, name: str) -> bool:
         """Is field ``name`` fixed (not left to the search)?"""
@@ -208,6 +217,8 @@ class Layout:
         for name in _PRINTED:
             if name in self.open or (name == "split" and self.split is None):
                 continue
+            if name == "precision" and self.precision == DEFAULT_PRECISION:
+                continue
             value = getattr(self, name)
             if name == "sp":
                 value = "on" if value else "off"
@@ -217,9 +228,12 @@ class Layout:
         return ",".join(parts)
 
 
-FIELDS: Final = frozenset(f.name for f in fields(Layout) if f.name != "open")
+# the fields a search may leave open (a precision is chosen, never searched)
+FIELDS: Final = frozenset(f.name for f in fields(Layout) if f.name not in ("open", "precision"))
 _DEFAULTS: Final = {f.name: f.default for f in fields(Layout)}
 _PRINTED: Final = tuple(dict.fromkeys(_KEYS.values()))
+# a split left out is Megatron-LM's default: no search chooses it
+_NEVER_OPEN: Final = frozenset({"split"})
 
 
 def _is_count(value: object) -> bool:
@@ -325,6 +339,10 @@ def _value(key: str, name: str, text: str) -> tuple[object | None, str | None]:
         if text in ("0", "1", "2", "3"):
             return int(text), None
         return None, f"strategy: zero = {text} must be 0, 1, 2 or 3"
+    if name == "precision":
+        if text in recipe_names():
+            return text, None
+        return None, f"strategy: precision = {text!r} must be one of {', '.join(recipe_names())}"
     if name == "recompute":
         if text in RECOMPUTE_MODES:
             return text, None
@@ -387,8 +405,8 @@ def parse_strategy(text: str, options: Mapping[str, tuple[str, object]] | None =
         values.setdefault(name, value)
     if problems:
         raise ConfigError("; ".join(problems))
-    # a split left out is Megatron-LM's default (no search chooses it for a strategy)
-    return Layout(**values, open=FIELDS - set(values) - {"split"})
+    # a split left out is Megatron-LM's default, a precision bf16 (no search chooses them)
+    return Layout(**values, open=FIELDS - set(values) - _NEVER_OPEN)
 
 
 def _spelled(source: str, value: object) -> str:

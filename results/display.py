@@ -155,6 +155,8 @@ def knob_label(p: Mapping[str, Any], *, placement: bool = True) -> str:
         parts.append(f"mb {p['micro_batch']}")
     if p.get("recompute") is not None:
         parts.append(f"recompute {p['recompute']}")
+    if p.get("precision") not in (None, "bf16"):
+        parts.append(str(p["precision"]))  # the point's precision recipe, where not bf16
     if placement and p.get("tp") is not None:
         parts.append(f"TP{p['tp']} PP{p.get('pp')} DP{p.get('dp')}")
     return ", ".join(parts)

@@ -419,7 +419,9 @@ def _metric_columns(workload: str, objectives: Sequence[str]) -> list[tuple[str,
 
 
 def _knobs(p: Mapping[str, Any]) -> str:
-    return f"{p.get('micro_batch', '-')}, {p.get('recompute', '-')}"
+    precision = p.get("precision")
+    extra = f", {precision}" if precision not in (None, "bf16") else ""
+    return f"{p.get('micro_batch', '-')}, {p.get('recompute', '-')}{extra}"
 
 
 def _design_cell(p: Mapping[str, Any]) -> str:

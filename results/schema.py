@@ -38,8 +38,9 @@ __all__ = [
 # Version of the store layout and of the exported documents; bump on any incompatible change.
 # 4: usd_per_device_hour; system cost, cost to train and embodied carbon count the whole
 # system (hosts, network, data centre). 5: serving points (mode, batch, lengths, TTFT, TPOT,
-# rates, energy, cost and carbon per token).
-SCHEMA_VERSION: Final = 5
+# rates, energy, cost and carbon per token). 6: the design's tensor-core formats and each
+# point's precision recipe.
+SCHEMA_VERSION: Final = 6
 
 # The workload name of the per-design aggregate rows.
 AGGREGATE_WORKLOAD: Final = "*all*"
@@ -94,10 +95,12 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
     _c("hbm_bandwidth_bytes_per_s", "REAL", "B/s", None, "HBM bandwidth", "HBM bandwidth per device"),
     _c("clock_hz", "REAL", "Hz", None, "clock", "core clock frequency"),
     _c("node_nm", "INTEGER", "nm", None, "node", "process technology node"),
+    _c("formats", "TEXT", "", None, "formats", "number formats of the tensor cores (bf16+fp8)"),
     # training knobs and placement
     _c("devices", "INTEGER", "", None, "devices", "accelerators in the cluster"),
     _c("micro_batch", "INTEGER", "", None, "micro-batch", "micro-batch size (sequences)"),
     _c("recompute", "TEXT", "", None, "recompute", "activation recomputation mode"),
+    _c("precision", "TEXT", "", None, "precision", "precision recipe (the blocks' GEMM format)"),
     _c("feasible", "INTEGER", "", None, "feasible", "1 if a placement fits, else 0"),
     _c("reason", "TEXT", "", None, "reason", "why the point is infeasible"),
     _c("tp", "INTEGER", "", None, "TP", "tensor-parallel width"),

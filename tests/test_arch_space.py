@@ -113,17 +113,23 @@ def test_shipped_spaces():
     default = Space.named("default")
     assert default.budget() == pytest.approx(area_mm2(preset("ref-max")))
     summ = default.summary()
-    assert summ.grid_points == 13 * 8 * 8 * 13 * 7
+    # every grid point once per format set: bf16 alone, and bf16 with fp8 lanes
+    assert default.format_sets == (("bf16",), ("bf16", "fp8"))
+    assert summ.grid_points == 2 * 13 * 8 * 8 * 13 * 7
     assert 1000 < summ.designs < 50000
+    assert [f.formats for f in summ.format_sets] == ["bf16", "bf16+fp8"]
+    assert sum(f.designs for f in summ.format_sets) == summ.designs
     assert summ.area_mm2_max <= summ.budget_mm2
     assert preset("ref-max").num_tc in summ.counts["num_tc"]
 
 
 def test_default_and_tiny_spaces_keep_their_designs():
-    # the design and grid counts the sweeps and their published timings were made with
-    for name, designs, grid_points in (("default", 23474, 75712), ("tiny", 30, 32)):
+    # the bf16 designs and grid the sweeps and their published timings were made with; the
+    # default space adds each again with fp8 lanes where they still fit
+    for name, bf16, grid_points in (("default", 23474, 75712), ("tiny", 30, 32)):
         summ = Space.named(name).summary()
-        assert (summ.designs, summ.grid_points) == (designs, grid_points), name
+        sets = {f.formats: f.designs for f in summ.format_sets}
+        assert sets["bf16"] == bf16 and summ.grid_points == grid_points * len(sets), name
 
 
 def test_reticle_space_reaches_the_h100_at_its_area_and_power():

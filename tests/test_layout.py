@@ -34,6 +34,7 @@ _LAYOUTS = st.builds(
     zero=st.sampled_from([0, 1, 2, 3]),
     ep=_COUNT,
     cp=_COUNT,
+    precision=st.sampled_from(["bf16", "fp8-te", "fp8-blockwise"]),
 )
 _CHUNKS = st.lists(st.text("EtL", min_size=1, max_size=5), min_size=1, max_size=12)
 

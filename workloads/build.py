@@ -19,6 +19,7 @@ from workloads.memory import (
 )
 from workloads.model import Model, PositionKind
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
+from workloads.precision import apply_precision
 from workloads.setup import TrainingSetup
 
 __all__ = ["DENSE_BLOCK_CLASS", "valid_tp_widths", "build_layer_graph", "check_setup"]
@@ -156,16 +157,18 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
     edges = tuple(LayerEdge(i, i + 1, edge_bytes) for i in range(model.layers + 1))
     framework = setup.profile
 
-    def framed(pg: PassGraphs) -> PassGraphs:
-        return PassGraphs(
-            *(apply_framework(g, framework) for g in (pg.forward, pg.backward, pg.recompute))
-        )
+    def framed(pg: PassGraphs, r=None) -> PassGraphs:
+        passes = (pg.forward, pg.backward, pg.recompute)
+        if r is not None:  # a block's GEMMs in the recipe's format (workloads.precision)
+            passes = tuple(apply_precision(g, r) for g in passes)
+        return PassGraphs(*(apply_framework(g, framework) for g in passes))
 
+    r = setup.recipe
     graphs = {
         EMBEDDING_CLASS: framed(embedding_pass_graphs(model, setup, tp)),
-        BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp)),
+        BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp), r),
         **(
-            {DENSE_BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp, dense=True))}
+            {DENSE_BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp, dense=True), r)}
             if dense
             else {}
         ),

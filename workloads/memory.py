@@ -40,7 +40,11 @@ The terms, generalised here term by term:
   every tensor-parallel rank (Megatron-LM's ``MLASelfAttention``): Q's latent norm input and
   up-projection input (``2 q_r``), K/V's (``2 kv_r``) and the rotary key part (``d_rope``).
 
-``p`` is the setup's precision in bytes, so ``p = 2`` gives the paper's formulas exactly.
+``p`` is the setup's precision in bytes, so ``p = 2`` gives the paper's formulas exactly. A
+precision recipe that runs the Linear GEMMs in fp8 stashes their inputs (the Q/K/V, FFN,
+output-projection and FC2 inputs, an MoE expert's dispatched input) at its
+``saved_linear_input_bytes`` (one byte: Transformer Engine keeps the fp8 column copy the
+weight gradient reads; DeepSeek-V3 caches fp8 activations), the rest at ``p``.
 """
 
 from __future__ import annotations
@@ -96,18 +100,23 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int, dense: b
     mask = MASK_BYTES if model.dropout else 0
     shared = model.block_norms == 1  # one norm output feeds attention and FFN (Falcon-7B)
     post_norms = 2 if model.block_norms == 4 else 0  # Gemma 2: sub-layer outputs normalised
-    stashed = (1 if shared else 4) + post_norms  # norm inputs and Q/K/V and FFN inputs
-    replicated = (stashed * p + 2 * mask) * tokens * h
+    # norm inputs at p bytes, the Q/K/V and FFN inputs (Linear inputs) at q
+    q = setup.saved_linear_input_bytes
+    # (a parallel block with one norm stashes one tensor there, its GEMMs' shared input)
+    linear_inputs = 1 if shared else 2
+    norms = (0 if shared else 2) + post_norms
+    replicated = (norms * p + linear_inputs * q + 2 * mask) * tokens * h
     a, d, latent = model.heads, model.head_dim, 0
     if model.mla:
         qkv = p * tokens * a * (2 * d + model.value_head_dim)
-        out_in = p * tokens * a * model.value_head_dim
+        out_in = q * tokens * a * model.value_head_dim
         latents = 2 * (model.q_lora_rank or 0) + 2 * model.kv_lora_rank + model.qk_rope_head_dim
         latent = p * tokens * latents  # on every rank: not split by t or by sequence
     else:
         qkv = p * tokens * (a + 2 * model.kv_heads) * d
-        out_in = p * tokens * h
-    per_width = (3 if model.ffn_kind.gated else 2) * p * tokens
+        out_in = q * tokens * h
+    # the activation's inputs at p (gate and up for a gated FFN), FC2's input at q
+    per_width = ((2 if model.ffn_kind.gated else 1) * p + q) * tokens
     moe = model.is_moe and not dense
     if moe:
         inner = per_width * (model.top_k + model.shared_experts) * model.expert_width
@@ -121,7 +130,7 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int, dense: b
             per_score = p + (mask + p if model.dropout else 0)
             total += _ceil_div(per_score * model.heads * s * s * b, t)
     if moe:
-        total += p * tokens * (model.experts + model.top_k * h)
+        total += tokens * (p * model.experts + q * model.top_k * h)
     return total
 
 

@@ -13,7 +13,11 @@ from enum import StrEnum
 
 import networkx as nx
 
-__all__ = ["OpKind", "CoreType", "CollectiveKind", "CommRole", "Op", "OpGraph"]
+__all__ = ["FORMATS", "OpKind", "CoreType", "CollectiveKind", "CommRole", "Op", "OpGraph"]
+
+#: The number formats a GEMM's operands may take (tensor-core input formats; the closed set of
+#: ``arch_space/data/formats.toml`` that Phaze models). bf16 is every op's format by default.
+FORMATS: tuple[str, ...] = ("bf16", "fp8", "fp4", "int8")
 
 
 class OpKind(StrEnum):
@@ -72,7 +76,8 @@ class Op:
 
     ``flops`` counts a multiply-accumulate as 2 FLOPs. ``bytes_read``/``bytes_written`` are
     the op's operands and results in device memory (the cost model decides how much of it
-    really crosses the HBM interface).
+    really crosses the HBM interface). ``fmt`` is the format of a GEMM's operands on the
+    tensor cores (one of :data:`FORMATS`; its rate and energy are the accelerator's for it).
     """
 
     name: str
@@ -92,6 +97,7 @@ class Op:
     group: int = 1
     role: CommRole | None = None
     comm_group: str = "tp"
+    fmt: str = "bf16"
 
     @property
     def is_gemm(self) -> bool:

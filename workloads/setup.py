@@ -8,6 +8,7 @@ from typing import Literal
 
 from phaze_common.errors import ConfigError
 from workloads.framework import DEFAULT_FRAMEWORK, FrameworkProfile, framework_profile
+from workloads.precision import DEFAULT_PRECISION, Recipe, recipe
 
 __all__ = ["Recompute", "Optimizer", "TrainingSetup", "optimizer_state_bytes"]
 
@@ -59,6 +60,9 @@ class TrainingSetup:
         derives it with :func:`optimizer_state_bytes` (18 for Adam in mixed precision); at
         least :attr:`least_state_bytes_per_parameter` (16).
     framework : the framework overlap profile (:mod:`workloads.framework`).
+    precision : the precision recipe (:mod:`workloads.precision`): the format of the blocks'
+        GEMMs, the stashed Linear inputs' bytes and, for a recipe other than bf16, the
+        training state per parameter.
     """
 
     seq_len: int
@@ -71,9 +75,20 @@ class TrainingSetup:
     tokens_to_train: int | None = None
     state_bytes_per_parameter: int | None = None
     framework: str = DEFAULT_FRAMEWORK
+    precision: str = DEFAULT_PRECISION
 
     def __post_init__(self) -> None:
         problems: list[str] = []
+        try:
+            r = self.recipe
+        except ConfigError as e:
+            problems.append(f"precision: {e}")
+        else:
+            if r.lowers_gemms and self.optimizer != "adam":
+                problems.append(
+                    f"precision = {self.precision!r} is an Adam recipe; optimizer = "
+                    f"{self.optimizer!r} needs precision = {DEFAULT_PRECISION!r}"
+                )
         try:
             self.profile  # noqa: B018 - the name must resolve
         except ConfigError as e:
@@ -115,11 +130,26 @@ class TrainingSetup:
             raise ConfigError("training setup: " + "; ".join(problems))
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
         if self.state_bytes_per_parameter is None:
+            lowered = self.recipe.lowers_gemms
             object.__setattr__(
                 self,
                 "state_bytes_per_parameter",
-                optimizer_state_bytes(self.optimizer, self.precision_bytes),
+                self.recipe.state_bytes_per_parameter
+                if lowered
+                else optimizer_state_bytes(self.optimizer, self.precision_bytes),
             )
+
+    @property
+    def recipe(self) -> Recipe:
+        """The precision recipe: the one place its name is looked up."""
+        return recipe(self.precision)
+
+    @property
+    def saved_linear_input_bytes(self) -> int:
+        """Bytes per element of a Linear input stashed for the backward pass: the
+        recipe's for a recipe that lowers the GEMMs, else the activations' own."""
+        r = self.recipe
+        return r.saved_linear_input_bytes if r.lowers_gemms else self.precision_bytes
 
     @property
     def profile(self) -> FrameworkProfile:
@@ -129,7 +159,10 @@ class TrainingSetup:
     @property
     def optimizer_bytes_per_parameter(self) -> int:
         """The optimizer's own state per parameter: an fp32 master copy when the weights are
-        narrower, and Adam's two fp32 moments (SGD's one), the part ZeRO stage 1 shards."""
+        narrower, and Adam's two fp32 moments (SGD's one), the part ZeRO stage 1 shards; a
+        recipe that lowers the GEMMs gives its own (DeepSeek-V3: bf16 moments)."""
+        if self.recipe.lowers_gemms:
+            return self.recipe.optimizer_bytes_per_parameter
         master = 4 if self.precision_bytes < 4 else 0
         return master + (8 if self.optimizer == "adam" else 4)
 

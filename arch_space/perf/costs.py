@@ -68,14 +68,14 @@ from typing import Final
 import numpy as np
 
 from arch_space.accelerator import TENSOR, VECTOR, Accelerator, Cluster
-from arch_space.area import static_power_w, unit_pj_per_op, with_uncore
+from arch_space.area import format_mac_pj, static_power_w, unit_pj_per_op, with_uncore
 from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from arch_space.perf.settings import PerfSettings, default_settings
 from arch_space.power_limit import capped_dynamic_scale
 from arch_space.tech import TechNode, tech_node
 from phaze_common.errors import unknown_name
-from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
+from workloads.ops import FORMATS, CollectiveKind, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
     "BOUNDS",
@@ -185,7 +185,7 @@ _CORE_UNITS: Final = {
 }
 
 
-_KEY_WIDTH: Final = 14  # entries of an op_key
+_KEY_WIDTH: Final = 15  # entries of an op_key
 
 
 def op_key(op: Op) -> tuple[int, ...]:
@@ -209,6 +209,7 @@ def op_key(op: Op) -> tuple[int, ...]:
         op.epilogue_flops,
         op.collective_bytes,
         op.group,
+        FORMATS.index(op.fmt),
     )
 
 
@@ -238,6 +239,7 @@ class _Work:
     gemm_hbm: tuple[np.ndarray, np.ndarray]
     work: dict[str, np.ndarray]
     taken: np.ndarray | None
+    fmt: np.ndarray
     vector_buffer_read: np.ndarray
     vector_buffer_write: np.ndarray
     hbm_bytes: np.ndarray
@@ -255,7 +257,7 @@ def _work(
     """Tiling, traffic and network terms of every op (one row per :func:`op_key`)."""
     a = np.array(keys, dtype=np.float64).reshape(len(keys), _KEY_WIDTH)
     kind, core, coll = a[:, 0], a[:, 1], a[:, 2]
-    flops, reads, writes, batch, m, k, n, _, epilogue, coll_bytes, group = a[:, 3:].T
+    flops, reads, writes, batch, m, k, n, _, epilogue, coll_bytes, group, fmt = a[:, 3:].T
     is_gemm = np.isin(kind, _GEMM_CODES)
     is_vector = np.isin(kind, _VECTOR_CODES)
     # the compute an asynchronous collective holds while it runs (workloads.framework)
@@ -333,6 +335,7 @@ def _work(
         gemm_hbm=(hbm_read, hbm_write),
         work=work,
         taken=taken,
+        fmt=fmt.astype(np.intp),
         vector_buffer_read=passes * vector_reads + vector_writes,
         vector_buffer_write=vector_reads + vector_writes,
         hbm_bytes=hbm,
@@ -380,20 +383,38 @@ def _estimate(
         [device.attention_forward_fraction, device.attention_backward_fraction],
         1.0,
     )
-    share = {TENSOR: np.minimum(fraction, device.sustained_tensor_fraction)}
-    tiled_s = _scatter(size, gi, g.compute_s)
+    # An op's format sets its tensor rate (the accelerator's for it), its measured sustained
+    # share and its energy per MAC; the tiling's traffic stays at the accelerator's bf16 bytes.
+    used = np.unique(w.fmt)
+    rate_of, share_of, pj_of = (np.ones(len(FORMATS)) for _ in range(3))
+    share_of *= device.sustained_tensor_fraction
+    pj_of *= unit_pj_per_op(acc, acc.units[0], tech)
+    for code in used.tolist():
+        if code:
+            name = FORMATS[code]
+            rate_of[code] = acc.format_rate(name)
+            share_of[code] = device.format_fraction(name)
+            pj_of[code] = format_mac_pj(acc, tech, name)
+    rate, tensor_pj = rate_of[w.fmt], pj_of[w.fmt]
+    share = {TENSOR: np.minimum(fraction, share_of[w.fmt])}
+    tiled_s = _scatter(size, gi, g.compute_s) / rate
     floor = {TENSOR: tiled_s if w.taken is None else np.where(w.taken, 0.0, tiled_s)}
     # Every kind the same way: its operations at its units' rate; the slowest kind counts.
     compute_s = np.zeros(size)
     on_die_pj = np.zeros(size)
     for unit in acc.units:
         ops = w.work[unit.kind]
-        rate = counts[unit.kind] * unit.rows * unit.cols * clock
-        busy_s = ops / (rate * share.get(unit.kind, 1.0))
+        unit_rate = counts[unit.kind] * unit.rows * unit.cols * clock
+        if unit.kind == TENSOR:
+            busy_s = ops / (unit_rate * rate * share[TENSOR])
+            pj = tensor_pj
+        else:
+            busy_s = ops / (unit_rate * share.get(unit.kind, 1.0))
+            pj = unit_pj_per_op(acc, unit, tech)
         if unit.kind in floor:
             busy_s = np.maximum(floor[unit.kind], busy_s)
         compute_s = np.maximum(compute_s, busy_s)
-        on_die_pj = on_die_pj + ops * unit_pj_per_op(acc, unit, tech)
+        on_die_pj = on_die_pj + ops * pj
     buffer_s = (buf_read + buf_write) / glb_bytes_per_s
     hbm_bytes_per_s = acc.hbm_bandwidth_bytes_per_s * settings.hbm_efficiency
     hbm_s = np.where(w.is_core_op, w.hbm_bytes / hbm_bytes_per_s, 0.0)

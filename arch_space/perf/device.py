@@ -29,6 +29,7 @@ from arch_space.accelerator import Accelerator
 from arch_space.power_limit import preset_board_limit_w
 from arch_space.presets import preset, preset_names
 from phaze_common.errors import ConfigError, unknown_name
+from workloads.ops import FORMATS
 
 __all__ = [
     "CollectiveCurve",
@@ -126,6 +127,12 @@ class DeviceProfile:
     fitted: tuple[str, ...] = ()
     provenance: str = ""
     board_limit_w: float = math.inf
+    format_fractions: tuple[tuple[str, float], ...] = ()
+
+    def format_fraction(self, fmt: str) -> float:
+        """The sustained share of the tensor peak in ``fmt`` (``format_fractions``, measured
+        per format like ``sustained_tensor_fraction``; that one for a format without)."""
+        return dict(self.format_fractions).get(fmt, self.sustained_tensor_fraction)
 
     def alone(self) -> DeviceProfile:
         """The device running one benchmark kernel alone, at its benchmark clock."""
@@ -245,7 +252,14 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
     """The profile of preset ``name`` from one table of ``devices.toml`` (or a calibration
     file's), every problem named in one ConfigError."""
     problems: list[str] = []
-    known = {*_FRACTIONS, "collective_compute_share", "intra_node", "custom_all_reduce", "fitted"}
+    known = {
+        *_FRACTIONS,
+        "collective_compute_share",
+        "intra_node",
+        "custom_all_reduce",
+        "fitted",
+        "format_tensor_fraction",
+    }
     for key in data:
         if key not in known:
             problems.append(f"{owner}: {unknown_name('key', key, known)}")
@@ -265,6 +279,13 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
             where = f"{owner}.fitted" if key in fitted else owner
             problems.append(f"{where}: {key} = {v!r} must be in (0, 1]")
         values[key] = v
+    per_format = dict(data.get("format_tensor_fraction", {}))
+    for fmt, v in per_format.items():
+        if fmt not in FORMATS or not _number(v) or not 0 < v <= 1:
+            problems.append(
+                f"{owner}: format_tensor_fraction {fmt} = {v!r} must be a format of "
+                f"{', '.join(FORMATS)} with a share in (0, 1]"
+            )
     curve = _curve(data["intra_node"], owner, problems) if "intra_node" in data else None
     custom = data.get("custom_all_reduce")
     custom = _latency_curve(custom, owner, problems) if custom is not None else None
@@ -277,6 +298,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         fitted=tuple(k for k in FITTED_NAMES if k in fitted),
         provenance=provenance,
         board_limit_w=preset_board_limit_w(name),
+        format_fractions=tuple(sorted((f, float(v)) for f, v in per_format.items())),
         **{k: float(v) for k, v in values.items()},
     )
 

@@ -222,6 +222,13 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
                 ["process node", f"{d['node_nm']} nm"],
                 ["bytes per element", d["bytes_per_element"]],
                 ["peak dense bf16", fmt_quantity(d["peak_flops"], "FLOP/s")],
+                [
+                    "tensor formats",
+                    ", ".join(
+                        f"{f} {fmt_quantity(d['peak_flops'] * rate, 'FLOP/s')}"
+                        for f, rate in d["formats"]
+                    ),
+                ],
             ],
             ["parameter", "value"],
         ),

@@ -36,6 +36,7 @@ from workloads.framework import (
     framework_profile,
     search_exclusions,
 )
+from workloads.precision import recipe, recipe_names
 
 __all__ = ["evaluate"]
 
@@ -64,6 +65,12 @@ _J_PER_KWH = 3.6e6
     "--recompute",
     type=click.Choice(RECOMPUTE_MODES),
     help="With --strategy search [default: searched, none, selective or full].",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(recipe_names()),
+    help="Precision recipe: the blocks' GEMM format and the training state "
+    "[default: bf16, or the strategy's precision=].",
 )
 @click.option(
     "--sp/--no-sp",
@@ -106,6 +113,7 @@ def evaluate(
     seq_len,
     micro_batch,
     recompute,
+    precision,
     sequence_parallel,
     tokens_to_train,
     strategy,
@@ -141,6 +149,7 @@ def evaluate(
                 "mbs": ("--micro-batch", micro_batch),
                 "recompute": ("--recompute", recompute),
                 "sp": (sp_flag, sequence_parallel),
+                "precision": ("--precision", precision),
             },
         )
     ev = api_evaluate(
@@ -157,6 +166,7 @@ def evaluate(
         scoring=scoring,
         framework=framework,
         state_bytes_per_parameter=state_bytes,
+        precision=precision if layout is None else None,
     )
     if not ev.feasible:
         raise NoFeasiblePoint(f"infeasible: {ev.reason}")
@@ -182,6 +192,7 @@ def evaluate(
         "devices": devices,
         "framework": framework,
         "seq_len": seq_len,
+        "precision": _precision_doc(ev),
         "iteration_s": pl.breakdown.iteration_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,
@@ -243,6 +254,7 @@ def evaluate(
         ["layer schedules", f"worst gap {fmt_percent(gap)} ({methods})"],
         ["area headroom", area_headroom_text(doc["headroom"])],
         ["power headroom", power_headroom_text(doc["headroom"])],
+        ["precision", _precision_text(doc["precision"])],
         ["placement", str(pl.layout)],
     ]
     click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
@@ -275,6 +287,28 @@ def _exclusions(framework: str) -> list[dict[str, str]]:
         rule, _, reason = text.partition(": ")
         out.append({"rule": rule, "reason": reason})
     return out
+
+
+def _precision_doc(ev) -> dict[str, object]:
+    """The point's precision recipe: its GEMM format and rate on the accelerator, its
+    training state per parameter and its stashed Linear inputs' bytes."""
+    r = recipe(ev.knobs.precision)
+    return {
+        "recipe": r.name,
+        "gemm_format": r.gemm_format,
+        "gemm_rate_vs_bf16": ev.design.format_rate(r.gemm_format),
+        "tensor_core_formats": list(ev.design.format_names),
+        "state_bytes_per_parameter": r.state_bytes_per_parameter,
+        "saved_linear_input_bytes": r.saved_linear_input_bytes,
+    }
+
+
+def _precision_text(p: dict[str, object]) -> str:
+    return (
+        f"{p['recipe']}: block GEMMs in {p['gemm_format']} ({p['gemm_rate_vs_bf16']:.3g}x the "
+        f"bf16 rate), {p['state_bytes_per_parameter']} B/parameter of state, Linear inputs "
+        f"stashed at {p['saved_linear_input_bytes']} B"
+    )
 
 
 def _breakdown_table(pl: Placement) -> str:

@@ -51,6 +51,16 @@ def _space_doc(s: Space) -> dict[str, Any]:
         "node_nm": s.node_nm,
         "bytes_per_element": s.bytes_per_element,
         "counts": {p: dict(summ.counts[p]) for p in PARAMETERS},
+        "format_sets": [
+            {
+                "formats": f.formats,
+                "designs": f.designs,
+                "lane_area_fraction": f.lane_area_fraction,
+                "area_mm2_min": f.area_mm2_min,
+                "area_mm2_max": f.area_mm2_max,
+            }
+            for f in summ.format_sets
+        ],
     }
 
 
@@ -85,6 +95,17 @@ def show(spec: str, as_json: bool) -> None:
         counts = doc["counts"][p]
         rows.append([label, "  ".join(f"{v / scale:g}:{n}" for v, n in counts.items())])
     lines.append(table(rows, ["parameter", "value:designs"]))
+    # the tensor cores' format sets: lanes beyond bf16 add area per bf16 MAC of the arrays
+    formats = [
+        [
+            f["formats"],
+            f["designs"],
+            f"+{f['lane_area_fraction']:.1%}",
+            f"{f['area_mm2_min']:.1f}..{f['area_mm2_max']:.1f}" if f["designs"] else "-",
+        ]
+        for f in doc["format_sets"]
+    ]
+    lines += ["", table(formats, ["formats", "designs", "MAC area", "areas mm2"])]
     click.echo("\n".join(lines))
 
 

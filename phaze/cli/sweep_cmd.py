@@ -35,6 +35,7 @@ from results.schema import AGGREGATE_WORKLOAD, SERVE_COLUMNS
 from results.store import load
 from results.summary import top_designs
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
+from workloads.precision import DEFAULT_PRECISION, recipe_names
 
 __all__ = ["sweep"]
 
@@ -50,6 +51,12 @@ def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
         if key in given:
             given[key] = tuple(float(x) for x in given[key])
     return dataclasses.replace(cfg, **given)
+
+
+def _precision_text(p) -> str:
+    """A point's precision recipe, where it is not bf16."""
+    precision = p.get("precision") or DEFAULT_PRECISION
+    return "" if precision == DEFAULT_PRECISION else f" {precision}"
 
 
 def _hbm_text(cfg: SweepConfig) -> str:
@@ -104,6 +111,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
                 else:
                     knobs = (
                         f"t{p['tp']} p{p['pp']} d{p['dp']} mbs{p['micro_batch']} {p['recompute']}"
+                        + _precision_text(p)
                     )
                 rows.append(
                     [
@@ -156,6 +164,13 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     type=click.Choice(RECOMPUTE_MODES),
     multiple=True,
     help="Recompute mode (repeatable).",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(recipe_names()),
+    multiple=True,
+    help="Precision recipe (repeatable): each design runs those its tensor cores have the "
+    "format for.",
 )
 @click.option(
     "--zero",
@@ -227,6 +242,7 @@ def sweep(
     micro_batches,
     hbm_gib,
     recompute,
+    precision,
     zero,
     objectives,
     no_prune,
@@ -263,6 +279,7 @@ def sweep(
         micro_batches=micro_batches,
         hbm_gib=hbm_gib,
         recompute=recompute,
+        precision=precision,
         zero=zero,
         objectives=objectives,
         prune=False if no_prune else None,
@@ -294,6 +311,8 @@ def sweep(
         )
     else:
         knobs = f"micro-batches {list(cfg.micro_batches)}, recompute {list(cfg.recompute)}"
+        if cfg.precision != (DEFAULT_PRECISION,):
+            knobs += f", precision {list(cfg.precision)}"
     click.echo(
         f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, {cfg.devices} devices "
         f"({cfg.devices_per_node}/node); {knobs}, {_hbm_text(cfg)} -> {out}",

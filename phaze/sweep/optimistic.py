@@ -1,6 +1,7 @@
 """Optimistic bounds of a design's metrics: never worse than any point it can reach.
 
-The cheap bound (:func:`bounds`) puts every device at peak FLOP/s; the tight one
+The cheap bound (:func:`bounds`) puts every device at peak FLOP/s (in the tensor cores'
+fastest format, at the least energy per MAC of any of them); the tight one
 (:func:`tight_bound`) at the throughput of :func:`iteration_lower_bound_s`, from lower
 bounds of layer passes (:mod:`phaze.lower_bounds`). Both charge the least energy any
 placement could use; the sweep's rounds prune a design whose bound an evaluated point
@@ -24,7 +25,7 @@ from arch_space import (
     static_power_w,
     tech_node,
 )
-from arch_space.area import mac_energy_pj
+from arch_space.area import format_mac_pj, with_uncore
 from arch_space.tco import DeviceCapex, stack_capex
 from phaze.lower_bounds import pass_bound_s
 from phaze.pipeline import (
@@ -81,7 +82,18 @@ def bounds(acc: Accelerator, model: Model, ctx: Context) -> Bound:
     the static power of every device and the hosts of every node over the shortest possible
     time; no memory, network, vector or recompute energy.
     """
-    return _bound_at(acc, acc.peak_flops, model, ctx)
+    return _bound_at(acc, fastest_flops(acc), model, ctx)
+
+
+def fastest_flops(acc: Accelerator) -> float:
+    """The tensor cores' peak FLOP/s in their fastest format (bf16's for bf16 alone)."""
+    return acc.peak_flops * max(rate for _, rate in acc.formats)
+
+
+def least_mac_energy_pj(acc: Accelerator) -> float:
+    """The least energy (pJ, with its uncore share) a MAC costs in any of ``acc``'s formats."""
+    tech = tech_node(acc.node_nm)
+    return with_uncore(tech, min(format_mac_pj(acc, tech, f) for f in acc.format_names))
 
 
 def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Layout], ctx: Context) -> Bound:
@@ -92,7 +104,7 @@ def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Layout], ctx: Co
     workers compute it, and only for designs :func:`bounds` does not prune."""
     flops_per_batch = ctx.global_batch * model_flops_per_sequence(model, ctx.seq_len)
     floor_s = iteration_lower_bound_s(model, acc, knobs, ctx)
-    rate = acc.peak_flops
+    rate = fastest_flops(acc)
     if floor_s > 0:
         rate = min(rate, flops_per_batch / (ctx.cluster.devices * floor_s))
     return _bound_at(acc, rate, model, ctx)
@@ -102,7 +114,7 @@ def _bound_at(acc: Accelerator, flops_per_s: float, model: Model, ctx: Context) 
     """The bound of ``acc`` when every device does model FLOPs at ``flops_per_s``."""
     fields = _bound_fields(
         flops_per_s,
-        mac_energy_pj(acc, tech_node(acc.node_nm)),
+        least_mac_energy_pj(acc),
         static_power_w(acc),
         embodied_kgco2e(acc),
         system_capex(acc, ctx.cluster.devices, ctx.scoring),
@@ -173,8 +185,8 @@ def bound_columns(
     """(values over ``designs``, sign) of each bounded objective, vectorised over designs;
     ``capex`` are the designs' capital costs per device (already known to the caller)."""
     fields = _bound_fields(
-        np.array([a.peak_flops for a in designs], dtype=float),
-        np.array([mac_energy_pj(a, tech_node(a.node_nm)) for a in designs], dtype=float),
+        np.array([fastest_flops(a) for a in designs], dtype=float),
+        np.array([least_mac_energy_pj(a) for a in designs], dtype=float),
         np.array([static_power_w(a) for a in designs], dtype=float),
         np.array([embodied_kgco2e(a) for a in designs], dtype=float),
         stack_capex(capex),

@@ -19,10 +19,11 @@ from phaze_common.errors import ConfigError
 from placement import Layout
 from results.pareto import parse_objectives
 from workloads import Model, check_setup, resolve_model
+from workloads.precision import recipe
 from workloads.serving import RequestBatch, ServingPass
 from workloads.serving_ops import check_serving
 
-__all__ = ["Shared", "plan", "objective_signs", "duplicate_problems"]
+__all__ = ["Shared", "plan", "design_knobs", "objective_signs", "duplicate_problems"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,17 +32,37 @@ class Shared:
     every serving evaluation shares) and its ``batches``, and no training knobs."""
 
     workloads: tuple[tuple[str, Model], ...]
-    knobs: tuple[Layout, ...]  # each fixes a micro-batch and a recompute mode
+    knobs: tuple[Layout, ...]  # each fixes a micro-batch, a recompute mode and a precision
     ctx: Context
     signs: tuple[tuple[str, float], ...] = ()  # (objective, sign): sign * value is minimised
     serve: ServeContext | None = None
     batches: tuple[int, ...] = ()
+    format_sets: tuple[tuple[str, ...], ...] = (("bf16",),)  # the space's
 
-    def point_keys(self, workload: str, design_id: str) -> tuple[str, ...]:
-        """The keys of every point of one design on one workload."""
+    def point_keys(self, workload: str, design_id: str, knobs: Sequence[Layout]) -> tuple[str, ...]:
+        """The keys of every point of one design on one workload (``knobs``: the design's,
+        :func:`design_knobs`)."""
         if self.serve is not None:
             return tuple(serve_point_key(workload, design_id, b, self.serve) for b in self.batches)
-        return tuple(point_key(workload, design_id, k) for k in self.knobs)
+        return tuple(point_key(workload, design_id, k) for k in knobs)
+
+
+def design_knobs(shared: Shared, acc: Accelerator) -> tuple[Layout, ...]:
+    """The knob settings ``acc`` is evaluated at: those whose precision's GEMM format its
+    tensor cores run. A searched design whose formats the precision leaves partly unused is
+    left out where the space has the same design without those lanes: that twin runs as
+    fast on less area, so it dominates on every objective (exact pruning)."""
+    names = acc.format_names
+    out = []
+    for k in shared.knobs:
+        fmt = recipe(k.precision).gemm_format
+        if fmt not in names:
+            continue
+        used = tuple(f for f in names if f in ("bf16", fmt))
+        if not acc.name and used != names and used in shared.format_sets:
+            continue
+        out.append(k)
+    return tuple(out)
 
 
 def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
@@ -86,9 +107,10 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     else:
         problems += _train_problems(cfg)
         knobs = tuple(
-            Layout.searching(mbs=mb, recompute=rc)
+            Layout.searching(mbs=mb, recompute=rc, precision=pr)
             for mb in cfg.micro_batches
             for rc in cfg.recompute
+            for pr in cfg.precision
         )
         for name, model in workloads:
             if model.tokens_to_train is None and cfg.tokens_to_train is None:
@@ -122,8 +144,24 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
             for tb in cfg.hbm_tbps
         )
     designs = tuple(preset(name) for name in cfg.presets) + designs
-    signs = tuple(objective_signs(cfg.objectives))
-    shared = Shared(tuple(workloads), knobs, ctx, signs, serve, cfg.batches if serve else ())
+    shared = Shared(
+        tuple(workloads),
+        knobs,
+        ctx,
+        tuple(objective_signs(cfg.objectives)),
+        serve=serve,
+        batches=cfg.batches if serve else (),
+        format_sets=space.format_sets,
+    )
+    if serve is None:
+        # a design runs the precisions its formats serve (a preset without any is left out)
+        designs = tuple(a for a in designs if design_knobs(shared, a))
+        if not designs:
+            raise ConfigError(
+                f"sweep: no design of space {cfg.space!r} or preset runs precision "
+                f"{', '.join(cfg.precision)} (the space's formats: "
+                f"{'; '.join('+'.join(fs) for fs in space.format_sets)})"
+            )
     return shared, designs
 
 
@@ -204,6 +242,7 @@ _LISTS: Final = (
     "hbm_tbps",
     "batches",
     "recompute",
+    "precision",
     "ep",
     "cp",
     "zero",

@@ -16,6 +16,7 @@ from arch_space.power import headroom
 from ilp import Method, PassTiming
 from phaze.pipeline import Evaluation
 from placement import Layout, Placement
+from workloads.precision import DEFAULT_PRECISION
 
 __all__ = [
     "point_key",
@@ -30,8 +31,9 @@ __all__ = [
 
 def point_key(workload: str, design: str, knobs: Layout) -> str:
     """The content key of one point (the store's primary key): its workload, design,
-    micro-batch and recompute mode."""
-    return f"{workload}|{design}|mbs={knobs.mbs}|recompute={knobs.recompute}"
+    micro-batch, recompute mode and, other than bf16, precision recipe."""
+    key = f"{workload}|{design}|mbs={knobs.mbs}|recompute={knobs.recompute}"
+    return key if knobs.precision == DEFAULT_PRECISION else f"{key}|precision={knobs.precision}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -51,6 +53,7 @@ def design_columns(acc: Accelerator) -> Mapping[str, Any]:
             "hbm_bandwidth_bytes_per_s": acc.hbm_bandwidth_bytes_per_s,
             "clock_hz": acc.clock_hz,
             "node_nm": acc.node_nm,
+            "formats": "+".join(acc.format_names),
             "area_mm2": made_die_area_mm2(acc) * acc.dies,  # the silicon made, spare cores too
             "peak_flops": acc.peak_flops,
             "device_cost_usd": device_cost_usd(acc),
@@ -112,6 +115,7 @@ def record_of(ev: Evaluation, devices: int) -> dict[str, Any]:
         "mode": "train",
         "micro_batch": ev.knobs.mbs,
         "recompute": ev.knobs.recompute,
+        "precision": ev.knobs.precision,
         "feasible": ev.feasible,
         "reason": ev.reason or None,
         "embodied_kgco2e": None,
@@ -143,6 +147,7 @@ def pruned_record(acc: Accelerator, workload: str, knobs: Layout, devices: int) 
         "mode": "train",
         "micro_batch": knobs.mbs,
         "recompute": knobs.recompute,
+        "precision": knobs.precision,
         "feasible": False,
         "reason": "pruned: its optimistic bound is dominated by an evaluated design",
     }

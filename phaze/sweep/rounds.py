@@ -16,7 +16,7 @@ from phaze.executors import Progress
 from phaze.pipeline import timing_design
 from phaze.sweep.fronts import dominated, front_add
 from phaze.sweep.optimistic import bound_columns
-from phaze.sweep.planning import Shared
+from phaze.sweep.planning import Shared, design_knobs
 from phaze.sweep.records import pruned_record
 from phaze.sweep.tasks import Task, TaskResult
 from results.store import Store
@@ -107,11 +107,11 @@ class Rounds:
         round, then decide round 0."""
         position = {did: i for i, did in enumerate(ids)}
         names = {n: w for w, (n, _) in enumerate(self._shared.workloads)}
-        knobs = {(k.mbs, k.recompute) for k in self._shared.knobs}
+        knobs = {(k.mbs, k.recompute, k.precision) for k in self._shared.knobs}
         for p in stored:
             i = position.get(p["design_id"])
             if i is not None and p["workload"] in names:
-                if (p["micro_batch"], p["recompute"]) in knobs:
+                if (p["micro_batch"], p["recompute"], p["precision"]) in knobs:
                     row = [s * p[n] for n, s in self._signs]
                     self._stored[self._round_of[i]].append((names[p["workload"]], row))
         self._advance()
@@ -263,7 +263,7 @@ class Rounds:
         self._state[i] = _PRUNED
         devices = self._shared.ctx.cluster.devices
         for name, _ in self._shared.workloads:
-            for k in self._shared.knobs:
+            for k in design_knobs(self._shared, self._order[i]):
                 self._store.put_point(pruned_record(self._order[i], name, k, devices))
         self.pruned += 1
         self._bar.skip(1)

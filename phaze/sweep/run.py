@@ -15,8 +15,8 @@ from phaze.config import SweepConfig, model_digest
 from phaze.executors import Progress, Runner
 from phaze.scoring import FORMULAS, system_capex
 from phaze.sweep.aggregate import aggregate_records
-from phaze.sweep.optimistic import BOUNDED
-from phaze.sweep.planning import Shared, objective_signs, plan
+from phaze.sweep.optimistic import BOUNDED, fastest_flops
+from phaze.sweep.planning import Shared, design_knobs, objective_signs, plan
 from phaze.sweep.rounds import Rounds
 from phaze.sweep.tasks import run_task
 from results.schema import AGGREGATE_WORKLOAD
@@ -75,25 +75,26 @@ def run_sweep(
         ids = [design_id(a) for a in designs]
         capex = [system_capex(a, cfg.devices, cfg.scoring) for a in designs]
         # Presets first (reference points, never pruned), then the strongest: optimistic
-        # throughput per dollar of accelerator, then the design id. The rounds are cut from this total order
+        # throughput (in the fastest format) per dollar of accelerator, then the design id. The rounds are cut from this total order
         # of *all* designs, not of those left to do, so a resumed sweep prunes each design
         # against the same earlier rounds as an uninterrupted one.
         rank = sorted(
             range(len(designs)),
             key=lambda i: (
                 not designs[i].name,
-                -designs[i].peak_flops / capex[i].accelerator_usd,
+                -fastest_flops(designs[i]) / capex[i].accelerator_usd,
                 ids[i],
             ),
         )
         order = tuple(designs[i] for i in rank)
         order_ids = tuple(ids[i] for i in rank)
         done = store.done_keys()
+        knobs = {did: design_knobs(shared, a) for did, a in zip(order_ids, order, strict=True)}
         need = tuple(
             tuple(
                 w
                 for w, name in enumerate(names)
-                if not all(k in done for k in shared.point_keys(name, did))
+                if not all(k in done for k in shared.point_keys(name, did, knobs[did]))
             )
             if done
             else tuple(range(len(names)))

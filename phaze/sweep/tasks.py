@@ -13,7 +13,7 @@ from arch_space import Accelerator
 from phaze.pipeline import evaluate
 from phaze.sweep.fronts import dominated
 from phaze.sweep.optimistic import tight_bound
-from phaze.sweep.planning import Shared
+from phaze.sweep.planning import Shared, design_knobs
 from phaze.sweep.records import record_of
 from phaze.sweep.serve_tasks import serve_design_records
 
@@ -67,7 +67,7 @@ def run_task(shared: Shared, task: Task) -> TaskResult:
     for a in task.designs:
         row: tuple[float, ...] = ()
         if task.front is not None and not a.name:  # presets are never pruned
-            b = tight_bound(a, model, shared.knobs, shared.ctx)
+            b = tight_bound(a, model, design_knobs(shared, a), shared.ctx)
             row = tuple(sign * getattr(b, n) for n, sign in shared.signs)
             if dominated(task.front, np.array([row]))[0]:
                 rows.append(row)
@@ -75,7 +75,10 @@ def run_task(shared: Shared, task: Task) -> TaskResult:
                 continue
         rows.append(row)
         records.append(
-            tuple(record_of(evaluate(name, model, a, k, shared.ctx), devices) for k in shared.knobs)
+            tuple(
+                record_of(evaluate(name, model, a, k, shared.ctx), devices)
+                for k in design_knobs(shared, a)
+            )
         )
     return TaskResult(
         tuple(records), tuple(rows), time.perf_counter() - start, time.process_time() - cpu

@@ -1,0 +1,193 @@
+"""Number formats of the tensor cores: their rates, MAC area and energy (docs/models.md).
+
+An accelerator's :attr:`~arch_space.accelerator.Accelerator.formats` lists the formats its
+tensor cores run, each with its MACs per cycle relative to bf16. A preset takes them from its
+published dense peaks (``data/formats.toml`` (a): H100 fp8 1,979 of bf16 989 TFLOP/s is 2x);
+a searched design from its space's format set and the format options (``data/formats.toml``
+(d)), which also give each format's MAC area and energy relative to a bf16 MAC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from types import MappingProxyType
+from typing import Any, Final
+
+import numpy as np
+
+from arch_space._data import shipped_toml
+from phaze_common.errors import ConfigError
+from workloads.ops import FORMATS
+from workloads.precision import recipe
+
+__all__ = [
+    "BASE_FORMAT",
+    "FormatOption",
+    "format_options",
+    "format_set_rates",
+    "preset_format_rates",
+    "format_lane_factor",
+    "format_problem",
+    "format_set_problems",
+    "format_set_name",
+    "FormatSetSummary",
+    "format_set_summaries",
+    "check_precision",
+]
+
+BASE_FORMAT: Final = "bf16"
+_DATA_FILE: Final = "formats.toml"
+
+
+@dataclass(frozen=True, slots=True)
+class FormatOption:
+    """One format a tensor core may add: its rate, MAC area and MAC energy relative to bf16."""
+
+    format: str
+    relative_rate: float
+    relative_area: float
+    relative_energy: float
+
+
+@cache
+def format_options() -> Mapping[str, FormatOption]:
+    """The format options of ``data/formats.toml`` (d), by format."""
+    rows = shipped_toml(_DATA_FILE)["format_option"]
+    out = {
+        r["format"]: FormatOption(
+            r["format"],
+            float(r["relative_rate"]),
+            float(r["relative_area"]),
+            float(r["relative_energy"]),
+        )
+        for r in rows
+    }
+    missing = set(FORMATS) - set(out)
+    if missing:
+        raise ConfigError(f"arch_space/data/{_DATA_FILE}: no [[format_option]] for {missing}")
+    return MappingProxyType(out)
+
+
+def format_set_rates(formats: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    """(format, relative rate) pairs of a searched design running ``formats`` (bf16 first)."""
+    options = format_options()
+    names = (BASE_FORMAT, *(f for f in FORMATS if f in formats and f != BASE_FORMAT))
+    return tuple((f, options[f].relative_rate) for f in names)
+
+
+@cache
+def preset_format_rates(name: str) -> tuple[tuple[str, float], ...] | None:
+    """(format, dense peak over the bf16 peak) of preset ``name`` for the formats Phaze
+    models that its data sheet lists as supported; None for a preset without peaks (where
+    two sources disagree the first row counts)."""
+    peaks: dict[str, float] = {}
+    for row in shipped_toml(_DATA_FILE)["peak"]:
+        if row["preset"] == name and row["supported"] and row["format"] in FORMATS:
+            peaks.setdefault(row["format"], float(row["dense_ops_per_s"]))
+    if BASE_FORMAT not in peaks:
+        return None
+    base = peaks[BASE_FORMAT]
+    return tuple((f, peaks[f] / base) for f in FORMATS if f in peaks)
+
+
+def format_lane_factor(formats: tuple[tuple[str, float], ...]) -> float:
+    """Area of the lanes beyond bf16, in bf16 MACs per bf16 MAC: the sum over the further
+    formats of rate x relative MAC area (dedicated lanes)."""
+    options = format_options()
+    return float(sum(rate * options[f].relative_area for f, rate in formats if f != BASE_FORMAT))
+
+
+def format_problem(owner: str, formats: object) -> str | None:
+    """Why ``formats`` is not a valid (format, rate) tuple with bf16 first at rate 1, or None."""
+    ok = (
+        isinstance(formats, tuple)
+        and formats
+        and all(
+            isinstance(p, tuple)
+            and len(p) == 2
+            and p[0] in FORMATS
+            and isinstance(p[1], float)
+            and p[1] > 0
+            for p in formats
+        )
+        and formats[0] == (BASE_FORMAT, 1.0)
+        and len({p[0] for p in formats}) == len(formats)
+    )
+    if ok:
+        return None
+    return (
+        f"{owner}: formats = {formats!r} must be distinct (format, rate) pairs of "
+        f"{', '.join(FORMATS)}, bf16 first at rate 1.0"
+    )
+
+
+def format_set_problems(sets: Any, where: str) -> list[str]:
+    """Why ``sets`` is not a valid tuple of format sets of a space (``where`` names it)."""
+    rule = (
+        f"{where}: formats = {sets!r} must be a non-empty list of format sets, each a list "
+        f"of distinct formats of {', '.join(FORMATS)} holding {BASE_FORMAT}"
+    )
+    if not isinstance(sets, tuple) or not sets:
+        return [rule]
+    for fs in sets:
+        if not (
+            isinstance(fs, tuple)
+            and BASE_FORMAT in fs
+            and all(f in FORMATS for f in fs)
+            and len(set(fs)) == len(fs)
+        ):
+            return [rule]
+    if len(set(sets)) != len(sets):
+        return [f"{where}: formats = {sets!r} lists a format set twice"]
+    return []
+
+
+def format_set_name(fs: tuple[str, ...]) -> str:
+    """A format set as ``bf16+fp8``."""
+    return "+".join(fs)
+
+
+@dataclass(frozen=True, slots=True)
+class FormatSetSummary:
+    """One format set of a space: its designs, its lanes' area beyond bf16 per bf16 MAC, and
+    the area range of its designs (mm2)."""
+
+    formats: str
+    designs: int
+    lane_area_fraction: float
+    area_mm2_min: float
+    area_mm2_max: float
+
+
+def format_set_summaries(
+    sets: tuple[tuple[str, ...], ...], design_sets: tuple[tuple[str, ...], ...], area: Any
+) -> tuple[FormatSetSummary, ...]:
+    """Per format set of a space, its designs (``design_sets[i]`` is design i's set, whose
+    area is ``area[i]``), lane area and area range."""
+    out = []
+    for fs in sets:
+        which = np.fromiter((x == fs for x in design_sets), dtype=bool, count=len(design_sets))
+        mine = np.asarray(area)[which]
+        out.append(
+            FormatSetSummary(
+                format_set_name(fs),
+                int(mine.size),
+                format_lane_factor(format_set_rates(fs)),
+                float(mine.min()) if mine.size else float("nan"),
+                float(mine.max()) if mine.size else float("nan"),
+            )
+        )
+    return tuple(out)
+
+
+def check_precision(acc: Any, precision: str) -> None:
+    """Raise a ConfigError naming the formats ``acc`` runs when its tensor cores have none
+    for the GEMM format of recipe ``precision``."""
+    fmt = recipe(precision).gemm_format
+    if fmt not in acc.format_names:
+        raise ConfigError(
+            f"precision {precision} needs {fmt} tensor cores; {acc.name or 'the design'} "
+            f"runs {', '.join(acc.format_names)}"
+        )

@@ -1,0 +1,195 @@
+"""Precision recipes: which GEMMs run in which number format, the quantize ops a recipe adds,
+and the bytes of every persistent tensor (docs/models.md).
+
+A recipe (``workloads/data/precision_recipes.toml``, ``[model.*]``) names the format of a
+transformer block's Linear GEMMs (forward, input gradient and weight gradient), the bytes per
+parameter of the weights, main gradients, fp32 master copy and optimizer moments, and the
+bytes of each Linear input stashed for the backward pass. :func:`apply_precision` rewrites a
+block's op graphs for it: each low-precision GEMM reads its operands at one byte per element
+and takes the recipe's format on the tensor cores, and a quantize op on the vector cores
+(amax, scale and cast of the high-precision operand, writing the fp8 copies) runs before the
+forward GEMM (input and weight) and before the input-gradient GEMM (output gradient); the
+weight gradient reads copies those two made. DeepSeek-V3's blockwise recipe also promotes the
+partial sums to fp32 on the vector cores every 128 elements of K, as a fused epilogue of the
+GEMM. The embedding, the output head, attention, norms and MoE gating keep bf16, as both
+recipes' sources state.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from typing import Final
+
+from phaze_common.errors import ConfigError, unknown_name
+from workloads.ops import FORMATS, CoreType, Op, OpGraph, OpKind
+
+__all__ = [
+    "DEFAULT_PRECISION",
+    "Recipe",
+    "recipe",
+    "recipe_names",
+    "apply_precision",
+]
+
+DEFAULT_PRECISION: Final = "bf16"
+_DATA_FILE: Final = "precision_recipes.toml"
+_HIGH_BYTES: Final = 2  # bf16 operands of the GEMMs a recipe lowers
+_LOW_BYTES: Final = 1  # an fp8 element
+_KEPT: Final = ("router",)  # MoE gating stays in high precision (dsv3-report Sec. 3.3.1)
+_INT_KEYS: Final = (
+    "weight_bytes",
+    "grad_bytes",
+    "master_bytes",
+    "moment_bytes",
+    "saved_linear_input_bytes",
+    "cast_copies",
+    "cast_flops_per_element",
+    "promotion_interval_elements",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """One precision recipe (see the module docstring); bytes are per parameter or element."""
+
+    name: str
+    based_on: str
+    gemm_format: str
+    weight_bytes: int
+    grad_bytes: int
+    master_bytes: int
+    moment_bytes: int
+    saved_linear_input_bytes: int
+    cast_copies: int
+    cast_flops_per_element: int
+    promotion_interval_elements: int
+
+    @property
+    def state_bytes_per_parameter(self) -> int:
+        """Weights, main gradients, master copy and moments per parameter (bf16: 18)."""
+        return self.weight_bytes + self.grad_bytes + self.optimizer_bytes_per_parameter
+
+    @property
+    def optimizer_bytes_per_parameter(self) -> int:
+        """The optimizer's own state (master copy and moments): what ZeRO stage 1 shards."""
+        return self.master_bytes + self.moment_bytes
+
+    @property
+    def lowers_gemms(self) -> bool:
+        """Does the recipe run the block's GEMMs in a format other than bf16?"""
+        return self.gemm_format != DEFAULT_PRECISION
+
+
+@cache
+def _recipes() -> dict[str, Recipe]:
+    text = resources.files("workloads").joinpath("data", _DATA_FILE).read_text("utf-8")
+    doc = tomllib.loads(text)
+    out, problems = {}, []
+    for name, row in doc["model"].items():
+        where = f"workloads/data/{_DATA_FILE} [model.{name}]"
+        if row.get("based_on") not in doc["recipe"]:
+            problems.append(f"{where}: based_on = {row.get('based_on')!r} names no [recipe.*]")
+        if row.get("gemm_format") not in FORMATS:
+            problems.append(f"{where}: gemm_format must be one of {', '.join(FORMATS)}")
+        bad = [k for k in _INT_KEYS if not isinstance(row.get(k), int) or row[k] < 0]
+        problems += [f"{where}: {k} = {row.get(k)!r} must be an integer >= 0" for k in bad]
+        if not problems:
+            out[name] = Recipe(
+                name=name,
+                based_on=row["based_on"],
+                gemm_format=row["gemm_format"],
+                **{k: row[k] for k in _INT_KEYS},
+            )
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return out
+
+
+def recipe_names() -> tuple[str, ...]:
+    """The recipes ``precision=`` may name."""
+    return tuple(_recipes())
+
+
+def recipe(name: str) -> Recipe:
+    """The recipe called ``name`` (a ConfigError naming the known ones otherwise)."""
+    recipes = _recipes()
+    if name not in recipes:
+        raise unknown_name("precision recipe", name, tuple(recipes))
+    return recipes[name]
+
+
+def _lowered(op: Op) -> bool:
+    return op.kind is OpKind.MATMUL and not any(op.name.startswith(k) for k in _KEPT)
+
+
+def _cast(name: str, elements: int, r: Recipe) -> Op:
+    """Quantize ``elements`` bf16 values: one read, ``cast_copies`` fp8 copies written."""
+    return Op(
+        name=f"{name}.cast",
+        kind=OpKind.ELEMENTWISE,
+        core=CoreType.VC,
+        flops=r.cast_flops_per_element * elements,
+        bytes_read=_HIGH_BYTES * elements,
+        bytes_written=r.cast_copies * _LOW_BYTES * elements,
+        elements=elements,
+    )
+
+
+def _low(op: Op, r: Recipe) -> Op:
+    """``op`` with fp8 operands (one byte each) and, for blockwise scaling, the fp32
+    promotion of its partial sums every ``promotion_interval_elements`` of K on the vector
+    cores (one multiply-add per output element per interval)."""
+    operands = op.batch * (op.m * op.k + op.k * op.n)
+    low = replace(
+        op,
+        fmt=r.gemm_format,
+        bytes_read=op.bytes_read - (_HIGH_BYTES - _LOW_BYTES) * operands,
+    )
+    if r.promotion_interval_elements:
+        intervals = -(-op.k // r.promotion_interval_elements)
+        low = replace(
+            low,
+            core=CoreType.TC_AND_VC,
+            epilogue_flops=op.epilogue_flops + 2 * op.batch * op.m * op.n * intervals,
+            elements=op.batch * op.m * op.n,
+        )
+    return low
+
+
+def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
+    """``graph`` (a block's forward, backward or recompute graph) under recipe ``r``.
+
+    A forward GEMM gets a cast of both operands before it, an input-gradient GEMM
+    (``.dgrad``) a cast of the output gradient; a weight-gradient GEMM (``.wgrad``) waits for
+    its input-gradient GEMM's cast. bf16 returns ``graph`` itself.
+    """
+    if not r.lowers_gemms:
+        return graph
+    lowered = [_lowered(op) for op in graph.ops]
+    if not any(lowered):
+        return graph
+    # each cast goes just before its GEMM, so the op order stays topological
+    ops: list[Op] = []
+    at: list[int] = []  # old index -> new index
+    casts: dict[int, int] = {}  # old GEMM index -> its cast's new index
+    for i, op in enumerate(graph.ops):
+        if lowered[i] and not op.name.endswith(".wgrad"):
+            fprop = not op.name.endswith(".dgrad")
+            # forward: the input and the weight; dgrad: the output gradient (its left operand)
+            elements = op.batch * (op.m * op.k + (op.k * op.n if fprop else 0))
+            casts[i] = len(ops)
+            ops.append(_cast(op.name, elements, r))
+        at.append(len(ops))
+        ops.append(_low(op, r) if lowered[i] else op)
+    edges = {(at[a], casts.get(b, at[b])) for a, b in graph.edges}
+    edges |= {(c, at[i]) for i, c in casts.items()}
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    for i, op in enumerate(graph.ops):
+        if lowered[i] and op.name.endswith(".wgrad"):
+            d = index.get(op.name[: -len(".wgrad")] + ".dgrad")
+            if d in casts:
+                edges.add((casts[d], at[i]))
+    return OpGraph(ops=tuple(ops), edges=tuple(sorted(edges)))
