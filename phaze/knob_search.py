@@ -4,7 +4,7 @@
 sequence parallelism when the context leaves it open) at one micro-batch size and recompute
 mode, scheduling layers for it (the costly step). Here each
 open (micro-batch, recompute) pair first gets a lower bound on its time with no schedule
-(:func:`phaze.pipeline.time_lower_bound_s`); pairs are evaluated in the order of their
+(:func:`time_lower_bound_s`); pairs are evaluated in the order of their
 bounds, and those whose bound cannot beat the best so far are skipped, which changes no
 result. Micro-batch sizes divide the global batch, so ``d * mbs`` always does too. Under a
 strategy that leaves the micro-batch or recompute mode open, every pair is evaluated (the
@@ -14,15 +14,29 @@ sizes are those that ``d * mbs`` divides the batch with for the strategy's ``d``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from arch_space import Accelerator
-from phaze.pipeline import Context, Evaluation, evaluate, time_lower_bound_s
-from phaze_common.errors import ConfigError
+from arch_space.formats import check_precision
+from phaze.lower_bounds import bound_graph
+from phaze.pipeline import (
+    Context,
+    Evaluation,
+    device_hbm,
+    evaluate,
+    placement_problem,
+    timing_design,
+    training_setup,
+    variant_keys,
+)
+from phaze_common.errors import ConfigError, Infeasible
+from placement import place
+from placement.interleave import best_interleaved
 from placement.layout import Layout
 from workloads import Model
 
-__all__ = ["MICRO_BATCHES", "RECOMPUTES", "evaluate_best_knobs"]
+__all__ = ["MICRO_BATCHES", "RECOMPUTES", "evaluate_best_knobs", "time_lower_bound_s"]
 
 MICRO_BATCHES = (1, 2, 4, 8)  # the sizes tried when the user gives none
 RECOMPUTES = ("none", "selective", "full")
@@ -85,3 +99,37 @@ def evaluate_best_knobs(
             best = ev
     assert first is not None, "the pair with the lowest bound is always evaluated"
     return best or first
+
+
+def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Layout, ctx: Context) -> float:
+    """A lower bound on the time per batch :func:`phaze.pipeline.evaluate` finds at ``knobs`` (inf when
+    nothing can fit), with no layer schedule: the search, interleaving included, over the
+    lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
+    stage ``ctx`` allows. Placement time never falls when layer times rise."""
+    setup = training_setup(model, ctx, knobs)
+    check_precision(acc, knobs.precision)
+    if ctx.global_batch % knobs.mbs:
+        return float("inf")
+    timing_acc = timing_design(acc)
+    graphs = tuple(
+        bound_graph(
+            model,
+            dataclasses.replace(setup, sequence_parallel=sp),
+            t,
+            timing_acc,
+            ctx.cluster,
+            ctx.device,
+        )
+        for t, sp in variant_keys(model, ctx)
+    )
+    if not graphs:
+        return float("inf")
+    every = dataclasses.replace(ctx, zero_stages=ctx.zero_stages + ctx.zero_fallback)
+    hbm = device_hbm(acc, ctx)
+    problem = placement_problem(graphs, hbm, every, setup)
+    try:
+        best = place(problem).breakdown.iteration_s
+    except Infeasible:
+        return float("inf")
+    interleaved = best_interleaved(problem, best)
+    return best if interleaved is None else interleaved.breakdown.iteration_s

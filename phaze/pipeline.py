@@ -64,7 +64,6 @@ __all__ = [
     "placement_problem",
     "width_fits",
     "evaluate",
-    "time_lower_bound_s",
 ]
 
 logger = logging.getLogger(__name__)
@@ -595,30 +594,3 @@ def _given(
         placement,
         describe_defaults(layout, placement.layout),
     )
-
-
-def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Layout, ctx: Context) -> float:
-    """A lower bound on the time per batch :func:`evaluate` finds at ``knobs`` (inf when
-    nothing can fit), with no layer schedule: the search, interleaving included, over the
-    lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
-    stage ``ctx`` allows. Placement time never falls when layer times rise."""
-    setup = training_setup(model, ctx, knobs)
-    check_precision(acc, knobs.precision)
-    if ctx.global_batch % knobs.mbs:
-        return float("inf")
-    timing_acc = timing_design(acc)
-    graphs = tuple(
-        bound_graph(model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.device)
-        for t, sp in variant_keys(model, ctx)
-    )
-    if not graphs:
-        return float("inf")
-    every = dataclasses.replace(ctx, zero_stages=ctx.zero_stages + ctx.zero_fallback)
-    hbm = device_hbm(acc, ctx)
-    problem = placement_problem(graphs, hbm, every, setup)
-    try:
-        best = place(problem).breakdown.iteration_s
-    except Infeasible:
-        return float("inf")
-    interleaved = best_interleaved(problem, best)
-    return best if interleaved is None else interleaved.breakdown.iteration_s

@@ -155,6 +155,11 @@ class PublishedRun:
         return self.system.arch
 
     @property
+    def precision(self) -> str:
+        """The precision recipe the run trained in (its strategy's, bf16 unless given)."""
+        return parse_strategy(self.strategy).precision
+
+    @property
     def citation(self) -> str:
         """The source in one line: title, where in it, address."""
         return f"{self.source.title} ({self.source.date}), {self.where}: {self.source.url}"

@@ -238,12 +238,14 @@ def _by(results: Sequence[RunResult], key: Callable[[RunResult], str]) -> dict[s
 
 def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
     """Mean and largest |error| (and the mean signed iteration-time error, the model's bias)
-    of the fitted rows and of the held-out rows, overall, by GPU and by framework."""
+    of the fitted rows and of the held-out rows, overall, by GPU, by framework and by
+    precision recipe."""
     return {
         "fitted": _group(r for r in results if r.run.fitted),
         "held_out": _group(r for r in results if not r.run.fitted),
         "by_gpu": _by(results, lambda r: r.run.arch),
         "by_framework": _by(results, lambda r: r.run.framework),
+        "by_precision": _by(results, lambda r: r.run.precision),
     }
 
 

@@ -38,6 +38,7 @@ from results.display import (
 from results.pareto import Objective, ObjectiveSpec, parse_objectives
 from results.plots import Plot, draw, save_plots, standard_plots
 from results.report_serving import serving_sections
+from results.report_style import CSS as _CSS
 from results.report_time import time_breakdown_html
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS, HEADROOM_COLUMNS, POINT_COLUMNS
 from results.store import Store, load
@@ -85,33 +86,6 @@ _AGGREGATE_HEADERS: Final = MappingProxyType(
 # Columns that show the same quantity in two units: a table shows one of them.
 _SAME: Final = MappingProxyType({"tcdp": "tcdp_kgco2e_days", "tcdp_kgco2e_days": "tcdp"})
 
-_CSS: Final = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto;
-       max-width: 1500px; padding: 0 24px 48px; color: #1d1d1f; line-height: 1.45; }
-h1 { margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #dde; padding-bottom: 4px; margin-top: 2em; }
-h3 { margin-bottom: 0.3em; }
-.lead { color: #444; font-size: 1.05em; }
-nav { background: #f5f6fa; padding: 8px 14px; border-radius: 6px; font-size: 0.95em; }
-nav a { margin-right: 14px; }
-table { border-collapse: collapse; margin: 8px 0 16px; font-size: 0.88em; }
-.scroll { overflow-x: auto; max-width: 100%; }
-th, td { border: 1px solid #d7d9e0; padding: 4px 8px; vertical-align: top; text-align: left; }
-th { background: #eef0f6; }
-tr:nth-child(even) td { background: #fafbfd; }
-td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-td.design { min-width: 180px; }
-td.best { background: #e6f4ea !important; font-weight: 600; }
-td.rank { font-weight: 600; } th.rank { background: #dfe3f0; }
-.muted { color: #777; font-size: 0.85em; }
-figure { margin: 12px 0 28px; }
-figure img { max-width: 100%; height: auto; border: 1px solid #e3e5ec; }
-figcaption { color: #444; font-size: 0.92em; margin-top: 4px; max-width: 1100px; }
-pre { background: #f5f6fa; padding: 6px 8px; margin: 4px 0; font-size: 0.85em; max-width: 520px;
-      overflow-x: auto; }
-details summary { cursor: pointer; }
-.grid { display: flex; flex-wrap: wrap; gap: 24px; }
-"""
-
 
 def write_report(
     store_dir: str | Path,
@@ -124,8 +98,8 @@ def write_report(
     """Write the HTML report of the sweep stored in ``store_dir``; returns its path.
 
     ``out_path`` defaults to ``store_dir/report.html``. The file is written to a temporary
-    name and renamed, so a reader never sees half a report (nor, on failure, the temporary). ``plots_dir``, if given, also
-    receives every figure as ``<name>.png`` and ``<name>.svg``.
+    name and renamed, so a reader never sees half a report (nor, on failure, the temporary).
+    ``plots_dir``, if given, also receives every figure as ``<name>.png`` and ``<name>.svg``.
     """
     out = Path(out_path) if out_path is not None else Path(store_dir) / REPORT_FILENAME
     with load(store_dir) as store:

@@ -24,7 +24,14 @@ from phaze.published_runs import (
     measured_iteration_s,
     metric_from_iteration_s,
 )
-from phaze.run_validation import RunResult, Targets, outside_targets, summarize, system_device
+from phaze.run_validation import (
+    RunResult,
+    Targets,
+    evaluate_run,
+    outside_targets,
+    summarize,
+    system_device,
+)
 from placement import parse_strategy
 from workloads import get_model, model_flops_per_sequence
 
@@ -299,3 +306,25 @@ def test_the_whole_registry_is_evaluated():
     # the fitted rows are those `validate megatron` fits: within its tolerance
     assert summary["fitted"]["max_abs_error_pct"] < 8.0
     assert r.exit_code == (0 if doc["within_targets"] else 3)
+
+
+def test_fp8_runs_are_held_out_rows_of_the_registry():
+    """Published FP8 runs train with the fp8-te recipe at their layouts, none fitted."""
+    fp8 = [r for r in REGISTRY.runs if r.precision != "bf16"]
+    assert len(fp8) >= 4
+    assert all(r.precision == "fp8-te" and not r.fitted and r.arch == "h100" for r in fp8)
+
+
+def test_an_fp8_row_runs_its_gemms_in_fp8_and_is_grouped_by_precision():
+    ids = ["nemo-fp8-llama3-8b-8"]
+    r = CliRunner().invoke(cli, ["validate", "runs", "--json", "--run", ids[0]])
+    assert r.exit_code in (0, 3), r.output
+    doc = json.loads(r.output[: r.output.rindex("}") + 1])
+    (row,) = doc["rows"]
+    assert set(doc["summary"]["by_precision"]) == {"fp8-te"}
+    # the same layout in bf16 is slower: the recipe reaches the op costs
+    (run,) = [r for r in REGISTRY.runs if r.id == ids[0]]
+    bf16 = dataclasses.replace(run, strategy=run.strategy.replace("fp8-te", "bf16"))
+    assert bf16.precision == "bf16"
+    slower = evaluate_run(bf16, REGISTRY).predicted_iteration_s
+    assert slower > row["predicted_iteration_s"] * 1.1

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
-from phaze.knob_search import evaluate_best_knobs
-from phaze.pipeline import Context, evaluate, time_lower_bound_s
+from phaze.knob_search import evaluate_best_knobs, time_lower_bound_s
+from phaze.pipeline import Context, evaluate
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError, Infeasible
 from placement import Layout, PlacementProblem, evaluate_fixed, parse_strategy, place

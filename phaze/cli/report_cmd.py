@@ -97,7 +97,7 @@ def pareto_cmd(
     computed per workload, since throughputs of different models do not compare; throughput
     metrics mean the throughput score for the aggregate rows.
 
-    --json prints {"schema_version": 5, "objectives": [{"metric", "sense"}], "points": [...]}
+    --json prints {"schema_version": 6, "objectives": [{"metric", "sense"}], "points": [...]}
     whose points have exactly the keys of `phaze export --json`, ordered by workload, then
     by the objectives (best first).
     """
@@ -161,7 +161,7 @@ def pareto_cmd(
 @click.argument("directory", type=_DIR, metavar="DIR")
 @click.option("--csv", "fmt", flag_value="csv", help="CSV, one row per point.")
 @click.option(
-    "--json", "fmt", flag_value="json", help='One JSON document {"schema_version": 5, "points"}.'
+    "--json", "fmt", flag_value="json", help='One JSON document {"schema_version": 6, "points"}.'
 )
 @click.option("--feasible-only", is_flag=True, help="Leave out infeasible and pruned points.")
 @_out_option("Write to this file instead of stdout.")

@@ -83,7 +83,11 @@ def _summary_rows(summary: dict) -> list[list[str]]:
         ]
 
     rows = [line("fitted", summary["fitted"]), line("held out", summary["held_out"])]
-    for by, name in (("by_gpu", "gpu"), ("by_framework", "framework")):
+    for by, name in (
+        ("by_gpu", "gpu"),
+        ("by_framework", "framework"),
+        ("by_precision", "precision"),
+    ):
         for k, groups in summary[by].items():
             rows += [
                 line(f"{name} {k}, {part.replace('_', ' ')}", g)
