@@ -182,12 +182,14 @@ def format_set_summaries(
     return tuple(out)
 
 
-def check_precision(acc: Any, precision: str) -> None:
+def check_precision(acc: Any, precision: str, what: str | None = None) -> None:
     """Raise a ConfigError naming the formats ``acc`` runs when its tensor cores have none
-    for the GEMM format of recipe ``precision``."""
+    for the GEMM format of recipe ``precision`` (``what`` names the choice that asked for
+    it, by default ``precision <recipe>``)."""
     fmt = recipe(precision).gemm_format
     if fmt not in acc.format_names:
         raise ConfigError(
-            f"precision {precision} needs {fmt} tensor cores; {acc.name or 'the design'} "
+            f"{what or f'precision {precision}'} needs {fmt} tensor cores; "
+            f"{acc.name or 'the design'} "
             f"runs {', '.join(acc.format_names)}"
         )

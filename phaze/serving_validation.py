@@ -14,10 +14,10 @@ docs/sources_formats_serving.md) is evaluated at its published layout through
 * ``max-throughput`` and ``mlperf-offline``: output tokens per second of the layout's best
   batch with no latency limit; ``mlperf-server``: the same under its TTFT and TPOT limits.
 
-No parameter is fitted to these rows: every row is held out. Phaze models one number format,
-2-byte weights and activations (bf16, or fp16 at the same rate on these GPUs); a row that ran
-another weight format (FP8, FP4, int8) waits for number formats and is listed as waiting, not
-evaluated. MLPerf's rows also need the OpenOrca set's mean input length, which the sources
+No parameter is fitted to these rows: every row is held out. A row runs at its published
+weight format: bf16 (fp16 at the same rate on these GPUs) or fp8 (the blocks' weights and
+GEMMs in fp8, ``workloads/data/serving.toml`` [weights]); a row that ran another weight
+format (FP4, int8, int4) waits for number formats and is listed as waiting, not evaluated. MLPerf's rows also need the OpenOrca set's mean input length, which the sources
 read do not give.
 """
 
@@ -48,8 +48,9 @@ __all__ = [
     "summarize",
 ]
 
-#: Weight formats the model runs today: 2-byte elements at the bf16 tensor rate.
-FORMATS_MODELLED: Final = ("bf16", "fp16")
+#: Weight formats the model runs, each with the serving weight format it runs as (fp16 at
+#: the bf16 rate and bytes).
+FORMATS_MODELLED: Final = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 #: The metric each kind of point publishes, and its unit.
 METRICS: Final = {
     "decode-batch1": ("output_tokens_per_s", "tokens/s"),
@@ -179,8 +180,11 @@ def _context(row: ServingRow, lengths: tuple[int, int], **kw: Any) -> ServeConte
     cluster = Cluster(devices=row.gpus)
     if curve is not None:  # the node's links at the line rate of its measured curve
         cluster = replace(cluster, intra_node_bandwidth_bytes_per_s=curve.line_rate_bytes_per_s)
-    fmt = row.kv_format if row.kv_format in FORMATS_MODELLED else "bf16"
-    return ServeContext(cluster, RequestBatch.of(*lengths, kv_format=fmt), **kw)
+    kv = row.kv_format if row.kv_format in FORMATS_MODELLED else "bf16"
+    weights = FORMATS_MODELLED[row.weight_format]
+    return ServeContext(
+        cluster, RequestBatch.of(*lengths, kv_format=kv, weight_format=weights), **kw
+    )
 
 
 def _predict(row: ServingRow) -> tuple[float, str]:
