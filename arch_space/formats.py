@@ -43,12 +43,14 @@ _DATA_FILE: Final = "formats.toml"
 
 @dataclass(frozen=True, slots=True)
 class FormatOption:
-    """One format a tensor core may add: its rate, MAC area and MAC energy relative to bf16."""
+    """One format a tensor core may add: its rate, MAC area and MAC energy relative to bf16,
+    and the bytes of one operand element in it."""
 
     format: str
     relative_rate: float
     relative_area: float
     relative_energy: float
+    element_bytes: float
 
 
 @cache
@@ -61,6 +63,7 @@ def format_options() -> Mapping[str, FormatOption]:
             float(r["relative_rate"]),
             float(r["relative_area"]),
             float(r["relative_energy"]),
+            float(r["element_bytes"]),
         )
         for r in rows
     }
