@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any, Final
 
-from arch_space import Cluster, preset
+from arch_space import Accelerator, Cluster, preset
 from arch_space.perf.device import device_profile
 from phaze.serving import ServeContext, evaluate_layout
 from phaze.serving_search import search
@@ -70,6 +70,7 @@ class ServingRow:
 
     case: str
     kind: str
+    chip: str
     source: str
     citation: str
     model: str
@@ -112,6 +113,7 @@ def _row(p: Mapping[str, Any], sources: Mapping[str, str]) -> ServingRow:
     return ServingRow(
         case=p["case"],
         kind=kind,
+        chip=p["chip"],
         source=p["source"],
         citation=sources[p["source"]],
         model=p["model"],
@@ -131,14 +133,34 @@ def _row(p: Mapping[str, Any], sources: Mapping[str, str]) -> ServingRow:
     )
 
 
-def load_points() -> tuple[ServingRow, ...]:
-    """The shipped serving points; a damaged file is one ConfigError naming the problem."""
+def _doc() -> dict[str, Any]:
     text = resources.files("phaze").joinpath(*_DATA).read_text("utf-8")
     try:
-        doc = tomllib.loads(text)
-        return tuple(_row(p, doc["sources"]) for p in doc["point"])
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as e:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"serving_points.toml: unreadable ({type(e).__name__}: {e})") from None
+
+
+def load_points() -> tuple[ServingRow, ...]:
+    """The shipped serving points; a damaged file is one ConfigError naming the problem."""
+    doc = _doc()
+    try:
+        return tuple(_row(p, doc["sources"]) for p in doc["point"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"serving_points.toml: unreadable ({type(e).__name__}: {e})") from None
+
+
+def _device(row: ServingRow) -> Accelerator:
+    """The row's preset, with the HBM of its chip when a ``[[chip]]`` row gives it."""
+    acc = preset(row.preset)
+    for c in _doc().get("chip", ()):
+        if c["chip"] == row.chip and c["preset"] == row.preset:
+            return replace(
+                acc,
+                hbm_bytes=int(c["hbm_bytes"]),
+                hbm_bandwidth_bytes_per_s=float(c["hbm_bandwidth_bytes_per_s"]),
+            )
+    return acc
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +197,7 @@ class RowResult:
 
 
 def _context(row: ServingRow, lengths: tuple[int, int], **kw: Any) -> ServeContext:
-    acc = preset(row.preset)
+    acc = _device(row)
     curve = device_profile(acc).intra_node
     cluster = Cluster(devices=row.gpus)
     if curve is not None:  # the node's links at the line rate of its measured curve
@@ -189,7 +211,7 @@ def _context(row: ServingRow, lengths: tuple[int, int], **kw: Any) -> ServeConte
 
 def _predict(row: ServingRow) -> tuple[float, str]:
     """(the row's metric as the model predicts it, the layout evaluated)."""
-    model, acc = get_model(row.model), preset(row.preset)
+    model, acc = get_model(row.model), _device(row)
     pool = f"t={row.tp},p={row.pp},d={row.replicas},ep=1"
     isl, osl = row.input_tokens, row.output_tokens
     if row.kind == "decode-batch1":
