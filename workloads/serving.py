@@ -158,11 +158,14 @@ def weight_recipe(weight_format: str) -> Recipe:
     return recipe(recipes[weight_format])
 
 
-def _format_problems(kv_format: str, weight_format: str = "bf16") -> list[str]:
+def _format_problems(kv_format: str, weight_format: str) -> list[str]:
     problems = []
-    for field, check in (("kv_format", _format_bytes), ("weight_format", weight_recipe)):
+    for field, check, value in (
+        ("kv_format", _format_bytes, kv_format),
+        ("weight_format", weight_recipe, weight_format),
+    ):
         try:
-            check(kv_format if field == "kv_format" else weight_format)
+            check(value)
         except ConfigError as e:
             problems.append(f"{field}: {e}")
     return problems
@@ -325,11 +328,7 @@ class RequestBatch:
         return sum(w * (o - 1) * (i + o / 2) for i, o, w in self.lengths) / steps
 
     def _pass_kw(self) -> dict[str, Any]:
-        return {
-            "kv_format": self.kv_format,
-            "precision_bytes": self.precision_bytes,
-            "weight_format": self.weight_format,
-        }
+        return {f: getattr(self, f) for f in ("kv_format", "precision_bytes", "weight_format")}
 
     def prefill_passes(self, chunk_tokens: int | None = None) -> tuple[ServingPass, ...]:
         """The prefill passes of a batch of each distinct input length, in order (chunks of
@@ -503,12 +502,7 @@ def block_weight_bytes(precision_bytes: int = 2, weight_format: str = "bf16") ->
 
 
 def stage_weight_bytes(
-    model: Model,
-    tp: int,
-    ep: int = 1,
-    pp: int = 1,
-    precision_bytes: int = 2,
-    weight_format: str = "bf16",
+    model: Model, tp: int, ep: int = 1, pp: int = 1, precision_bytes: int = 2, weight_format="bf16"
 ) -> tuple[int, ...]:
     """Weight bytes one device of each stage holds: the blocks' weights in ``weight_format``
     (their norm gains too, a few thousandths of a percent of them), the embedding and head
@@ -561,12 +555,7 @@ def pass_flops(model: Model, p: ServingPass) -> int:
 
 
 def weight_bytes_per_device(
-    model: Model,
-    tp: int,
-    precision_bytes: int = 2,
-    ep: int = 1,
-    pp: int = 1,
-    weight_format: str = "bf16",
+    model: Model, tp: int, precision_bytes: int = 2, ep: int = 1, pp: int = 1, weight_format="bf16"
 ) -> int:
     """Bytes of the weights one device holds, of a replica of ``pp`` pipeline stages of a
     tensor-parallel group of ``tp`` each (the fullest stage's; :func:`stage_weight_bytes`):
