@@ -43,12 +43,14 @@ _DATA_FILE: Final = "formats.toml"
 
 @dataclass(frozen=True, slots=True)
 class FormatOption:
-    """One format a tensor core may add: its rate, MAC area and MAC energy relative to bf16."""
+    """One format a tensor core may add: its rate, MAC area and MAC energy relative to bf16,
+    and the bytes of one operand element in it."""
 
     format: str
     relative_rate: float
     relative_area: float
     relative_energy: float
+    element_bytes: float
 
 
 @cache
@@ -61,6 +63,7 @@ def format_options() -> Mapping[str, FormatOption]:
             float(r["relative_rate"]),
             float(r["relative_area"]),
             float(r["relative_energy"]),
+            float(r["element_bytes"]),
         )
         for r in rows
     }
@@ -182,12 +185,14 @@ def format_set_summaries(
     return tuple(out)
 
 
-def check_precision(acc: Any, precision: str) -> None:
+def check_precision(acc: Any, precision: str, what: str | None = None) -> None:
     """Raise a ConfigError naming the formats ``acc`` runs when its tensor cores have none
-    for the GEMM format of recipe ``precision``."""
+    for the GEMM format of recipe ``precision`` (``what`` names the choice that asked for
+    it, by default ``precision <recipe>``)."""
     fmt = recipe(precision).gemm_format
     if fmt not in acc.format_names:
         raise ConfigError(
-            f"precision {precision} needs {fmt} tensor cores; {acc.name or 'the design'} "
+            f"{what or f'precision {precision}'} needs {fmt} tensor cores; "
+            f"{acc.name or 'the design'} "
             f"runs {', '.join(acc.format_names)}"
         )

@@ -248,6 +248,7 @@ def serve(
     objective: str = "tokens_per_s_per_device",
     disaggregate: bool = True,
     kv_format: str = "bf16",
+    weight_format: str = "bf16",
     tokens_to_serve: float | None = None,
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
@@ -265,7 +266,9 @@ def serve(
     ``"prefill:t=4;decode:t=4,batch=64"`` for two pools) fixes what it gives and the search
     fills the rest; ``batch`` fixes the sequences in flight per replica (a different
     ``batch=`` in the strategy is a ConfigError). ``disaggregate`` lets the search try
-    separate prefill and decode pools. The returned point's ``slo`` names the limits it
+    separate prefill and decode pools. ``weight_format`` stores the blocks' weights in bf16
+    or fp8 (``workloads/data/serving.toml`` [weights]; fp8 needs fp8 tensor cores, a
+    ConfigError naming the accelerator's formats otherwise). The returned point's ``slo`` names the limits it
     misses when no layout meets them.
     """
     from phaze.serving import ServeContext
@@ -278,7 +281,11 @@ def serve(
             "output, weight)), not both"
         )
     mix = tuple(lengths) if lengths is not None else ((input_tokens, output_tokens, 1.0),)
-    requests = RequestBatch(mix, kv_format=kv_format)  # type: ignore[arg-type]
+    requests = RequestBatch(
+        mix,  # type: ignore[arg-type]
+        kv_format=kv_format,
+        weight_format=weight_format,
+    )
     layout = strategy if isinstance(strategy, ServingLayout) else parse_serving(strategy or "")
     if batch is not None:
         if layout.given("batch") and layout.batch != batch:

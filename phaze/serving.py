@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Final, Literal
 
 from arch_space import Accelerator, Cluster
+from arch_space.formats import check_precision
 from arch_space.perf import default_settings
 from arch_space.perf.device import DeviceProfile
 from arch_space.tech import tech_node
@@ -66,6 +67,7 @@ __all__ = [
     "PoolMemory",
     "ServingPoint",
     "check_layout",
+    "check_weight_format",
     "decode_step",
     "evaluate_layout",
 ]
@@ -271,7 +273,12 @@ def _prefill(model, acc, pool: Layout, prompts: int, ctx: ServeContext) -> PassC
 
 
 def _kw(ctx: ServeContext) -> dict[str, object]:
-    return {"kv_format": ctx.requests.kv_format, "precision_bytes": ctx.requests.precision_bytes}
+    r = ctx.requests
+    return {
+        "kv_format": r.kv_format,
+        "precision_bytes": r.precision_bytes,
+        "weight_format": r.weight_format,
+    }
 
 
 def decode_step(b: int, ctx: ServeContext) -> ServingPass:
@@ -319,6 +326,7 @@ def _pool_memory(
         ep=pool.ep,
         pp=pool.p,
         memory_fraction=fraction,
+        weight_format=r.weight_format,
     )
     blocks = max(stage_block_counts(model, pool.p))
     need = sequences * kv_cache_bytes_per_sequence(
@@ -363,6 +371,13 @@ def check_layout(model: Model, acc: Accelerator, layout: ServingLayout, ctx: Ser
         )
 
 
+def check_weight_format(acc: Accelerator, ctx: ServeContext) -> None:
+    """Raise one ConfigError naming the formats ``acc`` runs when its tensor cores lack the
+    GEMM format of the requests' weight format."""
+    fmt = ctx.requests.weight_format
+    check_precision(acc, serving_settings().weight_recipes[fmt], f"weight format {fmt}")
+
+
 def evaluate_layout(
     workload: str, model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
 ) -> ServingPoint:
@@ -376,6 +391,7 @@ def evaluate_layout(
     Infeasible
         Its sequences' KV cache does not fit, or its chunk budget cannot hold its batch.
     """
+    check_weight_format(acc, ctx)
     check_layout(model, acc, layout, ctx)
     lengths, r = ctx.lengths, ctx.requests
     dec, b = layout.decode, layout.batch

@@ -26,6 +26,7 @@ from phaze.serving import (
     ServeContext,
     ServingPoint,
     check_layout,
+    check_weight_format,
     decode_step,
     evaluate_layout,
 )
@@ -34,7 +35,12 @@ from placement.layout import Layout
 from placement.serving_layout import ServingLayout, pool_layout
 from workloads import Model
 from workloads.build import valid_tp_widths
-from workloads.serving import pass_flops, pass_kv_read_bytes, pass_weight_read_bytes
+from workloads.serving import (
+    pass_flops,
+    pass_kv_read_bytes,
+    pass_weight_read_bytes,
+    weight_recipe,
+)
 
 __all__ = ["candidates", "search"]
 
@@ -116,9 +122,10 @@ def _bounds(
     dec = layout.decode
     p = decode_step(layout.batch // dec.p, ctx)
     read = pass_weight_read_bytes(model, dec.t, p, dec.ep) + pass_kv_read_bytes(model, dec.t, p)
-    step = max(
-        read / acc.hbm_bandwidth_bytes_per_s, pass_flops(model, p) / (dec.t * acc.peak_flops)
-    )
+    # the GEMMs at most at the weight format's tensor rate (fp8: twice bf16 on an H100)
+    fmt = weight_recipe(p.weight_format).gemm_format
+    peak = acc.peak_flops * max(1.0, acc.format_rate(fmt))
+    step = max(read / acc.hbm_bandwidth_bytes_per_s, pass_flops(model, p) / (dec.t * peak))
     lengths = ctx.lengths
     rate = dec.d * layout.batch / lengths.steps / step * lengths.output_tokens
     return step, rate
@@ -151,6 +158,7 @@ def search(
     Infeasible
         No candidate fits the devices' memory (the reason of the last refusal).
     """
+    check_weight_format(acc, ctx)
     found: list[tuple[float, float, ServingLayout]] = []
     for cand in candidates(model, layout, ctx):
         try:

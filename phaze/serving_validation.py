@@ -14,10 +14,10 @@ docs/sources_formats_serving.md) is evaluated at its published layout through
 * ``max-throughput`` and ``mlperf-offline``: output tokens per second of the layout's best
   batch with no latency limit; ``mlperf-server``: the same under its TTFT and TPOT limits.
 
-No parameter is fitted to these rows: every row is held out. Phaze models one number format,
-2-byte weights and activations (bf16, or fp16 at the same rate on these GPUs); a row that ran
-another weight format (FP8, FP4, int8) waits for number formats and is listed as waiting, not
-evaluated. MLPerf's rows also need the OpenOrca set's mean input length, which the sources
+No parameter is fitted to these rows: every row is held out. A row runs at its published
+weight format: bf16 (fp16 at the same rate on these GPUs) or fp8 (the blocks' weights and
+GEMMs in fp8, ``workloads/data/serving.toml`` [weights]); a row that ran another weight
+format (FP4, int8, int4) waits for number formats and is listed as waiting, not evaluated. MLPerf's rows also need the OpenOrca set's mean input length, which the sources
 read do not give.
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any, Final
 
-from arch_space import Cluster, preset
+from arch_space import Accelerator, Cluster, preset
 from arch_space.perf.device import device_profile
 from phaze.serving import ServeContext, evaluate_layout
 from phaze.serving_search import search
@@ -48,8 +48,9 @@ __all__ = [
     "summarize",
 ]
 
-#: Weight formats the model runs today: 2-byte elements at the bf16 tensor rate.
-FORMATS_MODELLED: Final = ("bf16", "fp16")
+#: Weight formats the model runs, each with the serving weight format it runs as (fp16 at
+#: the bf16 rate and bytes).
+FORMATS_MODELLED: Final = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 #: The metric each kind of point publishes, and its unit.
 METRICS: Final = {
     "decode-batch1": ("output_tokens_per_s", "tokens/s"),
@@ -69,6 +70,7 @@ class ServingRow:
 
     case: str
     kind: str
+    chip: str
     source: str
     citation: str
     model: str
@@ -111,6 +113,7 @@ def _row(p: Mapping[str, Any], sources: Mapping[str, str]) -> ServingRow:
     return ServingRow(
         case=p["case"],
         kind=kind,
+        chip=p["chip"],
         source=p["source"],
         citation=sources[p["source"]],
         model=p["model"],
@@ -130,14 +133,34 @@ def _row(p: Mapping[str, Any], sources: Mapping[str, str]) -> ServingRow:
     )
 
 
-def load_points() -> tuple[ServingRow, ...]:
-    """The shipped serving points; a damaged file is one ConfigError naming the problem."""
+def _doc() -> dict[str, Any]:
     text = resources.files("phaze").joinpath(*_DATA).read_text("utf-8")
     try:
-        doc = tomllib.loads(text)
-        return tuple(_row(p, doc["sources"]) for p in doc["point"])
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as e:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"serving_points.toml: unreadable ({type(e).__name__}: {e})") from None
+
+
+def load_points() -> tuple[ServingRow, ...]:
+    """The shipped serving points; a damaged file is one ConfigError naming the problem."""
+    doc = _doc()
+    try:
+        return tuple(_row(p, doc["sources"]) for p in doc["point"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"serving_points.toml: unreadable ({type(e).__name__}: {e})") from None
+
+
+def _device(row: ServingRow) -> Accelerator:
+    """The row's preset, with the HBM of its chip when a ``[[chip]]`` row gives it."""
+    acc = preset(row.preset)
+    for c in _doc().get("chip", ()):
+        if c["chip"] == row.chip and c["preset"] == row.preset:
+            return replace(
+                acc,
+                hbm_bytes=int(c["hbm_bytes"]),
+                hbm_bandwidth_bytes_per_s=float(c["hbm_bandwidth_bytes_per_s"]),
+            )
+    return acc
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,18 +197,21 @@ class RowResult:
 
 
 def _context(row: ServingRow, lengths: tuple[int, int], **kw: Any) -> ServeContext:
-    acc = preset(row.preset)
+    acc = _device(row)
     curve = device_profile(acc).intra_node
     cluster = Cluster(devices=row.gpus)
     if curve is not None:  # the node's links at the line rate of its measured curve
         cluster = replace(cluster, intra_node_bandwidth_bytes_per_s=curve.line_rate_bytes_per_s)
-    fmt = row.kv_format if row.kv_format in FORMATS_MODELLED else "bf16"
-    return ServeContext(cluster, RequestBatch.of(*lengths, kv_format=fmt), **kw)
+    kv = row.kv_format if row.kv_format in FORMATS_MODELLED else "bf16"
+    weights = FORMATS_MODELLED[row.weight_format]
+    return ServeContext(
+        cluster, RequestBatch.of(*lengths, kv_format=kv, weight_format=weights), **kw
+    )
 
 
 def _predict(row: ServingRow) -> tuple[float, str]:
     """(the row's metric as the model predicts it, the layout evaluated)."""
-    model, acc = get_model(row.model), preset(row.preset)
+    model, acc = get_model(row.model), _device(row)
     pool = f"t={row.tp},p={row.pp},d={row.replicas},ep=1"
     isl, osl = row.input_tokens, row.output_tokens
     if row.kind == "decode-batch1":

@@ -13,6 +13,9 @@ weight gradient reads copies those two made. DeepSeek-V3's blockwise recipe also
 partial sums to fp32 on the vector cores every 128 elements of K, as a fused epilogue of the
 GEMM. The embedding, the output head, attention, norms and MoE gating keep bf16, as both
 recipes' sources state.
+
+A serving recipe (``use = "serving"``) stores the weights in the GEMM format: its forward
+GEMMs cast only their input, the weights being read at one byte as they are.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ _DATA_FILE: Final = "precision_recipes.toml"
 _HIGH_BYTES: Final = 2  # bf16 operands of the GEMMs a recipe lowers
 _LOW_BYTES: Final = 1  # an fp8 element
 _KEPT: Final = ("router",)  # MoE gating stays in high precision (dsv3-report Sec. 3.3.1)
+_USES: Final = ("training", "serving")
 _INT_KEYS: Final = (
     "weight_bytes",
     "grad_bytes",
@@ -66,6 +70,7 @@ class Recipe:
     cast_copies: int
     cast_flops_per_element: int
     promotion_interval_elements: int
+    use: str = "training"
 
     @property
     def state_bytes_per_parameter(self) -> int:
@@ -82,6 +87,11 @@ class Recipe:
         """Does the recipe run the block's GEMMs in a format other than bf16?"""
         return self.gemm_format != DEFAULT_PRECISION
 
+    @property
+    def stores_low_weights(self) -> bool:
+        """Are the weights stored in the GEMM format (no weight cast before a GEMM)?"""
+        return self.lowers_gemms and self.weight_bytes == _LOW_BYTES
+
 
 @cache
 def _recipes() -> dict[str, Recipe]:
@@ -94,6 +104,8 @@ def _recipes() -> dict[str, Recipe]:
             problems.append(f"{where}: based_on = {row.get('based_on')!r} names no [recipe.*]")
         if row.get("gemm_format") not in FORMATS:
             problems.append(f"{where}: gemm_format must be one of {', '.join(FORMATS)}")
+        if row.get("use", "training") not in _USES:
+            problems.append(f"{where}: use = {row.get('use')!r} must be one of {', '.join(_USES)}")
         bad = [k for k in _INT_KEYS if not isinstance(row.get(k), int) or row[k] < 0]
         problems += [f"{where}: {k} = {row.get(k)!r} must be an integer >= 0" for k in bad]
         if not problems:
@@ -102,15 +114,16 @@ def _recipes() -> dict[str, Recipe]:
                 based_on=row["based_on"],
                 gemm_format=row["gemm_format"],
                 **{k: row[k] for k in _INT_KEYS},
+                use=row.get("use", "training"),
             )
     if problems:
         raise ConfigError("; ".join(problems))
     return out
 
 
-def recipe_names() -> tuple[str, ...]:
-    """The recipes ``precision=`` may name."""
-    return tuple(_recipes())
+def recipe_names(use: str = "training") -> tuple[str, ...]:
+    """The recipes for ``use``: training (those ``precision=`` may name) or serving."""
+    return tuple(n for n, r in _recipes().items() if r.use == use)
 
 
 def recipe(name: str) -> Recipe:
@@ -178,8 +191,10 @@ def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
     for i, op in enumerate(graph.ops):
         if lowered[i] and not op.name.endswith(".wgrad"):
             fprop = not op.name.endswith(".dgrad")
-            # forward: the input and the weight; dgrad: the output gradient (its left operand)
-            elements = op.batch * (op.m * op.k + (op.k * op.n if fprop else 0))
+            # forward: the input and the weight (unless stored in fp8); dgrad: the output
+            # gradient (its left operand)
+            weight = fprop and not r.stores_low_weights
+            elements = op.batch * (op.m * op.k + (op.k * op.n if weight else 0))
             casts[i] = len(ops)
             ops.append(_cast(op.name, elements, r))
         at.append(len(ops))

@@ -34,6 +34,7 @@ from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from workloads.flops import attention_core_flops, block_forward_flops, embedding_forward_flops
 from workloads.model import Model, PositionKind, padded_vocab
 from workloads.moe_ops import expert_tokens
+from workloads.precision import Recipe, recipe
 
 __all__ = [
     "ServingSettings",
@@ -41,6 +42,7 @@ __all__ = [
     "ServingPass",
     "RequestBatch",
     "KvCapacity",
+    "weight_recipe",
     "kv_cache_elements_per_token",
     "kv_cache_bytes_per_token",
     "kv_cache_bytes_per_sequence",
@@ -52,6 +54,8 @@ __all__ = [
     "kv_cache_capacity",
     "stage_block_counts",
     "stage_parameters",
+    "stage_weight_bytes",
+    "block_weight_bytes",
 ]
 
 _DATA_FILE = "serving.toml"
@@ -71,6 +75,7 @@ class ServingSettings:
     memory_fraction: float
     static_memory_fraction: float
     format_bytes: Mapping[str, int]
+    weight_recipes: Mapping[str, str]
     framework: str
     custom_all_reduce: bool
     logit_bytes: int
@@ -92,6 +97,7 @@ def serving_settings() -> ServingSettings:
             memory_fraction=kv["memory_fraction"],
             static_memory_fraction=kv["static_memory_fraction"],
             format_bytes=MappingProxyType(dict(kv["format_bytes"])),
+            weight_recipes=MappingProxyType(dict(data["weights"])),
             framework=engine["framework"],
             custom_all_reduce=engine["custom_all_reduce"],
             logit_bytes=engine["logit_bytes"],
@@ -114,6 +120,11 @@ def serving_settings() -> ServingSettings:
         )
         if not _positive_int(value)
     ]
+    for fmt, name in settings.weight_recipes.items():
+        try:
+            recipe(name)
+        except ConfigError as e:
+            problems.append(f"weights.{fmt}: {e}")
     if not isinstance(settings.custom_all_reduce, bool):
         problems.append(f"custom_all_reduce = {settings.custom_all_reduce!r} must be true or false")
     if not settings.tokens_to_serve >= 1:
@@ -137,12 +148,27 @@ def _format_bytes(kv_format: str) -> int:
     return formats[kv_format]
 
 
-def _format_problems(kv_format: str) -> list[str]:
-    try:
-        _format_bytes(kv_format)
-    except ConfigError as e:
-        return [f"kv_format: {e}"]
-    return []
+def weight_recipe(weight_format: str) -> Recipe:
+    """The precision recipe the blocks of a model stored in ``weight_format`` run
+    (``[weights]`` of ``workloads/data/serving.toml``; a ConfigError naming the formats
+    otherwise)."""
+    recipes = serving_settings().weight_recipes
+    if weight_format not in recipes:
+        raise unknown_name("weight format", str(weight_format), recipes)
+    return recipe(recipes[weight_format])
+
+
+def _format_problems(kv_format: str, weight_format: str) -> list[str]:
+    problems = []
+    for field, check, value in (
+        ("kv_format", _format_bytes, kv_format),
+        ("weight_format", weight_recipe, weight_format),
+    ):
+        try:
+            check(value)
+        except ConfigError as e:
+            problems.append(f"{field}: {e}")
+    return problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +180,9 @@ class ServingPass:
     a decode step computes one token per sequence (``new_tokens = 1``). ``samples``: the pass
     ends each sequence's prompt or is a decode step, so its head computes the last token's
     logits and samples a token; a chunk that does not end its prompt does not.
-    ``kv_format`` is the cache's number format (``workloads/data/serving.toml``),
-    ``precision_bytes`` the bytes per weight and activation element (2 = bf16).
+    ``kv_format`` is the cache's number format and ``weight_format`` the blocks' weights'
+    (``workloads/data/serving.toml``), ``precision_bytes`` the bytes per activation element
+    and per weight not in a block (2 = bf16).
     """
 
     batch: int
@@ -164,6 +191,7 @@ class ServingPass:
     samples: bool = True
     kv_format: str = "bf16"
     precision_bytes: int = 2
+    weight_format: str = "bf16"
 
     def __post_init__(self) -> None:
         problems = [
@@ -185,7 +213,7 @@ class ServingPass:
             ]
         if not isinstance(self.samples, bool):
             problems.append(f"samples = {self.samples!r} must be true or false")
-        problems += _format_problems(self.kv_format)
+        problems += _format_problems(self.kv_format, self.weight_format)
         if problems:
             raise ConfigError("serving pass: " + "; ".join(problems))
 
@@ -232,6 +260,7 @@ class RequestBatch:
     batch: int = 1
     kv_format: str = "bf16"
     precision_bytes: int = 2
+    weight_format: str = "bf16"
 
     def __post_init__(self) -> None:
         problems = []
@@ -260,7 +289,7 @@ class RequestBatch:
             problems.append(
                 f"precision_bytes = {self.precision_bytes!r} must be a positive integer"
             )
-        problems += _format_problems(self.kv_format)
+        problems += _format_problems(self.kv_format, self.weight_format)
         if problems:
             raise ConfigError("request batch: " + "; ".join(problems))
         object.__setattr__(self, "lengths", tuple((i, o, float(w)) for i, o, w in lengths))
@@ -299,7 +328,7 @@ class RequestBatch:
         return sum(w * (o - 1) * (i + o / 2) for i, o, w in self.lengths) / steps
 
     def _pass_kw(self) -> dict[str, Any]:
-        return {"kv_format": self.kv_format, "precision_bytes": self.precision_bytes}
+        return {f: getattr(self, f) for f in ("kv_format", "precision_bytes", "weight_format")}
 
     def prefill_passes(self, chunk_tokens: int | None = None) -> tuple[ServingPass, ...]:
         """The prefill passes of a batch of each distinct input length, in order (chunks of
@@ -408,6 +437,7 @@ def kv_cache_capacity(
     ep: int = 1,
     pp: int = 1,
     memory_fraction: float | None = None,
+    weight_format: str = "bf16",
 ) -> KvCapacity:
     """The KV cache one device of a replica of ``pp`` pipeline stages of ``tp`` devices each
     (one of ``ep`` ranks sharing the routed experts) can keep (vLLM's sizing:
@@ -420,9 +450,11 @@ def kv_cache_capacity(
     usable = int((memory_fraction or settings.memory_fraction) * hbm_bytes)
     per_token = kv_cache_bytes_per_token(model, tp, kv_format, layers=1)
     stages = [
-        (precision_bytes * params, page * per_token * blocks)
-        for params, blocks in zip(
-            stage_parameters(model, tp, ep, pp), stage_block_counts(model, pp), strict=True
+        (weights, page * per_token * blocks)
+        for weights, blocks in zip(
+            stage_weight_bytes(model, tp, ep, pp, precision_bytes, weight_format),
+            stage_block_counts(model, pp),
+            strict=True,
         )
     ]
     pages = min(max(0, (usable - w - workspace_bytes) // max(b, 1)) for w, b in stages)
@@ -442,6 +474,11 @@ def stage_parameters(model: Model, tp: int, ep: int = 1, pp: int = 1) -> tuple[i
     """Parameters one device of each pipeline stage holds: its blocks' shards (an MoE
     block's routed experts over ``ep`` ranks), the embedding on the first stage, the head
     on the last (with a copy of a tied LM-head matrix when that is not the first stage)."""
+    return tuple(b + e for b, e in _stage_split(model, tp, ep, pp))
+
+
+def _stage_split(model: Model, tp: int, ep: int, pp: int) -> tuple[tuple[int, int], ...]:
+    """(block parameters, embedding and head parameters) of each stage's device."""
     dense = model.dense_layers
     experts = model.expert_parameters(tp)
     moe = model.block_parameters(tp) - experts + experts // ep
@@ -450,12 +487,28 @@ def stage_parameters(model: Model, tp: int, ep: int = 1, pp: int = 1) -> tuple[i
         blocks = range(first, first + n)
         first += n
         params = sum(model.block_parameters(tp, dense=True) if b <= dense else moe for b in blocks)
-        if i == 0:
-            params += model.embedding_parameters(tp)
+        edges = model.embedding_parameters(tp) if i == 0 else 0
         if i == pp - 1:
-            params += model.head_parameters(tp) + (model.tied_head_parameters(tp) if i else 0)
-        out.append(params)
+            edges += model.head_parameters(tp) + (model.tied_head_parameters(tp) if i else 0)
+        out.append((params, edges))
     return tuple(out)
+
+
+def block_weight_bytes(precision_bytes: int = 2, weight_format: str = "bf16") -> int:
+    """Bytes of one block weight stored in ``weight_format``: the recipe's byte when it
+    stores its weights in its GEMM format, else ``precision_bytes``."""
+    r = weight_recipe(weight_format)
+    return r.weight_bytes if r.stores_low_weights else precision_bytes
+
+
+def stage_weight_bytes(
+    model: Model, tp: int, ep: int = 1, pp: int = 1, precision_bytes: int = 2, weight_format="bf16"
+) -> tuple[int, ...]:
+    """Weight bytes one device of each stage holds: the blocks' weights in ``weight_format``
+    (their norm gains too, a few thousandths of a percent of them), the embedding and head
+    in ``precision_bytes`` (the fp8 recipe keeps them in bf16)."""
+    block = block_weight_bytes(precision_bytes, weight_format)
+    return tuple(block * b + precision_bytes * e for b, e in _stage_split(model, tp, ep, pp))
 
 
 # ---- FLOPs and bytes of a pass ----------------------------------------------------------------
@@ -502,13 +555,13 @@ def pass_flops(model: Model, p: ServingPass) -> int:
 
 
 def weight_bytes_per_device(
-    model: Model, tp: int, precision_bytes: int = 2, ep: int = 1, pp: int = 1
+    model: Model, tp: int, precision_bytes: int = 2, ep: int = 1, pp: int = 1, weight_format="bf16"
 ) -> int:
     """Bytes of the weights one device holds, of a replica of ``pp`` pipeline stages of a
-    tensor-parallel group of ``tp`` each (the fullest stage's; :func:`stage_parameters`):
+    tensor-parallel group of ``tp`` each (the fullest stage's; :func:`stage_weight_bytes`):
     with the whole model on one group, embedding, blocks and head shards (a tied LM head
     once)."""
-    return precision_bytes * max(stage_parameters(model, tp, ep, pp))
+    return max(stage_weight_bytes(model, tp, ep, pp, precision_bytes, weight_format))
 
 
 def pass_weight_read_bytes(model: Model, tp: int, p: ServingPass, ep: int = 1) -> int:
@@ -516,22 +569,24 @@ def pass_weight_read_bytes(model: Model, tp: int, p: ServingPass, ep: int = 1) -
     only the experts some token is routed to of the ``1/ep`` the device holds (balanced
     routing, :func:`~workloads.moe_ops.expert_tokens`); the final norm (and OPT's projection) and,
     when the pass samples, the LM-head matrix; the embedding rows of the pass's tokens
-    (and position rows, OPT's input projection)."""
+    (and position rows, OPT's input projection); the block weights in the pass's weight
+    format."""
     dense = model.dense_layers
-    params = dense * model.block_parameters(tp, dense=True)
+    blocks = dense * model.block_parameters(tp, dense=True)
     if model.is_moe:
         per_expert = model.expert_parameters(tp) // model.experts
         reached = sum(1 for n in expert_tokens(p.tokens, model, ep) if n)
         moe = model.block_parameters(tp) - model.expert_parameters(tp) + reached * per_expert
-        params += (model.layers - dense) * moe
+        blocks += (model.layers - dense) * moe
     else:
-        params += (model.layers - dense) * model.block_parameters(tp)
+        blocks += (model.layers - dense) * model.block_parameters(tp)
     e, h = model.embedding_dim, model.hidden
     lm = padded_vocab(model.vocab, tp) // tp * e
-    params += model.head_parameters(tp) + model.tied_head_parameters(tp) - (0 if p.samples else lm)
+    params = model.head_parameters(tp) + model.tied_head_parameters(tp) - (0 if p.samples else lm)
     rows = p.tokens * (e + (h if model.positions is PositionKind.LEARNED else 0))
     params += rows + (e * h if e != h else 0)
-    return p.precision_bytes * params
+    block = block_weight_bytes(p.precision_bytes, p.weight_format)
+    return block * blocks + p.precision_bytes * params
 
 
 def pass_kv_read_bytes(model: Model, tp: int, p: ServingPass) -> int:

@@ -9,7 +9,8 @@ embedding and LM head):
 
 * the embedding: the training pass's, without dropout;
 * each block: the training block (:func:`~workloads.op_graphs.inference_block_graph`: no
-  dropout, no MoE auxiliary loss) with a KV-cache attention core
+  dropout, no MoE auxiliary loss), its GEMMs lowered as its weight format's precision
+  recipe says (:func:`~workloads.precision.apply_precision`), with a KV-cache attention core
   (:mod:`workloads.attention_ops`): a flash prefill over the cached and new tokens, a paged
   decode kernel, MLA's latent cache;
 * the head: the final norm on every token, then only when the pass samples the LM head on
@@ -47,7 +48,8 @@ from workloads.layer_graph import Layer, LayerEdge, LayerGraph, LayerKind, PassG
 from workloads.model import Model, padded_vocab
 from workloads.op_graphs import NORM_FLOPS, inference_block_graph, inference_embedding_graph
 from workloads.ops import CollectiveKind, OpGraph, OpKind
-from workloads.serving import ServingPass, serving_settings
+from workloads.precision import apply_precision
+from workloads.serving import ServingPass, serving_settings, weight_recipe
 
 __all__ = ["check_serving", "serving_layer_graph", "peak_live_bytes", "pass_workspace_bytes"]
 
@@ -130,10 +132,11 @@ def _build(model: Model, p: ServingPass, tp: int, ep: int) -> LayerGraph:
     core = partial(_core, model=m, p=p, tp=tp)
     kv_up = not (model.mla and p.is_decode)
 
-    def block(dense: bool) -> OpGraph:
-        return inference_block_graph(
+    def block(dense: bool) -> OpGraph:  # its GEMMs in the weight format's recipe
+        g = inference_block_graph(
             m, p.tokens, tp, p.precision_bytes, core, kv_up=kv_up, dense=dense, ep=ep
         )
+        return apply_precision(g, weight_recipe(p.weight_format))
 
     framework = framework_profile(serving_settings().framework)
     graphs = {

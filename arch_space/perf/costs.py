@@ -69,6 +69,7 @@ import numpy as np
 
 from arch_space.accelerator import TENSOR, VECTOR, Accelerator, Cluster
 from arch_space.area import format_mac_pj, static_power_w, unit_pj_per_op, with_uncore
+from arch_space.formats import BASE_FORMAT, format_options
 from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from arch_space.perf.settings import PerfSettings, default_settings
@@ -271,6 +272,10 @@ def _work(
     is_attention = np.isin(kind, _ATTENTION_CODES)
     gi = np.flatnonzero(is_gemm | is_attention)
     shape = GemmShape(*(np.maximum(x[gi], 1.0) for x in (batch, m, k, n)))
+    # a low-precision GEMM reads its operands at its format's element size
+    element = np.array([format_options()[f].element_bytes for f in FORMATS])
+    low = fmt[gi] != FORMATS.index(BASE_FORMAT)
+    operand = np.where(low, element[fmt[gi].astype(np.intp)], float(acc.bytes_per_element))
     hbm_read, hbm_write = gemm_hbm_bytes(
         shape,
         acc.tc_rows,
@@ -278,6 +283,7 @@ def _work(
         acc.glb_bytes,
         acc.bytes_per_element,
         settings.accumulator_bytes,
+        operand,
     )
     fused = is_attention[gi]
     hbm_read = np.where(fused, reads[gi], hbm_read)

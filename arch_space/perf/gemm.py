@@ -73,12 +73,16 @@ def gemm_hbm_bytes(
     glb_bytes: float,
     bytes_per_element: int,
     accumulator_bytes: int,
+    operand_bytes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(read, write) HBM bytes of the least-traffic tiling that fits the global buffer.
 
-    If no candidate tile fits, every operand element is fetched for every product.
+    ``operand_bytes`` (per GEMM; default ``bytes_per_element``) are the bytes of an input
+    element, an fp8 GEMM's 1; the output is written at ``bytes_per_element``. If no
+    candidate tile fits, every operand element is fetched for every product.
     """
-    e = float(bytes_per_element)
+    out = float(bytes_per_element)
+    e = out if operand_bytes is None else np.asarray(operand_bytes, dtype=float)[:, None]
     m, k, n = g.m[:, None], g.k[:, None], g.n[:, None]
     tk = np.minimum(k, rows)
     tm = np.concatenate([np.minimum(_ROW_TILES[None, :], m), m], axis=1)
@@ -90,7 +94,7 @@ def gemm_hbm_bytes(
     reads = e * (m * k * np.ceil(n / tn) + k * n * np.ceil(m / tm))
     no_reuse = 2 * e * m * k * n
     reads = np.where(fits, reads, no_reuse).min(axis=1)
-    return g.batch * reads, g.batch * e * g.m * g.n
+    return g.batch * reads, g.batch * out * g.m * g.n
 
 
 def gemm_terms(

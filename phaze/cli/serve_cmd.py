@@ -76,6 +76,13 @@ __all__ = ["serve", "serving_document"]
     help="KV-cache number format (bf16, fp16, fp8).",
 )
 @click.option(
+    "--weight-format",
+    type=click.Choice(tuple(serving_settings().weight_recipes)),
+    default="bf16",
+    show_default=True,
+    help="Number format of the blocks' weights; fp8 runs their GEMMs on fp8 tensor cores.",
+)
+@click.option(
     "--tokens",
     "tokens_to_serve",
     help="Output tokens of the serving workload whose carbon and tCDP are given (2e9, 1B) "
@@ -95,6 +102,7 @@ def serve(
     objective,
     disaggregate,
     kv_format,
+    weight_format,
     tokens_to_serve,
     as_json,
     **kw,
@@ -125,6 +133,7 @@ def serve(
         objective=objective,
         disaggregate=disaggregate,
         kv_format=kv_format,
+        weight_format=weight_format,
         tokens_to_serve=None if tokens_to_serve is None else parse_tokens(tokens_to_serve),
         scoring=scoring,
     )
@@ -138,6 +147,8 @@ def serve(
         "ttft_limit_s": None if ttft_ms is None else ttft_ms / 1e3,
         "tpot_limit_s": None if tpot_ms is None else tpot_ms / 1e3,
         "objective": objective,
+        "weight_format": weight_format,
+        "kv_format": kv_format,
         **doc,
     }
     if as_json:
