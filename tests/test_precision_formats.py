@@ -304,6 +304,27 @@ def test_a_preset_without_the_format_is_refused_in_one_line():
     assert lines == ["Error: precision fp8-te needs fp8 tensor cores; a100 runs bf16, int8"]
 
 
+@pytest.mark.parametrize(
+    ("precision", "compute", "activations"),
+    [
+        ("bf16", "compute ", "activations "),
+        ("fp8-te", "compute (fp8 GEMMs) ", "activations (Linear inputs at 1 B) "),
+    ],
+)
+def test_the_breakdown_names_the_gemm_format_of_its_compute(precision, compute, activations):
+    r = CliRunner().invoke(
+        cli,
+        ["evaluate", "--workload", "gpt3-1.3b", "--arch", "h100", "--devices", "8",
+         "--global-batch", "64",
+         "--strategy", f"t=1,p=1,d=8,mbs=8,recompute=none,precision={precision}"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert any(line.startswith(compute) for line in lines), r.output
+    assert any(activations in line for line in lines), r.output
+    assert any(line.startswith("recompute (fp8 GEMMs)") for line in lines) == (precision != "bf16")
+
+
 def test_sweep_config_lists_precisions():
     from phaze.config import sweep_config_from_mapping
 

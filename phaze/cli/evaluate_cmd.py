@@ -316,15 +316,33 @@ def _breakdown_table(pl: Placement) -> str:
     total = pl.breakdown.iteration_s
     terms = pl.breakdown.terms()
     seconds = fmt_column([*terms.values(), total], "s")
+    r = recipe(pl.layout.precision)
+    # the terms whose block GEMMs run in the recipe's format say so (bf16 says nothing)
+    tag = frozenset() if r.gemm_format == "bf16" else frozenset({"compute", "recompute"})
     times = [
-        (name.removesuffix("_s"), text, fmt_percent(value / total if total else 0.0))
+        (
+            name.removesuffix("_s") + (f" ({r.gemm_format} GEMMs)" if name[:-2] in tag else ""),
+            text,
+            fmt_percent(value / total if total else 0.0),
+        )
         for (name, value), text in zip(terms.items(), seconds, strict=False)
     ]
     times.append(("iteration", seconds[-1], fmt_percent(1.0)))
     mem = pl.memory_breakdown
     names = [f.name for f in dataclasses.fields(mem)]
     sizes = fmt_column([*(getattr(mem, n) for n in names), mem.total_bytes], "B")
-    memory = [(n.removesuffix("_bytes"), t) for n, t in zip(names, sizes, strict=False)]
+    memory = [
+        (
+            n.removesuffix("_bytes")
+            + (
+                f" (Linear inputs at {r.saved_linear_input_bytes} B)"
+                if n == "activations_bytes" and tag and pl.layout.recompute != "full"
+                else ""
+            ),
+            t,
+        )
+        for n, t in zip(names, sizes, strict=False)
+    ]
     memory.append(("total", sizes[-1]))
     memory += [("", "")] * (len(times) - len(memory))
     rows = [[*t, *m] for t, m in zip(times, memory, strict=True)]
