@@ -502,7 +502,12 @@ def block_weight_bytes(precision_bytes: int = 2, weight_format: str = "bf16") ->
 
 
 def stage_weight_bytes(
-    model: Model, tp: int, ep: int = 1, pp: int = 1, precision_bytes: int = 2, weight_format="bf16"
+    model: Model,
+    tp: int,
+    ep: int = 1,
+    pp: int = 1,
+    precision_bytes: int = 2,
+    weight_format: str = "bf16",
 ) -> tuple[int, ...]:
     """Weight bytes one device of each stage holds: the blocks' weights in ``weight_format``
     (their norm gains too, a few thousandths of a percent of them), the embedding and head
@@ -555,7 +560,12 @@ def pass_flops(model: Model, p: ServingPass) -> int:
 
 
 def weight_bytes_per_device(
-    model: Model, tp: int, precision_bytes: int = 2, ep: int = 1, pp: int = 1, weight_format="bf16"
+    model: Model,
+    tp: int,
+    precision_bytes: int = 2,
+    ep: int = 1,
+    pp: int = 1,
+    weight_format: str = "bf16",
 ) -> int:
     """Bytes of the weights one device holds, of a replica of ``pp`` pipeline stages of a
     tensor-parallel group of ``tp`` each (the fullest stage's; :func:`stage_weight_bytes`):
