@@ -36,6 +36,7 @@ from workloads.ops import CommRole, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
     "ATTENTION_KERNELS",
+    "CROSS_ENTROPY_KERNELS",
     "PIPELINE_SCHEDULES",
     "P2P_OVERLAP",
     "DEFAULT_FRAMEWORK",
@@ -57,6 +58,12 @@ _DATA_FILE: Final = "frameworks.toml"
 #: same fused passes run by FlashAttention-2, at its own measured rate where the chip has one:
 #: :meth:`arch_space.perf.device.DeviceProfile.for_attention`).
 ATTENTION_KERNELS: Final = ("unfused", "flash", "flash2")
+#: How a framework runs the LM head's cross entropy: ``fused`` (one kernel reads the bf16
+#: logits, as fused cross-entropy kernels do) or ``unfused-fp32`` (Megatron-LM's
+#: ``vocab_parallel_cross_entropy`` on ``logits.float()``: a cast to an fp32 copy, then max,
+#: subtract, exp, sum and divide, each a pass over the fp32 logits in HBM; backward a
+#: multiply and the cast back; :func:`workloads.op_graphs.head_pass_graphs`).
+CROSS_ENTROPY_KERNELS: Final = ("fused", "unfused-fp32")
 #: The pipeline schedules a stack runs: none, 1F1B without virtual stages, or 1F1B with
 #: Megatron's interleaved virtual stages (and the plain 1F1B beside it).
 PIPELINE_SCHEDULES: Final = ("none", "1f1b", "interleaved")
@@ -80,7 +87,8 @@ class FrameworkProfile:
     bytes a gradient reduction moves per parameter (0: the problem's default, bf16);
     ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
     ``zero_stages`` the ZeRO stages it runs; ``host_s_per_kernel`` the host's time to
-    dispatch one kernel (0: none modelled), a pass taking at least its kernels times that.
+    dispatch one kernel (0: none modelled), a pass taking at least its kernels times that;
+    ``cross_entropy`` the LM head's cross-entropy kernel (:data:`CROSS_ENTROPY_KERNELS`).
     """
 
     name: str
@@ -95,6 +103,7 @@ class FrameworkProfile:
     pipeline: str = "interleaved"
     zero_stages: tuple[int, ...] = _ZERO_STAGES
     host_s_per_kernel: float = 0.0
+    cross_entropy: str = "fused"
 
     @property
     def fused_attention(self) -> bool:
@@ -121,6 +130,7 @@ _KNOWN_KEYS: Final = frozenset(
         "pipeline",
         "zero_stages",
         "host_s_per_kernel",
+        "cross_entropy",
     }
 )
 
@@ -152,6 +162,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     p2p = table.get("p2p_overlap", "never")
     _choice(name, "p2p_overlap", p2p, P2P_OVERLAP, problems)
     pipeline = table.get("pipeline", "interleaved")
+    cross_entropy = table.get("cross_entropy", "fused")
+    _choice(name, "cross_entropy", cross_entropy, CROSS_ENTROPY_KERNELS, problems)
     _choice(name, "pipeline", pipeline, PIPELINE_SCHEDULES, problems)
     zeros = tuple(table.get("zero_stages", _ZERO_STAGES))
     if not zeros or any(z not in _ZERO_STAGES or isinstance(z, bool) for z in zeros):
@@ -178,6 +190,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         pipeline=pipeline,
         zero_stages=zeros,
         host_s_per_kernel=float(numbers["host_s_per_kernel"]),
+        cross_entropy=cross_entropy,
     )
 
 

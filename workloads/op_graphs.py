@@ -19,7 +19,8 @@ projections; the attention core split into up to
 input- and weight-gradient GEMMs in the backward pass.
 
 The attention core follows the framework profile's kernel, ``unfused`` or ``flash``
-(:mod:`workloads.attention_ops`); inference passes put their KV-cache cores in the same
+(:mod:`workloads.attention_ops`), and the cross entropy its ``cross_entropy`` kernel
+(:func:`head_pass_graphs`); inference passes put their KV-cache cores in the same
 blocks (:func:`inference_block_graph`, :mod:`workloads.serving_ops`). Q/K/V biases ride in their GEMMs
 (cuBLAS epilogue, no FLOPs counted); FC1's bias is part of its fused bias + activation
 epilogue; row-parallel biases are added after the all-reduce in the fused
@@ -53,7 +54,7 @@ from workloads.attention_ops import (
 from workloads.layer_graph import PassGraphs
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
 from workloads.moe_ops import moe_nodes
-from workloads.ops import CollectiveKind, OpGraph, OpKind
+from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
 from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
@@ -438,9 +439,30 @@ def _embedding_nodes(model: Model, d: _Dims) -> list[Node]:
     return nodes
 
 
+def _passes(name: str, elements: int, *, reads: int, writes: int, flops: int) -> Op:
+    """Unfused elementwise kernels over ``elements``, reading ``reads`` and writing
+    ``writes`` bytes per element in all (each pass through HBM)."""
+    return Op(
+        name=name,
+        kind=OpKind.ELEMENTWISE,
+        core=CoreType.VC,
+        flops=flops,
+        bytes_read=reads * elements,
+        bytes_written=writes * elements,
+        elements=elements,
+    )
+
+
 def head_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
     """Final norm (decoder) or MLM transform (encoder), (OPT project-out,) vocab-parallel
-    logits and cross entropy. Never recomputed."""
+    logits and cross entropy. Never recomputed.
+
+    The cross entropy is the profile's kernel: ``fused`` reads the bf16 logits (a max, then
+    a softmax); ``unfused-fp32`` is Megatron-LM's ``vocab_parallel_cross_entropy`` on
+    ``logits.float()`` (megatron/core/tensor_parallel/cross_entropy.py): per logit the cast
+    reads 2 and writes 4 bytes, the max reads 4, subtract, exp and divide each read and
+    write 4 in place, the sum reads 4 (forward: 22 read, 16 written); backward the in-place
+    multiply by the loss gradient reads and writes 4 and the cast back reads 4 and writes 2."""
     d = _Dims.of(setup, tp)
     h, e, p, T, t = model.hidden, model.embedding_dim, d.p, d.tokens, d.t
     v_t = padded_vocab(model.vocab, t) // t
@@ -459,17 +481,38 @@ def head_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
     x = _column_parallel_input(nodes, x, d, e)
     logits = gemm("logits", T, e, v_t, p, bias=not model.causal)
     nodes.append(Node(logits, (x,), Grad.GEMM))
+    n = T * v_t
+    unfused = setup.profile.cross_entropy == "unfused-fp32"
+    src, ce_bytes = logits.name, p
+    if unfused:  # logits.float(): an fp32 copy the cross entropy works on in place
+        cast_bwd = _passes("ce.float.bwd", n, reads=_FP32_BYTES, writes=p, flops=n)
+        cast = _passes("ce.float", n, reads=p, writes=_FP32_BYTES, flops=n)
+        nodes.append(Node(cast, (src,), Grad.FUSED, backward=cast_bwd))
+        src, ce_bytes = cast.name, _FP32_BYTES
     ce_max = vector(
-        "ce.max", OpKind.ELEMENTWISE, T, 0, p, read_elements=T * v_t, flops=_CE_MAX_FLOPS * T * v_t
+        "ce.max", OpKind.ELEMENTWISE, T, 0, ce_bytes, read_elements=n, flops=_CE_MAX_FLOPS * n
     )
-    nodes.append(Node(ce_max, (logits.name,), Grad.NONE))
+    nodes.append(Node(ce_max, (src,), Grad.NONE))
     m = ce_max.name
     if t > 1:
         ar = collective("ce.max.allreduce", CollectiveKind.ALL_REDUCE, _FP32_BYTES * T, t)
         nodes.append(Node(ar, (m,), Grad.NONE))
         m = ar.name
-    sm = vector("ce.softmax", OpKind.SOFTMAX, T * v_t, _CE_SOFTMAX_FLOPS, p)
-    nodes.append(Node(sm, (logits.name, m), nondiff=(m,)))
+    if unfused:
+        # sub_ (read, write), exp (read, write), sum (read), div_ (read, write), each over
+        # the fp32 copy; backward: grad.mul_ in place (read, write)
+        sm_bwd = _passes("ce.softmax.bwd", n, reads=_FP32_BYTES, writes=_FP32_BYTES, flops=n)
+        sm = _passes(
+            "ce.softmax",
+            n,
+            reads=4 * _FP32_BYTES,
+            writes=3 * _FP32_BYTES,
+            flops=(_CE_SOFTMAX_FLOPS + 1) * n,
+        )
+        nodes.append(Node(sm, (src, m), Grad.FUSED, nondiff=(m,), backward=sm_bwd))
+    else:
+        sm = vector("ce.softmax", OpKind.SOFTMAX, n, _CE_SOFTMAX_FLOPS, p)
+        nodes.append(Node(sm, (src, m), nondiff=(m,)))
     x = sm.name
     if t > 1:
         ar = collective("ce.sum.allreduce", CollectiveKind.ALL_REDUCE, 2 * _FP32_BYTES * T, t)
