@@ -37,6 +37,7 @@ from workloads.ops import CommRole, CoreType, Op, OpGraph, OpKind
 __all__ = [
     "ATTENTION_KERNELS",
     "CROSS_ENTROPY_KERNELS",
+    "ACTIVATION_KERNELS",
     "PIPELINE_SCHEDULES",
     "P2P_OVERLAP",
     "DEFAULT_FRAMEWORK",
@@ -64,6 +65,10 @@ ATTENTION_KERNELS: Final = ("unfused", "flash", "flash2")
 #: subtract, exp, sum and divide, each a pass over the fp32 logits in HBM; backward a
 #: multiply and the cast back; :func:`workloads.op_graphs.head_pass_graphs`).
 CROSS_ENTROPY_KERNELS: Final = ("fused", "unfused-fp32")
+#: How a framework runs a non-gated FFN's activation: ``fused`` into FC1's epilogue (bias-GELU
+#: fusion) or ``unfused``, its own kernel reading and writing the FFN's hidden tensor (eager
+#: PyTorch's ``nn.GELU``); a gated FFN's activation is its own op either way.
+ACTIVATION_KERNELS: Final = ("fused", "unfused")
 #: The pipeline schedules a stack runs: none, 1F1B without virtual stages, or 1F1B with
 #: Megatron's interleaved virtual stages (and the plain 1F1B beside it).
 PIPELINE_SCHEDULES: Final = ("none", "1f1b", "interleaved")
@@ -88,7 +93,10 @@ class FrameworkProfile:
     ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
     ``zero_stages`` the ZeRO stages it runs; ``host_s_per_kernel`` the host's time to
     dispatch one kernel (0: none modelled), a pass taking at least its kernels times that;
-    ``cross_entropy`` the LM head's cross-entropy kernel (:data:`CROSS_ENTROPY_KERNELS`).
+    ``cross_entropy`` the LM head's cross-entropy kernel (:data:`CROSS_ENTROPY_KERNELS`);
+    ``activation`` the FFN activation's (:data:`ACTIVATION_KERNELS`); ``attention_unpad``:
+    the stack gathers Q, K and V into unpadded copies before a fused attention kernel and
+    scatters its output back (llm-foundry's ``flash_attn_fn``).
     """
 
     name: str
@@ -104,6 +112,8 @@ class FrameworkProfile:
     zero_stages: tuple[int, ...] = _ZERO_STAGES
     host_s_per_kernel: float = 0.0
     cross_entropy: str = "fused"
+    activation: str = "fused"
+    attention_unpad: bool = False
 
     @property
     def fused_attention(self) -> bool:
@@ -131,6 +141,8 @@ _KNOWN_KEYS: Final = frozenset(
         "zero_stages",
         "host_s_per_kernel",
         "cross_entropy",
+        "activation",
+        "attention_unpad",
     }
 )
 
@@ -164,6 +176,10 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     pipeline = table.get("pipeline", "interleaved")
     cross_entropy = table.get("cross_entropy", "fused")
     _choice(name, "cross_entropy", cross_entropy, CROSS_ENTROPY_KERNELS, problems)
+    activation = table.get("activation", "fused")
+    _choice(name, "activation", activation, ACTIVATION_KERNELS, problems)
+    unpad = table.get("attention_unpad", False)
+    _choice(name, "attention_unpad", unpad, (False, True), problems)
     _choice(name, "pipeline", pipeline, PIPELINE_SCHEDULES, problems)
     zeros = tuple(table.get("zero_stages", _ZERO_STAGES))
     if not zeros or any(z not in _ZERO_STAGES or isinstance(z, bool) for z in zeros):
@@ -191,6 +207,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         zero_stages=zeros,
         host_s_per_kernel=float(numbers["host_s_per_kernel"]),
         cross_entropy=cross_entropy,
+        activation=activation,
+        attention_unpad=bool(unpad),
     )
 
 

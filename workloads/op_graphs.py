@@ -108,14 +108,27 @@ class _Dims:
     flash: bool
     training: bool = True
     ep: int = 1  # expert-parallel ranks sharing the routed experts (a rank holds 1/ep of them)
+    unpad: bool = False  # the stack copies Q, K, V unpadded around a fused core (training)
+    fused_activation: bool = True  # a non-gated FFN's activation in FC1's epilogue
 
     @classmethod
     def of(cls, setup: TrainingSetup, tp: int) -> _Dims:
         b, s = setup.micro_batch, setup.seq_len
         sp = setup.sequence_parallel and tp > 1
         local = b * s // tp if sp else b * s
-        flash = setup.profile.fused_attention
-        return cls(b, s, b * s, local, tp, setup.precision_bytes, sp, flash)
+        fw = setup.profile
+        return cls(
+            b,
+            s,
+            b * s,
+            local,
+            tp,
+            setup.precision_bytes,
+            sp,
+            fw.fused_attention,
+            unpad=fw.attention_unpad and fw.fused_attention,
+            fused_activation=fw.activation == "fused",
+        )
 
 
 def _inference_dims(tokens: int, tp: int, precision_bytes: int, ep: int = 1) -> _Dims:
@@ -254,12 +267,45 @@ def _attention(
         q_in, k_in = "q.rope", "k.rope"
     if core is None:
         kernel = flash_core if d.flash else unfused_core
+        if d.unpad:
+            q_in = k_in = _copies(
+                nodes, "attn.unpad", (q_in, k_in, "v"), T * hd * (a_t + 2 * g_t), p
+            )
         outputs = kernel(nodes, q_in, k_in, model, d.b, d.s, t, p)
+        if d.unpad:
+            outputs = (
+                _copies(nodes, "attn.pad", outputs, T * a_t * model.value_head_dim, p, pad=True),
+            )
     else:
         outputs = core(nodes, q_in, k_in)
     proj = gemm("proj", T, a_t * model.value_head_dim, h, p)
     nodes.append(Node(proj, outputs, Grad.GEMM))
     return proj.name
+
+
+def _copies(
+    nodes: list[Node], name: str, inputs: tuple[str, ...], elements: int, p: int, pad=False
+) -> str:
+    """llm-foundry's unpadding around a fused attention kernel (``flash_attn_fn``:
+    ``bert_padding.unpad_input`` gathers Q, K and V into new tensors, ``pad_input`` scatters
+    the output into zeros): a gather reads and writes ``elements``; a scatter writes the
+    zeros, then reads and writes ``elements``. Each one's backward is the other."""
+    gather = (p * elements, p * elements)
+    scatter = (p * elements, 2 * p * elements)
+    fwd, bwd = (scatter, gather) if pad else (gather, scatter)
+
+    def op(suffix: str, rw: tuple[int, int]) -> Op:
+        return Op(
+            name=name + suffix,
+            kind=OpKind.ELEMENTWISE,
+            core=CoreType.VC,
+            bytes_read=rw[0],
+            bytes_written=rw[1],
+            elements=elements,
+        )
+
+    nodes.append(Node(op("", fwd), inputs, Grad.FUSED, backward=op(".bwd", bwd)))
+    return name
 
 
 def _ffn(
@@ -288,10 +334,15 @@ def _ffn(
         hidden = act.name
     else:
         act_flops = _GELU_FLOPS if model.ffn_kind is FfnKind.GELU else _RELU_FLOPS
-        epilogue = tokens * f_t * (act_flops + (_BIAS_FLOPS if bias else 0))
+        flops = act_flops + (_BIAS_FLOPS if bias else 0)
+        epilogue = tokens * f_t * flops if d.fused_activation else 0
         fc1 = gemm(f"{prefix}fc1", tokens, h, f_t, p, bias=bias, epilogue_flops=epilogue)
         nodes.append(Node(fc1, (src,), Grad.GEMM))
         hidden = fc1.name
+        if not d.fused_activation:  # its own kernel: reads and writes the hidden tensor
+            act = vector(f"{prefix}fc1.act", OpKind.ELEMENTWISE, tokens * f_t, flops, p)
+            nodes.append(Node(act, (hidden,)))
+            hidden = act.name
     fc2 = gemm(f"{prefix}fc2", tokens, f_t, h, p)
     nodes.append(Node(fc2, (hidden,), Grad.GEMM))
     return fc2.name
