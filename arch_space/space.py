@@ -44,7 +44,13 @@ from arch_space._data import (
     unknown_keys,
 )
 from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
-from arch_space.area import area_mm2, area_terms_mm2, hbm_stacks_for, tensor_load_power_w
+from arch_space.area import (
+    area_mm2,
+    area_terms_mm2,
+    capped_clock_fraction,
+    hbm_stacks_for,
+    tensor_load_power_w,
+)
 from arch_space.config import ACCELERATOR_TOML_KEYS
 from arch_space.formats import (
     BASE_FORMAT,
@@ -487,7 +493,7 @@ def _format_set_kernel(s: Space, format_set: tuple[str, ...]) -> _Kept:
         formats=rates,
     )
     leakage = area * tech.leakage_w_per_mm2
-    fraction = np.clip((s.power_budget() - leakage) / (power - leakage), 0.0, 1.0)
+    fraction = capped_clock_fraction(power, leakage, s.power_budget())
     small_enough = area <= s.area_fraction_max * budget
     keep = large_enough & small_enough & (fraction > 0.0)
     idx = np.nonzero(keep)
