@@ -105,3 +105,49 @@ def test_a_fitted_presets_silicon_priced_as_a_design_is_not_faster(name):
         )
         rate[label] = ev.score.tokens_per_s
     assert rate["design"] <= 1.05 * rate["preset"]
+
+
+@pytest.fixture
+def residual_of(monkeypatch):
+    """Set the design residual the shipped profiles take (a lower stored fit's), clearing
+    the profile caches before and after."""
+    import arch_space.perf.device as device_module
+
+    def clear():
+        device_module.generic_profile.cache_clear()
+        device_module.preset_profile.cache_clear()
+        device_module.device_profile.cache_clear()
+
+    def set_residual(value: float) -> None:
+        monkeypatch.setattr(device_module, "design_clock_residual", lambda: value)
+        clear()
+
+    yield set_residual
+    monkeypatch.undo()
+    clear()
+
+
+def test_a_design_pays_a_residual_below_one_on_its_clock(residual_of):
+    design = dataclasses.replace(preset("h100"), name="", clock_hz=1.2e9)
+
+    def score():
+        # the design's profile passed on: layer schedules are cached by the profile given
+        # (a process's shipped profiles never change)
+        return phaze.evaluate(
+            "gpt3-1.3b",
+            design,
+            Cluster(devices=8),
+            global_batch=64,
+            strategy="t=1,p=1,d=8,mbs=4",
+            device=device_profile(design),
+        ).score
+
+    residual_of(1.0)
+    free = score()
+    residual_of(0.8)
+    assert generic_profile().sustained_clock_fraction == 0.8
+    assert preset_profile("v100").sustained_clock_fraction == 0.8
+    assert preset_profile("h100").sustained_clock_fraction == _FITTED["h100"]
+    paid = score()
+    # the clock slows the core ops, not HBM traffic or the links: between 0.8x and 1x
+    assert 0.8 * free.mfu <= paid.mfu < 0.99 * free.mfu
