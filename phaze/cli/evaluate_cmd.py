@@ -192,7 +192,7 @@ def evaluate(
         "devices": devices,
         "framework": framework,
         "seq_len": seq_len,
-        "precision": _precision_doc(ev),
+        "precision": _precision_doc(ev, state_bytes),
         "iteration_s": pl.breakdown.iteration_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,
@@ -289,16 +289,19 @@ def _exclusions(framework: str) -> list[dict[str, str]]:
     return out
 
 
-def _precision_doc(ev) -> dict[str, object]:
-    """The point's precision recipe: its GEMM format and rate on the accelerator, its
-    training state per parameter and its stashed Linear inputs' bytes."""
+def _precision_doc(ev, state_bytes: int | None) -> dict[str, object]:
+    """The point's precision recipe: its GEMM format and rate on the accelerator, the
+    training state per parameter it ran with (``--state-bytes`` where given, else the
+    recipe's) and its stashed Linear inputs' bytes."""
     r = recipe(ev.knobs.precision)
     return {
         "recipe": r.name,
         "gemm_format": r.gemm_format,
         "gemm_rate_vs_bf16": ev.design.format_rate(r.gemm_format),
         "tensor_core_formats": list(ev.design.format_names),
-        "state_bytes_per_parameter": r.state_bytes_per_parameter,
+        "state_bytes_per_parameter": (
+            r.state_bytes_per_parameter if state_bytes is None else state_bytes
+        ),
         "saved_linear_input_bytes": r.saved_linear_input_bytes,
     }
 
