@@ -322,9 +322,13 @@ def _breakdown_table(pl: Placement) -> str:
     r = recipe(pl.layout.precision)
     # the terms whose block GEMMs run in the recipe's format say so (bf16 says nothing)
     tag = frozenset() if r.gemm_format == "bf16" else frozenset({"compute", "recompute"})
+    # the step term also re-casts a caching recipe's fp8 weight copies
+    notes = {name[:-2]: f" ({r.gemm_format} GEMMs)" for name in terms if name[:-2] in tag}
+    if r.weight_refresh_bytes_per_parameter:
+        notes["optimizer"] = f" (and the {r.gemm_format} weight casts)"
     times = [
         (
-            name.removesuffix("_s") + (f" ({r.gemm_format} GEMMs)" if name[:-2] in tag else ""),
+            name.removesuffix("_s") + notes.get(name[:-2], ""),
             text,
             fmt_percent(value / total if total else 0.0),
         )
@@ -334,17 +338,11 @@ def _breakdown_table(pl: Placement) -> str:
     mem = pl.memory_breakdown
     names = [f.name for f in dataclasses.fields(mem)]
     sizes = fmt_column([*(getattr(mem, n) for n in names), mem.total_bytes], "B")
+    kept = {}
+    if tag and pl.layout.recompute != "full":
+        kept["activations_bytes"] = f" (Linear inputs at {r.saved_linear_input_bytes} B)"
     memory = [
-        (
-            n.removesuffix("_bytes")
-            + (
-                f" (Linear inputs at {r.saved_linear_input_bytes} B)"
-                if n == "activations_bytes" and tag and pl.layout.recompute != "full"
-                else ""
-            ),
-            t,
-        )
-        for n, t in zip(names, sizes, strict=False)
+        (n.removesuffix("_bytes") + kept.get(n, ""), t) for n, t in zip(names, sizes, strict=False)
     ]
     memory.append(("total", sizes[-1]))
     memory += [("", "")] * (len(times) - len(memory))
