@@ -14,10 +14,10 @@ bound), and its peak falls with it. A design whose leakage alone exceeds the bud
 A space lists the number-format sets of its tensor cores (``formats``, bf16 alone by default):
 every grid point is a design per set, its lanes beyond bf16 adding area
 (:func:`arch_space.formats.format_lane_factor`) and its power under tensor load taken at
-its most power-hungry format.
-The capped clock plays, for a design, the part the fitted sustained-clock fraction plays for a
-measured chip; designs carry the modelled device profile (fraction 1), so the cap applies once. The area of the whole grid is computed in one vectorised call
-(:func:`arch_space.area.area_terms_mm2`); Accelerators are built only for the survivors.
+its most power-hungry format. The capped clock is a design's share of what a measured chip's
+fitted training clock holds; the rest it pays as :mod:`arch_space.perf.residual`'s residual.
+The grid's area is one vectorised call (:func:`arch_space.area.area_terms_mm2`);
+Accelerators are built only for the survivors.
 """
 
 from __future__ import annotations
@@ -36,13 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from arch_space._data import (
-    is_power_of_two,
-    number_problem,
-    read_toml,
-    toml_literal,
-    unknown_keys,
-)
+from arch_space._data import is_power_of_two, number_problem, read_toml, toml_literal, unknown_keys
 from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
 from arch_space.area import (
     area_mm2,
