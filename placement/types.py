@@ -238,7 +238,10 @@ class PlacementProblem:
     data-parallel all-reduce moves per parameter (2: fp16 gradients, Narayanan et al. SC21).
     ``optimizer_s_per_parameter`` is the optimizer step's time per parameter of a device's
     shard (:data:`OPTIMIZER_STEP_BYTES_PER_PARAMETER` over the device's HBM bandwidth; 0
-    leaves the step out). ``zero_stages`` are the ZeRO stages the search may choose from
+    leaves the step out). ``weight_refresh_s_per_parameter`` is the time per parameter a
+    device holds of casting its cached low-precision weight copies once per iteration (a
+    precision recipe that caches them, :attr:`workloads.precision.Recipe.weight_refresh_bytes_per_parameter`
+    over the HBM bandwidth; 0: none), priced beside the optimizer step. ``zero_stages`` are the ZeRO stages the search may choose from
     (0: every replica holds all its state; 1, 2, 3: the optimizer state, the gradients, the
     weights sharded over the ``d`` replicas): the one place ``d`` enters memory, see
     :func:`placement.iteration.stage_memory`. ``optimizer_bytes_per_parameter`` is the part
@@ -247,7 +250,12 @@ class PlacementProblem:
     pipeline depth. ``p2p_overlap`` lets a stage's boundary transfers run beside its compute
     (the framework's profile, :mod:`workloads.framework`): only what exceeds the compute is
     exposed; with ``p2p_overlap_interleaved_only`` only the interleaved schedule's
-    (``v >= 2``) do (:meth:`overlaps_p2p`). ``dp_overlap`` reduces the gradients beside the
+    (``v >= 2``) do (:meth:`overlaps_p2p`). ``p2p_sends`` and ``p2p_gathers`` count what a
+    stage runs in turn per boundary it touches per micro-batch: sends of the boundary tensor
+    (or of its ``1/t`` slice) and tensor-parallel all-gathers of it (1 and 1: Megatron's
+    1F1B pairs each send with a receive in one batched call and gathers each slice once;
+    a stack that sends and receives one blocking call at a time has more;
+    :func:`placement.network.boundary_link`). ``dp_overlap`` reduces the gradients beside the
     backward pass, all but the last bucket
     (:func:`placement.dp_comm.exposed_reduction_parameters`); ``param_gather_overlap``
     all-gathers the updated weights beside the next forward pass, all but the first bucket;
@@ -270,6 +278,7 @@ class PlacementProblem:
     state_bytes_per_parameter: float = STATE_BYTES_PER_PARAMETER["adam"]
     gradient_bytes_per_parameter: float = 2.0
     optimizer_s_per_parameter: float = 0.0
+    weight_refresh_s_per_parameter: float = 0.0
     max_stages: int | None = None
     zero_stages: tuple[int, ...] = (0,)
     optimizer_bytes_per_parameter: float = 12.0
@@ -283,6 +292,8 @@ class PlacementProblem:
     cp_degrees: tuple[int, ...] = (1,)
     collectives: CollectiveCurve | None = None
     collective_compute_share: float = 0.0
+    p2p_sends: float = 1.0
+    p2p_gathers: float = 1.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -319,9 +330,14 @@ class PlacementProblem:
                 "state_bytes_per_parameter",
                 "gradient_bytes_per_parameter",
                 "optimizer_s_per_parameter",
+                "weight_refresh_s_per_parameter",
                 "optimizer_bytes_per_parameter",
+                "p2p_gathers",
             ),
         )
+        sends = self.p2p_sends
+        if not (isinstance(sends, int | float) and math.isfinite(sends) and sends >= 1):
+            problems.append(f"placement problem: p2p_sends = {self.p2p_sends!r} must be >= 1")
         problems += zero_problems("placement problem", self.zero_stages)
         if self.max_stages is not None and not (
             isinstance(self.max_stages, int) and self.max_stages >= 1

@@ -96,7 +96,10 @@ class FrameworkProfile:
     ``cross_entropy`` the LM head's cross-entropy kernel (:data:`CROSS_ENTROPY_KERNELS`);
     ``activation`` the FFN activation's (:data:`ACTIVATION_KERNELS`); ``attention_unpad``:
     the stack gathers Q, K and V into unpadded copies before a fused attention kernel and
-    scatters its output back (llm-foundry's ``flash_attn_fn``).
+    scatters its output back (llm-foundry's ``flash_attn_fn``);
+    ``p2p_sends`` and ``p2p_gathers`` what one stage runs in turn per pipeline boundary per
+    micro-batch: sends of the boundary tensor (its ``1/t`` slice) and all-gathers of it
+    (1 and 1: Megatron's paired sends; :attr:`placement.types.PlacementProblem.p2p_sends`).
     """
 
     name: str
@@ -114,6 +117,8 @@ class FrameworkProfile:
     cross_entropy: str = "fused"
     activation: str = "fused"
     attention_unpad: bool = False
+    p2p_sends: float = 1.0
+    p2p_gathers: float = 1.0
 
     @property
     def fused_attention(self) -> bool:
@@ -143,6 +148,8 @@ _KNOWN_KEYS: Final = frozenset(
         "cross_entropy",
         "activation",
         "attention_unpad",
+        "p2p_sends",
+        "p2p_gathers",
     }
 )
 
@@ -174,13 +181,13 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     p2p = table.get("p2p_overlap", "never")
     _choice(name, "p2p_overlap", p2p, P2P_OVERLAP, problems)
     pipeline = table.get("pipeline", "interleaved")
+    _choice(name, "pipeline", pipeline, PIPELINE_SCHEDULES, problems)
     cross_entropy = table.get("cross_entropy", "fused")
     _choice(name, "cross_entropy", cross_entropy, CROSS_ENTROPY_KERNELS, problems)
     activation = table.get("activation", "fused")
     _choice(name, "activation", activation, ACTIVATION_KERNELS, problems)
     unpad = table.get("attention_unpad", False)
     _choice(name, "attention_unpad", unpad, (False, True), problems)
-    _choice(name, "pipeline", pipeline, PIPELINE_SCHEDULES, problems)
     zeros = tuple(table.get("zero_stages", _ZERO_STAGES))
     if not zeros or any(z not in _ZERO_STAGES or isinstance(z, bool) for z in zeros):
         problems.append(
@@ -188,9 +195,11 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
             "from 0, 1, 2, 3"
         )
     numbers = {k: table.get(k, 0.0) for k in ("reduce_bytes_per_parameter", "host_s_per_kernel")}
+    numbers |= {k: table.get(k, 1.0) for k in ("p2p_sends", "p2p_gathers")}
     for key, v in numbers.items():
-        if not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e3):
-            problems.append(f"{_DATA_FILE} [{name}]: {key} = {v!r} must be a number >= 0")
+        least = 1 if key == "p2p_sends" else 0
+        if not (isinstance(v, int | float) and not isinstance(v, bool) and least <= v < 1e3):
+            problems.append(f"{_DATA_FILE} [{name}]: {key} = {v!r} must be a number >= {least}")
     if problems:
         raise ConfigError("; ".join(problems))
     return FrameworkProfile(
@@ -209,6 +218,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         cross_entropy=cross_entropy,
         activation=activation,
         attention_unpad=bool(unpad),
+        p2p_sends=float(numbers["p2p_sends"]),
+        p2p_gathers=float(numbers["p2p_gathers"]),
     )
 
 
