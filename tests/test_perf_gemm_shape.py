@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import arch_space.perf.gemm_shape as gemm_shape
 from arch_space import Cluster
 from arch_space.perf import op_costs
-from arch_space.perf.device import preset_profile, profile_from_mapping
+from arch_space.perf.device import generic_profile, preset_profile, profile_from_mapping
 from arch_space.perf.gemm_shape import GemmShapeTable
 from arch_space.presets import preset
 from phaze_common.errors import ConfigError
@@ -42,6 +42,12 @@ def test_shipped_h100_table_is_xlas_measurement():
     # the largest measured shape is within 1.2 % of the best-shape (mamf-finder) rate
     assert _rate(4096, 4096, 4096) / 792.1 == pytest.approx(1.0, abs=0.012)
     assert preset_profile("a100").gemm_shapes is None
+
+
+def test_designs_take_the_measured_table():
+    # a design's share is the measured GPUs' mean; its small GEMMs lose what the H100's do
+    assert generic_profile().gemm_shapes == H100.gemm_shapes
+    assert preset_profile("tpuv4").gemm_shapes is None
 
 
 @pytest.mark.parametrize("shape", [(m, n, k) for m in SIZES for n in SIZES for k in SIZES])

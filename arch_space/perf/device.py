@@ -315,9 +315,20 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
 @cache
 def generic_profile() -> DeviceProfile:
     """The shipped profile of a design without measurements (``[generic]``): measured
-    shares, nothing fitted to one chip's runs, and a training clock that pays the fitted
-    presets' mean residual beyond its power cap (:mod:`arch_space.perf.residual`)."""
-    table = shipped_toml(_DATA_FILE)[_GENERIC]
+    shares, the GEMM rate by shape of the preset it names, nothing fitted to one chip's runs,
+    and a training clock that pays the fitted presets' mean residual beyond its power cap
+    (:mod:`arch_space.perf.residual`)."""
+    data = shipped_toml(_DATA_FILE)
+    table = dict(data[_GENERIC])
+    # a design's GEMMs lose what a measured chip's do by shape: the preset named here
+    shapes_of = table.get("gemm_shapes")
+    if isinstance(shapes_of, str):
+        if "gemm_shapes" not in data.get(shapes_of, {}):
+            raise ConfigError(
+                f"{_DATA_FILE} [{_GENERIC}]: gemm_shapes = {shapes_of!r} must name a preset "
+                "with a [<preset>.gemm_shapes] table"
+            )
+        table["gemm_shapes"] = data[shapes_of]["gemm_shapes"]
     profile = profile_from_mapping(_GENERIC, table, f"{_DATA_FILE} [{_GENERIC}]")
     if profile.fitted:
         raise ConfigError(
