@@ -39,6 +39,7 @@ def _ce_bytes(graph):
 def test_megatron_profiles_run_the_unfused_fp32_cross_entropy():
     assert framework_profile("megatron-2022").cross_entropy == "unfused-fp32"
     assert framework_profile("megatron-core-2024").cross_entropy == "unfused-fp32"
+    assert framework_profile("deepspeed-2022").cross_entropy == "unfused-fp32"  # its fork's
     assert framework_profile("fsdp1-2023").cross_entropy == "fused"
 
 
