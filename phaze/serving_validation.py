@@ -218,7 +218,7 @@ def _predict(row: ServingRow) -> tuple[float, str]:
     pool = f"t={row.tp},p={row.pp},d={row.replicas},ep=1"
     isl, osl = row.input_tokens, row.output_tokens
     if row.kind == "decode-batch1":
-        ctx = _context(row, (isl, osl), device=device_profile(acc))
+        ctx = _context(row, (isl, osl), device=device_profile(acc).alone())
         lay = parse_serving(f"{pool},batch=1,chunk=off,batching=static")
         point = evaluate_layout(row.case, model, acc, lay, ctx)
         return point.engine.output_tokens_per_s, str(lay)

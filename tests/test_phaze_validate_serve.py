@@ -60,8 +60,9 @@ def test_trtllm_fp8_points_run_their_checkpoints_fp8_kv_cache():
     fp8, bf16 = evaluate_row(row), evaluate_row(replace(row, kv_format="not stated"))
     batch = {r.layout.split("batch=")[1].split(",")[0] for r in (fp8, bf16)}
     assert batch == {"128", "64"}  # twice the sequences in the same pages
-    # reading half the cache per step at twice the batch: about 1.7x the output rate
-    assert fp8.predicted / bf16.predicted == pytest.approx(1.7, abs=0.1)
+    # twice the sequences, each step reading as many cache bytes and a little more compute:
+    # up to twice the output rate, never more
+    assert 1.5 < fp8.predicted / bf16.predicted < 2.0
 
 
 @pytest.mark.slow
