@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 import phaze
-from arch_space import Cluster, preset, static_power_w
+from arch_space import Cluster, load_accelerator, preset, static_power_w
 from arch_space.accelerator import node_count
-from arch_space.tco import device_hour_cost
+from arch_space.tco import SECONDS_PER_YEAR, device_hour_cost
 from phaze.cli import cli
 from phaze.scoring import ScoringParams, electricity_usd, system_capex
 from phaze.serving import ServeContext, evaluate_layout
@@ -167,3 +168,30 @@ def test_the_api_serves_with_a_fixed_batch_and_refuses_a_clash():
             "llama2-7b", preset("a100"), Cluster(devices=1), input_tokens=256,
             output_tokens=32, batch=16, strategy="batch=8",
         )  # fmt: skip
+
+
+def test_serve_prices_the_device_hour_at_the_given_lifetime_interest_and_volume():
+    # a design that is not a preset, built: its NRE spread over --volume units
+    design = Path(__file__).parents[1] / "examples" / "accelerator_v100.toml"
+    base = "serve --workload llama2-7b --devices 1 --input-tokens 256 --output-tokens 32 "
+    base += "--batch 8 --cost-view build --json --arch "
+    runs = {}
+    for name, extra in {
+        "default": [],
+        "owned": ["--lifetime-years", "3", "--interest", "0.12", "--volume", "1000"],
+    }.items():
+        result = CliRunner().invoke(cli, (base + str(design)).split() + extra)
+        assert result.exit_code == 0, result.output
+        runs[name] = json.loads(result.output)
+    acc, capital = load_accelerator(str(design)), {}
+    for name, kw in {
+        "default": {},
+        "owned": {"lifetime_s": 3 * SECONDS_PER_YEAR, "interest": 0.12, "volume_units": 1000},
+    }.items():
+        scoring = ScoringParams(host_profile="dgx-a100", cost_view="build", **kw)
+        capex = system_capex(acc, 1, scoring)
+        per_hour = device_hour_cost(capex, lifetime_s=scoring.lifetime_s, interest=scoring.interest)
+        capital[name] = per_hour.total
+    # the same electricity per hour in both: the difference is the capital's
+    got = runs["owned"]["usd_per_device_hour"] - runs["default"]["usd_per_device_hour"]
+    assert got == pytest.approx(capital["owned"] - capital["default"]) and got > 0
