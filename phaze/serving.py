@@ -68,6 +68,7 @@ __all__ = [
     "ServingPoint",
     "check_layout",
     "check_weight_format",
+    "layout_context",
     "decode_step",
     "evaluate_layout",
 ]
@@ -371,6 +372,14 @@ def check_layout(model: Model, acc: Accelerator, layout: ServingLayout, ctx: Ser
         )
 
 
+def layout_context(layout: ServingLayout, ctx: ServeContext) -> ServeContext:
+    """``ctx`` with its requests' weight format the layout's, where the layout fixes one."""
+    if layout.weights is None or layout.weights == ctx.requests.weight_format:
+        return ctx
+    requests = dataclasses.replace(ctx.requests, weight_format=layout.weights)
+    return dataclasses.replace(ctx, requests=requests)
+
+
 def check_weight_format(acc: Accelerator, ctx: ServeContext) -> None:
     """Raise one ConfigError naming the formats ``acc`` runs when its tensor cores lack the
     GEMM format of the requests' weight format."""
@@ -391,6 +400,7 @@ def evaluate_layout(
     Infeasible
         Its sequences' KV cache does not fit, or its chunk budget cannot hold its batch.
     """
+    ctx = layout_context(layout, ctx)
     check_weight_format(acc, ctx)
     check_layout(model, acc, layout, ctx)
     lengths, r = ctx.lengths, ctx.requests

@@ -157,6 +157,24 @@ def test_disaggregated_pools_move_the_kv_cache():
     assert len(p.memory) == 2
 
 
+def test_the_weights_format_of_a_strategy_is_the_weight_format_argument():
+    common = {"input_tokens": 256, "output_tokens": 32, "batch": 16}
+    args = ("llama2-7b", preset("h100"), Cluster(devices=1))
+    plain = phaze.serve(*args, **common)
+    by_arg = phaze.serve(*args, weight_format="fp8", **common)
+    by_strategy = phaze.serve(*args, strategy="weights=fp8", **common)
+    assert plain.layout.weights is None and "weights" not in str(plain.layout)
+    assert by_arg.layout == by_strategy.layout and by_arg.layout.weights == "fp8"
+    assert parse_serving(str(by_arg.layout)) == by_arg.layout
+    assert by_arg.engine.tpot_s == by_strategy.engine.tpot_s < plain.engine.tpot_s
+    # the layout's format wins over the batch's when evaluated on its own
+    ctx = ServeContext(Cluster(devices=1), RequestBatch.of(256, 32))
+    again = evaluate_layout("m", get_model("llama2-7b"), preset("h100"), by_arg.layout, ctx)
+    assert again.engine.tpot_s == by_arg.engine.tpot_s
+    with pytest.raises(ConfigError, match="strategy weights=fp8 conflicts with weight_format=bf16"):
+        phaze.serve(*args, weight_format="bf16", strategy="weights=fp8", **common)
+
+
 def test_the_api_serves_with_a_fixed_batch_and_refuses_a_clash():
     got = phaze.serve(
         "llama2-7b", preset("a100"), Cluster(devices=1), input_tokens=256, output_tokens=32,
