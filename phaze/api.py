@@ -75,6 +75,7 @@ def search(
     batches: Sequence[int] = (1, 4, 16, 64, 256),
     disaggregate: bool = True,
     hbm_tbps: Sequence[float] = (),
+    weight_formats: Sequence[str] = ("bf16",),
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
@@ -90,8 +91,8 @@ def search(
     evaluated beside the space. ``mode="serve"`` sweeps inference serving instead
     (docs/serving.md): requests of ``input_tokens`` in and ``output_tokens`` out at each of
     ``batches``, the serving layout searched under the mean latency limits (seconds, None:
-    none), separate prefill and decode pools too unless ``disaggregate`` is false;
-    ``objectives`` then default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`).
+    none), separate prefill and decode pools too unless ``disaggregate`` is false, at each
+    of ``weight_formats`` (bf16, fp8) a design's tensor cores run; ``objectives`` then default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`).
     ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s). Points
     already in ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
@@ -128,6 +129,7 @@ def search(
         "batches": list(batches),
         "disaggregate": disaggregate,
         "hbm_tbps": list(hbm_tbps),
+        "weight_formats": list(weight_formats),
     }
     if mode == "serve" and tuple(objectives) == _TRAIN_OBJECTIVES:
         del sweep["objectives"]  # the serving defaults

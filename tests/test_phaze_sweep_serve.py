@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from spaces import space_toml
 from sweeps import points, run, sweep_table
 
+import phaze
 from phaze.cli import cli
 from phaze.config import SERVE_OBJECTIVES, load_sweep_config
 from phaze_common.errors import ConfigError
@@ -108,6 +109,8 @@ def test_a_serving_sweep_serves_each_design_at_the_weight_formats_it_runs(tmp_pa
     bad = _config(tmp_path, weight_formats=["fp4"])
     with pytest.raises(ConfigError, match=r"weight_formats = \['fp4'\] must be"):
         load_sweep_config(bad)
+    with pytest.raises(ConfigError, match=r"weight_formats = \['fp4'\] must be"):
+        phaze.search(["gpt3-125m"], mode="serve", weight_formats=["fp4"], out_dir=tmp_path)
 
 
 def test_a_serving_sweep_resumes_without_evaluating_again(serve_sweep):
