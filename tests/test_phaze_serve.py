@@ -213,3 +213,15 @@ def test_serve_prices_the_device_hour_at_the_given_lifetime_interest_and_volume(
     # the same electricity per hour in both: the difference is the capital's
     got = runs["owned"]["usd_per_device_hour"] - runs["default"]["usd_per_device_hour"]
     assert got == pytest.approx(capital["owned"] - capital["default"]) and got > 0
+
+
+def test_decodes_riding_on_a_chunk_never_stretch_a_row_past_the_model_s_positions():
+    # gpt3-125m holds 2048 positions: 4096 decodes beside one 128-token prompt used to make
+    # one 4224-token row and refuse the model; they ride on more rows, the same tokens
+    model, acc = get_model("gpt3-125m"), preset("h100")
+    ctx = ServeContext(Cluster(devices=1), RequestBatch.of(128, 128))
+    rates = {}
+    for b in (1024, 4096):
+        lay = parse_serving(f"t=1,p=1,d=1,ep=1,batch={b},chunk=16384,batching=continuous")
+        rates[b] = evaluate_layout("m", model, acc, lay, ctx).engine.output_tokens_per_s
+    assert model.max_positions < 128 + 4096 and rates[4096] > rates[1024]
