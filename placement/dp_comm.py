@@ -212,8 +212,13 @@ def dp_time(
     unoverlapped = comm + overlapped
     # a collective hidden behind compute still holds its share of the chip while it runs
     comm = comm + problem.collective_compute_share * overlapped
-    held = sharded_parameters(params, expert, ep) / n if zero >= 1 else params
+    sharded = sharded_parameters(params, expert, ep) / n
+    held = sharded if zero >= 1 else params
+    # the step updates the shard a device owns; the cached low-precision weight copies are
+    # cast afresh from the weights it holds (all of them below ZeRO stage 3)
+    weights = sharded if zero == 3 else params
     step = held * problem.optimizer_s_per_parameter
+    step = step + weights * problem.weight_refresh_s_per_parameter
     alone = n <= 1
     return DpTime(
         exposed_s=np.where(alone, 0.0, comm),

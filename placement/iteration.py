@@ -12,10 +12,13 @@ The time model (1F1B, interleaved with ``v`` chunks per device; Narayanan et al.
 per pipeline,
 
     iteration = L * (m' + (p - 1) / v) + dp_comm(d, P_1, zero) + embedding_comm
-                + optimizer(P_1 / d if zero),
+                + optimizer(P_1 / d if zero) + weight_refresh(P_1),
 
 ``P_1`` the parameters of pipeline rank 0 (in 1F1B it finishes its backward pass last, so
-its data-parallel all-reduce is the exposed one; the optimizer step follows it). The steady
+its data-parallel all-reduce is the exposed one; the optimizer step follows it, and a
+precision recipe that caches fp8 weight copies casts them afresh once, from its weights:
+``weight_refresh``, counted in ``optimizer_s``; the first forward pass of each of the ``p``
+stages carries its own cast, which the warm-up chains, and only one is counted). The steady
 part ``L * m'`` splits into the bottleneck device's compute, recompute, exposed
 tensor-parallel collectives and pipeline receives; ``L * (p - 1) / v`` is the bubble.
 Tensor-parallel collectives are scheduled inside the layer times the caller's op model

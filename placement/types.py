@@ -238,7 +238,10 @@ class PlacementProblem:
     data-parallel all-reduce moves per parameter (2: fp16 gradients, Narayanan et al. SC21).
     ``optimizer_s_per_parameter`` is the optimizer step's time per parameter of a device's
     shard (:data:`OPTIMIZER_STEP_BYTES_PER_PARAMETER` over the device's HBM bandwidth; 0
-    leaves the step out). ``zero_stages`` are the ZeRO stages the search may choose from
+    leaves the step out). ``weight_refresh_s_per_parameter`` is the time per parameter a
+    device holds of casting its cached low-precision weight copies once per iteration (a
+    precision recipe that caches them, :attr:`workloads.precision.Recipe.weight_refresh_bytes_per_parameter`
+    over the HBM bandwidth; 0: none), priced beside the optimizer step. ``zero_stages`` are the ZeRO stages the search may choose from
     (0: every replica holds all its state; 1, 2, 3: the optimizer state, the gradients, the
     weights sharded over the ``d`` replicas): the one place ``d`` enters memory, see
     :func:`placement.iteration.stage_memory`. ``optimizer_bytes_per_parameter`` is the part
@@ -270,6 +273,7 @@ class PlacementProblem:
     state_bytes_per_parameter: float = STATE_BYTES_PER_PARAMETER["adam"]
     gradient_bytes_per_parameter: float = 2.0
     optimizer_s_per_parameter: float = 0.0
+    weight_refresh_s_per_parameter: float = 0.0
     max_stages: int | None = None
     zero_stages: tuple[int, ...] = (0,)
     optimizer_bytes_per_parameter: float = 12.0
@@ -319,6 +323,7 @@ class PlacementProblem:
                 "state_bytes_per_parameter",
                 "gradient_bytes_per_parameter",
                 "optimizer_s_per_parameter",
+                "weight_refresh_s_per_parameter",
                 "optimizer_bytes_per_parameter",
             ),
         )

@@ -95,8 +95,13 @@ def test_state_bytes_must_cover_weights_gradients_and_optimizer(cli_run):
         )
     r = cli_run(*args, "--state-bytes", "16", "--json")
     assert r.exit_code == 0, r.output
-    memory = json.loads(r.stdout)["memory_breakdown"]
+    doc = json.loads(r.stdout)
+    memory = doc["memory_breakdown"]
     assert memory["gradients_bytes"] > 0 and memory["weights_bytes"] > 0
+    # the precision row reports the state the point ran with, not the recipe's default
+    assert doc["precision"]["state_bytes_per_parameter"] == 16
+    text = cli_run(*args, "--state-bytes", "20").output
+    assert "20 B/parameter of state" in text, text
 
 
 def test_a_model_s_sizes_and_options_are_bounded(cli_run, tmp_path):

@@ -304,7 +304,10 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                     inter = d * used > netw.devices_per_node  # as the stage boundaries
                     b2, l2 = net.measured_link(netw, curve, inter, nbytes, "all_reduce")
                     tied = float(l2 + nbytes / b2)
-                best = min(best, load * (m // d + p - 1) + ar + tied + opt / (d if zero else 1))
+                # cached low-precision weight copies re-cast from the weights a device holds
+                refresh = p1 * problem.weight_refresh_s_per_parameter / (d if zero == 3 else 1)
+                step = opt / (d if zero else 1) + refresh
+                best = min(best, load * (m // d + p - 1) + ar + tied + step)
     return best
 
 
@@ -352,6 +355,7 @@ def problems(draw, max_layers: int, chain: bool):
         state_bytes_per_parameter=draw(st.sampled_from([2.0, 3.0])),
         gradient_bytes_per_parameter=1.0,
         optimizer_s_per_parameter=draw(st.sampled_from([0.0, 0.5, 3.0])),
+        weight_refresh_s_per_parameter=draw(st.sampled_from([0.0, 0.25])),
     )
 
 

@@ -38,12 +38,15 @@ def test_recipe_state_bytes_follow_their_sources():
     # Megatron's distributed-optimizer table: bf16 params, fp32 grads: 18 = 2 + 4 + 12
     bf16 = TrainingSetup(2048, 8)
     assert (bf16.state_bytes_per_parameter, bf16.optimizer_bytes_per_parameter) == (18, 12)
-    # Transformer Engine keeps the persistent state of bf16 training
+    # Transformer Engine keeps the persistent state of bf16 training; under Megatron-Core
+    # it re-casts the weight and its transpose once per iteration: 2 B read, 2 written
     te = TrainingSetup(2048, 8, precision="fp8-te")
     assert (te.state_bytes_per_parameter, te.optimizer_bytes_per_parameter) == (18, 12)
+    assert te.recipe.weight_refresh_bytes_per_parameter == 4
     # DeepSeek-V3: bf16 weights, fp32 grads, fp32 master, bf16 Adam moments: 2 + 4 + 4 + 4
     ds = TrainingSetup(2048, 8, precision="fp8-blockwise")
     assert (ds.state_bytes_per_parameter, ds.optimizer_bytes_per_parameter) == (14, 8)
+    assert ds.recipe.weight_refresh_bytes_per_parameter == 0
 
 
 @pytest.mark.parametrize("tp", [1, 2, 8])
@@ -90,14 +93,22 @@ def test_full_recompute_stashes_the_bf16_block_input_in_every_recipe():
 # -- recipes: the op graphs ---------------------------------------------------------------
 
 
-def _block(precision: str, tp: int = 4):
-    setup = TrainingSetup(2048, 8, precision=precision)
+def _block(precision: str, tp: int = 4, recompute: str = "none"):
+    setup = TrainingSetup(2048, 8, precision=precision, recompute=recompute)
     return build_layer_graph(get_model("gpt3-175b"), setup, tp).op_graphs["block"]
 
 
-def test_fp8_recipes_lower_every_block_gemm_and_add_its_casts():
-    bf16, fp8 = _block("bf16"), _block("fp8-te")
-    for graph, low in ((bf16.forward, fp8.forward), (bf16.backward, fp8.backward)):
+@pytest.mark.parametrize(
+    ("precision", "weight_cast"),
+    # TE under Megatron-Core casts the weights once per iteration and caches the copies;
+    # the blockwise recipe's source does not say so, so it casts them before every GEMM
+    [("fp8-te", False), ("fp8-blockwise", True)],
+)
+def test_fp8_recipes_lower_every_block_gemm_and_add_its_casts(precision, weight_cast):
+    bf16, fp8 = _block("bf16", recompute="full"), _block(precision, recompute="full")
+    assert fp8.recompute.ops  # the recomputed forward pass casts as the forward pass does
+    passes = (bf16.forward, fp8.forward), (bf16.backward, fp8.backward)
+    for graph, low in (*passes, (bf16.recompute, fp8.recompute)):
         gemms = [o for o in graph.ops if o.kind is OpKind.MATMUL]
         lowered = [o for o in low.ops if o.kind is OpKind.MATMUL]
         assert [o.name for o in gemms] == [o.name for o in lowered]
@@ -106,24 +117,36 @@ def test_fp8_recipes_lower_every_block_gemm_and_add_its_casts():
         for a, b in zip(gemms, lowered, strict=True):
             assert (a.m, a.k, a.n, a.flops) == (b.m, b.k, b.n, b.flops)
             assert a.bytes_read - b.bytes_read == a.batch * (a.m * a.k + a.k * a.n)
-        casts = [o for o in low.ops if o.name.endswith(".cast")]
-        # a cast before each forward GEMM (input and weight) and each dgrad (output gradient)
-        expected = [o for o in gemms if not o.name.endswith(".wgrad")]
-        assert len(casts) == len(expected)
-        for c, g in zip(casts, expected, strict=True):
-            elements = g.m * g.k + (0 if g.name.endswith(".dgrad") else g.k * g.n)
-            assert c.core is CoreType.VC and c.elements == elements
-            assert (c.bytes_read, c.bytes_written, c.flops) == (
+        casts = [i for i, o in enumerate(low.ops) if o.name.endswith(".cast")]
+        # the GEMMs a cast runs before (a weight gradient also reads the dgrad's copies)
+        fed = {
+            c: [b for a, b in low.edges if a == c and not low.ops[b].name.endswith(".wgrad")]
+            for c in casts
+        }
+        # every forward GEMM and dgrad has exactly one cast before it; a cast feeds only
+        # GEMMs reading the same input (Q, K, V share one, as TE's fused QKV Linear does)
+        expected = [o.name for o in lowered if not o.name.endswith(".wgrad")]
+        assert sorted(low.ops[b].name for c in casts for b in fed[c]) == sorted(expected)
+        for c in casts:
+            gemms = [low.ops[b] for b in fed[c]]
+            g = gemms[0]
+            assert {(o.batch, o.m, o.k) for o in gemms} == {(g.batch, g.m, g.k)}
+            assert len(gemms) == 1 or not g.name.endswith(".dgrad")
+            weight = weight_cast and not g.name.endswith(".dgrad")
+            elements = g.m * g.k + (sum(o.k * o.n for o in gemms) if weight else 0)
+            cast = low.ops[c]
+            assert cast.core is CoreType.VC and cast.elements == elements
+            assert (cast.bytes_read, cast.bytes_written, cast.flops) == (  # 2 fp8 copies
                 2 * elements,
                 2 * elements,
                 3 * elements,
             )
-        # each cast precedes its GEMM in the graph, and the op order stays topological
+        if graph is bf16.forward:  # one cast per distinct input: QKV, proj, FC1, FC2
+            assert len(casts) == 4
+        # each cast is named after the first GEMM it feeds and precedes it; the op order
+        # stays topological
         assert all(a < b for a, b in low.edges)
-        names = [o.name for o in low.ops]
-        for c in casts:
-            gemm = names.index(c.name.removesuffix(".cast"))
-            assert (names.index(c.name), gemm) in low.edges
+        assert all(low.ops[c].name == low.ops[min(fed[c])].name + ".cast" for c in casts)
 
 
 def test_embedding_head_and_attention_stay_bf16():
@@ -323,6 +346,9 @@ def test_the_breakdown_names_the_gemm_format_of_its_compute(precision, compute, 
     assert any(line.startswith(compute) for line in lines), r.output
     assert any(activations in line for line in lines), r.output
     assert any(line.startswith("recompute (fp8 GEMMs)") for line in lines) == (precision != "bf16")
+    # fp8-te's cached weight copies are cast once per iteration, in the step term
+    fp8 = precision != "bf16"
+    assert any(line.startswith("optimizer (and the fp8 weight casts)") for line in lines) == fp8
 
 
 def test_sweep_config_lists_precisions():

@@ -8,8 +8,11 @@ bytes of each Linear input stashed for the backward pass. :func:`apply_precision
 block's op graphs for it: each low-precision GEMM reads its operands at one byte per element
 and takes the recipe's format on the tensor cores, and a quantize op on the vector cores
 (amax, scale and cast of the high-precision operand, writing the fp8 copies) runs before the
-forward GEMM (input and weight) and before the input-gradient GEMM (output gradient); the
-weight gradient reads copies those two made. DeepSeek-V3's blockwise recipe also promotes the
+forward GEMM (input and weight; GEMMs reading one input share its cast) and before the
+input-gradient GEMM (output gradient); the weight gradient reads copies those two made. A recipe that caches its weight copies
+(``caches_weight_copies``: Transformer Engine under Megatron-Core) casts the weights once per
+iteration instead (:attr:`Recipe.weight_refresh_bytes_per_parameter`, priced beside the
+optimizer step), so its per-micro-batch forward and recomputed GEMMs cast only their input. DeepSeek-V3's blockwise recipe also promotes the
 partial sums to fp32 on the vector cores every 128 elements of K, as a fused epilogue of the
 GEMM. The embedding, the output head, attention, norms and MoE gating keep bf16, as both
 recipes' sources state.
@@ -71,6 +74,7 @@ class Recipe:
     cast_flops_per_element: int
     promotion_interval_elements: int
     use: str = "training"
+    caches_weight_copies: bool = False
 
     @property
     def state_bytes_per_parameter(self) -> int:
@@ -92,6 +96,19 @@ class Recipe:
         """Are the weights stored in the GEMM format (no weight cast before a GEMM)?"""
         return self.lowers_gemms and self.weight_bytes == _LOW_BYTES
 
+    @property
+    def casts_weights_per_micro_batch(self) -> bool:
+        """Does every forward GEMM cast its weight (neither stored nor cached low)?"""
+        return self.lowers_gemms and not (self.stores_low_weights or self.caches_weight_copies)
+
+    @property
+    def weight_refresh_bytes_per_parameter(self) -> int:
+        """HBM bytes per parameter of casting the cached weight copies once per iteration:
+        one high-precision read, ``cast_copies`` low-precision writes (0 without a cache)."""
+        if not (self.lowers_gemms and self.caches_weight_copies):
+            return 0
+        return _HIGH_BYTES + self.cast_copies * _LOW_BYTES
+
 
 @cache
 def _recipes() -> dict[str, Recipe]:
@@ -108,6 +125,9 @@ def _recipes() -> dict[str, Recipe]:
             problems.append(f"{where}: use = {row.get('use')!r} must be one of {', '.join(_USES)}")
         bad = [k for k in _INT_KEYS if not isinstance(row.get(k), int) or row[k] < 0]
         problems += [f"{where}: {k} = {row.get(k)!r} must be an integer >= 0" for k in bad]
+        cache = row.get("caches_weight_copies", False)
+        if not isinstance(cache, bool):
+            problems.append(f"{where}: caches_weight_copies = {cache!r} must be true or false")
         if not problems:
             out[name] = Recipe(
                 name=name,
@@ -115,6 +135,7 @@ def _recipes() -> dict[str, Recipe]:
                 gemm_format=row["gemm_format"],
                 **{k: row[k] for k in _INT_KEYS},
                 use=row.get("use", "training"),
+                caches_weight_copies=cache,
             )
     if problems:
         raise ConfigError("; ".join(problems))
@@ -184,17 +205,33 @@ def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
     lowered = [_lowered(op) for op in graph.ops]
     if not any(lowered):
         return graph
-    # each cast goes just before its GEMM, so the op order stays topological
+    preds: dict[int, frozenset[int]] = {}
+    for a, b in graph.edges:
+        preds[b] = preds.get(b, frozenset()) | {a}
+    # forward GEMMs reading the same input (Q, K and V; a gated MLP's gate and up) share
+    # one cast of it, as Transformer Engine's fused QKV and FC1 Linears do
+    group_of = {
+        i: (preds.get(i, frozenset()), op.batch, op.m, op.k)
+        for i, op in enumerate(graph.ops)
+        if lowered[i] and not op.name.endswith((".wgrad", ".dgrad"))
+    }
+    members: dict[tuple, list[int]] = {}
+    for i, key in group_of.items():
+        members.setdefault(key, []).append(i)
+    # each cast goes just before its (first) GEMM, so the op order stays topological
     ops: list[Op] = []
     at: list[int] = []  # old index -> new index
     casts: dict[int, int] = {}  # old GEMM index -> its cast's new index
     for i, op in enumerate(graph.ops):
-        if lowered[i] and not op.name.endswith(".wgrad"):
-            fprop = not op.name.endswith(".dgrad")
-            # forward: the input and the weight (unless stored in fp8); dgrad: the output
-            # gradient (its left operand)
-            weight = fprop and not r.stores_low_weights
-            elements = op.batch * (op.m * op.k + (op.k * op.n if weight else 0))
+        if i in group_of and i != members[group_of[i]][0]:
+            casts[i] = casts[members[group_of[i]][0]]
+        elif lowered[i] and not op.name.endswith(".wgrad"):
+            # forward: the input once and each weight (unless stored or cached in fp8);
+            # dgrad: the output gradient (its left operand)
+            group = members[group_of[i]] if i in group_of else []
+            weights = sum(graph.ops[j].k * graph.ops[j].n for j in group)
+            weights = weights if r.casts_weights_per_micro_batch else 0
+            elements = op.batch * (op.m * op.k + weights)
             casts[i] = len(ops)
             ops.append(_cast(op.name, elements, r))
         at.append(len(ops))

@@ -192,7 +192,7 @@ def evaluate(
         "devices": devices,
         "framework": framework,
         "seq_len": seq_len,
-        "precision": _precision_doc(ev),
+        "precision": _precision_doc(ev, state_bytes),
         "iteration_s": pl.breakdown.iteration_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,
@@ -289,16 +289,19 @@ def _exclusions(framework: str) -> list[dict[str, str]]:
     return out
 
 
-def _precision_doc(ev) -> dict[str, object]:
-    """The point's precision recipe: its GEMM format and rate on the accelerator, its
-    training state per parameter and its stashed Linear inputs' bytes."""
+def _precision_doc(ev, state_bytes: int | None) -> dict[str, object]:
+    """The point's precision recipe: its GEMM format and rate on the accelerator, the
+    training state per parameter it ran with (``--state-bytes`` where given, else the
+    recipe's) and its stashed Linear inputs' bytes."""
     r = recipe(ev.knobs.precision)
     return {
         "recipe": r.name,
         "gemm_format": r.gemm_format,
         "gemm_rate_vs_bf16": ev.design.format_rate(r.gemm_format),
         "tensor_core_formats": list(ev.design.format_names),
-        "state_bytes_per_parameter": r.state_bytes_per_parameter,
+        "state_bytes_per_parameter": (
+            r.state_bytes_per_parameter if state_bytes is None else state_bytes
+        ),
         "saved_linear_input_bytes": r.saved_linear_input_bytes,
     }
 
@@ -319,9 +322,13 @@ def _breakdown_table(pl: Placement) -> str:
     r = recipe(pl.layout.precision)
     # the terms whose block GEMMs run in the recipe's format say so (bf16 says nothing)
     tag = frozenset() if r.gemm_format == "bf16" else frozenset({"compute", "recompute"})
+    # the step term also re-casts a caching recipe's fp8 weight copies
+    notes = {name[:-2]: f" ({r.gemm_format} GEMMs)" for name in terms if name[:-2] in tag}
+    if r.weight_refresh_bytes_per_parameter:
+        notes["optimizer"] = f" (and the {r.gemm_format} weight casts)"
     times = [
         (
-            name.removesuffix("_s") + (f" ({r.gemm_format} GEMMs)" if name[:-2] in tag else ""),
+            name.removesuffix("_s") + notes.get(name[:-2], ""),
             text,
             fmt_percent(value / total if total else 0.0),
         )
@@ -331,17 +338,11 @@ def _breakdown_table(pl: Placement) -> str:
     mem = pl.memory_breakdown
     names = [f.name for f in dataclasses.fields(mem)]
     sizes = fmt_column([*(getattr(mem, n) for n in names), mem.total_bytes], "B")
+    kept = {}
+    if tag and pl.layout.recompute != "full":
+        kept["activations_bytes"] = f" (Linear inputs at {r.saved_linear_input_bytes} B)"
     memory = [
-        (
-            n.removesuffix("_bytes")
-            + (
-                f" (Linear inputs at {r.saved_linear_input_bytes} B)"
-                if n == "activations_bytes" and tag and pl.layout.recompute != "full"
-                else ""
-            ),
-            t,
-        )
-        for n, t in zip(names, sizes, strict=False)
+        (n.removesuffix("_bytes") + kept.get(n, ""), t) for n, t in zip(names, sizes, strict=False)
     ]
     memory.append(("total", sizes[-1]))
     memory += [("", "")] * (len(times) - len(memory))
