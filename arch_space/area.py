@@ -51,6 +51,7 @@ __all__ = [
     "core_area_mm2",
     "made_die_area_mm2",
     "static_power_w",
+    "capped_clock_fraction",
     "mac_pj",
     "format_mac_pj",
     "counted_format_lanes",
@@ -309,6 +310,13 @@ def tensor_load_power_w(
     for fmt, rate in formats[1:]:
         mac = np.maximum(mac, rate * _format_mac_pj(tech, tc_rows, tc_cols, 2, fmt))
     return with_uncore(tech, macs_per_s * mac) * _PJ + area_mm2 * tech.leakage_w_per_mm2
+
+
+def capped_clock_fraction(power_w: Any, leakage_w: Any, budget_w: float) -> Any:
+    """The share of its clock a chip drawing ``power_w`` under tensor load (``leakage_w`` of
+    it leakage) holds at a board limit of ``budget_w``: dynamic power scales with the clock
+    at a fixed voltage and leakage does not; in [0, 1], elementwise on numpy arrays."""
+    return np.clip((budget_w - leakage_w) / (power_w - leakage_w), 0.0, 1.0)
 
 
 def static_power_w(acc: Accelerator, tech: TechNode | None = None) -> float:

@@ -14,10 +14,10 @@ bound), and its peak falls with it. A design whose leakage alone exceeds the bud
 A space lists the number-format sets of its tensor cores (``formats``, bf16 alone by default):
 every grid point is a design per set, its lanes beyond bf16 adding area
 (:func:`arch_space.formats.format_lane_factor`) and its power under tensor load taken at
-its most power-hungry format.
-The capped clock plays, for a design, the part the fitted sustained-clock fraction plays for a
-measured chip; designs carry the modelled device profile (fraction 1), so the cap applies once. The area of the whole grid is computed in one vectorised call
-(:func:`arch_space.area.area_terms_mm2`); Accelerators are built only for the survivors.
+its most power-hungry format. The capped clock is a design's share of what a measured chip's
+fitted training clock holds; the rest it pays as :mod:`arch_space.perf.residual`'s residual.
+The grid's area is one vectorised call (:func:`arch_space.area.area_terms_mm2`);
+Accelerators are built only for the survivors.
 """
 
 from __future__ import annotations
@@ -36,15 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from arch_space._data import (
-    is_power_of_two,
-    number_problem,
-    read_toml,
-    toml_literal,
-    unknown_keys,
-)
+from arch_space._data import is_power_of_two, number_problem, read_toml, toml_literal, unknown_keys
 from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
-from arch_space.area import area_mm2, area_terms_mm2, hbm_stacks_for, tensor_load_power_w
+from arch_space.area import (
+    area_mm2,
+    area_terms_mm2,
+    capped_clock_fraction,
+    hbm_stacks_for,
+    tensor_load_power_w,
+)
 from arch_space.config import ACCELERATOR_TOML_KEYS
 from arch_space.formats import (
     BASE_FORMAT,
@@ -487,7 +487,7 @@ def _format_set_kernel(s: Space, format_set: tuple[str, ...]) -> _Kept:
         formats=rates,
     )
     leakage = area * tech.leakage_w_per_mm2
-    fraction = np.clip((s.power_budget() - leakage) / (power - leakage), 0.0, 1.0)
+    fraction = capped_clock_fraction(power, leakage, s.power_budget())
     small_enough = area <= s.area_fraction_max * budget
     keep = large_enough & small_enough & (fraction > 0.0)
     idx = np.nonzero(keep)

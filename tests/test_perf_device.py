@@ -16,6 +16,7 @@ from arch_space.perf.device import (
     preset_profile,
     profile_from_mapping,
 )
+from arch_space.perf.residual import design_clock_residual
 from arch_space.presets import preset
 from phaze_common.errors import ConfigError
 from workloads import CollectiveKind, CoreType, OpGraph, OpKind
@@ -36,6 +37,7 @@ def test_shipped_a100_and_h100_figures():
             MODELLED,
             name=name,
             sustained_tensor_fraction=generic_profile().sustained_tensor_fraction,
+            sustained_clock_fraction=design_clock_residual(),
             board_limit_w=preset_profile(name).board_limit_w,
         )
         assert preset_profile(name).sustained_tensor_fraction == 0.830

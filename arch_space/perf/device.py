@@ -26,6 +26,7 @@ import numpy as np
 
 from arch_space._data import shipped_toml
 from arch_space.accelerator import Accelerator
+from arch_space.perf.residual import design_clock_residual
 from arch_space.power_limit import preset_board_limit_w
 from arch_space.presets import preset, preset_names
 from phaze_common.errors import ConfigError, unknown_name
@@ -44,6 +45,7 @@ __all__ = [
 
 _DATA_FILE: Final = "devices.toml"
 _GENERIC: Final = "generic"
+_CLOCK: Final = "sustained_clock_fraction"
 #: The parameters a preset may have fitted (at most these three, never per case).
 FITTED_NAMES: Final = ("sustained_clock_fraction", "collective_compute_share")
 
@@ -306,7 +308,8 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
 @cache
 def generic_profile() -> DeviceProfile:
     """The shipped profile of a design without measurements (``[generic]``): measured
-    shares only, nothing fitted to one chip's runs."""
+    shares, nothing fitted to one chip's runs, and a training clock that pays the fitted
+    presets' mean residual beyond its power cap (:mod:`arch_space.perf.residual`)."""
     table = shipped_toml(_DATA_FILE)[_GENERIC]
     profile = profile_from_mapping(_GENERIC, table, f"{_DATA_FILE} [{_GENERIC}]")
     if profile.fitted:
@@ -314,7 +317,13 @@ def generic_profile() -> DeviceProfile:
             f"{_DATA_FILE} [{_GENERIC}]: fits {', '.join(profile.fitted)}; a design without "
             "measurements takes no parameter fitted to one chip's runs"
         )
-    return profile
+    if _CLOCK in table:
+        raise ConfigError(
+            f"{_DATA_FILE} [{_GENERIC}]: {_CLOCK} = {table[_CLOCK]!r} is not set here; a "
+            "design's training clock pays the fitted presets' mean residual "
+            "(arch_space.perf.residual)"
+        )
+    return dataclasses.replace(profile, sustained_clock_fraction=design_clock_residual())
 
 
 @cache
@@ -322,7 +331,8 @@ def preset_profile(name: str) -> DeviceProfile:
     """The shipped profile of preset ``name``; a preset without one runs at its modelled
     rates (:data:`MODELLED`) but for its GEMMs, capped at :func:`generic_profile`'s share as
     any unmeasured chip (the per-MAC energies of ``tech.toml`` are fitted to TPU v4's board
-    power at that share)."""
+    power at that share). A preset without a fitted training clock pays the design residual
+    (:func:`arch_space.perf.residual.design_clock_residual`) as a searched design does."""
     if name not in preset_names():
         raise unknown_name("accelerator preset", name, preset_names())
     data = shipped_toml(_DATA_FILE)
@@ -331,9 +341,13 @@ def preset_profile(name: str) -> DeviceProfile:
             MODELLED,
             name=name,
             sustained_tensor_fraction=generic_profile().sustained_tensor_fraction,
+            sustained_clock_fraction=design_clock_residual(),
             board_limit_w=preset_board_limit_w(name),
         )
-    return profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
+    profile = profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
+    if _CLOCK in profile.fitted or _CLOCK in data[name]:
+        return profile
+    return dataclasses.replace(profile, sustained_clock_fraction=design_clock_residual())
 
 
 def _op_model_fields(acc: Accelerator) -> Accelerator:
