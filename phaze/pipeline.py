@@ -275,6 +275,8 @@ def placement_problem(
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
         p2p_overlap=fw.p2p_overlap != "never",
         p2p_overlap_interleaved_only=fw.p2p_overlap == "interleaved",
+        p2p_sends=fw.p2p_sends,
+        p2p_gathers=fw.p2p_gathers,
         dp_overlap=fw.dp_overlap,
         param_gather_overlap=fw.param_gather_overlap,
         sharded_prefetch=fw.sharded_prefetch,

@@ -139,6 +139,8 @@ def evaluate_fixed(
         graph.sequence_parallel,
         problem.collectives,
         max((e.bytes for e in graph.edges), default=0.0),
+        problem.p2p_sends,
+        problem.p2p_gathers,
     )
     stages = _stages(problem, graph, lay, parts, link, per_pipeline)
     firsts = [graph.layers[i] for c in range(0, lay.chunks, lay.p) for i in parts[c]]

@@ -244,7 +244,14 @@ def _priced(
     tp_chunks = int(np.where(sums.tp[hi] > sums.tp[lo], t, 1).sum())
     cut = sums.into[lo[1:]]  # bytes crossing from chunk c to c + 1
     links = [
-        net.boundary_link(problem.cluster, d * tp_chunks // v, t, g.sequence_parallel)
+        net.boundary_link(
+            problem.cluster,
+            d * tp_chunks // v,
+            t,
+            g.sequence_parallel,
+            sends=problem.p2p_sends,
+            gathers=problem.p2p_gathers,
+        )
         for d in ds.tolist()
     ]
     bw = np.array([b for b, _ in links])[:, None]

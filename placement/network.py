@@ -137,6 +137,8 @@ def boundary_link(
     sequence_parallel: bool,
     curve: CollectiveCurve | None = None,
     nbytes: float = 0.0,
+    sends: float = 1.0,
+    gathers: float = 1.0,
 ) -> Link:
     """The effective (bandwidth, latency) of one pipeline-boundary message of ``nbytes``.
 
@@ -148,6 +150,10 @@ def boundary_link(
     activation is already split and goes as it is. The send and the all-gather run at the
     rates :func:`measured_link` gives at the sizes of a message of ``nbytes`` (every boundary
     of a transformer chain carries the same activation).
+
+    ``sends`` and ``gathers`` count the transfers of the boundary's tensor (or its ``1/t``
+    slice) and its all-gathers that one stage runs in turn per boundary per micro-batch
+    (:attr:`placement.types.PlacementProblem.p2p_sends`): the message costs their sum.
     """
     split = not (t <= 1 or sequence_parallel)
     send = nbytes / t if split else nbytes
@@ -156,12 +162,13 @@ def boundary_link(
         for x in measured_link(cluster, curve, cluster.spans_nodes(devices_used), send, "p2p")
     )
     if not split:
-        return bw, lat
+        return bw / sends, lat * sends
     gather = measured_link(
         cluster, curve, cluster.spans_nodes(t), nbytes, "ring", 1.0, members_per_node(cluster, 1, t)
     )
     tp_bw, tp_lat = (float(x) for x in gather)
-    return 1.0 / (1.0 / (t * bw) + (t - 1) / (t * tp_bw)), lat + tp_lat
+    inverse_bw = sends / (t * bw) + gathers * (t - 1) / (t * tp_bw)
+    return 1.0 / inverse_bw, sends * lat + gathers * tp_lat
 
 
 def p2p_s(nbytes: float, ln: Link) -> float:

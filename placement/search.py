@@ -132,6 +132,8 @@ def dp_tasks(
             graph.sequence_parallel,
             problem.collectives,
             float(la.nbytes.max(initial=0.0)),
+            problem.p2p_sends,
+            problem.p2p_gathers,
         )
         return phaze_costs(
             la,

@@ -250,7 +250,12 @@ class PlacementProblem:
     pipeline depth. ``p2p_overlap`` lets a stage's boundary transfers run beside its compute
     (the framework's profile, :mod:`workloads.framework`): only what exceeds the compute is
     exposed; with ``p2p_overlap_interleaved_only`` only the interleaved schedule's
-    (``v >= 2``) do (:meth:`overlaps_p2p`). ``dp_overlap`` reduces the gradients beside the
+    (``v >= 2``) do (:meth:`overlaps_p2p`). ``p2p_sends`` and ``p2p_gathers`` count what a
+    stage runs in turn per boundary it touches per micro-batch: sends of the boundary tensor
+    (or of its ``1/t`` slice) and tensor-parallel all-gathers of it (1 and 1: Megatron's
+    1F1B pairs each send with a receive in one batched call and gathers each slice once;
+    a stack that sends and receives one blocking call at a time has more;
+    :func:`placement.network.boundary_link`). ``dp_overlap`` reduces the gradients beside the
     backward pass, all but the last bucket
     (:func:`placement.dp_comm.exposed_reduction_parameters`); ``param_gather_overlap``
     all-gathers the updated weights beside the next forward pass, all but the first bucket;
@@ -287,6 +292,8 @@ class PlacementProblem:
     cp_degrees: tuple[int, ...] = (1,)
     collectives: CollectiveCurve | None = None
     collective_compute_share: float = 0.0
+    p2p_sends: float = 1.0
+    p2p_gathers: float = 1.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -325,8 +332,12 @@ class PlacementProblem:
                 "optimizer_s_per_parameter",
                 "weight_refresh_s_per_parameter",
                 "optimizer_bytes_per_parameter",
+                "p2p_gathers",
             ),
         )
+        sends = self.p2p_sends
+        if not (isinstance(sends, int | float) and math.isfinite(sends) and sends >= 1):
+            problems.append(f"placement problem: p2p_sends = {self.p2p_sends!r} must be >= 1")
         problems += zero_problems("placement problem", self.zero_stages)
         if self.max_stages is not None and not (
             isinstance(self.max_stages, int) and self.max_stages >= 1

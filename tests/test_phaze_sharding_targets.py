@@ -38,17 +38,25 @@ def test_bloom_176b_fits_only_with_zero_1_near_the_published_60_gb():
 
 
 def test_llama3_405b_published_layout_fits_with_sharded_state():
-    """Llama 3 §3.3: 16,384 H100-80GB, TP 8, PP 16, DP 128, sequence 8192, 16M tokens per
-    batch; optimizer state and gradients sharded over the data-parallel group."""
-    ev = evaluate(
-        "llama3-405b",
-        load_accelerator("h100"),
-        Cluster(devices=16384),
-        seq_len=8192,
-        global_batch=2048,
-        strategy="t=8,p=16,d=128,mbs=1,zero=1,recompute=full,sp=on",
-        solver=_LIST,
-    )
+    """Llama 3 §3.3.2: 16,384 H100-80GB, TP 8, PP 16 with 8 virtual stages (the embedding
+    and the head on chunks of their own), DP 128, sequence 8192, 16M tokens per batch;
+    optimizer state and gradients sharded over the data-parallel group, weights not (ZeRO-2),
+    no activation checkpointing at 8K. It fits only with the gradients sharded."""
+    layout = "t=8,p=16,d=128,v=8,mbs=1,zero={},recompute=none,sp=on,split=E|(t|)*126L"
+
+    def run(zero):
+        return evaluate(
+            "llama3-405b",
+            load_accelerator("h100"),
+            Cluster(devices=16384),
+            seq_len=8192,
+            global_batch=2048,
+            strategy=layout.format(zero),
+            solver=_LIST,
+        )
+
+    ev = run(2)
     assert ev.feasible, ev.reason
     assert ev.placement.memory_breakdown.total_bytes <= 80 * 2**30
-    assert ev.placement.layout.zero == 1 and ev.placement.layout.d == 128
+    assert ev.placement.layout.zero == 2 and ev.placement.layout.d == 128
+    assert "needs" in run(1).reason

@@ -328,3 +328,23 @@ def test_an_fp8_row_runs_its_gemms_in_fp8_and_is_grouped_by_precision():
     assert bf16.precision == "bf16"
     slower = evaluate_run(bf16, REGISTRY).predicted_iteration_s
     assert slower > row["predicted_iteration_s"] * 1.1
+
+
+def test_llama3_8k_rows_run_as_the_paper_states_and_fit_only_so():
+    """Llama 3 section 3.3.2: FSDP shards the optimizer state and the gradients, not the
+    weights (ZeRO-2), and 8K sequences pre-train without activation checkpointing. The rows
+    say so, and the no-checkpointing layout fits only with the gradients sharded."""
+    runs = {r.id: r for r in REGISTRY.runs}
+    for rid in ("llama3-405b-8192", "llama3-405b-16384"):
+        lay = parse_strategy(runs[rid].strategy)
+        assert (str(lay.recompute), lay.zero) == ("none", 2), rid
+        assert not {"recompute", "zero"} & set(runs[rid].assumed), rid
+        assert evaluate_run(runs[rid], REGISTRY).predicted_iteration_s is not None
+    # the 131K row's checkpointing is not stated: it stays an assumption
+    assert "recompute" in runs["llama3-405b-16384-cp16"].assumed
+    replicated = dataclasses.replace(
+        runs["llama3-405b-8192"],
+        strategy=runs["llama3-405b-8192"].strategy.replace("zero=2", "zero=1"),
+    )
+    result = evaluate_run(replicated, REGISTRY)
+    assert result.predicted_iteration_s is None and "needs" in result.reason

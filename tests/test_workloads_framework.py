@@ -82,6 +82,8 @@ def test_a_damaged_profile_names_every_problem():
         "pipeline": "gpipe",
         "zero_stages": [4],
         "host_s_per_kernal": 1e-6,
+        "p2p_sends": 0.5,
+        "p2p_gathers": -1,
     }
     with pytest.raises(ConfigError) as err:
         profile_from_mapping("bad", table)
@@ -91,6 +93,8 @@ def test_a_damaged_profile_names_every_problem():
         "pipeline = 'gpipe'",
         "zero_stages",
         "host_s_per_kernel",
+        "p2p_sends = 0.5 must be a number >= 1",
+        "p2p_gathers = -1 must be a number >= 0",
     ):
         assert part in msg
 

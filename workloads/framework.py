@@ -80,7 +80,10 @@ class FrameworkProfile:
     bytes a gradient reduction moves per parameter (0: the problem's default, bf16);
     ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
     ``zero_stages`` the ZeRO stages it runs; ``host_s_per_kernel`` the host's time to
-    dispatch one kernel (0: none modelled), a pass taking at least its kernels times that.
+    dispatch one kernel (0: none modelled), a pass taking at least its kernels times that;
+    ``p2p_sends`` and ``p2p_gathers`` what one stage runs in turn per pipeline boundary per
+    micro-batch: sends of the boundary tensor (its ``1/t`` slice) and all-gathers of it
+    (1 and 1: Megatron's paired sends; :attr:`placement.types.PlacementProblem.p2p_sends`).
     """
 
     name: str
@@ -95,6 +98,8 @@ class FrameworkProfile:
     pipeline: str = "interleaved"
     zero_stages: tuple[int, ...] = _ZERO_STAGES
     host_s_per_kernel: float = 0.0
+    p2p_sends: float = 1.0
+    p2p_gathers: float = 1.0
 
     @property
     def fused_attention(self) -> bool:
@@ -121,6 +126,8 @@ _KNOWN_KEYS: Final = frozenset(
         "pipeline",
         "zero_stages",
         "host_s_per_kernel",
+        "p2p_sends",
+        "p2p_gathers",
     }
 )
 
@@ -160,9 +167,11 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
             "from 0, 1, 2, 3"
         )
     numbers = {k: table.get(k, 0.0) for k in ("reduce_bytes_per_parameter", "host_s_per_kernel")}
+    numbers |= {k: table.get(k, 1.0) for k in ("p2p_sends", "p2p_gathers")}
     for key, v in numbers.items():
-        if not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e3):
-            problems.append(f"{_DATA_FILE} [{name}]: {key} = {v!r} must be a number >= 0")
+        least = 1 if key == "p2p_sends" else 0
+        if not (isinstance(v, int | float) and not isinstance(v, bool) and least <= v < 1e3):
+            problems.append(f"{_DATA_FILE} [{name}]: {key} = {v!r} must be a number >= {least}")
     if problems:
         raise ConfigError("; ".join(problems))
     return FrameworkProfile(
@@ -178,6 +187,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         pipeline=pipeline,
         zero_stages=zeros,
         host_s_per_kernel=float(numbers["host_s_per_kernel"]),
+        p2p_sends=float(numbers["p2p_sends"]),
+        p2p_gathers=float(numbers["p2p_gathers"]),
     )
 
 
