@@ -170,24 +170,19 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         format_sets=space.format_sets,
         weight_formats=cfg.weight_formats,
     )
+    # a design runs the precisions, or serves at the weight formats, its tensor cores have
+    # the format for (one with none is left out)
     if serve is not None:
-        # a design serves at the weight formats its tensor cores run (none: left out)
-        designs = tuple(a for a in designs if serve_formats(shared, a))
-        if not designs:
-            raise ConfigError(
-                f"sweep: no design of space {cfg.space!r} or preset serves weight format "
-                f"{', '.join(cfg.weight_formats)} (the space's formats: "
-                f"{'; '.join('+'.join(fs) for fs in space.format_sets)})"
-            )
+        runs, what = (lambda a: serve_formats(shared, a)), "serves weight format"
+        asked = cfg.weight_formats
     else:
-        # a design runs the precisions its formats serve (a preset without any is left out)
-        designs = tuple(a for a in designs if design_knobs(shared, a))
-        if not designs:
-            raise ConfigError(
-                f"sweep: no design of space {cfg.space!r} or preset runs precision "
-                f"{', '.join(cfg.precision)} (the space's formats: "
-                f"{'; '.join('+'.join(fs) for fs in space.format_sets)})"
-            )
+        runs, what, asked = (lambda a: design_knobs(shared, a)), "runs precision", cfg.precision
+    designs = tuple(a for a in designs if runs(a))
+    if not designs:
+        raise ConfigError(
+            f"sweep: no design of space {cfg.space!r} or preset {what} {', '.join(asked)} "
+            f"(the space's formats: {'; '.join('+'.join(fs) for fs in space.format_sets)})"
+        )
     return shared, designs
 
 
