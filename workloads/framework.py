@@ -36,6 +36,8 @@ from workloads.ops import CommRole, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
     "ATTENTION_KERNELS",
+    "CROSS_ENTROPY_KERNELS",
+    "ACTIVATION_KERNELS",
     "PIPELINE_SCHEDULES",
     "P2P_OVERLAP",
     "DEFAULT_FRAMEWORK",
@@ -57,6 +59,16 @@ _DATA_FILE: Final = "frameworks.toml"
 #: same fused passes run by FlashAttention-2, at its own measured rate where the chip has one:
 #: :meth:`arch_space.perf.device.DeviceProfile.for_attention`).
 ATTENTION_KERNELS: Final = ("unfused", "flash", "flash2")
+#: How a framework runs the LM head's cross entropy: ``fused`` (one kernel reads the bf16
+#: logits, as fused cross-entropy kernels do) or ``unfused-fp32`` (Megatron-LM's
+#: ``vocab_parallel_cross_entropy`` on ``logits.float()``: a cast to an fp32 copy, then max,
+#: subtract, exp, sum and divide, each a pass over the fp32 logits in HBM; backward a
+#: multiply and the cast back; :func:`workloads.op_graphs.head_pass_graphs`).
+CROSS_ENTROPY_KERNELS: Final = ("fused", "unfused-fp32")
+#: How a framework runs a non-gated FFN's activation: ``fused`` into FC1's epilogue (bias-GELU
+#: fusion) or ``unfused``, its own kernel reading and writing the FFN's hidden tensor (eager
+#: PyTorch's ``nn.GELU``); a gated FFN's activation is its own op either way.
+ACTIVATION_KERNELS: Final = ("fused", "unfused")
 #: The pipeline schedules a stack runs: none, 1F1B without virtual stages, or 1F1B with
 #: Megatron's interleaved virtual stages (and the plain 1F1B beside it).
 PIPELINE_SCHEDULES: Final = ("none", "1f1b", "interleaved")
@@ -81,6 +93,10 @@ class FrameworkProfile:
     ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
     ``zero_stages`` the ZeRO stages it runs; ``host_s_per_kernel`` the host's time to
     dispatch one kernel (0: none modelled), a pass taking at least its kernels times that;
+    ``cross_entropy`` the LM head's cross-entropy kernel (:data:`CROSS_ENTROPY_KERNELS`);
+    ``activation`` the FFN activation's (:data:`ACTIVATION_KERNELS`); ``attention_unpad``:
+    the stack gathers Q, K and V into unpadded copies before a fused attention kernel and
+    scatters its output back (llm-foundry's ``flash_attn_fn``);
     ``p2p_sends`` and ``p2p_gathers`` what one stage runs in turn per pipeline boundary per
     micro-batch: sends of the boundary tensor (its ``1/t`` slice) and all-gathers of it
     (1 and 1: Megatron's paired sends; :attr:`placement.types.PlacementProblem.p2p_sends`).
@@ -98,6 +114,9 @@ class FrameworkProfile:
     pipeline: str = "interleaved"
     zero_stages: tuple[int, ...] = _ZERO_STAGES
     host_s_per_kernel: float = 0.0
+    cross_entropy: str = "fused"
+    activation: str = "fused"
+    attention_unpad: bool = False
     p2p_sends: float = 1.0
     p2p_gathers: float = 1.0
 
@@ -126,6 +145,9 @@ _KNOWN_KEYS: Final = frozenset(
         "pipeline",
         "zero_stages",
         "host_s_per_kernel",
+        "cross_entropy",
+        "activation",
+        "attention_unpad",
         "p2p_sends",
         "p2p_gathers",
     }
@@ -160,6 +182,12 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     _choice(name, "p2p_overlap", p2p, P2P_OVERLAP, problems)
     pipeline = table.get("pipeline", "interleaved")
     _choice(name, "pipeline", pipeline, PIPELINE_SCHEDULES, problems)
+    cross_entropy = table.get("cross_entropy", "fused")
+    _choice(name, "cross_entropy", cross_entropy, CROSS_ENTROPY_KERNELS, problems)
+    activation = table.get("activation", "fused")
+    _choice(name, "activation", activation, ACTIVATION_KERNELS, problems)
+    unpad = table.get("attention_unpad", False)
+    _choice(name, "attention_unpad", unpad, (False, True), problems)
     zeros = tuple(table.get("zero_stages", _ZERO_STAGES))
     if not zeros or any(z not in _ZERO_STAGES or isinstance(z, bool) for z in zeros):
         problems.append(
@@ -187,6 +215,9 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         pipeline=pipeline,
         zero_stages=zeros,
         host_s_per_kernel=float(numbers["host_s_per_kernel"]),
+        cross_entropy=cross_entropy,
+        activation=activation,
+        attention_unpad=bool(unpad),
         p2p_sends=float(numbers["p2p_sends"]),
         p2p_gathers=float(numbers["p2p_gathers"]),
     )

@@ -19,7 +19,8 @@ projections; the attention core split into up to
 input- and weight-gradient GEMMs in the backward pass.
 
 The attention core follows the framework profile's kernel, ``unfused`` or ``flash``
-(:mod:`workloads.attention_ops`); inference passes put their KV-cache cores in the same
+(:mod:`workloads.attention_ops`), and the cross entropy its ``cross_entropy`` kernel
+(:func:`head_pass_graphs`); inference passes put their KV-cache cores in the same
 blocks (:func:`inference_block_graph`, :mod:`workloads.serving_ops`). Q/K/V biases ride in their GEMMs
 (cuBLAS epilogue, no FLOPs counted); FC1's bias is part of its fused bias + activation
 epilogue; row-parallel biases are added after the all-reduce in the fused
@@ -53,7 +54,7 @@ from workloads.attention_ops import (
 from workloads.layer_graph import PassGraphs
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
 from workloads.moe_ops import moe_nodes
-from workloads.ops import CollectiveKind, OpGraph, OpKind
+from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
 from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
@@ -107,14 +108,27 @@ class _Dims:
     flash: bool
     training: bool = True
     ep: int = 1  # expert-parallel ranks sharing the routed experts (a rank holds 1/ep of them)
+    unpad: bool = False  # the stack copies Q, K, V unpadded around a fused core (training)
+    fused_activation: bool = True  # a non-gated FFN's activation in FC1's epilogue
 
     @classmethod
     def of(cls, setup: TrainingSetup, tp: int) -> _Dims:
         b, s = setup.micro_batch, setup.seq_len
         sp = setup.sequence_parallel and tp > 1
         local = b * s // tp if sp else b * s
-        flash = setup.profile.fused_attention
-        return cls(b, s, b * s, local, tp, setup.precision_bytes, sp, flash)
+        fw = setup.profile
+        return cls(
+            b,
+            s,
+            b * s,
+            local,
+            tp,
+            setup.precision_bytes,
+            sp,
+            fw.fused_attention,
+            unpad=fw.attention_unpad and fw.fused_attention,
+            fused_activation=fw.activation == "fused",
+        )
 
 
 def _inference_dims(tokens: int, tp: int, precision_bytes: int, ep: int = 1) -> _Dims:
@@ -253,12 +267,45 @@ def _attention(
         q_in, k_in = "q.rope", "k.rope"
     if core is None:
         kernel = flash_core if d.flash else unfused_core
+        if d.unpad:
+            q_in = k_in = _copies(
+                nodes, "attn.unpad", (q_in, k_in, "v"), T * hd * (a_t + 2 * g_t), p
+            )
         outputs = kernel(nodes, q_in, k_in, model, d.b, d.s, t, p)
+        if d.unpad:
+            outputs = (
+                _copies(nodes, "attn.pad", outputs, T * a_t * model.value_head_dim, p, pad=True),
+            )
     else:
         outputs = core(nodes, q_in, k_in)
     proj = gemm("proj", T, a_t * model.value_head_dim, h, p)
     nodes.append(Node(proj, outputs, Grad.GEMM))
     return proj.name
+
+
+def _copies(
+    nodes: list[Node], name: str, inputs: tuple[str, ...], elements: int, p: int, pad=False
+) -> str:
+    """llm-foundry's unpadding around a fused attention kernel (``flash_attn_fn``:
+    ``bert_padding.unpad_input`` gathers Q, K and V into new tensors, ``pad_input`` scatters
+    the output into zeros): a gather reads and writes ``elements``; a scatter writes the
+    zeros, then reads and writes ``elements``. Each one's backward is the other."""
+    gather = (p * elements, p * elements)
+    scatter = (p * elements, 2 * p * elements)
+    fwd, bwd = (scatter, gather) if pad else (gather, scatter)
+
+    def op(suffix: str, rw: tuple[int, int]) -> Op:
+        return Op(
+            name=name + suffix,
+            kind=OpKind.ELEMENTWISE,
+            core=CoreType.VC,
+            bytes_read=rw[0],
+            bytes_written=rw[1],
+            elements=elements,
+        )
+
+    nodes.append(Node(op("", fwd), inputs, Grad.FUSED, backward=op(".bwd", bwd)))
+    return name
 
 
 def _ffn(
@@ -287,10 +334,15 @@ def _ffn(
         hidden = act.name
     else:
         act_flops = _GELU_FLOPS if model.ffn_kind is FfnKind.GELU else _RELU_FLOPS
-        epilogue = tokens * f_t * (act_flops + (_BIAS_FLOPS if bias else 0))
+        flops = act_flops + (_BIAS_FLOPS if bias else 0)
+        epilogue = tokens * f_t * flops if d.fused_activation else 0
         fc1 = gemm(f"{prefix}fc1", tokens, h, f_t, p, bias=bias, epilogue_flops=epilogue)
         nodes.append(Node(fc1, (src,), Grad.GEMM))
         hidden = fc1.name
+        if not d.fused_activation:  # its own kernel: reads and writes the hidden tensor
+            act = vector(f"{prefix}fc1.act", OpKind.ELEMENTWISE, tokens * f_t, flops, p)
+            nodes.append(Node(act, (hidden,)))
+            hidden = act.name
     fc2 = gemm(f"{prefix}fc2", tokens, f_t, h, p)
     nodes.append(Node(fc2, (hidden,), Grad.GEMM))
     return fc2.name
@@ -438,9 +490,30 @@ def _embedding_nodes(model: Model, d: _Dims) -> list[Node]:
     return nodes
 
 
+def _passes(name: str, elements: int, *, reads: int, writes: int, flops: int) -> Op:
+    """Unfused elementwise kernels over ``elements``, reading ``reads`` and writing
+    ``writes`` bytes per element in all (each pass through HBM)."""
+    return Op(
+        name=name,
+        kind=OpKind.ELEMENTWISE,
+        core=CoreType.VC,
+        flops=flops,
+        bytes_read=reads * elements,
+        bytes_written=writes * elements,
+        elements=elements,
+    )
+
+
 def head_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
     """Final norm (decoder) or MLM transform (encoder), (OPT project-out,) vocab-parallel
-    logits and cross entropy. Never recomputed."""
+    logits and cross entropy. Never recomputed.
+
+    The cross entropy is the profile's kernel: ``fused`` reads the bf16 logits (a max, then
+    a softmax); ``unfused-fp32`` is Megatron-LM's ``vocab_parallel_cross_entropy`` on
+    ``logits.float()`` (megatron/core/tensor_parallel/cross_entropy.py): per logit the cast
+    reads 2 and writes 4 bytes, the max reads 4, subtract, exp and divide each read and
+    write 4 in place, the sum reads 4 (forward: 22 read, 16 written); backward the in-place
+    multiply by the loss gradient reads and writes 4 and the cast back reads 4 and writes 2."""
     d = _Dims.of(setup, tp)
     h, e, p, T, t = model.hidden, model.embedding_dim, d.p, d.tokens, d.t
     v_t = padded_vocab(model.vocab, t) // t
@@ -459,17 +532,38 @@ def head_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
     x = _column_parallel_input(nodes, x, d, e)
     logits = gemm("logits", T, e, v_t, p, bias=not model.causal)
     nodes.append(Node(logits, (x,), Grad.GEMM))
+    n = T * v_t
+    unfused = setup.profile.cross_entropy == "unfused-fp32"
+    src, ce_bytes = logits.name, p
+    if unfused:  # logits.float(): an fp32 copy the cross entropy works on in place
+        cast_bwd = _passes("ce.float.bwd", n, reads=_FP32_BYTES, writes=p, flops=n)
+        cast = _passes("ce.float", n, reads=p, writes=_FP32_BYTES, flops=n)
+        nodes.append(Node(cast, (src,), Grad.FUSED, backward=cast_bwd))
+        src, ce_bytes = cast.name, _FP32_BYTES
     ce_max = vector(
-        "ce.max", OpKind.ELEMENTWISE, T, 0, p, read_elements=T * v_t, flops=_CE_MAX_FLOPS * T * v_t
+        "ce.max", OpKind.ELEMENTWISE, T, 0, ce_bytes, read_elements=n, flops=_CE_MAX_FLOPS * n
     )
-    nodes.append(Node(ce_max, (logits.name,), Grad.NONE))
+    nodes.append(Node(ce_max, (src,), Grad.NONE))
     m = ce_max.name
     if t > 1:
         ar = collective("ce.max.allreduce", CollectiveKind.ALL_REDUCE, _FP32_BYTES * T, t)
         nodes.append(Node(ar, (m,), Grad.NONE))
         m = ar.name
-    sm = vector("ce.softmax", OpKind.SOFTMAX, T * v_t, _CE_SOFTMAX_FLOPS, p)
-    nodes.append(Node(sm, (logits.name, m), nondiff=(m,)))
+    if unfused:
+        # sub_ (read, write), exp (read, write), sum (read), div_ (read, write), each over
+        # the fp32 copy; backward: grad.mul_ in place (read, write)
+        sm_bwd = _passes("ce.softmax.bwd", n, reads=_FP32_BYTES, writes=_FP32_BYTES, flops=n)
+        sm = _passes(
+            "ce.softmax",
+            n,
+            reads=4 * _FP32_BYTES,
+            writes=3 * _FP32_BYTES,
+            flops=(_CE_SOFTMAX_FLOPS + 1) * n,
+        )
+        nodes.append(Node(sm, (src, m), Grad.FUSED, nondiff=(m,), backward=sm_bwd))
+    else:
+        sm = vector("ce.softmax", OpKind.SOFTMAX, n, _CE_SOFTMAX_FLOPS, p)
+        nodes.append(Node(sm, (src, m), nondiff=(m,)))
     x = sm.name
     if t > 1:
         ar = collective("ce.sum.allreduce", CollectiveKind.ALL_REDUCE, 2 * _FP32_BYTES * T, t)

@@ -402,7 +402,14 @@ def _estimate(
             share_of[code] = device.format_fraction(name)
             pj_of[code] = format_mac_pj(acc, tech, name)
     rate, tensor_pj = rate_of[w.fmt], pj_of[w.fmt]
-    share = {TENSOR: np.minimum(fraction, share_of[w.fmt])}
+    share_t = share_of[w.fmt]
+    if device.gemm_shapes is not None:
+        # a bf16 GEMM below the best shape runs at the measured rate of its shape
+        shaped = ~w.is_attention[gi] & (w.fmt[gi] == FORMATS.index(BASE_FORMAT))
+        factor = device.gemm_shapes.factor(w.gemm.m, w.gemm.n, w.gemm.k)
+        share_t = share_t.copy()
+        share_t[gi[shaped]] *= factor[shaped]
+    share = {TENSOR: np.minimum(fraction, share_t)}
     tiled_s = _scatter(size, gi, g.compute_s) / rate
     floor = {TENSOR: tiled_s if w.taken is None else np.where(w.taken, 0.0, tiled_s)}
     # Every kind the same way: its operations at its units' rate; the slowest kind counts.

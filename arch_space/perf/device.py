@@ -26,6 +26,7 @@ import numpy as np
 
 from arch_space._data import shipped_toml
 from arch_space.accelerator import Accelerator
+from arch_space.perf.gemm_shape import GemmShapeTable, gemm_shape_table
 from arch_space.perf.residual import design_clock_residual
 from arch_space.power_limit import preset_board_limit_w
 from arch_space.presets import preset, preset_names
@@ -108,7 +109,8 @@ class DeviceProfile:
     ``flash2_forward_fraction`` and ``flash2_backward_fraction`` are FlashAttention-2's own
     measured shares where they differ (None: the same), taken by a stack that runs it
     (:meth:`for_attention`); ``collective_compute_share`` is the share of the compute a collective holds while it
-    runs beside other ops; ``intra_node`` the measured collective bandwidth inside a node,
+    runs beside other ops; ``gemm_shapes`` the measured GEMM rate by shape, which derates a
+    bf16 GEMM below the best shape's share (:class:`~arch_space.perf.gemm_shape.GemmShapeTable`); ``intra_node`` the measured collective bandwidth inside a node,
     ``custom_all_reduce`` an inference engine's own all-reduce there (:meth:`for_serving`).
     ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
     ``board_limit_w`` is the board's power limit (a preset's, ``system.toml``): the op
@@ -130,6 +132,7 @@ class DeviceProfile:
     provenance: str = ""
     board_limit_w: float = math.inf
     format_fractions: tuple[tuple[str, float], ...] = ()
+    gemm_shapes: GemmShapeTable | None = None
 
     def format_fraction(self, fmt: str) -> float:
         """The sustained share of the tensor peak in ``fmt`` (``format_fractions``, measured
@@ -261,6 +264,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         "custom_all_reduce",
         "fitted",
         "format_tensor_fraction",
+        "gemm_shapes",
     }
     for key in data:
         if key not in known:
@@ -291,6 +295,8 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
     curve = _curve(data["intra_node"], owner, problems) if "intra_node" in data else None
     custom = data.get("custom_all_reduce")
     custom = _latency_curve(custom, owner, problems) if custom is not None else None
+    shapes = data.get("gemm_shapes")
+    shapes = gemm_shape_table(shapes, owner, problems) if shapes is not None else None
     if problems:
         raise ConfigError("; ".join(problems))
     return DeviceProfile(
@@ -301,6 +307,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         provenance=provenance,
         board_limit_w=preset_board_limit_w(name),
         format_fractions=tuple(sorted((f, float(v)) for f, v in per_format.items())),
+        gemm_shapes=shapes,
         **{k: float(v) for k, v in values.items()},
     )
 
@@ -308,9 +315,20 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
 @cache
 def generic_profile() -> DeviceProfile:
     """The shipped profile of a design without measurements (``[generic]``): measured
-    shares, nothing fitted to one chip's runs, and a training clock that pays the fitted
-    presets' mean residual beyond its power cap (:mod:`arch_space.perf.residual`)."""
-    table = shipped_toml(_DATA_FILE)[_GENERIC]
+    shares, the GEMM rate by shape of the preset it names, nothing fitted to one chip's runs,
+    and a training clock that pays the fitted presets' mean residual beyond its power cap
+    (:mod:`arch_space.perf.residual`)."""
+    data = shipped_toml(_DATA_FILE)
+    table = dict(data[_GENERIC])
+    # a design's GEMMs lose what a measured chip's do by shape: the preset named here
+    shapes_of = table.get("gemm_shapes")
+    if isinstance(shapes_of, str):
+        if "gemm_shapes" not in data.get(shapes_of, {}):
+            raise ConfigError(
+                f"{_DATA_FILE} [{_GENERIC}]: gemm_shapes = {shapes_of!r} must name a preset "
+                "with a [<preset>.gemm_shapes] table"
+            )
+        table["gemm_shapes"] = data[shapes_of]["gemm_shapes"]
     profile = profile_from_mapping(_GENERIC, table, f"{_DATA_FILE} [{_GENERIC}]")
     if profile.fitted:
         raise ConfigError(
