@@ -133,9 +133,18 @@ class ServingPassTimes:
 
 
 def serving_device_profile(acc: Accelerator) -> DeviceProfile:
-    """``acc``'s sustained rates under the serving engine: its all-reduce kernel where the
-    engine uses its own and the preset has it measured (:meth:`DeviceProfile.for_serving`)."""
-    profile = device_profile(acc)
+    """``acc``'s sustained rates under the serving engine: its measured rates at the clock of
+    a device running one kernel at a time (:meth:`DeviceProfile.alone`), and its all-reduce
+    kernel where the engine uses its own and the preset has it measured
+    (:meth:`DeviceProfile.for_serving`).
+
+    A preset's fitted ``sustained_clock_fraction`` is fitted to training runs, where
+    collectives and memory traffic run beside compute and the fit absorbs what the op model
+    leaves out of a training step; an engine's pass runs its collectives synchronously on the
+    compute stream, one kernel at a time, the condition the sustained GEMM, attention and HBM
+    rates were measured under (with the board's power throttling in them), so no fitted
+    parameter enters a serving pass."""
+    profile = device_profile(acc).alone()
     return profile.for_serving() if serving_settings().custom_all_reduce else profile
 
 

@@ -75,6 +75,7 @@ def search(
     batches: Sequence[int] = (1, 4, 16, 64, 256),
     disaggregate: bool = True,
     hbm_tbps: Sequence[float] = (),
+    weight_formats: Sequence[str] = ("bf16",),
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
@@ -90,8 +91,8 @@ def search(
     evaluated beside the space. ``mode="serve"`` sweeps inference serving instead
     (docs/serving.md): requests of ``input_tokens`` in and ``output_tokens`` out at each of
     ``batches``, the serving layout searched under the mean latency limits (seconds, None:
-    none), separate prefill and decode pools too unless ``disaggregate`` is false;
-    ``objectives`` then default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`).
+    none), separate prefill and decode pools too unless ``disaggregate`` is false, at each
+    of ``weight_formats`` (bf16, fp8) a design's tensor cores run; ``objectives`` then default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`).
     ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s). Points
     already in ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
@@ -128,6 +129,7 @@ def search(
         "batches": list(batches),
         "disaggregate": disaggregate,
         "hbm_tbps": list(hbm_tbps),
+        "weight_formats": list(weight_formats),
     }
     if mode == "serve" and tuple(objectives) == _TRAIN_OBJECTIVES:
         del sweep["objectives"]  # the serving defaults
@@ -248,7 +250,7 @@ def serve(
     objective: str = "tokens_per_s_per_device",
     disaggregate: bool = True,
     kv_format: str = "bf16",
-    weight_format: str = "bf16",
+    weight_format: str | None = None,
     tokens_to_serve: float | None = None,
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
@@ -268,7 +270,9 @@ def serve(
     ``batch=`` in the strategy is a ConfigError). ``disaggregate`` lets the search try
     separate prefill and decode pools. ``weight_format`` stores the blocks' weights in bf16
     or fp8 (``workloads/data/serving.toml`` [weights]; fp8 needs fp8 tensor cores, a
-    ConfigError naming the accelerator's formats otherwise). The returned point's ``slo`` names the limits it
+    ConfigError naming the accelerator's formats otherwise), as the strategy's ``weights=``
+    does (None: the strategy's, else bf16; the two differing is a ConfigError); the returned
+    layout carries it when either gave it. The returned point's ``slo`` names the limits it
     misses when no layout meets them.
     """
     from phaze.serving import ServeContext
@@ -281,12 +285,18 @@ def serve(
             "output, weight)), not both"
         )
     mix = tuple(lengths) if lengths is not None else ((input_tokens, output_tokens, 1.0),)
+    layout = strategy if isinstance(strategy, ServingLayout) else parse_serving(strategy or "")
+    if weight_format is not None:
+        if layout.weights is not None and layout.weights != weight_format:
+            raise ConfigError(
+                f"strategy weights={layout.weights} conflicts with weight_format={weight_format}"
+            )
+        layout = dataclasses.replace(layout, weights=weight_format)
     requests = RequestBatch(
         mix,  # type: ignore[arg-type]
         kv_format=kv_format,
-        weight_format=weight_format,
+        weight_format=layout.weights or "bf16",
     )
-    layout = strategy if isinstance(strategy, ServingLayout) else parse_serving(strategy or "")
     if batch is not None:
         if layout.given("batch") and layout.batch != batch:
             raise ConfigError(f"strategy batch={layout.batch} conflicts with batch={batch}")

@@ -30,6 +30,7 @@ from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limi
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 from workloads.precision import DEFAULT_PRECISION, recipe_names
+from workloads.serving import serving_settings
 
 __all__ = [
     "MODES",
@@ -144,7 +145,8 @@ class SweepConfig:
     each workload's requests of ``input_tokens`` in and ``output_tokens`` out at each of
     ``batches`` (sequences in flight per replica), the serving layout searched under the
     mean latency limits ``ttft_limit_s`` and ``tpot_limit_s`` (None: none), disaggregated
-    pools too unless ``disaggregate`` is false; the training knobs are unused. ``hbm_tbps``
+    pools too unless ``disaggregate`` is false, at each of ``weight_formats`` (the blocks'
+    weights: bf16, fp8) a design's tensor cores run; the training knobs are unused. ``hbm_tbps``
     (both modes) replaces each space design's HBM bandwidth by each value (TB/s), its stacks
     derived again; presets keep theirs.
     """
@@ -180,6 +182,7 @@ class SweepConfig:
     batches: tuple[int, ...] = (1, 4, 16, 64, 256)
     disaggregate: bool = True
     hbm_tbps: tuple[float, ...] = ()
+    weight_formats: tuple[str, ...] = ("bf16",)
     solver: SolverSettings = field(default_factory=SolverSettings)
     scoring: ScoringParams = field(default_factory=ScoringParams)
 
@@ -320,6 +323,12 @@ _RULES: Final = MappingProxyType(
         "batches": (True, _is_pos_int, "a non-empty list of positive integers (sequences)"),
         "disaggregate": (False, lambda v: isinstance(v, bool), "true or false"),
         "hbm_tbps": (True, _is_pos_num, "a list of finite positive numbers (TB/s)"),
+        "weight_formats": (
+            True,
+            lambda v: v in serving_settings().weight_recipes,
+            "a non-empty list of serving weight formats: "
+            + ", ".join(serving_settings().weight_recipes),
+        ),
     }
 )
 

@@ -68,6 +68,7 @@ __all__ = [
     "ServingPoint",
     "check_layout",
     "check_weight_format",
+    "layout_context",
     "decode_step",
     "evaluate_layout",
 ]
@@ -287,16 +288,21 @@ def decode_step(b: int, ctx: ServeContext) -> ServingPass:
     return dataclasses.replace(r, batch=b).decode_pass()
 
 
-def _chunk_pass(tokens: int, decodes: int, ctx: ServeContext) -> ServingPass:
+def _chunk_pass(tokens: int, decodes: int, ctx: ServeContext, positions: int) -> ServingPass:
     """A prefill step of ``tokens`` prompt tokens and ``decodes`` decode tokens riding on its
     matmuls: whole prompts of the mean input length (each ``decodes / k`` tokens longer)
-    when it holds one or more, else one chunk at the mean position of a prompt's chunks."""
+    when it holds one or more, else one chunk at the mean position of a prompt's chunks.
+    Where the decodes would stretch a row past the model's ``positions``, they ride on more
+    rows (the same tokens through the matmuls; the decodes are sequences of their own)."""
     r, kw = ctx.requests, _kw(ctx)
     isl = max(1, round(r.mean_input_tokens))
     if tokens >= isl:
         k = max(1, tokens // isl)
-        return ServingPass.prefill(k, isl + -(-decodes // k), **kw)
-    return ServingPass(1, tokens + decodes, (isl - tokens) // 2, samples=False, **kw)
+        rows = max(k, -(-(k * isl + decodes) // positions))
+        return ServingPass.prefill(rows, -(-(k * isl + decodes) // rows), **kw)
+    cached = (isl - tokens) // 2
+    rows = max(1, -(-(tokens + decodes) // max(1, positions - cached)))
+    return ServingPass(rows, -(-(tokens + decodes) // rows), cached, samples=False, **kw)
 
 
 # ---- memory ------------------------------------------------------------------------------
@@ -371,6 +377,14 @@ def check_layout(model: Model, acc: Accelerator, layout: ServingLayout, ctx: Ser
         )
 
 
+def layout_context(layout: ServingLayout, ctx: ServeContext) -> ServeContext:
+    """``ctx`` with its requests' weight format the layout's, where the layout fixes one."""
+    if layout.weights is None or layout.weights == ctx.requests.weight_format:
+        return ctx
+    requests = dataclasses.replace(ctx.requests, weight_format=layout.weights)
+    return dataclasses.replace(ctx, requests=requests)
+
+
 def check_weight_format(acc: Accelerator, ctx: ServeContext) -> None:
     """Raise one ConfigError naming the formats ``acc`` runs when its tensor cores lack the
     GEMM format of the requests' weight format."""
@@ -391,6 +405,7 @@ def evaluate_layout(
     Infeasible
         Its sequences' KV cache does not fit, or its chunk budget cannot hold its batch.
     """
+    ctx = layout_context(layout, ctx)
     check_weight_format(acc, ctx)
     check_layout(model, acc, layout, ctx)
     lengths, r = ctx.lengths, ctx.requests
@@ -453,7 +468,9 @@ def evaluate_layout(
     else:
         mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
         first_tokens = max(1, min(layout.chunk - micro, isl))
-        chunks = [_chunk_pass(n, micro, ctx) for n in (mean_tokens, first_tokens)]
+        chunks = [
+            _chunk_pass(n, micro, ctx, model.max_positions) for n in (mean_tokens, first_tokens)
+        ]
         sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
         kv = pass_kv_read_bytes(model, dec.t, decode_pass)  # one device, every stage
         kv_j = dec.t * kv * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12

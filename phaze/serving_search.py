@@ -29,6 +29,7 @@ from phaze.serving import (
     check_weight_format,
     decode_step,
     evaluate_layout,
+    layout_context,
 )
 from phaze_common.errors import ConfigError, Infeasible
 from placement.layout import Layout
@@ -105,12 +106,12 @@ def candidates(model: Model, layout: ServingLayout, ctx: ServeContext) -> Iterat
             decs = tuple(_pools(model, n - n_pre, dec_given, ctx))
             for pre, dec, b in itertools.product(pres, decs, batches):
                 if b % dec.p == 0:
-                    yield ServingLayout(dec, pre, b, None, "continuous")
+                    yield ServingLayout(dec, pre, b, None, "continuous", weights=layout.weights)
         if split:
             return
     for dec, b, c in itertools.product(_pools(model, n, layout.decode, ctx), batches, chunks):
         if b % dec.p == 0:
-            yield ServingLayout(dec, None, b, c, batching)
+            yield ServingLayout(dec, None, b, c, batching, weights=layout.weights)
 
 
 def _bounds(
@@ -158,6 +159,7 @@ def search(
     Infeasible
         No candidate fits the devices' memory (the reason of the last refusal).
     """
+    ctx = layout_context(layout, ctx)
     check_weight_format(acc, ctx)
     found: list[tuple[float, float, ServingLayout]] = []
     for cand in candidates(model, layout, ctx):

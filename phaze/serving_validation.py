@@ -16,9 +16,12 @@ docs/sources_formats_serving.md) is evaluated at its published layout through
 
 No parameter is fitted to these rows: every row is held out. A row runs at its published
 weight format: bf16 (fp16 at the same rate on these GPUs) or fp8 (the blocks' weights and
-GEMMs in fp8, ``workloads/data/serving.toml`` [weights]); a row that ran another weight
-format (FP4, int8, int4) waits for number formats and is listed as waiting, not evaluated. MLPerf's rows also need the OpenOrca set's mean input length, which the sources
-read do not give.
+GEMMs in fp8, ``workloads/data/serving.toml`` [weights]) and its KV cache in the format
+the row gives (``kv_cache_format``: fp8 on TensorRT-LLM v1.0's ModelOpt checkpoints, derived
+from their sources; bf16 where the source does not state one); a row that ran another weight
+format (FP4, int8, int4) waits for number formats and is listed as waiting, not evaluated.
+MLPerf's rows also need the OpenOrca set's mean input length, which the sources read do not
+give.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from phaze.serving_search import search
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
 from workloads import get_model
-from workloads.serving import RequestBatch
+from workloads.serving import RequestBatch, serving_settings
 
 __all__ = [
     "FORMATS_MODELLED",
@@ -202,7 +205,7 @@ def _context(row: ServingRow, lengths: tuple[int, int], **kw: Any) -> ServeConte
     cluster = Cluster(devices=row.gpus)
     if curve is not None:  # the node's links at the line rate of its measured curve
         cluster = replace(cluster, intra_node_bandwidth_bytes_per_s=curve.line_rate_bytes_per_s)
-    kv = row.kv_format if row.kv_format in FORMATS_MODELLED else "bf16"
+    kv = row.kv_format if row.kv_format in serving_settings().format_bytes else "bf16"
     weights = FORMATS_MODELLED[row.weight_format]
     return ServeContext(
         cluster, RequestBatch.of(*lengths, kv_format=kv, weight_format=weights), **kw
@@ -215,7 +218,7 @@ def _predict(row: ServingRow) -> tuple[float, str]:
     pool = f"t={row.tp},p={row.pp},d={row.replicas},ep=1"
     isl, osl = row.input_tokens, row.output_tokens
     if row.kind == "decode-batch1":
-        ctx = _context(row, (isl, osl), device=device_profile(acc))
+        ctx = _context(row, (isl, osl), device=device_profile(acc).alone())
         lay = parse_serving(f"{pool},batch=1,chunk=off,batching=static")
         point = evaluate_layout(row.case, model, acc, lay, ctx)
         return point.engine.output_tokens_per_s, str(lay)

@@ -12,11 +12,14 @@ expert group is a sub-group of the data-parallel ranks) with the engine's knobs:
 * ``batching``: ``continuous`` (iteration-level scheduling: Orca, vLLM) or ``static`` (a
   batch prefilled together, then decoded to its end: TensorRT-LLM's ``gptSessionBenchmark``);
 * ``prefill``: the layout of a separate prefill pool (disaggregated prefill and decode:
-  DistServe, Splitwise), or None when one pool does both.
+  DistServe, Splitwise), or None when one pool does both;
+* ``weights``: the number format the blocks' weights are stored in (``bf16``, ``fp8``:
+  ``workloads/data/serving.toml`` [weights]), or None: the request batch's (bf16 unless the
+  caller says otherwise). The search never changes it.
 
-The strategy string is ``t=8,p=1,d=1,ep=1,batch=64,chunk=2048`` (one pool), or two sections,
-``prefill:t=4,p=1,d=1,ep=1;decode:t=2,p=1,d=2,ep=1,batch=64`` (disaggregated); the engine's
-keys belong to the decode section. ``str(layout)`` prints it and :func:`parse_serving`
+The strategy string is ``t=8,p=1,d=1,ep=1,batch=64,chunk=2048,weights=fp8`` (one pool), or
+two sections, ``prefill:t=4,p=1,d=1,ep=1;decode:t=2,p=1,d=2,ep=1,batch=64`` (disaggregated);
+the engine's keys and ``weights`` belong to the decode section. ``str(layout)`` prints it and :func:`parse_serving`
 reads it back; keys left out are open (a search fills them).
 
 Examples
@@ -26,6 +29,8 @@ Examples
 (8, 8, 64, ['batching'], ['d', 'ep', 'p'])
 >>> str(parse_serving("prefill:t=4,d=1;decode:t=2,d=2,batch=64,chunk=off"))
 'prefill:t=4,d=1;decode:t=2,d=2,batch=64,chunk=off'
+>>> parse_serving("t=2,weights=fp8").weights
+'fp8'
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Final, Literal
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from placement.layout import FIELDS, Layout, parse_strategy
+from workloads.serving import serving_settings
 
 __all__ = [
     "Batching",
@@ -56,6 +62,8 @@ POOL_FIELDS: Final = ("t", "p", "d", "ep")
 ENGINE_FIELDS: Final = ("batch", "chunk", "batching")
 _ENGINE_DEFAULTS: Final = {"batch": 1, "chunk": None, "batching": "continuous"}
 _POOL_KEYS: Final = frozenset({"t", "tp", "p", "pp", "d", "dp", "ep"})
+#: The key of the weights' number format (decode section; not searched).
+WEIGHTS_KEY: Final = "weights"
 _OFF: Final = ("off", "none")
 
 
@@ -97,6 +105,7 @@ class ServingLayout:
     chunk: int | None = None
     batching: Batching = "continuous"
     open: frozenset[str] = frozenset()
+    weights: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.open, frozenset) and self.open <= set(ENGINE_FIELDS):
@@ -129,6 +138,11 @@ class ServingLayout:
             )
         if self.prefill is not None and {"batching"} <= given and self.batching == "static":
             problems.append("serving layout: static batching runs one pool; drop the prefill pool")
+        formats = serving_settings().weight_recipes
+        if self.weights is not None and self.weights not in formats:
+            problems.append(
+                f"serving layout: weights = {self.weights!r} must be one of {', '.join(formats)}"
+            )
         if not self.open <= set(ENGINE_FIELDS):
             problems.append(f"serving layout: open = {sorted(self.open)} must name {ENGINE_FIELDS}")
         if problems:
@@ -168,6 +182,8 @@ class ServingLayout:
             if name == "chunk" and value is None:
                 value = "off"
             engine.append(f"{name}={value}")
+        if self.weights is not None:
+            engine.append(f"{WEIGHTS_KEY}={self.weights}")
         decode = ",".join(p for p in (_pool_text(self.decode), *engine) if p)
         if self.prefill is None:
             return decode
@@ -190,6 +206,11 @@ def _engine_value(key: str, text: str) -> tuple[object, str | None]:
         if re.fullmatch(r"\d+", text) and 1 <= int(text) <= MAX_SEQ_LEN:
             return int(text), None
         return None, f"strategy: chunk = {text} must be off or an integer in [1, {MAX_SEQ_LEN}]"
+    if key == WEIGHTS_KEY:
+        formats = serving_settings().weight_recipes
+        if text in formats:
+            return text, None
+        return None, f"strategy: weights = {text!r} must be one of {', '.join(formats)}"
     if text in BATCHING:
         return text, None
     return None, f"strategy: batching = {text!r} must be one of {', '.join(BATCHING)}"
@@ -200,7 +221,7 @@ def _section(text: str, engine_allowed: bool, problems: list[str]) -> tuple[Layo
     pool_parts, engine = [], {}
     for part in filter(None, (x.strip() for x in text.split(","))):
         key = part.partition("=")[0].strip()
-        if key in ENGINE_FIELDS:
+        if key in ENGINE_FIELDS or key == WEIGHTS_KEY:
             if not engine_allowed:
                 problems.append(f"strategy: {key} belongs to the decode section, not prefill")
                 continue
@@ -215,7 +236,7 @@ def _section(text: str, engine_allowed: bool, problems: list[str]) -> tuple[Layo
         elif key in _POOL_KEYS or not re.fullmatch(r"\w+", key):
             pool_parts.append(part)
         else:
-            known = ", ".join(sorted(_POOL_KEYS | set(ENGINE_FIELDS)))
+            known = ", ".join(sorted(_POOL_KEYS | {*ENGINE_FIELDS, WEIGHTS_KEY}))
             problems.append(f"strategy: unknown serving key {key!r} (known: {known})")
     try:
         lay = parse_strategy(",".join(pool_parts))
@@ -262,11 +283,13 @@ def parse_serving(text: str) -> ServingLayout:
         prefill, _ = _section(labelled["prefill"], False, problems)
     if problems:
         raise ConfigError("; ".join(problems))
+    weights = engine.pop(WEIGHTS_KEY, None)
     return ServingLayout(
         decode=_pool_only(decode),
         prefill=None if prefill is None else _pool_only(prefill),
         **{**_ENGINE_DEFAULTS, **engine},
         open=frozenset(set(ENGINE_FIELDS) - set(engine)),
+        weights=weights,
     )
 
 

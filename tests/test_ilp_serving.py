@@ -130,3 +130,18 @@ def test_a_request_batch_gives_its_prefill_chunks_and_its_mean_decode_step():
     assert times.decode.serving_pass == ServingPass.decode(2, 1032)
     whole = serving_pass_times(m, acc, Cluster(devices=1), r, 1, solver="list")
     assert len(whole.prefill) == 1 and whole.prefill[0].serving_pass.samples
+
+
+@pytest.mark.parametrize("arch", ["h100", "a100"])
+def test_serving_passes_run_at_measured_rates_not_the_training_fitted_clock(arch):
+    acc = preset(arch)
+    trained, serving = device_profile(acc), serving_device_profile(acc)
+    assert "sustained_clock_fraction" in trained.fitted and trained.sustained_clock_fraction < 1
+    assert serving.sustained_clock_fraction == 1.0
+    assert serving.sustained_tensor_fraction == trained.sustained_tensor_fraction
+    # a compute-bound prefill runs faster than at the training clock, by at most its ratio
+    m, p = get_model("llama2-7b"), ServingPass(batch=4, new_tokens=2048)
+    at_fit = serving_pass_time(m, acc, cluster(arch, 1), p, 1, device=trained, solver="list")
+    at_serving = serving_pass_time(m, acc, cluster(arch, 1), p, 1, solver="list")
+    ratio = at_serving.latency_s / at_fit.latency_s
+    assert trained.sustained_clock_fraction - 1e-9 <= ratio < 0.99

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 import phaze
-from arch_space import Cluster, preset, static_power_w
+from arch_space import Cluster, load_accelerator, preset, static_power_w
 from arch_space.accelerator import node_count
-from arch_space.tco import device_hour_cost
+from arch_space.tco import SECONDS_PER_YEAR, device_hour_cost
 from phaze.cli import cli
 from phaze.scoring import ScoringParams, electricity_usd, system_capex
 from phaze.serving import ServeContext, evaluate_layout
@@ -156,6 +157,24 @@ def test_disaggregated_pools_move_the_kv_cache():
     assert len(p.memory) == 2
 
 
+def test_the_weights_format_of_a_strategy_is_the_weight_format_argument():
+    common = {"input_tokens": 256, "output_tokens": 32, "batch": 16}
+    args = ("llama2-7b", preset("h100"), Cluster(devices=1))
+    plain = phaze.serve(*args, **common)
+    by_arg = phaze.serve(*args, weight_format="fp8", **common)
+    by_strategy = phaze.serve(*args, strategy="weights=fp8", **common)
+    assert plain.layout.weights is None and "weights" not in str(plain.layout)
+    assert by_arg.layout == by_strategy.layout and by_arg.layout.weights == "fp8"
+    assert parse_serving(str(by_arg.layout)) == by_arg.layout
+    assert by_arg.engine.tpot_s == by_strategy.engine.tpot_s < plain.engine.tpot_s
+    # the layout's format wins over the batch's when evaluated on its own
+    ctx = ServeContext(Cluster(devices=1), RequestBatch.of(256, 32))
+    again = evaluate_layout("m", get_model("llama2-7b"), preset("h100"), by_arg.layout, ctx)
+    assert again.engine.tpot_s == by_arg.engine.tpot_s
+    with pytest.raises(ConfigError, match="strategy weights=fp8 conflicts with weight_format=bf16"):
+        phaze.serve(*args, weight_format="bf16", strategy="weights=fp8", **common)
+
+
 def test_the_api_serves_with_a_fixed_batch_and_refuses_a_clash():
     got = phaze.serve(
         "llama2-7b", preset("a100"), Cluster(devices=1), input_tokens=256, output_tokens=32,
@@ -167,3 +186,42 @@ def test_the_api_serves_with_a_fixed_batch_and_refuses_a_clash():
             "llama2-7b", preset("a100"), Cluster(devices=1), input_tokens=256,
             output_tokens=32, batch=16, strategy="batch=8",
         )  # fmt: skip
+
+
+def test_serve_prices_the_device_hour_at_the_given_lifetime_interest_and_volume():
+    # a design that is not a preset, built: its NRE spread over --volume units
+    design = Path(__file__).parents[1] / "examples" / "accelerator_v100.toml"
+    base = "serve --workload llama2-7b --devices 1 --input-tokens 256 --output-tokens 32 "
+    base += "--batch 8 --cost-view build --json --arch "
+    runs = {}
+    for name, extra in {
+        "default": [],
+        "owned": ["--lifetime-years", "3", "--interest", "0.12", "--volume", "1000"],
+    }.items():
+        result = CliRunner().invoke(cli, (base + str(design)).split() + extra)
+        assert result.exit_code == 0, result.output
+        runs[name] = json.loads(result.output)
+    acc, capital = load_accelerator(str(design)), {}
+    for name, kw in {
+        "default": {},
+        "owned": {"lifetime_s": 3 * SECONDS_PER_YEAR, "interest": 0.12, "volume_units": 1000},
+    }.items():
+        scoring = ScoringParams(host_profile="dgx-a100", cost_view="build", **kw)
+        capex = system_capex(acc, 1, scoring)
+        per_hour = device_hour_cost(capex, lifetime_s=scoring.lifetime_s, interest=scoring.interest)
+        capital[name] = per_hour.total
+    # the same electricity per hour in both: the difference is the capital's
+    got = runs["owned"]["usd_per_device_hour"] - runs["default"]["usd_per_device_hour"]
+    assert got == pytest.approx(capital["owned"] - capital["default"]) and got > 0
+
+
+def test_decodes_riding_on_a_chunk_never_stretch_a_row_past_the_model_s_positions():
+    # gpt3-125m holds 2048 positions: 4096 decodes beside one 128-token prompt used to make
+    # one 4224-token row and refuse the model; they ride on more rows, the same tokens
+    model, acc = get_model("gpt3-125m"), preset("h100")
+    ctx = ServeContext(Cluster(devices=1), RequestBatch.of(128, 128))
+    rates = {}
+    for b in (1024, 4096):
+        lay = parse_serving(f"t=1,p=1,d=1,ep=1,batch={b},chunk=16384,batching=continuous")
+        rates[b] = evaluate_layout("m", model, acc, lay, ctx).engine.output_tokens_per_s
+    assert model.max_positions < 128 + 4096 and rates[4096] > rates[1024]

@@ -11,8 +11,10 @@ from click.testing import CliRunner
 from spaces import space_toml
 from sweeps import points, run, sweep_table
 
+import phaze
 from phaze.cli import cli
 from phaze.config import SERVE_OBJECTIVES, load_sweep_config
+from phaze_common.errors import ConfigError
 from placement import parse_serving
 from results.report import render_report
 from results.schema import SERVE_COLUMNS
@@ -30,6 +32,15 @@ _SERVE = {
     "tpot_limit_s": 0.02,
     "hbm_tbps": [0.6, 1.2],
 }
+
+
+def _config(d, **over):
+    table = sweep_table(d / "space.toml", **{**_SERVE, "presets": ["a100", "h100"], **over})
+    del table["objectives"]
+    lines = ["[sweep]", *(f"{k} = {json.dumps(v)}" for k, v in table.items())]
+    path = d / "sweep.toml"
+    path.write_text("\n".join([*lines, "[solver]", 'name = "list"', ""]))
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +86,31 @@ def test_a_serving_sweep_stores_one_point_per_design_and_batch(serve_sweep):
             assert fast[rate] >= slow[rate] * (1 - 1e-9)
             compared += 1
     assert compared
+
+
+def test_a_serving_sweep_serves_each_design_at_the_weight_formats_it_runs(tmp_path):
+    (tmp_path / "space.toml").write_text(_SPACE)
+    cfg = load_sweep_config(_config(tmp_path, weight_formats=["bf16", "fp8"], batches=[8]))
+    out = tmp_path / "out"
+    run(cfg, out)
+    pts = [p for p in points(out) if p["feasible"]]
+    formats = {}
+    for p in pts:
+        formats.setdefault(p["design_name"] or p["design_id"], set()).add(p["precision"])
+        weights = parse_serving(json.loads(p["placement"])["strategy"]).weights
+        assert (weights or "bf16") == {"bf16": "bf16", "fp8-weights": "fp8"}[p["precision"]]
+        assert p["key"].endswith("|weights=fp8") == (weights == "fp8")
+    h100 = {p["precision"]: p for p in pts if p["design_name"] == "h100"}
+    assert formats.pop("h100") == {"bf16", "fp8-weights"}
+    assert formats and all(f == {"bf16"} for f in formats.values())  # no fp8 tensor cores
+    # the blocks' weights in one byte: less memory for the same sequences
+    mem = "memory_per_device_bytes"
+    assert h100["fp8-weights"][mem] < h100["bf16"][mem]
+    bad = _config(tmp_path, weight_formats=["fp4"])
+    with pytest.raises(ConfigError, match=r"weight_formats = \['fp4'\] must be"):
+        load_sweep_config(bad)
+    with pytest.raises(ConfigError, match=r"weight_formats = \['fp4'\] must be"):
+        phaze.search(["gpt3-125m"], mode="serve", weight_formats=["fp4"], out_dir=tmp_path)
 
 
 def test_a_serving_sweep_resumes_without_evaluating_again(serve_sweep):

@@ -147,8 +147,9 @@ def cluster_of(kw: dict[str, Any]) -> Cluster:
 
 
 def scoring_options(training: bool) -> Callable:
-    """The scoring settings: grid, PUE, electricity price, cost view, host server; with
-    ``training``, the lifetime, embodied mode, interest, goodput and production volume too."""
+    """The scoring settings: grid, PUE, electricity price, cost view, host server, and the
+    ownership terms (lifetime, interest, production volume) that price a device-hour; with
+    ``training``, the embodied mode and goodput too."""
     from arch_space.system import host_profiles
     from arch_space.tco import COST_VIEWS, SECONDS_PER_YEAR
 
@@ -190,7 +191,7 @@ def scoring_options(training: bool) -> Callable:
                 show_default=True,
                 help="Life of the IT equipment: its depreciation period and its embodied carbon's.",
             ),
-            True,
+            False,
         ),
         (
             click.option(
@@ -226,7 +227,7 @@ def scoring_options(training: bool) -> Callable:
                 type=scoring_float("interest"),
                 help="Yearly cost of capital [default: 0.08, Barroso et al. 2013].",
             ),
-            True,
+            False,
         ),
         (
             click.option(
@@ -244,7 +245,7 @@ def scoring_options(training: bool) -> Callable:
                 type=click.IntRange(1, 10**12),
                 help="Units a new design's non-recurring cost is spread over [default: 1,200,000].",
             ),
-            True,
+            False,
         ),
         (
             click.option(

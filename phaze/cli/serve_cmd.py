@@ -78,9 +78,8 @@ __all__ = ["serve", "serving_document"]
 @click.option(
     "--weight-format",
     type=click.Choice(tuple(serving_settings().weight_recipes)),
-    default="bf16",
-    show_default=True,
-    help="Number format of the blocks' weights; fp8 runs their GEMMs on fp8 tensor cores.",
+    help="Number format of the blocks' weights; fp8 runs their GEMMs on fp8 tensor cores "
+    "[default: the strategy's weights=, else bf16].",
 )
 @click.option(
     "--tokens",
@@ -147,7 +146,7 @@ def serve(
         "ttft_limit_s": None if ttft_ms is None else ttft_ms / 1e3,
         "tpot_limit_s": None if tpot_ms is None else tpot_ms / 1e3,
         "objective": objective,
-        "weight_format": weight_format,
+        "weight_format": point.layout.weights or "bf16",
         "kv_format": kv_format,
         **doc,
     }

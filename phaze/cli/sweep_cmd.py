@@ -36,6 +36,7 @@ from results.store import load
 from results.summary import top_designs
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 from workloads.precision import DEFAULT_PRECISION, recipe_names
+from workloads.serving import serving_settings
 
 __all__ = ["sweep"]
 
@@ -213,6 +214,14 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     help="Serving: sequences in flight per replica (repeatable) [default: 1, 4, 16, 64, 256].",
 )
 @click.option(
+    "--weight-format",
+    "weight_formats",
+    type=click.Choice(tuple(serving_settings().weight_recipes)),
+    multiple=True,
+    help="Serving: the blocks' weight format (repeatable): each design serves at those its "
+    "tensor cores run [default: bf16].",
+)
+@click.option(
     "--hbm-tbps",
     "hbm_tbps",
     type=FiniteFloat(0, 1e6, lo_open=True),
@@ -254,6 +263,7 @@ def sweep(
     ttft_ms,
     tpot_ms,
     batches,
+    weight_formats,
     hbm_tbps,
     out,
     jobs,
@@ -291,6 +301,7 @@ def sweep(
         ttft_limit_s=None if ttft_ms is None else ttft_ms / 1e3,
         tpot_limit_s=None if tpot_ms is None else tpot_ms / 1e3,
         batches=batches,
+        weight_formats=weight_formats,
         hbm_tbps=hbm_tbps,
     )
     if cfg.mode == "serve" and not objectives and _training_objectives(cfg):
@@ -309,6 +320,8 @@ def sweep(
             f"serving ISL {cfg.input_tokens} OSL {cfg.output_tokens}, batches "
             f"{list(cfg.batches)}, limits {limits or 'none'}"
         )
+        if cfg.weight_formats != ("bf16",):
+            knobs += f", weights {list(cfg.weight_formats)}"
     else:
         knobs = f"micro-batches {list(cfg.micro_batches)}, recompute {list(cfg.recompute)}"
         if cfg.precision != (DEFAULT_PRECISION,):

@@ -20,7 +20,7 @@ from placement import Layout
 from results.pareto import parse_objectives
 from workloads import Model, check_setup, resolve_model
 from workloads.precision import recipe
-from workloads.serving import RequestBatch, ServingPass
+from workloads.serving import RequestBatch, ServingPass, serving_settings
 from workloads.serving_ops import check_serving
 
 __all__ = ["Shared", "plan", "design_knobs", "objective_signs", "duplicate_problems"]
@@ -38,13 +38,29 @@ class Shared:
     serve: ServeContext | None = None
     batches: tuple[int, ...] = ()
     format_sets: tuple[tuple[str, ...], ...] = (("bf16",),)  # the space's
+    weight_formats: tuple[str, ...] = ("bf16",)  # a serving sweep's
 
-    def point_keys(self, workload: str, design_id: str, knobs: Sequence[Layout]) -> tuple[str, ...]:
-        """The keys of every point of one design on one workload (``knobs``: the design's,
-        :func:`design_knobs`)."""
+    def point_keys(self, workload: str, design_id: str, acc: Accelerator) -> tuple[str, ...]:
+        """The keys of every point of design ``acc`` on one workload: its knob settings'
+        (:func:`design_knobs`), or a serving sweep's batches at its weight formats
+        (:func:`serve_formats`)."""
         if self.serve is not None:
-            return tuple(serve_point_key(workload, design_id, b, self.serve) for b in self.batches)
-        return tuple(point_key(workload, design_id, k) for k in knobs)
+            return tuple(
+                serve_point_key(workload, design_id, b, self.serve, fmt)
+                for fmt in serve_formats(self, acc)
+                for b in self.batches
+            )
+        return tuple(point_key(workload, design_id, k) for k in design_knobs(self, acc))
+
+
+def serve_formats(shared: Shared, acc: Accelerator) -> tuple[str, ...]:
+    """The weight formats of a serving sweep ``acc`` serves at: those whose GEMM format its
+    tensor cores run (``workloads/data/serving.toml`` [weights])."""
+    return tuple(
+        f
+        for f in shared.weight_formats
+        if recipe(serving_settings().weight_recipes[f]).gemm_format in acc.format_names
+    )
 
 
 def design_knobs(shared: Shared, acc: Accelerator) -> tuple[Layout, ...]:
@@ -152,16 +168,21 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         serve=serve,
         batches=cfg.batches if serve else (),
         format_sets=space.format_sets,
+        weight_formats=cfg.weight_formats,
     )
-    if serve is None:
-        # a design runs the precisions its formats serve (a preset without any is left out)
-        designs = tuple(a for a in designs if design_knobs(shared, a))
-        if not designs:
-            raise ConfigError(
-                f"sweep: no design of space {cfg.space!r} or preset runs precision "
-                f"{', '.join(cfg.precision)} (the space's formats: "
-                f"{'; '.join('+'.join(fs) for fs in space.format_sets)})"
-            )
+    # a design runs the precisions, or serves at the weight formats, its tensor cores have
+    # the format for (one with none is left out)
+    if serve is not None:
+        runs, what = (lambda a: serve_formats(shared, a)), "serves weight format"
+        asked = cfg.weight_formats
+    else:
+        runs, what, asked = (lambda a: design_knobs(shared, a)), "runs precision", cfg.precision
+    designs = tuple(a for a in designs if runs(a))
+    if not designs:
+        raise ConfigError(
+            f"sweep: no design of space {cfg.space!r} or preset {what} {', '.join(asked)} "
+            f"(the space's formats: {'; '.join('+'.join(fs) for fs in space.format_sets)})"
+        )
     return shared, designs
 
 

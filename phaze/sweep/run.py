@@ -16,7 +16,7 @@ from phaze.executors import Progress, Runner
 from phaze.scoring import FORMULAS, system_capex
 from phaze.sweep.aggregate import aggregate_records
 from phaze.sweep.optimistic import BOUNDED, fastest_flops
-from phaze.sweep.planning import Shared, design_knobs, objective_signs, plan
+from phaze.sweep.planning import Shared, objective_signs, plan
 from phaze.sweep.rounds import Rounds
 from phaze.sweep.tasks import run_task
 from results.schema import AGGREGATE_WORKLOAD
@@ -89,16 +89,15 @@ def run_sweep(
         order = tuple(designs[i] for i in rank)
         order_ids = tuple(ids[i] for i in rank)
         done = store.done_keys()
-        knobs = {did: design_knobs(shared, a) for did, a in zip(order_ids, order, strict=True)}
         need = tuple(
             tuple(
                 w
                 for w, name in enumerate(names)
-                if not all(k in done for k in shared.point_keys(name, did, knobs[did]))
+                if not all(k in done for k in shared.point_keys(name, did, a))
             )
             if done
             else tuple(range(len(names)))
-            for did in order_ids
+            for did, a in zip(order_ids, order, strict=True)
         )
         skipped = sum(1 for n in need if not n)
         signs = objective_signs(cfg.objectives)

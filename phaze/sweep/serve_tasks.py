@@ -20,17 +20,22 @@ from phaze.sweep.records import design_columns, headroom_columns
 from phaze_common.errors import Infeasible
 from placement import parse_serving
 from workloads import Model
+from workloads.serving import serving_settings
 
 __all__ = ["serve_point_key", "serve_record", "serve_design_records"]
 
 
-def serve_point_key(workload: str, design: str, batch: int, ctx: ServeContext) -> str:
-    """The content key of one serving point: workload, design, batch and request lengths."""
+def serve_point_key(
+    workload: str, design: str, batch: int, ctx: ServeContext, weights: str = "bf16"
+) -> str:
+    """The content key of one serving point: workload, design, batch, request lengths and,
+    other than bf16, the weights' format."""
     r = ctx.requests
-    return (
+    key = (
         f"{workload}|{design}|serve|batch={batch}|isl={r.mean_input_tokens:g}"
         f"|osl={r.mean_output_tokens:g}"
     )
+    return key if weights == "bf16" else f"{key}|weights={weights}"
 
 
 def _layout_summary(point: ServingPoint) -> str:
@@ -60,12 +65,14 @@ def serve_record(
     batch: int,
     ctx: ServeContext,
     found: ServingPoint | str,
+    weights: str = "bf16",
 ) -> dict[str, Any]:
-    """A store record of one serving point, or of why nothing fits (``found`` the reason)."""
+    """A store record of one serving point at weight format ``weights`` (its ``precision``
+    the format's recipe), or of why nothing fits (``found`` the reason)."""
     cols = design_columns(acc)
     r = ctx.requests
     rec: dict[str, Any] = {
-        "key": serve_point_key(workload, cols["design_id"], batch, ctx),
+        "key": serve_point_key(workload, cols["design_id"], batch, ctx, weights),
         "workload": workload,
         **cols,
         "devices": ctx.cluster.devices,
@@ -73,6 +80,7 @@ def serve_record(
         "batch": batch,
         "input_tokens": round(r.mean_input_tokens),
         "output_tokens": round(r.mean_output_tokens),
+        "precision": serving_settings().weight_recipes[weights],
         "feasible": not isinstance(found, str),
         "reason": found if isinstance(found, str) else None,
         **headroom_columns(acc),
@@ -109,17 +117,27 @@ def serve_record(
 
 
 def serve_design_records(
-    workload: str, model: Model, acc: Accelerator, batches: tuple[int, ...], ctx: ServeContext
+    workload: str,
+    model: Model,
+    acc: Accelerator,
+    batches: tuple[int, ...],
+    ctx: ServeContext,
+    formats: tuple[str, ...] = ("bf16",),
 ) -> tuple[dict[str, Any], ...]:
-    """The records of one design serving ``model`` at each batch size."""
+    """The records of one design serving ``model`` at each batch size, for each weight
+    format of ``formats`` (the strategy names a format other than bf16: ``weights=``)."""
     records = []
-    for b in batches:
-        layout = dataclasses.replace(
-            parse_serving(""), batch=b, open=frozenset({"chunk", "batching"})
-        )
-        try:
-            found: ServingPoint | str = search(workload, model, acc, layout, ctx)
-        except Infeasible as e:
-            found = e.reason
-        records.append(serve_record(workload, acc, b, ctx, found))
+    for fmt in formats:
+        for b in batches:
+            layout = dataclasses.replace(
+                parse_serving(""),
+                batch=b,
+                open=frozenset({"chunk", "batching"}),
+                weights=None if fmt == "bf16" else fmt,
+            )
+            try:
+                found: ServingPoint | str = search(workload, model, acc, layout, ctx)
+            except Infeasible as e:
+                found = e.reason
+            records.append(serve_record(workload, acc, b, ctx, found, fmt))
     return tuple(records)

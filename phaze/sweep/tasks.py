@@ -13,7 +13,7 @@ from arch_space import Accelerator
 from phaze.pipeline import evaluate
 from phaze.sweep.fronts import dominated
 from phaze.sweep.optimistic import tight_bound
-from phaze.sweep.planning import Shared, design_knobs
+from phaze.sweep.planning import Shared, design_knobs, serve_formats
 from phaze.sweep.records import record_of
 from phaze.sweep.serve_tasks import serve_design_records
 
@@ -60,7 +60,10 @@ def run_task(shared: Shared, task: Task) -> TaskResult:
     if shared.serve is not None:  # a serving sweep: no bounds, every batch of every design
         for a in task.designs:
             rows.append(())
-            records.append(serve_design_records(name, model, a, shared.batches, shared.serve))
+            formats = serve_formats(shared, a)
+            records.append(
+                serve_design_records(name, model, a, shared.batches, shared.serve, formats)
+            )
         return TaskResult(
             tuple(records), tuple(rows), time.perf_counter() - start, time.process_time() - cpu
         )
