@@ -52,8 +52,16 @@ __all__ = [
 ]
 
 #: Weight formats the model runs, each with the serving weight format it runs as (fp16 at
-#: the bf16 rate and bytes).
-FORMATS_MODELLED: Final = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+#: the bf16 rate and bytes; gpt-fast's weight-only int8 and int4 at group size 32; ModelOpt
+#: NVFP4).
+FORMATS_MODELLED: Final = {
+    "bf16": "bf16",
+    "fp16": "bf16",
+    "fp8": "fp8",
+    "int8 (weight-only)": "int8",
+    "int4 (weight-only, group size 32)": "int4",
+    "nvfp4": "nvfp4",
+}
 #: The metric each kind of point publishes, and its unit.
 METRICS: Final = {
     "decode-batch1": ("output_tokens_per_s", "tokens/s"),
