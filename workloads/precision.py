@@ -250,13 +250,9 @@ def _low(op: Op, r: Recipe) -> Op:
     lhs = r.input_element_bytes(op.k)
     rhs = r.weight_element_bytes(op.k) if r.stores_low_weights else lhs
     saved = (_HIGH_BYTES - lhs) * op.m * op.k + (_HIGH_BYTES - rhs) * op.k * op.n
-    low = replace(
-        op,
-        fmt=r.gemm_format,
-        bytes_read=op.bytes_read - round(op.batch * saved),
-        input_element_bytes=lhs,
-        weight_element_bytes=rhs,
-    )
+    low = replace(op, fmt=r.gemm_format, bytes_read=op.bytes_read - round(op.batch * saved))
+    if r.input_bits or r.weight_bits:  # widths (and scales) the recipe states
+        low = replace(low, input_element_bytes=lhs, weight_element_bytes=rhs)
     if r.promotion_interval_elements:
         intervals = -(-op.k // r.promotion_interval_elements)
         low = replace(
