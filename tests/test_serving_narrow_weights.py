@@ -5,6 +5,9 @@ chip without fp4 tensor cores (docs/serving.md)."""
 
 from __future__ import annotations
 
+import tomllib
+from importlib import resources
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -13,6 +16,7 @@ from arch_space import Cluster, preset
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes
 from ilp.serving import serving_pass_time
 from phaze.cli import cli
+from phaze.serving_validation import load_points
 from placement import parse_serving
 from workloads import get_model
 from workloads.serving import ServingPass, pass_weight_read_bytes, weight_bytes_per_device
@@ -145,3 +149,24 @@ def test_int8_weights_parse_print_and_serve_on_an_a100():
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert '"weight_format": "int8"' in result.output
+
+
+def test_gpt_fast_weight_bytes_match_its_own_bandwidth_column():
+    # gpt-fast's README prints achieved bandwidth = its model's bytes x tokens/s, so
+    # bandwidth / tokens/s is the bytes it counts per token: the int8 and int4 models' sizes
+    rows = {r.case: r for r in load_points() if r.source == "gpt-fast-readme" and r.tp == 1}
+    doc = {p["case"]: p for p in _points_doc()}
+    for case, fmt in (
+        ("gpt-fast llama2-7b 1xA100 int8-weight batch1", "int8"),
+        ("gpt-fast llama2-7b 1xA100 int4-weight batch1", "int4"),
+        ("gpt-fast llama2-70b 1xA100 int8-weight batch1", "int8"),
+    ):
+        p = doc[case]
+        published = p["achieved_memory_bytes_per_s"] / p["output_tokens_per_s"]
+        ours = weight_bytes_per_device(get_model(rows[case].model), 1, weight_format=fmt)
+        assert ours == pytest.approx(published, rel=0.01)
+
+
+def _points_doc() -> list[dict]:
+    text = resources.files("phaze").joinpath("data", "serving_points.toml").read_text("utf-8")
+    return tomllib.loads(text)["point"]
