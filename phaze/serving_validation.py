@@ -15,11 +15,12 @@ docs/sources_formats_serving.md) is evaluated at its published layout through
   batch with no latency limit; ``mlperf-server``: the same under its TTFT and TPOT limits.
 
 No parameter is fitted to these rows: every row is held out. A row runs at its published
-weight format: bf16 (fp16 at the same rate on these GPUs) or fp8 (the blocks' weights and
-GEMMs in fp8, ``workloads/data/serving.toml`` [weights]) and its KV cache in the format
-the row gives (``kv_cache_format``: fp8 on TensorRT-LLM v1.0's ModelOpt checkpoints, derived
-from their sources; bf16 where the source does not state one); a row that ran another weight
-format (FP4, int8, int4) waits for number formats and is listed as waiting, not evaluated.
+weight format (``workloads/data/serving.toml`` [weights]): bf16 (fp16 at the same rate on
+these GPUs), fp8 or NVFP4 (the blocks' weights and GEMMs in that format), or gpt-fast's
+weight-only int8 and int4 (group size 32), and its KV cache in the format the row gives
+(``kv_cache_format``: fp8 on TensorRT-LLM v1.0's ModelOpt checkpoints, derived from their
+sources; bf16 where the source does not state one); a row that ran any other weight format
+is listed as waiting, not evaluated.
 MLPerf's rows also need the OpenOrca set's mean input length, which the sources read do not
 give.
 """
@@ -52,8 +53,16 @@ __all__ = [
 ]
 
 #: Weight formats the model runs, each with the serving weight format it runs as (fp16 at
-#: the bf16 rate and bytes).
-FORMATS_MODELLED: Final = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+#: the bf16 rate and bytes; gpt-fast's weight-only int8 and int4 at group size 32; ModelOpt
+#: NVFP4).
+FORMATS_MODELLED: Final = {
+    "bf16": "bf16",
+    "fp16": "bf16",
+    "fp8": "fp8",
+    "int8 (weight-only)": "int8",
+    "int4 (weight-only, group size 32)": "int4",
+    "nvfp4": "nvfp4",
+}
 #: The metric each kind of point publishes, and its unit.
 METRICS: Final = {
     "decode-batch1": ("output_tokens_per_s", "tokens/s"),

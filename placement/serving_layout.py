@@ -13,8 +13,8 @@ expert group is a sub-group of the data-parallel ranks) with the engine's knobs:
   batch prefilled together, then decoded to its end: TensorRT-LLM's ``gptSessionBenchmark``);
 * ``prefill``: the layout of a separate prefill pool (disaggregated prefill and decode:
   DistServe, Splitwise), or None when one pool does both;
-* ``weights``: the number format the blocks' weights are stored in (``bf16``, ``fp8``:
-  ``workloads/data/serving.toml`` [weights]), or None: the request batch's (bf16 unless the
+* ``weights``: the number format the blocks' weights are stored in (``bf16``, ``fp8``, ``int8``,
+  ``int4``, ``nvfp4``: ``workloads/data/serving.toml`` [weights]), or None: the request batch's (bf16 unless the
   caller says otherwise). The search never changes it.
 
 The strategy string is ``t=8,p=1,d=1,ep=1,batch=64,chunk=2048,weights=fp8`` (one pool), or

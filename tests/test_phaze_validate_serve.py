@@ -26,8 +26,8 @@ def test_validate_serve_evaluates_every_modelled_format_with_every_point_held_ou
     rows, summary = doc["rows"], doc["summary"]
     assert not any(r["fitted"] for r in rows) and summary["fitted"]["evaluated"] == 0
     evaluated = [r for r in rows if r["status"] == "evaluated"]
-    assert summary["held_out"]["evaluated"] == len(evaluated) == 31
-    assert summary["waiting"] == 8 and summary["infeasible"] == 0
+    assert summary["held_out"]["evaluated"] == len(evaluated) == 35
+    assert summary["waiting"] == 4 and summary["infeasible"] == 0
     assert {r["kind"] for r in evaluated} == {
         "decode-batch1",
         "ttft-batch1",
@@ -44,10 +44,14 @@ def test_validate_serve_evaluates_every_modelled_format_with_every_point_held_ou
             p.weight_format not in FORMATS_MODELLED or p.input_tokens is None
         ), r
         assert r["source"]
-    fp8 = [r for r in evaluated if points[r["case"]].weight_format == "fp8"]
-    assert len(fp8) == 7 and all(r["kind"] == "max-throughput" for r in fp8)
+    fmt = {r["case"]: points[r["case"]].weight_format for r in evaluated}
+    fp8 = [r for r in evaluated if fmt[r["case"]] in ("fp8", "nvfp4")]
+    assert len(fp8) == 8 and all(r["kind"] == "max-throughput" for r in fp8)
+    # the gpt-fast weight-only points (int8, int4) and the ModelOpt NVFP4 point are evaluated
+    narrow = [f for f in fmt.values() if f.startswith(("int8", "int4"))]
+    assert len(narrow) == 3 and "nvfp4" in fmt.values()
     # the bf16 and fp16 points keep their accuracy
-    bf16 = [abs(r["error_pct"]) for r in evaluated if r not in fp8]
+    bf16 = [abs(r["error_pct"]) for r in evaluated if fmt[r["case"]] in ("bf16", "fp16")]
     assert sum(bf16) / len(bf16) <= 15.0
 
 

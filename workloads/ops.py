@@ -78,6 +78,10 @@ class Op:
     the op's operands and results in device memory (the cost model decides how much of it
     really crosses the HBM interface). ``fmt`` is the format of a GEMM's operands on the
     tensor cores (one of :data:`FORMATS`; its rate and energy are the accelerator's for it).
+    ``input_element_bytes`` and ``weight_element_bytes`` are the bytes one element of a GEMM's
+    left (input) and right (weight) operand takes in device memory, their share of any scale
+    (and zero point) included, where they differ from ``fmt``'s element (0: ``fmt``'s); a
+    weight-only quantized GEMM reads int8 or int4 weights and runs at its bf16 rate.
     """
 
     name: str
@@ -98,6 +102,8 @@ class Op:
     role: CommRole | None = None
     comm_group: str = "tp"
     fmt: str = "bf16"
+    input_element_bytes: float = 0.0
+    weight_element_bytes: float = 0.0
 
     @property
     def is_gemm(self) -> bool:

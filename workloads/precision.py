@@ -18,7 +18,12 @@ GEMM. The embedding, the output head, attention, norms and MoE gating keep bf16,
 recipes' sources state.
 
 A serving recipe (``use = "serving"``) stores the weights in the GEMM format: its forward
-GEMMs cast only their input, the weights being read at one byte as they are.
+GEMMs cast only their input, the weights being read as they are stored (``weight_bits`` per
+element and a ``weight_scale_bytes`` scale per ``weight_scale_group_elements`` weights, or
+per output channel), the input at ``input_bits`` and its block scales (NVFP4: 4 bits and one
+fp8 scale per 16 elements). A weight-only recipe (int8, int4: its GEMM format bf16, its
+weights narrower) dequantizes the weights inside the GEMM (``dequant_flops_per_weight`` on
+the vector cores beside the tensor cores) and multiplies at the bf16 rate.
 """
 
 from __future__ import annotations
@@ -56,6 +61,17 @@ _INT_KEYS: Final = (
     "cast_flops_per_element",
     "promotion_interval_elements",
 )
+#: Keys of a serving recipe's stored weights and quantized input, with their defaults
+#: (0 bits: the recipe's whole ``weight_bytes``, or one byte of input; no scales).
+_SERVING_KEYS: Final = (
+    ("weight_bits", 0),
+    ("weight_scale_group_elements", 0),
+    ("weight_scale_bytes", 0),
+    ("input_bits", 0),
+    ("input_scale_group_elements", 0),
+    ("input_scale_bytes", 0),
+    ("dequant_flops_per_weight", 0),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +91,37 @@ class Recipe:
     promotion_interval_elements: int
     use: str = "training"
     caches_weight_copies: bool = False
+    quantizes_head: bool = False
+    weight_bits: int = 0
+    weight_scale_group_elements: int = 0
+    weight_scale_bytes: int = 0
+    input_bits: int = 0
+    input_scale_group_elements: int = 0
+    input_scale_bytes: int = 0
+    dequant_flops_per_weight: int = 0
+
+    @property
+    def stored_weight_bits(self) -> int:
+        """Bits of one stored block weight element, its scales apart."""
+        return self.weight_bits or 8 * self.weight_bytes
+
+    def weight_element_bytes(self, k: int) -> float:
+        """Bytes one block weight takes in memory, its share of the scales (and zero points)
+        included: ``weight_scale_bytes`` per ``weight_scale_group_elements`` weights, or per
+        output channel (a row of ``k`` weights) when the group is 0."""
+        group = self.weight_scale_group_elements or k
+        return self.stored_weight_bits / 8 + self.weight_scale_bytes / group
+
+    def input_element_bytes(self, k: int) -> float:
+        """Bytes of one element of a lowered GEMM's input as its cast writes it (scales
+        included, one per ``input_scale_group_elements`` or per row of ``k``)."""
+        group = self.input_scale_group_elements or k
+        return (self.input_bits or 8 * _LOW_BYTES) / 8 + self.input_scale_bytes / group
+
+    @property
+    def dequantizes_weights(self) -> bool:
+        """Weight-only quantization: weights stored narrower than bf16, GEMMs in bf16."""
+        return not self.lowers_gemms and self.stored_weight_bits < 8 * _HIGH_BYTES
 
     @property
     def state_bytes_per_parameter(self) -> int:
@@ -94,7 +141,7 @@ class Recipe:
     @property
     def stores_low_weights(self) -> bool:
         """Are the weights stored in the GEMM format (no weight cast before a GEMM)?"""
-        return self.lowers_gemms and self.weight_bytes == _LOW_BYTES
+        return self.lowers_gemms and self.stored_weight_bits < 8 * _HIGH_BYTES
 
     @property
     def casts_weights_per_micro_batch(self) -> bool:
@@ -125,9 +172,14 @@ def _recipes() -> dict[str, Recipe]:
             problems.append(f"{where}: use = {row.get('use')!r} must be one of {', '.join(_USES)}")
         bad = [k for k in _INT_KEYS if not isinstance(row.get(k), int) or row[k] < 0]
         problems += [f"{where}: {k} = {row.get(k)!r} must be an integer >= 0" for k in bad]
+        serving = {k: row.get(k, d) for k, d in _SERVING_KEYS}
+        bad = [k for k, v in serving.items() if not isinstance(v, int) or v < 0]
+        problems += [f"{where}: {k} = {serving[k]!r} must be an integer >= 0" for k in bad]
         cache = row.get("caches_weight_copies", False)
-        if not isinstance(cache, bool):
-            problems.append(f"{where}: caches_weight_copies = {cache!r} must be true or false")
+        head = row.get("quantizes_head", False)
+        for key, flag in (("caches_weight_copies", cache), ("quantizes_head", head)):
+            if not isinstance(flag, bool):
+                problems.append(f"{where}: {key} = {flag!r} must be true or false")
         if not problems:
             out[name] = Recipe(
                 name=name,
@@ -136,6 +188,8 @@ def _recipes() -> dict[str, Recipe]:
                 **{k: row[k] for k in _INT_KEYS},
                 use=row.get("use", "training"),
                 caches_weight_copies=cache,
+                quantizes_head=head,
+                **serving,
             )
     if problems:
         raise ConfigError("; ".join(problems))
@@ -159,29 +213,46 @@ def _lowered(op: Op) -> bool:
     return op.kind is OpKind.MATMUL and not any(op.name.startswith(k) for k in _KEPT)
 
 
-def _cast(name: str, elements: int, r: Recipe) -> Op:
-    """Quantize ``elements`` bf16 values: one read, ``cast_copies`` fp8 copies written."""
+def _cast(name: str, elements: int, k: int, r: Recipe) -> Op:
+    """Quantize ``elements`` bf16 values (rows of ``k``): one read, ``cast_copies`` low
+    copies written at the recipe's input bytes (an fp8 byte; NVFP4's half byte and scales)."""
     return Op(
         name=f"{name}.cast",
         kind=OpKind.ELEMENTWISE,
         core=CoreType.VC,
         flops=r.cast_flops_per_element * elements,
         bytes_read=_HIGH_BYTES * elements,
-        bytes_written=r.cast_copies * _LOW_BYTES * elements,
+        bytes_written=round(r.cast_copies * r.input_element_bytes(k) * elements),
         elements=elements,
     )
 
 
-def _low(op: Op, r: Recipe) -> Op:
-    """``op`` with fp8 operands (one byte each) and, for blockwise scaling, the fp32
-    promotion of its partial sums every ``promotion_interval_elements`` of K on the vector
-    cores (one multiply-add per output element per interval)."""
-    operands = op.batch * (op.m * op.k + op.k * op.n)
-    low = replace(
+def _stored(op: Op, r: Recipe) -> Op:
+    """``op`` reading its weights as ``r`` stores them (a weight-only recipe: dequantized
+    in the kernel, ``dequant_flops_per_weight`` each on the vector cores beside the bf16
+    multiply)."""
+    weights = op.batch * op.k * op.n
+    element = r.weight_element_bytes(op.k)
+    return replace(
         op,
-        fmt=r.gemm_format,
-        bytes_read=op.bytes_read - (_HIGH_BYTES - _LOW_BYTES) * operands,
+        core=CoreType.TC_AND_VC,
+        bytes_read=op.bytes_read - round((_HIGH_BYTES - element) * weights),
+        epilogue_flops=op.epilogue_flops + r.dequant_flops_per_weight * weights,
+        weight_element_bytes=element,
     )
+
+
+def _low(op: Op, r: Recipe) -> Op:
+    """``op`` with low operands (fp8: one byte each; NVFP4: the stored and cast bytes with
+    their scales) and, for blockwise scaling, the fp32 promotion of its partial sums every
+    ``promotion_interval_elements`` of K on the vector cores (one multiply-add per output
+    element per interval)."""
+    lhs = r.input_element_bytes(op.k)
+    rhs = r.weight_element_bytes(op.k) if r.stores_low_weights else lhs
+    saved = (_HIGH_BYTES - lhs) * op.m * op.k + (_HIGH_BYTES - rhs) * op.k * op.n
+    low = replace(op, fmt=r.gemm_format, bytes_read=op.bytes_read - round(op.batch * saved))
+    if r.input_bits or r.weight_bits:  # widths (and scales) the recipe states
+        low = replace(low, input_element_bytes=lhs, weight_element_bytes=rhs)
     if r.promotion_interval_elements:
         intervals = -(-op.k // r.promotion_interval_elements)
         low = replace(
@@ -198,8 +269,12 @@ def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
 
     A forward GEMM gets a cast of both operands before it, an input-gradient GEMM
     (``.dgrad``) a cast of the output gradient; a weight-gradient GEMM (``.wgrad``) waits for
-    its input-gradient GEMM's cast. bf16 returns ``graph`` itself.
+    its input-gradient GEMM's cast. A weight-only recipe keeps the graph's ops, each GEMM
+    reading its stored weights (:func:`_stored`); bf16 returns ``graph`` itself.
     """
+    if r.dequantizes_weights:
+        ops = tuple(_stored(op, r) if _lowered(op) else op for op in graph.ops)
+        return OpGraph(ops=ops, edges=graph.edges)
     if not r.lowers_gemms:
         return graph
     lowered = [_lowered(op) for op in graph.ops]
@@ -233,7 +308,7 @@ def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
             weights = weights if r.casts_weights_per_micro_batch else 0
             elements = op.batch * (op.m * op.k + weights)
             casts[i] = len(ops)
-            ops.append(_cast(op.name, elements, r))
+            ops.append(_cast(op.name, elements, op.k, r))
         at.append(len(ops))
         ops.append(_low(op, r) if lowered[i] else op)
     edges = {(at[a], casts.get(b, at[b])) for a, b in graph.edges}

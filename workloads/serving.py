@@ -494,11 +494,17 @@ def _stage_split(model: Model, tp: int, ep: int, pp: int) -> tuple[tuple[int, in
     return tuple(out)
 
 
-def block_weight_bytes(precision_bytes: int = 2, weight_format: str = "bf16") -> int:
-    """Bytes of one block weight stored in ``weight_format``: the recipe's byte when it
-    stores its weights in its GEMM format, else ``precision_bytes``."""
+def block_weight_bytes(
+    precision_bytes: int = 2, weight_format: str = "bf16", row_elements: int = 1
+) -> float:
+    """Bytes of one block weight stored in ``weight_format``: the recipe's stored element
+    and its share of the scales when it stores its weights narrower than bf16 (a
+    per-output-channel scale counted once per ``row_elements`` weights), else
+    ``precision_bytes``."""
     r = weight_recipe(weight_format)
-    return r.weight_bytes if r.stores_low_weights else precision_bytes
+    if r.stores_low_weights or r.dequantizes_weights:
+        return r.weight_element_bytes(row_elements)
+    return precision_bytes
 
 
 def stage_weight_bytes(
@@ -511,9 +517,26 @@ def stage_weight_bytes(
 ) -> tuple[int, ...]:
     """Weight bytes one device of each stage holds: the blocks' weights in ``weight_format``
     (their norm gains too, a few thousandths of a percent of them), the embedding and head
-    in ``precision_bytes`` (the fp8 recipe keeps them in bf16)."""
-    block = block_weight_bytes(precision_bytes, weight_format)
-    return tuple(block * b + precision_bytes * e for b, e in _stage_split(model, tp, ep, pp))
+    in ``precision_bytes`` (the fp8 recipe keeps them in bf16). A per-output-channel scale
+    is counted once per ``hidden`` weights: the rows of every block matrix but the FFN's
+    down projection (whose rows are longer) are ``hidden`` long."""
+    block = block_weight_bytes(precision_bytes, weight_format, model.hidden)
+    out = [round(block * b) + precision_bytes * e for b, e in _stage_split(model, tp, ep, pp)]
+    out[-1] -= _head_saving(model, tp, precision_bytes, weight_format)
+    return tuple(out)
+
+
+def _head_saving(model: Model, tp: int, precision_bytes: int, weight_format: str) -> int:
+    """Bytes the LM-head matrix shard (untied) saves when the weight format quantizes it too
+    (gpt-fast quantizes every Linear, the output head among them), else 0."""
+    r = weight_recipe(weight_format)
+    if not (r.quantizes_head and (r.stores_low_weights or r.dequantizes_weights)):
+        return 0
+    if model.tied_embeddings:
+        return 0
+    e = model.embedding_dim
+    lm = padded_vocab(model.vocab, tp) // tp * e
+    return round((precision_bytes - r.weight_element_bytes(e)) * lm)
 
 
 # ---- FLOPs and bytes of a pass ----------------------------------------------------------------
@@ -595,8 +618,9 @@ def pass_weight_read_bytes(model: Model, tp: int, p: ServingPass, ep: int = 1) -
     params = model.head_parameters(tp) + model.tied_head_parameters(tp) - (0 if p.samples else lm)
     rows = p.tokens * (e + (h if model.positions is PositionKind.LEARNED else 0))
     params += rows + (e * h if e != h else 0)
-    block = block_weight_bytes(p.precision_bytes, p.weight_format)
-    return block * blocks + p.precision_bytes * params
+    block = block_weight_bytes(p.precision_bytes, p.weight_format, model.hidden)
+    head = _head_saving(model, tp, p.precision_bytes, p.weight_format) if p.samples else 0
+    return round(block * blocks) + p.precision_bytes * params - head
 
 
 def pass_kv_read_bytes(model: Model, tp: int, p: ServingPass) -> int:

@@ -138,12 +138,17 @@ def _build(model: Model, p: ServingPass, tp: int, ep: int) -> LayerGraph:
         )
         return apply_precision(g, weight_recipe(p.weight_format))
 
+    def head() -> OpGraph:  # its GEMMs too where the weight format quantizes the head
+        r = weight_recipe(p.weight_format)
+        g = _head_graph(m, p, tp)
+        return apply_precision(g, r) if r.quantizes_head and not model.tied_embeddings else g
+
     framework = framework_profile(serving_settings().framework)
     graphs = {
         EMBEDDING_CLASS: inference_embedding_graph(m, p.tokens, tp, p.precision_bytes),
         BLOCK_CLASS: block(False),
         **({DENSE_BLOCK_CLASS: block(True)} if model.dense_layers else {}),
-        HEAD_CLASS: _head_graph(m, p, tp),
+        HEAD_CLASS: head(),
     }
     boundary = p.precision_bytes * p.tokens * model.hidden
     tensor_parallel, dense = tp > 1, model.dense_layers

@@ -186,11 +186,11 @@ _CORE_UNITS: Final = {
 }
 
 
-_KEY_WIDTH: Final = 15  # entries of an op_key
+_KEY_WIDTH: Final = 17  # entries of an op_key
 
 
-def op_key(op: Op) -> tuple[int, ...]:
-    """The fields that decide an op's cost, as integers (its name does not count).
+def op_key(op: Op) -> tuple[float, ...]:
+    """The fields that decide an op's cost, as numbers (its name does not count).
 
     Enums become their index in declaration order, so a graph's keys convert to one numpy
     array in a single call.
@@ -211,6 +211,8 @@ def op_key(op: Op) -> tuple[int, ...]:
         op.collective_bytes,
         op.group,
         FORMATS.index(op.fmt),
+        op.input_element_bytes,
+        op.weight_element_bytes,
     )
 
 
@@ -249,7 +251,7 @@ class _Work:
 
 
 def _work(
-    keys: Sequence[tuple[int, ...]],
+    keys: Sequence[tuple[float, ...]],
     acc: Accelerator,
     cluster: Cluster,
     settings: PerfSettings,
@@ -258,7 +260,7 @@ def _work(
     """Tiling, traffic and network terms of every op (one row per :func:`op_key`)."""
     a = np.array(keys, dtype=np.float64).reshape(len(keys), _KEY_WIDTH)
     kind, core, coll = a[:, 0], a[:, 1], a[:, 2]
-    flops, reads, writes, batch, m, k, n, _, epilogue, coll_bytes, group, fmt = a[:, 3:].T
+    flops, reads, writes, batch, m, k, n, _, epilogue, coll_bytes, group, fmt, lhs, rhs = a[:, 3:].T
     is_gemm = np.isin(kind, _GEMM_CODES)
     is_vector = np.isin(kind, _VECTOR_CODES)
     # the compute an asynchronous collective holds while it runs (workloads.framework)
@@ -276,6 +278,9 @@ def _work(
     element = np.array([format_options()[f].element_bytes for f in FORMATS])
     low = fmt[gi] != FORMATS.index(BASE_FORMAT)
     operand = np.where(low, element[fmt[gi].astype(np.intp)], float(acc.bytes_per_element))
+    # ... or at the bytes the op states for its input and weights (scales included)
+    lhs_bytes = np.where(lhs[gi] > 0, lhs[gi], operand)
+    rhs_bytes = np.where(rhs[gi] > 0, rhs[gi], operand)
     hbm_read, hbm_write = gemm_hbm_bytes(
         shape,
         acc.tc_rows,
@@ -283,7 +288,8 @@ def _work(
         acc.glb_bytes,
         acc.bytes_per_element,
         settings.accumulator_bytes,
-        operand,
+        lhs_bytes,
+        rhs_bytes,
     )
     fused = is_attention[gi]
     hbm_read = np.where(fused, reads[gi], hbm_read)
@@ -465,7 +471,7 @@ def _estimate(
 
 
 def evaluate_ops(
-    keys: Sequence[tuple[int, ...]],
+    keys: Sequence[tuple[float, ...]],
     acc: Accelerator,
     cluster: Cluster,
     tech: TechNode,
@@ -488,7 +494,7 @@ def evaluate_ops(
     )
 
 
-def _op_units(keys: Sequence[tuple[int, ...]], acc: Accelerator) -> tuple[tuple[str, ...], ...]:
+def _op_units(keys: Sequence[tuple[float, ...]], acc: Accelerator) -> tuple[tuple[str, ...], ...]:
     """The kinds of compute unit each op (by :func:`op_key`) runs on: its core type's, or
     the one further unit that runs its op kind."""
     taken = {_KINDS.index(OpKind(k)): (u.kind,) for u in acc.extra_units for k in u.runs}

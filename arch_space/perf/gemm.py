@@ -74,25 +74,29 @@ def gemm_hbm_bytes(
     bytes_per_element: int,
     accumulator_bytes: int,
     operand_bytes: np.ndarray | None = None,
+    weight_operand_bytes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(read, write) HBM bytes of the least-traffic tiling that fits the global buffer.
 
     ``operand_bytes`` (per GEMM; default ``bytes_per_element``) are the bytes of an input
-    element, an fp8 GEMM's 1; the output is written at ``bytes_per_element``. If no
-    candidate tile fits, every operand element is fetched for every product.
+    element, an fp8 GEMM's 1; ``weight_operand_bytes`` (default ``operand_bytes``) those of
+    the right (k x n) operand, an int4 weight-only GEMM's 0.625 beside its bf16 input. The
+    output is written at ``bytes_per_element``. If no candidate tile fits, every operand
+    element is fetched for every product.
     """
     out = float(bytes_per_element)
     e = out if operand_bytes is None else np.asarray(operand_bytes, dtype=float)[:, None]
+    w = e if weight_operand_bytes is None else np.asarray(weight_operand_bytes, float)[:, None]
     m, k, n = g.m[:, None], g.k[:, None], g.n[:, None]
     tk = np.minimum(k, rows)
     tm = np.concatenate([np.minimum(_ROW_TILES[None, :], m), m], axis=1)
-    widest = np.floor((glb_bytes - 2 * e * tk * tm) / (accumulator_bytes * tm + 2 * e * tk))
+    widest = np.floor((glb_bytes - 2 * e * tk * tm) / (accumulator_bytes * tm + 2 * w * tk))
     tn = np.minimum(n, widest)
     tn = np.where((tn < n) & (tn >= cols), np.floor(tn / cols) * cols, tn)
     fits = tn >= 1
     tn = np.where(fits, tn, 1.0)
-    reads = e * (m * k * np.ceil(n / tn) + k * n * np.ceil(m / tm))
-    no_reuse = 2 * e * m * k * n
+    reads = e * m * k * np.ceil(n / tn) + w * k * n * np.ceil(m / tm)
+    no_reuse = (e + w) * m * k * n
     reads = np.where(fits, reads, no_reuse).min(axis=1)
     return g.batch * reads, g.batch * out * g.m * g.n
 

@@ -78,8 +78,9 @@ __all__ = ["serve", "serving_document"]
 @click.option(
     "--weight-format",
     type=click.Choice(tuple(serving_settings().weight_recipes)),
-    help="Number format of the blocks' weights; fp8 runs their GEMMs on fp8 tensor cores "
-    "[default: the strategy's weights=, else bf16].",
+    help="Number format of the blocks' weights: fp8 and nvfp4 run their GEMMs on fp8 / fp4 "
+    "tensor cores; int8 and int4 (weight-only, group 32) are read narrow and multiplied in "
+    "bf16 [default: the strategy's weights=, else bf16].",
 )
 @click.option(
     "--tokens",

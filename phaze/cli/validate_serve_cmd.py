@@ -3,7 +3,7 @@
 Every point of ``phaze/data/serving_points.toml`` is predicted at its published layout
 (:mod:`phaze.serving_validation`); the table shows each row's error, then the mean and
 largest |error| of the fitted and held-out rows and by kind of point, and lists the rows
-waiting for number formats. Exit status 3 when the held-out mean misses its target.
+that wait (a weight format not modelled, a dataset's lengths not collected). Exit status 3 when the held-out mean misses its target.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def serve(held_out_mean_pct: float, as_json: bool) -> None:
     throughput and first-token latency, MLPerf and TensorRT-LLM FP8 tables) against the
     serving model at their published layouts.
 
-    Points that ran a weight format Phaze does not model yet (FP8, FP4, int8) are listed as
-    waiting for number formats. No parameter is fitted to these points. Exits 3 when the
+    Points that ran a weight format Phaze does not model for serving, or whose dataset's
+    lengths are not collected, are listed as waiting. No parameter is fitted to these points. Exits 3 when the
     held-out mean |error| misses its target.
     """
     rows = load_points()
