@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import phaze
 from arch_space import Cluster, preset
 from phaze.serving import ServeContext, evaluate_layout
 from phaze.serving_validation import load_points
@@ -65,3 +66,19 @@ def test_the_trtllm_v1_rows_reserve_whole_requests_and_the_others_keep_the_defau
 def test_an_unknown_admission_is_one_config_error_naming_the_choices():
     with pytest.raises(ConfigError, match="kv_admission = 'lazy' must be one of on-demand"):
         ServeContext(Cluster(devices=1), RequestBatch.of(8, 8), kv_admission="lazy")
+
+
+def test_the_api_passes_the_admission_to_the_engine():
+    def kv(admission: str | None) -> int:
+        point = phaze.serve(
+            "llama2-7b",
+            preset("h100"),
+            Cluster(devices=_T),
+            input_tokens=_ISL,
+            output_tokens=_OSL,
+            strategy=f"t={_T},p=1,d=1,ep=1,batch=64,chunk=off,batching=continuous",
+            kv_admission=admission,
+        )
+        return point.memory[0].kv_cache_bytes
+
+    assert kv(None) == kv("on-demand") < kv("whole-request")
