@@ -255,6 +255,7 @@ def serve(
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
     device: DeviceProfile | None = None,
+    kv_admission: str | None = None,
 ) -> ServingPoint:
     """Serve ``workload`` on ``cluster``'s devices of ``accelerator``: the serving layout
     that meets the latency limits (mean TTFT and TPOT, seconds; None: none) and maximises
@@ -272,8 +273,11 @@ def serve(
     or fp8 (``workloads/data/serving.toml`` [weights]; fp8 needs fp8 tensor cores, a
     ConfigError naming the accelerator's formats otherwise), as the strategy's ``weights=``
     does (None: the strategy's, else bf16; the two differing is a ConfigError); the returned
-    layout carries it when either gave it. The returned point's ``slo`` names the limits it
-    misses when no layout meets them.
+    layout carries it when either gave it. ``kv_admission`` is how the engine's scheduler
+    reserves a request's KV cache: ``"on-demand"`` (its mean length, vLLM) or
+    ``"whole-request"`` (its whole prompt and output, TensorRT-LLM's GUARANTEED_NO_EVICT);
+    None: serving.toml's default. The returned point's ``slo`` names the limits it misses
+    when no layout meets them.
     """
     from phaze.serving import ServeContext
     from phaze.serving_search import search as serve_search
@@ -312,6 +316,7 @@ def serve(
         solver=solver or SolverSettings(),
         scoring=scoring or ScoringParams(),
         device=device,
+        kv_admission=kv_admission,
     )
     return serve_search(workload, resolve_model(workload), accelerator, layout, ctx)
 

@@ -49,6 +49,7 @@ from placement.serving_engine import (
 from placement.serving_layout import ServingLayout
 from workloads import Model
 from workloads.serving import (
+    KV_ADMISSIONS,
     RequestBatch,
     ServingPass,
     kv_cache_bytes_per_sequence,
@@ -84,7 +85,9 @@ class ServeContext:
     the latency limits (None: no limit; they bound the model's mean TTFT and TPOT), the
     objective, the batch sizes and chunk budgets searched (None: the engine's whole-prompt
     prefill), whether disaggregated layouts are searched, the serving workload's output
-    tokens (tCDP), solver and scoring settings and an optional device profile."""
+    tokens (tCDP), solver and scoring settings, an optional device profile, and how the
+    engine's scheduler reserves a request's KV cache (``kv_admission``, one of
+    ``KV_ADMISSIONS``; None: the default of ``workloads/data/serving.toml``)."""
 
     cluster: Cluster
     requests: RequestBatch
@@ -98,6 +101,7 @@ class ServeContext:
     solver: SolverSettings = dataclasses.field(default_factory=SolverSettings)
     scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
     device: DeviceProfile | None = None
+    kv_admission: str | None = None
 
     def __post_init__(self) -> None:
         settings = serving_settings()
@@ -115,8 +119,14 @@ class ServeContext:
                 f"output_tokens = {self.requests.mean_output_tokens:g} must be at least 2 on "
                 "average (TPOT needs a decode step)"
             )
+        if self.kv_admission is not None and self.kv_admission not in KV_ADMISSIONS:
+            problems.append(
+                f"kv_admission = {self.kv_admission!r} must be one of {', '.join(KV_ADMISSIONS)}"
+            )
         if problems:
             raise ConfigError("serve: " + "; ".join(problems))
+        if self.kv_admission is None:
+            object.__setattr__(self, "kv_admission", settings.kv_admission)
         if not self.batches:
             limit = settings.max_num_seqs
             batches = tuple(2**i for i in range(limit.bit_length()) if 2**i <= limit)
@@ -413,7 +423,10 @@ def evaluate_layout(
     micro = b // dec.p
     decode_pass = decode_step(micro, ctx)
     decode = _pass_cost(model, acc, dec, decode_pass, ctx)
-    in_flight = round(lengths.input_tokens + lengths.output_tokens / 2)  # a sequence's mean
+    # the cache a sequence holds: its mean length when pages come on demand, its whole
+    # prompt and output when the scheduler reserves them at admission
+    whole = ctx.kv_admission == "whole-request"
+    in_flight = round(lengths.input_tokens + lengths.output_tokens / (1 if whole else 2))
     common = {"replicas": dec.d, "replica_devices": dec.t * dec.p, "lengths": lengths}
     isl = max(i for i, _, _ in r.lengths)
     if layout.prefill is not None:

@@ -78,7 +78,8 @@ _DATA = ("data", "serving_points.toml")
 @dataclass(frozen=True, slots=True)
 class ServingRow:
     """One published serving measurement: what ran (model, preset, GPUs, layout, lengths,
-    formats) and its metric (:data:`METRICS`) with the source it cites."""
+    formats, how its engine reserved a request's KV cache where it differs from the default)
+    and its metric (:data:`METRICS`) with the source it cites."""
 
     case: str
     kind: str
@@ -100,6 +101,7 @@ class ServingRow:
     ttft_limit_s: float | None = None
     tpot_limit_s: float | None = None
     fitted: bool = False
+    kv_admission: str | None = None
 
     @property
     def metric(self) -> str:
@@ -142,6 +144,7 @@ def _row(p: Mapping[str, Any], sources: Mapping[str, str]) -> ServingRow:
         measured=float(p[METRICS[kind][0]]),
         ttft_limit_s=p.get("ttft_limit_s"),
         tpot_limit_s=p.get("tpot_limit_s"),
+        kv_admission=p.get("kv_admission"),
     )
 
 
@@ -216,9 +219,8 @@ def _context(row: ServingRow, lengths: tuple[int, int], **kw: Any) -> ServeConte
         cluster = replace(cluster, intra_node_bandwidth_bytes_per_s=curve.line_rate_bytes_per_s)
     kv = row.kv_format if row.kv_format in serving_settings().format_bytes else "bf16"
     weights = FORMATS_MODELLED[row.weight_format]
-    return ServeContext(
-        cluster, RequestBatch.of(*lengths, kv_format=kv, weight_format=weights), **kw
-    )
+    requests = RequestBatch.of(*lengths, kv_format=kv, weight_format=weights)
+    return ServeContext(cluster, requests, kv_admission=row.kv_admission, **kw)
 
 
 def _predict(row: ServingRow) -> tuple[float, str]:

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from arch_space import Cluster, preset
-from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes
+from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from ilp.serving import serving_pass_time
 from phaze.cli import cli
 from phaze.serving_validation import load_points
@@ -99,6 +99,31 @@ def test_gemm_traffic_counts_each_operand_at_its_width():
     g = GemmShape(*(np.array([x], dtype=float) for x in (1, 1, 4096, 4096)))
     reads, _ = gemm_hbm_bytes(g, 128, 128, 40e6, 2, 4, np.array([2.0]), np.array([0.625]))
     assert reads[0] == pytest.approx(2 * 4096 + 0.625 * 4096 * 4096)
+
+
+def test_the_arrays_read_each_operand_from_the_buffer_at_its_stored_width():
+    # a GEMV on one array: the input once per column fold, the weights once, the HBM
+    # output's bytes read back to be written out; narrow operands are never widened to bf16
+    m, k, n, cols = 1, 4096, 4096, 128
+    g = GemmShape(*(np.array([x], dtype=float) for x in (1, m, k, n)))
+    hbm = (np.array([0.0]), np.array([2.0 * m * n]))
+    args = dict(rows=128, cols=cols, cores=1, clock_hz=1e9, glb_bytes_per_s=1e12)
+    for x, w in ((2.0, 2.0), (2.0, 0.625), (0.5625, 0.5625), (1.0, 1.0)):
+        t = gemm_terms(
+            g, hbm, **args, bytes_per_element=2, accumulator_bytes=4,
+            operand_bytes=np.array([x]), weight_operand_bytes=np.array([w]),
+        )  # fmt: skip
+        expected = x * m * k * (n / cols) + w * k * n + 2.0 * m * n
+        assert t.buffer_read_bytes[0] == pytest.approx(expected)
+
+
+def test_nvfp4_decode_at_batch_one_on_a_b200_is_within_the_weight_bandwidth_window():
+    acc, m = preset("b200"), get_model("llama3-70b")
+    for fmt in ("bf16", "fp8", "nvfp4"):
+        p = ServingPass.decode(1, 2048, weight_format=fmt)
+        r = serving_pass_time(m, acc, Cluster(devices=1), p, 1)
+        weights = weight_bytes_per_device(m, 1, weight_format=fmt)
+        assert 1.0 <= r.latency_s / (weights / acc.hbm_bandwidth_bytes_per_s) <= 2.5, fmt
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from phaze_common.errors import ConfigError, unknown_name
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
@@ -37,6 +37,7 @@ from workloads.moe_ops import expert_tokens
 from workloads.precision import Recipe, recipe
 
 __all__ = [
+    "KV_ADMISSIONS",
     "ServingSettings",
     "serving_settings",
     "ServingPass",
@@ -59,6 +60,9 @@ __all__ = [
 ]
 
 _DATA_FILE = "serving.toml"
+#: How a scheduler reserves a request's KV cache: pages as its tokens arrive, or its whole
+#: prompt and output when it is admitted (``[scheduler] kv_admission`` of serving.toml).
+KV_ADMISSIONS: Final = ("on-demand", "whole-request")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +72,9 @@ class ServingSettings:
     uses, bytes per cache element by format, the framework overlap profile of a pass,
     whether the engine all-reduces with its own kernel, the bytes of one logit as the sampler
     reads it; the scheduler's limits a serving search explores (sequences in flight, the
-    token budgets of chunked prefill, a prefill pass's tokens) and the output tokens of the
-    serving workload a point's tCDP is for."""
+    token budgets of chunked prefill, a prefill pass's tokens), how it reserves a request's
+    KV cache (one of :data:`KV_ADMISSIONS`) and the output tokens of the serving workload a
+    point's tCDP is for."""
 
     page_tokens: int
     memory_fraction: float
@@ -82,6 +87,7 @@ class ServingSettings:
     max_num_seqs: int
     chunk_tokens: tuple[int, ...]
     max_batched_tokens: int
+    kv_admission: str
     tokens_to_serve: float
 
 
@@ -104,6 +110,7 @@ def serving_settings() -> ServingSettings:
             max_num_seqs=sched["max_num_seqs"],
             chunk_tokens=tuple(sched["chunk_tokens"]),
             max_batched_tokens=sched["max_batched_tokens"],
+            kv_admission=sched["kv_admission"],
             tokens_to_serve=float(data["workload"]["tokens_to_serve"]),
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as e:
@@ -127,6 +134,10 @@ def serving_settings() -> ServingSettings:
             problems.append(f"weights.{fmt}: {e}")
     if not isinstance(settings.custom_all_reduce, bool):
         problems.append(f"custom_all_reduce = {settings.custom_all_reduce!r} must be true or false")
+    if settings.kv_admission not in KV_ADMISSIONS:
+        problems.append(
+            f"kv_admission = {settings.kv_admission!r} must be one of {', '.join(KV_ADMISSIONS)}"
+        )
     if not settings.tokens_to_serve >= 1:
         problems.append(f"tokens_to_serve = {settings.tokens_to_serve!r} must be at least 1")
     for name in ("memory_fraction", "static_memory_fraction"):

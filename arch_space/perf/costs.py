@@ -240,6 +240,7 @@ class _Work:
     gemm_index: np.ndarray
     gemm: GemmShape
     gemm_hbm: tuple[np.ndarray, np.ndarray]
+    gemm_operand_bytes: tuple[np.ndarray, np.ndarray]  # (input, weight) bytes per element
     work: dict[str, np.ndarray]
     taken: np.ndarray | None
     fmt: np.ndarray
@@ -345,6 +346,7 @@ def _work(
         gemm_index=gi,
         gemm=shape,
         gemm_hbm=(hbm_read, hbm_write),
+        gemm_operand_bytes=(lhs_bytes, rhs_bytes),
         work=work,
         taken=taken,
         fmt=fmt.astype(np.intp),
@@ -382,6 +384,8 @@ def _estimate(
         glb_bytes_per_s=glb_bytes_per_s,
         bytes_per_element=acc.bytes_per_element,
         accumulator_bytes=settings.accumulator_bytes,
+        operand_bytes=w.gemm_operand_bytes[0],
+        weight_operand_bytes=w.gemm_operand_bytes[1],
     )
     gi = w.gemm_index
     buf_read = w.vector_buffer_read + _scatter(size, gi, g.buffer_read_bytes)
@@ -396,7 +400,7 @@ def _estimate(
         1.0,
     )
     # An op's format sets its tensor rate (the accelerator's for it), its measured sustained
-    # share and its energy per MAC; the tiling's traffic stays at the accelerator's bf16 bytes.
+    # share and its energy per MAC; the tiling moves each operand at its stored width.
     used = np.unique(w.fmt)
     rate_of, share_of, pj_of = (np.ones(len(FORMATS)) for _ in range(3))
     share_of *= device.sustained_tensor_fraction

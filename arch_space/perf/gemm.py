@@ -112,13 +112,21 @@ def gemm_terms(
     glb_bytes_per_s: float,
     bytes_per_element: int,
     accumulator_bytes: int,
+    operand_bytes: np.ndarray | None = None,
+    weight_operand_bytes: np.ndarray | None = None,
 ) -> GemmTerms:
     """Compute and buffer time of the best split over ``cores`` arrays, and the traffic.
 
     ``hbm`` is the (read, write) HBM traffic of :func:`gemm_hbm_bytes`, which does not
-    depend on the number of cores.
+    depend on the number of cores. The arrays read each operand from the buffer at its
+    stored width (``operand_bytes`` and ``weight_operand_bytes`` as in
+    :func:`gemm_hbm_bytes`): tensor cores take fp8 and fp4 operands from shared memory as
+    stored, and weight-only kernels dequantize packed weights in registers after the load.
+    Outputs are written at ``bytes_per_element``.
     """
     e = float(bytes_per_element)
+    x = e if operand_bytes is None else np.asarray(operand_bytes, dtype=float)[:, None]
+    w = x if weight_operand_bytes is None else np.asarray(weight_operand_bytes, float)[:, None]
     b, m, k, n = (a[:, None] for a in (g.batch, g.m, g.k, g.n))
     row_folds = np.ceil(k / rows)
     col_folds = np.ceil(n / cols)
@@ -134,7 +142,7 @@ def gemm_terms(
     hbm_read, hbm_write = hbm
     input_passes = np.ceil(col_folds / np.minimum(col_folds, cores))
     partials = np.where(q > 1, accumulator_bytes * b * m * n * q, 0.0)  # written, read back
-    buffer_reads = e * b * (m * k * input_passes + k * n * s) + hbm_write[:, None] + partials
+    buffer_reads = b * (x * m * k * input_passes + w * k * n * s) + hbm_write[:, None] + partials
     buffer_writes = (e * g.batch * g.m * g.n + hbm_read)[:, None] + partials
     buffer_s = (buffer_reads + buffer_writes) / glb_bytes_per_s
 
