@@ -82,3 +82,26 @@ def test_the_api_passes_the_admission_to_the_engine():
         return point.memory[0].kv_cache_bytes
 
     assert kv(None) == kv("on-demand") < kv("whole-request")
+
+
+def test_phaze_serve_takes_the_admission_and_reports_it():
+    import json
+
+    from click.testing import CliRunner
+
+    from phaze.cli import cli
+
+    def run(*extra: str) -> dict:
+        args = ["serve", "--workload", "llama2-7b", "--arch", "h100", "--devices", str(_T)]
+        args += ["--input-tokens", str(_ISL), "--output-tokens", str(_OSL)]
+        args += ["--strategy", f"t={_T},p=1,d=1,ep=1,batch=64,chunk=off,batching=continuous"]
+        r = CliRunner().invoke(cli, [*args, *extra, "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    default, whole = run(), run("--kv-admission", "whole-request")
+    assert (default["kv_admission"], whole["kv_admission"]) == ("on-demand", "whole-request")
+    # the same 64 sequences each hold their whole output instead of half of it on average
+    assert whole["kv_cache_bytes_per_device"] > default["kv_cache_bytes_per_device"]
+    bad = CliRunner().invoke(cli, ["serve", "--workload", "llama2-7b", "--kv-admission", "lazy"])
+    assert bad.exit_code == 2 and "'lazy' is not one of 'on-demand', 'whole-request'" in bad.output

@@ -22,7 +22,7 @@ from phaze.run import parse_tokens
 from phaze.serving import OBJECTIVES, ServingPoint
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_percent, fmt_quantity, fmt_time
-from workloads.serving import serving_settings
+from workloads.serving import KV_ADMISSIONS, serving_settings
 
 __all__ = ["serve", "serving_document"]
 
@@ -76,6 +76,14 @@ __all__ = ["serve", "serving_document"]
     help="KV-cache number format (bf16, fp16, fp8).",
 )
 @click.option(
+    "--kv-admission",
+    type=click.Choice(KV_ADMISSIONS),
+    help="How the engine's scheduler reserves a request's KV cache: on-demand (vLLM's paging, "
+    "a sequence holds its prompt and half its output on average) or whole-request "
+    "(TensorRT-LLM's GUARANTEED_NO_EVICT, prompt and whole output) "
+    "[default: workloads/data/serving.toml's].",
+)
+@click.option(
     "--weight-format",
     type=click.Choice(tuple(serving_settings().weight_recipes)),
     help="Number format of the blocks' weights: fp8 and nvfp4 run their GEMMs on fp8 / fp4 "
@@ -102,6 +110,7 @@ def serve(
     objective,
     disaggregate,
     kv_format,
+    kv_admission,
     weight_format,
     tokens_to_serve,
     as_json,
@@ -133,6 +142,7 @@ def serve(
         objective=objective,
         disaggregate=disaggregate,
         kv_format=kv_format,
+        kv_admission=kv_admission,
         weight_format=weight_format,
         tokens_to_serve=None if tokens_to_serve is None else parse_tokens(tokens_to_serve),
         scoring=scoring,
@@ -149,6 +159,7 @@ def serve(
         "objective": objective,
         "weight_format": point.layout.weights or "bf16",
         "kv_format": kv_format,
+        "kv_admission": kv_admission or serving_settings().kv_admission,
         **doc,
     }
     if as_json:
