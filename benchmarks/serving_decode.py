@@ -24,7 +24,8 @@ from arch_space import Cluster, preset, preset_names
 from arch_space.perf.device import device_profile
 from ilp.serving import decode_hbm_bound_s, serving_pass_time
 from workloads import get_model
-from workloads.serving import RequestBatch, ServingPass, weight_bytes_per_device
+from workloads.serving import RequestBatch, ServingPass
+from workloads.serving_costs import weight_bytes_per_device
 
 __all__: list[str] = []
 

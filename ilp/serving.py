@@ -25,15 +25,8 @@ from ilp.timing import PassTiming, SolveSettings, layer_timing
 from phaze_common.errors import unknown_name
 from workloads.build import BLOCK_CLASS, DENSE_BLOCK_CLASS, EMBEDDING_CLASS, HEAD_CLASS
 from workloads.model import Model
-from workloads.serving import (
-    RequestBatch,
-    ServingPass,
-    kv_cache_bytes_per_token,
-    pass_kv_read_bytes,
-    pass_weight_read_bytes,
-    serving_settings,
-    stage_block_counts,
-)
+from workloads.serving import RequestBatch, ServingPass, kv_cache_bytes_per_token, serving_settings
+from workloads.serving_costs import pass_kv_read_bytes, pass_weight_read_bytes, stage_block_counts
 from workloads.serving_ops import serving_layer_graph
 
 __all__ = [
@@ -102,7 +95,7 @@ class ServingPassTime:
         return parts[0], parts[1], parts[2]
 
     def stage_latencies_s(self, model: Model, pp: int) -> tuple[float, ...]:
-        """The time of each of ``pp`` pipeline stages (:func:`~workloads.serving.stage_block_counts`):
+        """The time of each of ``pp`` pipeline stages (:func:`~workloads.serving_costs.stage_block_counts`):
         its blocks, the embedding on the first stage, the head on the last."""
         by_class = {x.class_id: x.latency_s for x in self.layers}
         dense = model.dense_layers
@@ -240,8 +233,8 @@ def serving_pass_times(
 def decode_hbm_bound_s(model: Model, acc: Accelerator, serving_pass: ServingPass, tp: int) -> float:
     """The least time a pass can take on one device of a tensor-parallel group of ``tp``
     holding the whole model: the weight bytes it must read
-    (:func:`~workloads.serving.pass_weight_read_bytes`) and the KV cache it reads
-    (:func:`~workloads.serving.pass_kv_read_bytes`) over the peak HBM bandwidth. A decode
+    (:func:`~workloads.serving_costs.pass_weight_read_bytes`) and the KV cache it reads
+    (:func:`~workloads.serving_costs.pass_kv_read_bytes`) over the peak HBM bandwidth. A decode
     step reads nothing else of note, so its time sits a little above this."""
     read = pass_weight_read_bytes(model, tp, serving_pass) + pass_kv_read_bytes(
         model, tp, serving_pass

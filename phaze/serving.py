@@ -54,11 +54,9 @@ from workloads.serving import (
     ServingPass,
     kv_cache_bytes_per_sequence,
     kv_cache_bytes_per_token,
-    kv_cache_capacity,
-    pass_kv_read_bytes,
     serving_settings,
-    stage_block_counts,
 )
+from workloads.serving_costs import kv_cache_capacity, pass_kv_read_bytes, stage_block_counts
 from workloads.serving_ops import check_serving, pass_workspace_bytes
 
 __all__ = [

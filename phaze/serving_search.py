@@ -36,12 +36,8 @@ from placement.layout import Layout
 from placement.serving_layout import ServingLayout, pool_layout
 from workloads import Model
 from workloads.build import valid_tp_widths
-from workloads.serving import (
-    pass_flops,
-    pass_kv_read_bytes,
-    pass_weight_read_bytes,
-    weight_recipe,
-)
+from workloads.serving import weight_recipe
+from workloads.serving_costs import pass_flops, pass_kv_read_bytes, pass_weight_read_bytes
 
 __all__ = ["candidates", "search"]
 

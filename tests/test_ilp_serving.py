@@ -15,12 +15,8 @@ from ilp.serving import (
 )
 from phaze_common.errors import ConfigError
 from workloads import Model, get_model
-from workloads.serving import (
-    RequestBatch,
-    ServingPass,
-    kv_cache_bytes_per_token,
-    weight_bytes_per_device,
-)
+from workloads.serving import RequestBatch, ServingPass, kv_cache_bytes_per_token
+from workloads.serving_costs import weight_bytes_per_device
 
 # a node's link per device: NVLink 4 (H100 whitepaper) on the H100, else the CLI's default
 LINKS = {"h100": 450e9}

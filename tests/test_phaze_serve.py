@@ -21,7 +21,8 @@ from phaze.serving_search import candidates, search
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
 from workloads import get_model
-from workloads.serving import RequestBatch, weight_bytes_per_device
+from workloads.serving import RequestBatch
+from workloads.serving_costs import weight_bytes_per_device
 
 _KEYS = (
     "ttft_s",

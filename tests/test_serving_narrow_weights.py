@@ -19,7 +19,8 @@ from phaze.cli import cli
 from phaze.serving_validation import load_points
 from placement import parse_serving
 from workloads import get_model
-from workloads.serving import ServingPass, pass_weight_read_bytes, weight_bytes_per_device
+from workloads.serving import ServingPass
+from workloads.serving_costs import pass_weight_read_bytes, weight_bytes_per_device
 from workloads.serving_ops import serving_layer_graph
 
 

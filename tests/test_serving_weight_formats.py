@@ -16,13 +16,8 @@ from phaze_common.errors import ConfigError
 from workloads import get_model
 from workloads.ops import OpGraph
 from workloads.precision import apply_precision, recipe, recipe_names
-from workloads.serving import (
-    RequestBatch,
-    ServingPass,
-    pass_weight_read_bytes,
-    weight_bytes_per_device,
-    weight_recipe,
-)
+from workloads.serving import RequestBatch, ServingPass, weight_recipe
+from workloads.serving_costs import pass_weight_read_bytes, weight_bytes_per_device
 from workloads.serving_ops import serving_layer_graph
 
 

@@ -17,15 +17,17 @@ from workloads.ops import CoreType, Op, OpGraph
 from workloads.serving import (
     RequestBatch,
     ServingPass,
-    attention_flops,
     kv_cache_bytes_per_sequence,
     kv_cache_bytes_per_token,
-    kv_cache_capacity,
     kv_cache_elements_per_token,
+    serving_settings,
+)
+from workloads.serving_costs import (
+    attention_flops,
+    kv_cache_capacity,
     pass_flops,
     pass_kv_read_bytes,
     pass_weight_read_bytes,
-    serving_settings,
     weight_bytes_per_device,
 )
 from workloads.serving_ops import (

@@ -31,10 +31,12 @@ from workloads.serving import (
     ServingPass,
     kv_cache_bytes_per_sequence,
     kv_cache_bytes_per_token,
+    serving_settings,
+)
+from workloads.serving_costs import (
     pass_flops,
     pass_kv_read_bytes,
     pass_weight_read_bytes,
-    serving_settings,
     weight_bytes_per_device,
 )
 from workloads.serving_ops import check_serving, serving_layer_graph
