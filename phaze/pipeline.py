@@ -267,10 +267,9 @@ def placement_problem(
         hbm_bytes=float(hbm_bytes),
         global_batch=ctx.global_batch,
         state_bytes_per_parameter=float(setup.state_bytes_per_parameter),
-        # the optimizer step after the last backward pass streams its bytes through HBM
+        # through HBM: the step after the last backward pass, a caching recipe's weight casts
         optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
-        # a recipe caching its fp8 weight copies re-casts them once per iteration
         weight_refresh_s_per_parameter=setup.recipe.weight_refresh_bytes_per_parameter
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
         p2p_overlap=fw.p2p_overlap != "never",
