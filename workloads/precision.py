@@ -267,9 +267,10 @@ def _low(op: Op, r: Recipe) -> Op:
 def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
     """``graph`` (a block's forward, backward or recompute graph) under recipe ``r``.
 
-    A forward GEMM gets a cast of both operands before it, an input-gradient GEMM
-    (``.dgrad``) a cast of the output gradient; a weight-gradient GEMM (``.wgrad``) waits for
-    its input-gradient GEMM's cast. A weight-only recipe keeps the graph's ops, each GEMM
+    Forward GEMMs reading one input share a cast of it and of their weights (unless stored
+    or cached low) before the first of them; an input-gradient GEMM (``.dgrad``) gets a
+    cast of the output gradient; a weight-gradient GEMM (``.wgrad``) waits for its
+    input-gradient GEMM's cast. A weight-only recipe keeps the graph's ops, each GEMM
     reading its stored weights (:func:`_stored`); bf16 returns ``graph`` itself.
     """
     if r.dequantizes_weights:
@@ -285,30 +286,26 @@ def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
         preds[b] = preds.get(b, frozenset()) | {a}
     # forward GEMMs reading the same input (Q, K and V; a gated MLP's gate and up) share
     # one cast of it, as Transformer Engine's fused QKV and FC1 Linears do
-    group_of = {
-        i: (preds.get(i, frozenset()), op.batch, op.m, op.k)
-        for i, op in enumerate(graph.ops)
-        if lowered[i] and not op.name.endswith((".wgrad", ".dgrad"))
-    }
-    members: dict[tuple, list[int]] = {}
-    for i, key in group_of.items():
-        members.setdefault(key, []).append(i)
+    inputs: dict[tuple, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        if lowered[i] and not op.name.endswith((".wgrad", ".dgrad")):
+            inputs.setdefault((preds.get(i, frozenset()), op.batch, op.m, op.k), []).append(i)
+    shared = {i: group for group in inputs.values() for i in group}
     # each cast goes just before its (first) GEMM, so the op order stays topological
     ops: list[Op] = []
     at: list[int] = []  # old index -> new index
     casts: dict[int, int] = {}  # old GEMM index -> its cast's new index
     for i, op in enumerate(graph.ops):
-        if i in group_of and i != members[group_of[i]][0]:
-            casts[i] = casts[members[group_of[i]][0]]
+        group = shared.get(i, [i])
+        if group[0] != i:
+            casts[i] = casts[group[0]]
         elif lowered[i] and not op.name.endswith(".wgrad"):
             # forward: the input once and each weight (unless stored or cached in fp8);
             # dgrad: the output gradient (its left operand)
-            group = members[group_of[i]] if i in group_of else []
-            weights = sum(graph.ops[j].k * graph.ops[j].n for j in group)
-            weights = weights if r.casts_weights_per_micro_batch else 0
-            elements = op.batch * (op.m * op.k + weights)
+            fprop = i in shared and r.casts_weights_per_micro_batch
+            weights = sum(graph.ops[j].k * graph.ops[j].n for j in group) if fprop else 0
             casts[i] = len(ops)
-            ops.append(_cast(op.name, elements, op.k, r))
+            ops.append(_cast(op.name, op.batch * (op.m * op.k + weights), op.k, r))
         at.append(len(ops))
         ops.append(_low(op, r) if lowered[i] else op)
     edges = {(at[a], casts.get(b, at[b])) for a, b in graph.edges}

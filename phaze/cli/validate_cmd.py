@@ -21,7 +21,14 @@ from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
 from phaze_common.units import fmt_column
 
-__all__ = ["ValidationRow", "report_validation", "tolerance_option", "validate"]
+__all__ = [
+    "ValidationRow",
+    "report_validation",
+    "tolerance_option",
+    "validate",
+    "pct_text",
+    "mean_max_text",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +138,18 @@ def _print(doc: dict, rows: Sequence[ValidationRow], unit: str) -> None:
 @click.group()
 def validate() -> None:
     """Compare the models with published measurements (exit 3 if outside tolerance)."""
+
+
+def pct_text(value: float | None, signed: bool = True) -> str:
+    """A % error of a validation table to one decimal ("-" when there is none)."""
+    if value is None:
+        return "-"
+    return f"{value:+.1f}" if signed else f"{value:.1f}"
+
+
+def mean_max_text(group: dict) -> list[str]:
+    """A summary group's mean and largest |error| % as table cells."""
+    return [pct_text(group[k], signed=False) for k in ("mean_abs_error_pct", "max_abs_error_pct")]
 
 
 def tolerance_option(flag: str, default: float, what: str):

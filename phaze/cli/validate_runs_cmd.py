@@ -15,7 +15,7 @@ import click
 
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
-from phaze.cli.validate_cmd import tolerance_option
+from phaze.cli.validate_cmd import mean_max_text, pct_text, tolerance_option
 from phaze.published_runs import METRICS, PublishedRun, Registry, load_registry
 from phaze.run_validation import (
     RunResult,
@@ -48,10 +48,6 @@ def _fmt(value: float | None, unit: str) -> str:
     return "infeasible" if value is None else fmt_quantity(value, unit, digits=4)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1f}"
-
-
 def _row(r: RunResult, sources: list[str]) -> list[str]:
     run = r.run
     unit = METRICS[run.metric]
@@ -63,8 +59,8 @@ def _row(r: RunResult, sources: list[str]) -> list[str]:
         profile,
         _fmt(run.measured, unit),
         _fmt(r.predicted, unit),
-        _pct(r.error_pct),
-        _pct(r.time_error_pct),
+        pct_text(r.error_pct),
+        pct_text(r.time_error_pct),
         "fit" if run.fitted else "held out",
         f"[{sources.index(run.citation) + 1}]",
     ]
@@ -72,13 +68,11 @@ def _row(r: RunResult, sources: list[str]) -> list[str]:
 
 def _summary_rows(summary: dict) -> list[list[str]]:
     def line(name: str, g: dict) -> list[str]:
-        mean, worst = g["mean_abs_error_pct"], g["max_abs_error_pct"]
         return [
             name,
             str(g["runs"]),
-            "-" if mean is None else f"{mean:.1f}",
-            "-" if worst is None else f"{worst:.1f}",
-            _pct(g["mean_time_error_pct"]),
+            *mean_max_text(g),
+            pct_text(g["mean_time_error_pct"]),
             str(g["infeasible"]),
         ]
 

@@ -14,26 +14,16 @@ import click
 
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
-from phaze.cli.validate_cmd import tolerance_option
+from phaze.cli.validate_cmd import mean_max_text, pct_text, tolerance_option
 from phaze.serving_validation import RowResult, evaluate_rows, load_points, summarize
 from phaze_common.units import fmt_quantity
 
 __all__ = ["serve"]
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1f}"
-
-
 def _group_rows(summary: dict) -> list[list[str]]:
     def line(name: str, g: dict) -> list[str]:
-        mean, worst = g["mean_abs_error_pct"], g["max_abs_error_pct"]
-        return [
-            name,
-            str(g["evaluated"]),
-            "-" if mean is None else f"{mean:.1f}",
-            "-" if worst is None else f"{worst:.1f}",
-        ]
+        return [name, str(g["evaluated"]), *mean_max_text(g)]
 
     rows = [line("fitted", summary["fitted"]), line("held out", summary["held_out"])]
     rows += [line(f"kind {k}", g) for k, g in summary["by_kind"].items()]
@@ -53,7 +43,7 @@ def _print(results: list[RowResult], summary: dict, target: float) -> None:
             r.row.metric,
             fmt_quantity(r.row.measured, r.row.unit, digits=4),
             "infeasible" if r.predicted is None else fmt_quantity(r.predicted, r.row.unit, 4),
-            _pct(r.error_pct),
+            pct_text(r.error_pct),
             "fit" if r.row.fitted else "held out",
             f"[{sources.index(r.row.citation) + 1}]",
         ]
