@@ -261,7 +261,22 @@ def _work(
     """Tiling, traffic and network terms of every op (one row per :func:`op_key`)."""
     a = np.array(keys, dtype=np.float64).reshape(len(keys), _KEY_WIDTH)
     kind, core, coll = a[:, 0], a[:, 1], a[:, 2]
-    flops, reads, writes, batch, m, k, n, _, epilogue, coll_bytes, group, fmt, lhs, rhs = a[:, 3:].T
+    (
+        flops,
+        reads,
+        writes,
+        batch,
+        m,
+        k,
+        n,
+        _,
+        epilogue,
+        coll_bytes,
+        group,
+        fmt,
+        stated_in,
+        stated_w,
+    ) = a[:, 3:].T
     is_gemm = np.isin(kind, _GEMM_CODES)
     is_vector = np.isin(kind, _VECTOR_CODES)
     # the compute an asynchronous collective holds while it runs (workloads.framework)
@@ -280,8 +295,8 @@ def _work(
     low = fmt[gi] != FORMATS.index(BASE_FORMAT)
     operand = np.where(low, element[fmt[gi].astype(np.intp)], float(acc.bytes_per_element))
     # ... or at the bytes the op states for its input and weights (scales included)
-    lhs_bytes = np.where(lhs[gi] > 0, lhs[gi], operand)
-    rhs_bytes = np.where(rhs[gi] > 0, rhs[gi], operand)
+    input_element_bytes = np.where(stated_in[gi] > 0, stated_in[gi], operand)
+    weight_element_bytes = np.where(stated_w[gi] > 0, stated_w[gi], operand)
     hbm_read, hbm_write = gemm_hbm_bytes(
         shape,
         acc.tc_rows,
@@ -289,8 +304,8 @@ def _work(
         acc.glb_bytes,
         acc.bytes_per_element,
         settings.accumulator_bytes,
-        lhs_bytes,
-        rhs_bytes,
+        input_element_bytes,
+        weight_element_bytes,
     )
     fused = is_attention[gi]
     hbm_read = np.where(fused, reads[gi], hbm_read)
@@ -346,7 +361,7 @@ def _work(
         gemm_index=gi,
         gemm=shape,
         gemm_hbm=(hbm_read, hbm_write),
-        gemm_operand_bytes=(lhs_bytes, rhs_bytes),
+        gemm_operand_bytes=(input_element_bytes, weight_element_bytes),
         work=work,
         taken=taken,
         fmt=fmt.astype(np.intp),
