@@ -228,3 +228,26 @@ def test_the_bar_labels_are_whole_designs_wrapped():
     fig = cost_carbon_figure([p])
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels == ["16x128x128 TC, 8x1024 VC,\n16 MiB GLB, 32 GiB HBM"]
+
+
+def test_pareto_of_a_serving_sweep_shows_the_batch_and_layout(serve_sweep):
+    _, out, _ = serve_sweep
+    args = ["pareto", str(out), "--x", "tokens_per_s_per_device", "--y", "tpot_s"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    header = r.output.splitlines()[1].split()
+    assert header[:3] == ["design", "batch", "layout"], header
+    assert "micro-batch" not in r.output and "recompute" not in r.output
+    assert "batch=" in r.output  # each point's serving layout
+
+
+def test_pareto_columns_follow_the_sweep_mode():
+    from results.display import knob_columns
+
+    train = {"mode": "train", "micro_batch": 2, "recompute": "full", "tp": 2, "pp": 4, "dp": 8}
+    assert knob_columns([train]) == (
+        ["micro-batch", "recompute", "TPxPPxDP"],
+        [["2", "full", "2x4x8"]],
+    )
+    serve = {"mode": "serve", "batch": 64, "placement": json.dumps({"strategy": "t=2,batch=64"})}
+    assert knob_columns([serve]) == (["batch", "layout"], [["64", "t=2,batch=64"]])
