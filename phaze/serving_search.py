@@ -8,7 +8,8 @@ minimises $ per million tokens), each candidate priced by
 win: a decode step reads at least its weights and KV cache at the peak HBM bandwidth and
 runs at least its FLOPs at peak (so TPOT is at least that, and throughput at most the batch
 over it; both bounds grow with the batch), and costs at least its devices' hours at that
-throughput.
+throughput. A partial layout that contradicts the model or the devices is refused first
+(:func:`check_strategy`), as ``phaze evaluate`` refuses a training strategy.
 """
 
 from __future__ import annotations
@@ -200,7 +201,8 @@ def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> No
             f"1, 2, 4, {_MAX_STAGES}, ep dividing d"
         )
     if problems:
-        raise ConfigError(f"serve {model.name} on {n} devices: " + "; ".join(problems))
+        devices = f"{n} device{'s' if n > 1 else ''}"
+        raise ConfigError(f"serve {model.name} on {devices}: " + "; ".join(problems))
 
 
 def _bounds(
