@@ -268,7 +268,7 @@ def search(
     if not found:
         raise ConfigError(
             f"no serving layout of {ctx.cluster.devices} devices suits {model.name} "
-            f"(given {layout or 'nothing'}): {refused}"
+            f"(given {layout or 'nothing'}){': ' + refused if refused else ''}"
         )
     done: dict[ServingLayout, ServingPoint | str] = {}
 
