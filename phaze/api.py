@@ -277,7 +277,9 @@ def serve(
     reserves a request's KV cache: ``"on-demand"`` (its mean length, vLLM) or
     ``"whole-request"`` (its whole prompt and output, TensorRT-LLM's GUARANTEED_NO_EVICT);
     None: serving.toml's default. The returned point's ``slo`` names the limits it misses
-    when no layout meets them.
+    when no layout meets them. A strategy that contradicts the model, the devices or
+    ``disaggregate`` (a prefill pool with ``disaggregate=False``) is a ConfigError naming
+    every problem (:func:`phaze.serving_search.check_strategy`).
     """
     from phaze.serving import ServeContext
     from phaze.serving_search import search as serve_search

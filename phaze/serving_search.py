@@ -8,7 +8,8 @@ minimises $ per million tokens), each candidate priced by
 win: a decode step reads at least its weights and KV cache at the peak HBM bandwidth and
 runs at least its FLOPs at peak (so TPOT is at least that, and throughput at most the batch
 over it; both bounds grow with the batch), and costs at least its devices' hours at that
-throughput.
+throughput. A partial layout that contradicts the model or the devices is refused first
+(:func:`check_strategy`), as ``phaze evaluate`` refuses a training strategy.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ from phaze_common.errors import ConfigError, Infeasible
 from placement.layout import Layout
 from placement.serving_layout import ServingLayout, pool_layout
 from workloads import Model
-from workloads.build import valid_tp_widths
+from workloads.build import tp_width_problems, valid_tp_widths
 from workloads.serving import weight_recipe
 from workloads.serving_costs import pass_flops, pass_kv_read_bytes, pass_weight_read_bytes
 
-__all__ = ["candidates", "search"]
+__all__ = ["candidates", "check_strategy", "search"]
 
 _MAX_STAGES: Final = 8  # pipeline depths searched: 1, 2, 4, 8 dividing the devices
 
@@ -110,6 +111,100 @@ def candidates(model: Model, layout: ServingLayout, ctx: ServeContext) -> Iterat
             yield ServingLayout(dec, None, b, c, batching, weights=layout.weights)
 
 
+def _pool_problems(model: Model, name: str, pool: Layout) -> list[str]:
+    """What keeps the degrees ``pool`` fixes from suiting ``model`` (``name``: the pool's
+    label in messages, '' for one pool)."""
+    problems = []
+    if pool.given("t") and (bad := tp_width_problems(model, pool.t)):
+        widths = ", ".join(map(str, valid_tp_widths(model)))
+        problems.append(
+            f"{name}t = {pool.t} must divide {' and '.join(bad)} of {model.name} "
+            f"(allowed: {widths})"
+        )
+    if pool.given("ep") and pool.ep > 1 and not model.is_moe:
+        problems.append(
+            f"{name}ep = {pool.ep} needs a mixture-of-experts model; {model.name} is dense "
+            "(allowed: ep = 1)"
+        )
+    elif pool.given("ep") and model.experts % pool.ep:
+        allowed = ", ".join(str(e) for e in _degrees(model.experts, model.experts))
+        problems.append(
+            f"{name}ep = {pool.ep} must divide the {model.experts} routed experts of "
+            f"{model.name} (allowed: {allowed})"
+        )
+    if pool.given("p") and pool.p > model.layers:
+        problems.append(f"{name}p = {pool.p} must be at most the {model.layers} blocks")
+    return problems
+
+
+def _fixed_devices(pool: Layout) -> tuple[str, int]:
+    """(the degrees ``pool`` fixes spelled ``t x d``, the devices they need at least)."""
+    given = [(f, getattr(pool, f)) for f in ("t", "p", "d") if pool.given(f)]
+    return " x ".join(f"{f}={v}" for f, v in given), math.prod(v for _, v in given)
+
+
+def _device_problems(layout: ServingLayout, n: int) -> list[str]:
+    """What keeps the pools' fixed degrees from fitting the cluster's ``n`` devices."""
+    if layout.prefill is None:
+        spelled, need = _fixed_devices(layout.decode)
+        if need > n:
+            return [f"{spelled} needs {need} devices per pool; {n} given"]
+        if all(layout.decode.given(f) for f in ("t", "p", "d")) and need != n:
+            return [f"{spelled} uses {need} devices; one pool uses all {n} given"]
+        if n % need:
+            return [f"{spelled} needs a multiple of {need} devices (replicas use all); {n} given"]
+        return []
+    if n < 2:
+        return [f"two pools (prefill and decode) need at least 2 devices; {n} given"]
+    (pre, pre_need), (dec, dec_need) = map(_fixed_devices, (layout.prefill, layout.decode))
+    if pre_need + dec_need > n:
+        return [
+            f"prefill {pre or 'pool'} and decode {dec or 'pool'} need {pre_need + dec_need} "
+            f"devices; {n} given"
+        ]
+    return []
+
+
+def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> None:
+    """Raise one ConfigError naming every way the partial ``layout`` (a user's strategy)
+    contradicts ``model``, the cluster or ``ctx`` (an encoder, a width that does not divide
+    the heads, expert parallelism on a dense model, pools larger than the devices, two pools
+    where ``ctx`` asks for one, a batch the pipeline cannot split, no complete layout left);
+    what remains open is for the search."""
+    n = ctx.cluster.devices
+    problems = []
+    if not model.causal:
+        problems.append(f"{model.name} is an encoder; serving generates tokens with a decoder")
+    if layout.prefill is not None and not ctx.disaggregate:
+        problems.append(
+            f"the strategy {layout} gives a prefill pool and a decode pool, but disaggregate "
+            "is off (--no-disaggregate: one pool); drop one or the other"
+        )
+    pools = [("", layout.decode)]
+    if layout.prefill is not None:
+        pools = [("prefill ", layout.prefill), ("decode ", layout.decode)]
+    for name, pool in pools:
+        problems += _pool_problems(model, name, pool)
+    problems += _device_problems(layout, n)
+    dec = layout.decode
+    if layout.given("batching") and layout.batching == "static" and dec.given("p") and dec.p > 1:
+        problems.append(f"static batching runs one pipeline stage (p = 1), not p = {dec.p}")
+    if layout.given("batch") and dec.given("p") and layout.batch % dec.p:
+        problems.append(
+            f"batch = {layout.batch} must be a multiple of p = {dec.p} (one micro-batch per "
+            "pipeline stage)"
+        )
+    if not problems and next(candidates(model, layout, ctx), None) is None:
+        problems.append(
+            f"no serving layout of {n} devices keeps {layout}: each pool's t x p x d must use "
+            f"its devices, t one of {', '.join(map(str, valid_tp_widths(model)))}, p one of "
+            f"1, 2, 4, {_MAX_STAGES}, ep dividing d"
+        )
+    if problems:
+        devices = f"{n} device{'s' if n > 1 else ''}"
+        raise ConfigError(f"serve {model.name} on {devices}: " + "; ".join(problems))
+
+
 def _bounds(
     model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
 ) -> tuple[float, float]:
@@ -152,23 +247,28 @@ def search(
 
     Raises
     ------
+    ConfigError
+        ``layout`` contradicts the model, the cluster or ``ctx`` (:func:`check_strategy`).
     Infeasible
         No candidate fits the devices' memory (the reason of the last refusal).
     """
     ctx = layout_context(layout, ctx)
     check_weight_format(acc, ctx)
+    check_strategy(model, layout, ctx)
     found: list[tuple[float, float, ServingLayout]] = []
+    refused = ""
     for cand in candidates(model, layout, ctx):
         try:
             check_layout(model, acc, cand, ctx)
-        except ConfigError:
+        except ConfigError as e:
+            refused = str(e)
             continue
         tpot_lb, rate_ub = _bounds(model, acc, cand, ctx)
         found.append((rate_ub, tpot_lb, cand))
     if not found:
-        raise Infeasible(
+        raise ConfigError(
             f"no serving layout of {ctx.cluster.devices} devices suits {model.name} "
-            f"(given {layout or 'nothing'})"
+            f"(given {layout or 'nothing'}){': ' + refused if refused else ''}"
         )
     done: dict[ServingLayout, ServingPoint | str] = {}
 

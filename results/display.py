@@ -6,6 +6,7 @@ and the report share); the other helpers turn a point into short labels.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -20,6 +21,7 @@ __all__ = [
     "unit_of",
     "design_label",
     "knob_label",
+    "knob_columns",
     "point_label",
     "workload_title",
     "area_headroom_text",
@@ -160,6 +162,28 @@ def knob_label(p: Mapping[str, Any], *, placement: bool = True) -> str:
     if placement and p.get("tp") is not None:
         parts.append(f"TP{p['tp']} PP{p.get('pp')} DP{p.get('dp')}")
     return ", ".join(parts)
+
+
+def knob_columns(points: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(headers, one row of cells per point) of what distinguishes points of one design:
+    a serving sweep's batch and serving layout (its strategy string, pools included), or a
+    training sweep's micro-batch, recompute mode and TP x PP x DP ('-' where a point has
+    none)."""
+    if points and all(p.get("mode") == "serve" for p in points):
+        rows = []
+        for p in points:
+            layout = json.loads(p["placement"]).get("strategy") if p.get("placement") else None
+            batch = p.get("batch")
+            rows.append(["-" if batch is None else str(batch), layout or "-"])
+        return ["batch", "layout"], rows
+    return ["micro-batch", "recompute", "TPxPPxDP"], [
+        [
+            "-" if p.get("micro_batch") is None else str(p["micro_batch"]),
+            p.get("recompute") or "-",
+            f"{p['tp']}x{p['pp']}x{p['dp']}" if p.get("tp") is not None else "-",
+        ]
+        for p in points
+    ]
 
 
 def point_label(p: Mapping[str, Any]) -> str:

@@ -8,6 +8,7 @@ its throughput-latency curve. Figures are built without pyplot, as in :mod:`resu
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
 
 _THROUGHPUT = "tokens_per_s_per_device"
 _LATENCIES = (("tpot_s", "tpot_limit_s"), ("ttft_s", "ttft_limit_s"))
+_LABEL_CHARS = 26  # a bar's label wraps past this width (a searched design's in two lines)
 
 
 def curves(points: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
@@ -155,9 +157,10 @@ def cost_carbon_figure(points: Sequence[Mapping[str, Any]], *, top: int = 12) ->
     }
     groups = {w: ps for w, ps in groups.items() if ps}
     rows = max((len(ps) for ps in groups.values()), default=1)
-    fig, axes = _panels(2 * max(len(groups), 1), width=6.4, height=1.2 + 0.32 * rows, ncols=2)
+    fig, axes = _panels(2 * max(len(groups), 1), width=6.4, height=1.2 + 0.42 * rows, ncols=2)
     for i, (w, ps) in enumerate(groups.items()):
-        labels = [design_label(p)[:40] for p in ps]
+        # whole labels, wrapped at the commas of a searched design's parameters
+        labels = [textwrap.fill(design_label(p), _LABEL_CHARS) for p in ps]
         y = np.arange(len(ps))[::-1]
         for j, (metric, color) in enumerate(
             (("usd_per_million_tokens", "C0"), ("kgco2e_per_million_tokens", "C2"))

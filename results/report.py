@@ -20,13 +20,6 @@ from typing import Any, Final, Literal
 
 from phaze_common.errors import ConfigError
 from phaze_common.units import fmt_percent
-from results.compare import (
-    COMPARISON_HEADERS,
-    EQUAL_AREA_TOLERANCE,
-    compare_to_presets,
-    comparison_rows,
-    searched_designs,
-)
 from results.display import (
     area_headroom_text,
     design_label,
@@ -37,6 +30,7 @@ from results.display import (
 )
 from results.pareto import Objective, ObjectiveSpec, parse_objectives
 from results.plots import Plot, draw, save_plots, standard_plots
+from results.report_presets import versus_presets
 from results.report_serving import serving_sections
 from results.report_style import CSS as _CSS
 from results.report_time import time_breakdown_html
@@ -81,6 +75,34 @@ _AGGREGATE_HEADERS: Final = MappingProxyType(
         "job_energy_j": "job energy, all jobs",
         "electricity_usd": "electricity, all jobs",
         "operational_kgco2e": "operational carbon, all jobs",
+    }
+)
+# The sweep configuration's keys only one mode uses (phaze.config.SweepConfig): the inputs of
+# a sweep of the other mode leave them out.
+_TRAINING_KEYS: Final = frozenset(
+    {
+        "seq_len",
+        "global_batch",
+        "micro_batches",
+        "recompute",
+        "precision",
+        "ep",
+        "cp",
+        "zero",
+        "sequence_parallel",
+        "framework",
+        "tokens_to_train",
+    }
+)
+_SERVING_KEYS: Final = frozenset(
+    {
+        "input_tokens",
+        "output_tokens",
+        "ttft_limit_s",
+        "tpot_limit_s",
+        "batches",
+        "disaggregate",
+        "weight_formats",
     }
 )
 # Columns that show the same quantity in two units: a table shows one of them.
@@ -137,18 +159,19 @@ def render_report(
         f'<p class="lead">{_summary_sentence(store, points, manifest)}</p>',
     ]
     images: dict[tuple[str, str], bytes] = {}
-    if inputs.get("config", {}).get("mode") == "serve":  # a serving sweep: docs/serving.md
+    serving = inputs.get("config", {}).get("mode") == "serve"
+    if serving:  # a serving sweep: docs/serving.md
         sections = serving_sections(
             points, inputs, lambda ps: _figures(ps, image_format, images), top=top,
             plots_dir=plots_dir, drawn=images,
         )  # fmt: skip
     else:
         sections = [
-            ("presets", "Searched designs against the presets", _versus_presets(points)),
+            ("presets", "Searched designs against the presets", versus_presets(points)),
             ("answer", "The answer", _answer(feasible, objectives)),
             ("time", "Where the time goes", time_breakdown_html(feasible)),
         ]
-    if feasible and inputs.get("config", {}).get("mode") != "serve":
+    if feasible and not serving:
         plots = {p.name: p for p in standard_plots(points, objectives=objectives)}
 
         def figs(*names: str) -> str:
@@ -169,9 +192,10 @@ def render_report(
         ]
         if plots_dir is not None:
             save_plots(plots.values(), plots_dir, drawn=images)
+    sections.append(("infeasible", "Infeasible and pruned points", _reasons(points)))
+    if not serving:  # serving points store no schedule gaps (the serving answer says so)
+        sections.append(("schedules", "How exact the layer schedules are", _schedule_gaps(points)))
     sections += [
-        ("infeasible", "Infeasible and pruned points", _reasons(points)),
-        ("schedules", "How exact the layer schedules are", _schedule_gaps(points)),
         ("inputs", "Sweep inputs", _inputs(inputs)),
         ("formulas", "Formulas and defaults", _formulas(inputs)),
         ("manifest", "Manifest", _mapping_table(manifest) if manifest else "<p>(empty)</p>"),
@@ -219,38 +243,6 @@ def _summary_sentence(
     if version:
         parts.append(f"Phaze {html.escape(str(version))}.")
     return " ".join(parts)
-
-
-def _versus_presets(points: Sequence[Mapping[str, Any]]) -> str:
-    comparisons = compare_to_presets(points)
-    if not comparisons:
-        return "<p>The sweep has no preset (named design) to compare its searched designs with.</p>"
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in COMPARISON_HEADERS)
-    body = ""
-    for c, row in zip(comparisons, comparison_rows(comparisons), strict=True):
-        labels = row[: -len(c.gains)]
-        cells = [f"<td>{html.escape(x)}</td>" for x in labels]
-        cells += [
-            f'<td class="{"num best" if g is not None and g > 1 else "num"}">{html.escape(x)}</td>'
-            for g, x in zip(c.gains, row[len(labels) :], strict=True)
-        ]
-        body += "<tr>" + "".join(cells) + "</tr>"
-    designs = "".join(
-        f"<li><code>{html.escape(d)}</code>: {html.escape(label)}</li>"
-        for d, label in searched_designs(comparisons).items()
-    )
-    return (
-        "<p>For each preset, the fastest searched design whose die is no larger than the "
-        "preset's, both at their fastest point (as the Phaze paper compares its designs with "
-        "TPUv4 at TPUv4's area). Where every searched design that fits is more than "
-        f"{EQUAL_AREA_TOLERANCE:.0%} below the preset's area, no design of its size was "
-        "searched: the row says so, and gives the gains only when the smaller design is ahead "
-        "on all three. Each gain is the searched design's advantage: "
-        "throughput and tokens per dollar of system cost as searched / preset, tCDP as "
-        "preset / searched. "
-        "Above 1.00× (green) the searched design is better.</p>"
-        f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div><ul>{designs}</ul>'
-    )
 
 
 def _answer(feasible: Sequence[Mapping[str, Any]], objectives: Sequence[ObjectiveSpec]) -> str:
@@ -497,12 +489,18 @@ def _schedule_gaps(points: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _inputs(inputs: Mapping[str, Any]) -> str:
+    """The sweep's inputs, its configuration showing only the keys of the sweep's mode."""
     rest = {k: v for k, v in inputs.items() if k not in ("formulas", "defaults")}
     if not rest:
         return "<p>(none recorded)</p>"
+    config = rest.get("config")
+    if isinstance(config, Mapping):
+        mode = "serve" if config.get("mode") == "serve" else "train"
+        other = _SERVING_KEYS if mode == "train" else _TRAINING_KEYS
+        rest["config"] = {k: v for k, v in config.items() if k not in other}
     return (
-        "<p>Everything the sweep was given (its configuration, after defaults).</p>"
-        + _mapping_table(rest)
+        "<p>Everything the sweep was given (its configuration, after defaults; only the keys "
+        "of its mode).</p>" + _mapping_table(rest)
     )
 
 

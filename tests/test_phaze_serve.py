@@ -226,3 +226,48 @@ def test_decodes_riding_on_a_chunk_never_stretch_a_row_past_the_model_s_position
         lay = parse_serving(f"t=1,p=1,d=1,ep=1,batch={b},chunk=16384,batching=continuous")
         rates[b] = evaluate_layout("m", model, acc, lay, ctx).engine.output_tokens_per_s
     assert model.max_positions < 128 + 4096 and rates[4096] > rates[1024]
+
+
+_SERVE = ("serve", "--arch", "h100", "--input-tokens", "128", "--output-tokens", "32")
+
+
+@pytest.mark.parametrize(
+    ("workload", "devices", "extra", "message"),
+    [
+        ("llama2-7b", 1, ("--strategy", "t=2"), "t=2 needs 2 devices per pool; 1 given"),
+        ("llama2-7b", 8, ("--strategy", "t=3"), "t = 3 must divide heads = 32"),
+        ("llama2-7b", 8, ("--strategy", "ep=2"), "ep = 2 needs a mixture-of-experts model"),
+        ("llama2-7b", 8, ("--strategy", "t=4,d=4"), "t=4 x d=4 needs 16 devices per pool"),
+        (
+            "llama2-7b",
+            8,
+            ("--strategy", "prefill:t=8;decode:t=4"),
+            "prefill t=8 and decode t=4 need 12 devices; 8 given",
+        ),
+        ("llama2-7b", 8, ("--strategy", "t=2,p=1,d=1"), "uses 2 devices; one pool uses all 8"),
+        ("bert-large", 1, (), "bert-large is an encoder"),
+        (
+            "llama2-7b",
+            8,
+            ("--no-disaggregate", "--strategy", "prefill:t=4;decode:t=4"),
+            "gives a prefill pool and a decode pool, but disaggregate is off",
+        ),
+    ],
+)
+def test_a_strategy_contradicting_the_model_or_devices_is_one_error_line(
+    workload, devices, extra, message
+):
+    args = [*_SERVE, "--workload", workload, "--devices", str(devices), *extra]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0]
+
+
+def test_check_strategy_names_every_problem_at_once():
+    from phaze.serving_search import check_strategy
+
+    ctx = _ctx(devices=8)
+    with pytest.raises(ConfigError, match=r"p = 64 must be at most the 32 blocks; p=64 needs 64"):
+        check_strategy(get_model("llama2-7b"), parse_serving("p=64"), ctx)
+    check_strategy(get_model("llama2-7b"), parse_serving("t=4"), ctx)  # two replicas of 4

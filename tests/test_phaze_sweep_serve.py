@@ -144,3 +144,110 @@ def test_phaze_sweep_mode_serve_on_the_command_line(serve_sweep, tmp_path):
     assert "batch=" in r.output  # the layouts as strategy strings
     bad = CliRunner().invoke(cli, ["sweep", "--mode", "serve", "--output-tokens", "1"])
     assert bad.exit_code == 2 and "--output-tokens" in bad.output
+
+
+def _serving_point(key, design, tput, usd, co2):
+    return {
+        "key": key,
+        "workload": "w",
+        "design_id": design,
+        "design_name": design,
+        "feasible": 1,
+        "meets_slo": 1,
+        "tokens_per_s_per_device": tput,
+        "usd_per_million_tokens": usd,
+        "kgco2e_per_million_tokens": co2,
+    }
+
+
+def test_the_answer_gives_one_row_per_point_with_every_objective_it_wins():
+    from results.report_serving import best_rows
+
+    one = _serving_point("a", "a", 10.0, 1.0, 1.0)
+    rows = best_rows([one, _serving_point("b", "b", 5.0, 2.0, 2.0)])
+    assert [(p["key"], ms) for p, ms in rows] == [
+        ("a", ["tokens_per_s_per_device", "usd_per_million_tokens", "kgco2e_per_million_tokens"])
+    ]
+    rows = best_rows([one, _serving_point("b", "b", 5.0, 0.5, 2.0)])
+    assert [(p["key"], ms) for p, ms in rows] == [
+        ("a", ["tokens_per_s_per_device", "kgco2e_per_million_tokens"]),
+        ("b", ["usd_per_million_tokens"]),
+    ]
+
+
+def _section(text, sid):
+    return text.split(f'<section id="{sid}">', 1)[1].split("</section>", 1)[0]
+
+
+def test_the_serving_report_says_what_each_row_is_best_for_and_only_serving_inputs(serve_sweep):
+    _, out, _ = serve_sweep
+    with load(out) as store:
+        text = render_report(store)
+    answer = _section(text, "answer")
+    rows = answer.count("<tr>") - 1
+    assert answer.count("<th>best for</th>") == 1 and rows >= 1
+    for title in ("highest output tokens/s per device", "lowest $ per Mtoken"):
+        assert answer.count(title) == 1, title  # each objective in exactly one row
+    assert ",<wbr>" in answer  # the layout may wrap
+    # no empty schedule section; the answer says why
+    assert 'id="schedules"' not in text and "no section on how exact" in answer
+    inputs = _section(text, "inputs")
+    for key in ("input_tokens", "batches", "ttft_limit_s"):
+        assert f"<th>{key}</th>" in inputs, key
+    for key in ("seq_len", "micro_batches", "recompute", "global_batch", "zero"):
+        assert f"<th>{key}</th>" not in inputs, key
+
+
+def test_the_mode_keys_of_the_report_cover_the_sweep_config():
+    import dataclasses
+
+    from phaze.config import SweepConfig
+    from results import report
+
+    fields = {f.name for f in dataclasses.fields(SweepConfig)}
+    assert report._TRAINING_KEYS <= fields and report._SERVING_KEYS <= fields
+    assert not report._TRAINING_KEYS & report._SERVING_KEYS
+    serving_defaults = {"input_tokens", "output_tokens", "batches", "weight_formats"}
+    assert serving_defaults <= report._SERVING_KEYS
+
+
+def test_the_bar_labels_are_whole_designs_wrapped():
+    from results.plots_serving import cost_carbon_figure
+
+    p = {
+        **_serving_point("a", "d1", 10.0, 1.0, 1.0),
+        "design_name": None,
+        "num_tc": 16,
+        "tc_rows": 128,
+        "tc_cols": 128,
+        "num_vc": 8,
+        "vc_lanes": 1024,
+        "glb_bytes": 16 * 2**20,
+        "hbm_bytes": 32 * 2**30,
+    }
+    fig = cost_carbon_figure([p])
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["16x128x128 TC, 8x1024 VC,\n16 MiB GLB, 32 GiB HBM"]
+
+
+def test_pareto_of_a_serving_sweep_shows_the_batch_and_layout(serve_sweep):
+    _, out, _ = serve_sweep
+    args = ["pareto", str(out), "--x", "tokens_per_s_per_device", "--y", "tpot_s"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    header = r.output.splitlines()[1].split()
+    assert header[:3] == ["design", "batch", "layout"], header
+    assert "micro-batch" not in r.output and "recompute" not in r.output
+    assert "batch=" in r.output  # each point's serving layout
+
+
+def test_pareto_columns_follow_the_sweep_mode():
+    from results.display import knob_columns
+
+    train = {"mode": "train", "micro_batch": 2, "recompute": "full", "tp": 2, "pp": 4, "dp": 8}
+    assert knob_columns([train]) == (
+        ["micro-batch", "recompute", "TPxPPxDP"],
+        [["2", "full", "2x4x8"]],
+    )
+    serve = {"mode": "serve", "batch": 64, "placement": json.dumps({"strategy": "t=2,batch=64"})}
+    assert knob_columns([serve]) == (["batch", "layout"], [["64", "t=2,batch=64"]])

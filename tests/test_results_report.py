@@ -176,7 +176,7 @@ def test_report_opens_with_the_comparison_against_the_presets(store_dir, report_
 
 
 def test_report_says_when_no_searched_design_reaches_a_presets_area():
-    from results.report import _versus_presets
+    from results.report_presets import versus_presets
 
     def pt(design_id, name, area, tput):
         return {
@@ -191,7 +191,7 @@ def test_report_says_when_no_searched_design_reaches_a_presets_area():
             "tcdp": 1.0 / tput,
         }
 
-    section = _versus_presets([pt("h", "h100", 814.0, 100.0), pt("s", None, 339.0, 50.0)])
+    section = versus_presets([pt("h", "h100", 814.0, 100.0), pt("s", None, 339.0, 50.0)])
     assert "no searched design within 10% of its area (largest: 339 mm²)" in section
     assert "×" not in section.split("<table>", 1)[1]
 
@@ -214,3 +214,51 @@ def test_report_shows_the_fastest_designs_headroom_as_stored(store_dir, report_t
     assert cells[i + 1] == area_headroom_text(fastest)
     assert cells[i + 2] == power_headroom_text(fastest)
     assert fmt_percent(fastest["power_headroom"]) in cells[i + 2]
+
+
+def _preset_point(name, feasible, reason=None, workload="w"):
+    return {
+        "workload": workload,
+        "design_id": name,
+        "design_name": name,
+        "feasible": feasible,
+        "key": f"{name}-{reason}",
+        "area_mm2": 800.0,
+        "tokens_per_s": 10.0 if feasible else None,
+        "system_cost_usd": 1.0,
+        "tcdp": 1.0,
+        "reason": reason,
+    }
+
+
+def test_presets_with_only_infeasible_points_are_named_with_their_reasons():
+    from results.report_presets import versus_presets
+
+    oom = "does not fit: weights 30 GiB exceed HBM 16 GiB at t=1"
+    points = [
+        _preset_point("a100", 0, oom),
+        _preset_point("a100", 0, oom),
+        _preset_point("tpuv4", 0, "KV cache: 256 sequences need 900 pages"),
+        {**_preset_point("s", 1), "design_name": None},
+    ]
+    section = versus_presets(points)
+    assert "no preset" not in section
+    assert "none of their points was feasible" in section
+    assert html.escape(f"does not fit (2 points), e.g. {oom}") in section
+    assert "KV cache (1 point), e.g. KV cache: 256 sequences need 900 pages" in section
+    # a preset feasible on one workload and not on another: compared, and the other named
+    mixed = [_preset_point("h100", 1), _preset_point("h100", 0, oom, workload="v"), points[-1]]
+    section = versus_presets(mixed)
+    assert "<td>v</td><td>h100</td>" in section and "×" in section
+    assert "no preset (named design)" in versus_presets([points[-1]])
+
+
+def test_the_training_report_inputs_leave_out_the_serving_keys():
+    from phaze.config import SweepConfig
+    from results.report import _inputs
+
+    shown = _inputs({"config": SweepConfig().as_dict()})
+    for key in ("seq_len", "micro_batches", "recompute"):
+        assert f"<th>{key}</th>" in shown, key
+    for key in ("input_tokens", "output_tokens", "batches", "ttft_limit_s", "weight_formats"):
+        assert f"<th>{key}</th>" not in shown, key

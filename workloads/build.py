@@ -22,7 +22,13 @@ from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_p
 from workloads.precision import apply_precision
 from workloads.setup import TrainingSetup
 
-__all__ = ["DENSE_BLOCK_CLASS", "valid_tp_widths", "build_layer_graph", "check_setup"]
+__all__ = [
+    "DENSE_BLOCK_CLASS",
+    "valid_tp_widths",
+    "tp_width_problems",
+    "build_layer_graph",
+    "check_setup",
+]
 
 EMBEDDING_CLASS = "embedding"
 BLOCK_CLASS = "block"
@@ -44,17 +50,20 @@ def valid_tp_widths(model: Model, max_tp: int | None = None) -> tuple[int, ...]:
     (1, 5, 25)
     """
     limit = model.kv_heads if max_tp is None else min(max_tp, model.kv_heads)
-    return tuple(t for t in range(1, limit + 1) if _tp_problems(model, t) == [])
+    return tuple(t for t in range(1, limit + 1) if tp_width_problems(model, t) == [])
 
 
-def _tp_problems(model: Model, tp: int) -> list[str]:
+def tp_width_problems(model: Model, tp: int) -> list[str]:
+    """The widths of ``model`` that tensor-parallel width ``tp`` does not divide, each as
+    ``field = value`` (an MoE model's expert width too); empty when ``tp`` is valid."""
+    expert = (("expert_ffn_hidden", model.expert_width),) if model.is_moe else ()
     return [
         f"{field} = {value}"
         for field, value in (
             ("heads", model.heads),
             ("kv_heads", model.kv_heads),
             ("ffn_hidden", model.ffn_hidden),
-            ("expert_ffn_hidden", model.expert_width),
+            *expert,
         )
         if value % tp
     ]
@@ -62,7 +71,7 @@ def _tp_problems(model: Model, tp: int) -> list[str]:
 
 def _check(model: Model, setup: TrainingSetup, tp: int) -> None:
     problems = []
-    bad = _tp_problems(model, tp)
+    bad = tp_width_problems(model, tp)
     if bad:
         widths = ", ".join(map(str, valid_tp_widths(model)))
         problems.append(f"tp = {tp} must divide {' and '.join(bad)} (valid widths: {widths})")

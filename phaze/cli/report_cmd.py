@@ -16,7 +16,7 @@ import click
 from phaze.cli._files import cannot_write, check_writable, check_writable_dir
 from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, Infeasible
-from results.display import design_label, fmt_values, workload_title
+from results.display import design_label, fmt_values, knob_columns, workload_title
 from results.export import json_document, to_json, write_csv
 from results.pareto import pareto, parse_objectives
 from results.schema import AGGREGATE_WORKLOAD
@@ -143,17 +143,9 @@ def pareto_cmd(
             f"{workload_title(w)}: {len(front)} of {len(groups[w])} feasible points on the front of {names}"
         )
         columns = [fmt_values(m, [p.get(m) for p in front]) for m in metrics]
-        body = [
-            [
-                design_label(p),
-                p.get("micro_batch") if p.get("micro_batch") is not None else "-",
-                p.get("recompute") or "-",
-                f"{p['tp']}x{p['pp']}x{p['dp']}" if p.get("tp") is not None else "-",
-                *[c[i] for c in columns],
-            ]
-            for i, p in enumerate(front)
-        ]
-        click.echo(table(body, ["design", "micro-batch", "recompute", "TPxPPxDP", *metrics]))
+        knobs, cells = knob_columns(front)  # a serving sweep's batch and layout
+        body = [[design_label(p), *cells[i], *[c[i] for c in columns]] for i, p in enumerate(front)]
+        click.echo(table(body, ["design", *knobs, *metrics]))
         click.echo("")
 
 
