@@ -75,7 +75,7 @@ FORMULAS: Final = MappingProxyType(
         "tokens_per_s": "global batch x sequence length / iteration time",
         "mfu": "model FLOPs per batch (fwd + bwd, no recompute) / (iteration time x devices x peak FLOP/s)",
         "time_to_train_s (D)": "tokens to train / tokens per second / goodput (the wall-clock time the job holds the machines, restarts included)",
-        "energy_per_batch_j": "IT energy: op energies (MACs with control and operand delivery, buffer, HBM, uncore share) + network + static power x iteration time + hosts x host power x iteration time",
+        "energy_per_batch_j": "IT energy: op energies (MACs with control and operand delivery, buffer, HBM, uncore share) + network + static power x iteration time + devices / devices per node x host power x iteration time (a job on part of a node pays its share of the host)",
         "job_energy_j": "energy per batch x batches to train + idle power of devices and hosts over the time lost to restarts (IT energy; the facility's is x PUE)",
         "avg_power_w": "energy per batch / iteration time (all devices and hosts)",
         "system_cost_usd": "capex: devices x (accelerator (build or buy view) + host share + fat-tree network share + data centre per provisioned watt)",

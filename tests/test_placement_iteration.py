@@ -123,8 +123,8 @@ def test_iteration_energy_terms():
     assert e.idle_j > 0 and e.static_j + e.idle_j == pytest.approx(
         2 * 10.0 * pl.breakdown.iteration_s
     )
-    # one node of two devices, its host at 100 W over the iteration
-    assert e.host_j == pytest.approx(100.0 * pl.breakdown.iteration_s)
+    # two of a node's eight devices pay two eighths of its 100 W host over the iteration
+    assert e.host_j == pytest.approx(2 / 8 * 100.0 * pl.breakdown.iteration_s)
     # the d - 1 = 1 ring all-reduce moves 4 (d - 1) P bytes at 1 pJ/bit
     assert math.isclose(e.network_j, 4.0 + 4 * (pl.layout.d - 1) * 1e12 * 8 * 1e-12)
     assert e.total_j == pytest.approx(sum(e.terms().values()))

@@ -153,7 +153,7 @@ def _bound_fields(
         static_j=n * static_w * iteration_s,
         network_j=0.0,
         idle_j=0.0,
-        host_j=ctx.cluster.nodes * ctx.scoring.host_w_per_node * iteration_s,
+        host_j=ctx.cluster.host_share * ctx.scoring.host_w_per_node * iteration_s,
     )
     setup = TrainingSetup(
         seq_len=ctx.seq_len, global_batch=ctx.global_batch, tokens_to_train=ctx.tokens_to_train
