@@ -104,6 +104,7 @@ def run_answers(
     params: ScoringParams,
 ) -> RunAnswers:
     """The whole-run figures of ``acc`` scored on ``cluster`` for ``tokens_to_train``."""
+    params = params.for_accelerator(acc.name)
     devices = cluster.devices
     board_j = score.energy_per_batch_j - score.energy_host_j
     batches_j = score.energy_per_batch_j * (tokens_to_train / _batch_tokens(score))

@@ -112,7 +112,9 @@ def serving_score(
     tokens_to_serve: float,
     params: ScoringParams,
 ) -> ServingScore:
-    """Score a serving layout of ``devices`` accelerators ``acc`` in steady state."""
+    """Score a serving layout of ``devices`` accelerators ``acc`` in steady state, in its
+    host server (:meth:`~phaze.scoring.ScoringParams.for_accelerator`)."""
+    params = params.for_accelerator(acc.name)
     nodes = host_share(devices, devices_per_node)
     energy = token_energy(engine, static_power_w(acc), params.host_w_per_node, nodes)
     rate = engine.output_tokens_per_s
