@@ -21,6 +21,7 @@ from phaze.cli._options import (
     scoring_options,
 )
 from phaze.cli._render import echo_json, table
+from phaze.cli._stages import pipeline_stages, stage_table
 from phaze.config import RECOMPUTE_MODES
 from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import Score, ScoringParams
@@ -220,6 +221,7 @@ def evaluate(
         },
         **dataclasses.asdict(run),
         "placement": json.loads(placement_summary(pl)),
+        "pipeline_stages": pipeline_stages(pl),
         "strategy_defaults": ev.defaults,
         "search_exclusions": _exclusions(framework) if layout is None or ev.defaults else [],
         "headroom": headroom(acc).figures(),
@@ -266,14 +268,8 @@ def evaluate(
         click.echo(f"layouts the search skipped, by {framework}'s rules: {rules}")
     click.echo("")
     click.echo(_breakdown_table(pl))
-    loads = fmt_column([s.load_s for s in pl.stages], "s")
-    memories = fmt_column([s.memory_bytes for s in pl.stages], "B")
-    stage_rows = [
-        [i, f"{min(s.layers)}-{max(s.layers)}", s.devices, loads[i], memories[i]]
-        for i, s in enumerate(pl.stages)
-    ]
     click.echo("")
-    click.echo(table(stage_rows, ["stage", "layers", "devices", "load per micro-batch", "memory"]))
+    click.echo(table(*stage_table(pl)))
     click.echo("")
     click.echo(_run_table(sc, run, scoring))
     click.echo("")
