@@ -33,6 +33,7 @@ __all__ = [
     "ComputeUnit",
     "accelerator_problems",
     "cluster_problems",
+    "host_share",
     "node_count",
 ]
 
@@ -321,6 +322,11 @@ class Cluster:
         """Nodes the devices fill (:func:`node_count`)."""
         return node_count(self.devices, self.devices_per_node)
 
+    @property
+    def host_share(self) -> float:
+        """The nodes' worth of host servers the devices are charged (:func:`host_share`)."""
+        return host_share(self.devices, self.devices_per_node)
+
     def spans_nodes(self, group):
         """Does a group of ``group`` consecutive devices cross a node boundary (then its
         slowest link is an inter-node one)? The one test of it; arrays broadcast."""
@@ -337,3 +343,16 @@ class Cluster:
 def node_count(devices: int, devices_per_node: int) -> int:
     """Nodes that hold ``devices``: a partly filled node counts whole."""
     return -(-devices // devices_per_node)
+
+
+def host_share(devices: int, devices_per_node: int) -> float:
+    """The nodes' worth of host servers a job on ``devices`` is charged: each device pays
+    ``1 / devices_per_node`` of its node's host, so a job on k of a node's n devices pays k/n
+    of one host (the rest serves other jobs) and full nodes pay whole hosts.
+
+    Examples
+    --------
+    >>> host_share(1, 8), host_share(64, 8)
+    (0.125, 8.0)
+    """
+    return devices / devices_per_node

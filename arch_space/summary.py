@@ -18,6 +18,7 @@ from arch_space.carbon import CarbonParams, embodied_breakdown_kgco2e
 from arch_space.cost import CostParams, cost_breakdown_usd, dies_per_wafer, made_die
 from arch_space.power import tdp_w
 from arch_space.space import design_id
+from arch_space.system import datasheet_board_w
 from arch_space.tco import build_cost_usd, buy_price_usd
 from arch_space.tech import TechNode, tech_node
 
@@ -33,7 +34,9 @@ def describe(
     """All parameters of ``acc`` (SI units) and its modelled figures, as a flat dict.
 
     Keys: the Accelerator fields (``extra_units`` as a list of dicts), ``design_id``, ``hbm_stacks_effective``, ``peak_flops``,
-    ``area_mm2``, ``area_breakdown_mm2``, ``tdp_w`` (under tensor load), ``peak_power_w``
+    ``area_mm2``, ``area_breakdown_mm2``, ``load_power_w`` (modelled, under tensor load),
+    ``tdp_w`` and ``tdp_source`` (the data sheet's board power of a preset in a shipped
+    server, else None), ``peak_power_w``
     (every unit busy) and its ``power_breakdown_w``, ``static_power_w``,
     ``dies_per_wafer``, ``yield``, ``die_cost_usd``, ``device_cost_usd`` (the chip),
     ``cost_breakdown_usd``, ``build_cost_usd`` (chip, board, a new design's non-recurring
@@ -50,13 +53,16 @@ def describe(
     embodied = dict(embodied_breakdown_kgco2e(acc, carbon, cost, tech))
     doc: dict[str, Any] = {f.name: getattr(acc, f.name) for f in fields(acc)}
     doc["extra_units"] = [asdict(u) for u in acc.extra_units]
+    board = datasheet_board_w(acc.name)
     doc.update(
         design_id=design_id(acc),
         hbm_stacks_effective=hbm_stacks(acc, tech),
         peak_flops=acc.peak_flops,
         area_mm2=area_total,
         area_breakdown_mm2=area,
-        tdp_w=tdp_w(acc, tech),
+        load_power_w=tdp_w(acc, tech),
+        tdp_w=board[0] if board else None,
+        tdp_source=board[1] if board else None,
         peak_power_w=peak_power_w(acc, tech),
         power_breakdown_w={
             **dynamic_power_breakdown_w(acc, tech),

@@ -16,6 +16,7 @@ from phaze_common.errors import unknown_name
 
 __all__ = [
     "board_limit_w",
+    "datasheet_board_w",
     "host_profiles",
     "host_w_per_node",
     "host_profile_for",
@@ -60,6 +61,23 @@ def board_limit_w(accelerator: str, node_nm: int) -> float:
     one ships in, else the default budget of its node (:func:`power_budget_w`)."""
     limit = preset_board_limit_w(accelerator)
     return limit if math.isfinite(limit) else power_budget_w(node_nm)
+
+
+def datasheet_board_w(accelerator: str) -> tuple[float, str] | None:
+    """The data sheet's board power (its TDP, W) of preset ``accelerator`` and its source:
+    the ``device_board_w`` of the host server it ships in (``system.toml``); None for a
+    design in no shipped server.
+
+    Examples
+    --------
+    >>> datasheet_board_w("h100")[0], datasheet_board_w("my-design")
+    (700.0, None)
+    """
+    for p in shipped_toml(_FILE)["host"]["profile"].values():
+        if accelerator and p.get("preset") == accelerator:
+            entry = p["device_board_w"]
+            return float(entry["value"]), str(entry["source"])
+    return None
 
 
 def typical_load_fraction() -> float:

@@ -525,9 +525,10 @@ def evaluate(
         placement = dataclasses.replace(
             placement, layout=dataclasses.replace(placement.layout, precision=knobs.precision)
         )
+    scoring = ctx.scoring.for_accelerator(acc.name)
     energy = iteration_energy(
         placement,
-        _energy_rates(variant, acc, model, ctx.scoring.host_w_per_node),
+        _energy_rates(variant, acc, model, scoring.host_w_per_node),
         ctx.cluster,
         setup.global_batch // setup.micro_batch,
     )
@@ -541,10 +542,10 @@ def evaluate(
         devices=ctx.cluster.devices,
         peak_flops_per_device=acc.peak_flops,
         energy=energy,
-        capex=system_capex(acc, ctx.cluster.devices, ctx.scoring),
+        capex=system_capex(acc, ctx.cluster.devices, scoring),
         idle_w_per_device=static_power_w(acc),
         embodied_kgco2e_per_device=embodied_kgco2e(acc),
-        params=ctx.scoring,
+        params=scoring,
     )
     return Evaluation(
         workload, acc, knobs, placement, score, pass_timings=variant.passes, defaults=defaults

@@ -72,7 +72,7 @@ class RunAnswers:
     tdp_accounting_kgco2e: float
     board_tdp_w: float
     avg_device_power_w: float  # one accelerator board, averaged over the run
-    avg_node_power_w: float  # one node: its accelerators and its host
+    avg_node_power_w: float  # one node full of such devices: its accelerators and its host
     operational_kgco2e: float
     embodied_kgco2e: float  # boards and their host and network shares
     embodied_breakdown_kgco2e: Mapping[str, float]
@@ -104,6 +104,7 @@ def run_answers(
     params: ScoringParams,
 ) -> RunAnswers:
     """The whole-run figures of ``acc`` scored on ``cluster`` for ``tokens_to_train``."""
+    params = params.for_accelerator(acc.name)
     devices = cluster.devices
     board_j = score.energy_per_batch_j - score.energy_host_j
     batches_j = score.energy_per_batch_j * (tokens_to_train / _batch_tokens(score))
@@ -141,7 +142,7 @@ def run_answers(
         tdp_accounting_kgco2e=tdp_kwh * params.grid_gco2e_per_kwh / 1000.0,
         board_tdp_w=board_w,
         avg_device_power_w=board_j / score.iteration_s / devices,
-        avg_node_power_w=score.energy_per_batch_j / score.iteration_s / cluster.nodes,
+        avg_node_power_w=score.energy_per_batch_j / score.iteration_s / cluster.host_share,
         operational_kgco2e=score.operational_kgco2e,
         embodied_kgco2e=score.embodied_kgco2e,
         embodied_breakdown_kgco2e=embodied,

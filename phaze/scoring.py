@@ -25,7 +25,7 @@ References
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
@@ -75,7 +75,7 @@ FORMULAS: Final = MappingProxyType(
         "tokens_per_s": "global batch x sequence length / iteration time",
         "mfu": "model FLOPs per batch (fwd + bwd, no recompute) / (iteration time x devices x peak FLOP/s)",
         "time_to_train_s (D)": "tokens to train / tokens per second / goodput (the wall-clock time the job holds the machines, restarts included)",
-        "energy_per_batch_j": "IT energy: op energies (MACs with control and operand delivery, buffer, HBM, uncore share) + network + static power x iteration time + hosts x host power x iteration time",
+        "energy_per_batch_j": "IT energy: op energies (MACs with control and operand delivery, buffer, HBM, uncore share) + network + static power x iteration time + devices / devices per node x host power x iteration time (a job on part of a node pays its share of the host)",
         "job_energy_j": "energy per batch x batches to train + idle power of devices and hosts over the time lost to restarts (IT energy; the facility's is x PUE)",
         "avg_power_w": "energy per batch / iteration time (all devices and hosts)",
         "system_cost_usd": "capex: devices x (accelerator (build or buy view) + host share + fat-tree network share + data centre per provisioned watt)",
@@ -90,6 +90,9 @@ FORMULAS: Final = MappingProxyType(
         "tcdp": "tC x D, in kgCO2e*s (also reported in kgCO2e*days)",
     }
 )
+
+# the host server's terms, None until the server is known (ScoringParams.for_accelerator)
+_HOST_TERMS: Final = ("host_w_per_node", "host_embodied_kgco2e_per_device")
 
 # field -> (lowest, highest, lowest allowed?, highest allowed?) of a ScoringParams number
 RANGES: Final = MappingProxyType(
@@ -136,9 +139,11 @@ class ScoringParams:
     Report). ``grid_gco2e_per_kwh`` None takes the intensity of ``grid_region`` (any letter
     case) from arch_space.carbon's region presets (each with its source). ``lifetime_s`` 5
     years is ACT's default device life and the IT equipment's depreciation period.
-    ``host_w_per_node`` None takes the power under load of a ``host_profile`` server
-    (arch_space.system, sourced); 0 leaves hosts out; ``host_embodied_kgco2e_per_device``
-    likewise takes the server's embodied carbon per accelerator slot. ``usd_per_kwh`` None
+    ``host_profile`` None runs each accelerator in its own server
+    (:meth:`for_accelerator`: a preset's, else a DGX A100). ``host_w_per_node`` None takes the
+    power under load of the ``host_profile`` server (arch_space.system, sourced); 0 leaves
+    hosts out; ``host_embodied_kgco2e_per_device`` likewise takes the server's embodied
+    carbon per accelerator slot. Both wait for the accelerator while the server does. ``usd_per_kwh`` None
     takes the electricity price of ``grid_region`` (else the world's). ``cost_view`` prices
     the accelerator as built or bought (:mod:`arch_space.tco`); ``interest``, ``goodput`` and
     ``volume_units`` None take the shipped values (system.toml: Barroso et al.'s 8 %, Llama 3's
@@ -151,7 +156,7 @@ class ScoringParams:
     lifetime_s: float = 5 * SECONDS_PER_YEAR
     utilisation: float = 1.0
     embodied_mode: Literal["amortised", "whole-life"] = "amortised"
-    host_profile: str = "dgx-a100"
+    host_profile: str | None = None
     host_w_per_node: float | None = None
     host_embodied_kgco2e_per_device: float | None = None
     usd_per_kwh: float | None = None
@@ -168,12 +173,11 @@ class ScoringParams:
         if not isinstance(self.grid_region, str):
             raise ConfigError(f"scoring: grid_region = {self.grid_region!r} must be a name")
         object.__setattr__(self, "grid_region", self.grid_region.casefold())
+        if self.host_profile is not None and not isinstance(self.host_profile, str):
+            raise ConfigError(f"scoring: host_profile = {self.host_profile!r} must be a name")
+        host = self.host_profile
         defaults = {
             "grid_gco2e_per_kwh": lambda: grid_intensity(self.grid_region),
-            "host_w_per_node": lambda: system.host_w_per_node(self.host_profile),
-            "host_embodied_kgco2e_per_device": lambda: system.host_embodied_kgco2e_per_device(
-                self.host_profile
-            ),
             "usd_per_kwh": lambda: system.electricity_usd_per_kwh(
                 self.grid_region if self.grid_region in system.electricity_regions() else "world"
             ),
@@ -181,10 +185,21 @@ class ScoringParams:
             "goodput": lambda: TcoConstants.default().goodput,
             "volume_units": lambda: CostParams.default().volume_units,
         }
+        if host is not None:
+            defaults["host_w_per_node"] = lambda: system.host_w_per_node(host)
+            defaults["host_embodied_kgco2e_per_device"] = lambda: (
+                system.host_embodied_kgco2e_per_device(host)
+            )
         for name, default in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default())
-        problems = [p for name in RANGES if (p := _range_problem(name, getattr(self, name)))]
+        waiting = _HOST_TERMS if host is None else ()  # set by for_accelerator, or given
+        problems = [
+            p
+            for name in RANGES
+            if not (name in waiting and getattr(self, name) is None)
+            and (p := _range_problem(name, getattr(self, name)))
+        ]
         if self.embodied_mode not in ("amortised", "whole-life"):
             problems.append(
                 f"embodied_mode = {self.embodied_mode!r} must be 'amortised' or 'whole-life'"
@@ -198,6 +213,17 @@ class ScoringParams:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    def for_accelerator(self, accelerator: str) -> ScoringParams:
+        """These settings for a run of ``accelerator``: with no ``host_profile`` given, the
+        server it ships in (:func:`arch_space.system.host_profile_for`: a preset's own, else
+        a DGX A100) and that server's power and embodied carbon where not given. The one rule
+        by which ``evaluate``, ``serve`` and the sweep choose a host."""
+        if self.host_profile is not None:
+            return self
+        from arch_space.system import host_profile_for
+
+        return replace(self, host_profile=host_profile_for(accelerator))
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -258,7 +284,9 @@ def embodied_parts_kgco2e(
     devices: int, board_kgco2e_per_device: Any, params: ScoringParams
 ) -> dict[str, Any]:
     """Embodied carbon (kgCO2e) per device of the system's parts: ``board``, ``host`` share,
-    ``network`` share."""
+    ``network`` share (``params`` with its host known: :meth:`ScoringParams.for_accelerator`)."""
+    if params.host_embodied_kgco2e_per_device is None:
+        raise ValueError("scoring: the host server is not chosen (ScoringParams.for_accelerator)")
     return {
         "board": board_kgco2e_per_device,
         "host": params.host_embodied_kgco2e_per_device,
@@ -349,6 +377,7 @@ def system_capex(
 ) -> DeviceCapex:
     """The capital cost per device of ``devices`` accelerators ``acc`` in their hosts, network
     and data centre, with the accelerator priced in ``view`` (default: the params')."""
+    params = params.for_accelerator(acc.name)
     return device_capex(
         acc, devices, params.host_profile, view or params.cost_view, params.volume_units
     )

@@ -5,7 +5,7 @@ second, the dynamic power of its pools' passes (compute, memory, network: each o
 as the training iteration's energy counts it), the static power of every device it holds
 (while it computes: ``static``; while it waits, in a pipeline's lighter stages or the pool
 that outpaces the other: ``idle``, the same leakage calibrated to idle power), the links'
-energy of the KV-cache transfers between pools, and the host servers of its nodes. Static
+energy of the KV-cache transfers between pools, and its devices' share of their nodes' hosts. Static
 power is charged over the wall-clock time, so a layer that the HBM floor stretches beyond its
 schedule costs its static power for as long as it runs. The energy per output token is that
 power over the output tokens per second.
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from arch_space import Accelerator, embodied_kgco2e, static_power_w
-from arch_space.accelerator import node_count
+from arch_space.accelerator import host_share
 from phaze.scoring import ScoringParams, job_carbon, job_cost, system_capex
 from placement.serving_engine import EngineResult
 
@@ -52,9 +52,10 @@ class TokenEnergy:
 
 
 def token_energy(
-    engine: EngineResult, static_w_per_device: float, host_w_per_node: float, nodes: int
+    engine: EngineResult, static_w_per_device: float, host_w_per_node: float, nodes: float
 ) -> TokenEnergy:
-    """The energy per output token of ``engine``'s pools (see the module docstring)."""
+    """The energy per output token of ``engine``'s pools (see the module docstring);
+    ``nodes`` is the nodes' worth of hosts charged (:func:`arch_space.accelerator.host_share`)."""
     rate = engine.output_tokens_per_s
     static_w = idle_w = 0.0
     compute_w = memory_w = network_w = 0.0
@@ -111,8 +112,10 @@ def serving_score(
     tokens_to_serve: float,
     params: ScoringParams,
 ) -> ServingScore:
-    """Score a serving layout of ``devices`` accelerators ``acc`` in steady state."""
-    nodes = node_count(devices, devices_per_node)
+    """Score a serving layout of ``devices`` accelerators ``acc`` in steady state, in its
+    host server (:meth:`~phaze.scoring.ScoringParams.for_accelerator`)."""
+    params = params.for_accelerator(acc.name)
+    nodes = host_share(devices, devices_per_node)
     energy = token_energy(engine, static_power_w(acc), params.host_w_per_node, nodes)
     rate = engine.output_tokens_per_s
     capex = system_capex(acc, devices, params)

@@ -87,5 +87,5 @@ def iteration_energy(
         static_j=static_w * busy_s,
         network_j=rates.network_j * micro_batches + link_j,
         idle_j=static_w * (bd.iteration_s - busy_s),
-        host_j=cluster.nodes * rates.host_w_per_node * bd.iteration_s,
+        host_j=cluster.host_share * rates.host_w_per_node * bd.iteration_s,
     )

@@ -16,11 +16,36 @@ SHOW_KEYS = {
     "device_cost_usd",
     "embodied_kgco2e",
     "tdp_w",
+    "tdp_source",
+    "load_power_w",
     "yield",
     "dies_per_wafer",
     "design_id",
     *(set(ACCELERATOR_FIELDS) - {"name", "hbm_stacks"}),
 }
+
+
+def test_arch_list_shows_the_data_sheet_tdp_beside_the_modelled_load_power(cli_run):
+    """The H100's TDP is its data sheet's 700 W; the 617 W the model draws under tensor load
+    is named for what it is, in the text and in --json."""
+    from arch_space.power import tdp_w as load_power_w
+
+    h100 = preset("h100")
+    docs = {
+        a["name"]: a for a in json.loads(cli_run("arch", "list", "--json").output)["accelerators"]
+    }
+    assert docs["h100"]["tdp_w"] == 700.0 and "700 W" in docs["h100"]["tdp_source"]
+    assert docs["h100"]["load_power_w"] == pytest.approx(load_power_w(h100))
+    assert docs["tpuv4"]["tdp_w"] is None  # no shipped data sheet figure
+    lines = cli_run("arch", "list").output.splitlines()
+    header = lines[0].split("  ")
+    assert "load W" in [h.strip() for h in header] and "TDP W" in [h.strip() for h in header]
+    row = next(line for line in lines if line.startswith("h100 "))
+    cells = row.split()
+    assert cells[cells.index(str(round(load_power_w(h100)))) + 1] == "700"
+    show = cli_run("arch", "show", "h100").output
+    assert "TDP (data sheet board power): 700 W" in show
+    assert "TDP-like" not in show
 
 
 def test_arch_list_text_and_json(cli_run):

@@ -228,3 +228,20 @@ def test_power_headroom_line_reports_the_drawn_power_and_the_limit():
     assert a100["power_drawn_w"] == pytest.approx(a100["power_asked_w"])
     assert a100["power_drawn_w"] <= 400.0
     assert "of a 400 W board limit" in CliRunner().invoke(cli, BASE).output
+
+
+def test_one_device_pays_its_share_of_the_host_not_a_whole_node():
+    """The same work per device on 1 and on 8 devices of an H100 node costs about the same
+    energy per token: a job on one of a node's eight slots pays an eighth of its host."""
+    per_token = {}
+    for d in (1, 8):
+        args = ["evaluate", "--workload", "gpt3-1.3b", "--arch", "h100", "--devices", str(d)]
+        args += ["--global-batch", str(8 * d), "--strategy", f"t=1,p=1,d={d},mbs=4"]
+        r = CliRunner().invoke(cli, [*args, "--recompute", "none", "--json"])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.output)
+        per_token[d] = doc["energy_breakdown"]["it_j"] / (8 * d * doc["seq_len"])
+        # a node full of such devices: theirs and the whole host's power
+        node_w = 8 * doc["avg_device_power_w"] + host_w_per_node("dgx-h100")
+        assert doc["avg_node_power_w"] == pytest.approx(node_w)
+    assert per_token[1] == pytest.approx(per_token[8], rel=0.03)

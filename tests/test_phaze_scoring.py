@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from arch_space.system import host_w_per_node
 from arch_space.tco import DeviceCapex
 from phaze.scoring import (
     SECONDS_PER_YEAR,
@@ -26,6 +27,11 @@ CHIP_ONLY = DeviceCapex(
 )
 
 
+def _params(**kw) -> ScoringParams:
+    """Scoring settings in a DGX A100 host (score_point needs its server chosen)."""
+    return ScoringParams(host_profile="dgx-a100", **kw)
+
+
 def _score(params=None, **over):
     kw = dict(
         iteration_s=10.0,
@@ -39,7 +45,7 @@ def _score(params=None, **over):
         capex=CHIP_ONLY,
         idle_w_per_device=50.0,
         embodied_kgco2e_per_device=100.0,
-        params=params or ScoringParams(goodput=1.0),
+        params=params or _params(goodput=1.0),
     )
     kw.update(over)
     return score_point(**kw)
@@ -70,7 +76,7 @@ def test_hand_computed_values():
 def test_cost_to_train_is_device_hours_at_the_hourly_cost_plus_electricity():
     """Closed form with the capital recovery factor worked out here: $10,000 over 5 years at
     8 % is 10,000 x 0.08 x 1.08^5 / (1.08^5 - 1) a year; maintenance 5 % of 2,000 a year."""
-    s = _score(ScoringParams(goodput=1.0, interest=0.08, usd_per_kwh=0.1))
+    s = _score(_params(goodput=1.0, interest=0.08, usd_per_kwh=0.1))
     hours_held = 1024 * s.time_to_train_s / 3600
     crf = 0.08 * 1.08**5 / (1.08**5 - 1)
     per_year = 10_000 * crf + 0.05 * 10_000 / 5
@@ -82,7 +88,7 @@ def test_cost_to_train_is_device_hours_at_the_hourly_cost_plus_electricity():
 
 
 def test_goodput_stretches_the_time_held_and_adds_idle_energy_while_restarting():
-    full, part = _score(), _score(ScoringParams(goodput=0.8))
+    full, part = _score(), _score(_params(goodput=0.8))
     assert part.time_to_train_s == pytest.approx(full.time_to_train_s / 0.8)
     lost_s = part.time_to_train_s - full.time_to_train_s
     # devices at their 50 W idle power; the test energy has no hosts
@@ -92,7 +98,7 @@ def test_goodput_stretches_the_time_held_and_adds_idle_energy_while_restarting()
 
 
 def test_whole_life_charges_the_whole_capex():
-    p = ScoringParams(goodput=1.0, embodied_mode="whole-life", usd_per_kwh=0.0)
+    p = _params(goodput=1.0, embodied_mode="whole-life", usd_per_kwh=0.0)
     cost = job_cost(time_to_train_s=3600.0, job_energy_j=0.0, devices=8, capex=CHIP_ONLY, params=p)
     maintenance = 0.05 * 10_000 / 5 / (365.25 * 24) * 8
     assert cost.tco_usd == pytest.approx(8 * 10_000 + maintenance)
@@ -198,7 +204,7 @@ def test_bad_params_name_field_and_value(kw, needle):
 def test_job_carbon_of_arrays_equals_job_carbon_of_each_float(rows, mode):
     """The sweep's bounds call job_carbon on arrays of many designs at once: each entry is
     exactly the float result (the same operations in the same order)."""
-    params = ScoringParams(embodied_mode=mode, grid_gco2e_per_kwh=430.0, goodput=0.9)
+    params = _params(embodied_mode=mode, grid_gco2e_per_kwh=430.0, goodput=0.9)
     times, energies, embodied = (np.array(c) for c in zip(*rows, strict=True))
     many = job_carbon(
         time_to_train_s=times,
@@ -217,3 +223,19 @@ def test_job_carbon_of_arrays_equals_job_carbon_of_each_float(rows, mode):
         )
         for f in dataclasses.fields(one):
             assert getattr(many, f.name)[k] == getattr(one, f.name)
+
+
+def test_the_host_server_is_the_accelerator_s_own_unless_one_is_given():
+    """One rule picks the host: each accelerator's own server unless the settings name one;
+    the server's power and embodied carbon follow it, and given figures stay."""
+    auto = ScoringParams()
+    assert auto.host_profile is None and auto.host_w_per_node is None
+    h100, mine = auto.for_accelerator("h100"), auto.for_accelerator("")
+    assert (h100.host_profile, mine.host_profile) == ("dgx-h100", "dgx-a100")
+    assert h100.host_w_per_node == pytest.approx(host_w_per_node("dgx-h100"))
+    told = ScoringParams(host_profile="dgx-b200")
+    assert told.for_accelerator("h100") is told
+    given = ScoringParams(host_w_per_node=0.0).for_accelerator("h100")
+    assert given.host_w_per_node == 0.0 and given.host_profile == "dgx-h100"
+    with pytest.raises(ValueError, match="host server is not chosen"):
+        _score(ScoringParams(goodput=1.0))

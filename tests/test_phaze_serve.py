@@ -12,7 +12,6 @@ from click.testing import CliRunner
 
 import phaze
 from arch_space import Cluster, load_accelerator, preset, static_power_w
-from arch_space.accelerator import node_count
 from arch_space.tco import SECONDS_PER_YEAR, device_hour_cost
 from phaze.cli import cli
 from phaze.scoring import ScoringParams, electricity_usd, system_capex
@@ -99,7 +98,8 @@ def test_energy_cost_and_carbon_per_token_follow_their_formulas():
     e = sc.energy
     # static power over the wall clock, split by busy and waiting
     assert e.static_j + e.idle_j == pytest.approx(2 * static_power_w(acc) / rate)
-    assert e.host_j == pytest.approx(node_count(2, 8) * scoring.host_w_per_node / rate)
+    # two of a node's eight devices pay two eighths of its host
+    assert e.host_j == pytest.approx(2 / 8 * scoring.host_w_per_node / rate)
     assert sc.energy_per_token_j == pytest.approx(sum(e.terms().values()))
     # a million tokens: the devices' hours at the cost per device-hour, plus electricity
     capex = system_capex(acc, 2, scoring)
@@ -271,3 +271,18 @@ def test_check_strategy_names_every_problem_at_once():
     with pytest.raises(ConfigError, match=r"p = 64 must be at most the 32 blocks; p=64 needs 64"):
         check_strategy(get_model("llama2-7b"), parse_serving("p=64"), ctx)
     check_strategy(get_model("llama2-7b"), parse_serving("t=4"), ctx)  # two replicas of 4
+
+
+def test_one_device_pays_its_share_of_the_host_not_a_whole_node():
+    """A 1-device job at the per-device rate of a full node costs the same energy per token:
+    the host's power is charged per device, so the other seven slots do not fall on it."""
+    base = "serve --workload llama3-8b --arch h100 --input-tokens 1024 --output-tokens 256 --json"
+    docs = {}
+    for d in (1, 8):
+        args = f"{base} --devices {d} --strategy t=1,p=1,d={d},batch=64".split()
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        docs[d] = json.loads(result.output)
+    one, eight = docs[1], docs[8]
+    assert one["tokens_per_s_per_device"] == pytest.approx(eight["tokens_per_s_per_device"])
+    assert one["energy_per_token_j"] == pytest.approx(eight["energy_per_token_j"], rel=0.03)

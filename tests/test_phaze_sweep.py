@@ -351,3 +351,31 @@ def test_the_api_search_takes_what_phaze_sweep_does(tmp_path, monkeypatch):
     for field in ("framework = 'fast'", "zero = [4]", "cp = [0]"):
         assert f"phaze.search [sweep]: {field}" in str(e.value)
     assert len(seen) == 1
+
+
+# --------------------------------------------------------------------------- one host rule
+
+
+def test_a_preset_s_sweep_point_and_its_evaluation_agree(tmp_path):
+    """The sweep prices a preset in the host server ``phaze evaluate`` runs it in (its own:
+    an H100 in a DGX H100), so the stored point and the evaluation of the same point agree
+    on energy, cost and carbon."""
+    from spaces import space_toml
+
+    space = tmp_path / "one.toml"
+    space.write_text(space_toml("one", num_tc=(1,), tc_rows=(64,)))
+    cfg = sweeps.config(space, presets=["h100"], devices=8, devices_per_node=8)
+    sweeps.run(cfg, tmp_path / "out")
+    (point,) = [p for p in sweeps.points(tmp_path / "out") if p["design_name"] == "h100"]
+    args = ["evaluate", "--workload", "gpt3-125m", "--arch", "h100", "--devices", "8"]
+    args += ["--seq-len", "256", "--global-batch", "8", "--json", "--strategy"]
+    args += [f"t={point['tp']},p={point['pp']},d={point['dp']},mbs=1,recompute=none"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["iteration_s"] == pytest.approx(point["iteration_s"])
+    assert doc["energy_breakdown"]["host_j"] == pytest.approx(point["energy_host_j"])
+    assert doc["energy_j"] / 1.10 == pytest.approx(point["job_energy_j"])
+    assert doc["capex_usd"] == pytest.approx(point["system_cost_usd"])
+    assert doc["tco_usd"] == pytest.approx(point["tco_usd"])
+    assert doc["total_kgco2e"] == pytest.approx(point["total_kgco2e"])

@@ -182,7 +182,7 @@ _SCORING = st.builds(
     lifetime_s=st.floats(0.5 * SECONDS_PER_YEAR, 10 * SECONDS_PER_YEAR),
     utilisation=st.floats(0.05, 1.0),
     embodied_mode=st.sampled_from(["amortised", "whole-life"]),
-    host_profile=st.sampled_from(["dgx-a100", "dgx-h100"]),
+    host_profile=st.sampled_from([None, "dgx-a100", "dgx-h100"]),
     host_w_per_node=st.none() | st.floats(0.0, 1e4),
     host_embodied_kgco2e_per_device=st.none() | st.floats(0.0, 1e4),
     usd_per_kwh=st.none() | st.floats(0.0, 1.0),
@@ -248,3 +248,34 @@ def test_bounds_never_beat_the_scored_point_for_any_scoring(
     ev = evaluate_point(workload, model, acc, knobs, ctx)
     assume(ev.feasible)
     _check_bound(acc, model, ctx, record_of(ev, devices), (knobs,))
+
+
+def test_bounds_of_many_designs_are_each_design_s_bound_in_its_own_host():
+    """The vectorised bounds of a round (presets beside new designs) equal each design's
+    own bound, each priced in its own host server (an H100 in a DGX H100)."""
+    from arch_space import preset
+    from phaze.scoring import system_capex
+    from phaze.sweep.optimistic import bound_columns
+
+    model = resolve_model("gpt3-125m")
+    ctx = Context(cluster=Cluster(devices=8), seq_len=256, global_batch=8)
+    mine = Accelerator(
+        num_tc=4,
+        tc_rows=64,
+        tc_cols=64,
+        num_vc=1,
+        vc_lanes=64,
+        glb_bytes=16 << 20,
+        hbm_bytes=32 << 30,
+        hbm_bandwidth_bytes_per_s=1.2e12,
+        clock_hz=1.05e9,
+        node_nm=7,
+    )
+    designs = [preset("h100"), mine, preset("a100")]
+    capex = [system_capex(a, 8, ctx.scoring) for a in designs]
+    signs = [(n, 1.0) for n in ("total_kgco2e", "tco_usd", "electricity_usd")]
+    columns = bound_columns(designs, capex, model, ctx, signs)
+    for i, acc in enumerate(designs):
+        one = bounds(acc, model, ctx)
+        for (name, _), (values, _) in zip(signs, columns, strict=True):
+            assert values[i] == pytest.approx(getattr(one, name), rel=1e-12)

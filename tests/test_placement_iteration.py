@@ -123,8 +123,8 @@ def test_iteration_energy_terms():
     assert e.idle_j > 0 and e.static_j + e.idle_j == pytest.approx(
         2 * 10.0 * pl.breakdown.iteration_s
     )
-    # one node of two devices, its host at 100 W over the iteration
-    assert e.host_j == pytest.approx(100.0 * pl.breakdown.iteration_s)
+    # two of a node's eight devices pay two eighths of its 100 W host over the iteration
+    assert e.host_j == pytest.approx(2 / 8 * 100.0 * pl.breakdown.iteration_s)
     # the d - 1 = 1 ring all-reduce moves 4 (d - 1) P bytes at 1 pJ/bit
     assert math.isclose(e.network_j, 4.0 + 4 * (pl.layout.d - 1) * 1e12 * 8 * 1e-12)
     assert e.total_j == pytest.approx(sum(e.terms().values()))
@@ -212,6 +212,44 @@ def test_search_keeps_every_cluster_field(tmp_path):
     # stays in one node, where the measured curve holds the latency, may keep its time)
     assert all(times[1][k] >= times[0][k] for k in times[0])
     assert any(times[1][k] > times[0][k] for k in times[0])
+
+
+def _stage_rows(output: str) -> tuple[list[str], list[list[str]]]:
+    """The header cells and rows of evaluate's stage table (cells split on 2+ spaces)."""
+    lines = output.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("stage "))
+    end = lines.index("", top)
+    split = [[c.strip() for c in line.split("  ") if c.strip()] for line in lines[top:end]]
+    return split[0], split[2:]
+
+
+def test_evaluate_groups_interleaved_chunks_by_stage():
+    """With v chunks per rank, one row per pipeline stage (not per chunk), naming its
+    chunks' layers; its load and memory are its chunks' sums, the fullest stage's memory
+    the device's. Without interleaving the table keeps one row per stage."""
+    args = ["evaluate", "--workload", "gpt3-1.3b", "--arch", "h100", "--devices", "8"]
+    args += ["--global-batch", "64", "--strategy"]
+    r = CliRunner().invoke(cli, [*args, "t=1,p=2,d=4,v=3,mbs=4", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    stages = doc["pipeline_stages"]
+    assert [s["stage"] for s in stages] == [0, 1]
+    assert all(len(s["chunks"]) == 3 for s in stages)
+    # chunk c on rank c mod p: the ranks alternate along the layers
+    starts = sorted((c["layers"][0], s["stage"]) for s in stages for c in s["chunks"])
+    assert [rank for _, rank in starts] == [0, 1, 0, 1, 0, 1]
+    for s in stages:
+        assert s["load_s"] == pytest.approx(sum(c["load_s"] for c in s["chunks"]))
+        assert s["memory_bytes"] == pytest.approx(sum(c["memory_bytes"] for c in s["chunks"]))
+    fullest = max(s["memory_bytes"] for s in stages)
+    assert fullest == pytest.approx(doc["memory_per_device_bytes"])
+    header, rows = _stage_rows(CliRunner().invoke(cli, [*args, "t=1,p=2,d=4,v=3,mbs=4"]).output)
+    assert header[:3] == ["stage", "chunks", "layers of each chunk"] and len(rows) == 2
+    ranges = ", ".join("{}-{}".format(*c["layers"]) for c in stages[0]["chunks"])
+    assert rows[0][:3] == ["0", "3", ranges]
+    header, rows = _stage_rows(CliRunner().invoke(cli, [*args, "t=1,p=2,d=4,v=1,mbs=4"]).output)
+    assert header == ["stage", "layers", "devices", "load per micro-batch", "memory"]
+    assert [row[0] for row in rows] == ["0", "1"]
 
 
 def test_evaluate_shows_where_the_time_and_memory_go():

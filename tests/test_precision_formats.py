@@ -4,6 +4,7 @@ unchanged, refusals in one line, and the knob in strategy strings, sweeps and th
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from arch_space.tech import tech_node
 from phaze.cli import cli
 from phaze.sweep.planning import Shared, design_knobs
 from phaze_common.errors import ConfigError
+from phaze_common.units import fmt_percent
 from placement import Layout, parse_strategy
 from workloads import TrainingSetup, build_layer_graph, get_model
 from workloads.memory import block_activation_bytes
@@ -396,3 +398,19 @@ def test_a_sweep_chooses_formats_and_stores_the_precision_of_each_point(tmp_path
     speed = {(p["formats"], p["num_tc"], p["precision"]): p["tokens_per_s"] for p in points}
     assert speed[("bf16+fp8", 4, "fp8-te")] > speed[("bf16", 4, "bf16")]
     assert all(p["feasible"] for p in points)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8-te"])
+def test_mfu_says_which_peak_it_is_against(precision):
+    """MFU is against the bf16 peak whatever the recipe (so it says so); an fp8 run also
+    gives it against the fp8 peak, in the text and in --json."""
+    args = ["evaluate", "--workload", "gpt3-1.3b", "--arch", "h100", "--devices", "8"]
+    args += ["--global-batch", "64", "--strategy", f"t=1,p=1,d=8,mbs=8,precision={precision}"]
+    doc = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    h100, flops = preset("h100"), doc["tflops_per_device"] * 1e12
+    assert doc["mfu"] == pytest.approx(flops / h100.peak_flops)
+    assert doc["mfu_fp8_peak"] == pytest.approx(flops / h100.peak_flops / h100.format_rate("fp8"))
+    (row,) = [line for line in CliRunner().invoke(cli, args).output.splitlines() if "MFU" in line]
+    bf16 = f"{fmt_percent(doc['mfu'])} of the bf16 peak"
+    fp8 = f", {fmt_percent(doc['mfu_fp8_peak'])} of the fp8 peak"
+    assert row.split(None, 1)[1] == bf16 + (fp8 if precision != "bf16" else "")

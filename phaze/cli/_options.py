@@ -263,9 +263,9 @@ def scoring_options(training: bool) -> Callable:
 
 def scoring_of(kw: dict[str, Any], acc: Accelerator) -> ScoringParams:
     """The scoring settings the :func:`scoring_options` in ``kw`` give (taken out of it); a
-    preset runs in its own host server unless ``--host`` says otherwise; a setting the
-    command does not offer keeps :class:`~phaze.scoring.ScoringParams`' default."""
-    from arch_space.system import host_profile_for
+    preset runs in its own host server unless ``--host`` says otherwise
+    (:meth:`~phaze.scoring.ScoringParams.for_accelerator`); a setting the command does not
+    offer keeps :class:`~phaze.scoring.ScoringParams`' default."""
     from phaze.scoring import SECONDS_PER_YEAR, ScoringParams
 
     given = {
@@ -277,8 +277,8 @@ def scoring_of(kw: dict[str, Any], acc: Accelerator) -> ScoringParams:
         pue=kw.pop("pue"),
         grid_gco2e_per_kwh=kw.pop("grid_gco2e_per_kwh"),
         grid_region=kw.pop("grid_region"),
-        host_profile=kw.pop("host_profile") or host_profile_for(acc.name),
+        host_profile=kw.pop("host_profile"),
         usd_per_kwh=kw.pop("usd_per_kwh"),
         cost_view=kw.pop("cost_view"),
         **given,
-    )
+    ).for_accelerator(acc.name)

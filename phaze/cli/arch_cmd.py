@@ -92,7 +92,8 @@ def list_cmd(
             f"{d['node_nm']} nm",
             columns["peak_flops"][i],
             round(d["area_mm2"]),
-            round(d["tdp_w"]),
+            round(d["load_power_w"]),
+            "-" if d["tdp_w"] is None else round(d["tdp_w"]),
             round(d["device_cost_usd"]),
             round(d["build_cost_usd"]),
             round(d["price_usd"]),
@@ -111,6 +112,7 @@ def list_cmd(
         "node",
         "peak bf16",
         "area mm2",
+        "load W",
         "TDP W",
         "chip $",
         "build $",
@@ -236,7 +238,8 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
         _breakdown("area", d["area_mm2"], d["area_breakdown_mm2"], "mm2", 1),
         "",
         _breakdown("peak power", d["peak_power_w"], d["power_breakdown_w"], "W", 1),
-        f"power under tensor load (TDP-like, a large GEMM): {fmt_quantity(d['tdp_w'], 'W')}",
+        f"power under tensor load (modelled, a large GEMM): {fmt_quantity(d['load_power_w'], 'W')}",
+        _tdp_text(d),
         "",
         f"die: {d['dies_per_wafer']} dies per wafer, yield {fmt_percent(d['yield'])}",
         _breakdown("chip cost", d["device_cost_usd"], d["cost_breakdown_usd"], "USD", 0),
@@ -258,6 +261,13 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _tdp_text(d: Mapping[str, Any]) -> str:
+    """The data sheet's board power (TDP) with its source, or why there is none."""
+    if d["tdp_w"] is None:
+        return "TDP (data sheet board power): none shipped (not a preset in a host server)"
+    return f"TDP (data sheet board power): {fmt_quantity(d['tdp_w'], 'W')} ({d['tdp_source']})"
+
+
 def _breakdown(title: str, total: float, parts: Mapping[str, float], unit: str, digits: int) -> str:
     rows = [[k, round(v, digits), f"{v / total:.0%}" if total else "-"] for k, v in parts.items()]
     rows.append(["total", round(total, digits), "100%"])
@@ -273,7 +283,9 @@ _KNOWN_KEYS = frozenset(
         "peak_flops",
         "area_mm2",
         "area_breakdown_mm2",
+        "load_power_w",
         "tdp_w",
+        "tdp_source",
         "peak_power_w",
         "power_breakdown_w",
         "static_power_w",

@@ -21,6 +21,7 @@ from phaze.cli._options import (
     scoring_options,
 )
 from phaze.cli._render import echo_json, table
+from phaze.cli._stages import pipeline_stages, stage_table
 from phaze.config import RECOMPUTE_MODES
 from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import Score, ScoringParams
@@ -198,6 +199,7 @@ def evaluate(
         "tokens_per_s": sc.tokens_per_s,
         "tflops_per_device": tflops,
         "mfu": sc.mfu,
+        "mfu_fp8_peak": _mfu_fp8_peak(acc, sc.mfu),
         "memory_per_device_bytes": pl.memory_breakdown.total_bytes,
         "hbm_bytes": acc.hbm_bytes,
         "bubble_fraction": pl.bubble_fraction,
@@ -219,6 +221,7 @@ def evaluate(
         },
         **dataclasses.asdict(run),
         "placement": json.loads(placement_summary(pl)),
+        "pipeline_stages": pipeline_stages(pl),
         "strategy_defaults": ev.defaults,
         "search_exclusions": _exclusions(framework) if layout is None or ev.defaults else [],
         "headroom": headroom(acc).figures(),
@@ -239,7 +242,7 @@ def evaluate(
             f"{fmt_quantity(sc.tokens_per_s, 'tokens/s')}",
         ],
         ["model FLOP/s per device", fmt_quantity(tflops * 1e12, "FLOP/s")],
-        ["MFU", fmt_percent(sc.mfu)],
+        ["MFU", _mfu_text(doc)],
         [
             "memory per device",
             "{} of {}".format(*fmt_pair(pl.memory_breakdown.total_bytes, acc.hbm_bytes, "B")),
@@ -265,14 +268,8 @@ def evaluate(
         click.echo(f"layouts the search skipped, by {framework}'s rules: {rules}")
     click.echo("")
     click.echo(_breakdown_table(pl))
-    loads = fmt_column([s.load_s for s in pl.stages], "s")
-    memories = fmt_column([s.memory_bytes for s in pl.stages], "B")
-    stage_rows = [
-        [i, f"{min(s.layers)}-{max(s.layers)}", s.devices, loads[i], memories[i]]
-        for i, s in enumerate(pl.stages)
-    ]
     click.echo("")
-    click.echo(table(stage_rows, ["stage", "layers", "devices", "load per micro-batch", "memory"]))
+    click.echo(table(*stage_table(pl)))
     click.echo("")
     click.echo(_run_table(sc, run, scoring))
     click.echo("")
@@ -304,6 +301,21 @@ def _precision_doc(ev, state_bytes: int | None) -> dict[str, object]:
         ),
         "saved_linear_input_bytes": r.saved_linear_input_bytes,
     }
+
+
+def _mfu_fp8_peak(acc, mfu: float) -> float | None:
+    """The MFU against the tensor cores' fp8 peak (``mfu`` is against the bf16 peak), None
+    for a design without fp8."""
+    return mfu / acc.format_rate("fp8") if "fp8" in acc.format_names else None
+
+
+def _mfu_text(doc: dict[str, object]) -> str:
+    """The MFU against the bf16 peak, and against the fp8 peak when the blocks' GEMMs ran
+    in fp8 (an fp8 recipe's model FLOP/s can pass the bf16 peak)."""
+    text = f"{fmt_percent(doc['mfu'])} of the bf16 peak"
+    if doc["precision"]["gemm_format"] == "fp8" and doc["mfu_fp8_peak"] is not None:
+        text += f", {fmt_percent(doc['mfu_fp8_peak'])} of the fp8 peak"
+    return text
 
 
 def _precision_text(p: dict[str, object]) -> str:

@@ -20,7 +20,7 @@ import click
 
 from arch_space import device_cost_usd, embodied_kgco2e, preset
 from arch_space._data import shipped_toml
-from arch_space.system import host_profile_for, typical_load_fraction
+from arch_space.system import typical_load_fraction
 from arch_space.tco import build_cost_usd, device_hour_cost
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
@@ -37,7 +37,7 @@ def device_hour_usd(arch: str, devices: int) -> float:
     """The cost (USD) of holding one ``arch`` preset for an hour in a cluster of ``devices``,
     in its own host server, with the default scoring and electricity at typical load."""
     acc = preset(arch)
-    params = ScoringParams(host_profile=host_profile_for(acc.name))
+    params = ScoringParams().for_accelerator(acc.name)
     capex = system_capex(acc, devices, params)
     rates = device_hour_cost(capex, lifetime_s=params.lifetime_s, interest=params.interest)
     typical_kw = capex.provisioned_w * typical_load_fraction() / 1000.0

@@ -112,6 +112,7 @@ def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Layout], ctx: Co
 
 def _bound_at(acc: Accelerator, flops_per_s: float, model: Model, ctx: Context) -> Bound:
     """The bound of ``acc`` when every device does model FLOPs at ``flops_per_s``."""
+    ctx = dataclasses.replace(ctx, scoring=ctx.scoring.for_accelerator(acc.name))
     fields = _bound_fields(
         flops_per_s,
         least_mac_energy_pj(acc),
@@ -134,7 +135,8 @@ def _bound_fields(
     ctx: Context,
 ) -> dict[str, Any]:
     """The fields of :class:`Bound` from the device's figures: floats, or numpy arrays of
-    many designs' (the same operations in the same order, so the same values).
+    many designs' (the same operations in the same order, so the same values), all in the
+    host server of ``ctx.scoring`` (:meth:`~phaze.scoring.ScoringParams.for_accelerator`).
 
     The optimistic inputs go through the pipeline's own scoring
     (:func:`phaze.scoring.score_point`): every device does model FLOPs at ``peak_flops``
@@ -153,7 +155,7 @@ def _bound_fields(
         static_j=n * static_w * iteration_s,
         network_j=0.0,
         idle_j=0.0,
-        host_j=ctx.cluster.nodes * ctx.scoring.host_w_per_node * iteration_s,
+        host_j=ctx.cluster.host_share * ctx.scoring.host_w_per_node * iteration_s,
     )
     setup = TrainingSetup(
         seq_len=ctx.seq_len, global_batch=ctx.global_batch, tokens_to_train=ctx.tokens_to_train
@@ -182,18 +184,26 @@ def bound_columns(
     ctx: Context,
     signs: Sequence[tuple[str, float]],
 ) -> list[tuple[np.ndarray, float]]:
-    """(values over ``designs``, sign) of each bounded objective, vectorised over designs;
-    ``capex`` are the designs' capital costs per device (already known to the caller)."""
-    fields = _bound_fields(
-        np.array([fastest_flops(a) for a in designs], dtype=float),
-        np.array([least_mac_energy_pj(a) for a in designs], dtype=float),
-        np.array([static_power_w(a) for a in designs], dtype=float),
-        np.array([embodied_kgco2e(a) for a in designs], dtype=float),
-        stack_capex(capex),
-        model,
-        ctx,
-    )
-    return [(np.broadcast_to(fields[n], (len(designs),)), s) for n, s in signs]
+    """(values over ``designs``, sign) of each bounded objective, vectorised over the designs
+    that share a host server; ``capex`` are the designs' capital costs per device (already
+    known to the caller)."""
+    hosts = [ctx.scoring.for_accelerator(a.name) for a in designs]
+    columns = {n: np.empty(len(designs)) for n, _ in signs}
+    for scoring in dict.fromkeys(hosts):
+        idx = [i for i, h in enumerate(hosts) if h == scoring]
+        group = [designs[i] for i in idx]
+        fields = _bound_fields(
+            np.array([fastest_flops(a) for a in group], dtype=float),
+            np.array([least_mac_energy_pj(a) for a in group], dtype=float),
+            np.array([static_power_w(a) for a in group], dtype=float),
+            np.array([embodied_kgco2e(a) for a in group], dtype=float),
+            stack_capex([capex[i] for i in idx]),
+            model,
+            dataclasses.replace(ctx, scoring=scoring),
+        )
+        for n, _ in signs:
+            columns[n][idx] = fields[n]
+    return [(columns[n], s) for n, s in signs]
 
 
 def iteration_lower_bound_s(
