@@ -11,10 +11,11 @@ from pathlib import Path
 import click
 
 from phaze.cli import INTERRUPTED, NoFeasiblePoint
-from phaze.cli._files import cannot_write
+from phaze.cli._files import cannot_write, check_parent
 from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
 from phaze.config import (
+    MODE_KEYS,
     MODES,
     RECOMPUTE_MODES,
     SERVE_OBJECTIVES,
@@ -22,7 +23,7 @@ from phaze.config import (
     load_sweep_config,
     quick_sweep_config,
 )
-from phaze.executors import EXECUTORS, check_reachable
+from phaze.executors import EXECUTORS, check_executor, check_reachable
 from phaze.run import parse_tokens
 from phaze.sweep import SweepResult, run_sweep
 from phaze.sweep.planning import plan
@@ -43,6 +44,23 @@ __all__ = ["sweep"]
 logger = logging.getLogger(__name__)
 
 _TOP = 3
+# the option that sets each [sweep] key one mode only uses (phaze.config.MODE_KEYS)
+_OPTION_OF = {
+    "seq_len": "--seq-len",
+    "global_batch": "--global-batch",
+    "micro_batches": "--micro-batch",
+    "recompute": "--recompute",
+    "precision": "--precision",
+    "zero": "--zero",
+    "framework": "--framework",
+    "tokens_to_train": "--tokens",
+    "input_tokens": "--input-tokens",
+    "output_tokens": "--output-tokens",
+    "ttft_limit_s": "--ttft-ms",
+    "tpot_limit_s": "--tpot-ms",
+    "batches": "--batch",
+    "weight_formats": "--weight-format",
+}
 
 
 def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
@@ -52,6 +70,18 @@ def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
         if key in given:
             given[key] = tuple(float(x) for x in given[key])
     return dataclasses.replace(cfg, **given)
+
+
+def _check_mode_options(mode: str, options: dict) -> None:
+    """Refuse the options given for the mode this sweep does not run (they would be ignored
+    without a word), naming them and the mode that takes them."""
+    (other,) = (m for m in MODES if m != mode)
+    given = [_OPTION_OF[k] for k in MODE_KEYS[other] if options.get(k) not in (None, ())]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)} only apply to --mode {other}; this sweep runs --mode {mode} "
+            f"(give --mode {other}, or leave them out)"
+        )
 
 
 def _precision_text(p) -> str:
@@ -277,38 +307,42 @@ def sweep(
     Every point is stored as it completes in OUT/phaze.sqlite; re-running the same command
     resumes an interrupted sweep. Ends with the best designs per objective and an HTML report.
     """
+    if out is not None:
+        check_parent(out, "--out")
     cfg = load_sweep_config(config) if config else quick_sweep_config()
-    cfg = _overridden(
-        cfg,
-        workloads=workloads,
-        space=space,
-        devices=devices,
-        devices_per_node=devices_per_node,
-        seq_len=seq_len,
-        global_batch=global_batch,
-        micro_batches=micro_batches,
-        hbm_gib=hbm_gib,
-        recompute=recompute,
-        precision=precision,
-        zero=zero,
-        objectives=objectives,
-        prune=False if no_prune else None,
-        framework=framework,
-        tokens_to_train=None if tokens_to_train is None else parse_tokens(tokens_to_train),
-        mode=mode,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        ttft_limit_s=None if ttft_ms is None else ttft_ms / 1e3,
-        tpot_limit_s=None if tpot_ms is None else tpot_ms / 1e3,
-        batches=batches,
-        weight_formats=weight_formats,
-        hbm_tbps=hbm_tbps,
-    )
+    options = {
+        "workloads": workloads,
+        "space": space,
+        "devices": devices,
+        "devices_per_node": devices_per_node,
+        "seq_len": seq_len,
+        "global_batch": global_batch,
+        "micro_batches": micro_batches,
+        "hbm_gib": hbm_gib,
+        "recompute": recompute,
+        "precision": precision,
+        "zero": zero,
+        "objectives": objectives,
+        "prune": False if no_prune else None,
+        "framework": framework,
+        "tokens_to_train": None if tokens_to_train is None else parse_tokens(tokens_to_train),
+        "mode": mode,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "ttft_limit_s": None if ttft_ms is None else ttft_ms / 1e3,
+        "tpot_limit_s": None if tpot_ms is None else tpot_ms / 1e3,
+        "batches": batches,
+        "weight_formats": weight_formats,
+        "hbm_tbps": hbm_tbps,
+    }
+    _check_mode_options(mode or cfg.mode, options)
+    cfg = _overridden(cfg, **options)
     if cfg.mode == "serve" and not objectives and _training_objectives(cfg):
         cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES)
     planned = plan(cfg)  # every problem of the config at once, before the banner
     if executor == "ray" and address is not None:
         check_reachable(address)  # seconds, where Ray itself retries for minutes
+    check_executor(executor, jobs, address)  # before anything is printed
     out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
     if cfg.mode == "serve":
         limits = ", ".join(
