@@ -240,3 +240,17 @@ def test_a_ray_sweep_without_ray_fails_before_the_plan(cli_run, tmp_path, monkey
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     r = cli_run("sweep", "--out", tmp_path / "o", "--no-report", "--executor", "ray")
     _one_error(r, "the ray executor needs the ray extra")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("sweep", "{d}"),
+        ("arch", "show", "a100", "--cost-params", "{d}"),
+        ("arch", "list", "--tech-params", "{d}"),
+        ("validate", "megatron", "--calibration", "{d}"),
+        ("validate", "runs", "--registry", "{d}"),
+    ],
+)
+def test_a_directory_given_for_an_input_file_exits_1_naming_it(cli_run, tmp_path, args):
+    _one_error(cli_run(*(a.format(d=tmp_path) for a in args)), f"{tmp_path}: is a directory")

@@ -161,7 +161,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 
 
 @click.command("sweep")
-@click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("config", required=False, type=click.Path(path_type=Path))
 @click.option(
     "--workload", "workloads", multiple=True, help="Workload name or config.json (repeatable)."
 )
