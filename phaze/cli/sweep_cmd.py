@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from phaze.cli import INTERRUPTED, NoFeasiblePoint
 from phaze.cli._files import cannot_write, check_parent
@@ -44,23 +45,8 @@ __all__ = ["sweep"]
 logger = logging.getLogger(__name__)
 
 _TOP = 3
-# the option that sets each [sweep] key one mode only uses (phaze.config.MODE_KEYS)
-_OPTION_OF = {
-    "seq_len": "--seq-len",
-    "global_batch": "--global-batch",
-    "micro_batches": "--micro-batch",
-    "recompute": "--recompute",
-    "precision": "--precision",
-    "zero": "--zero",
-    "framework": "--framework",
-    "tokens_to_train": "--tokens",
-    "input_tokens": "--input-tokens",
-    "output_tokens": "--output-tokens",
-    "ttft_limit_s": "--ttft-ms",
-    "tpot_limit_s": "--tpot-ms",
-    "batches": "--batch",
-    "weight_formats": "--weight-format",
-}
+# the [sweep] key each option sets, where the names differ (phaze.config.MODE_KEYS)
+_KEY_OF = {"ttft_ms": "ttft_limit_s", "tpot_ms": "tpot_limit_s"}
 
 
 def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
@@ -72,11 +58,17 @@ def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
     return dataclasses.replace(cfg, **given)
 
 
-def _check_mode_options(mode: str, options: dict) -> None:
-    """Refuse the options given for the mode this sweep does not run (they would be ignored
-    without a word), naming them and the mode that takes them."""
+def _check_mode_options(ctx: click.Context, mode: str) -> None:
+    """Refuse the options given on the command line for the mode this sweep does not run
+    (they would be ignored without a word), naming them and the mode that takes them."""
     (other,) = (m for m in MODES if m != mode)
-    given = [_OPTION_OF[k] for k in MODE_KEYS[other] if options.get(k) not in (None, ())]
+    given = [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name is not None
+        and _KEY_OF.get(p.name, p.name) in MODE_KEYS[other]
+        and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
+    ]
     if given:
         raise ConfigError(
             f"{', '.join(given)} only apply to --mode {other}; this sweep runs --mode {mode} "
@@ -310,33 +302,33 @@ def sweep(
     if out is not None:
         check_parent(out, "--out")
     cfg = load_sweep_config(config) if config else quick_sweep_config()
-    options = {
-        "workloads": workloads,
-        "space": space,
-        "devices": devices,
-        "devices_per_node": devices_per_node,
-        "seq_len": seq_len,
-        "global_batch": global_batch,
-        "micro_batches": micro_batches,
-        "hbm_gib": hbm_gib,
-        "recompute": recompute,
-        "precision": precision,
-        "zero": zero,
-        "objectives": objectives,
-        "prune": False if no_prune else None,
-        "framework": framework,
-        "tokens_to_train": None if tokens_to_train is None else parse_tokens(tokens_to_train),
-        "mode": mode,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "ttft_limit_s": None if ttft_ms is None else ttft_ms / 1e3,
-        "tpot_limit_s": None if tpot_ms is None else tpot_ms / 1e3,
-        "batches": batches,
-        "weight_formats": weight_formats,
-        "hbm_tbps": hbm_tbps,
-    }
-    _check_mode_options(mode or cfg.mode, options)
-    cfg = _overridden(cfg, **options)
+    _check_mode_options(click.get_current_context(), mode or cfg.mode)
+    cfg = _overridden(
+        cfg,
+        workloads=workloads,
+        space=space,
+        devices=devices,
+        devices_per_node=devices_per_node,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        micro_batches=micro_batches,
+        hbm_gib=hbm_gib,
+        recompute=recompute,
+        precision=precision,
+        zero=zero,
+        objectives=objectives,
+        prune=False if no_prune else None,
+        framework=framework,
+        tokens_to_train=None if tokens_to_train is None else parse_tokens(tokens_to_train),
+        mode=mode,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        ttft_limit_s=None if ttft_ms is None else ttft_ms / 1e3,
+        tpot_limit_s=None if tpot_ms is None else tpot_ms / 1e3,
+        batches=batches,
+        weight_formats=weight_formats,
+        hbm_tbps=hbm_tbps,
+    )
     if cfg.mode == "serve" and not objectives and _training_objectives(cfg):
         cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES)
     planned = plan(cfg)  # every problem of the config at once, before the banner
