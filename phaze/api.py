@@ -140,9 +140,10 @@ def search(
         sweep["sequence_parallel"] = sequence_parallel
     if tokens_to_train is not None:
         sweep["tokens_to_train"] = tokens_to_train
-    # the checks of a sweep file, each problem named once
+    # the checks of a sweep file, each problem named once (every key is given here, both
+    # modes', so the other mode's keys are not refused)
     cfg = dataclasses.replace(
-        sweep_config_from_mapping({"sweep": sweep}, "phaze.search"),
+        sweep_config_from_mapping({"sweep": sweep}, "phaze.search", mode_keys=False),
         solver=solver or SolverSettings(),
         scoring=scoring or ScoringParams(),
     )

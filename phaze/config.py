@@ -34,6 +34,7 @@ from workloads.serving import serving_settings
 
 __all__ = [
     "MODES",
+    "MODE_KEYS",
     "SERVE_OBJECTIVES",
     "RECOMPUTE_MODES",
     "SolverSettings",
@@ -45,6 +46,33 @@ __all__ = [
 
 RECOMPUTE_MODES: Final = ("none", "selective", "full")
 MODES: Final = ("train", "serve")
+#: The [sweep] keys only one mode uses (the other ignores them; every other key serves both).
+MODE_KEYS: Final = MappingProxyType(
+    {
+        "train": (
+            "seq_len",
+            "global_batch",
+            "micro_batches",
+            "recompute",
+            "precision",
+            "ep",
+            "cp",
+            "zero",
+            "sequence_parallel",
+            "framework",
+            "tokens_to_train",
+        ),
+        "serve": (
+            "input_tokens",
+            "output_tokens",
+            "ttft_limit_s",
+            "tpot_limit_s",
+            "batches",
+            "disaggregate",
+            "weight_formats",
+        ),
+    }
+)
 #: The objectives of a serving sweep when none are given.
 SERVE_OBJECTIVES: Final = (
     "tokens_per_s_per_device",
@@ -333,8 +361,14 @@ _RULES: Final = MappingProxyType(
 )
 
 
-def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -> SweepConfig:
-    """Validate a parsed TOML mapping (sections ``[sweep]``, ``[solver]``, ``[scoring]``)."""
+def sweep_config_from_mapping(
+    data: Mapping[str, Any], source: str = "config", *, mode_keys: bool = True
+) -> SweepConfig:
+    """Validate a parsed TOML mapping (sections ``[sweep]``, ``[solver]``, ``[scoring]``).
+
+    With ``mode_keys``, a ``[sweep]`` table that names its ``mode`` may not hold the keys
+    only the other mode uses (:data:`MODE_KEYS`), which would be ignored without a word.
+    """
     problems = _check(source, "top level", data, ("sweep", "solver", "scoring"))
     tables = {}
     for name in ("sweep", "solver", "scoring"):
@@ -345,6 +379,8 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
         tables[name] = dict(table)
     sweep, solver_d, scoring_d = tables["sweep"], tables["solver"], tables["scoring"]
     problems += _check(source, "sweep", sweep, _TOP_KEYS)
+    if mode_keys:
+        problems += _mode_problems(source, sweep)
     problems += _check(source, "solver", solver_d, tuple(f.name for f in fields(SolverSettings)))
     problems += _check(source, "scoring", scoring_d, ScoringParams.field_names())
     kw: dict[str, Any] = {}
@@ -395,6 +431,21 @@ def sweep_config_from_mapping(data: Mapping[str, Any], source: str = "config") -
     if problems:
         raise ConfigError("; ".join(problems))
     return replace(SweepConfig(), **kw, solver=solver, scoring=scoring)
+
+
+def _mode_problems(source: str, sweep: Mapping[str, Any]) -> list[str]:
+    """The keys of ``sweep`` only the mode it does not name uses (none if it names none)."""
+    mode = sweep.get("mode")
+    if mode not in MODES:
+        return []
+    (other,) = (m for m in MODES if m != mode)
+    keys = [k for k in MODE_KEYS[other] if k in sweep]
+    if not keys:
+        return []
+    return [
+        f"{source} [sweep]: {', '.join(keys)} only apply to mode = {other!r}; this sweep has "
+        f"mode = {mode!r} (leave them out)"
+    ]
 
 
 _SOLVER_KEYS: Final = tuple(f.name for f in fields(SolverSettings))

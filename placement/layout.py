@@ -361,7 +361,7 @@ def parse_strategy(text: str, options: Mapping[str, tuple[str, object]] | None =
     (its source, its value) from elsewhere (``{"mbs": ("--micro-batch", 2)}``): it fills the
     field when the string leaves it open; a different value in both is a conflict. Every
     problem is reported at once: a key given twice, an unknown key, a value out of its range,
-    a conflict naming both sources.
+    a conflict naming both sources, sequence parallelism without tensor parallelism (t = 1).
 
     Examples
     --------
@@ -403,6 +403,12 @@ def parse_strategy(text: str, options: Mapping[str, tuple[str, object]] | None =
         if name in values and values[name] != value:
             problems.append(f"strategy {spelled[name]} conflicts with {_spelled(source, value)}")
         values.setdefault(name, value)
+    if values.get("sp") is True and values.get("t") == 1:
+        sp = spelled.get("sp") or _spelled(*options["sp"])  # type: ignore[index]
+        problems.append(
+            f"strategy: {sp} needs t > 1 ({spelled['t']}): sequence parallelism splits "
+            "activations over the tensor-parallel group; give t > 1 or sp=off"
+        )
     if problems:
         raise ConfigError("; ".join(problems))
     # a split left out is Megatron-LM's default, a precision bf16 (no search chooses them)

@@ -26,7 +26,7 @@ from phaze_common.units import fmt_time
 if TYPE_CHECKING:
     from ilp import Schedule
 
-__all__ = ["PER_CORE_MAX", "gantt_figure", "draw_gantt"]
+__all__ = ["PER_CORE_MAX", "gantt_figure", "draw_gantt", "gantt_formats"]
 
 #: Up to this many cores (units of every compute kind) the chart has one row per unit, above it
 #: one lane per kind.
@@ -147,6 +147,15 @@ def _bands(kind, lo, hi, per_core, row_of, lane_of, cores):
     return [(0, lane_of[kind] + 0.05 + 0.9 * lo / n, 0.9 * (hi - lo + 1) / n)]
 
 
+def gantt_formats() -> tuple[str, ...]:
+    """The file extensions :func:`draw_gantt` writes (matplotlib's, sorted), so that a command
+    can refuse another before any work."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return tuple(sorted(FigureCanvasBase.get_supported_filetypes()))
+
+
 def draw_gantt(s: Schedule, path: str | Path, title: str) -> None:
-    """Write the Gantt chart of ``s`` to ``path`` (PNG; at most 2000 px a side)."""
+    """Write the Gantt chart of ``s`` to ``path``, in the format its extension names (one of
+    :func:`gantt_formats`; a raster at most 2000 px a side)."""
     gantt_figure(s, title).savefig(path, dpi=_DPI)

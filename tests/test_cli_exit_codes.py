@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -110,3 +112,45 @@ def test_ctrl_c_exits_130_with_one_line(cli_run, small_sweep, monkeypatch, modul
     r = cli_run(*(a.format(dir=small_sweep[1]) for a in args))
     assert r.exit_code == 130, r.output
     assert r.stderr.strip() == "interrupted" and "Aborted" not in r.output
+
+
+def _phaze(*args: str, **kwargs) -> subprocess.Popen:
+    """``phaze ARGS`` in a process of its own, its stdout and stderr piped."""
+    code = "from phaze.cli import main; main()"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kwargs,
+    )
+
+
+EVALUATE = ("evaluate", "--workload", "gpt3-125m", "--arch", "a100", "--devices", "1")
+EVALUATE += ("--global-batch", "1", "--seq-len", "64")
+
+
+@pytest.mark.parametrize("args", [EVALUATE, ("workloads", "list"), ("arch", "list", "--json")])
+def test_a_closed_stdout_pipe_ends_quietly_with_status_0(args):
+    """``phaze ... | head -1``: the reader is gone before the output is written."""
+    p = _phaze(*args)
+    p.stdout.close()
+    stderr = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0, stderr
+    assert "Error" not in stderr and "Traceback" not in stderr and "Exception" not in stderr
+
+
+def test_every_command_takes_verbose_after_its_name_too():
+    def debug_lines(*args: str) -> list[str]:
+        p = _phaze(*args)
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+        return [line for line in err.decode().splitlines() if line.startswith("DEBUG ")]
+
+    assert debug_lines(*EVALUATE, "-vv") and debug_lines("-v", *EVALUATE, "-v")
+    assert not debug_lines(*EVALUATE, "-v")
+
+
+def test_each_command_and_subcommand_lists_verbose(cli_run):
+    for args in (("evaluate",), ("validate", "gemm"), ("workloads", "show"), ("place",)):
+        r = cli_run(*args, "--help")
+        assert r.exit_code == 0 and "-v, --verbose" in r.output, (args, r.output)

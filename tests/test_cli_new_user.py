@@ -131,3 +131,126 @@ def test_a_registry_in_another_encoding_is_one_error(cli_run, tmp_path):
     path = tmp_path / "runs.toml"
     path.write_text("[run.x]\n", encoding="utf-16-le")
     _one_error(cli_run("validate", "runs", "--registry", path), "runs.toml", "UTF-16-LE")
+
+
+def test_a_gantt_file_in_no_image_format_is_refused_before_the_schedule(cli_run, tmp_path):
+    path = tmp_path / "g.txt"
+    args = ("schedule", "--workload", "gpt3-125m", "--arch", "a100", "--solver", "list")
+    line = _one_error(cli_run(*args, "--gantt", path), f"--gantt {path}", ".png", ".svg", ".pdf")
+    assert ".txt" in line and not path.exists()
+
+
+def test_output_files_in_a_missing_directory_are_refused_and_nothing_is_created(
+    cli_run, tmp_path, small_sweep
+):
+    _, sweep_dir = small_sweep
+    missing = tmp_path / "missing"
+    schedule = ("schedule", "--workload", "gpt3-125m", "--arch", "a100", "--solver", "list")
+    for args, path, option in (
+        ((*schedule, "--gantt", missing / "g.png"), missing / "g.png", "--gantt"),
+        (("report", sweep_dir, "--out", missing / "r.html"), missing / "r.html", "--out"),
+        (("report", sweep_dir, "--plots", missing / "plots"), missing / "plots", "--plots"),
+        (("export", sweep_dir, "--csv", "--out", missing / "x.csv"), missing / "x.csv", "--out"),
+    ):
+        _one_error(cli_run(*args), f"cannot write {path}", f"directory {missing} does not exist")
+        assert option in cli_run(*args).output
+        assert not missing.exists()
+    r = cli_run("sweep", "--executor", "serial", "--no-report", "--out", missing / "o")
+    _one_error(r, f"cannot write {missing / 'o'}", "does not exist", "--out")
+    assert not missing.exists()
+
+
+def test_place_with_a_missing_file_exits_1_as_the_other_commands(cli_run, tmp_path):
+    _one_error(cli_run("place", tmp_path / "none.json"), "none.json", "no such file")
+    _one_error(cli_run("place", tmp_path), "is a directory")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "extra", "words"),
+    [
+        ("t=1,sp=on", (), "sp=on needs t > 1 (t=1)"),
+        ("tp=1,p=1,d=1,sp=true", (), "sp=true needs t > 1 (tp=1)"),
+        ("t=1,p=1,d=1", ("--sp",), "--sp needs t > 1 (t=1)"),
+    ],
+)
+def test_sequence_parallelism_without_tensor_parallelism_is_refused(
+    cli_run, strategy, extra, words
+):
+    args = ["evaluate", "--workload", "gpt3-125m", "--arch", "a100", "--devices", "1"]
+    args += ["--global-batch", "1", "--seq-len", "64", "--strategy", strategy, *extra]
+    _one_error(cli_run(*args), words, "give t > 1 or sp=off")
+    from placement import parse_strategy
+
+    assert parse_strategy("t=2,sp=on").sp and parse_strategy("sp=on").sp  # t searched
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (
+            ["--ttft-ms", "100", "--weight-format", "fp8", "--batch", "4"],
+            "--ttft-ms, --batch, --weight-format only apply to --mode serve; this sweep runs "
+            "--mode train",
+        ),
+        (
+            ["--mode", "serve", "--micro-batch", "2", "--recompute", "full", "--zero", "3"]
+            + ["--precision", "fp8-te"],
+            "--micro-batch, --recompute, --precision, --zero only apply to --mode train; this "
+            "sweep runs --mode serve",
+        ),
+    ],
+)
+def test_sweep_options_of_the_other_mode_are_refused(cli_run, tmp_path, args, words):
+    _one_error(_sweep(cli_run, tmp_path, *args), words)
+    assert not (tmp_path / "o").exists()
+
+
+def test_sweep_file_keys_of_the_other_mode_are_refused(cli_run, tmp_path):
+    config = tmp_path / "s.toml"
+    config.write_text('[sweep]\nmode = "serve"\nmicro_batches = [2]\nrecompute = ["full"]\n')
+    _one_error(
+        _sweep(cli_run, tmp_path, config),
+        "s.toml [sweep]: micro_batches, recompute only apply to mode = 'train'",
+        "this sweep has mode = 'serve'",
+    )
+    config.write_text('[sweep]\nmode = "train"\nbatches = [4]\n')
+    _one_error(_sweep(cli_run, tmp_path, config), "batches only apply to mode = 'serve'")
+    # a file that names no mode may be run in either (the quick sweep with --mode serve)
+    config.write_text('[sweep]\nworkloads = ["gpt3-125m"]\nbatches = [4]\n')
+    from phaze.config import load_sweep_config
+
+    assert load_sweep_config(config).batches == (4,)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--executor", "serial", "--jobs", "2"], "jobs = 2 needs executor 'local' or 'ray'"),
+        (["--executor", "local", "--address", "auto"], "address = 'auto' is only used by"),
+    ],
+)
+def test_executor_errors_come_before_the_sweep_plan(cli_run, tmp_path, args, words):
+    r = cli_run("sweep", "--out", tmp_path / "o", "--no-report", *args)
+    _one_error(r, words)  # nothing printed before it: no banner, no scoring defaults
+
+
+def test_a_ray_sweep_without_ray_fails_before_the_plan(cli_run, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    r = cli_run("sweep", "--out", tmp_path / "o", "--no-report", "--executor", "ray")
+    _one_error(r, "the ray executor needs the ray extra")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("sweep", "{d}"),
+        ("arch", "show", "a100", "--cost-params", "{d}"),
+        ("arch", "list", "--tech-params", "{d}"),
+        ("validate", "megatron", "--calibration", "{d}"),
+        ("validate", "runs", "--registry", "{d}"),
+    ],
+)
+def test_a_directory_given_for_an_input_file_exits_1_naming_it(cli_run, tmp_path, args):
+    _one_error(cli_run(*(a.format(d=tmp_path) for a in args)), f"{tmp_path}: is a directory")

@@ -187,6 +187,8 @@ def test_no_layout_written_out_beats_the_search():
         for d in (1, 2, 4):
             if t * p * d > 8 or (v > 1 and (p < 2 or 12 % (p * v) or (16 // 4 // d) % p)):
                 continue
+            if t == 1 and sp:  # refused: sequence parallelism needs a tensor-parallel group
+                continue
             text = f"t={t},p={p},d={d},v={v},zero={zero},sp={sp},mbs=4,recompute=none,ep=1,cp=1"
             ev = evaluate("g", _GPT, acc, parse_strategy(text), _ctx(bool(sp)))
             times[text] = _seconds(ev)

@@ -35,6 +35,7 @@ def test_report_of_a_real_sweep_and_its_plot_files(cli_run, tmp_path):
         out_dir=sweep_dir,
     )
     path, plots = tmp_path / "sub" / "r.html", tmp_path / "plots"
+    path.parent.mkdir()  # an output file's directory must exist
     result = cli_run("report", sweep_dir, "--out", path, "--svg", "--plots", plots)
     assert result.exit_code == 0, result.output
     text = path.read_text(encoding="utf-8")

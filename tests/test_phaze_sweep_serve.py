@@ -13,7 +13,7 @@ from sweeps import points, run, sweep_table
 
 import phaze
 from phaze.cli import cli
-from phaze.config import SERVE_OBJECTIVES, load_sweep_config
+from phaze.config import MODE_KEYS, SERVE_OBJECTIVES, load_sweep_config
 from phaze_common.errors import ConfigError
 from placement import parse_serving
 from results.report import render_report
@@ -34,9 +34,15 @@ _SERVE = {
 }
 
 
+def _serve_table(table: dict) -> dict:
+    """A serving sweep's [sweep] table: its own objectives, no training key."""
+    return {k: v for k, v in table.items() if k not in ("objectives", *MODE_KEYS["train"])}
+
+
 def _config(d, **over):
-    table = sweep_table(d / "space.toml", **{**_SERVE, "presets": ["a100", "h100"], **over})
-    del table["objectives"]
+    table = _serve_table(
+        sweep_table(d / "space.toml", **{**_SERVE, "presets": ["a100", "h100"], **over})
+    )
     lines = ["[sweep]", *(f"{k} = {json.dumps(v)}" for k, v in table.items())]
     path = d / "sweep.toml"
     path.write_text("\n".join([*lines, "[solver]", 'name = "list"', ""]))
@@ -47,8 +53,7 @@ def _config(d, **over):
 def serve_sweep(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve")
     (d / "space.toml").write_text(_SPACE)
-    table = sweep_table(d / "space.toml", **_SERVE)
-    del table["objectives"]  # a serving sweep's own
+    table = _serve_table(sweep_table(d / "space.toml", **_SERVE))
     lines = ["[sweep]", *(f"{k} = {json.dumps(v)}" for k, v in table.items())]
     (d / "sweep.toml").write_text("\n".join([*lines, "[solver]", 'name = "list"', ""]))
     cfg = load_sweep_config(d / "sweep.toml")

@@ -155,3 +155,20 @@ def test_export_record_and_csv_of_odd_values():
     write_csv([{"key": "k", "feasible": True, "placement": {"tp": 2}}], buf)
     row = next(csv.DictReader(io.StringIO(buf.getvalue())))
     assert row["feasible"] == "1" and row["placement"] == '{"tp": 2}' and row["tcdp"] == ""
+
+
+def test_pareto_refuses_a_metric_the_sweep_has_no_value_for(store_dir, cli_run):
+    """A serving metric of a training sweep is one error naming it and the sweep's metrics,
+    not an empty front with exit 0."""
+    r = cli_run("pareto", store_dir, "--x", "ttft_s", "--y", "tpot_s")
+    assert r.exit_code == 1, r.output
+    (line,) = r.output.splitlines()
+    assert line.startswith(f"Error: no feasible point of {store_dir} (mode train) has a value")
+    assert "of ttft_s, tpot_s: its metrics are " in line, line
+    have = line.split("its metrics are ")[1].split(", ")
+    assert "tokens_per_s" in have and "tcdp" in have and "ttft_s" not in have
+
+
+def test_export_refuses_both_formats(store_dir, cli_run):
+    r = cli_run("export", store_dir, "--json", "--csv")
+    assert r.exit_code == 2 and "give one of --csv and --json, not both" in r.output, r.output

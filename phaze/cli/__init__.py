@@ -1,9 +1,11 @@
 """The ``phaze`` command line: one click group, commands added explicitly.
 
 Each command module under ``phaze.cli`` is thin: parse, one API call, render. Exit codes:
-0 success; 1 a fixable error (one ``Error:`` line, no traceback); 2 a usage error;
-3 the command ran but found no feasible point, or ``validate`` is outside tolerance;
-130 interrupted (Ctrl-C).
+0 success, or stdout's reader gone (``phaze ... | head``: the rest of the output is dropped
+without a word, as Unix tools do); 1 a fixable error (one ``Error:`` line, no traceback);
+2 a usage error; 3 the command ran but found no feasible point, or ``validate`` is outside
+tolerance; 130 interrupted (Ctrl-C). Every command takes ``-v``/``--verbose`` too, adding to
+the group's.
 
 The commands are listed in one place, :data:`COMMANDS`, with the one-line help that
 ``phaze --help`` shows; a command's module (and with it numpy, matplotlib and the models) is
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from types import MappingProxyType
 from typing import Final
@@ -120,6 +123,7 @@ class _PhazeGroup(click.Group):
             for spec in _VALIDATE_MORE:
                 sub = _load(spec)
                 command.add_command(sub)  # type: ignore[attr-defined]
+        _add_verbose(command)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -144,22 +148,79 @@ class _PhazeGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             raise click.exceptions.Exit(INTERRUPTED) from None
+        except BrokenPipeError:
+            _discard_stdout()
+            raise click.exceptions.Exit(0) from None
         except OSError as e:
             if e.filename is None:
                 raise
             raise click.ClickException(f"cannot use {e.filename} ({e.strerror})") from None
 
 
-@click.group(cls=_PhazeGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="phaze")
-@click.option("-v", "--verbose", count=True, help="More log output on stderr (-v info, -vv debug).")
-def cli(verbose: int) -> None:
-    """Phaze: co-design an ML accelerator and the parallel placement of LLM training."""
+_VERBOSE_HELP: Final = "More log output on stderr (-v info, -vv debug)."
+
+
+def _log_verbosity(verbose: int) -> None:
+    """Log on stderr at WARNING, INFO from ``-v``, DEBUG from ``-vv``."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger().setLevel(level)
+
+
+def _command_verbose(ctx: click.Context, _param: click.Parameter, count: int) -> None:
+    """``-v`` after a command: adds to the ``-v`` given before it (``phaze -v evaluate -v``)."""
+    if count:
+        _log_verbosity(count + (ctx.find_root().params.get("verbose") or 0))
+
+
+def _add_verbose(command: click.Command) -> None:
+    """Give ``command`` and, for a group, each of its subcommands the group's ``-v``."""
+    if not any(p.name == "verbose" for p in command.params):
+        command.params.append(
+            click.Option(
+                ["-v", "--verbose"],
+                count=True,
+                expose_value=False,
+                callback=_command_verbose,
+                help=_VERBOSE_HELP,
+            )
+        )
+    for sub in getattr(command, "commands", {}).values():
+        _add_verbose(sub)
+
+
+def _discard_stdout() -> None:
+    """Send what is left of stdout to the null device: its reader is gone (``| head``), and
+    a flush at exit would fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (captured output)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+@click.group(cls=_PhazeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="phaze")
+@click.option("-v", "--verbose", count=True, help=_VERBOSE_HELP)
+def cli(verbose: int) -> None:
+    """Phaze: co-design an ML accelerator and the parallel placement of LLM training."""
+    _log_verbosity(verbose)
 
 
 def main() -> None:
-    cli(prog_name="phaze")
+    """The ``phaze`` entry point. A closed stdout pipe ends it quietly with status 0, however
+    far the command got: while it writes (:meth:`_PhazeGroup.invoke`) or when the output
+    left in the buffer is flushed at the end."""
+    try:
+        cli(prog_name="phaze")
+    except SystemExit:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _discard_stdout()
+            raise SystemExit(0) from None
+        raise

@@ -26,17 +26,17 @@ _GIB = 2**30
 
 _cost_option = click.option(
     "--cost-params",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="TOML overriding the cost constants (layout of arch_space/data/cost.toml).",
 )
 _tech_option = click.option(
     "--tech-params",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="TOML overriding technology constants ([node.N] tables as in arch_space/data/tech.toml).",
 )
 _carbon_option = click.option(
     "--carbon-params",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="TOML overriding the carbon constants (layout of arch_space/data/carbon.toml).",
 )
 

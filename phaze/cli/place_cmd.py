@@ -13,7 +13,7 @@ __all__ = ["place"]
 
 
 @click.command("place")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path))
 @click.option(
     "--method",
     type=click.Choice(["auto", "chain", "dag"]),

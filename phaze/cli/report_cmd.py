@@ -18,8 +18,8 @@ from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, Infeasible
 from results.display import design_label, fmt_values, knob_columns, workload_title
 from results.export import json_document, to_json, write_csv
-from results.pareto import pareto, parse_objectives
-from results.schema import AGGREGATE_WORKLOAD
+from results.pareto import Objective, pareto, parse_objectives
+from results.schema import AGGREGATE_WORKLOAD, NUMERIC_COLUMNS
 from results.store import load
 from results.summary import by_workload, metric_for
 
@@ -116,6 +116,7 @@ def pareto_cmd(
         groups = {workload: groups[workload]}
     if not groups:
         raise Infeasible(f"no feasible point is stored in {directory}")
+    _check_metrics(objectives, groups, directory)
     fronts = {
         w: pareto(pts, [(metric_for(w, o.metric), o.sense) for o in objectives])
         for w, pts in groups.items()
@@ -149,18 +150,44 @@ def pareto_cmd(
         click.echo("")
 
 
+def _check_metrics(
+    objectives: tuple[Objective, ...], groups: dict[str, list[dict[str, Any]]], directory: Path
+) -> None:
+    """Refuse an objective no feasible point of the sweep has a value for (a serving metric
+    of a training sweep), naming the metrics it has."""
+
+    def has(metric: str) -> bool:
+        return any(
+            p.get(metric_for(w, metric)) is not None for w, pts in groups.items() for p in pts
+        )
+
+    missing = [o.metric for o in objectives if not has(o.metric)]
+    if missing:
+        modes = sorted({p.get("mode") or "train" for pts in groups.values() for p in pts})
+        raise ConfigError(
+            f"no feasible point of {directory} (mode {', '.join(modes)}) has a value of "
+            f"{', '.join(missing)}: its metrics are "
+            + ", ".join(m for m in NUMERIC_COLUMNS if has(m))
+        )
+
+
 @click.command("export")
 @click.argument("directory", type=_DIR, metavar="DIR")
-@click.option("--csv", "fmt", flag_value="csv", help="CSV, one row per point.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV, one row per point.")
 @click.option(
-    "--json", "fmt", flag_value="json", help='One JSON document {"schema_version": 6, "points"}.'
+    "--json", "as_json", is_flag=True, help='One JSON document {"schema_version": 6, "points"}.'
 )
 @click.option("--feasible-only", is_flag=True, help="Leave out infeasible and pruned points.")
 @_out_option("Write to this file instead of stdout.")
-def export(directory: Path, fmt: str | None, feasible_only: bool, out: Path | None) -> None:
+def export(
+    directory: Path, as_csv: bool, as_json: bool, feasible_only: bool, out: Path | None
+) -> None:
     """Export every stored point of the sweep in DIR (all columns, SI units)."""
-    if fmt is None:
+    if as_csv and as_json:
+        raise click.UsageError("give one of --csv and --json, not both")
+    if not (as_csv or as_json):
         raise click.UsageError("give --csv or --json")
+    fmt = "csv" if as_csv else "json"
     with load(directory) as store:
         points = store.points(feasible_only=feasible_only)
     if out is not None:

@@ -18,7 +18,7 @@ from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, unknown_name
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_percent, fmt_quantity
-from results.gantt import draw_gantt
+from results.gantt import draw_gantt, gantt_formats
 from workloads import TrainingSetup, build_layer_graph, resolve_model
 
 __all__ = ["schedule", "schedule_doc"]
@@ -54,6 +54,18 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
         "time_limit_s": s.time_limit_s,
         "ops": ops,
     }
+
+
+def _check_gantt(path: Path) -> None:
+    """Refuse a ``--gantt`` file in a format the chart cannot be written in, or in a place it
+    cannot be written to, before the schedule is solved."""
+    formats = gantt_formats()
+    if path.suffix.lower().removeprefix(".") not in formats:
+        raise ConfigError(
+            f"--gantt {path}: the extension {path.suffix or '(none)'!s} is not an image format; "
+            f"give a file ending in one of {', '.join('.' + f for f in formats)}"
+        )
+    check_writable(path, "--gantt")
 
 
 @click.command("schedule")
@@ -109,7 +121,8 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
     "--gantt",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Also draw a Gantt chart to this PNG file.",
+    help="Also draw a Gantt chart to this file, in the format its extension names (.png, .svg, "
+    ".pdf, ...).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def schedule(
@@ -129,7 +142,7 @@ def schedule(
 ) -> None:
     """Schedule one layer pass's ops on an accelerator's compute units."""
     if gantt is not None:
-        check_writable(gantt, "--gantt")
+        _check_gantt(gantt)
     model = resolve_model(workload)
     acc = load_accelerator(arch)
     seq = seq_len if seq_len is not None else default_seq_len(model)

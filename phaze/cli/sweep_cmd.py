@@ -9,12 +9,14 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from phaze.cli import INTERRUPTED, NoFeasiblePoint
-from phaze.cli._files import cannot_write
+from phaze.cli._files import cannot_write, check_parent
 from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
 from phaze.config import (
+    MODE_KEYS,
     MODES,
     RECOMPUTE_MODES,
     SERVE_OBJECTIVES,
@@ -22,7 +24,7 @@ from phaze.config import (
     load_sweep_config,
     quick_sweep_config,
 )
-from phaze.executors import EXECUTORS, check_reachable
+from phaze.executors import EXECUTORS, check_executor, check_reachable
 from phaze.run import parse_tokens
 from phaze.sweep import SweepResult, run_sweep
 from phaze.sweep.planning import plan
@@ -43,6 +45,8 @@ __all__ = ["sweep"]
 logger = logging.getLogger(__name__)
 
 _TOP = 3
+# the [sweep] key each option sets, where the names differ (phaze.config.MODE_KEYS)
+_KEY_OF = {"ttft_ms": "ttft_limit_s", "tpot_ms": "tpot_limit_s"}
 
 
 def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
@@ -52,6 +56,24 @@ def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
         if key in given:
             given[key] = tuple(float(x) for x in given[key])
     return dataclasses.replace(cfg, **given)
+
+
+def _check_mode_options(ctx: click.Context, mode: str) -> None:
+    """Refuse the options given on the command line for the mode this sweep does not run
+    (they would be ignored without a word), naming them and the mode that takes them."""
+    (other,) = (m for m in MODES if m != mode)
+    given = [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name is not None
+        and _KEY_OF.get(p.name, p.name) in MODE_KEYS[other]
+        and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)} only apply to --mode {other}; this sweep runs --mode {mode} "
+            f"(give --mode {other}, or leave them out)"
+        )
 
 
 def _precision_text(p) -> str:
@@ -131,7 +153,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 
 
 @click.command("sweep")
-@click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("config", required=False, type=click.Path(path_type=Path))
 @click.option(
     "--workload", "workloads", multiple=True, help="Workload name or config.json (repeatable)."
 )
@@ -277,7 +299,10 @@ def sweep(
     Every point is stored as it completes in OUT/phaze.sqlite; re-running the same command
     resumes an interrupted sweep. Ends with the best designs per objective and an HTML report.
     """
+    if out is not None:
+        check_parent(out, "--out")
     cfg = load_sweep_config(config) if config else quick_sweep_config()
+    _check_mode_options(click.get_current_context(), mode or cfg.mode)
     cfg = _overridden(
         cfg,
         workloads=workloads,
@@ -309,6 +334,7 @@ def sweep(
     planned = plan(cfg)  # every problem of the config at once, before the banner
     if executor == "ray" and address is not None:
         check_reachable(address)  # seconds, where Ray itself retries for minutes
+    check_executor(executor, jobs, address)  # before anything is printed
     out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
     if cfg.mode == "serve":
         limits = ", ".join(

@@ -123,7 +123,7 @@ def _print_fit(result: FitResult) -> None:
 )
 @click.option(
     "--calibration",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="A TOML file with an [a100] table replacing the shipped A100 rates and fitted values.",
 )
 @click.option(

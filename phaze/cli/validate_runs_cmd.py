@@ -165,7 +165,7 @@ def _fit(registry: Registry, arch: str, as_json: bool) -> None:
 @click.option(
     "--registry",
     "registry_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="A registry TOML file [default: the shipped phaze/data/published_runs.toml].",
 )
 @click.option("--run", "run_ids", multiple=True, help="Only this run id (repeatable).")

@@ -39,6 +39,7 @@ __all__ = [
     "RunSummary",
     "Runner",
     "TaskError",
+    "check_executor",
     "check_reachable",
     "run_tasks",
 ]
@@ -76,6 +77,16 @@ def _problems(
     if address is not None and executor != "ray":
         problems.append(f"address = {address!r} is only used by executor 'ray'")
     return problems
+
+
+def check_executor(executor: str, jobs: int | None = None, address: str | None = None) -> None:
+    """Raise the ConfigError a :class:`Runner` of these arguments would (bad arguments, Ray
+    not installed), so that a command can refuse them before it prints or does anything."""
+    problems = _problems(executor, jobs, address, None)
+    if problems:
+        raise ConfigError("executor: " + "; ".join(problems))
+    if executor == "ray":
+        import_ray()
 
 
 class Runner:
@@ -122,12 +133,9 @@ class Runner:
         address: str | None = None,
         initializer: Callable[[], object] | None = None,
     ) -> None:
-        problems = _problems(executor, jobs, address, None)
-        if problems:
-            raise ConfigError("executor: " + "; ".join(problems))
+        check_executor(executor, jobs, address)
         self._backend: SerialRunner | LocalPool | RaySession
         if executor == "ray":
-            import_ray()
             self._backend = RaySession(jobs, address, initializer)
         elif executor == "local" and (jobs or _default_jobs()) > 1:
             self._backend = LocalPool(jobs or _default_jobs(), initializer)
