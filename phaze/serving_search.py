@@ -32,6 +32,7 @@ from phaze.serving import (
     layout_context,
 )
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.units import fmt_noun
 from placement.layout import Layout
 from placement.serving_layout import ServingLayout, pool_layout
 from workloads import Model
@@ -167,7 +168,7 @@ def search(
         found.append((rate_ub, tpot_lb, cand))
     if not found:
         raise Infeasible(
-            f"no serving layout of {ctx.cluster.devices} devices suits {model.name} "
+            f"no serving layout of {fmt_noun(ctx.cluster.devices, 'device')} suits {model.name} "
             f"(given {layout or 'nothing'})"
         )
     done: dict[ServingLayout, ServingPoint | str] = {}
