@@ -108,8 +108,9 @@ def _check(problem: PlacementProblem, lay: Layout, graph: StageGraph) -> int:
         # Megatron-LM's interleaved 1F1B schedule refuses this (schedules.py,
         # forward_backward_pipelining_with_interleaving)
         raise ConfigError(
-            f"strategy: with v = {lay.v} interleaved chunks each pipeline's {per_pipeline} "
-            f"micro-batches must be a multiple of p = {lay.p} (Megatron-LM's interleaved schedule)"
+            f"strategy: with v = {lay.v} interleaved chunks each pipeline's "
+            f"{fmt_noun(per_pipeline, 'micro-batch', 'micro-batches')} must be a multiple of "
+            f"p = {lay.p} (Megatron-LM's interleaved schedule)"
         )
     return per_pipeline
 
