@@ -59,7 +59,7 @@ _J_PER_KWH = 3.6e6
 @click.option(
     "--micro-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
-    help="With --strategy search [default: searched, 1, 2, 4 or 8 dividing the batch].",
+    help="With --strategy search [default: searched, 1, 2 or 4 dividing the batch].",
 )
 @click.option(
     "--recompute",
