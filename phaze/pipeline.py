@@ -132,8 +132,11 @@ def training_setup(
     model: Model, ctx: Context, knobs: Layout, sequence_parallel: bool | None = None
 ) -> TrainingSetup:
     """The training setup of ``knobs`` in ``ctx`` (sequence parallelism as ``ctx`` fixes it,
-    else ``sequence_parallel``, else on): what builds the layer graphs."""
+    else ``sequence_parallel``, else on): what builds the layer graphs. An expert-parallel
+    degree ``knobs`` fix (dividing the experts) shapes the MoE blocks' graphs; a searched
+    one leaves them at 1."""
     sp = ctx.sequence_parallel
+    ep = knobs.ep if "ep" not in knobs.open else 1
     return TrainingSetup(
         seq_len=ctx.seq_len,
         global_batch=ctx.global_batch,
@@ -144,6 +147,7 @@ def training_setup(
         framework=ctx.framework,
         state_bytes_per_parameter=ctx.state_bytes_per_parameter,
         precision=knobs.precision,
+        expert_parallel=ep if model.experts and model.experts % ep == 0 else 1,
     )
 
 
