@@ -90,7 +90,8 @@ def _check(problem: PlacementProblem, lay: Layout, graph: StageGraph) -> int:
         raise ConfigError(f"strategy: {lay} leaves {', '.join(sorted(lay.open))} open")
     if lay.devices > problem.cluster.devices:
         raise ConfigError(
-            f"strategy: t*p*d*cp = {lay.t}*{lay.p}*{lay.d}*{lay.cp} = {fmt_noun(lay.devices, 'device')}, "
+            f"strategy: t*p*d*cp = {lay.t}*{lay.p}*{lay.d}*{lay.cp} = "
+            f"{fmt_noun(lay.devices, 'device')}, "
             f"the cluster has {problem.cluster.devices}"
         )
     if lay.v > 1 and lay.p < 2:

@@ -37,7 +37,8 @@ def _check_devices(problem: PlacementProblem, lay: Layout) -> None:
     if product > problem.cluster.devices:
         spelled = "*".join(k for k, _ in given)
         raise ConfigError(
-            f"strategy: {spelled} = {fmt_noun(product, 'device')}, the cluster has {problem.cluster.devices} "
+            f"strategy: {spelled} = {fmt_noun(product, 'device')}, "
+            f"the cluster has {problem.cluster.devices} "
             f"(allowed: a product of at most {problem.cluster.devices})"
         )
 

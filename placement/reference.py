@@ -425,7 +425,8 @@ def solve_reference(
                 f"has maxMemoryPerDevice = {has}"
             )
         raise Infeasible(
-            f"no pipeline of at most {fmt_noun(ins.max_devices, 'device')} fits maxMemoryPerDevice = "
+            f"no pipeline of at most {fmt_noun(ins.max_devices, 'device')} fits "
+            "maxMemoryPerDevice = "
             f"{fmt_bytes(have)} at any width"
         )
     return best[1]

@@ -328,7 +328,8 @@ def sweep(
         if cfg.precision != (DEFAULT_PRECISION,):
             knobs += f", precision {list(cfg.precision)}"
     click.echo(
-        f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, {fmt_noun(cfg.devices, 'device')} "
+        f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, "
+        f"{fmt_noun(cfg.devices, 'device')} "
         f"({cfg.devices_per_node}/node); {knobs}, {_hbm_text(cfg)} -> {out}",
         err=True,
     )
