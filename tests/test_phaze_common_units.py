@@ -77,3 +77,14 @@ def test_a_count_takes_the_singular_only_for_one(count, noun, text):
 def test_money_and_percentages_keep_their_existing_forms():
     assert fmt_usd(-1500) == "-$1.5k" and fmt_usd(0) == "$0"
     assert fmt_percent(0.313) == "31.3 %" and fmt_percent(1.0) == "100 %"
+
+
+def test_the_a100_s_power_headroom_reads_zero_at_its_limit():
+    """The A100 draws its 400 W limit to a few parts per million: no ``0.000351 %``."""
+    from arch_space.power import headroom
+    from arch_space.presets import preset
+    from results.display import power_headroom_text
+
+    figures = headroom(preset("a100")).figures()
+    assert 0 < abs(figures["power_headroom"]) < 1e-4
+    assert power_headroom_text(figures).startswith("0 %: draws 400 W")
