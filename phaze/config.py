@@ -60,6 +60,7 @@ _MODEL_MODULES: Final = (
     "phaze/config.py",
     "phaze/lower_bounds.py",
     "phaze/pipeline.py",
+    "phaze/problem.py",
     "phaze/scoring.py",
     "phaze/serving.py",
     "phaze/serving_score.py",

@@ -20,10 +20,9 @@ OVER_LIMIT = {
     "ilp/schedule.py:_solve_part": 108,
     "phaze/api.py:search": 108,
     "phaze/cli/_options.py:scoring_options": 113,
-    "phaze/cli/evaluate_cmd.py:evaluate": 171,
-    "phaze/cli/sweep_cmd.py:sweep": 147,
+    "phaze/cli/evaluate_cmd.py:evaluate": 173,
+    "phaze/cli/sweep_cmd.py:sweep": 148,
     "phaze/serving.py:evaluate_layout": 114,
-    "phaze/sweep/planning.py:plan": 103,
     "phaze/sweep/run.py:run_sweep": 122,
     "workloads/hf.py:to_hf_config": 157,
 }
