@@ -199,7 +199,7 @@ def _dollars(usd: float, digits: int) -> str:
     """The number of a non-negative amount of dollars: whole dollars, or a fraction with its
     cents (``1.50``, never ``1.5`` beside ``1.52``), or k, M, B."""
     text = fmt_count(usd, digits)
-    if "." not in text or not text[-1].isdigit():
+    if "." not in text or "e" in text or not text[-1].isdigit():
         return text
     decimals = len(text) - text.index(".") - 1
     return f"{usd:.{max(decimals, _CENT_DECIMALS)}f}"
