@@ -22,7 +22,6 @@ OVER_LIMIT = {
     "phaze/cli/evaluate_cmd.py:evaluate": 173,
     "phaze/cli/sweep_cmd.py:sweep": 148,
     "phaze/serving.py:evaluate_layout": 114,
-    "workloads/hf.py:to_hf_config": 157,
 }
 
 
