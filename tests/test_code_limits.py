@@ -15,7 +15,6 @@ MAX_FUNCTION_LINES = 100
 # Functions already past the limit when it was first checked, at their length then: each may
 # only shrink, and leaves this list once it is within the limit.
 OVER_LIMIT = {
-    "ilp/formulation.py:_Model.__init__": 118,
     "phaze/api.py:search": 108,
     "phaze/cli/_options.py:scoring_options": 113,
     "phaze/cli/evaluate_cmd.py:evaluate": 173,
