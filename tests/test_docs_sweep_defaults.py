@@ -68,3 +68,21 @@ def test_the_default_micro_batches_are_one_constant():
     assert SweepConfig().micro_batches is MICRO_BATCHES
     assert default(api.search, "micro_batches") is MICRO_BATCHES
     assert default(knob_search.evaluate_best_knobs, "micro_batches") is MICRO_BATCHES
+
+
+def test_the_serve_json_keys_are_the_documented_ones(cli_run):
+    """docs/cli.md's ``phaze serve`` section lists exactly the keys of its ``--json``."""
+    import json
+
+    text = CLI_MD.read_text("utf-8")
+    section = text[text.index("## phaze serve") :]
+    section = section[: section.index("\n## ")]
+    listed = section[section.index("`--json` keys:") :]
+    documented = set(re.findall(r"`(\w+)`", listed))
+    r = cli_run(
+        "serve", "--workload", "gpt3-125m", "--arch", "h100", "--devices", "1",
+        "--input-tokens", "128", "--output-tokens", "16", "--json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    keys = set(json.loads(r.output)) - {"schema_version"}
+    assert documented == keys
