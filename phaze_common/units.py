@@ -5,7 +5,9 @@ it (it lives in this leaf package so that the libraries' messages, such as a pla
 Values arrive in SI (seconds, joules, kgCO2e, USD, bytes, fractions) and leave in the units a
 practitioner reads: time in µs, ms, s, min, h, days, years (never ks or Ms); energy in J, kJ, MJ
 below a kilowatt-hour and kWh, MWh, GWh from it; carbon in kgCO2e below a tonne and tCO2e from
-it; money as $ with k, M, B; utilisations as %; tCDP in tCO2e·days. Three significant digits
+it; money as $ with k, M, B (a fraction of a dollar with its cents); utilisations as % (to a
+hundredth); rates of events as ``/s`` (never ``m/s``); tCDP in tCO2e·days; a count with its
+noun in the singular for one (:func:`fmt_noun`). Three significant digits
 unless asked otherwise; the prefix or unit is chosen after rounding, so 999.96 W reads ``1 kW``
 and never ``1e+03 W``. A number past the top of its ladder (a million PiB) or below a
 ten-thousandth of its smallest unit reads in scientific form (``4.76e6 PiB``), never as a long
