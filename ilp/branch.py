@@ -317,6 +317,20 @@ class _Search:
             lb = max(lb, self.collapsed(placed, last, active, forced_s))
             if lb >= target:
                 return lb
+        return self.resource_bound(lb, heads, occ, active, last)
+
+    def resource_bound(
+        self,
+        lb: float,
+        heads: list[list[tuple[float, float, float]]],
+        occ: list[float],
+        active: list[_Active],
+        last: float,
+    ) -> float:
+        """``lb`` raised by the capacity of each kind of unit: the unplaced ops' work on it
+        (``heads``: earliest start, units x seconds, tail), latest heads first, and each
+        weighted capacity row's occupancy ``occ`` plus what the running ops still hold."""
+        t = self.t
         for k, ops in enumerate(heads):
             if not ops:
                 continue

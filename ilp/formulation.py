@@ -239,6 +239,15 @@ class _Model:
         for a, b in symmetry(problem).orderings():
             add([(self.t[a], 1.0), (self.t[b], -1.0)], le, 0.0)
 
+        self._assignment_rows(st, assign, share, warm_start, add, ge, eq)
+        self._warm(warm_modes, warm_start, assign)
+
+    def _assignment_rows(self, st, assign, share, warm_start, add, ge, eq) -> None:
+        """Per-unit assignment of the kinds in ``assign`` (``z``: op i on unit c), or, where
+        at most ``cap`` units' holders can overlap by antichains, rows that keep them apart;
+        ``share`` lists each kind's incomparable pairs of holders."""
+        problem, var = self.problem, self.lp.add_variable
+        n = problem.n
         self.z: dict[tuple[str, int, int], pulp.LpVariable] = {}
         order = sorted(range(n), key=lambda i: (warm_start[i], i))
         for r in sorted(assign):
@@ -276,7 +285,6 @@ class _Model:
                             ge,
                             -1.0,
                         )
-        self._warm(warm_modes, warm_start, assign)
 
     def _work_cuts(self, head, tail, single, gain, add, ge) -> None:
         """Unit-seconds per kind, as valid inequalities linear in the modes:

@@ -37,7 +37,15 @@ import networkx as nx
 
 from ilp.branch import branch_and_bound
 from ilp.formulation import SOLVERS, check_solver, solve_ilp
-from ilp.listsched import improve, initial_schedule, lower_bound, makespan, serial_sgs, structure
+from ilp.listsched import (
+    Structure,
+    improve,
+    initial_schedule,
+    lower_bound,
+    makespan,
+    serial_sgs,
+    structure,
+)
 from ilp.lpbound import collapsed_lower_bound
 from ilp.problem import PARALLEL, SINGLE, Problem, build_problem
 from ilp.symmetry import canonical, symmetry
@@ -319,6 +327,65 @@ def _sub_problem(problem: Problem, lo: int, hi: int) -> Problem:
     )
 
 
+def _mip(
+    problem: Problem,
+    st: Structure,
+    best: tuple,
+    lb: float,
+    solver: str,
+    deadline: float,
+    mip_gap: float,
+    close: float,
+) -> tuple[tuple, float, ScheduleStatus, Method, str]:
+    """The MIP from the ``best`` (modes, start, makespan) schedule so far, by the wall-clock
+    ``deadline``: capacity rows first, per-core assignment added for the kinds its schedules
+    over-subscribe, until a schedule fits the cores. Returns (best, lower bound, status,
+    method, the solver used)."""
+    sym = symmetry(problem)
+    # A further kind (a channel) is few rows and nearly always over-subscribed without them.
+    assign = frozenset(problem.kinds[problem.core_kinds :])
+    used = solver
+    status = ScheduleStatus.LIST_SCHEDULE
+    method = Method.ILP
+    while True:
+        if time.perf_counter() >= deadline:
+            break
+        method = (
+            Method.ILP_CORES if assign & set(problem.kinds[: problem.core_kinds]) else Method.ILP
+        )
+        warm = canonical(sym, best[0], best[1])
+        out, used = _solve_with_fallback(
+            problem, st, (warm[0], warm[1], best[2]), lb, assign, solver, deadline, mip_gap
+        )
+        lb = max(lb, out.bound_s)
+        if out.modes is None or out.start is None:
+            break  # out of time before any solution: keep the list schedule
+        s = serial_sgs(problem, out.modes, out.start)
+        ms = makespan(problem, out.modes, s)
+        if ms < best[2]:
+            best = (out.modes, s, ms)
+        status = ScheduleStatus.OPTIMAL if out.optimal else ScheduleStatus.TIME_LIMIT
+        if ms <= out.objective_s * (1 + _TOL) or best[2] <= lb * (1 + close):
+            break  # the solver's schedule fits the cores (or the bound proves best optimal)
+        status = ScheduleStatus.TIME_LIMIT  # over-subscribed: not a schedule yet
+        over = _oversubscribed(problem, out.modes, out.start) - assign
+        if not over:
+            over = frozenset(problem.kinds) - assign
+        if not over:
+            # Only solver tolerances can get here: keep the exact schedule, unproven.
+            logger.warning(
+                "%s: MIP makespan %.6g s but its schedule takes %.6g s with all capacity "
+                "rows; returning the best schedule as time_limit",
+                used,
+                out.objective_s,
+                ms,
+            )
+            break
+        assign = assign | over
+        logger.debug("re-solving with per-core assignment for %s", sorted(assign))
+    return best, lb, status, method, used
+
+
 @lru_cache(maxsize=16384)
 def _solve_part(
     problem: Problem, solver: str, time_limit_s: float, mip_gap: float, search_nodes: int
@@ -370,50 +437,9 @@ def _solve_part(
         return _partial(
             modes, start, ub, lb, ScheduleStatus.TIME_LIMIT, Method.SEARCH, "search", t0
         )
-    sym = symmetry(problem)
-    best = (modes, start, ub)
-    # A further kind (a channel) is few rows and nearly always over-subscribed without them.
-    assign = frozenset(problem.kinds[problem.core_kinds :])
-    used = solver
-    status = ScheduleStatus.LIST_SCHEDULE
-    method = Method.ILP
-    while True:
-        remaining = time_limit_s - (time.perf_counter() - t0)
-        if remaining <= 0:
-            break
-        method = (
-            Method.ILP_CORES if assign & set(problem.kinds[: problem.core_kinds]) else Method.ILP
-        )
-        warm = canonical(sym, best[0], best[1])
-        out, used = _solve_with_fallback(
-            problem, st, (warm[0], warm[1], best[2]), lb, assign, solver, t0 + time_limit_s, mip_gap
-        )
-        lb = max(lb, out.bound_s)
-        if out.modes is None or out.start is None:
-            break  # out of time before any solution: keep the list schedule
-        s = serial_sgs(problem, out.modes, out.start)
-        ms = makespan(problem, out.modes, s)
-        if ms < best[2]:
-            best = (out.modes, s, ms)
-        status = ScheduleStatus.OPTIMAL if out.optimal else ScheduleStatus.TIME_LIMIT
-        if ms <= out.objective_s * (1 + _TOL) or best[2] <= lb * (1 + close):
-            break  # the solver's schedule fits the cores (or the bound proves best optimal)
-        status = ScheduleStatus.TIME_LIMIT  # over-subscribed: not a schedule yet
-        over = _oversubscribed(problem, out.modes, out.start) - assign
-        if not over:
-            over = frozenset(problem.kinds) - assign
-        if not over:
-            # Only solver tolerances can get here: keep the exact schedule, unproven.
-            logger.warning(
-                "%s: MIP makespan %.6g s but its schedule takes %.6g s with all capacity "
-                "rows; returning the best schedule as time_limit",
-                used,
-                out.objective_s,
-                ms,
-            )
-            break
-        assign = assign | over
-        logger.debug("re-solving with per-core assignment for %s", sorted(assign))
+    best, lb, status, method, used = _mip(
+        problem, st, (modes, start, ub), lb, solver, t0 + time_limit_s, mip_gap, close
+    )
     if status == ScheduleStatus.OPTIMAL:
         lb = max(lb, best[2] * (1 - mip_gap))
     gap = max(0.0, (best[2] - lb) / best[2]) if best[2] > 0 else 0.0

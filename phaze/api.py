@@ -20,8 +20,8 @@ from typing import Any
 from arch_space import Accelerator, Cluster
 from arch_space.formats import check_precision
 from arch_space.perf.device import DeviceProfile
-from phaze.config import SolverSettings, sweep_config_from_mapping
-from phaze.knob_search import MICRO_BATCHES, RECOMPUTES, evaluate_best_knobs
+from phaze.config import MICRO_BATCHES, SolverSettings, sweep_config_from_mapping
+from phaze.knob_search import RECOMPUTES, evaluate_best_knobs
 from phaze.pipeline import Context, Evaluation
 from phaze.pipeline import evaluate as _evaluate
 from phaze.scoring import ScoringParams
@@ -46,7 +46,7 @@ def search(
     space: str = "tiny",
     cluster: Cluster | None = None,
     *,
-    micro_batches: Sequence[int] = (1, 4),
+    micro_batches: Sequence[int] = MICRO_BATCHES,
     hbm_sizes: Sequence[int] = (),
     recompute_modes: Sequence[str] = ("none", "full"),
     precisions: Sequence[str] = ("bf16",),

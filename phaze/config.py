@@ -88,6 +88,7 @@ _MODEL_MODULES: Final = (
     "phaze/config.py",
     "phaze/lower_bounds.py",
     "phaze/pipeline.py",
+    "phaze/problem.py",
     "phaze/scoring.py",
     "phaze/serving.py",
     "phaze/serving_score.py",
@@ -152,6 +153,11 @@ class SolverSettings:
             object.__setattr__(self, "search_nodes", nodes)
 
 
+#: The micro-batch sizes tried when none is given: an empty ``[sweep]``'s, the Python API's
+#: and ``phaze evaluate``'s search (those dividing the batch).
+MICRO_BATCHES: Final = (1, 2, 4)
+
+
 @dataclass(frozen=True, slots=True)
 class SweepConfig:
     """One sweep: workloads x designs x micro-batches x HBM sizes x recompute modes.
@@ -189,7 +195,7 @@ class SweepConfig:
     inter_node_latency_s: float = 5e-6
     seq_len: int = 2048
     global_batch: int = 512
-    micro_batches: tuple[int, ...] = (1, 2, 4)
+    micro_batches: tuple[int, ...] = MICRO_BATCHES
     hbm_gib: tuple[float, ...] = ()
     recompute: tuple[str, ...] = ("none", "full")
     precision: tuple[str, ...] = (DEFAULT_PRECISION,)

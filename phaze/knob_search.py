@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from arch_space import Accelerator
 from arch_space.formats import check_precision
+from phaze.config import MICRO_BATCHES
 from phaze.lower_bounds import bound_graph
 from phaze.pipeline import (
     Context,
@@ -36,9 +37,8 @@ from placement.interleave import best_interleaved
 from placement.layout import Layout
 from workloads import Model
 
-__all__ = ["MICRO_BATCHES", "RECOMPUTES", "evaluate_best_knobs", "time_lower_bound_s"]
+__all__ = ["RECOMPUTES", "evaluate_best_knobs", "time_lower_bound_s"]
 
-MICRO_BATCHES = (1, 2, 4, 8)  # the sizes tried when the user gives none
 RECOMPUTES = ("none", "selective", "full")
 
 

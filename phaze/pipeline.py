@@ -18,15 +18,15 @@ from typing import Final
 from arch_space import Accelerator, Cluster, embodied_kgco2e, static_power_w
 from arch_space.formats import check_precision
 from arch_space.perf import default_settings
-from arch_space.perf.device import CollectiveCurve, DeviceProfile, device_profile
+from arch_space.perf.device import DeviceProfile
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.context import CP_DEGREES, Context, search_degrees
 from phaze.lower_bounds import bound_graph, recompute_workspace_bytes, stack_device
+from phaze.problem import Hbm, device_hbm, placement_problem
 from phaze.scoring import Score, score_point, system_capex
 from phaze_common.errors import ConfigError, Infeasible
 from placement import (
-    OPTIMIZER_STEP_BYTES_PER_PARAMETER,
     Layout,
     Placement,
     PlacementProblem,
@@ -47,7 +47,7 @@ from workloads import (
     model_flops_per_sequence,
     valid_tp_widths,
 )
-from workloads.framework import FrameworkProfile, layout_refusals, runnable_zero_stages
+from workloads.framework import layout_refusals, runnable_zero_stages
 
 __all__ = [
     "Context",
@@ -71,10 +71,6 @@ logger = logging.getLogger(__name__)
 # Relative margin before a width's lower-bound placement time counts as slower than the best:
 # the bound and a schedule that meets it can differ by rounding (a few ulps) in floating point.
 _BOUND_SLACK: Final = 1e-9
-
-# (HBM capacity bytes, HBM bandwidth bytes/s, measured collective curve inside a node, share
-# of the compute a collective holds): all a placement needs of a device (:func:`device_hbm`)
-Hbm = tuple[int, float, CollectiveCurve | None, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +128,11 @@ def training_setup(
     model: Model, ctx: Context, knobs: Layout, sequence_parallel: bool | None = None
 ) -> TrainingSetup:
     """The training setup of ``knobs`` in ``ctx`` (sequence parallelism as ``ctx`` fixes it,
-    else ``sequence_parallel``, else on): what builds the layer graphs."""
+    else ``sequence_parallel``, else on): what builds the layer graphs. An expert-parallel
+    degree ``knobs`` fix (dividing the experts) shapes the MoE blocks' graphs; a searched
+    one leaves them at 1."""
     sp = ctx.sequence_parallel
+    ep = knobs.ep if "ep" not in knobs.open else 1
     return TrainingSetup(
         seq_len=ctx.seq_len,
         global_batch=ctx.global_batch,
@@ -144,6 +143,7 @@ def training_setup(
         framework=ctx.framework,
         state_bytes_per_parameter=ctx.state_bytes_per_parameter,
         precision=knobs.precision,
+        expert_parallel=ep if model.experts and model.experts % ep == 0 else 1,
     )
 
 
@@ -240,66 +240,6 @@ def _energy_rates(
             for x in variant.graph.layers
         ),
     )
-
-
-def device_hbm(acc: Accelerator, ctx: Context) -> Hbm:
-    """What a placement needs of ``acc`` (its collective curve and the share of its compute
-    a collective holds from ``ctx.device`` if set)."""
-    device = ctx.device or device_profile(acc)
-    return (
-        acc.hbm_bytes,
-        acc.hbm_bandwidth_bytes_per_s,
-        device.intra_node,
-        device.collective_compute_share,
-    )
-
-
-def placement_problem(
-    graphs: tuple[StageGraph, ...], hbm: Hbm, ctx: Context, setup: TrainingSetup
-) -> PlacementProblem:
-    """The placement problem of ``graphs`` on devices with ``hbm`` in ``ctx``'s cluster."""
-    hbm_bytes, hbm_bytes_per_s, collectives, compute_share = hbm
-    eps, cps = search_degrees(max(g.experts for g in graphs), ctx)
-    fw = setup.profile
-    return PlacementProblem(
-        graphs=graphs,
-        cluster=ctx.cluster,
-        hbm_bytes=float(hbm_bytes),
-        global_batch=ctx.global_batch,
-        state_bytes_per_parameter=float(setup.state_bytes_per_parameter),
-        # through HBM: the step after the last backward pass, a caching recipe's weight casts
-        optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
-        / (hbm_bytes_per_s * default_settings().hbm_efficiency),
-        weight_refresh_s_per_parameter=setup.recipe.weight_refresh_bytes_per_parameter
-        / (hbm_bytes_per_s * default_settings().hbm_efficiency),
-        p2p_overlap=fw.p2p_overlap != "never",
-        p2p_overlap_interleaved_only=fw.p2p_overlap == "interleaved",
-        p2p_sends=fw.p2p_sends,
-        p2p_gathers=fw.p2p_gathers,
-        dp_overlap=fw.dp_overlap,
-        param_gather_overlap=fw.param_gather_overlap,
-        sharded_prefetch=fw.sharded_prefetch,
-        gradient_bytes_per_parameter=fw.reduce_bytes_per_parameter or 2.0,
-        max_stages=1 if fw.pipeline == "none" else None,
-        interleaving=fw.pipeline == "interleaved",
-        collectives=collectives,
-        collective_compute_share=compute_share,
-        zero_stages=_zero_stages(ctx, fw),
-        optimizer_bytes_per_parameter=float(setup.optimizer_bytes_per_parameter),
-        ep_degrees=eps,
-        cp_degrees=cps,
-    )
-
-
-def _zero_stages(ctx: Context, fw: FrameworkProfile) -> tuple[int, ...]:
-    """The ZeRO stages of ``ctx`` the framework runs; ConfigError when it runs none."""
-    stages = runnable_zero_stages(ctx.zero_stages, fw)
-    if not stages:
-        raise ConfigError(
-            f"zero: {fw.name} runs ZeRO stages {', '.join(map(str, fw.zero_stages))} "
-            f"(asked for {', '.join(map(str, ctx.zero_stages))})"
-        )
-    return stages
 
 
 @lru_cache(maxsize=1024)

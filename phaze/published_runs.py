@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_text
+from phaze_common.units import fmt_noun
 from placement import parse_strategy
 from workloads import FfnKind, Model, get_model, model_names
 from workloads.framework import framework_names
@@ -329,7 +330,7 @@ def _layout_problems(v: Mapping[str, Any], where: str) -> list[str]:
         return [f"{where}: strategy leaves {', '.join(sorted(s.open))} open; give every key"]
     used = s.devices
     if used != v["gpus"]:
-        return [f"{where}: strategy uses t*p*d*cp = {used} devices, gpus = {v['gpus']}"]
+        return [f"{where}: strategy uses t*p*d*cp = {fmt_noun(used, 'device')}, gpus = {v['gpus']}"]
     return []
 
 

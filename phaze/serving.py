@@ -31,6 +31,7 @@ from phaze.pipeline import timing_design
 from phaze.scoring import ScoringParams
 from phaze.serving_score import ServingScore, serving_score
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.units import fmt_noun
 from placement import network as net
 from placement.ep_cp import all_to_all_s
 from placement.layout import Layout
@@ -349,7 +350,8 @@ def _pool_memory(
     pages_need = sequences * -(-tokens // cap.page_tokens)
     if pages_need > cap.pages:
         raise Infeasible(
-            f"KV cache: {sequences} sequences of {tokens} tokens need {pages_need} pages of "
+            f"KV cache: {fmt_noun(sequences, 'sequence')} of {tokens} tokens need "
+            f"{pages_need} pages of "
             f"{cap.page_tokens} tokens per device, the device holds {cap.pages} (of "
             f"{cap.usable_bytes / 2**30:.1f} GiB usable: weights {cap.weights_bytes / 2**30:.1f} "
             f"GiB, workspace {workspace / 2**30:.2f} GiB) at t={pool.t}, p={pool.p}, ep={pool.ep}"
@@ -367,7 +369,8 @@ def check_layout(model: Model, acc: Accelerator, layout: ServingLayout, ctx: Ser
         raise ConfigError(f"serve: layout {layout} leaves fields open; evaluate a complete one")
     if layout.devices != ctx.cluster.devices:
         raise ConfigError(
-            f"serve: the layout {layout} uses {layout.devices} devices, the cluster has "
+            f"serve: the layout {layout} uses {fmt_noun(layout.devices, 'device')}, "
+            "the cluster has "
             f"{ctx.cluster.devices} (t x p x d of each pool must add up to the devices)"
         )
     pools = (layout.decode, *((layout.prefill,) if layout.prefill else ()))

@@ -33,6 +33,7 @@ from phaze.serving import (
     layout_context,
 )
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.units import fmt_noun
 from placement.layout import Layout
 from placement.serving_layout import ServingLayout, pool_layout
 from workloads import Model
@@ -196,13 +197,12 @@ def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> No
         )
     if not problems and next(candidates(model, layout, ctx), None) is None:
         problems.append(
-            f"no serving layout of {n} devices keeps {layout}: each pool's t x p x d must use "
+            f"no serving layout of {fmt_noun(n, 'device')} keeps {layout}: each pool's t x p x d must use "
             f"its devices, t one of {', '.join(map(str, valid_tp_widths(model)))}, p one of "
             f"1, 2, 4, {_MAX_STAGES}, ep dividing d"
         )
     if problems:
-        devices = f"{n} device{'s' if n > 1 else ''}"
-        raise ConfigError(f"serve {model.name} on {devices}: " + "; ".join(problems))
+        raise ConfigError(f"serve {model.name} on {fmt_noun(n, 'device')}: " + "; ".join(problems))
 
 
 def _bounds(
@@ -267,7 +267,7 @@ def search(
         found.append((rate_ub, tpot_lb, cand))
     if not found:
         raise ConfigError(
-            f"no serving layout of {ctx.cluster.devices} devices suits {model.name} "
+            f"no serving layout of {fmt_noun(ctx.cluster.devices, 'device')} suits {model.name} "
             f"(given {layout or 'nothing'}){': ' + refused if refused else ''}"
         )
     done: dict[ServingLayout, ServingPoint | str] = {}

@@ -5,7 +5,9 @@ it (it lives in this leaf package so that the libraries' messages, such as a pla
 Values arrive in SI (seconds, joules, kgCO2e, USD, bytes, fractions) and leave in the units a
 practitioner reads: time in µs, ms, s, min, h, days, years (never ks or Ms); energy in J, kJ, MJ
 below a kilowatt-hour and kWh, MWh, GWh from it; carbon in kgCO2e below a tonne and tCO2e from
-it; money as $ with k, M, B; utilisations as %; tCDP in tCO2e·days. Three significant digits
+it; money as $ with k, M, B (a fraction of a dollar with its cents); utilisations as % (to a
+hundredth); rates of events as ``/s`` (never ``m/s``); tCDP in tCO2e·days; a count with its
+noun in the singular for one (:func:`fmt_noun`). Three significant digits
 unless asked otherwise; the prefix or unit is chosen after rounding, so 999.96 W reads ``1 kW``
 and never ``1e+03 W``. A number past the top of its ladder (a million PiB) or below a
 ten-thousandth of its smallest unit reads in scientific form (``4.76e6 PiB``), never as a long
@@ -41,6 +43,8 @@ __all__ = [
     "fmt_si",
     "fmt_pair",
     "fmt_column",
+    "fmt_number",
+    "fmt_noun",
     "MAX_DIGITS",
 ]
 
@@ -56,6 +60,8 @@ _BINARY: Final = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 MAX_DIGITS: Final = 6
 _PLAIN_MIN: Final = 1e-4  # plain numbers from here ...
 _PLAIN_MAX: Final = 1e6  # ... to below here; scientific form outside
+_PERCENT_DECIMALS: Final = 2  # a percentage is read to a hundredth of a percent
+_CENT_DECIMALS: Final = 2  # an amount of dollars with a fraction shows its cents
 
 
 def _sig(value: float, digits: int) -> float:
@@ -191,29 +197,41 @@ def fmt_tcdp(kg_co2e_s: float, digits: int = 3) -> str:
     return f"{fmt_count(kg_co2e_s / 1000 / _DAY, digits)} tCO2e·days"
 
 
-def fmt_usd(usd: float, digits: int = 3) -> str:
-    """Money: ``$950``, ``$37.6k``, ``$2.5M``, ``$1.2B``.
+def _dollars(usd: float, digits: int) -> str:
+    """The number of a non-negative amount of dollars: whole dollars, or a fraction with its
+    cents (``1.50``, never ``1.5`` beside ``1.52``), or k, M, B."""
+    text = fmt_count(usd, digits)
+    if "." not in text or "e" in text or not text[-1].isdigit():
+        return text
+    decimals = len(text) - text.index(".") - 1
+    return f"{usd:.{max(decimals, _CENT_DECIMALS)}f}"
 
-    >>> fmt_usd(37612.0), fmt_usd(-1500), fmt_usd(0)
-    ('$37.6k', '-$1.5k', '$0')
+
+def fmt_usd(usd: float, digits: int = 3) -> str:
+    """Money: ``$950``, ``$1.50``, ``$0.0042``, ``$37.6k``, ``$2.5M``, ``$1.2B``; a fraction of
+    a dollar shows at least its cents, so amounts compared side by side line up.
+
+    >>> fmt_usd(37612.0), fmt_usd(-1500), fmt_usd(0), fmt_usd(1.5), fmt_usd(0.0042)
+    ('$37.6k', '-$1.5k', '$0', '$1.50', '$0.0042')
     """
     special = _special(usd, "$")
     if special is not None:
         return special
-    text = fmt_count(abs(usd), digits)
-    return f"{'-' if usd < 0 else ''}${text}"
+    return _usd_text(("-" if usd < 0 else "") + _dollars(abs(usd), digits))
 
 
 def fmt_percent(fraction: float, digits: int = 3) -> str:
-    """A fraction as a percentage: ``0.313 -> 31.3 %``, ``1 -> 100 %``, ``0.0004 -> 0.04 %``.
+    """A fraction as a percentage: ``0.313 -> 31.3 %``, ``1 -> 100 %``, ``0.0004 -> 0.04 %``;
+    read to a hundredth of a percent at most, so a rounding residue reads ``0 %``.
 
-    >>> fmt_percent(0.313), fmt_percent(1.0), fmt_percent(0.0004), fmt_percent(0)
+    >>> fmt_percent(0.313), fmt_percent(1.0), fmt_percent(0.0004), fmt_percent(3.51e-6)
     ('31.3 %', '100 %', '0.04 %', '0 %')
     """
     special = _special(fraction, "%")
     if special is not None:
         return special
-    return f"{_num(100 * fraction, digits)} %"
+    percent = round(100 * fraction, _PERCENT_DECIMALS)
+    return f"{_num(percent, digits) if percent else '0'} %"
 
 
 def fmt_bytes(nbytes: float, digits: int = 3) -> str:
@@ -239,6 +257,35 @@ def fmt_count(value: float, digits: int = 3) -> str:
     if special is not None:
         return special
     return _ladder(value, _COUNT_STEPS, digits, "")
+
+
+def fmt_number(value: float | int, digits: int = MAX_DIGITS) -> str:
+    """A number whose unit its name already says (``die_area_mm2``): an integer whole, any
+    other number in at most ``digits`` significant digits, never a float's long tail.
+
+    >>> fmt_number(814.0139999999999), fmt_number(1024), fmt_number(2.5e-7), fmt_number(0.1 + 0.2)
+    ('814.014', '1024', '2.5e-7', '0.3')
+    """
+    special = _special(float(value), "")
+    if special is not None:
+        return special
+    if isinstance(value, int):
+        return str(value)
+    return _num(float(value), digits)
+
+
+def fmt_noun(count: float | int, noun: str, plural: str | None = None) -> str:
+    """A count with its noun, singular for exactly one: ``1 device``, ``64 devices``,
+    ``0 devices``; ``plural`` for nouns that do not take an ``s``.
+
+    >>> fmt_noun(1, "device"), fmt_noun(64, "device"), fmt_noun(1.0, "stage")
+    ('1 device', '64 devices', '1 stage')
+    >>> fmt_noun(2, "copy", "copies"), fmt_noun(0.5, "day")
+    ('2 copies', '0.5 days')
+    """
+    word = noun if count == 1 else (plural or f"{noun}s")
+    number = str(int(count)) if float(count).is_integer() else fmt_number(count, 3)
+    return f"{number} {word}"
 
 
 def fmt_ratio(value: float, digits: int = 3) -> str:
@@ -267,8 +314,19 @@ _FAMILIES: Final = {
 }
 #: The units :func:`fmt_quantity` converts to people's units; any other goes through fmt_si.
 UNIT_FAMILIES: Final = tuple(_FAMILIES)
-# Counted things read best with k/M suffixes and the unit spelled out after a space.
-_COUNTED: Final = ("", "tokens/s", "samples/s", "tokens", "samples", "parameters")
+# Counted things read best with k/M suffixes and the unit spelled out after a space; so do
+# rates of events (``/s``), where an SI prefix would misread (``737 m/s`` as metres).
+_COUNTED: Final = (
+    "",
+    "tokens/s",
+    "samples/s",
+    "requests/s",
+    "tokens",
+    "samples",
+    "parameters",
+    "requests",
+    "/s",
+)
 
 
 def fmt_pair(a: float, b: float, unit: str = "", digits: int = 3) -> tuple[str, str]:
@@ -301,6 +359,8 @@ def fmt_quantity(value: float | int, unit: str = "", digits: int = 3) -> str:
 
     >>> fmt_quantity(1.386e6, "tokens/s"), fmt_quantity(2.04e12, "B/s"), fmt_quantity(826, "mm²")
     ('1.39M tokens/s', '2.04 TB/s', '826 mm²')
+    >>> fmt_quantity(0.737, "/s"), fmt_quantity(2500, "/s")
+    ('0.737 /s', '2.5k /s')
     """
     value = float(value)
     if unit in _FAMILIES:
@@ -339,23 +399,8 @@ def _column_scale(ref: float, unit: str, digits: int) -> tuple[float, Callable[[
             steps = ((1.0, "kWh"), (1e3, "MWh"), (1e6, "GWh"), (1e9, "TWh"))
             scale, name = _pick(ref / _KWH, steps, digits)
             scale *= _KWH
-    elif unit in ("kgCO2e", "kgCO2e·s"):
-        per_t = 1000.0 if unit == "kgCO2e" else 1000.0 * _DAY
-        tail = " tCO2e" if unit == "kgCO2e" else " tCO2e·days"
-        if unit == "kgCO2e" and abs(_sig(ref / 1000.0, digits)) < 1:
-            return 1.0, suffix(" kgCO2e")
-        scale, name = _pick(ref / per_t, _COUNT_STEPS, digits)
-        return scale * per_t, suffix(name + tail)
-    elif unit == "USD":
-        scale, name = _pick(ref, _COUNT_STEPS, digits)
-        return scale, lambda n: _usd_text(n + name)
     elif unit == "B":
         scale, name = _pick(ref, tuple((float(1024**i), n) for i, n in enumerate(_BINARY)), digits)
-    elif unit == "%":
-        return 0.01, suffix(" %")
-    elif unit in _COUNTED:
-        scale, name = _pick(ref, _COUNT_STEPS, digits)
-        return scale, suffix(f"{name} {unit}".rstrip())
     elif unit in ("mm²", "nm"):
         return 1.0, suffix(f" {unit}")
     else:
@@ -363,18 +408,48 @@ def _column_scale(ref: float, unit: str, digits: int) -> tuple[float, Callable[[
     return scale, suffix(f" {name}".rstrip())
 
 
+def _counted_column(
+    values: Sequence[float], ref: float, unit: str, digits: int
+) -> list[str] | None:
+    """A column of counted things (dollars, tonnes of CO2e, tokens/s, ...), or None for any
+    other unit: k, M, B abbreviate each value's own magnitude (``$37.6k`` above ``$950``, never
+    ``$0.95k``); only a unit proper (tCO2e or kgCO2e) is the column's."""
+    if unit == "USD":
+        return [fmt_usd(v, digits) for v in values]
+    if unit in _COUNTED:
+        return [fmt_quantity(v, unit, digits) for v in values]
+    if unit == "kgCO2e" and abs(_sig(ref / 1000.0, digits)) < 1:
+        return [_special(v, unit) or f"{_num(v, digits)} kgCO2e" for v in values]
+    if unit == "kgCO2e":
+        return [_special(v, unit) or f"{fmt_count(v / 1000, digits)} tCO2e" for v in values]
+    if unit == "kgCO2e·s":
+        return [fmt_tcdp(v, digits) for v in values]
+    return None
+
+
 def fmt_column(values: Sequence[float], unit: str = "", digits: int = 3) -> list[str]:
     """A column of values in ``unit`` (SI) with one unit for the whole column: the one
     :func:`fmt_quantity` picks for the largest magnitude, so the column reads and compares
     at a glance (``2.76 MJ`` above ``0.0096 MJ``, never ``9.56 kJ``).
 
+    Counted things (money, tonnes, tokens/s) keep their unit proper but abbreviate each
+    value's own thousands, so no value reads as a fraction of a thousand.
+
     >>> fmt_column([2.76e6, 9.56e3, 0.0], "J")
     ['2.76 MJ', '0.00956 MJ', '0 MJ']
     >>> fmt_column([0.0342, 1.5], "s"), fmt_column([37612.0, 950.0], "USD")
-    (['0.0342 s', '1.5 s'], ['$37.6k', '$0.95k'])
+    (['0.0342 s', '1.5 s'], ['$37.6k', '$950'])
+    >>> fmt_column([3670.0, 164.0], "kgCO2e"), fmt_column([1.2e6, 8.2e5], "kgCO2e·day")
+    (['3.67 tCO2e', '0.164 tCO2e'], ['1.2k tCO2e·days', '820 tCO2e·days'])
     """
-    finite = [abs(float(v)) for v in values if math.isfinite(float(v))]
-    if unit == "×" or not finite or max(finite) == 0:
+    values = [float(v) for v in values]
+    if unit == "kgCO2e·day":
+        unit, values = "kgCO2e·s", [v * _DAY for v in values]
+    finite = [abs(v) for v in values if math.isfinite(v)]
+    if unit in ("×", "%") or not finite or max(finite) == 0:
         return [fmt_quantity(v, unit, digits) for v in values]
+    counted = _counted_column(values, max(finite), unit, digits)
+    if counted is not None:
+        return counted
     scale, wrap = _column_scale(max(finite), unit, digits)
     return [_special(float(v), unit) or wrap(_num(float(v) / scale, digits)) for v in values]

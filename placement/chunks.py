@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from phaze_common.errors import ConfigError
+from phaze_common.units import fmt_noun
 from placement.layout import LAYER_SYMBOLS, Layout, format_split
 from placement.types import StageGraph
 
@@ -50,7 +51,7 @@ def split_chunks(graph: StageGraph, split: tuple[str, ...]) -> tuple[tuple[int, 
     if "".join(split) != have:
         raise ConfigError(
             f"strategy: split = {format_split(split)} must list the model's layers in order: "
-            f"{format_split((have,))} ({len(have)} layers)"
+            f"{format_split((have,))} ({fmt_noun(len(have), 'layer')})"
         )
     cuts = np.cumsum([0, *(len(c) for c in split)]).tolist()
     return tuple(tuple(range(a, b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True))

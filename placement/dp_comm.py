@@ -124,6 +124,29 @@ def dp_terms(
     return parts.exposed_s, parts.step_s
 
 
+def _ring_share(n, ep: int, expert_params, params):
+    """(rank 0's expert parameters, bytes each of the ``n`` ranks sends per byte of rank 0's
+    parameters per pass): the expert part runs on its own ring of ``n / ep`` ranks."""
+    if not np.asarray(expert_params).any():  # every parameter on the dense ring
+        return 0.0, (n - 1) / n
+    n_expert = np.maximum(n // ep, 1)
+    expert = np.minimum(expert_params, params)
+    part = np.where(params > 0, expert / np.maximum(params, 1e-300), 0.0)
+    return expert, (1.0 - part) * (n - 1) / n + part * (n_expert - 1) / n_expert
+
+
+def _step_s(problem: PlacementProblem, zero: int, params, expert, ep: int, n):
+    """The optimizer step's seconds: it updates the shard a device owns (all of rank 0's
+    ``params`` below ZeRO stage 1); the cached low-precision weight copies are cast afresh
+    from the weights it holds (all of them below ZeRO stage 3)."""
+    sharded = sharded_parameters(params, expert, ep) / n
+    held = sharded if zero >= 1 else params
+    weights = sharded if zero == 3 else params
+    return (
+        held * problem.optimizer_s_per_parameter + weights * problem.weight_refresh_s_per_parameter
+    )
+
+
 def dp_time(
     problem: PlacementProblem,
     t: int,
@@ -165,14 +188,7 @@ def dp_time(
     cl = problem.cluster
     inter = cl.spans_nodes(t * cp * d)
     n = d * cp
-    # bytes each rank sends per byte of rank 0's parameters (the expert part on its own ring)
-    if np.asarray(expert_params).any():
-        n_expert = np.maximum(n // ep, 1)
-        expert = np.minimum(expert_params, params)
-        part = np.where(params > 0, expert / np.maximum(params, 1e-300), 0.0)
-        share = (1.0 - part) * (n - 1) / n + part * (n_expert - 1) / n_expert
-    else:  # every parameter on the dense ring
-        expert, share = 0.0, (n - 1) / n
+    expert, share = _ring_share(n, ep, expert_params, params)
     per_node = net.members_per_node(cl, t, n)
 
     def ring(c: Collective, what):
@@ -212,19 +228,12 @@ def dp_time(
     unoverlapped = comm + overlapped
     # a collective hidden behind compute still holds its share of the chip while it runs
     comm = comm + problem.collective_compute_share * overlapped
-    sharded = sharded_parameters(params, expert, ep) / n
-    held = sharded if zero >= 1 else params
-    # the step updates the shard a device owns; the cached low-precision weight copies are
-    # cast afresh from the weights it holds (all of them below ZeRO stage 3)
-    weights = sharded if zero == 3 else params
-    step = held * problem.optimizer_s_per_parameter
-    step = step + weights * problem.weight_refresh_s_per_parameter
     alone = n <= 1
     return DpTime(
         exposed_s=np.where(alone, 0.0, comm),
         overlapped_s=np.where(alone, 0.0, overlapped),
         unoverlapped_s=np.where(alone, 0.0, unoverlapped),
-        step_s=step,
+        step_s=_step_s(problem, zero, params, expert, ep, n),
     )
 
 

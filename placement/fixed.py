@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.units import fmt_noun
 from placement import network as net
 from placement.chunks import layout_chunks
 from placement.dp_comm import embedding_allreduce_s
@@ -89,7 +90,8 @@ def _check(problem: PlacementProblem, lay: Layout, graph: StageGraph) -> int:
         raise ConfigError(f"strategy: {lay} leaves {', '.join(sorted(lay.open))} open")
     if lay.devices > problem.cluster.devices:
         raise ConfigError(
-            f"strategy: t*p*d*cp = {lay.t}*{lay.p}*{lay.d}*{lay.cp} = {lay.devices} devices, "
+            f"strategy: t*p*d*cp = {lay.t}*{lay.p}*{lay.d}*{lay.cp} = "
+            f"{fmt_noun(lay.devices, 'device')}, "
             f"the cluster has {problem.cluster.devices}"
         )
     if lay.v > 1 and lay.p < 2:
@@ -100,15 +102,16 @@ def _check(problem: PlacementProblem, lay: Layout, graph: StageGraph) -> int:
     if m % lay.d:
         raise ConfigError(
             f"strategy: d * mbs = {lay.d} * {lay.mbs} must divide the global batch of "
-            f"{problem.global_batch} sequences (every replica runs whole micro-batches)"
+            f"{fmt_noun(problem.global_batch, 'sequence')} (every replica runs whole micro-batches)"
         )
     per_pipeline = m // lay.d
     if lay.v > 1 and per_pipeline % lay.p:
         # Megatron-LM's interleaved 1F1B schedule refuses this (schedules.py,
         # forward_backward_pipelining_with_interleaving)
         raise ConfigError(
-            f"strategy: with v = {lay.v} interleaved chunks each pipeline's {per_pipeline} "
-            f"micro-batches must be a multiple of p = {lay.p} (Megatron-LM's interleaved schedule)"
+            f"strategy: with v = {lay.v} interleaved chunks each pipeline's "
+            f"{fmt_noun(per_pipeline, 'micro-batch', 'micro-batches')} must be a multiple of "
+            f"p = {lay.p} (Megatron-LM's interleaved schedule)"
         )
     return per_pipeline
 

@@ -19,6 +19,7 @@ from dataclasses import replace
 from math import inf
 
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.units import fmt_noun
 from placement.dp import candidate_degrees
 from placement.fixed import evaluate_fixed
 from placement.interleave import best_interleaved
@@ -36,7 +37,8 @@ def _check_devices(problem: PlacementProblem, lay: Layout) -> None:
     if product > problem.cluster.devices:
         spelled = "*".join(k for k, _ in given)
         raise ConfigError(
-            f"strategy: {spelled} = {product} devices, the cluster has {problem.cluster.devices} "
+            f"strategy: {spelled} = {fmt_noun(product, 'device')}, "
+            f"the cluster has {problem.cluster.devices} "
             f"(allowed: a product of at most {problem.cluster.devices})"
         )
 
@@ -125,7 +127,7 @@ def evaluate_partial(
     ):
         raise ConfigError(
             f"strategy: ep = {layout.ep} must divide d, and no such d fits "
-            f"{problem.cluster.devices} devices with {layout} "
+            f"{fmt_noun(problem.cluster.devices, 'device')} with {layout} "
             "(allowed: an ep dividing a data-parallel degree d that fits)"
         )
     if not candidates:

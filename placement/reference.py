@@ -46,7 +46,7 @@ from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.files import read_json
 from phaze_common.graph import topological_order
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, over_limit
-from phaze_common.units import fmt_bytes, fmt_pair
+from phaze_common.units import fmt_bytes, fmt_noun, fmt_pair
 from placement.costs import LayerArrays, reference_costs, stage_layers
 from placement.dp import DpTask
 from placement.dp_order import solve_many
@@ -425,7 +425,8 @@ def solve_reference(
                 f"has maxMemoryPerDevice = {has}"
             )
         raise Infeasible(
-            f"no pipeline of at most {ins.max_devices} devices fits maxMemoryPerDevice = "
+            f"no pipeline of at most {fmt_noun(ins.max_devices, 'device')} fits "
+            "maxMemoryPerDevice = "
             f"{fmt_bytes(have)} at any width"
         )
     return best[1]

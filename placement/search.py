@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from phaze_common.errors import ConfigError, Infeasible
-from phaze_common.units import fmt_bytes, fmt_pair
+from phaze_common.units import fmt_bytes, fmt_noun, fmt_pair
 from placement import network as net
 from placement.chunks import chunk_split
 from placement.costs import (
@@ -402,7 +402,7 @@ def _one_node_bound(problem: PlacementProblem, graph: Variant) -> float:
 
 def _too_wide(problem: PlacementProblem, graph: Variant) -> str:
     return (
-        f"tp={graph.tp} needs {graph.tp} devices per stage, the cluster has "
+        f"tp={graph.tp} needs {fmt_noun(graph.tp, 'device')} per stage, the cluster has "
         f"{problem.cluster.devices}"
     )
 
@@ -427,7 +427,7 @@ def _why(
     need = float(max(max(one_layer, default=0.0), total_state / s_max))
     what = (
         f"tp={graph.tp}, micro_batch={graph.micro_batch}, recompute={graph.recompute}, "
-        f"at most {s_max} stages on {problem.cluster.devices} devices"
+        f"at most {fmt_noun(s_max, 'stage')} on {fmt_noun(problem.cluster.devices, 'device')}"
     )
     if need > problem.hbm_bytes:
         needs, has = fmt_pair(need, problem.hbm_bytes, "B")

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.units import fmt_noun
 
 __all__ = [
     "PassCost",
@@ -242,7 +243,8 @@ def chunked(
     if chunk_tokens < need:
         raise Infeasible(
             f"chunk = {chunk_tokens} tokens cannot hold a step's {b:g} decodes and the "
-            f"{need - b:.0f} prompt tokens that keep {batch} sequences in flight (needs "
+            f"{need - b:.0f} prompt tokens that keep {fmt_noun(batch, 'sequence')} in flight "
+            "(needs "
             f"chunk >= {math.ceil(need)})"
         )
     round_s = stages * step.stage_s

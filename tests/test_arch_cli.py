@@ -152,3 +152,13 @@ def test_arch_show_tech_override_and_bad_override(tmp_path, cli_run):
     f.write_text("[node.7]\nmac_area = 400\n")
     r = cli_run("arch", "list", "--tech-params", str(f))
     assert r.exit_code == 1 and "did you mean 'mac_area_um2'?" in r.output
+
+
+def test_arch_show_rounds_the_figures_it_prints_by_name():
+    """Keys past the known sections print as ``key: value``, rounded like every figure."""
+    from arch_space.summary import describe
+    from phaze.cli.arch_cmd import render_accelerator
+
+    doc = {**describe(preset("h100")), "die_area_mm2": 814.0139999999999, "note": "x"}
+    text = render_accelerator(doc)
+    assert "die_area_mm2: 814.014\n" in text + "\n" and "note: x" in text

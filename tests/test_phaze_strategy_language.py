@@ -76,7 +76,7 @@ def test_a_fixed_degree_limits_the_stages_searched():
         ("t=4,p=4", "t*p = 16 devices, the cluster has 8"),
         ("t=1,p=1,d=1,zero=4", "zero = 4 must be 0, 1, 2 or 3"),
         ("t=1,p=1,d=3", "d * mbs = 3 * 1 must divide"),
-        ("t=2,p=2,d=2,v=2,mbs=8", "1 micro-batches must be a multiple of p = 2"),
+        ("t=2,p=2,d=2,v=2,mbs=8", "1 micro-batch must be a multiple of p = 2"),
     ],
 )
 def test_bad_strategies_are_one_error_line(strategy, message):

@@ -189,14 +189,15 @@ def test_comparison_says_when_no_searched_design_fits():
 )
 def test_a_column_has_one_unit(values, unit):
     """fmt_column writes every value of a column in one unit: the one fmt_quantity picks
-    for its largest value."""
+    for its largest value (counted things abbreviate their own thousands)."""
     from phaze_common.units import fmt_column
 
     texts = fmt_column(values, unit)
     top = fmt_quantity(max(values), unit)
 
     def unit_of_text(t: str) -> str:  # what follows the number (scientific form included)
-        return re.sub(r"^[-$\d.]+(e-?\d+)?", "", t)
+        # and the k, M, B, T abbreviating a counted value's own thousands
+        return re.sub(r"^[-$\d.]+(e-?\d+)?[kMBT]?", "", t)
 
     assert len({unit_of_text(t) for t in texts}) == 1, texts
     if max(values) > 0:

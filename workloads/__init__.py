@@ -11,7 +11,8 @@ from workloads import flops
 from workloads.build import build_layer_graph, check_setup, valid_tp_widths
 from workloads.catalog import catalog, get_model, model_names, resolve_model
 from workloads.flops import *  # noqa: F403 (re-exports flops.__all__)
-from workloads.hf import load_hf_config, model_from_hf, to_hf_config
+from workloads.hf import load_hf_config, model_from_hf
+from workloads.hf_write import to_hf_config
 from workloads.layer_graph import Layer, LayerEdge, LayerGraph, LayerKind, PassGraphs
 from workloads.memory import (
     block_activation_bytes,

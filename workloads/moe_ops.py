@@ -31,12 +31,13 @@ Bytes count every element a kernel reads or writes in device memory, a gathered 
 per copy (copies of a row land far apart); only a row a broadcast re-reads at once (the
 gradient of the sum over ``k``, the probabilities beside a row) is counted once.
 
+At ``ep > 1`` a rank runs ``E / ep`` experts on ``ep`` times the rows (:func:`expert_tokens`):
+the same FLOPs, ``1/ep`` of the expert weights to read and cast; training graphs take ``ep``
+from ``TrainingSetup.expert_parallel``.
+
 Not modelled: the dispatcher's small all-gather of token counts over the expert-parallel
 group and the host synchronisation before the all-to-all; the chunk sort around the
-experts when a rank holds several of them; in training passes, the experts' row counts at
-``ep > 1`` (a device runs ``E / ep`` experts on ``ep`` times the rows, the same FLOPs;
-serving passes give ``ep`` to :func:`expert_tokens`, as a decode step's weight reads depend
-on it); load imbalance
+experts when a rank holds several of them; load imbalance
 (routing is taken as balanced, what the auxiliary loss aims for).
 """
 

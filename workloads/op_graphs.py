@@ -126,6 +126,7 @@ class _Dims:
             setup.precision_bytes,
             sp,
             fw.fused_attention,
+            ep=setup.expert_parallel,
             unpad=fw.attention_unpad and fw.fused_attention,
             fused_activation=fw.activation == "fused",
         )

@@ -63,6 +63,11 @@ class TrainingSetup:
     precision : the precision recipe (:mod:`workloads.precision`): the format of the blocks'
         GEMMs, the stashed Linear inputs' bytes and, for a recipe other than bf16, the
         training state per parameter.
+    expert_parallel : the expert-parallel degree an MoE block's op graphs are built for: a
+        device runs ``experts / expert_parallel`` experts on ``expert_parallel`` times the
+        rows each (the same FLOPs, but only its own experts' weights to read and, under a
+        low-precision recipe, to cast). It must divide the experts; 1 for a dense model and
+        where the placement searches the degree.
     """
 
     seq_len: int
@@ -76,6 +81,7 @@ class TrainingSetup:
     state_bytes_per_parameter: int | None = None
     framework: str = DEFAULT_FRAMEWORK
     precision: str = DEFAULT_PRECISION
+    expert_parallel: int = 1
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -93,7 +99,7 @@ class TrainingSetup:
             self.profile  # noqa: B018 - the name must resolve
         except ConfigError as e:
             problems.append(f"framework: {e}")
-        for f in ("seq_len", "global_batch", "micro_batch", "precision_bytes"):
+        for f in ("seq_len", "global_batch", "micro_batch", "precision_bytes", "expert_parallel"):
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 problems.append(f"{f} = {value!r} must be a positive integer")

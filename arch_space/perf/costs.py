@@ -29,13 +29,8 @@ Per op kind:
 * Vector ops: FLOPs over ``lanes x cores`` one-FLOP-per-cycle lanes, against the compulsory
   HBM bytes and the buffer bytes of their passes (softmax and norms re-read their rows from
   the global buffer; rows always fit).
-* Collectives on the tensor-parallel group of ``t`` devices, ring algorithms (Patarasuk &
-  Yuan, JPDC 2009; Thakur, Rabenseifner & Gropp, IJHPCA 2005) with one latency term per
-  collective as in docs/models.md and ``placement.network``: all-reduce
-  ``alpha + 2(t-1)/t * bytes/bw``; reduce-scatter and all-gather ``alpha + (t-1)/t * bytes/bw``.
-  Links are intra-node when the group fits in a node (:meth:`Cluster.group_link`); inside a
-  node, a preset with a measured collective curve (:mod:`arch_space.perf.device`) runs at
-  the bus bandwidth measured at the collective's size (latency included).
+* Collectives on the tensor-parallel group: ring algorithms with one latency term per
+  collective, over the group's slowest link (:mod:`arch_space.perf.ring`).
 * ``COMM_SHARE`` ops (the compute an asynchronous collective holds while it runs) take the
   device's collective compute share of their collective's time on all cores (the same
   tensor-core-seconds on one core).
@@ -70,12 +65,13 @@ import numpy as np
 from arch_space.accelerator import TENSOR, VECTOR, Accelerator, Cluster
 from arch_space.area import format_mac_pj, static_power_w, unit_pj_per_op, with_uncore
 from arch_space.formats import BASE_FORMAT, format_options
+from arch_space.perf.cost_table import BOUNDS, OpCost, OpCostTable
 from arch_space.perf.device import DeviceProfile, device_profile
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
+from arch_space.perf.ring import ring_terms
 from arch_space.perf.settings import PerfSettings, default_settings
 from arch_space.power_limit import capped_dynamic_scale
 from arch_space.tech import TechNode, tech_node
-from phaze_common.errors import unknown_name
 from workloads.ops import FORMATS, CollectiveKind, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
@@ -89,67 +85,9 @@ __all__ = [
     "resolve_energy_inputs",
 ]
 
-#: Names of what limits an op, indexed by :attr:`OpCostTable.bound_code`.
-BOUNDS: Final = ("compute", "memory", "buffer", "network", "none")
-_COMPUTE, _MEMORY, _BUFFER, _NETWORK, _NONE = range(5)
+_NONE: Final = BOUNDS.index("none")
 _PJ: Final = 1e-12
-_BITS_PER_BYTE: Final = 8
 _CACHE_SIZE: Final = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class OpCost:
-    """Latency and energy of one op under one placement on the cores."""
-
-    latency_s: float
-    energy_j: float
-
-
-@dataclass(frozen=True, slots=True)
-class OpCostTable:
-    """Costs of every op of a graph, in graph order (read-only numpy arrays).
-
-    ``units[i]`` are the kinds of compute unit op i runs on (none for collectives and
-    joins). ``latency_s``/``energy_j`` are on one unit of each of its kinds; ``parallel_*``
-    split the op over all units of its kinds. ``hbm_bytes`` and ``bound`` belong to the
-    parallel estimate.
-    ``energy_j`` includes the chip's static power over the op's latency; ``*parts_j`` (ops x 3)
-    split the dynamic energy alone into compute (MACs, lanes), memory (buffer, HBM) and
-    network (link) joules, for totals where static power is counted once per chip.
-    """
-
-    names: tuple[str, ...]
-    units: tuple[tuple[str, ...], ...]
-    latency_s: np.ndarray
-    energy_j: np.ndarray
-    parallel_latency_s: np.ndarray
-    parallel_energy_j: np.ndarray
-    hbm_bytes: np.ndarray
-    bound_code: np.ndarray
-    parts_j: np.ndarray
-    parallel_parts_j: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def index(self, name: str) -> int:
-        """Position of the op called ``name``."""
-        try:
-            return self.names.index(name)
-        except ValueError:
-            raise unknown_name("op", name, self.names) from None
-
-    def single(self, i: int) -> OpCost:
-        """Cost of op ``i`` on one unit of each of its kinds."""
-        return OpCost(float(self.latency_s[i]), float(self.energy_j[i]))
-
-    def parallel(self, i: int) -> OpCost:
-        """Cost of op ``i`` split over all units of its kinds."""
-        return OpCost(float(self.parallel_latency_s[i]), float(self.parallel_energy_j[i]))
-
-    def bound(self, i: int) -> str:
-        """What limits op ``i`` (one of :data:`BOUNDS`)."""
-        return BOUNDS[int(self.bound_code[i])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +189,40 @@ class _Work:
     network_pj: np.ndarray
 
 
+def _operand_bytes(
+    fmt: np.ndarray, stated_input: np.ndarray, stated_weight: np.ndarray, acc: Accelerator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(input, weight) bytes per element of GEMMs in formats ``fmt`` (indices of
+    :data:`~workloads.ops.FORMATS`): a low-precision GEMM reads its operands at its format's
+    element size, a bf16 one at the accelerator's, unless the op states the bytes of its
+    input and weights (scales included)."""
+    element = np.array([format_options()[f].element_bytes for f in FORMATS])
+    low = fmt != FORMATS.index(BASE_FORMAT)
+    operand = np.where(low, element[fmt.astype(np.intp)], float(acc.bytes_per_element))
+    return (
+        np.where(stated_input > 0, stated_input, operand),
+        np.where(stated_weight > 0, stated_weight, operand),
+    )
+
+
+def _unit_work(
+    kind: np.ndarray, macs: np.ndarray, lane_ops: np.ndarray, acc: Accelerator
+) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """Each op's operations per kind of unit and the ops a further unit runs (None when the
+    accelerator has none): MACs on the tensor cores, lane operations on the vector cores,
+    both on a further unit that runs the op's kind instead."""
+    work = {TENSOR: macs, VECTOR: lane_ops}
+    taken = None
+    for unit in acc.extra_units:
+        runs = np.isin(kind, [_KINDS.index(OpKind(k)) for k in unit.runs])
+        work[unit.kind] = np.where(runs, macs + lane_ops, 0.0)
+        taken = runs if taken is None else taken | runs
+    if taken is not None:
+        work[TENSOR] = np.where(taken, 0.0, macs)
+        work[VECTOR] = np.where(taken, 0.0, lane_ops)
+    return work, taken
+
+
 def _work(
     keys: Sequence[tuple[float, ...]],
     acc: Accelerator,
@@ -290,13 +262,9 @@ def _work(
     is_attention = np.isin(kind, _ATTENTION_CODES)
     gi = np.flatnonzero(is_gemm | is_attention)
     shape = GemmShape(*(np.maximum(x[gi], 1.0) for x in (batch, m, k, n)))
-    # a low-precision GEMM reads its operands at its format's element size
-    element = np.array([format_options()[f].element_bytes for f in FORMATS])
-    low = fmt[gi] != FORMATS.index(BASE_FORMAT)
-    operand = np.where(low, element[fmt[gi].astype(np.intp)], float(acc.bytes_per_element))
-    # ... or at the bytes the op states for its input and weights (scales included)
-    input_element_bytes = np.where(stated_in[gi] > 0, stated_in[gi], operand)
-    weight_element_bytes = np.where(stated_w[gi] > 0, stated_w[gi], operand)
+    input_element_bytes, weight_element_bytes = _operand_bytes(
+        fmt[gi], stated_in[gi], stated_w[gi], acc
+    )
     hbm_read, hbm_write = gemm_hbm_bytes(
         shape,
         acc.tc_rows,
@@ -320,37 +288,21 @@ def _work(
     vector_reads = np.where(is_vector, reads, 0.0)
     vector_writes = np.where(is_vector, writes, 0.0)
 
-    # Collectives: ring over the group's slowest link (Cluster.group_link per distinct group).
-    t = np.maximum(group, 1.0)
-    groups, which = np.unique(t, return_inverse=True)
-    links = np.array([cluster.group_link(int(x)) for x in groups]).reshape(len(groups), 2)
-    bw, alpha = links[which, 0], links[which, 1]
-    inter = cluster.spans_nodes(t)
-    pj_per_bit = np.where(
-        inter, settings.inter_node_link_pj_per_bit, settings.intra_node_link_pj_per_bit
-    )
+    # Collectives: rings over the group's slowest link (arch_space.perf.ring).
     all_reduce = coll == _COLLECTIVES.index(CollectiveKind.ALL_REDUCE)
-    halves = np.where(all_reduce, 2.0, 1.0)
-    sent = np.where(is_coll & ~is_share, halves * (t - 1) / t * coll_bytes, 0.0)
-    if device.intra_node is not None:
-        # measured bus bandwidth at the message's size inside a node; it includes latency
-        bw = np.where(inter, bw, bw * device.intra_node.efficiency(coll_bytes, all_reduce))
-        alpha = np.where(inter, alpha, 0.0)
+    ring = ring_terms(coll_bytes, group, all_reduce, is_coll, is_share, cluster, settings, device)
     # Each ring step reads the outgoing chunk from device memory and writes the incoming one.
-    hbm = vector_reads + vector_writes + 2 * sent + _scatter(len(a), gi, hbm_read + hbm_write)
+    hbm = (
+        vector_reads
+        + vector_writes
+        + 2 * ring.sent_bytes
+        + _scatter(len(a), gi, hbm_read + hbm_write)
+    )
     macs = _scatter(len(a), gi, shape.batch * shape.m * shape.k * shape.n)
     lane_ops = np.where(is_vector, flops, 0.0) + np.where(
         (is_gemm | is_attention) & (core == _CORES.index(CoreType.TC_AND_VC)), epilogue, 0.0
     )
-    work = {TENSOR: macs, VECTOR: lane_ops}
-    taken = None
-    for unit in acc.extra_units:
-        runs = np.isin(kind, [_KINDS.index(OpKind(k)) for k in unit.runs])
-        work[unit.kind] = np.where(runs, macs + lane_ops, 0.0)
-        taken = runs if taken is None else taken | runs
-    if taken is not None:
-        work[TENSOR] = np.where(taken, 0.0, macs)
-        work[VECTOR] = np.where(taken, 0.0, lane_ops)
+    work, taken = _unit_work(kind, macs, lane_ops, acc)
     return _Work(
         is_gemm=is_gemm | is_attention,
         is_attention=is_attention,
@@ -368,9 +320,37 @@ def _work(
         vector_buffer_read=passes * vector_reads + vector_writes,
         vector_buffer_write=vector_reads + vector_writes,
         hbm_bytes=hbm,
-        network_s=np.where(is_coll, alpha + halves * (t - 1) / t * coll_bytes / bw, 0.0),
-        network_pj=sent * _BITS_PER_BYTE * pj_per_bit,
+        network_s=ring.network_s,
+        network_pj=ring.network_pj,
     )
+
+
+def _format_rates(
+    w: _Work, acc: Accelerator, tech: TechNode, device: DeviceProfile
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each op's tensor rate (a multiple of the accelerator's base one), sustained share of
+    the tensor cores and pJ per MAC, all set by its format; a bf16 GEMM of a preset with
+    measured shapes runs at the measured rate of its shape (the tiling moves each operand at
+    its stored width)."""
+    gi = w.gemm_index
+    used = np.unique(w.fmt)
+    rate_of, share_of, pj_of = (np.ones(len(FORMATS)) for _ in range(3))
+    share_of *= device.sustained_tensor_fraction
+    pj_of *= unit_pj_per_op(acc, acc.units[0], tech)
+    for code in used.tolist():
+        if code:
+            name = FORMATS[code]
+            rate_of[code] = acc.format_rate(name)
+            share_of[code] = device.format_fraction(name)
+            pj_of[code] = format_mac_pj(acc, tech, name)
+    rate, tensor_pj = rate_of[w.fmt], pj_of[w.fmt]
+    share_t = share_of[w.fmt]
+    if device.gemm_shapes is not None:
+        shaped = ~w.is_attention[gi] & (w.fmt[gi] == FORMATS.index(BASE_FORMAT))
+        factor = device.gemm_shapes.factor(w.gemm.m, w.gemm.n, w.gemm.k)
+        share_t = share_t.copy()
+        share_t[gi[shaped]] *= factor[shaped]
+    return rate, share_t, tensor_pj
 
 
 def _estimate(
@@ -414,26 +394,7 @@ def _estimate(
         [device.attention_forward_fraction, device.attention_backward_fraction],
         1.0,
     )
-    # An op's format sets its tensor rate (the accelerator's for it), its measured sustained
-    # share and its energy per MAC; the tiling moves each operand at its stored width.
-    used = np.unique(w.fmt)
-    rate_of, share_of, pj_of = (np.ones(len(FORMATS)) for _ in range(3))
-    share_of *= device.sustained_tensor_fraction
-    pj_of *= unit_pj_per_op(acc, acc.units[0], tech)
-    for code in used.tolist():
-        if code:
-            name = FORMATS[code]
-            rate_of[code] = acc.format_rate(name)
-            share_of[code] = device.format_fraction(name)
-            pj_of[code] = format_mac_pj(acc, tech, name)
-    rate, tensor_pj = rate_of[w.fmt], pj_of[w.fmt]
-    share_t = share_of[w.fmt]
-    if device.gemm_shapes is not None:
-        # a bf16 GEMM below the best shape runs at the measured rate of its shape
-        shaped = ~w.is_attention[gi] & (w.fmt[gi] == FORMATS.index(BASE_FORMAT))
-        factor = device.gemm_shapes.factor(w.gemm.m, w.gemm.n, w.gemm.k)
-        share_t = share_t.copy()
-        share_t[gi[shaped]] *= factor[shaped]
+    rate, share_t, tensor_pj = _format_rates(w, acc, tech, device)
     share = {TENSOR: np.minimum(fraction, share_t)}
     tiled_s = _scatter(size, gi, g.compute_s) / rate
     floor = {TENSOR: tiled_s if w.taken is None else np.where(w.taken, 0.0, tiled_s)}

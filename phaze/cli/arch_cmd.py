@@ -17,7 +17,7 @@ from arch_space.presets import preset, preset_names
 from arch_space.summary import describe
 from arch_space.tech import tech_node, tech_overrides_from_toml
 from phaze.cli._render import echo_json, table, to_jsonable
-from phaze_common.units import fmt_column, fmt_percent, fmt_quantity
+from phaze_common.units import fmt_column, fmt_number, fmt_percent, fmt_quantity
 
 __all__ = ["arch"]
 
@@ -257,7 +257,9 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
     ]
     extra = [k for k in d if k not in _KNOWN_KEYS]
     for key in extra:
-        lines += ["", f"{key}: {d[key]}"]
+        value = d[key]
+        text = fmt_number(value) if isinstance(value, int | float) else value
+        lines += ["", f"{key}: {text}"]
     return "\n".join(lines)
 
 

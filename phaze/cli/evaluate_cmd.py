@@ -27,7 +27,7 @@ from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
-from phaze_common.units import fmt_column, fmt_pair, fmt_percent, fmt_quantity, fmt_time
+from phaze_common.units import fmt_column, fmt_noun, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from placement import Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
 from workloads import model_flops_per_sequence, resolve_model
@@ -60,7 +60,7 @@ _J_PER_KWH = 3.6e6
 @click.option(
     "--micro-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
-    help="With --strategy search [default: searched, 1, 2, 4 or 8 dividing the batch].",
+    help="With --strategy search [default: searched, 1, 2 or 4 dividing the batch].",
 )
 @click.option(
     "--recompute",
@@ -260,7 +260,9 @@ def evaluate(
         ["precision", _precision_text(doc["precision"])],
         ["placement", str(pl.layout)],
     ]
-    click.echo(table(rows, ["metric", f"{workload} on {acc.name or arch}, {devices} devices"]))
+    click.echo(
+        table(rows, ["metric", f"{workload} on {acc.name or arch}, {fmt_noun(devices, 'device')}"])
+    )
     if ev.defaults:
         click.echo(f"strategy defaults used (not given): {ev.defaults}")
     if doc["search_exclusions"]:

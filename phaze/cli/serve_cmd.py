@@ -21,7 +21,7 @@ from phaze.cli._render import echo_json, table
 from phaze.run import parse_tokens
 from phaze.serving import OBJECTIVES, ServingPoint
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
-from phaze_common.units import fmt_column, fmt_percent, fmt_quantity, fmt_time
+from phaze_common.units import fmt_column, fmt_noun, fmt_percent, fmt_quantity, fmt_time
 from workloads.serving import KV_ADMISSIONS, serving_settings
 
 __all__ = ["serve", "serving_document"]
@@ -259,7 +259,7 @@ def _print(point: ServingPoint, doc: dict) -> None:
             f"tCDP {q(sc.tcdp, 'kgCO2e·s')}",
         ],
     ]
-    head = f"{doc['workload']} on {doc['arch']}, {doc['devices']} devices, ISL {doc['input_tokens']} OSL {doc['output_tokens']}"
+    head = f"{doc['workload']} on {doc['arch']}, {fmt_noun(doc['devices'], 'device')}, ISL {doc['input_tokens']} OSL {doc['output_tokens']}"
     click.echo(table(rows, ["serving", head]))
     click.echo("")
     terms = sc.energy.terms()

@@ -30,6 +30,7 @@ from phaze.sweep import SweepResult, run_sweep
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.units import fmt_noun
 from results.compare import comparison_text
 from results.display import fmt_values
 from results.pareto import parse_objectives
@@ -353,7 +354,8 @@ def sweep(
         if cfg.precision != (DEFAULT_PRECISION,):
             knobs += f", precision {list(cfg.precision)}"
     click.echo(
-        f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, {cfg.devices} devices "
+        f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, "
+        f"{fmt_noun(cfg.devices, 'device')} "
         f"({cfg.devices_per_node}/node); {knobs}, {_hbm_text(cfg)} -> {out}",
         err=True,
     )

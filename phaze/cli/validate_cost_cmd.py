@@ -26,7 +26,7 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_option
 from phaze.scoring import ScoringParams, system_capex
-from phaze_common.units import fmt_column
+from phaze_common.units import fmt_column, fmt_noun
 
 __all__ = ["device_hour_usd", "cost"]
 
@@ -56,7 +56,7 @@ def _ownership() -> tuple[list[ValidationRow], list[ValidationRow]]:
     gated, informative = [], []
     for name, r in _rows("ownership").items():
         row = ValidationRow(
-            f"{name}, {r['devices']} devices",
+            f"{name}, {fmt_noun(r['devices'], 'device')}",
             r["usd_per_device_hour"],
             device_hour_usd(r["arch"], r["devices"]),
             r["source"],

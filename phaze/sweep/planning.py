@@ -81,15 +81,9 @@ def design_knobs(shared: Shared, acc: Accelerator) -> tuple[Layout, ...]:
     return tuple(out)
 
 
-def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
-    """Resolve a config into the shared context and the designs to evaluate (validated)."""
-    problems = duplicate_problems(cfg)
-    workloads = []
-    for w in cfg.workloads:
-        try:
-            workloads.append((w, resolve_model(w)))
-        except ConfigError as e:
-            problems.append(str(e))
+def _sweep_context(cfg: SweepConfig) -> Context:
+    """What every evaluation of ``cfg`` shares: its cluster, batch, solver and scoring
+    settings, and the degrees and ZeRO stages it lets the search choose from."""
     cluster = Cluster(
         devices=cfg.devices,
         devices_per_node=cfg.devices_per_node,
@@ -112,6 +106,20 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     )
     if cfg.zero:  # the stages listed, and no others
         ctx = dataclasses.replace(ctx, zero_stages=tuple(sorted(set(cfg.zero))), zero_fallback=())
+    return ctx
+
+
+def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
+    """Resolve a config into the shared context and the designs to evaluate (validated)."""
+    problems = duplicate_problems(cfg)
+    workloads = []
+    for w in cfg.workloads:
+        try:
+            workloads.append((w, resolve_model(w)))
+        except ConfigError as e:
+            problems.append(str(e))
+    ctx = _sweep_context(cfg)
+    cluster = ctx.cluster
     serve = None
     if cfg.mode == "serve":
         knobs: tuple[Layout, ...] = ()

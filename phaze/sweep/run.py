@@ -40,6 +40,72 @@ class SweepResult:
     wall_s: float
 
 
+def _design_order(
+    designs: tuple[Accelerator, ...], ids: list[str], accelerator_usd: list[float]
+) -> list[int]:
+    """The order designs are evaluated in (indices of ``designs``): presets first
+    (reference points, never pruned), then the strongest, by optimistic throughput (in the
+    fastest format) per dollar of accelerator, then the design id. The rounds are cut from
+    this total order of *all* designs, not of those left to do, so a resumed sweep prunes
+    each design against the same earlier rounds as an uninterrupted one."""
+    return sorted(
+        range(len(designs)),
+        key=lambda i: (
+            not designs[i].name,
+            -fastest_flops(designs[i]) / accelerator_usd[i],
+            ids[i],
+        ),
+    )
+
+
+def _workloads_to_do(
+    shared: Shared,
+    names: list[str],
+    ids: tuple[str, ...],
+    designs: tuple[Accelerator, ...],
+    done: frozenset[str],
+) -> tuple[tuple[int, ...], ...]:
+    """Per design (in evaluation order), the workloads (indices of ``names``) some of whose
+    points are not yet stored (``done``: the stored points' keys)."""
+    if not done:
+        return tuple(tuple(range(len(names))) for _ in designs)
+    return tuple(
+        tuple(
+            w
+            for w, name in enumerate(names)
+            if not all(k in done for k in shared.point_keys(name, did, a))
+        )
+        for did, a in zip(ids, designs, strict=True)
+    )
+
+
+def _manifest(
+    cfg: SweepConfig,
+    executor: str,
+    jobs: int | None,
+    stage_s: dict[str, float],
+    designs: int,
+    rounds: Rounds,
+    skipped: int,
+) -> dict:
+    """What a finished sweep records about itself beside its points: the versions and
+    hashes it ran with, how it ran, its wall times and what became of its designs."""
+    return {
+        "tool_version": __version__,
+        "config_hash": cfg.config_hash(),
+        "model_digest": model_digest(),
+        "solver": dataclasses.asdict(cfg.solver),
+        "executor": executor,
+        "jobs": jobs,
+        "wall_times_s": stage_s,
+        "designs": designs,
+        "evaluated_designs": rounds.evaluated,
+        "pruned_designs": rounds.pruned,
+        "skipped_designs": skipped,
+        "discarded_designs": rounds.discarded,
+    }
+
+
 def run_sweep(
     cfg: SweepConfig,
     out_dir: str | Path,
@@ -74,31 +140,11 @@ def run_sweep(
         names = [n for n, _ in shared.workloads]
         ids = [design_id(a) for a in designs]
         capex = [system_capex(a, cfg.devices, cfg.scoring) for a in designs]
-        # Presets first (reference points, never pruned), then the strongest: optimistic
-        # throughput (in the fastest format) per dollar of accelerator, then the design id. The rounds are cut from this total order
-        # of *all* designs, not of those left to do, so a resumed sweep prunes each design
-        # against the same earlier rounds as an uninterrupted one.
-        rank = sorted(
-            range(len(designs)),
-            key=lambda i: (
-                not designs[i].name,
-                -fastest_flops(designs[i]) / capex[i].accelerator_usd,
-                ids[i],
-            ),
-        )
+        rank = _design_order(designs, ids, [c.accelerator_usd for c in capex])
         order = tuple(designs[i] for i in rank)
         order_ids = tuple(ids[i] for i in rank)
         done = store.done_keys()
-        need = tuple(
-            tuple(
-                w
-                for w, name in enumerate(names)
-                if not all(k in done for k in shared.point_keys(name, did, a))
-            )
-            if done
-            else tuple(range(len(names)))
-            for did, a in zip(order_ids, order, strict=True)
-        )
+        need = _workloads_to_do(shared, names, order_ids, order, done)
         skipped = sum(1 for n in need if not n)
         signs = objective_signs(cfg.objectives)
         prune = cfg.prune and all(n in BOUNDED for n, _ in signs)
@@ -137,22 +183,7 @@ def run_sweep(
         stage_s["aggregate_s"] = time.perf_counter() - t2
         stage_s["total_s"] = time.perf_counter() - t0
         points = len(store) - len(store.points(workload=AGGREGATE_WORKLOAD))
-        store.set_manifest(
-            {
-                "tool_version": __version__,
-                "config_hash": cfg.config_hash(),
-                "model_digest": model_digest(),
-                "solver": dataclasses.asdict(cfg.solver),
-                "executor": executor,
-                "jobs": jobs,
-                "wall_times_s": stage_s,
-                "designs": len(designs),
-                "evaluated_designs": rounds.evaluated,
-                "pruned_designs": rounds.pruned,
-                "skipped_designs": skipped,
-                "discarded_designs": rounds.discarded,
-            }
-        )
+        store.set_manifest(_manifest(cfg, executor, jobs, stage_s, len(designs), rounds, skipped))
     return SweepResult(
         out_dir=out,
         points=points,
