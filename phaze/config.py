@@ -29,6 +29,7 @@ from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
+from workloads.optimizer_state import OptimizerState, parse_optimizer_state
 from workloads.precision import DEFAULT_PRECISION, recipe_names
 from workloads.serving import serving_settings
 
@@ -161,7 +162,9 @@ class SweepConfig:
     ``presets`` are real chips evaluated beside the space as reference points (never pruned,
     marked in the plots; their own HBM is kept). ``framework`` is the overlap profile of the
     training framework (:mod:`workloads.framework`). ``tokens_to_train`` is every workload's
-    token budget (None: each model's published budget). ``ep`` and ``cp`` are the expert-
+    token budget (None: each model's published budget). ``optimizer_state`` changes the
+    parts of the training state from each recipe's (:mod:`workloads.optimizer_state`).
+    ``ep`` and ``cp`` are the expert-
     and context-parallel degrees the placement search may choose from (empty: the search's
     own, :func:`phaze.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
     then 2 and 3 when neither fits); ``sequence_parallel`` True or False fixes it (None:
@@ -202,6 +205,7 @@ class SweepConfig:
     prune: bool = True
     framework: str = DEFAULT_FRAMEWORK
     tokens_to_train: int | None = None
+    optimizer_state: str | None = None
     mode: str = "train"
     input_tokens: int = 2048
     output_tokens: int = 128
@@ -277,6 +281,13 @@ def _is_token_count(v: Any) -> bool:
         return False
 
 
+def _is_optimizer_state(v: Any) -> bool:
+    try:
+        return isinstance(v, str) and bool(parse_optimizer_state(v, OptimizerState(2)))
+    except ConfigError:
+        return False
+
+
 def _is_name(v: Any) -> bool:
     return isinstance(v, str) and bool(v)
 
@@ -338,6 +349,12 @@ _RULES: Final = MappingProxyType(
             False,
             _is_token_count,
             'a positive token count up to 1e16 (2e12, "2T", "300B")',
+        ),
+        "optimizer_state": (
+            False,
+            _is_optimizer_state,
+            "part=format pairs: master=fp32|none, moments=fp32|bf16|8bit, "
+            'grads=fp32|bf16|bf16+fp32 (e.g. "master=fp32,moments=bf16")',
         ),
         "mode": (False, lambda v: v in MODES, f"one of {', '.join(MODES)}"),
         "input_tokens": (False, _is_pos_int, "a positive integer (prompt tokens)"),

@@ -26,7 +26,6 @@ from phaze.lower_bounds import bound_graph, recompute_workspace_bytes, stack_dev
 from phaze.scoring import Score, score_point, system_capex
 from phaze_common.errors import ConfigError, Infeasible
 from placement import (
-    OPTIMIZER_STEP_BYTES_PER_PARAMETER,
     Layout,
     Placement,
     PlacementProblem,
@@ -143,6 +142,7 @@ def training_setup(
         tokens_to_train=ctx.tokens_to_train,
         framework=ctx.framework,
         state_bytes_per_parameter=ctx.state_bytes_per_parameter,
+        optimizer_state=ctx.optimizer_state,
         precision=knobs.precision,
     )
 
@@ -268,7 +268,7 @@ def placement_problem(
         global_batch=ctx.global_batch,
         state_bytes_per_parameter=float(setup.state_bytes_per_parameter),
         # through HBM: the step after the last backward pass, a caching recipe's weight casts
-        optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
+        optimizer_s_per_parameter=setup.state_parts.step_bytes_per_parameter
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
         weight_refresh_s_per_parameter=setup.recipe.weight_refresh_bytes_per_parameter
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),

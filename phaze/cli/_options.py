@@ -33,6 +33,7 @@ __all__ = [
     "scoring_options",
     "cluster_of",
     "scoring_of",
+    "optimizer_state_option",
 ]
 
 DEFAULT_SEQ_LEN: Final = 2048  # tokens; GPT-3's context, used where a model's is at least this
@@ -282,3 +283,12 @@ def scoring_of(kw: dict[str, Any], acc: Accelerator) -> ScoringParams:
         cost_view=kw.pop("cost_view"),
         **given,
     ).for_accelerator(acc.name)
+
+
+optimizer_state_option = click.option(
+    "--optimizer-state",
+    "optimizer_state",
+    help="Formats of the training state's parts, changed from the precision recipe's: "
+    "master=fp32|none, moments=fp32|bf16|8bit, grads=fp32|bf16|bf16+fp32 "
+    "(e.g. master=fp32,moments=bf16,grads=fp32: DeepSeek-V3's 14 B per parameter).",
+)
