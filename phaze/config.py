@@ -31,6 +31,7 @@ from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 from workloads.optimizer_state import OptimizerState, parse_optimizer_state
 from workloads.precision import DEFAULT_PRECISION, recipe_names
+from workloads.recompute_modules import is_recompute_mode
 from workloads.serving import serving_settings
 
 __all__ = [
@@ -317,8 +318,8 @@ _RULES: Final = MappingProxyType(
         "hbm_gib": (True, _is_pos_num, "a list of finite positive numbers (GiB)"),
         "recompute": (
             True,
-            lambda v: v in RECOMPUTE_MODES,
-            f"a non-empty list of {', '.join(RECOMPUTE_MODES)}",
+            is_recompute_mode,
+            f"a non-empty list of {', '.join(RECOMPUTE_MODES)} or modules:<groups joined by +>",
         ),
         "precision": (
             True,

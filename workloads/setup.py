@@ -15,6 +15,7 @@ from workloads.optimizer_state import (
     state_from_total,
 )
 from workloads.precision import DEFAULT_PRECISION, Recipe, recipe
+from workloads.recompute_modules import MODULES_PREFIX, modules_text, parse_modules
 
 __all__ = ["Recompute", "Optimizer", "TrainingSetup", "optimizer_state_bytes"]
 
@@ -28,6 +29,7 @@ class Recompute(StrEnum):
     NONE = "none"  # stash every activation the backward pass needs
     SELECTIVE = "selective"  # drop and recompute the attention core (QK^T, softmax, dropout, AV)
     FULL = "full"  # stash only each block's input; recompute the whole block forward
+    MODULES = "modules"  # the named op groups (workloads.recompute_modules)
 
 
 def optimizer_state_bytes(optimizer: str, precision_bytes: int) -> int:
@@ -58,7 +60,10 @@ class TrainingSetup:
     micro_batch : sequences per micro-batch (per pipeline/data-parallel replica step).
     precision_bytes : bytes per weight and activation element (2 = fp16/bf16).
     optimizer : "adam" or "sgd" (with momentum).
-    recompute : see :class:`Recompute`.
+    recompute : see :class:`Recompute`; ``"modules:layernorm+mla_up_proj"`` (text) sets
+        :attr:`Recompute.MODULES` and ``recompute_modules``.
+    recompute_modules : the op groups :attr:`Recompute.MODULES` rebuilds
+        (:mod:`workloads.recompute_modules`); empty under any other mode.
     sequence_parallel : Megatron sequence parallelism (Korthikanti et al. 2022) on the
         tensor-parallel group.
     tokens_to_train : overrides the model's published token budget for whole-job figures.
@@ -85,6 +90,7 @@ class TrainingSetup:
     framework: str = DEFAULT_FRAMEWORK
     precision: str = DEFAULT_PRECISION
     optimizer_state: str | None = None
+    recompute_modules: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -110,11 +116,7 @@ class TrainingSetup:
             problems.append(
                 f"optimizer = {self.optimizer!r} must be one of {', '.join(_OPTIMIZERS)}"
             )
-        try:
-            object.__setattr__(self, "recompute", Recompute(self.recompute))
-        except ValueError:
-            allowed = ", ".join(r.value for r in Recompute)
-            problems.append(f"recompute = {self.recompute!r} must be one of {allowed}")
+        problems += self._set_recompute()
         for f in ("tokens_to_train", "state_bytes_per_parameter"):
             value = getattr(self, f)
             if value is not None and (not isinstance(value, int) or value <= 0):
@@ -133,6 +135,37 @@ class TrainingSetup:
             raise ConfigError("training setup: " + "; ".join(problems))
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
         object.__setattr__(self, "state_bytes_per_parameter", parts.state_bytes_per_parameter)
+
+    def _set_recompute(self) -> list[str]:
+        """Resolve ``recompute`` (a mode, or ``modules:`` text) and ``recompute_modules``."""
+        text = self.recompute
+        try:
+            if isinstance(text, str) and text.startswith(MODULES_PREFIX):
+                modules = parse_modules(text)
+                object.__setattr__(self, "recompute", Recompute.MODULES)
+            else:
+                object.__setattr__(self, "recompute", Recompute(text))
+                modules = frozenset(self.recompute_modules)
+                if self.recompute is not Recompute.MODULES:
+                    modules = frozenset()
+                elif not modules:
+                    return ["recompute = 'modules' needs recompute_modules (or modules:a+b)"]
+                else:
+                    parse_modules(modules_text(modules))
+        except ConfigError as e:
+            return [str(e)]
+        except ValueError:
+            allowed = ", ".join(r.value for r in Recompute if r is not Recompute.MODULES)
+            return [f"recompute = {text!r} must be one of {allowed} or modules:<groups>"]
+        object.__setattr__(self, "recompute_modules", modules)
+        return []
+
+    @property
+    def recompute_mode(self) -> str:
+        """The recompute mode as text: ``none``, ``selective``, ``full`` or ``modules:a+b``."""
+        if self.recompute is Recompute.MODULES:
+            return modules_text(self.recompute_modules)
+        return self.recompute.value
 
     @property
     def recipe(self) -> Recipe:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FiniteFloat",
+    "RecomputeMode",
     "scoring_float",
     "DEFAULT_SEQ_LEN",
     "default_seq_len",
@@ -43,6 +44,20 @@ def default_seq_len(model: Model) -> int:
     """The sequence length a command uses when none is given: 2048 tokens, or the model's
     context (its position table) when that is shorter."""
     return min(DEFAULT_SEQ_LEN, model.max_positions)
+
+
+class RecomputeMode(click.ParamType):
+    """A recompute mode: none, selective, full or modules:<groups joined by +>
+    (:mod:`workloads.recompute_modules`)."""
+
+    name = "mode"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
+        from workloads.recompute_modules import recompute_problem
+
+        if (why := recompute_problem(value)) is not None:
+            self.fail(why, param, ctx)
+        return value
 
 
 class FiniteFloat(click.ParamType):

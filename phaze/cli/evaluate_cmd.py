@@ -14,6 +14,7 @@ from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._options import (
     DEFAULT_SEQ_LEN,
+    RecomputeMode,
     cluster_of,
     default_seq_len,
     design_options,
@@ -23,7 +24,6 @@ from phaze.cli._options import (
 )
 from phaze.cli._render import echo_json, table
 from phaze.cli._stages import pipeline_stages, stage_table
-from phaze.config import RECOMPUTE_MODES
 from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
@@ -66,8 +66,10 @@ _J_PER_KWH = 3.6e6
 )
 @click.option(
     "--recompute",
-    type=click.Choice(RECOMPUTE_MODES),
-    help="With --strategy search [default: searched, none, selective or full].",
+    type=RecomputeMode(),
+    help="With --strategy search: none, selective, full or modules:<groups joined by +> "
+    "(core_attn, layernorm, mla_up_proj, mlp, moe, moe_act, shared_experts) "
+    "[default: searched, none, selective or full].",
 )
 @click.option(
     "--precision",

@@ -13,12 +13,11 @@ from click.core import ParameterSource
 
 from phaze.cli import INTERRUPTED, NoFeasiblePoint
 from phaze.cli._files import cannot_write, check_parent
-from phaze.cli._options import FiniteFloat, optimizer_state_option
+from phaze.cli._options import FiniteFloat, RecomputeMode, optimizer_state_option
 from phaze.cli._render import echo_json, table
 from phaze.config import (
     MODE_KEYS,
     MODES,
-    RECOMPUTE_MODES,
     SERVE_OBJECTIVES,
     SweepConfig,
     load_sweep_config,
@@ -184,9 +183,9 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 )
 @click.option(
     "--recompute",
-    type=click.Choice(RECOMPUTE_MODES),
+    type=RecomputeMode(),
     multiple=True,
-    help="Recompute mode (repeatable).",
+    help="Recompute mode (repeatable): none, selective, full or modules:<groups joined by +>.",
 )
 @click.option(
     "--precision",
