@@ -55,6 +55,7 @@ from workloads.layer_graph import PassGraphs
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
 from workloads.moe_ops import moe_nodes
 from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
+from workloads.recompute_modules import op_groups
 from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
@@ -423,38 +424,11 @@ def block_pass_graphs(
             keep = None
         case Recompute.MODULES:
             keep = frozenset(
-                n.op.name for n in nodes if _module_of(n.op.name, model) & setup.recompute_modules
+                n.op.name
+                for n in nodes
+                if op_groups(n.op.name, model, CORE_PREFIX) & setup.recompute_modules
             )
     return _pass_graphs(nodes, d, keep)
-
-
-_NORMS = frozenset({"ln1", "ln2", "attn.post_norm", "mlp.post_norm"})
-_MLA_UP = frozenset({"q.down.norm", "kv.down.norm", "q", "k", "v", "q.rope", "k.rope"})
-_FFN_OPS = frozenset({"fc1", "fc1.gate", "fc1.up", "fc1.act", "fc2"})
-_MOE_OPS = ("router", "dispatch", "combine", "expert", "shared.")
-
-
-def _module_of(name: str, model: Model) -> frozenset[str]:
-    """The recompute groups (:mod:`workloads.recompute_modules`) a block's op belongs to,
-    by its name: an MoE expert's activation is in ``moe_act`` and ``moe``, a shared
-    expert's ops in ``shared_experts`` and ``moe``; empty for the projections, collectives
-    and residual adds no group rebuilds."""
-    if name.startswith(CORE_PREFIX):
-        return frozenset({"core_attn"})
-    if name in _NORMS:
-        return frozenset({"layernorm"})
-    if model.mla and name in _MLA_UP:
-        return frozenset({"mla_up_proj"})
-    local = name.partition(".")[2] if name.startswith(("expert", "shared.")) else name
-    ffn = local in _FFN_OPS or local == str(model.ffn_kind)
-    if name.startswith("shared."):
-        return frozenset({"shared_experts", "moe"})
-    if name.startswith("expert"):
-        act = local in ("fc1.act", str(model.ffn_kind))
-        return frozenset({"moe_act", "moe"} if act else {"moe"})
-    if name.startswith(_MOE_OPS):
-        return frozenset({"moe"})
-    return frozenset({"mlp"}) if ffn else frozenset()
 
 
 def inference_block_graph(

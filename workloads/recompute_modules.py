@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Final
 
 from phaze_common.errors import ConfigError
+from workloads.model import Model
 
 __all__ = [
     "MODULES_PREFIX",
@@ -25,6 +26,7 @@ __all__ = [
     "RECOMPUTE_WORDS",
     "is_recompute_mode",
     "modules_text",
+    "op_groups",
     "parse_modules",
     "recompute_problem",
     "repeats_attention_core",
@@ -102,3 +104,33 @@ def _allowed(text: object) -> str:
         f"recompute = {text!r} must be one of {', '.join(RECOMPUTE_WORDS)} or "
         f"modules:<groups joined by +> with groups among {', '.join(RECOMPUTE_MODULES)}"
     )
+
+
+_NORMS = frozenset({"ln1", "ln2", "attn.post_norm", "mlp.post_norm"})
+_MLA_UP = frozenset({"q.down.norm", "kv.down.norm", "q", "k", "v", "q.rope", "k.rope"})
+_FFN_OPS = frozenset({"fc1", "fc1.gate", "fc1.up", "fc1.act", "fc2"})
+_MOE_OPS = ("router", "dispatch", "combine", "expert", "shared.")
+
+
+def op_groups(name: str, model: Model, core_prefix: str) -> frozenset[str]:
+    """The recompute groups (:mod:`workloads.recompute_modules`) a block's op belongs to,
+    by its name: an MoE expert's activation is in ``moe_act`` and ``moe``, a shared
+    expert's ops in ``shared_experts`` and ``moe`` (``core_prefix``: the attention core's op
+    names, :data:`workloads.attention_ops.CORE_PREFIX`); empty for the projections, collectives
+    and residual adds no group rebuilds."""
+    if name.startswith(core_prefix):
+        return frozenset({"core_attn"})
+    if name in _NORMS:
+        return frozenset({"layernorm"})
+    if model.mla and name in _MLA_UP:
+        return frozenset({"mla_up_proj"})
+    local = name.partition(".")[2] if name.startswith(("expert", "shared.")) else name
+    ffn = local in _FFN_OPS or local == str(model.ffn_kind)
+    if name.startswith("shared."):
+        return frozenset({"shared_experts", "moe"})
+    if name.startswith("expert"):
+        act = local in ("fc1.act", str(model.ffn_kind))
+        return frozenset({"moe_act", "moe"} if act else {"moe"})
+    if name.startswith(_MOE_OPS):
+        return frozenset({"moe"})
+    return frozenset({"mlp"}) if ffn else frozenset()
