@@ -10,6 +10,7 @@ from phaze.api import evaluate
 from phaze_common.errors import ConfigError
 from placement import parse_strategy
 from workloads.catalog import get_model
+from workloads.flops import hardware_flops_per_sequence
 from workloads.memory import block_activation_bytes
 from workloads.op_graphs import block_pass_graphs
 from workloads.setup import Recompute, TrainingSetup
@@ -117,3 +118,16 @@ def test_time_and_memory_lie_between_no_and_full_recompute(tmp_path):
     assert none[0] == 0 < mods[0] < full[0]
     assert none[1] < mods[1] < full[1]
     assert none[2] > mods[2] > full[2]
+
+
+def test_hardware_flops_count_the_groups_gemms():
+    m, s = get_model("deepseek-v3"), 4096
+    none = hardware_flops_per_sequence(m, s, "none")
+    attn = hardware_flops_per_sequence(m, s, "modules:core_attn")
+    assert attn == hardware_flops_per_sequence(m, s, "selective")
+    # norms and activations run on the vector cores: no GEMM FLOPs
+    assert hardware_flops_per_sequence(m, s, "modules:layernorm+moe_act") == none
+    every = "modules:core_attn+mla_up_proj+mlp+moe"
+    assert (
+        none < hardware_flops_per_sequence(m, s, every) < hardware_flops_per_sequence(m, s, "full")
+    )
