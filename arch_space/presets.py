@@ -14,7 +14,7 @@ from arch_space.accelerator import Accelerator
 from arch_space.formats import preset_format_rates
 from phaze_common.errors import unknown_name
 
-__all__ = ["preset", "preset_names", "PUBLISHED"]
+__all__ = ["preset", "preset_names", "PUBLISHED", "NVLINK_BYTES_PER_S"]
 
 _MIB = 2**20
 _GIB = 2**30
@@ -145,6 +145,23 @@ _PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(
 )
 del _LISTED
 
+# NVIDIA H800 SXM5 80GB (NVIDIA H800 Tensor Core GPU datasheet, SXM column: FP16/BF16 and FP8
+# Tensor Core rates as the H100 SXM's, 80 GB HBM3 at 3.35 TB/s, up to 700 W; NVLink 400 GB/s
+# against the H100 SXM's 900 GB/s): the H100 die and memory with fewer NVLink links, the
+# export variant DeepSeek-V3 trained on (arXiv:2412.19437, Sec. 3.1). Every field the models
+# read is the h100's, so it takes the h100's sustained rates and formats; only the NVLink
+# line rate (:data:`NVLINK_BYTES_PER_S`) differs.
+_PRESETS = MappingProxyType({**_PRESETS, "h800": replace(_PRESETS["h100"], name="h800")})
+
+#: NVLink bandwidth per device per direction (half the data sheets' bidirectional totals), of
+#: the presets with NVLink: V100 NVLink 2 300 GB/s, A100 NVLink 3 600 GB/s, H100 SXM NVLink 4
+#: 900 GB/s, H800 SXM 400 GB/s, B200 NVLink 5 1.8 TB/s (the data sheets cited above). A
+#: cluster's intra-node links stay the user's (``--intra-node-gbps``): a preset does not set
+#: them.
+NVLINK_BYTES_PER_S: MappingProxyType[str, float] = MappingProxyType(
+    {"v100": 150e9, "a100": 300e9, "h100": 450e9, "h800": 200e9, "b200": 900e9}
+)
+
 #: Published figures the presets are checked against: (peak dense bf16 FLOP/s, area of one
 #: die mm2 or None, TDP W or None), from the sources cited above.
 PUBLISHED: MappingProxyType[str, tuple[float, float | None, float | None]] = MappingProxyType(
@@ -152,6 +169,7 @@ PUBLISHED: MappingProxyType[str, tuple[float, float | None, float | None]] = Map
         "tpuv4": (275e12, None, 192.0),  # die "<400 mm2" is a bound, not a figure
         "a100": (312e12, 826.0, 400.0),
         "h100": (989e12, 814.0, 700.0),
+        "h800": (989e12, 814.0, 700.0),  # the H100 SXM's die, rates and power (datasheet)
         "v100": (125e12, 815.0, 300.0),
         "b200": (2.25e15, 800.0, 1000.0),  # each of two ~800 mm2 dies (TechInsights)
     }

@@ -170,6 +170,7 @@ def evaluate(
     device: DeviceProfile | None = None,
     state_bytes_per_parameter: int | None = None,
     precision: str | None = None,
+    optimizer_state: str | None = None,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
     (a :class:`placement.Layout` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
@@ -179,7 +180,9 @@ def evaluate(
     overlap profile (:func:`workloads.framework_names`); ``device`` overrides the sustained
     rates of the accelerator's preset (:mod:`arch_space.perf.device`).
     ``state_bytes_per_parameter`` overrides weights + gradients + optimizer state per
-    parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer).
+    parameter (default 18 for Adam in mixed precision; 20 for DeepSpeed's BF16 optimizer), a
+    shorthand for the parts ``optimizer_state`` names (``"master=fp32,moments=bf16"``: the
+    formats of the master copy, moments and gradients, :mod:`workloads.optimizer_state`).
     ``micro_batch``, ``recompute`` and ``sequence_parallel`` left None (and not set by
     ``strategy``) are searched (:mod:`phaze.knob_search`; sequence parallelism on or off at
     each tensor-parallel width ``t > 1``). ``precision`` names the precision recipe
@@ -216,6 +219,7 @@ def evaluate(
         framework=framework,
         device=device,
         state_bytes_per_parameter=state_bytes_per_parameter,
+        optimizer_state=optimizer_state,
     )
     model = resolve_model(workload)
     if strategy is None and precision is not None:

@@ -29,7 +29,9 @@ from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
+from workloads.optimizer_state import OptimizerState, parse_optimizer_state
 from workloads.precision import DEFAULT_PRECISION, recipe_names
+from workloads.recompute_modules import is_recompute_mode
 from workloads.serving import serving_settings
 
 __all__ = [
@@ -167,7 +169,9 @@ class SweepConfig:
     ``presets`` are real chips evaluated beside the space as reference points (never pruned,
     marked in the plots; their own HBM is kept). ``framework`` is the overlap profile of the
     training framework (:mod:`workloads.framework`). ``tokens_to_train`` is every workload's
-    token budget (None: each model's published budget). ``ep`` and ``cp`` are the expert-
+    token budget (None: each model's published budget). ``optimizer_state`` changes the
+    parts of the training state from each recipe's (:mod:`workloads.optimizer_state`).
+    ``ep`` and ``cp`` are the expert-
     and context-parallel degrees the placement search may choose from (empty: the search's
     own, :func:`phaze.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
     then 2 and 3 when neither fits); ``sequence_parallel`` True or False fixes it (None:
@@ -208,6 +212,7 @@ class SweepConfig:
     prune: bool = True
     framework: str = DEFAULT_FRAMEWORK
     tokens_to_train: int | None = None
+    optimizer_state: str | None = None
     mode: str = "train"
     input_tokens: int = 2048
     output_tokens: int = 128
@@ -283,6 +288,13 @@ def _is_token_count(v: Any) -> bool:
         return False
 
 
+def _is_optimizer_state(v: Any) -> bool:
+    try:
+        return isinstance(v, str) and bool(parse_optimizer_state(v, OptimizerState(2)))
+    except ConfigError:
+        return False
+
+
 def _is_name(v: Any) -> bool:
     return isinstance(v, str) and bool(v)
 
@@ -312,8 +324,8 @@ _RULES: Final = MappingProxyType(
         "hbm_gib": (True, _is_pos_num, "a list of finite positive numbers (GiB)"),
         "recompute": (
             True,
-            lambda v: v in RECOMPUTE_MODES,
-            f"a non-empty list of {', '.join(RECOMPUTE_MODES)}",
+            is_recompute_mode,
+            f"a non-empty list of {', '.join(RECOMPUTE_MODES)} or modules:<groups joined by +>",
         ),
         "precision": (
             True,
@@ -344,6 +356,12 @@ _RULES: Final = MappingProxyType(
             False,
             _is_token_count,
             'a positive token count up to 1e16 (2e12, "2T", "300B")',
+        ),
+        "optimizer_state": (
+            False,
+            _is_optimizer_state,
+            "part=format pairs: master=fp32|none, moments=fp32|bf16|8bit, "
+            'grads=fp32|bf16|bf16+fp32 (e.g. "master=fp32,moments=bf16")',
         ),
         "mode": (False, lambda v: v in MODES, f"one of {', '.join(MODES)}"),
         "input_tokens": (False, _is_pos_int, "a positive integer (prompt tokens)"),

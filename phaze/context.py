@@ -31,7 +31,8 @@ class Context:
     per micro-batch, so at equal layout they never beat stage 1; searching them only when
     needed keeps sweeps fast; give ``zero_stages=(0, 1, 2, 3)`` for the exact optimum over
     all four); ``state_bytes_per_parameter`` overrides the training state per parameter
-    (e.g. 20 for DeepSpeed's BF16 optimizer). ``ep_degrees`` and ``cp_degrees`` are the
+    (e.g. 20 for DeepSpeed's BF16 optimizer), a shorthand for the parts ``optimizer_state``
+    names (``master=fp32,moments=bf16,grads=fp32``: :mod:`workloads.optimizer_state`). ``ep_degrees`` and ``cp_degrees`` are the
     expert- and context-parallel degrees the search may choose from (None:
     :func:`search_degrees`). ``sequence_parallel`` None searches it (on and off at each
     width ``t > 1``: :func:`variant_keys`); True or False fixes it.
@@ -45,6 +46,7 @@ class Context:
     zero_stages: tuple[int, ...] = (0, 1)
     zero_fallback: tuple[int, ...] = (2, 3)
     state_bytes_per_parameter: int | None = None
+    optimizer_state: str | None = None
     tokens_to_train: int | None = None
     solver: SolverSettings = dataclasses.field(default_factory=SolverSettings)
     scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)

@@ -72,7 +72,7 @@ def bound_graph(
         lg,
         times,
         micro_batch=setup.micro_batch,
-        recompute=str(setup.recompute),
+        recompute=setup.recompute_mode,
         sequence_parallel=setup.sequence_parallel,
         workspace_bytes=recompute_workspace_bytes(model, setup, lg),
     )

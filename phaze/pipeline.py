@@ -41,7 +41,6 @@ from placement.layout import FIELDS
 from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
     Model,
-    Recompute,
     TrainingSetup,
     build_layer_graph,
     model_flops_per_sequence,
@@ -137,11 +136,12 @@ def training_setup(
         seq_len=ctx.seq_len,
         global_batch=ctx.global_batch,
         micro_batch=knobs.mbs,
-        recompute=Recompute(knobs.recompute),
+        recompute=knobs.recompute,
         sequence_parallel=(sequence_parallel is not False) if sp is None else sp,
         tokens_to_train=ctx.tokens_to_train,
         framework=ctx.framework,
         state_bytes_per_parameter=ctx.state_bytes_per_parameter,
+        optimizer_state=ctx.optimizer_state,
         precision=knobs.precision,
         expert_parallel=ep if model.experts and model.experts % ep == 0 else 1,
     )
@@ -197,7 +197,7 @@ def width_variant(
         lg,
         times,
         micro_batch=setup.micro_batch,
-        recompute=str(setup.recompute),
+        recompute=setup.recompute_mode,
         sequence_parallel=setup.sequence_parallel,
         tp_comm_s={
             cid: lt.forward.comm_exposed_s + lt.backward.comm_exposed_s
@@ -251,7 +251,7 @@ def _memory_graph(model: Model, setup: TrainingSetup, tp: int) -> StageGraph:
         lg,
         dict.fromkeys(lg.op_graphs, (0.0, 0.0, 0.0)),
         micro_batch=setup.micro_batch,
-        recompute=str(setup.recompute),
+        recompute=setup.recompute_mode,
         sequence_parallel=setup.sequence_parallel,
         workspace_bytes=recompute_workspace_bytes(model, setup, lg),
     )

@@ -9,7 +9,7 @@ from arch_space.perf import default_settings
 from arch_space.perf.device import CollectiveCurve, device_profile
 from phaze.context import Context, search_degrees
 from phaze_common.errors import ConfigError
-from placement import OPTIMIZER_STEP_BYTES_PER_PARAMETER, PlacementProblem, StageGraph
+from placement import PlacementProblem, StageGraph
 from workloads import TrainingSetup
 from workloads.framework import FrameworkProfile, runnable_zero_stages
 
@@ -46,7 +46,7 @@ def placement_problem(
         global_batch=ctx.global_batch,
         state_bytes_per_parameter=float(setup.state_bytes_per_parameter),
         # through HBM: the step after the last backward pass, a caching recipe's weight casts
-        optimizer_s_per_parameter=OPTIMIZER_STEP_BYTES_PER_PARAMETER[setup.optimizer]
+        optimizer_s_per_parameter=setup.state_parts.step_bytes_per_parameter
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),
         weight_refresh_s_per_parameter=setup.recipe.weight_refresh_bytes_per_parameter
         / (hbm_bytes_per_s * default_settings().hbm_efficiency),

@@ -12,6 +12,7 @@ from arch_space.accelerator import Cluster
 from placement.dp_comm import dp_collectives
 from placement.iteration import EnergyRates, IterationEnergy
 from placement.types import Placement
+from workloads.recompute_modules import repeats_attention_core, repeats_dispatch
 
 __all__ = ["dp_bytes", "iteration_energy"]
 
@@ -64,12 +65,13 @@ def iteration_energy(
     # each of the two ranks of every (tensor, data, context) rank sends its copy's bytes.
     copies = sum(st.tied_parameters for st in placement.stages)
     p2p_bytes += 2.0 * 2.0 * copies * t * n
-    # Four token all-to-alls per MoE block (six with full recompute), (ep-1)/ep of each
-    # device's dispatch bytes leaving it; the K/V ring's cp - 1 chunks per pass, three passes
-    # (forward, backward K/V and their gradients; four with recompute) (:mod:`placement.ep_cp`).
-    a2a_count = 6 if lay.recompute == "full" else 4
+    # Four token all-to-alls per MoE block (six when recompute rebuilds the MoE layer),
+    # (ep-1)/ep of each device's dispatch bytes leaving it; the K/V ring's cp - 1 chunks per
+    # pass, three passes (forward, backward K/V and their gradients; four when recompute
+    # rebuilds the attention core) (:mod:`placement.ep_cp`).
+    a2a_count = 6 if repeats_dispatch(lay.recompute) else 4
     a2a_bytes = a2a_count * (ep - 1) / ep * t * rates.dispatch_bytes * micro_batches
-    ring_count = 3 if lay.recompute == "none" else 4
+    ring_count = 4 if repeats_attention_core(lay.recompute) else 3
     ring_bytes = ring_count * (cp - 1) * t * rates.kv_bytes * micro_batches
     # pipeline sends are priced on the data-parallel group's link, as the rings they share
     # a node with (docs/models.md)

@@ -41,6 +41,7 @@ from phaze_common.errors import ConfigError
 from placement import network as net
 from placement.layout import Layout
 from placement.types import PlacementProblem, StageEdge, StageGraph
+from workloads.recompute_modules import repeats_attention_core, repeats_dispatch
 
 __all__ = [
     "COLUMNS",
@@ -119,8 +120,8 @@ def scaled_columns(
     none = np.zeros_like(fwd)
     cp_f = np.maximum(ring - fwd, 0.0)
     cp_b = np.maximum(2.0 * ring - bwd, 0.0)
-    cp_r = np.maximum(ring - rec, 0.0) if graph.recompute != "none" else none
-    ep_r = 2.0 * a2a if graph.recompute == "full" else none
+    cp_r = np.maximum(ring - rec, 0.0) if repeats_attention_core(graph.recompute) else none
+    ep_r = 2.0 * a2a if repeats_dispatch(graph.recompute) else none
     expert = cols["expert_parameters"] / ep
     return {
         **cols,

@@ -38,12 +38,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Final, Literal
+from typing import Final
 
 from arch_space.accelerator import Cluster
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH
 from workloads.precision import DEFAULT_PRECISION, recipe_names
+from workloads.recompute_modules import RECOMPUTE_WORDS, recompute_problem
 
 __all__ = [
     "RecomputeMode",
@@ -59,8 +60,9 @@ __all__ = [
     "format_split",
 ]
 
-RecomputeMode = Literal["none", "selective", "full"]
-RECOMPUTE_MODES: Final = ("none", "selective", "full")
+#: ``none``, ``selective``, ``full`` or ``modules:a+b`` (:mod:`workloads.recompute_modules`)
+RecomputeMode = str
+RECOMPUTE_MODES: Final = RECOMPUTE_WORDS
 ZERO_STAGES: Final = (0, 1, 2, 3)
 #: Megatron-Core's layer symbol of each layer kind of a stage graph
 LAYER_SYMBOLS: Final = {"embedding": "E", "block": "t", "head": "L"}
@@ -147,11 +149,8 @@ class Layout:
             for k in _COUNTS
             if not _is_count(getattr(self, k))
         ]
-        if self.recompute not in RECOMPUTE_MODES:
-            problems.append(
-                f"strategy: recompute = {self.recompute!r} must be one of "
-                f"{', '.join(RECOMPUTE_MODES)}"
-            )
+        if (why := recompute_problem(self.recompute)) is not None:
+            problems.append(f"strategy: {why}")
         if not isinstance(self.sp, bool):
             problems.append(f"strategy: sp = {self.sp!r} must be on or off")
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
@@ -344,9 +343,8 @@ def _value(key: str, name: str, text: str) -> tuple[object | None, str | None]:
             return text, None
         return None, f"strategy: precision = {text!r} must be one of {', '.join(recipe_names())}"
     if name == "recompute":
-        if text in RECOMPUTE_MODES:
-            return text, None
-        return None, f"strategy: recompute = {text!r} must be one of {', '.join(RECOMPUTE_MODES)}"
+        why = recompute_problem(text)
+        return (text, None) if why is None else (None, f"strategy: {why}")
     try:
         return parse_split(text), None
     except ConfigError as e:

@@ -19,7 +19,7 @@ from arch_space.accelerator import Cluster
 from arch_space.perf.device import CollectiveCurve
 from phaze_common.errors import ConfigError
 from placement.layout import LAYER_SYMBOLS, ZERO_STAGES, Layout, RecomputeMode
-from placement.layout import RECOMPUTE_MODES as _RECOMPUTE_MODES
+from workloads.recompute_modules import recompute_problem
 
 if TYPE_CHECKING:
     from placement.iteration import DeviceMemory, IterationTime
@@ -193,10 +193,8 @@ class StageGraph:
             )
         if not (isinstance(self.micro_batch, int) and self.micro_batch >= 1):
             problems.append(f"{src}: micro_batch = {self.micro_batch!r} must be an integer >= 1")
-        if self.recompute not in _RECOMPUTE_MODES:
-            problems.append(
-                f"{src}: recompute = {self.recompute!r} must be one of {', '.join(_RECOMPUTE_MODES)}"
-            )
+        if (why := recompute_problem(self.recompute)) is not None:
+            problems.append(f"{src}: {why}")
         if not self.layers:
             problems.append(f"{src}: layers is empty; a graph needs at least one layer")
         n = len(self.layers)

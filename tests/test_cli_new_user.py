@@ -83,15 +83,15 @@ def test_an_empty_space_is_an_error_naming_the_rule(cli_run, tmp_path, change, w
     _one_error(_sweep(cli_run, tmp_path, "--space", path), *words)
 
 
-def test_state_bytes_must_cover_weights_gradients_and_optimizer(cli_run):
+def test_state_bytes_must_be_a_sum_of_the_parts(cli_run):
     args = ["evaluate", "--workload", "gpt3-125m", "--arch", "a100", "--devices", "1"]
     args += ["--global-batch", "1", "--seq-len", "64"]
     args += ["--strategy", "t=1,p=1,d=1,mbs=1,recompute=none"]
-    for value in ("1", "4", "15"):
+    for value in ("1", "4", "15", "22"):
         _one_error(
             cli_run(*args, "--state-bytes", value),
-            f"state_bytes_per_parameter = {value} must cover the weights (2 B)",
-            "at least 16 B per parameter",
+            f"state_bytes_per_parameter = {value} is no sum of the parts",
+            "at least 6 B per parameter",
         )
     r = cli_run(*args, "--state-bytes", "16", "--json")
     assert r.exit_code == 0, r.output
@@ -100,6 +100,8 @@ def test_state_bytes_must_cover_weights_gradients_and_optimizer(cli_run):
     assert memory["gradients_bytes"] > 0 and memory["weights_bytes"] > 0
     # the precision row reports the state the point ran with, not the recipe's default
     assert doc["precision"]["state_bytes_per_parameter"] == 16
+    # ZeRO's 16 B: bf16 gradients, the one part changed from the recipe's 18 B
+    assert doc["precision"]["optimizer_state"]["grads"] == "bf16"
     text = cli_run(*args, "--state-bytes", "20").output
     assert "20 B/parameter of state" in text, text
 

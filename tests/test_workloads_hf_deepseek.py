@@ -354,3 +354,17 @@ def test_random_shapes_match_the_module_tree_and_the_flops_closed_form(
         split = sum(op.flops for op in ops if op.is_gemm) - down
         assert split * tp + down == block_forward_flops(m, s, dense=dense_block)
         assert layer.expert_parameters == (0 if dense_block else experts * 3 * hidden * 16 // tp)
+
+
+def test_catalog_deepseek_v3_is_its_config_json(tmp_path):
+    """The catalog's deepseek-v3 has the published config.json's shape and counts: 671B
+    total; 36.6B activated without the input embedding table (DeepSeek's README_WEIGHTS:
+    "36.6B, including 0.9B for the output head"; the report rounds it to 37B)."""
+    from workloads.catalog import get_model
+
+    m, imported = get_model("deepseek-v3"), load(tmp_path, DEEPSEEK_V3)
+    same = dict(name="x", source="", tokens_to_train=None)
+    assert replace(m, **same) == replace(imported, **same)
+    assert m.parameters == pytest.approx(671e9, rel=0.01)
+    assert m.active_parameters - m.embedding_parameters() == pytest.approx(37e9, rel=0.011)
+    assert m.tokens_to_train == 14_800_000_000_000

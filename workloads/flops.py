@@ -15,6 +15,7 @@ Vector-op FLOPs (norms, softmax, activations) are in the op graphs, not here.
 from __future__ import annotations
 
 from workloads.model import Model
+from workloads.recompute_modules import MODULES_PREFIX, parse_modules
 from workloads.setup import Recompute
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "forward_flops_per_sequence",
     "model_flops_per_sequence",
     "hardware_flops_per_sequence",
+    "recomputed_group_flops",
 ]
 
 
@@ -108,10 +110,11 @@ def model_flops_per_sequence(model: Model, seq_len: int) -> int:
 
 
 def hardware_flops_per_sequence(
-    model: Model, seq_len: int, recompute: Recompute | str = Recompute.NONE
+    model: Model, seq_len: int, recompute: Recompute | str = "none"
 ) -> int:
     """:func:`model_flops_per_sequence` plus the recomputed forward work of each block:
-    the whole block (full) or the attention core (selective).
+    the whole block (full), the attention core (selective) or the GEMMs of the named
+    recompute groups (``modules:a+b``, :func:`recomputed_group_flops`).
 
     >>> from workloads.catalog import get_model
     >>> m = get_model("megatron-1t"); s, l, h, V = 2048, m.layers, m.hidden, m.vocab
@@ -119,11 +122,39 @@ def hardware_flops_per_sequence(
     >>> abs(hardware_flops_per_sequence(m, s, "full") / exact - 1) < 1e-3
     True
     """
+    if str(recompute).startswith(MODULES_PREFIX):
+        groups = parse_modules(str(recompute))
+        moe_layers = model.layers - model.dense_layers if model.is_moe else 0
+        extra = (model.layers - moe_layers) * recomputed_group_flops(model, seq_len, groups, True)
+        extra += moe_layers * recomputed_group_flops(model, seq_len, groups, False)
+        return model_flops_per_sequence(model, seq_len) + extra
     match Recompute(recompute):
         case Recompute.NONE:
             extra = 0
         case Recompute.SELECTIVE:
             extra = model.layers * attention_core_flops(model, seq_len)
-        case Recompute.FULL:
+        case _:
             extra = _blocks_forward_flops(model, seq_len)
     return model_flops_per_sequence(model, seq_len) + extra
+
+
+def recomputed_group_flops(model: Model, seq_len: int, groups: frozenset[str], dense: bool) -> int:
+    """GEMM FLOPs of one sequence the recompute ``groups`` rebuild in one block (``dense``:
+    a dense block): the attention core, MLA's up-projections (and Q's projection without a
+    Q latent), a dense FFN, the MoE layer's experts and router or the shared experts alone;
+    norms and activations run on the vector cores."""
+    tokens, h = seq_len, model.hidden
+    per_width = 2 * (3 if model.ffn_kind.gated else 2) * tokens * h
+    n = attention_core_flops(model, seq_len) if "core_attn" in groups else 0
+    if "mla_up_proj" in groups and model.mla:
+        a, kr = model.heads, model.kv_lora_rank
+        n += 2 * tokens * (model.q_lora_rank or h) * a * model.head_dim
+        n += 2 * tokens * kr * a * (model.qk_nope_head_dim + model.value_head_dim)
+    if not (model.is_moe and not dense):
+        return n + (per_width * model.ffn_hidden if "mlp" in groups else 0)
+    if "moe" in groups:
+        widths = (model.top_k + model.shared_experts) * model.expert_width
+        return n + per_width * widths + 2 * tokens * h * model.experts
+    if "shared_experts" in groups:
+        n += per_width * model.shared_experts * model.expert_width
+    return n

@@ -97,41 +97,59 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int, dense: b
     rep = _sp_divisor(setup, tp)
     if setup.recompute is Recompute.FULL:
         return _ceil_div(p * tokens * h, rep)
+    mods = setup.recompute_modules
     mask = MASK_BYTES if model.dropout else 0
     shared = model.block_norms == 1  # one norm output feeds attention and FFN (Falcon-7B)
     post_norms = 2 if model.block_norms == 4 else 0  # Gemma 2: sub-layer outputs normalised
-    # norm inputs at p bytes, the Q/K/V and FFN inputs (Linear inputs) at q
+    # norm inputs at p bytes, the Q/K/V and FFN inputs (Linear inputs) at q; recomputed
+    # norms leave their outputs, the Linear inputs, to be rebuilt
     q = setup.saved_linear_input_bytes
     # (a parallel block with one norm stashes one tensor there, its GEMMs' shared input)
-    linear_inputs = 1 if shared else 2
+    linear_inputs = 0 if "layernorm" in mods else 1 if shared else 2
     norms = (0 if shared else 2) + post_norms
     replicated = (norms * p + linear_inputs * q + 2 * mask) * tokens * h
     a, d, latent = model.heads, model.head_dim, 0
     if model.mla:
-        qkv = p * tokens * a * (2 * d + model.value_head_dim)
+        # recomputed up-projections leave Q, K, V and the latent norms' outputs to be rebuilt
+        up = "mla_up_proj" not in mods
+        qkv = p * tokens * a * (2 * d + model.value_head_dim) if up else 0
         out_in = q * tokens * a * model.value_head_dim
-        latents = 2 * (model.q_lora_rank or 0) + 2 * model.kv_lora_rank + model.qk_rope_head_dim
+        ranks = (model.q_lora_rank or 0) + model.kv_lora_rank
+        latents = (2 if up else 1) * ranks + model.qk_rope_head_dim
         latent = p * tokens * latents  # on every rank: not split by t or by sequence
     else:
         qkv = p * tokens * (a + 2 * model.kv_heads) * d
         out_in = q * tokens * h
-    # the activation's inputs at p (gate and up for a gated FFN), FC2's input at q
-    per_width = ((2 if model.ffn_kind.gated else 1) * p + q) * tokens
-    moe = model.is_moe and not dense
-    if moe:
-        inner = per_width * (model.top_k + model.shared_experts) * model.expert_width
-    else:
-        inner = per_width * model.ffn_hidden
-    total = _ceil_div(replicated, rep) + _ceil_div(qkv + out_in + inner, t) + latent
-    if setup.recompute is Recompute.NONE:
+    inner, moe = _ffn_stash(model, setup, dense)
+    total = _ceil_div(replicated, rep) + _ceil_div(qkv + out_in + inner, t) + latent + moe
+    if setup.recompute is Recompute.NONE or (mods and "core_attn" not in mods):
         if setup.profile.fused_attention:
             total += _ceil_div(LSE_BYTES * model.heads * s * b, t)
         else:
             per_score = p + (mask + p if model.dropout else 0)
             total += _ceil_div(per_score * model.heads * s * s * b, t)
-    if moe:
-        total += tokens * (p * model.experts + q * model.top_k * h)
     return total
+
+
+def _ffn_stash(model: Model, setup: TrainingSetup, dense: bool) -> tuple[int, int]:
+    """The FFN's or MoE layer's stash beyond its input: the activation's inputs at ``p``
+    (gate and up for a gated FFN) and FC2's input at the Linear inputs' ``q``, per expert
+    token for the routed experts, and an MoE layer's router probabilities and dispatched
+    expert inputs; recompute groups drop what they rebuild (``mlp``: a dense block's inner
+    tensors; ``moe``: the MoE layer's; ``shared_experts``: theirs; ``moe_act``: the routed
+    experts' FC2 inputs, the activation's outputs). Returns (the inner tensors, split by
+    ``t``; the MoE layer's, computed after the all-gather, whole on every rank)."""
+    p, tokens = setup.precision_bytes, setup.micro_batch * setup.seq_len
+    q, mods = setup.saved_linear_input_bytes, setup.recompute_modules
+    act_in = (2 if model.ffn_kind.gated else 1) * p
+    if not (model.is_moe and not dense):
+        return (0 if "mlp" in mods else (act_in + q) * tokens * model.ffn_hidden), 0
+    if "moe" in mods:
+        return 0, 0
+    routed = (act_in + (0 if "moe_act" in mods else q)) * model.top_k
+    kept_shared = 0 if "shared_experts" in mods else model.shared_experts
+    inner = (routed + (act_in + q) * kept_shared) * tokens * model.expert_width
+    return inner, tokens * (p * model.experts + q * model.top_k * model.hidden)
 
 
 def embedding_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:

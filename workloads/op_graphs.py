@@ -55,6 +55,7 @@ from workloads.layer_graph import PassGraphs
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
 from workloads.moe_ops import moe_nodes
 from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
+from workloads.recompute_modules import op_groups
 from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
@@ -422,6 +423,12 @@ def block_pass_graphs(
             keep = frozenset(n.op.name for n in nodes if n.op.name.startswith(CORE_PREFIX))
         case Recompute.FULL:
             keep = None
+        case Recompute.MODULES:
+            keep = frozenset(
+                n.op.name
+                for n in nodes
+                if op_groups(n.op.name, model, CORE_PREFIX) & setup.recompute_modules
+            )
     return _pass_graphs(nodes, d, keep)
 
 

@@ -8,7 +8,14 @@ from typing import Literal
 
 from phaze_common.errors import ConfigError
 from workloads.framework import DEFAULT_FRAMEWORK, FrameworkProfile, framework_profile
+from workloads.optimizer_state import (
+    PART_FORMATS,
+    OptimizerState,
+    parse_optimizer_state,
+    state_from_total,
+)
 from workloads.precision import DEFAULT_PRECISION, Recipe, recipe
+from workloads.recompute_modules import MODULES_PREFIX, modules_text, parse_modules
 
 __all__ = ["Recompute", "Optimizer", "TrainingSetup", "optimizer_state_bytes"]
 
@@ -22,6 +29,7 @@ class Recompute(StrEnum):
     NONE = "none"  # stash every activation the backward pass needs
     SELECTIVE = "selective"  # drop and recompute the attention core (QK^T, softmax, dropout, AV)
     FULL = "full"  # stash only each block's input; recompute the whole block forward
+    MODULES = "modules"  # the named op groups (workloads.recompute_modules)
 
 
 def optimizer_state_bytes(optimizer: str, precision_bytes: int) -> int:
@@ -52,13 +60,18 @@ class TrainingSetup:
     micro_batch : sequences per micro-batch (per pipeline/data-parallel replica step).
     precision_bytes : bytes per weight and activation element (2 = fp16/bf16).
     optimizer : "adam" or "sgd" (with momentum).
-    recompute : see :class:`Recompute`.
+    recompute : see :class:`Recompute`; ``"modules:layernorm+mla_up_proj"`` (text) sets
+        :attr:`Recompute.MODULES` and ``recompute_modules``.
+    recompute_modules : the op groups :attr:`Recompute.MODULES` rebuilds
+        (:mod:`workloads.recompute_modules`); empty under any other mode.
     sequence_parallel : Megatron sequence parallelism (Korthikanti et al. 2022) on the
         tensor-parallel group.
     tokens_to_train : overrides the model's published token budget for whole-job figures.
-    state_bytes_per_parameter : weights + gradients + optimizer state per parameter; None
-        derives it with :func:`optimizer_state_bytes` (18 for Adam in mixed precision); at
-        least :attr:`least_state_bytes_per_parameter` (16).
+    state_bytes_per_parameter : weights + gradients + optimizer state per parameter, a
+        shorthand for the parts that sum to it (:func:`workloads.optimizer_state.state_from_total`);
+        None: the sum of :attr:`state_parts`.
+    optimizer_state : the parts to change from the recipe's, as text
+        (``master=fp32,moments=bf16,grads=fp32``; :mod:`workloads.optimizer_state`).
     framework : the framework overlap profile (:mod:`workloads.framework`).
     precision : the precision recipe (:mod:`workloads.precision`): the format of the blocks'
         GEMMs, the stashed Linear inputs' bytes and, for a recipe other than bf16, the
@@ -82,6 +95,8 @@ class TrainingSetup:
     framework: str = DEFAULT_FRAMEWORK
     precision: str = DEFAULT_PRECISION
     expert_parallel: int = 1
+    optimizer_state: str | None = None
+    recompute_modules: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -107,26 +122,16 @@ class TrainingSetup:
             problems.append(
                 f"optimizer = {self.optimizer!r} must be one of {', '.join(_OPTIMIZERS)}"
             )
-        try:
-            object.__setattr__(self, "recompute", Recompute(self.recompute))
-        except ValueError:
-            allowed = ", ".join(r.value for r in Recompute)
-            problems.append(f"recompute = {self.recompute!r} must be one of {allowed}")
+        problems += self._set_recompute()
         for f in ("tokens_to_train", "state_bytes_per_parameter"):
             value = getattr(self, f)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 problems.append(f"{f} = {value!r} must be a positive integer or unset")
-        if not problems and self.state_bytes_per_parameter is not None:
-            least = self.least_state_bytes_per_parameter
-            if self.state_bytes_per_parameter < least:
-                problems.append(
-                    f"state_bytes_per_parameter = {self.state_bytes_per_parameter} must cover the "
-                    f"weights ({self.precision_bytes} B), their gradients (at least "
-                    f"{self.precision_bytes} B) and the {self.optimizer} optimizer's state "
-                    f"({self.optimizer_bytes_per_parameter} B): at least {least} B per parameter "
-                    f"({optimizer_state_bytes(self.optimizer, self.precision_bytes)} with fp32 "
-                    "gradients, as Megatron-LM keeps them)"
-                )
+        if not problems:
+            try:
+                parts = self.state_parts
+            except ConfigError as e:
+                problems.append(str(e))
         if not problems and self.global_batch % self.micro_batch:
             problems.append(
                 f"global_batch = {self.global_batch} must be a multiple of "
@@ -135,15 +140,38 @@ class TrainingSetup:
         if problems:
             raise ConfigError("training setup: " + "; ".join(problems))
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
-        if self.state_bytes_per_parameter is None:
-            lowered = self.recipe.lowers_gemms
-            object.__setattr__(
-                self,
-                "state_bytes_per_parameter",
-                self.recipe.state_bytes_per_parameter
-                if lowered
-                else optimizer_state_bytes(self.optimizer, self.precision_bytes),
-            )
+        object.__setattr__(self, "state_bytes_per_parameter", parts.state_bytes_per_parameter)
+
+    def _set_recompute(self) -> list[str]:
+        """Resolve ``recompute`` (a mode, or ``modules:`` text) and ``recompute_modules``."""
+        text = self.recompute
+        try:
+            if isinstance(text, str) and text.startswith(MODULES_PREFIX):
+                modules = parse_modules(text)
+                object.__setattr__(self, "recompute", Recompute.MODULES)
+            else:
+                object.__setattr__(self, "recompute", Recompute(text))
+                modules = frozenset(self.recompute_modules)
+                if self.recompute is not Recompute.MODULES:
+                    modules = frozenset()
+                elif not modules:
+                    return ["recompute = 'modules' needs recompute_modules (or modules:a+b)"]
+                else:
+                    parse_modules(modules_text(modules))
+        except ConfigError as e:
+            return [str(e)]
+        except ValueError:
+            allowed = ", ".join(r.value for r in Recompute if r is not Recompute.MODULES)
+            return [f"recompute = {text!r} must be one of {allowed} or modules:<groups>"]
+        object.__setattr__(self, "recompute_modules", modules)
+        return []
+
+    @property
+    def recompute_mode(self) -> str:
+        """The recompute mode as text: ``none``, ``selective``, ``full`` or ``modules:a+b``."""
+        if self.recompute is Recompute.MODULES:
+            return modules_text(self.recompute_modules)
+        return self.recompute.value
 
     @property
     def recipe(self) -> Recipe:
@@ -163,21 +191,48 @@ class TrainingSetup:
         return framework_profile(self.framework)
 
     @property
-    def optimizer_bytes_per_parameter(self) -> int:
-        """The optimizer's own state per parameter: an fp32 master copy when the weights are
-        narrower, and Adam's two fp32 moments (SGD's one), the part ZeRO stage 1 shards; a
-        recipe that lowers the GEMMs gives its own (DeepSeek-V3: bf16 moments)."""
-        if self.recipe.lowers_gemms:
-            return self.recipe.optimizer_bytes_per_parameter
-        master = 4 if self.precision_bytes < 4 else 0
-        return master + (8 if self.optimizer == "adam" else 4)
+    def default_state_parts(self) -> OptimizerState:
+        """The state a recipe that lowers the GEMMs states (DeepSeek-V3's: bf16 moments),
+        else :func:`optimizer_state_bytes`'s parts: weights at the activations' precision,
+        fp32 gradients, an fp32 master copy when the weights are narrower, fp32 moments."""
+        r, count = self.recipe, 2 if self.optimizer == "adam" else 1
+        if not r.lowers_gemms:
+            master = "fp32" if self.precision_bytes < 4 else "none"
+            return OptimizerState(self.precision_bytes, master=master, moment_count=count)
+
+        def named(part: str, nbytes: int) -> str:
+            return next((f for f, b in PART_FORMATS[part].items() if b == nbytes), str(nbytes))
+
+        return OptimizerState(
+            r.weight_bytes,
+            grads=named("grads", r.grad_bytes),
+            master=named("master", r.master_bytes),
+            moments=named("moments", r.moment_bytes // count),
+            moment_count=count,
+        )
 
     @property
-    def least_state_bytes_per_parameter(self) -> int:
-        """The least training state per parameter: the weights, gradients in the weights'
-        format and the optimizer's state (16 B for Adam in mixed precision: Rajbhandari et al.,
-        ZeRO, 2020, §3.1)."""
-        return 2 * self.precision_bytes + self.optimizer_bytes_per_parameter
+    def state_parts(self) -> OptimizerState:
+        """Weights, gradients, master copy and moments as trained: the recipe's, changed by
+        ``optimizer_state`` or standing for ``state_bytes_per_parameter``; ConfigError when
+        the two disagree or no parts make the total."""
+        default = self.default_state_parts
+        total = self.state_bytes_per_parameter
+        if self.optimizer_state is None:
+            return default if total is None else state_from_total(total, default)
+        parts = parse_optimizer_state(self.optimizer_state, default)
+        if total is not None and total != parts.state_bytes_per_parameter:
+            raise ConfigError(
+                f"state_bytes_per_parameter = {total} disagrees with optimizer_state = "
+                f"{self.optimizer_state!r} ({parts.state_bytes_per_parameter} B); give one"
+            )
+        return parts
+
+    @property
+    def optimizer_bytes_per_parameter(self) -> int:
+        """The optimizer's own state per parameter (master copy and moments), the part ZeRO
+        stage 1 shards."""
+        return self.state_parts.optimizer_bytes_per_parameter
 
     @property
     def micro_batches(self) -> int:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FiniteFloat",
+    "RecomputeMode",
     "scoring_float",
     "DEFAULT_SEQ_LEN",
     "default_seq_len",
@@ -33,6 +34,7 @@ __all__ = [
     "scoring_options",
     "cluster_of",
     "scoring_of",
+    "optimizer_state_option",
 ]
 
 DEFAULT_SEQ_LEN: Final = 2048  # tokens; GPT-3's context, used where a model's is at least this
@@ -42,6 +44,20 @@ def default_seq_len(model: Model) -> int:
     """The sequence length a command uses when none is given: 2048 tokens, or the model's
     context (its position table) when that is shorter."""
     return min(DEFAULT_SEQ_LEN, model.max_positions)
+
+
+class RecomputeMode(click.ParamType):
+    """A recompute mode: none, selective, full or modules:<groups joined by +>
+    (:mod:`workloads.recompute_modules`)."""
+
+    name = "mode"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
+        from workloads.recompute_modules import recompute_problem
+
+        if (why := recompute_problem(value)) is not None:
+            self.fail(why, param, ctx)
+        return value
 
 
 class FiniteFloat(click.ParamType):
@@ -282,3 +298,12 @@ def scoring_of(kw: dict[str, Any], acc: Accelerator) -> ScoringParams:
         cost_view=kw.pop("cost_view"),
         **given,
     ).for_accelerator(acc.name)
+
+
+optimizer_state_option = click.option(
+    "--optimizer-state",
+    "optimizer_state",
+    help="Formats of the training state's parts, changed from the precision recipe's: "
+    "master=fp32|none, moments=fp32|bf16|8bit, grads=fp32|bf16|bf16+fp32 "
+    "(e.g. master=fp32,moments=bf16,grads=fp32: DeepSeek-V3's 14 B per parameter).",
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from arch_space.carbon import CarbonParams
 from arch_space.config import load_accelerator
 from arch_space.cost import CostParams
 from arch_space.perf import gemm_report
-from arch_space.presets import preset, preset_names
+from arch_space.presets import NVLINK_BYTES_PER_S, preset, preset_names
 from arch_space.summary import describe
 from arch_space.tech import tech_node, tech_overrides_from_toml
 from phaze.cli._render import echo_json, table, to_jsonable
@@ -69,6 +70,10 @@ def list_cmd(
 ) -> None:
     """List the preset accelerators with their main figures."""
     docs = [_describe(preset(n), tech_params, cost_params, carbon_params) for n in preset_names()]
+    runs = _published_runs()
+    for d in docs:
+        d["nvlink_bytes_per_s"] = NVLINK_BYTES_PER_S.get(d["name"])
+        d["published_runs"] = runs.get(d["name"], 0)
     if as_json:
         echo_json({"accelerators": docs})
         return
@@ -80,6 +85,11 @@ def list_cmd(
             ("peak_flops", "FLOP/s"),
         )
     }
+    nvlink = [d["nvlink_bytes_per_s"] for d in docs]
+    columns["nvlink"] = [
+        t if v is not None else "-"
+        for v, t in zip(nvlink, fmt_column([v or 0.0 for v in nvlink], "B/s"), strict=True)
+    ]
     rows = [
         [
             d["name"],
@@ -98,6 +108,8 @@ def list_cmd(
             round(d["build_cost_usd"]),
             round(d["price_usd"]),
             round(d["embodied_kgco2e"], 1),
+            columns["nvlink"][i],
+            d["published_runs"] or "none",
         ]
         for i, d in enumerate(docs)
     ]
@@ -118,8 +130,21 @@ def list_cmd(
         "build $",
         "buy $",
         "board kgCO2e",
+        "NVLink",
+        "runs",
     ]
     click.echo(table(rows, headers))
+    click.echo(
+        "NVLink: per device per direction (the cluster's links stay --intra-node-gbps); "
+        "runs: published training runs of the validation registry on the preset"
+    )
+
+
+def _published_runs() -> dict[str, int]:
+    """Runs of the validation registry per preset (``phaze validate runs``)."""
+    from phaze.published_runs import default_registry
+
+    return dict(Counter(r.arch for r in default_registry().runs))
 
 
 def _parse_gemm(

@@ -14,15 +14,16 @@ from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._options import (
     DEFAULT_SEQ_LEN,
+    RecomputeMode,
     cluster_of,
     default_seq_len,
     design_options,
+    optimizer_state_option,
     scoring_of,
     scoring_options,
 )
 from phaze.cli._render import echo_json, table
 from phaze.cli._stages import pipeline_stages, stage_table
-from phaze.config import RECOMPUTE_MODES
 from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
@@ -38,6 +39,7 @@ from workloads.framework import (
     search_exclusions,
 )
 from workloads.precision import recipe, recipe_names
+from workloads.setup import TrainingSetup
 
 __all__ = ["evaluate"]
 
@@ -64,8 +66,10 @@ _J_PER_KWH = 3.6e6
 )
 @click.option(
     "--recompute",
-    type=click.Choice(RECOMPUTE_MODES),
-    help="With --strategy search [default: searched, none, selective or full].",
+    type=RecomputeMode(),
+    help="With --strategy search: none, selective, full or modules:<groups joined by +> "
+    "(core_attn, layernorm, mla_up_proj, mlp, moe, moe_act, shared_experts) "
+    "[default: searched, none, selective or full].",
 )
 @click.option(
     "--precision",
@@ -96,10 +100,12 @@ _J_PER_KWH = 3.6e6
 @click.option(
     "--state-bytes",
     type=click.IntRange(min=1),
-    help="Weights + gradients + optimizer state per parameter, at least 16 (2 B weights, "
-    "2 B gradients, Adam's 12 B) [default 18: Adam, mixed precision, fp32 gradients; 20: "
-    "DeepSpeed's BF16 optimizer].",
+    help="Weights + gradients + optimizer state per parameter, a shorthand for the parts "
+    "--optimizer-state names: a sum they make, 6 to 20 for Adam [default 18: bf16 weights, "
+    "fp32 gradients, master copy and moments; 14: bf16 moments; 20: DeepSpeed's BF16 "
+    "optimizer].",
 )
+@optimizer_state_option
 @click.option(
     "--framework",
     default=DEFAULT_FRAMEWORK,
@@ -120,6 +126,7 @@ def evaluate(
     strategy,
     framework,
     state_bytes,
+    optimizer_state,
     as_json,
     **kw,
 ):
@@ -167,6 +174,7 @@ def evaluate(
         scoring=scoring,
         framework=framework,
         state_bytes_per_parameter=state_bytes,
+        optimizer_state=optimizer_state,
         precision=precision if layout is None else None,
     )
     if not ev.feasible:
@@ -193,7 +201,7 @@ def evaluate(
         "devices": devices,
         "framework": framework,
         "seq_len": seq_len,
-        "precision": _precision_doc(ev, state_bytes),
+        "precision": _precision_doc(ev, state_bytes, optimizer_state),
         "iteration_s": pl.breakdown.iteration_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,
@@ -288,19 +296,33 @@ def _exclusions(framework: str) -> list[dict[str, str]]:
     return out
 
 
-def _precision_doc(ev, state_bytes: int | None) -> dict[str, object]:
+def _precision_doc(ev, state_bytes: int | None, optimizer_state: str | None) -> dict[str, object]:
     """The point's precision recipe: its GEMM format and rate on the accelerator, the
-    training state per parameter it ran with (``--state-bytes`` where given, else the
-    recipe's) and its stashed Linear inputs' bytes."""
+    training state per parameter it ran with, part by part (the recipe's, as
+    ``--optimizer-state`` or ``--state-bytes`` change it), and its stashed Linear inputs'
+    bytes."""
     r = recipe(ev.knobs.precision)
+    parts = TrainingSetup(
+        1,
+        1,
+        precision=r.name,
+        state_bytes_per_parameter=state_bytes,
+        optimizer_state=optimizer_state,
+    ).state_parts
     return {
         "recipe": r.name,
         "gemm_format": r.gemm_format,
         "gemm_rate_vs_bf16": ev.design.format_rate(r.gemm_format),
         "tensor_core_formats": list(ev.design.format_names),
-        "state_bytes_per_parameter": (
-            r.state_bytes_per_parameter if state_bytes is None else state_bytes
-        ),
+        "state_bytes_per_parameter": parts.state_bytes_per_parameter,
+        "optimizer_state": {
+            "weights_bytes": parts.weight_bytes,
+            "grads": parts.grads,
+            "master": parts.master,
+            "moments": parts.moments,
+            "bytes": parts.parts_bytes(),
+            "step_bytes_per_parameter": parts.step_bytes_per_parameter,
+        },
         "saved_linear_input_bytes": r.saved_linear_input_bytes,
     }
 
@@ -321,9 +343,13 @@ def _mfu_text(doc: dict[str, object]) -> str:
 
 
 def _precision_text(p: dict[str, object]) -> str:
+    o = p["optimizer_state"]
+    b = o["bytes"]
     return (
         f"{p['recipe']}: block GEMMs in {p['gemm_format']} ({p['gemm_rate_vs_bf16']:.3g}x the "
-        f"bf16 rate), {p['state_bytes_per_parameter']} B/parameter of state, Linear inputs "
+        f"bf16 rate), {p['state_bytes_per_parameter']} B/parameter of state (weights "
+        f"{b['weights']} B, grads {o['grads']} {b['grads']} B, master {o['master']} "
+        f"{b['master']} B, moments {o['moments']} {b['moments']} B), Linear inputs "
         f"stashed at {p['saved_linear_input_bytes']} B"
     )
 

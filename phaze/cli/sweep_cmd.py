@@ -13,12 +13,11 @@ from click.core import ParameterSource
 
 from phaze.cli import INTERRUPTED, NoFeasiblePoint
 from phaze.cli._files import cannot_write, check_parent
-from phaze.cli._options import FiniteFloat
+from phaze.cli._options import FiniteFloat, RecomputeMode, optimizer_state_option
 from phaze.cli._render import echo_json, table
 from phaze.config import (
     MODE_KEYS,
     MODES,
-    RECOMPUTE_MODES,
     SERVE_OBJECTIVES,
     SweepConfig,
     load_sweep_config,
@@ -185,9 +184,9 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 )
 @click.option(
     "--recompute",
-    type=click.Choice(RECOMPUTE_MODES),
+    type=RecomputeMode(),
     multiple=True,
-    help="Recompute mode (repeatable).",
+    help="Recompute mode (repeatable): none, selective, full or modules:<groups joined by +>.",
 )
 @click.option(
     "--precision",
@@ -216,6 +215,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     "tokens_to_train",
     help="Tokens to train every workload: 2e12, 2T, 300B [default: each model's published budget].",
 )
+@optimizer_state_option
 @click.option(
     "--mode",
     type=click.Choice(MODES),
@@ -280,6 +280,7 @@ def sweep(
     no_prune,
     framework,
     tokens_to_train,
+    optimizer_state,
     mode,
     input_tokens,
     output_tokens,
@@ -321,6 +322,7 @@ def sweep(
         prune=False if no_prune else None,
         framework=framework,
         tokens_to_train=None if tokens_to_train is None else parse_tokens(tokens_to_train),
+        optimizer_state=optimizer_state,
         mode=mode,
         input_tokens=input_tokens,
         output_tokens=output_tokens,

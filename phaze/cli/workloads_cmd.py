@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from phaze.cli._options import default_seq_len
+from phaze.cli._options import RecomputeMode, default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_bytes, fmt_quantity
@@ -171,10 +171,10 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 @click.option("--sp", is_flag=True, help="Sequence parallelism on the tensor-parallel group.")
 @click.option(
     "--recompute",
-    type=click.Choice([r.value for r in Recompute]),
+    type=RecomputeMode(),
     default=Recompute.NONE.value,
     show_default=True,
-    help="Activation recomputation.",
+    help="Activation recomputation: none, selective, full or modules:<groups joined by +>.",
 )
 @click.option(
     "--serve", is_flag=True, help="Show the serving workload (needs --input/--output-tokens)."
@@ -228,7 +228,7 @@ def show_cmd(
         seq_len=seq_len,
         global_batch=micro_batch,
         micro_batch=micro_batch,
-        recompute=Recompute(recompute),
+        recompute=recompute,
         sequence_parallel=sp,
     )
     graph = build_layer_graph(model, setup, tp)
@@ -243,12 +243,14 @@ def show_cmd(
         "micro_batch": micro_batch,
         "tp": tp,
         "sequence_parallel": sp,
-        "recompute": setup.recompute,
+        "recompute": setup.recompute_mode,
         "precision_bytes": setup.precision_bytes,
         "state_bytes_per_parameter": setup.state_bytes_per_parameter,
         "valid_tp_widths": list(valid_tp_widths(model)),
         "model_flops_per_sequence": model_flops_per_sequence(model, seq_len),
-        "hardware_flops_per_sequence": hardware_flops_per_sequence(model, seq_len, setup.recompute),
+        "hardware_flops_per_sequence": hardware_flops_per_sequence(
+            model, seq_len, setup.recompute_mode
+        ),
         "activation_bytes_per_layer": block.activation_bytes,
         "layer_graph": graph_doc,
         "op_counts": {

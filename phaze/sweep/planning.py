@@ -98,6 +98,7 @@ def _sweep_context(cfg: SweepConfig) -> Context:
         global_batch=cfg.global_batch,
         sequence_parallel=cfg.sequence_parallel,
         tokens_to_train=cfg.tokens_to_train,
+        optimizer_state=cfg.optimizer_state,
         solver=cfg.solver,
         scoring=cfg.scoring,
         framework=cfg.framework,
