@@ -35,7 +35,7 @@ _LAYOUTS = st.builds(
     ep=_COUNT,
     cp=_COUNT,
     precision=st.sampled_from(["bf16", "fp8-te", "fp8-blockwise"]),
-)
+).map(lambda lay: dataclasses.replace(lay, sp=lay.sp and lay.t > 1))  # sp needs t > 1
 _CHUNKS = st.lists(st.text("EtL", min_size=1, max_size=5), min_size=1, max_size=12)
 
 
