@@ -76,6 +76,7 @@ def search(
     disaggregate: bool = True,
     hbm_tbps: Sequence[float] = (),
     weight_formats: Sequence[str] = ("bf16",),
+    allow_context_extension: bool = False,
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
@@ -93,8 +94,10 @@ def search(
     ``batches``, the serving layout searched under the mean latency limits (seconds, None:
     none), separate prefill and decode pools too unless ``disaggregate`` is false, at each
     of ``weight_formats`` (bf16, fp8) a design's tensor cores run; ``objectives`` then default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`).
-    ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s). Points
-    already in ``out_dir`` are reused.
+    ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s).
+    ``allow_context_extension`` lets ``seq_len`` exceed a rotary or ALiBi model's context
+    (the run extends it; a learned position table is refused still). Points already in
+    ``out_dir`` are reused.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
@@ -130,6 +133,7 @@ def search(
         "disaggregate": disaggregate,
         "hbm_tbps": list(hbm_tbps),
         "weight_formats": list(weight_formats),
+        "allow_context_extension": allow_context_extension,
     }
     if mode == "serve" and tuple(objectives) == _TRAIN_OBJECTIVES:
         del sweep["objectives"]  # the serving defaults
@@ -171,6 +175,7 @@ def evaluate(
     state_bytes_per_parameter: int | None = None,
     precision: str | None = None,
     optimizer_state: str | None = None,
+    allow_context_extension: bool = False,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
     (a :class:`placement.Layout` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
@@ -188,6 +193,9 @@ def evaluate(
     each tensor-parallel width ``t > 1``). ``precision`` names the precision recipe
     (:func:`workloads.precision.recipe_names`; bf16 unless it or ``strategy`` gives one); an
     accelerator without the recipe's GEMM format is a ConfigError naming the formats it has.
+    A ``seq_len`` past the model's context is a ConfigError unless
+    ``allow_context_extension`` (rotary and ALiBi models only: a learned position table
+    cannot be extended).
     """
     _check_limits(
         cluster,
@@ -220,6 +228,7 @@ def evaluate(
         device=device,
         state_bytes_per_parameter=state_bytes_per_parameter,
         optimizer_state=optimizer_state,
+        allow_context_extension=allow_context_extension,
     )
     model = resolve_model(workload)
     if strategy is None and precision is not None:

@@ -144,6 +144,7 @@ def training_setup(
         optimizer_state=ctx.optimizer_state,
         precision=knobs.precision,
         expert_parallel=ep if model.experts and model.experts % ep == 0 else 1,
+        allow_context_extension=ctx.allow_context_extension,
     )
 
 

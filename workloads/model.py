@@ -281,6 +281,42 @@ class Model:
         """Blocks with an MoE FFN (all but the leading :attr:`dense_layers`; 0 if dense)."""
         return self.layers - self.dense_layers if self.is_moe else 0
 
+    def context_problem(
+        self, what: str, tokens: int, *, allow_extension: bool | None = None
+    ) -> str | None:
+        """Why ``tokens`` tokens (``what``, e.g. ``"seq_len = 8192"``) do not fit the
+        model's context of :attr:`max_positions`, or None: the one check training and
+        serving share.
+
+        Rotary and ALiBi positions can be trained past the context (RoPE scaling, position
+        interpolation) when ``allow_extension`` is True; None says the caller offers no
+        extension (serving). A learned position table has no rows past its last, so it is
+        refused even then.
+
+        >>> from workloads.catalog import get_model
+        >>> get_model("llama2-7b").context_problem("a context of 5000 tokens", 5000)
+        "a context of 5000 tokens exceeds max_positions = 4096, the model's context"
+        >>> get_model("llama2-7b").context_problem("seq_len = 8192", 8192, allow_extension=True)
+        """
+        if tokens <= self.max_positions:
+            return None
+        head = f"{what} exceeds max_positions = {self.max_positions}"
+        if self.positions is PositionKind.LEARNED:
+            never = "" if allow_extension is None else ", not even with --allow-context-extension"
+            return (
+                f"{head}, the rows of its learned position table (learned absolute positions "
+                f"have no embedding past the last row and cannot be extended{never})"
+            )
+        if allow_extension is None:
+            return f"{head}, the model's context"
+        if allow_extension:
+            return None
+        return (
+            f"{head}, the model's context; give --allow-context-extension "
+            "(allow_context_extension = true in a [sweep] file or the Python API) if the run "
+            "extends it (e.g. RoPE scaling)"
+        )
+
     @property
     def parameters(self) -> int:
         """All trainable parameters (tied embeddings counted once)."""

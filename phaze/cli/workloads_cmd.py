@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from phaze.cli._options import RecomputeMode, default_seq_len
+from phaze.cli._options import RecomputeMode, context_extension_option, default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_bytes, fmt_quantity
@@ -154,6 +154,7 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
     type=click.IntRange(1, MAX_SEQ_LEN),
     help="Tokens per sequence [default: min(2048, context)].",
 )
+@context_extension_option
 @click.option(
     "--micro-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
@@ -196,6 +197,7 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 def show_cmd(
     name: str,
     seq_len: int | None,
+    allow_context_extension: bool,
     micro_batch: int,
     tp: int,
     sp: bool,
@@ -230,6 +232,7 @@ def show_cmd(
         micro_batch=micro_batch,
         recompute=recompute,
         sequence_parallel=sp,
+        allow_context_extension=allow_context_extension,
     )
     graph = build_layer_graph(model, setup, tp)
     block = next(layer for layer in graph.layers if layer.kind == "block")
