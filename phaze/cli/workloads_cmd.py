@@ -242,6 +242,7 @@ def show_cmd(
         "norm": model.norm,
         "positions": model.positions,
         "max_positions": model.max_positions,
+        "sliding_window": model.sliding_window,
         "seq_len": seq_len,
         "micro_batch": micro_batch,
         "tp": tp,
@@ -282,7 +283,8 @@ def _model_pairs(doc: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "shape",
             f"{doc['layers']} layers, hidden {doc['hidden']}, {doc['heads']} heads "
-            f"({doc['kv_heads']} kv), FFN {doc['ffn_hidden']} {doc['ffn_kind']}, vocab {doc['vocab']}",
+            f"({doc['kv_heads']} kv), FFN {doc['ffn_hidden']} {doc['ffn_kind']}, vocab {doc['vocab']}"
+            + (f", sliding window {doc['sliding_window']}" if doc.get("sliding_window") else ""),
         ),
         (
             "parameters",
@@ -367,6 +369,7 @@ def _serve_doc(model: Model, requests: RequestBatch, tp: int) -> dict[str, Any]:
         "kv_format": requests.kv_format,
         "page_tokens": serving_settings().page_tokens,
         "valid_tp_widths": list(valid_tp_widths(model)),
+        "sliding_window": model.sliding_window,
         "weight_bytes_per_device": weight_bytes_per_device(model, tp),
         "prefill_flops": pass_flops(model, prefill),
         "kv_cache_bytes_per_token_per_device": kv_cache_bytes_per_token(model, tp),
