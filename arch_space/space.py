@@ -155,10 +155,9 @@ def _problems(s: Space, where: str) -> list[str]:
         p = None if v is None else bounded_number_problem(where, key, v)
         if p:
             out.append(p)
-    if not _is_count(s.bytes_per_element) or s.bytes_per_element <= 0:
-        out.append(
-            f"{where}: bytes_per_element = {s.bytes_per_element!r} must be a positive integer"
-        )
+    p = bounded_number_problem(where, "bytes_per_element", s.bytes_per_element)
+    if p or not _is_count(s.bytes_per_element):
+        out.append(p or f"{where}: bytes_per_element = {s.bytes_per_element!r} must be an integer")
     out += format_set_problems(s.format_sets, where)
     if not isinstance(s.name, str):
         out.append(f"{where}: name = {s.name!r} must be a string")

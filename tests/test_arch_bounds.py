@@ -90,7 +90,7 @@ def test_every_shipped_space_s_designs_lie_inside_the_accelerator_ranges(name):
             assert bounds[key].low <= v <= bounds[key].high, (name, key, v)
 
 
-def test_a_space_s_clock_hbm_area_and_power_are_bounded(tmp_path):
+def test_a_space_s_clock_hbm_area_power_and_fractions_are_bounded(tmp_path):
     text = (ROOT / "arch_space/data/space_tiny.toml").read_text()
     text = _with(
         text,
@@ -98,6 +98,8 @@ def test_a_space_s_clock_hbm_area_and_power_are_bounded(tmp_path):
         hbm_gib="[16, 1e9]",
         budget_mm2="1e7",
         power_budget_w="5e8",
+        area_fraction_max="3.0",
+        bytes_per_element="100",
     )
     path = tmp_path / "s.toml"
     path.write_text(text)
@@ -109,6 +111,8 @@ def test_a_space_s_clock_hbm_area_and_power_are_bounded(tmp_path):
         "hbm_gib = 1000000000 is outside the physical range [0.0625, 4096] GiB",
         "budget_mm2 = 1e+07 is outside the physical range [1, 70000] mm2",
         "power_budget_w = 5e+08 is outside the physical range [1, 30000] W",
+        "area_fraction_max = 3.0 is outside the physical range [0, 1]",
+        "bytes_per_element = 100 is outside the physical range [1, 8] B",
     ):
         assert part in message, message
 
