@@ -106,3 +106,12 @@ def test_the_api_refuses_and_allows_as_the_cli_does():
         phaze.evaluate("llama2-7b", acc, cluster, seq_len=8192, global_batch=8)
     setup = TrainingSetup(seq_len=8192, global_batch=1, allow_context_extension=True)
     assert build_layer_graph(get_model("llama2-7b"), setup, 8).tp == 8
+
+
+def test_a_serving_sweep_refuses_the_training_flag(cli_run, tmp_path):
+    r = cli_run(
+        "sweep", "--mode", "serve", "--allow-context-extension", "--workload", "llama2-7b",
+        "--space", "tiny", "--devices", "8", "--out", tmp_path / "o", "--executor", "serial",
+        "--no-report",
+    )  # fmt: skip
+    _one_error(r, "--allow-context-extension only apply to --mode train")
