@@ -94,17 +94,15 @@ def search(
     ``batches``, the serving layout searched under the mean latency limits (seconds, None:
     none), separate prefill and decode pools too unless ``disaggregate`` is false, at each
     of ``weight_formats`` (bf16, fp8) a design's tensor cores run; ``objectives`` then default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`).
-    ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s).
-    ``allow_context_extension`` lets ``seq_len`` exceed a rotary or ALiBi model's context
-    (the run extends it; a learned position table is refused still). Points already in
-    ``out_dir`` are reused.
+    ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s). Points
+    already in ``out_dir`` are reused; ``allow_context_extension`` as in :func:`evaluate`.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
     _check_limits(cluster, seq_len, global_batch, ("micro_batches", micro_batches))
     if any(h % (1 << 20) for h in hbm_sizes):
         raise ConfigError(f"hbm_sizes = {list(hbm_sizes)!r} must be whole MiB (bytes)")
-    sweep = {
+    given = {
         "workloads": list(workloads),
         "precision": list(precisions),
         "space": space,
@@ -134,16 +132,14 @@ def search(
         "hbm_tbps": list(hbm_tbps),
         "weight_formats": list(weight_formats),
         "allow_context_extension": allow_context_extension,
+        "ttft_limit_s": ttft_limit_s,
+        "tpot_limit_s": tpot_limit_s,
+        "sequence_parallel": sequence_parallel,
+        "tokens_to_train": tokens_to_train,
     }
+    sweep = {k: v for k, v in given.items() if v is not None}  # None: the file's default
     if mode == "serve" and tuple(objectives) == _TRAIN_OBJECTIVES:
         del sweep["objectives"]  # the serving defaults
-    for key, value in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
-        if value is not None:
-            sweep[key] = value
-    if sequence_parallel is not None:
-        sweep["sequence_parallel"] = sequence_parallel
-    if tokens_to_train is not None:
-        sweep["tokens_to_train"] = tokens_to_train
     # the checks of a sweep file, each problem named once (every key is given here, both
     # modes', so the other mode's keys are not refused)
     cfg = dataclasses.replace(

@@ -405,6 +405,13 @@ def check_weight_format(acc: Accelerator, ctx: ServeContext) -> None:
     check_precision(acc, serving_settings().weight_recipes[fmt], f"weight format {fmt}")
 
 
+def _prompt_cache_bytes(model: Model, ctx: ServeContext) -> int:
+    """The KV cache a disaggregated prefill sends a decode pool for a prompt of the mean
+    length: all its tokens', or with a sliding window the window's."""
+    prompt = model.kv_tokens(round(ctx.lengths.input_tokens))
+    return prompt * kv_cache_bytes_per_token(model, 1, ctx.requests.kv_format)
+
+
 def evaluate_layout(
     workload: str, model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
 ) -> ServingPoint:
@@ -437,8 +444,7 @@ def evaluate_layout(
         budget = serving_settings().max_batched_tokens
         ks = prefill_batches(budget // isl)
         prefills = {k: _prefill(model, acc, pre, k, ctx) for k in ks}
-        prompt = model.kv_tokens(round(lengths.input_tokens))  # the cache a prefill sends
-        per_request = prompt * kv_cache_bytes_per_token(model, 1, r.kv_format)
+        per_request = _prompt_cache_bytes(model, ctx)
         shard = per_request / (pre.t * pre.p) if not model.mla else per_request / pre.p
         inter = bool(ctx.cluster.spans_nodes(layout.devices))
         curve = (ctx.device or serving_device_profile(acc)).intra_node

@@ -398,19 +398,7 @@ def sweep(
         except OSError as e:
             raise cannot_write(Path(e.filename or out), e, "--out") from None
     if as_json:
-        echo_json(
-            {
-                "out_dir": str(result.out_dir),
-                "points": result.points,
-                "feasible": result.feasible,
-                "evaluated_designs": result.evaluated_designs,
-                "pruned_designs": result.pruned_designs,
-                "skipped_designs": result.skipped_designs,
-                "wall_s": result.wall_s,
-                "report": None if report_path is None else str(report_path),
-                "defaults": cfg.scoring.as_dict(),
-            }
-        )
+        echo_json(_result_doc(result, report_path, cfg))
         _exit_if_infeasible(result)
         return
     click.echo(
@@ -425,6 +413,21 @@ def sweep(
     if report_path is not None:
         click.echo(f"\nreport: {report_path}")
     _exit_if_infeasible(result)
+
+
+def _result_doc(result: SweepResult, report_path: Path | None, cfg: SweepConfig) -> dict:
+    """The ``--json`` document of a finished sweep."""
+    return {
+        "out_dir": str(result.out_dir),
+        "points": result.points,
+        "feasible": result.feasible,
+        "evaluated_designs": result.evaluated_designs,
+        "pruned_designs": result.pruned_designs,
+        "skipped_designs": result.skipped_designs,
+        "wall_s": result.wall_s,
+        "report": None if report_path is None else str(report_path),
+        "defaults": cfg.scoring.as_dict(),
+    }
 
 
 def _exit_if_infeasible(result: SweepResult) -> None:
