@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from workloads import TrainingSetup, build_layer_graph
 from workloads.attention_ops import attended_scores, flash_scores
 from workloads.flops import attention_core_flops, model_flops_per_sequence
-from workloads.hf import model_from_hf, to_hf_config
+from workloads.hf import model_from_hf
+from workloads.hf_write import to_hf_config
 from workloads.serving import ServingPass, kv_cache_bytes_per_sequence, kv_cache_bytes_per_token
 from workloads.serving_costs import attention_flops, pass_flops, pass_kv_read_bytes
 from workloads.serving_ops import serving_layer_graph
