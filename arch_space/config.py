@@ -43,6 +43,7 @@ from typing import Any
 
 from arch_space._data import read_toml, toml_literal, unknown_keys
 from arch_space.accelerator import Accelerator, Cluster, accelerator_problems, cluster_problems
+from arch_space.bounds import bound_problem
 from arch_space.presets import preset, preset_names
 from phaze_common.errors import ConfigError, unknown_name
 
@@ -87,7 +88,8 @@ _REQUIRED = tuple(k for k, (name, _) in ACCELERATOR_TOML_KEYS.items() if name in
 
 def accelerator_from_mapping(data: Mapping[str, Any], source: str = "accelerator") -> Accelerator:
     """An Accelerator from ``{"accelerator": {...}}`` (the TOML layout), reporting every
-    unknown key (with the nearest known one), missing key and bad value at once."""
+    unknown key (with the nearest known one), missing key, bad value and value outside its
+    physical range (:mod:`arch_space.bounds`) at once."""
     problems = unknown_keys(source, data, ["accelerator"])
     table = data.get("accelerator")
     if not isinstance(table, Mapping):
@@ -118,11 +120,23 @@ def accelerator_from_mapping(data: Mapping[str, Any], source: str = "accelerator
                 1  # a valid stand-in, so only real problems are listed
             )
     problems += accelerator_problems(values, where)
+    problems += _bound_problems(table, where)
     if problems:
         raise ConfigError("; ".join(problems))
     for f in ("hbm_bandwidth_bytes_per_s", "clock_hz"):
         values[f] = float(values[f])
     return Accelerator(**values)
+
+
+def _bound_problems(table: Mapping[str, Any], where: str) -> list[str]:
+    """Every value of an ``[accelerator]`` table outside its physical range
+    (:mod:`arch_space.bounds`), the tensor-core formats' rates among them."""
+    checks = [(key, raw, None) for key, raw in table.items() if key in ACCELERATOR_TOML_KEYS]
+    formats = table.get("formats")
+    if isinstance(formats, Mapping):
+        checks += [("format_rate", r, f"formats.{f}") for f, r in formats.items()]
+    found = (bound_problem(where, "accelerator", k, v, name) for k, v, name in checks)
+    return [p for p in found if p]
 
 
 def accelerator_from_toml(path: str | Path) -> Accelerator:

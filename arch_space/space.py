@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from arch_space._data import is_power_of_two, number_problem, read_toml, toml_literal, unknown_keys
+from arch_space._data import is_power_of_two, read_toml, toml_literal, unknown_keys
 from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
 from arch_space.area import (
     area_mm2,
@@ -45,6 +45,7 @@ from arch_space.area import (
     hbm_stacks_for,
     tensor_load_power_w,
 )
+from arch_space.bounds import bounded_number_problem
 from arch_space.config import ACCELERATOR_TOML_KEYS
 from arch_space.formats import (
     BASE_FORMAT,
@@ -133,7 +134,7 @@ def _problems(s: Space, where: str) -> list[str]:
             if f == "hbm_bytes" and not _is_count(v):
                 out.append(f"{where}: {key} = {v!r} must be a number of GiB")
                 continue
-            p = number_problem(where, key or f, _scaled(v, scale) if scale > 1 else v)
+            p = bounded_number_problem(where, key or f, _scaled(v, scale) if scale > 1 else v)
             if p:
                 out.append(p)
     for key, strict in (
@@ -141,7 +142,7 @@ def _problems(s: Space, where: str) -> list[str]:
         ("area_fraction_max", True),
         ("area_fraction_min", False),
     ):
-        p = number_problem(where, key, getattr(s, key), strict=strict)
+        p = bounded_number_problem(where, key, getattr(s, key), strict=strict)
         if p:
             out.append(p)
     if not out and s.area_fraction_min > s.area_fraction_max:
@@ -149,18 +150,14 @@ def _problems(s: Space, where: str) -> list[str]:
             f"{where}: area_fraction_min = {s.area_fraction_min!r} must be <= "
             f"area_fraction_max = {s.area_fraction_max!r}"
         )
-    if s.power_budget_w is not None:
-        p = number_problem(where, "power_budget_w", s.power_budget_w)
+    for key in ("power_budget_w", "budget_mm2"):  # None: the default
+        v = getattr(s, key)
+        p = None if v is None else bounded_number_problem(where, key, v)
         if p:
             out.append(p)
-    if s.budget_mm2 is not None:
-        p = number_problem(where, "budget_mm2", s.budget_mm2)
-        if p:
-            out.append(p)
-    if not _is_count(s.bytes_per_element) or s.bytes_per_element <= 0:
-        out.append(
-            f"{where}: bytes_per_element = {s.bytes_per_element!r} must be a positive integer"
-        )
+    p = bounded_number_problem(where, "bytes_per_element", s.bytes_per_element)
+    if p or not _is_count(s.bytes_per_element):
+        out.append(p or f"{where}: bytes_per_element = {s.bytes_per_element!r} must be an integer")
     out += format_set_problems(s.format_sets, where)
     if not isinstance(s.name, str):
         out.append(f"{where}: name = {s.name!r} must be a string")

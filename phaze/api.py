@@ -76,6 +76,7 @@ def search(
     disaggregate: bool = True,
     hbm_tbps: Sequence[float] = (),
     weight_formats: Sequence[str] = ("bf16",),
+    allow_context_extension: bool = False,
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
@@ -94,14 +95,14 @@ def search(
     none), separate prefill and decode pools too unless ``disaggregate`` is false, at each
     of ``weight_formats`` (bf16, fp8) a design's tensor cores run; ``objectives`` then default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`).
     ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s). Points
-    already in ``out_dir`` are reused.
+    already in ``out_dir`` are reused; ``allow_context_extension`` as in :func:`evaluate`.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     cluster = cluster or Cluster(devices=64)
     _check_limits(cluster, seq_len, global_batch, ("micro_batches", micro_batches))
     if any(h % (1 << 20) for h in hbm_sizes):
         raise ConfigError(f"hbm_sizes = {list(hbm_sizes)!r} must be whole MiB (bytes)")
-    sweep = {
+    given = {
         "workloads": list(workloads),
         "precision": list(precisions),
         "space": space,
@@ -130,16 +131,15 @@ def search(
         "disaggregate": disaggregate,
         "hbm_tbps": list(hbm_tbps),
         "weight_formats": list(weight_formats),
+        "allow_context_extension": allow_context_extension,
+        "ttft_limit_s": ttft_limit_s,
+        "tpot_limit_s": tpot_limit_s,
+        "sequence_parallel": sequence_parallel,
+        "tokens_to_train": tokens_to_train,
     }
+    sweep = {k: v for k, v in given.items() if v is not None}  # None: the file's default
     if mode == "serve" and tuple(objectives) == _TRAIN_OBJECTIVES:
         del sweep["objectives"]  # the serving defaults
-    for key, value in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
-        if value is not None:
-            sweep[key] = value
-    if sequence_parallel is not None:
-        sweep["sequence_parallel"] = sequence_parallel
-    if tokens_to_train is not None:
-        sweep["tokens_to_train"] = tokens_to_train
     # the checks of a sweep file, each problem named once (every key is given here, both
     # modes', so the other mode's keys are not refused)
     cfg = dataclasses.replace(
@@ -171,6 +171,7 @@ def evaluate(
     state_bytes_per_parameter: int | None = None,
     precision: str | None = None,
     optimizer_state: str | None = None,
+    allow_context_extension: bool = False,
 ) -> Evaluation:
     """Evaluate one design on one workload: the best placement, or the given ``strategy``
     (a :class:`placement.Layout` or text like ``"t=8,p=8,d=1,mbs=1,v=3,recompute=full"``;
@@ -188,6 +189,9 @@ def evaluate(
     each tensor-parallel width ``t > 1``). ``precision`` names the precision recipe
     (:func:`workloads.precision.recipe_names`; bf16 unless it or ``strategy`` gives one); an
     accelerator without the recipe's GEMM format is a ConfigError naming the formats it has.
+    A ``seq_len`` past the model's context is a ConfigError unless
+    ``allow_context_extension`` (rotary and ALiBi models only: a learned position table
+    cannot be extended).
     """
     _check_limits(
         cluster,
@@ -220,6 +224,7 @@ def evaluate(
         device=device,
         state_bytes_per_parameter=state_bytes_per_parameter,
         optimizer_state=optimizer_state,
+        allow_context_extension=allow_context_extension,
     )
     model = resolve_model(workload)
     if strategy is None and precision is not None:

@@ -63,6 +63,7 @@ MODE_KEYS: Final = MappingProxyType(
             "sequence_parallel",
             "framework",
             "tokens_to_train",
+            "allow_context_extension",
         ),
         "serve": (
             "input_tokens",
@@ -171,6 +172,8 @@ class SweepConfig:
     training framework (:mod:`workloads.framework`). ``tokens_to_train`` is every workload's
     token budget (None: each model's published budget). ``optimizer_state`` changes the
     parts of the training state from each recipe's (:mod:`workloads.optimizer_state`).
+    ``allow_context_extension`` lets ``seq_len`` exceed a rotary or ALiBi model's context
+    (:meth:`Model.context_problem`).
     ``ep`` and ``cp`` are the expert-
     and context-parallel degrees the placement search may choose from (empty: the search's
     own, :func:`phaze.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
@@ -213,6 +216,7 @@ class SweepConfig:
     framework: str = DEFAULT_FRAMEWORK
     tokens_to_train: int | None = None
     optimizer_state: str | None = None
+    allow_context_extension: bool = False
     mode: str = "train"
     input_tokens: int = 2048
     output_tokens: int = 128
@@ -363,6 +367,7 @@ _RULES: Final = MappingProxyType(
             "part=format pairs: master=fp32|none, moments=fp32|bf16|8bit, "
             'grads=fp32|bf16|bf16+fp32 (e.g. "master=fp32,moments=bf16")',
         ),
+        "allow_context_extension": (False, lambda v: isinstance(v, bool), "true or false"),
         "mode": (False, lambda v: v in MODES, f"one of {', '.join(MODES)}"),
         "input_tokens": (False, _is_pos_int, "a positive integer (prompt tokens)"),
         "output_tokens": (

@@ -36,6 +36,8 @@ class Context:
     expert- and context-parallel degrees the search may choose from (None:
     :func:`search_degrees`). ``sequence_parallel`` None searches it (on and off at each
     width ``t > 1``: :func:`variant_keys`); True or False fixes it.
+    ``allow_context_extension`` lets ``seq_len`` exceed a rotary or ALiBi model's context
+    (:meth:`workloads.model.Model.context_problem`).
     """
 
     cluster: Cluster
@@ -54,6 +56,7 @@ class Context:
     device: DeviceProfile | None = None
     ep_degrees: tuple[int, ...] | None = None
     cp_degrees: tuple[int, ...] | None = None
+    allow_context_extension: bool = False
 
 
 # Context parallelism pays off for long sequences: Megatron-LM recommends it from 8K tokens

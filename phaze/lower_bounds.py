@@ -4,7 +4,9 @@ A schedule is the costly step of an evaluation; these bounds are cheap and never
 schedule's makespan, so they answer "can this possibly win?" before a schedule is made:
 :func:`phaze.pipeline.evaluate` uses :func:`bound_graph` to leave out tensor-parallel
 widths that cannot beat the best so far, and the sweep's pruning uses :func:`pass_bound_s`
-for its tight bound of a design (:mod:`phaze.sweep.optimistic`).
+for its tight bound of a design (:mod:`phaze.sweep.optimistic`). :func:`beyond_all_hbm`
+answers "can it fit at all?": every byte of a model's weights (and, training, its state)
+lives on some device, so more than all the devices' HBM fits under no layout.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from arch_space.perf.device import DeviceProfile, device_profile
 from ilp import makespan_lower_bound
 from ilp.timing import op_channel
 from phaze_common.graph import topological_order
+from phaze_common.units import fmt_bytes
 from placement import StageGraph
 from placement.adapt import stage_graph
 from workloads import (
@@ -32,7 +35,33 @@ from workloads import (
 )
 from workloads.build import DENSE_BLOCK_CLASS
 
-__all__ = ["bound_graph", "pass_bound_s", "recompute_workspace_bytes", "stack_device"]
+__all__ = [
+    "beyond_all_hbm",
+    "bound_graph",
+    "pass_bound_s",
+    "recompute_workspace_bytes",
+    "stack_device",
+]
+
+
+def beyond_all_hbm(what: str, need_bytes: float, devices: int, hbm_bytes: int) -> str | None:
+    """Why ``need_bytes`` (``what``: a model's weights, or its training state) fit no layout
+    of ``devices`` devices of ``hbm_bytes`` each, or None: held at least once, fully sharded
+    over every device, they still exceed all the devices' HBM together.
+
+    >>> beyond_all_hbm("weights", 2 * 2**40, 8, 80 * 2**30)
+    'weights: 2 TiB, more than the HBM of all 8 devices together (8 x 80 GiB = 640 GiB), whatever the layout; at least 26 such devices are needed'
+    >>> beyond_all_hbm("weights", 2**30, 8, 80 * 2**30) is None
+    True
+    """
+    total = devices * hbm_bytes
+    if need_bytes <= total:
+        return None
+    return (
+        f"{what}: {fmt_bytes(need_bytes)}, more than the HBM of all {devices} devices "
+        f"together ({devices} x {fmt_bytes(hbm_bytes)} = {fmt_bytes(total)}), whatever the "
+        f"layout; at least {-(-int(need_bytes) // hbm_bytes)} such devices are needed"
+    )
 
 
 def stack_device(

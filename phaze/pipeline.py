@@ -22,10 +22,16 @@ from arch_space.perf.device import DeviceProfile
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.context import CP_DEGREES, Context, search_degrees
-from phaze.lower_bounds import bound_graph, recompute_workspace_bytes, stack_device
+from phaze.lower_bounds import (
+    beyond_all_hbm,
+    bound_graph,
+    recompute_workspace_bytes,
+    stack_device,
+)
 from phaze.problem import Hbm, device_hbm, placement_problem
 from phaze.scoring import Score, score_point, system_capex
 from phaze_common.errors import ConfigError, Infeasible
+from phaze_common.units import fmt_count
 from placement import (
     Layout,
     Placement,
@@ -144,6 +150,7 @@ def training_setup(
         optimizer_state=ctx.optimizer_state,
         precision=knobs.precision,
         expert_parallel=ep if model.experts and model.experts % ep == 0 else 1,
+        allow_context_extension=ctx.allow_context_extension,
     )
 
 
@@ -448,13 +455,23 @@ def evaluate(
         return Evaluation(
             workload, acc, knobs, None, None, f"no tensor-parallel width fits {model.name}"
         )
-    if knobs.split is not None or {f for f in FIELDS if knobs.given(f)} - _KNOB_FIELDS:
+    given = knobs.split is not None or {f for f in FIELDS if knobs.given(f)} - _KNOB_FIELDS
+    if given:
         refused = layout_refusals(
             setup.profile,
             **{f: getattr(knobs, f) if knobs.given(f) else d for f, d in _RULED.items()},
         )
         if refused:
             raise ConfigError(f"strategy {knobs}: " + "; ".join(refused))
+    what = (
+        f"the training state of {model.name} ({fmt_count(model.parameters)} parameters x "
+        f"{setup.state_bytes_per_parameter} B of weights, gradients and optimizer state)"
+    )
+    state_bytes = model.parameters * setup.state_bytes_per_parameter
+    beyond = beyond_all_hbm(what, state_bytes, ctx.cluster.devices, acc.hbm_bytes)
+    if beyond:  # no layout can hold it: say so, not the first layout's shortfall
+        return Evaluation(workload, acc, knobs, None, None, beyond)
+    if given:
         found = _given(model, setup, keys, acc, ctx, knobs)
     else:
         found = _searched(model, setup, keys, acc, ctx)

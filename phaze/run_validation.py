@@ -181,6 +181,9 @@ def predict_iteration_s(
             framework=framework,
             device=device,
             state_bytes_per_parameter=run.state_bytes,
+            # a published run trained at its length: past the context, it extended it
+            # (Llama 3's long-context stage scales RoPE to 131,072 tokens)
+            allow_context_extension=True,
         )
     except ConfigError as e:
         raise ConfigError(f"run {run.id}: {e}") from None

@@ -347,10 +347,12 @@ def _pool_memory(
     need = sequences * kv_cache_bytes_per_sequence(
         model, pool.t, tokens, r.kv_format, layers=blocks
     )
-    pages_need = sequences * -(-tokens // cap.page_tokens)
+    held = model.kv_tokens(tokens)  # a sliding window holds its last tokens only
+    pages_need = sequences * -(-held // cap.page_tokens)
     if pages_need > cap.pages:
+        window = f" ({held} in the sliding window)" if held < tokens else ""
         raise Infeasible(
-            f"KV cache: {fmt_noun(sequences, 'sequence')} of {tokens} tokens need "
+            f"KV cache: {fmt_noun(sequences, 'sequence')} of {tokens} tokens{window} need "
             f"{pages_need} pages of "
             f"{cap.page_tokens} tokens per device, the device holds {cap.pages} (of "
             f"{cap.usable_bytes / 2**30:.1f} GiB usable: weights {cap.weights_bytes / 2**30:.1f} "
@@ -403,6 +405,13 @@ def check_weight_format(acc: Accelerator, ctx: ServeContext) -> None:
     check_precision(acc, serving_settings().weight_recipes[fmt], f"weight format {fmt}")
 
 
+def _prompt_cache_bytes(model: Model, ctx: ServeContext) -> int:
+    """The KV cache a disaggregated prefill sends a decode pool for a prompt of the mean
+    length: all its tokens', or with a sliding window the window's."""
+    prompt = model.kv_tokens(round(ctx.lengths.input_tokens))
+    return prompt * kv_cache_bytes_per_token(model, 1, ctx.requests.kv_format)
+
+
 def evaluate_layout(
     workload: str, model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
 ) -> ServingPoint:
@@ -435,7 +444,7 @@ def evaluate_layout(
         budget = serving_settings().max_batched_tokens
         ks = prefill_batches(budget // isl)
         prefills = {k: _prefill(model, acc, pre, k, ctx) for k in ks}
-        per_request = round(lengths.input_tokens) * kv_cache_bytes_per_token(model, 1, r.kv_format)
+        per_request = _prompt_cache_bytes(model, ctx)
         shard = per_request / (pre.t * pre.p) if not model.mla else per_request / pre.p
         inter = bool(ctx.cluster.spans_nodes(layout.devices))
         curve = (ctx.device or serving_device_profile(acc)).intra_node

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from arch_space import Accelerator
+from phaze.lower_bounds import beyond_all_hbm
 from phaze.scoring import job_cost, system_capex
 from phaze.serving import (
     OBJECTIVES,
@@ -33,13 +34,18 @@ from phaze.serving import (
     layout_context,
 )
 from phaze_common.errors import ConfigError, Infeasible
-from phaze_common.units import fmt_noun
+from phaze_common.units import fmt_count, fmt_noun
 from placement.layout import Layout
 from placement.serving_layout import ServingLayout, pool_layout
 from workloads import Model
 from workloads.build import tp_width_problems, valid_tp_widths
 from workloads.serving import weight_recipe
-from workloads.serving_costs import pass_flops, pass_kv_read_bytes, pass_weight_read_bytes
+from workloads.serving_costs import (
+    pass_flops,
+    pass_kv_read_bytes,
+    pass_weight_read_bytes,
+    stage_weight_bytes,
+)
 
 __all__ = ["candidates", "check_strategy", "search"]
 
@@ -250,11 +256,13 @@ def search(
     ConfigError
         ``layout`` contradicts the model, the cluster or ``ctx`` (:func:`check_strategy`).
     Infeasible
-        No candidate fits the devices' memory (the reason of the last refusal).
+        The model's weights exceed all the devices' HBM together; or no candidate fits the
+        devices' memory (the reason of the last refusal).
     """
     ctx = layout_context(layout, ctx)
     check_weight_format(acc, ctx)
     check_strategy(model, layout, ctx)
+    _check_weights_fit(model, acc, ctx)
     found: list[tuple[float, float, ServingLayout]] = []
     refused = ""
     for cand in candidates(model, layout, ctx):
@@ -312,6 +320,20 @@ def search(
         reasons = [r for r in done.values() if isinstance(r, str)]
         raise Infeasible(reasons[-1] if reasons else "nothing fits")
     return closest
+
+
+def _check_weights_fit(model: Model, acc: Accelerator, ctx: ServeContext) -> None:
+    """Raise Infeasible, before any layout is tried, when the whole model's weights in the
+    requests' weight format exceed the HBM of all the cluster's devices together."""
+    r = ctx.requests
+    weights = sum(stage_weight_bytes(model, 1, 1, 1, r.precision_bytes, r.weight_format))
+    what = (
+        f"the weights of {model.name} alone ({fmt_count(model.parameters)} parameters, "
+        f"{r.weight_format})"
+    )
+    problem = beyond_all_hbm(what, weights, ctx.cluster.devices, acc.hbm_bytes)
+    if problem:
+        raise Infeasible(problem)
 
 
 def _cannot_win(best: ServingPoint, cand: ServingLayout, rate_ub: float, ctx: ServeContext) -> bool:

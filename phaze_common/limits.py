@@ -62,6 +62,7 @@ MODEL_LIMITS: Final = {
     "vocab": MAX_VOCAB,
     "type_vocab": MAX_VOCAB,
     "max_positions": MAX_SEQ_LEN,
+    "sliding_window": MAX_SEQ_LEN,
     "experts": MAX_EXPERTS,
     "top_k": MAX_EXPERTS,
     "shared_experts": MAX_EXPERTS,

@@ -35,7 +35,7 @@ def test_a_sweep_with_no_feasible_point_exits_3_after_storing_it(cli_run, small_
     points = load(out).points()
     assert len(points) == 2 and not any(p["feasible"] for p in points)
     # the capacity is shown with enough digits to tell it from zero
-    assert all("has 1.02 MiB" in p["reason"] for p in points), points[0]["reason"]
+    assert all("4 x 1.02 MiB" in p["reason"] for p in points), points[0]["reason"]
     r = cli_run(*_sweep_args(config, out, "--hbm-gib", "0.001", "--json"))
     assert r.exit_code == 3 and json.loads(r.stdout)["feasible"] == 0
 

@@ -63,7 +63,7 @@ def test_repeated_sweep_values_are_refused_naming_the_list(cli_run, tmp_path):
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        ({"hbm_gib": "[1e9]"}, ["no design left", "larger than area_fraction_max x budget"]),
+        ({"hbm_gib": "[4096]"}, ["no design left", "larger than area_fraction_max x budget"]),
         (
             {"budget_mm2": "2000", "num_tc": "[64]", "area_fraction_min": "0.3"},
             ["no design left", "smaller than area_fraction_min x budget = 0.3 x 2000 = 600 mm2"],

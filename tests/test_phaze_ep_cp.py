@@ -70,6 +70,7 @@ def test_long_sequence_fits_with_context_parallelism_only():
             load_accelerator("h100"),
             Cluster(devices=32, **_H100),
             seq_len=131072,
+            allow_context_extension=True,  # Llama 3.1's 128K context, scaled RoPE
             global_batch=16,
             strategy=f"t=8,p=1,d={4 // cp},cp={cp},mbs=1,zero=1,recompute=full",
             solver=_LIST,
@@ -158,6 +159,7 @@ def test_llama3_405b_long_context_layout_fits_with_cp_16():
         load_accelerator("h100"),
         Cluster(devices=16384, **_H100),
         seq_len=131072,
+        allow_context_extension=True,  # Llama 3 §3.4.2: the context extended to 128K
         global_batch=128,
         # the first chunk the embedding alone, the last the head alone (Llama 3 §3.3.2)
         strategy="t=8,p=16,d=8,cp=16,v=8,split=E|(t|)*126L,mbs=1,zero=1,recompute=full,sp=on",

@@ -49,6 +49,8 @@ __all__ = [
     "DROPOUT_FLOPS",
     "head_groups",
     "flash_scores",
+    "attended_scores",
+    "attended_tokens",
     "flash_forward_epilogue_flops",
     "fused_attention_op",
     "unfused_core",
@@ -85,19 +87,52 @@ def head_groups(heads: int) -> tuple[int, ...]:
     return tuple(heads // n + (1 if i < heads % n else 0) for i in range(n))
 
 
-def flash_scores(s: int, causal: bool, block: int = FLASH_BLOCK) -> int:
+def flash_scores(s: int, causal: bool, block: int = FLASH_BLOCK, window: int | None = None) -> int:
     """Scores a flash kernel computes per head: ``s^2``, or for a causal mask the ``B x B``
     tiles at or below the diagonal, ``sum_i rows_i x min(s, (i + 1) B)`` over the query
-    tiles ``i``; ``s (s + B) / 2`` when ``B`` divides ``s``.
+    tiles ``i``; ``s (s + B) / 2`` when ``B`` divides ``s``. A sliding ``window`` (causal)
+    also skips the key tiles wholly before every query's window (FlashAttention-2's
+    ``window_size``): query tile ``i`` starts at the tile holding key ``i B - window + 1``.
 
     >>> flash_scores(256, False), flash_scores(256, True), 256 * (256 + 128) // 2
     (65536, 49152, 49152)
     >>> flash_scores(100, True)
     10000
+    >>> flash_scores(1024, True, window=256), flash_scores(1024, True, window=2048)
+    (344064, 589824)
     """
     if not causal:
         return s * s
-    return sum(min(block, s - q) * min(s, q + block) for q in range(0, s, block))
+    w = s if window is None else window
+    return sum(
+        min(block, s - q) * (min(s, q + block) - max(0, q - w + 1) // block * block)
+        for q in range(0, s, block)
+    )
+
+
+def attended_scores(new: int, cached: int, window: int | None = None) -> int:
+    """Scores per head of ``new`` tokens after ``cached`` ones, each attending the cached
+    ones and the new ones up to itself (a causal decoder), at most ``window`` keys each:
+    ``sum_i min(cached + i + 1, window)``, or ``new cached + new (new + 1) / 2``.
+
+    >>> attended_scores(4, 10), attended_scores(4, 10, window=12), attended_scores(1, 9000, 4096)
+    (50, 47, 4096)
+    """
+    first = cached + 1  # keys of the first new token
+    if window is None or first + new - 1 <= window:
+        return new * first + new * (new - 1) // 2
+    below = max(0, min(new, window - first))  # the new tokens that see fewer than window
+    return below * first + below * (below - 1) // 2 + (new - below) * window
+
+
+def attended_tokens(new: int, cached: int, window: int | None = None) -> int:
+    """Tokens whose keys and values ``new`` tokens after ``cached`` ones read: all, or with
+    a sliding ``window`` the new ones and the last ``window - 1`` cached ones.
+
+    >>> attended_tokens(1, 9000), attended_tokens(1, 9000, 4096), attended_tokens(5, 10, 4096)
+    (9001, 4096, 15)
+    """
+    return new + (cached if window is None else min(cached, window - 1))
 
 
 def _score_extra_flops(model: Model) -> int:
@@ -190,7 +225,7 @@ def flash_core(
     ``d_head`` is their mean (the same MACs)."""
     hd = (model.head_dim + model.value_head_dim) // 2
     a_t, g_t = model.heads // tp, model.kv_heads // tp
-    keys = -(-flash_scores(s, model.causal) // s)
+    keys = -(-flash_scores(s, model.causal, window=model.sliding_window) // s)
     scores = s * keys
     row = p * b * s * hd  # one head's Q, K, V, O or their gradients
     lse = LSE_BYTES * b * s
@@ -252,9 +287,14 @@ def _cached_kernel(
     """The two matmuls (QK^T and PV) of ``batch`` products of ``rows`` query rows over
     ``queries`` new tokens each attending the cached ones (causally among themselves):
     ``shape = (batch, rows, queries, cached)``; a decode kernel has one query and packs the
-    query heads of one key/value head into its rows."""
+    query heads of one key/value head into its rows. With a sliding window each query
+    attends at most that many keys."""
     batch, rows, queries, cached = shape
-    keys = cached + -(-flash_scores(queries, model.causal) // queries)
+    w = model.sliding_window
+    if w is None:
+        keys = cached + -(-flash_scores(queries, model.causal) // queries)
+    else:  # each query's window, on the mean (a paged kernel skips the pages before it)
+        keys = -(-attended_scores(queries, cached, w) // queries)
     return fused_attention_op(
         name,
         OpKind.ATTENTION_FORWARD,
@@ -280,12 +320,12 @@ def cached_core(
     kv_bytes: int,
 ) -> tuple[str, ...]:
     """Write ``batch x new`` tokens' keys and values into the cache, then attend each new
-    token to the ``cached`` tokens before it and the new ones up to it (one kernel per group
-    of key/value heads). MLA (K and V up-projected, ``kv_up``): the latent is cached, and the
+    token to the ``cached`` tokens before it and the new ones up to it, within the model's
+    sliding window if it has one (one kernel per group of key/value heads). MLA (K and V up-projected, ``kv_up``): the latent is cached, and the
     cached context's latents are up-projected (``k.context``, ``v.context``) for the kernel."""
     a_t, g_t, dv = model.heads // tp, model.kv_heads // tp, model.value_head_dim
     hd = (model.head_dim + dv) // 2
-    keys = cached + new
+    keys = attended_tokens(new, cached, model.sliding_window)
     if model.mla:
         latent = model.kv_lora_rank + model.qk_rope_head_dim
         cache = _kv_write(nodes, ("kv.down.norm", k), batch * new * latent, p, kv_bytes)

@@ -17,7 +17,7 @@ from workloads.memory import (
     head_activation_bytes,
     kv_bytes,
 )
-from workloads.model import Model, PositionKind
+from workloads.model import Model
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
 from workloads.precision import apply_precision
 from workloads.setup import TrainingSetup
@@ -79,11 +79,13 @@ def _check(model: Model, setup: TrainingSetup, tp: int) -> None:
         problems.append(
             f"seq_len = {setup.seq_len} must be a multiple of tp = {tp} with sequence parallelism"
         )
-    if model.positions is PositionKind.LEARNED and setup.seq_len > model.max_positions:
-        problems.append(
-            f"seq_len = {setup.seq_len} exceeds the learned position table "
-            f"(max_positions = {model.max_positions})"
-        )
+    beyond = model.context_problem(
+        f"seq_len = {setup.seq_len}",
+        setup.seq_len,
+        allow_extension=setup.allow_context_extension,
+    )
+    if beyond:
+        problems.append(beyond)
     if problems:
         raise ConfigError(f"model {model.name!r}: " + "; ".join(problems))
 
@@ -107,8 +109,8 @@ def build_layer_graph(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph
     ------
     ConfigError
         ``tp`` does not divide the heads, kv heads or FFN width; with sequence parallelism
-        ``tp`` does not divide the sequence; the sequence is longer than a learned position
-        table.
+        ``tp`` does not divide the sequence; the sequence is longer than the model's context
+        (:meth:`Model.context_problem`).
     """
     try:
         width = operator.index(tp)

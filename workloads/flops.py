@@ -5,7 +5,7 @@ These are the papers' counts (docs/models.md): a GPT block's forward pass is
 iteration with full recompute ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` (Narayanan et al.,
 "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC21,
 eq. 3). The attention score and value GEMMs count the whole ``s x s`` matrix also for causal
-models, as the papers do. The backward pass is twice the forward (input and weight
+models, as the papers do (with a sliding window, ``s x min(s, window)``). The backward pass is twice the forward (input and weight
 gradients). MoE blocks count the router, the ``top_k`` activated experts per token and the
 shared experts; an MoE model's leading dense blocks count their dense FFN. Multi-head latent
 attention counts its down- and up-projections.
@@ -33,9 +33,11 @@ __all__ = [
 
 def attention_core_flops(model: Model, seq_len: int, batch: int = 1) -> int:
     """Forward FLOPs of QK^T and attention x V: ``4 b s^2 a d`` (= ``4 b s^2 h``);
-    ``2 b s^2 a (d_qk + d_v)`` with MLA's distinct key and value head widths."""
+    ``2 b s^2 a (d_qk + d_v)`` with MLA's distinct key and value head widths. With a
+    sliding window ``w`` each query's keys are at most ``w``: ``s min(s, w)`` scores in
+    place of ``s^2`` (the whole-matrix convention, inside the window)."""
     width = model.head_dim + model.value_head_dim
-    return 2 * batch * seq_len * seq_len * model.heads * width
+    return 2 * batch * seq_len * model.kv_tokens(seq_len) * model.heads * width
 
 
 def attention_projection_flops(model: Model, tokens: int) -> int:

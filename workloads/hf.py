@@ -6,9 +6,11 @@ embedding LayerNorm; ``gpt_neox`` with rotary embeddings, whose partial rotation
 parallel residual change neither parameters nor stashed bytes; ``falcon`` with its parallel
 attention + MLP block; ``gemma``/``gemma2`` with GeGLU and their own head width;
 ``deepseek_v2``/``deepseek_v3`` with multi-head latent attention and shared experts). Only the
-architecture is read (no weights). Not modelled: Mistral's and Gemma 2's sliding-window
-attention (attention FLOPs count the whole sequence), OPT's post-norm variant (norm placement
-does not change FLOPs or stashed bytes) and OPT's two-row position offset.
+architecture is read (no weights). ``sliding_window`` of ``mistral``, ``mixtral`` and ``phi3``
+(every block) is the Model's. Not modelled: Gemma 2's sliding-window layers (every other
+block) and Qwen2's (``use_sliding_window``, off in its published configs), whose attention
+counts the whole sequence; OPT's post-norm variant (norm placement does not change FLOPs or
+stashed bytes) and OPT's two-row position offset.
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ def _llama(r: _Reader, model_type: str) -> dict[str, Any]:
     if attention_bias != mlp_bias:
         r.unsupported("mlp_bias", mlp_bias, f"the same as attention_bias = {attention_bias}")
     moe = model_type == "mixtral"
+    windowed = model_type in ("mistral", "mixtral", "phi3")  # every block (transformers)
     return dict(
         layers=r.size("num_hidden_layers", "layers"),
         hidden=hidden,
@@ -169,6 +172,7 @@ def _llama(r: _Reader, model_type: str) -> dict[str, Any]:
         tied_embeddings=r.get("tie_word_embeddings", False),
         biases=bool(attention_bias),
         dropout=_dropout(r.get("attention_dropout", 0.0)),
+        sliding_window=r.size("sliding_window", "sliding_window", None) if windowed else None,
     )
 
 

@@ -15,7 +15,7 @@ __all__ = ["to_hf_config"]
 
 def _llama_like_fields(m: Model, drop: float) -> dict[str, Any]:
     """The fields of the families built on Llama's config: DeepSeek-V3 (MLA), Gemma
-    (GeGLU), Mixtral (MoE) and Llama (SwiGLU)."""
+    (GeGLU), Mixtral (MoE), Mistral (SwiGLU, a sliding window) and Llama (SwiGLU)."""
     common_llama = {
         "num_hidden_layers": m.layers,
         "hidden_size": m.hidden,
@@ -64,7 +64,10 @@ def _llama_like_fields(m: Model, drop: float) -> dict[str, Any]:
             **common_llama,
             "num_local_experts": m.experts,
             "num_experts_per_tok": m.top_k,
+            "sliding_window": m.sliding_window,
         }
+    elif m.sliding_window is not None:
+        data = {"model_type": "mistral", **common_llama, "sliding_window": m.sliding_window}
     else:
         data = {"model_type": "llama", **common_llama}
     return data
@@ -161,7 +164,7 @@ def to_hf_config(model: Model) -> dict[str, Any]:
 
     The family follows the architecture: MLA -> ``deepseek_v3``, GeGLU -> ``gemma``
     (``gemma2`` with post-norms), a parallel block -> ``falcon``, MoE -> ``mixtral``, SwiGLU
-    -> ``llama``, encoder -> ``bert``, ALiBi -> ``bloom``, a separate embedding width or ReLU
+    -> ``llama`` (``mistral`` with a sliding window), encoder -> ``bert``, ALiBi -> ``bloom``, a separate embedding width or ReLU
     -> ``opt``, else ``gpt2``.
 
     Raises

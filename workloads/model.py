@@ -99,6 +99,9 @@ class Model:
         ``qk_nope_head_dim + qk_rope_head_dim`` channels, each V head ``v_head_dim``.
     source : where the hyper-parameters come from.
     tokens_to_train : tokens of the published training run, where the source states it.
+    sliding_window : each token attends at most this many keys, itself and those just before
+        it, in every block (Mistral 7B v0.1: 4096); None = all before it. The KV cache keeps
+        only those (:meth:`kv_tokens`); attention costs count only them.
     """
 
     name: str
@@ -134,6 +137,7 @@ class Model:
     v_head_dim: int | None = None
     source: str = ""
     tokens_to_train: int | None = None
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -193,6 +197,8 @@ class Model:
                 problems.append("block_norms = 1 needs parallel_block = true (a shared norm)")
             if self.block_norms == 4 and self.parallel_block:
                 problems.append("block_norms = 4 (post-norms) needs parallel_block = false")
+            if self.sliding_window is not None and not self.causal:
+                problems.append("sliding_window needs a causal decoder (causal = true)")
             if self.top_k > self.experts:
                 problems.append(f"top_k = {self.top_k} must be at most experts = {self.experts}")
             problems += self._moe_mla_problems()
@@ -280,6 +286,52 @@ class Model:
     def moe_layers(self) -> int:
         """Blocks with an MoE FFN (all but the leading :attr:`dense_layers`; 0 if dense)."""
         return self.layers - self.dense_layers if self.is_moe else 0
+
+    def kv_tokens(self, context: int) -> int:
+        """Tokens of a sequence's ``context`` its KV cache holds: all, or with a sliding
+        window only the last :attr:`sliding_window` (no later token attends an older one).
+
+        >>> m = Model("w", 2, 64, 4, 256, 100, sliding_window=4096)
+        >>> m.kv_tokens(16099), m.kv_tokens(100)
+        (4096, 100)
+        """
+        return context if self.sliding_window is None else min(context, self.sliding_window)
+
+    def context_problem(
+        self, what: str, tokens: int, *, allow_extension: bool | None = None
+    ) -> str | None:
+        """Why ``tokens`` tokens (``what``, e.g. ``"seq_len = 8192"``) do not fit the
+        model's context of :attr:`max_positions`, or None: the one check training and
+        serving share.
+
+        Rotary and ALiBi positions can be trained past the context (RoPE scaling, position
+        interpolation) when ``allow_extension`` is True; None says the caller offers no
+        extension (serving). A learned position table has no rows past its last, so it is
+        refused even then.
+
+        >>> from workloads.catalog import get_model
+        >>> get_model("llama2-7b").context_problem("a context of 5000 tokens", 5000)
+        "a context of 5000 tokens exceeds max_positions = 4096, the model's context"
+        >>> get_model("llama2-7b").context_problem("seq_len = 8192", 8192, allow_extension=True)
+        """
+        if tokens <= self.max_positions:
+            return None
+        head = f"{what} exceeds max_positions = {self.max_positions}"
+        if self.positions is PositionKind.LEARNED:
+            never = "" if allow_extension is None else ", not even with --allow-context-extension"
+            return (
+                f"{head}, the rows of its learned position table (learned absolute positions "
+                f"have no embedding past the last row and cannot be extended{never})"
+            )
+        if allow_extension is None:
+            return f"{head}, the model's context"
+        if allow_extension:
+            return None
+        return (
+            f"{head}, the model's context; give --allow-context-extension "
+            "(allow_context_extension = true in a [sweep] file or the Python API) if the run "
+            "extends it (e.g. RoPE scaling)"
+        )
 
     @property
     def parameters(self) -> int:
@@ -403,4 +455,5 @@ _OPTIONAL_SIZES = (
     "qk_nope_head_dim",
     "qk_rope_head_dim",
     "v_head_dim",
+    "sliding_window",
 )

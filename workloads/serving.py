@@ -392,6 +392,8 @@ def kv_cache_bytes_per_sequence(
     page_tokens: int | None = None,
     layers: int | None = None,
 ) -> int:
-    """Bytes of the whole pages that hold ``tokens`` tokens of one sequence on one device."""
+    """Bytes of the whole pages that hold ``tokens`` tokens of one sequence on one device
+    (with a sliding window, only the last window's: :meth:`Model.kv_tokens`)."""
     page = page_tokens or serving_settings().page_tokens
-    return -(-tokens // page) * page * kv_cache_bytes_per_token(model, tp, kv_format, layers)
+    held = model.kv_tokens(tokens)
+    return -(-held // page) * page * kv_cache_bytes_per_token(model, tp, kv_format, layers)

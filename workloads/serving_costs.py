@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workloads.attention_ops import attended_scores, attended_tokens
 from workloads.flops import attention_core_flops, block_forward_flops, embedding_forward_flops
 from workloads.model import Model, PositionKind, padded_vocab
 from workloads.moe_ops import expert_tokens
@@ -185,10 +186,11 @@ def _absorbed(model: Model, p: ServingPass) -> bool:
 def attention_flops(model: Model, p: ServingPass) -> int:
     """QK^T and PV of a pass over all heads: each of a sequence's ``C`` new tokens attends
     the ``P`` cached ones and the new ones up to itself (a causal decoder),
-    ``C P + C (C + 1) / 2`` scores per head, ``2 (d_qk + d_v)`` FLOPs each (an absorbed MLA
-    decode: ``2 (2 kv_lora_rank + qk_rope_head_dim)``, over the latent)."""
+    ``C P + C (C + 1) / 2`` scores per head (at most the sliding window's keys each:
+    :func:`~workloads.attention_ops.attended_scores`), ``2 (d_qk + d_v)`` FLOPs each (an
+    absorbed MLA decode: ``2 (2 kv_lora_rank + qk_rope_head_dim)``, over the latent)."""
     c, cached = p.new_tokens, p.cached_tokens
-    scores = c * cached + c * (c + 1) // 2
+    scores = attended_scores(c, cached, model.sliding_window)
     if _absorbed(model, p):
         width = 2 * model.kv_lora_rank + model.qk_rope_head_dim
     else:
@@ -260,5 +262,8 @@ def pass_weight_read_bytes(model: Model, tp: int, p: ServingPass, ep: int = 1) -
 
 def pass_kv_read_bytes(model: Model, tp: int, p: ServingPass) -> int:
     """Cache bytes one device reads in a pass: every sequence's keys and values (or latents)
-    of all its ``cached + new`` tokens, each once, in every block."""
-    return p.batch * p.context_tokens * kv_cache_bytes_per_token(model, tp, p.kv_format)
+    of all its ``cached + new`` tokens (with a sliding window, the new ones and the cached
+    ones inside it: :func:`~workloads.attention_ops.attended_tokens`), each once, in every
+    block."""
+    tokens = attended_tokens(p.new_tokens, p.cached_tokens, model.sliding_window)
+    return p.batch * tokens * kv_cache_bytes_per_token(model, tp, p.kv_format)

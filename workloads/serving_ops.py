@@ -74,10 +74,9 @@ def check_serving(model: Model, p: ServingPass, tp: int, ep: int = 1) -> None:
             f"tp = {tp!r} must be one of the widths that divide its heads, kv_heads and FFN "
             f"widths ({', '.join(map(str, widths))})"
         )
-    if p.context_tokens > model.max_positions:
-        problems.append(
-            f"a context of {p.context_tokens} tokens exceeds max_positions = {model.max_positions}"
-        )
+    beyond = model.context_problem(f"a context of {p.context_tokens} tokens", p.context_tokens)
+    if beyond:
+        problems.append(beyond)
     if problems:
         raise ConfigError(f"model {model.name!r}: " + "; ".join(problems))
 

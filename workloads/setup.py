@@ -81,6 +81,9 @@ class TrainingSetup:
         rows each (the same FLOPs, but only its own experts' weights to read and, under a
         low-precision recipe, to cast). It must divide the experts; 1 for a dense model and
         where the placement searches the degree.
+    allow_context_extension : the run trains past the model's context (RoPE scaling,
+        position interpolation); a sequence longer than the context is refused otherwise
+        (:meth:`workloads.model.Model.context_problem`).
     """
 
     seq_len: int
@@ -97,6 +100,7 @@ class TrainingSetup:
     expert_parallel: int = 1
     optimizer_state: str | None = None
     recompute_modules: frozenset[str] = frozenset()
+    allow_context_extension: bool = False
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -118,6 +122,10 @@ class TrainingSetup:
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 problems.append(f"{f} = {value!r} must be a positive integer")
+        if not isinstance(self.allow_context_extension, bool):
+            problems.append(
+                f"allow_context_extension = {self.allow_context_extension!r} must be true or false"
+            )
         if self.optimizer not in _OPTIMIZERS:
             problems.append(
                 f"optimizer = {self.optimizer!r} must be one of {', '.join(_OPTIMIZERS)}"

@@ -4,7 +4,8 @@ range, the design and cluster of one evaluation, and the scoring settings.
 click's ``float`` and ``FloatRange`` let ``nan`` and ``inf`` through (no comparison fails on
 them); :class:`FiniteFloat` refuses them with click's one usage-error line, naming the option
 and the range (exit status 2). :func:`default_seq_len` is the sequence length the commands
-use when none is given. :func:`design_options` and :func:`scoring_options` add the options
+use when none is given, :data:`context_extension_option` the flag that lets it exceed the
+model's context. :func:`design_options` and :func:`scoring_options` add the options
 ``phaze evaluate`` and ``phaze serve`` share; :func:`cluster_of` and :func:`scoring_of` read
 them back.
 """
@@ -30,6 +31,7 @@ __all__ = [
     "scoring_float",
     "DEFAULT_SEQ_LEN",
     "default_seq_len",
+    "context_extension_option",
     "design_options",
     "scoring_options",
     "cluster_of",
@@ -44,6 +46,14 @@ def default_seq_len(model: Model) -> int:
     """The sequence length a command uses when none is given: 2048 tokens, or the model's
     context (its position table) when that is shorter."""
     return min(DEFAULT_SEQ_LEN, model.max_positions)
+
+
+context_extension_option: Final = click.option(
+    "--allow-context-extension",
+    is_flag=True,
+    help="Let --seq-len exceed a rotary or ALiBi model's context (max_positions), for a run "
+    "that extends it (RoPE scaling); a learned position table is refused still.",
+)
 
 
 class RecomputeMode(click.ParamType):

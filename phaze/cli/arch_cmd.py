@@ -18,6 +18,7 @@ from arch_space.presets import NVLINK_BYTES_PER_S, preset, preset_names
 from arch_space.summary import describe
 from arch_space.tech import tech_node, tech_overrides_from_toml
 from phaze.cli._render import echo_json, table, to_jsonable
+from phaze_common.limits import MAX_WIDTH
 from phaze_common.units import fmt_column, fmt_number, fmt_percent, fmt_quantity
 
 __all__ = ["arch"]
@@ -156,9 +157,10 @@ def _parse_gemm(
         dims = tuple(int(p) for p in value.split(","))
     except ValueError:
         dims = ()
-    if len(dims) != 3 or min(dims) < 1:
+    if len(dims) != 3 or min(dims) < 1 or max(dims) > MAX_WIDTH:
         raise click.BadParameter(
-            f"{value!r} must be three positive integers M,K,N (e.g. 8192,12288,12288)"
+            f"{value!r} must be three positive integers M,K,N, each in [1, {MAX_WIDTH}] (a "
+            "layer's width or a micro-batch's tokens; e.g. 8192,12288,12288)"
         )
     return dims
 

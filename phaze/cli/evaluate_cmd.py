@@ -16,6 +16,7 @@ from phaze.cli._options import (
     DEFAULT_SEQ_LEN,
     RecomputeMode,
     cluster_of,
+    context_extension_option,
     default_seq_len,
     design_options,
     optimizer_state_option,
@@ -59,6 +60,7 @@ _J_PER_KWH = 3.6e6
     type=click.IntRange(1, MAX_SEQ_LEN),
     help="Tokens per sequence [default: 2048, or the model's context if shorter].",
 )
+@context_extension_option
 @click.option(
     "--micro-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
@@ -118,6 +120,7 @@ def evaluate(
     arch,
     global_batch,
     seq_len,
+    allow_context_extension,
     micro_batch,
     recompute,
     precision,
@@ -176,6 +179,7 @@ def evaluate(
         state_bytes_per_parameter=state_bytes,
         optimizer_state=optimizer_state,
         precision=precision if layout is None else None,
+        allow_context_extension=allow_context_extension,
     )
     if not ev.feasible:
         raise NoFeasiblePoint(f"infeasible: {ev.reason}")

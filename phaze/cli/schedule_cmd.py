@@ -13,7 +13,7 @@ from ilp import SCHEDULERS, Schedule
 from ilp.schedule import DEFAULT_MIP_GAP, DEFAULT_SEARCH_NODES, DEFAULT_TIME_LIMIT_S
 from ilp.timing import pass_schedule
 from phaze.cli._files import cannot_write, check_writable
-from phaze.cli._options import FiniteFloat, default_seq_len
+from phaze.cli._options import FiniteFloat, context_extension_option, default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze_common.errors import ConfigError, unknown_name
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
@@ -93,6 +93,7 @@ def _check_gantt(path: Path) -> None:
     default=None,
     help="Tokens per sequence [default: 2048, or the model's context if shorter].",
 )
+@context_extension_option
 @click.option(
     "--micro-batch", type=click.IntRange(1, MAX_GLOBAL_BATCH), default=1, show_default=True
 )
@@ -132,6 +133,7 @@ def schedule(
     pass_: str,
     layer: str,
     seq_len: int | None,
+    allow_context_extension: bool,
     micro_batch: int,
     solver: str,
     time_limit: float,
@@ -146,7 +148,12 @@ def schedule(
     model = resolve_model(workload)
     acc = load_accelerator(arch)
     seq = seq_len if seq_len is not None else default_seq_len(model)
-    setup = TrainingSetup(seq_len=seq, global_batch=micro_batch, micro_batch=micro_batch)
+    setup = TrainingSetup(
+        seq_len=seq,
+        global_batch=micro_batch,
+        micro_batch=micro_batch,
+        allow_context_extension=allow_context_extension,
+    )
     graph = build_layer_graph(model, setup, tp)
     if layer not in graph.op_graphs:
         raise unknown_name("layer class", layer, graph.op_graphs)

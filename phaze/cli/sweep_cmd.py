@@ -13,7 +13,12 @@ from click.core import ParameterSource
 
 from phaze.cli import INTERRUPTED, NoFeasiblePoint
 from phaze.cli._files import cannot_write, check_parent
-from phaze.cli._options import FiniteFloat, RecomputeMode, optimizer_state_option
+from phaze.cli._options import (
+    FiniteFloat,
+    RecomputeMode,
+    context_extension_option,
+    optimizer_state_option,
+)
 from phaze.cli._render import echo_json, table
 from phaze.config import (
     MODE_KEYS,
@@ -165,6 +170,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     "--devices-per-node", type=click.IntRange(1, MAX_DEVICES), help="Accelerators per node."
 )
 @click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), help="Tokens per sequence.")
+@context_extension_option
 @click.option(
     "--global-batch", type=click.IntRange(1, MAX_GLOBAL_BATCH), help="Sequences per iteration."
 )
@@ -270,6 +276,7 @@ def sweep(
     devices,
     devices_per_node,
     seq_len,
+    allow_context_extension,
     global_batch,
     micro_batches,
     hbm_gib,
@@ -312,6 +319,7 @@ def sweep(
         devices=devices,
         devices_per_node=devices_per_node,
         seq_len=seq_len,
+        allow_context_extension=allow_context_extension or None,
         global_batch=global_batch,
         micro_batches=micro_batches,
         hbm_gib=hbm_gib,
@@ -390,19 +398,7 @@ def sweep(
         except OSError as e:
             raise cannot_write(Path(e.filename or out), e, "--out") from None
     if as_json:
-        echo_json(
-            {
-                "out_dir": str(result.out_dir),
-                "points": result.points,
-                "feasible": result.feasible,
-                "evaluated_designs": result.evaluated_designs,
-                "pruned_designs": result.pruned_designs,
-                "skipped_designs": result.skipped_designs,
-                "wall_s": result.wall_s,
-                "report": None if report_path is None else str(report_path),
-                "defaults": cfg.scoring.as_dict(),
-            }
-        )
+        echo_json(_result_doc(result, report_path, cfg))
         _exit_if_infeasible(result)
         return
     click.echo(
@@ -417,6 +413,21 @@ def sweep(
     if report_path is not None:
         click.echo(f"\nreport: {report_path}")
     _exit_if_infeasible(result)
+
+
+def _result_doc(result: SweepResult, report_path: Path | None, cfg: SweepConfig) -> dict:
+    """The ``--json`` document of a finished sweep."""
+    return {
+        "out_dir": str(result.out_dir),
+        "points": result.points,
+        "feasible": result.feasible,
+        "evaluated_designs": result.evaluated_designs,
+        "pruned_designs": result.pruned_designs,
+        "skipped_designs": result.skipped_designs,
+        "wall_s": result.wall_s,
+        "report": None if report_path is None else str(report_path),
+        "defaults": cfg.scoring.as_dict(),
+    }
 
 
 def _exit_if_infeasible(result: SweepResult) -> None:

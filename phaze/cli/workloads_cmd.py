@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from phaze.cli._options import RecomputeMode, default_seq_len
+from phaze.cli._options import RecomputeMode, context_extension_option, default_seq_len
 from phaze.cli._render import echo_json, table
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_bytes, fmt_quantity
@@ -154,6 +154,7 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
     type=click.IntRange(1, MAX_SEQ_LEN),
     help="Tokens per sequence [default: min(2048, context)].",
 )
+@context_extension_option
 @click.option(
     "--micro-batch",
     type=click.IntRange(1, MAX_GLOBAL_BATCH),
@@ -196,6 +197,7 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 def show_cmd(
     name: str,
     seq_len: int | None,
+    allow_context_extension: bool,
     micro_batch: int,
     tp: int,
     sp: bool,
@@ -230,6 +232,7 @@ def show_cmd(
         micro_batch=micro_batch,
         recompute=recompute,
         sequence_parallel=sp,
+        allow_context_extension=allow_context_extension,
     )
     graph = build_layer_graph(model, setup, tp)
     block = next(layer for layer in graph.layers if layer.kind == "block")
@@ -239,6 +242,7 @@ def show_cmd(
         "norm": model.norm,
         "positions": model.positions,
         "max_positions": model.max_positions,
+        "sliding_window": model.sliding_window,
         "seq_len": seq_len,
         "micro_batch": micro_batch,
         "tp": tp,
@@ -279,7 +283,8 @@ def _model_pairs(doc: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "shape",
             f"{doc['layers']} layers, hidden {doc['hidden']}, {doc['heads']} heads "
-            f"({doc['kv_heads']} kv), FFN {doc['ffn_hidden']} {doc['ffn_kind']}, vocab {doc['vocab']}",
+            f"({doc['kv_heads']} kv), FFN {doc['ffn_hidden']} {doc['ffn_kind']}, vocab {doc['vocab']}"
+            + (f", sliding window {doc['sliding_window']}" if doc.get("sliding_window") else ""),
         ),
         (
             "parameters",
@@ -364,6 +369,7 @@ def _serve_doc(model: Model, requests: RequestBatch, tp: int) -> dict[str, Any]:
         "kv_format": requests.kv_format,
         "page_tokens": serving_settings().page_tokens,
         "valid_tp_widths": list(valid_tp_widths(model)),
+        "sliding_window": model.sliding_window,
         "weight_bytes_per_device": weight_bytes_per_device(model, tp),
         "prefill_flops": pass_flops(model, prefill),
         "kv_cache_bytes_per_token_per_device": kv_cache_bytes_per_token(model, tp),

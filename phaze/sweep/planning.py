@@ -99,6 +99,7 @@ def _sweep_context(cfg: SweepConfig) -> Context:
         sequence_parallel=cfg.sequence_parallel,
         tokens_to_train=cfg.tokens_to_train,
         optimizer_state=cfg.optimizer_state,
+        allow_context_extension=cfg.allow_context_extension,
         solver=cfg.solver,
         scoring=cfg.scoring,
         framework=cfg.framework,
