@@ -46,6 +46,7 @@ __all__ = [
     "model_digest",
     "tree_digest",
     "quick_sweep_config",
+    "quick_sweep_data",
 ]
 
 RECOMPUTE_MODES: Final = ("none", "selective", "full")
@@ -225,9 +226,12 @@ class SweepConfig:
         return asdict(self)
 
     def config_hash(self) -> str:
-        """A content hash of everything that changes results: the settings and the models'
-        code (:func:`model_digest`), not the output directory."""
-        text = json.dumps({**self.as_dict(), "models": model_digest()}, sort_keys=True, default=str)
+        """A content hash of everything that changes results: the settings its mode uses
+        (not the keys :data:`MODE_KEYS` gives only the other mode) and the models' code
+        (:func:`model_digest`), not the output directory."""
+        unused = {k for m in MODES if m != self.mode for k in MODE_KEYS[m]}
+        settings = {k: v for k, v in self.as_dict().items() if k not in unused}
+        text = json.dumps({**settings, "models": model_digest()}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -514,5 +518,9 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
 
 def quick_sweep_config() -> SweepConfig:
     """The built-in quick sweep run by ``phaze sweep`` with no arguments."""
-    text = resources.files("phaze").joinpath("data/quick.toml").read_text()
-    return sweep_config_from_mapping(tomllib.loads(text), source="quick.toml")
+    return sweep_config_from_mapping(quick_sweep_data(), source="quick.toml")
+
+
+def quick_sweep_data() -> dict[str, Any]:
+    """The parsed TOML of the built-in quick sweep."""
+    return tomllib.loads(resources.files("phaze").joinpath("data/quick.toml").read_text())
