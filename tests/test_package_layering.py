@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,3 +152,14 @@ def test_the_table_reader_and_its_limits():
     assert layer_graph.allows("placement.adapt", "workloads.layer_graph")
     assert not layer_graph.allows("placement.dp", "workloads.layer_graph")
     assert "ilp" not in table
+
+
+def test_the_validation_library_runs_without_the_command_line():
+    """The validation figures (run, energy and fitted rows) are the model's: importing them
+    loads neither ``phaze.cli`` nor click."""
+    code = (
+        "import sys, phaze.energy_validation, phaze.run_validation, phaze.validation\n"
+        "print(sorted(m for m in sys.modules if m.startswith('phaze.cli') or m == 'click'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
