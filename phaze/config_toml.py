@@ -38,7 +38,7 @@ def toml_value(value: Any) -> str:
     if isinstance(value, float):
         return _float_text(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")  # TOML escapes DEL
     if isinstance(value, tuple | list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"no TOML value for {value!r}")

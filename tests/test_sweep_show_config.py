@@ -123,7 +123,7 @@ def test_the_hash_leaves_out_only_the_other_modes_keys():
         math.inf,
         7,
         True,
-        'a"b',
+        'a"b\\c\x7f\x01é',
         (1, 2.5),
         (),
     ],
