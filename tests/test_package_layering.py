@@ -83,8 +83,8 @@ def disallowed(package: str, table: dict[str, tuple[Allowed, ...]]) -> dict[str,
             # ``from m import x``: m.x need not be a module, so m allowed is enough
             if not any(a.allows(importer, n) for a in table[package] for n in _prefixes(name)):
                 bad.add(name)
-        if bad:
-            wrong[importer] = sorted(bad)
+        if bad:  # ``from m import x`` names m alone
+            wrong[importer] = sorted(n for n in bad if not any(n.startswith(f"{b}.") for b in bad))
     return wrong
 
 

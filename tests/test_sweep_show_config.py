@@ -71,10 +71,15 @@ def test_flags_over_a_file_are_marked_and_read_back(tmp_path):
         "[scoring]\ngrid_region = 'France'\nhost_profile = 'dgx-h100'\npue = 1\n",
         encoding="utf-8",
     )
-    text = _show(tmp_path, str(config), "--devices", "128", "--no-prune", "--recompute", "full")
+    text = _show(
+        tmp_path,
+        str(config),
+        *("--devices", "128", "--no-prune", "--recompute", "modules:core_attn+mlp"),
+        *("--optimizer-state", "moments=bf16"),
+    )
     _round_trip(tmp_path, text)
     sources = _sources(text)
-    for key in ("devices", "prune", "recompute"):
+    for key in ("devices", "prune", "recompute", "optimizer_state"):
         assert sources[("sweep", key)] == ("flag", False), key
     for key in ("workloads", "hbm_gib", "sequence_parallel", "tokens_to_train"):
         assert sources[("sweep", key)] == ("file", False), key
