@@ -97,6 +97,31 @@ def _config_text(ctx: click.Context, cfg: SweepConfig, from_file: SweepConfig, c
     return config_toml(cfg, config_sources(cfg, from_file, data, flags), header)
 
 
+def _banner(cfg: SweepConfig, out: Path) -> str:
+    """The plan's line on stderr: workloads, space, cluster, knobs, HBM and the directory."""
+    if cfg.mode == "serve":
+        limits = ", ".join(
+            f"{n} <= {v * 1e3:g} ms"
+            for n, v in (("TTFT", cfg.ttft_limit_s), ("TPOT", cfg.tpot_limit_s))
+            if v is not None
+        )
+        knobs = (
+            f"serving ISL {cfg.input_tokens} OSL {cfg.output_tokens}, batches "
+            f"{list(cfg.batches)}, limits {limits or 'none'}"
+        )
+        if cfg.weight_formats != ("bf16",):
+            knobs += f", weights {list(cfg.weight_formats)}"
+    else:
+        knobs = f"micro-batches {list(cfg.micro_batches)}, recompute {list(cfg.recompute)}"
+        if cfg.precision != (DEFAULT_PRECISION,):
+            knobs += f", precision {list(cfg.precision)}"
+    return (
+        f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, "
+        f"{fmt_noun(cfg.devices, 'device')} "
+        f"({cfg.devices_per_node}/node); {knobs}, {_hbm_text(cfg)} -> {out}"
+    )
+
+
 def _precision_text(p) -> str:
     """A point's precision recipe, where it is not bf16."""
     precision = p.get("precision") or DEFAULT_PRECISION
@@ -369,28 +394,7 @@ def sweep(
         check_reachable(address)  # seconds, where Ray itself retries for minutes
     check_executor(executor, jobs, address)  # before anything is printed
     out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
-    if cfg.mode == "serve":
-        limits = ", ".join(
-            f"{n} <= {v * 1e3:g} ms"
-            for n, v in (("TTFT", cfg.ttft_limit_s), ("TPOT", cfg.tpot_limit_s))
-            if v is not None
-        )
-        knobs = (
-            f"serving ISL {cfg.input_tokens} OSL {cfg.output_tokens}, batches "
-            f"{list(cfg.batches)}, limits {limits or 'none'}"
-        )
-        if cfg.weight_formats != ("bf16",):
-            knobs += f", weights {list(cfg.weight_formats)}"
-    else:
-        knobs = f"micro-batches {list(cfg.micro_batches)}, recompute {list(cfg.recompute)}"
-        if cfg.precision != (DEFAULT_PRECISION,):
-            knobs += f", precision {list(cfg.precision)}"
-    click.echo(
-        f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, "
-        f"{fmt_noun(cfg.devices, 'device')} "
-        f"({cfg.devices_per_node}/node); {knobs}, {_hbm_text(cfg)} -> {out}",
-        err=True,
-    )
+    click.echo(_banner(cfg, out), err=True)
     click.echo(
         "scoring defaults: " + ", ".join(f"{k}={v}" for k, v in cfg.scoring.as_dict().items()),
         err=True,
