@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
-import importlib
 import json
 import math
 import tomllib
@@ -42,8 +41,12 @@ __all__ = [
     "SolverSettings",
     "SweepConfig",
     "load_sweep_config",
+    "MODEL_PACKAGES",
+    "PRESENTATION",
     "model_digest",
+    "tree_digest",
     "quick_sweep_config",
+    "quick_sweep_data",
 ]
 
 RECOMPUTE_MODES: Final = ("none", "selective", "full")
@@ -83,50 +86,40 @@ SERVE_OBJECTIVES: Final = (
     "kgco2e_per_million_tokens",
 )
 _GIB: Final = 1 << 30
-# The code and data that decide a sweep's numbers: the packages of the models, and the
-# modules of this package that score points and choose which are evaluated (not the CLI,
-# the executors or the output).
-_MODEL_PACKAGES: Final = ("arch_space", "workloads", "ilp", "placement")
-_MODEL_MODULES: Final = (
-    "phaze/config.py",
-    "phaze/lower_bounds.py",
-    "phaze/pipeline.py",
-    "phaze/problem.py",
-    "phaze/scoring.py",
-    "phaze/serving.py",
-    "phaze/serving_score.py",
-    "phaze/serving_search.py",
-    "phaze/sweep/__init__.py",
-    "phaze/sweep/aggregate.py",
-    "phaze/sweep/fronts.py",
-    "phaze/sweep/optimistic.py",
-    "phaze/sweep/planning.py",
-    "phaze/sweep/records.py",
-    "phaze/sweep/rounds.py",
-    "phaze/sweep/run.py",
-    "phaze/sweep/serve_tasks.py",
-    "phaze/sweep/tasks.py",
-)
+#: The packages whose code and data decide a sweep's numbers: every file in them counts
+#: towards :func:`model_digest`, found by walking the installed package, so a module or data
+#: file added later counts without being listed.
+MODEL_PACKAGES: Final = ("phaze_common", "workloads", "arch_space", "ilp", "placement", "phaze")
+#: The parts of those packages that only present results (paths relative to the packages'
+#: parent): editing them changes no number, so a sweep may be resumed across them.
+PRESENTATION: Final = ("phaze/cli",)
+
+
+def model_digest() -> str:
+    """A content hash of the files of the models behind every result (:data:`MODEL_PACKAGES`
+    less :data:`PRESENTATION`), so a sweep directory is never resumed by a Phaze whose models
+    changed, even where the version number did not."""
+    dirs = tuple((name, Path(str(resources.files(name)))) for name in MODEL_PACKAGES)
+    return tree_digest(dirs, PRESENTATION)
 
 
 @functools.cache
-def model_digest() -> str:
-    """A content hash of the files of the models behind every result (see
-    :data:`_MODEL_PACKAGES`), so a sweep directory is never resumed by a Phaze whose models
-    changed, even where the version number did not."""
+def tree_digest(dirs: tuple[tuple[str, Path], ...], excluded: tuple[str, ...] = ()) -> str:
+    """A content hash of every file under the ``(name, directory)`` packages (compiled
+    caches aside), each file named ``name/relative path``, leaving out the files under the
+    ``excluded`` relative paths. Cached per process: the installed files do not change under
+    a running sweep."""
+    skip = tuple(f"{e.rstrip('/')}/" for e in excluded)
+    files = sorted(
+        (f"{name}/{f.relative_to(root).as_posix()}", f)
+        for name, root in dirs
+        for f in root.rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"
+    )
     digest = hashlib.sha256()
-    files: list[tuple[str, Path]] = []
-    for name in _MODEL_PACKAGES:
-        root = Path(importlib.import_module(name).__file__).parent
-        files += [
-            (f"{name}/{f.relative_to(root).as_posix()}", f)
-            for f in root.rglob("*")
-            if f.is_file() and "__pycache__" not in f.parts
-        ]
-    here = Path(__file__).parent.parent
-    files += [(rel, here / rel) for rel in _MODEL_MODULES]
-    for rel, path in sorted(files):
-        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    for rel, path in files:
+        if not rel.startswith(skip):
+            digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
@@ -237,9 +230,12 @@ class SweepConfig:
         return asdict(self)
 
     def config_hash(self) -> str:
-        """A content hash of everything that changes results: the settings and the models'
-        code (:func:`model_digest`), not the output directory."""
-        text = json.dumps({**self.as_dict(), "models": model_digest()}, sort_keys=True, default=str)
+        """A content hash of everything that changes results: the settings its mode uses
+        (not the keys :data:`MODE_KEYS` gives only the other mode) and the models' code
+        (:func:`model_digest`), not the output directory."""
+        unused = {k for m in MODES if m != self.mode for k in MODE_KEYS[m]}
+        settings = {k: v for k, v in self.as_dict().items() if k not in unused}
+        text = json.dumps({**settings, "models": model_digest()}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -527,5 +523,9 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
 
 def quick_sweep_config() -> SweepConfig:
     """The built-in quick sweep run by ``phaze sweep`` with no arguments."""
-    text = resources.files("phaze").joinpath("data/quick.toml").read_text()
-    return sweep_config_from_mapping(tomllib.loads(text), source="quick.toml")
+    return sweep_config_from_mapping(quick_sweep_data(), source="quick.toml")
+
+
+def quick_sweep_data() -> dict[str, Any]:
+    """The parsed TOML of the built-in quick sweep."""
+    return tomllib.loads(resources.files("phaze").joinpath("data/quick.toml").read_text())

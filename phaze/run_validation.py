@@ -20,8 +20,6 @@ from arch_space import Accelerator, Cluster, preset
 from arch_space.perf.device import DeviceProfile, preset_profile
 from arch_space.power import limited_clock_fraction
 from phaze.api import evaluate
-from phaze.cli.validate_cmd import ValidationRow
-from phaze.cli.validate_fit import FitResult, fit_device
 from phaze.published_runs import (
     METRICS,
     PublishedRun,
@@ -30,6 +28,7 @@ from phaze.published_runs import (
     measured_iteration_s,
     metric_from_iteration_s,
 )
+from phaze.validation import FitResult, ValidationRow, fit_device
 from phaze_common.errors import ConfigError
 
 __all__ = [

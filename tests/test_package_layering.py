@@ -1,52 +1,165 @@
-"""The packages depend downward only (docs/architecture.md, "Dependency direction"): a lower
-package never imports ``phaze`` or a package above it, so each can be used and tested alone."""
+"""The packages depend downward only, as the table of docs/architecture.md ("Dependency
+direction") says: the test reads that table and every import of the code (ast), and fails on
+any import the table does not allow, so the page and the code cannot drift apart."""
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "architecture.md"
 OURS = frozenset(
     {"phaze", "phaze_common", "workloads", "arch_space", "ilp", "placement", "results"}
 )
-
-# package -> the packages of ours it may import
-ALLOWED = {
-    "phaze_common": set(),
-    "workloads": {"phaze_common"},
-    "arch_space": {"phaze_common", "workloads"},
-    "ilp": {"phaze_common", "arch_space", "workloads"},
-    "placement": {"phaze_common", "arch_space", "workloads"},
-    "results": {"phaze_common", "ilp"},
-}
+_ENTRY = re.compile(r"`([\w.]+)`(?:\s*\(`([\w.]+)` only\))?")
 
 
-def _imports(path: Path) -> set[str]:
-    """Top-level packages of ours that a module imports (absolute imports only)."""
+@dataclass(frozen=True)
+class Allowed:
+    """One entry of a row: a module (and its submodules), for ``only`` that module or all."""
+
+    target: str
+    only: str | None = None
+
+    def allows(self, importer: str, name: str) -> bool:
+        inside = name == self.target or name.startswith(self.target + ".")
+        return inside and (self.only is None or importer == self.only)
+
+
+def parse_table(text: str) -> dict[str, tuple[Allowed, ...]]:
+    """package -> what it may import, from the section's table."""
+    section = text.split("### Dependency direction", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, tuple[Allowed, ...]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not re.fullmatch(r"`\w+`", cells[0]):
+            continue
+        package, allowed = cells[0].strip("`"), cells[1]
+        if allowed.startswith("nothing"):
+            entries: tuple[Allowed, ...] = ()
+        elif allowed == "all of the above":
+            entries = tuple(Allowed(p) for p in rows)
+        else:
+            entries = tuple(Allowed(t, only or None) for t, only in _ENTRY.findall(allowed))
+            assert entries, f"cannot read the row of {package}: {allowed!r}"
+        rows[package] = entries
+    return rows
+
+
+def imported_names(path: Path) -> set[str]:
+    """The modules of ours a file imports, anywhere in it (absolute imports; for ``from m
+    import x`` both ``m`` and ``m.x``, since ``x`` may be a submodule)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
+            found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return found & OURS
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return {n for n in found if n.split(".")[0] in OURS}
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_a_lower_package_imports_only_what_lies_below_it(package):
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def disallowed(package: str, table: dict[str, tuple[Allowed, ...]]) -> dict[str, list[str]]:
+    """module -> the imports of it that the table does not allow."""
+    wrong = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        importer = module_name(path)
+        bad = set()
+        for name in imported_names(path):
+            top = name.split(".")[0]
+            if top in (package, "phaze_common"):
+                continue
+            # ``from m import x``: m.x need not be a module, so m allowed is enough
+            if not any(a.allows(importer, n) for a in table[package] for n in _prefixes(name)):
+                bad.add(name)
+        if bad:  # ``from m import x`` names m alone
+            wrong[importer] = sorted(n for n in bad if not any(n.startswith(f"{b}.") for b in bad))
+    return wrong
+
+
+def _prefixes(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+TABLE = parse_table(DOC.read_text(encoding="utf-8"))
+
+
+def test_the_table_names_every_package_once():
+    assert sorted(TABLE) == sorted(OURS)
+
+
+@pytest.mark.parametrize("package", sorted(OURS))
+def test_every_import_is_one_the_table_allows(package):
     modules = sorted((ROOT / package).rglob("*.py"))
     assert modules, package
+    assert disallowed(package, TABLE) == {}
+
+
+def test_nothing_outside_the_cli_imports_the_cli():
+    """The command line renders what the library computes: no module of the model, the
+    sweep or the results reaches up into ``phaze.cli``."""
     wrong = {
-        str(m.relative_to(ROOT)): sorted(_imports(m) - ALLOWED[package] - {package})
-        for m in modules
+        module_name(path): sorted(n for n in imported_names(path) if n.startswith("phaze.cli"))
+        for package in sorted(OURS)
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if not module_name(path).startswith("phaze.cli")
     }
     assert {m: w for m, w in wrong.items() if w} == {}
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("from phaze.pipeline import evaluate\nimport placement.dp\n")
-    assert _imports(module) == {"phaze", "placement"}
+    module.write_text(
+        "from phaze.pipeline import evaluate\nimport placement.dp\n"
+        "def f():\n    from phaze.cli import validate_cmd\n"
+    )
+    assert imported_names(module) == {
+        "phaze.pipeline",
+        "phaze.pipeline.evaluate",
+        "placement.dp",
+        "phaze.cli",
+        "phaze.cli.validate_cmd",
+    }
+
+
+def test_the_table_reader_and_its_limits():
+    text = (
+        "### Dependency direction\n\n| package | may import | why |\n|---|---|---|\n"
+        "| `workloads` | nothing else of ours | x |\n"
+        "| `placement` | `arch_space.perf.device`, `workloads.layer_graph` (`placement.adapt` "
+        "only) | y |\n"
+        "| `phaze` | all of the above | z |\n\n## Next\n| `ilp` | `phaze` | no |\n"
+    )
+    table = parse_table(text)
+    assert table["workloads"] == ()
+    assert table["phaze"] == (Allowed("workloads"), Allowed("placement"))
+    device, layer_graph = table["placement"]
+    assert device.allows("placement.types", "arch_space.perf.device")
+    assert not device.allows("placement.types", "arch_space.perf")
+    assert not device.allows("placement.types", "arch_space.perf.devices")
+    assert layer_graph.allows("placement.adapt", "workloads.layer_graph")
+    assert not layer_graph.allows("placement.dp", "workloads.layer_graph")
+    assert "ilp" not in table
+
+
+def test_the_validation_library_runs_without_the_command_line():
+    """The validation figures (run, energy and fitted rows) are the model's: importing them
+    loads neither ``phaze.cli`` nor click."""
+    code = (
+        "import sys, phaze.energy_validation, phaze.run_validation, phaze.validation\n"
+        "print(sorted(m for m in sys.modules if m.startswith('phaze.cli') or m == 'click'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,9 +1,15 @@
 """Sweep configuration: defaults, TOML loading and every error naming field and value."""
 
+import shutil
+from importlib import resources
+from pathlib import Path
+
 import pytest
 
 import phaze.config
 from phaze.config import (
+    MODEL_PACKAGES,
+    PRESENTATION,
     load_sweep_config,
     model_digest,
     quick_sweep_config,
@@ -36,18 +42,16 @@ def test_hash_changes_with_the_models_code(monkeypatch):
     assert cfg.config_hash() != before
 
 
-def test_the_model_digest_reads_every_model_file_and_no_cache(tmp_path, monkeypatch):
+def test_the_model_digest_reads_every_model_file_and_no_cache(tmp_path):
     """Data files count (a changed catalog changes results); compiled caches do not."""
     pkg = tmp_path / "fakemodel"
     (pkg / "data").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "data" / "table.json").write_text("[1]")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(phaze.config, "_MODEL_PACKAGES", ("fakemodel",))
 
     def digest():
-        phaze.config.model_digest.cache_clear()
-        return phaze.config.model_digest()
+        phaze.config.tree_digest.cache_clear()
+        return phaze.config.tree_digest((("fakemodel", pkg),))
 
     try:
         first = digest()
@@ -57,7 +61,75 @@ def test_the_model_digest_reads_every_model_file_and_no_cache(tmp_path, monkeypa
         (pkg / "data" / "table.json").write_text("[2]")
         assert digest() != first
     finally:
-        phaze.config.model_digest.cache_clear()
+        phaze.config.tree_digest.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def model_copy(tmp_path_factory):
+    """A copy of the installed model packages, to edit."""
+    root = tmp_path_factory.mktemp("models")
+    for name in MODEL_PACKAGES:
+        src = Path(str(resources.files(name)))
+        shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _copy_digest(root: Path) -> str:
+    dirs = tuple((name, root / name) for name in MODEL_PACKAGES)
+    phaze.config.tree_digest.cache_clear()
+    try:
+        return phaze.config.tree_digest(dirs, PRESENTATION)
+    finally:
+        phaze.config.tree_digest.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "phaze/context.py",
+        "phaze/knob_search.py",
+        "phaze/run.py",
+        "phaze/pipeline.py",
+        "phaze/sweep/run.py",
+        "phaze/data/quick.toml",
+        "phaze_common/units.py",
+        "workloads/data/models.toml",
+        "arch_space/data/tech.toml",
+        "ilp/timing.py",
+        "placement/dp.py",
+    ],
+)
+def test_editing_any_model_file_changes_the_digest(model_copy, rel):
+    """Every module and data file of the model packages counts, listed nowhere: a resumed
+    sweep never mixes points of an older model with new ones."""
+    path = model_copy / rel
+    assert path.is_file(), rel
+    before = _copy_digest(model_copy)
+    original = path.read_bytes()
+    try:
+        path.write_bytes(original + b"\n# edited\n")
+        assert _copy_digest(model_copy) != before
+    finally:
+        path.write_bytes(original)
+    assert _copy_digest(model_copy) == before
+
+
+def test_a_new_model_module_changes_the_digest_and_a_cli_module_does_not(model_copy):
+    before = _copy_digest(model_copy)
+    assert before == model_digest()  # the copy is what the sweep hashes
+    cli = model_copy / "phaze" / "cli" / "sweep_cmd.py"
+    original = cli.read_bytes()
+    new = model_copy / "placement" / "new_rule.py"
+    try:
+        cli.write_bytes(original + b"\n# edited\n")
+        (model_copy / "phaze" / "cli" / "new_cmd.py").write_text("")
+        assert _copy_digest(model_copy) == before
+        new.write_text("")
+        assert _copy_digest(model_copy) != before
+    finally:
+        cli.write_bytes(original)
+        (model_copy / "phaze" / "cli" / "new_cmd.py").unlink()
+        new.unlink(missing_ok=True)
 
 
 def test_hbm_gib_to_bytes():

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from phaze.cli import cli
-from phaze.cli.validate_fit import coordinate_fit, golden_min
 from phaze.cli.validate_megatron_cmd import HELD_OUT_SUITE, TABLE5_SUITE, fit_models, megatron
 from phaze.published_runs import default_registry, flops_per_iteration, measured_iteration_s
+from phaze.validation import coordinate_fit, golden_min
 
 
 def _suite(name):

@@ -27,12 +27,15 @@ from phaze.config import (
     SweepConfig,
     load_sweep_config,
     quick_sweep_config,
+    quick_sweep_data,
 )
+from phaze.config_toml import config_sources, config_toml
 from phaze.executors import EXECUTORS, check_executor, check_reachable
 from phaze.run import parse_tokens
 from phaze.sweep import SweepResult, run_sweep
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError
+from phaze_common.files import read_toml
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_noun
 from results.compare import comparison_text
@@ -51,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 _TOP = 3
 # the [sweep] key each option sets, where the names differ (phaze.config.MODE_KEYS)
-_KEY_OF = {"ttft_ms": "ttft_limit_s", "tpot_ms": "tpot_limit_s"}
+_KEY_OF = {"ttft_ms": "ttft_limit_s", "tpot_ms": "tpot_limit_s", "no_prune": "prune"}
 
 
 def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
@@ -79,6 +82,49 @@ def _check_mode_options(ctx: click.Context, mode: str) -> None:
             f"{', '.join(given)} only apply to --mode {other}; this sweep runs --mode {mode} "
             f"(give --mode {other}, or leave them out)"
         )
+
+
+def _config_text(ctx: click.Context, cfg: SweepConfig, from_file: SweepConfig, config) -> str:
+    """``--show-config``: the effective configuration as TOML, each key's source beside it."""
+    flags = [
+        _KEY_OF.get(p.name, p.name)
+        for p in ctx.command.params
+        if p.name is not None and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
+    ]
+    data = read_toml(config, "sweep config") if config else quick_sweep_data()
+    where = str(config) if config else "phaze/data/quick.toml, the built-in quick sweep"
+    digest = cfg.config_hash()
+    header = (
+        "The effective configuration of this `phaze sweep`: give it back as CONFIG.toml to",
+        f"run the same sweep (config hash {digest}, default --out phaze-out/sweep-{digest[:8]}).",
+        f"Each value's source: default, file ({where}) or flag.",
+    )
+    return config_toml(cfg, config_sources(cfg, from_file, data, flags), header)
+
+
+def _banner(cfg: SweepConfig, out: Path) -> str:
+    """The plan's line on stderr: workloads, space, cluster, knobs, HBM and the directory."""
+    if cfg.mode == "serve":
+        limits = ", ".join(
+            f"{n} <= {v * 1e3:g} ms"
+            for n, v in (("TTFT", cfg.ttft_limit_s), ("TPOT", cfg.tpot_limit_s))
+            if v is not None
+        )
+        knobs = (
+            f"serving ISL {cfg.input_tokens} OSL {cfg.output_tokens}, batches "
+            f"{list(cfg.batches)}, limits {limits or 'none'}"
+        )
+        if cfg.weight_formats != ("bf16",):
+            knobs += f", weights {list(cfg.weight_formats)}"
+    else:
+        knobs = f"micro-batches {list(cfg.micro_batches)}, recompute {list(cfg.recompute)}"
+        if cfg.precision != (DEFAULT_PRECISION,):
+            knobs += f", precision {list(cfg.precision)}"
+    return (
+        f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, "
+        f"{fmt_noun(cfg.devices, 'device')} "
+        f"({cfg.devices_per_node}/node); {knobs}, {_hbm_text(cfg)} -> {out}"
+    )
 
 
 def _precision_text(p) -> str:
@@ -269,6 +315,11 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 )
 @click.option("--no-report", is_flag=True, help="Do not write the HTML report at the end.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+@click.option(
+    "--show-config",
+    is_flag=True,
+    help="Print the effective configuration as TOML, each key's source in a comment, and exit.",
+)
 def sweep(
     config,
     workloads,
@@ -302,6 +353,7 @@ def sweep(
     address,
     no_report,
     as_json,
+    show_config,
 ):
     """Sweep designs x workloads x training knobs; with no arguments, the built-in quick sweep.
 
@@ -310,7 +362,7 @@ def sweep(
     """
     if out is not None:
         check_parent(out, "--out")
-    cfg = load_sweep_config(config) if config else quick_sweep_config()
+    cfg = from_file = load_sweep_config(config) if config else quick_sweep_config()
     _check_mode_options(click.get_current_context(), mode or cfg.mode)
     cfg = _overridden(
         cfg,
@@ -342,33 +394,15 @@ def sweep(
     )
     if cfg.mode == "serve" and not objectives and _training_objectives(cfg):
         cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES)
+    if show_config:
+        click.echo(_config_text(click.get_current_context(), cfg, from_file, config), nl=False)
+        return
     planned = plan(cfg)  # every problem of the config at once, before the banner
     if executor == "ray" and address is not None:
         check_reachable(address)  # seconds, where Ray itself retries for minutes
     check_executor(executor, jobs, address)  # before anything is printed
     out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
-    if cfg.mode == "serve":
-        limits = ", ".join(
-            f"{n} <= {v * 1e3:g} ms"
-            for n, v in (("TTFT", cfg.ttft_limit_s), ("TPOT", cfg.tpot_limit_s))
-            if v is not None
-        )
-        knobs = (
-            f"serving ISL {cfg.input_tokens} OSL {cfg.output_tokens}, batches "
-            f"{list(cfg.batches)}, limits {limits or 'none'}"
-        )
-        if cfg.weight_formats != ("bf16",):
-            knobs += f", weights {list(cfg.weight_formats)}"
-    else:
-        knobs = f"micro-batches {list(cfg.micro_batches)}, recompute {list(cfg.recompute)}"
-        if cfg.precision != (DEFAULT_PRECISION,):
-            knobs += f", precision {list(cfg.precision)}"
-    click.echo(
-        f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, "
-        f"{fmt_noun(cfg.devices, 'device')} "
-        f"({cfg.devices_per_node}/node); {knobs}, {_hbm_text(cfg)} -> {out}",
-        err=True,
-    )
+    click.echo(_banner(cfg, out), err=True)
     click.echo(
         "scoring defaults: " + ", ".join(f"{k}={v}" for k, v in cfg.scoring.as_dict().items()),
         err=True,

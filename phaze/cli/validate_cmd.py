@@ -1,15 +1,15 @@
 """``phaze validate``: published measurements beside the model's predictions.
 
-Every subcommand builds :class:`ValidationRow` values (measured, predicted, source) and hands
-them to the one routine :func:`report_validation`, which prints the % errors with their mean
-and maximum and exits with status 3 when any error is outside the tolerance.
+Every subcommand builds :class:`phaze.validation.ValidationRow` values (measured, predicted,
+source) and hands them to the one routine :func:`report_validation`, which prints the %
+errors with their mean and maximum and exits with status 3 when any error is outside the
+tolerance.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import click
 
@@ -19,6 +19,7 @@ from arch_space.presets import preset
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
+from phaze.validation import ValidationRow
 from phaze_common.units import fmt_column
 
 __all__ = [
@@ -29,31 +30,6 @@ __all__ = [
     "pct_text",
     "mean_max_text",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ValidationRow:
-    """One published measurement beside the model's prediction of it (same unit)."""
-
-    case: str
-    measured: float
-    predicted: float
-    source: str
-
-    @property
-    def error_pct(self) -> float:
-        """Signed error of the prediction, in % of the measurement."""
-        return 100.0 * (self.predicted - self.measured) / self.measured
-
-    def record(self) -> dict[str, object]:
-        """The row as ``--json`` prints it."""
-        return {
-            "case": self.case,
-            "measured": self.measured,
-            "predicted": self.predicted,
-            "error_pct": self.error_pct,
-            "source": self.source,
-        }
 
 
 def report_validation(

@@ -22,10 +22,10 @@ import click
 
 from arch_space.perf.device import DeviceProfile, preset_profile, profile_from_mapping
 from phaze.cli import NoFeasiblePoint
-from phaze.cli.validate_cmd import ValidationRow, report_validation, tolerance_option
-from phaze.cli.validate_fit import FitResult, fit_device
+from phaze.cli.validate_cmd import report_validation, tolerance_option
 from phaze.published_runs import PublishedRun, default_registry, measured_iteration_s
 from phaze.run_validation import predict_iteration_s
+from phaze.validation import FitResult, ValidationRow, fit_device
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
 

@@ -1,4 +1,8 @@
-"""Fitting a preset's unmeasured parameters to part of a validation table, honestly.
+"""Published measurements beside the model's predictions (:class:`ValidationRow`), and
+fitting a preset's unmeasured parameters to part of a validation table, honestly.
+
+The ``phaze validate`` commands render these rows; what they hold and how a preset is fitted
+is the model's, so the library (:mod:`phaze.run_validation`) uses them without the CLI.
 
 At most the parameters of :data:`arch_space.perf.device.FITTED_NAMES` are fitted, one value
 each for the whole preset (never per case), by coordinate descent with golden-section line
@@ -15,9 +19,15 @@ from dataclasses import dataclass
 from typing import Final
 
 from arch_space.perf.device import FITTED_NAMES, DeviceProfile
-from phaze.cli.validate_cmd import ValidationRow
 
-__all__ = ["FitResult", "BOUNDS", "golden_min", "coordinate_fit", "fit_device", "rms_error_pct"]
+__all__ = [
+    "ValidationRow",
+    "BOUNDS",
+    "golden_min",
+    "coordinate_fit",
+    "fit_device",
+    "rms_error_pct",
+]
 
 #: Where each fitted parameter is searched: all are shares in (0, 1].
 BOUNDS: Final = {
@@ -25,6 +35,31 @@ BOUNDS: Final = {
     "collective_compute_share": (0.01, 1.0),
 }
 _PHI: Final = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationRow:
+    """One published measurement beside the model's prediction of it (same unit)."""
+
+    case: str
+    measured: float
+    predicted: float
+    source: str
+
+    @property
+    def error_pct(self) -> float:
+        """Signed error of the prediction, in % of the measurement."""
+        return 100.0 * (self.predicted - self.measured) / self.measured
+
+    def record(self) -> dict[str, object]:
+        """The row as ``--json`` prints it."""
+        return {
+            "case": self.case,
+            "measured": self.measured,
+            "predicted": self.predicted,
+            "error_pct": self.error_pct,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True, slots=True)
