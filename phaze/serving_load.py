@@ -84,6 +84,7 @@ class LoadResult:
     ttft_s: tuple[float, float, float]
     tpot_s: tuple[float, float, float]
     e2e_s: tuple[float, float]
+    e2e_mean_s: float
     requests_per_s: float
     mean_in_flight: float
     queue_p99: float
@@ -116,6 +117,7 @@ class LoadResult:
             "tpot_p99_s": v(self.tpot_s[2]),
             "e2e_p50_s": v(self.e2e_s[0]),
             "e2e_p99_s": v(self.e2e_s[1]),
+            "e2e_mean_s": v(self.e2e_mean_s),
             "requests_per_s": self.requests_per_s,
             "mean_in_flight": v(self.mean_in_flight),
             "queue_p99": v(self.queue_p99),
@@ -284,12 +286,13 @@ def simulate_load(
 
 
 def _stability(
-    a: np.ndarray, finished: np.ndarray, served: float, capacity: float, tolerance: float
+    a: np.ndarray, finished: np.ndarray, rates: tuple[float, float, float], tolerance: float
 ) -> tuple[bool, str]:
     """Whether the requests of the second half of the arrivals completed as fast as they
-    came (within ``tolerance``), and the sentence that says so; ``served`` is the rate the
-    run completed requests at (an overloaded engine's capacity), ``capacity`` the steady
-    state's."""
+    came (within ``tolerance``), and the sentence that says so. ``rates``: the arrivals',
+    the completions' over the run (an overloaded engine's capacity) and the steady state's
+    capacity (requests/s)."""
+    rate, served, capacity = rates
     mid = len(a) // 2
     t_mid, t_end = float(a[mid]), float(a[-1])
     arrived = len(a) - mid
@@ -299,7 +302,6 @@ def _stability(
             f"stable: over the second half of the arrivals {done} requests completed as "
             f"{arrived} arrived"
         )
-    rate = (arrived - 1) / (t_end - t_mid)
     return False, (
         f"unstable: the rate {rate:.3g} requests/s exceeds the layout's capacity of about "
         f"{served:.3g} requests/s (over the second half of the arrivals {done} requests "
@@ -342,7 +344,7 @@ def _answers(
     queue = np.arange(n) - np.searchsorted(np.sort(admitted), a, side="right")
     capacity = point.engine.requests_per_s
     tolerance = load_settings().stable_tolerance
-    stable, why = _stability(a, finished, n / span, capacity, tolerance)
+    stable, why = _stability(a, finished, (arr.rate_per_s, n / span, capacity), tolerance)
     runs = pools[-1][0]
     meets = np.ones(n, bool)
     for limit, x in zip(limits, (ttft, tpot), strict=True):
@@ -358,6 +360,7 @@ def _answers(
         ttft_s=tuple(float(np.percentile(ttft, q)) for q in (50, 90, 99)),
         tpot_s=tuple(float(np.percentile(tpot, q)) for q in (50, 90, 99)),
         e2e_s=tuple(float(np.percentile(e2e, q)) for q in (50, 99)),
+        e2e_mean_s=float(np.mean(e2e)),
         requests_per_s=n / span,
         mean_in_flight=_mean_count(a, finished, t0, t1),
         queue_p99=float(np.percentile(np.maximum(queue, 0), 99)),

@@ -26,6 +26,21 @@ __all__ = ["load_options", "LOAD_KEYS", "load_arrivals", "serve_under_load"]
 
 #: The keyword arguments :func:`load_options` adds.
 LOAD_KEYS = ("rate", "burstiness", "trace", "requests", "seed")
+#: The steady-state document's keys that head the document under load; the others go under
+#: its ``steady_state`` key.
+_HEAD = (
+    "workload",
+    "arch",
+    "devices",
+    "input_tokens",
+    "output_tokens",
+    "ttft_limit_s",
+    "tpot_limit_s",
+    "objective",
+    "weight_format",
+    "kv_format",
+    "kv_admission",
+)
 
 
 def load_options(f: Callable) -> Callable:
@@ -94,14 +109,15 @@ def serve_under_load(
     point: ServingPoint,
     arrivals: Arrivals,
     context: tuple[Cluster, ScoringParams],
-    header: dict[str, Any],
+    steady: dict[str, Any],
     load: dict[str, Any],
     as_json: bool,
 ) -> None:
     """Simulate ``point``'s layout (on ``context``'s cluster, scored by its settings) under
-    ``arrivals`` and print the figures; ``header`` is the steady state's document head.
+    ``arrivals`` and print the figures; ``steady`` is the steady state's document.
     Exits 3 when the rate is above what the layout serves."""
     cluster, scoring = context
+    header = {k: steady[k] for k in _HEAD}
     requests = RequestBatch(
         ((header["input_tokens"], header["output_tokens"], 1.0),),
         kv_format=header["kv_format"],
@@ -125,7 +141,7 @@ def serve_under_load(
         "seed": load["seed"] or 0,
         "strategy": str(point.layout),
         **result.document(),
-        "steady_state": {"ttft_s": point.engine.ttft_s, "tpot_s": point.engine.tpot_s},
+        "steady_state": {k: v for k, v in steady.items() if k not in _HEAD},
     }
     if as_json:
         echo_json(doc)
