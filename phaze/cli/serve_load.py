@@ -18,7 +18,7 @@ from phaze.serving import ServeContext, ServingPoint
 from phaze.serving_arrivals import Arrivals, generate, read_trace
 from phaze.serving_load import LoadResult, load_settings, simulate_load
 from phaze_common.errors import ConfigError
-from phaze_common.units import fmt_percent, fmt_quantity, fmt_time
+from phaze_common.units import fmt_count, fmt_percent, fmt_quantity, fmt_time
 from workloads.catalog import resolve_model
 from workloads.serving import RequestBatch
 
@@ -157,11 +157,15 @@ def _kind(load: dict[str, Any]) -> str:
     return "poisson" if load["burstiness"] in (None, 1.0) else "gamma"
 
 
+def _rate(x: float) -> str:
+    return f"{fmt_count(x)} requests/s"
+
+
 def _print(r: LoadResult, doc: dict[str, Any]) -> None:
     q = fmt_quantity
     head = (
         f"{doc['workload']} on {doc['arch']}, {doc['devices']} devices, {r.requests} requests "
-        f"at {q(r.rate_per_s, '/s')}"
+        f"at {_rate(r.rate_per_s)}"
     )
     rows = [["layout", doc["strategy"]], ["arrivals", doc["arrivals"]]]
     if r.stable:
@@ -175,11 +179,11 @@ def _print(r: LoadResult, doc: dict[str, Any]) -> None:
         if r.slo_attainment is not None:
             rows += [
                 ["SLO attainment", fmt_percent(r.slo_attainment)],
-                ["goodput", q(r.goodput_requests_per_s, "/s")],
+                ["goodput", _rate(r.goodput_requests_per_s)],
             ]
     rows += [
-        ["requests/s completed", q(r.requests_per_s, "/s")],
-        ["steady-state capacity", q(r.capacity_requests_per_s, "/s")],
+        ["completed", _rate(r.requests_per_s)],
+        ["steady-state capacity", _rate(r.capacity_requests_per_s)],
         ["KV cache in use (mean)", fmt_percent(r.kv_use_mean)],
         ["preemptions", str(r.preemptions)],
         ["energy per output token", q(r.energy_per_token_j, "J")],
