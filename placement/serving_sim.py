@@ -250,7 +250,7 @@ def simulate_engine(
     n = len(arrival_s)
     osl = np.asarray(output_tokens, dtype=np.int64)
     isl = np.asarray(input_tokens, dtype=np.int64)
-    biggest = int(np.max(isl + (osl if spec.whole_request else 1))) if n else 0
+    biggest = int(np.max(isl + osl - (0 if spec.whole_request else 1))) if n else 0
     if n and _pages(biggest, spec.page_tokens) > spec.kv_pages:
         raise Infeasible(
             f"KV cache: a request of {biggest} tokens needs {_pages(biggest, spec.page_tokens)} "
@@ -285,7 +285,7 @@ def simulate_engine(
                 raise Infeasible("engine: requests wait with no step able to run them")
             t = float(arrival_s[nxt])
             continue
-        for i in chunks:
+        for i in (*dec, *chunks):
             if np.isnan(admitted[i]):
                 admitted[i] = t
         step = _price(s, dec, chunks, price)
