@@ -23,6 +23,7 @@ state's capacity, not as latencies.
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -58,8 +59,6 @@ class LoadSettings:
 @lru_cache(maxsize=1)
 def load_settings() -> LoadSettings:
     """The shipped settings (a damaged file is one ConfigError)."""
-    import tomllib
-
     text = resources.files("phaze").joinpath("data", "serving_load.toml").read_text("utf-8")
     try:
         doc = tomllib.loads(text)
@@ -178,8 +177,9 @@ def _run_pool(
     return runs, routes
 
 
-def _gather(n: int, runs: list[EngineRun], routes: list[np.ndarray], name: str) -> np.ndarray:
-    out = np.empty(n)
+def _gather(runs: list[EngineRun], routes: list[np.ndarray], name: str) -> np.ndarray:
+    """Each request's ``name`` (an array of :class:`EngineRun`) in the order of arrival."""
+    out = np.empty(sum(len(idx) for idx in routes))
     for run, idx in zip(runs, routes, strict=True):
         out[idx] = getattr(run, name)
     return out
@@ -193,6 +193,35 @@ def _mean_count(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> f
     times, count = times[order], np.cumsum(steps[order])
     spans = np.diff(np.append(times, t1))
     return float(np.sum(count * spans) / (t1 - t0))
+
+
+def _mean_requests(arrivals: Arrivals, ctx: ServeContext) -> RequestBatch:
+    """The requests' mean lengths in ``ctx``'s formats (a chunked step's prompt shape)."""
+    isl = round(float(np.mean(arrivals.input_tokens)))
+    osl = max(2, round(float(np.mean(arrivals.output_tokens))))
+    r = ctx.requests
+    return RequestBatch(
+        ((isl, osl, 1.0),),
+        kv_format=r.kv_format,
+        precision_bytes=r.precision_bytes,
+        weight_format=r.weight_format,
+    )
+
+
+def _prefill_pool(
+    model: Model, point: ServingPoint, ctx: ServeContext, arrivals: Arrivals
+) -> tuple[list[EngineRun], np.ndarray, np.ndarray]:
+    """A disaggregated prefill pool's runs, and each request's admission and first token:
+    whole prompts, as many per pass as the steady state's largest prompt batch."""
+    pre, acc = point.layout.prefill, point.design
+    budget = serving_settings().max_batched_tokens
+    prompts = max(prefill_batches(budget // int(np.max(arrivals.input_tokens))))
+    workspace = point.memory[1].workspace_bytes
+    spec = _spec(model, acc, pre, workspace, ctx, batch=prompts, chunk=None)
+    pricer = PoolPricer(model, acc, pre, ctx)
+    ones = np.ones(len(arrivals), np.int64)
+    runs, routes = _run_pool(arrivals, ones, pre.d, spec, pricer, False)
+    return runs, _gather(runs, routes, "admitted_s"), _gather(runs, routes, "first_token_s")
 
 
 def simulate_load(
@@ -219,20 +248,8 @@ def simulate_load(
             "serve --rate: the layout runs static batching; the simulation runs continuous "
             "batching (give --strategy batching=continuous)"
         )
-    mean = RequestBatch(
-        (
-            (
-                round(float(np.mean(arrivals.input_tokens))),
-                max(2, round(float(np.mean(arrivals.output_tokens)))),
-                1.0,
-            ),
-        ),
-        kv_format=ctx.requests.kv_format,
-        precision_bytes=ctx.requests.precision_bytes,
-        weight_format=ctx.requests.weight_format,
-    )
-    ctx = layout_context(lay, dataclasses.replace(ctx, requests=mean))
-    n, dec = len(arrivals), lay.decode
+    ctx = layout_context(lay, dataclasses.replace(ctx, requests=_mean_requests(arrivals, ctx)))
+    dec = lay.decode
     decode_spec = _spec(
         model,
         acc,
@@ -247,24 +264,10 @@ def simulate_load(
         runs, routes = _run_pool(
             arrivals, arrivals.output_tokens, dec.d, decode_spec, decode_pricer, False
         )
-        first = _gather(n, runs, routes, "first_token_s")
-        admitted = _gather(n, runs, routes, "admitted_s")
+        admitted, first = (_gather(runs, routes, k) for k in ("admitted_s", "first_token_s"))
         pools = [(runs, dec)]
     else:
-        pre = lay.prefill
-        prompts = max(
-            prefill_batches(
-                serving_settings().max_batched_tokens // int(np.max(arrivals.input_tokens))
-            )
-        )
-        spec = _spec(
-            model, acc, pre, point.memory[1].workspace_bytes, ctx, batch=prompts, chunk=None
-        )
-        pre_runs, pre_routes = _run_pool(
-            arrivals, np.ones(n, np.int64), pre.d, spec, PoolPricer(model, acc, pre, ctx), False
-        )
-        first = _gather(n, pre_runs, pre_routes, "first_token_s")
-        admitted = _gather(n, pre_runs, pre_routes, "admitted_s")
+        pre_runs, admitted, first = _prefill_pool(model, point, ctx, arrivals)
         ready = first + point.engine.transfer_s
         order = np.argsort(ready, kind="stable")
         moved = Arrivals(ready[order], arrivals.input_tokens[order], arrivals.output_tokens[order])
@@ -272,8 +275,8 @@ def simulate_load(
             moved, moved.output_tokens, dec.d, decode_spec, decode_pricer, True
         )
         routes = [order[idx] for idx in routes]
-        pools = [(pre_runs, pre), (runs, dec)]
-    finished = _gather(n, runs, routes, "finished_s")
+        pools = [(pre_runs, lay.prefill), (runs, dec)]
+    finished = _gather(runs, routes, "finished_s")
     return _answers(
         arrivals,
         (admitted, first, finished),
