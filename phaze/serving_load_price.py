@@ -10,15 +10,17 @@ is close to affine in its batch and its context between neighbouring points, so 
 thousands of requests needs a few hundred passes.
 
 A replica of ``p`` pipeline stages runs a step as ``m = min(p, units)`` micro-batches of its
-work (vLLM's virtual engines): the step holds the engine ``max(m x stage, latency)`` of one
-micro-batch, its tokens are out after that, and it costs ``m`` micro-batches' energy.
+work (vLLM's virtual engines): the step holds the engine for the busiest stage's share of
+every micro-batch or one micro-batch's latency through the stages, whichever is longer, its
+tokens are out after that, and it costs the micro-batches' energy. A prompt stays in one
+micro-batch: a chunked step spreads its decodes over the ``m`` micro-batches and its prompt
+tokens over as many of them as it has prompts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from arch_space import Accelerator
@@ -108,34 +110,40 @@ class PoolPricer:
         row1 = _lerp(self._cost((kind, a1, b0)), self._cost((kind, a1, b1)), wb)
         return _lerp(row0, row1, wa)
 
-    def _step(self, units: float, build: Callable[[int], PassCost]) -> Step:
-        """A step of ``units`` sequences or prompts in ``m`` micro-batches (``build(m)``
-        prices one)."""
-        m = max(1, min(self.pool.p, math.floor(units)))
-        cost = build(m)
+    def _micro(self, units: int) -> int:
+        """Micro-batches of a step of ``units`` sequences or prompts: one per stage, at most
+        one per unit."""
+        return max(1, min(self.pool.p, units))
+
+    def decode(self, seqs: int, context: float) -> Step:
+        m = self._micro(seqs)
+        cost = self._at("decode", seqs / m, context, 1, 2)
         held = max(m * cost.stage_s, cost.latency_s)
         return Step(held, held, m * cost.dynamic_j)
 
-    def decode(self, seqs: int, context: float) -> Step:
-        return self._step(seqs, lambda m: self._at("decode", seqs / m, context, 1, 2))
-
     def prefill(self, prompts: int, tokens: float) -> Step:
-        return self._step(prompts, lambda m: self._at("prefill", prompts / m, tokens, 1, 1))
+        m = self._micro(prompts)
+        cost = self._at("prefill", prompts / m, tokens, 1, 1)
+        held = max(m * cost.stage_s, cost.latency_s)
+        return Step(held, held, m * cost.dynamic_j)
 
-    def mixed(self, decodes: int, context: float, tokens: int) -> Step:
-        def build(m: int) -> PassCost:
-            step = self._at("chunk", tokens / m, decodes / m, 1, 0)
-            if not decodes:
-                return step
-            kv = (
-                decodes
-                / m
-                * context
-                * kv_cache_bytes_per_token(self.model, self.pool.t, self.ctx.requests.kv_format)
-            )
+    def mixed(self, decodes: int, context: float, tokens: int, prompts: int) -> Step:
+        """The decodes spread over the micro-batches, the prompts' tokens over as many of
+        them as there are prompts (a prompt stays in one micro-batch)."""
+        m = self._micro(max(decodes, prompts))
+        k = min(m, prompts)
+        carrying = self._at("chunk", tokens / k, decodes / m, 1, 0)
+        if decodes:
+            kv = decodes / m * context
+            kv *= kv_cache_bytes_per_token(self.model, self.pool.t, self.ctx.requests.kv_format)
             sustained = self.acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
             pj = tech_node(self.acc.node_nm).hbm_energy_pj_per_byte
             t, p = self.pool.t, self.pool.p
-            return mixed(step, kv / p / sustained, t * kv * pj * 1e-12, p, t * p)
-
-        return self._step(max(decodes, 1), build)
+            carrying = mixed(carrying, kv / p / sustained, t * kv * pj * 1e-12, p, t * p)
+        held = max(k * carrying.stage_s, carrying.latency_s)
+        energy = k * carrying.dynamic_j
+        if m > k:  # micro-batches of decodes only
+            rest = self._at("decode", decodes / m, context, 1, 2)
+            held = max(k * carrying.stage_s + (m - k) * rest.stage_s, rest.latency_s, held)
+            energy += (m - k) * rest.dynamic_j
+        return Step(held, held, energy)

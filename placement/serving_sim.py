@@ -80,9 +80,9 @@ class StepPricer(Protocol):
         """``prompts`` whole prompts of ``tokens`` tokens on average."""
         ...
 
-    def mixed(self, decodes: int, context: float, tokens: int) -> Step:
-        """``decodes`` decodes at a mean context of ``context`` and ``tokens`` prompt tokens
-        (one chunked-prefill step)."""
+    def mixed(self, decodes: int, context: float, tokens: int, prompts: int) -> Step:
+        """``decodes`` decodes at a mean context of ``context`` and ``tokens`` tokens of
+        ``prompts`` prompts (one chunked-prefill step)."""
         ...
 
 
@@ -224,7 +224,7 @@ def _price(s: _State, dec: list, chunks: dict, price: StepPricer) -> Step:
     tokens = sum(chunks.values())
     if not dec and all(s.done[i] == 0 and chunks[i] == s.prompt[i] for i in chunks):
         return price.prefill(len(chunks), tokens / len(chunks))
-    return price.mixed(len(dec), context if dec else 0.0, tokens)
+    return price.mixed(len(dec), context if dec else 0.0, tokens, len(chunks))
 
 
 def simulate_engine(

@@ -36,7 +36,7 @@ class _Flat:
         t = prompts * (1e-2 + 1e-6 * tokens)
         return Step(t, t, 1.0)
 
-    def mixed(self, decodes, context, tokens):
+    def mixed(self, decodes, context, tokens, prompts):
         t = 5e-3 + 1e-6 * tokens
         return Step(t, t, 1.0)
 
