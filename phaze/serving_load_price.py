@@ -11,10 +11,10 @@ thousands of requests needs a few hundred passes.
 
 A replica of ``p`` pipeline stages runs a step as ``m = min(p, units)`` micro-batches of its
 work (vLLM's virtual engines): the step holds the engine for the busiest stage's share of
-every micro-batch or one micro-batch's latency through the stages, whichever is longer, its
-tokens are out after that, and it costs the micro-batches' energy. A prompt stays in one
-micro-batch: a chunked step spreads its decodes over the ``m`` micro-batches and its prompt
-tokens over as many of them as it has prompts.
+every micro-batch or one micro-batch's latency through the stages, whichever is longer, and
+costs the micro-batches' energy. A prompt stays in one micro-batch: a chunked step spreads
+its decodes over the ``m`` micro-batches and its prompt tokens over as many of them as it has
+prompts, and a prompt's first token is out after its micro-batch's latency.
 """
 
 from __future__ import annotations
@@ -129,7 +129,10 @@ class PoolPricer:
 
     def mixed(self, decodes: int, context: float, tokens: int, prompts: int) -> Step:
         """The decodes spread over the micro-batches, the prompts' tokens over as many of
-        them as there are prompts (a prompt stays in one micro-batch)."""
+        them as there are prompts (a prompt stays in one micro-batch). The step holds the
+        engine for the stages' shares of all micro-batches, or the latency of one of decodes
+        only; the prompts' tokens are out after their own micro-batch's latency, while the
+        other micro-batches go on (the pipeline overlaps them)."""
         m = self._micro(max(decodes, prompts))
         k = min(m, prompts)
         carrying = self._at("chunk", tokens / k, decodes / m, 1, 0)
@@ -140,10 +143,12 @@ class PoolPricer:
             pj = tech_node(self.acc.node_nm).hbm_energy_pj_per_byte
             t, p = self.pool.t, self.pool.p
             carrying = mixed(carrying, kv / p / sustained, t * kv * pj * 1e-12, p, t * p)
-        held = max(k * carrying.stage_s, carrying.latency_s)
+        shares = k * carrying.stage_s
         energy = k * carrying.dynamic_j
+        held = carrying.latency_s
         if m > k:  # micro-batches of decodes only
             rest = self._at("decode", decodes / m, context, 1, 2)
-            held = max(k * carrying.stage_s + (m - k) * rest.stage_s, rest.latency_s, held)
+            shares += (m - k) * rest.stage_s
             energy += (m - k) * rest.dynamic_j
-        return Step(held, held, energy)
+            held = rest.latency_s
+        return Step(max(shares, held), max(shares, held, carrying.latency_s), energy)

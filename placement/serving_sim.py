@@ -61,8 +61,10 @@ class EngineSpec:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One engine step: how long it holds the engine (``duration_s``), how long until its
-    tokens are out (``latency_s``, at least the duration) and its dynamic energy (J)."""
+    """One engine step: how long it holds the engine (``duration_s``; its decodes' tokens
+    are out then), how long until the tokens of the prompts it completes are out
+    (``latency_s``, at least the duration: on a pipeline, a prompt's micro-batch may still
+    be on its way when the next step starts) and its dynamic energy (J)."""
 
     duration_s: float
     latency_s: float
@@ -112,9 +114,16 @@ class _State:
     done: np.ndarray  # of them, prefilled
     gen: np.ndarray  # tokens generated
     pages: np.ndarray  # pages held
+    ready: np.ndarray  # when its last token is out (its next decode cannot start before)
+    now: float
     free: int
     waiting: deque
     running: list
+
+
+def _decoding(s: _State) -> list[int]:
+    """The running requests whose prompt is prefilled and last token out: they decode."""
+    return [i for i in s.running if s.done[i] >= s.prompt[i] and s.ready[i] <= s.now]
 
 
 def _pages(tokens: float, page: int) -> int:
@@ -148,7 +157,7 @@ def _grow_decodes(s: _State, spec: EngineSpec, osl: np.ndarray) -> int:
         return 0
     preempted = 0
     while True:
-        dec = [i for i in s.running if s.done[i] >= s.prompt[i]]
+        dec = _decoding(s)
         need = {i: _pages(s.isl[i] + s.gen[i], spec.page_tokens) - s.pages[i] for i in dec}
         total = sum(max(0, int(n)) for n in need.values())
         if total <= s.free or len(s.running) <= 1:
@@ -164,7 +173,7 @@ def _grow_decodes(s: _State, spec: EngineSpec, osl: np.ndarray) -> int:
 def _plan(s: _State, spec: EngineSpec, osl: np.ndarray) -> tuple[list, dict]:
     """The next step: the decoding requests and the prompt tokens of each prefilling one,
     admitting waiting requests where the budget, the batch and the pages allow."""
-    dec = [i for i in s.running if s.done[i] >= s.prompt[i]]
+    dec = _decoding(s)
     chunks: dict[int, int] = {}
     if spec.chunk is None:
         if not s.waiting or len(s.running) >= spec.batch:
@@ -212,7 +221,7 @@ def _plan(s: _State, spec: EngineSpec, osl: np.ndarray) -> tuple[list, dict]:
         chunks[i] = take
         budget -= take
     if spec.chunk is None and not chunks:  # nothing admitted: the running requests decode
-        dec = [i for i in s.running if s.done[i] >= s.prompt[i]]
+        dec = _decoding(s)
     return dec, chunks
 
 
@@ -262,6 +271,8 @@ def simulate_engine(
         done=isl.copy() if prefilled else np.zeros(n, np.int64),
         gen=np.ones(n, np.int64) if prefilled else np.zeros(n, np.int64),
         pages=np.zeros(n, np.int64),
+        ready=np.array(arrival_s, dtype=float) if prefilled else np.zeros(n),
+        now=0.0,
         free=spec.kv_pages,
         waiting=deque(),
         running=[],
@@ -278,12 +289,15 @@ def simulate_engine(
         if not s.running and not s.waiting:
             t = float(arrival_s[nxt])
             continue
+        s.now = t
         preemptions += _grow_decodes(s, spec, osl)
         dec, chunks = _plan(s, spec, osl)
-        if not dec and not chunks:
-            if nxt >= n:
+        if not dec and not chunks:  # wait for a token on its way or the next arrival
+            later = [s.ready[i] for i in s.running if s.ready[i] > t]
+            later += [float(arrival_s[nxt])] if nxt < n else []
+            if not later:
                 raise Infeasible("engine: requests wait with no step able to run them")
-            t = float(arrival_s[nxt])
+            t = min(later)
             continue
         for i in (*dec, *chunks):
             if np.isnan(admitted[i]):
@@ -292,12 +306,15 @@ def simulate_engine(
         busy += step.duration_s
         energy += step.energy_j
         page_s += (spec.kv_pages - s.free) * step.duration_s
-        out = t + step.latency_s
-        t += step.duration_s
-        steps += 1
+        outs = {i: t + step.duration_s for i in dec}
         for i in chunks:
             s.done[i] += chunks[i]
-        for i in (*dec, *(i for i in chunks if s.done[i] >= s.prompt[i])):
+            if s.done[i] >= s.prompt[i]:
+                outs[i] = t + step.latency_s
+        t += step.duration_s
+        steps += 1
+        for i, out in outs.items():
+            s.ready[i] = out
             s.gen[i] += 1
             if np.isnan(first[i]):
                 first[i] = out

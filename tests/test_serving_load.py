@@ -80,6 +80,19 @@ def test_chunked_prefill_splits_a_prompt_over_steps_of_the_budget():
     assert run.steps == 5
 
 
+class _Pipelined(_Flat):
+    """A prefill that frees the engine after 10 ms but whose token is out after 50 ms."""
+
+    def prefill(self, prompts, tokens):
+        return Step(1e-2, 5e-2, 1.0)
+
+
+def test_a_request_decodes_only_once_its_token_is_out_of_the_pipeline():
+    run = simulate_engine(np.array([0.0]), np.array([100]), np.array([3]), _spec(), _Pipelined())
+    assert run.first_token_s[0] == pytest.approx(5e-2)
+    assert run.finished_s[0] == pytest.approx(5e-2 + 2 * 5e-3)
+
+
 @lru_cache(maxsize=8)
 def _point(batch: int, chunk: str, isl: int = 512, osl: int = 64):
     ctx = ServeContext(Cluster(devices=1), RequestBatch.of(isl, osl))
