@@ -148,7 +148,10 @@ def serve_under_load(
     else:
         _print(result, doc)
     if not result.stable:
-        raise NoFeasiblePoint(result.explanation)
+        raise NoFeasiblePoint(
+            f"unstable at {fmt_count(result.rate_per_s)} requests/s: the queue grows without "
+            f"bound (the layout serves about {fmt_count(result.requests_per_s)} requests/s)"
+        )
 
 
 def _kind(load: dict[str, Any]) -> str:
@@ -189,4 +192,4 @@ def _print(r: LoadResult, doc: dict[str, Any]) -> None:
         ["energy per output token", q(r.energy_per_token_j, "J")],
     ]
     click.echo(table(rows, ["serving under load", head]))
-    click.echo(r.explanation.split(" (")[0] if not r.stable else r.explanation)
+    click.echo(r.explanation)
