@@ -18,6 +18,7 @@ from phaze.cli._options import (
     scoring_options,
 )
 from phaze.cli._render import echo_json, table
+from phaze.cli.serve_load import LOAD_KEYS, load_arrivals, load_options, serve_under_load
 from phaze.run import parse_tokens
 from phaze.serving import OBJECTIVES, ServingPoint
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
@@ -97,6 +98,7 @@ __all__ = ["serve", "serving_document"]
     "[default: 1e9].",
 )
 @scoring_options(training=False)
+@load_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def serve(
     workload,
@@ -124,7 +126,13 @@ def serve(
     the layout that meets --ttft-ms and --tpot-ms (the model's mean latencies in steady
     state) with the most output tokens per second per device (or the fewest $ per million).
     Exits 3 when no layout meets the limits, after printing the closest.
+
+    With --rate or --trace, requests arrive and the chosen layout's engines are simulated
+    step by step: TTFT, TPOT and end-to-end percentiles, SLO attainment and goodput at the
+    limits; exits 3 when the rate is above what the layout serves.
     """
+    load = {k: kw.pop(k) for k in LOAD_KEYS}
+    arrivals = load_arrivals(load, input_tokens, output_tokens)
     acc = load_accelerator(arch)
     cluster = cluster_of(kw)
     scoring = scoring_of(kw, acc)
@@ -162,6 +170,9 @@ def serve(
         "kv_admission": kv_admission or serving_settings().kv_admission,
         **doc,
     }
+    if arrivals is not None:
+        serve_under_load(point, arrivals, (cluster, scoring), doc, load, as_json)
+        return
     if as_json:
         echo_json(doc)
     else:
