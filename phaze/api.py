@@ -20,7 +20,7 @@ from typing import Any
 from arch_space import Accelerator, Cluster
 from arch_space.formats import check_precision
 from arch_space.perf.device import DeviceProfile
-from phaze.config import MICRO_BATCHES, SolverSettings, sweep_config_from_mapping
+from phaze.config import MICRO_BATCHES, SolverSettings, SweepConfig, sweep_config_from_mapping
 from phaze.knob_search import RECOMPUTES, evaluate_best_knobs
 from phaze.pipeline import Context, Evaluation
 from phaze.pipeline import evaluate as _evaluate
@@ -106,12 +106,7 @@ def search(
         "workloads": list(workloads),
         "precision": list(precisions),
         "space": space,
-        "devices": cluster.devices,
-        "devices_per_node": cluster.devices_per_node,
-        "intra_node_bandwidth_bytes_per_s": cluster.intra_node_bandwidth_bytes_per_s,
-        "inter_node_bandwidth_bytes_per_s": cluster.inter_node_bandwidth_bytes_per_s,
-        "intra_node_latency_s": cluster.intra_node_latency_s,
-        "inter_node_latency_s": cluster.inter_node_latency_s,
+        **_cluster_keys(cluster),
         "seq_len": seq_len,
         "global_batch": global_batch,
         "micro_batches": list(micro_batches),
@@ -137,19 +132,40 @@ def search(
         "sequence_parallel": sequence_parallel,
         "tokens_to_train": tokens_to_train,
     }
-    sweep = {k: v for k, v in given.items() if v is not None}  # None: the file's default
-    if mode == "serve" and tuple(objectives) == _TRAIN_OBJECTIVES:
-        del sweep["objectives"]  # the serving defaults
-    # the checks of a sweep file, each problem named once (every key is given here, both
-    # modes', so the other mode's keys are not refused)
-    cfg = dataclasses.replace(
-        sweep_config_from_mapping({"sweep": sweep}, "phaze.search", mode_keys=False),
-        solver=solver or SolverSettings(),
-        scoring=scoring or ScoringParams(),
-    )
+    cfg = _sweep_config(given, solver or SolverSettings(), scoring or ScoringParams())
     run_sweep(cfg, out_dir, executor=executor, jobs=jobs, progress=progress)
     with load(out_dir) as store:
         return store.points()
+
+
+def _cluster_keys(cluster: Cluster) -> dict[str, Any]:
+    """The keys of a sweep file's ``[sweep]`` table that give ``cluster``."""
+    return {
+        "devices": cluster.devices,
+        "devices_per_node": cluster.devices_per_node,
+        "intra_node_bandwidth_bytes_per_s": cluster.intra_node_bandwidth_bytes_per_s,
+        "inter_node_bandwidth_bytes_per_s": cluster.inter_node_bandwidth_bytes_per_s,
+        "intra_node_latency_s": cluster.intra_node_latency_s,
+        "inter_node_latency_s": cluster.inter_node_latency_s,
+    }
+
+
+def _sweep_config(
+    given: dict[str, Any], solver: SolverSettings, scoring: ScoringParams
+) -> SweepConfig:
+    """The sweep that :func:`search`'s arguments ``given`` (a ``[sweep]`` table) describe, with
+    ``solver`` and ``scoring``: a None value keeps the file's default, and a serving sweep
+    left with the training objectives gets the serving ones. The table goes through the
+    checks of a sweep file, each problem named once (every key is given here, both modes',
+    so the other mode's keys are not refused)."""
+    sweep = {k: v for k, v in given.items() if v is not None}
+    if given["mode"] == "serve" and tuple(given["objectives"]) == _TRAIN_OBJECTIVES:
+        del sweep["objectives"]
+    return dataclasses.replace(
+        sweep_config_from_mapping({"sweep": sweep}, "phaze.search", mode_keys=False),
+        solver=solver,
+        scoring=scoring,
+    )
 
 
 def evaluate(

@@ -70,6 +70,8 @@ __all__ = [
     "check_weight_format",
     "layout_context",
     "decode_step",
+    "chunk_pass",
+    "pass_cost",
     "evaluate_layout",
 ]
 
@@ -223,10 +225,13 @@ def _pj_j(nbytes: float, inter_node: bool) -> float:
     return nbytes * 8 * pj * 1e-12
 
 
-def _pass_cost(
+def pass_cost(
     model: Model, acc: Accelerator, pool: Layout, p: ServingPass, ctx: ServeContext
 ) -> PassCost:
-    """One pass of a replica of ``pool`` (its ``t``, ``p``, ``ep``) as the engine sees it."""
+    """Pass ``p`` through a replica of ``pool`` (its ``t``, ``p``, ``ep``) as the engine sees
+    it: the busiest stage's time, the latency through the stages with the sends between
+    them, the device-seconds and the dynamic energy, the expert-parallel all-to-alls and the
+    pipeline sends priced by the cluster's links."""
     t, stages, ep = pool.t, pool.p, pool.ep
     device = ctx.device or serving_device_profile(acc)
     spt = _timed(model, timing_design(acc), ctx.cluster, p, t, ep, device, ctx.solver)
@@ -274,21 +279,12 @@ def _mean(costs: list[tuple[float, PassCost]]) -> PassCost:
 
 def _prefill(model, acc, pool: Layout, prompts: int, ctx: ServeContext) -> PassCost:
     """A prefill of ``prompts`` whole prompts of each input length of the mix, weighted."""
-    r, kw = ctx.requests, _kw(ctx)
+    r, kw = ctx.requests, ctx.requests.pass_formats()
     costs = [
-        (w, _pass_cost(model, acc, pool, ServingPass.prefill(prompts, i, **kw), ctx))
+        (w, pass_cost(model, acc, pool, ServingPass.prefill(prompts, i, **kw), ctx))
         for i, _, w in r.lengths
     ]
     return _mean(costs)
-
-
-def _kw(ctx: ServeContext) -> dict[str, object]:
-    r = ctx.requests
-    return {
-        "kv_format": r.kv_format,
-        "precision_bytes": r.precision_bytes,
-        "weight_format": r.weight_format,
-    }
 
 
 def decode_step(b: int, ctx: ServeContext) -> ServingPass:
@@ -297,13 +293,13 @@ def decode_step(b: int, ctx: ServeContext) -> ServingPass:
     return dataclasses.replace(r, batch=b).decode_pass()
 
 
-def _chunk_pass(tokens: int, decodes: int, ctx: ServeContext, positions: int) -> ServingPass:
+def chunk_pass(tokens: int, decodes: int, ctx: ServeContext, positions: int) -> ServingPass:
     """A prefill step of ``tokens`` prompt tokens and ``decodes`` decode tokens riding on its
     matmuls: whole prompts of the mean input length (each ``decodes / k`` tokens longer)
     when it holds one or more, else one chunk at the mean position of a prompt's chunks.
     Where the decodes would stretch a row past the model's ``positions``, they ride on more
     rows (the same tokens through the matmuls; the decodes are sequences of their own)."""
-    r, kw = ctx.requests, _kw(ctx)
+    r, kw = ctx.requests, ctx.requests.pass_formats()
     isl = max(1, round(r.mean_input_tokens))
     if tokens >= isl:
         k = max(1, tokens // isl)
@@ -412,6 +408,47 @@ def _prompt_cache_bytes(model: Model, ctx: ServeContext) -> int:
     return prompt * kv_cache_bytes_per_token(model, 1, ctx.requests.kv_format)
 
 
+def _prompt_transfer(
+    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+) -> tuple[float, float]:
+    """Seconds and joules of a disaggregated layout's handing a prompt's KV cache from its
+    prefill pool to its decode pool: each prefill device sends its shard (under MLA, whose
+    latent cache every tensor-parallel device holds whole, its stage's share) over the
+    measured point-to-point link, within a node or across nodes."""
+    pre = layout.prefill
+    per_request = _prompt_cache_bytes(model, ctx)
+    shard = per_request / (pre.t * pre.p) if not model.mla else per_request / pre.p
+    inter = bool(ctx.cluster.spans_nodes(layout.devices))
+    curve = (ctx.device or serving_device_profile(acc)).intra_node
+    bw, lat = (float(x) for x in net.measured_link(ctx.cluster, curve, inter, shard, "p2p"))
+    return lat + shard / bw, _pj_j(per_request, inter)
+
+
+def _chunk_steps(
+    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext, decode: ServingPass
+) -> tuple[list[ServingPass], list[PassCost]]:
+    """The two steps of a chunked-prefill layout, as passes and as the engine prices them: a
+    micro-batch's ``decode`` tokens riding on a chunk of the mean prompt tokens a step
+    prefills, and on the first chunk (the budget the decodes leave, at most a prompt), each
+    with the decodes' KV-cache reads from HBM."""
+    lengths, dec = ctx.lengths, layout.decode
+    micro = layout.batch // dec.p
+    isl = max(i for i, _, _ in ctx.requests.lengths)
+    mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
+    first_tokens = max(1, min(layout.chunk - micro, isl))
+    chunks = [chunk_pass(n, micro, ctx, model.max_positions) for n in (mean_tokens, first_tokens)]
+    sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
+    kv = pass_kv_read_bytes(model, dec.t, decode)  # one device, every stage
+    kv_j = dec.t * kv * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12
+    steps = [
+        mixed(
+            pass_cost(model, acc, dec, c, ctx), kv / dec.p / sustained, kv_j, dec.p, dec.t * dec.p
+        )
+        for c in chunks
+    ]
+    return chunks, steps
+
+
 def evaluate_layout(
     workload: str, model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
 ) -> ServingPoint:
@@ -428,11 +465,11 @@ def evaluate_layout(
     ctx = layout_context(layout, ctx)
     check_weight_format(acc, ctx)
     check_layout(model, acc, layout, ctx)
-    lengths, r = ctx.lengths, ctx.requests
+    lengths, r, kw = ctx.lengths, ctx.requests, ctx.requests.pass_formats()
     dec, b = layout.decode, layout.batch
     micro = b // dec.p
     decode_pass = decode_step(micro, ctx)
-    decode = _pass_cost(model, acc, dec, decode_pass, ctx)
+    decode = pass_cost(model, acc, dec, decode_pass, ctx)
     # the cache a sequence holds: its mean length when pages come on demand, its whole
     # prompt and output when the scheduler reserves them at admission
     whole = ctx.kv_admission == "whole-request"
@@ -444,11 +481,7 @@ def evaluate_layout(
         budget = serving_settings().max_batched_tokens
         ks = prefill_batches(budget // isl)
         prefills = {k: _prefill(model, acc, pre, k, ctx) for k in ks}
-        per_request = _prompt_cache_bytes(model, ctx)
-        shard = per_request / (pre.t * pre.p) if not model.mla else per_request / pre.p
-        inter = bool(ctx.cluster.spans_nodes(layout.devices))
-        curve = (ctx.device or serving_device_profile(acc)).intra_node
-        bw, lat = (float(x) for x in net.measured_link(ctx.cluster, curve, inter, shard, "p2p"))
+        transfer_s, transfer_j = _prompt_transfer(model, acc, layout, ctx)
         engine = disaggregated(
             decode,
             prefills,
@@ -459,8 +492,8 @@ def evaluate_layout(
             prefill_stages=pre.p,
             prefill_replicas=pre.d,
             prefill_devices=pre.t * pre.p,
-            transfer_s=lat + shard / bw,
-            transfer_j=_pj_j(per_request, inter),
+            transfer_s=transfer_s,
+            transfer_j=transfer_j,
             lengths=lengths,
         )
         memory = (
@@ -469,7 +502,7 @@ def evaluate_layout(
                 model,
                 acc,
                 pre,
-                [ServingPass.prefill(max(ks), i, **_kw(ctx)) for i, _, _ in r.lengths],
+                [ServingPass.prefill(max(ks), i, **kw) for i, _, _ in r.lengths],
                 max(ks),
                 isl,
                 ctx,
@@ -479,34 +512,17 @@ def evaluate_layout(
         prefill = _prefill(model, acc, dec, b, ctx)
         engine = static(decode, prefill, batch=b, **common)
         full = isl + max(o for _, o, _ in r.lengths) - 1
-        passes = [decode_pass, *(ServingPass.prefill(b, i, **_kw(ctx)) for i, _, _ in r.lengths)]
+        passes = [decode_pass, *(ServingPass.prefill(b, i, **kw) for i, _, _ in r.lengths)]
         fraction = serving_settings().static_memory_fraction
         memory = (_pool_memory(model, acc, dec, passes, b, full, ctx, fraction),)
     elif layout.chunk is None:
         k = prefill_batch(b, lengths)
         prefill = _prefill(model, acc, dec, k, ctx)
         engine = prefill_first(decode, prefill, batch=b, prefill_prompts=k, stages=dec.p, **common)
-        passes = [decode_pass, *(ServingPass.prefill(k, i, **_kw(ctx)) for i, _, _ in r.lengths)]
+        passes = [decode_pass, *(ServingPass.prefill(k, i, **kw) for i, _, _ in r.lengths)]
         memory = (_pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
     else:
-        mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
-        first_tokens = max(1, min(layout.chunk - micro, isl))
-        chunks = [
-            _chunk_pass(n, micro, ctx, model.max_positions) for n in (mean_tokens, first_tokens)
-        ]
-        sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
-        kv = pass_kv_read_bytes(model, dec.t, decode_pass)  # one device, every stage
-        kv_j = dec.t * kv * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12
-        steps = [
-            mixed(
-                _pass_cost(model, acc, dec, c, ctx),
-                kv / dec.p / sustained,
-                kv_j,
-                dec.p,
-                dec.t * dec.p,
-            )
-            for c in chunks
-        ]
+        chunks, steps = _chunk_steps(model, acc, layout, ctx, decode_pass)
         engine = chunked(
             steps[0], steps[1], batch=b, chunk_tokens=layout.chunk, stages=dec.p, **common
         )

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from arch_space import Accelerator
 from arch_space.perf import default_settings
 from arch_space.tech import tech_node
-from phaze.serving import ServeContext, _chunk_pass, _kw, _pass_cost
+from phaze.serving import ServeContext, chunk_pass, pass_cost
 from placement.layout import Layout
 from placement.serving_engine import PassCost, mixed
 from placement.serving_sim import Step
@@ -90,14 +90,14 @@ class PoolPricer:
     def _cost(self, key: tuple) -> PassCost:
         if key not in self._passes:
             kind, a, b = key
-            kw = _kw(self.ctx)
+            kw = self.ctx.requests.pass_formats()
             if kind == "decode":
                 p = ServingPass.decode(a, b, **kw)
             elif kind == "prefill":
                 p = ServingPass.prefill(a, b, **kw)
             else:
-                p = _chunk_pass(a, b, self.ctx, self.model.max_positions)
-            self._passes[key] = _pass_cost(self.model, self.acc, self.pool, p, self.ctx)
+                p = chunk_pass(a, b, self.ctx, self.model.max_positions)
+            self._passes[key] = pass_cost(self.model, self.acc, self.pool, p, self.ctx)
         return self._passes[key]
 
     def _at(self, kind: str, a: float, b: float, floor_a: int, floor_b: int) -> PassCost:

@@ -206,11 +206,23 @@ def test_sweep_json_and_report(stored, tmp_path):
     assert doc["points"] == doc["feasible"] == len(sweeps.points(out)) == 6
     assert doc["out_dir"] == str(out) and Path(doc["report"]).is_file()
     assert doc["defaults"]["pue"] > 1
-    assert "scoring defaults:" in result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("scoring defaults:")]
+    # the host server is chosen per accelerator when not given: the line says so, not None
+    assert "host_profile=per accelerator, host_w_per_node=per accelerator" in line
+    assert "None" not in line
     text = Path(doc["report"]).read_text(encoding="utf-8")
     section = text[text.index('<section id="schedules">') :].split("</section>")[0]
     cells = [int(c) for c in re.findall(r'<td class="num">(\d+)</td>', section)]
     assert sum(cells) == sum(p["feasible"] for p in sweeps.points(out)) > 0
+
+
+def test_the_scoring_line_names_a_given_host_and_its_figures():
+    from phaze.cli.sweep_cmd import _scoring_text
+    from phaze.scoring import ScoringParams
+
+    line = _scoring_text(ScoringParams(host_profile="dgx-h100"))
+    assert "host_profile=dgx-h100, host_w_per_node=" in line
+    assert "per accelerator" not in line and "None" not in line
 
 
 def test_search_api_returns_the_stored_points(sweep_spaces, clean_sweeps, tmp_path):

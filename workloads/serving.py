@@ -326,7 +326,9 @@ class RequestBatch:
             return None
         return sum(w * (o - 1) * (i + o / 2) for i, o, w in self.lengths) / steps
 
-    def _pass_kw(self) -> dict[str, Any]:
+    def pass_formats(self) -> dict[str, Any]:
+        """The formats a pass of these requests runs in (``kv_format``, ``precision_bytes``,
+        ``weight_format``), as :class:`ServingPass` keyword arguments."""
         return {f: getattr(self, f) for f in ("kv_format", "precision_bytes", "weight_format")}
 
     def prefill_passes(self, chunk_tokens: int | None = None) -> tuple[ServingPass, ...]:
@@ -338,7 +340,7 @@ class RequestBatch:
             for start in range(0, isl, chunk):
                 new = min(chunk, isl - start)
                 last = start + new == isl
-                kw = self._pass_kw()
+                kw = self.pass_formats()
                 passes.append(ServingPass(self.batch, new, start, samples=last, **kw))
         return tuple(passes)
 
@@ -349,7 +351,7 @@ class RequestBatch:
         context = self.decode_context_tokens
         if context is None:
             return None
-        return ServingPass.decode(self.batch, round(context), **self._pass_kw())
+        return ServingPass.decode(self.batch, round(context), **self.pass_formats())
 
 
 # ---- KV cache --------------------------------------------------------------------------------

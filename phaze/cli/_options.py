@@ -172,15 +172,10 @@ def cluster_of(kw: dict[str, Any]) -> Cluster:
     )
 
 
-def scoring_options(training: bool) -> Callable:
-    """The scoring settings: grid, PUE, electricity price, cost view, host server, and the
-    ownership terms (lifetime, interest, production volume) that price a device-hour; with
-    ``training``, the embodied mode and goodput too."""
-    from arch_space.system import host_profiles
-    from arch_space.tco import COST_VIEWS, SECONDS_PER_YEAR
-
-    # (option, training only), in the order the help lists them
-    options = [
+def _site_options() -> list[tuple[Callable, bool]]:
+    """Where the energy comes from: the grid region (or its carbon intensity given) and the
+    facility's overhead, each with whether only training offers it."""
+    return [
         (
             click.option(
                 "--grid",
@@ -209,6 +204,17 @@ def scoring_options(training: bool) -> Callable:
             ),
             False,
         ),
+    ]
+
+
+def _ownership_options() -> list[tuple[Callable, bool]]:
+    """What a device-hour of owned equipment costs: its life and the run's share of it, the
+    electricity price, bought or built, the cost of capital, the share of the time spent
+    training and the volume a new design's non-recurring cost is spread over, each with
+    whether only training offers it."""
+    from arch_space.tco import COST_VIEWS, SECONDS_PER_YEAR
+
+    return [
         (
             click.option(
                 "--lifetime-years",
@@ -273,17 +279,24 @@ def scoring_options(training: bool) -> Callable:
             ),
             False,
         ),
-        (
-            click.option(
-                "--host",
-                "host_profile",
-                help="Host server per node ("
-                + ", ".join(host_profiles())
-                + ") [default: the preset's own server, else dgx-a100].",
-            ),
-            False,
-        ),
     ]
+
+
+def scoring_options(training: bool) -> Callable:
+    """The scoring settings: grid, PUE, electricity price, cost view, host server, and the
+    ownership terms (lifetime, interest, production volume) that price a device-hour; with
+    ``training``, the embodied mode and goodput too."""
+    from arch_space.system import host_profiles
+
+    host = click.option(
+        "--host",
+        "host_profile",
+        help="Host server per node ("
+        + ", ".join(host_profiles())
+        + ") [default: the preset's own server, else dgx-a100].",
+    )
+    # (option, training only), in the order the help lists them
+    options = [*_site_options(), *_ownership_options(), (host, False)]
     return _stack([option for option, training_only in options if training or not training_only])
 
 

@@ -30,9 +30,9 @@ from phaze.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_noun, fmt_pair, fmt_percent, fmt_quantity, fmt_time
-from placement import Placement, parse_strategy
+from placement import Layout, Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
-from workloads import model_flops_per_sequence, resolve_model
+from workloads import Model, model_flops_per_sequence, resolve_model
 from workloads.framework import (
     DEFAULT_FRAMEWORK,
     framework_names,
@@ -145,24 +145,10 @@ def evaluate(
                 f"note: seq_len {seq_len}, the model's context (--seq-len to choose)", err=True
             )
     scoring = scoring_of(kw, acc)
-    if tokens_to_train is not None:
-        tokens, source = parse_tokens(tokens_to_train), "--tokens"
-    elif model.tokens_to_train:
-        tokens, source = model.tokens_to_train, "the model's published budget"
-    else:
-        tokens, source = global_batch * seq_len, "one iteration (no published budget; --tokens N)"
+    tokens, source = _tokens_to_train(tokens_to_train, model, global_batch * seq_len)
     layout = None
-    if strategy != "search":  # the options fill what it leaves open; a clash names both
-        sp_flag = "--sp" if sequence_parallel else "--no-sp"
-        layout = parse_strategy(
-            strategy,
-            {
-                "mbs": ("--micro-batch", micro_batch),
-                "recompute": ("--recompute", recompute),
-                "sp": (sp_flag, sequence_parallel),
-                "precision": ("--precision", precision),
-            },
-        )
+    if strategy != "search":
+        layout = _fixed_layout(strategy, micro_batch, recompute, sequence_parallel, precision)
     ev = api_evaluate(
         workload,
         acc,
@@ -183,9 +169,8 @@ def evaluate(
     )
     if not ev.feasible:
         raise NoFeasiblePoint(f"infeasible: {ev.reason}")
-    pl, sc = ev.placement, ev.score
     run = run_answers(
-        sc,
+        ev.score,
         acc=acc,
         cluster=cluster,
         tokens_to_train=float(tokens),
@@ -195,21 +180,92 @@ def evaluate(
     tflops = (
         global_batch
         * model_flops_per_sequence(model, seq_len)
-        / pl.breakdown.iteration_s
+        / ev.placement.breakdown.iteration_s
         / devices
         / 1e12
     )
-    doc = {
+    doc = _document(
+        ev,
+        acc,
+        run,
+        scoring,
+        workload=workload,
+        arch=acc.name or arch,
+        devices=devices,
+        framework=framework,
+        seq_len=seq_len,
+        tflops_per_device=tflops,
+        precision=_precision_doc(ev, state_bytes, optimizer_state),
+        searched=layout is None,
+    )
+    if as_json:
+        echo_json(doc)
+        return
+    _echo_text(ev, doc, run, scoring)
+
+
+def _tokens_to_train(given: str | None, model: Model, iteration_tokens: int) -> tuple[int, str]:
+    """The run's token budget and where it comes from: ``--tokens``, else the model's
+    published budget, else one iteration's tokens."""
+    if given is not None:
+        return parse_tokens(given), "--tokens"
+    if model.tokens_to_train:
+        return model.tokens_to_train, "the model's published budget"
+    return iteration_tokens, "one iteration (no published budget; --tokens N)"
+
+
+def _fixed_layout(
+    strategy: str,
+    micro_batch: int | None,
+    recompute: str | None,
+    sequence_parallel: bool | None,
+    precision: str | None,
+) -> Layout:
+    """The layout ``--strategy`` fixes, the options filling what it leaves open; an option
+    that gives a key the strategy also gives differently is an error naming both."""
+    sp_flag = "--sp" if sequence_parallel else "--no-sp"
+    return parse_strategy(
+        strategy,
+        {
+            "mbs": ("--micro-batch", micro_batch),
+            "recompute": ("--recompute", recompute),
+            "sp": (sp_flag, sequence_parallel),
+            "precision": ("--precision", precision),
+        },
+    )
+
+
+def _document(
+    ev,
+    acc,
+    run: RunAnswers,
+    scoring: ScoringParams,
+    *,
+    workload: str,
+    arch: str,
+    devices: int,
+    framework: str,
+    seq_len: int,
+    tflops_per_device: float,
+    precision: dict[str, object],
+    searched: bool,
+) -> dict[str, object]:
+    """The evaluation's JSON document, which the text output renders too: the metrics, the
+    time, memory and energy breakdowns, the whole run's answers, the placement and its
+    stages, and the accelerator's headroom (``searched``: the placement was searched, so
+    the search's exclusions apply)."""
+    pl, sc = ev.placement, ev.score
+    return {
         "workload": workload,
-        "arch": acc.name or arch,
+        "arch": arch,
         "devices": devices,
         "framework": framework,
         "seq_len": seq_len,
-        "precision": _precision_doc(ev, state_bytes, optimizer_state),
+        "precision": precision,
         "iteration_s": pl.breakdown.iteration_s,
         "samples_per_s": sc.samples_per_s,
         "tokens_per_s": sc.tokens_per_s,
-        "tflops_per_device": tflops,
+        "tflops_per_device": tflops_per_device,
         "mfu": sc.mfu,
         "mfu_fp8_peak": _mfu_fp8_peak(acc, sc.mfu),
         "memory_per_device_bytes": pl.memory_breakdown.total_bytes,
@@ -235,12 +291,36 @@ def evaluate(
         "placement": json.loads(placement_summary(pl)),
         "pipeline_stages": pipeline_stages(pl),
         "strategy_defaults": ev.defaults,
-        "search_exclusions": _exclusions(framework) if layout is None or ev.defaults else [],
+        "search_exclusions": _exclusions(framework) if searched or ev.defaults else [],
         "headroom": headroom(acc).figures(),
     }
-    if as_json:
-        echo_json(doc)
-        return
+
+
+def _echo_text(ev, doc: dict[str, object], run: RunAnswers, scoring: ScoringParams) -> None:
+    """Print the evaluation for a person: the metrics, the strategy defaults used and the
+    layouts the search skipped, then the time and memory breakdown, the pipeline stages,
+    the energy and the whole run's answers, and the cost."""
+    pl = ev.placement
+    click.echo(_metrics_table(ev, doc))
+    if ev.defaults:
+        click.echo(f"strategy defaults used (not given): {ev.defaults}")
+    if doc["search_exclusions"]:
+        rules = "; ".join(f"{x['rule']} ({x['reason']})" for x in doc["search_exclusions"])
+        click.echo(f"layouts the search skipped, by {doc['framework']}'s rules: {rules}")
+    click.echo("")
+    click.echo(_breakdown_table(pl))
+    click.echo("")
+    click.echo(table(*stage_table(pl)))
+    click.echo("")
+    click.echo(_run_table(ev.score, run, scoring))
+    click.echo("")
+    click.echo(_cost_table(run))
+
+
+def _metrics_table(ev, doc: dict[str, object]) -> str:
+    """The headline metrics: time, throughput, MFU, memory, bubble, communication, the layer
+    schedules' exactness, headroom, precision and placement."""
+    pl, sc = ev.placement, ev.score
     # The bubble as its share of the iteration (pl.bubble_fraction is SC21's bubble / ideal
     # ratio, which passes 100 % when there are fewer micro-batches than stages).
     bubble_s = pl.breakdown.bubble_s
@@ -253,11 +333,11 @@ def evaluate(
             f"{fmt_quantity(sc.samples_per_s, 'samples/s')}, "
             f"{fmt_quantity(sc.tokens_per_s, 'tokens/s')}",
         ],
-        ["model FLOP/s per device", fmt_quantity(tflops * 1e12, "FLOP/s")],
+        ["model FLOP/s per device", fmt_quantity(doc["tflops_per_device"] * 1e12, "FLOP/s")],
         ["MFU", _mfu_text(doc)],
         [
             "memory per device",
-            "{} of {}".format(*fmt_pair(pl.memory_breakdown.total_bytes, acc.hbm_bytes, "B")),
+            "{} of {}".format(*fmt_pair(pl.memory_breakdown.total_bytes, doc["hbm_bytes"], "B")),
         ],
         ["pipeline bubble", f"{fmt_time(bubble_s)} ({fmt_percent(bubble_share)} of the iteration)"],
         ["exposed communication", fmt_time(pl.breakdown.communication_s)],
@@ -272,22 +352,8 @@ def evaluate(
         ["precision", _precision_text(doc["precision"])],
         ["placement", str(pl.layout)],
     ]
-    click.echo(
-        table(rows, ["metric", f"{workload} on {acc.name or arch}, {fmt_noun(devices, 'device')}"])
-    )
-    if ev.defaults:
-        click.echo(f"strategy defaults used (not given): {ev.defaults}")
-    if doc["search_exclusions"]:
-        rules = "; ".join(f"{x['rule']} ({x['reason']})" for x in doc["search_exclusions"])
-        click.echo(f"layouts the search skipped, by {framework}'s rules: {rules}")
-    click.echo("")
-    click.echo(_breakdown_table(pl))
-    click.echo("")
-    click.echo(table(*stage_table(pl)))
-    click.echo("")
-    click.echo(_run_table(sc, run, scoring))
-    click.echo("")
-    click.echo(_cost_table(run))
+    title = f"{doc['workload']} on {doc['arch']}, {fmt_noun(doc['devices'], 'device')}"
+    return table(rows, ["metric", title])
 
 
 def _exclusions(framework: str) -> list[dict[str, str]]:

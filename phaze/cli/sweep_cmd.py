@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -32,6 +33,7 @@ from phaze.config import (
 from phaze.config_toml import config_sources, config_toml
 from phaze.executors import EXECUTORS, check_executor, check_reachable
 from phaze.run import parse_tokens
+from phaze.scoring import ScoringParams
 from phaze.sweep import SweepResult, run_sweep
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError
@@ -320,79 +322,19 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     is_flag=True,
     help="Print the effective configuration as TOML, each key's source in a comment, and exit.",
 )
-def sweep(
-    config,
-    workloads,
-    space,
-    devices,
-    devices_per_node,
-    seq_len,
-    allow_context_extension,
-    global_batch,
-    micro_batches,
-    hbm_gib,
-    recompute,
-    precision,
-    zero,
-    objectives,
-    no_prune,
-    framework,
-    tokens_to_train,
-    optimizer_state,
-    mode,
-    input_tokens,
-    output_tokens,
-    ttft_ms,
-    tpot_ms,
-    batches,
-    weight_formats,
-    hbm_tbps,
-    out,
-    jobs,
-    executor,
-    address,
-    no_report,
-    as_json,
-    show_config,
-):
+def sweep(config, out, jobs, executor, address, no_report, as_json, show_config, **options):
     """Sweep designs x workloads x training knobs; with no arguments, the built-in quick sweep.
 
     Every point is stored as it completes in OUT/phaze.sqlite; re-running the same command
     resumes an interrupted sweep. Ends with the best designs per objective and an HTML report.
     """
+    # options: those that set the sweep's [sweep] keys (_sweep_keys)
     if out is not None:
         check_parent(out, "--out")
     cfg = from_file = load_sweep_config(config) if config else quick_sweep_config()
-    _check_mode_options(click.get_current_context(), mode or cfg.mode)
-    cfg = _overridden(
-        cfg,
-        workloads=workloads,
-        space=space,
-        devices=devices,
-        devices_per_node=devices_per_node,
-        seq_len=seq_len,
-        allow_context_extension=allow_context_extension or None,
-        global_batch=global_batch,
-        micro_batches=micro_batches,
-        hbm_gib=hbm_gib,
-        recompute=recompute,
-        precision=precision,
-        zero=zero,
-        objectives=objectives,
-        prune=False if no_prune else None,
-        framework=framework,
-        tokens_to_train=None if tokens_to_train is None else parse_tokens(tokens_to_train),
-        optimizer_state=optimizer_state,
-        mode=mode,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        ttft_limit_s=None if ttft_ms is None else ttft_ms / 1e3,
-        tpot_limit_s=None if tpot_ms is None else tpot_ms / 1e3,
-        batches=batches,
-        weight_formats=weight_formats,
-        hbm_tbps=hbm_tbps,
-    )
-    if cfg.mode == "serve" and not objectives and _training_objectives(cfg):
+    _check_mode_options(click.get_current_context(), options["mode"] or cfg.mode)
+    cfg = _overridden(cfg, **_sweep_keys(options))
+    if cfg.mode == "serve" and not options["objectives"] and _training_objectives(cfg):
         cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES)
     if show_config:
         click.echo(_config_text(click.get_current_context(), cfg, from_file, config), nl=False)
@@ -403,10 +345,7 @@ def sweep(
     check_executor(executor, jobs, address)  # before anything is printed
     out = out or Path("phaze-out") / f"sweep-{cfg.config_hash()[:8]}"
     click.echo(_banner(cfg, out), err=True)
-    click.echo(
-        "scoring defaults: " + ", ".join(f"{k}={v}" for k, v in cfg.scoring.as_dict().items()),
-        err=True,
-    )
+    click.echo(_scoring_text(cfg.scoring), err=True)
     try:
         result: SweepResult = run_sweep(
             cfg,
@@ -423,18 +362,57 @@ def sweep(
             err=True,
         )
         sys.exit(INTERRUPTED)
-    report_path = None
-    if not no_report:
-        from results.report import write_report
-
-        try:
-            report_path = write_report(out)
-        except OSError as e:
-            raise cannot_write(Path(e.filename or out), e, "--out") from None
+    report_path = None if no_report else _write_report(out)
     if as_json:
         echo_json(_result_doc(result, report_path, cfg))
-        _exit_if_infeasible(result)
-        return
+    else:
+        _echo_outcome(result, out, report_path, cfg)
+    _exit_if_infeasible(result)
+
+
+def _sweep_keys(options: dict[str, Any]) -> dict[str, Any]:
+    """The ``[sweep]`` keys the command line's sweep options give, in the keys' names and
+    units (``--no-prune`` sets ``prune``, the millisecond limits the ``_s`` ones, ``--tokens``
+    a count); an option not given is None or empty, for :func:`_overridden` to leave out."""
+    keys = dict(options)
+    tokens, ttft_ms, tpot_ms, no_prune = (
+        keys.pop(k) for k in ("tokens_to_train", "ttft_ms", "tpot_ms", "no_prune")
+    )
+    return {
+        **keys,
+        "allow_context_extension": keys["allow_context_extension"] or None,
+        "prune": False if no_prune else None,
+        "tokens_to_train": None if tokens is None else parse_tokens(tokens),
+        "ttft_limit_s": None if ttft_ms is None else ttft_ms / 1e3,
+        "tpot_limit_s": None if tpot_ms is None else tpot_ms / 1e3,
+    }
+
+
+def _scoring_text(scoring: ScoringParams) -> str:
+    """The scoring settings' line on stderr. The host server's terms left open are chosen
+    for each accelerator (:meth:`~phaze.scoring.ScoringParams.for_accelerator`: a preset's
+    own server, else a DGX A100) and say so, not None."""
+    return "scoring defaults: " + ", ".join(
+        f"{k}={'per accelerator' if v is None and k.startswith('host_') else v}"
+        for k, v in scoring.as_dict().items()
+    )
+
+
+def _write_report(out: Path) -> Path:
+    """Write the sweep's HTML report; a failure to write is one error naming ``--out``."""
+    from results.report import write_report
+
+    try:
+        return write_report(out)
+    except OSError as e:
+        raise cannot_write(Path(e.filename or out), e, "--out") from None
+
+
+def _echo_outcome(
+    result: SweepResult, out: Path, report_path: Path | None, cfg: SweepConfig
+) -> None:
+    """Print a finished sweep for a person: its counts and time, the comparison of the
+    designs (training), the best designs per objective and the report's path."""
     click.echo(
         f"{result.points} points ({result.feasible} feasible): {result.evaluated_designs} designs "
         f"evaluated, {result.pruned_designs} pruned by bounds, {result.skipped_designs} already "
@@ -446,7 +424,6 @@ def sweep(
         click.echo(line)
     if report_path is not None:
         click.echo(f"\nreport: {report_path}")
-    _exit_if_infeasible(result)
 
 
 def _result_doc(result: SweepResult, report_path: Path | None, cfg: SweepConfig) -> dict:

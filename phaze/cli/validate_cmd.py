@@ -23,7 +23,6 @@ from phaze.validation import ValidationRow
 from phaze_common.units import fmt_column
 
 __all__ = [
-    "ValidationRow",
     "report_validation",
     "tolerance_option",
     "validate",
