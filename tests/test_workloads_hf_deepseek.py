@@ -368,3 +368,15 @@ def test_catalog_deepseek_v3_is_its_config_json(tmp_path):
     assert m.parameters == pytest.approx(671e9, rel=0.01)
     assert m.active_parameters - m.embedding_parameters() == pytest.approx(37e9, rel=0.011)
     assert m.tokens_to_train == 14_800_000_000_000
+
+
+def test_catalog_deepseek_v2_is_its_config_json(tmp_path):
+    """The catalog's deepseek-v2 has the published config.json's shape; 236B total and
+    20.9B activated without the input embedding table (the card's "21B")."""
+    from workloads.catalog import get_model
+
+    m, imported = get_model("deepseek-v2"), load(tmp_path, DEEPSEEK_V2)
+    same = dict(name="x", source="", tokens_to_train=None)
+    assert replace(m, **same) == replace(imported, **same)
+    assert m.active_parameters - m.embedding_parameters() == pytest.approx(21e9, abs=0.5e9)
+    assert m.tokens_to_train == 8_100_000_000_000

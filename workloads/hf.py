@@ -5,7 +5,9 @@ as Llama: Phi-3's fused projections hold the same weights; ``bloom`` with ALiBi 
 embedding LayerNorm; ``gpt_neox`` with rotary embeddings, whose partial rotation and
 parallel residual change neither parameters nor stashed bytes; ``falcon`` with its parallel
 attention + MLP block; ``gemma``/``gemma2`` with GeGLU and their own head width;
-``deepseek_v2``/``deepseek_v3`` with multi-head latent attention and shared experts). Only the
+``deepseek_v2``/``deepseek_v3`` with multi-head latent attention and shared experts;
+``qwen3_moe`` with its own head width and no shared expert; ``llama4``/``llama4_text`` with
+one shared expert, see :func:`_llama4_text` for what it leaves out). Only the
 architecture is read (no weights). ``sliding_window`` of ``mistral``, ``mixtral`` and ``phi3``
 (every block) is the Model's. Not modelled: Gemma 2's sliding-window layers (every other
 block) and Qwen2's (``use_sliding_window``, off in its published configs), whose attention
@@ -337,6 +339,145 @@ def _is_count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+def _leading_dense(r: _Reader, layers: Any, moe_blocks: Any, key: str) -> int:
+    """The count of dense blocks before the MoE ones, given the MoE block indices a config
+    implies; a config whose dense blocks are not all first (Llama 4 Maverick's alternating
+    blocks) is refused, as a Model holds only leading dense blocks (``dense_layers``)."""
+    if not _is_pos_int(layers):
+        return 0
+    moe = sorted(set(moe_blocks))
+    if not moe or moe != list(range(layers - len(moe), layers)):
+        shown = moe if len(moe) <= 8 else [*moe[:4], "...", *moe[-2:]]
+        r.problems.append(
+            f"unsupported MoE blocks {shown} from {key} (supported: every block an MoE block "
+            "from some index on; interleaved dense blocks are not modelled)"
+        )
+        return 0
+    return layers - len(moe)
+
+
+def _index_list(r: _Reader, key: str) -> list[int]:
+    """A JSON array of block indices (``mlp_only_layers``, ``moe_layers``); [] if absent."""
+    value = r.data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(_is_count(v) for v in value):
+        r.problems.append(f"{key} = {value!r} must be a list of block indices")
+        return []
+    return value
+
+
+def _gated_attention_sizes(r: _Reader) -> dict[str, Any]:
+    """Sizes, attention and flags Qwen3-MoE and Llama 4 read alike: SwiGLU, RMSNorm, rotary,
+    no biases, grouped K/V heads, ``head_dim`` that may differ from hidden / heads."""
+    act = r.get("hidden_act", "silu")
+    if act != "silu":
+        r.unsupported("hidden_act", act, "silu (SwiGLU)")
+    if r.get("attention_bias", False) is not False:
+        r.unsupported("attention_bias", r.data["attention_bias"], "false")
+    hidden, heads = r.size("hidden_size", "hidden"), r.size("num_attention_heads", "heads")
+    head_dim = r.size("head_dim", "head_size", None)
+    if _is_pos_int(hidden) and _is_pos_int(heads) and head_dim is not None:
+        if head_dim * heads == hidden:
+            head_dim = None  # the Model's default, hidden / heads
+    return dict(
+        layers=r.size("num_hidden_layers", "layers"),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=r.size("num_key_value_heads", "kv_heads", heads),
+        head_size=head_dim,
+        vocab=r.size("vocab_size", "vocab"),
+        ffn_kind=FfnKind.SWIGLU,
+        norm=NormKind.RMSNORM,
+        positions=PositionKind.ROTARY,
+        tied_embeddings=r.get("tie_word_embeddings", False),
+        biases=False,
+        dropout=_dropout(r.get("attention_dropout", 0.0)),
+    )
+
+
+def _ffn_widths(dense_width: Any, expert_width: Any, dense_layers: int) -> dict[str, Any]:
+    """``ffn_hidden`` and ``expert_ffn_hidden`` in the Model's one form: without dense blocks
+    the dense width is unused and ``ffn_hidden`` is the experts' width; with them,
+    ``expert_ffn_hidden`` is set only if the experts' width differs."""
+    if dense_layers == 0:
+        return dict(ffn_hidden=expert_width, expert_ffn_hidden=None)
+    same = expert_width == dense_width
+    return dict(ffn_hidden=dense_width, expert_ffn_hidden=None if same else expert_width)
+
+
+def _qwen3_moe(r: _Reader) -> dict[str, Any]:
+    """Qwen3-MoE: routed experts of ``moe_intermediate_size`` (no shared expert), a block
+    MoE when ``(i + 1) % decoder_sparse_step == 0`` and ``i`` not in ``mlp_only_layers``
+    (else dense of ``intermediate_size``). Its per-head RMSNorm on Q and K (``2 x head_dim``
+    weights a block) is not modelled, nor ``norm_topk_prob`` (routing weights, no cost)."""
+    kw = _gated_attention_sizes(r)
+    if r.get("use_sliding_window", False) is not False:
+        r.unsupported("use_sliding_window", r.data["use_sliding_window"], "false")
+    layers = kw["layers"]
+    step = r.size("decoder_sparse_step", "decoder_sparse_step", 1)
+    dense_only = set(_index_list(r, "mlp_only_layers"))
+    dense_width = r.size("intermediate_size", "ffn_hidden")
+    moe_blocks = []
+    if _is_pos_int(layers) and _is_pos_int(step):
+        moe_blocks = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
+    key = "decoder_sparse_step and mlp_only_layers"
+    dense_layers = _leading_dense(r, layers, moe_blocks, key)
+    expert_width = r.size("moe_intermediate_size", "expert_ffn_hidden")
+    return dict(
+        **kw,
+        **_ffn_widths(dense_width, expert_width, dense_layers),
+        max_positions=r.size("max_position_embeddings", "max_positions"),
+        experts=r.size("num_experts", "experts"),
+        top_k=r.size("num_experts_per_tok", "top_k"),
+        dense_layers=dense_layers,
+    )
+
+
+def _llama4_text(r: _Reader) -> dict[str, Any]:
+    """Llama 4's text model (``llama4_text``, or the ``text_config`` of ``llama4``): routed
+    experts of ``intermediate_size`` beside one shared expert of the same width, MoE blocks
+    every ``interleave_moe_layer_step`` (or those ``moe_layers`` lists), dense blocks of
+    ``intermediate_size_mlp``. Not modelled: the vision encoder of ``llama4``; attention
+    chunked to ``attention_chunk_size`` tokens in the RoPE blocks (counted whole); the NoPE
+    blocks (``no_rope_layers``, counted rotary: the rotation has no parameters); the
+    weightless L2 norm on Q and K (``use_qk_norm``)."""
+    kw = _gated_attention_sizes(r)
+    layers = kw["layers"]
+    dense_width = r.size("intermediate_size_mlp", "ffn_hidden")
+    if "moe_layers" in r.data and r.data["moe_layers"] is not None:
+        moe_blocks, key = _index_list(r, "moe_layers"), "moe_layers"
+    else:
+        step = r.size("interleave_moe_layer_step", "interleave_moe_layer_step", 1)
+        moe_blocks, key = [], "interleave_moe_layer_step"
+        if _is_pos_int(layers) and _is_pos_int(step):
+            moe_blocks = list(range(step - 1, layers, step))
+    dense_layers = _leading_dense(r, layers, moe_blocks, key)
+    expert_width = r.size("intermediate_size", "expert_ffn_hidden")
+    return dict(
+        **kw,
+        **_ffn_widths(dense_width, expert_width, dense_layers),
+        max_positions=r.size("max_position_embeddings", "max_positions"),
+        experts=r.size("num_local_experts", "experts"),
+        top_k=r.size("num_experts_per_tok", "top_k"),
+        shared_experts=1,
+        dense_layers=dense_layers,
+    )
+
+
+def _llama4_text_config(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The ``text_config`` of a ``llama4`` config, with the top level's
+    ``tie_word_embeddings`` (where Llama 4 states it)."""
+    text = data.get("text_config")
+    if not isinstance(text, Mapping):
+        raise ConfigError(
+            f"{source} (model_type 'llama4'): text_config = {text!r} must be a JSON object "
+            "(the text model's config)"
+        )
+    tied = {k: data[k] for k in ("tie_word_embeddings",) if k in data}
+    return {**text, **tied}
+
+
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "gpt2",
     "opt",
@@ -353,6 +494,9 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "gemma2",
     "deepseek_v2",
     "deepseek_v3",
+    "qwen3_moe",
+    "llama4",
+    "llama4_text",
 )
 
 
@@ -379,6 +523,8 @@ def model_from_hf(
         raise ConfigError(
             f"{source}: {what} is not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
         )
+    if model_type == "llama4":
+        data = _llama4_text_config(data, source)
     r = _Reader(data)
     if model_type == "gpt2":
         kw = _gpt2(r)
@@ -396,6 +542,10 @@ def model_from_hf(
         kw = _gemma(r, model_type)
     elif model_type in ("deepseek_v2", "deepseek_v3"):
         kw = _deepseek(r)
+    elif model_type == "qwen3_moe":
+        kw = _qwen3_moe(r)
+    elif model_type in ("llama4", "llama4_text"):
+        kw = _llama4_text(r)
     else:
         kw = _llama(r, model_type)
     if r.problems:

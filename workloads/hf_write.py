@@ -15,7 +15,9 @@ __all__ = ["to_hf_config"]
 
 def _llama_like_fields(m: Model, drop: float) -> dict[str, Any]:
     """The fields of the families built on Llama's config: DeepSeek-V3 (MLA), Gemma
-    (GeGLU), Mixtral (MoE), Mistral (SwiGLU, a sliding window) and Llama (SwiGLU)."""
+    (GeGLU), Llama 4 (MoE with a shared expert), Qwen3-MoE (MoE with its own head or expert
+    width, or leading dense blocks), Mixtral (MoE), Mistral (SwiGLU, a sliding window) and
+    Llama (SwiGLU)."""
     common_llama = {
         "num_hidden_layers": m.layers,
         "hidden_size": m.hidden,
@@ -58,6 +60,20 @@ def _llama_like_fields(m: Model, drop: float) -> dict[str, Any]:
         }
         for key in ("hidden_act", "mlp_bias"):
             del data[key]
+    elif m.is_moe and m.shared_experts:
+        data = _llama4_fields(m, common_llama)
+    elif m.is_moe and (m.head_size or m.expert_ffn_hidden or m.dense_layers):
+        data = {
+            "model_type": "qwen3_moe",
+            **common_llama,
+            "head_dim": m.head_dim,
+            "num_experts": m.experts,
+            "num_experts_per_tok": m.top_k,
+            "moe_intermediate_size": m.expert_width,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": list(range(m.dense_layers)),
+        }
+        del data["mlp_bias"]
     elif m.is_moe:
         data = {
             "model_type": "mixtral",
@@ -70,6 +86,23 @@ def _llama_like_fields(m: Model, drop: float) -> dict[str, Any]:
         data = {"model_type": "mistral", **common_llama, "sliding_window": m.sliding_window}
     else:
         data = {"model_type": "llama", **common_llama}
+    return data
+
+
+def _llama4_fields(m: Model, common_llama: dict[str, Any]) -> dict[str, Any]:
+    """The fields of Llama 4's text config (``llama4_text``): one shared expert as wide as
+    each routed one (``intermediate_size``), dense blocks of ``intermediate_size_mlp``."""
+    data = {
+        "model_type": "llama4_text",
+        **common_llama,
+        "head_dim": m.head_dim,
+        "intermediate_size": m.expert_width,
+        "intermediate_size_mlp": m.ffn_hidden,
+        "num_local_experts": m.experts,
+        "num_experts_per_tok": m.top_k,
+        "moe_layers": list(range(m.dense_layers, m.layers)),
+    }
+    del data["mlp_bias"]
     return data
 
 
@@ -163,7 +196,9 @@ def to_hf_config(model: Model) -> dict[str, Any]:
     """A ``config.json`` dictionary that :func:`model_from_hf` reads back as ``model``.
 
     The family follows the architecture: MLA -> ``deepseek_v3``, GeGLU -> ``gemma``
-    (``gemma2`` with post-norms), a parallel block -> ``falcon``, MoE -> ``mixtral``, SwiGLU
+    (``gemma2`` with post-norms), a parallel block -> ``falcon``, MoE with a shared expert
+    -> ``llama4_text``, MoE with its own head or expert width or dense blocks ->
+    ``qwen3_moe``, other MoE -> ``mixtral``, SwiGLU
     -> ``llama`` (``mistral`` with a sliding window), encoder -> ``bert``, ALiBi -> ``bloom``, a separate embedding width or ReLU
     -> ``opt``, else ``gpt2``.
 
