@@ -160,15 +160,53 @@ def test_dualpipe_ranks_hold_p_plus_1_micro_batches(p):
     assert max(in_flight(p, r) for r in range(p)) == p  # 1F1B's peak, for comparison
 
 
+def _dualpipe_peaks(p: int, chunks: int, rank: int) -> tuple[int, int]:
+    """Peak micro-batches in flight of the forward-direction stage and the reverse-direction
+    stage on ``rank``, running the steps of deepseek-ai/DualPipe ``DualPipe.step`` (F: a
+    forward chunk, B: a backward chunk of phase 0 or 1; W frees nothing)."""
+    half_ranks, h, half = p // 2, min(rank, p - 1 - rank), chunks // 2
+    steps = (
+        ((half_ranks - h - 1) * 2, ["F0"]),  # step 1: nF0
+        (h + 1, ["F0", "F1"]),  # step 2: nF0F1
+        (half_ranks - h - 1, ["B1", "F1"]),  # step 3: nB1W1F1
+        (half - p + h + 1, ["F0", "B1", "F1", "B0"]),  # step 4: nF0B1F1B0
+        (half_ranks - h - 1, ["B1", "F1", "B0"]),  # step 5: nB1F1B0
+        (h + 1, ["B1", "B0"]),  # step 6: nB1B0
+        (half_ranks - h - 1, ["B0"]),  # step 7: nWB0
+    )
+    held, peak, total = [0, 0], [0, 0], 0
+    for count, ops in steps:
+        for _ in range(count):
+            for op in ops:
+                phase = int(op[1])
+                held[phase] += 1 if op[0] == "F" else -1
+                peak[phase] = max(peak[phase], held[phase])
+                total = max(total, sum(held))
+    assert held == [0, 0] and total == p + 1
+    # phase 0 is the forward direction on the first half of the ranks, the reverse on the rest
+    second = rank >= half_ranks
+    return (peak[1], peak[0]) if second else (peak[0], peak[1])
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 16])
+def test_dualpipe_in_flight_matches_the_schedule_of_its_code(p):
+    for chunks in (2 * p, 2 * p + 6):
+        for r in range(p):
+            assert _dualpipe_peaks(p, chunks, r) == dualpipe_in_flight(p, r)
+
+
 def test_dualpipe_layout_holds_two_parameter_copies_and_shrinks_the_bubble():
     g = _graph()
     lay = Layout(p=4, d=2)
     one = evaluate_fixed(_problem(g), lay)
     dual = evaluate_fixed(_problem(g, dualpipe=True), lay)
-    # rank r holds stages r and p - 1 - r: twice a balanced rank's weights and gradients
-    assert dual.memory_breakdown.weights_bytes == pytest.approx(
-        2 * one.memory_breakdown.weights_bytes, rel=0.2
-    )
+    # rank r holds stages r and p - 1 - r: two copies' weights, gradients and optimizer state
+    held = [sum(s.parameters for s in one.stages if s.device == r) for r in range(4)]
+    for r in range(4):
+        mine = [s for s in dual.stages if s.device == r]
+        assert sum(s.parameters for s in mine) == pytest.approx(held[r] + held[3 - r])
+        assert sorted(s.in_flight for s in mine) == sorted(dualpipe_in_flight(4, r))
+    assert dual.memory_breakdown.weights_bytes > 1.5 * one.memory_breakdown.weights_bytes
     ranks = {st.device for st in dual.stages}
     assert ranks == set(range(4)) and len(dual.stages) == 8
     # the rank's load is the mean of its two stages'; the bubble Table 2's
