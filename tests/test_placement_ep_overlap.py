@@ -314,3 +314,11 @@ def test_hf_config_gives_group_limited_routing(tmp_path, extra, groups):
     path.write_text(json.dumps(_DSV3 | extra))
     m = load_hf_config(str(path))
     assert (m.expert_groups, m.routed_groups) == groups
+
+
+def test_the_search_prices_a_dualpipe_problem_as_1f1b():
+    from placement import place
+
+    g = _graph()
+    searched = place(_problem(g, dualpipe=True))
+    assert searched.breakdown == place(_problem(g)).breakdown
