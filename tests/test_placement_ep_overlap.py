@@ -25,15 +25,17 @@ from workloads.moe_ops import expert_tokens
 _CLUSTER = Cluster(devices=128, devices_per_node=8)
 
 
-def _graph(blocks: int = 8, *, groups: tuple[int, int] = (0, 0), fwd: float = 1e-3) -> StageGraph:
+def _graph(
+    blocks: int = 8, *, groups: tuple[int, int] = (0, 0), fwd: float = 1e-3, params: int = 1000
+) -> StageGraph:
     """A chain of MoE blocks (top 8 of 64 experts) between an embedding and a head."""
     block = StageLayer(
         "b",
         fwd,
         2 * fwd,
-        parameters=1000,
+        parameters=params,
         stash_bytes=4e6,
-        expert_parameters=800.0,
+        expert_parameters=0.8 * params,
         dispatch_bytes=8e7,
     )
     layers = (
@@ -55,7 +57,7 @@ def _graph(blocks: int = 8, *, groups: tuple[int, int] = (0, 0), fwd: float = 1e
 
 def _problem(graph: StageGraph, **kw) -> PlacementProblem:
     return PlacementProblem(
-        graphs=(graph,), cluster=_CLUSTER, hbm_bytes=1e12, global_batch=64, **kw
+        **{"graphs": (graph,), "cluster": _CLUSTER, "hbm_bytes": 1e12, "global_batch": 64} | kw
     )
 
 
@@ -319,6 +321,7 @@ def test_hf_config_gives_group_limited_routing(tmp_path, extra, groups):
 def test_the_search_prices_a_dualpipe_problem_as_1f1b():
     from placement import place
 
-    g = _graph()
-    searched = place(_problem(g, dualpipe=True))
-    assert searched.breakdown == place(_problem(g)).breakdown
+    g = _graph(params=10**9)  # 18 GB of state per block: a pipeline is needed to fit
+    searched = place(_problem(g, dualpipe=True, hbm_bytes=80e9))
+    assert searched.layout.p >= 2  # a pipeline, whose bubble DualPipe would change
+    assert searched.breakdown == place(_problem(g, hbm_bytes=80e9)).breakdown
