@@ -109,14 +109,17 @@ def _check(problem: PlacementProblem, lay: Layout, graph: StageGraph) -> int:
             f"{fmt_noun(problem.global_batch, 'sequence')} (every replica runs whole micro-batches)"
         )
     per_pipeline = m // lay.d
-    if _dualpipe(problem, lay) and (
-        lay.v > 1 or lay.p % 2 or per_pipeline % 2 or per_pipeline < 2 * lay.p
-    ):
-        # dualpipe.py DualPipe.step: num_ranks % 2 == 0, num_chunks % 2 == 0,
-        # num_chunks >= num_ranks * 2
+    if _dualpipe(problem, lay) and (lay.v > 1 or lay.p % 2):
+        # dualpipe.py DualPipe.step: num_ranks % 2 == 0 (two model chunks per rank)
         raise ConfigError(
-            f"strategy: DualPipe needs v = 1, an even p and each pipeline's micro-batches even "
-            f"and at least 2 p (got v = {lay.v}, p = {lay.p}, {per_pipeline} micro-batches)"
+            f"strategy: DualPipe needs v = 1 and an even p (got v = {lay.v}, p = {lay.p})"
+        )
+    if _dualpipe(problem, lay) and (per_pipeline % 2 or per_pipeline < 2 * lay.p):
+        # DualPipe.step: num_chunks % 2 == 0 and num_chunks >= num_ranks * 2; a run whose
+        # micro-batch size leaves fewer cannot run (a search over micro-batch sizes skips it)
+        raise Infeasible(
+            f"DualPipe needs each pipeline's micro-batches even and at least 2 p = {2 * lay.p} "
+            f"(got {per_pipeline} at mbs = {lay.mbs}; {lay})"
         )
     if lay.v > 1 and per_pipeline % lay.p:
         # Megatron-LM's interleaved 1F1B schedule refuses this (schedules.py,

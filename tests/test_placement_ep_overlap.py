@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arch_space import Cluster
-from phaze_common.errors import ConfigError
+from phaze_common.errors import ConfigError, Infeasible
 from placement import PlacementProblem, StageEdge, StageGraph, StageLayer
 from placement import network as net
 from placement.ep_cp import a2a_bytes, ep_cp_graph, layer_columns, scaled_columns
@@ -228,8 +228,10 @@ def test_dualpipe_layout_holds_two_parameter_copies_and_shrinks_the_bubble():
 def test_dualpipe_refuses_what_its_code_asserts():
     g = _graph()
     problem = _problem(g, dualpipe=True)
-    with pytest.raises(ConfigError, match="DualPipe"):
+    with pytest.raises(Infeasible, match="DualPipe"):
         evaluate_fixed(problem, Layout(p=4, d=16))  # 4 micro-batches per pipeline < 2 p
+    with pytest.raises(ConfigError, match="DualPipe"):
+        evaluate_fixed(problem, Layout(p=3, d=2))
     profile = framework_profile("megatron-core-2024:pipeline=dualpipe")
     from workloads.framework import layout_refusals
 
