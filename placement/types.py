@@ -436,10 +436,18 @@ class Placement:
         """Devices of the job: every replica's stages (a stage without tensor-parallel
         layers takes one device), each rank counted once."""
         lay = self.layout
-        return lay.d * lay.cp * sum(st.devices for st in self.stages) // lay.v
+        return lay.d * lay.cp * sum(st.devices for st in self.stages) // (lay.v * self._copies)
+
+    @property
+    def _copies(self) -> int:
+        """Stages per chunk: 2 under DualPipe (each chunk on two ranks), else 1."""
+        return max(len(self.stages) // (self.layout.p * self.layout.v), 1)
 
     @property
     def bubble_fraction(self) -> float:
-        """SC21's bubble time over ideal time, ``(p - 1) / (v m')``."""
+        """SC21's bubble time over ideal time, ``(p - 1) / (v m')`` (DualPipe: its bubble over
+        ``m'`` loads)."""
         lay = self.layout
+        if self._copies == 2:
+            return self.breakdown.bubble_s / (self.micro_batches * self.load_s)
         return (lay.p - 1) / (lay.v * self.micro_batches)

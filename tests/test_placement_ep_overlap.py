@@ -221,6 +221,8 @@ def test_dualpipe_layout_holds_two_parameter_copies_and_shrinks_the_bubble():
     assert dual.load_s == pytest.approx(loads[r])
     assert dual.breakdown.bubble_s == pytest.approx((4 / 2 - 1) * (loads[r] - bwd[r] / 2))
     assert dual.breakdown.bubble_s < one.breakdown.bubble_s
+    assert dual.devices_used == one.devices_used == 8
+    assert dual.bubble_fraction == pytest.approx(dual.breakdown.bubble_s / (32 * dual.load_s))
     terms = dual.breakdown
     assert sum(terms.terms().values()) == pytest.approx(terms.iteration_s)
 
