@@ -272,8 +272,7 @@ def _overrides(name: str, text: str) -> dict[str, Any]:
         key, eq, value = (x.strip() for x in part.partition("="))
         if not eq or not key or not value:
             raise ConfigError(
-                f"framework {name!r}: {part!r} must be key=value (e.g. "
-                "megatron-core-2024:ep_overlap=true)"
+                f"{name!r}: {part!r} must be key=value (e.g. megatron-core-2024:ep_overlap=true)"
             )
         try:
             out[key] = tomllib.loads(f"v = {value}")["v"]
