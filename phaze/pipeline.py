@@ -241,6 +241,7 @@ def _energy_rates(
         host_w_per_node=host_w_per_node,
         dispatch_bytes=sum(x.dispatch_bytes for x in variant.graph.layers),
         kv_bytes=sum(x.kv_bytes for x in variant.graph.layers),
+        routing=(variant.graph.top_k, variant.graph.expert_groups, variant.graph.routed_groups),
         # the routed experts of the whole model: each tensor-parallel layer holds 1/t of them
         expert_parameters=sum(
             x.expert_parameters * (variant.graph.tp if x.tensor_parallel else 1)
@@ -449,6 +450,12 @@ def evaluate(
         raise ConfigError(
             f"strategy: cp = {knobs.cp} must divide the sequence of {ctx.seq_len} tokens "
             f"(allowed e.g.: {', '.join(map(str, allowed))})"
+        )
+    if setup.profile.pipeline == "dualpipe" and not all(knobs.given(f) for f in "tpd"):
+        # the search's DP and its bounds price 1F1B; DualPipe is priced layout by layout
+        raise ConfigError(
+            f"strategy: {setup.profile.name}'s DualPipe schedule needs t, p and d given "
+            f"(got {knobs}; e.g. --strategy t=1,p=16,d=128)"
         )
     keys = variant_keys(model, ctx, (knobs.t,) if knobs.given("t") else ())
     if not keys:

@@ -64,4 +64,7 @@ def stage_graph(
         recompute=str(recompute),  # a workloads.Recompute StrEnum becomes its value
         sequence_parallel=sequence_parallel,
         experts=graph.experts,
+        top_k=graph.top_k,
+        expert_groups=graph.expert_groups,
+        routed_groups=graph.routed_groups,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from arch_space.accelerator import Cluster
 from placement.dp_comm import dp_collectives
+from placement.ep_cp import routed_bytes
 from placement.iteration import EnergyRates, IterationEnergy
 from placement.types import Placement
 from workloads.recompute_modules import repeats_attention_core, repeats_dispatch
@@ -68,17 +69,22 @@ def iteration_energy(
     # Four token all-to-alls per MoE block (six when recompute rebuilds the MoE layer),
     # (ep-1)/ep of each device's dispatch bytes leaving it; the K/V ring's cp - 1 chunks per
     # pass, three passes (forward, backward K/V and their gradients; four when recompute
-    # rebuilds the attention core) (:mod:`placement.ep_cp`).
+    # rebuilds the attention core) (:mod:`placement.ep_cp`). With node-limited routing the
+    # copies split between the network and NVLink as the time model sends them
+    # (placement.ep_cp.routed_bytes).
     a2a_count = 6 if repeats_dispatch(lay.recompute) else 4
     a2a_bytes = a2a_count * (ep - 1) / ep * t * rates.dispatch_bytes * micro_batches
+    a2a_j = a2a_bytes * pj_per_bit(links.ep)
+    if rates.routing[2] and links.ep:
+        net_b, nvl_b = routed_bytes(rates.dispatch_bytes, ep, t * cp, cluster, rates.routing)
+        scale = a2a_count * t * micro_batches
+        a2a_j = scale * (float(net_b) * pj_per_bit(True) + float(nvl_b) * pj_per_bit(False))
     ring_count = 4 if repeats_attention_core(lay.recompute) else 3
     ring_bytes = ring_count * (cp - 1) * t * rates.kv_bytes * micro_batches
     # pipeline sends are priced on the data-parallel group's link, as the rings they share
     # a node with (docs/models.md)
     link_j = (
-        (dp + p2p_bytes) * pj_per_bit(links.dp)
-        + a2a_bytes * pj_per_bit(links.ep)
-        + ring_bytes * pj_per_bit(links.cp)
+        (dp + p2p_bytes) * pj_per_bit(links.dp) + a2a_j + ring_bytes * pj_per_bit(links.cp)
     ) * (8 * 1e-12)
     bd = placement.breakdown
     busy_s = min(bd.compute_s + bd.recompute_s, bd.iteration_s)

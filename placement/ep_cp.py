@@ -16,6 +16,27 @@ the backward pass (and in a full recompute), each moving ``(ep - 1) / ep`` of th
 ``alpha + (ep - 1) / ep * bytes / bw``. Megatron-LM's ``alltoall`` dispatcher runs them on
 the critical path, so they count exposed (``ep_comm_s``).
 
+**Node-limited routing** (DeepSeek-V3 report, arXiv:2412.19437 §2.1.2 and §3.2.2; DeepEP's
+internode kernels): with group-limited routing (the graph's ``expert_groups`` and
+``routed_groups``, DeepSeek-V3's ``n_group = 8``, ``topk_group = 4``) a token's ``top_k``
+copies reach at most ``c = min(top_k, routed_groups * ceil(N / expert_groups), N)`` of the
+``N`` nodes the expert group spans. Each token crosses the network once per node it reaches
+(``(N - 1) / N`` of those copies leave its own node) and is forwarded over NVLink inside the
+node to the GPUs holding its experts (``(g - 1) / g`` of the ``top_k`` copies, ``g`` the
+group's ranks per node); DeepEP runs the two at once, so an all-to-all takes
+``alpha_net + max(net_bytes / bw_net, nvlink_bytes / bw_nvlink)`` (:func:`a2a_bytes`). A
+graph without group-limited routing keeps the plain all-to-all above.
+
+**Overlapped all-to-alls** (DeepSeek's DualPipe, report §3.2.1; Megatron-Core's combined
+1F1B, ``--overlap-moe-expert-parallel-comm``, docs "Combined 1F1B: Expert-Parallel
+All-to-All Overlap"): the dispatch and combine of one micro-batch run beside the forward and
+backward compute of another, so per MoE layer the four all-to-alls of a forward and a
+backward overlap that layer's forward and backward compute, which runs on the SMs left to
+it (a share ``s`` of them runs the communication kernels: 20 of 132 in DeepSeek-V3, §3.2.2).
+The pair takes ``max(4 a2a, (fwd + bwd) / (1 - s))``; what exceeds ``fwd + bwd`` is the
+layer's exposed ``ep_comm_s`` (``max(0, 4 a2a - (fwd + bwd))`` with ``s = 0``). A full
+recompute's all-to-alls stay on the critical path.
+
 **Context parallelism** (Liu et al., Ring Attention, arXiv:2310.01889; Megatron-LM
 docs/api-guide/context_parallel.md): the sequence is split into ``cp`` chunks (load-balanced
 for causal masks), so every layer's work, activations and boundary tensors divide by ``cp``;
@@ -46,11 +67,13 @@ from workloads.recompute_modules import repeats_attention_core, repeats_dispatch
 __all__ = [
     "COLUMNS",
     "Variant",
+    "a2a_bytes",
     "all_to_all_s",
     "ep_cp_graph",
     "graph_variants",
     "layer_columns",
     "ring_s",
+    "routed_bytes",
     "scaled_columns",
     "variants",
 ]
@@ -72,6 +95,56 @@ def _all_to_all(nbytes: np.ndarray, n: int, ln: net.Link) -> np.ndarray:
     if n <= 1:
         return np.zeros_like(nbytes)
     return np.where(nbytes > 0, lat + (n - 1) / n * nbytes / bw, 0.0)
+
+
+def a2a_bytes(nbytes, graph: StageGraph, ep: int, cp: int, cluster: Cluster):
+    """(network, NVLink) bytes one device sends in a token all-to-all of ``nbytes`` dispatch
+    bytes (``top_k`` copies of its tokens) over ``graph``'s expert group at ``ep``, ``cp``
+    (see the module docstring; :func:`routed_bytes` with the graph's routing).
+
+    >>> from arch_space import Cluster
+    >>> from placement.types import StageGraph, StageLayer
+    >>> layer = StageLayer("b", 1.0, 2.0, parameters=1, stash_bytes=0.0)
+    >>> g = StageGraph(1, (layer,), (), experts=256, top_k=8, expert_groups=8, routed_groups=4)
+    >>> net_b, nvl_b = a2a_bytes(8.0, g, 64, 1, Cluster(devices=64, devices_per_node=8))
+    >>> float(net_b), float(nvl_b)  # 4 of 8 copies cross, 7/8 of them; 7/8 forwarded
+    (3.5, 7.0)
+    """
+    routing = (graph.top_k, graph.expert_groups, graph.routed_groups)
+    return routed_bytes(nbytes, ep, graph.tp * cp, cluster, routing)
+
+
+def routed_bytes(nbytes, ep: int, stride: int, cluster: Cluster, routing: tuple[int, int, int]):
+    """(network, NVLink) bytes one device sends in a token all-to-all of ``nbytes`` over an
+    expert group of ``ep`` ranks ``stride`` apart, with ``routing`` = (``top_k``,
+    ``expert_groups``, ``routed_groups``). Without group-limited routing every copy that
+    leaves the device rides the group's link: ``(ep - 1) / ep`` of ``nbytes``, all on the
+    network when the group spans nodes. Arrays broadcast."""
+    top_k, expert_groups, routed_groups = routing
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    if ep <= 1:
+        return np.zeros_like(nbytes), np.zeros_like(nbytes)
+    sent = (ep - 1) / ep * nbytes
+    if not cluster.spans_nodes(stride * ep):
+        return np.zeros_like(nbytes), sent
+    if not routed_groups:
+        return sent, np.zeros_like(nbytes)
+    g = int(net.members_per_node(cluster, stride, ep))
+    nodes = -(-ep // g)
+    copies = min(top_k, routed_groups * -(-nodes // expert_groups), nodes)
+    return nbytes / top_k * copies * (nodes - 1) / nodes, nbytes * (g - 1) / g
+
+
+def _a2a_s(nbytes: np.ndarray, graph: StageGraph, ep: int, cp: int, cluster: Cluster):
+    """Time of each all-to-all of ``nbytes``: network and NVLink parts at once, the
+    network's latency when it is used (the group's link otherwise)."""
+    inter, intra = a2a_bytes(nbytes, graph, ep, cp, cluster)
+    bw_net, lat_net = net.link(cluster, inter_node=True)
+    bw_nvl, lat_nvl = net.link(cluster, inter_node=False)
+    crosses = inter > 0
+    lat = np.where(crosses, lat_net, lat_nvl)
+    t = np.where(crosses, np.maximum(inter / bw_net, intra / bw_nvl), intra / bw_nvl)
+    return np.where(nbytes > 0, lat + t, 0.0) if ep > 1 else np.zeros_like(nbytes)
 
 
 def _ring(chunk: np.ndarray, n: int, ln: net.Link) -> np.ndarray:
@@ -109,12 +182,22 @@ def layer_columns(graph: StageGraph) -> dict[str, np.ndarray]:
 
 
 def scaled_columns(
-    cols: dict[str, np.ndarray], graph: StageGraph, ep: int, cp: int, cluster: Cluster
+    cols: dict[str, np.ndarray],
+    graph: StageGraph,
+    ep: int,
+    cp: int,
+    cluster: Cluster,
+    overlap: float | None = None,
 ) -> dict[str, np.ndarray]:
     """The columns of ``graph``'s layers (at ``ep = cp = 1``) with ``ep`` expert- and ``cp``
-    context-parallel ranks (see the module docstring)."""
-    groups = Layout(t=graph.tp, ep=ep, cp=cp).groups  # the expert and context groups' spans
-    a2a = _all_to_all(cols["dispatch_bytes"] / cp, ep, net.group_link(cluster, groups.ep))
+    context-parallel ranks (see the module docstring). ``overlap``: the all-to-alls run
+    beside another micro-batch's compute, which keeps ``1 - overlap`` of the SMs (None: on
+    the critical path)."""
+    groups = Layout(t=graph.tp, ep=ep, cp=cp).groups  # the context group's span
+    if graph.routed_groups:
+        a2a = _a2a_s(cols["dispatch_bytes"] / cp, graph, ep, cp, cluster)
+    else:
+        a2a = _all_to_all(cols["dispatch_bytes"] / cp, ep, net.group_link(cluster, groups.ep))
     ring = _ring(cols["kv_bytes"] / cp, cp, net.group_link(cluster, groups.cp))
     fwd, bwd, rec = cols["fwd_s"] / cp, cols["bwd_s"] / cp, cols["recompute_s"] / cp
     none = np.zeros_like(fwd)
@@ -122,11 +205,16 @@ def scaled_columns(
     cp_b = np.maximum(2.0 * ring - bwd, 0.0)
     cp_r = np.maximum(ring - rec, 0.0) if repeats_attention_core(graph.recompute) else none
     ep_r = 2.0 * a2a if repeats_dispatch(graph.recompute) else none
+    ep_f = ep_b = 2.0 * a2a
+    if overlap is not None:  # the layer's forward and backward beside four all-to-alls
+        hidden = fwd + bwd
+        paired = np.maximum(4.0 * a2a, hidden / (1.0 - overlap))
+        ep_f = ep_b = np.where(a2a > 0, paired - hidden, 0.0) / 2.0
     expert = cols["expert_parameters"] / ep
     return {
         **cols,
-        "fwd_s": fwd + 2.0 * a2a + cp_f,
-        "bwd_s": bwd + 2.0 * a2a + cp_b,
+        "fwd_s": fwd + ep_f + cp_f,
+        "bwd_s": bwd + ep_b + cp_b,
         "recompute_s": rec + ep_r + cp_r,
         "parameters": cols["parameters"] - cols["expert_parameters"] + expert,
         "expert_parameters": expert,
@@ -135,19 +223,22 @@ def scaled_columns(
         "dispatch_bytes": cols["dispatch_bytes"] / cp,
         "kv_bytes": cols["kv_bytes"] / cp,
         "tp_comm_s": cols["tp_comm_s"] / cp,
-        "ep_comm_s": 4.0 * a2a,
+        "ep_comm_s": ep_f + ep_b,
         "cp_comm_s": cp_f + cp_b,
     }
 
 
-def ep_cp_graph(graph: StageGraph, ep: int, cp: int, cluster: Cluster) -> StageGraph:
+def ep_cp_graph(
+    graph: StageGraph, ep: int, cp: int, cluster: Cluster, overlap: float | None = None
+) -> StageGraph:
     """``graph`` (at ``ep = cp = 1``) with ``ep`` expert- and ``cp`` context-parallel ranks
-    (see the module docstring); ``graph`` itself when both are 1."""
+    (see the module docstring; ``overlap`` as in :func:`scaled_columns`); ``graph`` itself
+    when both are 1."""
     if ep == 1 and cp == 1:
         return graph
     if (graph.ep, graph.cp) != (1, 1):
         raise ValueError(f"graph is already at ep={graph.ep}, cp={graph.cp}")
-    cols = scaled_columns(layer_columns(graph), graph, ep, cp, cluster)
+    cols = scaled_columns(layer_columns(graph), graph, ep, cp, cluster, overlap)
     values = np.stack([cols[k] for k in _CHANGED], axis=1).tolist()
     return replace(
         graph,
@@ -167,7 +258,8 @@ class Variant:
     ``columns`` and the edges' ``(src, dst, bytes)`` at those degrees) at once, its
     :class:`StageGraph` only when asked (:attr:`graph`, from :func:`ep_cp_graph`), as a
     search builds few of them. ``cluster`` (None for a graph at its own degrees) sets the
-    all-to-all and ring links.
+    all-to-all and ring links; ``overlap`` whether the all-to-alls overlap compute
+    (:func:`scaled_columns`).
     """
 
     base: StageGraph
@@ -176,6 +268,7 @@ class Variant:
     cluster: Cluster | None
     columns: dict[str, np.ndarray]
     edges: tuple[tuple[int, int, float], ...]
+    overlap: float | None = None
 
     @classmethod
     def at(
@@ -185,16 +278,23 @@ class Variant:
         cp: int,
         cluster: Cluster | None,
         columns: dict[str, np.ndarray] | None = None,
+        overlap: float | None = None,
     ) -> Variant:
         """``base`` at (``ep``, ``cp``); ``columns`` are ``base``'s if already read."""
         cols = layer_columns(base) if columns is None else columns
         at_base = (ep, cp) == (base.ep, base.cp)
         if not at_base:
-            cols = scaled_columns(cols, base, ep, cp, cluster)
+            cols = scaled_columns(cols, base, ep, cp, cluster, overlap)
         split = 1 if at_base else cp  # a boundary message splits over the cp ranks
         edges = sorted(base.edges, key=lambda e: (e.src, e.dst))
         return cls(
-            base, ep, cp, cluster, cols, tuple((e.src, e.dst, e.bytes / split) for e in edges)
+            base,
+            ep,
+            cp,
+            cluster,
+            cols,
+            tuple((e.src, e.dst, e.bytes / split) for e in edges),
+            overlap,
         )
 
     @classmethod
@@ -227,7 +327,7 @@ class Variant:
         """The variant's stage graph, built on first use."""
         if (self.ep, self.cp) == (self.base.ep, self.base.cp):
             return self.base
-        return ep_cp_graph(self.base, self.ep, self.cp, self.cluster)
+        return ep_cp_graph(self.base, self.ep, self.cp, self.cluster, self.overlap)
 
 
 def variants(problem: PlacementProblem) -> tuple[Variant, ...]:
@@ -235,7 +335,10 @@ def variants(problem: PlacementProblem) -> tuple[Variant, ...]:
     out = []
     for g in problem.graphs:
         cols = layer_columns(g)
-        out += [Variant.at(g, ep, cp, problem.cluster, cols) for ep, cp in _degrees(problem, g)]
+        out += [
+            Variant.at(g, ep, cp, problem.cluster, cols, problem.a2a_overlap)
+            for ep, cp in _degrees(problem, g)
+        ]
     _check(problem, out)
     return tuple(out)
 
@@ -246,7 +349,9 @@ def graph_variants(problem: PlacementProblem) -> tuple[StageGraph, ...]:
     degrees than 1 stay as they are; each graph stays at ``ep = cp = 1``, fitting or not,
     so the search can say why it does not)."""
     out = [
-        ep_cp_graph(g, ep, cp, problem.cluster) if (g.ep, g.cp) == (1, 1) else g
+        ep_cp_graph(g, ep, cp, problem.cluster, problem.a2a_overlap)
+        if (g.ep, g.cp) == (1, 1)
+        else g
         for g in problem.graphs
         for ep, cp in _degrees(problem, g)
     ]

@@ -21,7 +21,11 @@ and optimizer state, the largest workspace, and the activations of the micro-bat
 flight: ``p - r`` under 1F1B, and under interleaving
 ``min(2 (p - r - 1) + (v - 1) p + 1, m' v)`` chunk activations (Megatron-LM's warm-up count,
 ``megatron/core/pipeline_parallel/schedules.py``), each ``1/v`` of the rank's stash on average.
-Expert (``ep``) and context (``cp``) parallelism change the layers
+Under DualPipe (``problem.dualpipe``, ``p >= 2``) chunk ``c`` runs on rank ``c`` for the
+micro-batches entering at the first rank and on rank ``p - 1 - c`` for those entering at the
+last: each rank holds two stages (their parameters both), each with half the micro-batches
+(its figures per micro-batch halved) and its own in-flight count
+(:func:`placement.pipelining.dualpipe_in_flight`). Expert (``ep``) and context (``cp``) parallelism change the layers
 (:func:`placement.ep_cp.ep_cp_graph`); the job uses ``t * p * d * cp`` devices.
 """
 
@@ -37,7 +41,7 @@ from placement.dp_comm import embedding_allreduce_s
 from placement.ep_cp import ep_cp_graph
 from placement.iteration import assemble, stage_memory
 from placement.layout import Layout
-from placement.pipelining import in_flight
+from placement.pipelining import dualpipe_in_flight, in_flight
 from placement.search import gib
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
@@ -80,7 +84,7 @@ def _ep_cp(problem: PlacementProblem, g: StageGraph, lay: Layout) -> StageGraph:
         if (g.ep, g.cp) != (lay.ep, lay.cp):
             raise ConfigError(f"strategy: the graph is at ep={g.ep}, cp={g.cp}")
         return g
-    return ep_cp_graph(g, lay.ep, lay.cp, problem.cluster)
+    return ep_cp_graph(g, lay.ep, lay.cp, problem.cluster, problem.a2a_overlap)
 
 
 def _check(problem: PlacementProblem, lay: Layout, graph: StageGraph) -> int:
@@ -105,6 +109,18 @@ def _check(problem: PlacementProblem, lay: Layout, graph: StageGraph) -> int:
             f"{fmt_noun(problem.global_batch, 'sequence')} (every replica runs whole micro-batches)"
         )
     per_pipeline = m // lay.d
+    if _dualpipe(problem, lay) and (lay.v > 1 or lay.p % 2):
+        # dualpipe.py DualPipe.step: num_ranks % 2 == 0 (two model chunks per rank)
+        raise ConfigError(
+            f"strategy: DualPipe needs v = 1 and an even p (got v = {lay.v}, p = {lay.p})"
+        )
+    if _dualpipe(problem, lay) and (per_pipeline % 2 or per_pipeline < 2 * lay.p):
+        # DualPipe.step: num_chunks % 2 == 0 and num_chunks >= num_ranks * 2; a run whose
+        # micro-batch size leaves fewer cannot run (a search over micro-batch sizes skips it)
+        raise Infeasible(
+            f"DualPipe needs each pipeline's micro-batches even and at least 2 p = {2 * lay.p} "
+            f"(got {per_pipeline} at mbs = {lay.mbs}; {lay})"
+        )
     if lay.v > 1 and per_pipeline % lay.p:
         # Megatron-LM's interleaved 1F1B schedule refuses this (schedules.py,
         # forward_backward_pipelining_with_interleaving)
@@ -114,6 +130,29 @@ def _check(problem: PlacementProblem, lay: Layout, graph: StageGraph) -> int:
             f"p = {lay.p} (Megatron-LM's interleaved schedule)"
         )
     return per_pipeline
+
+
+def _dualpipe(problem: PlacementProblem, lay: Layout) -> bool:
+    """Does ``lay`` run DualPipe (the problem's schedule, with a pipeline to run it on)?"""
+    return problem.dualpipe and lay.p >= 2
+
+
+def _rank_chunks(
+    problem: PlacementProblem, lay: Layout, per_pipeline: int
+) -> list[list[tuple[int, float, float]]]:
+    """Per pipeline rank, its chunks as (chunk, micro-batches in flight, share of the
+    micro-batches it runs)."""
+    p, v = lay.p, lay.v
+    if _dualpipe(problem, lay):
+        out = []
+        for r in range(p):
+            own, mirror = dualpipe_in_flight(p, r)
+            out.append([(r, float(own), 0.5), (p - 1 - r, float(mirror), 0.5)])
+        return out
+    return [
+        [(c, float(in_flight(p, r, v, per_pipeline)), 1.0) for c in range(p * v) if c % p == r]
+        for r in range(p)
+    ]
 
 
 def evaluate_fixed(
@@ -146,7 +185,7 @@ def evaluate_fixed(
         problem.p2p_gathers,
     )
     stages = _stages(problem, graph, lay, parts, link, per_pipeline)
-    firsts = [graph.layers[i] for c in range(0, lay.chunks, lay.p) for i in parts[c]]
+    firsts = [graph.layers[i] for c, _, _ in _rank_chunks(problem, lay, 1)[0] for i in parts[c]]
     placement = assemble(
         problem,
         graph,
@@ -173,18 +212,19 @@ def _stages(
     link: net.Link,
     per_pipeline: int,
 ) -> tuple[Stage, ...]:
-    """The stages of the chunks ``parts``, chunk ``c`` on rank ``c mod p``, in layer order.
+    """The stages of the chunks ``parts``, chunk ``c`` on rank ``c mod p`` (under DualPipe
+    also on rank ``p - 1 - c``), in layer order.
 
-    A rank's chunks share its in-flight count; its largest workspace and (ZeRO-3) its
-    largest gathered layer count once, on one of its chunks; a chunk after the first keeps a
-    copy of the tied weights of its layers.
+    A rank's chunks share its in-flight count (DualPipe: each its own); its largest
+    workspace and (ZeRO-3) its largest gathered layer count once, on one of its chunks; a
+    chunk after the first keeps a copy of the tied weights of its layers.
     """
-    p, v = lay.p, lay.v
+    v = lay.v
     pos = {i: c for c, layers in enumerate(parts) for i in layers}
     crossing = [e for e in graph.edges if pos[e.src] != pos[e.dst]]
     stages = []
-    for r in range(p):
-        mine = [c for c in range(p * v) if c % p == r]
+    for r, held in enumerate(_rank_chunks(problem, lay, per_pipeline)):
+        mine = [c for c, _, _ in held]
         ws = [max((graph.layers[i].workspace_bytes for i in parts[c]), default=0.0) for c in mine]
         top = int(np.argmax(ws))
         big = [
@@ -195,8 +235,7 @@ def _stages(
             for c in mine
         ]
         widest = int(np.argmax(big))
-        flight = float(in_flight(p, r, v, per_pipeline))
-        for j, c in enumerate(mine):
+        for j, (c, flight, share) in enumerate(held):
             layers = [graph.layers[i] for i in parts[c]]
             compute = sum(x.fwd_s + x.bwd_s + x.recompute_s for x in layers)
             p2p = sum(net.p2p_s(e.bytes, link) for e in crossing if c in (pos[e.src], pos[e.dst]))
@@ -215,18 +254,19 @@ def _stages(
                 Stage(
                     layers=parts[c],
                     devices=lay.t if any(x.tensor_parallel for x in layers) else 1,
-                    load_s=compute + p2p,
-                    compute_s=compute,
-                    p2p_s=p2p,
+                    load_s=share * (compute + p2p),
+                    compute_s=share * compute,
+                    p2p_s=share * p2p,
                     memory_bytes=stage_memory(
                         problem, d=lay.d, zero=lay.zero, ep=lay.ep, cp=lay.cp, **memory
                     ).total_bytes,
                     device=r,
-                    recompute_s=sum(x.recompute_s for x in layers),
-                    tp_comm_s=sum(x.tp_comm_s for x in layers),
-                    ep_comm_s=sum(x.ep_comm_s for x in layers),
-                    cp_comm_s=sum(x.cp_comm_s for x in layers),
+                    recompute_s=share * sum(x.recompute_s for x in layers),
+                    tp_comm_s=share * sum(x.tp_comm_s for x in layers),
+                    ep_comm_s=share * sum(x.ep_comm_s for x in layers),
+                    cp_comm_s=share * sum(x.cp_comm_s for x in layers),
                     tied_parameters=tied,
+                    bwd_s=share * sum(x.bwd_s for x in layers),
                     **memory,
                 )
             )

@@ -18,7 +18,9 @@ per pipeline,
 its data-parallel all-reduce is the exposed one; the optimizer step follows it, and a
 precision recipe that caches fp8 weight copies casts them afresh once, from its weights:
 ``weight_refresh``, counted in ``optimizer_s``; the first forward pass of each of the ``p``
-stages carries its own cast, which the warm-up chains, and only one is counted). The steady
+stages carries its own cast, which the warm-up chains, and only one is counted). Under DualPipe
+(``problem.dualpipe``) the bubble is :func:`placement.pipelining.dualpipe_bubble_s` of the
+bottleneck rank's load and backward time instead. The steady
 part ``L * m'`` splits into the bottleneck device's compute, recompute, exposed
 tensor-parallel collectives and pipeline receives; ``L * (p - 1) / v`` is the bubble.
 Tensor-parallel collectives are scheduled inside the layer times the caller's op model
@@ -56,7 +58,7 @@ import numpy as np
 
 from placement.dp_comm import WEIGHT_BYTES, dp_time, shard_unit, sharded_parameters
 from placement.layout import Layout
-from placement.pipelining import bubble_s, pipeline_s
+from placement.pipelining import bubble_s, dualpipe_bubble_s, pipeline_s
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
 __all__ = [
@@ -159,7 +161,9 @@ class EnergyRates:
     stage boundary per micro-batch; ``host_w_per_node`` is a host server's power under load.
     ``dispatch_bytes`` and ``kv_bytes`` sum the layers' token all-to-all and K/V bytes per
     micro-batch per device at ``ep = cp = 1`` (what expert and context parallelism move);
-    ``expert_parameters`` is the routed experts' part of ``model_parameters``.
+    ``expert_parameters`` is the routed experts' part of ``model_parameters``; ``routing``
+    the graph's (``top_k``, ``expert_groups``, ``routed_groups``), which splits the
+    all-to-alls' bytes between the network and NVLink (:func:`placement.ep_cp.routed_bytes`).
     """
 
     compute_j: float
@@ -174,6 +178,7 @@ class EnergyRates:
     dispatch_bytes: float = 0.0
     kv_bytes: float = 0.0
     expert_parameters: float = 0.0
+    routing: tuple[int, int, int] = (1, 0, 0)
 
 
 def state_split(
@@ -270,8 +275,9 @@ def assemble(
     """
     p, v, d = layout.p, layout.v, layout.d
     assert p == 1 + max(st.device for st in stages), "the stages must fill the p ranks"
-    # per rank: load, compute, recompute, exposed TP, EP, CP collectives, pipeline receives
-    per = np.zeros((7, p))
+    # per rank: load, compute, recompute, exposed TP, EP, CP collectives, pipeline
+    # receives, backward passes
+    per = np.zeros((8, p))
     memory = [DeviceMemory(0.0, 0.0, 0.0, 0.0, 0.0)] * p
     for st in stages:
         per[:, st.device] += (
@@ -282,6 +288,7 @@ def assemble(
             st.ep_comm_s,
             st.cp_comm_s,
             st.p2p_s,
+            st.bwd_s,
         )
         memory[st.device] = memory[st.device] + stage_memory(
             problem,
@@ -297,7 +304,7 @@ def assemble(
             cp=graph.cp,
         )
     r = int(np.argmax(per[0]))
-    load, comp, recomp, tpc, epc, cpc, comm = (float(x) for x in per[:, r])
+    load, comp, recomp, tpc, epc, cpc, comm, bwd = (float(x) for x in per[:, r])
     dp = dp_time(
         problem,
         graph.tp,
@@ -313,6 +320,11 @@ def assemble(
     )
     dp_comm, optimizer = float(dp.exposed_s[0]), float(dp.step_s[0])
     m = micro_batches
+    if problem.dualpipe and p >= 2:
+        bubble = float(dualpipe_bubble_s(load, bwd, p))
+        pipeline = m * load + bubble
+    else:
+        bubble, pipeline = bubble_s(load, p, v), pipeline_s(load, m, p, v)
     breakdown = IterationTime(
         compute_s=m * (comp - recomp - tpc - epc - cpc),
         recompute_s=m * recomp,
@@ -320,11 +332,11 @@ def assemble(
         ep_comm_exposed_s=m * epc,
         cp_comm_exposed_s=m * cpc,
         pp_comm_exposed_s=m * comm,
-        bubble_s=bubble_s(load, p, v),
+        bubble_s=bubble,
         dp_comm_exposed_s=dp_comm,
         embedding_comm_exposed_s=embedding_comm_s,
         optimizer_s=optimizer,
-        iteration_s=pipeline_s(load, m, p, v) + dp_comm + embedding_comm_s + optimizer,
+        iteration_s=pipeline + dp_comm + embedding_comm_s + optimizer,
     )
     return Placement(
         layout=layout,

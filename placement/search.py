@@ -336,9 +336,13 @@ def place(
     Stage boundaries use inter-node links when the job spans nodes. A second, small DP keeps
     every job inside one node (intra-node links) for the variants whose one-node lower bound
     ``m * sum(layer times) / devices_per_node`` could beat the best so far, so adding devices
-    never makes the answer worse.
+    never makes the answer worse. The DP prices 1F1B, so a ``dualpipe`` problem is searched
+    (and its placement priced) as 1F1B: DualPipe is priced layout by layout
+    (:func:`placement.fixed.evaluate_fixed`).
     """
     start = time.perf_counter()
+    if problem.dualpipe:
+        problem = replace(problem, dualpipe=False)
     cl = problem.cluster
     graphs = variants(problem)
     found, reasons = _run(problem, list(enumerate(graphs)), method, cl.devices, limit_s)

@@ -168,6 +168,8 @@ class StageGraph:
     ``experts`` counts the model's MoE experts per block (1: dense); ``ep`` and ``cp`` are
     the expert- and context-parallel degrees the figures are for
     (:func:`placement.ep_cp.ep_cp_graph` makes such a variant from one at ``ep = cp = 1``).
+    ``top_k`` is the experts a token is routed to; ``expert_groups`` and ``routed_groups``
+    its group-limited routing (0: none; :func:`placement.ep_cp.a2a_bytes`).
     """
 
     tp: int
@@ -179,6 +181,9 @@ class StageGraph:
     experts: int = 1
     ep: int = 1
     cp: int = 1
+    top_k: int = 1
+    expert_groups: int = 0
+    routed_groups: int = 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -266,7 +271,11 @@ class PlacementProblem:
     cluster's links alone), which prices the data-parallel collectives and the pipeline's
     sends (:func:`placement.network.measured_link`). ``collective_compute_share`` is the
     share of the device's compute a data-parallel collective holds while it runs hidden
-    behind compute (:func:`placement.dp_comm.dp_terms`; 0: none).
+    behind compute (:func:`placement.dp_comm.dp_terms`; 0: none). ``ep_overlap`` runs the
+    token all-to-alls of expert parallelism beside another micro-batch's compute, which
+    keeps ``1 - comm_sm_share`` of the SMs (:func:`placement.ep_cp.scaled_columns`).
+    ``dualpipe`` prices complete layouts under DeepSeek's DualPipe schedule
+    (:mod:`placement.pipelining`) instead of 1F1B.
     """
 
     graphs: tuple[StageGraph, ...]
@@ -292,9 +301,15 @@ class PlacementProblem:
     collective_compute_share: float = 0.0
     p2p_sends: float = 1.0
     p2p_gathers: float = 1.0
+    ep_overlap: bool = False
+    comm_sm_share: float = 0.0
+    dualpipe: bool = False
 
     def __post_init__(self) -> None:
         problems = []
+        share = self.comm_sm_share
+        if not (isinstance(share, int | float) and 0.0 <= share < 1.0):
+            problems.append(f"placement problem: comm_sm_share = {share!r} must be in [0, 1)")
         for name in ("ep_degrees", "cp_degrees"):
             value = getattr(self, name)
             if not (
@@ -345,6 +360,11 @@ class PlacementProblem:
             )
         _raise(problems)
 
+    @property
+    def a2a_overlap(self) -> float | None:
+        """The SM share the overlapped all-to-alls take from compute (None: not overlapped)."""
+        return float(self.comm_sm_share) if self.ep_overlap else None
+
     def overlaps_p2p(self, v: int) -> bool:
         """Do the pipeline's sends run beside compute with ``v`` virtual stages per rank?"""
         return self.p2p_overlap and (v >= 2 or not self.p2p_overlap_interleaved_only)
@@ -363,7 +383,8 @@ class Stage:
     :func:`placement.iteration.stage_memory`. ``ep_comm_s`` and ``cp_comm_s`` are the
     exposed token all-to-alls and K/V ring transfers inside ``compute_s``.
     ``tied_parameters`` is the part of ``parameters`` that copies the first stage's tied
-    weights (:class:`StageLayer`).
+    weights (:class:`StageLayer`). ``bwd_s`` is the backward passes' part of ``compute_s``
+    (DualPipe's bubble reads it, :func:`placement.pipelining.dualpipe_bubble_s`).
     """
 
     layers: tuple[int, ...]
@@ -384,6 +405,7 @@ class Stage:
     ep_comm_s: float = 0.0
     cp_comm_s: float = 0.0
     tied_parameters: float = 0.0
+    bwd_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,10 +436,18 @@ class Placement:
         """Devices of the job: every replica's stages (a stage without tensor-parallel
         layers takes one device), each rank counted once."""
         lay = self.layout
-        return lay.d * lay.cp * sum(st.devices for st in self.stages) // lay.v
+        return lay.d * lay.cp * sum(st.devices for st in self.stages) // (lay.v * self._copies)
+
+    @property
+    def _copies(self) -> int:
+        """Stages per chunk: 2 under DualPipe (each chunk on two ranks), else 1."""
+        return max(len(self.stages) // (self.layout.p * self.layout.v), 1)
 
     @property
     def bubble_fraction(self) -> float:
-        """SC21's bubble time over ideal time, ``(p - 1) / (v m')``."""
+        """SC21's bubble time over ideal time, ``(p - 1) / (v m')`` (DualPipe: its bubble over
+        ``m'`` loads)."""
         lay = self.layout
+        if self._copies == 2:
+            return self.breakdown.bubble_s / (self.micro_batches * self.load_s)
         return (lay.p - 1) / (lay.v * self.micro_batches)

@@ -45,6 +45,7 @@ def test_the_profiles():
         "deepspeed-2022",
         "fsdp2-2024",
         "fsdp1-2023",
+        "deepseek-2024",
     )
     m = framework_profile("megatron-2022")
     assert m.tp_overlap == {CommRole.COLUMN_BACKWARD} and not m.dp_overlap

@@ -333,6 +333,8 @@ def test_random_shapes_match_the_module_tree_and_the_flops_closed_form(
         "v_head_dim": vd,
         "n_routed_experts": experts,
         "num_experts_per_tok": top_k,
+        "n_group": 1,  # no group limit: the router's groups must divide the experts
+        "topk_group": 1,
         "n_shared_experts": shared,
         "first_k_dense_replace": dense,
         "num_hidden_layers": dense + moe_layers,

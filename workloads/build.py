@@ -191,4 +191,7 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
         edges=edges,
         op_graphs=MappingProxyType(graphs),
         experts=model.experts,
+        top_k=model.top_k,
+        expert_groups=model.expert_groups,
+        routed_groups=model.routed_groups,
     )

@@ -69,9 +69,10 @@ CROSS_ENTROPY_KERNELS: Final = ("fused", "unfused-fp32")
 #: fusion) or ``unfused``, its own kernel reading and writing the FFN's hidden tensor (eager
 #: PyTorch's ``nn.GELU``); a gated FFN's activation is its own op either way.
 ACTIVATION_KERNELS: Final = ("fused", "unfused")
-#: The pipeline schedules a stack runs: none, 1F1B without virtual stages, or 1F1B with
-#: Megatron's interleaved virtual stages (and the plain 1F1B beside it).
-PIPELINE_SCHEDULES: Final = ("none", "1f1b", "interleaved")
+#: The pipeline schedules a stack runs: none, 1F1B without virtual stages, 1F1B with
+#: Megatron's interleaved virtual stages (and the plain 1F1B beside it), or DeepSeek's
+#: bidirectional DualPipe (:mod:`placement.pipelining`).
+PIPELINE_SCHEDULES: Final = ("none", "1f1b", "interleaved", "dualpipe")
 #: When a stack overlaps the pipeline's sends with compute: never, always, or only with
 #: virtual stages (Megatron-Core's ``overlap_p2p_comm``).
 P2P_OVERLAP: Final = ("never", "always", "interleaved")
@@ -99,7 +100,9 @@ class FrameworkProfile:
     scatters its output back (llm-foundry's ``flash_attn_fn``);
     ``p2p_sends`` and ``p2p_gathers`` what one stage runs in turn per pipeline boundary per
     micro-batch: sends of the boundary tensor (its ``1/t`` slice) and all-gathers of it
-    (1 and 1: Megatron's paired sends; :attr:`placement.types.PlacementProblem.p2p_sends`).
+    (1 and 1: Megatron's paired sends; :attr:`placement.types.PlacementProblem.p2p_sends`);
+    ``ep_overlap``: the expert-parallel all-to-alls of one micro-batch run beside another's
+    compute, which keeps ``1 - comm_sm_share`` of the SMs (:mod:`placement.ep_cp`).
     """
 
     name: str
@@ -119,6 +122,8 @@ class FrameworkProfile:
     attention_unpad: bool = False
     p2p_sends: float = 1.0
     p2p_gathers: float = 1.0
+    ep_overlap: bool = False
+    comm_sm_share: float = 0.0
 
     @property
     def fused_attention(self) -> bool:
@@ -150,6 +155,8 @@ _KNOWN_KEYS: Final = frozenset(
         "attention_unpad",
         "p2p_sends",
         "p2p_gathers",
+        "ep_overlap",
+        "comm_sm_share",
     }
 )
 
@@ -188,6 +195,11 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     _choice(name, "activation", activation, ACTIVATION_KERNELS, problems)
     unpad = table.get("attention_unpad", False)
     _choice(name, "attention_unpad", unpad, (False, True), problems)
+    ep_overlap = table.get("ep_overlap", False)
+    _choice(name, "ep_overlap", ep_overlap, (False, True), problems)
+    share = table.get("comm_sm_share", 0.0)
+    if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share < 1):
+        problems.append(f"{_DATA_FILE} [{name}]: comm_sm_share = {share!r} must be in [0, 1)")
     zeros = tuple(table.get("zero_stages", _ZERO_STAGES))
     if not zeros or any(z not in _ZERO_STAGES or isinstance(z, bool) for z in zeros):
         problems.append(
@@ -220,6 +232,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         attention_unpad=bool(unpad),
         p2p_sends=float(numbers["p2p_sends"]),
         p2p_gathers=float(numbers["p2p_gathers"]),
+        ep_overlap=bool(ep_overlap),
+        comm_sm_share=float(share) if isinstance(share, int | float) else 0.0,
     )
 
 
@@ -234,11 +248,37 @@ def framework_names() -> tuple[str, ...]:
 
 
 def framework_profile(name: str) -> FrameworkProfile:
-    """The profile called ``name``; an unknown name lists the known ones."""
+    """The profile called ``name``; an unknown name lists the known ones.
+
+    ``base:key=value,...`` is profile ``base`` with the keys of ``frameworks.toml`` given
+    (``megatron-core-2024:ep_overlap=true`` runs Megatron-Core's expert-parallel all-to-all
+    overlap); values are ``true``, ``false``, numbers or names.
+    """
+    base, _, changes = str(name).partition(":")
     try:
-        return _profiles()[name]
+        profile = _profiles()[base]
     except (KeyError, TypeError):
-        raise unknown_name("framework profile", str(name), _profiles()) from None
+        raise unknown_name("framework profile", base, _profiles()) from None
+    if not changes:
+        return profile
+    table = {**_data()[base], **_overrides(name, changes)}
+    return profile_from_mapping(name, table)
+
+
+def _overrides(name: str, text: str) -> dict[str, Any]:
+    """The ``key=value`` pairs of a profile override, values read as TOML scalars."""
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        key, eq, value = (x.strip() for x in part.partition("="))
+        if not eq or not key or not value:
+            raise ConfigError(
+                f"{name!r}: {part!r} must be key=value (e.g. megatron-core-2024:ep_overlap=true)"
+            )
+        try:
+            out[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = value  # a bare name: pipeline=dualpipe
+    return out
 
 
 def _share(op: Op) -> Op:
@@ -278,6 +318,8 @@ def layout_refusals(profile: FrameworkProfile, *, p: int, v: int, zero: int) -> 
     out = []
     if p > 1 and profile.pipeline == "none":
         out.append(f"pipeline: {profile.name} runs no pipeline parallelism (p = 1; got p = {p})")
+    if p > 1 and p % 2 and profile.pipeline == "dualpipe":
+        out.append(f"pipeline: DualPipe runs an even number of stages (got p = {p})")
     if v > 1 and profile.pipeline != "interleaved":
         out.append(
             f"interleaving: {profile.name}'s pipeline schedule has no virtual stages "
@@ -294,6 +336,11 @@ def search_exclusions(profile: FrameworkProfile) -> tuple[str, ...]:
     out = []
     if profile.pipeline == "none":
         out.append(f"pipeline: {profile.name} runs no pipeline parallelism: only p = 1")
+    elif profile.pipeline == "dualpipe":
+        out.append(
+            f"pipeline: {profile.name}'s DualPipe schedule is priced for strategies giving "
+            "t, p and d (even p, each pipeline's micro-batches even and at least 2 p)"
+        )
     elif profile.pipeline == "1f1b":
         out.append(
             f"interleaving: {profile.name}'s 1F1B schedule has no virtual stages: only v = 1"

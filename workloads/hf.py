@@ -324,6 +324,7 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
         expert_ffn_hidden=r.size("moe_intermediate_size", "expert_ffn_hidden") if moe else None,
         shared_experts=(r.get("n_shared_experts", 0, check=_is_count) or 0) if moe else 0,
         dense_layers=(r.get("first_k_dense_replace", 0, check=_is_count) or 0) if moe else 0,
+        **(_routing_groups(r) if moe else {}),
         q_lora_rank=r.size("q_lora_rank", "q_lora_rank", None),
         kv_lora_rank=r.size("kv_lora_rank", "kv_lora_rank"),
         qk_nope_head_dim=r.size("qk_nope_head_dim", "qk_nope_head_dim"),
@@ -333,6 +334,19 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
         biases=False,
         dropout=_dropout(r.get("attention_dropout", 0.0)),
     )
+
+
+def _routing_groups(r: _Reader) -> dict[str, int]:
+    """Group-limited routing (``expert_groups``, ``routed_groups``) from ``n_group`` and
+    ``topk_group``: each token's experts come from at most ``topk_group`` of the ``n_group``
+    expert groups (DeepSeek-V2's device-limited and V3's node-limited routing,
+    ``DeepseekV3TopkRouter`` / ``MoEGate`` in modeling_deepseek.py); none when the config has
+    one group or ``topk_method = "greedy"`` (V2-Lite: no group limit)."""
+    groups = r.get("n_group", 1, check=_is_pos_int)
+    routed = r.get("topk_group", groups, check=_is_pos_int)
+    if r.get("topk_method", "") == "greedy" or not _is_pos_int(groups) or groups <= 1:
+        return {}
+    return {"expert_groups": groups, "routed_groups": routed}
 
 
 def _is_count(v: Any) -> bool:

@@ -50,6 +50,8 @@ def _llama_like_fields(m: Model, drop: float) -> dict[str, Any]:
                 "n_shared_experts": m.shared_experts,
                 "first_k_dense_replace": m.dense_layers,
             }
+            if m.expert_groups:
+                data |= {"n_group": m.expert_groups, "topk_group": m.routed_groups}
     elif m.ffn_kind is FfnKind.GEGLU:
         data = {
             "model_type": "gemma2" if m.block_norms == 4 else "gemma",

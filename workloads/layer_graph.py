@@ -76,13 +76,18 @@ class PassGraphs:
 @dataclass(frozen=True, slots=True)
 class LayerGraph:
     """All layers of a model at tensor-parallel width ``tp``, in topological order;
-    ``experts`` counts the model's MoE experts per block (1: dense)."""
+    ``experts`` counts the model's MoE experts per block (1: dense), ``top_k`` the experts
+    a token is routed to; ``expert_groups`` and ``routed_groups`` its group-limited routing
+    (:class:`workloads.model.Model`; 0: none)."""
 
     tp: int
     layers: tuple[Layer, ...]
     edges: tuple[LayerEdge, ...]
     op_graphs: MappingProxyType[str, PassGraphs]
     experts: int = 1
+    top_k: int = 1
+    expert_groups: int = 0
+    routed_groups: int = 0
 
     def pass_graphs(self, layer: Layer) -> PassGraphs:
         return self.op_graphs[layer.class_id]

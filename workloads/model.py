@@ -93,6 +93,14 @@ class Model:
     shared_experts : experts every token passes through beside its ``top_k`` routed ones,
         held as one FFN of ``shared_experts x expert_ffn_hidden`` (DeepSeekMoE).
     dense_layers : the first blocks of an MoE model have a dense FFN of ``ffn_hidden``.
+    expert_groups, routed_groups : group-limited routing (DeepSeek-V3's ``n_group`` and
+        ``topk_group``): the routed experts form ``expert_groups`` groups (one per node of
+        the expert-parallel group in DeepSeek's layout) and each token picks its experts in
+        at most ``routed_groups`` of them, so its copies cross to few nodes
+        (:mod:`placement.ep_cp`). 0, 0: no limit.
+    expert_load_imbalance : the busiest expert-parallel rank's routed tokens over the mean
+        (1: balanced routing); its expert GEMMs set the MoE block's time
+        (:func:`workloads.moe_ops.expert_tokens`).
     kv_lora_rank : multi-head latent attention (MLA, DeepSeek-V2) if set: K and V are
         up-projected per head from a ``kv_lora_rank`` latent, Q from a ``q_lora_rank``
         latent (None: projected from the block input); each Q/K head has
@@ -130,6 +138,9 @@ class Model:
     expert_ffn_hidden: int | None = None
     shared_experts: int = 0
     dense_layers: int = 0
+    expert_groups: int = 0
+    routed_groups: int = 0
+    expert_load_imbalance: float = 1.0
     q_lora_rank: int | None = None
     kv_lora_rank: int | None = None
     qk_nope_head_dim: int | None = None
@@ -172,7 +183,7 @@ class Model:
             if (f != "embedding_dim" or self.embedding_dim != self.hidden)  # given, not derived
             and (p := over_limit(f, getattr(self, f), limit, "far beyond any published model"))
         ]
-        for f in ("type_vocab", "shared_experts", "dense_layers"):
+        for f in ("type_vocab", "shared_experts", "dense_layers", "expert_groups", "routed_groups"):
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 problems.append(f"{f} = {value!r} must be a non-negative integer")
@@ -182,6 +193,11 @@ class Model:
             problems.append(
                 f"tokens_to_train = {self.tokens_to_train!r} must be a positive integer or unset"
             )
+        imbalance = self.expert_load_imbalance
+        if not (isinstance(imbalance, int | float) and not isinstance(imbalance, bool)) or not (
+            1.0 <= imbalance <= 64.0
+        ):
+            problems.append(f"expert_load_imbalance = {imbalance!r} must be a number from 1 to 64")
         if not self.name:
             problems.append("name must not be empty")
         if not problems:
@@ -205,16 +221,30 @@ class Model:
         if problems:
             raise ConfigError(f"model {self.name!r}: " + "; ".join(problems))
 
+    def _group_problems(self) -> list[str]:
+        groups, routed = self.expert_groups, self.routed_groups
+        if not (isinstance(groups, int) and isinstance(routed, int)) or not (groups or routed):
+            return []
+        if not (groups and routed):
+            return [f"expert_groups = {groups} and routed_groups = {routed}: set both or neither"]
+        if self.experts % groups or routed > groups:
+            return [
+                f"expert_groups = {groups} must divide experts = {self.experts} and be at "
+                f"least routed_groups = {routed}"
+            ]
+        return []
+
     def _moe_mla_problems(self) -> list[str]:
         problems = []
         if not self.is_moe:
-            for f in ("expert_ffn_hidden", "shared_experts", "dense_layers"):
+            for f in ("expert_ffn_hidden", "shared_experts", "dense_layers", "expert_groups"):
                 if getattr(self, f):
                     problems.append(f"{f} = {getattr(self, f)} needs experts > 1 (an MoE model)")
         elif self.dense_layers >= self.layers:
             problems.append(
                 f"dense_layers = {self.dense_layers} must be fewer than layers = {self.layers}"
             )
+        problems += self._group_problems()
         mla = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
         unset = [f for f in mla if getattr(self, f) is None]
         if unset and len(unset) < len(mla):

@@ -37,8 +37,10 @@ from ``TrainingSetup.expert_parallel``.
 
 Not modelled: the dispatcher's small all-gather of token counts over the expert-parallel
 group and the host synchronisation before the all-to-all; the chunk sort around the
-experts when a rank holds several of them; load imbalance
-(routing is taken as balanced, what the auxiliary loss aims for).
+experts when a rank holds several of them. Routing is taken as balanced, what the auxiliary
+loss aims for, unless the model states an ``expert_load_imbalance``: training passes then
+run the busiest rank's experts on that many times the mean copies (the all-to-all volumes
+stay the mean's; serving passes keep balanced routing).
 """
 
 from __future__ import annotations
@@ -60,18 +62,20 @@ _SUM_FLOPS = 1  # one add per element reduced
 Ffn = Callable[[str, str, int, int], str]
 
 
-def expert_tokens(tokens: int, model: Model, ep: int = 1) -> tuple[int, ...]:
+def expert_tokens(tokens: int, model: Model, ep: int = 1, load: float = 1.0) -> tuple[int, ...]:
     """Tokens each expert of a rank processes: ``tokens x top_k`` routed copies spread
     evenly (the balanced routing that auxiliary load-balancing losses aim for). With expert
     parallelism over ``ep`` ranks, each running ``tokens`` tokens, a rank holds ``E / ep``
     experts and receives as many routed copies as it sends, so its experts share the same
-    ``tokens x top_k`` copies, ``ep`` times as many each.
+    ``tokens x top_k`` copies, ``ep`` times as many each. ``load``: the busiest rank's share
+    over the mean (:attr:`workloads.model.Model.expert_load_imbalance`), whose experts get
+    ``load`` times the copies; the others wait for it at the combine.
 
     >>> m = Model("m", 1, 8, 1, 8, 8, experts=4, top_k=2)
     >>> expert_tokens(10, m), expert_tokens(10, m, ep=2)
     ((5, 5, 5, 5), (10, 10))
     """
-    routed, e = tokens * model.top_k, model.experts // ep
+    routed, e = round(tokens * model.top_k * load), model.experts // ep
     return tuple(routed // e + (1 if i < routed % e else 0) for i in range(e))
 
 
@@ -196,18 +200,19 @@ def moe_nodes(
     ffn: Ffn,
     aux_loss: bool = True,
     ep: int = 1,
+    load: float = 1.0,
 ) -> str:
     """Append an MoE block's router, dispatch, routed experts (each ``ffn`` on its tokens),
     the shared experts (one ``ffn`` of their total width on every token) and combine to
     ``nodes``; return the combine's name. ``T`` tokens per rank, ``p`` bytes per element;
     ``aux_loss``: the load-balancing loss (training only); ``ep``: the rank holds ``1/ep`` of
-    the routed experts (:func:`expert_tokens`)."""
+    the routed experts and ``load`` the busiest rank's share of them (:func:`expert_tokens`)."""
     nodes += _router_nodes(src, model, T, p, aux_loss)
     nodes.append(_dispatch(src, model, T, p))
     width = model.expert_width
     outs = [
         ffn(f"expert{e}.", "dispatch", n, width)
-        for e, n in enumerate(expert_tokens(T, model, ep))
+        for e, n in enumerate(expert_tokens(T, model, ep, load))
         if n
     ]
     shared = model.shared_experts

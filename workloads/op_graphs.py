@@ -356,7 +356,10 @@ def _ffn_or_moe(nodes: list[Node], x: str, model: Model, d: _Dims, dense: bool) 
         def ffn(prefix: str, src: str, tokens: int, width: int) -> str:
             return _ffn(nodes, prefix, src, tokens, model, d, width)
 
-        return moe_nodes(nodes, x, model, d.tokens, d.p, ffn, aux_loss=d.training, ep=d.ep)
+        load = model.expert_load_imbalance if d.training else 1.0
+        return moe_nodes(
+            nodes, x, model, d.tokens, d.p, ffn, aux_loss=d.training, ep=d.ep, load=load
+        )
     return _ffn(nodes, "", x, d.tokens, model, d, model.ffn_hidden)
 
 

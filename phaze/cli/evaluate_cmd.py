@@ -112,7 +112,8 @@ _J_PER_KWH = 3.6e6
     "--framework",
     default=DEFAULT_FRAMEWORK,
     show_default=True,
-    help=f"Overlap profile of the training framework ({', '.join(framework_names())}).",
+    help=f"Overlap profile of the training framework ({', '.join(framework_names())}); "
+    "NAME:key=value,... changes its keys (megatron-core-2024:ep_overlap=true).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def evaluate(
