@@ -200,9 +200,8 @@ _PRESETS = MappingProxyType({**_PRESETS, "h800": replace(_PRESETS["h100"], name=
 # NVIDIA H200 SXM 141GB (NVIDIA H200 Tensor Core GPU datasheet, SXM column: the H100 SXM's
 # Tensor Core rates, 141 GB HBM3e at 4.8 TB/s, up to 700 W, NVLink 900 GB/s): the H100 SXM's
 # die, clock and harvesting with six HBM3e stacks (six 1024-bit controllers) in place of five
-# HBM3. Only its HBM differs from the h100, so it does not take the h100's measured
-# sustained rates (devices.toml matches every field the op model reads but the capacity):
-# it runs at its modelled rates.
+# HBM3. Only its HBM differs from the h100; its devices.toml table is the h100's
+# (``measured_as``), as no H200 measurement was found.
 _PRESETS = MappingProxyType(
     {
         **_PRESETS,

@@ -9,9 +9,11 @@ from click.testing import CliRunner
 
 from arch_space.area import die_area_mm2
 from arch_space.cost import made_die
+from arch_space.perf.device import _measured_as, device_profile, preset_profile
 from arch_space.power import reticle_mm2
 from arch_space.presets import NVLINK_BYTES_PER_S, PUBLISHED, preset
 from phaze.cli import cli
+from phaze_common.errors import ConfigError
 
 _GIB = 2**30
 
@@ -61,6 +63,22 @@ def test_h200_differs_from_h100_only_in_its_hbm():
     assert h200.hbm_stacks == 6 and h100.hbm_stacks == 5  # six 1024-bit HBM3e controllers
     assert PUBLISHED["h200"] == PUBLISHED["h100"]  # same die, rates and 700 W
     assert NVLINK_BYTES_PER_S["h200"] == NVLINK_BYTES_PER_S["h100"] == 450e9
+
+
+def test_h200_takes_the_h100s_measured_rates_fitted_clock_and_board_limit():
+    # same silicon, clock, links and 700 W: without them it would run its GEMMs at the
+    # generic share and its clock at the design residual, 1.5x the h100 on the same die
+    h100, h200 = preset_profile("h100"), device_profile(preset("h200"))
+    assert dataclasses.replace(h200, name="h100") == h100
+    assert h200.name == "h200" and h200.board_limit_w == 700.0 and h200.fitted
+
+
+def test_a_measured_as_table_must_name_a_preset_with_its_own_table():
+    with pytest.raises(ConfigError, match="measured_as"):
+        _measured_as("h200", {"h200": {"measured_as": "h100", "sustained_tensor_fraction": 0.8}})
+    with pytest.raises(ConfigError, match="measured_as"):
+        _measured_as("h200", {"h200": {"measured_as": "h300"}})
+    assert _measured_as("h200", {"h200": {"measured_as": "h100"}, "h100": {}}) == "h100"
 
 
 def test_mi300x_is_eight_harvested_compute_dies_each_within_the_reticle():
