@@ -116,6 +116,50 @@ _LISTED: dict[str, Accelerator] = dict(
             name="v100",
             hbm_stacks=4,
         ),
+        # AMD Instinct MI300X (AMD MI300X data sheet and product page; ROCm "AMD Instinct MI300
+        # series microarchitecture"): 304 CUs (8 XCDs of 40 CUs, 38 enabled) x 4 Matrix Cores of
+        # 256 dense FP16/BF16 MACs per clock (modelled 16x16; 2048 FLOP per CU per clock) at the
+        # 2100 MHz peak engine clock = 1307.4 TFLOP/s dense BF16 (FP8 2614.9); 64 stream
+        # processors per CU (19,456); the 256 MB Infinity Cache as the global buffer; 192 GB
+        # HBM3 in 8 stacks at 5.3 TB/s; 750 W. A chiplet package: 8 XCDs on TSMC N5 over 4 I/O
+        # dies on N6 (the Infinity Cache and HBM PHYs sit in the I/O dies). Modelled as 8 equal
+        # 5 nm dies holding the package's cores, cache and PHYs (the model has one node and one
+        # die kind per package), each with 40 CUs made and 38 enabled (harvest.toml).
+        "mi300x": Accelerator(
+            num_tc=1216,
+            tc_rows=16,
+            tc_cols=16,
+            num_vc=304,
+            vc_lanes=64,
+            glb_bytes=256 * _MIB,
+            hbm_bytes=192 * _GIB,
+            hbm_bandwidth_bytes_per_s=5.3e12,
+            clock_hz=2.1e9,
+            node_nm=5,
+            name="mi300x",
+            hbm_stacks=8,
+            dies=8,
+        ),
+        # Google Cloud TPU v5p (Cloud TPU documentation, "TPU v5p"): 2 TensorCores x 4 MXUs,
+        # 459 TFLOP/s BF16 (918 TOPS INT8, Google Cloud's v5p announcement), 95 GiB HBM2e at
+        # 2765 GB/s, ICI 4,800 Gbps per chip. The MXUs are modelled as the TPU v4's 128x128, so
+        # the clock follows from the peak: 459e12 / (2 x 8 x 128 x 128) = 1.751 GHz (1.75 GHz
+        # gives 458.8 TFLOP/s). Google publishes neither the VPU, the on-chip memory, the process
+        # node, the HBM stack count nor the power: those stay the TPU v4's (VPU, 128 MiB CMEM,
+        # 7 nm) or derived (stacks), and it has no TDP.
+        "tpuv5p": Accelerator(
+            num_tc=8,
+            tc_rows=128,
+            tc_cols=128,
+            num_vc=2,
+            vc_lanes=1024,
+            glb_bytes=128 * _MIB,
+            hbm_bytes=95 * _GIB,
+            hbm_bandwidth_bytes_per_s=2.765e12,
+            clock_hz=1.75e9,
+            node_nm=7,
+            name="tpuv5p",
+        ),
         # The reference's maximum design (msr-fiddle/phaze Estimator/architecture.py,
         # max_acc_config): 8 tensor cores of 128x128, 2 vector cores of 128 lanes, 128 MiB
         # buffer, at the TPUv4 clock (1.05 GHz) and memory (32 GiB HBM2 at 1.2 TB/s), 7 nm.
@@ -153,13 +197,33 @@ del _LISTED
 # line rate (:data:`NVLINK_BYTES_PER_S`) differs.
 _PRESETS = MappingProxyType({**_PRESETS, "h800": replace(_PRESETS["h100"], name="h800")})
 
+# NVIDIA H200 SXM 141GB (NVIDIA H200 Tensor Core GPU datasheet, SXM column: the H100 SXM's
+# Tensor Core rates, 141 GB HBM3e at 4.8 TB/s, up to 700 W, NVLink 900 GB/s): the H100 SXM's
+# die, clock and harvesting with six HBM3e stacks (six 1024-bit controllers) in place of five
+# HBM3. Only its HBM differs from the h100; its devices.toml table is the h100's
+# (``measured_as``), as no H200 measurement was found.
+_PRESETS = MappingProxyType(
+    {
+        **_PRESETS,
+        "h200": replace(
+            _PRESETS["h100"],
+            name="h200",
+            hbm_bytes=141 * _GIB,
+            hbm_bandwidth_bytes_per_s=4.8e12,
+            hbm_stacks=6,
+            formats=preset_format_rates("h200") or _PRESETS["h100"].formats,
+        ),
+    }
+)
+
 #: NVLink bandwidth per device per direction (half the data sheets' bidirectional totals), of
-#: the presets with NVLink: V100 NVLink 2 300 GB/s, A100 NVLink 3 600 GB/s, H100 SXM NVLink 4
-#: 900 GB/s, H800 SXM 400 GB/s, B200 NVLink 5 1.8 TB/s (the data sheets cited above). A
-#: cluster's intra-node links stay the user's (``--intra-node-gbps``): a preset does not set
-#: them.
+#: the presets with NVLink: V100 NVLink 2 300 GB/s, A100 NVLink 3 600 GB/s, H100 and H200 SXM
+#: NVLink 4 900 GB/s, H800 SXM 400 GB/s, B200 NVLink 5 1.8 TB/s (the data sheets cited above).
+#: The MI300X's Infinity Fabric (7 links of 128 GB/s, 896 GB/s) and the TPUs' ICI are no
+#: NVLink and are not listed. A cluster's intra-node links stay the user's
+#: (``--intra-node-gbps``): a preset does not set them.
 NVLINK_BYTES_PER_S: MappingProxyType[str, float] = MappingProxyType(
-    {"v100": 150e9, "a100": 300e9, "h100": 450e9, "h800": 200e9, "b200": 900e9}
+    {"v100": 150e9, "a100": 300e9, "h100": 450e9, "h800": 200e9, "h200": 450e9, "b200": 900e9}
 )
 
 #: Published figures the presets are checked against: (peak dense bf16 FLOP/s, area of one
@@ -172,6 +236,9 @@ PUBLISHED: MappingProxyType[str, tuple[float, float | None, float | None]] = Map
         "h800": (989e12, 814.0, 700.0),  # the H100 SXM's die, rates and power (datasheet)
         "v100": (125e12, 815.0, 300.0),
         "b200": (2.25e15, 800.0, 1000.0),  # each of two ~800 mm2 dies (TechInsights)
+        "h200": (989e12, 814.0, 700.0),  # the H100 SXM's die and rates; 700 W (datasheet)
+        "mi300x": (1307.4e12, None, 750.0),  # no published die size of an XCD or I/O die
+        "tpuv5p": (459e12, None, None),  # Google publishes no die size or power
     }
 )
 

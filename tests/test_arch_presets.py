@@ -31,9 +31,11 @@ def test_peak_flops_within_5_percent_of_data_sheet(name):
 
 # A published die size measures the die as made: every physical core, the spare ones of a
 # harvested chip included (cost.made_die). The A100 and H100 are the two dies the calibrated
-# area constants were fitted on (benchmarks/fit_area.py); the V100 and B200 are held out.
+# area constants were fitted on (benchmarks/fit_area.py); the V100 and B200 are held out. The
+# H200 is the H100's die: its sixth HBM PHY, which the H100 SXM leaves unused, adds 2 %.
 @pytest.mark.parametrize(
-    ("name", "rel"), [("a100", 0.02), ("h100", 0.02), ("v100", 0.30), ("b200", 0.30)]
+    ("name", "rel"),
+    [("a100", 0.02), ("h100", 0.02), ("h200", 0.03), ("v100", 0.30), ("b200", 0.30)],
 )
 def test_made_die_area_near_published(name, rel):
     _, published_mm2, _ = PUBLISHED[name]

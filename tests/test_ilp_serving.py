@@ -32,7 +32,17 @@ def decode_s(name, model, tp, batch=1, context=2048, **kw):
     return serving_pass_time(get_model(model), acc, cluster(name, tp), p, tp, **kw)
 
 
-@pytest.mark.parametrize("arch", preset_names())
+# The TPU v5p's 8 MXUs at 1.75 GHz bound its batch-one decode beyond the window (2.6-2.7x):
+# twice its clock or its MXU count brings it to 1.4x, its vector lanes and buffer change
+# nothing; its HBM is 2.3x the TPU v4's for 1.7x the tensor clock.
+_TENSOR_BOUND = pytest.mark.xfail(
+    strict=True, reason="tpuv5p: its tensor arrays, not its HBM, bound decode at batch one"
+)
+
+
+@pytest.mark.parametrize(
+    "arch", [pytest.param(n, marks=_TENSOR_BOUND) if n == "tpuv5p" else n for n in preset_names()]
+)
 @pytest.mark.parametrize(("model", "tp"), [("llama2-70b", 8), ("llama2-7b", 1)])
 def test_decode_at_batch_one_is_within_the_weight_bandwidth_window(arch, model, tp):
     # the criterion: 1.0-2.5x the weight bytes per device over the HBM bandwidth

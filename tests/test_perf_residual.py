@@ -81,7 +81,8 @@ def test_designs_and_unfitted_presets_pay_the_residual_fitted_presets_keep_their
     assert generic_profile().sustained_clock_fraction == residual
     for name in preset_names():
         clock = preset_profile(name).sustained_clock_fraction
-        assert clock == _FITTED.get(name, residual), name
+        measured_as = _STORED.get(name, {}).get("measured_as", name)  # the h200: the h100's
+        assert clock == _FITTED.get(measured_as, residual), name
     design = dataclasses.replace(preset("h100"), name="", clock_hz=1.5e9)
     assert device_profile(design).sustained_clock_fraction == residual
 

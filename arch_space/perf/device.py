@@ -47,6 +47,7 @@ __all__ = [
 _DATA_FILE: Final = "devices.toml"
 _GENERIC: Final = "generic"
 _CLOCK: Final = "sustained_clock_fraction"
+_MEASURED_AS: Final = "measured_as"
 #: The parameters a preset may have fitted (at most these three, never per case).
 FITTED_NAMES: Final = ("sustained_clock_fraction", "collective_compute_share")
 
@@ -354,6 +355,8 @@ def preset_profile(name: str) -> DeviceProfile:
     if name not in preset_names():
         raise unknown_name("accelerator preset", name, preset_names())
     data = shipped_toml(_DATA_FILE)
+    if _MEASURED_AS in data.get(name, {}):
+        return dataclasses.replace(preset_profile(_measured_as(name, data)), name=name)
     if name not in data:
         return dataclasses.replace(
             MODELLED,
@@ -366,6 +369,18 @@ def preset_profile(name: str) -> DeviceProfile:
     if _CLOCK in profile.fitted or _CLOCK in data[name]:
         return profile
     return dataclasses.replace(profile, sustained_clock_fraction=design_clock_residual())
+
+
+def _measured_as(name: str, data: Mapping[str, Any]) -> str:
+    """The preset whose table stands for preset ``name``'s (``measured_as``): the same
+    silicon, clock, links and board power, measured where ``name`` was not."""
+    table, of = data[name], data[name][_MEASURED_AS]
+    if set(table) != {_MEASURED_AS} or of not in preset_names() or _MEASURED_AS in data.get(of, {}):
+        raise ConfigError(
+            f"{_DATA_FILE} [{name}]: {_MEASURED_AS} = {of!r} must be the table's only key and "
+            "name a preset with a table of its own"
+        )
+    return str(of)
 
 
 def _op_model_fields(acc: Accelerator) -> Accelerator:
