@@ -49,11 +49,16 @@ __all__ = ["LoadSettings", "load_settings", "LoadResult", "simulate_load"]
 
 @dataclass(frozen=True, slots=True)
 class LoadSettings:
-    """``phaze/data/serving_load.toml``: requests simulated by default and the share of the
-    second half's arrivals that may be left incomplete before a run counts as unstable."""
+    """``phaze/data/serving_load.toml``: requests simulated by default, the share of the
+    second half's arrivals that may be left incomplete before a run counts as unstable, and
+    capacity planning's target attainment, layouts simulated per device count and default
+    largest count."""
 
     requests: int
     stable_tolerance: float
+    capacity_attainment: float
+    capacity_candidates: int
+    capacity_max_devices: int
 
 
 @lru_cache(maxsize=1)
@@ -62,7 +67,13 @@ def load_settings() -> LoadSettings:
     text = resources.files("phaze").joinpath("data", "serving_load.toml").read_text("utf-8")
     try:
         doc = tomllib.loads(text)
-        return LoadSettings(int(doc["requests"]), float(doc["stable_tolerance"]))
+        return LoadSettings(
+            int(doc["requests"]),
+            float(doc["stable_tolerance"]),
+            float(doc["capacity_attainment"]),
+            int(doc["capacity_candidates"]),
+            int(doc["capacity_max_devices"]),
+        )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"serving_load.toml: unreadable ({type(e).__name__}: {e})") from None
 

@@ -47,7 +47,7 @@ from workloads.serving_costs import (
     stage_weight_bytes,
 )
 
-__all__ = ["candidates", "check_strategy", "search"]
+__all__ = ["candidates", "check_strategy", "ranked", "search"]
 
 _MAX_STAGES: Final = 8  # pipeline depths searched: 1, 2, 4, 8 dividing the devices
 
@@ -237,6 +237,90 @@ def _key(point: ServingPoint, objective: Objective) -> tuple:
     return value, point.engine.tpot_s, str(point.layout)
 
 
+def _found(
+    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+) -> list[tuple[float, float, ServingLayout]]:
+    """Every candidate that fits, with its (output-token rate upper bound, TPOT lower bound);
+    ConfigError with the last refusal when none does."""
+    found: list[tuple[float, float, ServingLayout]] = []
+    refused = ""
+    for cand in candidates(model, layout, ctx):
+        try:
+            check_layout(model, acc, cand, ctx)
+        except ConfigError as e:
+            refused = str(e)
+            continue
+        tpot_lb, rate_ub = _bounds(model, acc, cand, ctx)
+        found.append((rate_ub, tpot_lb, cand))
+    if not found:
+        raise ConfigError(
+            f"no serving layout of {fmt_noun(ctx.cluster.devices, 'device')} suits {model.name} "
+            f"(given {layout or 'nothing'}){': ' + refused if refused else ''}"
+        )
+    return found
+
+
+def _prepared(
+    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+) -> tuple[ServeContext, list[tuple[float, float, ServingLayout]]]:
+    """The checks :func:`search` and :func:`ranked` make first, and their candidates."""
+    ctx = layout_context(layout, ctx)
+    check_weight_format(acc, ctx)
+    check_strategy(model, layout, ctx)
+    _check_weights_fit(model, acc, ctx)
+    return ctx, _found(model, acc, layout, ctx)
+
+
+def _best(
+    evaluate,
+    found: list[tuple[float, float, ServingLayout]],
+    ctx: ServeContext,
+    keep: int,
+    min_requests_per_s: float,
+) -> list[ServingPoint]:
+    """The ``keep`` best points meeting the limits and serving at least
+    ``min_requests_per_s``, best first; candidates whose bound proves they cannot enter
+    are skipped."""
+    limit = ctx.tpot_limit_s
+    top: list[ServingPoint] = []
+    for rate_ub, tpot_lb, cand in sorted(found, key=lambda x: (-x[0], str(x[2]))):
+        if limit is not None and tpot_lb > limit:
+            continue  # its TPOT cannot meet the limit
+        if rate_ub < min_requests_per_s * ctx.lengths.output_tokens:
+            continue  # it cannot serve the requests as fast
+        if len(top) == keep and _cannot_win(top[-1], cand, rate_ub, ctx):
+            continue
+        got = evaluate(cand)
+        if got is None or not got.meets_slo or got.engine.requests_per_s < min_requests_per_s:
+            continue
+        top = sorted([*top, got], key=lambda p: _key(p, ctx.objective))[:keep]
+    return top
+
+
+def ranked(
+    workload: str,
+    model: Model,
+    acc: Accelerator,
+    layout: ServingLayout,
+    ctx: ServeContext,
+    *,
+    keep: int,
+    min_requests_per_s: float = 0.0,
+) -> list[ServingPoint]:
+    """The ``keep`` best complete layouts ``layout`` allows that meet the latency limits and
+    serve at least ``min_requests_per_s`` requests per second in steady state, best by
+    ``ctx.objective`` first (empty when none does); raises as :func:`search` does."""
+    ctx, found = _prepared(model, acc, layout, ctx)
+
+    def evaluate(cand: ServingLayout) -> ServingPoint | None:
+        try:
+            return evaluate_layout(workload, model, acc, cand, ctx)
+        except Infeasible:
+            return None
+
+    return _best(evaluate, found, ctx, keep, min_requests_per_s)
+
+
 def search(
     workload: str,
     model: Model,
@@ -259,25 +343,7 @@ def search(
         The model's weights exceed all the devices' HBM together; or no candidate fits the
         devices' memory (the reason of the last refusal).
     """
-    ctx = layout_context(layout, ctx)
-    check_weight_format(acc, ctx)
-    check_strategy(model, layout, ctx)
-    _check_weights_fit(model, acc, ctx)
-    found: list[tuple[float, float, ServingLayout]] = []
-    refused = ""
-    for cand in candidates(model, layout, ctx):
-        try:
-            check_layout(model, acc, cand, ctx)
-        except ConfigError as e:
-            refused = str(e)
-            continue
-        tpot_lb, rate_ub = _bounds(model, acc, cand, ctx)
-        found.append((rate_ub, tpot_lb, cand))
-    if not found:
-        raise ConfigError(
-            f"no serving layout of {fmt_noun(ctx.cluster.devices, 'device')} suits {model.name} "
-            f"(given {layout or 'nothing'}){': ' + refused if refused else ''}"
-        )
+    ctx, found = _prepared(model, acc, layout, ctx)
     done: dict[ServingLayout, ServingPoint | str] = {}
 
     def point(cand: ServingLayout) -> ServingPoint | None:
@@ -289,22 +355,9 @@ def search(
         got = done[cand]
         return got if isinstance(got, ServingPoint) else None
 
-    limit = ctx.tpot_limit_s
-    best: ServingPoint | None = None
-    for rate_ub, tpot_lb, cand in sorted(found, key=lambda x: (-x[0], str(x[2]))):
-        if limit is not None and tpot_lb > limit:
-            continue  # its TPOT cannot meet the limit
-        if best is not None and _cannot_win(best, cand, rate_ub, ctx):
-            continue
-        got = point(cand)
-        if (
-            got is not None
-            and got.meets_slo
-            and (best is None or _key(got, ctx.objective) < _key(best, ctx.objective))
-        ):
-            best = got
-    if best is not None:
-        return best
+    best = _best(point, found, ctx, 1, 0.0)
+    if best:
+        return best[0]
     # nothing meets the limits: the lowest TPOT, candidates by their TPOT bound
     closest: ServingPoint | None = None
     for _, tpot_lb, cand in sorted(found, key=lambda x: (x[1], str(x[2]))):
