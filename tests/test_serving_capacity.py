@@ -4,6 +4,7 @@ planning"), and the p99 limits judge a run under load without it."""
 
 from __future__ import annotations
 
+import io
 import json
 from functools import lru_cache
 
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 
 from arch_space import Cluster, preset
 from phaze.cli import cli
+from phaze.cli.serve_capacity import counting
 from phaze.serving import ServeContext
 from phaze.serving_capacity import device_counts
 from phaze.serving_search import ranked, search
@@ -120,3 +122,43 @@ def test_ranked_is_best_first_and_its_first_is_the_search_result():
     assert all(p.meets_slo and p.engine.requests_per_s >= 30.0 for p in points)
     fast = ranked("llama2-7b", model, acc, layout, ctx, keep=4, min_requests_per_s=1e6)
     assert fast == []
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_shows_on_a_terminal_only_once_the_plan_runs_over_two_seconds():
+    now = [0.0]
+    term = _Terminal()
+    on_count, close = counting(term, clock=lambda: now[0])
+    on_count(0, 5)
+    now[0] = 1.5
+    on_count(1, 5)
+    assert term.getvalue() == ""
+    now[0] = 2.5
+    on_count(2, 5)
+    on_count(3, 5)
+    close()
+    assert "device counts 3/3 (100.0%)" in term.getvalue() and term.getvalue().endswith("\n")
+    log = io.StringIO()
+    on_count, close = counting(log, clock=lambda: now[0])
+    now[0] = 10.0
+    on_count(0, 5)
+    close()
+    assert log.getvalue() == ""
+
+
+def test_p99_limits_replace_the_mean_limits_in_the_attainment_under_load():
+    args = ["--devices", "1", "--strategy", "t=1,p=1,d=1,ep=1,batch=32,chunk=2048"]
+    args += ["--rate", "5", "--requests", "200", "--ttft-ms", "1000", "--json"]
+    code, out = _run(*args)
+    assert code == 0, out
+    assert json.loads(out)["slo_attainment"] == 1.0
+    code, out = _run(*args, "--p99-ttft-ms", "0.001")
+    assert code == 3
+    doc = json.loads(out.split("\nError:")[0])
+    assert doc["slo_attainment"] == 0.0 and doc["p99_limits_met"] is False
+    assert doc["p99_ttft_limit_s"] == 1e-6 and doc["p99_tpot_limit_s"] is None
+    assert "Error: the p99 limits are missed: 0 % of the requests meet them" in out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -74,19 +74,29 @@ def check_capacity(cap: dict[str, Any], load: dict[str, Any], devices: int | Non
         raise ConfigError("serve: " + "; ".join(problems))
 
 
-def counting() -> tuple[Callable[[int, int], None], Callable[[], None]]:
+def counting(
+    stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic
+) -> tuple[Callable[[int, int], None], Callable[[], None]]:
     """A callback told each device count as it is tried, drawing a progress line on a
-    terminal's stderr once the plan has run for a while, and the function that ends it."""
-    start = time.monotonic()
-    progress = Progress("device counts", enabled=sys.stderr.isatty())
+    terminal (``stream``, stderr by default) once the plan has run for a while, and the
+    function that ends it."""
+    start = clock()
+    out = stream if stream is not None else sys.stderr
+    progress = Progress("device counts", stream=out, enabled=out.isatty(), clock=clock)
 
     def on_count(i: int, total: int) -> None:
         if progress.started:
             progress.advance()
-        elif time.monotonic() - start > _QUIET_S:
+        elif clock() - start > _QUIET_S:
             progress.start(total - i)
 
-    return on_count, progress.close
+    def close() -> None:
+        """The counts left are decided (a count was found, or the plan stopped)."""
+        if progress.started and progress.total is not None:
+            progress.skip(progress.total - progress.done)
+        progress.close()
+
+    return on_count, close
 
 
 def _trail(trail: tuple[CapacityTry, ...]) -> list[dict[str, Any]]:
@@ -100,7 +110,7 @@ def capacity_document(
 ) -> dict[str, Any]:
     """``--json``'s document: the count and layout found, the cost per token at the rate,
     the trail, and the run under load as ``serve --rate`` gives it."""
-    assert plan.point is not None and plan.load is not None
+    assert plan.point is not None and plan.load is not None, "a plan found has its run"
     r, point = plan.load, plan.point
     tokens_per_s = r.requests_per_s * steady["output_tokens"]
     usd = point.score.usd_per_device_hour * plan.devices / 3600 * 1e6 / tokens_per_s
@@ -115,7 +125,7 @@ def capacity_document(
 
 def print_capacity(plan: CapacityPlan, doc: dict[str, Any]) -> None:
     """The count and layout found, the run under load, and the trail."""
-    assert plan.load is not None
+    assert plan.load is not None, "a plan found has its run"
     click.echo(
         f"capacity: {fmt_noun(doc['capacity_devices'], 'device')} serve the arrivals, "
         f"layout {doc['capacity_strategy']}, "
