@@ -162,3 +162,24 @@ def test_p99_limits_replace_the_mean_limits_in_the_attainment_under_load():
     assert doc["slo_attainment"] == 0.0 and doc["p99_limits_met"] is False
     assert doc["p99_ttft_limit_s"] == 1e-6 and doc["p99_tpot_limit_s"] is None
     assert "Error: the p99 limits are missed: 0 % of the requests meet them" in out
+
+
+def test_the_python_api_plans_as_the_command_does():
+    import phaze
+    from phaze.serving_arrivals import generate
+
+    arrivals = generate(5.0, 300, 512, 128, seed=3)
+    plan = phaze.serve_capacity(
+        "llama2-7b",
+        preset("h100"),
+        Cluster(devices=1),
+        arrivals,
+        p99_ttft_limit_s=None,
+        p99_tpot_limit_s=0.05,
+        max_devices=8,
+        input_tokens=512,
+        output_tokens=128,
+    )
+    assert plan.devices == 1 and plan.trail[-1].outcome == "met"
+    assert plan.load.tpot_s[2] <= 0.05 and plan.load.slo_attainment >= 0.99
+    assert plan.point.layout.devices == 1
