@@ -24,7 +24,7 @@ from arch_space import Accelerator
 from phaze.serving import ServeContext, ServingPoint
 from phaze.serving_arrivals import Arrivals
 from phaze.serving_load import LoadResult, load_settings, simulate_load
-from phaze.serving_search import ranked
+from phaze.serving_search import check_strategy_model, ranked
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_count, fmt_percent
 from placement.serving_layout import ServingLayout
@@ -152,7 +152,14 @@ def plan_capacity(
     ``arrivals`` with the p99 TTFT and TPOT limits ``p99_limits`` (seconds; at least one
     given) met by the target share of requests (see the module docstring). ``ctx``'s mean
     limits, where None, are the p99 limits. ``on_count(i, total)`` is told each count
-    as it is tried (progress)."""
+    as it is tried (progress).
+
+    Raises
+    ------
+    ConfigError
+        No p99 limit is given, or ``layout`` contradicts the model or ``ctx`` whatever the
+        device count (:func:`phaze.serving_search.check_strategy_model`).
+    """
     if all(x is None for x in p99_limits):
         raise ConfigError("serve --capacity: give a p99 TTFT or TPOT limit")
     ctx = dataclasses.replace(
@@ -160,6 +167,7 @@ def plan_capacity(
         ttft_limit_s=ctx.ttft_limit_s if ctx.ttft_limit_s is not None else p99_limits[0],
         tpot_limit_s=ctx.tpot_limit_s if ctx.tpot_limit_s is not None else p99_limits[1],
     )
+    check_strategy_model(model, layout, ctx)
     counts = device_counts(max_devices, ctx.cluster.devices_per_node)
     trail = []
     for i, n in enumerate(counts):

@@ -47,7 +47,7 @@ from workloads.serving_costs import (
     stage_weight_bytes,
 )
 
-__all__ = ["candidates", "check_strategy", "ranked", "search"]
+__all__ = ["candidates", "check_strategy", "check_strategy_model", "ranked", "search"]
 
 _MAX_STAGES: Final = 8  # pipeline depths searched: 1, 2, 4, 8 dividing the devices
 
@@ -172,13 +172,8 @@ def _device_problems(layout: ServingLayout, n: int) -> list[str]:
     return []
 
 
-def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> None:
-    """Raise one ConfigError naming every way the partial ``layout`` (a user's strategy)
-    contradicts ``model``, the cluster or ``ctx`` (an encoder, a width that does not divide
-    the heads, expert parallelism on a dense model, pools larger than the devices, two pools
-    where ``ctx`` asks for one, a batch the pipeline cannot split, no complete layout left);
-    what remains open is for the search."""
-    n = ctx.cluster.devices
+def _model_problems(model: Model, layout: ServingLayout, ctx: ServeContext) -> list[str]:
+    """What in the partial ``layout`` contradicts ``model`` or ``ctx`` whatever the devices."""
     problems = []
     if not model.causal:
         problems.append(f"{model.name} is an encoder; serving generates tokens with a decoder")
@@ -192,7 +187,6 @@ def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> No
         pools = [("prefill ", layout.prefill), ("decode ", layout.decode)]
     for name, pool in pools:
         problems += _pool_problems(model, name, pool)
-    problems += _device_problems(layout, n)
     dec = layout.decode
     if layout.given("batching") and layout.batching == "static" and dec.given("p") and dec.p > 1:
         problems.append(f"static batching runs one pipeline stage (p = 1), not p = {dec.p}")
@@ -201,6 +195,25 @@ def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> No
             f"batch = {layout.batch} must be a multiple of p = {dec.p} (one micro-batch per "
             "pipeline stage)"
         )
+    return problems
+
+
+def check_strategy_model(model: Model, layout: ServingLayout, ctx: ServeContext) -> None:
+    """Raise one ConfigError naming every way the partial ``layout`` contradicts ``model``
+    or ``ctx`` whatever the device count (a search over counts checks these once)."""
+    problems = _model_problems(model, layout, ctx)
+    if problems:
+        raise ConfigError(f"serve {model.name}: " + "; ".join(problems))
+
+
+def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> None:
+    """Raise one ConfigError naming every way the partial ``layout`` (a user's strategy)
+    contradicts ``model``, the cluster or ``ctx`` (an encoder, a width that does not divide
+    the heads, expert parallelism on a dense model, pools larger than the devices, two pools
+    where ``ctx`` asks for one, a batch the pipeline cannot split, no complete layout left);
+    what remains open is for the search."""
+    n = ctx.cluster.devices
+    problems = _model_problems(model, layout, ctx) + _device_problems(layout, n)
     if not problems and next(candidates(model, layout, ctx), None) is None:
         problems.append(
             f"no serving layout of {fmt_noun(n, 'device')} keeps {layout}: each pool's t x p x d must use "

@@ -97,12 +97,16 @@ def test_the_same_seed_gives_the_same_plan():
         ("--rate 5", "--devices is required (or --capacity to search it)"),
         ("--devices 1 --rate 5 --max-devices 8", "--max-devices needs --capacity"),
         ("--devices 1 --p99-ttft-ms 25", "--p99-ttft-ms needs --rate or --trace"),
+        (
+            "--capacity --rate 5 --p99-ttft-ms 25 --strategy t=3",
+            "serve llama2-7b: t = 3 must divide heads = 32",
+        ),
     ],
 )
 def test_bad_combinations_are_one_error_line(args, message):
     code, out = _run(*args.split())
     assert code == 1
-    assert out.startswith("Error: serve: ") and out.count("\n") == 1
+    assert out.startswith("Error: serve") and out.count("\n") == 1
     assert message in out
 
 
