@@ -187,3 +187,15 @@ def test_the_python_api_plans_as_the_command_does():
     assert plan.devices == 1 and plan.trail[-1].outcome == "met"
     assert plan.load.tpot_s[2] <= 0.05 and plan.load.slo_attainment >= 0.99
     assert plan.point.layout.devices == 1
+
+
+def test_bursty_arrivals_far_below_capacity_are_stable():
+    """A burst at the end of the arrivals completes a latency later, not by the last
+    arrival: the run is stable whatever the count."""
+    args = ["--devices", "16", "--strategy", "t=1,p=1,d=16,ep=1,batch=32,chunk=2048"]
+    args += ["--rate", "40", "--burstiness", "3", "--requests", "300", "--json"]
+    code, out = _run(*args)
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["stable"] is True
+    assert doc["rate_per_s"] < doc["capacity_requests_per_s"] / 10
