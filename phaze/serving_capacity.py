@@ -20,6 +20,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from arch_space import Accelerator
 from phaze.serving import ServeContext, ServingPoint
 from phaze.serving_arrivals import Arrivals
@@ -45,13 +47,15 @@ class CapacityTry:
 
 @dataclass(frozen=True, slots=True)
 class CapacityPlan:
-    """The answer: the fewest devices meeting the limits, their layout's steady state and
-    its run under the arrivals (all None when no count up to the maximum does), and every
-    count tried in order."""
+    """The answer: the fewest devices meeting the limits, their layout's steady state, its
+    run under the arrivals and its $ per million output tokens at their rate (the devices'
+    hourly cost, the steady state's, over the output tokens completed per hour; all None
+    when no count up to the maximum does), and every count tried in order."""
 
     devices: int | None
     point: ServingPoint | None
     load: LoadResult | None
+    usd_per_million_tokens: float | None
     trail: tuple[CapacityTry, ...]
 
 
@@ -178,6 +182,8 @@ def plan_capacity(
             model, acc, (workload, layout, at_n), arrivals, p99_limits
         )
         trail.append(tried)
-        if point is not None:
-            return CapacityPlan(n, point, result, tuple(trail))
-    return CapacityPlan(None, None, None, tuple(trail))
+        if point is not None and result is not None:
+            tokens_per_s = result.requests_per_s * float(np.mean(arrivals.output_tokens))
+            usd = point.score.usd_per_device_hour * n / 3600 / tokens_per_s * 1e6
+            return CapacityPlan(n, point, result, usd, tuple(trail))
+    return CapacityPlan(None, None, None, None, tuple(trail))

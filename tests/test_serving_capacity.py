@@ -54,7 +54,9 @@ def test_capacity_returns_devices_a_layout_and_the_trail():
     assert doc["devices"] == n and doc["p99_limits_met"] is True
     assert doc["slo_attainment"] >= 0.99 and doc["stable"] is True
     assert doc["ttft_p99_s"] <= 0.025 and doc["tpot_p99_s"] <= 0.012
-    assert doc["usd_per_million_tokens_at_rate"] > 0
+    hourly = doc["steady_state"]["usd_per_device_hour"] * n
+    per_hour = doc["requests_per_s"] * 128 * 3600
+    assert doc["usd_per_million_tokens_at_rate"] == pytest.approx(hourly / per_hour * 1e6)
     assert doc["steady_state"]["usd_per_million_tokens"] > 0
 
 

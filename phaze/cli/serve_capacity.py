@@ -111,15 +111,12 @@ def capacity_document(
     """``--json``'s document: the count and layout found, the cost per token at the rate,
     the trail, and the run under load as ``serve --rate`` gives it."""
     assert plan.point is not None and plan.load is not None, "a plan found has its run"
-    r, point = plan.load, plan.point
-    tokens_per_s = r.requests_per_s * steady["output_tokens"]
-    usd = point.score.usd_per_device_hour * plan.devices / 3600 * 1e6 / tokens_per_s
     return {
         "capacity_devices": plan.devices,
-        "capacity_strategy": str(point.layout),
-        "usd_per_million_tokens_at_rate": usd,
+        "capacity_strategy": str(plan.point.layout),
+        "usd_per_million_tokens_at_rate": plan.usd_per_million_tokens,
         "capacity_trail": _trail(plan.trail),
-        **load_document(r, point, steady, load),
+        **load_document(plan.load, plan.point, steady, load),
     }
 
 
