@@ -1,5 +1,6 @@
-"""The Python API: :func:`search` (a sweep), :func:`evaluate` (one design) and
-:func:`serve` (one design serving a model).
+"""The Python API: :func:`search` (a sweep), :func:`evaluate` (one design),
+:func:`serve` (one design serving a model) and :func:`serve_capacity` (the fewest devices
+serving requests at a rate).
 
 Examples
 --------
@@ -13,9 +14,9 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arch_space import Accelerator, Cluster
 from arch_space.formats import check_precision
@@ -35,7 +36,12 @@ from results.store import load
 from workloads import resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK
 
-__all__ = ["search", "evaluate", "serve"]
+if TYPE_CHECKING:
+    from phaze.serving import ServeContext
+    from phaze.serving_arrivals import Arrivals
+    from phaze.serving_capacity import CapacityPlan
+
+__all__ = ["search", "evaluate", "serve", "serve_capacity"]
 
 _GIB = 1 << 30
 _TRAIN_OBJECTIVES = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
@@ -307,8 +313,87 @@ def serve(
     ``disaggregate`` (a prefill pool with ``disaggregate=False``) is a ConfigError naming
     every problem (:func:`phaze.serving_search.check_strategy`).
     """
-    from phaze.serving import ServeContext
     from phaze.serving_search import search as serve_search
+
+    layout, ctx = _serving_problem(
+        cluster,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        lengths=lengths,
+        batch=batch,
+        ttft_limit_s=ttft_limit_s,
+        tpot_limit_s=tpot_limit_s,
+        strategy=strategy,
+        objective=objective,
+        disaggregate=disaggregate,
+        kv_format=kv_format,
+        weight_format=weight_format,
+        tokens_to_serve=tokens_to_serve,
+        solver=solver,
+        scoring=scoring,
+        device=device,
+        kv_admission=kv_admission,
+    )
+    return serve_search(workload, resolve_model(workload), accelerator, layout, ctx)
+
+
+def serve_capacity(
+    workload: str,
+    accelerator: Accelerator,
+    cluster: Cluster,
+    arrivals: Arrivals,
+    *,
+    p99_ttft_limit_s: float | None,
+    p99_tpot_limit_s: float | None,
+    max_devices: int,
+    on_count: Callable[[int, int], None] | None = None,
+    **kw: Any,
+) -> CapacityPlan:
+    """The fewest devices of ``accelerator`` serving ``arrivals`` (requests as they arrive,
+    :mod:`phaze.serving_arrivals`) with their p99 TTFT and TPOT within the limits (seconds)
+    for the target share of requests, and the serving layout that does
+    (:func:`phaze.serving_capacity.plan_capacity`; docs/serving.md, "Capacity planning").
+    ``cluster`` gives the nodes and links (its device count is searched, up to
+    ``max_devices``); ``kw`` are :func:`serve`'s options (lengths, strategy, objective,
+    formats, mean limits, scoring)."""
+    from phaze.serving_capacity import plan_capacity
+
+    layout, ctx = _serving_problem(cluster, **kw)
+    return plan_capacity(
+        workload,
+        resolve_model(workload),
+        accelerator,
+        layout,
+        ctx,
+        arrivals,
+        p99_limits=(p99_ttft_limit_s, p99_tpot_limit_s),
+        max_devices=max_devices,
+        on_count=on_count,
+    )
+
+
+def _serving_problem(
+    cluster: Cluster,
+    *,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    lengths: Sequence[tuple[int, int, float]] | None = None,
+    batch: int | None = None,
+    ttft_limit_s: float | None = None,
+    tpot_limit_s: float | None = None,
+    strategy: ServingLayout | str | None = None,
+    objective: str = "tokens_per_s_per_device",
+    disaggregate: bool = True,
+    kv_format: str = "bf16",
+    weight_format: str | None = None,
+    tokens_to_serve: float | None = None,
+    solver: SolverSettings | None = None,
+    scoring: ScoringParams | None = None,
+    device: DeviceProfile | None = None,
+    kv_admission: str | None = None,
+) -> tuple[ServingLayout, ServeContext]:
+    """The partial layout and the context :func:`serve`'s arguments give (its ConfigErrors)."""
+    from phaze.serving import ServeContext
     from workloads.serving import RequestBatch
 
     if (lengths is None) == (input_tokens is None or output_tokens is None):
@@ -346,7 +431,7 @@ def serve(
         device=device,
         kv_admission=kv_admission,
     )
-    return serve_search(workload, resolve_model(workload), accelerator, layout, ctx)
+    return layout, ctx
 
 
 def _check_limits(

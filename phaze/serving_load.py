@@ -49,11 +49,16 @@ __all__ = ["LoadSettings", "load_settings", "LoadResult", "simulate_load"]
 
 @dataclass(frozen=True, slots=True)
 class LoadSettings:
-    """``phaze/data/serving_load.toml``: requests simulated by default and the share of the
-    second half's arrivals that may be left incomplete before a run counts as unstable."""
+    """``phaze/data/serving_load.toml``: requests simulated by default, the share of the
+    second half's arrivals that may be left incomplete before a run counts as unstable, and
+    capacity planning's target attainment, layouts simulated per device count and default
+    largest count."""
 
     requests: int
     stable_tolerance: float
+    capacity_attainment: float
+    capacity_candidates: int
+    capacity_max_devices: int
 
 
 @lru_cache(maxsize=1)
@@ -62,7 +67,13 @@ def load_settings() -> LoadSettings:
     text = resources.files("phaze").joinpath("data", "serving_load.toml").read_text("utf-8")
     try:
         doc = tomllib.loads(text)
-        return LoadSettings(int(doc["requests"]), float(doc["stable_tolerance"]))
+        return LoadSettings(
+            int(doc["requests"]),
+            float(doc["stable_tolerance"]),
+            float(doc["capacity_attainment"]),
+            int(doc["capacity_candidates"]),
+            int(doc["capacity_max_devices"]),
+        )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"serving_load.toml: unreadable ({type(e).__name__}: {e})") from None
 
@@ -292,14 +303,17 @@ def _stability(
     a: np.ndarray, finished: np.ndarray, rates: tuple[float, float, float], tolerance: float
 ) -> tuple[bool, str]:
     """Whether the requests of the second half of the arrivals completed as fast as they
-    came (within ``tolerance``), and the sentence that says so. ``rates``: the arrivals',
-    the completions' over the run (an overloaded engine's capacity) and the steady state's
-    capacity (requests/s)."""
+    came (within ``tolerance``), and the sentence that says so: completions are counted
+    over the second half's span a typical latency later (the first half's median
+    end-to-end), so that a burst arriving at its end, served a latency later, is not taken
+    for a growing queue. ``rates``: the arrivals', the completions' over the run (an
+    overloaded engine's capacity) and the steady state's capacity (requests/s)."""
     rate, served, capacity = rates
     mid = len(a) // 2
     t_mid, t_end = float(a[mid]), float(a[-1])
+    lag = float(np.median(finished[:mid] - a[:mid])) if mid else 0.0
     arrived = len(a) - mid
-    done = int(np.sum((finished >= t_mid) & (finished <= t_end)))
+    done = int(np.sum((finished >= t_mid + lag) & (finished <= t_end + lag)))
     if t_end <= t_mid or done >= (1 - tolerance) * arrived:
         return True, (
             f"stable: over the second half of the arrivals {done} requests completed as "

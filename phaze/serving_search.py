@@ -47,7 +47,7 @@ from workloads.serving_costs import (
     stage_weight_bytes,
 )
 
-__all__ = ["candidates", "check_strategy", "search"]
+__all__ = ["candidates", "check_strategy", "check_strategy_model", "ranked", "search"]
 
 _MAX_STAGES: Final = 8  # pipeline depths searched: 1, 2, 4, 8 dividing the devices
 
@@ -172,13 +172,8 @@ def _device_problems(layout: ServingLayout, n: int) -> list[str]:
     return []
 
 
-def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> None:
-    """Raise one ConfigError naming every way the partial ``layout`` (a user's strategy)
-    contradicts ``model``, the cluster or ``ctx`` (an encoder, a width that does not divide
-    the heads, expert parallelism on a dense model, pools larger than the devices, two pools
-    where ``ctx`` asks for one, a batch the pipeline cannot split, no complete layout left);
-    what remains open is for the search."""
-    n = ctx.cluster.devices
+def _model_problems(model: Model, layout: ServingLayout, ctx: ServeContext) -> list[str]:
+    """What in the partial ``layout`` contradicts ``model`` or ``ctx`` whatever the devices."""
     problems = []
     if not model.causal:
         problems.append(f"{model.name} is an encoder; serving generates tokens with a decoder")
@@ -192,7 +187,6 @@ def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> No
         pools = [("prefill ", layout.prefill), ("decode ", layout.decode)]
     for name, pool in pools:
         problems += _pool_problems(model, name, pool)
-    problems += _device_problems(layout, n)
     dec = layout.decode
     if layout.given("batching") and layout.batching == "static" and dec.given("p") and dec.p > 1:
         problems.append(f"static batching runs one pipeline stage (p = 1), not p = {dec.p}")
@@ -201,6 +195,25 @@ def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> No
             f"batch = {layout.batch} must be a multiple of p = {dec.p} (one micro-batch per "
             "pipeline stage)"
         )
+    return problems
+
+
+def check_strategy_model(model: Model, layout: ServingLayout, ctx: ServeContext) -> None:
+    """Raise one ConfigError naming every way the partial ``layout`` contradicts ``model``
+    or ``ctx`` whatever the device count (a search over counts checks these once)."""
+    problems = _model_problems(model, layout, ctx)
+    if problems:
+        raise ConfigError(f"serve {model.name}: " + "; ".join(problems))
+
+
+def check_strategy(model: Model, layout: ServingLayout, ctx: ServeContext) -> None:
+    """Raise one ConfigError naming every way the partial ``layout`` (a user's strategy)
+    contradicts ``model``, the cluster or ``ctx`` (an encoder, a width that does not divide
+    the heads, expert parallelism on a dense model, pools larger than the devices, two pools
+    where ``ctx`` asks for one, a batch the pipeline cannot split, no complete layout left);
+    what remains open is for the search."""
+    n = ctx.cluster.devices
+    problems = _model_problems(model, layout, ctx) + _device_problems(layout, n)
     if not problems and next(candidates(model, layout, ctx), None) is None:
         problems.append(
             f"no serving layout of {fmt_noun(n, 'device')} keeps {layout}: each pool's t x p x d must use "
@@ -237,6 +250,90 @@ def _key(point: ServingPoint, objective: Objective) -> tuple:
     return value, point.engine.tpot_s, str(point.layout)
 
 
+def _found(
+    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+) -> list[tuple[float, float, ServingLayout]]:
+    """Every candidate that fits, with its (output-token rate upper bound, TPOT lower bound);
+    ConfigError with the last refusal when none does."""
+    found: list[tuple[float, float, ServingLayout]] = []
+    refused = ""
+    for cand in candidates(model, layout, ctx):
+        try:
+            check_layout(model, acc, cand, ctx)
+        except ConfigError as e:
+            refused = str(e)
+            continue
+        tpot_lb, rate_ub = _bounds(model, acc, cand, ctx)
+        found.append((rate_ub, tpot_lb, cand))
+    if not found:
+        raise ConfigError(
+            f"no serving layout of {fmt_noun(ctx.cluster.devices, 'device')} suits {model.name} "
+            f"(given {layout or 'nothing'}){': ' + refused if refused else ''}"
+        )
+    return found
+
+
+def _prepared(
+    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+) -> tuple[ServeContext, list[tuple[float, float, ServingLayout]]]:
+    """The checks :func:`search` and :func:`ranked` make first, and their candidates."""
+    ctx = layout_context(layout, ctx)
+    check_weight_format(acc, ctx)
+    check_strategy(model, layout, ctx)
+    _check_weights_fit(model, acc, ctx)
+    return ctx, _found(model, acc, layout, ctx)
+
+
+def _best(
+    evaluate,
+    found: list[tuple[float, float, ServingLayout]],
+    ctx: ServeContext,
+    keep: int,
+    min_requests_per_s: float,
+) -> list[ServingPoint]:
+    """The ``keep`` best points meeting the limits and serving at least
+    ``min_requests_per_s``, best first; candidates whose bound proves they cannot enter
+    are skipped."""
+    limit = ctx.tpot_limit_s
+    top: list[ServingPoint] = []
+    for rate_ub, tpot_lb, cand in sorted(found, key=lambda x: (-x[0], str(x[2]))):
+        if limit is not None and tpot_lb > limit:
+            continue  # its TPOT cannot meet the limit
+        if rate_ub < min_requests_per_s * ctx.lengths.output_tokens:
+            continue  # it cannot serve the requests as fast
+        if len(top) == keep and _cannot_win(top[-1], cand, rate_ub, ctx):
+            continue
+        got = evaluate(cand)
+        if got is None or not got.meets_slo or got.engine.requests_per_s < min_requests_per_s:
+            continue
+        top = sorted([*top, got], key=lambda p: _key(p, ctx.objective))[:keep]
+    return top
+
+
+def ranked(
+    workload: str,
+    model: Model,
+    acc: Accelerator,
+    layout: ServingLayout,
+    ctx: ServeContext,
+    *,
+    keep: int,
+    min_requests_per_s: float = 0.0,
+) -> list[ServingPoint]:
+    """The ``keep`` best complete layouts ``layout`` allows that meet the latency limits and
+    serve at least ``min_requests_per_s`` requests per second in steady state, best by
+    ``ctx.objective`` first (empty when none does); raises as :func:`search` does."""
+    ctx, found = _prepared(model, acc, layout, ctx)
+
+    def evaluate(cand: ServingLayout) -> ServingPoint | None:
+        try:
+            return evaluate_layout(workload, model, acc, cand, ctx)
+        except Infeasible:
+            return None
+
+    return _best(evaluate, found, ctx, keep, min_requests_per_s)
+
+
 def search(
     workload: str,
     model: Model,
@@ -259,25 +356,7 @@ def search(
         The model's weights exceed all the devices' HBM together; or no candidate fits the
         devices' memory (the reason of the last refusal).
     """
-    ctx = layout_context(layout, ctx)
-    check_weight_format(acc, ctx)
-    check_strategy(model, layout, ctx)
-    _check_weights_fit(model, acc, ctx)
-    found: list[tuple[float, float, ServingLayout]] = []
-    refused = ""
-    for cand in candidates(model, layout, ctx):
-        try:
-            check_layout(model, acc, cand, ctx)
-        except ConfigError as e:
-            refused = str(e)
-            continue
-        tpot_lb, rate_ub = _bounds(model, acc, cand, ctx)
-        found.append((rate_ub, tpot_lb, cand))
-    if not found:
-        raise ConfigError(
-            f"no serving layout of {fmt_noun(ctx.cluster.devices, 'device')} suits {model.name} "
-            f"(given {layout or 'nothing'}){': ' + refused if refused else ''}"
-        )
+    ctx, found = _prepared(model, acc, layout, ctx)
     done: dict[ServingLayout, ServingPoint | str] = {}
 
     def point(cand: ServingLayout) -> ServingPoint | None:
@@ -289,22 +368,9 @@ def search(
         got = done[cand]
         return got if isinstance(got, ServingPoint) else None
 
-    limit = ctx.tpot_limit_s
-    best: ServingPoint | None = None
-    for rate_ub, tpot_lb, cand in sorted(found, key=lambda x: (-x[0], str(x[2]))):
-        if limit is not None and tpot_lb > limit:
-            continue  # its TPOT cannot meet the limit
-        if best is not None and _cannot_win(best, cand, rate_ub, ctx):
-            continue
-        got = point(cand)
-        if (
-            got is not None
-            and got.meets_slo
-            and (best is None or _key(got, ctx.objective) < _key(best, ctx.objective))
-        ):
-            best = got
-    if best is not None:
-        return best
+    best = _best(point, found, ctx, 1, 0.0)
+    if best:
+        return best[0]
     # nothing meets the limits: the lowest TPOT, candidates by their TPOT bound
     closest: ServingPoint | None = None
     for _, tpot_lb, cand in sorted(found, key=lambda x: (x[1], str(x[2]))):

@@ -123,8 +123,9 @@ def _stack(options: list[Callable]) -> Callable:
     return apply
 
 
-def design_options(devices_help: str) -> Callable:
-    """``--workload``, ``--arch``, ``--devices`` and the cluster's nodes and links."""
+def design_options(devices_help: str, devices_required: bool = True) -> Callable:
+    """``--workload``, ``--arch``, ``--devices`` and the cluster's nodes and links
+    (``devices_required`` False: the command checks ``--devices`` itself)."""
     return _stack(
         [
             click.option(
@@ -134,7 +135,10 @@ def design_options(devices_help: str) -> Callable:
                 "--arch", "arch", required=True, help="Accelerator preset name or TOML file."
             ),
             click.option(
-                "--devices", type=click.IntRange(1, MAX_DEVICES), required=True, help=devices_help
+                "--devices",
+                type=click.IntRange(1, MAX_DEVICES),
+                required=devices_required,
+                help=devices_help,
             ),
             click.option(
                 "--devices-per-node",

@@ -9,6 +9,7 @@ import click
 
 from arch_space import load_accelerator
 from phaze.api import serve as api_serve
+from phaze.api import serve_capacity
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._options import (
     FiniteFloat,
@@ -18,9 +19,25 @@ from phaze.cli._options import (
     scoring_options,
 )
 from phaze.cli._render import echo_json, table
-from phaze.cli.serve_load import LOAD_KEYS, load_arrivals, load_options, serve_under_load
+from phaze.cli.serve_capacity import (
+    CAPACITY_KEYS,
+    capacity_document,
+    capacity_options,
+    check_capacity,
+    counting,
+    print_capacity,
+    refuse_capacity,
+)
+from phaze.cli.serve_load import (
+    LOAD_KEYS,
+    load_arrivals,
+    load_options,
+    p99_limits,
+    serve_under_load,
+)
 from phaze.run import parse_tokens
 from phaze.serving import OBJECTIVES, ServingPoint
+from phaze.serving_load import load_settings
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_noun, fmt_percent, fmt_quantity, fmt_time
 from workloads.serving import KV_ADMISSIONS, serving_settings
@@ -29,7 +46,9 @@ __all__ = ["serve", "serving_document"]
 
 
 @click.command("serve")
-@design_options("Accelerators serving.")
+@design_options(
+    "Accelerators serving (not with --capacity, which searches it).", devices_required=False
+)
 @click.option(
     "--input-tokens",
     type=click.IntRange(1, MAX_SEQ_LEN),
@@ -99,6 +118,7 @@ __all__ = ["serve", "serving_document"]
 )
 @scoring_options(training=False)
 @load_options
+@capacity_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def serve(
     workload,
@@ -129,47 +149,40 @@ def serve(
 
     With --rate or --trace, requests arrive and the chosen layout's engines are simulated
     step by step: TTFT, TPOT and end-to-end percentiles, SLO attainment and goodput at the
-    limits; exits 3 when the rate is above what the layout serves.
+    limits (--p99-ttft-ms and --p99-tpot-ms when given, else the mean limits per request);
+    exits 3 when the rate is above what the layout serves or the p99 limits are missed.
+    With --capacity, the device count is searched instead: the fewest devices whose layout
+    meets the p99 limits for 99 % of the requests (exits 3 when none up to --max-devices
+    does).
     """
     load = {k: kw.pop(k) for k in LOAD_KEYS}
+    cap = {k: kw.pop(k) for k in CAPACITY_KEYS}
+    check_capacity(cap, load, kw["devices"])
     arrivals = load_arrivals(load, input_tokens, output_tokens)
     acc = load_accelerator(arch)
+    kw["devices"] = kw["devices"] or 1  # --capacity: searched
     cluster = cluster_of(kw)
     scoring = scoring_of(kw, acc)
-    devices = cluster.devices
-    point = api_serve(
-        workload,
-        acc,
-        cluster,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        batch=batch,
-        ttft_limit_s=None if ttft_ms is None else ttft_ms / 1e3,
-        tpot_limit_s=None if tpot_ms is None else tpot_ms / 1e3,
-        strategy=strategy,
-        objective=objective,
-        disaggregate=disaggregate,
-        kv_format=kv_format,
-        kv_admission=kv_admission,
-        weight_format=weight_format,
-        tokens_to_serve=None if tokens_to_serve is None else parse_tokens(tokens_to_serve),
-        scoring=scoring,
-    )
-    doc = serving_document(point)
-    doc = {
-        "workload": workload,
-        "arch": acc.name or arch,
-        "devices": devices,
+    options = {
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
+        "batch": batch,
         "ttft_limit_s": None if ttft_ms is None else ttft_ms / 1e3,
         "tpot_limit_s": None if tpot_ms is None else tpot_ms / 1e3,
+        "strategy": strategy,
         "objective": objective,
-        "weight_format": point.layout.weights or "bf16",
+        "disaggregate": disaggregate,
         "kv_format": kv_format,
-        "kv_admission": kv_admission or serving_settings().kv_admission,
-        **doc,
+        "kv_admission": kv_admission,
+        "weight_format": weight_format,
+        "tokens_to_serve": None if tokens_to_serve is None else parse_tokens(tokens_to_serve),
+        "scoring": scoring,
     }
+    if cap["capacity"]:
+        _capacity(workload, (acc, arch), cluster, arrivals, (load, cap), options, as_json)
+        return
+    point = api_serve(workload, acc, cluster, **options)
+    doc = _document(workload, (acc, arch), cluster.devices, point, options)
     if arrivals is not None:
         serve_under_load(point, arrivals, (cluster, scoring), doc, load, as_json)
         return
@@ -182,6 +195,58 @@ def serve(
             f"no serving layout meets the limits ({', '.join(point.slo)} missed); the closest "
             f"is printed: {point.layout}"
         )
+
+
+def _document(
+    workload: str, design: tuple, devices: int, point: ServingPoint, options: dict
+) -> dict[str, object]:
+    """The steady state's ``--json`` document, headed by what was asked."""
+    acc, arch = design
+    return {
+        "workload": workload,
+        "arch": acc.name or arch,
+        "devices": devices,
+        "input_tokens": options["input_tokens"],
+        "output_tokens": options["output_tokens"],
+        "ttft_limit_s": options["ttft_limit_s"],
+        "tpot_limit_s": options["tpot_limit_s"],
+        "objective": options["objective"],
+        "weight_format": point.layout.weights or "bf16",
+        "kv_format": options["kv_format"],
+        "kv_admission": options["kv_admission"] or serving_settings().kv_admission,
+        **serving_document(point),
+    }
+
+
+def _capacity(workload, design, cluster, arrivals, given, options, as_json) -> None:
+    """``--capacity``: plan, then print the count found, its run and the trail; exits 3
+    when no count up to the maximum meets the limits."""
+    load, cap = given
+    p99 = p99_limits(load)
+    max_devices = cap["max_devices"] or load_settings().capacity_max_devices
+    on_count, close = counting()
+    try:
+        plan = serve_capacity(
+            workload,
+            design[0],
+            cluster,
+            arrivals,
+            p99_ttft_limit_s=p99[0],
+            p99_tpot_limit_s=p99[1],
+            max_devices=max_devices,
+            on_count=on_count,
+            **options,
+        )
+    finally:
+        close()
+    if plan.point is None:
+        refuse_capacity(plan, max_devices, as_json)
+    steady = _document(workload, design, plan.devices, plan.point, options)
+    doc = capacity_document(plan, steady, load)
+    if as_json:
+        echo_json(doc)
+    else:
+        print_capacity(plan, doc)
 
 
 def serving_document(point: ServingPoint) -> dict[str, object]:

@@ -18,14 +18,22 @@ from phaze.serving import ServeContext, ServingPoint
 from phaze.serving_arrivals import Arrivals, generate, read_trace
 from phaze.serving_load import LoadResult, load_settings, simulate_load
 from phaze_common.errors import ConfigError
-from phaze_common.units import fmt_count, fmt_percent, fmt_quantity, fmt_time
+from phaze_common.units import fmt_count, fmt_noun, fmt_percent, fmt_quantity, fmt_time
 from workloads.catalog import resolve_model
 from workloads.serving import RequestBatch
 
-__all__ = ["load_options", "LOAD_KEYS", "load_arrivals", "serve_under_load"]
+__all__ = [
+    "load_options",
+    "LOAD_KEYS",
+    "load_arrivals",
+    "p99_limits",
+    "serve_under_load",
+    "load_document",
+    "print_load",
+]
 
 #: The keyword arguments :func:`load_options` adds.
-LOAD_KEYS = ("rate", "burstiness", "trace", "requests", "seed")
+LOAD_KEYS = ("rate", "burstiness", "trace", "requests", "seed", "p99_ttft_ms", "p99_tpot_ms")
 #: The steady-state document's keys that head the document under load; the others go under
 #: its ``steady_state`` key.
 _HEAD = (
@@ -44,7 +52,8 @@ _HEAD = (
 
 
 def load_options(f: Callable) -> Callable:
-    """``--rate``, ``--burstiness``, ``--trace``, ``--requests`` and ``--seed``."""
+    """``--rate``, ``--burstiness``, ``--trace``, ``--requests``, ``--seed`` and the p99
+    latency limits."""
     options = [
         click.option(
             "--rate",
@@ -74,6 +83,17 @@ def load_options(f: Callable) -> Callable:
             type=click.IntRange(0, 2**63 - 1),
             help="Seed of the arrivals at --rate [default: 0].",
         ),
+        click.option(
+            "--p99-ttft-ms",
+            type=FiniteFloat(0, 1e9, lo_open=True),
+            help="p99 TTFT limit under load, ms: SLO attainment counts the requests whose TTFT "
+            "(and TPOT) is within the p99 limits; needs --rate or --trace.",
+        ),
+        click.option(
+            "--p99-tpot-ms",
+            type=FiniteFloat(0, 1e9, lo_open=True),
+            help="p99 TPOT limit under load, ms (as --p99-ttft-ms).",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -89,6 +109,9 @@ def load_arrivals(load: dict[str, Any], input_tokens: int, output_tokens: int) -
     if load["rate"] is None:
         given = [k for k in ("burstiness", "requests", "seed") if load[k] is not None]
         problems += [f"--{k} needs --rate" for k in given]
+        if load["trace"] is None:
+            given = [k for k in ("p99_ttft_ms", "p99_tpot_ms") if load[k] is not None]
+            problems += [f"--{k.replace('_', '-')} needs --rate or --trace" for k in given]
     if problems:
         raise ConfigError("serve: " + "; ".join(problems))
     if load["trace"] is None and load["rate"] is None:
@@ -105,6 +128,11 @@ def load_arrivals(load: dict[str, Any], input_tokens: int, output_tokens: int) -
     )
 
 
+def p99_limits(load: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The p99 TTFT and TPOT limits the options give, seconds (None: not given)."""
+    return tuple(None if load[k] is None else load[k] / 1e3 for k in ("p99_ttft_ms", "p99_tpot_ms"))
+
+
 def serve_under_load(
     point: ServingPoint,
     arrivals: Arrivals,
@@ -114,8 +142,10 @@ def serve_under_load(
     as_json: bool,
 ) -> None:
     """Simulate ``point``'s layout (on ``context``'s cluster, scored by its settings) under
-    ``arrivals`` and print the figures; ``steady`` is the steady state's document.
-    Exits 3 when the rate is above what the layout serves."""
+    ``arrivals`` and print the figures; ``steady`` is the steady state's document. SLO
+    attainment counts the requests within the p99 limits when given, else within the mean
+    limits. Exits 3 when the rate is above what the layout serves, or the p99 limits are
+    missed."""
     cluster, scoring = context
     header = {k: steady[k] for k in _HEAD}
     requests = RequestBatch(
@@ -126,16 +156,54 @@ def serve_under_load(
     ctx = ServeContext(
         cluster=cluster, requests=requests, kv_admission=header["kv_admission"], scoring=scoring
     )
+    p99 = p99_limits(load)
+    limits = (
+        p99
+        if any(x is not None for x in p99)
+        else (
+            header["ttft_limit_s"],
+            header["tpot_limit_s"],
+        )
+    )
     result = simulate_load(
         resolve_model(header["workload"]),
         point,
         ctx,
         arrivals,
-        ttft_limit_s=header["ttft_limit_s"],
-        tpot_limit_s=header["tpot_limit_s"],
+        ttft_limit_s=limits[0],
+        tpot_limit_s=limits[1],
     )
-    doc = {
-        **header,
+    doc = load_document(result, point, steady, load)
+    if as_json:
+        echo_json(doc)
+    else:
+        print_load(result, doc)
+    if not result.stable:
+        raise NoFeasiblePoint(
+            f"unstable at {fmt_count(result.rate_per_s)} requests/s: the queue grows without "
+            f"bound (the layout serves about {fmt_count(result.requests_per_s)} requests/s)"
+        )
+    if doc["p99_limits_met"] is False:
+        raise NoFeasiblePoint(
+            f"the p99 limits are missed: {fmt_percent(result.slo_attainment or 0.0)} of the "
+            f"requests meet them, {fmt_percent(load_settings().capacity_attainment)} needed"
+        )
+
+
+def load_document(
+    result: LoadResult, point: ServingPoint, steady: dict[str, Any], load: dict[str, Any]
+) -> dict[str, Any]:
+    """``--json``'s document under load: the steady state's head, the arrivals, the p99
+    limits and whether they are met (None: not given), the run's figures and the rest of the
+    steady state under ``steady_state``."""
+    p99 = p99_limits(load)
+    given = any(x is not None for x in p99)
+    met = result.stable and (result.slo_attainment or 0.0) >= load_settings().capacity_attainment
+    return {
+        **{k: steady[k] for k in _HEAD},
+        "p99_ttft_limit_s": p99[0],
+        "p99_tpot_limit_s": p99[1],
+        "p99_limits_met": met if given else None,
         "arrivals": _kind(load),
         "burstiness": load["burstiness"] or 1.0,
         "seed": load["seed"] or 0,
@@ -143,15 +211,6 @@ def serve_under_load(
         **result.document(),
         "steady_state": {k: v for k, v in steady.items() if k not in _HEAD},
     }
-    if as_json:
-        echo_json(doc)
-    else:
-        _print(result, doc)
-    if not result.stable:
-        raise NoFeasiblePoint(
-            f"unstable at {fmt_count(result.rate_per_s)} requests/s: the queue grows without "
-            f"bound (the layout serves about {fmt_count(result.requests_per_s)} requests/s)"
-        )
 
 
 def _kind(load: dict[str, Any]) -> str:
@@ -164,10 +223,11 @@ def _rate(x: float) -> str:
     return f"{fmt_count(x)} requests/s"
 
 
-def _print(r: LoadResult, doc: dict[str, Any]) -> None:
+def print_load(r: LoadResult, doc: dict[str, Any]) -> None:
+    """The run's figures as a table and the sentence on its stability."""
     q = fmt_quantity
     head = (
-        f"{doc['workload']} on {doc['arch']}, {doc['devices']} devices, {r.requests} requests "
+        f"{doc['workload']} on {doc['arch']}, {fmt_noun(doc['devices'], 'device')}, {r.requests} requests "
         f"at {_rate(r.rate_per_s)}"
     )
     rows = [["layout", doc["strategy"]], ["arrivals", doc["arrivals"]]]
@@ -180,6 +240,14 @@ def _print(r: LoadResult, doc: dict[str, Any]) -> None:
             ["queue at arrival (p99)", f"{r.queue_p99:g}"],
         ]
         if r.slo_attainment is not None:
+            limits = ", ".join(
+                f"{name} <= {fmt_time(doc[key])}"
+                for name, key in (("TTFT", "p99_ttft_limit_s"), ("TPOT", "p99_tpot_limit_s"))
+                if doc[key] is not None
+            )
+            if limits:
+                met = "met" if doc["p99_limits_met"] else "missed"
+                rows.append(["p99 limits", f"{limits} ({met})"])
             rows += [
                 ["SLO attainment", fmt_percent(r.slo_attainment)],
                 ["goodput", _rate(r.goodput_requests_per_s)],
