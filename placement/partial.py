@@ -161,12 +161,13 @@ def _interleaved(
     """The fastest interleaved layout (``v >= 2``) keeping what ``lay`` fixes that fits and
     beats ``incumbent_s``, under the full search's rules; None when none does (or the
     layout fixes its split)."""
+    graphs = tuple(_matching(problem, lay, sequence_parallel))
     narrowed = replace(
         problem,
-        graphs=tuple(_matching(problem, lay, sequence_parallel)),
+        graphs=graphs,
         zero_stages=(lay.zero,) if lay.given("zero") else ZERO_STAGES,
-        ep_degrees=(lay.ep,) if lay.given("ep") else problem.ep_degrees,
-        cp_degrees=(lay.cp,) if lay.given("cp") else problem.cp_degrees,
+        ep_degrees=_ep_degrees(problem, lay, graphs),
+        cp_degrees=_cp_degrees(problem, lay),
     )
     if not narrowed.graphs or lay.split is not None:
         return None
@@ -176,6 +177,32 @@ def _interleaved(
         pp=lay.p if lay.given("p") else None,
         dp=lay.d if lay.given("d") else None,
     )
+
+
+def _ep_degrees(
+    problem: PlacementProblem, lay: Layout, graphs: tuple[StageGraph, ...]
+) -> tuple[int, ...]:
+    """The expert-parallel degrees a completion of ``lay`` can take: the one it gives, else
+    those of the problem dividing every graph's experts and the ``d`` it gives."""
+    if lay.given("ep"):
+        return (lay.ep,)
+    d = lay.d if lay.given("d") else 0
+    kept = tuple(
+        e for e in problem.ep_degrees if all(g.experts % e == 0 for g in graphs) and d % e == 0
+    )
+    return kept or problem.ep_degrees
+
+
+def _cp_degrees(problem: PlacementProblem, lay: Layout) -> tuple[int, ...]:
+    """The context-parallel degrees a completion of ``lay`` can take: the one it gives, else
+    those of the problem that fit the cluster beside the ``t``, ``p`` and ``d`` it gives."""
+    if lay.given("cp"):
+        return (lay.cp,)
+    fixed = 1
+    for name in ("t", "p", "d"):
+        fixed *= getattr(lay, name) if lay.given(name) else 1
+    kept = tuple(c for c in problem.cp_degrees if fixed * c <= problem.cluster.devices)
+    return kept or problem.cp_degrees
 
 
 def describe_defaults(asked: Layout, chosen: Layout) -> str:
