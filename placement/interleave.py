@@ -2,11 +2,12 @@
 
 The DP of :mod:`placement.search` is exact over every placement with ``v = 1``. Interleaving
 splits the blocks into ``p * v`` chunks, chunk ``c`` on pipeline rank ``c mod p``, and cuts
-the bubble to ``(p - 1) / v`` micro-batches (Narayanan et al. SC21 §2.2); it only exists for
-Megatron's even split (:func:`placement.fixed.megatron_chunks`), so the candidates are the
-layouts Megatron-LM accepts: ``p * v`` divides the blocks, each pipeline's micro-batches are
-a multiple of ``p``, ``d`` divides the micro-batches (so ``d * mbs`` divides the global
-batch), on every graph variant and ZeRO stage of the problem. Only problems without expert
+the bubble to ``(p - 1) / v`` micro-batches (Narayanan et al. SC21 §2.2). The candidates are
+the layouts Megatron accepts: Megatron-LM's even split (:func:`placement.fixed.megatron_chunks`)
+where ``p * v`` divides the blocks, else the uneven splits whose first and last chunks carry
+fewer blocks (:func:`uneven_sizes`, written as Megatron-Core's pipeline layout); each
+pipeline's micro-batches a multiple of ``p``, ``d`` dividing the micro-batches (so
+``d * mbs`` divides the global batch), on every graph variant and ZeRO stage of the problem. Only problems without expert
 or context parallelism to search (``ep_degrees`` and ``cp_degrees`` both ``(1,)``) get
 interleaved layouts, so that they never compete with a search narrower than the DP's.
 

@@ -8,9 +8,11 @@ and ``d``), the context-parallel degree (from its ``cp_degrees``), and any of ``
 (:func:`placement.fixed.evaluate_fixed`) and keeping the fastest that fits. ``d`` always
 divides the micro-batches of the global batch; micro-batch size and recompute mode come from
 the graph variants of the problem. Interleaving left open is searched as the full search
-does (:func:`placement.interleave.best_interleaved`, dense models at ``cp = 1``: ``p * v``
-divides the blocks, each pipeline's micro-batches a multiple of ``p``), and an interleaved
-layout replaces the best ``v = 1`` completion only when it is faster.
+does (:func:`placement.interleave.best_interleaved`, dense models at ``cp = 1``: the blocks
+split evenly over ``p * v`` or with fewer on the first and last chunks, each pipeline's
+micro-batches a multiple of ``p``; the ``ep`` and ``cp`` degrees no completion can take are
+dropped first), and an interleaved layout replaces the best ``v = 1`` completion only when it
+is faster.
 """
 
 from __future__ import annotations
