@@ -2,11 +2,12 @@
 
 The DP of :mod:`placement.search` is exact over every placement with ``v = 1``. Interleaving
 splits the blocks into ``p * v`` chunks, chunk ``c`` on pipeline rank ``c mod p``, and cuts
-the bubble to ``(p - 1) / v`` micro-batches (Narayanan et al. SC21 §2.2); it only exists for
-Megatron's even split (:func:`placement.fixed.megatron_chunks`), so the candidates are the
-layouts Megatron-LM accepts: ``p * v`` divides the blocks, each pipeline's micro-batches are
-a multiple of ``p``, ``d`` divides the micro-batches (so ``d * mbs`` divides the global
-batch), on every graph variant and ZeRO stage of the problem. Only problems without expert
+the bubble to ``(p - 1) / v`` micro-batches (Narayanan et al. SC21 §2.2). The candidates are
+the layouts Megatron accepts: Megatron-LM's even split (:func:`placement.fixed.megatron_chunks`)
+where ``p * v`` divides the blocks, else the uneven splits whose first and last chunks carry
+fewer blocks (:func:`uneven_sizes`, written as Megatron-Core's pipeline layout); each
+pipeline's micro-batches a multiple of ``p``, ``d`` dividing the micro-batches (so
+``d * mbs`` divides the global batch), on every graph variant and ZeRO stage of the problem. Only problems without expert
 or context parallelism to search (``ep_degrees`` and ``cp_degrees`` both ``(1,)``) get
 interleaved layouts, so that they never compete with a search narrower than the DP's.
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from phaze_common.errors import Infeasible
 from placement import network as net
+from placement.chunks import chunk_split
 from placement.dp import candidate_degrees
 from placement.dp_comm import embedding_allreduce_s, shard_unit, tail_fn
 from placement.fixed import evaluate_fixed
@@ -35,7 +37,10 @@ from placement.pipelining import in_flight, pipeline_s
 from placement.pipelining import micro_batches_per_pipeline as per
 from placement.types import Placement, PlacementProblem, StageGraph
 
-__all__ = ["best_interleaved", "interleaved_floor"]
+__all__ = ["best_interleaved", "interleaved_floor", "uneven_sizes"]
+
+# (time, t, p, d, v, ZeRO stage, first chunk's blocks of an uneven split or -1)
+_Key = tuple[float, int, int, int, int, int, int]
 
 
 def _divisors(n: int) -> list[int]:
@@ -94,19 +99,31 @@ def _cheapest(
             continue
         if bound >= limit_s:
             return
-        _, gi, sums, p, v, ds = groups[k]
+        _, gi, sums, p, v, first, ds = groups[k]
         k += 1
         g = problem.graphs[gi]
         m = problem.global_batch // g.micro_batch
-        for key in _priced(problem, g, sums, p, v, m, ds, limit_s):
+        for key in _priced(problem, g, sums, (p, v, first), m, ds, limit_s):
             if key[0] < limit_s:
                 heapq.heappush(heap, (key, gi))
 
 
-def _layout(g: StageGraph, key: tuple[float, int, int, int, int, int]) -> Layout:
-    _, t, p, d, v, z = key
+def _layout(g: StageGraph, key: _Key) -> Layout:
+    _, t, p, d, v, z, first = key
+    split = None
+    if first >= 0:
+        lo, hi = _Sums(g).chunks(p * v, first)
+        split = chunk_split(g, tuple(tuple(range(a, b)) for a, b in zip(lo, hi, strict=True)), v)
     return Layout(
-        t=t, p=p, d=d, v=v, mbs=g.micro_batch, recompute=g.recompute, sp=g.sequence_parallel, zero=z
+        t=t,
+        p=p,
+        d=d,
+        v=v,
+        mbs=g.micro_batch,
+        recompute=g.recompute,
+        sp=g.sequence_parallel,
+        zero=z,
+        split=split,
     )
 
 
@@ -114,15 +131,15 @@ def _memory_floor(
     problem: PlacementProblem,
     g: StageGraph,
     sums: _Sums,
-    key: tuple[float, int, int, int, int, int],
+    key: _Key,
 ) -> float:
     """A lower bound on the memory per device :func:`placement.fixed.evaluate_fixed` finds for
     the layout ``key``: each rank's parameters, stash and experts summed over its chunks
     (:func:`placement.iteration.stage_memory` is linear in them, and a rank's chunks share
     its in-flight count), without the workspace and ZeRO-3's gathered layer."""
-    _, _, p, d, v, zero = key
+    _, _, p, d, v, zero, first = key
     per_pipeline = per(problem.global_batch // g.micro_batch, d)
-    lo, hi = sums.chunks(p * v)
+    lo, hi = sums.chunks(p * v, first)
     params = (sums.held[hi] - sums.held[lo]).reshape(v, p).sum(axis=0)
     stash = (sums.stash[hi] - sums.stash[lo]).reshape(v, p).sum(axis=0)
     experts = (sums.experts[hi] - sums.experts[lo]).reshape(v, p).sum(axis=0)
@@ -145,10 +162,11 @@ def _memory_floor(
 def _groups(
     problem: PlacementProblem, limit_s: float, pp: int | None, dp: int | None
 ) -> list[tuple]:
-    """(bound, graph index, prefix sums, p, v, degrees) of every (graph, p, v) Megatron
-    accepts (at ``pp`` and ``dp`` when given) whose bound is under ``limit_s``, lowest bound
-    first; the bound is the time of its slowest rank's compute alone at its most replicas
-    (no messages, no tail)."""
+    """(bound, graph index, prefix sums, p, v, first, degrees) of every (graph, p, v, split)
+    Megatron accepts (at ``pp`` and ``dp`` when given) whose bound is under ``limit_s``,
+    lowest bound first; the bound is the time of its slowest rank's compute alone at its
+    most replicas (no messages, no tail). ``first`` is -1 for Megatron-LM's even split, else
+    the first chunk's blocks of an uneven split (:func:`uneven_sizes`)."""
     if (problem.ep_degrees, problem.cp_degrees) != ((1,), (1,)) or not problem.interleaving:
         # its layouts would leave out the expert and context parallelism searched, or the
         # framework has no interleaved schedule
@@ -158,27 +176,39 @@ def _groups(
     for gi, g in enumerate(problem.graphs):
         if not g.is_chain or problem.global_batch % g.micro_batch or (g.ep, g.cp) != (1, 1):
             continue
-        blocks = sum(x.kind == "block" for x in g.layers)
         m = problem.global_batch // g.micro_batch
         sums = _Sums(g)
         every = candidate_degrees(m, 1, devices // g.tp)
-        for chunks in _divisors(blocks) if blocks else []:
-            for p in _divisors(chunks):
-                v = chunks // p
-                if p < 2 or v < 2 or g.tp * p > devices or pp not in (None, p):
-                    continue
-                ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
-                if dp is not None:
-                    ds = ds[ds == dp]
-                if ds.size == 0 or pipeline_s(sums.total / p, per(m, ds[-1]), p, v) >= limit_s:
-                    continue
-                lo, hi = sums.chunks(p * v)
-                slowest = (sums.work[hi] - sums.work[lo]).reshape(v, p).sum(axis=0).max()
-                bound = float(pipeline_s(slowest, per(m, ds[-1]), p, v))
-                if bound < limit_s:
-                    out.append((bound, gi, sums, p, v, ds))
-    out.sort(key=lambda x: x[:2] + x[3:5])
+        for p, v, first in _splits(sums):
+            if g.tp * p > devices or pp not in (None, p):
+                continue
+            ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
+            if dp is not None:
+                ds = ds[ds == dp]
+            if ds.size == 0 or pipeline_s(sums.total / p, per(m, ds[-1]), p, v) >= limit_s:
+                continue
+            lo, hi = sums.chunks(p * v, first)
+            slowest = (sums.work[hi] - sums.work[lo]).reshape(v, p).sum(axis=0).max()
+            bound = float(pipeline_s(slowest, per(m, ds[-1]), p, v))
+            if bound < limit_s:
+                out.append((bound, gi, sums, p, v, first, ds))
+    out.sort(key=lambda x: x[:2] + x[3:6])
     return out
+
+
+def _splits(sums: _Sums) -> Iterator[tuple[int, int, int]]:
+    """(p, v, first) of each interleaved split (``p, v >= 2``): Megatron-LM's even one
+    (``first`` -1) where ``p * v`` divides the blocks, else each uneven one whose first and
+    last chunks carry fewer blocks (:meth:`_Sums.firsts`)."""
+    blocks = sums.blocks.size
+    for chunks in _divisors(blocks) if blocks else []:
+        for p in _divisors(chunks):
+            if p >= 2 and chunks // p >= 2:
+                yield p, chunks // p, -1
+    for p in range(2, sums.n // 2 + 1):
+        for v in range(2, sums.n // p + 1):
+            for first in sums.firsts(p * v):
+                yield p, v, first
 
 
 class _Sums:
@@ -199,36 +229,70 @@ class _Sums:
         self.blocks = np.array([i for i, x in enumerate(g.layers) if x.kind == "block"])
         self.n = len(g.layers)
 
-    def chunks(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """First and past-the-end layer of each of Megatron's ``count`` chunks, as
-        :func:`placement.fixed.megatron_chunks` splits them."""
+    def chunks(self, count: int, first: int = -1) -> tuple[np.ndarray, np.ndarray]:
+        """First and past-the-end layer of each of ``count`` chunks: Megatron-LM's even split
+        (:func:`placement.fixed.megatron_chunks`) when ``first`` is -1, else the uneven split
+        whose first chunk holds ``first`` blocks (:func:`uneven_sizes`)."""
         nb = self.blocks.size
-        sizes = np.full(count, nb // count)
-        sizes[: nb % count] += 1
+        if first < 0:
+            sizes = np.full(count, nb // count)
+            sizes[: nb % count] += 1
+        else:
+            sizes = np.array(uneven_sizes(nb, count, first))
         cuts = np.concatenate(([0], np.cumsum(sizes)))
-        lo = self.blocks[np.minimum(cuts[:-1], nb - 1)]
+        ends = np.append(self.blocks, self.blocks[-1] + 1)  # a chunk may end past the blocks
+        lo = ends[cuts[:-1]]
         lo[0] = 0
         hi = np.empty(count, dtype=np.int64)
         hi[:-1] = lo[1:]
         hi[-1] = self.n
         return lo, hi
 
+    def firsts(self, count: int) -> list[int]:
+        """The first-chunk block counts of the uneven splits of ``count`` chunks
+        (:func:`uneven_sizes`) whose chunks all hold a layer: none when the blocks divide
+        evenly (Megatron-LM's split serves them)."""
+        nb = self.blocks.size
+        if nb == 0 or count < 3 or nb % count == 0:
+            return []
+        k = -(-nb // count)
+        rest = nb - (count - 2) * k  # blocks of the first and last chunks together
+        lone_first = self.blocks[0] > 0  # a layer (the embedding) before the first block
+        lone_last = self.blocks[-1] < self.n - 1  # a layer (the head) after the last block
+        return [
+            f
+            for f in range(max(0, rest - k), min(k, rest) + 1)
+            if (f or lone_first) and (rest - f or lone_last)
+        ]
+
+
+def uneven_sizes(blocks: int, count: int, first: int) -> list[int]:
+    """Blocks per chunk of the uneven split of ``blocks`` into ``count`` chunks whose first
+    chunk holds ``first``: the middle chunks ``ceil(blocks / count)`` each, the last the
+    rest, so the first and last chunks (the embedding's and the loss's) carry fewer blocks,
+    none when the embedding or the loss stands alone (Megatron-Core's
+    ``--decoder-first-pipeline-num-layers`` / ``--account-for-embedding-in-pipeline-split``,
+    written as ``--pipeline-model-parallel-layout``)."""
+    k = -(-blocks // count)
+    return [first, *[k] * (count - 2), blocks - first - (count - 2) * k]
+
 
 def _priced(
     problem: PlacementProblem,
     g: StageGraph,
     sums: _Sums,
-    p: int,
-    v: int,
+    shape: tuple[int, int, int],
     m: int,
     ds: np.ndarray,
     limit_s: float,
-) -> list[tuple[float, int, int, int, int, int]]:
-    """(time before the memory test, t, p, d, v, zero) of graph ``g`` with ``p`` ranks of
-    ``v`` chunks at each degree of ``ds`` and each ZeRO stage, as
-    :func:`placement.fixed.evaluate_fixed` prices them."""
+) -> list[_Key]:
+    """(time before the memory test, t, p, d, v, zero, split) of graph ``g`` with ``p``
+    ranks of ``v`` chunks split as ``shape`` = (p, v, first) says (:meth:`_Sums.chunks`) at
+    each degree of ``ds`` and each ZeRO stage, as :func:`placement.fixed.evaluate_fixed`
+    prices them."""
     t = g.tp
-    lo, hi = sums.chunks(p * v)
+    p, v, split = shape
+    lo, hi = sums.chunks(p * v, split)
     compute = sums.work[hi] - sums.work[lo]
     slowest = compute.reshape(v, p).sum(axis=0).max()
     if pipeline_s(slowest, per(m, ds[-1]), p, v) >= limit_s:  # no degree can win
@@ -270,5 +334,5 @@ def _priced(
     out = []
     for z, fn in fns.items():
         time = pipeline + embedding + fn(ds, first, bottleneck)
-        out += [(x, t, p, d, v, z) for x, d in zip(time.tolist(), ds.tolist(), strict=True)]
+        out += [(x, t, p, d, v, z, split) for x, d in zip(time.tolist(), ds.tolist(), strict=True)]
     return out

@@ -8,9 +8,11 @@ and ``d``), the context-parallel degree (from its ``cp_degrees``), and any of ``
 (:func:`placement.fixed.evaluate_fixed`) and keeping the fastest that fits. ``d`` always
 divides the micro-batches of the global batch; micro-batch size and recompute mode come from
 the graph variants of the problem. Interleaving left open is searched as the full search
-does (:func:`placement.interleave.best_interleaved`, dense models at ``cp = 1``: ``p * v``
-divides the blocks, each pipeline's micro-batches a multiple of ``p``), and an interleaved
-layout replaces the best ``v = 1`` completion only when it is faster.
+does (:func:`placement.interleave.best_interleaved`, dense models at ``cp = 1``: the blocks
+split evenly over ``p * v`` or with fewer on the first and last chunks, each pipeline's
+micro-batches a multiple of ``p``; the ``ep`` and ``cp`` degrees no completion can take are
+dropped first), and an interleaved layout replaces the best ``v = 1`` completion only when it
+is faster.
 """
 
 from __future__ import annotations
@@ -161,12 +163,13 @@ def _interleaved(
     """The fastest interleaved layout (``v >= 2``) keeping what ``lay`` fixes that fits and
     beats ``incumbent_s``, under the full search's rules; None when none does (or the
     layout fixes its split)."""
+    graphs = tuple(_matching(problem, lay, sequence_parallel))
     narrowed = replace(
         problem,
-        graphs=tuple(_matching(problem, lay, sequence_parallel)),
+        graphs=graphs,
         zero_stages=(lay.zero,) if lay.given("zero") else ZERO_STAGES,
-        ep_degrees=(lay.ep,) if lay.given("ep") else problem.ep_degrees,
-        cp_degrees=(lay.cp,) if lay.given("cp") else problem.cp_degrees,
+        ep_degrees=_ep_degrees(problem, lay, graphs),
+        cp_degrees=_cp_degrees(problem, lay),
     )
     if not narrowed.graphs or lay.split is not None:
         return None
@@ -176,6 +179,32 @@ def _interleaved(
         pp=lay.p if lay.given("p") else None,
         dp=lay.d if lay.given("d") else None,
     )
+
+
+def _ep_degrees(
+    problem: PlacementProblem, lay: Layout, graphs: tuple[StageGraph, ...]
+) -> tuple[int, ...]:
+    """The expert-parallel degrees a completion of ``lay`` can take: the one it gives, else
+    those of the problem dividing every graph's experts and the ``d`` it gives."""
+    if lay.given("ep"):
+        return (lay.ep,)
+    d = lay.d if lay.given("d") else 0
+    kept = tuple(
+        e for e in problem.ep_degrees if all(g.experts % e == 0 for g in graphs) and d % e == 0
+    )
+    return kept or problem.ep_degrees
+
+
+def _cp_degrees(problem: PlacementProblem, lay: Layout) -> tuple[int, ...]:
+    """The context-parallel degrees a completion of ``lay`` can take: the one it gives, else
+    those of the problem that fit the cluster beside the ``t``, ``p`` and ``d`` it gives."""
+    if lay.given("cp"):
+        return (lay.cp,)
+    fixed = 1
+    for name in ("t", "p", "d"):
+        fixed *= getattr(lay, name) if lay.given(name) else 1
+    kept = tuple(c for c in problem.cp_degrees if fixed * c <= problem.cluster.devices)
+    return kept or problem.cp_degrees
 
 
 def describe_defaults(asked: Layout, chosen: Layout) -> str:

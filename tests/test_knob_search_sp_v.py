@@ -11,6 +11,7 @@ import pytest
 from budget import budget
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from splits import interleaved_splits
 
 import phaze
 from arch_space import Cluster, preset
@@ -42,14 +43,16 @@ def _problem(devices: int, hbm_gb: float, batch: int, layers: int) -> PlacementP
 
 
 def _megatron_layouts(problem: PlacementProblem, fixed: Layout):
-    """Every full strategy keeping ``fixed``'s set fields, with interleaving as Megatron-LM
-    accepts it: ``v = 1``, or ``p >= 2`` with ``p * v`` dividing the blocks and each
-    pipeline's micro-batches a multiple of ``p``."""
+    """Every full strategy keeping ``fixed``'s set fields, with interleaving as Megatron
+    accepts it: ``v = 1``, or ``p >= 2`` with each pipeline's micro-batches a multiple of
+    ``p`` and the blocks split evenly over ``p * v`` or unevenly (:mod:`splits`)."""
     for g in problem.graphs:
         blocks = sum(x.kind == "block" for x in g.layers)
         m = problem.global_batch // g.micro_batch
-        for p, v, z in itertools.product(range(1, blocks + 1), range(1, blocks + 1), ZERO_STAGES):
-            for d in candidate_degrees(m, 1, problem.cluster.devices).tolist():
+        for p, v, z in itertools.product(range(1, blocks + 3), range(1, blocks + 3), ZERO_STAGES):
+            splits = interleaved_splits(blocks, p, v) if v > 1 and p > 1 else [None]
+            degrees = candidate_degrees(m, 1, problem.cluster.devices).tolist()
+            for split, d in itertools.product(splits, degrees):
                 s = Layout(
                     t=g.tp,
                     p=p,
@@ -59,12 +62,13 @@ def _megatron_layouts(problem: PlacementProblem, fixed: Layout):
                     recompute=g.recompute,
                     sp=g.sequence_parallel,
                     zero=z,
+                    split=split,
                 )
                 if any(getattr(s, k) != getattr(fixed, k) for k in _FIELDS - fixed.open):
                     continue
-                if g.tp * p * d > problem.cluster.devices:
+                if g.tp * p * d > problem.cluster.devices or (v == 1 and p > blocks):
                     continue
-                if v > 1 and (p < 2 or blocks % (p * v) or (m // d) % p):
+                if v > 1 and (p < 2 or (m // d) % p):
                     continue
                 yield s
 

@@ -7,9 +7,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from splits import interleaved_splits
 
 from phaze.cli import cli
 from placement import parse_strategy
+from placement.layout import format_split
 
 _BASE = ["evaluate", "--workload", "gpt3-125m", "--arch", "a100", "--devices", "8"]
 _BASE += ["--global-batch", "16", "--seq-len", "256"]
@@ -39,14 +41,19 @@ def test_open_fields_take_the_search_defaults_and_are_reported():
     assert f"v={pl.v}" in doc["strategy_defaults"]
     human = _run("t=2,p=2,d=2")
     assert "strategy defaults used (not given):" in human.output
-    # the search's sp, ZeRO stage and v: the fastest of them for this layout (mbs = 2: each
-    # pipeline runs 4 micro-batches, a multiple of p, as Megatron's interleaving needs)
+    # the search's sp, ZeRO stage, v and split: the fastest of them for this layout (mbs = 2:
+    # each pipeline runs 4 micro-batches, a multiple of p, as Megatron's interleaving needs)
     fixed = "t=2,p=2,d=2,mbs=2,recompute=none"
+    splits = [("", 1)] + [
+        ("" if split is None else f",split={format_split(split)}", v)
+        for v in range(2, 8)
+        for split in interleaved_splits(12, 2, v)  # even, or uneven over the 12 blocks
+    ]
     times = [
-        _json(f"{fixed},sp={s},zero={z},v={v}")["iteration_s"]
+        _json(f"{fixed},sp={s},zero={z},v={v}{split}")["iteration_s"]
         for s in ("on", "off")
         for z in range(4)
-        for v in (1, 2, 3, 6)  # p * v divides the 12 blocks
+        for split, v in splits
     ]
     assert _json(fixed)["iteration_s"] == min(times)
     assert (

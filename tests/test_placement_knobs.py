@@ -11,6 +11,7 @@ import math
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from splits import interleaved_splits
 
 from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
@@ -93,15 +94,18 @@ def test_a_micro_batch_that_does_not_divide_the_batch_is_refused():
 
 
 def _interleaved_brute(problem: PlacementProblem) -> float:
-    """The fastest fitting interleaved layout Megatron accepts, by evaluating every one."""
+    """The fastest fitting interleaved layout Megatron accepts (at an even or uneven split),
+    by evaluating every one."""
     best = math.inf
     for g in problem.graphs:
         m = problem.global_batch // g.micro_batch
         blocks = sum(x.kind == "block" for x in g.layers)
-        for p, v in itertools.product(range(2, blocks + 1), range(2, blocks + 1)):
-            if blocks % (p * v):
-                continue
-            for d in candidate_degrees(m, 1, problem.cluster.devices).tolist():
+        for p, v in itertools.product(range(2, blocks + 3), range(2, blocks + 3)):
+            grid = itertools.product(
+                interleaved_splits(blocks, p, v),
+                candidate_degrees(m, 1, problem.cluster.devices).tolist(),
+            )
+            for split, d in grid:
                 if g.tp * p * d > problem.cluster.devices or (m // d) % p:
                     continue
                 for z in problem.zero_stages:
@@ -114,6 +118,7 @@ def _interleaved_brute(problem: PlacementProblem) -> float:
                         recompute=g.recompute,
                         sp=g.sequence_parallel,
                         zero=z,
+                        split=split,
                     )
                     try:
                         best = min(best, evaluate_fixed(problem, s).breakdown.iteration_s)
@@ -129,7 +134,7 @@ def _interleaved_brute(problem: PlacementProblem) -> float:
     batch=st.sampled_from([8, 16]),
     zero=_ZERO,
     knobs=_KNOBS,
-    layers=st.sampled_from([4, 8]),
+    layers=st.sampled_from([4, 6, 7, 8]),
 )
 def test_interleaving_finds_the_fastest_layout_under_the_incumbent(
     devices, hbm_gb, batch, zero, knobs, layers

@@ -11,6 +11,7 @@ import math
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from splits import interleaved_splits
 
 from arch_space import Cluster
 from phaze_common.errors import Infeasible
@@ -156,17 +157,15 @@ def _tied_gpt(devices: int, hbm_gb: float, batch: int, zero: tuple[int, ...]):
 )
 def test_interleaved_layouts_price_the_copy_as_the_fixed_strategy(devices, hbm_gb, batch, zero):
     """The interleaved search's best first order prices the tied all-reduce: it finds the
-    fastest fitting Megatron layout that every evaluation finds."""
+    fastest fitting Megatron layout (even or uneven split) that every evaluation finds."""
     problem = _tied_gpt(devices, hbm_gb, batch, zero)
     best = math.inf
-    for t, p, v in itertools.product((1, 2), (2, 4), (2, 4)):
-        if 8 % (p * v):  # Megatron splits the 8 blocks evenly
-            continue
-        for d in (1, 2, 4, 8):
+    for t, p, v in itertools.product((1, 2), (2, 4), (2, 3, 4, 5)):
+        for split, d in itertools.product(interleaved_splits(8, p, v), (1, 2, 4, 8)):
             if t * p * d > devices or batch % d or (batch // d) % p:
                 continue
             for z in zero:
-                s = Layout(t=t, p=p, d=d, v=v, recompute="full", zero=z)
+                s = Layout(t=t, p=p, d=d, v=v, recompute="full", zero=z, split=split)
                 try:
                     pl = evaluate_fixed(problem, s)
                 except Infeasible:

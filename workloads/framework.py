@@ -347,8 +347,9 @@ def search_exclusions(profile: FrameworkProfile) -> tuple[str, ...]:
         )
     else:
         out.append(
-            "interleaving: the interleaved schedule needs blocks divisible by p * v and each "
-            "pipeline's micro-batches divisible by p (Megatron-LM schedules.py)"
+            "interleaving: the interleaved schedule needs each pipeline's micro-batches "
+            "divisible by p (Megatron-LM schedules.py), and blocks divisible by p * v or split "
+            "with fewer on the first and last chunks (Megatron-Core's pipeline layout)"
         )
     if set(profile.zero_stages) != set(_ZERO_STAGES):
         allowed = ", ".join(map(str, profile.zero_stages))
