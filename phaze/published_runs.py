@@ -32,6 +32,7 @@ from phaze_common.units import fmt_noun
 from placement import parse_strategy
 from workloads import FfnKind, Model, get_model, model_names
 from workloads.framework import framework_names
+from workloads.optimizer_state import OptimizerState, parse_optimizer_state
 
 __all__ = [
     "DEFAULT_REGISTRY",
@@ -126,7 +127,9 @@ class PublishedRun:
     """One published training run and the figure it reported (see the module docstring).
 
     ``assumed`` names what the source leaves open and the registry chose (a strategy key, the
-    FLOP convention, ...); ``suite`` groups the rows another command reads
+    FLOP convention, ...); ``optimizer_state`` names the parts of the training state that
+    differ from Adam's in mixed precision (``master=fp32,moments=bf16,grads=fp32``, as
+    ``phaze evaluate --optimizer-state``); ``suite`` groups the rows another command reads
     (``phaze validate megatron``)."""
 
     id: str
@@ -148,6 +151,7 @@ class PublishedRun:
     flops: str | None = None
     peak_flops_per_s: float | None = None
     state_bytes: int | None = None
+    optimizer_state: str | None = None
     suite: str | None = None
     notes: str = ""
 
@@ -255,6 +259,7 @@ _RUN_KEYS: Final = {
     "flops": str,
     "peak_flops_per_s": float,
     "state_bytes": int,
+    "optimizer_state": str,
     "suite": str,
     "notes": str,
 }
@@ -266,6 +271,7 @@ _OPTIONAL: Final = {
     "flops",
     "peak_flops_per_s",
     "state_bytes",
+    "optimizer_state",
     "suite",
     "notes",
 }
@@ -380,6 +386,11 @@ def _run(
     ]
     problems.extend(f"{where}: {p}" for p in found)
     bad = _layout_problems(v, where) + _metric_problems(v, where)
+    if "optimizer_state" in v:
+        try:  # the parts are checked here; the weights' bytes come from the recipe later
+            parse_optimizer_state(v["optimizer_state"], OptimizerState(weight_bytes=2))
+        except ConfigError as e:
+            bad.append(f"{where}: {e}")
     if not all(isinstance(a, str) for a in v.get("assumed", [])):
         bad.append(f"{where}: assumed must list strings")
     _positive(v, ("gpus", "seq_len", "global_batch", "measured", "peak_flops_per_s"), where, bad)

@@ -30,6 +30,7 @@ from phaze.published_runs import (
 )
 from phaze.validation import FitResult, ValidationRow, fit_device
 from phaze_common.errors import ConfigError
+from workloads import get_model
 
 __all__ = [
     "RunResult",
@@ -42,6 +43,7 @@ __all__ = [
     "outside_targets",
     "fit_preset",
     "fitted_rows",
+    "model_kind",
 ]
 
 _GIB: Final = 1 << 30
@@ -107,6 +109,7 @@ class RunResult:
             "global_batch": r.global_batch,
             "strategy": r.strategy,
             "state_bytes": r.state_bytes,
+            "optimizer_state": r.optimizer_state,
             "system": r.system.key,
             "devices_per_node": r.system.devices_per_node,
             "intra_node_bandwidth_bytes_per_s": r.system.intra_node_bandwidth_bytes_per_s,
@@ -180,6 +183,7 @@ def predict_iteration_s(
             framework=framework,
             device=device,
             state_bytes_per_parameter=run.state_bytes,
+            optimizer_state=run.optimizer_state,
             # a published run trained at its length: past the context, it extended it
             # (Llama 3's long-context stage scales RoPE to 131,072 tokens)
             allow_context_extension=True,
@@ -238,16 +242,22 @@ def _by(results: Sequence[RunResult], key: Callable[[RunResult], str]) -> dict[s
     }
 
 
+def model_kind(run: PublishedRun) -> str:
+    """``moe`` when the run's model routes tokens to experts, else ``dense``."""
+    return "moe" if get_model(run.model).experts > 1 else "dense"
+
+
 def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
     """Mean and largest |error| (and the mean signed iteration-time error, the model's bias)
-    of the fitted rows and of the held-out rows, overall, by GPU, by framework and by
-    precision recipe."""
+    of the fitted rows and of the held-out rows, overall, by GPU, by framework, by
+    precision recipe and by model kind (dense or mixture of experts)."""
     return {
         "fitted": _group(r for r in results if r.run.fitted),
         "held_out": _group(r for r in results if not r.run.fitted),
         "by_gpu": _by(results, lambda r: r.run.arch),
         "by_framework": _by(results, lambda r: r.run.framework),
         "by_precision": _by(results, lambda r: r.run.precision),
+        "by_model": _by(results, lambda r: model_kind(r.run)),
     }
 
 

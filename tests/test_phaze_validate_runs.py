@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import tomllib
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -28,12 +30,14 @@ from phaze.run_validation import (
     RunResult,
     Targets,
     evaluate_run,
+    model_kind,
     outside_targets,
     summarize,
     system_device,
 )
 from placement import parse_strategy
 from workloads import get_model, model_flops_per_sequence
+from workloads.optimizer_state import OptimizerState, parse_optimizer_state
 
 REGISTRY = default_registry()
 
@@ -212,6 +216,10 @@ def test_a_small_registry_loads(tmp_path):
         (('"megatron-2022"', '"jax-2030"'), r"framework 'jax-2030' has no profile"),
         (("gpus = 8", "gpus = 16"), r"t\*p\*d\*cp = 8 devices, gpus = 16"),
         (('source = "s"', 'source = "t"'), r"source 't' is not in \[sources\]"),
+        (
+            ("fitted = false", 'fitted = false\noptimizer_state = "moments=fp16"'),
+            r"optimizer_state: moments = 'fp16' must be one of fp32, bf16, 8bit",
+        ),
     ],
 )
 def test_registry_errors_name_the_run_the_key_and_the_rule(tmp_path, edit, message):
@@ -309,10 +317,75 @@ def test_the_whole_registry_is_evaluated():
 
 
 def test_fp8_runs_are_held_out_rows_of_the_registry():
-    """Published FP8 runs train with the fp8-te recipe at their layouts, none fitted."""
+    """Published FP8 runs train with their recipes at their layouts, none fitted: NeMo's and
+    MLPerf's on H100 with Transformer Engine's, DeepSeek-V3's on H800 block-wise."""
     fp8 = [r for r in REGISTRY.runs if r.precision != "bf16"]
-    assert len(fp8) >= 4
-    assert all(r.precision == "fp8-te" and not r.fitted and r.arch == "h100" for r in fp8)
+    assert len(fp8) >= 5 and not any(r.fitted for r in fp8)
+    te = [r for r in fp8 if r.precision == "fp8-te"]
+    assert len(te) >= 4 and all(r.arch == "h100" for r in te)
+    assert {(r.arch, r.precision) for r in fp8 if r not in te} == {("h800", "fp8-blockwise")}
+
+
+def _fp8_source_row(case: str) -> dict:
+    text = (Path(__file__).parents[1] / "arch_space" / "data" / "fp8_runs.toml").read_text()
+    return next(r for r in tomllib.loads(text)["run"] if r["case"] == case)
+
+
+def test_deepseek_v3_is_a_held_out_moe_row_at_its_published_layout():
+    """The report's pre-training (arch_space/data/fp8_runs.toml's row) as `phaze evaluate`
+    runs it: PP 16, EP 64, ZeRO-1 DP, no TP, its recomputed modules, block-wise FP8, BF16
+    moments beside FP32 master weights and gradients, DualPipe, the stated links."""
+    src = _fp8_source_row("deepseek-v3 pretraining 2048xH800")
+    (run,) = [r for r in REGISTRY.runs if r.model == "deepseek-v3"]
+    assert not run.fitted and model_kind(run) == "moe"
+    assert (run.arch, run.gpus, run.framework) == ("h800", src["gpus"], "deepseek-2024")
+    assert (run.seq_len, run.global_batch) == (src["seq_len_tokens"], src["global_batch"])
+    assert run.metric == "tokens_per_s_per_gpu" and run.measured == src["tokens_per_s_per_gpu"]
+    lay = parse_strategy(run.strategy)
+    got = (lay.t, lay.p, lay.d, lay.ep, lay.cp, lay.zero, lay.precision, lay.sp)
+    assert got == (src["tp"], src["pp"], 128, src["ep"], src["cp"], 1, "fp8-blockwise", False)
+    assert f"recompute={lay.recompute}" in src["recompute"]
+    parts = parse_optimizer_state(run.optimizer_state, OptimizerState(weight_bytes=2))
+    assert parts.state_bytes_per_parameter == 14 and run.state_bytes is None
+    system = run.system
+    assert system.devices_per_node == src["gpus_per_node"]
+    links = (system.intra_node_bandwidth_bytes_per_s, system.inter_node_bandwidth_bytes_per_s)
+    assert links == (160e9, 50e9)
+    assert run.assumed == ("micro_batch",)
+
+
+def test_the_summary_groups_dense_and_moe_rows():
+    dsv3 = next(r for r in REGISTRY.runs if r.model == "deepseek-v3")
+    moe = RunResult(dsv3, "deepseek-2024", "", measured_iteration_s(dsv3), None)
+    s = summarize([_result(False, 5.0), moe])
+    assert s["by_model"]["dense"]["held_out"]["mean_abs_error_pct"] == pytest.approx(5.0)
+    assert s["by_model"]["moe"]["held_out"]["infeasible"] == 1
+    r = CliRunner().invoke(cli, ["validate", "runs", "--run", "mpt-a100-1b-8"])
+    assert r.exit_code in (0, 3), r.output
+    assert re.search(r"^model dense, held out +1 ", r.output, re.M), r.output
+    assert "model moe" not in r.output
+
+
+@pytest.mark.slow
+def test_the_deepseek_v3_row_runs_what_phaze_evaluate_runs():
+    """The row's prediction is `phaze evaluate` with the report's layout as options."""
+    r = CliRunner().invoke(cli, ["validate", "runs", "--json", "--run", "deepseek-v3-2048"])
+    assert r.exit_code in (0, 3), r.output
+    (row,) = json.loads(r.output[: r.output.rindex("}") + 1])["rows"]
+    args = [
+        *("evaluate", "--workload", "deepseek-v3", "--arch", "h800", "--devices", "2048"),
+        "--strategy",
+        "t=1,p=16,d=128,ep=64,zero=1,recompute=modules:layernorm+mla_up_proj+moe_act",
+        *("--precision", "fp8-blockwise", "--framework", "deepseek-2024"),
+        *("--optimizer-state", "master=fp32,moments=bf16,grads=fp32"),
+        *("--global-batch", "15360", "--seq-len", "4096", "--json"),
+        *("--intra-node-gbps", "160", "--inter-node-gbps", "50"),
+    ]
+    e = CliRunner().invoke(cli, args)
+    assert e.exit_code == 0, e.output
+    doc = json.loads(e.output[: e.output.rindex("}") + 1])
+    assert row["predicted_iteration_s"] == pytest.approx(doc["iteration_s"], rel=1e-9)
+    assert doc["placement"]["strategy"] == row["strategy"]
 
 
 def test_an_fp8_row_runs_its_gemms_in_fp8_and_is_grouped_by_precision():

@@ -3,7 +3,8 @@
 Every run of ``phaze/data/published_runs.toml`` (or ``--registry FILE``) is predicted at its
 published layout and compared in its publication's metric (:mod:`phaze.run_validation`);
 the table shows each row's error, then the mean and largest |error| of the fitted and the
-held-out rows, by GPU and by framework. Exit status 3 when a target is missed.
+held-out rows, by GPU, by framework, by precision recipe and by model kind (dense or
+MoE). Exit status 3 when a target is missed.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def _summary_rows(summary: dict) -> list[list[str]]:
         ("by_gpu", "gpu"),
         ("by_framework", "framework"),
         ("by_precision", "precision"),
+        ("by_model", "model"),
     ):
         for k, groups in summary[by].items():
             rows += [
@@ -189,8 +191,9 @@ def runs(
     fit_arch: str | None,
     as_json: bool,
 ) -> None:
-    """Published training runs (V100, A100, H100; Megatron-LM, Megatron-Core, DeepSpeed,
-    FSDP) against the model's predictions at their published layouts.
+    """Published training runs (V100, A100, H100, H800; Megatron-LM, Megatron-Core,
+    DeepSpeed, FSDP, DeepSeek's HAI-LLM) against the model's predictions at their published
+    layouts, by GPU, framework, precision recipe and model kind (dense or MoE).
 
     Rows a fitted parameter came from are marked fit; the others are held out. A stack with
     no framework profile of its own is evaluated with the closest one (named per row).
