@@ -131,4 +131,4 @@ def test_a_design_without_fp8_tensor_cores_is_refused_in_one_line():
     assert result.exit_code != 0
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ")
-    assert "weight format fp8 needs fp8 tensor cores; a100 runs bf16, int8" in lines[0]
+    assert "weight format fp8 needs fp8 tensor cores; a100 runs bf16, fp16, int8" in lines[0]
