@@ -47,3 +47,15 @@ def test_fp16_costs_what_bf16_does_at_the_same_16_bit_rate():
     args = [*_RUN, "--arch", "v100", "--strategy", f"{_STRATEGY},precision=fp16"]
     out = CliRunner().invoke(cli, args).output
     assert "of the fp16 peak" in out and "1x the fp16 rate" in out
+
+
+def test_an_fp16_mac_costs_a_bf16_one():
+    """fp16 and bf16 share the 16-bit MAC, so a preset listing fp16 (every sweep reads each
+    listed format's MAC energy) and the V100 price it as bf16's."""
+    from arch_space.area import format_mac_pj, mac_pj
+    from arch_space.tech import tech_node
+
+    for name in ("a100", "v100"):
+        acc = preset(name)
+        tech = tech_node(acc.node_nm)
+        assert format_mac_pj(acc, tech, "fp16") == mac_pj(acc, tech)
