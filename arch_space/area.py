@@ -38,6 +38,7 @@ from arch_space.accelerator import TENSOR, VECTOR, Accelerator, ComputeUnit
 from arch_space.formats import format_lane_factor, format_options, preset_format_rates
 from arch_space.tech import TechNode, tech_node
 from phaze_common.errors import ConfigError
+from workloads.ops import HALF_FORMATS
 
 __all__ = [
     "COMPONENTS",
@@ -274,7 +275,7 @@ _FORMAT_BYTES = MappingProxyType({"fp8": 1.0, "int8": 1.0, "fp4": 0.5})
 
 
 def _format_mac_pj(tech: TechNode, rows: Any, cols: Any, bytes_per_element: int, fmt: str) -> Any:
-    if fmt == "bf16":
+    if fmt in HALF_FORMATS:  # fp16 and bf16 share the 16-bit MAC (Horowitz's fp16 one)
         return _mac_pj(tech, rows, cols, bytes_per_element)
     operand_bytes = _FORMAT_BYTES[fmt] * (1.0 / rows + 1.0 / cols)
     return (

@@ -19,7 +19,7 @@ import numpy as np
 
 from arch_space._data import shipped_toml
 from phaze_common.errors import ConfigError
-from workloads.ops import FORMATS
+from workloads.ops import FORMATS, HALF_FORMATS
 from workloads.precision import recipe
 
 __all__ = [
@@ -82,47 +82,62 @@ def format_set_rates(formats: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
 
 @cache
 def preset_format_rates(name: str) -> tuple[tuple[str, float], ...] | None:
-    """(format, dense peak over the bf16 peak) of preset ``name`` for the formats Phaze
-    models that its data sheet lists as supported; None for a preset without peaks (where
-    two sources disagree the first row counts)."""
+    """(format, dense peak over the base peak) of preset ``name`` for the formats Phaze
+    models that its data sheet lists as supported, the base first: bf16, or fp16 on a part
+    without bf16 (the V100); None for a preset without peaks (where two sources disagree the
+    first row counts)."""
     peaks: dict[str, float] = {}
     for row in shipped_toml(_DATA_FILE)["peak"]:
-        if row["preset"] == name and row["supported"] and row["format"] in FORMATS:
+        if row["preset"] == name and row["supported"] and row["format"] in _TENSOR_FORMATS:
             peaks.setdefault(row["format"], float(row["dense_ops_per_s"]))
-    if BASE_FORMAT not in peaks:
+    base = next((f for f in HALF_FORMATS if f in peaks), None)
+    if base is None:
         return None
-    base = peaks[BASE_FORMAT]
-    return tuple((f, peaks[f] / base) for f in FORMATS if f in peaks)
+    return tuple((f, peaks[f] / peaks[base]) for f in _ordered(base) if f in peaks)
+
+
+#: Every format a tensor core may list: the 16-bit ones, then the narrower GEMM formats.
+_TENSOR_FORMATS: Final = (*HALF_FORMATS, *FORMATS[1:])
+
+
+def _ordered(base: str) -> tuple[str, ...]:
+    """The tensor formats with ``base`` first."""
+    return (base, *(f for f in _TENSOR_FORMATS if f != base))
 
 
 def format_lane_factor(formats: tuple[tuple[str, float], ...]) -> float:
-    """Area of the lanes beyond bf16, in bf16 MACs per bf16 MAC: the sum over the further
-    formats of rate x relative MAC area (dedicated lanes)."""
+    """Area of the lanes beyond the 16-bit ones, in bf16 MACs per bf16 MAC: the sum over the
+    narrower formats of rate x relative MAC area (dedicated lanes; fp16 and bf16 share the
+    16-bit MAC, both Horowitz's fp16 multiply + fp32 add)."""
     options = format_options()
-    return float(sum(rate * options[f].relative_area for f, rate in formats if f != BASE_FORMAT))
+    return float(
+        sum(rate * options[f].relative_area for f, rate in formats if f not in HALF_FORMATS)
+    )
 
 
 def format_problem(owner: str, formats: object) -> str | None:
-    """Why ``formats`` is not a valid (format, rate) tuple with bf16 first at rate 1, or None."""
+    """Why ``formats`` is not a valid (format, rate) tuple with a 16-bit base first at rate 1
+    (bf16, or fp16 on a part without bf16) and narrower formats after it, or None."""
     ok = (
         isinstance(formats, tuple)
         and formats
         and all(
             isinstance(p, tuple)
             and len(p) == 2
-            and p[0] in FORMATS
+            and p[0] in _TENSOR_FORMATS
             and isinstance(p[1], float)
             and p[1] > 0
             for p in formats
         )
-        and formats[0] == (BASE_FORMAT, 1.0)
+        and formats[0] in tuple((f, 1.0) for f in HALF_FORMATS)
+        and all(p[0] in FORMATS[1:] for p in formats[1:] if p[0] != "fp16")
         and len({p[0] for p in formats}) == len(formats)
     )
     if ok:
         return None
     return (
         f"{owner}: formats = {formats!r} must be distinct (format, rate) pairs of "
-        f"{', '.join(FORMATS)}, bf16 first at rate 1.0"
+        f"{', '.join(_TENSOR_FORMATS)}, bf16 (or fp16) first at rate 1.0"
     )
 
 

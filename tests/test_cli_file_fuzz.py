@@ -135,7 +135,16 @@ READERS = {
     "place": (["place", "{}"], ".json", _PLACE, _json_text),
     "arch show": (["arch", "show", "{}"], ".toml", None, _toml_text),
     "evaluate --arch": (
-        ["evaluate", "--workload", "gpt3-125m", "--arch", "{}", *_ONE_DEVICE],
+        [
+            "evaluate",
+            "--workload",
+            "gpt3-125m",
+            "--precision",
+            "fp16",
+            "--arch",
+            "{}",
+            *_ONE_DEVICE,
+        ],
         ".toml",
         None,
         _toml_text,

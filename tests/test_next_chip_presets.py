@@ -25,8 +25,8 @@ DATASHEET = {
 }
 # the formats each runs besides bf16, and those it must not run
 FORMATS = {
-    "h200": ({"fp8", "int8"}, {"fp4"}),
-    "mi300x": ({"fp8", "int8"}, {"fp4"}),
+    "h200": ({"fp16", "fp8", "int8"}, {"fp4"}),
+    "mi300x": ({"fp16", "fp8", "int8"}, {"fp4"}),
     "tpuv5p": ({"int8"}, {"fp8", "fp4"}),
 }
 # further published peaks: (format, dense ops/s)

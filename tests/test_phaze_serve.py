@@ -193,7 +193,7 @@ def test_serve_prices_the_device_hour_at_the_given_lifetime_interest_and_volume(
     # a design that is not a preset, built: its NRE spread over --volume units
     design = Path(__file__).parents[1] / "examples" / "accelerator_v100.toml"
     base = "serve --workload llama2-7b --devices 1 --input-tokens 256 --output-tokens 32 "
-    base += "--batch 8 --cost-view build --json --arch "
+    base += "--batch 8 --weight-format fp16 --cost-view build --json --arch "
     runs = {}
     for name, extra in {
         "default": [],

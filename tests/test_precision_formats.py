@@ -189,8 +189,8 @@ def test_presets_carry_their_published_peaks_per_format():
         _peak("b200", "fp4"), rel=5e-3
     )
     a100 = preset("a100")
-    assert a100.format_names == ("bf16", "int8") and a100.format_rate("int8") == 2.0
-    with pytest.raises(ConfigError, match=r"a100 has no fp8 .*runs bf16, int8"):
+    assert a100.format_names == ("bf16", "fp16", "int8") and a100.format_rate("int8") == 2.0
+    with pytest.raises(ConfigError, match=r"a100 has no fp8 .*runs bf16, fp16, int8"):
         a100.format_rate("fp8")
     assert preset("tpuv4").format_rate("int8") == 1.0  # "275 teraflops (bf16 or int8)"
 
@@ -312,7 +312,7 @@ def test_strategy_strings_round_trip_precision(p):
 
 
 def test_strategy_precision_errors_name_the_recipes():
-    with pytest.raises(ConfigError, match="precision = 'fp9' must be one of bf16, fp8-te"):
+    with pytest.raises(ConfigError, match="precision = .fp9. must be one of bf16, fp16, fp8-te"):
         parse_strategy("t=1,precision=fp9")
     with pytest.raises(ConfigError, match="conflicts with --precision bf16"):
         parse_strategy("precision=fp8-te", {"precision": ("--precision", "bf16")})
@@ -326,7 +326,7 @@ def test_a_preset_without_the_format_is_refused_in_one_line():
     )  # fmt: skip
     assert r.exit_code == 1
     lines = r.output.strip().splitlines()
-    assert lines == ["Error: precision fp8-te needs fp8 tensor cores; a100 runs bf16, int8"]
+    assert lines == ["Error: precision fp8-te needs fp8 tensor cores; a100 runs bf16, fp16, int8"]
 
 
 @pytest.mark.parametrize(
@@ -359,7 +359,7 @@ def test_sweep_config_lists_precisions():
     cfg = sweep_config_from_mapping({"sweep": {"precision": ["bf16", "fp8-te"]}}, "s.toml")
     assert cfg.precision == ("bf16", "fp8-te")
     with pytest.raises(ConfigError, match="precision"):
-        sweep_config_from_mapping({"sweep": {"precision": ["fp16"]}}, "s.toml")
+        sweep_config_from_mapping({"sweep": {"precision": ["fp9"]}}, "s.toml")
 
 
 def test_a_sweep_chooses_formats_and_stores_the_precision_of_each_point(tmp_path):

@@ -71,7 +71,7 @@ def test_each_pool_is_a_training_layout_with_its_degrees():
         ("t=2,d=3,ep=2", "ep = 2 must divide d = 3"),
         ("t=2,batching=static,chunk=512", "static batching prefills whole prompts"),
         ("prefill:t=2;decode:t=2,batching=static", "static batching runs one pool"),
-        ("t=2,weights=fp4", "weights = 'fp4' must be one of bf16, fp8"),
+        ("t=2,weights=fp4", "weights = 'fp4' must be one of bf16, fp16, fp8"),
         ("prefill:t=2,weights=fp8;decode:t=2", "weights belongs to the decode section"),
     ],
 )

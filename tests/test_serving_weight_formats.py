@@ -82,7 +82,7 @@ def test_serving_recipes_are_not_training_precisions():
     assert "fp8-weights" in recipe_names("serving")
     assert "fp8-weights" not in recipe_names()
     assert weight_recipe("fp8").name == "fp8-weights"
-    with pytest.raises(ConfigError, match=r"weight format.*'int3'.*bf16, fp8"):
+    with pytest.raises(ConfigError, match=r"weight format.*'int3'.*bf16, fp16, fp8"):
         weight_recipe("int3")
     with pytest.raises(ConfigError, match="weight_format"):
         RequestBatch.of(10, 10, weight_format="int3")
@@ -131,4 +131,4 @@ def test_a_design_without_fp8_tensor_cores_is_refused_in_one_line():
     assert result.exit_code != 0
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ")
-    assert "weight format fp8 needs fp8 tensor cores; a100 runs bf16, int8" in lines[0]
+    assert "weight format fp8 needs fp8 tensor cores; a100 runs bf16, fp16, int8" in lines[0]

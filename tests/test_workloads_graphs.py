@@ -222,7 +222,8 @@ def test_build_is_cached_by_content():
 def test_tp_errors_name_field_value_and_valid_widths():
     with pytest.raises(
         ConfigError,
-        match=r"tp = 3 must divide heads = 64 and kv_heads = 8 .*valid widths: 1, 2, 4, 8",
+        match=r"tp = 3 must divide heads = 64 and kv_heads = 8 \(or be a multiple of it\) .*"
+        r"valid widths: 1, 2, 4, 8, 16, 32, 64\)",
     ):
         build("llama2-70b", tp=3)
     with pytest.raises(ConfigError, match=r"tp = 7 must divide heads = 96"):
@@ -237,5 +238,6 @@ def test_tp_errors_name_field_value_and_valid_widths():
 
 def test_valid_tp_widths():
     assert valid_tp_widths(get_model("gpt2-xl")) == (1, 5, 25)
-    assert valid_tp_widths(get_model("llama3-405b")) == (1, 2, 4, 8)
+    # 8 K/V heads: wider t replicates them (128 query heads, FFN 53248 = 2^12 x 13)
+    assert valid_tp_widths(get_model("llama3-405b")) == (1, 2, 4, 8, 16, 32, 64, 128)
     assert valid_tp_widths(get_model("gpt3-175b"), max_tp=8) == (1, 2, 3, 4, 6, 8)

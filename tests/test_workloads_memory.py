@@ -126,7 +126,7 @@ def test_precision_scales_activations():
 
 
 @given(
-    heads=st.sampled_from([2, 4, 8, 16]),
+    heads=st.sampled_from([4, 8, 16]),  # every t below divides them (a valid width)
     head_dim=st.sampled_from([8, 64, 128]),
     s=st.sampled_from([16, 128, 2048]),
     b=st.integers(1, 8),

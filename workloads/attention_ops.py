@@ -224,7 +224,7 @@ def flash_core(
     are Q, K, V and O (and the log-sum-exp). With MLA's wider query/key than value heads,
     ``d_head`` is their mean (the same MACs)."""
     hd = (model.head_dim + model.value_head_dim) // 2
-    a_t, g_t = model.heads // tp, model.kv_heads // tp
+    a_t, g_t = model.heads // tp, model.kv_heads_per_rank(tp)
     keys = -(-flash_scores(s, model.causal, window=model.sliding_window) // s)
     scores = s * keys
     row = p * b * s * hd  # one head's Q, K, V, O or their gradients
@@ -323,7 +323,7 @@ def cached_core(
     token to the ``cached`` tokens before it and the new ones up to it, within the model's
     sliding window if it has one (one kernel per group of key/value heads). MLA (K and V up-projected, ``kv_up``): the latent is cached, and the
     cached context's latents are up-projected (``k.context``, ``v.context``) for the kernel."""
-    a_t, g_t, dv = model.heads // tp, model.kv_heads // tp, model.value_head_dim
+    a_t, g_t, dv = model.heads // tp, model.kv_heads_per_rank(tp), model.value_head_dim
     hd = (model.head_dim + dv) // 2
     keys = attended_tokens(new, cached, model.sliding_window)
     if model.mla:

@@ -37,36 +37,36 @@ HEAD_CLASS = "head"
 
 
 def valid_tp_widths(model: Model, max_tp: int | None = None) -> tuple[int, ...]:
-    """Every tensor-parallel width ``t <= max_tp`` Megatron-LM accepts for ``model``.
+    """Every tensor-parallel width ``t <= max_tp`` (default: the heads) ``model`` shards to.
 
-    ``t`` must divide the attention heads, the key/value heads and the FFN widths (dense and
-    expert; Megatron asserts each); the vocabulary need not divide, it is padded (see
-    :func:`workloads.model.padded_vocab`).
+    ``t`` must divide the attention heads and the FFN widths (dense and expert; Megatron
+    asserts each), and divide the key/value heads or be a multiple of them (each K/V head then
+    replicated over ``t / kv_heads`` ranks, :meth:`Model.kv_heads_per_rank`); the vocabulary
+    need not divide, it is padded (see :func:`workloads.model.padded_vocab`).
 
     >>> from workloads.catalog import get_model
-    >>> valid_tp_widths(get_model("llama2-70b"))
-    (1, 2, 4, 8)
+    >>> valid_tp_widths(get_model("llama2-70b"), max_tp=16)
+    (1, 2, 4, 8, 16)
     >>> valid_tp_widths(get_model("gpt2-xl"))
     (1, 5, 25)
     """
-    limit = model.kv_heads if max_tp is None else min(max_tp, model.kv_heads)
+    limit = model.heads if max_tp is None else min(max_tp, model.heads)
     return tuple(t for t in range(1, limit + 1) if tp_width_problems(model, t) == [])
 
 
 def tp_width_problems(model: Model, tp: int) -> list[str]:
     """The widths of ``model`` that tensor-parallel width ``tp`` does not divide, each as
-    ``field = value`` (an MoE model's expert width too); empty when ``tp`` is valid."""
+    ``field = value`` (an MoE model's expert width too; the key/value heads when ``tp``
+    neither divides them nor is a multiple of them); empty when ``tp`` is valid."""
     expert = (("expert_ffn_hidden", model.expert_width),) if model.is_moe else ()
-    return [
+    bad = [
         f"{field} = {value}"
-        for field, value in (
-            ("heads", model.heads),
-            ("kv_heads", model.kv_heads),
-            ("ffn_hidden", model.ffn_hidden),
-            *expert,
-        )
+        for field, value in (("heads", model.heads), ("ffn_hidden", model.ffn_hidden), *expert)
         if value % tp
     ]
+    if model.kv_heads % tp and tp % model.kv_heads:
+        bad.insert(1, f"kv_heads = {model.kv_heads} (or be a multiple of it)")
+    return bad
 
 
 def _check(model: Model, setup: TrainingSetup, tp: int) -> None:

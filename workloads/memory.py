@@ -118,7 +118,7 @@ def block_activation_bytes(model: Model, setup: TrainingSetup, tp: int, dense: b
         latents = (2 if up else 1) * ranks + model.qk_rope_head_dim
         latent = p * tokens * latents  # on every rank: not split by t or by sequence
     else:
-        qkv = p * tokens * (a + 2 * model.kv_heads) * d
+        qkv = p * tokens * (a + 2 * model.kv_heads_per_rank(t) * t) * d  # K/V replicated
         out_in = q * tokens * h
     inner, moe = _ffn_stash(model, setup, dense)
     total = _ceil_div(replicated, rep) + _ceil_div(qkv + out_in + inner, t) + latent + moe
@@ -195,8 +195,8 @@ def dispatch_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
 
 def kv_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
     """Keys and values of one block per micro-batch per device, ``2 p s b n_kv d_head / t``
-    (MLA: the up-projected ``p s b a (d_qk + d_v) / t``): what context parallelism's ring
-    exchanges (Megatron-LM docs/api-guide/context_parallel.md)."""
+    (MLA: the up-projected ``p s b a (d_qk + d_v) / t``; one replicated head when ``t``
+    exceeds ``n_kv``): what context parallelism's ring exchanges (Megatron-LM
+    docs/api-guide/context_parallel.md)."""
     p, tokens = setup.precision_bytes, setup.micro_batch * setup.seq_len
-    width = model.kv_heads * (model.head_dim + model.value_head_dim)
-    return _ceil_div(p * tokens * width, tp)
+    return p * tokens * model.kv_heads_per_rank(tp) * (model.head_dim + model.value_head_dim)

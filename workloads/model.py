@@ -327,6 +327,19 @@ class Model:
         """
         return context if self.sliding_window is None else min(context, self.sliding_window)
 
+    def kv_heads_per_rank(self, tp: int) -> int:
+        """Key/value heads one of ``tp`` tensor-parallel ranks holds: ``kv_heads / tp``, or
+        one when ``tp`` is a multiple of them, each head then replicated over
+        ``tp / kv_heads`` ranks (vLLM's ``QKVParallelLinear``: ``num_kv_heads = 1``,
+        ``num_kv_head_replicas = tp_size / total_num_kv_heads``), so a rank's K/V weights,
+        projections and cache never fall below one head's.
+
+        >>> m = Model("g", 2, 1024, 16, 4096, 100, kv_heads=4)
+        >>> m.kv_heads_per_rank(2), m.kv_heads_per_rank(4), m.kv_heads_per_rank(16)
+        (2, 1, 1)
+        """
+        return max(1, self.kv_heads // tp)
+
     def context_problem(
         self, what: str, tokens: int, *, allow_extension: bool | None = None
     ) -> str | None:
@@ -427,9 +440,9 @@ class Model:
     def _attention_parameters(self, tp: int) -> int:
         h, d, t, a = self.hidden, self.head_dim, tp, self.heads
         if not self.mla:
-            qkv_width = (a + 2 * self.kv_heads) * d
-            n = h * qkv_width // t + a * d * h // t
-            return n + (qkv_width // t + h if self.biases else 0)
+            qkv_width = a * d // t + 2 * self.kv_heads_per_rank(t) * d
+            n = h * qkv_width + a * d * h // t
+            return n + (qkv_width + h if self.biases else 0)
         kr, rope, nope = self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim
         v = self.v_head_dim
         if self.q_lora_rank is None:

@@ -248,7 +248,7 @@ def _attention(
     """Q, K, V projections, the attention core (``core``, else the framework profile's
     training kernel) and the output projection; ``kv_up``: see :func:`_mla_projections`."""
     h, hd, p, t, T = model.hidden, model.head_dim, d.p, d.t, d.tokens
-    a_t, g_t = model.heads // t, model.kv_heads // t
+    a_t, g_t = model.heads // t, model.kv_heads_per_rank(t)
     bias = model.biases
     if model.mla:
         q_in, k_in = _mla_projections(nodes, src, model, d, kv_up)

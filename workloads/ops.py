@@ -13,11 +13,23 @@ from enum import StrEnum
 
 import networkx as nx
 
-__all__ = ["FORMATS", "OpKind", "CoreType", "CollectiveKind", "CommRole", "Op", "OpGraph"]
+__all__ = [
+    "FORMATS",
+    "HALF_FORMATS",
+    "OpKind",
+    "CoreType",
+    "CollectiveKind",
+    "CommRole",
+    "Op",
+    "OpGraph",
+]
 
 #: The number formats a GEMM's operands may take (tensor-core input formats; the closed set of
 #: ``arch_space/data/formats.toml`` that Phaze models). bf16 is every op's format by default.
 FORMATS: tuple[str, ...] = ("bf16", "fp8", "fp4", "int8")
+#: The 16-bit formats a tensor core's base rate may be: bf16, or fp16 on a part without bf16
+#: (Volta). A GEMM in either carries the default format, run at the base rate.
+HALF_FORMATS: tuple[str, ...] = ("bf16", "fp16")
 
 
 class OpKind(StrEnum):

@@ -35,7 +35,7 @@ from importlib import resources
 from typing import Final
 
 from phaze_common.errors import ConfigError, unknown_name
-from workloads.ops import FORMATS, CoreType, Op, OpGraph, OpKind
+from workloads.ops import FORMATS, HALF_FORMATS, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
     "DEFAULT_PRECISION",
@@ -135,8 +135,9 @@ class Recipe:
 
     @property
     def lowers_gemms(self) -> bool:
-        """Does the recipe run the block's GEMMs in a format other than bf16?"""
-        return self.gemm_format != DEFAULT_PRECISION
+        """Does the recipe run the block's GEMMs in a format narrower than 16 bits? (fp16
+        runs at the base rate as bf16 does, on the parts that have it.)"""
+        return self.gemm_format not in HALF_FORMATS
 
     @property
     def stores_low_weights(self) -> bool:
@@ -166,8 +167,9 @@ def _recipes() -> dict[str, Recipe]:
         where = f"workloads/data/{_DATA_FILE} [model.{name}]"
         if row.get("based_on") not in doc["recipe"]:
             problems.append(f"{where}: based_on = {row.get('based_on')!r} names no [recipe.*]")
-        if row.get("gemm_format") not in FORMATS:
-            problems.append(f"{where}: gemm_format must be one of {', '.join(FORMATS)}")
+        allowed = (*HALF_FORMATS, *FORMATS[1:])
+        if row.get("gemm_format") not in allowed:
+            problems.append(f"{where}: gemm_format must be one of {', '.join(allowed)}")
         if row.get("use", "training") not in _USES:
             problems.append(f"{where}: use = {row.get('use')!r} must be one of {', '.join(_USES)}")
         bad = [k for k in _INT_KEYS if not isinstance(row.get(k), int) or row[k] < 0]

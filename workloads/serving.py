@@ -380,8 +380,8 @@ def kv_cache_bytes_per_token(
     True
     """
     per_layer = kv_cache_elements_per_token(model)
-    if not model.mla:
-        per_layer //= tp
+    if not model.mla:  # whole heads per rank, replicated when tp exceeds them
+        per_layer = model.kv_heads_per_rank(tp) * (model.head_dim + model.value_head_dim)
     blocks = model.layers if layers is None else layers
     return blocks * per_layer * _format_bytes(kv_format)
 

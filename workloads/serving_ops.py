@@ -71,8 +71,8 @@ def check_serving(model: Model, p: ServingPass, tp: int, ep: int = 1) -> None:
     widths = valid_tp_widths(model)
     if tp not in widths:
         problems.append(
-            f"tp = {tp!r} must be one of the widths that divide its heads, kv_heads and FFN "
-            f"widths ({', '.join(map(str, widths))})"
+            f"tp = {tp!r} must be one of the widths that divide its heads and FFN widths and "
+            f"divide (or are a multiple of) its kv_heads ({', '.join(map(str, widths))})"
         )
     beyond = model.context_problem(f"a context of {p.context_tokens} tokens", p.context_tokens)
     if beyond:

@@ -225,12 +225,13 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
     """Text view of :func:`arch_space.summary.describe`'s mapping; keys it does not know
     (sections other commands or options add) are printed after it as ``key: value`` lines."""
     d = doc
+    base = d["formats"][0][0]  # the 16-bit format of the base rate: bf16, or fp16 (V100)
     lines = [
         f"{d['name'] or '(unnamed)'}  design {d['design_id']}",
         "",
         table(
             [
-                ["tensor cores", f"{d['num_tc']} x {d['tc_rows']}x{d['tc_cols']} bf16 MACs"],
+                ["tensor cores", f"{d['num_tc']} x {d['tc_rows']}x{d['tc_cols']} {base} MACs"],
                 ["vector cores", f"{d['num_vc']} x {d['vc_lanes']} lanes"],
                 *(
                     [
@@ -250,7 +251,7 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
                 ["clock", fmt_quantity(d["clock_hz"], "Hz")],
                 ["process node", f"{d['node_nm']} nm"],
                 ["bytes per element", d["bytes_per_element"]],
-                ["peak dense bf16", fmt_quantity(d["peak_flops"], "FLOP/s")],
+                [f"peak dense {base}", fmt_quantity(d["peak_flops"], "FLOP/s")],
                 [
                     "tensor formats",
                     ", ".join(

@@ -405,9 +405,11 @@ def _mfu_fp8_peak(acc, mfu: float) -> float | None:
 
 
 def _mfu_text(doc: dict[str, object]) -> str:
-    """The MFU against the bf16 peak, and against the fp8 peak when the blocks' GEMMs ran
-    in fp8 (an fp8 recipe's model FLOP/s can pass the bf16 peak)."""
-    text = f"{fmt_percent(doc['mfu'])} of the bf16 peak"
+    """The MFU against the 16-bit peak (bf16, or fp16 on a part without bf16), and against
+    the fp8 peak when the blocks' GEMMs ran in fp8 (an fp8 recipe's model FLOP/s can pass
+    the bf16 peak)."""
+    base = doc["precision"]["tensor_core_formats"][0]
+    text = f"{fmt_percent(doc['mfu'])} of the {base} peak"
     if doc["precision"]["gemm_format"] == "fp8" and doc["mfu_fp8_peak"] is not None:
         text += f", {fmt_percent(doc['mfu_fp8_peak'])} of the fp8 peak"
     return text
@@ -418,7 +420,8 @@ def _precision_text(p: dict[str, object]) -> str:
     b = o["bytes"]
     return (
         f"{p['recipe']}: block GEMMs in {p['gemm_format']} ({p['gemm_rate_vs_bf16']:.3g}x the "
-        f"bf16 rate), {p['state_bytes_per_parameter']} B/parameter of state (weights "
+        f"{p['tensor_core_formats'][0]} rate), {p['state_bytes_per_parameter']} B/parameter "
+        f"of state (weights "
         f"{b['weights']} B, grads {o['grads']} {b['grads']} B, master {o['master']} "
         f"{b['master']} B, moments {o['moments']} {b['moments']} B), Linear inputs "
         f"stashed at {p['saved_linear_input_bytes']} B"
