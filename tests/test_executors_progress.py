@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import math
+import sys
+import time
 
 import pytest
 from _executors_tasks import Job, square_job
 
 from phaze.executors import Progress, run_tasks
-from phaze.executors.progress import format_duration, format_progress
+from phaze.executors import progress as progress_module
+from phaze.executors.progress import Ticker, format_duration, format_progress, ticking
 
 
 class FakeClock:
@@ -147,3 +150,35 @@ def test_the_eta_counts_every_design_done_this_run_pruned_ones_too():
     assert bar.line() == "designs 55/120 (45.8%)  3.5/s  ETA 19s"
     bar.close()
     assert out.getvalue().splitlines()[1] == "designs 55/120 (45.8%)  3.5/s  ETA 19s"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_ticker_shows_the_elapsed_time_of_a_long_command_then_wipes_it():
+    out = _Terminal()
+    with Ticker("phaze evaluate", stream=out, delay_s=0.05, interval_s=0.01):
+        time.sleep(0.3)
+    text = out.getvalue()
+    assert text.startswith("\rphaze evaluate: working, 0s elapsed")
+    width = len("phaze evaluate: working, 0s elapsed")
+    assert text.endswith("\r" + " " * width + "\r")  # wiped: the next output starts clean
+
+
+def test_ticker_draws_nothing_for_a_short_command_or_off_a_terminal():
+    tty, pipe = _Terminal(), io.StringIO()
+    with Ticker("phaze serve", stream=tty, delay_s=5.0):
+        pass
+    with Ticker("phaze serve", stream=pipe, delay_s=0.0, interval_s=0.01):
+        time.sleep(0.05)
+    assert tty.getvalue() == pipe.getvalue() == ""
+
+
+def test_ticking_runs_the_function_under_a_ticker(monkeypatch):
+    out = _Terminal()
+    monkeypatch.setattr(sys, "stderr", out)
+    monkeypatch.setattr(progress_module, "_TICK_DELAY_S", 0.0)
+    assert ticking("phaze place")(lambda x: (time.sleep(0.05), 2 * x)[1])(21) == 42
+    assert "phaze place: working" in out.getvalue()

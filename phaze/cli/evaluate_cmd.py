@@ -22,6 +22,7 @@ from phaze.cli._options import (
 )
 from phaze.cli._render import echo_json, table
 from phaze.config import RECOMPUTE_MODES
+from phaze.executors.progress import ticking
 from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
@@ -152,7 +153,7 @@ def evaluate(
                 "precision": ("--precision", precision),
             },
         )
-    ev = api_evaluate(
+    ev = ticking("phaze evaluate")(api_evaluate)(
         workload,
         acc,
         cluster,

@@ -18,6 +18,7 @@ from phaze.cli._options import (
     scoring_options,
 )
 from phaze.cli._render import echo_json, table
+from phaze.executors.progress import ticking
 from phaze.run import parse_tokens
 from phaze.serving import OBJECTIVES, ServingPoint
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
@@ -129,7 +130,7 @@ def serve(
     cluster = cluster_of(kw)
     scoring = scoring_of(kw, acc)
     devices = cluster.devices
-    point = api_serve(
+    point = ticking("phaze serve")(api_serve)(
         workload,
         acc,
         cluster,

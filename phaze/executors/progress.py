@@ -3,20 +3,30 @@
 On a terminal the line is redrawn in place with ``\\r`` (at most every 0.1 s); on a pipe or
 a log file a plain line is written every ``interval_s`` (10 s by default) so logs stay short.
 The text itself comes from the pure :func:`format_progress`, which the tests check exactly.
+A single long command (one evaluation) has no count to show: :class:`Ticker` draws its
+elapsed time instead, on a terminal only, once it has run past a delay.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable
-from typing import Final, TextIO
+from types import TracebackType
+from typing import Final, ParamSpec, TextIO, TypeVar
 
-__all__ = ["Progress", "format_duration", "format_progress"]
+__all__ = ["Progress", "Ticker", "format_duration", "format_elapsed", "format_progress", "ticking"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 _TTY_INTERVAL_S: Final[float] = 0.1  # s between redraws on a terminal (10 Hz is smooth, cheap)
 _LOG_INTERVAL_S: Final[float] = 10.0  # s between lines when stderr is a file or a pipe
+_TICK_DELAY_S: Final[float] = 2.0  # s a single command runs before its elapsed time shows
+_TICK_INTERVAL_S: Final[float] = 0.5  # s between redraws of that line (it shows whole seconds)
 
 
 def format_duration(seconds: float) -> str:
@@ -211,3 +221,102 @@ class Progress:
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+
+
+def format_elapsed(label: str, elapsed_s: float) -> str:
+    """The line of a single long command: what runs and for how long.
+
+    Examples
+    --------
+    >>> format_elapsed("phaze evaluate", 12.3)
+    'phaze evaluate: working, 12s elapsed'
+    """
+    return f"{label}: working, {format_duration(elapsed_s)} elapsed"
+
+
+class Ticker:
+    """The elapsed time of one long command, redrawn in place on ``stream`` (stderr by
+    default) from ``delay_s`` after it starts (2 s), every ``interval_s`` (0.5 s), and wiped
+    when it ends.
+
+    Only on a terminal: a pipe, a log file or a captured stream gets nothing, so ``--json``
+    documents and logs stay as they were. A background thread draws the line, since the
+    command's own work (one evaluation) has no points at which to draw. Use as a context
+    manager.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        stream: TextIO | None = None,
+        delay_s: float | None = None,
+        interval_s: float | None = None,
+        is_tty: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.label = label
+        self._stream = stream
+        self._delay_s = _TICK_DELAY_S if delay_s is None else delay_s
+        self._interval_s = _TICK_INTERVAL_S if interval_s is None else interval_s
+        self._is_tty = is_tty
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._width = 0
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream if self._stream is not None else sys.stderr
+
+    def _tty(self) -> bool:
+        if self._is_tty is not None:
+            return self._is_tty
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+    def __enter__(self) -> Ticker:
+        if self._tty():
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        if self._width:  # wipe the line: what the command prints next starts clean
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+
+    def _run(self) -> None:
+        start = self._clock()
+        if self._stop.wait(self._delay_s):
+            return
+        while True:
+            text = format_elapsed(self.label, self._clock() - start)
+            self.stream.write("\r" + text.ljust(self._width))
+            self.stream.flush()
+            self._width = max(self._width, len(text))
+            if self._stop.wait(self._interval_s):
+                return
+
+
+def ticking(label: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Run the decorated function (a command's body) under a :class:`Ticker` on stderr."""
+
+    def decorate(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(fn)
+        def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            with Ticker(label):
+                return fn(*args, **kwargs)
+
+        return run
+
+    return decorate
