@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from _executors_tasks import Job, square_job
@@ -182,3 +184,44 @@ def test_ticking_runs_the_function_under_a_ticker(monkeypatch):
     monkeypatch.setattr(progress_module, "_TICK_DELAY_S", 0.0)
     assert ticking("phaze place")(lambda x: (time.sleep(0.05), 2 * x)[1])(21) == 42
     assert "phaze place: working" in out.getvalue()
+
+
+def _seconds(text: str) -> float:
+    """The seconds of a :func:`format_duration` text."""
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    total, number = 0.0, ""
+    for ch in text:
+        if ch.isdigit():
+            number += ch
+        else:
+            total, number = total + int(number) * units[ch], ""
+    return total
+
+
+def test_sweep_eta_from_the_work_left_is_within_2x_of_a_recorded_run():
+    """Replays a real sweep's progress (tests/data/sweep_progress_trace.json): the ETA shown
+    once 2 % of the designs are decided is within 0.5x-2x of the time the run took from
+    there, where the count of designs left gave about 10x."""
+    trace = json.loads((Path(__file__).parent / "data" / "sweep_progress_trace.json").read_text())
+    samples, designs = trace["samples"], trace["designs"]
+    clock, left = FakeClock(), [None]
+    out = io.StringIO()
+    bar = Progress(
+        "designs", stream=out, is_tty=False, interval_s=0.0, clock=clock, work_left=lambda: left[0]
+    )
+    bar.start(designs)
+    assert bar.line().endswith("ETA after the first round")
+    evaluated = pruned = 0
+    for t, ev, pr, work_left in samples:
+        clock.now, left[0] = t, work_left
+        bar.skip(pr - pruned)
+        bar.advance(ev - evaluated)
+        evaluated, pruned = ev, pr
+        if ev + pr >= 0.02 * designs:
+            eta = _seconds(bar.line().rsplit("ETA ", 1)[1])
+            actual = samples[-1][0] - t
+            assert 0.5 * actual <= eta <= 2 * actual, (eta, actual)
+            items_eta = (designs - ev - pr) / ((ev + pr) / t)  # the designs-left ETA
+            assert items_eta > 5 * actual
+            return
+    raise AssertionError("the trace never reaches 2 % of its designs")

@@ -18,7 +18,15 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Final, ParamSpec, TextIO, TypeVar
 
-__all__ = ["Progress", "Ticker", "format_duration", "format_elapsed", "format_progress", "ticking"]
+__all__ = [
+    "Progress",
+    "Ticker",
+    "eta_from_work_left",
+    "format_duration",
+    "format_elapsed",
+    "format_progress",
+    "ticking",
+]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -50,13 +58,20 @@ def format_duration(seconds: float) -> str:
 
 
 def format_progress(
-    label: str, done: int, total: int | None, rate_per_s: float, elapsed_s: float
+    label: str,
+    done: int,
+    total: int | None,
+    rate_per_s: float,
+    elapsed_s: float,
+    eta_s: float | None = None,
 ) -> str:
     """One progress line: count, percentage, rate and ETA (or elapsed time when finished).
 
     ``rate_per_s`` is the rate of this run only (items already done before it, e.g. points
     found in the store, count towards ``done`` but not towards the rate; items this run
-    decided without running them, e.g. pruned designs, count towards both).
+    decided without running them, e.g. pruned designs, count towards both). ``eta_s``, when
+    given, is the time left as the caller estimates it (from the work left rather than the
+    items left; NaN: not yet known, shown as "ETA after the first round").
 
     Examples
     --------
@@ -66,6 +81,8 @@ def format_progress(
     'points 1000/1000 (100.0%)  12.5/s  done in 1m20s'
     >>> format_progress("points", 7, None, 0.0, 1.0)
     'points 7  --/s  elapsed 1s'
+    >>> format_progress("designs", 8, 3138, 0.3, 24.0, eta_s=math.nan)
+    'designs 8/3138 (0.3%)  0.3/s  ETA after the first round'
     """
     if rate_per_s <= 0:
         rate = "--/s"
@@ -76,8 +93,11 @@ def format_progress(
     pct = 100.0 * done / total if total else 100.0
     if done >= total:
         tail = f"done in {format_duration(elapsed_s)}"
+    elif eta_s is not None and math.isnan(eta_s):
+        tail = "ETA after the first round"
     else:
-        eta_s = (total - done) / rate_per_s if rate_per_s > 0 else math.inf
+        if eta_s is None:
+            eta_s = (total - done) / rate_per_s if rate_per_s > 0 else math.inf
         tail = f"ETA {format_duration(eta_s)}"
     return f"{label} {done}/{total} ({pct:.1f}%)  {rate}  {tail}"
 
@@ -111,6 +131,12 @@ class Progress:
         Minimum time between two draws; defaults to 0.1 s on a terminal and 10 s otherwise.
     clock
         Monotonic time source in seconds (tests pass a fake one).
+    work_left
+        The items still to run, as the caller knows them (a sweep: the designs it still
+        expects to evaluate, :meth:`phaze.sweep.rounds.Rounds.work_left`), or None while it
+        cannot tell; with it, the ETA is :func:`eta_from_work_left` at the time per item run
+        since it first told ("after the first round" until then), since items decided
+        without running cost nothing and their share grows as a run goes.
     """
 
     def __init__(
@@ -123,8 +149,12 @@ class Progress:
         is_tty: bool | None = None,
         interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        work_left: Callable[[], int | None] | None = None,
     ) -> None:
         self._stream = stream
+        self.work_left = work_left
+        self.ran = 0  # items this run ran (advanced, not skipped)
+        self._known: tuple[float, int] | None = None  # (elapsed s, ran) when work_left first told
         self.label = label
         self.skipped = skipped
         self._resumed = skipped
@@ -158,6 +188,8 @@ class Progress:
         self.total = None if total is None else total + self.skipped
         self.done = self.skipped
         self._resumed = self.skipped
+        self.ran = 0
+        self._known = None
         self._start = self._clock()
         self._last_draw = -math.inf
         self._open = True
@@ -172,11 +204,13 @@ class Progress:
         """Count ``n`` items as done without running them (e.g. pruned): done by this run,
         so in its rate."""
         self.skipped += n
+        self.ran -= n
         self.advance(n)
 
     def advance(self, n: int = 1) -> None:
         """Count ``n`` more items done, redrawing if the interval has passed."""
         self.done += n
+        self.ran += n
         self._draw(force=False)
 
     def close(self) -> None:
@@ -199,7 +233,14 @@ class Progress:
         elapsed_s = max(self._clock() - self._start, 0.0)
         new = self.done - self._resumed
         rate = new / elapsed_s if elapsed_s > 0 and new > 0 else 0.0
-        return format_progress(self.label, self.done, self.total, rate, elapsed_s)
+        eta_s = None
+        if self.work_left is not None:
+            left = self.work_left()
+            if left is not None and self._known is None:
+                self._known = (elapsed_s, self.ran)
+            since_s, ran = self._known or (0.0, self.ran)
+            eta_s = eta_from_work_left(elapsed_s - since_s, self.ran - ran, left)
+        return format_progress(self.label, self.done, self.total, rate, elapsed_s, eta_s)
 
     def _draw(self, *, force: bool) -> None:
         if not self.enabled:
@@ -221,6 +262,22 @@ class Progress:
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+
+
+def eta_from_work_left(since_s: float, ran_since: int, work_left: int | None) -> float:
+    """Seconds left when ``work_left`` items still need running and the ``ran_since`` items
+    run since the work left became known took ``since_s`` (items decided without running
+    take no time; the items before, such as a sweep's first round, also paid for the
+    workers' start and cold caches); NaN while it cannot be told.
+
+    Examples
+    --------
+    >>> eta_from_work_left(60.0, 20, 50), eta_from_work_left(60.0, 0, 50)
+    (150.0, nan)
+    """
+    if work_left is None or ran_since <= 0:
+        return math.nan
+    return work_left * since_s / ran_since
 
 
 def format_elapsed(label: str, elapsed_s: float) -> str:
