@@ -55,6 +55,10 @@ _PASSES: Final = 4  # local-search passes over all mode moves
 _TRIALS: Final = 200  # list schedules the local search may build (O(n^2) each)
 _PAIR_TRIALS: Final = 100  # and then with two-op mode flips
 _JUSTIFY_ROUNDS: Final = 3  # backward-forward passes of one justification, at most
+# The local search keeps the serial SGS's state before every 16th op of its incumbent's
+# schedule (a copy per op held O(n^2) memory: 300 MB for a 2,600-op MoE backward pass);
+# a trial replays at most 15 ops more.
+_RECORD_EVERY: Final = 16
 
 Incumbent = tuple[tuple[int, ...], tuple[float, ...], float]  # (modes, starts, makespan)
 
@@ -310,7 +314,7 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
         if which not in plans:
             order = placing_order(problem, best[1]) if which == 0 else by_tail_order
             states: list[State] = []
-            place(problem, best[0], order, record=states)
+            place(problem, best[0], order, record=states, every=_RECORD_EVERY)
             position = [0] * n
             for k, i in enumerate(order):
                 position[i] = k
@@ -336,7 +340,17 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
                     order, position, states = plan(which)
                     first = min(position[i] for i in flipped)
                     cutoff = best[2] * (1 - 1e-12)
-                    s, ms = place(problem, trial, order, first, states[first], cutoff=cutoff)
+                    # from the copy before ``first``: the ops up to it land as recorded
+                    at = first // _RECORD_EVERY
+                    s, ms = place(
+                        problem,
+                        trial,
+                        order,
+                        at * _RECORD_EVERY,
+                        states[at],
+                        cutoff=cutoff,
+                        checked=first,
+                    )
                     if ms < cutoff:
                         best, improved = (trial, s, ms), True
                         plans.clear()

@@ -89,14 +89,18 @@ def place(
     state: State | None = None,
     record: list[State] | None = None,
     cutoff: float = math.inf,
+    *,
+    every: int = 1,
+    checked: int = 0,
 ) -> tuple[tuple[float, ...], float]:
     """(start times, makespan) of the serial SGS placing ``order[first:]`` in ``modes``, from
     ``state`` (the state after ``order[:first]``; an empty chip when None), each op at the
-    earliest time its resources are free. With ``record``, a copy of the state before each op
-    is appended to it, so a schedule that differs only from some op on can resume there.
-    Once an op's finish plus its tail (the least time its descendants need after it) reaches
-    ``cutoff``, the makespan can only be at least that: it stops there and returns
-    ``((), inf)``.
+    earliest time its resources are free. With ``record``, a copy of the state before every
+    ``every``-th op (positions 0, every, 2 every, ... of ``order``) is appended to it, so a
+    schedule that differs only from some op on can resume there (or at the copy before it).
+    Once an op at position ``checked`` or later finishes, with its tail (the least time its
+    descendants need after it), at ``cutoff`` or later, the makespan can only be at least
+    that: it stops there and returns ``((), inf)``.
     """
     st = structure(problem)
     preds, duration, loads, tail, guard = st.preds, st.duration, st.load, st.tail, st.guard
@@ -109,8 +113,9 @@ def place(
         fits = [int(room & guard == guard) for room in rooms]  # an idle chip fits every op
     else:
         times, use, start, finish, fits = (list(x) for x in state)
-    for i in order[first:]:
-        if record is not None:
+    for position in range(first, len(order)):
+        i = order[position]
+        if record is not None and position % every == 0:
             record.append((times[:], use[:], start[:], finish[:], fits[:]))
         mode = modes[i]
         d = duration[mode][i]
@@ -158,6 +163,6 @@ def place(
             c = est
         start[i] = c
         finish[i] = c + d
-        if (c + d + tail[i]) * (1 - 1e-12) >= cutoff:  # shaded: tails add in another order
-            return (), math.inf
+        if (c + d + tail[i]) * (1 - 1e-12) >= cutoff and position >= checked:
+            return (), math.inf  # shaded: tails add in another order
     return tuple(start), max(finish, default=0.0)

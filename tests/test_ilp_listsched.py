@@ -111,6 +111,17 @@ def test_serial_sgs_resumed_midway_equals_a_full_run(drawn, rnd):
     assert whole[0] == serial_sgs(problem, flipped, rank)
     for _ in range(2):  # resuming leaves the recorded state as it was
         assert place(problem, flipped, order, first, states[first]) == whole
+    # states kept before every third op only: resumed from the one before ``first``, with
+    # the cutoff checked from ``first`` on, as the local search does
+    sparse = []
+    place(problem, modes, order, record=sparse, every=3)
+    assert sparse == states[::3]
+    at = first // 3 * 3
+    for cutoff in (whole[1] * 0.5, whole[1] * (1 + 1e-9)):
+        resumed = place(problem, flipped, order, first, states[first], cutoff=cutoff)
+        assert resumed == place(
+            problem, flipped, order, at, sparse[first // 3], cutoff=cutoff, checked=first
+        )
 
 
 @budget(200, deadline=None)
