@@ -20,6 +20,7 @@ from workloads.memory import (
 )
 from workloads.model import Model, PositionKind
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
+from workloads.ops import OpGraph
 from workloads.precision import apply_precision
 from workloads.setup import Recompute, TrainingSetup
 
@@ -174,23 +175,31 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
 def _framed(pg: PassGraphs, setup: TrainingSetup, block: bool) -> PassGraphs:
     """Each pass under the setup's framework profile (a block's GEMMs first in its recipe's
     format: :mod:`workloads.precision`)."""
-    passes = (pg.forward, pg.backward, pg.recompute)
+    return PassGraphs(
+        *(_framed_pass(g, setup, block) for g in (pg.forward, pg.backward, pg.recompute))
+    )
+
+
+def _framed_pass(graph: OpGraph, setup: TrainingSetup, block: bool) -> OpGraph:
     if block:
-        passes = tuple(apply_precision(g, setup.recipe) for g in passes)
-    return PassGraphs(*(apply_framework(g, setup.profile) for g in passes))
+        graph = apply_precision(graph, setup.recipe)
+    return apply_framework(graph, setup.profile)
 
 
 def _block_graphs(model: Model, setup: TrainingSetup, tp: int, dense: bool) -> PassGraphs:
     """A block's framed pass graphs. Its forward and backward graphs do not depend on the
     recompute mode, so they are built once per setup without it (:func:`_plain_block`) and
-    shared: full recompute re-runs the forward graph itself; selective builds its own."""
-    match setup.recompute:
-        case Recompute.NONE:
-            return _plain_block(model, setup, tp, dense)
-        case Recompute.FULL:
-            plain = _plain_block(model, replace(setup, recompute=Recompute.NONE), tp, dense)
-            return PassGraphs(plain.forward, plain.backward, plain.forward)
-    return _framed(block_pass_graphs(model, setup, tp, dense=dense), setup, True)
+    shared: full recompute re-runs the forward graph itself; selective frames its own."""
+    if setup.recompute is Recompute.NONE:
+        return _plain_block(model, setup, tp, dense)
+    plain = _plain_block(model, replace(setup, recompute=Recompute.NONE), tp, dense)
+    if setup.recompute is Recompute.FULL:
+        again = plain.forward
+    else:
+        again = _framed_pass(
+            block_pass_graphs(model, setup, tp, dense=dense).recompute, setup, True
+        )
+    return PassGraphs(plain.forward, plain.backward, again)
 
 
 @lru_cache(maxsize=256)
