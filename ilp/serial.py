@@ -106,6 +106,7 @@ def place(
     preds, duration, loads, tail, guard = st.preds, st.duration, st.load, st.tail, st.guard
     rc = _room_classes(problem)
     rooms, classes = rc.rooms, rc.cls
+    unfit: dict[int, tuple[int, ...]] = {}
     if state is None:
         # usage on [times[k], times[k+1]); the last segment is idle
         times, use = [0.0], [0]
@@ -126,7 +127,6 @@ def place(
                 est = finish[p]
         if load:
             r = classes[mode][i]
-            room = rooms[r]
             nt = len(times)
             bits = fits[r]
             gaps = ((1 << nt) - 1) ^ bits  # segments without room
@@ -156,9 +156,15 @@ def place(
             for q in range(k, m):
                 u = use[q] + load
                 use[q] = u
-                for r, room in enumerate(rooms):
-                    if (room - u) & guard != guard:
-                        fits[r] &= ~(1 << q)
+                full = unfit.get(u)
+                if full is None:  # the room classes a segment with usage u has no room for
+                    full = unfit[u] = tuple(
+                        r for r, room in enumerate(rooms) if (room - u) & guard != guard
+                    )
+                if full:
+                    keep = ~(1 << q)
+                    for r in full:
+                        fits[r] &= keep
         else:
             c = est
         start[i] = c
