@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
-from bisect import bisect_right
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from itertools import combinations
 from typing import Final
@@ -35,6 +32,8 @@ from typing import Final
 from ilp.balance import balanced_modes
 from ilp.bounds import resource_lower_bound
 from ilp.problem import PARALLEL, SINGLE, Problem
+from ilp.serial import State, place, placing_order
+from ilp.structure import Structure, pack, structure
 
 __all__ = [
     "Structure",
@@ -56,96 +55,12 @@ _PASSES: Final = 4  # local-search passes over all mode moves
 _TRIALS: Final = 200  # list schedules the local search may build (O(n^2) each)
 _PAIR_TRIALS: Final = 100  # and then with two-op mode flips
 _JUSTIFY_ROUNDS: Final = 3  # backward-forward passes of one justification, at most
+# The local search keeps the serial SGS's state before every 16th op of its incumbent's
+# schedule (a copy per op held O(n^2) memory: 300 MB for a 2,600-op MoE backward pass);
+# a trial replays at most 15 ops more.
+_RECORD_EVERY: Final = 16
 
 Incumbent = tuple[tuple[int, ...], tuple[float, ...], float]  # (modes, starts, makespan)
-
-
-@dataclass(frozen=True, slots=True)
-class Structure:
-    """Precomputed graph facts of a problem.
-
-    ``desc[i]``/``anc[i]`` are the bitsets of i's strict descendants and ancestors;
-    ``head[i]`` the earliest start and ``tail[i]`` the least time after i's finish to the
-    end, both with fastest modes.
-    ``duration[m][i]`` is op i's time in mode m, tabulated for the list schedule's inner
-    loop, and ``load[m][i]`` the units it holds of every resource kind packed into one
-    integer (a field of :attr:`width` bits per kind, kind 0 lowest): summing loads sums
-    usage per kind. The inner loops test capacity with one integer operation,
-    ``(room[m][i] - usage) & guard == guard``: ``room`` packs the units left beside the op
-    with each field's top bit (``guard``) set, and a field keeps that bit exactly when the
-    usage of its kind fits (usage never exceeds capacity, so no field borrows).
-    """
-
-    preds: tuple[tuple[int, ...], ...]
-    succs: tuple[tuple[int, ...], ...]
-    desc: tuple[int, ...]
-    anc: tuple[int, ...]
-    head: tuple[float, ...]
-    tail: tuple[float, ...]
-    duration: tuple[tuple[float, ...], tuple[float, ...]]
-    load: tuple[tuple[int, ...], tuple[int, ...]]
-    room: tuple[tuple[int, ...], tuple[int, ...]]
-    guard: int
-    width: int
-
-    def comparable(self, i: int, j: int) -> bool:
-        return bool((self.desc[i] >> j) & 1 or (self.desc[j] >> i) & 1)
-
-
-@lru_cache(maxsize=4096)
-def structure(problem: Problem) -> Structure:
-    n = problem.n
-    preds: list[list[int]] = [[] for _ in range(n)]
-    succs: list[list[int]] = [[] for _ in range(n)]
-    for i, j in problem.edges:
-        preds[j].append(i)
-        succs[i].append(j)
-    desc = [0] * n
-    tail = [0.0] * n
-    for i in range(n - 1, -1, -1):
-        d = 0
-        t = 0.0
-        for j in succs[i]:
-            d |= (1 << j) | desc[j]
-            t = max(t, problem.min_duration(j) + tail[j])
-        desc[i], tail[i] = d, t
-    head = [0.0] * n
-    anc = [0] * n
-    for j in range(n):
-        head[j] = max((head[i] + problem.min_duration(i) for i in preds[j]), default=0.0)
-        for i in preds[j]:
-            anc[j] |= (1 << i) | anc[i]
-    width = max(problem.capacity, default=0).bit_length() + 1
-    guard = pack((1 << (width - 1),) * len(problem.capacity), width)
-    need = problem.need
-    return Structure(
-        preds=tuple(map(tuple, preds)),
-        succs=tuple(map(tuple, succs)),
-        desc=tuple(desc),
-        anc=tuple(anc),
-        head=tuple(head),
-        tail=tuple(tail),
-        duration=(problem.single_s, problem.parallel_s),
-        load=(
-            tuple(pack(u, width) for u in need[SINGLE]),
-            tuple(pack(u, width) for u in need[PARALLEL]),
-        ),
-        room=tuple(
-            tuple(pack(_left(problem.capacity, u), width) | guard for u in need[m])
-            for m in (SINGLE, PARALLEL)
-        ),
-        guard=guard,
-        width=width,
-    )
-
-
-def pack(units: Sequence[int], width: int) -> int:
-    """Units of each kind as one integer, ``width`` bits per kind (see :class:`Structure`)."""
-    return sum(u << (k * width) for k, u in enumerate(units))
-
-
-def _left(capacity: Sequence[int], units: Sequence[int]) -> tuple[int, ...]:
-    return tuple(c - u for c, u in zip(capacity, units, strict=True))
 
 
 def serial_sgs(problem: Problem, modes: Sequence[int], rank: Sequence[float]) -> tuple[float, ...]:
@@ -166,100 +81,6 @@ def _sgs(
     a schedule costs O(n^2).
     """
     return place(problem, modes, placing_order(problem, rank))
-
-
-def placing_order(problem: Problem, rank: Sequence[float]) -> tuple[int, ...]:
-    """The serial SGS's placing order under ``rank``: it depends on the precedence and the
-    ranks only, never on modes or times."""
-    st = structure(problem)
-    missing = [len(p) for p in st.preds]
-    ready = [(rank[i], i) for i in range(problem.n) if not missing[i]]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)[1]
-        order.append(i)
-        for j in st.succs[i]:
-            missing[j] -= 1
-            if not missing[j]:
-                heapq.heappush(ready, (rank[j], j))
-    return tuple(order)
-
-
-# The serial SGS's state between two ops: breakpoints of the resource profile, the packed
-# usage (:class:`Structure`) from each, and every op's start and finish (zero until placed).
-_State = tuple[list[float], list[int], list[float], list[float]]
-
-
-def place(
-    problem: Problem,
-    modes: Sequence[int],
-    order: Sequence[int],
-    first: int = 0,
-    state: _State | None = None,
-    record: list[_State] | None = None,
-    cutoff: float = math.inf,
-) -> tuple[tuple[float, ...], float]:
-    """(start times, makespan) of the serial SGS placing ``order[first:]`` in ``modes``, from
-    ``state`` (the state after ``order[:first]``; an empty chip when None), each op at the
-    earliest time its resources are free. With ``record``, a copy of the state before each op
-    is appended to it, so a schedule that differs only from some op on can resume there.
-    Once an op's finish plus its tail (the least time its descendants need after it) reaches
-    ``cutoff``, the makespan can only be at least that: it stops there and returns
-    ``((), inf)``.
-    """
-    st = structure(problem)
-    preds, duration, loads, rooms, tail = st.preds, st.duration, st.load, st.room, st.tail
-    guard = st.guard
-    if state is None:
-        # usage on [times[k], times[k+1]); the last segment is idle
-        times, use = [0.0], [0]
-        start, finish = [0.0] * problem.n, [0.0] * problem.n
-    else:
-        times, use, start, finish = (list(x) for x in state)
-    for i in order[first:]:
-        if record is not None:
-            record.append((times[:], use[:], start[:], finish[:]))
-        mode = modes[i]
-        d = duration[mode][i]
-        load = loads[mode][i]
-        est = 0.0
-        for p in preds[i]:
-            if finish[p] > est:
-                est = finish[p]
-        if load:
-            room = rooms[mode][i]  # usage allowed beside the op, with the guard bits
-            nt = len(times)
-            k = bisect_right(times, est) - 1
-            while True:
-                c = times[k] if times[k] > est else est
-                end = c + d
-                m = k
-                while m < nt and times[m] < end:
-                    if (room - use[m]) & guard != guard:
-                        break
-                    m += 1
-                else:
-                    break
-                k = m + 1
-            # times[k] <= c and times[m] is the first breakpoint >= end: split there.
-            if times[k] != c:
-                k += 1
-                m += 1
-                times.insert(k, c)
-                use.insert(k, use[k - 1])
-            if m == len(times) or times[m] != end:
-                times.insert(m, end)
-                use.insert(m, use[m - 1])
-            for q in range(k, m):
-                use[q] += load
-        else:
-            c = est
-        start[i] = c
-        finish[i] = c + d
-        if (c + d + tail[i]) * (1 - 1e-12) >= cutoff:  # shaded: tails add in another order
-            return (), math.inf
-    return tuple(start), max(finish, default=0.0)
 
 
 def parallel_sgs(
@@ -475,19 +296,25 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
     # (one op split frees the time another needs single), on the dense blocks' forward parts
     # among others.
     splittable = [i for i in range(n) if problem.can_parallel[i]]
-    pairs = [((i, j), None) for i, j in combinations(splittable, 2) if not st.comparable(i, j)]
+
+    def pairs() -> Iterator[tuple[tuple[int, ...], int | None]]:
+        # lazily: a large part has ~n^2/2 of them and the search reads at most a few hundred
+        for i, j in combinations(splittable, 2):
+            if not st.comparable(i, j):
+                yield (i, j), None
+
     by_tail_order = placing_order(problem, _by_tail(problem))
     # A trial is scheduled in the incumbent's start order and by remaining path. Its ops up to
     # the first one it flips keep the incumbent's modes, so they land where they did in the
     # incumbent's schedule under the same order: the SGS resumes from the state it had
     # there (per order: the order, each op's position in it, the states before each op).
-    plans: dict[int, tuple[tuple[int, ...], list[int], list[_State]]] = {}
+    plans: dict[int, tuple[tuple[int, ...], list[int], list[State]]] = {}
 
-    def plan(which: int) -> tuple[tuple[int, ...], list[int], list[_State]]:
+    def plan(which: int) -> tuple[tuple[int, ...], list[int], list[State]]:
         if which not in plans:
             order = placing_order(problem, best[1]) if which == 0 else by_tail_order
-            states: list[_State] = []
-            place(problem, best[0], order, record=states)
+            states: list[State] = []
+            place(problem, best[0], order, record=states, every=_RECORD_EVERY)
             position = [0] * n
             for k, i in enumerate(order):
                 position[i] = k
@@ -495,10 +322,10 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
         return plans[which]
 
     trials = 0
-    for phase, cap in ((moves, _TRIALS), (pairs, _TRIALS + _PAIR_TRIALS)):
+    for phase, cap in ((lambda: iter(moves), _TRIALS), (pairs, _TRIALS + _PAIR_TRIALS)):
         for _ in range(_PASSES):
             improved = False
-            for ops, to in phase:
+            for ops, to in phase():
                 if trials >= cap:
                     break
                 modes = list(best[0])
@@ -513,7 +340,17 @@ def _local_search(problem: Problem, incumbent: Incumbent, bound: float) -> Incum
                     order, position, states = plan(which)
                     first = min(position[i] for i in flipped)
                     cutoff = best[2] * (1 - 1e-12)
-                    s, ms = place(problem, trial, order, first, states[first], cutoff=cutoff)
+                    # from the copy before ``first``: the ops up to it land as recorded
+                    at = first // _RECORD_EVERY
+                    s, ms = place(
+                        problem,
+                        trial,
+                        order,
+                        at * _RECORD_EVERY,
+                        states[at],
+                        cutoff=cutoff,
+                        checked=first,
+                    )
                     if ms < cutoff:
                         best, improved = (trial, s, ms), True
                         plans.clear()

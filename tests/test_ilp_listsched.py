@@ -111,6 +111,17 @@ def test_serial_sgs_resumed_midway_equals_a_full_run(drawn, rnd):
     assert whole[0] == serial_sgs(problem, flipped, rank)
     for _ in range(2):  # resuming leaves the recorded state as it was
         assert place(problem, flipped, order, first, states[first]) == whole
+    # states kept before every third op only: resumed from the one before ``first``, with
+    # the cutoff checked from ``first`` on, as the local search does
+    sparse = []
+    place(problem, modes, order, record=sparse, every=3)
+    assert sparse == states[::3]
+    at = first // 3 * 3
+    for cutoff in (whole[1] * 0.5, whole[1] * (1 + 1e-9)):
+        resumed = place(problem, flipped, order, first, states[first], cutoff=cutoff)
+        assert resumed == place(
+            problem, flipped, order, at, sparse[first // 3], cutoff=cutoff, checked=first
+        )
 
 
 @budget(200, deadline=None)
@@ -212,3 +223,72 @@ def test_list_schedule_leaves_the_all_split_optimum_for_the_balanced_modes():
     check_schedule(g, s, cores(3, 1))
     assert math.isclose(s.makespan_s, brute_force(g, cores(3, 1)), rel_tol=1e-9)
     assert {"w0", "w1", "w2"}.isdisjoint(s.parallel)
+
+
+def _plain_place(problem, modes, order):
+    """The serial SGS scanning the resource profile segment by segment: the reference the
+    bitset scan of :func:`ilp.serial.place` must match start for start."""
+    st_ = structure(problem)
+    times, use = [0.0], [0]
+    start, finish = [0.0] * problem.n, [0.0] * problem.n
+    for i in order:
+        d = st_.duration[modes[i]][i]
+        load, room = st_.load[modes[i]][i], st_.room[modes[i]][i]
+        est = max((finish[p] for p in st_.preds[i]), default=0.0)
+        c = est
+        if load:
+            k = max(j for j, t in enumerate(times) if t <= est)
+            while True:
+                c = max(times[k], est)
+                m = k
+                while m < len(times) and times[m] < c + d:
+                    if (room - use[m]) & st_.guard != st_.guard:
+                        break
+                    m += 1
+                else:
+                    break
+                k = m + 1
+            if times[k] != c:
+                k, m = k + 1, m + 1
+                times.insert(k, c)
+                use.insert(k, use[k - 1])
+            if m == len(times) or times[m] != c + d:
+                times.insert(m, c + d)
+                use.insert(m, use[m - 1])
+            for q in range(k, m):
+                use[q] += load
+        start[i], finish[i] = c, c + d
+    return tuple(start), max(finish, default=0.0)
+
+
+@st.composite
+def _crowded_problems(draw):
+    """Up to 40 ops on 1-3 units of each core type, most of them free to start at once
+    (few edges), so many ops queue for the same units: long profiles with few gaps."""
+    g = draw(dags(max_ops=40, channel=draw(st.integers(0, 2))))
+    for a, b in list(g.edges):
+        if draw(st.integers(0, 3)):
+            g.remove_edge(a, b)
+    channel = max((d.get("channel", 0) for _, d in g.nodes(data="demand") if d), default=0)
+    problem = build_problem(
+        g,
+        cores(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+        parallel_blocks_all=draw(st.booleans()),
+        resources={"channel": max(channel, 1)} if channel else None,
+    ).problem
+    rnd = draw(st.randoms(use_true_random=False))
+    modes = tuple(
+        PARALLEL if problem.can_parallel[i] and rnd.random() < 0.6 else SINGLE
+        for i in range(problem.n)
+    )
+    return problem, modes, tuple(rnd.random() for _ in range(problem.n))
+
+
+@budget(200, deadline=None)
+@given(st.one_of(moded_problems(), _crowded_problems()))
+def test_serial_sgs_finds_the_starts_of_a_segment_by_segment_scan(drawn):
+    """The serial SGS jumps over the profile's segments without room by bit operations;
+    every start must be the one a scan of each segment in turn finds."""
+    problem, modes, rank = drawn
+    order = placing_order(problem, rank)
+    assert place(problem, modes, order) == _plain_place(problem, modes, order)

@@ -22,6 +22,7 @@ from phaze.pipeline import Context
 from phaze.pipeline import evaluate as evaluate_point
 from phaze.scoring import SECONDS_PER_YEAR, ScoringParams
 from phaze.sweep import Bound, bounds, plan, record_of, tight_bound
+from phaze.sweep import run as run_module
 from placement import Layout
 from results.pareto import pareto
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS
@@ -279,3 +280,27 @@ def test_bounds_of_many_designs_are_each_design_s_bound_in_its_own_host():
         one = bounds(acc, model, ctx)
         for (name, _), (values, _) in zip(signs, columns, strict=True):
             assert values[i] == pytest.approx(getattr(one, name), rel=1e-12)
+
+
+def test_work_left_is_withheld_then_counts_at_most_the_open_designs(
+    sweep_spaces, tmp_path, monkeypatch
+):
+    """The sweep's ETA reads the designs it still expects to evaluate: unknown (None) until
+    a design after the first round settles, then never more than the designs not yet
+    decided, and none at the end."""
+    seen = []
+
+    class Recording(run_module.Progress):
+        def advance(self, n=1):
+            super().advance(n)
+            if self.work_left is not None:
+                seen.append((self.work_left(), self.total - self.done))
+
+    monkeypatch.setattr(run_module, "Progress", Recording)
+    cfg = sweeps.config(sweep_spaces["prunable"])
+    result = sweeps.run(cfg, tmp_path / "out")
+    assert result.pruned_designs > 0
+    assert seen[0][0] is None
+    known = [(left, undecided) for left, undecided in seen if left is not None]
+    assert known and all(0 <= left <= undecided for left, undecided in known)
+    assert known[-1] == (0, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from dataclasses import replace
 from functools import lru_cache
 from types import MappingProxyType
 
@@ -19,8 +20,9 @@ from workloads.memory import (
 )
 from workloads.model import Model
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
+from workloads.ops import OpGraph
 from workloads.precision import apply_precision
-from workloads.setup import TrainingSetup
+from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
     "DENSE_BLOCK_CLASS",
@@ -166,24 +168,11 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
     )
     edge_bytes = boundary_bytes(model, setup, tp)
     edges = tuple(LayerEdge(i, i + 1, edge_bytes) for i in range(model.layers + 1))
-    framework = setup.profile
-
-    def framed(pg: PassGraphs, r=None) -> PassGraphs:
-        passes = (pg.forward, pg.backward, pg.recompute)
-        if r is not None:  # a block's GEMMs in the recipe's format (workloads.precision)
-            passes = tuple(apply_precision(g, r) for g in passes)
-        return PassGraphs(*(apply_framework(g, framework) for g in passes))
-
-    r = setup.recipe
     graphs = {
-        EMBEDDING_CLASS: framed(embedding_pass_graphs(model, setup, tp)),
-        BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp), r),
-        **(
-            {DENSE_BLOCK_CLASS: framed(block_pass_graphs(model, setup, tp, dense=True), r)}
-            if dense
-            else {}
-        ),
-        HEAD_CLASS: framed(head_pass_graphs(model, setup, tp)),
+        EMBEDDING_CLASS: _framed(embedding_pass_graphs(model, setup, tp), setup, False),
+        BLOCK_CLASS: _block_graphs(model, setup, tp, False),
+        **({DENSE_BLOCK_CLASS: _block_graphs(model, setup, tp, True)} if dense else {}),
+        HEAD_CLASS: _framed(head_pass_graphs(model, setup, tp), setup, False),
     }
     return LayerGraph(
         tp=tp,
@@ -195,3 +184,38 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
         expert_groups=model.expert_groups,
         routed_groups=model.routed_groups,
     )
+
+
+def _framed(pg: PassGraphs, setup: TrainingSetup, block: bool) -> PassGraphs:
+    """Each pass under the setup's framework profile (a block's GEMMs first in its recipe's
+    format: :mod:`workloads.precision`)."""
+    return PassGraphs(
+        *(_framed_pass(g, setup, block) for g in (pg.forward, pg.backward, pg.recompute))
+    )
+
+
+def _framed_pass(graph: OpGraph, setup: TrainingSetup, block: bool) -> OpGraph:
+    if block:
+        graph = apply_precision(graph, setup.recipe)
+    return apply_framework(graph, setup.profile)
+
+
+def _block_graphs(model: Model, setup: TrainingSetup, tp: int, dense: bool) -> PassGraphs:
+    """A block's framed pass graphs. Its forward and backward graphs do not depend on the
+    recompute mode, so they are built once per setup without it (:func:`_plain_block`) and
+    shared: full recompute re-runs the forward graph itself; selective frames its own."""
+    if setup.recompute is Recompute.NONE:
+        return _plain_block(model, setup, tp, dense)
+    plain = _plain_block(model, replace(setup, recompute=Recompute.NONE), tp, dense)
+    if setup.recompute is Recompute.FULL:
+        again = plain.forward
+    else:
+        again = _framed_pass(
+            block_pass_graphs(model, setup, tp, dense=dense).recompute, setup, True
+        )
+    return PassGraphs(plain.forward, plain.backward, again)
+
+
+@lru_cache(maxsize=256)
+def _plain_block(model: Model, setup: TrainingSetup, tp: int, dense: bool) -> PassGraphs:
+    return _framed(block_pass_graphs(model, setup, tp, dense=dense), setup, True)

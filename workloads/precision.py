@@ -252,18 +252,17 @@ def _low(op: Op, r: Recipe) -> Op:
     lhs = r.input_element_bytes(op.k)
     rhs = r.weight_element_bytes(op.k) if r.stores_low_weights else lhs
     saved = (_HIGH_BYTES - lhs) * op.m * op.k + (_HIGH_BYTES - rhs) * op.k * op.n
-    low = replace(op, fmt=r.gemm_format, bytes_read=op.bytes_read - round(op.batch * saved))
+    changes = {"fmt": r.gemm_format, "bytes_read": op.bytes_read - round(op.batch * saved)}
     if r.input_bits or r.weight_bits:  # widths (and scales) the recipe states
-        low = replace(low, input_element_bytes=lhs, weight_element_bytes=rhs)
+        changes.update(input_element_bytes=lhs, weight_element_bytes=rhs)
     if r.promotion_interval_elements:
         intervals = -(-op.k // r.promotion_interval_elements)
-        low = replace(
-            low,
+        changes.update(
             core=CoreType.TC_AND_VC,
             epilogue_flops=op.epilogue_flops + 2 * op.batch * op.m * op.n * intervals,
             elements=op.batch * op.m * op.n,
         )
-    return low
+    return replace(op, **changes)  # one copy: thousands of GEMMs per MoE block
 
 
 def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:

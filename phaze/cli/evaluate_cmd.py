@@ -25,6 +25,7 @@ from phaze.cli._options import (
 )
 from phaze.cli._render import echo_json, table
 from phaze.cli._stages import pipeline_stages, stage_table
+from phaze.executors.progress import ticking
 from phaze.run import RunAnswers, parse_tokens, run_answers
 from phaze.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
@@ -150,7 +151,7 @@ def evaluate(
     layout = None
     if strategy != "search":
         layout = _fixed_layout(strategy, micro_batch, recompute, sequence_parallel, precision)
-    ev = api_evaluate(
+    ev = ticking("phaze evaluate")(api_evaluate)(
         workload,
         acc,
         cluster,

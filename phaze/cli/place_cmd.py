@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from phaze.cli._render import echo_json, table
+from phaze.executors.progress import ticking
 from placement import read_reference_instance, reference_document, solve_reference
 
 __all__ = ["place"]
@@ -31,7 +32,7 @@ def place(file: Path, method: str, as_json: bool) -> None:
     is the reference's own objective. Exits 3 when no placement fits the memory.
     """
     instance = read_reference_instance(file)  # sizes above phaze_common.limits are refused there
-    result = solve_reference(instance, method=method)
+    result = ticking("phaze place")(solve_reference)(instance, method=method)
     doc = reference_document(result)
     if as_json:
         echo_json(doc)

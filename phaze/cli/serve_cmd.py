@@ -35,6 +35,7 @@ from phaze.cli.serve_load import (
     p99_limits,
     serve_under_load,
 )
+from phaze.executors.progress import ticking
 from phaze.run import parse_tokens
 from phaze.serving import OBJECTIVES, ServingPoint
 from phaze.serving_load import load_settings
@@ -181,7 +182,7 @@ def serve(
     if cap["capacity"]:
         _capacity(workload, (acc, arch), cluster, arrivals, (load, cap), options, as_json)
         return
-    point = api_serve(workload, acc, cluster, **options)
+    point = ticking("phaze serve")(api_serve)(workload, acc, cluster, **options)
     doc = _document(workload, (acc, arch), cluster.devices, point, options)
     if arrivals is not None:
         serve_under_load(point, arrivals, (cluster, scoring), doc, load, as_json)

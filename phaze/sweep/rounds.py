@@ -92,6 +92,8 @@ class Rounds:
         self._open = 0  # designs of round `_cur` not yet pruned or committed
         self._next = 0  # position in round `_cur + 1` of the next speculative candidate
         self.evaluated = self.pruned = self.discarded = 0
+        # designs after round 0 the cheap bound left open: kept, or pruned by the tight bound
+        self._kept_open = self._tight_pruned = 0
         self.task_s = self.task_cpu_s = self.bounds_s = 0.0
 
     @property
@@ -101,6 +103,29 @@ class Rounds:
     @property
     def queued(self) -> int:
         return len(self._queue)
+
+    def work_left(self) -> int | None:
+        """The designs still to evaluate as the sweep so far tells: those not yet decided
+        (or still running) whose cheap bound the front does not dominate, over every round
+        left, times the share of such designs the tight bound has kept so far; None until
+        that share is known (some design after the first round settled). Designs are
+        ordered by their bound, so most of the later rounds' designs drop out as the front
+        fills, and this count falls much faster than the designs left: the sweep's ETA
+        comes from it (:class:`phaze.executors.Progress`)."""
+        seen = self._kept_open + self._tight_pruned
+        if not seen:
+            return None
+        left = 0
+        for q in range(max(self._cur, 0), len(self._rounds)):
+            idx = [
+                i
+                for i in self._rounds[q]
+                if self._need[i]
+                and (self._state[i] == _UNDECIDED or (self._state[i] == _KEEP and self._waiting[i]))
+            ]
+            if idx:
+                left += len(idx) - int(np.count_nonzero(self._beaten(q, idx, self._live)))
+        return round(left * self._kept_open / seen)
 
     def start(self, stored: Iterable[Mapping[str, Any]], ids: Sequence[str]) -> None:
         """Take the stored feasible points of this sweep's designs (``ids``, in order) by
@@ -188,8 +213,10 @@ class Rounds:
             self._held[i] = held  # for the discarded-work count
             self._prune_design(i)
             self._open -= 1
+            self._tight_pruned += 1
             return
         self._state[i] = _KEEP
+        self._kept_open += self._round_of[i] > 0
         for w, records, _ in held:
             if records is None:  # skipped for this workload, but another keeps the design
                 self._dispatch([i], None, workloads=(w,))

@@ -152,7 +152,6 @@ def run_sweep(
             logger.info("pruning off: no optimistic bound for some objective of %s", cfg.objectives)
         stage_s["bounds_s"] = time.perf_counter() - t1
         bar = Progress(label="designs", skipped=skipped, enabled=progress)
-        bar.start(len(designs) - skipped)
         rounds = Rounds(
             store,
             shared,
@@ -163,6 +162,9 @@ def run_sweep(
             signs=signs,
             bar=bar,
         )
+        if prune:  # most designs are pruned at no cost: the ETA counts the designs still open
+            bar.work_left = rounds.work_left
+        bar.start(len(designs) - skipped)
         rounds.start(store.points(feasible_only=True) if done else (), order_ids)
         fn = functools.partial(run_task, shared)
         with Runner(executor, jobs=jobs, address=address) as runner:
