@@ -84,7 +84,8 @@ class LoadResult:
     means the queue grew over the run and the latencies describe only its length;
     ``explanation`` says why. ``capacity_requests_per_s`` is the steady state's rate;
     ``engine_busy`` the share of the time the decode engines ran steps.
-    ``slo_attainment`` and ``goodput_requests_per_s`` are None without latency limits."""
+    ``slo_attainment`` and ``goodput_requests_per_s`` are None without latency limits;
+    ``input_tokens_mean`` and ``output_tokens_mean`` are the requests' mean lengths."""
 
     requests: int
     rate_per_s: float
@@ -104,6 +105,8 @@ class LoadResult:
     engine_busy: float
     slo_attainment: float | None
     goodput_requests_per_s: float | None
+    input_tokens_mean: float
+    output_tokens_mean: float
 
     def document(self) -> dict[str, Any]:
         """The figures as ``phaze serve --rate --json`` prints them; latencies null when
@@ -116,6 +119,8 @@ class LoadResult:
         return {
             "requests": self.requests,
             "rate_per_s": self.rate_per_s,
+            "input_tokens_mean": self.input_tokens_mean,
+            "output_tokens_mean": self.output_tokens_mean,
             "stable": self.stable,
             "explanation": self.explanation,
             "capacity_requests_per_s": self.capacity_requests_per_s,
@@ -387,4 +392,6 @@ def _answers(
         engine_busy=sum(r.busy_s for r in runs) / (len(runs) * span),
         slo_attainment=float(np.mean(meets)) if given else None,
         goodput_requests_per_s=float(np.sum(meets)) / span if given else None,
+        input_tokens_mean=float(np.mean(arr.input_tokens)),
+        output_tokens_mean=float(np.mean(arr.output_tokens)),
     )

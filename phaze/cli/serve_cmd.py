@@ -159,7 +159,7 @@ def serve(
     load = {k: kw.pop(k) for k in LOAD_KEYS}
     cap = {k: kw.pop(k) for k in CAPACITY_KEYS}
     check_capacity(cap, load, kw["devices"])
-    arrivals = load_arrivals(load, input_tokens, output_tokens)
+    arrivals = load_arrivals(load, input_tokens, output_tokens, workload)
     acc = load_accelerator(arch)
     kw["devices"] = kw["devices"] or 1  # --capacity: searched
     cluster = cluster_of(kw)

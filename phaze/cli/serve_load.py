@@ -16,6 +16,7 @@ from phaze.cli._render import echo_json, table
 from phaze.scoring import ScoringParams
 from phaze.serving import ServeContext, ServingPoint
 from phaze.serving_arrivals import Arrivals, generate, read_trace
+from phaze.serving_lengths import FIXED, check_name, length_distributions, sample_lengths
 from phaze.serving_load import LoadResult, load_settings, simulate_load
 from phaze_common.errors import ConfigError
 from phaze_common.units import fmt_count, fmt_noun, fmt_percent, fmt_quantity, fmt_time
@@ -33,7 +34,16 @@ __all__ = [
 ]
 
 #: The keyword arguments :func:`load_options` adds.
-LOAD_KEYS = ("rate", "burstiness", "trace", "requests", "seed", "p99_ttft_ms", "p99_tpot_ms")
+LOAD_KEYS = (
+    "rate",
+    "burstiness",
+    "lengths",
+    "trace",
+    "requests",
+    "seed",
+    "p99_ttft_ms",
+    "p99_tpot_ms",
+)
 #: The steady-state document's keys that head the document under load; the others go under
 #: its ``steady_state`` key.
 _HEAD = (
@@ -52,8 +62,8 @@ _HEAD = (
 
 
 def load_options(f: Callable) -> Callable:
-    """``--rate``, ``--burstiness``, ``--trace``, ``--requests``, ``--seed`` and the p99
-    latency limits."""
+    """``--rate``, ``--burstiness``, ``--lengths``, ``--trace``, ``--requests``, ``--seed``
+    and the p99 latency limits."""
     options = [
         click.option(
             "--rate",
@@ -66,6 +76,14 @@ def load_options(f: Callable) -> Callable:
             type=FiniteFloat(0, 100, lo_open=True),
             help="Coefficient of variation of the gaps between arrivals (gamma distributed; "
             "1 is Poisson) [default: 1]; needs --rate.",
+        ),
+        click.option(
+            "--lengths",
+            metavar="NAME",
+            help=f"Request lengths at --rate: {FIXED} (--input-tokens and --output-tokens, the "
+            "default) or a distribution from published statistics ("
+            + ", ".join(length_distributions())
+            + "); needs --rate.",
         ),
         click.option(
             "--trace",
@@ -100,32 +118,43 @@ def load_options(f: Callable) -> Callable:
     return f
 
 
-def load_arrivals(load: dict[str, Any], input_tokens: int, output_tokens: int) -> Arrivals | None:
+def load_arrivals(
+    load: dict[str, Any], input_tokens: int, output_tokens: int, workload: str
+) -> Arrivals | None:
     """The requests the options give (None: no --rate nor --trace, the steady state); one
-    ConfigError naming every conflict."""
+    ConfigError naming every conflict. Named ``--lengths`` are clipped to ``workload``'s
+    context."""
     problems = []
     if load["trace"] is not None and load["rate"] is not None:
         problems.append("give --rate or --trace, not both")
     if load["rate"] is None:
-        given = [k for k in ("burstiness", "requests", "seed") if load[k] is not None]
+        given = [k for k in ("burstiness", "lengths", "requests", "seed") if load[k] is not None]
         problems += [f"--{k} needs --rate" for k in given]
         if load["trace"] is None:
             given = [k for k in ("p99_ttft_ms", "p99_tpot_ms") if load[k] is not None]
             problems += [f"--{k.replace('_', '-')} needs --rate or --trace" for k in given]
     if problems:
         raise ConfigError("serve: " + "; ".join(problems))
+    if load["lengths"] is not None:
+        check_name(load["lengths"])
     if load["trace"] is None and load["rate"] is None:
         return None
     if load["trace"] is not None:
         return read_trace(load["trace"])
-    return generate(
+    requests, seed = load["requests"] or load_settings().requests, load["seed"] or 0
+    arrivals = generate(
         load["rate"],
-        load["requests"] or load_settings().requests,
+        requests,
         input_tokens,
         output_tokens,
         cv=load["burstiness"] or 1.0,
-        seed=load["seed"] or 0,
+        seed=seed,
     )
+    if load["lengths"] in (None, FIXED):
+        return arrivals
+    context = resolve_model(workload).max_positions
+    isl, osl = sample_lengths(load["lengths"], requests, context, seed=seed)
+    return Arrivals(arrivals.arrival_s, isl, osl)
 
 
 def p99_limits(load: dict[str, Any]) -> tuple[float | None, float | None]:
@@ -206,6 +235,7 @@ def load_document(
         "p99_limits_met": met if given else None,
         "arrivals": _kind(load),
         "burstiness": load["burstiness"] or 1.0,
+        "lengths": "trace" if load["trace"] is not None else load["lengths"] or FIXED,
         "seed": load["seed"] or 0,
         "strategy": str(point.layout),
         **result.document(),
@@ -230,7 +260,8 @@ def print_load(r: LoadResult, doc: dict[str, Any]) -> None:
         f"{doc['workload']} on {doc['arch']}, {fmt_noun(doc['devices'], 'device')}, {r.requests} requests "
         f"at {_rate(r.rate_per_s)}"
     )
-    rows = [["layout", doc["strategy"]], ["arrivals", doc["arrivals"]]]
+    lengths = f"{doc['lengths']}, mean ISL {r.input_tokens_mean:.0f} OSL {r.output_tokens_mean:.0f}"
+    rows = [["layout", doc["strategy"]], ["arrivals", doc["arrivals"]], ["lengths", lengths]]
     if r.stable:
         rows += [
             ["TTFT p50 / p90 / p99", " / ".join(fmt_time(x) for x in r.ttft_s)],
