@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,16 @@ def test_a_file_named_as_its_preset_is_that_preset_or_measured_as_it():
 def test_toml_takes_no_other_output_option(cli_run):
     r = cli_run("arch", "show", "h100", "--toml", "--json")
     assert r.exit_code != 0 and "--toml prints the design alone" in r.output
+
+
+@pytest.mark.parametrize("name", ["v100", "b200"])
+def test_the_example_files_are_their_presets_in_every_figure(name, cli_run):
+    """The examples name the preset they copy (``measured_as``): every figure of ``arch
+    show`` is the preset's (before, their harvesting, board power and price were lost)."""
+    path = Path(__file__).parents[1] / "examples" / f"accelerator_{name}.toml"
+    mine = json.loads(cli_run("arch", "show", path, "--json").stdout)
+    theirs = json.loads(cli_run("arch", "show", name, "--json").stdout)
+    assert mine.pop("name") == f"{name}-example" and mine.pop("measured_as") == name
+    theirs.pop("name")
+    assert mine == theirs
+    assert f"measured as        preset {name}'s" in cli_run("arch", "show", path).stdout

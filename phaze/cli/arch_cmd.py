@@ -273,6 +273,11 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
                         for f, rate in d["formats"]
                     ),
                 ],
+                *(
+                    [["measured as", f"preset {d['measured_as']}'s shipped measurements"]]
+                    if d.get("measured_as")
+                    else []
+                ),
             ],
             ["parameter", "value"],
         ),
