@@ -136,6 +136,12 @@ def accelerator_from_mapping(data: Mapping[str, Any], source: str = "accelerator
             )
     problems += accelerator_problems(values, where)
     problems += _bound_problems(table, where)
+    of = table.get(_MEASURED_AS, "")
+    if of != "" and of not in preset_names():
+        problems.append(
+            f"{where}: {_MEASURED_AS} = {of!r} must name a preset ({', '.join(preset_names())}) "
+            'or be "" for none'
+        )
     if problems:
         raise ConfigError("; ".join(problems))
     for f in ("hbm_bandwidth_bytes_per_s", "clock_hz"):
@@ -157,14 +163,8 @@ def _measured_as(acc: Accelerator, table: Mapping[str, Any], where: str) -> str:
     none); without one, its own name where that is a preset of the same silicon ("" where
     the file is that preset, which its name measures already); a chip with a preset's
     silicon under another name is refused (the rule in the module docstring)."""
-    if _MEASURED_AS in table:
-        of = table[_MEASURED_AS]
-        if of != "" and of not in preset_names():
-            known = ", ".join(preset_names())
-            raise ConfigError(
-                f'{where}: {_MEASURED_AS} = {of!r} must name a preset ({known}) or be "" for none'
-            )
-        return str(of)
+    if _MEASURED_AS in table:  # checked with the other fields
+        return str(table[_MEASURED_AS])
     mine = _silicon(acc)
     same = [n for n in preset_names() if _silicon(preset(n)) == mine]
     if not same:

@@ -105,9 +105,16 @@ def test_measured_as_empty_models_the_chip_from_its_fields_alone():
     assert device_profile(slower) == generic_profile()
 
 
-def test_measured_as_must_name_a_preset():
-    with pytest.raises(ConfigError, match=r"measured_as = 'h1000' must name a preset \(tpuv4"):
-        accelerator_from_mapping(tomllib.loads(_variant(measured_as="h1000")))
+def test_measured_as_must_name_a_preset_reported_with_every_other_problem(cli_run, tmp_path):
+    text = _variant(measured_as="h1000").replace("clock_hz = 1.83e+09", "clock_hz = -1")
+    with pytest.raises(ConfigError) as e:
+        accelerator_from_mapping(tomllib.loads(text))
+    assert "measured_as = 'h1000' must name a preset (tpuv4" in str(e.value)
+    assert "clock_hz = -1" in str(e.value)
+    f = tmp_path / "bad.toml"
+    f.write_text(text)
+    r = cli_run("arch", "show", f)
+    assert r.exit_code == 1 and r.output.startswith("Error: ") and r.output.count("\n") == 1
 
 
 def test_a_file_named_as_its_preset_is_that_preset_or_measured_as_it():
