@@ -154,8 +154,9 @@ def accelerator_problems(values: Mapping[str, Any], owner: str) -> list[str]:
     p = format_problem(owner, values["formats"])
     if p:
         problems.append(p)
-    if not isinstance(values["name"], str):
-        problems.append(f"{owner}: name = {values['name']!r} must be a string")
+    for f in ("name", "measured_as"):
+        if not isinstance(values[f], str):
+            problems.append(f"{owner}: {f} = {values[f]!r} must be a string")
     return problems
 
 
@@ -174,6 +175,9 @@ class Accelerator:
     ``extra_units`` are further kinds of compute unit (see :class:`ComputeUnit`).
     ``formats`` are the number formats the tensor cores run, each with its MACs per cycle
     relative to bf16 (:mod:`arch_space.formats`); bf16 alone by default.
+    ``measured_as`` names the preset whose measured data stands for this chip's (its
+    sustained rates in ``devices.toml``, harvesting, host server, board power limit and
+    price): "" for none but its own name's (:attr:`profile_name`).
     """
 
     num_tc: int
@@ -192,6 +196,7 @@ class Accelerator:
     dies: int = 1
     extra_units: tuple[ComputeUnit, ...] = ()
     formats: tuple[tuple[str, float], ...] = ((BASE_FORMAT, 1.0),)
+    measured_as: str = ""
 
     def __post_init__(self) -> None:
         values = {f: getattr(self, f) for f in ACCELERATOR_FIELDS}
@@ -205,6 +210,14 @@ class Accelerator:
         for f in _POSITIVE_REALS:
             if type(values[f]) is not float:
                 object.__setattr__(self, f, float(values[f]))
+
+    @property
+    def profile_name(self) -> str:
+        """The name the shipped per-chip data is keyed by: ``measured_as``, else ``name``; ""
+        for an unnamed copy (the timing copies drop the name, and with it that data, but
+        keep ``measured_as`` for the sustained rates, :func:`~arch_space.perf.device_profile`).
+        """
+        return (self.measured_as or self.name) if self.name else ""
 
     @property
     def macs_per_cycle(self) -> int:

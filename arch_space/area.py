@@ -183,14 +183,14 @@ def die_area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
 def harvest_cores(acc: Accelerator) -> tuple[int, int] | None:
     """(physical, shipped) cores per die of a preset listed in ``data/harvest.toml`` (a chip
     whose dies carry spare cores the product does not enable), else None."""
-    harvest = shipped_toml("harvest.toml")["preset"].get(acc.name)
+    harvest = shipped_toml("harvest.toml")["preset"].get(acc.profile_name)
     if harvest is None:
         return None
     cores = int(harvest["physical_cores"]["value"])
     shipped = int(harvest["shipped_cores"]["value"])
     if shipped * acc.dies != acc.num_vc:
         raise ConfigError(
-            f"harvest.toml [preset.{acc.name}]: shipped_cores = {shipped} per die x "
+            f"harvest.toml [preset.{acc.profile_name}]: shipped_cores = {shipped} per die x "
             f"dies = {acc.dies} must equal num_vc = {acc.num_vc}"
         )
     return cores, shipped
@@ -227,7 +227,7 @@ def counted_format_lanes(acc: Accelerator) -> float:
     """The format lanes the area model adds to ``acc``'s tensor cores: none for a preset
     with published peaks (its measured die holds them), else
     :func:`~arch_space.formats.format_lane_factor` of its formats."""
-    if acc.name and preset_format_rates(acc.name) is not None:
+    if acc.profile_name and preset_format_rates(acc.profile_name) is not None:
         return 0.0
     return format_lane_factor(acc.formats)
 

@@ -153,7 +153,7 @@ def embodied_breakdown_kgco2e(
     area, y = made_die(acc, c, tech)
     die_g = acc.dies * area / _MM2_PER_CM2 * carbon_per_area_g_per_cm2(acc.node_nm, p) / y
     hbm_g = acc.hbm_bytes / _BYTES_PER_GB * p.hbm_g_per_gb + hbm_stacks(acc, tech) * p.hbm_stack_g
-    thermal_g = p.thermal_g_per_w * board_limit_w(acc.name, acc.node_nm)
+    thermal_g = p.thermal_g_per_w * board_limit_w(acc.profile_name, acc.node_nm)
     parts_g = {"die": die_g, "hbm": hbm_g, "package": p.package_g, "thermal": thermal_g}
     return MappingProxyType({k: g / _G_PER_KG for k, g in {**parts_g, "board": p.board_g}.items()})
 

@@ -180,6 +180,8 @@ def headroom(
         power_drawn_w=gemm_power_w(acc, tech),
         power_asked_w=unlimited_gemm_power_w(acc, tech),
         power_budget_w=(
-            power_budget if power_budget is not None else board_limit_w(acc.name, acc.node_nm)
+            power_budget
+            if power_budget is not None
+            else board_limit_w(acc.profile_name, acc.node_nm)
         ),
     )

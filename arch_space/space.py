@@ -577,13 +577,14 @@ def _shipped_space(name: str) -> Space:
 
 
 def design_id(acc: Accelerator) -> str:
-    """A short, stable content hash of a design's hardware fields (its name excluded).
+    """A short, stable content hash of a design's hardware fields (its names excluded).
 
     Equal designs get equal ids on every machine and run; the store keys designs by it.
     """
     # a single die and no further units are the defaults and leave the ids of such designs
     # as they were
-    skip = {"name"} | ({"dies"} if acc.dies == 1 else set())
+    # the measured profile it names is no hardware, as the name is not
+    skip = {"name", "measured_as"} | ({"dies"} if acc.dies == 1 else set())
     skip |= {"extra_units"} if not acc.extra_units else set()
     skip |= {"formats"} if acc.formats == _BF16_ONLY else set()
     text = "|".join(f"{f.name}={getattr(acc, f.name)!r}" for f in fields(acc) if f.name not in skip)

@@ -51,9 +51,14 @@ def describe(
     made_mm2, made_yield = made_die(acc, cost, tech)
     costs = dict(cost_breakdown_usd(acc, cost, tech))
     embodied = dict(embodied_breakdown_kgco2e(acc, carbon, cost, tech))
-    doc: dict[str, Any] = {f.name: getattr(acc, f.name) for f in fields(acc)}
+    # ``measured_as`` only where set: a design without keeps the keys it always had
+    doc: dict[str, Any] = {
+        f.name: getattr(acc, f.name)
+        for f in fields(acc)
+        if f.name != "measured_as" or acc.measured_as
+    }
     doc["extra_units"] = [asdict(u) for u in acc.extra_units]
-    board = datasheet_board_w(acc.name)
+    board = datasheet_board_w(acc.profile_name)
     doc.update(
         design_id=design_id(acc),
         hbm_stacks_effective=hbm_stacks(acc, tech),

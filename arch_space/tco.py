@@ -177,7 +177,7 @@ def nre_usd(node_nm: int, params: CostParams | None = None) -> float:
 
 def _is_product(acc: Accelerator, params: CostParams) -> bool:
     """True for a product with a published price (its design cost is sunk, not ours)."""
-    return bool(acc.name) and acc.name in params.price
+    return bool(acc.profile_name) and acc.profile_name in params.price
 
 
 def build_cost_usd(
@@ -201,7 +201,7 @@ def buy_price_usd(
     build cost over one minus the gross margin (a price of which the margin is that share)."""
     p = params or CostParams.default()
     if _is_product(acc, p):
-        return p.price[acc.name]
+        return p.price[acc.profile_name]
     return build_cost_usd(acc, p, volume_units) / (1.0 - p.gross_margin)
 
 
@@ -222,7 +222,7 @@ def accelerator_usd(
 def provisioned_w(acc: Accelerator, host_profile: str) -> float:
     """Power (W) the data centre must supply per accelerator: its board limit and its share
     of the host server's maximum."""
-    return board_limit_w(acc.name, acc.node_nm) + host_max_w_per_device(host_profile)
+    return board_limit_w(acc.profile_name, acc.node_nm) + host_max_w_per_device(host_profile)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,7 @@ def energy_rows() -> EnergyValidation:
             gpu_hours, published_j = run["gpu_hours"], run["facility_energy_j"]
         energy_j = watts * gpu_hours * _J_PER_WH * run["pue"]
         modelled_j = with_host * gpu_hours * _J_PER_WH * run["pue"]
-        tdp_j = board_limit_w(acc.name, acc.node_nm) * gpu_hours * _J_PER_WH * run["pue"]
+        tdp_j = board_limit_w(acc.profile_name, acc.node_nm) * gpu_hours * _J_PER_WH * run["pue"]
         runs.append((name, board, with_host, modelled_j, tdp_j))
         power.append(ValidationRow(f"{name} {case} W", published_w, watts, source))
         energy.append(ValidationRow(f"{name} {case}", published_j, energy_j, source))

@@ -489,7 +489,7 @@ def evaluate(
         placement = dataclasses.replace(
             placement, layout=dataclasses.replace(placement.layout, precision=knobs.precision)
         )
-    scoring = ctx.scoring.for_accelerator(acc.name)
+    scoring = ctx.scoring.for_accelerator(acc.profile_name)
     energy = iteration_energy(
         placement,
         _energy_rates(variant, acc, model, scoring.host_w_per_node),

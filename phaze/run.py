@@ -104,12 +104,12 @@ def run_answers(
     params: ScoringParams,
 ) -> RunAnswers:
     """The whole-run figures of ``acc`` scored on ``cluster`` for ``tokens_to_train``."""
-    params = params.for_accelerator(acc.name)
+    params = params.for_accelerator(acc.profile_name)
     devices = cluster.devices
     board_j = score.energy_per_batch_j - score.energy_host_j
     batches_j = score.energy_per_batch_j * (tokens_to_train / _batch_tokens(score))
     device_hours = devices * score.time_to_train_s / 3600.0
-    board_w = board_limit_w(acc.name, acc.node_nm)
+    board_w = board_limit_w(acc.profile_name, acc.node_nm)
     tdp_kwh = device_hours * board_w / 1000.0 * params.pue
     parts = embodied_parts_kgco2e(devices, embodied_kgco2e(acc), params)
     embodied = {

@@ -377,7 +377,7 @@ def system_capex(
 ) -> DeviceCapex:
     """The capital cost per device of ``devices`` accelerators ``acc`` in their hosts, network
     and data centre, with the accelerator priced in ``view`` (default: the params')."""
-    params = params.for_accelerator(acc.name)
+    params = params.for_accelerator(acc.profile_name)
     return device_capex(
         acc, devices, params.host_profile, view or params.cost_view, params.volume_units
     )

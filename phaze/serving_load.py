@@ -339,7 +339,7 @@ def _energy_per_token(
     static power over the whole run (its idle power while it waits: the steady state's
     ``static`` and ``idle`` terms, one power) and the hosts' share."""
     acc, cluster = point.design, ctx.cluster
-    params = ctx.scoring.for_accelerator(acc.name)
+    params = ctx.scoring.for_accelerator(acc.profile_name)
     devices = sum(pool.devices for _, pool in pools)
     joules = sum(run.energy_j for runs, _ in pools for run in runs)
     joules += devices * static_power_w(acc) * span

@@ -114,7 +114,7 @@ def serving_score(
 ) -> ServingScore:
     """Score a serving layout of ``devices`` accelerators ``acc`` in steady state, in its
     host server (:meth:`~phaze.scoring.ScoringParams.for_accelerator`)."""
-    params = params.for_accelerator(acc.name)
+    params = params.for_accelerator(acc.profile_name)
     nodes = host_share(devices, devices_per_node)
     energy = token_energy(engine, static_power_w(acc), params.host_w_per_node, nodes)
     rate = engine.output_tokens_per_s

@@ -21,7 +21,7 @@ SHOW_KEYS = {
     "yield",
     "dies_per_wafer",
     "design_id",
-    *(set(ACCELERATOR_FIELDS) - {"name", "hbm_stacks"}),
+    *(set(ACCELERATOR_FIELDS) - {"name", "hbm_stacks", "measured_as"}),  # measured_as: where set
 }
 
 
@@ -72,7 +72,9 @@ def test_arch_show_json_has_every_key(name, cli_run):
 
 def test_arch_show_text_and_file(tmp_path, cli_run):
     f = tmp_path / "mine.toml"
-    f.write_text(accelerator_to_toml(preset("tpuv4")).replace('"tpuv4"', '"mine"'))
+    f.write_text(
+        accelerator_to_toml(preset("tpuv4")).replace('"tpuv4"', '"mine"') + 'measured_as = ""\n'
+    )
     r = cli_run("arch", "show", str(f))
     assert r.exit_code == 0, r.output
     assert "mine" in r.output and "uncore" in r.output and "dies per wafer" in r.output

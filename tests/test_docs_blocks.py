@@ -57,7 +57,8 @@ def test_every_python_block_runs(text, tmp_path):
 
 def _command_lines(text: str) -> list[str]:
     """The ``phaze`` command lines of a shell block: continuation lines (indented) joined,
-    commands chained with ``&&`` split, everything before ``phaze`` (a venv path) dropped."""
+    commands chained with ``&&`` split, everything before ``phaze`` (a venv path) and a
+    redirection of its output (``> file``) dropped."""
     lines: list[str] = []
     for raw in text.splitlines():
         line = raw.split(" #", 1)[0].rstrip().removeprefix("$ ")
@@ -70,7 +71,7 @@ def _command_lines(text: str) -> list[str]:
     out = []
     for line in lines:
         for part in line.split("&&"):
-            words = part.split()
+            words = re.sub(r"\s+>\s*\S+\s*$", "", part).split()  # output redirected to a file
             if words and re.fullmatch(r"(\S*/)?phaze", words[0]):
                 out.append(" ".join(["phaze", *words[1:]]))
     return out

@@ -1,9 +1,12 @@
 """docs/extending.md names real files: every backticked path and every relative link in it
-exists, so the page cannot point a contributor at a file that moved or was renamed."""
+exists, so the page cannot point a contributor at a file that moved or was renamed; its
+walk-through of adding a chip runs as written."""
 
 from __future__ import annotations
 
+import json
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -35,3 +38,37 @@ def test_every_relative_link_exists(target, anchor):
     assert page.exists(), f"docs/extending.md links {target}, which is missing"
     if anchor:
         assert anchor[1:] in anchors(page.read_text("utf-8")), f"{target}{anchor}: no such heading"
+
+
+def _chip_section() -> str:
+    return TEXT.split("\n## A chip\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_chip_walk_through_runs_as_written(cli_run, tmp_path):
+    """The "A chip" steps on their toy: the shell block's ``arch show --toml`` writes the
+    preset's file; the TOML block is that file with the lines marked ``# changed`` edited
+    (so the page cannot drift from the tool); the edited chip keeps the preset's measured
+    rates (its iteration is the preset's, HBM capacity aside) and without ``measured_as``
+    is refused, naming the preset."""
+    section = _chip_section()
+    command = re.search(r"```bash\nphaze (.*) > (\S+)\n```", section)
+    args, out = command[1].split(), tmp_path / command[2]
+    shown = cli_run(*args)
+    assert shown.exit_code == 0, shown.output
+    out.write_text(shown.stdout)
+    edited = re.search(r"```toml\n(.*?)```", section, re.S)[1]
+    changed = {line.split()[0] for line in edited.splitlines() if line.endswith("# changed")}
+    written, documented = (tomllib.loads(t)["accelerator"] for t in (shown.stdout, edited))
+    assert changed == {"name", "hbm_gib"}
+    assert {k: v for k, v in written.items() if k not in changed} == {
+        k: v for k, v in documented.items() if k not in changed
+    }
+    chip = tmp_path / "chip.toml"
+    chip.write_text(edited)
+    run = ("evaluate", "--workload", "gpt3-1.3b", "--devices", 8, "--global-batch", 16)
+    run += ("--strategy", "t=2,p=1,d=4,mbs=2", "--json", "--arch")
+    mine, h100 = (json.loads(cli_run(*run, a).stdout) for a in (chip, written["measured_as"]))
+    assert mine["iteration_s"] == h100["iteration_s"]
+    chip.write_text(edited.replace('measured_as = "h100"', ""))
+    refused = cli_run(*run, chip)
+    assert refused.exit_code == 1 and "of preset h100" in refused.output

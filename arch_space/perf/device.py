@@ -7,7 +7,7 @@ an inference engine's own all-reduce where measured), and the parameters fitted 
 measurement exists (each with its source). A design gets a
 preset's table when it equals the preset in every field the op model reads (its name and HBM
 capacity aside), so the timing copies of a preset that drop those fields keep it; every other
-design that is not a preset gets the ``generic`` table (:func:`generic_profile`): a
+design that is not a preset and names none as ``measured_as`` gets the ``generic`` table (:func:`generic_profile`): a
 sustained tensor share derived from the measured ones, so that a searched design does not
 run its GEMMs at a peak no measured chip reaches; a preset without a table runs at its
 modelled rates (:data:`MODELLED`).
@@ -389,8 +389,10 @@ def _op_model_fields(acc: Accelerator) -> Accelerator:
 
 @lru_cache(maxsize=256)
 def device_profile(acc: Accelerator) -> DeviceProfile:
-    """The profile of the preset ``acc`` equals in every field the op model reads, else
-    :func:`generic_profile`."""
+    """The profile the preset ``acc`` is measured as (``measured_as``) has, else of the
+    preset ``acc`` equals in every field the op model reads, else :func:`generic_profile`."""
+    if acc.measured_as:
+        return device_profile(preset(acc.measured_as))
     mine = _op_model_fields(acc)
     for name in preset_names():
         if _op_model_fields(preset(name)) == mine:

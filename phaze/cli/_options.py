@@ -324,7 +324,7 @@ def scoring_of(kw: dict[str, Any], acc: Accelerator) -> ScoringParams:
         usd_per_kwh=kw.pop("usd_per_kwh"),
         cost_view=kw.pop("cost_view"),
         **given,
-    ).for_accelerator(acc.name)
+    ).for_accelerator(acc.profile_name)
 
 
 optimizer_state_option = click.option(

@@ -11,7 +11,7 @@ import click
 
 from arch_space.accelerator import ACCELERATOR_FIELDS, Accelerator
 from arch_space.carbon import CarbonParams
-from arch_space.config import load_accelerator
+from arch_space.config import accelerator_to_toml, load_accelerator, preset_to_toml
 from arch_space.cost import CostParams
 from arch_space.perf import gemm_report
 from arch_space.presets import NVLINK_BYTES_PER_S, preset, preset_names
@@ -174,6 +174,13 @@ def _parse_gemm(
     callback=_parse_gemm,
     help="Instead, cost one (M x K) @ (K x N) GEMM on all tensor cores of the design.",
 )
+@click.option(
+    "--toml",
+    "as_toml",
+    is_flag=True,
+    help="Instead, print the design as one accelerator file for --arch (a preset with the "
+    "shipped measurements it takes as measured_as, their sources in comments).",
+)
 @_tech_option
 @_cost_option
 @_carbon_option
@@ -181,12 +188,19 @@ def show(
     spec: str,
     as_json: bool,
     gemm: tuple[int, int, int] | None,
+    as_toml: bool,
     tech_params: Path | None,
     cost_params: Path | None,
     carbon_params: Path | None,
 ) -> None:
     """Show every parameter and modelled figure of a preset or an accelerator TOML file."""
     acc = load_accelerator(spec)
+    if as_toml:
+        if as_json or gemm is not None:
+            raise click.UsageError("--toml prints the design alone; drop --json and --gemm")
+        in_file = spec.endswith(".toml") or Path(spec).is_file()
+        click.echo(accelerator_to_toml(acc) if in_file else preset_to_toml(spec), nl=False)
+        return
     if gemm is not None:
         _show_gemm(acc, *gemm, as_json=as_json)
         return
@@ -259,6 +273,11 @@ def render_accelerator(doc: Mapping[str, Any]) -> str:
                         for f, rate in d["formats"]
                     ),
                 ],
+                *(
+                    [["measured as", f"preset {d['measured_as']}'s shipped measurements"]]
+                    if d.get("measured_as")
+                    else []
+                ),
             ],
             ["parameter", "value"],
         ),

@@ -38,7 +38,7 @@ def device_hour_usd(arch: str, devices: int) -> float:
     """The cost (USD) of holding one ``arch`` preset for an hour in a cluster of ``devices``,
     in its own host server, with the default scoring and electricity at typical load."""
     acc = preset(arch)
-    params = ScoringParams().for_accelerator(acc.name)
+    params = ScoringParams().for_accelerator(acc.profile_name)
     capex = system_capex(acc, devices, params)
     rates = device_hour_cost(capex, lifetime_s=params.lifetime_s, interest=params.interest)
     typical_kw = capex.provisioned_w * typical_load_fraction() / 1000.0

@@ -112,7 +112,7 @@ def tight_bound(acc: Accelerator, model: Model, knobs: Sequence[Layout], ctx: Co
 
 def _bound_at(acc: Accelerator, flops_per_s: float, model: Model, ctx: Context) -> Bound:
     """The bound of ``acc`` when every device does model FLOPs at ``flops_per_s``."""
-    ctx = dataclasses.replace(ctx, scoring=ctx.scoring.for_accelerator(acc.name))
+    ctx = dataclasses.replace(ctx, scoring=ctx.scoring.for_accelerator(acc.profile_name))
     fields = _bound_fields(
         flops_per_s,
         least_mac_energy_pj(acc),
@@ -187,7 +187,7 @@ def bound_columns(
     """(values over ``designs``, sign) of each bounded objective, vectorised over the designs
     that share a host server; ``capex`` are the designs' capital costs per device (already
     known to the caller)."""
-    hosts = [ctx.scoring.for_accelerator(a.name) for a in designs]
+    hosts = [ctx.scoring.for_accelerator(a.profile_name) for a in designs]
     columns = {n: np.empty(len(designs)) for n, _ in signs}
     for scoring in dict.fromkeys(hosts):
         idx = [i for i, h in enumerate(hosts) if h == scoring]
