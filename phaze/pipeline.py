@@ -137,7 +137,7 @@ def training_setup(
     degree ``knobs`` fix (dividing the experts) shapes the MoE blocks' graphs; a searched
     one leaves them at 1."""
     sp = ctx.sequence_parallel
-    ep = knobs.ep if "ep" not in knobs.open else 1
+    ep = knobs.ep_d if "ep" not in knobs.open else 1  # folded: the graph of ep / t
     return TrainingSetup(
         seq_len=ctx.seq_len,
         global_batch=ctx.global_batch,
