@@ -3,6 +3,7 @@ whose ``ep`` does not divide ``d`` but is ``t`` times a divisor of it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -100,12 +101,15 @@ def test_an_unfoldable_ep_is_one_error_naming_what_is_allowed():
         evaluate_fixed(cp_problem, _lay("t=2,p=1,d=2,ep=8,cp=2"))
 
 
-def test_unfolded_graph_is_unchanged_by_the_fold_argument():
-    """A layout whose ep divides d builds the graph it did before the fold existed."""
+def test_a_fold_with_e_1_still_exchanges_tokens_between_the_tensor_ranks():
+    """ep = t = 2 on any d (e = 1): whole experts, half on each tensor rank, so the two
+    ranks exchange tokens; at ep = 1 unfolded nothing changes."""
     g = _moe_graph()
-    assert ep_cp_graph(g, 4, 1, _CLUSTER) == ep_cp_graph(g, 4, 1, _CLUSTER, fold=False)
     assert ep_cp_graph(g, 1, 1, _CLUSTER) is g
-    assert ep_cp_graph(g, 1, 1, _CLUSTER, fold=True) != g  # t=2 ranks exchange tokens
+    folded = ep_cp_graph(g, 1, 1, _CLUSTER, fold=True).layers[1]
+    a2a = all_to_all_s(2e6, 2, net.group_link(_CLUSTER, 2))
+    assert folded.ep_comm_s == pytest.approx(4 * a2a)
+    assert folded.expert_parameters == g.layers[1].expert_parameters
 
 
 def _per_rank_expert_parameters(placement, model, t: int) -> float:
@@ -160,3 +164,53 @@ def test_a_partial_strategy_with_ep_given_completes_folded_layouts_too():
     lays = completions(_problem(_moe_graph()), parse_strategy("t=2,p=1,ep=8,cp=1"))
     assert {x.d for x in lays if x.folds_experts} == {4}
     assert {x.d for x in lays if not x.folds_experts} == {8}
+
+
+def test_folded_all_to_all_is_priced_as_network_energy_over_its_ranks():
+    from placement.energy import iteration_energy
+    from placement.iteration import EnergyRates
+
+    problem = replace(_problem(_moe_graph()), hbm_bytes=1e12, global_batch=16)
+    rates = EnergyRates(
+        compute_j=0.0,
+        memory_j=0.0,
+        network_j=0.0,
+        static_w_per_device=0.0,
+        intra_node_link_pj_per_bit=1.0,
+        inter_node_link_pj_per_bit=5.0,
+        model_parameters=0.0,
+        boundary_bytes=0.0,
+        dispatch_bytes=3.0,
+        kv_bytes=0.0,
+    )
+
+    def network_j(ep: int) -> float:
+        pl = evaluate_fixed(problem, Layout(t=2, p=1, d=4, ep=ep, sp=True))
+        return iteration_energy(pl, rates, _CLUSTER, micro_batches=16).network_j
+
+    # four all-to-alls per micro-batch, (ep - 1) / ep of 3 bytes leaving each of t = 2
+    # devices, 1 pJ/bit inside the node
+    assert network_j(8) == pytest.approx(4 * 7 / 8 * 2 * 3.0 * 16 * 8e-12)
+    assert network_j(4) == pytest.approx(4 * 3 / 4 * 2 * 3.0 * 16 * 8e-12)
+
+
+def test_evaluate_json_names_the_folded_layout(cli_run):
+    r = cli_run(
+        "evaluate",
+        "--workload",
+        "mixtral-8x7b",
+        "--arch",
+        "h100",
+        "--devices",
+        16,
+        "--global-batch",
+        32,
+        "--strategy",
+        "t=2,p=2,d=4,ep=8,sp=on,zero=1",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    lay = parse_strategy(doc["placement"]["strategy"])
+    assert (lay.t, lay.d, lay.ep, lay.folds_experts) == (2, 4, 8, True)
+    assert doc["breakdown"]["ep_comm_exposed_s"] > 0
