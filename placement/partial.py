@@ -105,11 +105,21 @@ def completions(
                     Layout(**_knobs(g), p=p, d=d, v=v, zero=z, ep=e, cp=cp, split=split)
                     for d in dps
                     for e in eps
-                    if d % e == 0
-                    or (lay.given("ep") and (lay.given("d") or ep_fits(e, g.tp, d, cp)))
+                    if _ep_kept(lay, e, g.tp, d, cp)
                     for z in zeros
                 ]
     return out
+
+
+def _ep_kept(lay: Layout, ep: int, t: int, d: int, cp: int) -> bool:
+    """Is ``ep`` a completion's degree at ``t``, ``d``, ``cp``: dividing ``d``, or given and
+    folded over tensor x data ranks, or given with a given ``d`` it fits at no ``cp`` (kept
+    so that :func:`placement.fixed.evaluate_fixed` says why)?"""
+    if d % ep == 0:
+        return True
+    if not lay.given("ep"):
+        return False
+    return ep_fits(ep, t, d, cp) or (lay.given("d") and not ep_fits(ep, t, d, 1))
 
 
 def evaluate_partial(

@@ -120,18 +120,27 @@ def _per_rank_expert_parameters(placement, model, t: int) -> float:
     return placement.stages[0].expert_parameters / (moe * one)
 
 
-def test_mixtral_ep_8_folded_on_t_2_d_4_holds_one_whole_expert_per_rank():
-    ev = evaluate(
+def _mixtral(strategy: str):
+    return evaluate(
         "mixtral-8x7b",
         load_accelerator("h100"),
         Cluster(devices=16),
         global_batch=32,
-        strategy="t=2,p=2,d=4,ep=8,sp=on,zero=1",
+        strategy=strategy,
         tokens_to_train=10**9,
         solver=_LIST,
     )
+
+
+def test_mixtral_ep_8_folded_on_t_2_d_4_holds_one_whole_expert_per_rank():
+    """The strategy leaves cp open: the fold still builds the op graph at e = ep / t = 4, so
+    the layer compute equals that of ep = 4 (experts sharded over t)."""
+    ev, plain = _mixtral("t=2,p=2,d=4,ep=8,sp=on,zero=1"), _mixtral("t=2,p=2,d=4,ep=4,sp=on,zero=1")
     assert ev.feasible, ev.reason
     pl = ev.placement
+    f, q = pl.stages[0], plain.placement.stages[0]
+    assert f.compute_s - f.ep_comm_s == pytest.approx(q.compute_s - q.ep_comm_s)
+    assert f.ep_comm_s > q.ep_comm_s  # 7/8 of the tokens leave a rank, not 3/4
     assert (pl.layout.ep, pl.layout.etp, pl.layout.groups.ep) == (8, 1, 8)
     assert "ep=8" in str(pl.layout)
     model = load_model("mixtral-8x7b")
@@ -164,6 +173,10 @@ def test_a_partial_strategy_with_ep_given_completes_folded_layouts_too():
     lays = completions(_problem(_moe_graph()), parse_strategy("t=2,p=1,ep=8,cp=1"))
     assert {x.d for x in lays if x.folds_experts} == {4}
     assert {x.d for x in lays if not x.folds_experts} == {8}
+    # with cp open a fold stays at cp = 1 (Megatron-Core folds over t x cp x d; not modelled)
+    cp_problem = replace(_problem(_moe_graph()), cp_degrees=(1, 2))
+    lays = completions(cp_problem, parse_strategy("t=2,p=1,d=4,ep=8"))
+    assert lays and {x.cp for x in lays} == {1}
 
 
 def test_folded_all_to_all_is_priced_as_network_energy_over_its_ranks():
