@@ -43,7 +43,7 @@ from placement.adapt import stage_graph
 from placement.energy import iteration_energy
 from placement.interleave import best_interleaved, interleaved_floor
 from placement.iteration import EnergyRates
-from placement.layout import FIELDS
+from placement.layout import FIELDS, ep_fits
 from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
     Model,
@@ -138,6 +138,8 @@ def training_setup(
     one leaves them at 1."""
     sp = ctx.sequence_parallel
     ep = knobs.ep if "ep" not in knobs.open else 1
+    if not knobs.open & {"t", "d"} and knobs.d % ep and ep_fits(ep, knobs.t, knobs.d, 1):
+        ep //= knobs.t  # folded over tensor x data ranks: the graph at ep / t (placement.md)
     return TrainingSetup(
         seq_len=ctx.seq_len,
         global_batch=ctx.global_batch,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from arch_space.accelerator import Cluster
 from placement.dp_comm import dp_collectives
-from placement.ep_cp import routed_bytes
+from placement.ep_cp import fold_a2a, routed_bytes
 from placement.iteration import EnergyRates, IterationEnergy
 from placement.types import Placement
 from workloads.recompute_modules import repeats_attention_core, repeats_dispatch
@@ -28,7 +28,7 @@ def dp_bytes(placement: Placement, model_parameters: float, expert_parameters: f
     """
     lay = placement.layout
     n = lay.d * lay.cp
-    n_expert = max(n // lay.ep, 1)
+    n_expert = max(n // lay.ep_d, 1)
     moved = (n - 1) * (model_parameters - expert_parameters) + (n_expert - 1) * expert_parameters
     return sum(
         c.count * c.passes * c.bytes_per_parameter * moved
@@ -49,7 +49,8 @@ def iteration_energy(
     hosts of every node over the whole iteration.
     """
     lay = placement.layout
-    t, p, ep, cp = lay.t, lay.p, lay.ep, lay.cp
+    t, p, cp = lay.t, lay.p, lay.cp
+    ep, stride, share = fold_a2a(t, lay.ep_d, cp, lay.sp, lay.folds_experts)
     n = lay.d * cp
     links = lay.links(cluster)
 
@@ -73,10 +74,11 @@ def iteration_energy(
     # copies split between the network and NVLink as the time model sends them
     # (placement.ep_cp.routed_bytes).
     a2a_count = 6 if repeats_dispatch(lay.recompute) else 4
-    a2a_bytes = a2a_count * (ep - 1) / ep * t * rates.dispatch_bytes * micro_batches
+    sent = share * rates.dispatch_bytes
+    a2a_bytes = a2a_count * (ep - 1) / ep * t * sent * micro_batches
     a2a_j = a2a_bytes * pj_per_bit(links.ep)
     if rates.routing[2] and links.ep:
-        net_b, nvl_b = routed_bytes(rates.dispatch_bytes, ep, t * cp, cluster, rates.routing)
+        net_b, nvl_b = routed_bytes(sent, ep, stride, cluster, rates.routing)
         scale = a2a_count * t * micro_batches
         a2a_j = scale * (float(net_b) * pj_per_bit(True) + float(nvl_b) * pj_per_bit(False))
     ring_count = 4 if repeats_attention_core(lay.recompute) else 3

@@ -16,6 +16,12 @@ the backward pass (and in a full recompute), each moving ``(ep - 1) / ep`` of th
 ``alpha + (ep - 1) / ep * bytes / bw``. Megatron-LM's ``alltoall`` dispatcher runs them on
 the critical path, so they count exposed (``ep_comm_s``).
 
+**Folded over tensor x data ranks** (Megatron-Core's ``--expert-tensor-parallel-size 1``):
+``ep = t e`` ranks holding whole experts, ``e`` dividing ``d``, at ``cp = 1``. The layer
+figures are those of the graph at ``ep = e`` (the same expert parameters per rank, expert
+data-parallel degree and group span); only the all-to-all runs over the ``t e`` consecutive
+ranks, each sending its ``1/t`` of the tokens (:func:`fold_a2a`).
+
 **Node-limited routing** (DeepSeek-V3 report, arXiv:2412.19437 §2.1.2 and §3.2.2; DeepEP's
 internode kernels): with group-limited routing (the graph's ``expert_groups`` and
 ``routed_groups``, DeepSeek-V3's ``n_group = 8``, ``topk_group = 4``) a token's ``top_k``
@@ -60,7 +66,6 @@ import numpy as np
 from arch_space.accelerator import Cluster
 from phaze_common.errors import ConfigError
 from placement import network as net
-from placement.layout import Layout
 from placement.types import PlacementProblem, StageEdge, StageGraph
 from workloads.recompute_modules import repeats_attention_core, repeats_dispatch
 
@@ -70,6 +75,7 @@ __all__ = [
     "a2a_bytes",
     "all_to_all_s",
     "ep_cp_graph",
+    "fold_a2a",
     "graph_variants",
     "layer_columns",
     "ring_s",
@@ -97,10 +103,11 @@ def _all_to_all(nbytes: np.ndarray, n: int, ln: net.Link) -> np.ndarray:
     return np.where(nbytes > 0, lat + (n - 1) / n * nbytes / bw, 0.0)
 
 
-def a2a_bytes(nbytes, graph: StageGraph, ep: int, cp: int, cluster: Cluster):
+def a2a_bytes(nbytes, graph: StageGraph, ep: int, cp: int, cluster: Cluster, stride: int = 0):
     """(network, NVLink) bytes one device sends in a token all-to-all of ``nbytes`` dispatch
-    bytes (``top_k`` copies of its tokens) over ``graph``'s expert group at ``ep``, ``cp``
-    (see the module docstring; :func:`routed_bytes` with the graph's routing).
+    bytes (``top_k`` copies of its tokens) over ``graph``'s expert group of ``ep`` ranks
+    ``stride`` apart (0: ``t * cp``, the group along the data-parallel ranks; see the module
+    docstring; :func:`routed_bytes` with the graph's routing).
 
     >>> from arch_space import Cluster
     >>> from placement.types import StageGraph, StageLayer
@@ -111,7 +118,7 @@ def a2a_bytes(nbytes, graph: StageGraph, ep: int, cp: int, cluster: Cluster):
     (3.5, 7.0)
     """
     routing = (graph.top_k, graph.expert_groups, graph.routed_groups)
-    return routed_bytes(nbytes, ep, graph.tp * cp, cluster, routing)
+    return routed_bytes(nbytes, ep, stride or graph.tp * cp, cluster, routing)
 
 
 def routed_bytes(nbytes, ep: int, stride: int, cluster: Cluster, routing: tuple[int, int, int]):
@@ -135,10 +142,11 @@ def routed_bytes(nbytes, ep: int, stride: int, cluster: Cluster, routing: tuple[
     return nbytes / top_k * copies * (nodes - 1) / nodes, nbytes * (g - 1) / g
 
 
-def _a2a_s(nbytes: np.ndarray, graph: StageGraph, ep: int, cp: int, cluster: Cluster):
-    """Time of each all-to-all of ``nbytes``: network and NVLink parts at once, the
-    network's latency when it is used (the group's link otherwise)."""
-    inter, intra = a2a_bytes(nbytes, graph, ep, cp, cluster)
+def _a2a_s(nbytes: np.ndarray, graph: StageGraph, ep: int, cp: int, cluster: Cluster, stride: int):
+    """Time of each all-to-all of ``nbytes`` over ``ep`` ranks ``stride`` apart: network and
+    NVLink parts at once, the network's latency when it is used (the group's link
+    otherwise)."""
+    inter, intra = a2a_bytes(nbytes, graph, ep, cp, cluster, stride)
     bw_net, lat_net = net.link(cluster, inter_node=True)
     bw_nvl, lat_nvl = net.link(cluster, inter_node=False)
     crosses = inter > 0
@@ -188,17 +196,20 @@ def scaled_columns(
     cp: int,
     cluster: Cluster,
     overlap: float | None = None,
+    fold: bool = False,
 ) -> dict[str, np.ndarray]:
     """The columns of ``graph``'s layers (at ``ep = cp = 1``) with ``ep`` expert- and ``cp``
     context-parallel ranks (see the module docstring). ``overlap``: the all-to-alls run
     beside another micro-batch's compute, which keeps ``1 - overlap`` of the SMs (None: on
-    the critical path)."""
-    groups = Layout(t=graph.tp, ep=ep, cp=cp).groups  # the context group's span
+    the critical path). ``fold``: the expert group folds over the tensor ranks too
+    (:func:`fold_a2a`)."""
+    ranks, stride, share = fold_a2a(graph.tp, ep, cp, graph.sequence_parallel, fold)
+    sent = cols["dispatch_bytes"] / cp * share
     if graph.routed_groups:
-        a2a = _a2a_s(cols["dispatch_bytes"] / cp, graph, ep, cp, cluster)
+        a2a = _a2a_s(sent, graph, ranks, cp, cluster, stride)
     else:
-        a2a = _all_to_all(cols["dispatch_bytes"] / cp, ep, net.group_link(cluster, groups.ep))
-    ring = _ring(cols["kv_bytes"] / cp, cp, net.group_link(cluster, groups.cp))
+        a2a = _all_to_all(sent, ranks, net.group_link(cluster, stride * ranks))
+    ring = _ring(cols["kv_bytes"] / cp, cp, net.group_link(cluster, graph.tp * cp))
     fwd, bwd, rec = cols["fwd_s"] / cp, cols["bwd_s"] / cp, cols["recompute_s"] / cp
     none = np.zeros_like(fwd)
     cp_f = np.maximum(ring - fwd, 0.0)
@@ -228,17 +239,43 @@ def scaled_columns(
     }
 
 
+def fold_a2a(t: int, ep: int, cp: int, sp: bool, fold: bool) -> tuple[int, int, float]:
+    """(ranks, stride, share of a device's ``dispatch_bytes`` it sends) of the token
+    all-to-all of an expert group split ``ep`` ways along the data-parallel ranks.
+
+    Unfolded, ``ep`` ranks ``t * cp`` apart, each expert sharded over the ``t`` tensor
+    ranks. Folded over tensor x data ranks (Megatron-Core's ``--expert-tensor-parallel-size
+    1`` with ``--expert-model-parallel-size t * ep``; ``cp = 1``), the ``t * ep``
+    consecutive ranks hold whole experts and each dispatches its ``1/t`` of the tokens (the
+    sequence-parallel shard; without sequence parallelism the ``t`` ranks split their
+    common tokens).
+
+    >>> fold_a2a(2, 4, 1, True, False), fold_a2a(2, 4, 1, True, True)
+    ((4, 2, 1.0), (8, 1, 1.0))
+    >>> fold_a2a(2, 4, 1, False, True)
+    (8, 1, 0.5)
+    """
+    if not fold:
+        return ep, t * cp, 1.0
+    return t * ep, 1, 1.0 if sp or t == 1 else 1.0 / t
+
+
 def ep_cp_graph(
-    graph: StageGraph, ep: int, cp: int, cluster: Cluster, overlap: float | None = None
+    graph: StageGraph,
+    ep: int,
+    cp: int,
+    cluster: Cluster,
+    overlap: float | None = None,
+    fold: bool = False,
 ) -> StageGraph:
     """``graph`` (at ``ep = cp = 1``) with ``ep`` expert- and ``cp`` context-parallel ranks
-    (see the module docstring; ``overlap`` as in :func:`scaled_columns`); ``graph`` itself
-    when both are 1."""
-    if ep == 1 and cp == 1:
+    (see the module docstring; ``overlap`` and ``fold`` as in :func:`scaled_columns`);
+    ``graph`` itself when both are 1 and nothing folds."""
+    if ep == 1 and cp == 1 and not (fold and graph.tp > 1):
         return graph
     if (graph.ep, graph.cp) != (1, 1):
         raise ValueError(f"graph is already at ep={graph.ep}, cp={graph.cp}")
-    cols = scaled_columns(layer_columns(graph), graph, ep, cp, cluster, overlap)
+    cols = scaled_columns(layer_columns(graph), graph, ep, cp, cluster, overlap, fold)
     values = np.stack([cols[k] for k in _CHANGED], axis=1).tolist()
     return replace(
         graph,

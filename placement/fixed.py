@@ -40,7 +40,7 @@ from placement.chunks import layout_chunks
 from placement.dp_comm import embedding_allreduce_s
 from placement.ep_cp import ep_cp_graph
 from placement.iteration import assemble, stage_memory
-from placement.layout import Layout
+from placement.layout import Layout, ep_fits
 from placement.pipelining import dualpipe_in_flight, in_flight
 from placement.search import gib
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
@@ -74,17 +74,24 @@ def _ep_cp(problem: PlacementProblem, g: StageGraph, lay: Layout) -> StageGraph:
             f"strategy: ep = {lay.ep} needs a mixture-of-experts model; this one is dense "
             "(allowed: ep = 1)"
         )
-    if g.experts % lay.ep or lay.d % lay.ep:
-        allowed = [e for e in range(1, g.experts + 1) if g.experts % e == 0 and lay.d % e == 0]
+    if g.experts % lay.ep or not ep_fits(lay.ep, lay.t, lay.d, lay.cp):
+        allowed = [
+            e
+            for e in range(1, g.experts + 1)
+            if g.experts % e == 0 and ep_fits(e, lay.t, lay.d, lay.cp)
+        ]
         raise ConfigError(
-            f"strategy: ep = {lay.ep} must divide the {g.experts} experts and d = {lay.d} "
+            f"strategy: ep = {lay.ep} must divide the {g.experts} experts and d = {lay.d}, "
+            f"or at cp = 1 be t = {lay.t} times a divisor of d (expert-tensor parallelism) "
             f"(allowed: {', '.join(map(str, allowed))})"
         )
     if (g.ep, g.cp) != (1, 1):
-        if (g.ep, g.cp) != (lay.ep, lay.cp):
+        if (g.ep, g.cp) != (lay.ep_d, lay.cp) or lay.folds_experts:
             raise ConfigError(f"strategy: the graph is at ep={g.ep}, cp={g.cp}")
         return g
-    return ep_cp_graph(g, lay.ep, lay.cp, problem.cluster, problem.a2a_overlap)
+    return ep_cp_graph(
+        g, lay.ep_d, lay.cp, problem.cluster, problem.a2a_overlap, fold=lay.folds_experts
+    )
 
 
 def _check(problem: PlacementProblem, lay: Layout, graph: StageGraph) -> int:
@@ -258,7 +265,7 @@ def _stages(
                     compute_s=share * compute,
                     p2p_s=share * p2p,
                     memory_bytes=stage_memory(
-                        problem, d=lay.d, zero=lay.zero, ep=lay.ep, cp=lay.cp, **memory
+                        problem, d=lay.d, zero=lay.zero, ep=lay.ep_d, cp=lay.cp, **memory
                     ).total_bytes,
                     device=r,
                     recompute_s=share * sum(x.recompute_s for x in layers),

@@ -47,6 +47,7 @@ from workloads.precision import DEFAULT_PRECISION, recipe_names
 from workloads.recompute_modules import RECOMPUTE_WORDS, recompute_problem
 
 __all__ = [
+    "ep_fits",
     "RecomputeMode",
     "RECOMPUTE_MODES",
     "ZERO_STAGES",
@@ -102,8 +103,9 @@ _MAX_SPLIT_LAYERS: Final = 10 * MAX_DEVICES  # symbols a split may expand to
 @dataclass(frozen=True, slots=True)
 class Groups:
     """How many consecutive ranks each parallel group spans (Megatron's ``tp-cp-ep-dp-pp``
-    order): tensor ``t``, context ``t cp``, expert ``t cp ep``, data ``t cp d`` (the ``d cp``
-    ranks holding the same weights), pipeline: the whole job."""
+    order): tensor ``t``, context ``t cp``, expert ``t cp ep`` (``ep`` ranks when it folds
+    over tensor x data ranks, :attr:`Layout.ep_d`), data ``t cp d`` (the ``d cp`` ranks
+    holding the same weights), pipeline: the whole job."""
 
     tp: int
     cp: int
@@ -180,9 +182,31 @@ class Layout:
         return self.p * self.v
 
     @property
+    def folds_experts(self) -> bool:
+        """Does ``ep`` fold over tensor x data ranks (expert-tensor parallelism 1)? Only when
+        ``t``, ``d``, ``ep`` and ``cp`` are given, ``ep`` does not divide ``d`` and
+        :func:`ep_fits` allows the fold."""
+        given = not self.open & {"t", "d", "ep", "cp"}
+        return given and self.d % self.ep != 0 and ep_fits(self.ep, self.t, self.d, self.cp)
+
+    @property
+    def etp(self) -> int:
+        """Expert tensor-parallel size (Megatron-Core's ``--expert-tensor-parallel-size``):
+        ``t`` (each expert sharded as the dense layers) unless ``ep`` folds over tensor x
+        data ranks, then 1 (whole experts)."""
+        return 1 if self.folds_experts else self.t
+
+    @property
+    def ep_d(self) -> int:
+        """How many ways the experts split along the data-parallel ranks: ``ep``, or
+        ``ep / t`` when ``ep`` folds over tensor x data ranks (the expert data-parallel
+        degree is ``d / ep_d`` either way)."""
+        return self.ep // self.t if self.folds_experts else self.ep
+
+    @property
     def groups(self) -> Groups:
         t, cp = self.t, self.cp
-        return Groups(tp=t, cp=t * cp, ep=t * cp * self.ep, dp=t * cp * self.d, pp=self.devices)
+        return Groups(tp=t, cp=t * cp, ep=t * cp * self.ep_d, dp=t * cp * self.d, pp=self.devices)
 
     def links(self, cluster: Cluster, pipeline_devices: int | None = None) -> Links:
         """Which groups cross a node on ``cluster``; the pipeline's boundaries do when the job
@@ -233,6 +257,18 @@ _DEFAULTS: Final = {f.name: f.default for f in fields(Layout)}
 _PRINTED: Final = tuple(dict.fromkeys(_KEYS.values()))
 # a split left out is Megatron-LM's default: no search chooses it
 _NEVER_OPEN: Final = frozenset({"split"})
+
+
+def ep_fits(ep: int, t: int, d: int, cp: int) -> bool:
+    """Can ``ep`` expert-parallel ranks sit on ``t`` x ``d`` x ``cp`` ranks: a sub-group of
+    the data-parallel replicas (``ep`` divides ``d``), or folded over tensor x data ranks
+    with whole experts (``ep = t e``, ``e`` dividing ``d``, ``cp = 1``; Megatron-Core's
+    ``--expert-tensor-parallel-size 1`` with ``--expert-model-parallel-size t e``).
+
+    >>> ep_fits(4, 2, 4, 1), ep_fits(8, 2, 4, 1), ep_fits(8, 2, 4, 2), ep_fits(16, 2, 4, 1)
+    (True, True, False, False)
+    """
+    return d % ep == 0 or (cp == 1 and ep % t == 0 and d % (ep // t) == 0)
 
 
 def _is_count(value: object) -> bool:

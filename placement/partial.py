@@ -3,7 +3,8 @@
 Fields left out of a strategy take what the search would pick: sequence parallelism (on
 or off, from the problem's graph variants, when ``t > 1``; the caller may fix it), the ZeRO
 stage, the expert-parallel degree (from the problem's ``ep_degrees`` dividing the experts
-and ``d``), the context-parallel degree (from its ``cp_degrees``), and any of ``t``, ``p``,
+and ``d``; a given ``ep`` also ``t`` times a divisor of ``d`` at ``cp = 1``, folded over
+tensor x data ranks), the context-parallel degree (from its ``cp_degrees``), and any of ``t``, ``p``,
 ``d`` not given are chosen by trying each completion under Megatron-LM's layout
 (:func:`placement.fixed.evaluate_fixed`) and keeping the fastest that fits. ``d`` always
 divides the micro-batches of the global batch; micro-batch size and recompute mode come from
@@ -25,7 +26,7 @@ from phaze_common.units import fmt_noun
 from placement.dp import candidate_degrees
 from placement.fixed import evaluate_fixed
 from placement.interleave import best_interleaved
-from placement.layout import FIELDS, ZERO_STAGES, Layout
+from placement.layout import FIELDS, ZERO_STAGES, Layout, ep_fits
 from placement.types import Placement, PlacementProblem, StageGraph
 
 __all__ = ["completions", "evaluate_partial", "describe_defaults"]
@@ -104,10 +105,21 @@ def completions(
                     Layout(**_knobs(g), p=p, d=d, v=v, zero=z, ep=e, cp=cp, split=split)
                     for d in dps
                     for e in eps
-                    if d % e == 0 or (lay.given("d") and lay.given("ep"))
+                    if _ep_kept(lay, e, g.tp, d, cp)
                     for z in zeros
                 ]
     return out
+
+
+def _ep_kept(lay: Layout, ep: int, t: int, d: int, cp: int) -> bool:
+    """Is ``ep`` a completion's degree at ``t``, ``d``, ``cp``: dividing ``d``, or given and
+    folded over tensor x data ranks, or given with a given ``d`` it fits at no ``cp`` (kept
+    so that :func:`placement.fixed.evaluate_fixed` says why)?"""
+    if d % ep == 0:
+        return True
+    if not lay.given("ep"):
+        return False
+    return ep_fits(ep, t, d, cp) or (lay.given("d") and not ep_fits(ep, t, d, 1))
 
 
 def evaluate_partial(
@@ -128,9 +140,9 @@ def evaluate_partial(
         and completions(problem, free_ep, sequence_parallel=sequence_parallel)
     ):
         raise ConfigError(
-            f"strategy: ep = {layout.ep} must divide d, and no such d fits "
-            f"{fmt_noun(problem.cluster.devices, 'device')} with {layout} "
-            "(allowed: an ep dividing a data-parallel degree d that fits)"
+            f"strategy: ep = {layout.ep} must divide d (or at cp = 1 be t times a divisor of "
+            f"d), and no such d fits {fmt_noun(problem.cluster.devices, 'device')} with "
+            f"{layout} (allowed: an ep dividing a data-parallel degree d that fits)"
         )
     if not candidates:
         raise ConfigError(f"strategy: no graph variant matches {layout}")

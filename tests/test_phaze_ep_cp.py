@@ -92,11 +92,20 @@ def test_long_sequence_fits_with_context_parallelism_only():
     [
         ("mixtral-8x7b", "t=1,p=4,d=16,ep=3", "ep = 3 must divide the 8 experts and d = 16"),
         ("mixtral-8x7b", "t=1,p=4,d=4,ep=8", "ep = 8 must divide the 8 experts and d = 4"),
+        (
+            "mixtral-8x7b",
+            "t=2,p=4,d=2,ep=8",
+            "ep = 8 must divide the 8 experts and d = 2, or at cp = 1 be t = 2 times a divisor",
+        ),
         ("gpt3-125m", "t=1,p=1,d=8,ep=2", "ep = 2 needs a mixture-of-experts model"),
         ("gpt3-125m", "t=1,cp=3", "cp = 3 must divide the sequence of 2048 tokens"),
         ("gpt3-125m", "t=4,p=32", "t*p = 128 devices, the cluster has 64"),
         ("gpt3-125m", "t=1,p=1,d=8,cp=16", "t*p*d*cp = 128 devices, the cluster has 64"),
-        ("mixtral-8x7b", "t=1,p=16,ep=8", "ep = 8 must divide d, and no such d fits 64"),
+        (
+            "mixtral-8x7b",
+            "t=1,p=16,ep=8",
+            "ep = 8 must divide d (or at cp = 1 be t times a divisor of d), and no such d fits 64",
+        ),
     ],
 )
 def test_bad_ep_cp_is_one_error_line(cli_run, workload, strategy, message):
