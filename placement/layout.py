@@ -30,7 +30,7 @@ Examples
 >>> lay.devices, lay.groups.dp, sorted(lay.open)
 (64, 16, ['cp', 'ep', 'v', 'zero'])
 >>> str(parse_strategy("t=2,p=3,d=1,v=1,split=Et|tt|tL"))
-'t=2,p=3,d=1,v=1,split=Et|t*2|tL'
+'t=2,p=3,d=1,v=1,split=Et|tt|tL'
 """
 
 from __future__ import annotations

@@ -189,9 +189,14 @@ def test_the_api_serves_with_a_fixed_batch_and_refuses_a_clash():
         )  # fmt: skip
 
 
-def test_serve_prices_the_device_hour_at_the_given_lifetime_interest_and_volume():
-    # a design that is not a preset, built: its NRE spread over --volume units
-    design = Path(__file__).parents[1] / "examples" / "accelerator_v100.toml"
+def test_serve_prices_the_device_hour_at_the_given_lifetime_interest_and_volume(tmp_path):
+    # a design that is not a preset (the V100 example measured as no preset), built: its NRE
+    # spread over --volume units
+    example = Path(__file__).parents[1] / "examples" / "accelerator_v100.toml"
+    design = tmp_path / "design.toml"
+    text = example.read_text()
+    assert 'measured_as = "v100"' in text
+    design.write_text(text.replace('measured_as = "v100"', 'measured_as = ""'))
     base = "serve --workload llama2-7b --devices 1 --input-tokens 256 --output-tokens 32 "
     base += "--batch 8 --weight-format fp16 --cost-view build --json --arch "
     runs = {}
