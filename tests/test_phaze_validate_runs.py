@@ -318,13 +318,13 @@ def test_the_whole_registry_is_evaluated():
 
 def test_fp8_runs_are_held_out_rows_of_the_registry():
     """Published FP8 runs train with their recipes at their layouts, none fitted: NeMo's and
-    MLPerf's on H100 with Transformer Engine's, DeepSeek-V3's on H800 block-wise; the V100
-    runs (Megatron-LM 2019-2020) in fp16, the only format of Volta's tensor cores."""
+    MLPerf's on H100 and B200 with Transformer Engine's, DeepSeek-V3's on H800 block-wise; the
+    V100 runs (Megatron-LM 2019-2020) in fp16, the only format of Volta's tensor cores."""
     fp8 = [r for r in REGISTRY.runs if r.precision not in ("bf16", "fp16")]
     assert len(fp8) >= 5 and not any(r.fitted for r in fp8)
     assert {r.precision for r in REGISTRY.runs if r.arch == "v100"} == {"fp16"}
     te = [r for r in fp8 if r.precision == "fp8-te"]
-    assert len(te) >= 4 and all(r.arch == "h100" for r in te)
+    assert len(te) >= 4 and {r.arch for r in te} == {"h100", "b200"}
     assert {(r.arch, r.precision) for r in fp8 if r not in te} == {("h800", "fp8-blockwise")}
 
 
@@ -338,7 +338,7 @@ def test_deepseek_v3_is_a_held_out_moe_row_at_its_published_layout():
     runs it: PP 16, EP 64, ZeRO-1 DP, no TP, its recomputed modules, block-wise FP8, BF16
     moments beside FP32 master weights and gradients, DualPipe, the stated links."""
     src = _fp8_source_row("deepseek-v3 pretraining 2048xH800")
-    (run,) = [r for r in REGISTRY.runs if r.model == "deepseek-v3"]
+    (run,) = [r for r in REGISTRY.runs if r.model == "deepseek-v3" and r.arch == "h800"]
     assert not run.fitted and model_kind(run) == "moe"
     assert (run.arch, run.gpus, run.framework) == ("h800", src["gpus"], "deepseek-2024")
     assert (run.seq_len, run.global_batch) == (src["seq_len_tokens"], src["global_batch"])
@@ -354,6 +354,38 @@ def test_deepseek_v3_is_a_held_out_moe_row_at_its_published_layout():
     links = (system.intra_node_bandwidth_bytes_per_s, system.inter_node_bandwidth_bytes_per_s)
     assert links == (160e9, 50e9)
     assert run.assumed == ("micro_batch",)
+
+
+def test_the_registry_holds_out_moe_and_blackwell_rows():
+    """Where the search goes: at least 10 MoE runs and 4 on a Blackwell part (the b200 preset:
+    DGX B200, and GB200 NVL72 as its NeMo runs use it), none fitted."""
+    moe = [r for r in REGISTRY.runs if model_kind(r) == "moe"]
+    blackwell = [r for r in REGISTRY.runs if r.arch == "b200"]
+    assert len(moe) >= 10 and not any(r.fitted for r in moe)
+    assert len(blackwell) >= 4 and not any(r.fitted for r in blackwell)
+    assert {r.system.key for r in blackwell} == {"dgx-b200", "gb200-nvl72"}
+    assert {r.model for r in moe} >= {"deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b"}
+
+
+@pytest.mark.parametrize(
+    ("run_id", "commit", "measured", "layout"),
+    [
+        ("nemo-2511-gb200-dsv3-bf16", "5776a6d90", 3139.0, (1, 4, 4, 64, 64, 1, "bf16")),
+        ("nemo-2509-h100-dsv3-fp8", "5776a6d90", 1297.0, (2, 8, 4, 64, 64, 1, "fp8-te")),
+        ("nemo-2509-b200-qwen3-235b-fp8", "5776a6d90", 4104.0, (1, 8, 2, 8, 8, 1, "fp8-te")),
+        ("nemo-2604-h100-qwen3-30b-fp8", "74695a06d", 8901.0, (1, 1, 1, 16, 16, 1, "fp8-te")),
+        ("nemo-2511-b200-llama3-405b-fp8", "5776a6d90", 661.0, (4, 8, 8, 2, 1, 2, "fp8-te")),
+    ],
+)
+def test_nemo_bridge_rows_cite_their_edition_and_layout(run_id, commit, measured, layout):
+    """Each Megatron-Bridge row names the summary's commit and keeps the table's TP, PP, VP,
+    DP, EP, CP and precision; the stack is evaluated with megatron-core-2024, said so."""
+    (run,) = [r for r in REGISTRY.runs if r.id == run_id]
+    assert commit in run.source.url and commit in run.source.title and not run.fitted
+    assert run.metric == "tokens_per_s_per_gpu" and run.measured == measured
+    lay = parse_strategy(run.strategy)
+    assert (lay.t, lay.p, lay.v, lay.d, lay.ep, lay.cp, lay.precision) == layout
+    assert REGISTRY.profile_for(run.framework)[0] == "megatron-core-2024"
 
 
 def test_the_summary_groups_dense_and_moe_rows():

@@ -92,6 +92,12 @@ PUBLISHED = [
     ("deepseek-v2", 236e9, 21e9, "DeepSeek-V2, arXiv:2405.04434, abstract: 236B, 21B activated"),
     ("mixtral-8x22b", 141e9, 39e9, "mistral.ai/news/mixtral-8x22b: 141B, 39B active"),
     ("qwen3-235b-a22b", 235e9, 22e9, "Qwen3 Technical Report, arXiv:2505.09388, Table 2"),
+    (
+        "qwen3-30b-a3b",
+        30.5e9,
+        3.3e9,
+        "Qwen3 Technical Report, arXiv:2505.09388, Table 2 (30B, 3B; the model card: 30.5B, 3.3B)",
+    ),
     ("llama4-scout-17b-16e", 109e9, 17e9, "Llama 4 MODEL_CARD.md: 109B total, 17B active"),
 ]
 
