@@ -14,6 +14,7 @@ from arch_space.carbon import CarbonParams
 from arch_space.config import accelerator_to_toml, load_accelerator, preset_to_toml
 from arch_space.cost import CostParams
 from arch_space.perf import gemm_report
+from arch_space.perf.device import device_profile
 from arch_space.presets import NVLINK_BYTES_PER_S, preset, preset_names
 from arch_space.summary import describe
 from arch_space.tech import tech_node, tech_overrides_from_toml
@@ -212,13 +213,17 @@ def show(
 
 
 def _show_gemm(acc: Accelerator, m: int, k: int, n: int, *, as_json: bool) -> None:
-    """One GEMM's latency, achieved FLOP/s, bound and energy (:func:`gemm_report`)."""
-    r = gemm_report(acc, m, k, n)
+    """One GEMM's latency, achieved FLOP/s, bound and energy (:func:`gemm_report`), as a
+    kernel benchmark runs it: one device, one kernel, at its benchmark clock. A training
+    run's fitted clock (``sustained_clock_fraction``) is not a kernel's: it holds what the
+    op model leaves out of a whole step, so it prices training, not this GEMM."""
+    r = gemm_report(acc, m, k, n, device=device_profile(acc).alone())
     if as_json:
         echo_json({"accelerator": acc.name, **to_jsonable(r)})
         return
     click.echo(
-        f"GEMM ({m} x {k}) @ ({k} x {n}) on {acc.num_tc} tensor cores of {acc.name or '(unnamed)'}"
+        f"GEMM ({m} x {k}) @ ({k} x {n}) on {acc.num_tc} tensor cores of "
+        f"{acc.name or '(unnamed)'}, one kernel alone at the benchmark clock"
     )
     rows = [
         ["latency", fmt_quantity(r.latency_s, "s", 4)],
