@@ -77,9 +77,29 @@ def _megatron_core_flops(m: Model, seq_len: int, batch: int) -> float:
     return 12.0 * batch * s * m.layers * h * h * (attention + mlp + logits)
 
 
+def _maxtext_flops(m: Model, seq_len: int, batch: int) -> float:
+    """MaxText's ``calculate_training_tflops`` (MaxText/train.py at 9bc243c95, 2023-11):
+    ``6 N`` per token for all ``N`` parameters (the tied embedding counted once) plus
+    ``12 heads l d_head s^2`` per sequence for attention, the full ``s x s`` scores."""
+    attention = 12.0 * m.heads * m.layers * m.head_dim * seq_len * seq_len
+    return batch * (6.0 * m.parameters * seq_len + attention)
+
+
+def _maxtext_causal_flops(m: Model, seq_len: int, batch: int) -> float:
+    """MaxText's count from 2023-11-29 on (MaxText/train.py at 76bd53b0f, l.77-88): as
+    ``maxtext`` with the attention term halved for the causal mask."""
+    attention = 6.0 * m.heads * m.layers * m.head_dim * seq_len * seq_len
+    return batch * (6.0 * m.parameters * seq_len + attention)
+
+
 #: How a publication counted the FLOPs of one iteration (model, sequence, global batch).
 FLOP_CONVENTIONS: Final[Mapping[str, Callable[[Model, int, int], float]]] = MappingProxyType(
-    {"sc21": _sc21_flops, "megatron-core": _megatron_core_flops}
+    {
+        "sc21": _sc21_flops,
+        "megatron-core": _megatron_core_flops,
+        "maxtext": _maxtext_flops,
+        "maxtext-causal": _maxtext_causal_flops,
+    }
 )
 #: Published metrics and their units: the iteration time, model FLOP/s per GPU by the run's
 #: FLOP convention, MFU (that rate over ``peak_flops_per_s``), tokens per second per GPU.

@@ -13,6 +13,7 @@ from arch_space.perf.device import _measured_as, device_profile, preset_profile
 from arch_space.power import reticle_mm2
 from arch_space.presets import NVLINK_BYTES_PER_S, PUBLISHED, preset
 from phaze.cli import cli
+from phaze.published_runs import default_registry
 from phaze_common.errors import ConfigError
 
 _GIB = 2**30
@@ -99,11 +100,16 @@ def test_tpuv5p_is_the_tpuv4_cores_at_the_clock_its_peak_gives():
     assert PUBLISHED["tpuv5p"][2] is None  # Google publishes no power
 
 
-def test_arch_list_marks_them_as_without_published_runs():
+def test_arch_list_counts_their_published_runs():
+    # MaxText's v5p table is in the registry; no run of the H200 or MI300X is
     out = CliRunner().invoke(cli, ["arch", "list", "--json"])
     assert out.exit_code == 0, out.output
     docs = {d["name"]: d for d in json.loads(out.output)["accelerators"]}
-    assert all(docs[n]["published_runs"] == 0 for n in DATASHEET)
+    v5p_runs = sum(r.arch == "tpuv5p" for r in default_registry().runs)
+    assert v5p_runs >= 6 and docs["tpuv5p"]["published_runs"] == v5p_runs
+    without = set(DATASHEET) - {"tpuv5p"}
+    assert all(docs[n]["published_runs"] == 0 for n in without)
     table = CliRunner().invoke(cli, ["arch", "list"]).output
     rows = {line.split()[0]: line for line in table.splitlines() if line.strip()}
-    assert all(rows[n].rstrip().endswith("none") for n in DATASHEET)
+    assert all(rows[n].rstrip().endswith("none") for n in without)
+    assert rows["tpuv5p"].rstrip().endswith(f" {v5p_runs}")

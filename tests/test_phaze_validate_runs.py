@@ -131,6 +131,28 @@ def test_megatron_core_flop_count_is_the_model_flops(model, seq_len):
     )
 
 
+@pytest.mark.parametrize("model", ["maxtext-32b", "maxtext-128b", "maxtext-1024b"])
+def test_maxtext_flop_counts_are_the_model_flops_and_halve_attention(model):
+    # MaxText's 6 N per token plus the full s x s attention against the op-level count of
+    # workloads.flops (three passes; the norms' weights are MaxText's only extra parameters)
+    s, m = 2048, get_model(model)
+    full = flops_per_iteration("maxtext", model, s, 3)
+    assert full == pytest.approx(3 * model_flops_per_sequence(m, s), rel=1e-4)
+    attention = 3 * 12.0 * m.heads * m.layers * m.head_dim * s * s
+    assert full - flops_per_iteration("maxtext-causal", model, s, 3) == pytest.approx(attention / 2)
+
+
+def test_maxtext_v5p_rows_are_held_out_single_slices_at_the_published_peak():
+    rows = [r for r in REGISTRY.runs if r.framework == "maxtext-2023"]
+    assert len(rows) >= 6 and {r.arch for r in rows} == {"tpuv5p"}
+    assert REGISTRY.profile_for("maxtext-2023")[0] == "fsdp2-2024"
+    for r in rows:
+        s = parse_strategy(r.strategy)
+        assert not r.fitted and r.flops == "maxtext-causal" and s.p == 1 and s.zero == 3, r.id
+        assert r.gpus <= r.system.devices_per_node, r.id  # one ICI slice
+        assert r.peak_flops_per_s == pytest.approx(preset("tpuv5p").peak_flops, rel=2e-3), r.id
+
+
 def test_every_metric_maps_back_to_the_published_figure():
     seen = set()
     for r in REGISTRY.runs:

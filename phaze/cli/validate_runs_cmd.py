@@ -191,8 +191,8 @@ def runs(
     fit_arch: str | None,
     as_json: bool,
 ) -> None:
-    """Published training runs (V100, A100, H100, H800; Megatron-LM, Megatron-Core,
-    DeepSpeed, FSDP, DeepSeek's HAI-LLM) against the model's predictions at their published
+    """Published training runs (V100, A100, H100, H800, TPU v5p; Megatron-LM, Megatron-Core,
+    DeepSpeed, FSDP, DeepSeek's HAI-LLM, MaxText) against the model's predictions at their published
     layouts, by GPU, framework, precision recipe and model kind (dense or MoE).
 
     Rows a fitted parameter came from are marked fit; the others are held out. A stack with
