@@ -76,6 +76,9 @@ MODE_KEYS: Final = MappingProxyType(
             "batches",
             "disaggregate",
             "weight_formats",
+            "rate",
+            "requests",
+            "seed",
         ),
     }
 )
@@ -182,7 +185,9 @@ class SweepConfig:
     pools too unless ``disaggregate`` is false, at each of ``weight_formats`` (the blocks'
     weights: bf16, fp8) a design's tensor cores run; the training knobs are unused. ``hbm_tbps``
     (both modes) replaces each space design's HBM bandwidth by each value (TB/s), its stacks
-    derived again; presets keep theirs.
+    derived again; presets keep theirs. A serving sweep's ``rate`` (requests/s) also simulates
+    each point's layout under that load: ``requests`` arrivals (None: the simulation's
+    default) drawn with ``seed`` (None: 0).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -219,6 +224,9 @@ class SweepConfig:
     disaggregate: bool = True
     hbm_tbps: tuple[float, ...] = ()
     weight_formats: tuple[str, ...] = ("bf16",)
+    rate: float | None = None
+    requests: int | None = None
+    seed: int | None = None
     solver: SolverSettings = field(default_factory=SolverSettings)
     scoring: ScoringParams = field(default_factory=ScoringParams)
 
@@ -232,8 +240,10 @@ class SweepConfig:
     def config_hash(self) -> str:
         """A content hash of everything that changes results: the settings its mode uses
         (not the keys :data:`MODE_KEYS` gives only the other mode) and the models' code
-        (:func:`model_digest`), not the output directory."""
+        (:func:`model_digest`), not the output directory. The load keys count only with a
+        rate, so a sweep without one hashes as before they existed."""
         unused = {k for m in MODES if m != self.mode for k in MODE_KEYS[m]}
+        unused |= {k for k in ("rate", "requests", "seed") if getattr(self, k) is None}
         settings = {k: v for k, v in self.as_dict().items() if k not in unused}
         text = json.dumps({**settings, "models": model_digest()}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -382,6 +392,17 @@ _RULES: Final = MappingProxyType(
             "a non-empty list of serving weight formats: "
             + ", ".join(serving_settings().weight_recipes),
         ),
+        "rate": (False, _is_pos_num, "a finite positive number (requests/s)"),
+        "requests": (
+            False,
+            lambda v: _is_pos_int(v) and 2 <= v <= 1_000_000,
+            "an integer from 2 to 1000000 (requests simulated at the rate)",
+        ),
+        "seed": (
+            False,
+            lambda v: _is_count(v) and v < 2**63,
+            "an integer from 0 to 2**63 - 1",
+        ),
     }
 )
 
@@ -429,7 +450,7 @@ def sweep_config_from_mapping(
                 if (p := over_limit(key, v, limit)) is not None
             ]
         kw[key] = vals if is_list else value
-    for key in ("hbm_gib", "hbm_tbps", "ttft_limit_s", "tpot_limit_s"):
+    for key in ("hbm_gib", "hbm_tbps", "ttft_limit_s", "tpot_limit_s", "rate"):
         if key in kw:
             kw[key] = tuple(map(float, kw[key])) if key.startswith("hbm") else float(kw[key])
     if kw.get("mode") == "serve" and "objectives" not in kw:

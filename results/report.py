@@ -103,6 +103,9 @@ _SERVING_KEYS: Final = frozenset(
         "batches",
         "disaggregate",
         "weight_formats",
+        "rate",
+        "requests",
+        "seed",
     }
 )
 # Columns that show the same quantity in two units: a table shows one of them.

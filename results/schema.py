@@ -31,6 +31,7 @@ __all__ = [
     "ENERGY_TERM_COLUMNS",
     "HEADROOM_COLUMNS",
     "SERVE_COLUMNS",
+    "AT_RATE_COLUMNS",
     "column",
     "numeric_column",
 ]
@@ -39,8 +40,9 @@ __all__ = [
 # 4: usd_per_device_hour; system cost, cost to train and embodied carbon count the whole
 # system (hosts, network, data centre). 5: serving points (mode, batch, lengths, TTFT, TPOT,
 # rates, energy, cost and carbon per token). 6: the design's tensor-core formats and each
-# point's precision recipe.
-SCHEMA_VERSION: Final = 6
+# point's precision recipe. 7: serving points simulated at a rate (p99 TTFT and TPOT,
+# stability, SLO attainment, cost per token at the rate, feasibility at the rate).
+SCHEMA_VERSION: Final = 7
 
 # The workload name of the per-design aggregate rows.
 AGGREGATE_WORKLOAD: Final = "*all*"
@@ -191,6 +193,20 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
     _c("kgco2e_per_million_tokens", "REAL", "kgCO2e", "min", "carbon per Mtoken",
        "serving: embodied share and operational carbon of a million output tokens"),
     _c("meets_slo", "INTEGER", "", None, "meets SLO", "serving: 1 if the TTFT and TPOT limits are met"),
+    # a serving sweep with a rate: the point's layout simulated under that load
+    _c("ttft_p99_s", "REAL", "s", "min", "p99 TTFT at rate",
+       "serving at the sweep's rate: 99th-percentile time to first token (null when unstable)"),
+    _c("tpot_p99_s", "REAL", "s", "min", "p99 TPOT at rate",
+       "serving at the sweep's rate: 99th-percentile time per output token (null when unstable)"),
+    _c("stable", "INTEGER", "", None, "stable at rate",
+       "serving at the sweep's rate: 1 if the queue stays bounded, 0 if it grows"),
+    _c("slo_attainment", "REAL", "", "max", "SLO attainment",
+       "serving at the sweep's rate: share of requests within the TTFT and TPOT limits (0-1)"),
+    _c("usd_per_million_tokens_at_rate", "REAL", "USD", "min", "$ per Mtoken at rate",
+       "serving at the sweep's rate: device-hours per million output tokens served at the rate "
+       "(null when the point is not feasible at the rate)"),
+    _c("feasible_at_rate", "INTEGER", "", None, "feasible at rate",
+       "serving at the sweep's rate: 1 if stable and the limits are met (99 % attainment)"),
     _c("placement", "TEXT", "", None, "placement", "the chosen placement, as JSON text"),
     # how exact the layer schedules are
     _c("schedule_gap_max", "REAL", "", None, "worst schedule gap",
@@ -249,6 +265,10 @@ HEADROOM_COLUMNS: Final = (
 
 # The columns a serving point adds (mode "serve").
 SERVE_COLUMNS: Final = COLUMN_NAMES[COLUMN_NAMES.index("batch") : COLUMN_NAMES.index("placement")]
+# The serving columns only a sweep with a rate fills (null without one).
+AT_RATE_COLUMNS: Final = COLUMN_NAMES[
+    COLUMN_NAMES.index("ttft_p99_s") : COLUMN_NAMES.index("placement")
+]
 
 assert len(COLUMNS) == len(POINT_COLUMNS), "duplicate column name"
 assert set(DESIGN_COLUMNS) | set(TIME_TERM_COLUMNS) | set(ENERGY_TERM_COLUMNS) <= set(COLUMNS)

@@ -299,6 +299,22 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     "tensor cores run [default: bf16].",
 )
 @click.option(
+    "--rate",
+    type=FiniteFloat(0, 1e9, lo_open=True),
+    help="Serving: requests per second arriving (Poisson); every point's layout is also "
+    "simulated under it (p99 latencies, SLO attainment, cost per token at the rate).",
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(2, 1_000_000),
+    help="Serving: requests simulated at --rate [default: 2000].",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(0, 2**63 - 1),
+    help="Serving: seed of the arrivals at --rate [default: 0].",
+)
+@click.option(
     "--hbm-tbps",
     "hbm_tbps",
     type=FiniteFloat(0, 1e6, lo_open=True),

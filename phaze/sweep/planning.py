@@ -13,8 +13,9 @@ from arch_space import Accelerator, Cluster, load_space, preset
 from phaze.config import SweepConfig
 from phaze.pipeline import Context, training_setup
 from phaze.serving import ServeContext
+from phaze.serving_load import load_settings
 from phaze.sweep.records import point_key
-from phaze.sweep.serve_tasks import serve_point_key
+from phaze.sweep.serve_tasks import AtRate, serve_point_key
 from phaze_common.errors import ConfigError
 from placement import Layout
 from results.pareto import parse_objectives
@@ -39,6 +40,7 @@ class Shared:
     batches: tuple[int, ...] = ()
     format_sets: tuple[tuple[str, ...], ...] = (("bf16",),)  # the space's
     weight_formats: tuple[str, ...] = ("bf16",)  # a serving sweep's
+    at_rate: AtRate | None = None  # a serving sweep's load, when simulated at a rate
 
     def point_keys(self, workload: str, design_id: str, acc: Accelerator) -> tuple[str, ...]:
         """The keys of every point of design ``acc`` on one workload: its knob settings'
@@ -46,7 +48,7 @@ class Shared:
         (:func:`serve_formats`)."""
         if self.serve is not None:
             return tuple(
-                serve_point_key(workload, design_id, b, self.serve, fmt)
+                serve_point_key(workload, design_id, b, self.serve, fmt, self.at_rate)
                 for fmt in serve_formats(self, acc)
                 for b in self.batches
             )
@@ -130,6 +132,12 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         except ConfigError as e:
             problems.append(str(e))
         problems += [p for _, model in workloads for p in _serve_problems(model, cfg)]
+        if cfg.rate is None:
+            problems += [
+                f"{k} = {getattr(cfg, k)!r} needs rate (requests/s) in [sweep] or --rate"
+                for k in ("requests", "seed")
+                if getattr(cfg, k) is not None
+            ]
     else:
         problems += _train_problems(cfg)
         knobs = tuple(
@@ -179,6 +187,7 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         batches=cfg.batches if serve else (),
         format_sets=space.format_sets,
         weight_formats=cfg.weight_formats,
+        at_rate=_at_rate(cfg) if serve else None,
     )
     # a design runs the precisions, or serves at the weight formats, its tensor cores have
     # the format for (one with none is left out)
@@ -208,6 +217,14 @@ def _train_problems(cfg: SweepConfig) -> list[str]:
         for c in cfg.cp
         if cfg.seq_len % c
     ]
+
+
+def _at_rate(cfg: SweepConfig) -> AtRate | None:
+    """The serving sweep's load (None without a rate); ``requests`` by default the
+    simulation's (``phaze/data/serving_load.toml``)."""
+    if cfg.rate is None:
+        return None
+    return AtRate(cfg.rate, cfg.requests or load_settings().requests, cfg.seed or 0)
 
 
 def _serve_context(cfg: SweepConfig, cluster: Cluster) -> ServeContext:

@@ -279,7 +279,11 @@ class Rounds:
     def _commit(self, i: int, w: int, records: Sequence[dict[str, Any]]) -> None:
         for rec in records:
             self._store.put_point(rec)
-        rows = [[s * rec[n] for n, s in self._signs] for rec in records if rec["feasible"]]
+        rows = [  # a point without a value of an objective (such as a cost at a rate) is on no front
+            [s * rec[n] for n, s in self._signs]
+            for rec in records
+            if rec["feasible"] and all(rec.get(n) is not None for n, _ in self._signs)
+        ]
         if rows:
             self._live[w] = front_add(self._live[w], np.array(rows))
 

@@ -5,37 +5,67 @@ the best serving layout at that batch (:func:`phaze.serving.search`: tensor, pip
 expert parallelism, replicas, chunked prefill, disaggregated pools), meeting the latency
 limits when some layout does, else the one with the lowest TPOT (``meets_slo`` 0). One
 design's points over the batches are its throughput-latency curve.
+
+With a ``rate`` (:class:`AtRate`), each point's layout is also simulated under that many
+requests per second arriving (:func:`phaze.serving_load.simulate_load`): its p99 TTFT and
+TPOT, whether it is stable, its SLO attainment against the sweep's latency limits, and its
+cost per million output tokens at the rate; a point unstable or missing the limits there is
+``feasible_at_rate`` 0 (kept, not deleted).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from arch_space import Accelerator
 from phaze.serving import ServeContext, ServingPoint
+from phaze.serving_arrivals import generate
+from phaze.serving_load import load_settings, simulate_load
 from phaze.serving_search import search
 from phaze.sweep.records import design_columns, headroom_columns
-from phaze_common.errors import Infeasible
+from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
 from workloads import Model
 from workloads.serving import serving_settings
 
-__all__ = ["serve_point_key", "serve_record", "serve_design_records"]
+__all__ = ["AtRate", "serve_point_key", "serve_record", "serve_design_records"]
+
+
+@dataclass(frozen=True, slots=True)
+class AtRate:
+    """A serving sweep's load: requests per second arriving (Poisson), how many are
+    simulated, and the arrivals' seed."""
+
+    rate_per_s: float
+    requests: int
+    seed: int
+
+    def key(self) -> str:
+        return f"|rate={self.rate_per_s:g}|requests={self.requests}|seed={self.seed}"
 
 
 def serve_point_key(
-    workload: str, design: str, batch: int, ctx: ServeContext, weights: str = "bf16"
+    workload: str,
+    design: str,
+    batch: int,
+    ctx: ServeContext,
+    weights: str = "bf16",
+    at_rate: AtRate | None = None,
 ) -> str:
-    """The content key of one serving point: workload, design, batch, request lengths and,
-    other than bf16, the weights' format."""
+    """The content key of one serving point: workload, design, batch, request lengths,
+    other than bf16 the weights' format, and the load when simulated at a rate."""
     r = ctx.requests
     key = (
         f"{workload}|{design}|serve|batch={batch}|isl={r.mean_input_tokens:g}"
         f"|osl={r.mean_output_tokens:g}"
     )
-    return key if weights == "bf16" else f"{key}|weights={weights}"
+    key = key if weights == "bf16" else f"{key}|weights={weights}"
+    return key if at_rate is None else key + at_rate.key()
 
 
 def _layout_summary(point: ServingPoint) -> str:
@@ -66,13 +96,14 @@ def serve_record(
     ctx: ServeContext,
     found: ServingPoint | str,
     weights: str = "bf16",
+    at_rate: AtRate | None = None,
 ) -> dict[str, Any]:
     """A store record of one serving point at weight format ``weights`` (its ``precision``
     the format's recipe), or of why nothing fits (``found`` the reason)."""
     cols = design_columns(acc)
     r = ctx.requests
     rec: dict[str, Any] = {
-        "key": serve_point_key(workload, cols["design_id"], batch, ctx, weights),
+        "key": serve_point_key(workload, cols["design_id"], batch, ctx, weights, at_rate),
         "workload": workload,
         **cols,
         "devices": ctx.cluster.devices,
@@ -86,7 +117,7 @@ def serve_record(
         **headroom_columns(acc),
     }
     if isinstance(found, str):
-        return rec
+        return rec if at_rate is None else {**rec, "feasible_at_rate": 0}
     p, sc, e = found, found.score, found.engine
     rec.update(
         tp=p.layout.decode.t,
@@ -123,9 +154,11 @@ def serve_design_records(
     batches: tuple[int, ...],
     ctx: ServeContext,
     formats: tuple[str, ...] = ("bf16",),
+    at_rate: AtRate | None = None,
 ) -> tuple[dict[str, Any], ...]:
     """The records of one design serving ``model`` at each batch size, for each weight
-    format of ``formats`` (the strategy names a format other than bf16: ``weights=``)."""
+    format of ``formats`` (the strategy names a format other than bf16: ``weights=``), each
+    simulated at ``at_rate`` when given (:func:`at_rate_columns`)."""
     records = []
     for fmt in formats:
         for b in batches:
@@ -139,5 +172,52 @@ def serve_design_records(
                 found: ServingPoint | str = search(workload, model, acc, layout, ctx)
             except Infeasible as e:
                 found = e.reason
-            records.append(serve_record(workload, acc, b, ctx, found, fmt))
+            rec = serve_record(workload, acc, b, ctx, found, fmt, at_rate)
+            if at_rate is not None and not isinstance(found, str):
+                rec.update(at_rate_columns(model, found, ctx, at_rate))
+            records.append(rec)
     return tuple(records)
+
+
+def at_rate_columns(
+    model: Model, point: ServingPoint, ctx: ServeContext, at_rate: AtRate
+) -> dict[str, Any]:
+    """The columns of ``point``'s layout simulated at ``at_rate``: p99 TTFT and TPOT (None
+    when unstable), stability, the share of requests within the sweep's mean latency limits
+    (None without limits), and whether the layout serves the rate within the limits (stable,
+    and the attainment capacity planning asks for); only then its cost per million output
+    tokens at the rate (the device-hours over the tokens served), so that ranking by it ranks
+    the layouts that meet the SLO at the rate. A layout the simulation cannot run (static batching, a request larger than a
+    replica's KV cache) is infeasible at the rate, its figures None."""
+    r = ctx.requests
+    arrivals = generate(
+        at_rate.rate_per_s,
+        at_rate.requests,
+        round(r.mean_input_tokens),
+        round(r.mean_output_tokens),
+        seed=at_rate.seed,
+    )
+    try:
+        res = simulate_load(
+            model,
+            point,
+            ctx,
+            arrivals,
+            ttft_limit_s=ctx.ttft_limit_s,
+            tpot_limit_s=ctx.tpot_limit_s,
+        )
+    except (ConfigError, Infeasible):
+        return {"feasible_at_rate": 0}
+    tokens_per_s = res.requests_per_s * float(np.mean(arrivals.output_tokens))
+    sc = point.score
+    met = res.slo_attainment is None or res.slo_attainment >= load_settings().capacity_attainment
+    feasible = res.stable and met
+    usd = sc.usd_per_device_hour * sc.devices / 3600 / tokens_per_s * 1e6
+    return {
+        "ttft_p99_s": res.ttft_s[2] if res.stable else None,
+        "tpot_p99_s": res.tpot_s[2] if res.stable else None,
+        "stable": int(res.stable),
+        "slo_attainment": res.slo_attainment if res.stable else None,
+        "usd_per_million_tokens_at_rate": usd if feasible else None,
+        "feasible_at_rate": int(feasible),
+    }

@@ -62,7 +62,9 @@ def run_task(shared: Shared, task: Task) -> TaskResult:
             rows.append(())
             formats = serve_formats(shared, a)
             records.append(
-                serve_design_records(name, model, a, shared.batches, shared.serve, formats)
+                serve_design_records(
+                    name, model, a, shared.batches, shared.serve, formats, shared.at_rate
+                )
             )
         return TaskResult(
             tuple(records), tuple(rows), time.perf_counter() - start, time.process_time() - cpu
