@@ -8,7 +8,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arch_space import Cluster
-from arch_space._data import shipped_toml
 from arch_space.perf import op_costs
 from arch_space.perf.device import (
     MODELLED,
@@ -61,21 +60,6 @@ def test_a_preset_keeps_its_profile_without_its_name_or_hbm_size():
     assert device_profile(dataclasses.replace(acc, clock_hz=1.5e9)) is generic_profile()
 
 
-def test_b200_collectives_run_at_its_measured_one_node_sweep():
-    """The B200's intra-node curve is the 1-node 8x B200 all-reduce sweep the repository
-    holds (measured_nccl_multinode.toml), over NVLink 5's 900 GB/s per direction."""
-    (sweep,) = (
-        c
-        for c in shipped_toml("measured_nccl_multinode.toml")["curve"]
-        if c["preset"] == "b200" and c["nodes"] == 1
-    )
-    curve = preset_profile("b200").intra_node
-    assert curve is not None and curve.devices == sweep["gpus_per_node"] == 8
-    assert curve.size_bytes == tuple(sweep["size_bytes"])
-    assert curve.busbw_bytes_per_s == tuple(sweep["busbw_bytes_per_s"])
-    assert curve.line_rate_bytes_per_s == 900e9
-
-
 @given(st.floats(1.0, 1e11))
 def test_curve_follows_the_measurements(nbytes):
     curve = A100.intra_node
@@ -94,8 +78,7 @@ def test_curve_follows_the_measurements(nbytes):
 
 @given(st.floats(1.0, 1e11), st.floats(1.0, 1e3), st.booleans())
 def test_a_larger_collective_or_send_never_takes_less_time(nbytes, factor, all_reduce):
-    for name in ("a100", "h100", "b200"):
-        curve = preset_profile(name).intra_node
+    for curve in (A100.intra_node, preset_profile("h100").intra_node):
         sizes = np.array([nbytes, nbytes * factor])
         eff = curve.efficiency(sizes, np.array([all_reduce] * 2))
         times = sizes / eff
