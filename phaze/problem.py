@@ -58,6 +58,7 @@ def placement_problem(
         param_gather_overlap=fw.param_gather_overlap,
         sharded_prefetch=fw.sharded_prefetch,
         gradient_bytes_per_parameter=fw.reduce_bytes_per_parameter or 2.0,
+        weight_bytes_per_parameter=float(setup.state_parts.weight_bytes),
         max_stages=1 if fw.pipeline == "none" else None,
         interleaving=fw.pipeline == "interleaved",
         dualpipe=fw.pipeline == "dualpipe",
