@@ -30,7 +30,7 @@ from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 from workloads.optimizer_state import OptimizerState, parse_optimizer_state
 from workloads.precision import DEFAULT_PRECISION, recipe_names
-from workloads.recompute_modules import is_recompute_mode
+from workloads.recompute_modules import RECOMPUTE_WORDS, is_recompute_mode
 from workloads.serving import serving_settings
 
 __all__ = [
@@ -49,7 +49,7 @@ __all__ = [
     "quick_sweep_data",
 ]
 
-RECOMPUTE_MODES: Final = ("none", "selective", "full")
+RECOMPUTE_MODES: Final = RECOMPUTE_WORDS
 MODES: Final = ("train", "serve")
 #: The [sweep] keys only one mode uses (the other ignores them; every other key serves both).
 MODE_KEYS: Final = MappingProxyType(
