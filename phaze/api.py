@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 from arch_space import Accelerator, Cluster
 from arch_space.formats import check_precision
 from arch_space.perf.device import DeviceProfile
-from phaze.config import MICRO_BATCHES, SolverSettings, SweepConfig, sweep_config_from_mapping
+from phaze.config import (
+    DEFAULT_SEQUENCE_PARALLEL,
+    MICRO_BATCHES,
+    SolverSettings,
+    SweepConfig,
+    sweep_config_from_mapping,
+)
 from phaze.knob_search import RECOMPUTES, evaluate_best_knobs
 from phaze.pipeline import Context, Evaluation
 from phaze.pipeline import evaluate as _evaluate
@@ -62,7 +68,7 @@ def search(
     jobs: int | None = None,
     seq_len: int = 2048,
     global_batch: int = 512,
-    sequence_parallel: bool | None = None,
+    sequence_parallel: bool | None = DEFAULT_SEQUENCE_PARALLEL,
     prune: bool = True,
     solver: SolverSettings | None = None,
     scoring: ScoringParams | None = None,
@@ -183,7 +189,7 @@ def evaluate(
     global_batch: int = 512,
     micro_batch: int | None = None,
     recompute: str | None = None,
-    sequence_parallel: bool | None = None,
+    sequence_parallel: bool | None = DEFAULT_SEQUENCE_PARALLEL,
     strategy: Layout | str | None = None,
     tokens_to_train: int | None = None,
     solver: SolverSettings | None = None,

@@ -30,7 +30,7 @@ from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 from workloads.optimizer_state import OptimizerState, parse_optimizer_state
 from workloads.precision import DEFAULT_PRECISION, recipe_names
-from workloads.recompute_modules import is_recompute_mode
+from workloads.recompute_modules import RECOMPUTE_WORDS, is_recompute_mode
 from workloads.serving import serving_settings
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "MODE_KEYS",
     "SERVE_OBJECTIVES",
     "RECOMPUTE_MODES",
+    "DEFAULT_SEQUENCE_PARALLEL",
     "SolverSettings",
     "SweepConfig",
     "load_sweep_config",
@@ -49,7 +50,10 @@ __all__ = [
     "quick_sweep_data",
 ]
 
-RECOMPUTE_MODES: Final = ("none", "selective", "full")
+RECOMPUTE_MODES: Final = RECOMPUTE_WORDS
+#: Sequence parallelism where a run does not fix it: None searches it (on and off at each
+#: tensor-parallel width); the sweep file, :class:`phaze.context.Context` and the API share it.
+DEFAULT_SEQUENCE_PARALLEL: Final[bool | None] = None
 MODES: Final = ("train", "serve")
 #: The [sweep] keys only one mode uses (the other ignores them; every other key serves both).
 MODE_KEYS: Final = MappingProxyType(
@@ -207,7 +211,7 @@ class SweepConfig:
     ep: tuple[int, ...] = ()
     cp: tuple[int, ...] = ()
     zero: tuple[int, ...] = ()
-    sequence_parallel: bool | None = None
+    sequence_parallel: bool | None = DEFAULT_SEQUENCE_PARALLEL
     objectives: tuple[str, ...] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
     presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
     prune: bool = True

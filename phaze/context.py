@@ -11,7 +11,7 @@ from typing import Final
 
 from arch_space import Cluster
 from arch_space.perf.device import DeviceProfile
-from phaze.config import SolverSettings
+from phaze.config import DEFAULT_SEQUENCE_PARALLEL, SolverSettings
 from phaze.scoring import ScoringParams
 from workloads.framework import DEFAULT_FRAMEWORK
 
@@ -43,7 +43,7 @@ class Context:
     cluster: Cluster
     seq_len: int = 2048
     global_batch: int = 512
-    sequence_parallel: bool | None = True
+    sequence_parallel: bool | None = DEFAULT_SEQUENCE_PARALLEL
     max_tp: int | None = None
     zero_stages: tuple[int, ...] = (0, 1)
     zero_fallback: tuple[int, ...] = (2, 3)

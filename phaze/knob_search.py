@@ -36,10 +36,11 @@ from placement import place
 from placement.interleave import best_interleaved
 from placement.layout import Layout
 from workloads import Model
+from workloads.recompute_modules import RECOMPUTE_WORDS
 
 __all__ = ["RECOMPUTES", "evaluate_best_knobs", "time_lower_bound_s"]
 
-RECOMPUTES = ("none", "selective", "full")
+RECOMPUTES = RECOMPUTE_WORDS
 
 
 def evaluate_best_knobs(

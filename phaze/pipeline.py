@@ -28,7 +28,7 @@ from phaze.lower_bounds import (
     recompute_workspace_bytes,
     stack_device,
 )
-from phaze.problem import Hbm, device_hbm, placement_problem
+from phaze.problem import Hbm, device_hbm, dp_bytes_per_parameter, placement_problem
 from phaze.scoring import Score, score_point, system_capex
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_count
@@ -227,10 +227,11 @@ def width_variant(
 
 
 def _energy_rates(
-    variant: Variant, acc: Accelerator, model: Model, host_w_per_node: float
+    variant: Variant, acc: Accelerator, model: Model, setup: TrainingSetup, host_w_per_node: float
 ) -> EnergyRates:
     """What one iteration's energy is made of on ``acc`` (:func:`iteration_energy` prices it)."""
     perf = default_settings()
+    gradient_bytes, weight_bytes = dp_bytes_per_parameter(setup)
     return EnergyRates(
         compute_j=variant.compute_j,
         memory_j=variant.memory_j,
@@ -249,6 +250,8 @@ def _energy_rates(
             x.expert_parameters * (variant.graph.tp if x.tensor_parallel else 1)
             for x in variant.graph.layers
         ),
+        gradient_bytes_per_parameter=gradient_bytes,
+        weight_bytes_per_parameter=weight_bytes,
     )
 
 
@@ -494,7 +497,7 @@ def evaluate(
     scoring = ctx.scoring.for_accelerator(acc.profile_name)
     energy = iteration_energy(
         placement,
-        _energy_rates(variant, acc, model, scoring.host_w_per_node),
+        _energy_rates(variant, acc, model, setup, scoring.host_w_per_node),
         ctx.cluster,
         setup.global_batch // setup.micro_batch,
     )

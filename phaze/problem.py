@@ -13,7 +13,7 @@ from placement import PlacementProblem, StageGraph
 from workloads import TrainingSetup
 from workloads.framework import FrameworkProfile, runnable_zero_stages
 
-__all__ = ["Hbm", "device_hbm", "placement_problem"]
+__all__ = ["Hbm", "device_hbm", "dp_bytes_per_parameter", "placement_problem"]
 
 # (HBM capacity bytes, HBM bandwidth bytes/s, measured collective curve inside a node, share
 # of the compute a collective holds): all a placement needs of a device (:func:`device_hbm`)
@@ -32,6 +32,15 @@ def device_hbm(acc: Accelerator, ctx: Context) -> Hbm:
     )
 
 
+def dp_bytes_per_parameter(setup: TrainingSetup) -> tuple[float, float]:
+    """(gradient reduction, weight all-gather) bytes per parameter of the data-parallel
+    collectives: the gradients reduce in the framework's format where it names one, else in
+    the weights' (Megatron-Core reduces in the parameters' dtype unless told fp32); the
+    updated weights gather in the weights' format."""
+    weights = float(setup.state_parts.weight_bytes)
+    return setup.profile.reduce_bytes_per_parameter or weights, weights
+
+
 def placement_problem(
     graphs: tuple[StageGraph, ...], hbm: Hbm, ctx: Context, setup: TrainingSetup
 ) -> PlacementProblem:
@@ -39,6 +48,7 @@ def placement_problem(
     hbm_bytes, hbm_bytes_per_s, collectives, compute_share = hbm
     eps, cps = search_degrees(max(g.experts for g in graphs), ctx)
     fw = setup.profile
+    gradient_bytes, weight_bytes = dp_bytes_per_parameter(setup)
     return PlacementProblem(
         graphs=graphs,
         cluster=ctx.cluster,
@@ -57,7 +67,8 @@ def placement_problem(
         dp_overlap=fw.dp_overlap,
         param_gather_overlap=fw.param_gather_overlap,
         sharded_prefetch=fw.sharded_prefetch,
-        gradient_bytes_per_parameter=fw.reduce_bytes_per_parameter or 2.0,
+        gradient_bytes_per_parameter=gradient_bytes,
+        weight_bytes_per_parameter=weight_bytes,
         max_stages=1 if fw.pipeline == "none" else None,
         interleaving=fw.pipeline == "interleaved",
         dualpipe=fw.pipeline == "dualpipe",

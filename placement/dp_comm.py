@@ -205,7 +205,9 @@ def dp_time(
     unit_params, unit_s = unit
     prefetch = problem.sharded_prefetch and unit_params > 0
     comm, total, edge, overlapped = 0.0, 0.0, 0.0, 0.0
-    for c in dp_collectives(zero, per_mb, problem.gradient_bytes_per_parameter):
+    for c in dp_collectives(
+        zero, per_mb, problem.gradient_bytes_per_parameter, problem.weight_bytes_per_parameter
+    ):
         if prefetch and c.per_micro_batch:
             size = np.minimum(unit_params, params)
             one = ring(c, size)
@@ -267,7 +269,12 @@ class Collective:
         return "all_reduce" if self.kind == "all_reduce" else "ring"
 
 
-def dp_collectives(zero: int, micro_batches, gradient_bytes_per_parameter: float = 2.0):
+def dp_collectives(
+    zero: int,
+    micro_batches,
+    gradient_bytes_per_parameter: float = 2.0,
+    weight_bytes_per_parameter: float = WEIGHT_BYTES,
+):
     """The data-parallel collectives of one iteration of a pipeline running
     ``micro_batches`` under ZeRO stage ``zero``; what both its time (:func:`dp_terms`) and
     its energy (:func:`placement.energy.iteration_energy`) read.
@@ -276,6 +283,8 @@ def dp_collectives(zero: int, micro_batches, gradient_bytes_per_parameter: float
     updated weights; stage 2 keeps only its shard of the gradients, so it reduce-scatters
     after each micro-batch; stage 3 also all-gathers the weights before each forward and
     each backward pass (Rajbhandari et al., SC20, §5 and §7; Zhao et al., VLDB 2023, §3).
+    The gradients move at ``gradient_bytes_per_parameter``, the weights at the weights'
+    format, ``weight_bytes_per_parameter``.
     """
     grads = gradient_bytes_per_parameter
     if zero == 0:
@@ -284,7 +293,7 @@ def dp_collectives(zero: int, micro_batches, gradient_bytes_per_parameter: float
     gathers = 2 * micro_batches if zero == 3 else 1
     return (
         Collective("reduce_scatter", "gradients", reductions, grads, zero >= 2),
-        Collective("all_gather", "weights", gathers, WEIGHT_BYTES, zero == 3),
+        Collective("all_gather", "weights", gathers, weight_bytes_per_parameter, zero == 3),
     )
 
 

@@ -18,13 +18,19 @@ from workloads.recompute_modules import repeats_attention_core, repeats_dispatch
 __all__ = ["dp_bytes", "iteration_energy"]
 
 
-def dp_bytes(placement: Placement, model_parameters: float, expert_parameters: float = 0.0):
+def dp_bytes(
+    placement: Placement,
+    model_parameters: float,
+    expert_parameters: float = 0.0,
+    bytes_per_parameter: tuple[float, float] = (2.0, 2.0),
+):
     """Bytes all devices send in one iteration's data-parallel collectives.
 
     The ``n = d cp`` ranks holding the same weights run each ring; each of the ``t p n``
     devices sends ``(n - 1) / n`` of its shard's bytes per pass, ``(n - 1) P`` bytes per
     parameter byte in all; the experts' ``P_e`` (``1/ep`` on a device) run over the ``n / ep``
-    ranks holding the same experts, ``(n / ep - 1) P_e``.
+    ranks holding the same experts, ``(n / ep - 1) P_e``. ``bytes_per_parameter`` are the
+    gradients' and the weights' (:func:`placement.dp_comm.dp_collectives`).
     """
     lay = placement.layout
     n = lay.d * lay.cp
@@ -32,7 +38,7 @@ def dp_bytes(placement: Placement, model_parameters: float, expert_parameters: f
     moved = (n - 1) * (model_parameters - expert_parameters) + (n_expert - 1) * expert_parameters
     return sum(
         c.count * c.passes * c.bytes_per_parameter * moved
-        for c in dp_collectives(lay.zero, placement.micro_batches)
+        for c in dp_collectives(lay.zero, placement.micro_batches, *bytes_per_parameter)
     )
 
 
@@ -59,7 +65,12 @@ def iteration_energy(
             return rates.inter_node_link_pj_per_bit
         return rates.intra_node_link_pj_per_bit
 
-    dp = dp_bytes(placement, rates.model_parameters, rates.expert_parameters)
+    dp = dp_bytes(
+        placement,
+        rates.model_parameters,
+        rates.expert_parameters,
+        (rates.gradient_bytes_per_parameter, rates.weight_bytes_per_parameter),
+    )
     # Activations forward and their gradients backward at each of the p - 1 stage boundaries,
     # sent by each of the t devices of a stage, for every micro-batch of the batch.
     p2p_bytes = 2.0 * (p - 1) * t * rates.boundary_bytes * micro_batches

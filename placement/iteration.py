@@ -164,6 +164,9 @@ class EnergyRates:
     ``expert_parameters`` is the routed experts' part of ``model_parameters``; ``routing``
     the graph's (``top_k``, ``expert_groups``, ``routed_groups``), which splits the
     all-to-alls' bytes between the network and NVLink (:func:`placement.ep_cp.routed_bytes`).
+    ``gradient_bytes_per_parameter`` and ``weight_bytes_per_parameter`` are what the
+    data-parallel collectives move per parameter, as the time model prices them
+    (:attr:`PlacementProblem.gradient_bytes_per_parameter`).
     """
 
     compute_j: float
@@ -179,6 +182,8 @@ class EnergyRates:
     kv_bytes: float = 0.0
     expert_parameters: float = 0.0
     routing: tuple[int, int, int] = (1, 0, 0)
+    gradient_bytes_per_parameter: float = 2.0
+    weight_bytes_per_parameter: float = 2.0
 
 
 def state_split(

@@ -238,7 +238,9 @@ class PlacementProblem:
     ``global_batch / micro_batch`` micro-batches per iteration.
     ``state_bytes_per_parameter`` covers weights, gradients and optimizer state
     (:data:`STATE_BYTES_PER_PARAMETER`); ``gradient_bytes_per_parameter`` is what the
-    data-parallel all-reduce moves per parameter (2: fp16 gradients, Narayanan et al. SC21).
+    data-parallel all-reduce moves per parameter (2: fp16 gradients, Narayanan et al. SC21),
+    ``weight_bytes_per_parameter`` what its all-gather of the updated weights moves (the
+    weights' format: 2 for fp16/bf16 weights).
     ``optimizer_s_per_parameter`` is the optimizer step's time per parameter of a device's
     shard (:data:`OPTIMIZER_STEP_BYTES_PER_PARAMETER` over the device's HBM bandwidth; 0
     leaves the step out). ``weight_refresh_s_per_parameter`` is the time per parameter a
@@ -284,6 +286,7 @@ class PlacementProblem:
     global_batch: int
     state_bytes_per_parameter: float = STATE_BYTES_PER_PARAMETER["adam"]
     gradient_bytes_per_parameter: float = 2.0
+    weight_bytes_per_parameter: float = 2.0
     optimizer_s_per_parameter: float = 0.0
     weight_refresh_s_per_parameter: float = 0.0
     max_stages: int | None = None
@@ -342,6 +345,7 @@ class PlacementProblem:
             (
                 "state_bytes_per_parameter",
                 "gradient_bytes_per_parameter",
+                "weight_bytes_per_parameter",
                 "optimizer_s_per_parameter",
                 "weight_refresh_s_per_parameter",
                 "optimizer_bytes_per_parameter",

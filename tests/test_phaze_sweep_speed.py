@@ -81,6 +81,7 @@ def test_evaluate_equals_scheduling_every_width(devices, link_bytes_per_s):
         ),
         seq_len=256,
         global_batch=8,
+        sequence_parallel=True,  # the reference schedules one graph per width
         solver=SolverSettings("list"),
     )
     widths = pipeline.tp_widths(model, ctx)

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arch_space import Cluster
+from phaze_common.errors import ConfigError
 from placement import PlacementProblem, StageGraph, StageLayer
 from placement.dp_comm import (
     bucket_parameters,
@@ -164,3 +165,23 @@ def test_dp_time_splits_the_collectives_into_overlapped_and_exposed():
     edge = gather + scatter
     assert float(parts.overlapped_s[0]) == pytest.approx(total - edge)
     assert float(parts.exposed_s[0]) == pytest.approx(edge + share * (total - edge))
+
+
+def test_the_weights_gather_moves_the_weights_format():
+    """ZeRO's all-gather of the updated weights moves the weights' bytes, the gradient
+    reduction the gradients': each its own, from the problem."""
+    rs, ag = dp_collectives(1, 1, 4.0, 1.0)
+    assert (rs.what, rs.bytes_per_parameter) == ("gradients", 4.0)
+    assert (ag.what, ag.bytes_per_parameter) == ("weights", 1.0)
+    d, params = np.array([8]), np.array([4e9])
+    wide = _problem(zero_stages=(1,), weight_bytes_per_parameter=2.0)
+    narrow = dataclasses.replace(wide, weight_bytes_per_parameter=1.0)
+    assert float(dp_terms(narrow, 8, 1, d, params, 8)[0][0]) < float(
+        dp_terms(wide, 8, 1, d, params, 8)[0][0]
+    )
+    # stage 0 gathers no weights: its all-reduce does not read them
+    assert float(dp_terms(narrow, 8, 0, d, params, 8)[0][0]) == float(
+        dp_terms(wide, 8, 0, d, params, 8)[0][0]
+    )
+    with pytest.raises(ConfigError, match="weight_bytes_per_parameter"):
+        dataclasses.replace(wide, weight_bytes_per_parameter=-1.0)

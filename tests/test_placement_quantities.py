@@ -3,6 +3,7 @@ read, the node count, and the time breakdown summing to the iteration."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -127,3 +128,21 @@ def _edge(i: int):
     from placement import StageEdge
 
     return StageEdge(i, i + 1, 1e6)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_time_and_energy_move_the_gradients_and_weights_formats(zero):
+    """Gradients reduced at 4 B (fp32, FSDP2) and weights gathered at 1 B: the time and the
+    energy models move the same bytes, each collective at its own format's."""
+    n, per_pipeline, params = 4, 2, 10**6
+    problem = dataclasses.replace(
+        _problem(n, n * per_pipeline, params),
+        gradient_bytes_per_parameter=4.0,
+        weight_bytes_per_parameter=1.0,
+    )
+    pl = evaluate_fixed(problem, Layout(d=n, zero=zero))
+    grads = (2, 1, per_pipeline, per_pipeline)[zero] * 4.0
+    weights = (0, 1, 1, 2 * per_pipeline)[zero] * 1.0
+    want = (grads + weights) * (n - 1) / n * params
+    assert pl.breakdown.dp_comm_exposed_s * _BW == pytest.approx(want, rel=1e-12)
+    assert dp_bytes(pl, float(params), 0.0, (4.0, 1.0)) / n == pytest.approx(want, rel=1e-12)

@@ -90,7 +90,8 @@ class FrameworkProfile:
     compute (:data:`P2P_OVERLAP`); ``sharded_prefetch``: sharded data parallelism (ZeRO-2/3)
     gathers unit ``i + 1``'s weights behind unit ``i``'s compute and reduce-scatters
     behind the backward pass (FSDP, DeepSpeed ZeRO-3); ``reduce_bytes_per_parameter``: the
-    bytes a gradient reduction moves per parameter (0: the problem's default, bf16);
+    bytes a gradient reduction moves per parameter (0: the weights' format,
+    :func:`phaze.problem.dp_bytes_per_parameter`);
     ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
     ``zero_stages`` the ZeRO stages it runs; ``host_s_per_kernel`` the host's time to
     dispatch one kernel (0: none modelled), a pass taking at least its kernels times that;

@@ -14,6 +14,7 @@ recomputes every RMSNorm and the MLA up-projections, and the SwiGLU of its MoE e
 
 from __future__ import annotations
 
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
@@ -24,6 +25,7 @@ __all__ = [
     "MODULES_PREFIX",
     "RECOMPUTE_MODULES",
     "RECOMPUTE_WORDS",
+    "Recompute",
     "is_recompute_mode",
     "modules_text",
     "op_groups",
@@ -45,7 +47,19 @@ RECOMPUTE_MODULES: Final = MappingProxyType(
         "shared_experts": "the MoE layer's shared experts (their input stashed)",
     }
 )
-RECOMPUTE_WORDS: Final = ("none", "selective", "full")
+
+
+class Recompute(StrEnum):
+    """Activation recomputation (Korthikanti et al. 2022, §4): the one list of the modes."""
+
+    NONE = "none"  # stash every activation the backward pass needs
+    SELECTIVE = "selective"  # drop and recompute the attention core (QK^T, softmax, dropout, AV)
+    FULL = "full"  # stash only each block's input; recompute the whole block forward
+    MODULES = "modules"  # the named op groups, spelled modules:a+b
+
+
+#: The modes named by one word (the op groups are spelled ``modules:a+b``)
+RECOMPUTE_WORDS: Final = tuple(m.value for m in Recompute if m is not Recompute.MODULES)
 MODULES_PREFIX: Final = "modules:"
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Literal
 
 from phaze_common.errors import ConfigError
@@ -15,21 +14,12 @@ from workloads.optimizer_state import (
     state_from_total,
 )
 from workloads.precision import DEFAULT_PRECISION, Recipe, recipe
-from workloads.recompute_modules import MODULES_PREFIX, modules_text, parse_modules
+from workloads.recompute_modules import MODULES_PREFIX, Recompute, modules_text, parse_modules
 
 __all__ = ["Recompute", "Optimizer", "TrainingSetup", "optimizer_state_bytes"]
 
 Optimizer = Literal["adam", "sgd"]
 _OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
-
-
-class Recompute(StrEnum):
-    """Activation recomputation (Korthikanti et al. 2022, §4)."""
-
-    NONE = "none"  # stash every activation the backward pass needs
-    SELECTIVE = "selective"  # drop and recompute the attention core (QK^T, softmax, dropout, AV)
-    FULL = "full"  # stash only each block's input; recompute the whole block forward
-    MODULES = "modules"  # the named op groups (workloads.recompute_modules)
 
 
 def optimizer_state_bytes(optimizer: str, precision_bytes: int) -> int:
