@@ -26,6 +26,7 @@ from phaze.scoring import ScoringParams
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
+from phaze_common.sweep_modes import MODE_KEYS, MODES
 from placement.types import ZERO_STAGES
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 from workloads.optimizer_state import OptimizerState, parse_optimizer_state
@@ -54,38 +55,6 @@ RECOMPUTE_MODES: Final = RECOMPUTE_WORDS
 #: Sequence parallelism where a run does not fix it: None searches it (on and off at each
 #: tensor-parallel width); the sweep file, :class:`phaze.context.Context` and the API share it.
 DEFAULT_SEQUENCE_PARALLEL: Final[bool | None] = None
-MODES: Final = ("train", "serve")
-#: The [sweep] keys only one mode uses (the other ignores them; every other key serves both).
-MODE_KEYS: Final = MappingProxyType(
-    {
-        "train": (
-            "seq_len",
-            "global_batch",
-            "micro_batches",
-            "recompute",
-            "precision",
-            "ep",
-            "cp",
-            "zero",
-            "sequence_parallel",
-            "framework",
-            "tokens_to_train",
-            "allow_context_extension",
-        ),
-        "serve": (
-            "input_tokens",
-            "output_tokens",
-            "ttft_limit_s",
-            "tpot_limit_s",
-            "batches",
-            "disaggregate",
-            "weight_formats",
-            "rate",
-            "requests",
-            "seed",
-        ),
-    }
-)
 #: The objectives of a serving sweep when none are given.
 SERVE_OBJECTIVES: Final = (
     "tokens_per_s_per_device",

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from phaze_common.errors import ConfigError
+from phaze_common.sweep_modes import MODE_KEYS
 from phaze_common.units import fmt_percent
 from results.display import (
     area_headroom_text,
@@ -77,37 +78,10 @@ _AGGREGATE_HEADERS: Final = MappingProxyType(
         "operational_kgco2e": "operational carbon, all jobs",
     }
 )
-# The sweep configuration's keys only one mode uses (phaze.config.SweepConfig): the inputs of
-# a sweep of the other mode leave them out.
-_TRAINING_KEYS: Final = frozenset(
-    {
-        "seq_len",
-        "global_batch",
-        "micro_batches",
-        "recompute",
-        "precision",
-        "ep",
-        "cp",
-        "zero",
-        "sequence_parallel",
-        "framework",
-        "tokens_to_train",
-    }
-)
-_SERVING_KEYS: Final = frozenset(
-    {
-        "input_tokens",
-        "output_tokens",
-        "ttft_limit_s",
-        "tpot_limit_s",
-        "batches",
-        "disaggregate",
-        "weight_formats",
-        "rate",
-        "requests",
-        "seed",
-    }
-)
+# The sweep configuration's keys only one mode uses: the inputs of a sweep of the other mode
+# leave them out.
+_TRAINING_KEYS: Final = frozenset(MODE_KEYS["train"])
+_SERVING_KEYS: Final = frozenset(MODE_KEYS["serve"])
 # Columns that show the same quantity in two units: a table shows one of them.
 _SAME: Final = MappingProxyType({"tcdp": "tcdp_kgco2e_days", "tcdp_kgco2e_days": "tcdp"})
 
