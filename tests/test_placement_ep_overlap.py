@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_workloads_hf_deepseek import DEEPSEEK_V3
 
 from arch_space import Cluster
 from phaze_common.errors import ConfigError, Infeasible
@@ -282,29 +283,8 @@ def test_energy_prices_the_node_limited_volumes_on_their_links():
     assert link_j(_graph()) == pytest.approx(4 * 63 / 64 * 8e7 * 10 * 8e-12)
 
 
-_DSV3 = {
-    "model_type": "deepseek_v3",
-    "hidden_size": 7168,
-    "num_hidden_layers": 61,
-    "first_k_dense_replace": 3,
-    "n_routed_experts": 256,
-    "num_experts_per_tok": 8,
-    "n_shared_experts": 1,
-    "moe_intermediate_size": 2048,
-    "intermediate_size": 18432,
-    "q_lora_rank": 1536,
-    "kv_lora_rank": 512,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "num_attention_heads": 128,
-    "num_key_value_heads": 128,
-    "vocab_size": 129280,
-    "max_position_embeddings": 163840,
-    "n_group": 8,
-    "topk_group": 4,
-    "tie_word_embeddings": False,
-}
+# the published DeepSeek-V3 config.json (tests/test_workloads_hf_deepseek.py holds it)
+_DSV3 = DEEPSEEK_V3
 
 
 @pytest.mark.parametrize(
