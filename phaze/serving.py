@@ -57,7 +57,12 @@ from workloads.serving import (
     kv_cache_bytes_per_token,
     serving_settings,
 )
-from workloads.serving_costs import kv_cache_capacity, pass_kv_read_bytes, stage_block_counts
+from workloads.serving_costs import (
+    KvCapacity,
+    kv_cache_capacity,
+    pass_kv_read_bytes,
+    stage_block_counts,
+)
 from workloads.serving_ops import check_serving, pass_workspace_bytes
 
 __all__ = [
@@ -72,6 +77,7 @@ __all__ = [
     "decode_step",
     "chunk_pass",
     "pass_cost",
+    "pool_kv_capacity",
     "evaluate_layout",
 ]
 
@@ -313,6 +319,31 @@ def chunk_pass(tokens: int, decodes: int, ctx: ServeContext, positions: int) -> 
 # ---- memory ------------------------------------------------------------------------------
 
 
+def pool_kv_capacity(
+    model: Model,
+    acc: Accelerator,
+    pool: Layout,
+    workspace_bytes: int,
+    ctx: ServeContext,
+    memory_fraction: float | None = None,
+) -> KvCapacity:
+    """The KV pages a device of ``pool`` holds beside its weights and ``workspace_bytes``
+    (``memory_fraction``: the engine's share of the memory, default vLLM's)."""
+    r = ctx.requests
+    return kv_cache_capacity(
+        model,
+        pool.t,
+        acc.hbm_bytes,
+        workspace_bytes,
+        kv_format=r.kv_format,
+        precision_bytes=r.precision_bytes,
+        ep=pool.ep,
+        pp=pool.p,
+        memory_fraction=memory_fraction,
+        weight_format=r.weight_format,
+    )
+
+
 def _pool_memory(
     model: Model,
     acc: Accelerator,
@@ -327,18 +358,7 @@ def _pool_memory(
     (``fraction``: the engine's share of the memory, default vLLM's)."""
     r = ctx.requests
     workspace = max(pass_workspace_bytes(model, p, pool.t, pool.ep) for p in passes)
-    cap = kv_cache_capacity(
-        model,
-        pool.t,
-        acc.hbm_bytes,
-        workspace,
-        kv_format=r.kv_format,
-        precision_bytes=r.precision_bytes,
-        ep=pool.ep,
-        pp=pool.p,
-        memory_fraction=fraction,
-        weight_format=r.weight_format,
-    )
+    cap = pool_kv_capacity(model, acc, pool, workspace, ctx, fraction)
     blocks = max(stage_block_counts(model, pool.p))
     need = sequences * kv_cache_bytes_per_sequence(
         model, pool.t, tokens, r.kv_format, layers=blocks

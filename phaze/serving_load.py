@@ -33,7 +33,7 @@ import numpy as np
 
 from arch_space import Accelerator, static_power_w
 from arch_space.accelerator import host_share
-from phaze.serving import ServeContext, ServingPoint, layout_context
+from phaze.serving import ServeContext, ServingPoint, layout_context, pool_kv_capacity
 from phaze.serving_arrivals import Arrivals
 from phaze.serving_load_price import PoolPricer
 from phaze_common.errors import ConfigError
@@ -42,7 +42,6 @@ from placement.serving_engine import prefill_batches
 from placement.serving_sim import EngineRun, EngineSpec, simulate_engine
 from workloads import Model
 from workloads.serving import RequestBatch, serving_settings
-from workloads.serving_costs import kv_cache_capacity
 
 __all__ = ["LoadSettings", "load_settings", "LoadResult", "simulate_load"]
 
@@ -151,18 +150,8 @@ def _spec(
     model: Model, acc: Accelerator, pool: Layout, workspace: int, ctx: ServeContext, **kw: Any
 ) -> EngineSpec:
     """The scheduler of a replica of ``pool``: its KV pages as the steady state sizes them."""
-    r, settings = ctx.requests, serving_settings()
-    cap = kv_cache_capacity(
-        model,
-        pool.t,
-        acc.hbm_bytes,
-        workspace,
-        kv_format=r.kv_format,
-        precision_bytes=r.precision_bytes,
-        ep=pool.ep,
-        pp=pool.p,
-        weight_format=r.weight_format,
-    )
+    settings = serving_settings()
+    cap = pool_kv_capacity(model, acc, pool, workspace, ctx)
     return EngineSpec(
         kv_pages=max(1, cap.pages),
         page_tokens=cap.page_tokens,
