@@ -21,7 +21,7 @@ def _data(package: str, name: str) -> dict:
 def test_gemm_rates_cover_every_preset():
     formats = _data("arch_space", "formats.toml")
     measured = {r["preset"] for r in formats["sustained_gemm"]}
-    assert {"v100", "a100", "h100", "b200"} <= measured
+    assert {"v100", "a100", "h100", "b200", "mi300x"} <= measured
     # TPU v4: no isolated matmul rate was found; the file says so
     assert any("TPU v4" in c["topic"] for c in formats["claim"])
     fp8 = {r["preset"] for r in formats["sustained_gemm"] if r["format"] == "fp8"}
@@ -34,6 +34,7 @@ def test_gemm_rates_cover_every_preset():
         ("a100", 267.9e12, 0.859),
         ("h100", 792.1e12, 0.801),
         ("b200", 1745.0e12, 0.776),
+        ("mi300x", 668.4e12, 0.511),
     ],
 )
 def test_devices_toml_caps_are_measurements_of_formats_toml(preset, rate, fraction):

@@ -23,12 +23,18 @@ def test_help(args, cli_run):
 
 def test_measured_gemms_load_with_their_sources():
     cases = gemm_measurements()
-    presets = ("a100", "h100", "b200")
+    presets = ("a100", "h100", "b200", "mi300x")
     by_preset = {p: {(c.m, c.n, c.k) for c in cases if c.preset == p} for p in presets}
     assert by_preset["a100"] >= {(8192, 12288, 12288), (1024, 12288, 12288), (8192, 8192, 8192)}
     assert by_preset["h100"] >= {(8192, 8192, k) for k in (1024, 2048, 4096, 8192, 16384)}
     assert by_preset["b200"] >= {(4096, n, 4096) for n in (1024, 2048, 4096)}
-    cited = {"a100": "LLMCompass", "h100": "TileLang", "b200": "XLA kDefaultMatmulPTable"}
+    assert by_preset["mi300x"] >= {(4096, 4096, 4096)}
+    cited = {
+        "a100": "LLMCompass",
+        "h100": "TileLang",
+        "b200": "XLA kDefaultMatmulPTable",
+        "mi300x": "XLA default matmul perf table gfx942",
+    }
     for c in cases:
         assert cited[c.preset] in c.source, c
         assert c.measured_s > 0 and c.case == f"{c.m}x{c.n}x{c.k}"
@@ -36,7 +42,7 @@ def test_measured_gemms_load_with_their_sources():
 
 def test_measured_gemms_within_20_percent():
     cases = gemm_measurements()
-    assert len({c.preset for c in cases}) >= 3
+    assert len({c.preset for c in cases}) >= 4
     for c in cases:
         # one GPU running one kernel, at its benchmark clock
         alone = preset_profile(c.preset).alone()
@@ -63,7 +69,7 @@ def test_validate_gemm_json(cli_run):
     assert doc["schema_version"] == 1 and doc["unit"] == "s"
     assert doc["within_tolerance"] is True
     assert len(doc["rows"]) == len(gemm_measurements())
-    assert {r["case"].split()[0] for r in doc["rows"]} >= {"a100", "h100", "b200"}
+    assert {r["case"].split()[0] for r in doc["rows"]} >= {"a100", "h100", "b200", "mi300x"}
     assert all(abs(r["error_pct"]) < 20 for r in doc["rows"])
     assert doc["max_abs_error_pct"] == max(abs(r["error_pct"]) for r in doc["rows"])
 
