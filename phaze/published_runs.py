@@ -31,7 +31,7 @@ from phaze_common.files import read_text
 from phaze_common.units import fmt_noun
 from placement import parse_strategy
 from workloads import FfnKind, Model, get_model, model_names
-from workloads.framework import framework_names
+from workloads.framework import framework_names, framework_profile
 from workloads.optimizer_state import OptimizerState, parse_optimizer_state
 
 __all__ = [
@@ -102,13 +102,15 @@ FLOP_CONVENTIONS: Final[Mapping[str, Callable[[Model, int, int], float]]] = Mapp
     }
 )
 #: Published metrics and their units: the iteration time, model FLOP/s per GPU by the run's
-#: FLOP convention, MFU (that rate over ``peak_flops_per_s``), tokens per second per GPU.
+#: FLOP convention, MFU (that rate over ``peak_flops_per_s``), tokens per second per GPU, and
+#: the device-hours of a whole run of ``train_tokens`` tokens.
 METRICS: Final = MappingProxyType(
     {
         "iteration_s": "s",
         "flops_per_s_per_gpu": "FLOP/s",
         "mfu": "%",
         "tokens_per_s_per_gpu": "tokens/s",
+        "device_hours": "device-hours",
     }
 )
 
@@ -150,7 +152,9 @@ class PublishedRun:
     FLOP convention, ...); ``optimizer_state`` names the parts of the training state that
     differ from Adam's in mixed precision (``master=fp32,moments=bf16,grads=fp32``, as
     ``phaze evaluate --optimizer-state``); ``suite`` groups the rows another command reads
-    (``phaze validate megatron``)."""
+    (``phaze validate megatron``); ``framework_settings`` the run's switches of its stack's
+    profile (``ep_overlap=true,moe_dispatcher=flex``, as ``--framework NAME:key=value``);
+    ``train_tokens`` the tokens of a whole run a ``device_hours`` figure covers."""
 
     id: str
     label: str
@@ -173,6 +177,8 @@ class PublishedRun:
     state_bytes: int | None = None
     optimizer_state: str | None = None
     suite: str | None = None
+    framework_settings: str = ""
+    train_tokens: float | None = None
     notes: str = ""
 
     @property
@@ -205,6 +211,11 @@ class Registry:
             return framework, ""
         return self.fallbacks[framework]
 
+    def run_profile(self, run: PublishedRun) -> tuple[str, str]:
+        """:meth:`profile_for` the run's stack, with the run's ``framework_settings``."""
+        profile, note = self.profile_for(run.framework)
+        return (f"{profile}:{run.framework_settings}" if run.framework_settings else profile), note
+
 
 def flops_per_iteration(convention: str, model: str, seq_len: int, global_batch: int) -> float:
     """FLOPs of one iteration of ``model`` as the ``convention`` counts them."""
@@ -216,7 +227,14 @@ def measured_iteration_s(run: PublishedRun) -> float:
     FLOP rate, its peak for an MFU, the batch's tokens for a token rate)."""
     if run.metric == "iteration_s":
         return run.measured
+    if run.metric == "device_hours":
+        return run.measured * 3600.0 / (run.gpus * _iterations(run))
     return metric_from_iteration_s(run, run.measured)
+
+
+def _iterations(run: PublishedRun) -> float:
+    """Iterations of a whole run: its tokens over one iteration's."""
+    return (run.train_tokens or math.nan) / (run.global_batch * run.seq_len)
 
 
 def metric_from_iteration_s(run: PublishedRun, value: float) -> float:
@@ -224,6 +242,8 @@ def metric_from_iteration_s(run: PublishedRun, value: float) -> float:
     inverse for the rate metrics (metric = work / time, time = work / metric)."""
     if run.metric == "iteration_s":
         return value
+    if run.metric == "device_hours":
+        return value * run.gpus * _iterations(run) / 3600.0
     if run.metric == "tokens_per_s_per_gpu":
         return run.global_batch * run.seq_len / (value * run.gpus)
     work = flops_per_iteration(run.flops or "", run.model, run.seq_len, run.global_batch) / run.gpus
@@ -281,6 +301,8 @@ _RUN_KEYS: Final = {
     "state_bytes": int,
     "optimizer_state": str,
     "suite": str,
+    "framework_settings": str,
+    "train_tokens": float,
     "notes": str,
 }
 _OPTIONAL: Final = {
@@ -293,6 +315,8 @@ _OPTIONAL: Final = {
     "state_bytes",
     "optimizer_state",
     "suite",
+    "framework_settings",
+    "train_tokens",
     "notes",
 }
 _FALLBACK_KEYS: Final = {"profile": str, "reason": str}
@@ -375,7 +399,21 @@ def _metric_problems(v: Mapping[str, Any], where: str) -> list[str]:
         problems.append(f"{where}: flops is only read for a FLOP-rate metric, not {metric}")
     if (metric == "mfu") != ("peak_flops_per_s" in v):
         problems.append(f"{where}: peak_flops_per_s goes with metric mfu, and only with it")
+    if (metric == "device_hours") != ("train_tokens" in v):
+        problems.append(f"{where}: train_tokens goes with metric device_hours, and only with it")
     return problems
+
+
+def _settings_problems(v: Mapping[str, Any], where: str) -> list[str]:
+    """The run's profile switches name keys and values its stack's profile takes."""
+    settings, framework = v.get("framework_settings"), v["framework"]
+    if not settings or framework not in framework_names():
+        return [] if not settings else [f"{where}: framework_settings need a profile of its own"]
+    try:
+        framework_profile(f"{framework}:{settings}")
+    except ConfigError as e:
+        return [f"{where}: framework_settings: {e}"]
+    return []
 
 
 def _run(
@@ -405,7 +443,7 @@ def _run(
         if p is not None
     ]
     problems.extend(f"{where}: {p}" for p in found)
-    bad = _layout_problems(v, where) + _metric_problems(v, where)
+    bad = _layout_problems(v, where) + _metric_problems(v, where) + _settings_problems(v, where)
     if "optimizer_state" in v:
         try:  # the parts are checked here; the weights' bytes come from the recipe later
             parse_optimizer_state(v["optimizer_state"], OptimizerState(weight_bytes=2))
@@ -413,7 +451,8 @@ def _run(
             bad.append(f"{where}: {e}")
     if not all(isinstance(a, str) for a in v.get("assumed", [])):
         bad.append(f"{where}: assumed must list strings")
-    _positive(v, ("gpus", "seq_len", "global_batch", "measured", "peak_flops_per_s"), where, bad)
+    positive = ("gpus", "seq_len", "global_batch", "measured", "peak_flops_per_s", "train_tokens")
+    _positive(v, positive, where, bad)
     problems.extend(bad)
     if found or bad:
         return None

@@ -202,7 +202,7 @@ def evaluate_run(
     run: PublishedRun, registry: Registry, device: DeviceProfile | None = None
 ) -> RunResult:
     """``run`` predicted under the profile the registry resolves for its stack."""
-    profile, note = registry.profile_for(run.framework)
+    profile, note = registry.run_profile(run)
     predicted, reason = predict_iteration_s(run, profile, device)
     return RunResult(run, profile, note, measured_iteration_s(run), predicted, reason)
 

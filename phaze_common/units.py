@@ -325,6 +325,7 @@ _COUNTED: Final = (
     "samples",
     "parameters",
     "requests",
+    "device-hours",
     "/s",
 )
 

@@ -31,7 +31,10 @@ copies reach at most ``c = min(top_k, routed_groups * ceil(N / expert_groups), N
 node to the GPUs holding its experts (``(g - 1) / g`` of the ``top_k`` copies, ``g`` the
 group's ranks per node); DeepEP runs the two at once, so an all-to-all takes
 ``alpha_net + max(net_bytes / bw_net, nvlink_bytes / bw_nvlink)`` (:func:`a2a_bytes`). A
-graph without group-limited routing keeps the plain all-to-all above.
+graph without group-limited routing keeps the plain all-to-all above; a stack with DeepEP's or
+HybridEP's kernels (a framework profile's ``moe_dispatcher = "flex"``) gives its graph one
+group holding every expert, so its tokens reach at most ``min(top_k, N)`` nodes, once each
+(:func:`workloads.build.build_layer_graph`).
 
 **Overlapped all-to-alls** (DeepSeek's DualPipe, report §3.2.1; Megatron-Core's combined
 1F1B, ``--overlap-moe-expert-parallel-comm``, docs "Combined 1F1B: Expert-Parallel

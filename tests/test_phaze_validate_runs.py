@@ -378,7 +378,10 @@ def test_deepseek_v3_is_a_held_out_moe_row_at_its_published_layout():
     assert not run.fitted and model_kind(run) == "moe"
     assert (run.arch, run.gpus, run.framework) == ("h800", src["gpus"], "deepseek-2024")
     assert (run.seq_len, run.global_batch) == (src["seq_len_tokens"], src["global_batch"])
-    assert run.metric == "tokens_per_s_per_gpu" and run.measured == src["tokens_per_s_per_gpu"]
+    # Table 1's 2,664K pre-training device-hours for 14.8T tokens: the source row's rate
+    assert (run.metric, run.measured, run.train_tokens) == ("device_hours", 2.664e6, 14.8e12)
+    rate = run.train_tokens / (run.measured * 3600.0)  # tokens/s per GPU
+    assert rate == pytest.approx(src["tokens_per_s_per_gpu"], rel=1e-4)
     lay = parse_strategy(run.strategy)
     got = (lay.t, lay.p, lay.d, lay.ep, lay.cp, lay.zero, lay.precision, lay.sp)
     assert got == (src["tp"], src["pp"], 128, src["ep"], src["cp"], 1, "fp8-blockwise", False)
@@ -415,13 +418,13 @@ def test_the_registry_holds_out_moe_and_blackwell_rows():
 )
 def test_nemo_bridge_rows_cite_their_edition_and_layout(run_id, commit, measured, layout):
     """Each Megatron-Bridge row names the summary's commit and keeps the table's TP, PP, VP,
-    DP, EP, CP and precision; the stack is evaluated with megatron-core-2024, said so."""
+    DP, EP, CP and precision; the stack has its own profile, megatron-bridge-2025."""
     (run,) = [r for r in REGISTRY.runs if r.id == run_id]
     assert commit in run.source.url and commit in run.source.title and not run.fitted
     assert run.metric == "tokens_per_s_per_gpu" and run.measured == measured
     lay = parse_strategy(run.strategy)
     assert (lay.t, lay.p, lay.v, lay.d, lay.ep, lay.cp, lay.precision) == layout
-    assert REGISTRY.profile_for(run.framework)[0] == "megatron-core-2024"
+    assert REGISTRY.profile_for(run.framework) == ("megatron-bridge-2025", "")
 
 
 def test_the_summary_groups_dense_and_moe_rows():

@@ -46,6 +46,7 @@ def test_the_profiles():
         "fsdp2-2024",
         "fsdp1-2023",
         "deepseek-2024",
+        "megatron-bridge-2025",
     )
     m = framework_profile("megatron-2022")
     assert m.tp_overlap == {CommRole.COLUMN_BACKWARD} and not m.dp_overlap
@@ -60,6 +61,16 @@ def test_the_profiles():
     fsdp = framework_profile("fsdp2-2024")
     assert fsdp.pipeline == "none" and fsdp.sharded_prefetch
     assert fsdp.reduce_bytes_per_parameter == 4.0 and 1 not in fsdp.zero_stages
+    bridge = framework_profile("megatron-bridge-2025")
+    # Megatron-Core 0.14 as the 2024 profile, but the fused cross entropy
+    assert bridge.cross_entropy == "fused" and core.cross_entropy == "unfused-fp32"
+    assert bridge.tp_overlap == core.tp_overlap and bridge.attention == core.attention == "flash"
+    assert (bridge.dp_overlap, bridge.param_gather_overlap, bridge.pipeline) == (
+        True,
+        True,
+        "interleaved",
+    )
+    assert not bridge.ep_overlap and bridge.moe_dispatcher == "alltoall"
 
 
 def test_layout_rules_name_the_rule():

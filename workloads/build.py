@@ -181,9 +181,18 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
         op_graphs=MappingProxyType(graphs),
         experts=model.experts,
         top_k=model.top_k,
-        expert_groups=model.expert_groups,
-        routed_groups=model.routed_groups,
+        **_routing(model, setup),
     )
+
+
+def _routing(model: Model, setup: TrainingSetup) -> dict[str, int]:
+    """The graph's group-limited routing as the token all-to-alls see it: the model's, or,
+    under a ``flex`` dispatcher (DeepEP, HybridEP) and a model routing to any expert, one
+    group holding every expert, so a token crosses the network once per node it reaches
+    (:func:`placement.ep_cp.routed_bytes`) as those kernels send it."""
+    if setup.profile.moe_dispatcher == "flex" and model.experts > 1 and not model.routed_groups:
+        return {"expert_groups": 1, "routed_groups": 1}
+    return {"expert_groups": model.expert_groups, "routed_groups": model.routed_groups}
 
 
 def _framed(pg: PassGraphs, setup: TrainingSetup, block: bool) -> PassGraphs:

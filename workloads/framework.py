@@ -38,6 +38,7 @@ __all__ = [
     "ATTENTION_KERNELS",
     "CROSS_ENTROPY_KERNELS",
     "ACTIVATION_KERNELS",
+    "MOE_DISPATCHERS",
     "PIPELINE_SCHEDULES",
     "P2P_OVERLAP",
     "DEFAULT_FRAMEWORK",
@@ -69,6 +70,13 @@ CROSS_ENTROPY_KERNELS: Final = ("fused", "unfused-fp32")
 #: fusion) or ``unfused``, its own kernel reading and writing the FFN's hidden tensor (eager
 #: PyTorch's ``nn.GELU``); a gated FFN's activation is its own op either way.
 ACTIVATION_KERNELS: Final = ("fused", "unfused")
+#: How a stack sends MoE tokens to their experts' ranks: ``alltoall`` (Megatron-Core's
+#: ``alltoall`` dispatcher, one NCCL all-to-all of the permuted copies, priced by the model's
+#: routing: :mod:`placement.ep_cp`) or ``flex`` (DeepEP's or HybridEP's fused kernels,
+#: Megatron-Core's ``flex`` dispatcher: a token crosses the network once per node it reaches
+#: and is forwarded over NVLink to the ranks holding its experts, with or without
+#: group-limited routing; :func:`workloads.build.build_layer_graph`).
+MOE_DISPATCHERS: Final = ("alltoall", "flex")
 #: The pipeline schedules a stack runs: none, 1F1B without virtual stages, 1F1B with
 #: Megatron's interleaved virtual stages (and the plain 1F1B beside it), or DeepSeek's
 #: bidirectional DualPipe (:mod:`placement.pipelining`).
@@ -103,7 +111,8 @@ class FrameworkProfile:
     micro-batch: sends of the boundary tensor (its ``1/t`` slice) and all-gathers of it
     (1 and 1: Megatron's paired sends; :attr:`placement.types.PlacementProblem.p2p_sends`);
     ``ep_overlap``: the expert-parallel all-to-alls of one micro-batch run beside another's
-    compute, which keeps ``1 - comm_sm_share`` of the SMs (:mod:`placement.ep_cp`).
+    compute, which keeps ``1 - comm_sm_share`` of the SMs (:mod:`placement.ep_cp`);
+    ``moe_dispatcher`` how the tokens reach the experts' ranks (:data:`MOE_DISPATCHERS`).
     """
 
     name: str
@@ -125,6 +134,7 @@ class FrameworkProfile:
     p2p_gathers: float = 1.0
     ep_overlap: bool = False
     comm_sm_share: float = 0.0
+    moe_dispatcher: str = "alltoall"
 
     @property
     def fused_attention(self) -> bool:
@@ -158,6 +168,7 @@ _KNOWN_KEYS: Final = frozenset(
         "p2p_gathers",
         "ep_overlap",
         "comm_sm_share",
+        "moe_dispatcher",
     }
 )
 
@@ -178,7 +189,14 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     for key in table:
         if key not in _KNOWN_KEYS:
             problems.append(f"{_DATA_FILE} [{name}]: {unknown_name('key', key, _KNOWN_KEYS)}")
-    bad = [r for r in table.get("tp_overlap", ()) if r not in roles]
+    tp = table.get("tp_overlap", ())
+    if not isinstance(tp, list | tuple):
+        problems.append(
+            f"{_DATA_FILE} [{name}]: tp_overlap = {tp!r} must be a list of roles "
+            f"({', '.join(roles)})"
+        )
+        tp = ()
+    bad = [r for r in tp if r not in roles]
     if bad:
         problems.append(
             f"{_DATA_FILE} [{name}]: tp_overlap names unknown roles {bad} "
@@ -198,6 +216,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     _choice(name, "attention_unpad", unpad, (False, True), problems)
     ep_overlap = table.get("ep_overlap", False)
     _choice(name, "ep_overlap", ep_overlap, (False, True), problems)
+    dispatcher = table.get("moe_dispatcher", "alltoall")
+    _choice(name, "moe_dispatcher", dispatcher, MOE_DISPATCHERS, problems)
     share = table.get("comm_sm_share", 0.0)
     if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share < 1):
         problems.append(f"{_DATA_FILE} [{name}]: comm_sm_share = {share!r} must be in [0, 1)")
@@ -218,7 +238,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     return FrameworkProfile(
         name=name,
         description=str(table["description"]),
-        tp_overlap=frozenset(roles[r] for r in table["tp_overlap"]),
+        tp_overlap=frozenset(roles[r] for r in tp),
         dp_overlap=bool(table["dp_overlap"]),
         p2p_overlap=p2p,
         attention=attention,
@@ -235,6 +255,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         p2p_gathers=float(numbers["p2p_gathers"]),
         ep_overlap=bool(ep_overlap),
         comm_sm_share=float(share) if isinstance(share, int | float) else 0.0,
+        moe_dispatcher=dispatcher,
     )
 
 
@@ -253,7 +274,8 @@ def framework_profile(name: str) -> FrameworkProfile:
 
     ``base:key=value,...`` is profile ``base`` with the keys of ``frameworks.toml`` given
     (``megatron-core-2024:ep_overlap=true`` runs Megatron-Core's expert-parallel all-to-all
-    overlap); values are ``true``, ``false``, numbers or names.
+    overlap); values are ``true``, ``false``, numbers or names, and ``tp_overlap`` takes
+    ``all``, ``none`` or roles joined by ``+`` (``tp_overlap=forward+row_backward``).
     """
     base, _, changes = str(name).partition(":")
     try:
@@ -279,7 +301,17 @@ def _overrides(name: str, text: str) -> dict[str, Any]:
             out[key] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
             out[key] = value  # a bare name: pipeline=dualpipe
+        if key == "tp_overlap" and isinstance(out[key], str):
+            out[key] = _roles(out[key])
     return out
+
+
+def _roles(text: str) -> list[str]:
+    """The collective roles of a ``tp_overlap`` override: ``all``, ``none`` or names joined
+    by ``+`` (an unknown name is left for :func:`profile_from_mapping` to refuse)."""
+    if text == "all":
+        return [r.value for r in CommRole]
+    return [] if text == "none" else [r for r in text.split("+") if r]
 
 
 def _share(op: Op) -> Op:

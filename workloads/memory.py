@@ -65,7 +65,10 @@ __all__ = [
 ]
 
 MASK_BYTES = 1  # per dropout-mask element (Korthikanti et al. 2022, §4.1)
-LOGIT_BYTES = 4  # logits kept in fp32 for the cross entropy (Korthikanti et al. 2022, §4.3)
+# the unfused cross entropy keeps its fp32 softmax of the logits for the backward pass
+# (Korthikanti et al. 2022, §4.3); a fused kernel keeps the logits' own copy (the precision's
+# bytes), as TransformerEngine's parallel_cross_entropy saves its bf16 input
+LOGIT_BYTES = 4
 LSE_BYTES = 4  # the fp32 log-sum-exp per query row a flash attention forward keeps
 
 
@@ -166,13 +169,16 @@ def embedding_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> i
 
 def head_activation_bytes(model: Model, setup: TrainingSetup, tp: int) -> int:
     """The head's stash: norm input(s) (and the MLM transform's for an encoder), the logits
-    GEMM input, and the fp32 logits for the cross entropy (``4 s b V / t``)."""
+    GEMM input, and the logits the cross entropy keeps for its backward pass: their fp32
+    softmax under the profile's ``unfused-fp32`` kernel (``4 s b V / t``), else the logits
+    themselves in the precision's bytes (``p s b V / t``)."""
     p, tokens, h = setup.precision_bytes, setup.micro_batch * setup.seq_len, model.hidden
     n = p * tokens * h * (1 if model.causal else 3)  # final norm | dense, GELU, norm inputs
     if model.embedding_dim != h:
         n += p * tokens * h  # project-out input
     n += p * tokens * model.embedding_dim  # logits GEMM input
-    logits = LOGIT_BYTES * tokens * padded_vocab(model.vocab, tp) // tp
+    per_logit = LOGIT_BYTES if setup.profile.cross_entropy == "unfused-fp32" else p
+    logits = per_logit * tokens * padded_vocab(model.vocab, tp) // tp
     return _ceil_div(n, _sp_divisor(setup, tp)) + logits
 
 
