@@ -329,9 +329,9 @@ def _format_rates(
     w: _Work, acc: Accelerator, tech: TechNode, device: DeviceProfile
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each op's tensor rate (a multiple of the accelerator's base one), sustained share of
-    the tensor cores and pJ per MAC, all set by its format; a bf16 GEMM of a preset with
-    measured shapes runs at the measured rate of its shape (the tiling moves each operand at
-    its stored width)."""
+    the tensor cores and pJ per MAC, all set by its format; a GEMM of a preset with measured
+    shapes in its format runs at the measured rate of its shape (the tiling moves each
+    operand at its stored width)."""
     gi = w.gemm_index
     used = np.unique(w.fmt)
     rate_of, share_of, pj_of = (np.ones(len(FORMATS)) for _ in range(3))
@@ -345,11 +345,15 @@ def _format_rates(
             pj_of[code] = format_mac_pj(acc, tech, name)
     rate, tensor_pj = rate_of[w.fmt], pj_of[w.fmt]
     share_t = share_of[w.fmt]
-    if device.gemm_shapes is not None:
-        shaped = ~w.is_attention[gi] & (w.fmt[gi] == FORMATS.index(BASE_FORMAT))
-        factor = device.gemm_shapes.factor(w.gemm.m, w.gemm.n, w.gemm.k)
-        share_t = share_t.copy()
-        share_t[gi[shaped]] *= factor[shaped]
+    for code in used.tolist():
+        table = device.shapes_of(FORMATS[code])
+        if table is None:
+            continue
+        shaped = ~w.is_attention[gi] & (w.fmt[gi] == code)
+        if shaped.any():
+            factor = table.factor(w.gemm.m[shaped], w.gemm.n[shaped], w.gemm.k[shaped])
+            share_t = share_t.copy()
+            share_t[gi[shaped]] *= factor
     return rate, share_t, tensor_pj
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from arch_space._data import shipped_toml
 from arch_space.accelerator import Accelerator
+from arch_space.formats import BASE_FORMAT
 from arch_space.perf.gemm_shape import GemmShapeTable, gemm_shape_table
 from arch_space.perf.residual import design_clock_residual
 from arch_space.power_limit import preset_board_limit_w
@@ -111,7 +112,8 @@ class DeviceProfile:
     measured shares where they differ (None: the same), taken by a stack that runs it
     (:meth:`for_attention`); ``collective_compute_share`` is the share of the compute a collective holds while it
     runs beside other ops; ``gemm_shapes`` the measured GEMM rate by shape, which derates a
-    bf16 GEMM below the best shape's share (:class:`~arch_space.perf.gemm_shape.GemmShapeTable`); ``intra_node`` the measured collective bandwidth inside a node,
+    bf16 GEMM below the best shape's share (:class:`~arch_space.perf.gemm_shape.GemmShapeTable`),
+    ``format_gemm_shapes`` the same for a narrower format's GEMMs (fp8) by format; ``intra_node`` the measured collective bandwidth inside a node,
     ``custom_all_reduce`` an inference engine's own all-reduce there (:meth:`for_serving`).
     ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
     ``board_limit_w`` is the board's power limit (a preset's, ``system.toml``): the op
@@ -134,11 +136,19 @@ class DeviceProfile:
     board_limit_w: float = math.inf
     format_fractions: tuple[tuple[str, float], ...] = ()
     gemm_shapes: GemmShapeTable | None = None
+    format_gemm_shapes: tuple[tuple[str, GemmShapeTable], ...] = ()
 
     def format_fraction(self, fmt: str) -> float:
         """The sustained share of the tensor peak in ``fmt`` (``format_fractions``, measured
         per format like ``sustained_tensor_fraction``; that one for a format without)."""
         return dict(self.format_fractions).get(fmt, self.sustained_tensor_fraction)
+
+    def shapes_of(self, fmt: str) -> GemmShapeTable | None:
+        """The measured rate-by-shape table of ``fmt``'s GEMMs: ``gemm_shapes`` for the base
+        format, ``format_gemm_shapes`` for another; None where none was measured."""
+        if fmt == BASE_FORMAT:
+            return self.gemm_shapes
+        return dict(self.format_gemm_shapes).get(fmt)
 
     def alone(self) -> DeviceProfile:
         """The device running one benchmark kernel alone, at its benchmark clock."""
@@ -266,6 +276,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         "fitted",
         "format_tensor_fraction",
         "gemm_shapes",
+        "format_gemm_shapes",
     }
     for key in data:
         if key not in known:
@@ -298,6 +309,15 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
     custom = _latency_curve(custom, owner, problems) if custom is not None else None
     shapes = data.get("gemm_shapes")
     shapes = gemm_shape_table(shapes, owner, problems) if shapes is not None else None
+    by_format = []
+    for fmt, table in dict(data.get("format_gemm_shapes", {})).items():
+        if fmt not in FORMATS or fmt == BASE_FORMAT or not isinstance(table, Mapping):
+            others = ", ".join(f for f in FORMATS if f != BASE_FORMAT)
+            problems.append(f"{owner}: format_gemm_shapes {fmt} must be a table of {others}")
+            continue
+        shaped = gemm_shape_table(table, f"{owner}.format_gemm_shapes.{fmt}", problems)
+        if shaped is not None:
+            by_format.append((fmt, shaped))
     if problems:
         raise ConfigError("; ".join(problems))
     return DeviceProfile(
@@ -309,6 +329,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         board_limit_w=preset_board_limit_w(name),
         format_fractions=tuple(sorted((f, float(v)) for f, v in per_format.items())),
         gemm_shapes=shapes,
+        format_gemm_shapes=tuple(sorted(by_format)),
         **{k: float(v) for k, v in values.items()},
     )
 
