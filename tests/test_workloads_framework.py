@@ -60,6 +60,10 @@ def test_the_profiles():
     fsdp = framework_profile("fsdp2-2024")
     assert fsdp.pipeline == "none" and fsdp.sharded_prefetch
     assert fsdp.reduce_bytes_per_parameter == 4.0 and 1 not in fsdp.zero_stages
+    # FSDP's ZeRO-2 gathers again for every micro-batch; DeepSpeed's once per step
+    assert fsdp.regather_per_micro_batch
+    assert framework_profile("fsdp1-2023").regather_per_micro_batch
+    assert not ds.regather_per_micro_batch and not core.regather_per_micro_batch
 
 
 def test_layout_rules_name_the_rule():

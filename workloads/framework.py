@@ -89,7 +89,9 @@ class FrameworkProfile:
     buckets beside the next forward pass; ``p2p_overlap``: when pipeline sends overlap
     compute (:data:`P2P_OVERLAP`); ``sharded_prefetch``: sharded data parallelism (ZeRO-2/3)
     gathers unit ``i + 1``'s weights behind unit ``i``'s compute and reduce-scatters
-    behind the backward pass (FSDP, DeepSpeed ZeRO-3); ``reduce_bytes_per_parameter``: the
+    behind the backward pass (FSDP, DeepSpeed ZeRO-3); ``regather_per_micro_batch``: ZeRO-2
+    frees the gathered weights after each backward pass and gathers them again for the next
+    micro-batch (FSDP's ``SHARD_GRAD_OP``); ``reduce_bytes_per_parameter``: the
     bytes a gradient reduction moves per parameter (0: the weights' format,
     :func:`phaze.problem.dp_bytes_per_parameter`);
     ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
@@ -114,6 +116,7 @@ class FrameworkProfile:
     attention: str = "unfused"
     param_gather_overlap: bool = False
     sharded_prefetch: bool = False
+    regather_per_micro_batch: bool = False
     reduce_bytes_per_parameter: float = 0.0
     pipeline: str = "interleaved"
     zero_stages: tuple[int, ...] = _ZERO_STAGES
@@ -147,6 +150,7 @@ _KNOWN_KEYS: Final = frozenset(
         "attention",
         "param_gather_overlap",
         "sharded_prefetch",
+        "regather_per_micro_batch",
         "reduce_bytes_per_parameter",
         "pipeline",
         "zero_stages",
@@ -224,6 +228,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         attention=attention,
         param_gather_overlap=bool(table.get("param_gather_overlap", False)),
         sharded_prefetch=bool(table.get("sharded_prefetch", False)),
+        regather_per_micro_batch=bool(table.get("regather_per_micro_batch", False)),
         reduce_bytes_per_parameter=float(numbers["reduce_bytes_per_parameter"]),
         pipeline=pipeline,
         zero_stages=zeros,
