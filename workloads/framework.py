@@ -202,6 +202,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     _choice(name, "attention_unpad", unpad, (False, True), problems)
     ep_overlap = table.get("ep_overlap", False)
     _choice(name, "ep_overlap", ep_overlap, (False, True), problems)
+    regather = table.get("regather_per_micro_batch", False)
+    _choice(name, "regather_per_micro_batch", regather, (False, True), problems)
     share = table.get("comm_sm_share", 0.0)
     if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share < 1):
         problems.append(f"{_DATA_FILE} [{name}]: comm_sm_share = {share!r} must be in [0, 1)")
@@ -228,7 +230,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         attention=attention,
         param_gather_overlap=bool(table.get("param_gather_overlap", False)),
         sharded_prefetch=bool(table.get("sharded_prefetch", False)),
-        regather_per_micro_batch=bool(table.get("regather_per_micro_batch", False)),
+        regather_per_micro_batch=bool(regather),
         reduce_bytes_per_parameter=float(numbers["reduce_bytes_per_parameter"]),
         pipeline=pipeline,
         zero_stages=zeros,
