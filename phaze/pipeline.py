@@ -252,6 +252,7 @@ def _energy_rates(
         ),
         gradient_bytes_per_parameter=gradient_bytes,
         weight_bytes_per_parameter=weight_bytes,
+        regather_per_micro_batch=setup.profile.regather_per_micro_batch,
     )
 
 

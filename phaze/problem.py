@@ -67,6 +67,7 @@ def placement_problem(
         dp_overlap=fw.dp_overlap,
         param_gather_overlap=fw.param_gather_overlap,
         sharded_prefetch=fw.sharded_prefetch,
+        regather_per_micro_batch=fw.regather_per_micro_batch,
         gradient_bytes_per_parameter=gradient_bytes,
         weight_bytes_per_parameter=weight_bytes,
         max_stages=1 if fw.pipeline == "none" else None,

@@ -11,7 +11,8 @@ hides behind compute:
 * sharded data parallelism with prefetch (``problem.sharded_prefetch``: FSDP, DeepSpeed
   ZeRO-3) runs its per-micro-batch collectives unit by unit, one unit per layer: the
   all-gather of unit ``i + 1`` beside unit ``i``'s compute, each reduce-scatter beside the
-  next unit's backward (:func:`prefetched_exposed_s`).
+  next unit's backward (:func:`prefetched_exposed_s`); their bytes hide, their ring
+  latency does not (:func:`dp_time`).
 
 Collectives run on the rates :func:`placement.network.measured_link` gives at their type,
 size and the NICs the group drives in each node.
@@ -174,7 +175,11 @@ def dp_time(
     ``problem.sharded_prefetch`` the per-micro-batch collectives of ZeRO-2/3 run per
     ``unit`` (its parameters and compute seconds, :func:`shard_unit`), hidden behind the
     bottleneck's ``load_s`` per micro-batch but one unit's compute
-    (:func:`prefetched_exposed_s`); otherwise they are exposed whole. With the optimizer
+    (:func:`prefetched_exposed_s`); otherwise they are exposed whole. Prefetch hides a
+    unit's bytes, not its ring latency: a collective over ``n`` ranks ends only after the
+    ``n - 1`` handshakes of its ring (:func:`placement.network.ring_latency_s`), which start
+    when the last rank reaches it, so each unit's latency is exposed (this is what grows
+    with the data-parallel degree at a fixed recipe). With the optimizer
     state sharded (stage >= 1) each replica steps its shard. Neither term decreases with
     ``params``; the communication falls by at most ``m / d`` times a rise of ``load_s``.
 
@@ -192,6 +197,7 @@ def dp_time(
     per_node = net.members_per_node(cl, t, n)
 
     def ring(c: Collective, what):
+        """(latency, seconds moving bytes) of one of ``c`` over ``what`` parameters."""
         nbytes = what * c.bytes_per_parameter
         passes = c.passes * share
         bw, lat = net.measured_link(
@@ -199,29 +205,35 @@ def dp_time(
         )
         if c.link_kind == "ring" and np.any(inter):
             lat = np.where(inter, net.ring_latency_s(n, per_node), lat)
-        return lat + passes * nbytes / bw
+        return lat, passes * nbytes / bw
 
     per_mb = micro_batches_per_pipeline(m, d)
     unit_params, unit_s = unit
     prefetch = problem.sharded_prefetch and unit_params > 0
     comm, total, edge, overlapped = 0.0, 0.0, 0.0, 0.0
     for c in dp_collectives(
-        zero, per_mb, problem.gradient_bytes_per_parameter, problem.weight_bytes_per_parameter
+        zero,
+        per_mb,
+        problem.gradient_bytes_per_parameter,
+        problem.weight_bytes_per_parameter,
+        problem.regather_per_micro_batch,
     ):
         if prefetch and c.per_micro_batch:
             size = np.minimum(unit_params, params)
-            one = ring(c, size)
-            total = total + c.count * one * params / np.maximum(size, 1e-300)
-            edge = edge + per_mb * one  # the first gather, the last reduce-scatter
+            lat, moving = ring(c, size)
+            units = params / np.maximum(size, 1e-300)
+            comm = comm + c.count * lat * units  # each unit's ring latency waits
+            total = total + c.count * moving * units
+            edge = edge + per_mb * moving  # the first gather, the last reduce-scatter
             continue
         if c.what == "weights":
             what = bucket_parameters(n, params) if problem.param_gather_overlap else params
         else:
             what = exposed_reduction_parameters(problem, n, params)
-        exposed = c.count * ring(c, what)
+        exposed = c.count * sum(ring(c, what))
         comm = comm + exposed
         if report or problem.collective_compute_share:  # the buckets beside the compute
-            overlapped = overlapped + np.maximum(c.count * ring(c, params) - exposed, 0.0)
+            overlapped = overlapped + np.maximum(c.count * sum(ring(c, params)) - exposed, 0.0)
     if prefetch:
         hidden = per_mb * np.maximum(np.asarray(load_s) - unit_s, 0.0)
         exposed = prefetched_exposed_s(total, edge, hidden)
@@ -274,6 +286,7 @@ def dp_collectives(
     micro_batches,
     gradient_bytes_per_parameter: float = 2.0,
     weight_bytes_per_parameter: float = WEIGHT_BYTES,
+    regather_per_micro_batch: bool = False,
 ):
     """The data-parallel collectives of one iteration of a pipeline running
     ``micro_batches`` under ZeRO stage ``zero``; what both its time (:func:`dp_terms`) and
@@ -283,17 +296,29 @@ def dp_collectives(
     updated weights; stage 2 keeps only its shard of the gradients, so it reduce-scatters
     after each micro-batch; stage 3 also all-gathers the weights before each forward and
     each backward pass (Rajbhandari et al., SC20, §5 and §7; Zhao et al., VLDB 2023, §3).
+    With ``regather_per_micro_batch`` stage 2 frees the gathered weights after each
+    backward pass and gathers them again before each micro-batch's forward pass, as
+    PyTorch FSDP's ``SHARD_GRAD_OP`` does while gradients synchronise
+    (``_should_free_in_backward`` in torch/distributed/fsdp/_runtime_utils.py; FSDP2's
+    ``reshard_after_backward``), where DeepSpeed's ZeRO-2 gathers once per step.
     The gradients move at ``gradient_bytes_per_parameter``, the weights at the weights'
     format, ``weight_bytes_per_parameter``.
+
+    >>> [(c.kind, c.count) for c in dp_collectives(2, 4)]
+    [('reduce_scatter', 4), ('all_gather', 1)]
+    >>> [(c.kind, c.count) for c in dp_collectives(2, 4, regather_per_micro_batch=True)]
+    [('reduce_scatter', 4), ('all_gather', 4)]
     """
     grads = gradient_bytes_per_parameter
     if zero == 0:
         return (Collective("all_reduce", "gradients", 1, grads),)
     reductions = 1 if zero == 1 else micro_batches
-    gathers = 2 * micro_batches if zero == 3 else 1
+    regather = zero == 2 and regather_per_micro_batch
+    gathers = 2 * micro_batches if zero == 3 else micro_batches if regather else 1
+    per_mb_gather = zero == 3 or regather
     return (
         Collective("reduce_scatter", "gradients", reductions, grads, zero >= 2),
-        Collective("all_gather", "weights", gathers, weight_bytes_per_parameter, zero == 3),
+        Collective("all_gather", "weights", gathers, weight_bytes_per_parameter, per_mb_gather),
     )
 
 

@@ -23,6 +23,7 @@ def dp_bytes(
     model_parameters: float,
     expert_parameters: float = 0.0,
     bytes_per_parameter: tuple[float, float] = (2.0, 2.0),
+    regather_per_micro_batch: bool = False,
 ):
     """Bytes all devices send in one iteration's data-parallel collectives.
 
@@ -38,7 +39,9 @@ def dp_bytes(
     moved = (n - 1) * (model_parameters - expert_parameters) + (n_expert - 1) * expert_parameters
     return sum(
         c.count * c.passes * c.bytes_per_parameter * moved
-        for c in dp_collectives(lay.zero, placement.micro_batches, *bytes_per_parameter)
+        for c in dp_collectives(
+            lay.zero, placement.micro_batches, *bytes_per_parameter, regather_per_micro_batch
+        )
     )
 
 
@@ -70,6 +73,7 @@ def iteration_energy(
         rates.model_parameters,
         rates.expert_parameters,
         (rates.gradient_bytes_per_parameter, rates.weight_bytes_per_parameter),
+        rates.regather_per_micro_batch,
     )
     # Activations forward and their gradients backward at each of the p - 1 stage boundaries,
     # sent by each of the t devices of a stage, for every micro-batch of the batch.

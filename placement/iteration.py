@@ -166,7 +166,9 @@ class EnergyRates:
     all-to-alls' bytes between the network and NVLink (:func:`placement.ep_cp.routed_bytes`).
     ``gradient_bytes_per_parameter`` and ``weight_bytes_per_parameter`` are what the
     data-parallel collectives move per parameter, as the time model prices them
-    (:attr:`PlacementProblem.gradient_bytes_per_parameter`).
+    (:attr:`PlacementProblem.gradient_bytes_per_parameter`); ``regather_per_micro_batch``
+    gathers ZeRO-2's weights for every micro-batch, as the time model does
+    (:attr:`PlacementProblem.regather_per_micro_batch`).
     """
 
     compute_j: float
@@ -184,6 +186,7 @@ class EnergyRates:
     routing: tuple[int, int, int] = (1, 0, 0)
     gradient_bytes_per_parameter: float = 2.0
     weight_bytes_per_parameter: float = 2.0
+    regather_per_micro_batch: bool = False
 
 
 def state_split(

@@ -265,7 +265,9 @@ class PlacementProblem:
     (:func:`placement.dp_comm.exposed_reduction_parameters`); ``param_gather_overlap``
     all-gathers the updated weights beside the next forward pass, all but the first bucket;
     ``sharded_prefetch`` runs ZeRO-2/3's per-micro-batch collectives unit by unit behind the
-    compute (:func:`placement.dp_comm.dp_terms`). ``interleaving`` allows virtual stages
+    compute (:func:`placement.dp_comm.dp_terms`); ``regather_per_micro_batch`` gathers
+    ZeRO-2's weights before every micro-batch (:func:`placement.dp_comm.dp_collectives`).
+    ``interleaving`` allows virtual stages
     (the framework runs Megatron's interleaved schedule). ``ep_degrees`` and
     ``cp_degrees`` are the expert- and context-parallel degrees the search may choose from
     (an ``ep`` must divide a graph's experts and ``d``; :mod:`placement.ep_cp`).
@@ -297,6 +299,7 @@ class PlacementProblem:
     p2p_overlap_interleaved_only: bool = False
     param_gather_overlap: bool = False
     sharded_prefetch: bool = False
+    regather_per_micro_batch: bool = False
     interleaving: bool = True
     ep_degrees: tuple[int, ...] = (1,)
     cp_degrees: tuple[int, ...] = (1,)

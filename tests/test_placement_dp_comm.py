@@ -19,6 +19,7 @@ from placement.dp_comm import (
     prefetched_exposed_s,
     shard_unit,
 )
+from placement.network import ring_latency_s
 
 
 def _simulated(units: int, comm: float, compute: float) -> float:
@@ -54,11 +55,14 @@ def test_prefetch_hides_sharded_collectives_behind_the_load():
     unit = (1e9, 0.5)  # 64 units of a billion parameters, half a second each
     whole, _ = dp_terms(plain, 1, 3, d, params, m, load_s=32.0, unit=unit)
     # compute far longer than the collectives: only the first gather and the last
-    # reduce-scatter of one unit are exposed; one unit's three collectives (two gathers, a
-    # reduce-scatter, of equal bytes) cost the plain model's time for one unit
+    # reduce-scatter of one unit move exposed bytes; one unit's three collectives (two gathers, a
+    # reduce-scatter, of equal bytes) cost the plain model's time for one unit; every
+    # unit's ring latency waits
     hidden, _ = dp_terms(fsdp, 1, 3, d, params, m, load_s=1e3, unit=unit)
     one, _ = dp_terms(plain, 1, 3, d, np.array([1e9]), m)
-    assert float(hidden[0]) == pytest.approx(2 / 3 * float(one[0]))
+    lat = float(ring_latency_s(64, 8))
+    moving = float(one[0]) - 3 * lat
+    assert float(hidden[0]) == pytest.approx(2 / 3 * moving + 64 * 3 * lat)
     assert float(hidden[0]) < float(whole[0]) / 20
     # no compute to hide behind: every unit's collective shows (priced per unit, never
     # faster than the one large collective of the plain model)
@@ -102,9 +106,12 @@ def test_hidden_collectives_hold_their_compute_share():
     one, _ = dp_terms(_problem(zero_stages=(3,)), 1, 3, d, np.array([1e9]), m)
     free, _ = dp_terms(fsdp, 1, 3, d, params, m, load_s=1e3, unit=unit)
     busy, _ = dp_terms(held, 1, 3, d, params, m, load_s=1e3, unit=unit)
-    # 64 units of three collectives; all but the first gather and last reduce-scatter hidden
-    hidden = 64 * float(one[0]) - 2 / 3 * float(one[0])
-    assert float(free[0]) == pytest.approx(2 / 3 * float(one[0]))
+    # 64 units of three collectives; the bytes of all but the first gather and last
+    # reduce-scatter hidden, every ring latency exposed
+    lat = float(ring_latency_s(64, 8))
+    moving = float(one[0]) - 3 * lat
+    hidden = 64 * moving - 2 / 3 * moving
+    assert float(free[0]) == pytest.approx(2 / 3 * moving + 64 * 3 * lat)
     assert float(busy[0]) == pytest.approx(float(free[0]) + share * hidden)
     # a bucketed reduction: every bucket but the last runs beside the backward pass
     plain = _problem(zero_stages=(0,))
@@ -158,13 +165,15 @@ def test_dp_time_splits_the_collectives_into_overlapped_and_exposed():
         unit=(unit_params, 1.0),
     )
     ring = (d - 1) / d
-    gather, scatter = lat + ring * 2 * unit_params / bw, lat + ring * 4 * unit_params / bw
-    total = units * (2 * gather + scatter)
-    assert float(parts.unoverlapped_s[0]) == pytest.approx(total)
-    # compute hides all but the first gather and the last reduce-scatter
+    gather, scatter = ring * 2 * unit_params / bw, ring * 4 * unit_params / bw
+    moving, waiting = units * (2 * gather + scatter), units * 3 * lat
+    assert float(parts.unoverlapped_s[0]) == pytest.approx(moving + waiting)
+    # compute hides the bytes of all but the first gather and the last reduce-scatter;
+    # no collective's latency
     edge = gather + scatter
-    assert float(parts.overlapped_s[0]) == pytest.approx(total - edge)
-    assert float(parts.exposed_s[0]) == pytest.approx(edge + share * (total - edge))
+    assert float(parts.overlapped_s[0]) == pytest.approx(moving - edge)
+    want = waiting + edge + share * (moving - edge)
+    assert float(parts.exposed_s[0]) == pytest.approx(want)
 
 
 def test_the_weights_gather_moves_the_weights_format():
@@ -185,3 +194,54 @@ def test_the_weights_gather_moves_the_weights_format():
     )
     with pytest.raises(ConfigError, match="weight_bytes_per_parameter"):
         dataclasses.replace(wide, weight_bytes_per_parameter=-1.0)
+
+
+def test_prefetched_collectives_lose_time_with_the_data_parallel_degree():
+    """At a fixed recipe (one micro-batch per replica, the same units, compute far longer
+    than the collectives' bytes), FSDP's exposed time grows with the ranks: every unit's
+    collective waits its ring's latency, which grows with the ring (NCCL's model)."""
+    unit, units, m_per_d = (1e9, 0.5), 32, 1
+    params = np.array([units * unit[0]])
+    exposed = {}
+    for d in (16, 128, 512):
+        big = Cluster(devices=d, devices_per_node=8)
+        fsdp = dataclasses.replace(
+            _problem(zero_stages=(3,), sharded_prefetch=True), cluster=big, global_batch=d
+        )
+        comm, _ = dp_terms(fsdp, 1, 3, np.array([d]), params, d * m_per_d, load_s=1e3, unit=unit)
+        exposed[d] = float(comm[0])
+    grow = float(ring_latency_s(512, 8) - ring_latency_s(128, 8))
+    assert exposed[16] < exposed[128] < exposed[512]
+    # three collectives per unit (two gathers, a reduce-scatter), each one latency more
+    assert exposed[512] - exposed[128] >= units * 3 * grow * (1 - 1e-9)
+
+
+def test_fsdp_zero2_gathers_the_weights_for_every_micro_batch():
+    """FSDP's SHARD_GRAD_OP frees the gathered weights after each backward pass while
+    gradients synchronise, so with gradient accumulation each micro-batch gathers them again
+    (unit by unit, prefetched); DeepSpeed's ZeRO-2 gathers once per step."""
+    (rs, ag) = dp_collectives(2, 4, regather_per_micro_batch=True)
+    assert (rs.count, ag.count, ag.per_micro_batch) == (4, 4, True)
+    (rs, ag) = dp_collectives(2, 4)
+    assert (rs.count, ag.count, ag.per_micro_batch) == (4, 1, False)
+    # ZeRO-3 gathers before every forward and backward pass either way
+    assert dp_collectives(3, 4, regather_per_micro_batch=True) == dp_collectives(3, 4)
+    d, params, unit = np.array([64]), np.array([32e9]), (1e9, 0.5)
+    once = _problem(zero_stages=(2,), sharded_prefetch=True)
+    every = dataclasses.replace(once, regather_per_micro_batch=True)
+    times = {}
+    for micro_batches in (1, 4, 16):
+        m = 64 * micro_batches
+        times[micro_batches] = float(
+            dp_terms(every, 1, 2, d, params, m, load_s=1e3, unit=unit)[0][0]
+        )
+    # the communication grows with the micro-batches: each adds a gather of every unit
+    assert times[1] < times[4] < times[16]
+    lat = float(ring_latency_s(64, 8))
+    assert times[16] - times[4] >= 12 * 32 * 2 * lat * (1 - 1e-9)
+    # with no compute to hide behind, sixteen gathers of the weights cost more than one
+    bare = [
+        float(dp_terms(p, 1, 2, d, params, 64 * 16, load_s=0.0, unit=unit)[0][0])
+        for p in (once, every)
+    ]
+    assert bare[1] > bare[0]

@@ -52,6 +52,21 @@ def test_time_and_energy_see_the_same_collective_volumes(n, per_pipeline, zero, 
     assert dp_bytes(pl, float(params)) / n == pytest.approx(want, rel=1e-12, abs=1e-6)
 
 
+@given(n=st.sampled_from([2, 4, 8]), per_pipeline=st.integers(1, 6))
+def test_fsdp_zero2_gathers_per_micro_batch_in_time_and_energy(n, per_pipeline):
+    """A stack that frees ZeRO-2's gathered weights after each backward pass (FSDP's
+    SHARD_GRAD_OP) gathers them for every micro-batch: 2 m' passes, in both models."""
+    params = 10**6
+    problem = dataclasses.replace(
+        _problem(n, n * per_pipeline, params), zero_stages=(2,), regather_per_micro_batch=True
+    )
+    pl = evaluate_fixed(problem, Layout(d=n, zero=2))
+    want = 2 * per_pipeline * (n - 1) / n * 2.0 * params
+    assert pl.breakdown.dp_comm_exposed_s * _BW == pytest.approx(want, rel=1e-12)
+    energy = dp_bytes(pl, float(params), 0.0, (2.0, 2.0), regather_per_micro_batch=True)
+    assert energy / n == pytest.approx(want, rel=1e-12)
+
+
 @given(ep=st.sampled_from([1, 2, 4, 8]), share=st.floats(0.0, 1.0))
 def test_expert_parameters_run_on_their_own_ring_in_time_and_energy(ep, share):
     """Experts held by ``d / ep`` ranks reduce over those alone, in both models."""

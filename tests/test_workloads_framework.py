@@ -71,6 +71,15 @@ def test_the_profiles():
         "interleaved",
     )
     assert not bridge.ep_overlap and bridge.moe_dispatcher == "alltoall"
+    # FSDP's ZeRO-2 gathers again for every micro-batch; DeepSpeed's once per step
+    assert fsdp.regather_per_micro_batch
+    assert framework_profile("fsdp1-2023").regather_per_micro_batch
+    assert not ds.regather_per_micro_batch and not core.regather_per_micro_batch
+    assert not framework_profile(
+        "fsdp2-2024:regather_per_micro_batch=false"
+    ).regather_per_micro_batch
+    with pytest.raises(ConfigError, match="regather_per_micro_batch = 'sometimes'"):
+        framework_profile("fsdp2-2024:regather_per_micro_batch=sometimes")
 
 
 def test_layout_rules_name_the_rule():

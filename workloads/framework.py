@@ -97,7 +97,9 @@ class FrameworkProfile:
     buckets beside the next forward pass; ``p2p_overlap``: when pipeline sends overlap
     compute (:data:`P2P_OVERLAP`); ``sharded_prefetch``: sharded data parallelism (ZeRO-2/3)
     gathers unit ``i + 1``'s weights behind unit ``i``'s compute and reduce-scatters
-    behind the backward pass (FSDP, DeepSpeed ZeRO-3); ``reduce_bytes_per_parameter``: the
+    behind the backward pass (FSDP, DeepSpeed ZeRO-3); ``regather_per_micro_batch``: ZeRO-2
+    frees the gathered weights after each backward pass and gathers them again for the next
+    micro-batch (FSDP's ``SHARD_GRAD_OP``); ``reduce_bytes_per_parameter``: the
     bytes a gradient reduction moves per parameter (0: the weights' format,
     :func:`phaze.problem.dp_bytes_per_parameter`);
     ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
@@ -123,6 +125,7 @@ class FrameworkProfile:
     attention: str = "unfused"
     param_gather_overlap: bool = False
     sharded_prefetch: bool = False
+    regather_per_micro_batch: bool = False
     reduce_bytes_per_parameter: float = 0.0
     pipeline: str = "interleaved"
     zero_stages: tuple[int, ...] = _ZERO_STAGES
@@ -157,6 +160,7 @@ _KNOWN_KEYS: Final = frozenset(
         "attention",
         "param_gather_overlap",
         "sharded_prefetch",
+        "regather_per_micro_batch",
         "reduce_bytes_per_parameter",
         "pipeline",
         "zero_stages",
@@ -218,6 +222,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     _choice(name, "ep_overlap", ep_overlap, (False, True), problems)
     dispatcher = table.get("moe_dispatcher", "alltoall")
     _choice(name, "moe_dispatcher", dispatcher, MOE_DISPATCHERS, problems)
+    regather = table.get("regather_per_micro_batch", False)
+    _choice(name, "regather_per_micro_batch", regather, (False, True), problems)
     share = table.get("comm_sm_share", 0.0)
     if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share < 1):
         problems.append(f"{_DATA_FILE} [{name}]: comm_sm_share = {share!r} must be in [0, 1)")
@@ -244,6 +250,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         attention=attention,
         param_gather_overlap=bool(table.get("param_gather_overlap", False)),
         sharded_prefetch=bool(table.get("sharded_prefetch", False)),
+        regather_per_micro_batch=bool(regather),
         reduce_bytes_per_parameter=float(numbers["reduce_bytes_per_parameter"]),
         pipeline=pipeline,
         zero_stages=zeros,
