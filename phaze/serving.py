@@ -24,7 +24,6 @@ from arch_space import Accelerator, Cluster
 from arch_space.formats import check_precision
 from arch_space.perf import default_settings
 from arch_space.perf.device import DeviceProfile
-from arch_space.tech import tech_node
 from ilp.serving import ServingPassTime, serving_device_profile, serving_pass_time
 from phaze.config import SolverSettings
 from phaze.pipeline import timing_design
@@ -39,13 +38,6 @@ from placement.serving_engine import (
     EngineResult,
     Lengths,
     PassCost,
-    chunked,
-    disaggregated,
-    mixed,
-    prefill_batch,
-    prefill_batches,
-    prefill_first,
-    static,
 )
 from placement.serving_layout import ServingLayout
 from workloads import Model
@@ -54,13 +46,11 @@ from workloads.serving import (
     RequestBatch,
     ServingPass,
     kv_cache_bytes_per_sequence,
-    kv_cache_bytes_per_token,
     serving_settings,
 )
 from workloads.serving_costs import (
     KvCapacity,
     kv_cache_capacity,
-    pass_kv_read_bytes,
     stage_block_counts,
 )
 from workloads.serving_ops import check_serving, pass_workspace_bytes
@@ -77,7 +67,10 @@ __all__ = [
     "decode_step",
     "chunk_pass",
     "pass_cost",
+    "prefill_cost",
+    "pj_j",
     "pool_kv_capacity",
+    "pool_memory",
     "evaluate_layout",
 ]
 
@@ -224,7 +217,7 @@ def _timed(
     )
 
 
-def _pj_j(nbytes: float, inter_node: bool) -> float:
+def pj_j(nbytes: float, inter_node: bool) -> float:
     """Joules of ``nbytes`` over a link (docs/models.md: pJ per bit)."""
     perf = default_settings()
     pj = perf.inter_node_link_pj_per_bit if inter_node else perf.intra_node_link_pj_per_bit
@@ -257,13 +250,13 @@ def pass_cost(
             first += n
         moe_blocks = model.layers - model.dense_layers
         sent = 2 * (ep - 1) / ep * per_device * moe_blocks * t
-        network_j += _pj_j(sent, bool(ctx.cluster.spans_nodes(span)))
+        network_j += pj_j(sent, bool(ctx.cluster.spans_nodes(span)))
     send_s = 0.0
     if stages > 1:
         nbytes = p.tokens * model.hidden * p.precision_bytes
         link = net.boundary_link(ctx.cluster, pool.devices, t, False, device.intra_node, nbytes)
         send_s = net.p2p_s(nbytes, link)
-        network_j += _pj_j((stages - 1) * nbytes, bool(ctx.cluster.spans_nodes(pool.devices)))
+        network_j += pj_j((stages - 1) * nbytes, bool(ctx.cluster.spans_nodes(pool.devices)))
     return PassCost(
         stage_s=max(per_stage),
         latency_s=sum(per_stage) + (stages - 1) * send_s,
@@ -283,7 +276,7 @@ def _mean(costs: list[tuple[float, PassCost]]) -> PassCost:
     return PassCost(*values)
 
 
-def _prefill(model, acc, pool: Layout, prompts: int, ctx: ServeContext) -> PassCost:
+def prefill_cost(model, acc, pool: Layout, prompts: int, ctx: ServeContext) -> PassCost:
     """A prefill of ``prompts`` whole prompts of each input length of the mix, weighted."""
     r, kw = ctx.requests, ctx.requests.pass_formats()
     costs = [
@@ -344,7 +337,7 @@ def pool_kv_capacity(
     )
 
 
-def _pool_memory(
+def pool_memory(
     model: Model,
     acc: Accelerator,
     pool: Layout,
@@ -421,54 +414,6 @@ def check_weight_format(acc: Accelerator, ctx: ServeContext) -> None:
     check_precision(acc, serving_settings().weight_recipes[fmt], f"weight format {fmt}")
 
 
-def _prompt_cache_bytes(model: Model, ctx: ServeContext) -> int:
-    """The KV cache a disaggregated prefill sends a decode pool for a prompt of the mean
-    length: all its tokens', or with a sliding window the window's."""
-    prompt = model.kv_tokens(round(ctx.lengths.input_tokens))
-    return prompt * kv_cache_bytes_per_token(model, 1, ctx.requests.kv_format)
-
-
-def _prompt_transfer(
-    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
-) -> tuple[float, float]:
-    """Seconds and joules of a disaggregated layout's handing a prompt's KV cache from its
-    prefill pool to its decode pool: each prefill device sends its shard (under MLA, whose
-    latent cache every tensor-parallel device holds whole, its stage's share) over the
-    measured point-to-point link, within a node or across nodes."""
-    pre = layout.prefill
-    per_request = _prompt_cache_bytes(model, ctx)
-    shard = per_request / (pre.t * pre.p) if not model.mla else per_request / pre.p
-    inter = bool(ctx.cluster.spans_nodes(layout.devices))
-    curve = (ctx.device or serving_device_profile(acc)).intra_node
-    bw, lat = (float(x) for x in net.measured_link(ctx.cluster, curve, inter, shard, "p2p"))
-    return lat + shard / bw, _pj_j(per_request, inter)
-
-
-def _chunk_steps(
-    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext, decode: ServingPass
-) -> tuple[list[ServingPass], list[PassCost]]:
-    """The two steps of a chunked-prefill layout, as passes and as the engine prices them: a
-    micro-batch's ``decode`` tokens riding on a chunk of the mean prompt tokens a step
-    prefills, and on the first chunk (the budget the decodes leave, at most a prompt), each
-    with the decodes' KV-cache reads from HBM."""
-    lengths, dec = ctx.lengths, layout.decode
-    micro = layout.batch // dec.p
-    isl = max(i for i, _, _ in ctx.requests.lengths)
-    mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
-    first_tokens = max(1, min(layout.chunk - micro, isl))
-    chunks = [chunk_pass(n, micro, ctx, model.max_positions) for n in (mean_tokens, first_tokens)]
-    sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
-    kv = pass_kv_read_bytes(model, dec.t, decode)  # one device, every stage
-    kv_j = dec.t * kv * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12
-    steps = [
-        mixed(
-            pass_cost(model, acc, dec, c, ctx), kv / dec.p / sustained, kv_j, dec.p, dec.t * dec.p
-        )
-        for c in chunks
-    ]
-    return chunks, steps
-
-
 def evaluate_layout(
     workload: str, model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
 ) -> ServingPoint:
@@ -485,69 +430,11 @@ def evaluate_layout(
     ctx = layout_context(layout, ctx)
     check_weight_format(acc, ctx)
     check_layout(model, acc, layout, ctx)
-    lengths, r, kw = ctx.lengths, ctx.requests, ctx.requests.pass_formats()
-    dec, b = layout.decode, layout.batch
-    micro = b // dec.p
-    decode_pass = decode_step(micro, ctx)
-    decode = pass_cost(model, acc, dec, decode_pass, ctx)
-    # the cache a sequence holds: its mean length when pages come on demand, its whole
-    # prompt and output when the scheduler reserves them at admission
-    whole = ctx.kv_admission == "whole-request"
-    in_flight = round(lengths.input_tokens + lengths.output_tokens / (1 if whole else 2))
-    common = {"replicas": dec.d, "replica_devices": dec.t * dec.p, "lengths": lengths}
-    isl = max(i for i, _, _ in r.lengths)
-    if layout.prefill is not None:
-        pre = layout.prefill
-        budget = serving_settings().max_batched_tokens
-        ks = prefill_batches(budget // isl)
-        prefills = {k: _prefill(model, acc, pre, k, ctx) for k in ks}
-        transfer_s, transfer_j = _prompt_transfer(model, acc, layout, ctx)
-        engine = disaggregated(
-            decode,
-            prefills,
-            batch=b,
-            decode_stages=dec.p,
-            decode_replicas=dec.d,
-            decode_devices=dec.t * dec.p,
-            prefill_stages=pre.p,
-            prefill_replicas=pre.d,
-            prefill_devices=pre.t * pre.p,
-            transfer_s=transfer_s,
-            transfer_j=transfer_j,
-            lengths=lengths,
-        )
-        memory = (
-            _pool_memory(model, acc, dec, [decode_pass], micro * dec.p, in_flight, ctx),
-            _pool_memory(
-                model,
-                acc,
-                pre,
-                [ServingPass.prefill(max(ks), i, **kw) for i, _, _ in r.lengths],
-                max(ks),
-                isl,
-                ctx,
-            ),
-        )
-    elif layout.batching == "static":
-        prefill = _prefill(model, acc, dec, b, ctx)
-        engine = static(decode, prefill, batch=b, **common)
-        full = isl + max(o for _, o, _ in r.lengths) - 1
-        passes = [decode_pass, *(ServingPass.prefill(b, i, **kw) for i, _, _ in r.lengths)]
-        fraction = serving_settings().static_memory_fraction
-        memory = (_pool_memory(model, acc, dec, passes, b, full, ctx, fraction),)
-    elif layout.chunk is None:
-        k = prefill_batch(b, lengths)
-        prefill = _prefill(model, acc, dec, k, ctx)
-        engine = prefill_first(decode, prefill, batch=b, prefill_prompts=k, stages=dec.p, **common)
-        passes = [decode_pass, *(ServingPass.prefill(k, i, **kw) for i, _, _ in r.lengths)]
-        memory = (_pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
-    else:
-        chunks, steps = _chunk_steps(model, acc, layout, ctx, decode_pass)
-        engine = chunked(
-            steps[0], steps[1], batch=b, chunk_tokens=layout.chunk, stages=dec.p, **common
-        )
-        passes = [decode_pass, *chunks]
-        memory = (_pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
+    # the layout's batching and KV admission policies (a registry: phaze.serving_policies,
+    # which prices passes with this module's functions, hence the import here)
+    from phaze.serving_policies import price_layout
+
+    engine, memory = price_layout(model, acc, layout, ctx)
     score = serving_score(
         engine,
         acc=acc,

@@ -36,6 +36,7 @@ from arch_space.accelerator import host_share
 from phaze.serving import ServeContext, ServingPoint, layout_context, pool_kv_capacity
 from phaze.serving_arrivals import Arrivals
 from phaze.serving_load_price import PoolPricer
+from phaze.serving_policies import kv_admission_policy
 from phaze_common.errors import ConfigError
 from placement.layout import Layout
 from placement.serving_engine import prefill_batches
@@ -156,7 +157,7 @@ def _spec(
         kv_pages=max(1, cap.pages),
         page_tokens=cap.page_tokens,
         prefill_tokens=settings.max_batched_tokens,
-        whole_request=ctx.kv_admission == "whole-request",
+        whole_request=kv_admission_policy(ctx.kv_admission).whole_request,
         **kw,
     )
 
