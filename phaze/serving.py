@@ -28,6 +28,7 @@ from ilp.serving import ServingPassTime, serving_device_profile, serving_pass_ti
 from phaze.config import SolverSettings
 from phaze.pipeline import timing_design
 from phaze.scoring import ScoringParams
+from phaze.serving_engines import engine_profile
 from phaze.serving_score import ServingScore, serving_score
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_noun
@@ -87,7 +88,11 @@ class ServeContext:
     prefill), whether disaggregated layouts are searched, the serving workload's output
     tokens (tCDP), solver and scoring settings, an optional device profile, and how the
     engine's scheduler reserves a request's KV cache (``kv_admission``, one of
-    ``KV_ADMISSIONS``; None: the default of ``workloads/data/serving.toml``)."""
+    ``KV_ADMISSIONS``; None: the default of ``workloads/data/serving.toml``), and the
+    serving engine's profile (``engine``, a name of :mod:`phaze.serving_engines`; None: the
+    generic engine of ``workloads/data/serving.toml``): its scheduler's rules are the
+    defaults of ``kv_admission``, ``batches`` and ``chunks``, and its passes are priced under
+    it (:func:`pass_cost`)."""
 
     cluster: Cluster
     requests: RequestBatch
@@ -102,9 +107,11 @@ class ServeContext:
     scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
     device: DeviceProfile | None = None
     kv_admission: str | None = None
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         settings = serving_settings()
+        profile = None if self.engine is None else engine_profile(self.engine)
         problems = []
         for name in ("ttft_limit_s", "tpot_limit_s"):
             v = getattr(self, name)
@@ -126,13 +133,15 @@ class ServeContext:
         if problems:
             raise ConfigError("serve: " + "; ".join(problems))
         if self.kv_admission is None:
-            object.__setattr__(self, "kv_admission", settings.kv_admission)
+            admission = settings.kv_admission if profile is None else profile.kv_admission
+            object.__setattr__(self, "kv_admission", admission)
         if not self.batches:
             limit = settings.max_num_seqs
             batches = tuple(2**i for i in range(limit.bit_length()) if 2**i <= limit)
-            object.__setattr__(self, "batches", batches)
+            object.__setattr__(self, "batches", batches if profile is None else profile.batches)
         if not self.chunks:
-            object.__setattr__(self, "chunks", (None, *settings.chunk_tokens))
+            chunks = (None, *settings.chunk_tokens) if profile is None else profile.chunks
+            object.__setattr__(self, "chunks", chunks)
         if self.tokens_to_serve is None:
             object.__setattr__(self, "tokens_to_serve", settings.tokens_to_serve)
 
@@ -230,11 +239,21 @@ def pass_cost(
     """Pass ``p`` through a replica of ``pool`` (its ``t``, ``p``, ``ep``) as the engine sees
     it: the busiest stage's time, the latency through the stages with the sends between
     them, the device-seconds and the dynamic energy, the expert-parallel all-to-alls and the
-    pipeline sends priced by the cluster's links."""
+    pipeline sends priced by the cluster's links. Under a named engine (``ctx.engine``) its
+    all-reduce, its measured small-batch decode bandwidth and the wait before each of the
+    pass's kernels (:class:`~phaze.serving_engines.EngineProfile`)."""
     t, stages, ep = pool.t, pool.p, pool.ep
-    device = ctx.device or serving_device_profile(acc)
-    spt = _timed(model, timing_design(acc), ctx.cluster, p, t, ep, device, ctx.solver)
+    engine = None if ctx.engine is None else engine_profile(ctx.engine)
+    device = ctx.device or (serving_device_profile(acc) if engine is None else engine.device(acc))
+    design = acc
+    if engine is not None:  # a small decode batch at the engine's measured bandwidth
+        decodes = p.batch if p.new_tokens == 1 and p.cached_tokens else None
+        design = engine.design(acc, decodes, p.weight_format)
+    spt = _timed(model, timing_design(design), ctx.cluster, p, t, ep, device, ctx.solver)
     per_stage = list(spt.stage_latencies_s(model, stages))
+    if engine is not None:  # the wait before each kernel of the step
+        gaps = spt.stage_kernels(model, stages)
+        per_stage = [s + n * engine.kernel_gap_s for s, n in zip(per_stage, gaps, strict=True)]
     compute_j, memory_j, network_j = (t * x for x in spt.dynamic_j)
     blocks = stage_block_counts(model, stages)
     if ep > 1 and model.is_moe:
