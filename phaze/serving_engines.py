@@ -25,7 +25,7 @@ from arch_space.perf import default_settings
 from arch_space.perf.device import DeviceProfile, custom_all_reduce_curve, device_profile
 from phaze_common.errors import ConfigError, unknown_name
 from workloads import get_model
-from workloads.serving import KV_ADMISSIONS, weight_recipe
+from workloads.serving import KV_ADMISSIONS, PREEMPTIONS, weight_recipe
 from workloads.serving_costs import weight_bytes_per_device
 
 __all__ = [
@@ -41,7 +41,6 @@ _FILE = "serving_engines.toml"
 #: An engine's tensor-parallel all-reduce inside a node (see the data file's header).
 ALL_REDUCES: Final = ("custom", "nccl", "one-shot")
 _BATCHING: Final = ("continuous", "static")
-_PREEMPTIONS: Final = ("recompute",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +199,7 @@ def _profile(name: str, data: Mapping[str, Any], sources: Mapping[str, str], gap
         ("all_reduce", profile.all_reduce, ALL_REDUCES),
         ("scheduler.batching", profile.batching, _BATCHING),
         ("scheduler.kv_admission", profile.kv_admission, KV_ADMISSIONS),
-        ("scheduler.preemption", profile.preemption, _PREEMPTIONS),
+        ("scheduler.preemption", profile.preemption, PREEMPTIONS),
     )
     problems = [
         f"{k} = {v!r} must be one of {', '.join(ok)}" for k, v, ok in choices if v not in ok

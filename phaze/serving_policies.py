@@ -57,7 +57,12 @@ from placement.serving_engine import (
 )
 from placement.serving_layout import ServingLayout
 from workloads import Model
-from workloads.serving import ServingPass, kv_cache_bytes_per_token, serving_settings
+from workloads.serving import (
+    PREEMPTIONS,
+    ServingPass,
+    kv_cache_bytes_per_token,
+    serving_settings,
+)
 from workloads.serving_costs import pass_kv_read_bytes
 
 __all__ = [
@@ -111,16 +116,15 @@ def kv_admission_policy(name: str) -> KvAdmission:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """What a scheduler does with a running request whose next page does not fit:
-    ``recompute_tokens`` (the request's cache is dropped and its prompt and generated tokens
-    prefilled again on readmission)."""
+    """What a scheduler does with a running request whose next page does not fit
+    (``recompute``: its cache is dropped and its prompt and generated tokens prefilled again
+    on readmission, as :func:`placement.serving_sim.simulate_engine` runs it)."""
 
     name: str
-    recompute_tokens: bool
 
 
 PREEMPTION: Final[Mapping[str, Preemption]] = MappingProxyType(
-    {"recompute": Preemption("recompute", recompute_tokens=True)}
+    {name: Preemption(name) for name in PREEMPTIONS}
 )
 
 

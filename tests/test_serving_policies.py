@@ -18,7 +18,7 @@ from phaze.serving_policies import (
 from phaze_common.errors import ConfigError
 from placement import parse_serving
 from workloads import get_model
-from workloads.serving import KV_ADMISSIONS, RequestBatch
+from workloads.serving import KV_ADMISSIONS, PREEMPTIONS, RequestBatch
 
 _STATIC = "t=1,p=1,d=1,ep=1,batch=8,chunk=off,batching=static"
 _CONTINUOUS = "t=1,p=1,d=1,ep=1,batch=16,chunk=off,batching=continuous"
@@ -55,7 +55,7 @@ def test_the_registries_name_every_policy_once():
     assert all(p.name == n for n, p in BATCHING.items())
     assert tuple(KV_ADMISSION) == KV_ADMISSIONS
     assert [p.whole_request for p in KV_ADMISSION.values()] == [False, True]
-    assert set(PREEMPTION) == {"recompute"}
+    assert tuple(PREEMPTION) == PREEMPTIONS == ("recompute",)
 
 
 def test_an_unknown_admission_policy_is_one_error_naming_the_registered_ones():
