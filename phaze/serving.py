@@ -149,6 +149,13 @@ class ServeContext:
     def lengths(self) -> Lengths:
         return Lengths(self.requests.mean_input_tokens, self.requests.mean_output_tokens)
 
+    @property
+    def token_budget(self) -> int:
+        """The most prompt tokens a prefill step carries: the engine's, else
+        ``workloads/data/serving.toml``'s ``max_batched_tokens``."""
+        budget = None if self.engine is None else engine_profile(self.engine).token_budget
+        return budget or serving_settings().max_batched_tokens
+
 
 @dataclass(frozen=True, slots=True)
 class PoolMemory:

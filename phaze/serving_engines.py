@@ -78,6 +78,7 @@ class EngineProfile:
     max_num_seqs: int
     chunked_prefill: bool
     chunk_tokens: tuple[int, ...]
+    token_budget: int | None
     kv_admission: str
     preemption: str
     batch_sizes: tuple[int, ...]
@@ -182,6 +183,7 @@ def _profile(name: str, data: Mapping[str, Any], sources: Mapping[str, str], gap
         max_num_seqs=sched["max_num_seqs"],
         chunked_prefill=sched["chunked_prefill"],
         chunk_tokens=tuple(sched["chunk_tokens"]),
+        token_budget=sched.get("token_budget"),
         kv_admission=sched["kv_admission"],
         preemption=sched["preemption"],
         batch_sizes=tuple(sched.get("batch_sizes", ())),
@@ -214,6 +216,11 @@ def _profile(name: str, data: Mapping[str, Any], sources: Mapping[str, str], gap
         ("scheduler.max_num_seqs", profile.max_num_seqs),
         *(("scheduler.chunk_tokens", c) for c in profile.chunk_tokens),
         *(("scheduler.batch_sizes", b) for b in profile.batch_sizes),
+        *(
+            ()
+            if profile.token_budget is None
+            else (("scheduler.token_budget", profile.token_budget),)
+        ),
     ):
         if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
             problems.append(f"{key} = {v!r} must be a positive integer")

@@ -251,7 +251,7 @@ def _disaggregated(model, acc, layout, ctx, admission, decode_pass, decode):
     r, kw = ctx.requests, ctx.requests.pass_formats()
     dec, pre, b = layout.decode, layout.prefill, layout.batch
     isl = _longest_prompt(ctx)
-    ks = prefill_batches(serving_settings().max_batched_tokens // isl)
+    ks = prefill_batches(ctx.token_budget // isl)
     prefills = {k: prefill_cost(model, acc, pre, k, ctx) for k in ks}
     transfer_s, transfer_j = _prompt_transfer(model, acc, layout, ctx)
     engine = disaggregated(

@@ -47,6 +47,11 @@ def test_an_engine_sets_the_contexts_scheduler_defaults():
     assert given.kv_admission == "on-demand"
     generic = ServeContext(Cluster(devices=2), RequestBatch.of(8, 8))
     assert generic.kv_admission == serving_settings().kv_admission
+    # a whole-prompt prefill step's token budget: TensorRT-LLM's max_num_tokens, else vLLM's
+    assert ctx.token_budget == 8192
+    assert generic.token_budget == vllm.token_budget == serving_settings().max_batched_tokens
+    gpt_fast = ServeContext(Cluster(devices=1), RequestBatch.of(5, 200), engine="gpt-fast")
+    assert gpt_fast.token_budget == serving_settings().max_batched_tokens
 
 
 def test_an_unknown_engine_is_one_error_naming_the_profiles():
