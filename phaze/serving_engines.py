@@ -120,7 +120,9 @@ class EngineProfile:
             profile = dataclasses.replace(profile, custom_all_reduce=curve)
         return profile.for_serving()
 
-    def design(self, acc: Accelerator, decode_sequences: int | None, weight_format: str):
+    def design(
+        self, acc: Accelerator, decode_sequences: int | None, weight_format: str
+    ) -> Accelerator:
         """``acc`` as a pass of this engine sees its HBM: a decode step of at most the
         measured small batch streams at the engine's measured share of the datasheet
         bandwidth (times the weight format's share), in place of the op model's generic
