@@ -175,7 +175,8 @@ def load_points() -> tuple[ServingRow, ...]:
 
 
 def _device(row: ServingRow) -> Accelerator:
-    """The row's preset, with the HBM of its chip when a ``[[chip]]`` row gives it."""
+    """The row's preset, with the HBM of its chip when a ``[[chip]]`` row gives it (and the
+    preset's measured rates: ``measured_as``, since a preset with other HBM matches none)."""
     acc = preset(row.preset)
     for c in _doc().get("chip", ()):
         if c["chip"] == row.chip and c["preset"] == row.preset:
@@ -183,6 +184,7 @@ def _device(row: ServingRow) -> Accelerator:
                 acc,
                 hbm_bytes=int(c["hbm_bytes"]),
                 hbm_bandwidth_bytes_per_s=float(c["hbm_bandwidth_bytes_per_s"]),
+                measured_as=row.preset,
             )
     return acc
 

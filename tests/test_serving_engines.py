@@ -139,3 +139,15 @@ def test_phaze_serve_takes_an_engine():
     assert generic["engine"] is None
     bad = CliRunner().invoke(cli, [*args, "--engine", "tgi"])
     assert bad.exit_code == 2 and "'tgi' is not one of" in bad.output
+
+
+def test_a_chip_row_runs_at_its_presets_measured_rates():
+    # the H200 row is the h100 preset with the H200's HBM: its sustained rates are the
+    # H100's measured ones, not the generic profile of a design no one measured
+    from arch_space.perf.device import device_profile
+    from phaze.serving_validation import _device
+
+    row = next(r for r in load_points() if r.chip.startswith("h200") and not r.waiting)
+    acc = _device(row)
+    assert acc.hbm_bandwidth_bytes_per_s == 4.8e12
+    assert device_profile(acc) == device_profile(preset("h100"))
