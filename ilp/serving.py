@@ -45,7 +45,7 @@ class LayerPassTime:
     """One distinct layer's part of a pass on one device: ``count`` layers of class
     ``class_id`` each take ``latency_s`` (the longer of the schedule's makespan and
     ``hbm_floor_s``, ``hbm_bytes`` over the sustained HBM bandwidth) and ``energy_j`` (its
-    schedule, ``timing``), and run ``flops``."""
+    schedule, ``timing``), and run ``flops`` in ``kernels`` ops each."""
 
     class_id: str
     count: int
@@ -55,6 +55,7 @@ class LayerPassTime:
     hbm_bytes: int
     flops: int
     timing: PassTiming
+    kernels: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,14 @@ class ServingPassTime:
     def stage_latencies_s(self, model: Model, pp: int) -> tuple[float, ...]:
         """The time of each of ``pp`` pipeline stages (:func:`~workloads.serving_costs.stage_block_counts`):
         its blocks, the embedding on the first stage, the head on the last."""
-        by_class = {x.class_id: x.latency_s for x in self.layers}
+        return self._per_stage(model, pp, {x.class_id: x.latency_s for x in self.layers})
+
+    def stage_kernels(self, model: Model, pp: int) -> tuple[float, ...]:
+        """The ops (kernels) each of ``pp`` pipeline stages runs, as :meth:`stage_latencies_s`."""
+        return self._per_stage(model, pp, {x.class_id: float(x.kernels) for x in self.layers})
+
+    @staticmethod
+    def _per_stage(model: Model, pp: int, by_class: dict[str, float]) -> tuple[float, ...]:
         dense = model.dense_layers
         out, first = [], 1
         for i, n in enumerate(stage_block_counts(model, pp)):
@@ -188,6 +196,7 @@ def serving_pass_time(
                 hbm_bytes,
                 op_graph.flops,
                 forward,
+                len(op_graph.ops),
             )
         )
     kv_written = serving_pass.tokens * kv_cache_bytes_per_token(model, tp, serving_pass.kv_format)

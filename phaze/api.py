@@ -294,6 +294,7 @@ def serve(
     scoring: ScoringParams | None = None,
     device: DeviceProfile | None = None,
     kv_admission: str | None = None,
+    engine: str | None = None,
 ) -> ServingPoint:
     """Serve ``workload`` on ``cluster``'s devices of ``accelerator``: the serving layout
     that meets the latency limits (mean TTFT and TPOT, seconds; None: none) and maximises
@@ -314,7 +315,12 @@ def serve(
     layout carries it when either gave it. ``kv_admission`` is how the engine's scheduler
     reserves a request's KV cache: ``"on-demand"`` (its mean length, vLLM) or
     ``"whole-request"`` (its whole prompt and output, TensorRT-LLM's GUARANTEED_NO_EVICT);
-    None: serving.toml's default. The returned point's ``slo`` names the limits it misses
+    None: the engine's, else serving.toml's default. ``engine`` names a serving engine's
+    profile (:mod:`phaze.serving_engines`: vllm, trtllm, sglang, gpt-fast, ...): its
+    scheduler's rules are the search's defaults (batch sizes, chunk budgets, KV admission,
+    static batching where it runs it) and its passes carry its all-reduce, its kernel gaps
+    and its measured small-batch bandwidth; None: serving.toml's generic engine. The
+    returned point's ``slo`` names the limits it misses
     when no layout meets them. A strategy that contradicts the model, the devices or
     ``disaggregate`` (a prefill pool with ``disaggregate=False``) is a ConfigError naming
     every problem (:func:`phaze.serving_search.check_strategy`).
@@ -339,6 +345,7 @@ def serve(
         scoring=scoring,
         device=device,
         kv_admission=kv_admission,
+        engine=engine,
     )
     return serve_search(workload, resolve_model(workload), accelerator, layout, ctx)
 
@@ -397,9 +404,11 @@ def _serving_problem(
     scoring: ScoringParams | None = None,
     device: DeviceProfile | None = None,
     kv_admission: str | None = None,
+    engine: str | None = None,
 ) -> tuple[ServingLayout, ServeContext]:
     """The partial layout and the context :func:`serve`'s arguments give (its ConfigErrors)."""
     from phaze.serving import ServeContext
+    from phaze.serving_engines import engine_profile
     from workloads.serving import RequestBatch
 
     if (lengths is None) == (input_tokens is None or output_tokens is None):
@@ -424,6 +433,9 @@ def _serving_problem(
         if layout.given("batch") and layout.batch != batch:
             raise ConfigError(f"strategy batch={layout.batch} conflicts with batch={batch}")
         layout = dataclasses.replace(layout, batch=batch, open=layout.open - {"batch"})
+    if engine is not None and not layout.given("batching"):
+        batching = engine_profile(engine).batching  # the engine's batching, unless given
+        layout = dataclasses.replace(layout, batching=batching, open=layout.open - {"batching"})
     ctx = ServeContext(
         cluster=cluster,
         requests=requests,
@@ -436,6 +448,7 @@ def _serving_problem(
         scoring=scoring or ScoringParams(),
         device=device,
         kv_admission=kv_admission,
+        engine=engine,
     )
     return layout, ctx
 

@@ -24,11 +24,11 @@ from arch_space import Accelerator, Cluster
 from arch_space.formats import check_precision
 from arch_space.perf import default_settings
 from arch_space.perf.device import DeviceProfile
-from arch_space.tech import tech_node
 from ilp.serving import ServingPassTime, serving_device_profile, serving_pass_time
 from phaze.config import SolverSettings
 from phaze.pipeline import timing_design
 from phaze.scoring import ScoringParams
+from phaze.serving_engines import engine_profile
 from phaze.serving_score import ServingScore, serving_score
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_noun
@@ -39,13 +39,6 @@ from placement.serving_engine import (
     EngineResult,
     Lengths,
     PassCost,
-    chunked,
-    disaggregated,
-    mixed,
-    prefill_batch,
-    prefill_batches,
-    prefill_first,
-    static,
 )
 from placement.serving_layout import ServingLayout
 from workloads import Model
@@ -54,13 +47,11 @@ from workloads.serving import (
     RequestBatch,
     ServingPass,
     kv_cache_bytes_per_sequence,
-    kv_cache_bytes_per_token,
     serving_settings,
 )
 from workloads.serving_costs import (
     KvCapacity,
     kv_cache_capacity,
-    pass_kv_read_bytes,
     stage_block_counts,
 )
 from workloads.serving_ops import check_serving, pass_workspace_bytes
@@ -77,7 +68,10 @@ __all__ = [
     "decode_step",
     "chunk_pass",
     "pass_cost",
+    "prefill_cost",
+    "pj_j",
     "pool_kv_capacity",
+    "pool_memory",
     "evaluate_layout",
 ]
 
@@ -94,7 +88,11 @@ class ServeContext:
     prefill), whether disaggregated layouts are searched, the serving workload's output
     tokens (tCDP), solver and scoring settings, an optional device profile, and how the
     engine's scheduler reserves a request's KV cache (``kv_admission``, one of
-    ``KV_ADMISSIONS``; None: the default of ``workloads/data/serving.toml``)."""
+    ``KV_ADMISSIONS``; None: the default of ``workloads/data/serving.toml``), and the
+    serving engine's profile (``engine``, a name of :mod:`phaze.serving_engines`; None: the
+    generic engine of ``workloads/data/serving.toml``): its scheduler's rules are the
+    defaults of ``kv_admission``, ``batches`` and ``chunks``, and its passes are priced under
+    it (:func:`pass_cost`)."""
 
     cluster: Cluster
     requests: RequestBatch
@@ -109,9 +107,11 @@ class ServeContext:
     scoring: ScoringParams = dataclasses.field(default_factory=ScoringParams)
     device: DeviceProfile | None = None
     kv_admission: str | None = None
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         settings = serving_settings()
+        profile = None if self.engine is None else engine_profile(self.engine)
         problems = []
         for name in ("ttft_limit_s", "tpot_limit_s"):
             v = getattr(self, name)
@@ -133,19 +133,28 @@ class ServeContext:
         if problems:
             raise ConfigError("serve: " + "; ".join(problems))
         if self.kv_admission is None:
-            object.__setattr__(self, "kv_admission", settings.kv_admission)
+            admission = settings.kv_admission if profile is None else profile.kv_admission
+            object.__setattr__(self, "kv_admission", admission)
         if not self.batches:
             limit = settings.max_num_seqs
             batches = tuple(2**i for i in range(limit.bit_length()) if 2**i <= limit)
-            object.__setattr__(self, "batches", batches)
+            object.__setattr__(self, "batches", batches if profile is None else profile.batches)
         if not self.chunks:
-            object.__setattr__(self, "chunks", (None, *settings.chunk_tokens))
+            chunks = (None, *settings.chunk_tokens) if profile is None else profile.chunks
+            object.__setattr__(self, "chunks", chunks)
         if self.tokens_to_serve is None:
             object.__setattr__(self, "tokens_to_serve", settings.tokens_to_serve)
 
     @property
     def lengths(self) -> Lengths:
         return Lengths(self.requests.mean_input_tokens, self.requests.mean_output_tokens)
+
+    @property
+    def token_budget(self) -> int:
+        """The most prompt tokens a prefill step carries: the engine's, else
+        ``workloads/data/serving.toml``'s ``max_batched_tokens``."""
+        budget = None if self.engine is None else engine_profile(self.engine).token_budget
+        return budget or serving_settings().max_batched_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +233,7 @@ def _timed(
     )
 
 
-def _pj_j(nbytes: float, inter_node: bool) -> float:
+def pj_j(nbytes: float, inter_node: bool) -> float:
     """Joules of ``nbytes`` over a link (docs/models.md: pJ per bit)."""
     perf = default_settings()
     pj = perf.inter_node_link_pj_per_bit if inter_node else perf.intra_node_link_pj_per_bit
@@ -237,11 +246,21 @@ def pass_cost(
     """Pass ``p`` through a replica of ``pool`` (its ``t``, ``p``, ``ep``) as the engine sees
     it: the busiest stage's time, the latency through the stages with the sends between
     them, the device-seconds and the dynamic energy, the expert-parallel all-to-alls and the
-    pipeline sends priced by the cluster's links."""
+    pipeline sends priced by the cluster's links. Under a named engine (``ctx.engine``) its
+    all-reduce, its measured small-batch decode bandwidth and the wait before each of the
+    pass's kernels (:class:`~phaze.serving_engines.EngineProfile`)."""
     t, stages, ep = pool.t, pool.p, pool.ep
-    device = ctx.device or serving_device_profile(acc)
-    spt = _timed(model, timing_design(acc), ctx.cluster, p, t, ep, device, ctx.solver)
+    engine = None if ctx.engine is None else engine_profile(ctx.engine)
+    device = ctx.device or (serving_device_profile(acc) if engine is None else engine.device(acc))
+    design = acc
+    if engine is not None:  # a small decode batch at the engine's measured bandwidth
+        decodes = p.batch if p.new_tokens == 1 and p.cached_tokens else None
+        design = engine.design(acc, decodes, p.weight_format)
+    spt = _timed(model, timing_design(design), ctx.cluster, p, t, ep, device, ctx.solver)
     per_stage = list(spt.stage_latencies_s(model, stages))
+    if engine is not None:  # the wait before each kernel of the step
+        gaps = spt.stage_kernels(model, stages)
+        per_stage = [s + n * engine.kernel_gap_s for s, n in zip(per_stage, gaps, strict=True)]
     compute_j, memory_j, network_j = (t * x for x in spt.dynamic_j)
     blocks = stage_block_counts(model, stages)
     if ep > 1 and model.is_moe:
@@ -257,13 +276,13 @@ def pass_cost(
             first += n
         moe_blocks = model.layers - model.dense_layers
         sent = 2 * (ep - 1) / ep * per_device * moe_blocks * t
-        network_j += _pj_j(sent, bool(ctx.cluster.spans_nodes(span)))
+        network_j += pj_j(sent, bool(ctx.cluster.spans_nodes(span)))
     send_s = 0.0
     if stages > 1:
         nbytes = p.tokens * model.hidden * p.precision_bytes
         link = net.boundary_link(ctx.cluster, pool.devices, t, False, device.intra_node, nbytes)
         send_s = net.p2p_s(nbytes, link)
-        network_j += _pj_j((stages - 1) * nbytes, bool(ctx.cluster.spans_nodes(pool.devices)))
+        network_j += pj_j((stages - 1) * nbytes, bool(ctx.cluster.spans_nodes(pool.devices)))
     return PassCost(
         stage_s=max(per_stage),
         latency_s=sum(per_stage) + (stages - 1) * send_s,
@@ -283,7 +302,7 @@ def _mean(costs: list[tuple[float, PassCost]]) -> PassCost:
     return PassCost(*values)
 
 
-def _prefill(model, acc, pool: Layout, prompts: int, ctx: ServeContext) -> PassCost:
+def prefill_cost(model, acc, pool: Layout, prompts: int, ctx: ServeContext) -> PassCost:
     """A prefill of ``prompts`` whole prompts of each input length of the mix, weighted."""
     r, kw = ctx.requests, ctx.requests.pass_formats()
     costs = [
@@ -344,7 +363,7 @@ def pool_kv_capacity(
     )
 
 
-def _pool_memory(
+def pool_memory(
     model: Model,
     acc: Accelerator,
     pool: Layout,
@@ -421,54 +440,6 @@ def check_weight_format(acc: Accelerator, ctx: ServeContext) -> None:
     check_precision(acc, serving_settings().weight_recipes[fmt], f"weight format {fmt}")
 
 
-def _prompt_cache_bytes(model: Model, ctx: ServeContext) -> int:
-    """The KV cache a disaggregated prefill sends a decode pool for a prompt of the mean
-    length: all its tokens', or with a sliding window the window's."""
-    prompt = model.kv_tokens(round(ctx.lengths.input_tokens))
-    return prompt * kv_cache_bytes_per_token(model, 1, ctx.requests.kv_format)
-
-
-def _prompt_transfer(
-    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
-) -> tuple[float, float]:
-    """Seconds and joules of a disaggregated layout's handing a prompt's KV cache from its
-    prefill pool to its decode pool: each prefill device sends its shard (under MLA, whose
-    latent cache every tensor-parallel device holds whole, its stage's share) over the
-    measured point-to-point link, within a node or across nodes."""
-    pre = layout.prefill
-    per_request = _prompt_cache_bytes(model, ctx)
-    shard = per_request / (pre.t * pre.p) if not model.mla else per_request / pre.p
-    inter = bool(ctx.cluster.spans_nodes(layout.devices))
-    curve = (ctx.device or serving_device_profile(acc)).intra_node
-    bw, lat = (float(x) for x in net.measured_link(ctx.cluster, curve, inter, shard, "p2p"))
-    return lat + shard / bw, _pj_j(per_request, inter)
-
-
-def _chunk_steps(
-    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext, decode: ServingPass
-) -> tuple[list[ServingPass], list[PassCost]]:
-    """The two steps of a chunked-prefill layout, as passes and as the engine prices them: a
-    micro-batch's ``decode`` tokens riding on a chunk of the mean prompt tokens a step
-    prefills, and on the first chunk (the budget the decodes leave, at most a prompt), each
-    with the decodes' KV-cache reads from HBM."""
-    lengths, dec = ctx.lengths, layout.decode
-    micro = layout.batch // dec.p
-    isl = max(i for i, _, _ in ctx.requests.lengths)
-    mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
-    first_tokens = max(1, min(layout.chunk - micro, isl))
-    chunks = [chunk_pass(n, micro, ctx, model.max_positions) for n in (mean_tokens, first_tokens)]
-    sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
-    kv = pass_kv_read_bytes(model, dec.t, decode)  # one device, every stage
-    kv_j = dec.t * kv * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12
-    steps = [
-        mixed(
-            pass_cost(model, acc, dec, c, ctx), kv / dec.p / sustained, kv_j, dec.p, dec.t * dec.p
-        )
-        for c in chunks
-    ]
-    return chunks, steps
-
-
 def evaluate_layout(
     workload: str, model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
 ) -> ServingPoint:
@@ -485,69 +456,11 @@ def evaluate_layout(
     ctx = layout_context(layout, ctx)
     check_weight_format(acc, ctx)
     check_layout(model, acc, layout, ctx)
-    lengths, r, kw = ctx.lengths, ctx.requests, ctx.requests.pass_formats()
-    dec, b = layout.decode, layout.batch
-    micro = b // dec.p
-    decode_pass = decode_step(micro, ctx)
-    decode = pass_cost(model, acc, dec, decode_pass, ctx)
-    # the cache a sequence holds: its mean length when pages come on demand, its whole
-    # prompt and output when the scheduler reserves them at admission
-    whole = ctx.kv_admission == "whole-request"
-    in_flight = round(lengths.input_tokens + lengths.output_tokens / (1 if whole else 2))
-    common = {"replicas": dec.d, "replica_devices": dec.t * dec.p, "lengths": lengths}
-    isl = max(i for i, _, _ in r.lengths)
-    if layout.prefill is not None:
-        pre = layout.prefill
-        budget = serving_settings().max_batched_tokens
-        ks = prefill_batches(budget // isl)
-        prefills = {k: _prefill(model, acc, pre, k, ctx) for k in ks}
-        transfer_s, transfer_j = _prompt_transfer(model, acc, layout, ctx)
-        engine = disaggregated(
-            decode,
-            prefills,
-            batch=b,
-            decode_stages=dec.p,
-            decode_replicas=dec.d,
-            decode_devices=dec.t * dec.p,
-            prefill_stages=pre.p,
-            prefill_replicas=pre.d,
-            prefill_devices=pre.t * pre.p,
-            transfer_s=transfer_s,
-            transfer_j=transfer_j,
-            lengths=lengths,
-        )
-        memory = (
-            _pool_memory(model, acc, dec, [decode_pass], micro * dec.p, in_flight, ctx),
-            _pool_memory(
-                model,
-                acc,
-                pre,
-                [ServingPass.prefill(max(ks), i, **kw) for i, _, _ in r.lengths],
-                max(ks),
-                isl,
-                ctx,
-            ),
-        )
-    elif layout.batching == "static":
-        prefill = _prefill(model, acc, dec, b, ctx)
-        engine = static(decode, prefill, batch=b, **common)
-        full = isl + max(o for _, o, _ in r.lengths) - 1
-        passes = [decode_pass, *(ServingPass.prefill(b, i, **kw) for i, _, _ in r.lengths)]
-        fraction = serving_settings().static_memory_fraction
-        memory = (_pool_memory(model, acc, dec, passes, b, full, ctx, fraction),)
-    elif layout.chunk is None:
-        k = prefill_batch(b, lengths)
-        prefill = _prefill(model, acc, dec, k, ctx)
-        engine = prefill_first(decode, prefill, batch=b, prefill_prompts=k, stages=dec.p, **common)
-        passes = [decode_pass, *(ServingPass.prefill(k, i, **kw) for i, _, _ in r.lengths)]
-        memory = (_pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
-    else:
-        chunks, steps = _chunk_steps(model, acc, layout, ctx, decode_pass)
-        engine = chunked(
-            steps[0], steps[1], batch=b, chunk_tokens=layout.chunk, stages=dec.p, **common
-        )
-        passes = [decode_pass, *chunks]
-        memory = (_pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
+    # the layout's batching and KV admission policies (a registry: phaze.serving_policies,
+    # which prices passes with this module's functions, hence the import here)
+    from phaze.serving_policies import price_layout
+
+    engine, memory = price_layout(model, acc, layout, ctx)
     score = serving_score(
         engine,
         acc=acc,

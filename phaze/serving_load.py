@@ -36,12 +36,13 @@ from arch_space.accelerator import host_share
 from phaze.serving import ServeContext, ServingPoint, layout_context, pool_kv_capacity
 from phaze.serving_arrivals import Arrivals
 from phaze.serving_load_price import PoolPricer
+from phaze.serving_policies import kv_admission_policy
 from phaze_common.errors import ConfigError
 from placement.layout import Layout
 from placement.serving_engine import prefill_batches
 from placement.serving_sim import EngineRun, EngineSpec, simulate_engine
 from workloads import Model
-from workloads.serving import RequestBatch, serving_settings
+from workloads.serving import RequestBatch
 
 __all__ = ["LoadSettings", "load_settings", "LoadResult", "simulate_load"]
 
@@ -150,13 +151,12 @@ def _spec(
     model: Model, acc: Accelerator, pool: Layout, workspace: int, ctx: ServeContext, **kw: Any
 ) -> EngineSpec:
     """The scheduler of a replica of ``pool``: its KV pages as the steady state sizes them."""
-    settings = serving_settings()
     cap = pool_kv_capacity(model, acc, pool, workspace, ctx)
     return EngineSpec(
         kv_pages=max(1, cap.pages),
         page_tokens=cap.page_tokens,
-        prefill_tokens=settings.max_batched_tokens,
-        whole_request=ctx.kv_admission == "whole-request",
+        prefill_tokens=ctx.token_budget,
+        whole_request=kv_admission_policy(ctx.kv_admission).whole_request,
         **kw,
     )
 
@@ -219,7 +219,7 @@ def _prefill_pool(
     """A disaggregated prefill pool's runs, and each request's admission and first token:
     whole prompts, as many per pass as the steady state's largest prompt batch."""
     pre, acc = point.layout.prefill, point.design
-    budget = serving_settings().max_batched_tokens
+    budget = ctx.token_budget
     prompts = max(prefill_batches(budget // int(np.max(arrivals.input_tokens))))
     workspace = point.memory[1].workspace_bytes
     spec = _spec(model, acc, pre, workspace, ctx, batch=prompts, chunk=None)

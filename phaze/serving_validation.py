@@ -36,6 +36,7 @@ from typing import Any, Final
 from arch_space import Accelerator, Cluster, preset
 from arch_space.perf.device import device_profile
 from phaze.serving import ServeContext, evaluate_layout
+from phaze.serving_engines import engine_profile
 from phaze.serving_search import search
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
@@ -78,7 +79,7 @@ _DATA = ("data", "serving_points.toml")
 @dataclass(frozen=True, slots=True)
 class ServingRow:
     """One published serving measurement: what ran (model, preset, GPUs, layout, lengths,
-    formats, how its engine reserved a request's KV cache where it differs from the default)
+    formats, the engine it was measured with: a profile of :mod:`phaze.serving_engines`)
     and its metric (:data:`METRICS`) with the source it cites."""
 
     case: str
@@ -101,7 +102,12 @@ class ServingRow:
     ttft_limit_s: float | None = None
     tpot_limit_s: float | None = None
     fitted: bool = False
-    kv_admission: str | None = None
+    engine: str = ""
+
+    @property
+    def kv_admission(self) -> str:
+        """How its engine's scheduler reserved a request's KV cache (the engine's profile)."""
+        return engine_profile(self.engine).kv_admission
 
     @property
     def metric(self) -> str:
@@ -144,7 +150,7 @@ def _row(p: Mapping[str, Any], sources: Mapping[str, str]) -> ServingRow:
         measured=float(p[METRICS[kind][0]]),
         ttft_limit_s=p.get("ttft_limit_s"),
         tpot_limit_s=p.get("tpot_limit_s"),
-        kv_admission=p.get("kv_admission"),
+        engine=p["engine"],
     )
 
 
@@ -160,13 +166,17 @@ def load_points() -> tuple[ServingRow, ...]:
     """The shipped serving points; a damaged file is one ConfigError naming the problem."""
     doc = _doc()
     try:
-        return tuple(_row(p, doc["sources"]) for p in doc["point"])
+        rows = tuple(_row(p, doc["sources"]) for p in doc["point"])
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"serving_points.toml: unreadable ({type(e).__name__}: {e})") from None
+    for r in rows:
+        engine_profile(r.engine)  # a row naming no profile is one ConfigError
+    return rows
 
 
 def _device(row: ServingRow) -> Accelerator:
-    """The row's preset, with the HBM of its chip when a ``[[chip]]`` row gives it."""
+    """The row's preset, with the HBM of its chip when a ``[[chip]]`` row gives it (and the
+    preset's measured rates: ``measured_as``, since a preset with other HBM matches none)."""
     acc = preset(row.preset)
     for c in _doc().get("chip", ()):
         if c["chip"] == row.chip and c["preset"] == row.preset:
@@ -174,6 +184,7 @@ def _device(row: ServingRow) -> Accelerator:
                 acc,
                 hbm_bytes=int(c["hbm_bytes"]),
                 hbm_bandwidth_bytes_per_s=float(c["hbm_bandwidth_bytes_per_s"]),
+                measured_as=row.preset,
             )
     return acc
 
@@ -199,6 +210,7 @@ class RowResult:
         return {
             "case": r.case,
             "kind": r.kind,
+            "engine": r.engine,
             "metric": r.metric,
             "measured": r.measured,
             "predicted": self.predicted,
@@ -220,7 +232,7 @@ def _context(row: ServingRow, lengths: tuple[int, int], **kw: Any) -> ServeConte
     kv = row.kv_format if row.kv_format in serving_settings().format_bytes else "bf16"
     weights = FORMATS_MODELLED[row.weight_format]
     requests = RequestBatch.of(*lengths, kv_format=kv, weight_format=weights)
-    return ServeContext(cluster, requests, kv_admission=row.kv_admission, **kw)
+    return ServeContext(cluster, requests, engine=row.engine, **kw)
 
 
 def _predict(row: ServingRow) -> tuple[float, str]:
@@ -229,7 +241,7 @@ def _predict(row: ServingRow) -> tuple[float, str]:
     pool = f"t={row.tp},p={row.pp},d={row.replicas},ep=1"
     isl, osl = row.input_tokens, row.output_tokens
     if row.kind == "decode-batch1":
-        ctx = _context(row, (isl, osl), device=device_profile(acc).alone())
+        ctx = _context(row, (isl, osl))
         lay = parse_serving(f"{pool},batch=1,chunk=off,batching=static")
         point = evaluate_layout(row.case, model, acc, lay, ctx)
         return point.engine.output_tokens_per_s, str(lay)

@@ -62,8 +62,9 @@ def test_trtllm_fp8_points_run_their_checkpoints_fp8_kv_cache():
     assert len(rows) == 8 and all(r.kv_format == "fp8" for r in rows)
     row = next(r for r in rows if r.input_tokens == r.output_tokens == 2048)
     fp8, bf16 = evaluate_row(row), evaluate_row(replace(row, kv_format="not stated"))
-    batch = {r.layout.split("batch=")[1].split(",")[0] for r in (fp8, bf16)}
-    assert batch == {"64", "32"}  # twice the sequences in the same pages
+    batch = [int(r.layout.split("batch=")[1].split(",")[0]) for r in (fp8, bf16)]
+    # about twice the sequences in the same pages (TensorRT-LLM's CUDA-graph batch sizes)
+    assert batch == [120, 56]
     # twice the sequences, each step reading as many cache bytes and a little more compute:
     # up to twice the output rate, never more
     assert 1.5 < fp8.predicted / bf16.predicted < 2.0
@@ -72,10 +73,17 @@ def test_trtllm_fp8_points_run_their_checkpoints_fp8_kv_cache():
 @pytest.mark.slow
 def test_validate_serve_meets_its_held_out_target():
     doc = _validate()
-    assert doc["within_target"] and doc["summary"]["held_out"]["mean_abs_error_pct"] <= 15.0
+    held = doc["summary"]["held_out"]
+    assert doc["within_target"] and held["mean_abs_error_pct"] <= 12.0
+    assert held["max_abs_error_pct"] <= 35.0
+    assert doc["target_held_out_max_abs_error_pct"] == 35.0
 
 
 def test_validate_serve_fails_a_target_it_misses():
     result = CliRunner().invoke(cli, ["validate", "serve", "--held-out-mean-pct", "1"])
     assert result.exit_code == 3
     assert "held-out mean |error|" in result.output
+    largest = CliRunner().invoke(cli, ["validate", "serve", "--held-out-max-pct", "1"])
+    assert largest.exit_code == 3
+    error = largest.output.strip().splitlines()[-1]
+    assert error.startswith("Error: held-out max |error|") and "mean" not in error

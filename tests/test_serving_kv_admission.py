@@ -9,6 +9,7 @@ import pytest
 import phaze
 from arch_space import Cluster, preset
 from phaze.serving import ServeContext, evaluate_layout
+from phaze.serving_engines import engine_profile
 from phaze.serving_validation import load_points
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
@@ -56,11 +57,14 @@ def test_reserving_whole_requests_fits_fewer_sequences():
     assert _fits("whole-request", lo * 94 // 125 - 1)
 
 
-def test_the_trtllm_v1_rows_reserve_whole_requests_and_the_others_keep_the_default():
+def test_the_trtllm_v1_rows_reserve_whole_requests_as_their_engine_does():
     rows = load_points()
     trt = [r for r in rows if r.source == "trtllm-perf-overview"]
-    assert len(trt) == 8 and all(r.kv_admission == "whole-request" for r in trt)
-    assert all(r.kv_admission is None for r in rows if r.source != "trtllm-perf-overview")
+    assert len(trt) == 8 and all(r.engine == "trtllm" for r in trt)
+    assert all(r.kv_admission == "whole-request" for r in trt)
+    # the admission is the engine profile's, not the row's
+    assert all(r.kv_admission == engine_profile(r.engine).kv_admission for r in rows)
+    assert engine_profile("vllm").kv_admission == serving_settings().kv_admission
 
 
 def test_an_unknown_admission_is_one_config_error_naming_the_choices():

@@ -37,6 +37,7 @@ from workloads.precision import Recipe, recipe
 
 __all__ = [
     "KV_ADMISSIONS",
+    "PREEMPTIONS",
     "ServingSettings",
     "serving_settings",
     "ServingPass",
@@ -51,6 +52,10 @@ _DATA_FILE = "serving.toml"
 #: How a scheduler reserves a request's KV cache: pages as its tokens arrive, or its whole
 #: prompt and output when it is admitted (``[scheduler] kv_admission`` of serving.toml).
 KV_ADMISSIONS: Final = ("on-demand", "whole-request")
+#: What a scheduler does with a running request whose next page does not fit: drop its cache
+#: and prefill its prompt and generated tokens again (vLLM's recompute preemption; swapping
+#: the cache to host memory is not modelled).
+PREEMPTIONS: Final = ("recompute",)
 
 
 @dataclass(frozen=True, slots=True)

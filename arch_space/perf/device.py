@@ -43,6 +43,7 @@ __all__ = [
     "generic_profile",
     "preset_profile",
     "profile_from_mapping",
+    "custom_all_reduce_curve",
 ]
 
 _DATA_FILE: Final = "devices.toml"
@@ -262,6 +263,17 @@ def _latency_curve(
     busbw = [factor * s / t for s, t in points if _number(t) and t > 0]
     table = {k: v for k, v in data.items() if k != "latency_s"}
     return _curve({**table, "busbw_bytes_per_s": busbw}, f"{owner}.custom_all_reduce", problems)
+
+
+def custom_all_reduce_curve(data: Mapping[str, Any], owner: str) -> CollectiveCurve:
+    """An engine's all-reduce measured as latency by message size (``devices``,
+    ``line_rate_bytes_per_s``, ``size_bytes``, ``latency_s``), as a curve; every problem
+    named in one ConfigError."""
+    problems: list[str] = []
+    curve = _latency_curve(data, owner, problems)
+    if curve is None:
+        raise ConfigError(f"{owner}: " + "; ".join(problems))
+    return curve
 
 
 def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> DeviceProfile:

@@ -38,6 +38,7 @@ from phaze.cli.serve_load import (
 from phaze.executors.progress import ticking
 from phaze.run import parse_tokens
 from phaze.serving import OBJECTIVES, ServingPoint
+from phaze.serving_engines import engine_names, engine_profile
 from phaze.serving_load import load_settings
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_noun, fmt_percent, fmt_quantity, fmt_time
@@ -105,6 +106,13 @@ __all__ = ["serve", "serving_document"]
     "[default: workloads/data/serving.toml's].",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(engine_names()),
+    help="Serving engine profile (phaze/data/serving_engines.toml): its scheduler's rules "
+    "(batching, batch sizes, chunked prefill, KV admission), all-reduce, kernel gaps and "
+    "measured small-batch bandwidth [default: workloads/data/serving.toml's generic engine].",
+)
+@click.option(
     "--weight-format",
     type=click.Choice(tuple(serving_settings().weight_recipes)),
     help="Number format of the blocks' weights: fp8 and nvfp4 run their GEMMs on fp8 / fp4 "
@@ -134,6 +142,7 @@ def serve(
     disaggregate,
     kv_format,
     kv_admission,
+    engine,
     weight_format,
     tokens_to_serve,
     as_json,
@@ -175,6 +184,7 @@ def serve(
         "disaggregate": disaggregate,
         "kv_format": kv_format,
         "kv_admission": kv_admission,
+        "engine": engine,
         "weight_format": weight_format,
         "tokens_to_serve": None if tokens_to_serve is None else parse_tokens(tokens_to_serve),
         "scoring": scoring,
@@ -214,7 +224,13 @@ def _document(
         "objective": options["objective"],
         "weight_format": point.layout.weights or "bf16",
         "kv_format": options["kv_format"],
-        "kv_admission": options["kv_admission"] or serving_settings().kv_admission,
+        "kv_admission": options["kv_admission"]
+        or (
+            serving_settings().kv_admission
+            if options["engine"] is None
+            else engine_profile(options["engine"]).kv_admission
+        ),
+        "engine": options["engine"],
         **serving_document(point),
     }
 
@@ -302,6 +318,11 @@ def serving_document(point: ServingPoint) -> dict[str, object]:
     }
 
 
+def _engine_label(name: str) -> str:
+    profile = engine_profile(name)
+    return f"{name} ({profile.label} {profile.version})"
+
+
 def _print(point: ServingPoint, doc: dict) -> None:
     e, sc, q = point.engine, point.score, fmt_quantity
     lay = point.layout
@@ -310,8 +331,10 @@ def _print(point: ServingPoint, doc: dict) -> None:
         for name, key in (("TTFT", "ttft_limit_s"), ("TPOT", "tpot_limit_s"))
         if doc[key] is not None
     )
+    engine = doc["engine"]
     rows = [
         ["layout", str(lay)],
+        ["engine", "generic (serving.toml)" if engine is None else _engine_label(engine)],
         ["latency limits", f"{limits or 'none'} ({'met' if point.meets_slo else 'missed'})"],
         ["TTFT (mean)", fmt_time(e.ttft_s)],
         ["TPOT (mean)", fmt_time(e.tpot_s)],

@@ -58,6 +58,7 @@ _HEAD = (
     "weight_format",
     "kv_format",
     "kv_admission",
+    "engine",
 )
 
 
@@ -183,7 +184,11 @@ def serve_under_load(
         weight_format=header["weight_format"],
     )
     ctx = ServeContext(
-        cluster=cluster, requests=requests, kv_admission=header["kv_admission"], scoring=scoring
+        cluster=cluster,
+        requests=requests,
+        kv_admission=header["kv_admission"],
+        scoring=scoring,
+        engine=header["engine"],
     )
     p99 = p99_limits(load)
     limits = (

@@ -3,7 +3,9 @@
 Every point of ``phaze/data/serving_points.toml`` is predicted at its published layout
 (:mod:`phaze.serving_validation`); the table shows each row's error, then the mean and
 largest |error| of the fitted and held-out rows and by kind of point, and lists the rows
-that wait (a weight format not modelled, a dataset's lengths not collected). Exit status 3 when the held-out mean misses its target.
+that wait (a weight format not modelled, a dataset's lengths not collected). Each row runs
+under the engine profile it names (``phaze/data/serving_engines.toml``). Exit status 3 when
+the held-out mean or largest |error| misses its target.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def _group_rows(summary: dict) -> list[list[str]]:
     return rows
 
 
-def _print(results: list[RowResult], summary: dict, target: float) -> None:
+def _print(results: list[RowResult], summary: dict, targets: tuple[float, float]) -> None:
     sources = list(dict.fromkeys(r.row.citation for r in results))
     live = [r for r in results if not r.row.waiting]
     click.echo(
@@ -40,6 +42,7 @@ def _print(results: list[RowResult], summary: dict, target: float) -> None:
     rows = [
         [
             r.row.case,
+            r.row.engine,
             r.row.metric,
             fmt_quantity(r.row.measured, r.row.unit, digits=4),
             "infeasible" if r.predicted is None else fmt_quantity(r.predicted, r.row.unit, 4),
@@ -49,12 +52,13 @@ def _print(results: list[RowResult], summary: dict, target: float) -> None:
         ]
         for r in live
     ]
-    head = ["point", "metric", "published", "predicted", "error %", "", "source"]
+    head = ["point", "engine", "metric", "published", "predicted", "error %", "", "source"]
     click.echo(table(rows, head))
     click.echo("")
     click.echo(table(_group_rows(summary), ["group", "rows", "mean |error| %", "max |error| %"]))
     click.echo(
-        f"target: held-out mean |error| <= {target:g}% (no parameter is fitted to these rows)"
+        f"target: held-out mean |error| <= {targets[0]:g}% and max <= {targets[1]:g}% (no "
+        "parameter is fitted to these rows)"
     )
     for r in live:
         if r.predicted is None:
@@ -70,16 +74,18 @@ def _print(results: list[RowResult], summary: dict, target: float) -> None:
 
 
 @click.command("serve")
-@tolerance_option("--held-out-mean-pct", 15.0, "the held-out points' mean")
+@tolerance_option("--held-out-mean-pct", 12.0, "the held-out points' mean")
+@tolerance_option("--held-out-max-pct", 35.0, "any held-out point")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def serve(held_out_mean_pct: float, as_json: bool) -> None:
+def serve(held_out_mean_pct: float, held_out_max_pct: float, as_json: bool) -> None:
     """Published serving measurements (gpt-fast decode at batch 1, TensorRT-LLM static-batch
     throughput and first-token latency, MLPerf and TensorRT-LLM FP8 tables) against the
     serving model at their published layouts.
 
     Points that ran a weight format Phaze does not model for serving, or whose dataset's
-    lengths are not collected, are listed as waiting. No parameter is fitted to these points. Exits 3 when the
-    held-out mean |error| misses its target.
+    lengths are not collected, are listed as waiting. Each point runs under the serving
+    engine it was measured with (its profile). No parameter is fitted to these points.
+    Exits 3 when the held-out mean or largest |error| misses its target.
     """
     rows = load_points()
     show = sys.stderr.isatty()
@@ -90,19 +96,27 @@ def serve(held_out_mean_pct: float, as_json: bool) -> None:
 
     results = evaluate_rows(rows, progress)
     summary = summarize(results)
-    mean = summary["held_out"]["mean_abs_error_pct"]
-    missed = mean is None or mean > held_out_mean_pct
+    held = summary["held_out"]
+    mean, largest = held["mean_abs_error_pct"], held["max_abs_error_pct"]
+    misses = []
+    if mean is None:
+        misses.append("held-out mean |error|: no evaluated point")
+    else:
+        if mean > held_out_mean_pct:
+            misses.append(f"held-out mean |error| {mean:.1f}% exceeds {held_out_mean_pct:g}%")
+        if largest > held_out_max_pct:
+            misses.append(f"held-out max |error| {largest:.1f}% exceeds {held_out_max_pct:g}%")
     if as_json:
         echo_json(
             {
                 "target_held_out_mean_abs_error_pct": held_out_mean_pct,
+                "target_held_out_max_abs_error_pct": held_out_max_pct,
                 "rows": [r.record() for r in results],
                 "summary": summary,
-                "within_target": not missed,
+                "within_target": not misses,
             }
         )
     else:
-        _print(results, summary, held_out_mean_pct)
-    if missed:
-        shown = "no evaluated point" if mean is None else f"{mean:.1f}%"
-        raise NoFeasiblePoint(f"held-out mean |error| {shown} exceeds {held_out_mean_pct:g}%")
+        _print(results, summary, (held_out_mean_pct, held_out_max_pct))
+    if misses:
+        raise NoFeasiblePoint("; ".join(misses))

@@ -1,0 +1,312 @@
+"""The engine policies a serving layout runs, each a named entry of a small registry
+(docs/serving.md, "Engine policies").
+
+* **batching** (:data:`BATCHING`): how a layout's steps are made, priced into the engine's
+  steady state and the memory of a device of each pool: ``static`` (a batch prefilled
+  together then decoded to its end), ``continuous`` (whole prompts prefilled in steps of
+  their own between decode steps), ``chunked`` (a token budget per step, the decodes first
+  and a chunk of a prompt in the rest) and ``disaggregated`` (separate prefill and decode
+  pools, the KV cache sent between them). :func:`batching_policy` names the one a layout
+  runs.
+* **KV admission** (:data:`KV_ADMISSION`): how much of a request's KV cache the scheduler
+  holds while it runs: its pages as its tokens arrive (``on-demand``) or its whole prompt
+  and output from admission (``whole-request``).
+* **preemption** (:data:`PREEMPTION`): what a scheduler does with a request whose next
+  page does not fit: ``recompute`` (vLLM's: the request's pages are freed and its prompt
+  and generated tokens prefilled again when it is readmitted); the simulation under load
+  (:mod:`placement.serving_sim`) runs it.
+
+:func:`phaze.serving.evaluate_layout` looks its layout's policies up here; a new policy is a
+new entry, not a branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from arch_space import Accelerator
+from arch_space.perf import default_settings
+from arch_space.tech import tech_node
+from ilp.serving import serving_device_profile
+from phaze.serving import (
+    PoolMemory,
+    ServeContext,
+    chunk_pass,
+    decode_step,
+    pass_cost,
+    pj_j,
+    pool_memory,
+    prefill_cost,
+)
+from phaze_common.errors import unknown_name
+from placement import network as net
+from placement.serving_engine import (
+    EngineResult,
+    Lengths,
+    PassCost,
+    chunked,
+    disaggregated,
+    mixed,
+    prefill_batch,
+    prefill_batches,
+    prefill_first,
+    static,
+)
+from placement.serving_layout import ServingLayout
+from workloads import Model
+from workloads.serving import (
+    PREEMPTIONS,
+    ServingPass,
+    kv_cache_bytes_per_token,
+    serving_settings,
+)
+from workloads.serving_costs import pass_kv_read_bytes
+
+__all__ = [
+    "KvAdmission",
+    "KV_ADMISSION",
+    "kv_admission_policy",
+    "Preemption",
+    "PREEMPTION",
+    "BatchingPolicy",
+    "BATCHING",
+    "batching_policy",
+    "price_layout",
+]
+
+
+# ---- KV admission ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KvAdmission:
+    """How a scheduler reserves a request's KV cache: ``whole_request`` holds its prompt and
+    whole output from admission; otherwise pages come as tokens arrive, so over its life a
+    request holds its prompt and half its output on average."""
+
+    name: str
+    whole_request: bool
+
+    def in_flight_tokens(self, lengths: Lengths) -> int:
+        """The cache tokens a running sequence holds in steady state."""
+        held = lengths.output_tokens if self.whole_request else lengths.output_tokens / 2
+        return round(lengths.input_tokens + held)
+
+
+KV_ADMISSION: Final[Mapping[str, KvAdmission]] = MappingProxyType(
+    {
+        "on-demand": KvAdmission("on-demand", whole_request=False),
+        "whole-request": KvAdmission("whole-request", whole_request=True),
+    }
+)
+
+
+def kv_admission_policy(name: str) -> KvAdmission:
+    """The registered KV admission policy ``name`` (a ConfigError naming them otherwise)."""
+    if name not in KV_ADMISSION:
+        raise unknown_name("KV admission policy", name, KV_ADMISSION)
+    return KV_ADMISSION[name]
+
+
+# ---- preemption --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """What a scheduler does with a running request whose next page does not fit
+    (``recompute``: its cache is dropped and its prompt and generated tokens prefilled again
+    on readmission, as :func:`placement.serving_sim.simulate_engine` runs it)."""
+
+    name: str
+
+
+PREEMPTION: Final[Mapping[str, Preemption]] = MappingProxyType(
+    {name: Preemption(name) for name in PREEMPTIONS}
+)
+
+
+# ---- batching ----------------------------------------------------------------------------
+
+#: A batching policy's pricing: (model, accelerator, layout, context, admission, the decode
+#: micro-batch's pass and its cost) -> the engine's steady state and each pool's memory.
+Pricer = Callable[
+    [Model, Accelerator, ServingLayout, ServeContext, KvAdmission, ServingPass, PassCost],
+    tuple[EngineResult, tuple[PoolMemory, ...]],
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingPolicy:
+    """A named batching policy and its pricing (:data:`Pricer`)."""
+
+    name: str
+    price: Pricer
+
+
+def _common(layout: ServingLayout, ctx: ServeContext) -> dict[str, object]:
+    dec = layout.decode
+    return {"replicas": dec.d, "replica_devices": dec.t * dec.p, "lengths": ctx.lengths}
+
+
+def _longest_prompt(ctx: ServeContext) -> int:
+    return max(i for i, _, _ in ctx.requests.lengths)
+
+
+def _static(model, acc, layout, ctx, admission, decode_pass, decode):
+    """A batch of prompts prefilled together, then decoded to its end; the device holds the
+    batch's whole cache at its longest (an engine without paging)."""
+    r, kw, dec, b = ctx.requests, ctx.requests.pass_formats(), layout.decode, layout.batch
+    prefill = prefill_cost(model, acc, dec, b, ctx)
+    engine = static(decode, prefill, batch=b, **_common(layout, ctx))
+    isl = _longest_prompt(ctx)
+    full = isl + max(o for _, o, _ in r.lengths) - 1
+    passes = [decode_pass, *(ServingPass.prefill(b, i, **kw) for i, _, _ in r.lengths)]
+    fraction = serving_settings().static_memory_fraction
+    return engine, (pool_memory(model, acc, dec, passes, b, full, ctx, fraction),)
+
+
+def _continuous(model, acc, layout, ctx, admission, decode_pass, decode):
+    """Continuous batching with whole prompts prefilled in steps of their own."""
+    r, kw, dec, b = ctx.requests, ctx.requests.pass_formats(), layout.decode, layout.batch
+    k = prefill_batch(b, ctx.lengths)
+    prefill = prefill_cost(model, acc, dec, k, ctx)
+    engine = prefill_first(
+        decode, prefill, batch=b, prefill_prompts=k, stages=dec.p, **_common(layout, ctx)
+    )
+    passes = [decode_pass, *(ServingPass.prefill(k, i, **kw) for i, _, _ in r.lengths)]
+    in_flight = admission.in_flight_tokens(ctx.lengths)
+    return engine, (pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
+
+
+def _chunk_steps(
+    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext, decode: ServingPass
+) -> tuple[list[ServingPass], list[PassCost]]:
+    """The two steps of a chunked-prefill layout, as passes and as the engine prices them: a
+    micro-batch's ``decode`` tokens riding on a chunk of the mean prompt tokens a step
+    prefills, and on the first chunk (the budget the decodes leave, at most a prompt), each
+    with the decodes' KV-cache reads from HBM."""
+    lengths, dec = ctx.lengths, layout.decode
+    micro = layout.batch // dec.p
+    isl = _longest_prompt(ctx)
+    mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
+    first_tokens = max(1, min(layout.chunk - micro, isl))
+    chunks = [chunk_pass(n, micro, ctx, model.max_positions) for n in (mean_tokens, first_tokens)]
+    sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
+    kv = pass_kv_read_bytes(model, dec.t, decode)  # one device, every stage
+    kv_j = dec.t * kv * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12
+    steps = [
+        mixed(
+            pass_cost(model, acc, dec, c, ctx), kv / dec.p / sustained, kv_j, dec.p, dec.t * dec.p
+        )
+        for c in chunks
+    ]
+    return chunks, steps
+
+
+def _chunked(model, acc, layout, ctx, admission, decode_pass, decode):
+    """Chunked prefill: a token budget per step, the decodes first and a prompt's chunk in
+    the rest, both through the same matmuls."""
+    chunks, steps = _chunk_steps(model, acc, layout, ctx, decode_pass)
+    dec, b = layout.decode, layout.batch
+    engine = chunked(
+        steps[0],
+        steps[1],
+        batch=b,
+        chunk_tokens=layout.chunk,
+        stages=dec.p,
+        **_common(layout, ctx),
+    )
+    in_flight = admission.in_flight_tokens(ctx.lengths)
+    return engine, (pool_memory(model, acc, dec, [decode_pass, *chunks], b, in_flight, ctx),)
+
+
+def _prompt_cache_bytes(model: Model, ctx: ServeContext) -> int:
+    """The KV cache a disaggregated prefill sends a decode pool for a prompt of the mean
+    length: all its tokens', or with a sliding window the window's."""
+    prompt = model.kv_tokens(round(ctx.lengths.input_tokens))
+    return prompt * kv_cache_bytes_per_token(model, 1, ctx.requests.kv_format)
+
+
+def _prompt_transfer(
+    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+) -> tuple[float, float]:
+    """Seconds and joules of a disaggregated layout's handing a prompt's KV cache from its
+    prefill pool to its decode pool: each prefill device sends its shard (under MLA, whose
+    latent cache every tensor-parallel device holds whole, its stage's share) over the
+    measured point-to-point link, within a node or across nodes."""
+    pre = layout.prefill
+    per_request = _prompt_cache_bytes(model, ctx)
+    shard = per_request / (pre.t * pre.p) if not model.mla else per_request / pre.p
+    inter = bool(ctx.cluster.spans_nodes(layout.devices))
+    curve = (ctx.device or serving_device_profile(acc)).intra_node
+    bw, lat = (float(x) for x in net.measured_link(ctx.cluster, curve, inter, shard, "p2p"))
+    return lat + shard / bw, pj_j(per_request, inter)
+
+
+def _disaggregated(model, acc, layout, ctx, admission, decode_pass, decode):
+    """Separate prefill and decode pools, each request's KV cache sent between them."""
+    r, kw = ctx.requests, ctx.requests.pass_formats()
+    dec, pre, b = layout.decode, layout.prefill, layout.batch
+    isl = _longest_prompt(ctx)
+    ks = prefill_batches(ctx.token_budget // isl)
+    prefills = {k: prefill_cost(model, acc, pre, k, ctx) for k in ks}
+    transfer_s, transfer_j = _prompt_transfer(model, acc, layout, ctx)
+    engine = disaggregated(
+        decode,
+        prefills,
+        batch=b,
+        decode_stages=dec.p,
+        decode_replicas=dec.d,
+        decode_devices=dec.t * dec.p,
+        prefill_stages=pre.p,
+        prefill_replicas=pre.d,
+        prefill_devices=pre.t * pre.p,
+        transfer_s=transfer_s,
+        transfer_j=transfer_j,
+        lengths=ctx.lengths,
+    )
+    micro = b // dec.p
+    in_flight = admission.in_flight_tokens(ctx.lengths)
+    prompts = [ServingPass.prefill(max(ks), i, **kw) for i, _, _ in r.lengths]
+    memory = (
+        pool_memory(model, acc, dec, [decode_pass], micro * dec.p, in_flight, ctx),
+        pool_memory(model, acc, pre, prompts, max(ks), isl, ctx),
+    )
+    return engine, memory
+
+
+BATCHING: Final[Mapping[str, BatchingPolicy]] = MappingProxyType(
+    {
+        p.name: p
+        for p in (
+            BatchingPolicy("static", _static),
+            BatchingPolicy("continuous", _continuous),
+            BatchingPolicy("chunked", _chunked),
+            BatchingPolicy("disaggregated", _disaggregated),
+        )
+    }
+)
+
+
+def batching_policy(layout: ServingLayout) -> BatchingPolicy:
+    """The batching policy a complete layout runs: separate pools, else its batching, with
+    a chunk budget the chunked policy."""
+    if layout.prefill is not None:
+        return BATCHING["disaggregated"]
+    if layout.batching == "static":
+        return BATCHING["static"]
+    return BATCHING["continuous" if layout.chunk is None else "chunked"]
+
+
+def price_layout(
+    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+) -> tuple[EngineResult, tuple[PoolMemory, ...]]:
+    """The engine's steady state and each pool's memory under the layout's batching policy
+    and the context's KV admission."""
+    admission = kv_admission_policy(ctx.kv_admission)
+    decode_pass = decode_step(layout.batch // layout.decode.p, ctx)
+    decode = pass_cost(model, acc, layout.decode, decode_pass, ctx)
+    return batching_policy(layout).price(model, acc, layout, ctx, admission, decode_pass, decode)
