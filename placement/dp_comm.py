@@ -148,6 +148,17 @@ def _step_s(problem: PlacementProblem, zero: int, params, expert, ep: int, n):
     )
 
 
+def _ring_s(problem: PlacementProblem, c: Collective, nbytes, passes, inter, n, per_node):
+    """(latency, seconds moving bytes) of one collective ``c`` of ``nbytes`` in ``passes``
+    over the ``n`` data-parallel ranks, ``per_node`` of them in a node."""
+    bw, lat = net.measured_link(
+        problem.cluster, problem.collectives, inter, nbytes, c.link_kind, passes, per_node
+    )
+    if c.link_kind == "ring" and np.any(inter):
+        lat = np.where(inter, net.ring_latency_s(n, per_node), lat)
+    return lat, passes * nbytes / bw
+
+
 def dp_time(
     problem: PlacementProblem,
     t: int,
@@ -197,15 +208,9 @@ def dp_time(
     per_node = net.members_per_node(cl, t, n)
 
     def ring(c: Collective, what):
-        """(latency, seconds moving bytes) of one of ``c`` over ``what`` parameters."""
-        nbytes = what * c.bytes_per_parameter
-        passes = c.passes * share
-        bw, lat = net.measured_link(
-            cl, problem.collectives, inter, nbytes, c.link_kind, passes, per_node
+        return _ring_s(
+            problem, c, what * c.bytes_per_parameter, c.passes * share, inter, n, per_node
         )
-        if c.link_kind == "ring" and np.any(inter):
-            lat = np.where(inter, net.ring_latency_s(n, per_node), lat)
-        return lat, passes * nbytes / bw
 
     per_mb = micro_batches_per_pipeline(m, d)
     unit_params, unit_s = unit

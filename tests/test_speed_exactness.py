@@ -5,7 +5,9 @@ evaluation's times and placement are those the code before them printed, bit for
 scan, the lazy pair moves and the shared block graphs (``phaze evaluate`` with the arguments
 below), so it covers the MoE passes, the 3 recompute modes and 4 micro-batches searched; it
 was printed again when the H100's fitted clock moved from 0.706 to 0.708 (the placement the
-same, the times 0.15 % shorter; the old file still matched at 0.706).
+same, the times 0.15 % shorter; the old file still matched at 0.706), and when a fused
+cross entropy came to keep bf16 logits (2 bytes each, not 4: the last stage's memory 65.5 MB
+less, the times the same).
 The keys compared are those the schedules and the placement decide (other figures of the
 document, such as power or cost, may move with their own models).
 """
