@@ -15,8 +15,11 @@ from spaces import space_toml
 import phaze
 from arch_space import Cluster
 from phaze.cli import cli
+from phaze.config import SERVE_OBJECTIVES, SweepConfig
 from phaze.serving_arrivals import Arrivals
-from phaze.sweep.pairs import PoolRun, pair_records
+from phaze.serving_load import simulate_load
+from phaze.sweep.pairs import PoolRun, arrivals_at, pair_records, pool_runs, split_point
+from phaze.sweep.planning import plan
 from phaze.sweep.serve_tasks import AtRate
 from phaze_common.errors import ConfigError
 from results import load
@@ -177,7 +180,9 @@ def test_a_paired_sweep_stores_every_pair_of_its_pools(paired):
         if p["feasible_at_rate"]:
             assert p["tpot_p99_s"] <= 0.03 and p["slo_attainment"] >= 0.99
     assert any(p["feasible_at_rate"] for p in pairs)
-    assert "meeting the SLO at the rate" in r.output and "prefill-decode pairs" in r.output
+    assert "best by usd_per_million_tokens_at_rate (min) meeting the SLO at the rate" in r.output
+    assert f"{len(pairs)} prefill-decode pairs" in r.output
+    assert "(the cheapest single design: $" in r.output
 
 
 def test_a_paired_sweep_repeats_exactly_and_resumes_without_pairing_again(
@@ -253,3 +258,38 @@ def test_search_at_a_rate_runs_the_serving_search_the_cli_runs(tmp_path):
     with pytest.raises(ConfigError, match="pairs = true needs rate"):
         phaze.search(["gpt3-125m"], space=str(space), mode="serve", pairs=True,
                      out_dir=tmp_path / "o2")  # fmt: skip
+
+
+def test_the_p99_limits_replace_the_mean_ones_at_the_rate():
+    ctx = _Ctx()
+    ctx.ttft_limit_s, ctx.tpot_limit_s = 0.5, 0.02
+    assert AtRate(1.0, 4, 0).limits(ctx) == (0.5, 0.02)
+    assert AtRate(1.0, 4, 0, p99_tpot_limit_s=0.03).limits(ctx) == (None, 0.03)
+    assert AtRate(1.0, 4, 0).key() == "|rate=1|requests=4|seed=0"
+    assert AtRate(1.0, 4, 0, 0.2, 0.03).key().endswith("|p99_ttft=0.2|p99_tpot=0.03")
+
+
+def test_a_design_paired_with_itself_is_its_own_disaggregated_layout_under_load():
+    """Pooled runs against the whole layout's simulation (the decode pool fed by the
+    prefill pool's completions): TTFT is the same run; TPOT differs only by how the
+    prefill pool's queueing shifts the decode pool's arrivals."""
+    cfg = SweepConfig(
+        mode="serve", workloads=("gpt3-125m",), space="tiny", presets=("a100",), devices=4,
+        devices_per_node=2, input_tokens=256, output_tokens=16, batches=(8,), rate=100.0,
+        requests=200, objectives=SERVE_OBJECTIVES,
+    )  # fmt: skip
+    shared, designs = plan(cfg)
+    (acc,) = (a for a in designs if a.name == "a100")
+    name, model = shared.workloads[0]
+    (rec,) = pair_records(
+        pool_runs(shared, acc), arrivals_at(shared.at_rate, shared.serve), shared.serve,
+        shared.at_rate,
+    )  # fmt: skip
+    point = split_point(name, model, acc, 8, "bf16", shared.serve)
+    assert shared.serve.cluster.spans_nodes(point.layout.devices)  # the same link as a pair's
+    whole = simulate_load(model, point, shared.serve, arrivals_at(shared.at_rate, shared.serve))
+    assert whole.stable and rec["stable"] == 1
+    assert rec["kv_transfer_s"] == pytest.approx(point.engine.transfer_s)
+    assert rec["ttft_p99_s"] == pytest.approx(whole.ttft_s[2])
+    assert rec["tpot_p99_s"] == pytest.approx(whole.tpot_s[2], rel=0.02)
+    assert rec["tpot_p50_s"] == pytest.approx(whole.tpot_s[0], rel=0.02)

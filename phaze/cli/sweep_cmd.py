@@ -43,10 +43,11 @@ from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_noun
 from results.compare import comparison_text
 from results.display import fmt_values
+from results.pairs import FRONT_AXES, cheapest, front
 from results.pareto import parse_objectives
 from results.schema import AGGREGATE_WORKLOAD, AT_RATE_COLUMNS, SERVE_COLUMNS
 from results.store import load
-from results.summary import top_designs
+from results.summary import by_workload, top_designs
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 from workloads.precision import DEFAULT_PRECISION, recipe_names
 from workloads.serving import serving_settings
@@ -492,8 +493,36 @@ def _echo_outcome(
         click.echo(comparison_text(out))
     for line in _top_tables(out, cfg):
         click.echo(line)
+    if cfg.pairs:
+        click.echo(_pairs_text(out))
     if report_path is not None:
         click.echo(f"\nreport: {report_path}")
+
+
+def _pairs_text(out: Path) -> str:
+    """Per workload, the cheapest prefill-decode pair meeting the SLO at the rate beside
+    the cheapest single design there, and the size of the pairs' front."""
+    with load(out) as store:
+        pairs, points = store.pairs(), store.points(feasible_only=True)
+    lines = []
+    metric = FRONT_AXES[0]
+    for w, w_pairs in by_workload(pairs).items():
+        pair = cheapest(w_pairs)
+        single = cheapest([p for p in points if p["workload"] == w])
+        head = f"\n{w}: {len(w_pairs)} prefill-decode pairs, {len(front(w_pairs))} on the front"
+        if pair is None:
+            lines.append(f"{head}; none meets the SLO at the rate")
+            continue
+        usd = fmt_values(metric, [pair[metric], single[metric] if single else None])
+        lines.append(
+            f"{head}; the cheapest meeting the SLO at the rate: prefill on "
+            f"{pair['prefill_design_name'] or pair['prefill_design_id']} "
+            f"({pair['prefill_strategy']}), decode on "
+            f"{pair['decode_design_name'] or pair['decode_design_id']} "
+            f"({pair['decode_strategy']}), {usd[0]} per million output tokens "
+            f"(the cheapest single design: {usd[1]})"
+        )
+    return "\n".join(lines)
 
 
 def _result_doc(result: SweepResult, report_path: Path | None, cfg: SweepConfig) -> dict:
