@@ -1,6 +1,6 @@
 """The fronts of a serving sweep at a rate: the prefill-decode design pairs' and the single
 designs', each the cost per million output tokens that meets the SLO at the rate against
-the p99 time per output token there (both lower is better; docs/serving.md, "Pairs").
+the p99 time per output token there (both lower is better; docs/serving.md, "Pairs of designs").
 
 Only pairs and points that meet the SLO at the rate (``feasible_at_rate``) have a cost at
 the rate, so only they can be on a front.

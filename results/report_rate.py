@@ -189,7 +189,7 @@ def _pairs_html(
         "lends its prefill pool and its decode pool; every prefill pool is paired with every "
         "decode pool (a design with itself too), the prompt's KV cache sent across nodes "
         "between them. Each pool is simulated alone at the rate, its requests' times "
-        'combined per pair (docs/serving.md, "Pairs").</p>',
+        'combined per pair (docs/serving.md, "Pairs of designs").</p>',
         figures([plot]),
     ]
     for w, w_pairs in by_workload(pairs).items():
