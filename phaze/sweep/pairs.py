@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from arch_space import Accelerator, design_id
+from phaze.executors import Progress, Runner
 from phaze.serving import ServeContext, ServingPoint, pair_transfer_s
 from phaze.serving_arrivals import Arrivals, generate
 from phaze.serving_load import load_settings, pool_times
@@ -38,6 +39,7 @@ from phaze.sweep.planning import Shared, serve_formats
 from phaze.sweep.serve_tasks import AtRate
 from phaze_common.errors import ConfigError, Infeasible
 from placement import Layout, parse_serving
+from results.store import Store
 from workloads import Model
 from workloads.serving import serving_settings
 
@@ -231,7 +233,11 @@ def pair_records(
 
 
 def run_pairs(
-    store, shared: Shared, designs: tuple[Accelerator, ...], runner, progress=None
+    store: Store,
+    shared: Shared,
+    designs: tuple[Accelerator, ...],
+    runner: Runner,
+    progress: Progress | None = None,
 ) -> int:
     """Pair the pools of ``designs`` (their runs spread over ``runner``'s workers, advancing
     ``progress``) and
