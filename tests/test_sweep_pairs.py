@@ -85,6 +85,27 @@ def _oracle_front(records):
     return {r["key"] for r in ok if not any(dominates(q, r) for q in ok)}
 
 
+def test_the_pairs_front_of_two_by_two_pools_by_hand():
+    # prefill: P0 one device at $1/h, P1 two at $1/h; decode: D0 slow at $1/h, D1 fast at $4/h.
+    # TPOT comes from the decode pool (the same transfer), so each P1 pair costs more than
+    # the P0 pair with the same decode pool at the same TPOT: the front is P0+D0 (cheapest)
+    # and P0+D1 (fastest).
+    a = np.arange(4.0)
+    runs = (
+        _pool("P0", "prefill", a + 0.1, devices=1, usd=1.0, transfer=0.01),
+        _pool("P1", "prefill", a + 0.05, devices=2, usd=1.0, transfer=0.01),
+        _pool("D0", "decode", a + 0.5, devices=1, usd=1.0),
+        _pool("D1", "decode", a + 0.2, devices=1, usd=4.0),
+    )
+    records = pair_records(runs, _arrivals(), _Ctx(), _AT)
+    named = {(r["prefill_design_id"], r["decode_design_id"]): r for r in records}
+    assert named["P0", "D0"]["tpot_p99_s"] == pytest.approx(0.051)
+    assert named["P0", "D1"]["tpot_p99_s"] == pytest.approx(0.021)
+    got = [(r["prefill_design_id"], r["decode_design_id"]) for r in front(records)]
+    assert got == [("P0", "D0"), ("P0", "D1")]
+    assert {r["key"] for r in front(records)} == _oracle_front(records)
+
+
 def test_the_pairs_front_is_the_brute_force_one():
     a = np.arange(4.0)
     rng = np.random.default_rng(5)

@@ -7,9 +7,10 @@ limits when some layout does, else the one with the lowest TPOT (``meets_slo`` 0
 design's points over the batches are its throughput-latency curve.
 
 With a ``rate`` (:class:`AtRate`), each point's layout is also simulated under that many
-requests per second arriving (:func:`phaze.serving_load.simulate_load`): its p99 TTFT and
-TPOT, whether it is stable, its SLO attainment against the sweep's latency limits, and its
-cost per million output tokens at the rate; a point unstable or missing the limits there is
+requests per second arriving (:func:`phaze.serving_load.simulate_load`): its p50 and p99
+TTFT and TPOT, whether it is stable, its SLO attainment and goodput against the limits at
+the rate (the p99 limits when given, else the mean ones), and its cost per million output
+tokens at the rate; a point unstable or missing the limits there is
 ``feasible_at_rate`` 0 (kept, not deleted).
 """
 
@@ -196,11 +197,12 @@ def at_rate_columns(
 ) -> dict[str, Any]:
     """The columns of ``point``'s layout simulated at ``at_rate``: p50 and p99 TTFT and TPOT
     (None when unstable), stability, the share of requests within the latency limits
-    (:meth:`AtRate.limits`; None without limits) and the rate of those (goodput), and whether the layout serves the rate within the limits (stable,
-    and the attainment capacity planning asks for); only then its cost per million output
-    tokens at the rate (the device-hours over the tokens served), so that ranking by it ranks
-    the layouts that meet the SLO at the rate. A layout the simulation cannot run (static batching, a request larger than a
-    replica's KV cache) is infeasible at the rate, its figures None."""
+    (:meth:`AtRate.limits`; None without limits) and the rate of those (goodput), and
+    whether the layout serves the rate within the limits (stable, and the attainment
+    capacity planning asks for); only then its cost per million output tokens at the rate
+    (the device-hours over the tokens served), so that ranking by it ranks the layouts that
+    meet the SLO at the rate. A layout the simulation cannot run (static batching, a request
+    larger than a replica's KV cache) is infeasible at the rate, its figures None."""
     r = ctx.requests
     arrivals = generate(
         at_rate.rate_per_s,
