@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from arch_space import Accelerator, Cluster
 from arch_space.formats import check_precision
@@ -89,6 +89,12 @@ def search(
     hbm_tbps: Sequence[float] = (),
     weight_formats: Sequence[str] = ("bf16",),
     allow_context_extension: bool = False,
+    rate: float | None = None,
+    requests: int | None = None,
+    seed: int | None = None,
+    p99_ttft_limit_s: float | None = None,
+    p99_tpot_limit_s: float | None = None,
+    pairs: bool = False,
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
@@ -106,48 +112,72 @@ def search(
     ``batches``, the serving layout searched under the mean latency limits (seconds, None:
     none), separate prefill and decode pools too unless ``disaggregate`` is false, at each
     of ``weight_formats`` (bf16, fp8) a design's tensor cores run; ``objectives`` then default to the serving ones (:data:`phaze.config.SERVE_OBJECTIVES`).
+    A serving sweep's ``rate`` (requests/s) also simulates every point's layout under
+    ``requests`` Poisson arrivals drawn with ``seed`` (None: the defaults, 2000 and 0),
+    each request held to ``p99_ttft_limit_s`` and ``p99_tpot_limit_s`` (None: the mean
+    limits), and ranks first by the cost per million tokens that meets the SLO at the rate
+    (:data:`phaze.config.SERVE_OBJECTIVES_AT_RATE`); ``pairs`` also pairs every design's
+    prefill pool with every design's decode pool (read them with
+    ``results.load(out_dir).pairs()``), as ``phaze sweep --rate R --pairs`` does.
     ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s). Points
     already in ``out_dir`` are reused; ``allow_context_extension`` as in :func:`evaluate`.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
+    args = dict(locals())  # the arguments, before any other name is bound
     cluster = cluster or Cluster(devices=64)
     _check_limits(cluster, seq_len, global_batch, ("micro_batches", micro_batches))
     if any(h % (1 << 20) for h in hbm_sizes):
         raise ConfigError(f"hbm_sizes = {list(hbm_sizes)!r} must be whole MiB (bytes)")
     given = {
-        "workloads": list(workloads),
-        "precision": list(precisions),
-        "space": space,
+        **{k: args[k] for k in _SEARCH_KEYS},
+        **{k: list(args[k]) for k in _SEARCH_LISTS},
         **_cluster_keys(cluster),
-        "seq_len": seq_len,
-        "global_batch": global_batch,
-        "micro_batches": list(micro_batches),
+        "precision": list(precisions),
         "hbm_gib": [h / _GIB for h in hbm_sizes],
         "recompute": list(recompute_modes),
-        "objectives": list(objectives),
-        "prune": prune,
-        "framework": framework,
-        "zero": list(zero),
-        "ep": list(ep),
-        "cp": list(cp),
-        "presets": list(presets),
-        "mode": mode,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "batches": list(batches),
-        "disaggregate": disaggregate,
-        "hbm_tbps": list(hbm_tbps),
-        "weight_formats": list(weight_formats),
-        "allow_context_extension": allow_context_extension,
-        "ttft_limit_s": ttft_limit_s,
-        "tpot_limit_s": tpot_limit_s,
-        "sequence_parallel": sequence_parallel,
-        "tokens_to_train": tokens_to_train,
     }
     cfg = _sweep_config(given, solver or SolverSettings(), scoring or ScoringParams())
     run_sweep(cfg, out_dir, executor=executor, jobs=jobs, progress=progress)
     with load(out_dir) as store:
         return store.points()
+
+
+#: :func:`search`'s arguments that are ``[sweep]`` keys of the same name, as given ...
+_SEARCH_KEYS: Final = (
+    "space",
+    "seq_len",
+    "global_batch",
+    "prune",
+    "framework",
+    "mode",
+    "input_tokens",
+    "output_tokens",
+    "disaggregate",
+    "allow_context_extension",
+    "ttft_limit_s",
+    "tpot_limit_s",
+    "sequence_parallel",
+    "tokens_to_train",
+    "rate",
+    "requests",
+    "seed",
+    "p99_ttft_limit_s",
+    "p99_tpot_limit_s",
+    "pairs",
+)
+#: ... and as lists.
+_SEARCH_LISTS: Final = (
+    "workloads",
+    "micro_batches",
+    "objectives",
+    "zero",
+    "ep",
+    "cp",
+    "presets",
+    "batches",
+    "hbm_tbps",
+    "weight_formats",
+)
 
 
 def _cluster_keys(cluster: Cluster) -> dict[str, Any]:

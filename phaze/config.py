@@ -38,6 +38,7 @@ __all__ = [
     "MODES",
     "MODE_KEYS",
     "SERVE_OBJECTIVES",
+    "SERVE_OBJECTIVES_AT_RATE",
     "RECOMPUTE_MODES",
     "DEFAULT_SEQUENCE_PARALLEL",
     "SolverSettings",
@@ -61,6 +62,9 @@ SERVE_OBJECTIVES: Final = (
     "usd_per_million_tokens",
     "kgco2e_per_million_tokens",
 )
+#: ... and of a serving sweep at a rate: the cost per million tokens that meets the SLO
+#: there first.
+SERVE_OBJECTIVES_AT_RATE: Final = ("usd_per_million_tokens_at_rate", *SERVE_OBJECTIVES)
 _GIB: Final = 1 << 30
 #: The packages whose code and data decide a sweep's numbers: every file in them counts
 #: towards :func:`model_digest`, found by walking the installed package, so a module or data
@@ -160,7 +164,10 @@ class SweepConfig:
     (both modes) replaces each space design's HBM bandwidth by each value (TB/s), its stacks
     derived again; presets keep theirs. A serving sweep's ``rate`` (requests/s) also simulates
     each point's layout under that load: ``requests`` arrivals (None: the simulation's
-    default) drawn with ``seed`` (None: 0).
+    default) drawn with ``seed`` (None: 0); ``p99_ttft_limit_s`` and ``p99_tpot_limit_s``
+    are the latency limits each request is held to there (None: the mean limits), as
+    ``phaze serve --capacity`` holds them. ``pairs`` also serves every prefill pool of one
+    design with every decode pool of another (:mod:`phaze.sweep.pairs`; needs a rate).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -200,6 +207,9 @@ class SweepConfig:
     rate: float | None = None
     requests: int | None = None
     seed: int | None = None
+    p99_ttft_limit_s: float | None = None
+    p99_tpot_limit_s: float | None = None
+    pairs: bool = False
     solver: SolverSettings = field(default_factory=SolverSettings)
     scoring: ScoringParams = field(default_factory=ScoringParams)
 
@@ -214,9 +224,15 @@ class SweepConfig:
         """A content hash of everything that changes results: the settings its mode uses
         (not the keys :data:`MODE_KEYS` gives only the other mode) and the models' code
         (:func:`model_digest`), not the output directory. The load keys count only with a
-        rate, so a sweep without one hashes as before they existed."""
+        rate (the p99 limits when given, pairing when on), so a sweep without them hashes as
+        before they existed."""
         unused = {k for m in MODES if m != self.mode for k in MODE_KEYS[m]}
-        unused |= {k for k in ("rate", "requests", "seed") if getattr(self, k) is None}
+        unused |= {
+            k
+            for k in ("rate", "requests", "seed", "p99_ttft_limit_s", "p99_tpot_limit_s")
+            if getattr(self, k) is None
+        }
+        unused |= {"pairs"} if not self.pairs else set()
         settings = {k: v for k, v in self.as_dict().items() if k not in unused}
         text = json.dumps({**settings, "models": model_digest()}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -366,6 +382,9 @@ _RULES: Final = MappingProxyType(
             + ", ".join(serving_settings().weight_recipes),
         ),
         "rate": (False, _is_pos_num, "a finite positive number (requests/s)"),
+        "p99_ttft_limit_s": (False, _is_pos_num, "a finite positive number (seconds)"),
+        "p99_tpot_limit_s": (False, _is_pos_num, "a finite positive number (seconds)"),
+        "pairs": (False, lambda v: isinstance(v, bool), "true or false"),
         "requests": (
             False,
             lambda v: _is_pos_int(v) and 2 <= v <= 1_000_000,
@@ -423,11 +442,19 @@ def sweep_config_from_mapping(
                 if (p := over_limit(key, v, limit)) is not None
             ]
         kw[key] = vals if is_list else value
-    for key in ("hbm_gib", "hbm_tbps", "ttft_limit_s", "tpot_limit_s", "rate"):
+    for key in (
+        "hbm_gib",
+        "hbm_tbps",
+        "ttft_limit_s",
+        "tpot_limit_s",
+        "rate",
+        "p99_ttft_limit_s",
+        "p99_tpot_limit_s",
+    ):
         if key in kw:
             kw[key] = tuple(map(float, kw[key])) if key.startswith("hbm") else float(kw[key])
     if kw.get("mode") == "serve" and "objectives" not in kw:
-        kw["objectives"] = SERVE_OBJECTIVES
+        kw["objectives"] = SERVE_OBJECTIVES if "rate" not in kw else SERVE_OBJECTIVES_AT_RATE
     if "tokens_to_train" in kw and not problems:
         kw["tokens_to_train"] = parse_tokens(kw["tokens_to_train"])
     known_solver = {k: v for k, v in solver_d.items() if k in _SOLVER_KEYS}

@@ -44,7 +44,14 @@ from placement.serving_sim import EngineRun, EngineSpec, simulate_engine
 from workloads import Model
 from workloads.serving import RequestBatch
 
-__all__ = ["LoadSettings", "load_settings", "LoadResult", "simulate_load"]
+__all__ = [
+    "LoadSettings",
+    "load_settings",
+    "LoadResult",
+    "simulate_load",
+    "PoolTimes",
+    "pool_times",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +298,39 @@ def simulate_load(
         ctx,
         (ttft_limit_s, tpot_limit_s),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolTimes:
+    """One pool of a disaggregated layout run alone on the arrivals: each request's time
+    out of the pool (the prefill pool's first token, the decode pool's last token, its KV
+    cache there on arrival), and whether the pool kept up with the arrivals."""
+
+    done_s: np.ndarray
+    stable: bool
+
+
+def pool_times(
+    model: Model, point: ServingPoint, ctx: ServeContext, arrivals: Arrivals, pool: str
+) -> PoolTimes:
+    """Run ``point``'s ``pool`` (``"prefill"`` or ``"decode"``; the layout disaggregated)
+    alone on ``arrivals``, as :func:`simulate_load` runs it, so that a prefill pool of one
+    design can be paired with a decode pool of another (:mod:`phaze.sweep.pairs`)."""
+    lay, acc = point.layout, point.design
+    ctx = layout_context(lay, dataclasses.replace(ctx, requests=_mean_requests(arrivals, ctx)))
+    if pool == "prefill":
+        _, _, done = _prefill_pool(model, point, ctx, arrivals)
+    else:
+        dec = lay.decode
+        workspace = point.memory[0].workspace_bytes
+        spec = _spec(model, acc, dec, workspace, ctx, batch=lay.batch, chunk=None)
+        pricer = PoolPricer(model, acc, dec, ctx)
+        runs, routes = _run_pool(arrivals, arrivals.output_tokens, dec.d, spec, pricer, True)
+        done = _gather(runs, routes, "finished_s")
+    a = arrivals.arrival_s
+    rates = (arrivals.rate_per_s, len(a) / float(np.max(done) - a[0]), 0.0)
+    stable, _ = _stability(a, done, rates, load_settings().stable_tolerance)
+    return PoolTimes(done, stable)
 
 
 def _stability(

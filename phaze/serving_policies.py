@@ -34,8 +34,10 @@ from ilp.serving import serving_device_profile
 from phaze.serving import (
     PoolMemory,
     ServeContext,
+    ServingPoint,
     chunk_pass,
     decode_step,
+    layout_context,
     pass_cost,
     pj_j,
     pool_memory,
@@ -75,6 +77,7 @@ __all__ = [
     "BATCHING",
     "batching_policy",
     "price_layout",
+    "pair_transfer_s",
 ]
 
 
@@ -231,19 +234,32 @@ def _prompt_cache_bytes(model: Model, ctx: ServeContext) -> int:
 
 
 def _prompt_transfer(
-    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+    model: Model,
+    acc: Accelerator,
+    layout: ServingLayout,
+    ctx: ServeContext,
+    inter: bool | None = None,
 ) -> tuple[float, float]:
     """Seconds and joules of a disaggregated layout's handing a prompt's KV cache from its
     prefill pool to its decode pool: each prefill device sends its shard (under MLA, whose
     latent cache every tensor-parallel device holds whole, its stage's share) over the
-    measured point-to-point link, within a node or across nodes."""
+    measured point-to-point link, within a node or across nodes (``inter``; None: across
+    when the layout's devices span nodes)."""
     pre = layout.prefill
     per_request = _prompt_cache_bytes(model, ctx)
     shard = per_request / (pre.t * pre.p) if not model.mla else per_request / pre.p
-    inter = bool(ctx.cluster.spans_nodes(layout.devices))
+    if inter is None:
+        inter = bool(ctx.cluster.spans_nodes(layout.devices))
     curve = (ctx.device or serving_device_profile(acc)).intra_node
     bw, lat = (float(x) for x in net.measured_link(ctx.cluster, curve, inter, shard, "p2p"))
     return lat + shard / bw, pj_j(per_request, inter)
+
+
+def pair_transfer_s(model: Model, point: ServingPoint, ctx: ServeContext) -> float:
+    """Seconds to send a prompt's KV cache from ``point``'s prefill pool to a decode pool on
+    other machines (a pair of designs: :mod:`phaze.sweep.pairs`), across nodes."""
+    ctx = layout_context(point.layout, ctx)
+    return _prompt_transfer(model, point.design, point.layout, ctx, inter=True)[0]
 
 
 def _disaggregated(model, acc, layout, ctx, admission, decode_pass, decode):

@@ -41,6 +41,9 @@ MODE_KEYS: Final = MappingProxyType(
             "rate",
             "requests",
             "seed",
+            "p99_ttft_limit_s",
+            "p99_tpot_limit_s",
+            "pairs",
         ),
     }
 )

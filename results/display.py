@@ -41,7 +41,9 @@ _SUFFIX_UNITS: Final = (
     ("_s", "s"),
 )
 # Fractions of a whole, shown as percentages.
-_FRACTIONS: Final = frozenset({"mfu", "schedule_gap_max", "area_headroom", "power_headroom"})
+_FRACTIONS: Final = frozenset(
+    {"mfu", "schedule_gap_max", "area_headroom", "power_headroom", "slo_attainment"}
+)
 _FRACTION_SUFFIXES: Final = ("_fraction", "_utilisation", "_utilization")
 
 

@@ -32,6 +32,7 @@ from results.display import (
 from results.pareto import Objective, ObjectiveSpec, parse_objectives
 from results.plots import Plot, draw, save_plots, standard_plots
 from results.report_presets import versus_presets
+from results.report_rate import rate_sections
 from results.report_serving import serving_sections
 from results.report_style import CSS as _CSS
 from results.report_time import time_breakdown_html
@@ -142,6 +143,9 @@ def render_report(
             points, inputs, lambda ps: _figures(ps, image_format, images), top=top,
             plots_dir=plots_dir, drawn=images,
         )  # fmt: skip
+        sections += rate_sections(
+            points, store.pairs(), inputs, lambda ps: _figures(ps, image_format, images), top=top
+        )
     else:
         sections = [
             ("presets", "Searched designs against the presets", versus_presets(points)),

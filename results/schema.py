@@ -32,6 +32,8 @@ __all__ = [
     "HEADROOM_COLUMNS",
     "SERVE_COLUMNS",
     "AT_RATE_COLUMNS",
+    "PAIR_COLUMNS",
+    "PAIR_COLUMN_NAMES",
     "column",
     "numeric_column",
 ]
@@ -41,8 +43,9 @@ __all__ = [
 # system (hosts, network, data centre). 5: serving points (mode, batch, lengths, TTFT, TPOT,
 # rates, energy, cost and carbon per token). 6: the design's tensor-core formats and each
 # point's precision recipe. 7: serving points simulated at a rate (p99 TTFT and TPOT,
-# stability, SLO attainment, cost per token at the rate, feasibility at the rate).
-SCHEMA_VERSION: Final = 7
+# stability, SLO attainment, cost per token at the rate, feasibility at the rate). 8: p50
+# latencies and goodput at the rate; the ``pairs`` table of prefill-decode design pairs.
+SCHEMA_VERSION: Final = 8
 
 # The workload name of the per-design aggregate rows.
 AGGREGATE_WORKLOAD: Final = "*all*"
@@ -198,10 +201,16 @@ POINT_COLUMNS: Final[tuple[Column, ...]] = (
        "serving at the sweep's rate: 99th-percentile time to first token (null when unstable)"),
     _c("tpot_p99_s", "REAL", "s", "min", "p99 TPOT at rate",
        "serving at the sweep's rate: 99th-percentile time per output token (null when unstable)"),
+    _c("ttft_p50_s", "REAL", "s", "min", "p50 TTFT at rate",
+       "serving at the sweep's rate: median time to first token (null when unstable)"),
+    _c("tpot_p50_s", "REAL", "s", "min", "p50 TPOT at rate",
+       "serving at the sweep's rate: median time per output token (null when unstable)"),
     _c("stable", "INTEGER", "", None, "stable at rate",
        "serving at the sweep's rate: 1 if the queue stays bounded, 0 if it grows"),
     _c("slo_attainment", "REAL", "", "max", "SLO attainment",
        "serving at the sweep's rate: share of requests within the TTFT and TPOT limits (0-1)"),
+    _c("goodput_requests_per_s", "REAL", "1/s", "max", "goodput at rate",
+       "serving at the sweep's rate: requests per second completed within the limits"),
     _c("usd_per_million_tokens_at_rate", "REAL", "USD", "min", "$ per Mtoken at rate",
        "serving at the sweep's rate: device-hours per million output tokens served at the rate "
        "(null when the point is not feasible at the rate)"),
@@ -269,6 +278,49 @@ SERVE_COLUMNS: Final = COLUMN_NAMES[COLUMN_NAMES.index("batch") : COLUMN_NAMES.i
 AT_RATE_COLUMNS: Final = COLUMN_NAMES[
     COLUMN_NAMES.index("ttft_p99_s") : COLUMN_NAMES.index("placement")
 ]
+
+# The ``pairs`` table: a serving sweep's prefill pool of one design with the decode pool of
+# another, simulated at the sweep's rate (phaze.sweep.pairs); the figures as a point's.
+PAIR_COLUMNS: Final[tuple[Column, ...]] = (
+    _c("key", "TEXT", "", None, "key", "content key of (workload, both pools, weights, rate)"),
+    _c("workload", "TEXT", "", None, "workload", "model served"),
+    _c("prefill_design_id", "TEXT", "", None, "prefill design id", "the prefill pool's design"),
+    _c("prefill_design_name", "TEXT", "", None, "prefill design", "its name (a preset's)"),
+    _c("decode_design_id", "TEXT", "", None, "decode design id", "the decode pool's design"),
+    _c("decode_design_name", "TEXT", "", None, "decode design", "its name (a preset's)"),
+    _c("precision", "TEXT", "", None, "precision", "the weights' format's precision recipe"),
+    _c("batch", "INTEGER", "", None, "batch", "sequences in flight per decode replica"),
+    _c("prefill_strategy", "TEXT", "", None, "prefill pool", "the prefill pool's layout"),
+    _c("decode_strategy", "TEXT", "", None, "decode pool", "the decode pool's layout"),
+    _c("prefill_devices", "INTEGER", "", None, "prefill devices", "devices of the prefill pool"),
+    _c("decode_devices", "INTEGER", "", None, "decode devices", "devices of the decode pool"),
+    _c("devices", "INTEGER", "", None, "devices", "devices of both pools"),
+    _c(
+        "kv_transfer_s",
+        "REAL",
+        "s",
+        "min",
+        "KV transfer",
+        "a prompt's KV cache sent from the prefill pool to the decode pool, across nodes",
+    ),
+    *(
+        c
+        for c in POINT_COLUMNS
+        if c.name
+        in (
+            "ttft_p99_s",
+            "tpot_p99_s",
+            "ttft_p50_s",
+            "tpot_p50_s",
+            "stable",
+            "slo_attainment",
+            "goodput_requests_per_s",
+            "usd_per_million_tokens_at_rate",
+            "feasible_at_rate",
+        )
+    ),
+)
+PAIR_COLUMN_NAMES: Final = tuple(c.name for c in PAIR_COLUMNS)
 
 assert len(COLUMNS) == len(POINT_COLUMNS), "duplicate column name"
 assert set(DESIGN_COLUMNS) | set(TIME_TERM_COLUMNS) | set(ENERGY_TERM_COLUMNS) <= set(COLUMNS)

@@ -22,6 +22,8 @@ Tables
 ``manifest``  key -> JSON value: tool version, config hash, solver and settings, wall times.
 ``designs``   design_id -> accelerator parameters (columns of ``DESIGN_COLUMNS``) + ``extra`` JSON.
 ``points``    key -> every column of :data:`results.schema.POINT_COLUMNS`.
+``pairs``     key -> every column of :data:`results.schema.PAIR_COLUMNS` (a serving sweep's
+              prefill-decode design pairs; empty without pairing).
 
 Examples
 --------
@@ -43,7 +45,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -59,7 +61,15 @@ from results._sqlite import (
     store_error,
     unwritable,
 )
-from results.schema import COLUMN_NAMES, COLUMNS, DESIGN_COLUMNS, POINT_COLUMNS, SCHEMA_VERSION
+from results.schema import (
+    COLUMN_NAMES,
+    COLUMNS,
+    DESIGN_COLUMNS,
+    PAIR_COLUMN_NAMES,
+    PAIR_COLUMNS,
+    POINT_COLUMNS,
+    SCHEMA_VERSION,
+)
 
 __all__ = ["STORE_FILENAME", "Store", "load", "store_path"]
 
@@ -88,7 +98,13 @@ _SCHEMA_SQL: Final = (
     )
     + ")",
     "CREATE INDEX points_workload ON points (workload, design_id)",
+    "CREATE TABLE pairs ("
+    + ", ".join(
+        f"{c.name} {c.sqltype}" + (" PRIMARY KEY" if c.name == "key" else "") for c in PAIR_COLUMNS
+    )
+    + ")",
 )
+_PAIR_COLUMNS: Final = {c.name: c for c in PAIR_COLUMNS}
 
 
 def store_path(out_dir: str | Path) -> Path:
@@ -238,6 +254,32 @@ class Store:
         with self._transaction():
             self._conn.execute(sql, (*row, dumps(extra)))
 
+    def put_pairs(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Store prefill-decode pairs (insert or replace by ``key``) in one transaction, so
+        that a workload's pairs are all stored or none; bad values are one ConfigError."""
+        problems: list[str] = []
+        rows = [
+            tuple(
+                _cell(n, r.get(n), problems, "pair record", _PAIR_COLUMNS)
+                for n in PAIR_COLUMN_NAMES
+            )
+            for r in records
+        ]
+        problems += [
+            f"pair record: {k} is not a pair column"
+            for r in records
+            for k in r
+            if k not in _PAIR_COLUMNS
+        ]
+        if problems:
+            raise ConfigError("; ".join(dict.fromkeys(problems)))
+        sql = (
+            f"INSERT OR REPLACE INTO pairs ({', '.join(PAIR_COLUMN_NAMES)}) "
+            f"VALUES ({', '.join('?' * len(PAIR_COLUMN_NAMES))})"
+        )
+        with self._transaction():
+            self._conn.executemany(sql, rows)
+
     def set_manifest(self, entries: Mapping[str, Any]) -> None:
         """Set manifest entries (tool version, config hash, solver, wall times per stage, ...).
 
@@ -300,6 +342,13 @@ class Store:
             rec["feasible"] = bool(rec["feasible"])
             out.append(rec)
         return out
+
+    def pairs(self, workload: str | None = None) -> list[dict[str, Any]]:
+        """Stored prefill-decode pairs as records, ordered by (workload, key)."""
+        sql = f"SELECT {', '.join(PAIR_COLUMN_NAMES)} FROM pairs"
+        args = () if workload is None else (workload,)
+        sql += (" WHERE workload = ?" if workload is not None else "") + " ORDER BY workload, key"
+        return [dict(zip(PAIR_COLUMN_NAMES, row, strict=True)) for row in self._read(sql, args)]
 
     def designs(self) -> list[dict[str, Any]]:
         """Stored designs (columns merged with ``extra``), ordered by design_id."""
@@ -416,13 +465,15 @@ def _point_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
     return row
 
 
-def _cell(name: str, value: Any, problems: list[str], source: str) -> Any:
-    """One SQL value for column ``name``, or None after noting a problem."""
+def _cell(
+    name: str, value: Any, problems: list[str], source: str, columns: Mapping = COLUMNS
+) -> Any:
+    """One SQL value for column ``name`` of ``columns``, or None after noting a problem."""
     if value is None:
         return None
     if hasattr(value, "item") and callable(value.item) and not isinstance(value, str):
         value = value.item()  # numpy scalar
-    col = COLUMNS[name]
+    col = columns[name]
     if name == "placement" and not isinstance(value, str):
         return dumps(value)
     if name == "feasible":

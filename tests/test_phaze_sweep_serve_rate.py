@@ -142,13 +142,19 @@ def test_the_config_hash_counts_the_load_only_with_a_rate():
         dataclasses.replace(at, seed=1).config_hash(),
         dataclasses.replace(at, requests=100).config_hash(),
         dataclasses.replace(at, rate=20.0).config_hash(),
+        dataclasses.replace(at, p99_tpot_limit_s=0.05).config_hash(),
+        dataclasses.replace(at, pairs=True).config_hash(),
     }
-    assert len(hashes) == 5
+    assert len(hashes) == 7
     # without a rate, the hash is the one of the settings before the load keys existed
     settings = {
         k: v
         for k, v in serve.as_dict().items()
-        if k not in (*MODE_KEYS["train"], "rate", "requests", "seed")
+        if k
+        not in (
+            *MODE_KEYS["train"],
+            *("rate", "requests", "seed", "p99_ttft_limit_s", "p99_tpot_limit_s", "pairs"),
+        )
     }
     text = json.dumps({**settings, "models": model_digest()}, sort_keys=True, default=str)
     assert serve.config_hash() == hashlib.sha256(text.encode()).hexdigest()[:16]

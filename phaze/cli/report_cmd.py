@@ -97,7 +97,7 @@ def pareto_cmd(
     computed per workload, since throughputs of different models do not compare; throughput
     metrics mean the throughput score for the aggregate rows.
 
-    --json prints {"schema_version": 7, "objectives": [{"metric", "sense"}], "points": [...]}
+    --json prints {"schema_version": 8, "objectives": [{"metric", "sense"}], "points": [...]}
     whose points have exactly the keys of `phaze export --json`, ordered by workload, then
     by the objectives (best first).
     """
@@ -175,7 +175,7 @@ def _check_metrics(
 @click.argument("directory", type=_DIR, metavar="DIR")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV, one row per point.")
 @click.option(
-    "--json", "as_json", is_flag=True, help='One JSON document {"schema_version": 7, "points"}.'
+    "--json", "as_json", is_flag=True, help='One JSON document {"schema_version": 8, "points"}.'
 )
 @click.option("--feasible-only", is_flag=True, help="Leave out infeasible and pruned points.")
 @_out_option("Write to this file instead of stdout.")

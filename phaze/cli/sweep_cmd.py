@@ -25,6 +25,7 @@ from phaze.config import (
     MODE_KEYS,
     MODES,
     SERVE_OBJECTIVES,
+    SERVE_OBJECTIVES_AT_RATE,
     SweepConfig,
     load_sweep_config,
     quick_sweep_config,
@@ -42,10 +43,11 @@ from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_noun
 from results.compare import comparison_text
 from results.display import fmt_values
+from results.pairs import FRONT_AXES, cheapest, front
 from results.pareto import parse_objectives
-from results.schema import AGGREGATE_WORKLOAD, SERVE_COLUMNS
+from results.schema import AGGREGATE_WORKLOAD, AT_RATE_COLUMNS, SERVE_COLUMNS
 from results.store import load
-from results.summary import top_designs
+from results.summary import by_workload, top_designs
 from workloads.framework import DEFAULT_FRAMEWORK, framework_names
 from workloads.precision import DEFAULT_PRECISION, recipe_names
 from workloads.serving import serving_settings
@@ -56,7 +58,13 @@ logger = logging.getLogger(__name__)
 
 _TOP = 3
 # the [sweep] key each option sets, where the names differ (phaze.config.MODE_KEYS)
-_KEY_OF = {"ttft_ms": "ttft_limit_s", "tpot_ms": "tpot_limit_s", "no_prune": "prune"}
+_KEY_OF = {
+    "ttft_ms": "ttft_limit_s",
+    "tpot_ms": "tpot_limit_s",
+    "p99_ttft_ms": "p99_ttft_limit_s",
+    "p99_tpot_ms": "p99_tpot_limit_s",
+    "no_prune": "prune",
+}
 
 
 def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
@@ -118,6 +126,14 @@ def _banner(cfg: SweepConfig, out: Path) -> str:
         )
         if cfg.weight_formats != ("bf16",):
             knobs += f", weights {list(cfg.weight_formats)}"
+        if cfg.rate is not None:
+            p99 = ", ".join(
+                f"p99 {n} <= {v * 1e3:g} ms"
+                for n, v in (("TTFT", cfg.p99_ttft_limit_s), ("TPOT", cfg.p99_tpot_limit_s))
+                if v is not None
+            )
+            knobs += f", at {cfg.rate:g} requests/s" + (f" ({p99})" if p99 else "")
+            knobs += ", prefill-decode pairs" if cfg.pairs else ""
     else:
         knobs = f"micro-batches {list(cfg.micro_batches)}, recompute {list(cfg.recompute)}"
         if cfg.precision != (DEFAULT_PRECISION,):
@@ -166,6 +182,8 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
         if not pts:
             lines.append(f"\n{w}: no feasible point{' at the latency limits' if serve else ''}")
             continue
+        at_rate = [p for p in points if p["workload"] == w and p["feasible_at_rate"]]
+        ranked = {o.metric: at_rate for o in objectives if o.metric in AT_RATE_COLUMNS}
         objs = (
             objectives
             if w != AGGREGATE_WORKLOAD
@@ -175,7 +193,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
         )
         for o in objs:
             rows = []
-            top = top_designs(pts, o, objs, _TOP)
+            top = top_designs(ranked.get(o.metric, pts), o, objs, _TOP)
             columns = {k: fmt_values(k, [p[k] for p in top]) for k in ("glb_bytes", "hbm_bytes")}
             columns[o.metric] = fmt_values(o.metric, [p[o.metric] for p in top])
             for i, p in enumerate(top):
@@ -199,7 +217,12 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
                         columns[o.metric][i],
                     ]
                 )
-            header = f"\n{w}: best by {o.metric} ({o.sense}){' at the limits' if serve else ''}"
+            where = " at the limits" if serve else ""
+            where = " meeting the SLO at the rate" if o.metric in AT_RATE_COLUMNS else where
+            header = f"\n{w}: best by {o.metric} ({o.sense}){where}"
+            if not top:
+                lines.append(f"{header}: no point")
+                continue
             lines.append(header)
             lines.append(table(rows, ["design", "cores", "buffer", "HBM", "placement", o.metric]))
     return lines
@@ -315,6 +338,23 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
     help="Serving: seed of the arrivals at --rate [default: 0].",
 )
 @click.option(
+    "--p99-ttft-ms",
+    type=FiniteFloat(0, 1e9, lo_open=True),
+    help="Serving: p99 TTFT limit at --rate, ms: a point meets the SLO there when 99 % of "
+    "its requests are within the p99 limits (as serve --capacity) [default: the mean limits].",
+)
+@click.option(
+    "--p99-tpot-ms",
+    type=FiniteFloat(0, 1e9, lo_open=True),
+    help="Serving: p99 TPOT limit at --rate, ms (as --p99-ttft-ms).",
+)
+@click.option(
+    "--pairs",
+    is_flag=True,
+    help="Serving: also pair every design's prefill pool with every design's decode pool "
+    "(Splitwise), simulated at --rate, and report the pairs' front.",
+)
+@click.option(
     "--hbm-tbps",
     "hbm_tbps",
     type=FiniteFloat(0, 1e6, lo_open=True),
@@ -350,8 +390,8 @@ def sweep(config, out, jobs, executor, address, no_report, as_json, show_config,
     cfg = from_file = load_sweep_config(config) if config else quick_sweep_config()
     _check_mode_options(click.get_current_context(), options["mode"] or cfg.mode)
     cfg = _overridden(cfg, **_sweep_keys(options))
-    if cfg.mode == "serve" and not options["objectives"] and _training_objectives(cfg):
-        cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES)
+    if cfg.mode == "serve" and not options["objectives"]:
+        cfg = _serve_objectives(cfg)
     if show_config:
         click.echo(_config_text(click.get_current_context(), cfg, from_file, config), nl=False)
         return
@@ -386,16 +426,31 @@ def sweep(config, out, jobs, executor, address, no_report, as_json, show_config,
     _exit_if_infeasible(result)
 
 
+def _serve_objectives(cfg: SweepConfig) -> SweepConfig:
+    """A serving sweep's default objectives where none were given on the command line: the
+    serving ones for a config left with the training ones, the cost per million tokens at
+    the rate first when there is a rate and the config left the serving ones."""
+    if _training_objectives(cfg):
+        cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES)
+    if cfg.rate is not None and cfg.objectives == SERVE_OBJECTIVES:
+        cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES_AT_RATE)
+    return cfg
+
+
 def _sweep_keys(options: dict[str, Any]) -> dict[str, Any]:
     """The ``[sweep]`` keys the command line's sweep options give, in the keys' names and
     units (``--no-prune`` sets ``prune``, the millisecond limits the ``_s`` ones, ``--tokens``
     a count); an option not given is None or empty, for :func:`_overridden` to leave out."""
     keys = dict(options)
-    tokens, ttft_ms, tpot_ms, no_prune = (
-        keys.pop(k) for k in ("tokens_to_train", "ttft_ms", "tpot_ms", "no_prune")
+    tokens, ttft_ms, tpot_ms, no_prune, p99_ttft_ms, p99_tpot_ms = (
+        keys.pop(k)
+        for k in ("tokens_to_train", "ttft_ms", "tpot_ms", "no_prune", "p99_ttft_ms", "p99_tpot_ms")
     )
     return {
         **keys,
+        "pairs": True if keys["pairs"] else None,
+        "p99_ttft_limit_s": None if p99_ttft_ms is None else p99_ttft_ms / 1e3,
+        "p99_tpot_limit_s": None if p99_tpot_ms is None else p99_tpot_ms / 1e3,
         "allow_context_extension": keys["allow_context_extension"] or None,
         "prune": False if no_prune else None,
         "tokens_to_train": None if tokens is None else parse_tokens(tokens),
@@ -438,8 +493,36 @@ def _echo_outcome(
         click.echo(comparison_text(out))
     for line in _top_tables(out, cfg):
         click.echo(line)
+    if cfg.pairs:
+        click.echo(_pairs_text(out))
     if report_path is not None:
         click.echo(f"\nreport: {report_path}")
+
+
+def _pairs_text(out: Path) -> str:
+    """Per workload, the cheapest prefill-decode pair meeting the SLO at the rate beside
+    the cheapest single design there, and the size of the pairs' front."""
+    with load(out) as store:
+        pairs, points = store.pairs(), store.points(feasible_only=True)
+    lines = []
+    metric = FRONT_AXES[0]
+    for w, w_pairs in by_workload(pairs).items():
+        pair = cheapest(w_pairs)
+        single = cheapest([p for p in points if p["workload"] == w])
+        head = f"\n{w}: {len(w_pairs)} prefill-decode pairs, {len(front(w_pairs))} on the front"
+        if pair is None:
+            lines.append(f"{head}; none meets the SLO at the rate")
+            continue
+        usd = fmt_values(metric, [pair[metric], single[metric] if single else None])
+        lines.append(
+            f"{head}; the cheapest meeting the SLO at the rate: prefill on "
+            f"{pair['prefill_design_name'] or pair['prefill_design_id']} "
+            f"({pair['prefill_strategy']}), decode on "
+            f"{pair['decode_design_name'] or pair['decode_design_id']} "
+            f"({pair['decode_strategy']}), {usd[0]} per million output tokens "
+            f"(the cheapest single design: {usd[1]})"
+        )
+    return "\n".join(lines)
 
 
 def _result_doc(result: SweepResult, report_path: Path | None, cfg: SweepConfig) -> dict:

@@ -135,9 +135,16 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         if cfg.rate is None:
             problems += [
                 f"{k} = {getattr(cfg, k)!r} needs rate (requests/s) in [sweep] or --rate"
-                for k in ("requests", "seed")
+                for k in ("requests", "seed", "p99_ttft_limit_s", "p99_tpot_limit_s")
                 if getattr(cfg, k) is not None
             ]
+            if cfg.pairs:
+                problems.append("pairs = true needs rate (requests/s) in [sweep] or --rate")
+        if cfg.pairs and not cfg.disaggregate:
+            problems.append(
+                "pairs = true needs disaggregate = true (a pair is a prefill pool and a "
+                "decode pool); drop one or the other"
+            )
     else:
         problems += _train_problems(cfg)
         knobs = tuple(
@@ -221,10 +228,16 @@ def _train_problems(cfg: SweepConfig) -> list[str]:
 
 def _at_rate(cfg: SweepConfig) -> AtRate | None:
     """The serving sweep's load (None without a rate); ``requests`` by default the
-    simulation's (``phaze/data/serving_load.toml``)."""
+    simulation's (``phaze/data/serving_load.toml``); the p99 limits when given."""
     if cfg.rate is None:
         return None
-    return AtRate(cfg.rate, cfg.requests or load_settings().requests, cfg.seed or 0)
+    return AtRate(
+        cfg.rate,
+        cfg.requests or load_settings().requests,
+        cfg.seed or 0,
+        cfg.p99_ttft_limit_s,
+        cfg.p99_tpot_limit_s,
+    )
 
 
 def _serve_context(cfg: SweepConfig, cluster: Cluster) -> ServeContext:

@@ -16,6 +16,7 @@ from phaze.executors import Progress, Runner
 from phaze.scoring import FORMULAS, system_capex
 from phaze.sweep.aggregate import aggregate_records
 from phaze.sweep.optimistic import BOUNDED, fastest_flops
+from phaze.sweep.pairs import run_pairs
 from phaze.sweep.planning import Shared, objective_signs, plan
 from phaze.sweep.rounds import Rounds
 from phaze.sweep.tasks import run_task
@@ -171,7 +172,13 @@ def run_sweep(
             while not rounds.finished:
                 runner.run(fn, rounds.tasks(), on_result=rounds.on_result)
                 assert rounds.finished or rounds.queued, "the sweep's rounds stalled"
-        bar.close()
+            bar.close()
+            if cfg.pairs:  # prefill-decode design pairs, once every design is stored
+                t_pairs = time.perf_counter()
+                run_pairs(
+                    store, shared, order, runner, Progress(label="pair pools", enabled=progress)
+                )
+                stage_s["pairs_s"] = time.perf_counter() - t_pairs
         stage_s["bounds_s"] += rounds.bounds_s
         stage_s["evaluate_s"] = rounds.task_s
         stage_s["evaluate_cpu_s"] = rounds.task_cpu_s

@@ -7,9 +7,10 @@ limits when some layout does, else the one with the lowest TPOT (``meets_slo`` 0
 design's points over the batches are its throughput-latency curve.
 
 With a ``rate`` (:class:`AtRate`), each point's layout is also simulated under that many
-requests per second arriving (:func:`phaze.serving_load.simulate_load`): its p99 TTFT and
-TPOT, whether it is stable, its SLO attainment against the sweep's latency limits, and its
-cost per million output tokens at the rate; a point unstable or missing the limits there is
+requests per second arriving (:func:`phaze.serving_load.simulate_load`): its p50 and p99
+TTFT and TPOT, whether it is stable, its SLO attainment and goodput against the limits at
+the rate (the p99 limits when given, else the mean ones), and its cost per million output
+tokens at the rate; a point unstable or missing the limits there is
 ``feasible_at_rate`` 0 (kept, not deleted).
 """
 
@@ -39,14 +40,26 @@ __all__ = ["AtRate", "serve_point_key", "serve_record", "serve_design_records"]
 @dataclass(frozen=True, slots=True)
 class AtRate:
     """A serving sweep's load: requests per second arriving (Poisson), how many are
-    simulated, and the arrivals' seed."""
+    simulated, the arrivals' seed, and the p99 TTFT and TPOT limits each request is held to
+    (None: not given; with neither, the sweep's mean limits, as ``phaze serve --rate``)."""
 
     rate_per_s: float
     requests: int
     seed: int
+    p99_ttft_limit_s: float | None = None
+    p99_tpot_limit_s: float | None = None
 
     def key(self) -> str:
-        return f"|rate={self.rate_per_s:g}|requests={self.requests}|seed={self.seed}"
+        key = f"|rate={self.rate_per_s:g}|requests={self.requests}|seed={self.seed}"
+        for name, v in (("p99_ttft", self.p99_ttft_limit_s), ("p99_tpot", self.p99_tpot_limit_s)):
+            key += "" if v is None else f"|{name}={v:g}"
+        return key
+
+    def limits(self, ctx: ServeContext) -> tuple[float | None, float | None]:
+        """The TTFT and TPOT limits (s) a request is held to at the rate: the p99 limits
+        when either is given, else ``ctx``'s mean limits."""
+        p99 = (self.p99_ttft_limit_s, self.p99_tpot_limit_s)
+        return p99 if any(x is not None for x in p99) else (ctx.ttft_limit_s, ctx.tpot_limit_s)
 
 
 def serve_point_key(
@@ -182,13 +195,14 @@ def serve_design_records(
 def at_rate_columns(
     model: Model, point: ServingPoint, ctx: ServeContext, at_rate: AtRate
 ) -> dict[str, Any]:
-    """The columns of ``point``'s layout simulated at ``at_rate``: p99 TTFT and TPOT (None
-    when unstable), stability, the share of requests within the sweep's mean latency limits
-    (None without limits), and whether the layout serves the rate within the limits (stable,
-    and the attainment capacity planning asks for); only then its cost per million output
-    tokens at the rate (the device-hours over the tokens served), so that ranking by it ranks
-    the layouts that meet the SLO at the rate. A layout the simulation cannot run (static batching, a request larger than a
-    replica's KV cache) is infeasible at the rate, its figures None."""
+    """The columns of ``point``'s layout simulated at ``at_rate``: p50 and p99 TTFT and TPOT
+    (None when unstable), stability, the share of requests within the latency limits
+    (:meth:`AtRate.limits`; None without limits) and the rate of those (goodput), and
+    whether the layout serves the rate within the limits (stable, and the attainment
+    capacity planning asks for); only then its cost per million output tokens at the rate
+    (the device-hours over the tokens served), so that ranking by it ranks the layouts that
+    meet the SLO at the rate. A layout the simulation cannot run (static batching, a request
+    larger than a replica's KV cache) is infeasible at the rate, its figures None."""
     r = ctx.requests
     arrivals = generate(
         at_rate.rate_per_s,
@@ -197,14 +211,10 @@ def at_rate_columns(
         round(r.mean_output_tokens),
         seed=at_rate.seed,
     )
+    ttft_limit_s, tpot_limit_s = at_rate.limits(ctx)
     try:
         res = simulate_load(
-            model,
-            point,
-            ctx,
-            arrivals,
-            ttft_limit_s=ctx.ttft_limit_s,
-            tpot_limit_s=ctx.tpot_limit_s,
+            model, point, ctx, arrivals, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s
         )
     except (ConfigError, Infeasible):
         return {"feasible_at_rate": 0}
@@ -216,8 +226,11 @@ def at_rate_columns(
     return {
         "ttft_p99_s": res.ttft_s[2] if res.stable else None,
         "tpot_p99_s": res.tpot_s[2] if res.stable else None,
+        "ttft_p50_s": res.ttft_s[0] if res.stable else None,
+        "tpot_p50_s": res.tpot_s[0] if res.stable else None,
         "stable": int(res.stable),
         "slo_attainment": res.slo_attainment if res.stable else None,
+        "goodput_requests_per_s": res.goodput_requests_per_s if res.stable else None,
         "usd_per_million_tokens_at_rate": usd if feasible else None,
         "feasible_at_rate": int(feasible),
     }
