@@ -152,7 +152,8 @@ def _problems(r: Mapping[str, Any], sources: Mapping[str, str]) -> list[str]:
         ),
     ]
     out += [f"{k} = {r.get(k)!r}: {allowed}" for k, check, allowed in checks if not check(r.get(k))]
-    if not out and r["tp"] * r["pp"] * r["replicas"] != r["gpus"]:
+    sizes = [r.get(k) for k in ("tp", "pp", "replicas", "gpus")]
+    if all(_positive_int(v) for v in sizes) and sizes[0] * sizes[1] * sizes[2] != sizes[3]:
         out.append(
             f"gpus = {r['gpus']}: must be tp x pp x replicas = {r['tp'] * r['pp'] * r['replicas']}"
         )
