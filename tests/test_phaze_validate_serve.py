@@ -98,6 +98,8 @@ def test_validate_serve_has_a_section_under_load_with_p50_and_p99_apart():
         ("ttft", 99),
         ("tpot", 50),
         ("tpot", 99),
+        ("e2e", 50),
+        ("e2e", 99),
     }
     for r in rows:
         assert r["source"] and r["file"] and r["rate_per_s"] > 0 and r["strategy"]

@@ -9,8 +9,8 @@ the held-out mean or largest |error| misses its target.
 
 A second section, "under load", simulates each run of ``phaze/data/serving_load_points.toml``
 at its published request rate (:mod:`phaze.serving_load_validation`) and compares the
-published TTFT and TPOT percentiles, with the p50 and the p99 points summarised apart
-against their own targets (reported, not part of the exit status).
+published TTFT, TPOT and end-to-end percentiles, with the p50 and the p99 points summarised
+apart against their own targets (reported, not part of the exit status).
 """
 
 from __future__ import annotations

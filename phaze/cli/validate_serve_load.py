@@ -1,5 +1,6 @@
-"""``phaze validate serve``'s section "under load": published TTFT and TPOT percentiles at a
-request rate against the simulation of ``phaze serve --rate`` (docs/validation.md)."""
+"""``phaze validate serve``'s section "under load": published TTFT, TPOT and end-to-end
+percentiles at a request rate against the simulation of ``phaze serve --rate``
+(docs/serving.md, "Under load")."""
 
 from __future__ import annotations
 
