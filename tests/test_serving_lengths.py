@@ -81,7 +81,7 @@ def test_serve_refuses_an_unknown_name_in_one_error_line():
     result = _serve("--lengths", "sharegtp")
     assert result.exit_code == 1
     assert result.output.count("Error:") == 1
-    assert "did you mean sharegpt?" in result.output and "azure-conv" in result.output
+    assert "did you mean sharegpt" in result.output and "azure-conv" in result.output
     without_rate = CliRunner().invoke(cli, [*_SERVE.split(), "--lengths", "sharegpt"])
     assert without_rate.exit_code == 1 and "--lengths needs --rate" in without_rate.output
 
