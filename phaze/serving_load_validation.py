@@ -348,10 +348,11 @@ def group(results: list[LoadPointResult]) -> dict[str, object]:
 
 def summarize(results: list[LoadPointResult]) -> dict[str, object]:
     """The held-out points' mean and largest |error|, apart for the p50 and the p99 points
-    (each against its target, :data:`TARGETS_PCT`) and by latency."""
+    (each against its target, :data:`TARGETS_PCT`), by latency and by source."""
     by_q = {f"p{q}": [r for r in results if r.point.percentile == q] for q in (50, 99)}
     groups = {name: group(rs) for name, rs in by_q.items()}
     metrics = dict.fromkeys(r.point.metric for r in results)
+    sources = dict.fromkeys(r.point.run.source for r in results)
     met = all(
         g["mean_abs_error_pct"] is not None and g["mean_abs_error_pct"] <= TARGETS_PCT[name]
         for name, g in groups.items()
@@ -361,6 +362,7 @@ def summarize(results: list[LoadPointResult]) -> dict[str, object]:
         "held_out": group(results),
         **groups,
         "by_metric": {m: group([r for r in results if r.point.metric == m]) for m in metrics},
+        "by_source": {k: group([r for r in results if r.point.run.source == k]) for k in sources},
         "not_evaluated": sum(1 for r in results if r.predicted_s is None),
         "target_mean_abs_error_pct": dict(TARGETS_PCT),
         "within_target": met and bool(results),

@@ -147,6 +147,7 @@ def test_the_summary_keeps_p50_and_p99_apart_as_a_hand_computation_gives():
     assert s["by_metric"]["ttft"]["mean_abs_error_pct"] == pytest.approx(17.5)
     assert s["by_metric"]["tpot"]["mean_abs_error_pct"] == pytest.approx(12.5)
     assert s["by_metric"]["e2e"]["evaluated"] == 0 and s["not_evaluated"] == 1
+    assert s["by_source"] == {"mlperf-inf-v41": s["held_out"]}
     # p50 at 15 % meets its 15 % target exactly, p99 at 15 % meets 25 %
     assert TARGETS_PCT == {"p50": 15.0, "p99": 25.0} and s["within_target"]
     worse = summarize([*results, _result("tpot_p50_s", 0.100, 0.130)])  # p50 mean 20 %

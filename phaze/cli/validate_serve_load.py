@@ -59,6 +59,10 @@ def print_load_section(doc: dict) -> None:
             [f"{m.upper()}", str(g["evaluated"]), *mean_max_text(g)]
             for m, g in summary["by_metric"].items()
         ],
+        *[
+            [f"source {k}", str(g["evaluated"]), *mean_max_text(g)]
+            for k, g in summary["by_source"].items()
+        ],
     ]
     click.echo(table(groups, ["group", "points", "mean |error| %", "max |error| %"]))
     verdict = "met" if summary["within_target"] else "missed"
