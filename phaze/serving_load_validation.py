@@ -25,6 +25,7 @@ from arch_space import Cluster
 from arch_space.perf.device import device_profile
 from phaze.serving import ServeContext, evaluate_layout
 from phaze.serving_arrivals import Arrivals, generate
+from phaze.serving_engines import engine_names
 from phaze.serving_lengths import length_distributions, sample_lengths
 from phaze.serving_load import LoadResult, simulate_load
 from phaze.serving_validation import FORMATS_MODELLED, chip_device
@@ -60,8 +61,9 @@ _FILE = "serving_load_points.toml"
 
 @dataclass(frozen=True, slots=True)
 class LoadRun:
-    """One published run under load: what ran, how requests came, and its published
-    percentiles (``measured``: ``(key, seconds)`` pairs, keys of :data:`MEASURES`)."""
+    """One published run under load: what ran, how requests came, its published percentiles
+    (``measured``: ``(key, seconds)`` pairs, keys of :data:`MEASURES`) and the engine profile
+    its steps are priced under (:mod:`phaze.serving_engines`; None: the generic engine)."""
 
     case: str
     source: str
@@ -87,6 +89,7 @@ class LoadRun:
     simulated_requests: int
     seed: int
     measured: tuple[tuple[str, float], ...]
+    engine_profile: str | None = None
 
     @property
     def strategy(self) -> str:
@@ -157,6 +160,9 @@ def _problems(r: Mapping[str, Any], sources: Mapping[str, str]) -> list[str]:
         out.append(
             f"gpus = {r['gpus']}: must be tp x pp x replicas = {r['tp'] * r['pp'] * r['replicas']}"
         )
+    profile = r.get("engine_profile")
+    if profile is not None and profile not in engine_names():
+        out.append(f"engine_profile = {profile!r}: one of {list(engine_names())}")
     given = [k for k in MEASURES if k in r]
     if not given:
         out.append(f"no published percentile: give one of {list(MEASURES)}")
@@ -191,6 +197,7 @@ def _run(r: Mapping[str, Any], sources: Mapping[str, str]) -> LoadRun:
         simulated_requests=r["simulated_requests"],
         seed=r["seed"],
         measured=tuple((k, float(r[k])) for k in MEASURES if k in r),
+        engine_profile=r.get("engine_profile"),
     )
 
 
@@ -258,7 +265,7 @@ def simulate_run(run: LoadRun) -> LoadResult:
     kv = "bf16" if run.kv_format == "fp16" else run.kv_format
     weights = FORMATS_MODELLED[run.weight_format]
     requests = RequestBatch.of(isl, osl, kv_format=kv, weight_format=weights)
-    ctx = ServeContext(cluster, requests, kv_admission=run.kv_admission)
+    ctx = ServeContext(cluster, requests, kv_admission=run.kv_admission, engine=run.engine_profile)
     point = evaluate_layout(run.case, model, acc, parse_serving(run.strategy), ctx)
     return simulate_load(model, point, ctx, arrivals)
 
@@ -302,6 +309,7 @@ class LoadPointResult:
             "strategy": run.strategy,
             "lengths": run.lengths,
             "engine": run.engine,
+            "engine_profile": run.engine_profile,
             "published_requests": run.published_requests,
             "simulated_requests": run.simulated_requests,
             "source": run.citation,

@@ -56,6 +56,9 @@ def test_the_shipped_runs_have_every_setting_and_at_least_twelve_held_out_points
         assert r.arrivals == "poisson" and r.rate_per_s > 0 and r.engine and r.model
         assert r.published_requests >= r.simulated_requests >= 2
         assert r.citation and r.file and r.preset in ("h100", "a100")
+        # each run is priced under the profile of the engine it ran
+        label = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
+        assert r.engine.startswith(label[r.engine_profile])
         assert all(k in MEASURES and 0 < v < 1000 for k, v in r.measured)
     # MLPerf's Server logs and a table at 4 and 8 requests/s, two engines on each model
     engines = {r.engine.split(" ")[0] for r in runs}
@@ -92,6 +95,7 @@ def test_the_published_percentiles_are_the_log_files_ns_in_seconds():
         ({"source": '"nowhere"'}, "source = 'nowhere': one of the [sources] keys"),
         ({"ttft_p50_s": 0}, "ttft_p50_s = 0: a positive number of seconds"),
         ({"simulated_requests": 1}, "simulated_requests = 1: an integer >= 2"),
+        ({"engine_profile": '"tgi"'}, "engine_profile = 'tgi': one of ["),
     ],
 )
 def test_a_bad_run_is_refused_naming_the_run_the_key_its_value_and_what_is_allowed(
