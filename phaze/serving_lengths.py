@@ -4,7 +4,9 @@ built from published statistics (``phaze/data/serving_lengths.toml``, docs/servi
 
 A named distribution gives each request's prompt and generated tokens, drawn independently
 (the sources publish each side's statistics, not their correlation): an exponential from a
-published mean, a lognormal from a published mean and median (``mu = ln(median)``,
+published mean (with a published largest length, the exponential truncated there whose mean
+is the published one: the distribution of largest entropy on ``[0, max]`` with that mean), a
+lognormal from a published mean and median (``mu = ln(median)``,
 ``sigma**2 = 2 ln(mean / median)``), or a published percentile table sampled by inverse CDF.
 Draws are rounded to whole tokens and clipped to the model's context: a prompt to
 ``[1, context - 2]``, an output to ``[2, context - prompt]``. A seeded ``numpy`` generator
@@ -26,6 +28,7 @@ from phaze_common.errors import ConfigError, unknown_name
 
 __all__ = [
     "FIXED",
+    "truncated_exponential_scale",
     "LengthSide",
     "LengthDistribution",
     "length_distributions",
@@ -44,16 +47,20 @@ _STREAM = 1
 @dataclass(frozen=True, slots=True)
 class LengthSide:
     """One side's (prompt or output) published statistics and how they are drawn: the
-    mean, the median (None: not published), and for ``quantiles`` the table's percents and
-    tokens."""
+    mean, the median (None: not published), for ``quantiles`` the table's percents and
+    tokens, and for an ``exponential`` the published largest length (None: unbounded)."""
 
     mean: float
     median: float | None
     percent: tuple[float, ...] = ()
     tokens: tuple[float, ...] = ()
+    max: float | None = None
 
     def draw(self, kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` real-valued draws of this side, by ``kind``."""
+        if kind == "exponential" and self.max is not None:
+            scale = truncated_exponential_scale(self.mean, self.max)
+            return -scale * np.log1p(-rng.random(n) * -math.expm1(-self.max / scale))
         if kind == "exponential":
             return rng.exponential(self.mean, size=n)
         if kind == "lognormal":
@@ -73,6 +80,29 @@ class LengthDistribution:
     source: str
 
 
+def truncated_exponential_scale(mean: float, largest: float) -> float:
+    """The scale ``s`` of the exponential truncated to ``[0, largest]`` whose mean is
+    ``mean`` (``s - largest / (e**(largest / s) - 1)``, rising from 0 to ``largest / 2`` with
+    ``s``), by bisection; ``mean`` must lie in ``(0, largest / 2)``.
+
+    Examples
+    --------
+    >>> s = truncated_exponential_scale(222.33, 1021.0)
+    >>> round(s - 1021.0 / math.expm1(1021.0 / s), 2)
+    222.33
+    """
+    if not 0 < mean < largest / 2:
+        raise ValueError(f"a truncated exponential needs 0 < mean ({mean:g}) < max / 2")
+    low, high = mean * 1e-3, largest * 1e6
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if mid - largest / math.expm1(largest / mid) < mean:
+            low = mid
+        else:
+            high = mid
+    return 0.5 * (low + high)
+
+
 def _side(name: str, entry: dict, side: str) -> LengthSide:
     """``entry``'s ``side`` (``input`` or ``output``), checked against its kind."""
     kind = entry["kind"]
@@ -80,6 +110,15 @@ def _side(name: str, entry: dict, side: str) -> LengthSide:
     median = None if median is None else float(median)
     if kind == "lognormal" and not (median is not None and 0 < median < mean):
         raise ValueError(f"{name}: a lognormal needs 0 < {side}_median < {side}_mean")
+    largest = entry.get(f"{side}_max")
+    if largest is not None:
+        if kind != "exponential":
+            raise ValueError(f"{name}: {side}_max is read for an exponential only")
+        if not 0 < mean < float(largest) / 2:
+            raise ValueError(
+                f"{name}: a truncated exponential needs 0 < {side}_mean < {side}_max / 2"
+            )
+        return LengthSide(mean, median, max=float(largest))
     if kind != "quantiles":
         return LengthSide(mean, median)
     percent = tuple(float(p) for p in entry["percent"])

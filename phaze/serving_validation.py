@@ -48,6 +48,7 @@ __all__ = [
     "METRICS",
     "ServingRow",
     "RowResult",
+    "chip_device",
     "load_points",
     "evaluate_row",
     "summarize",
@@ -175,16 +176,22 @@ def load_points() -> tuple[ServingRow, ...]:
 
 
 def _device(row: ServingRow) -> Accelerator:
-    """The row's preset, with the HBM of its chip when a ``[[chip]]`` row gives it (and the
-    preset's measured rates: ``measured_as``, since a preset with other HBM matches none)."""
-    acc = preset(row.preset)
+    """The row's preset, with the HBM of its chip when a ``[[chip]]`` row gives it."""
+    return chip_device(row.chip, row.preset)
+
+
+def chip_device(chip: str, preset_name: str) -> Accelerator:
+    """``preset_name``, with the HBM of ``chip`` when a ``[[chip]]`` row of
+    ``serving_points.toml`` gives it (the H200: the H100's compute with more, faster HBM), and
+    the preset's measured rates (``measured_as``, since a preset with other HBM matches none)."""
+    acc = preset(preset_name)
     for c in _doc().get("chip", ()):
-        if c["chip"] == row.chip and c["preset"] == row.preset:
+        if c["chip"] == chip and c["preset"] == preset_name:
             return replace(
                 acc,
                 hbm_bytes=int(c["hbm_bytes"]),
                 hbm_bandwidth_bytes_per_s=float(c["hbm_bandwidth_bytes_per_s"]),
-                measured_as=row.preset,
+                measured_as=preset_name,
             )
     return acc
 

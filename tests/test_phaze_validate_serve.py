@@ -87,3 +87,29 @@ def test_validate_serve_fails_a_target_it_misses():
     assert largest.exit_code == 3
     error = largest.output.strip().splitlines()[-1]
     assert error.startswith("Error: held-out max |error|") and "mean" not in error
+
+
+def test_validate_serve_has_a_section_under_load_with_p50_and_p99_apart():
+    doc = _validate()["under_load"]
+    rows, summary = doc["rows"], doc["summary"]
+    assert len(rows) >= 12 and not any(r["fitted"] for r in rows)
+    assert {(r["metric"], r["percentile"]) for r in rows} == {
+        ("ttft", 50),
+        ("ttft", 99),
+        ("tpot", 50),
+        ("tpot", 99),
+        ("e2e", 50),
+        ("e2e", 99),
+    }
+    for r in rows:
+        assert r["source"] and r["file"] and r["rate_per_s"] > 0 and r["strategy"]
+        assert (r["predicted_s"] is None) == (r["status"] != "evaluated")
+    assert summary["p50"]["points"] + summary["p99"]["points"] == len(rows)
+    assert summary["target_mean_abs_error_pct"] == {"p50": 15.0, "p99": 25.0}
+    p50 = [
+        abs(r["error_pct"]) for r in rows if r["percentile"] == 50 and r["error_pct"] is not None
+    ]
+    assert summary["p50"]["mean_abs_error_pct"] == pytest.approx(sum(p50) / len(p50))
+    # reported beside the steady-state rows, not part of their exit status
+    text = CliRunner().invoke(cli, ["validate", "serve"]).output
+    assert "Published latency under load" in text and "TPOT p99" in text

@@ -81,6 +81,50 @@ def test_serve_refuses_an_unknown_name_in_one_error_line():
     result = _serve("--lengths", "sharegtp")
     assert result.exit_code == 1
     assert result.output.count("Error:") == 1
-    assert "did you mean sharegpt?" in result.output and "azure-conv" in result.output
+    assert "did you mean sharegpt" in result.output and "azure-conv" in result.output
     without_rate = CliRunner().invoke(cli, [*_SERVE.split(), "--lengths", "sharegpt"])
     assert without_rate.exit_code == 1 and "--lengths needs --rate" in without_rate.output
+
+
+def test_openorca_sides_are_exponentials_truncated_at_the_published_largest_lengths():
+    # MLPerf's OpenOrca set: prompts 5,463,976 tokens over 24,576 (longest 1021), outputs
+    # 294.45 tokens on average and at most max_output_len 1024
+    dist = length_distributions()["openorca-mlperf"]
+    assert (dist.input.mean, dist.input.max, dist.output.mean, dist.output.max) == (
+        222.33,
+        1021.0,
+        294.45,
+        1024.0,
+    )
+    isl, osl = sample_lengths("openorca-mlperf", 20000, _UNCLIPPED, seed=5)
+    assert isl.max() <= 1021 and osl.max() <= 1024
+    # truncation, not clipping: no mass piles up at the largest length
+    assert np.mean(isl == 1021) < 0.001 and np.mean(osl == 1024) < 0.001
+
+
+def test_a_largest_length_is_refused_on_a_distribution_it_does_not_bound(monkeypatch):
+    from phaze import serving_lengths
+
+    bad = '[x]\nkind = "lognormal"\ninput_mean = 10\ninput_median = 5\ninput_max = 100\n'
+    bad += 'output_mean = 10\noutput_median = 5\nsource = "s"\n'
+    monkeypatch.setattr(serving_lengths.resources, "files", lambda _: _Text(bad), raising=True)
+    serving_lengths.length_distributions.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="input_max is read for an exponential only"):
+            serving_lengths.length_distributions()
+    finally:
+        monkeypatch.undo()
+        serving_lengths.length_distributions.cache_clear()
+
+
+class _Text:
+    """A stand-in for ``resources.files(...)`` whose one file reads ``text``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def joinpath(self, *_: str) -> _Text:
+        return self
+
+    def read_text(self, _: str) -> str:
+        return self.text

@@ -6,6 +6,11 @@ largest |error| of the fitted and held-out rows and by kind of point, and lists 
 that wait (a weight format not modelled, a dataset's lengths not collected). Each row runs
 under the engine profile it names (``phaze/data/serving_engines.toml``). Exit status 3 when
 the held-out mean or largest |error| misses its target.
+
+A second section, "under load", simulates each run of ``phaze/data/serving_load_points.toml``
+at its published request rate (:mod:`phaze.serving_load_validation`) and compares the
+published TTFT, TPOT and end-to-end percentiles, with the p50 and the p99 points summarised
+apart against their own targets (reported, not part of the exit status).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import click
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import mean_max_text, pct_text, tolerance_option
+from phaze.cli.validate_serve_load import load_section, print_load_section
 from phaze.serving_validation import RowResult, evaluate_rows, load_points, summarize
 from phaze_common.units import fmt_quantity
 
@@ -80,7 +86,8 @@ def _print(results: list[RowResult], summary: dict, targets: tuple[float, float]
 def serve(held_out_mean_pct: float, held_out_max_pct: float, as_json: bool) -> None:
     """Published serving measurements (gpt-fast decode at batch 1, TensorRT-LLM static-batch
     throughput and first-token latency, MLPerf and TensorRT-LLM FP8 tables) against the
-    serving model at their published layouts.
+    serving model at their published layouts, and published latency percentiles at a
+    request rate (MLPerf Server runs) against the simulation under load.
 
     Points that ran a weight format Phaze does not model for serving, or whose dataset's
     lengths are not collected, are listed as waiting. Each point runs under the serving
@@ -96,6 +103,7 @@ def serve(held_out_mean_pct: float, held_out_max_pct: float, as_json: bool) -> N
 
     results = evaluate_rows(rows, progress)
     summary = summarize(results)
+    under_load = load_section(show)
     held = summary["held_out"]
     mean, largest = held["mean_abs_error_pct"], held["max_abs_error_pct"]
     misses = []
@@ -114,9 +122,11 @@ def serve(held_out_mean_pct: float, held_out_max_pct: float, as_json: bool) -> N
                 "rows": [r.record() for r in results],
                 "summary": summary,
                 "within_target": not misses,
+                "under_load": under_load,
             }
         )
     else:
         _print(results, summary, (held_out_mean_pct, held_out_max_pct))
+        print_load_section(under_load)
     if misses:
         raise NoFeasiblePoint("; ".join(misses))
