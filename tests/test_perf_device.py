@@ -171,3 +171,12 @@ def test_a_serving_engine_all_reduces_at_its_measured_latency_then_at_nccls():
         assert _all_reduce_s(engine, nbytes) == pytest.approx(_all_reduce_s(h100, nbytes))
     assert _all_reduce_s(h100, 32768) == pytest.approx(2 * 7 / 8 * 32768 / 1.44e9)
     assert A100.for_serving() == A100  # no measurement of its engine's kernel
+
+
+def test_a_preset_with_only_fitted_parameters_keeps_the_generic_gemm_share():
+    # the TPU v5p's table holds its fitted clock and collective share, no measured GEMM rate:
+    # its GEMMs stay at the unmeasured chip's cap, never uncapped
+    v5p = preset_profile("tpuv5p")
+    assert v5p.fitted == ("sustained_clock_fraction", "collective_compute_share")
+    assert v5p.sustained_tensor_fraction == generic_profile().sustained_tensor_fraction
+    assert v5p.sustained_clock_fraction == 0.94 and "--fit tpuv5p" in v5p.provenance

@@ -74,9 +74,10 @@ def test_fitted_rows_are_the_fits_and_nothing_else():
         "nemo-2511-gb200-llama3-8b-fp8",
         "nemo-2511-gb200-llama3-405b-fp8",
     ]
-    assert sorted(fitted) == sorted(a100 + h100 + b200)
+    tpuv5p = ["maxtext-v5p-32b-64", "maxtext-v5p-64b-64"]
+    assert sorted(fitted) == sorted(a100 + h100 + b200 + tpuv5p)
     # the preset's provenance names exactly the rows its parameters came from
-    for arch, rows in (("h100", h100), ("b200", b200)):
+    for arch, rows in (("h100", h100), ("b200", b200), ("tpuv5p", tpuv5p)):
         provenance = preset_profile(arch).provenance
         assert f"phaze validate runs --fit {arch}" in provenance
         assert all(i in provenance for i in rows)
@@ -162,13 +163,15 @@ def test_maxtext_flop_counts_are_the_model_flops_and_halve_attention(model):
     assert full - flops_per_iteration("maxtext-causal", model, s, 3) == pytest.approx(attention / 2)
 
 
-def test_maxtext_v5p_rows_are_held_out_single_slices_at_the_published_peak():
+def test_maxtext_v5p_rows_are_single_slices_at_the_published_peak():
     rows = [r for r in REGISTRY.runs if r.framework == "maxtext-2023"]
     assert len(rows) >= 6 and {r.arch for r in rows} == {"tpuv5p"}
-    assert REGISTRY.profile_for("maxtext-2023")[0] == "fsdp2-2024"
+    assert REGISTRY.profile_for("maxtext-2023")[0] == "maxtext-2023"
+    # the v5p's two fitted parameters come from the two 64-chip rows; the rest are held out
+    assert {r.id for r in rows if r.fitted} == {"maxtext-v5p-32b-64", "maxtext-v5p-64b-64"}
     for r in rows:
         s = parse_strategy(r.strategy)
-        assert not r.fitted and r.flops == "maxtext-causal" and s.p == 1 and s.zero == 3, r.id
+        assert r.flops == "maxtext-causal" and s.p == 1 and s.zero == 3, r.id
         assert r.gpus <= r.system.devices_per_node, r.id  # one ICI slice
         assert r.peak_flops_per_s == pytest.approx(preset("tpuv5p").peak_flops, rel=2e-3), r.id
 

@@ -114,7 +114,10 @@ class FrameworkProfile:
     (1 and 1: Megatron's paired sends; :attr:`placement.types.PlacementProblem.p2p_sends`);
     ``ep_overlap``: the expert-parallel all-to-alls of one micro-batch run beside another's
     compute, which keeps ``1 - comm_sm_share`` of the SMs (:mod:`placement.ep_cp`);
-    ``moe_dispatcher`` how the tokens reach the experts' ranks (:data:`MOE_DISPATCHERS`).
+    ``moe_dispatcher`` how the tokens reach the experts' ranks (:data:`MOE_DISPATCHERS`);
+    ``recompute_dce``: a full recompute re-runs only the forward ops the backward pass reads
+    (JAX's ``jax.checkpoint``), not the block's last GEMM, its collective and residual add
+    (:func:`workloads.op_graphs.block_pass_graphs`); PyTorch's checkpoint re-runs them all.
     """
 
     name: str
@@ -138,6 +141,7 @@ class FrameworkProfile:
     ep_overlap: bool = False
     comm_sm_share: float = 0.0
     moe_dispatcher: str = "alltoall"
+    recompute_dce: bool = False
 
     @property
     def fused_attention(self) -> bool:
@@ -173,6 +177,7 @@ _KNOWN_KEYS: Final = frozenset(
         "ep_overlap",
         "comm_sm_share",
         "moe_dispatcher",
+        "recompute_dce",
     }
 )
 
@@ -224,6 +229,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     _choice(name, "moe_dispatcher", dispatcher, MOE_DISPATCHERS, problems)
     regather = table.get("regather_per_micro_batch", False)
     _choice(name, "regather_per_micro_batch", regather, (False, True), problems)
+    dce = table.get("recompute_dce", False)
+    _choice(name, "recompute_dce", dce, (False, True), problems)
     share = table.get("comm_sm_share", 0.0)
     if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share < 1):
         problems.append(f"{_DATA_FILE} [{name}]: comm_sm_share = {share!r} must be in [0, 1)")
@@ -263,6 +270,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         ep_overlap=bool(ep_overlap),
         comm_sm_share=float(share) if isinstance(share, int | float) else 0.0,
         moe_dispatcher=dispatcher,
+        recompute_dce=bool(dce),
     )
 
 

@@ -49,6 +49,7 @@ __all__ = [
 _DATA_FILE: Final = "devices.toml"
 _GENERIC: Final = "generic"
 _CLOCK: Final = "sustained_clock_fraction"
+_SHARE: Final = "sustained_tensor_fraction"
 _MEASURED_AS: Final = "measured_as"
 #: The parameters a preset may have fitted (at most these three, never per case).
 FITTED_NAMES: Final = ("sustained_clock_fraction", "collective_compute_share")
@@ -380,9 +381,9 @@ def generic_profile() -> DeviceProfile:
 
 @cache
 def preset_profile(name: str) -> DeviceProfile:
-    """The shipped profile of preset ``name``; a preset without one runs at its modelled
-    rates (:data:`MODELLED`) but for its GEMMs, capped at :func:`generic_profile`'s share as
-    any unmeasured chip (the per-MAC energies of ``tech.toml`` are fitted to TPU v4's board
+    """The shipped profile of preset ``name``; a preset without one, or whose table holds
+    only fitted parameters, runs at its modelled rates (:data:`MODELLED`) but for its GEMMs,
+    capped at :func:`generic_profile`'s share as any unmeasured chip (the per-MAC energies of ``tech.toml`` are fitted to TPU v4's board
     power at that share). A preset without a fitted training clock pays the design residual
     (:func:`arch_space.perf.residual.design_clock_residual`) as a searched design does."""
     if name not in preset_names():
@@ -399,6 +400,9 @@ def preset_profile(name: str) -> DeviceProfile:
             board_limit_w=preset_board_limit_w(name),
         )
     profile = profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
+    if _SHARE not in data[name]:  # only fitted parameters: the GEMMs of an unmeasured chip
+        share = generic_profile().sustained_tensor_fraction
+        profile = dataclasses.replace(profile, sustained_tensor_fraction=share)
     if _CLOCK in profile.fitted or _CLOCK in data[name]:
         return profile
     return dataclasses.replace(profile, sustained_clock_fraction=design_clock_residual())
