@@ -32,13 +32,14 @@ def test_shipped_a100_and_h100_figures():
     assert "phaze validate megatron --fit" in A100.provenance
     assert A100.intra_node.busbw_bytes_per_s[-1] == 234.89e9
     # a preset without measurements gets the generic GEMM cap, never none
-    for name in ("tpuv4", "v100"):
+    for name, kernels in (("tpuv4", MODELLED.attention_kernels), ("v100", ("unfused",))):
         assert preset_profile(name) == dataclasses.replace(
             MODELLED,
             name=name,
             sustained_tensor_fraction=generic_profile().sustained_tensor_fraction,
             sustained_clock_fraction=design_clock_residual(),
             board_limit_w=preset_profile(name).board_limit_w,
+            attention_kernels=kernels,
         )
         assert preset_profile(name).sustained_tensor_fraction == 0.830
 
@@ -180,3 +181,13 @@ def test_a_preset_with_only_fitted_parameters_keeps_the_generic_gemm_share():
     assert v5p.fitted == ("sustained_clock_fraction", "collective_compute_share")
     assert v5p.sustained_tensor_fraction == generic_profile().sustained_tensor_fraction
     assert v5p.sustained_clock_fraction == 0.94 and "--fit tpuv5p" in v5p.provenance
+
+
+def test_attention_kernels_a_chip_runs():
+    assert MODELLED.runs_attention("flash") and A100.runs_attention("flash2")
+    v100 = preset_profile("v100")
+    assert v100.runs_attention("unfused") and not v100.runs_attention("flash")
+    assert not v100.runs_attention("flash2")
+    for bad in (["flash"], ["unfused", "flash3"]):
+        with pytest.raises(ConfigError, match="attention_kernels"):
+            profile_from_mapping("x", {"attention_kernels": bad}, "devices.toml [x]")

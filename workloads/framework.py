@@ -45,6 +45,7 @@ __all__ = [
     "FrameworkProfile",
     "framework_names",
     "framework_profile",
+    "with_attention",
     "profile_from_mapping",
     "apply_framework",
     "layout_refusals",
@@ -301,6 +302,15 @@ def framework_profile(name: str) -> FrameworkProfile:
         return profile
     table = {**_data()[base], **_overrides(name, changes)}
     return profile_from_mapping(name, table)
+
+
+def with_attention(name: str, kernel: str) -> str:
+    """The profile ``name`` (a base name or ``base:key=value,...``) with its attention core
+    run by ``kernel`` (:data:`ATTENTION_KERNELS`): a stack on a chip its fused kernel does
+    not support."""
+    if framework_profile(name).attention == kernel:
+        return name
+    return f"{name}{',' if ':' in name else ':'}attention={kernel}"
 
 
 def _overrides(name: str, text: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from arch_space.perf.residual import design_clock_residual
 from arch_space.power_limit import preset_board_limit_w
 from arch_space.presets import preset, preset_names
 from phaze_common.errors import ConfigError, unknown_name
+from workloads.framework import ATTENTION_KERNELS
 from workloads.ops import FORMATS
 
 __all__ = [
@@ -117,6 +118,8 @@ class DeviceProfile:
     bf16 GEMM below the best shape's share (:class:`~arch_space.perf.gemm_shape.GemmShapeTable`),
     ``format_gemm_shapes`` the same for a narrower format's GEMMs (fp8) by format; ``intra_node`` the measured collective bandwidth inside a node,
     ``custom_all_reduce`` an inference engine's own all-reduce there (:meth:`for_serving`).
+    ``attention_kernels`` the attention kernels the chip runs (a fused kernel built for later
+    architectures does not run on it; :meth:`runs_attention`).
     ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
     ``board_limit_w`` is the board's power limit (a preset's, ``system.toml``): the op
     model holds each op's energy to it times the op's time (the sustained rates above
@@ -139,6 +142,12 @@ class DeviceProfile:
     format_fractions: tuple[tuple[str, float], ...] = ()
     gemm_shapes: GemmShapeTable | None = None
     format_gemm_shapes: tuple[tuple[str, GemmShapeTable], ...] = ()
+    attention_kernels: tuple[str, ...] = ATTENTION_KERNELS
+
+    def runs_attention(self, kernel: str) -> bool:
+        """Whether the chip runs the attention kernel ``kernel``
+        (:data:`workloads.framework.ATTENTION_KERNELS`; every chip runs ``unfused``)."""
+        return kernel in self.attention_kernels
 
     def format_fraction(self, fmt: str) -> float:
         """The sustained share of the tensor peak in ``fmt`` (``format_fractions``, measured
@@ -290,6 +299,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         "format_tensor_fraction",
         "gemm_shapes",
         "format_gemm_shapes",
+        "attention_kernels",
     }
     for key in data:
         if key not in known:
@@ -317,6 +327,12 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
                 f"{owner}: format_tensor_fraction {fmt} = {v!r} must be a format of "
                 f"{', '.join(FORMATS)} with a share in (0, 1]"
             )
+    kernels = tuple(data.get("attention_kernels", ATTENTION_KERNELS))
+    if "unfused" not in kernels or not set(kernels) <= set(ATTENTION_KERNELS):
+        problems.append(
+            f"{owner}: attention_kernels = {list(kernels)!r} must list kernels of "
+            f"{', '.join(ATTENTION_KERNELS)}, unfused among them"
+        )
     curve = _curve(data["intra_node"], owner, problems) if "intra_node" in data else None
     custom = data.get("custom_all_reduce")
     custom = _latency_curve(custom, owner, problems) if custom is not None else None
@@ -343,6 +359,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         format_fractions=tuple(sorted((f, float(v)) for f, v in per_format.items())),
         gemm_shapes=shapes,
         format_gemm_shapes=tuple(sorted(by_format)),
+        attention_kernels=kernels,
         **{k: float(v) for k, v in values.items()},
     )
 
