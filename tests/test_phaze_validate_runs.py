@@ -14,10 +14,11 @@ from click.testing import CliRunner
 
 from arch_space import preset
 from arch_space.area import static_power_w
-from arch_space.perf.device import preset_profile
+from arch_space.perf.device import device_profile, preset_profile
 from arch_space.power import unlimited_gemm_power_w
 from phaze.cli import cli
 from phaze.errors import ConfigError
+from phaze.pipeline import timing_design
 from phaze.published_runs import (
     METRICS,
     default_registry,
@@ -85,6 +86,16 @@ def test_fitted_rows_are_the_fits_and_nothing_else():
             "sustained_clock_fraction",
             "collective_compute_share",
         }
+
+
+def test_a_system_part_runs_at_its_own_clock_measured_as_the_preset():
+    # the DGX-2H's V100s: 2.1 petaFLOPS for 16 GPUs against the DGX-2's 2.0
+    (run,) = [r for r in REGISTRY.runs if r.id == "megatron-v1-1.2b-1gpu"]
+    acc, device = system_device(run.system)
+    assert acc.clock_hz == pytest.approx(preset("v100").clock_hz * 2.1 / 2.0, rel=1e-3)
+    assert device is None and acc.profile_name == "v100"
+    assert device_profile(timing_design(acc)) == preset_profile("v100")
+    assert acc.peak_flops == pytest.approx(preset("v100").peak_flops * 2.1 / 2.0, rel=1e-3)
 
 
 def test_a_system_part_runs_at_its_power_limit_and_hbm_bandwidth():
