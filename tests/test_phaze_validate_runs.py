@@ -134,8 +134,19 @@ def test_fit_prints_its_data_and_values():
     shipped = preset_profile("h100")
     assert doc["values"]["sustained_clock_fraction"] == shipped.sustained_clock_fraction
     assert doc["values"]["collective_compute_share"] == shipped.collective_compute_share
-    bad = CliRunner().invoke(cli, ["validate", "runs", "--fit", "tpuv5p"])
-    assert bad.exit_code == 1 and "no run of tpuv5p is marked fitted" in bad.output
+    bad = CliRunner().invoke(cli, ["validate", "runs", "--fit", "v100"])
+    assert bad.exit_code == 1 and "no run of v100 is marked fitted" in bad.output
+
+
+@pytest.mark.slow
+def test_tpuv5p_clock_is_its_fit_to_the_64_chip_rows():
+    r = CliRunner().invoke(cli, ["validate", "runs", "--fit", "tpuv5p", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [row["id"] for row in doc["rows"]] == ["maxtext-v5p-32b-64", "maxtext-v5p-64b-64"]
+    shipped = preset_profile("tpuv5p")
+    assert doc["values"]["sustained_clock_fraction"] == shipped.sustained_clock_fraction
+    assert doc["values"]["collective_compute_share"] == shipped.collective_compute_share
 
 
 @pytest.mark.slow
