@@ -398,10 +398,10 @@ def generic_profile() -> DeviceProfile:
 
 @cache
 def preset_profile(name: str) -> DeviceProfile:
-    """The shipped profile of preset ``name``; a preset without one, or whose table holds
-    only fitted parameters, runs at its modelled rates (:data:`MODELLED`) but for its GEMMs,
-    capped at :func:`generic_profile`'s share as any unmeasured chip (the per-MAC energies of ``tech.toml`` are fitted to TPU v4's board
-    power at that share). A preset without a fitted training clock pays the design residual
+    """The shipped profile of preset ``name``; a preset without one, or whose table gives
+    no measured GEMM share, runs at its modelled rates (:data:`MODELLED`) but for its GEMMs,
+    capped at :func:`generic_profile`'s share as any unmeasured chip (the per-MAC energies of
+    ``tech.toml`` are fitted to TPU v4's board power at that share). A preset without a fitted training clock pays the design residual
     (:func:`arch_space.perf.residual.design_clock_residual`) as a searched design does."""
     if name not in preset_names():
         raise unknown_name("accelerator preset", name, preset_names())
@@ -417,7 +417,7 @@ def preset_profile(name: str) -> DeviceProfile:
             board_limit_w=preset_board_limit_w(name),
         )
     profile = profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
-    if _SHARE not in data[name]:  # only fitted parameters: the GEMMs of an unmeasured chip
+    if _SHARE not in data[name]:  # no measured GEMM share: an unmeasured chip's GEMMs
         share = generic_profile().sustained_tensor_fraction
         profile = dataclasses.replace(profile, sustained_tensor_fraction=share)
     if _CLOCK in profile.fitted or _CLOCK in data[name]:
