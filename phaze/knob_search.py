@@ -107,7 +107,7 @@ def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Layout, ctx: Conte
     nothing can fit), with no layer schedule: the search, interleaving included, over the
     lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
     stage ``ctx`` allows. Placement time never falls when layer times rise."""
-    setup = training_setup(model, ctx, knobs)
+    setup = training_setup(model, ctx, knobs, acc=acc)
     check_precision(acc, knobs.precision)
     if ctx.global_batch % knobs.mbs:
         return float("inf")

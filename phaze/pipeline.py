@@ -18,7 +18,7 @@ from typing import Final
 from arch_space import Accelerator, Cluster, embodied_kgco2e, static_power_w
 from arch_space.formats import check_precision
 from arch_space.perf import default_settings
-from arch_space.perf.device import DeviceProfile
+from arch_space.perf.device import DeviceProfile, device_profile
 from ilp import PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.context import CP_DEGREES, Context, search_degrees
@@ -52,7 +52,12 @@ from workloads import (
     model_flops_per_sequence,
     valid_tp_widths,
 )
-from workloads.framework import layout_refusals, runnable_zero_stages
+from workloads.framework import (
+    framework_profile,
+    layout_refusals,
+    runnable_zero_stages,
+    with_attention,
+)
 
 __all__ = [
     "Context",
@@ -130,12 +135,17 @@ def variant_keys(
 
 
 def training_setup(
-    model: Model, ctx: Context, knobs: Layout, sequence_parallel: bool | None = None
+    model: Model,
+    ctx: Context,
+    knobs: Layout,
+    sequence_parallel: bool | None = None,
+    acc: Accelerator | None = None,
 ) -> TrainingSetup:
     """The training setup of ``knobs`` in ``ctx`` (sequence parallelism as ``ctx`` fixes it,
     else ``sequence_parallel``, else on): what builds the layer graphs. An expert-parallel
     degree ``knobs`` fix (dividing the experts) shapes the MoE blocks' graphs; a searched
-    one leaves them at 1."""
+    one leaves them at 1. On ``acc``, a stack whose fused attention kernel the chip does not
+    run (:meth:`~arch_space.perf.device.DeviceProfile.runs_attention`) runs it unfused."""
     sp = ctx.sequence_parallel
     ep = knobs.ep if "ep" not in knobs.open else 1
     if not knobs.open & {"t", "d"} and knobs.d % ep and ep_fits(ep, knobs.t, knobs.d, 1):
@@ -147,13 +157,24 @@ def training_setup(
         recompute=knobs.recompute,
         sequence_parallel=(sequence_parallel is not False) if sp is None else sp,
         tokens_to_train=ctx.tokens_to_train,
-        framework=ctx.framework,
+        framework=_runnable_framework(ctx, acc),
         state_bytes_per_parameter=ctx.state_bytes_per_parameter,
         optimizer_state=ctx.optimizer_state,
         precision=knobs.precision,
         expert_parallel=ep if model.experts and model.experts % ep == 0 else 1,
         allow_context_extension=ctx.allow_context_extension,
     )
+
+
+def _runnable_framework(ctx: Context, acc: Accelerator | None) -> str:
+    """``ctx``'s stack as it runs on ``acc``: its attention unfused where the chip does not
+    run the stack's fused kernel."""
+    if acc is None:
+        return ctx.framework
+    device = ctx.device or device_profile(acc)
+    if device.runs_attention(framework_profile(ctx.framework).attention):
+        return ctx.framework
+    return with_attention(ctx.framework, "unfused")
 
 
 def timing_design(acc: Accelerator) -> Accelerator:
@@ -445,7 +466,7 @@ def evaluate(
     assert knobs.given("mbs") and knobs.given("recompute"), "the knobs fix mbs and recompute"
     if knobs.given("sp"):
         ctx = dataclasses.replace(ctx, sequence_parallel=knobs.sp)
-    setup = training_setup(model, ctx, knobs)
+    setup = training_setup(model, ctx, knobs, acc=acc)
     check_precision(acc, knobs.precision)
     if ctx.global_batch % knobs.mbs:
         raise ConfigError(

@@ -127,10 +127,10 @@ class RunSource:
 
 @dataclass(frozen=True, slots=True)
 class RunSystem:
-    """The machine a run used: a preset (its HBM capacity, HBM bandwidth and board power
-    limit replaced when ``hbm_gib``, ``hbm_bandwidth_bytes_per_s``, ``power_limit_w`` are
-    given: a part of the preset's die built or run otherwise), GPUs per node and the links of
-    one GPU (bytes/s per direction, as :class:`arch_space.Cluster`)."""
+    """The machine a run used: a preset (its HBM capacity, HBM bandwidth, board power limit
+    and clock replaced when ``hbm_gib``, ``hbm_bandwidth_bytes_per_s``, ``power_limit_w``,
+    ``clock_hz`` are given: a part of the preset's die built or run otherwise), GPUs per node
+    and the links of one GPU (bytes/s per direction, as :class:`arch_space.Cluster`)."""
 
     key: str
     description: str
@@ -142,6 +142,7 @@ class RunSystem:
     source: str
     hbm_bandwidth_bytes_per_s: float | None = None
     power_limit_w: float | None = None
+    clock_hz: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +278,7 @@ _SYSTEM_KEYS: Final = {
     "hbm_gib": float,
     "hbm_bandwidth_bytes_per_s": float,
     "power_limit_w": float,
+    "clock_hz": float,
     "source": str,
 }
 _RUN_KEYS: Final = {
@@ -309,6 +311,7 @@ _OPTIONAL: Final = {
     "hbm_gib",
     "hbm_bandwidth_bytes_per_s",
     "power_limit_w",
+    "clock_hz",
     "assumed",
     "flops",
     "peak_flops_per_s",
@@ -365,7 +368,8 @@ def _system(key: str, table: Any, problems: list[str]) -> RunSystem | None:
         return None
     _positive(v, tuple(k for k, t in _SYSTEM_KEYS.items() if t in (int, float)), where, problems)
     optional = {
-        k: v.pop(k, None) for k in ("hbm_gib", "hbm_bandwidth_bytes_per_s", "power_limit_w")
+        k: v.pop(k, None)
+        for k in ("hbm_gib", "hbm_bandwidth_bytes_per_s", "power_limit_w", "clock_hz")
     }
     return RunSystem(key=key, **optional, **v)
 

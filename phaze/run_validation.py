@@ -141,16 +141,20 @@ def system_device(
     (``device``, else the preset's) at its board power limit: the preset's training clock
     times the share of the clock the power model holds at the system's limit over that at
     the preset's (:func:`arch_space.power.limited_clock_fraction`). ``device`` stays None
-    when the system is the preset as shipped."""
+    when the system is the preset as shipped. A system clocking the preset's die otherwise
+    (``clock_hz``) runs it at that clock, measured as the preset."""
     acc = preset(system.arch)
     if system.hbm_gib is not None:
         acc = dataclasses.replace(acc, hbm_bytes=round(system.hbm_gib * _GIB))
+    if system.clock_hz is not None:
+        acc = dataclasses.replace(acc, clock_hz=system.clock_hz, measured_as=system.arch)
     if system.hbm_bandwidth_bytes_per_s is None and system.power_limit_w is None:
         return acc, device
     base = device or preset_profile(system.arch)  # the preset's, though its HBM changes
     if system.power_limit_w is not None:
         held = limited_clock_fraction(acc, system.power_limit_w)
-        shipped = limited_clock_fraction(acc, base.board_limit_w)
+        as_shipped = dataclasses.replace(acc, clock_hz=preset(system.arch).clock_hz)
+        shipped = limited_clock_fraction(as_shipped, base.board_limit_w)
         base = dataclasses.replace(
             base,
             sustained_clock_fraction=base.sustained_clock_fraction * held / shipped,

@@ -32,13 +32,14 @@ def test_shipped_a100_and_h100_figures():
     assert "phaze validate megatron --fit" in A100.provenance
     assert A100.intra_node.busbw_bytes_per_s[-1] == 234.89e9
     # a preset without measurements gets the generic GEMM cap, never none
-    for name in ("tpuv4", "v100"):
+    for name, kernels in (("tpuv4", MODELLED.attention_kernels), ("v100", ("unfused",))):
         assert preset_profile(name) == dataclasses.replace(
             MODELLED,
             name=name,
             sustained_tensor_fraction=generic_profile().sustained_tensor_fraction,
             sustained_clock_fraction=design_clock_residual(),
             board_limit_w=preset_profile(name).board_limit_w,
+            attention_kernels=kernels,
         )
         assert preset_profile(name).sustained_tensor_fraction == 0.830
 
@@ -171,3 +172,22 @@ def test_a_serving_engine_all_reduces_at_its_measured_latency_then_at_nccls():
         assert _all_reduce_s(engine, nbytes) == pytest.approx(_all_reduce_s(h100, nbytes))
     assert _all_reduce_s(h100, 32768) == pytest.approx(2 * 7 / 8 * 32768 / 1.44e9)
     assert A100.for_serving() == A100  # no measurement of its engine's kernel
+
+
+def test_a_preset_with_only_fitted_parameters_keeps_the_generic_gemm_share():
+    # the TPU v5p's table holds its fitted clock and collective share, no measured GEMM rate:
+    # its GEMMs stay at the unmeasured chip's cap, never uncapped
+    v5p = preset_profile("tpuv5p")
+    assert v5p.fitted == ("sustained_clock_fraction", "collective_compute_share")
+    assert v5p.sustained_tensor_fraction == generic_profile().sustained_tensor_fraction
+    assert v5p.sustained_clock_fraction == 0.941 and "--fit tpuv5p" in v5p.provenance
+
+
+def test_attention_kernels_a_chip_runs():
+    assert MODELLED.runs_attention("flash") and A100.runs_attention("flash2")
+    v100 = preset_profile("v100")
+    assert v100.runs_attention("unfused") and not v100.runs_attention("flash")
+    assert not v100.runs_attention("flash2")
+    for bad in (["flash"], ["unfused", "flash3"]):
+        with pytest.raises(ConfigError, match="attention_kernels"):
+            profile_from_mapping("x", {"attention_kernels": bad}, "devices.toml [x]")

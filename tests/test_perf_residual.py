@@ -91,10 +91,13 @@ def test_designs_and_unfitted_presets_pay_the_residual_fitted_presets_keep_their
 def test_a_fitted_presets_silicon_priced_as_a_design_is_not_faster(name):
     """The preset's own silicon as a searched design (the generic profile, its clock capped
     at its board limit as a design space caps it) trains no faster than the fitted preset:
-    the design pricing carries at least the losses the fit holds, to a 5 % margin."""
+    the design pricing carries at least the losses the fit holds, to a 5 % margin. Silicon
+    the cap does not slow (the TPU v5p's) is the preset in every field the op model reads,
+    so it is priced as the preset, fit included."""
     acc = preset(name)
     design = dataclasses.replace(acc, name="", clock_hz=acc.clock_hz * power_capped_clock(name))
-    assert device_profile(design) == generic_profile()
+    capped = power_capped_clock(name) < 1
+    assert device_profile(design) == (generic_profile() if capped else preset_profile(name))
     rate = {}
     for label, a in (("preset", acc), ("design", design)):
         ev = phaze.evaluate(

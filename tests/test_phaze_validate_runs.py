@@ -14,10 +14,11 @@ from click.testing import CliRunner
 
 from arch_space import preset
 from arch_space.area import static_power_w
-from arch_space.perf.device import preset_profile
+from arch_space.perf.device import device_profile, preset_profile
 from arch_space.power import unlimited_gemm_power_w
 from phaze.cli import cli
 from phaze.errors import ConfigError
+from phaze.pipeline import timing_design
 from phaze.published_runs import (
     METRICS,
     default_registry,
@@ -74,9 +75,10 @@ def test_fitted_rows_are_the_fits_and_nothing_else():
         "nemo-2511-gb200-llama3-8b-fp8",
         "nemo-2511-gb200-llama3-405b-fp8",
     ]
-    assert sorted(fitted) == sorted(a100 + h100 + b200)
+    tpuv5p = ["maxtext-v5p-32b-64", "maxtext-v5p-64b-64"]
+    assert sorted(fitted) == sorted(a100 + h100 + b200 + tpuv5p)
     # the preset's provenance names exactly the rows its parameters came from
-    for arch, rows in (("h100", h100), ("b200", b200)):
+    for arch, rows in (("h100", h100), ("b200", b200), ("tpuv5p", tpuv5p)):
         provenance = preset_profile(arch).provenance
         assert f"phaze validate runs --fit {arch}" in provenance
         assert all(i in provenance for i in rows)
@@ -84,6 +86,16 @@ def test_fitted_rows_are_the_fits_and_nothing_else():
             "sustained_clock_fraction",
             "collective_compute_share",
         }
+
+
+def test_a_system_part_runs_at_its_own_clock_measured_as_the_preset():
+    # the DGX-2H's V100s: 2.1 petaFLOPS for 16 GPUs against the DGX-2's 2.0
+    (run,) = [r for r in REGISTRY.runs if r.id == "megatron-v1-1.2b-1gpu"]
+    acc, device = system_device(run.system)
+    assert acc.clock_hz == pytest.approx(preset("v100").clock_hz * 2.1 / 2.0, rel=1e-3)
+    assert device is None and acc.profile_name == "v100"
+    assert device_profile(timing_design(acc)) == preset_profile("v100")
+    assert acc.peak_flops == pytest.approx(preset("v100").peak_flops * 2.1 / 2.0, rel=1e-3)
 
 
 def test_a_system_part_runs_at_its_power_limit_and_hbm_bandwidth():
@@ -122,8 +134,19 @@ def test_fit_prints_its_data_and_values():
     shipped = preset_profile("h100")
     assert doc["values"]["sustained_clock_fraction"] == shipped.sustained_clock_fraction
     assert doc["values"]["collective_compute_share"] == shipped.collective_compute_share
-    bad = CliRunner().invoke(cli, ["validate", "runs", "--fit", "tpuv5p"])
-    assert bad.exit_code == 1 and "no run of tpuv5p is marked fitted" in bad.output
+    bad = CliRunner().invoke(cli, ["validate", "runs", "--fit", "v100"])
+    assert bad.exit_code == 1 and "no run of v100 is marked fitted" in bad.output
+
+
+@pytest.mark.slow
+def test_tpuv5p_clock_is_its_fit_to_the_64_chip_rows():
+    r = CliRunner().invoke(cli, ["validate", "runs", "--fit", "tpuv5p", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [row["id"] for row in doc["rows"]] == ["maxtext-v5p-32b-64", "maxtext-v5p-64b-64"]
+    shipped = preset_profile("tpuv5p")
+    assert doc["values"]["sustained_clock_fraction"] == shipped.sustained_clock_fraction
+    assert doc["values"]["collective_compute_share"] == shipped.collective_compute_share
 
 
 @pytest.mark.slow
@@ -162,13 +185,15 @@ def test_maxtext_flop_counts_are_the_model_flops_and_halve_attention(model):
     assert full - flops_per_iteration("maxtext-causal", model, s, 3) == pytest.approx(attention / 2)
 
 
-def test_maxtext_v5p_rows_are_held_out_single_slices_at_the_published_peak():
+def test_maxtext_v5p_rows_are_single_slices_at_the_published_peak():
     rows = [r for r in REGISTRY.runs if r.framework == "maxtext-2023"]
     assert len(rows) >= 6 and {r.arch for r in rows} == {"tpuv5p"}
-    assert REGISTRY.profile_for("maxtext-2023")[0] == "fsdp2-2024"
+    assert REGISTRY.profile_for("maxtext-2023")[0] == "maxtext-2023"
+    # the v5p's two fitted parameters come from the two 64-chip rows; the rest are held out
+    assert {r.id for r in rows if r.fitted} == {"maxtext-v5p-32b-64", "maxtext-v5p-64b-64"}
     for r in rows:
         s = parse_strategy(r.strategy)
-        assert not r.fitted and r.flops == "maxtext-causal" and s.p == 1 and s.zero == 3, r.id
+        assert r.flops == "maxtext-causal" and s.p == 1 and s.zero == 3, r.id
         assert r.gpus <= r.system.devices_per_node, r.id  # one ICI slice
         assert r.peak_flops_per_s == pytest.approx(preset("tpuv5p").peak_flops, rel=2e-3), r.id
 

@@ -47,6 +47,7 @@ def test_the_profiles():
         "fsdp1-2023",
         "deepseek-2024",
         "megatron-bridge-2025",
+        "maxtext-2023",
     )
     m = framework_profile("megatron-2022")
     assert m.tp_overlap == {CommRole.COLUMN_BACKWARD} and not m.dp_overlap
@@ -80,6 +81,9 @@ def test_the_profiles():
     ).regather_per_micro_batch
     with pytest.raises(ConfigError, match="regather_per_micro_batch = 'sometimes'"):
         framework_profile("fsdp2-2024:regather_per_micro_batch=sometimes")
+    maxtext = framework_profile("maxtext-2023")
+    assert maxtext.tp_overlap == set(CommRole) and maxtext.recompute_dce
+    assert maxtext.pipeline == "none" and maxtext.sharded_prefetch
 
 
 def test_layout_rules_name_the_rule():

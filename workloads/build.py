@@ -212,11 +212,13 @@ def _framed_pass(graph: OpGraph, setup: TrainingSetup, block: bool) -> OpGraph:
 def _block_graphs(model: Model, setup: TrainingSetup, tp: int, dense: bool) -> PassGraphs:
     """A block's framed pass graphs. Its forward and backward graphs do not depend on the
     recompute mode, so they are built once per setup without it (:func:`_plain_block`) and
-    shared: full recompute re-runs the forward graph itself; selective frames its own."""
+    shared: full recompute re-runs the forward graph itself (less its dead code under a stack
+    that drops it, :attr:`~workloads.framework.FrameworkProfile.recompute_dce`); selective
+    frames its own."""
     if setup.recompute is Recompute.NONE:
         return _plain_block(model, setup, tp, dense)
     plain = _plain_block(model, replace(setup, recompute=Recompute.NONE), tp, dense)
-    if setup.recompute is Recompute.FULL:
+    if setup.recompute is Recompute.FULL and not setup.profile.recompute_dce:
         again = plain.forward
     else:
         again = _framed_pass(

@@ -45,6 +45,7 @@ __all__ = [
     "FrameworkProfile",
     "framework_names",
     "framework_profile",
+    "with_attention",
     "profile_from_mapping",
     "apply_framework",
     "layout_refusals",
@@ -114,7 +115,10 @@ class FrameworkProfile:
     (1 and 1: Megatron's paired sends; :attr:`placement.types.PlacementProblem.p2p_sends`);
     ``ep_overlap``: the expert-parallel all-to-alls of one micro-batch run beside another's
     compute, which keeps ``1 - comm_sm_share`` of the SMs (:mod:`placement.ep_cp`);
-    ``moe_dispatcher`` how the tokens reach the experts' ranks (:data:`MOE_DISPATCHERS`).
+    ``moe_dispatcher`` how the tokens reach the experts' ranks (:data:`MOE_DISPATCHERS`);
+    ``recompute_dce``: a full recompute re-runs only the forward ops the backward pass reads
+    (JAX's ``jax.checkpoint``), not the block's last GEMM, its collective and residual add
+    (:func:`workloads.op_graphs.block_pass_graphs`); PyTorch's checkpoint re-runs them all.
     """
 
     name: str
@@ -138,6 +142,7 @@ class FrameworkProfile:
     ep_overlap: bool = False
     comm_sm_share: float = 0.0
     moe_dispatcher: str = "alltoall"
+    recompute_dce: bool = False
 
     @property
     def fused_attention(self) -> bool:
@@ -173,6 +178,7 @@ _KNOWN_KEYS: Final = frozenset(
         "ep_overlap",
         "comm_sm_share",
         "moe_dispatcher",
+        "recompute_dce",
     }
 )
 
@@ -224,6 +230,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     _choice(name, "moe_dispatcher", dispatcher, MOE_DISPATCHERS, problems)
     regather = table.get("regather_per_micro_batch", False)
     _choice(name, "regather_per_micro_batch", regather, (False, True), problems)
+    dce = table.get("recompute_dce", False)
+    _choice(name, "recompute_dce", dce, (False, True), problems)
     share = table.get("comm_sm_share", 0.0)
     if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share < 1):
         problems.append(f"{_DATA_FILE} [{name}]: comm_sm_share = {share!r} must be in [0, 1)")
@@ -263,6 +271,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         ep_overlap=bool(ep_overlap),
         comm_sm_share=float(share) if isinstance(share, int | float) else 0.0,
         moe_dispatcher=dispatcher,
+        recompute_dce=bool(dce),
     )
 
 
@@ -293,6 +302,15 @@ def framework_profile(name: str) -> FrameworkProfile:
         return profile
     table = {**_data()[base], **_overrides(name, changes)}
     return profile_from_mapping(name, table)
+
+
+def with_attention(name: str, kernel: str) -> str:
+    """The profile ``name`` (a base name or ``base:key=value,...``) with its attention core
+    run by ``kernel`` (:data:`ATTENTION_KERNELS`): a stack on a chip its fused kernel does
+    not support."""
+    if framework_profile(name).attention == kernel:
+        return name
+    return f"{name}{',' if ':' in name else ':'}attention={kernel}"
 
 
 def _overrides(name: str, text: str) -> dict[str, Any]:

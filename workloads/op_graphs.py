@@ -56,6 +56,7 @@ from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
 from workloads.moe_ops import moe_nodes
 from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
 from workloads.recompute_modules import op_groups
+from workloads.remat_dce import partially_evaluated
 from workloads.setup import Recompute, TrainingSetup
 
 __all__ = [
@@ -425,7 +426,7 @@ def block_pass_graphs(
         case Recompute.SELECTIVE:
             keep = frozenset(n.op.name for n in nodes if n.op.name.startswith(CORE_PREFIX))
         case Recompute.FULL:
-            keep = None
+            keep = partially_evaluated(nodes, d.p) if setup.profile.recompute_dce else None
         case Recompute.MODULES:
             keep = frozenset(
                 n.op.name

@@ -32,6 +32,7 @@ from arch_space.perf.residual import design_clock_residual
 from arch_space.power_limit import preset_board_limit_w
 from arch_space.presets import preset, preset_names
 from phaze_common.errors import ConfigError, unknown_name
+from workloads.framework import ATTENTION_KERNELS
 from workloads.ops import FORMATS
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
 _DATA_FILE: Final = "devices.toml"
 _GENERIC: Final = "generic"
 _CLOCK: Final = "sustained_clock_fraction"
+_SHARE: Final = "sustained_tensor_fraction"
 _MEASURED_AS: Final = "measured_as"
 #: The parameters a preset may have fitted (at most these three, never per case).
 FITTED_NAMES: Final = ("sustained_clock_fraction", "collective_compute_share")
@@ -116,6 +118,8 @@ class DeviceProfile:
     bf16 GEMM below the best shape's share (:class:`~arch_space.perf.gemm_shape.GemmShapeTable`),
     ``format_gemm_shapes`` the same for a narrower format's GEMMs (fp8) by format; ``intra_node`` the measured collective bandwidth inside a node,
     ``custom_all_reduce`` an inference engine's own all-reduce there (:meth:`for_serving`).
+    ``attention_kernels`` the attention kernels the chip runs (a fused kernel built for later
+    architectures does not run on it; :meth:`runs_attention`).
     ``fitted`` names the parameters that were fitted and ``provenance`` says to what.
     ``board_limit_w`` is the board's power limit (a preset's, ``system.toml``): the op
     model holds each op's energy to it times the op's time (the sustained rates above
@@ -138,6 +142,12 @@ class DeviceProfile:
     format_fractions: tuple[tuple[str, float], ...] = ()
     gemm_shapes: GemmShapeTable | None = None
     format_gemm_shapes: tuple[tuple[str, GemmShapeTable], ...] = ()
+    attention_kernels: tuple[str, ...] = ATTENTION_KERNELS
+
+    def runs_attention(self, kernel: str) -> bool:
+        """Whether the chip runs the attention kernel ``kernel``
+        (:data:`workloads.framework.ATTENTION_KERNELS`; every chip runs ``unfused``)."""
+        return kernel in self.attention_kernels
 
     def format_fraction(self, fmt: str) -> float:
         """The sustained share of the tensor peak in ``fmt`` (``format_fractions``, measured
@@ -289,6 +299,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         "format_tensor_fraction",
         "gemm_shapes",
         "format_gemm_shapes",
+        "attention_kernels",
     }
     for key in data:
         if key not in known:
@@ -316,6 +327,12 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
                 f"{owner}: format_tensor_fraction {fmt} = {v!r} must be a format of "
                 f"{', '.join(FORMATS)} with a share in (0, 1]"
             )
+    kernels = tuple(data.get("attention_kernels", ATTENTION_KERNELS))
+    if "unfused" not in kernels or not set(kernels) <= set(ATTENTION_KERNELS):
+        problems.append(
+            f"{owner}: attention_kernels = {list(kernels)!r} must list kernels of "
+            f"{', '.join(ATTENTION_KERNELS)}, unfused among them"
+        )
     curve = _curve(data["intra_node"], owner, problems) if "intra_node" in data else None
     custom = data.get("custom_all_reduce")
     custom = _latency_curve(custom, owner, problems) if custom is not None else None
@@ -342,6 +359,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], owner: str) -> Devi
         format_fractions=tuple(sorted((f, float(v)) for f, v in per_format.items())),
         gemm_shapes=shapes,
         format_gemm_shapes=tuple(sorted(by_format)),
+        attention_kernels=kernels,
         **{k: float(v) for k, v in values.items()},
     )
 
@@ -380,10 +398,10 @@ def generic_profile() -> DeviceProfile:
 
 @cache
 def preset_profile(name: str) -> DeviceProfile:
-    """The shipped profile of preset ``name``; a preset without one runs at its modelled
-    rates (:data:`MODELLED`) but for its GEMMs, capped at :func:`generic_profile`'s share as
-    any unmeasured chip (the per-MAC energies of ``tech.toml`` are fitted to TPU v4's board
-    power at that share). A preset without a fitted training clock pays the design residual
+    """The shipped profile of preset ``name``; a preset without one, or whose table gives
+    no measured GEMM share, runs at its modelled rates (:data:`MODELLED`) but for its GEMMs,
+    capped at :func:`generic_profile`'s share as any unmeasured chip (the per-MAC energies of
+    ``tech.toml`` are fitted to TPU v4's board power at that share). A preset without a fitted training clock pays the design residual
     (:func:`arch_space.perf.residual.design_clock_residual`) as a searched design does."""
     if name not in preset_names():
         raise unknown_name("accelerator preset", name, preset_names())
@@ -399,6 +417,9 @@ def preset_profile(name: str) -> DeviceProfile:
             board_limit_w=preset_board_limit_w(name),
         )
     profile = profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
+    if _SHARE not in data[name]:  # no measured GEMM share: an unmeasured chip's GEMMs
+        share = generic_profile().sustained_tensor_fraction
+        profile = dataclasses.replace(profile, sustained_tensor_fraction=share)
     if _CLOCK in profile.fitted or _CLOCK in data[name]:
         return profile
     return dataclasses.replace(profile, sustained_clock_fraction=design_clock_residual())
