@@ -239,7 +239,7 @@ def _energy_rates(
         static_w_per_device=static_power_w(acc),
         intra_node_link_pj_per_bit=perf.intra_node_link_pj_per_bit,
         inter_node_link_pj_per_bit=perf.inter_node_link_pj_per_bit,
-        model_parameters=float(model.parameters),
+        model_parameters=float(model.parameters + model.mtp_parameters()),
         boundary_bytes=max((e.bytes for e in variant.graph.edges), default=0.0),
         host_w_per_node=host_w_per_node,
         dispatch_bytes=sum(x.dispatch_bytes for x in variant.graph.layers),
@@ -479,7 +479,7 @@ def evaluate(
         f"the training state of {model.name} ({fmt_count(model.parameters)} parameters x "
         f"{setup.state_bytes_per_parameter} B of weights, gradients and optimizer state)"
     )
-    state_bytes = model.parameters * setup.state_bytes_per_parameter
+    state_bytes = (model.parameters + model.mtp_parameters()) * setup.state_bytes_per_parameter
     beyond = beyond_all_hbm(what, state_bytes, ctx.cluster.devices, acc.hbm_bytes)
     if beyond:  # no layout can hold it: say so, not the first layout's shortfall
         return Evaluation(workload, acc, knobs, None, None, beyond)

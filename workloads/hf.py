@@ -301,8 +301,8 @@ def _gemma(r: _Reader, model_type: str) -> dict[str, Any]:
 
 def _deepseek(r: _Reader) -> dict[str, Any]:
     """DeepSeek-V2/V3: multi-head latent attention, DeepSeekMoE (shared experts, the first
-    ``first_k_dense_replace`` blocks dense). V3's multi-token-prediction module
-    (``num_nextn_predict_layers``) is not part of the main model and is not counted."""
+    ``first_k_dense_replace`` blocks dense). V3's multi-token-prediction modules
+    (``num_nextn_predict_layers``) become ``mtp_layers``."""
     act = r.get("hidden_act", "silu")
     if act != "silu":
         r.unsupported("hidden_act", act, "silu (SwiGLU)")
@@ -314,6 +314,7 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
     experts = r.size("n_routed_experts", "experts", None)
     moe = experts is not None
     r.names |= {"dense_layers": "first_k_dense_replace", "shared_experts": "n_shared_experts"}
+    r.names |= {"mtp_layers": "num_nextn_predict_layers"}
     return dict(
         **_standard_sizes(r),
         ffn_kind=FfnKind.SWIGLU,
@@ -324,6 +325,7 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
         expert_ffn_hidden=r.size("moe_intermediate_size", "expert_ffn_hidden") if moe else None,
         shared_experts=(r.get("n_shared_experts", 0, check=_is_count) or 0) if moe else 0,
         dense_layers=(r.get("first_k_dense_replace", 0, check=_is_count) or 0) if moe else 0,
+        mtp_layers=r.get("num_nextn_predict_layers", 0, check=_is_count) or 0,
         **(_routing_groups(r) if moe else {}),
         q_lora_rank=r.size("q_lora_rank", "q_lora_rank", None),
         kv_lora_rank=r.size("kv_lora_rank", "kv_lora_rank"),
