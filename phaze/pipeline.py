@@ -19,7 +19,7 @@ from arch_space import Accelerator, Cluster, embodied_kgco2e, static_power_w
 from arch_space.formats import check_precision
 from arch_space.perf import default_settings
 from arch_space.perf.device import DeviceProfile
-from ilp import PassTiming, layer_timing
+from ilp import LayerTiming, PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.context import CP_DEGREES, Context, search_degrees
 from phaze.lower_bounds import (
@@ -216,14 +216,17 @@ def width_variant(
     )
     parts = [0.0, 0.0, 0.0]
     for layer in lg.layers:
-        lt = timings[layer.class_id]
         devices = tp if layer.tensor_parallel else 1
-        for p in (lt.forward, lt.backward, lt.recompute):
+        for p in (q for c in layer.classes for q in _passes(timings[c])):
             parts[0] += devices * p.compute_j
             parts[1] += devices * p.memory_j
             parts[2] += devices * p.network_j
-    passes = tuple(p for lt in timings.values() for p in (lt.forward, lt.backward, lt.recompute))
+    passes = tuple(p for lt in timings.values() for p in _passes(lt))
     return Variant(sg, *parts, passes)
+
+
+def _passes(lt: LayerTiming) -> tuple[PassTiming, PassTiming, PassTiming]:
+    return lt.forward, lt.backward, lt.recompute
 
 
 def _energy_rates(

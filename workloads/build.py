@@ -194,6 +194,7 @@ def _head_layer(model: Model, setup: TrainingSetup, tp: int) -> Layer:
         expert_parameters=mtp * model.expert_parameters(tp),
         dispatch_bytes=mtp * dispatch_bytes(model, setup, tp),
         kv_bytes=mtp * kv_bytes(model, setup, tp),
+        extra_classes=(BLOCK_CLASS,) * mtp,
     )
 
 

@@ -7,10 +7,13 @@ of the next tokens, projects their concatenation from ``2h`` to ``h``, runs one 
 block of the model's kind (MLA and MoE in V3) and predicts through the shared output head and
 its cross entropy. Megatron-Core (``megatron/core/transformer/multi_token_prediction.py``)
 places the modules on the last pipeline stage beside the loss (its layout ``...mL``), as
-DeepSeek's DualPipe does, so here they are part of the head layer's graphs: the layer holds
-its parameters (:meth:`workloads.model.Model.mtp_parameters`), the embedding copy as tied
-parameters, its block's experts, all-to-alls and K/V, and stashes what the module keeps
-(:func:`mtp_activation_bytes`).
+DeepSeek's DualPipe does, so here they are part of the head layer: its graphs hold each
+module's embedding, norms, projection and head beside the main head, and the layer runs the
+model's block class once more per module (``extra_classes``: the block is scheduled once,
+for the main blocks and the modules alike, as the identical graph it is). The layer holds
+the modules' parameters (:meth:`workloads.model.Model.mtp_parameters`), the embedding copy
+as tied parameters, their blocks' experts, all-to-alls and K/V, and stashes what the
+modules keep (:func:`mtp_activation_bytes`).
 
 The projection is Megatron-Core's ``eh_proj``: column-parallel (its input gathered over the
 sequence with sequence parallelism), its output gathered over the tensor ranks. The module's
@@ -33,14 +36,12 @@ from workloads.memory import (
 )
 from workloads.model import Model
 from workloads.op_graphs import (
-    _block_nodes,
     _column_parallel_input,
     _Dims,
     _embedding_nodes,
     _norm,
     _pass_graphs,
     head_nodes,
-    recomputed,
 )
 from workloads.ops import CollectiveKind
 from workloads.setup import TrainingSetup
@@ -49,58 +50,45 @@ __all__ = ["mtp_head_pass_graphs", "mtp_activation_bytes"]
 
 
 def mtp_head_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
-    """The head layer's graphs with the model's MTP modules after the main head; the
-    recompute graph holds what the setup re-runs of each module's block."""
+    """The head layer's graphs with the model's MTP modules beside the main head, each
+    module's block left out: the layer runs the model's block class once more per module
+    (:attr:`workloads.layer_graph.Layer.extra_classes`), whose schedules are the main
+    blocks'. Nothing here is recomputed (the blocks' recompute is theirs)."""
     d = _Dims.of(setup, tp)
     nodes = head_nodes(model, setup, d)
-    again: set[str] = set()
-    hidden = None  # the layer's input: the main model's last hidden state
     for k in range(model.mtp_layers):
-        module, block, hidden = _module_nodes(model, setup, d, hidden, k)
-        nodes += module
-        again |= block
-    return _pass_graphs(nodes, d, frozenset(again))
+        nodes += _module_nodes(model, setup, d, k)
+    return _pass_graphs(nodes, d, frozenset())
 
 
-def _module_nodes(
-    model: Model, setup: TrainingSetup, d: _Dims, hidden: str | None, k: int
-) -> tuple[list[Node], set[str], str]:
-    """(nodes of MTP module ``k`` reading ``hidden`` (None: the layer's input), the names
-    of its block's nodes the setup recomputes, the name of its block's output)."""
+def _module_nodes(model: Model, setup: TrainingSetup, d: _Dims, k: int) -> list[Node]:
+    """MTP module ``k`` around its block: the embedding of the tokens ahead, the two norms,
+    the projection (reading the layer's input: the previous depth's hidden state), and
+    the module's head (reading the layer's input: its block's output)."""
     tag = f"@mtp{k}"
     h, p = model.hidden, d.p
-    nodes = _renamed(_embedding_nodes(model, d), tag, None)
+    nodes = _renamed(_embedding_nodes(model, d), tag)
     emb = _norm(nodes, f"enorm{tag}", (nodes[-1].op.name,), model, d, tp_next=True)
-    top = _norm(nodes, f"hnorm{tag}", (hidden,) if hidden else (), model, d, tp_next=True)
+    top = _norm(nodes, f"hnorm{tag}", (), model, d, tp_next=True)
     ins = tuple(_column_parallel_input(nodes, x, d, h) for x in (emb, top))
     proj = gemm(f"eh_proj{tag}", d.tokens, 2 * h, h // d.t, p)
     nodes.append(Node(proj, ins, Grad.GEMM))
-    x = proj.name
     if d.t > 1:  # all_gather_last_dim_from_tensor_parallel_region
-        op = collective(f"{x}.allgather", CollectiveKind.ALL_GATHER, p * d.tokens * h, d.t)
-        nodes.append(Node(op, (x,), Grad.GATHER))
-        x = op.name
-    block = _block_nodes(model, d, dense=False)
-    keep = recomputed(block, model, setup)
-    names = {n.op.name for n in block} if keep is None else set(keep)
-    block = _renamed(block, tag, x)
-    out = block[-1].op.name
-    head = _renamed(head_nodes(model, setup, d), tag, out)
-    return [*nodes, *block, *head], {n + tag for n in names}, out
+        op = collective(f"{proj.name}.allgather", CollectiveKind.ALL_GATHER, p * d.tokens * h, d.t)
+        nodes.append(Node(op, (proj.name,), Grad.GATHER))
+    return [*nodes, *_renamed(head_nodes(model, setup, d), tag)]
 
 
-def _renamed(nodes: list[Node], tag: str, root: str | None) -> list[Node]:
-    """``nodes`` with ``tag`` after each op's name; nodes reading the layer's input read
-    ``root`` instead (None: the layer's input still)."""
+def _renamed(nodes: list[Node], tag: str) -> list[Node]:
+    """``nodes`` with ``tag`` after each op's name."""
     out = []
     for n in nodes:
-        inputs = tuple(s + tag for s in n.inputs) or ((root,) if root else ())
         back = None if n.backward is None else replace(n.backward, name=n.backward.name + tag)
         out.append(
             replace(
                 n,
                 op=replace(n.op, name=n.op.name + tag),
-                inputs=inputs,
+                inputs=tuple(s + tag for s in n.inputs),
                 nondiff=tuple(s + tag for s in n.nondiff),
                 backward=back,
             )
