@@ -77,7 +77,7 @@ def test_the_head_layer_carries_the_mtp_module_and_runs_the_block_class_once_mor
     assert on.layers[:-1] == off.layers[:-1]  # the rest of the model is unchanged
 
 
-def _stages(workload: str):
+def _stages(workload: str, framework: str = "megatron-core-2024"):
     """A small DeepSeek-V3-like model (4 blocks, 8 experts) on two H100s, p = 2."""
     ev = phaze.evaluate(
         workload,
@@ -87,12 +87,14 @@ def _stages(workload: str):
         global_batch=8,
         tokens_to_train=8192,
         strategy="t=1,p=2,d=1,v=1,mbs=1,recompute=none,sp=off,zero=1,ep=1,cp=1",
+        framework=framework,
     )
     assert ev.feasible, ev.reason
     return ev.placement.stages
 
 
-def test_the_last_stage_grows_by_the_mtp_block_and_the_first_does_not(tmp_path):
+@pytest.fixture
+def small_v3(tmp_path):
     from tests.test_workloads_hf_deepseek import DEEPSEEK_V3
 
     small = DEEPSEEK_V3 | {
@@ -113,9 +115,23 @@ def test_the_last_stage_grows_by_the_mtp_block_and_the_first_does_not(tmp_path):
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(small))
-    on, off = _stages(str(path)), _stages(f"{path}:mtp_layers=0")
+    return str(path)
+
+
+def test_the_last_stage_grows_by_the_mtp_block_and_the_first_does_not(small_v3):
+    on, off = _stages(small_v3), _stages(f"{small_v3}:mtp_layers=0")
     assert on[0].compute_s == pytest.approx(off[0].compute_s)
     grown = on[1].compute_s - off[1].compute_s
     block = off[0].compute_s / 2  # the first stage: two blocks and the cheap embedding
     assert grown > block
     assert on[1].parameters > off[1].parameters
+
+
+def test_the_last_stage_copies_the_embedding_unless_dualpipe_puts_it_on_the_first_rank(small_v3):
+    """1F1B: the last stage keeps a copy of the embedding the MTP module shares; DualPipe's
+    rank 0 holds the first and the last stage, which share it physically (dsv3-report
+    Sec. 3.2.1)."""
+    table = 32000 * 1024
+    assert _stages(small_v3)[-1].tied_parameters == table
+    assert _stages(f"{small_v3}:mtp_layers=0")[-1].tied_parameters == 0
+    assert _stages(small_v3, "deepseek-2024")[-1].tied_parameters == 0
