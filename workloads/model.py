@@ -414,7 +414,7 @@ class Model:
 
         >>> from workloads.catalog import get_model
         >>> round(get_model("deepseek-v3").mtp_parameters() / 1e9, 2)
-        11.64
+        11.61
         """
         h = self.hidden
         per = 3 * self._norm_parameters() + 2 * h * h // tp + self.block_parameters(tp)
