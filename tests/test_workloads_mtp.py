@@ -39,6 +39,13 @@ def test_config_json_num_nextn_predict_layers_becomes_mtp_layers(tmp_path):
         path = tmp_path / f"c{n}.json"
         path.write_text(json.dumps(DEEPSEEK_V3 | {"num_nextn_predict_layers": n}))
         assert load_hf_config(path).mtp_layers == n
+    megatron = {k: v for k, v in DEEPSEEK_V3.items() if k != "num_nextn_predict_layers"}
+    path = tmp_path / "megatron.json"
+    path.write_text(json.dumps(megatron | {"mtp_num_layers": 3}))
+    assert load_hf_config(path).mtp_layers == 3
+    path.write_text(json.dumps(megatron | {"mtp_num_layers": -1}))
+    with pytest.raises(ConfigError, match="mtp_num_layers = -1"):
+        load_hf_config(path)
 
 
 @pytest.mark.parametrize("bad", ["x", "-1", "1.5"])

@@ -314,7 +314,6 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
     experts = r.size("n_routed_experts", "experts", None)
     moe = experts is not None
     r.names |= {"dense_layers": "first_k_dense_replace", "shared_experts": "n_shared_experts"}
-    r.names |= {"mtp_layers": "num_nextn_predict_layers"}
     return dict(
         **_standard_sizes(r),
         ffn_kind=FfnKind.SWIGLU,
@@ -325,7 +324,7 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
         expert_ffn_hidden=r.size("moe_intermediate_size", "expert_ffn_hidden") if moe else None,
         shared_experts=(r.get("n_shared_experts", 0, check=_is_count) or 0) if moe else 0,
         dense_layers=(r.get("first_k_dense_replace", 0, check=_is_count) or 0) if moe else 0,
-        mtp_layers=r.get("num_nextn_predict_layers", 0, check=_is_count) or 0,
+        mtp_layers=_mtp_layers(r),
         **(_routing_groups(r) if moe else {}),
         q_lora_rank=r.size("q_lora_rank", "q_lora_rank", None),
         kv_lora_rank=r.size("kv_lora_rank", "kv_lora_rank"),
@@ -336,6 +335,17 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
         biases=False,
         dropout=_dropout(r.get("attention_dropout", 0.0)),
     )
+
+
+def _mtp_layers(r: _Reader) -> int:
+    """Multi-token-prediction modules: ``num_nextn_predict_layers`` (DeepSeek's key), else
+    ``mtp_num_layers`` (Megatron-Core's ``--mtp-num-layers`` as a config key), else none."""
+    other = r.get("mtp_num_layers", 0, check=_is_count) or 0
+    if "num_nextn_predict_layers" in r.data:
+        r.names["mtp_layers"] = "num_nextn_predict_layers"
+    elif "mtp_num_layers" in r.data:
+        r.names["mtp_layers"] = "mtp_num_layers"
+    return r.get("num_nextn_predict_layers", other, check=_is_count) or 0
 
 
 def _routing_groups(r: _Reader) -> dict[str, int]:
