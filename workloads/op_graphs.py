@@ -419,10 +419,10 @@ def block_pass_graphs(
     blocks); the recompute graph follows ``setup.recompute``."""
     d = _Dims.of(setup, tp)
     nodes = _block_nodes(model, d, dense)
-    return _pass_graphs(nodes, d, recomputed(nodes, model, setup))
+    return _pass_graphs(nodes, d, _recomputed(nodes, model, setup))
 
 
-def recomputed(nodes: list[Node], model: Model, setup: TrainingSetup) -> frozenset[str] | None:
+def _recomputed(nodes: list[Node], model: Model, setup: TrainingSetup) -> frozenset[str] | None:
     """The names of a block's ``nodes`` the setup's recompute mode re-runs (None: all)."""
     match setup.recompute:
         case Recompute.NONE:
