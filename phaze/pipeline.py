@@ -19,7 +19,7 @@ from arch_space import Accelerator, Cluster, embodied_kgco2e, static_power_w
 from arch_space.formats import check_precision
 from arch_space.perf import default_settings
 from arch_space.perf.device import DeviceProfile, device_profile
-from ilp import PassTiming, layer_timing
+from ilp import LayerTiming, PassTiming, layer_timing
 from phaze.config import SolverSettings
 from phaze.context import CP_DEGREES, Context, search_degrees
 from phaze.lower_bounds import (
@@ -237,14 +237,17 @@ def width_variant(
     )
     parts = [0.0, 0.0, 0.0]
     for layer in lg.layers:
-        lt = timings[layer.class_id]
         devices = tp if layer.tensor_parallel else 1
-        for p in (lt.forward, lt.backward, lt.recompute):
+        for p in (q for c in layer.classes for q in _passes(timings[c])):
             parts[0] += devices * p.compute_j
             parts[1] += devices * p.memory_j
             parts[2] += devices * p.network_j
-    passes = tuple(p for lt in timings.values() for p in (lt.forward, lt.backward, lt.recompute))
+    passes = tuple(p for lt in timings.values() for p in _passes(lt))
     return Variant(sg, *parts, passes)
+
+
+def _passes(lt: LayerTiming) -> tuple[PassTiming, PassTiming, PassTiming]:
+    return lt.forward, lt.backward, lt.recompute
 
 
 def _energy_rates(
@@ -260,7 +263,7 @@ def _energy_rates(
         static_w_per_device=static_power_w(acc),
         intra_node_link_pj_per_bit=perf.intra_node_link_pj_per_bit,
         inter_node_link_pj_per_bit=perf.inter_node_link_pj_per_bit,
-        model_parameters=float(model.parameters),
+        model_parameters=float(model.parameters + model.mtp_parameters()),
         boundary_bytes=max((e.bytes for e in variant.graph.edges), default=0.0),
         host_w_per_node=host_w_per_node,
         dispatch_bytes=sum(x.dispatch_bytes for x in variant.graph.layers),
@@ -501,7 +504,7 @@ def evaluate(
         f"the training state of {model.name} ({fmt_count(model.parameters)} parameters x "
         f"{setup.state_bytes_per_parameter} B of weights, gradients and optimizer state)"
     )
-    state_bytes = model.parameters * setup.state_bytes_per_parameter
+    state_bytes = (model.parameters + model.mtp_parameters()) * setup.state_bytes_per_parameter
     beyond = beyond_all_hbm(what, state_bytes, ctx.cluster.devices, acc.hbm_bytes)
     if beyond:  # no layout can hold it: say so, not the first layout's shortfall
         return Evaluation(workload, acc, knobs, None, None, beyond)

@@ -30,7 +30,7 @@ from phaze_common.errors import ConfigError
 from phaze_common.files import read_text
 from phaze_common.units import fmt_noun
 from placement import parse_strategy
-from workloads import FfnKind, Model, get_model, model_names
+from workloads import FfnKind, Model, model_names, resolve_model
 from workloads.framework import framework_names, framework_profile
 from workloads.optimizer_state import OptimizerState, parse_optimizer_state
 
@@ -220,7 +220,7 @@ class Registry:
 
 def flops_per_iteration(convention: str, model: str, seq_len: int, global_batch: int) -> float:
     """FLOPs of one iteration of ``model`` as the ``convention`` counts them."""
-    return FLOP_CONVENTIONS[convention](get_model(model), seq_len, global_batch)
+    return FLOP_CONVENTIONS[convention](resolve_model(model), seq_len, global_batch)
 
 
 def measured_iteration_s(run: PublishedRun) -> float:
@@ -439,7 +439,9 @@ def _run(
         for p in (
             None if v["source"] in sources else f"source {v['source']!r} is not in [sources]",
             None if v["system"] in systems else f"system {v['system']!r} is not in [systems]",
-            None if v["model"] in model_names() else f"model {v['model']!r} is not in the catalog",
+            None
+            if v["model"].partition(":")[0] in model_names()
+            else f"model {v['model']!r} is not in the catalog",
             None
             if v["framework"] in framework_names() or v["framework"] in fallbacks
             else f"framework {v['framework']!r} has no profile and no [fallback_profiles] entry",

@@ -30,7 +30,7 @@ from phaze.published_runs import (
 )
 from phaze.validation import FitResult, ValidationRow, fit_device
 from phaze_common.errors import ConfigError
-from workloads import get_model
+from workloads import resolve_model
 
 __all__ = [
     "RunResult",
@@ -251,7 +251,7 @@ def _by(results: Sequence[RunResult], key: Callable[[RunResult], str]) -> dict[s
 
 def model_kind(run: PublishedRun) -> str:
     """``moe`` when the run's model routes tokens to experts, else ``dense``."""
-    return "moe" if get_model(run.model).experts > 1 else "dense"
+    return "moe" if resolve_model(run.model).experts > 1 else "dense"
 
 
 def summarize(results: Sequence[RunResult]) -> dict[str, Any]:

@@ -47,6 +47,7 @@ LIMITS: Final = {
 MODEL_LIMITS: Final = {
     "layers": MAX_LAYERS,
     "dense_layers": MAX_LAYERS,
+    "mtp_layers": MAX_LAYERS,
     "hidden": MAX_WIDTH,
     "ffn_hidden": MAX_WIDTH,
     "heads": MAX_WIDTH,

@@ -26,11 +26,13 @@ def stage_graph(
     tp_comm_s: Mapping[str, float] | None = None,
 ) -> StageGraph:
     """``times_s[class_id] = (forward, backward, recompute)`` seconds per micro-batch;
-    ``tp_comm_s[class_id]`` the exposed collectives of its forward and backward passes.
+    ``tp_comm_s[class_id]`` the exposed collectives of its forward and backward passes. A
+    layer's times and collectives are the sums over its :attr:`~workloads.layer_graph.Layer.classes`
+    (its workspace the largest).
 
     Layer indices become positions in ``graph.layers`` (already topological).
     """
-    missing = sorted({x.class_id for x in graph.layers} - set(times_s))
+    missing = sorted({c for x in graph.layers for c in x.classes} - set(times_s))
     if missing:
         raise ConfigError(f"stage graph (tp={graph.tp}): no times for layer classes {missing}")
     index = {x.index: i for i, x in enumerate(graph.layers)}
@@ -39,15 +41,15 @@ def stage_graph(
     layers = tuple(
         StageLayer(
             name=x.name,
-            fwd_s=times_s[x.class_id][0],
-            bwd_s=times_s[x.class_id][1],
-            recompute_s=times_s[x.class_id][2],
+            fwd_s=sum(times_s[c][0] for c in x.classes),
+            bwd_s=sum(times_s[c][1] for c in x.classes),
+            recompute_s=sum(times_s[c][2] for c in x.classes),
             parameters=x.parameters,
             stash_bytes=float(x.activation_bytes),
-            workspace_bytes=float(ws.get(x.class_id, 0.0)),
+            workspace_bytes=float(max(ws.get(c, 0.0) for c in x.classes)),
             tensor_parallel=x.tensor_parallel and graph.tp > 1,
             kind=str(x.kind),
-            tp_comm_s=float(comm.get(x.class_id, 0.0)),
+            tp_comm_s=float(sum(comm.get(c, 0.0) for c in x.classes)),
             expert_parameters=float(x.expert_parameters),
             dispatch_bytes=float(x.dispatch_bytes),
             kv_bytes=float(x.kv_bytes),

@@ -224,7 +224,9 @@ def _stages(
 
     A rank's chunks share its in-flight count (DualPipe: each its own); its largest
     workspace and (ZeRO-3) its largest gathered layer count once, on one of its chunks; a
-    chunk after the first keeps a copy of the tied weights of its layers.
+    chunk on a rank without the first chunk keeps a copy of the tied weights of its layers
+    (DualPipe puts the embedding and the head on one rank, which shares them physically:
+    dsv3-report Sec. 3.2.1).
     """
     v = lay.v
     pos = {i: c for c, layers in enumerate(parts) for i in layers}
@@ -248,7 +250,8 @@ def _stages(
             p2p = sum(net.p2p_s(e.bytes, link) for e in crossing if c in (pos[e.src], pos[e.dst]))
             if problem.overlaps_p2p(v):
                 p2p = max(p2p - compute, 0.0)  # the exposed part
-            tied = float(sum(x.tied_parameters for x in layers)) if c else 0.0
+            # a rank holding the first chunk too (DualPipe's rank 0) shares its tied weights
+            tied = float(sum(x.tied_parameters for x in layers)) if 0 not in mine else 0.0
             memory = {
                 "parameters": float(sum(x.parameters for x in layers)) + tied,
                 "stash_bytes": float(sum(x.stash_bytes for x in layers)),

@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 from phaze_common.errors import ConfigError
 from workloads import build_layer_graph, load_hf_config, to_hf_config
 from workloads.attention_ops import flash_scores
-from workloads.flops import attention_core_flops, block_forward_flops, forward_flops_per_sequence
+from workloads.flops import (
+    attention_core_flops,
+    block_forward_flops,
+    forward_flops_per_sequence,
+    mtp_forward_flops,
+)
 from workloads.hf import model_from_hf
 from workloads.memory import block_activation_bytes, dispatch_bytes, kv_bytes
 from workloads.setup import TrainingSetup
@@ -155,7 +160,8 @@ def test_forward_flops_are_twice_the_active_weights_plus_attention(tmp_path, con
     norms = m.layers * (2 * m.hidden + latent_norms) + m.hidden
     weights = m.active_parameters - m.embedding_parameters() - norms
     attention = m.layers * 2 * s * s * m.heads * (m.head_dim + m.value_head_dim)
-    assert forward_flops_per_sequence(m, s) == 2 * s * weights + attention
+    main = forward_flops_per_sequence(m, s) - mtp_forward_flops(m, s)  # tests/test_workloads_mtp.py
+    assert main == 2 * s * weights + attention
     assert attention_core_flops(m, s) * m.layers == attention
 
 

@@ -18,7 +18,8 @@ from workloads.memory import (
     head_activation_bytes,
     kv_bytes,
 )
-from workloads.model import Model
+from workloads.model import Model, padded_vocab
+from workloads.mtp_ops import mtp_activation_bytes, mtp_head_pass_graphs
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
 from workloads.ops import OpGraph
 from workloads.precision import apply_precision
@@ -154,25 +155,14 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
         )
         for i in range(1, model.layers + 1)
     ]
-    layers.append(
-        Layer(
-            index=model.layers + 1,
-            name="head",
-            kind=LayerKind.HEAD,
-            class_id=HEAD_CLASS,
-            parameters=model.head_parameters(tp),
-            activation_bytes=head_activation_bytes(model, setup, tp),
-            tensor_parallel=tensor_parallel,
-            tied_parameters=model.tied_head_parameters(tp),
-        )
-    )
+    layers.append(_head_layer(model, setup, tp))
     edge_bytes = boundary_bytes(model, setup, tp)
     edges = tuple(LayerEdge(i, i + 1, edge_bytes) for i in range(model.layers + 1))
     graphs = {
         EMBEDDING_CLASS: _framed(embedding_pass_graphs(model, setup, tp), setup, False),
         BLOCK_CLASS: _block_graphs(model, setup, tp, False),
         **({DENSE_BLOCK_CLASS: _block_graphs(model, setup, tp, True)} if dense else {}),
-        HEAD_CLASS: _framed(head_pass_graphs(model, setup, tp), setup, False),
+        HEAD_CLASS: _head_graphs(model, setup, tp),
     }
     return LayerGraph(
         tp=tp,
@@ -183,6 +173,37 @@ def _build(model: Model, setup: TrainingSetup, tp: int) -> LayerGraph:
         top_k=model.top_k,
         **_routing(model, setup),
     )
+
+
+def _head_layer(model: Model, setup: TrainingSetup, tp: int) -> Layer:
+    """The head, with the model's MTP modules (:mod:`workloads.mtp_ops`): their
+    parameters, stash, experts, all-to-alls and K/V, and a copy of the embedding table
+    (tied: shared with the first stage) when the head's own weights are not it."""
+    mtp = model.mtp_layers
+    table = padded_vocab(model.vocab, tp) // tp * model.embedding_dim
+    return Layer(
+        index=model.layers + 1,
+        name="head",
+        kind=LayerKind.HEAD,
+        class_id=HEAD_CLASS,
+        parameters=model.head_parameters(tp) + model.mtp_parameters(tp),
+        activation_bytes=head_activation_bytes(model, setup, tp)
+        + mtp_activation_bytes(model, setup, tp),
+        tensor_parallel=tp > 1,
+        tied_parameters=model.tied_head_parameters(tp) or (table if mtp else 0),
+        expert_parameters=mtp * model.expert_parameters(tp),
+        dispatch_bytes=mtp * dispatch_bytes(model, setup, tp),
+        kv_bytes=mtp * kv_bytes(model, setup, tp),
+        extra_classes=(BLOCK_CLASS,) * mtp,
+    )
+
+
+def _head_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
+    """The head's framed graphs: the MTP modules' GEMMs in the recipe's format as a
+    block's, the main head's (``logits``) kept high as without them."""
+    if model.mtp_layers:
+        return _framed(mtp_head_pass_graphs(model, setup, tp), setup, True)
+    return _framed(head_pass_graphs(model, setup, tp), setup, False)
 
 
 def _routing(model: Model, setup: TrainingSetup) -> dict[str, int]:

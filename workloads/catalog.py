@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -48,10 +49,31 @@ def get_model(name: str) -> Model:
         raise unknown_name("model", name, model_names()) from None
 
 
+_MTP_KEY = "mtp_layers="
+
+
+def _mtp_layers(text: str, setting: str) -> int:
+    value = setting.removeprefix(_MTP_KEY)
+    if not value.isdigit():
+        raise ConfigError(
+            f"model {text!r}: mtp_layers = {value!r} must be a non-negative integer "
+            "(NAME:mtp_layers=0 trains without multi-token prediction)"
+        )
+    return int(value)
+
+
 def resolve_model(name_or_path: str | Path) -> Model:
     """A catalog name, or a path to a Hugging Face ``config.json`` or its directory
-    (see :mod:`workloads.hf`)."""
+    (see :mod:`workloads.hf`); ``NAME:mtp_layers=N`` sets its multi-token-prediction
+    modules (0: none), as Megatron-Core's ``--mtp-num-layers``.
+
+    >>> resolve_model("deepseek-v3:mtp_layers=0").mtp_layers
+    0
+    """
     text = str(name_or_path)
+    if ":" in text and text.rpartition(":")[2].startswith(_MTP_KEY):
+        base, _, setting = text.rpartition(":")
+        return replace(resolve_model(base), mtp_layers=_mtp_layers(text, setting))
     if text in catalog():
         return catalog()[text]
     path = Path(text)

@@ -24,6 +24,7 @@ __all__ = [
     "block_forward_flops",
     "embedding_forward_flops",
     "head_forward_flops",
+    "mtp_forward_flops",
     "forward_flops_per_sequence",
     "model_flops_per_sequence",
     "hardware_flops_per_sequence",
@@ -98,11 +99,22 @@ def head_forward_flops(model: Model, seq_len: int, batch: int = 1) -> int:
     return n
 
 
+def mtp_forward_flops(model: Model, seq_len: int, batch: int = 1) -> int:
+    """GEMM FLOPs of the model's multi-token-prediction modules: each one's ``2h -> h``
+    projection, block and logits (:mod:`workloads.mtp_ops`), as Megatron-LM's
+    ``num_floating_point_operations`` counts them (its norms aside)."""
+    tokens, h = batch * seq_len, model.hidden
+    per = 2 * tokens * 2 * h * h + block_forward_flops(model, seq_len, batch)
+    return model.mtp_layers * (per + 2 * tokens * model.embedding_dim * model.vocab)
+
+
 def forward_flops_per_sequence(model: Model, seq_len: int) -> int:
+    """Forward FLOPs of one sequence: embedding, blocks, head and MTP modules."""
     return (
         embedding_forward_flops(model, seq_len)
         + _blocks_forward_flops(model, seq_len)
         + head_forward_flops(model, seq_len)
+        + mtp_forward_flops(model, seq_len)
     )
 
 
@@ -127,16 +139,19 @@ def hardware_flops_per_sequence(
     if str(recompute).startswith(MODULES_PREFIX):
         groups = parse_modules(str(recompute))
         moe_layers = model.layers - model.dense_layers if model.is_moe else 0
-        extra = (model.layers - moe_layers) * recomputed_group_flops(model, seq_len, groups, True)
+        dense = model.layers - moe_layers
+        moe_layers += model.mtp_layers  # an MTP module's block is of the model's kind
+        extra = dense * recomputed_group_flops(model, seq_len, groups, True)
         extra += moe_layers * recomputed_group_flops(model, seq_len, groups, False)
         return model_flops_per_sequence(model, seq_len) + extra
     match Recompute(recompute):
         case Recompute.NONE:
             extra = 0
         case Recompute.SELECTIVE:
-            extra = model.layers * attention_core_flops(model, seq_len)
+            extra = (model.layers + model.mtp_layers) * attention_core_flops(model, seq_len)
         case _:
-            extra = _blocks_forward_flops(model, seq_len)
+            mtp = model.mtp_layers * block_forward_flops(model, seq_len)
+            extra = _blocks_forward_flops(model, seq_len) + mtp
     return model_flops_per_sequence(model, seq_len) + extra
 
 

@@ -301,8 +301,8 @@ def _gemma(r: _Reader, model_type: str) -> dict[str, Any]:
 
 def _deepseek(r: _Reader) -> dict[str, Any]:
     """DeepSeek-V2/V3: multi-head latent attention, DeepSeekMoE (shared experts, the first
-    ``first_k_dense_replace`` blocks dense). V3's multi-token-prediction module
-    (``num_nextn_predict_layers``) is not part of the main model and is not counted."""
+    ``first_k_dense_replace`` blocks dense). V3's multi-token-prediction modules
+    (``num_nextn_predict_layers``) become ``mtp_layers``."""
     act = r.get("hidden_act", "silu")
     if act != "silu":
         r.unsupported("hidden_act", act, "silu (SwiGLU)")
@@ -324,6 +324,7 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
         expert_ffn_hidden=r.size("moe_intermediate_size", "expert_ffn_hidden") if moe else None,
         shared_experts=(r.get("n_shared_experts", 0, check=_is_count) or 0) if moe else 0,
         dense_layers=(r.get("first_k_dense_replace", 0, check=_is_count) or 0) if moe else 0,
+        mtp_layers=_mtp_layers(r),
         **(_routing_groups(r) if moe else {}),
         q_lora_rank=r.size("q_lora_rank", "q_lora_rank", None),
         kv_lora_rank=r.size("kv_lora_rank", "kv_lora_rank"),
@@ -334,6 +335,17 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
         biases=False,
         dropout=_dropout(r.get("attention_dropout", 0.0)),
     )
+
+
+def _mtp_layers(r: _Reader) -> int:
+    """Multi-token-prediction modules: ``num_nextn_predict_layers`` (DeepSeek's key), else
+    ``mtp_num_layers`` (Megatron-Core's ``--mtp-num-layers`` as a config key), else none."""
+    other = r.get("mtp_num_layers", 0, check=_is_count) or 0
+    if "num_nextn_predict_layers" in r.data:
+        r.names["mtp_layers"] = "num_nextn_predict_layers"
+    elif "mtp_num_layers" in r.data:
+        r.names["mtp_layers"] = "mtp_num_layers"
+    return r.get("num_nextn_predict_layers", other, check=_is_count) or 0
 
 
 def _routing_groups(r: _Reader) -> dict[str, int]:

@@ -41,6 +41,7 @@ def _llama_like_fields(m: Model, drop: float) -> dict[str, Any]:
             "qk_nope_head_dim": m.qk_nope_head_dim,
             "qk_rope_head_dim": m.qk_rope_head_dim,
             "v_head_dim": m.v_head_dim,
+            "num_nextn_predict_layers": m.mtp_layers,
         }
         if m.is_moe:
             data |= {

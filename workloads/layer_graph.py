@@ -35,6 +35,9 @@ class Layer:
     of ``parameters`` in MoE experts (what expert parallelism spreads); ``dispatch_bytes``
     what one token all-to-all sends from this device and ``kv_bytes`` the keys and values
     context parallelism exchanges, per micro-batch (:mod:`workloads.memory`).
+    ``extra_classes`` are other layers' classes whose passes this layer runs once more after
+    its own (the head's multi-token-prediction blocks: :mod:`workloads.mtp_ops`), so their
+    schedules are shared rather than solved again inside this layer's graphs.
     """
 
     index: int
@@ -48,6 +51,12 @@ class Layer:
     expert_parameters: int = 0
     dispatch_bytes: int = 0
     kv_bytes: int = 0
+    extra_classes: tuple[str, ...] = ()
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Every class whose passes make up this layer's: its own, then the extra ones."""
+        return (self.class_id, *self.extra_classes)
 
 
 @dataclass(frozen=True, slots=True)

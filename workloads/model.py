@@ -110,6 +110,13 @@ class Model:
     sliding_window : each token attends at most this many keys, itself and those just before
         it, in every block (Mistral 7B v0.1: 4096); None = all before it. The KV cache keeps
         only those (:meth:`kv_tokens`); attention costs count only them.
+    mtp_layers : multi-token-prediction modules trained beside the model (DeepSeek-V3's
+        ``num_nextn_predict_layers``, Megatron-Core's ``--mtp-num-layers``; 0: none). Each
+        normalises the main model's hidden state and the embedding of the next token, projects
+        their concatenation (2h -> h), runs one more block of the model's kind and predicts
+        one token further through the shared output head (dsv3-report Sec. 2.2); it trains
+        on the last pipeline stage beside the loss (:mod:`workloads.mtp_ops`) and is not part
+        of :attr:`parameters` (:meth:`mtp_parameters`).
     """
 
     name: str
@@ -149,6 +156,7 @@ class Model:
     source: str = ""
     tokens_to_train: int | None = None
     sliding_window: int | None = None
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -183,7 +191,8 @@ class Model:
             if (f != "embedding_dim" or self.embedding_dim != self.hidden)  # given, not derived
             and (p := over_limit(f, getattr(self, f), limit, "far beyond any published model"))
         ]
-        for f in ("type_vocab", "shared_experts", "dense_layers", "expert_groups", "routed_groups"):
+        counts = ("type_vocab", "shared_experts", "dense_layers", "expert_groups")
+        for f in (*counts, "routed_groups", "mtp_layers"):
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 problems.append(f"{f} = {value!r} must be a non-negative integer")
@@ -215,6 +224,8 @@ class Model:
                 problems.append("block_norms = 4 (post-norms) needs parallel_block = false")
             if self.sliding_window is not None and not self.causal:
                 problems.append("sliding_window needs a causal decoder (causal = true)")
+            if self.mtp_layers and not self.causal:
+                problems.append("mtp_layers needs a causal decoder (causal = true)")
             if self.top_k > self.experts:
                 problems.append(f"top_k = {self.top_k} must be at most experts = {self.experts}")
             problems += self._moe_mla_problems()
@@ -394,6 +405,20 @@ class Model:
             + (self.layers - self.dense_layers) * self.block_parameters(active=active)
             + self.head_parameters()
         )
+
+    def mtp_parameters(self, tp: int = 1) -> int:
+        """One tensor-parallel shard of the multi-token-prediction modules: per module the
+        two input norms, the column-parallel 2h -> h projection, one block (an MoE one in an
+        MoE model) and its final norm; the embedding and output head are the main model's,
+        shared, and not counted again (0 without MTP).
+
+        >>> from workloads.catalog import get_model
+        >>> round(get_model("deepseek-v3").mtp_parameters() / 1e9, 2)
+        11.61
+        """
+        h = self.hidden
+        per = 3 * self._norm_parameters() + 2 * h * h // tp + self.block_parameters(tp)
+        return self.mtp_layers * per
 
     def embedding_parameters(self, tp: int = 1) -> int:
         """One tensor-parallel shard of the embedding layer.

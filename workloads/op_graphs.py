@@ -420,6 +420,11 @@ def block_pass_graphs(
     blocks); the recompute graph follows ``setup.recompute``."""
     d = _Dims.of(setup, tp)
     nodes = _block_nodes(model, d, dense)
+    return _pass_graphs(nodes, d, _recomputed(nodes, model, setup))
+
+
+def _recomputed(nodes: list[Node], model: Model, setup: TrainingSetup) -> frozenset[str] | None:
+    """The names of a block's ``nodes`` the setup's recompute mode re-runs (None: all)."""
     match setup.recompute:
         case Recompute.NONE:
             keep: frozenset[str] | None = _EMPTY
@@ -433,7 +438,7 @@ def block_pass_graphs(
                 for n in nodes
                 if op_groups(n.op.name, model, CORE_PREFIX) & setup.recompute_modules
             )
-    return _pass_graphs(nodes, d, keep)
+    return keep
 
 
 def inference_block_graph(
@@ -527,6 +532,11 @@ def head_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
     write 4 in place, the sum reads 4 (forward: 22 read, 16 written); backward the in-place
     multiply by the loss gradient reads and writes 4 and the cast back reads 4 and writes 2."""
     d = _Dims.of(setup, tp)
+    return _pass_graphs(head_nodes(model, setup, d), d, _EMPTY)
+
+
+def head_nodes(model: Model, setup: TrainingSetup, d: _Dims) -> list[Node]:
+    """The nodes of :func:`head_pass_graphs` (its first norm reads the layer's input)."""
     h, e, p, T, t = model.hidden, model.embedding_dim, d.p, d.tokens, d.t
     v_t = padded_vocab(model.vocab, t) // t
     nodes: list[Node] = []
@@ -583,4 +593,4 @@ def head_pass_graphs(model: Model, setup: TrainingSetup, tp: int) -> PassGraphs:
         x = ar.name
     loss = vector("ce.loss", OpKind.ELEMENTWISE, T, _CE_LOSS_FLOPS, p)
     nodes.append(Node(loss, (x,)))
-    return _pass_graphs(nodes, d, _EMPTY)
+    return nodes

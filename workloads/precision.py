@@ -49,7 +49,9 @@ DEFAULT_PRECISION: Final = "bf16"
 _DATA_FILE: Final = "precision_recipes.toml"
 _HIGH_BYTES: Final = 2  # bf16 operands of the GEMMs a recipe lowers
 _LOW_BYTES: Final = 1  # an fp8 element
-_KEPT: Final = ("router",)  # MoE gating stays in high precision (dsv3-report Sec. 3.3.1)
+# MoE gating and the output head stay in high precision (dsv3-report Sec. 3.3.1); only an
+# MTP module's head passes through a recipe (:mod:`workloads.mtp_ops`)
+_KEPT: Final = ("router", "logits")
 _USES: Final = ("training", "serving")
 _INT_KEYS: Final = (
     "weight_bytes",
