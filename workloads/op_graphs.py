@@ -420,11 +420,14 @@ def block_pass_graphs(
     blocks); the recompute graph follows ``setup.recompute``."""
     d = _Dims.of(setup, tp)
     nodes = _block_nodes(model, d, dense)
-    return _pass_graphs(nodes, d, _recomputed(nodes, model, setup))
+    return _pass_graphs(nodes, d, _recomputed(nodes, d, model, setup))
 
 
-def _recomputed(nodes: list[Node], model: Model, setup: TrainingSetup) -> frozenset[str] | None:
-    """The names of a block's ``nodes`` the setup's recompute mode re-runs (None: all)."""
+def _recomputed(
+    nodes: list[Node], d: _Dims, model: Model, setup: TrainingSetup
+) -> frozenset[str] | None:
+    """The names of a block's ``nodes`` (of dimensions ``d``) the setup's recompute mode
+    re-runs (None: all)."""
     match setup.recompute:
         case Recompute.NONE:
             keep: frozenset[str] | None = _EMPTY
