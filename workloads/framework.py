@@ -32,7 +32,7 @@ from importlib import resources
 from typing import Any, Final
 
 from phaze_common.errors import ConfigError, unknown_name
-from workloads.ops import CommRole, CoreType, Op, OpGraph, OpKind
+from workloads.ops import ATTENTION_KERNELS, CommRole, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
     "ATTENTION_KERNELS",
@@ -55,12 +55,6 @@ __all__ = [
 
 DEFAULT_FRAMEWORK: Final = "overlap-all"
 _DATA_FILE: Final = "frameworks.toml"
-#: How a framework runs the attention core: ``unfused`` (QK^T, a materialised softmax and
-#: dropout, AV), ``flash`` (one fused kernel per pass, :mod:`workloads.attention_ops`, at the
-#: best fused rate measured on the chip: cuDNN's or TransformerEngine's) or ``flash2`` (the
-#: same fused passes run by FlashAttention-2, at its own measured rate where the chip has one:
-#: :meth:`arch_space.perf.device.DeviceProfile.for_attention`).
-ATTENTION_KERNELS: Final = ("unfused", "flash", "flash2")
 #: How a framework runs the LM head's cross entropy: ``fused`` (one kernel reads the bf16
 #: logits, as fused cross-entropy kernels do) or ``unfused-fp32`` (Megatron-LM's
 #: ``vocab_parallel_cross_entropy`` on ``logits.float()``: a cast to an fp32 copy, then max,
@@ -91,7 +85,7 @@ _ZERO_STAGES: Final = (0, 1, 2, 3)
 @dataclass(frozen=True, slots=True)
 class FrameworkProfile:
     """Which collectives a framework overlaps with compute, its attention kernel (one of
-    :data:`ATTENTION_KERNELS`) and the layouts it runs.
+    :data:`workloads.ops.ATTENTION_KERNELS`) and the layouts it runs.
 
     ``dp_overlap``: the gradient reduction runs in buckets beside the backward pass;
     ``param_gather_overlap``: the all-gather of the updated weights (ZeRO >= 1) runs in
@@ -306,7 +300,7 @@ def framework_profile(name: str) -> FrameworkProfile:
 
 def with_attention(name: str, kernel: str) -> str:
     """The profile ``name`` (a base name or ``base:key=value,...``) with its attention core
-    run by ``kernel`` (:data:`ATTENTION_KERNELS`): a stack on a chip its fused kernel does
+    run by ``kernel`` (:data:`workloads.ops.ATTENTION_KERNELS`): a stack on a chip its fused kernel does
     not support."""
     if framework_profile(name).attention == kernel:
         return name

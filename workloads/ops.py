@@ -14,6 +14,7 @@ from enum import StrEnum
 import networkx as nx
 
 __all__ = [
+    "ATTENTION_KERNELS",
     "FORMATS",
     "HALF_FORMATS",
     "OpKind",
@@ -27,6 +28,13 @@ __all__ = [
 #: The number formats a GEMM's operands may take (tensor-core input formats; the closed set of
 #: ``arch_space/data/formats.toml`` that Phaze models). bf16 is every op's format by default.
 FORMATS: tuple[str, ...] = ("bf16", "fp8", "fp4", "int8")
+#: How a framework runs the attention core: ``unfused`` (QK^T, a materialised softmax and
+#: dropout, AV), ``flash`` (one fused kernel per pass, :mod:`workloads.attention_ops`, at the
+#: best fused rate measured on the chip: cuDNN's or TransformerEngine's) or ``flash2`` (the
+#: same fused passes run by FlashAttention-2, at its own measured rate where the chip has one:
+#: :meth:`arch_space.perf.device.DeviceProfile.for_attention`).
+ATTENTION_KERNELS: tuple[str, ...] = ("unfused", "flash", "flash2")
+
 #: The 16-bit formats a tensor core's base rate may be: bf16, or fp16 on a part without bf16
 #: (Volta). A GEMM in either carries the default format, run at the base rate.
 HALF_FORMATS: tuple[str, ...] = ("bf16", "fp16")

@@ -32,8 +32,7 @@ from arch_space.perf.residual import design_clock_residual
 from arch_space.power_limit import preset_board_limit_w
 from arch_space.presets import preset, preset_names
 from phaze_common.errors import ConfigError, unknown_name
-from workloads.framework import ATTENTION_KERNELS
-from workloads.ops import FORMATS
+from workloads.ops import ATTENTION_KERNELS, FORMATS
 
 __all__ = [
     "CollectiveCurve",
@@ -146,7 +145,7 @@ class DeviceProfile:
 
     def runs_attention(self, kernel: str) -> bool:
         """Whether the chip runs the attention kernel ``kernel``
-        (:data:`workloads.framework.ATTENTION_KERNELS`; every chip runs ``unfused``)."""
+        (:data:`workloads.ops.ATTENTION_KERNELS`; every chip runs ``unfused``)."""
         return kernel in self.attention_kernels
 
     def format_fraction(self, fmt: str) -> float:
@@ -167,7 +166,7 @@ class DeviceProfile:
 
     def for_attention(self, kernel: str) -> DeviceProfile:
         """The device under a stack whose fused attention is ``kernel``
-        (:data:`workloads.framework.ATTENTION_KERNELS`): ``flash2`` caps the fused attention
+        (:data:`workloads.ops.ATTENTION_KERNELS`): ``flash2`` caps the fused attention
         at FlashAttention-2's measured shares where the chip has them; every other kernel
         keeps the chip's best fused rate (an unfused core has no fused op to cap)."""
         if kernel != "flash2":
