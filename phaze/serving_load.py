@@ -35,6 +35,7 @@ from arch_space import Accelerator, static_power_w
 from arch_space.accelerator import host_share
 from phaze.serving import ServeContext, ServingPoint, layout_context, pool_kv_capacity
 from phaze.serving_arrivals import Arrivals
+from phaze.serving_engines import engine_profile
 from phaze.serving_load_price import PoolPricer
 from phaze.serving_policies import kv_admission_policy
 from phaze_common.errors import ConfigError
@@ -157,13 +158,17 @@ class LoadResult:
 def _spec(
     model: Model, acc: Accelerator, pool: Layout, workspace: int, ctx: ServeContext, **kw: Any
 ) -> EngineSpec:
-    """The scheduler of a replica of ``pool``: its KV pages as the steady state sizes them."""
+    """The scheduler of a replica of ``pool``: its KV pages as the steady state sizes them,
+    the host time per scheduled step and the steps per scheduling of ``ctx``'s engine."""
     cap = pool_kv_capacity(model, acc, pool, workspace, ctx)
+    engine = None if ctx.engine is None else engine_profile(ctx.engine)
     return EngineSpec(
         kv_pages=max(1, cap.pages),
         page_tokens=cap.page_tokens,
         prefill_tokens=ctx.token_budget,
         whole_request=kv_admission_policy(ctx.kv_admission).whole_request,
+        step_cpu_s=0.0 if engine is None else engine.step_cpu_s,
+        scheduler_steps=1 if engine is None else engine.scheduler_steps,
         **kw,
     )
 

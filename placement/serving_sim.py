@@ -21,7 +21,14 @@ The scheduler, as vLLM's runs an engine:
   (TensorRT-LLM's GUARANTEED_NO_EVICT); ``on-demand``, pages come as its tokens do (vLLM's
   paging), and when a decode step finds no free page the newest running request is preempted:
   its pages freed and the request sent back to the head of the queue, to prefill its prompt
-  and the tokens it had generated again (vLLM's recompute preemption).
+  and the tokens it had generated again (vLLM's recompute preemption);
+* **the host's share of a step**: a scheduler that does not overlap its CPU work (batch
+  scheduling, input preparation, sampling's output handling) with the GPU adds
+  ``step_cpu_s`` to every step it schedules;
+* **multi-step scheduling** (vLLM 0.6's ``--num-scheduler-steps k``): the scheduler runs and
+  admits waiting prompts once every ``scheduler_steps`` decode steps; between those the
+  running sequences decode with no scheduling, so its CPU time is spent once per ``k`` steps
+  and a prompt arriving during the ``k`` steps waits for their end.
 
 A step's time comes from a :class:`StepPricer` (the op model's passes, priced by the caller).
 """
@@ -45,7 +52,8 @@ class EngineSpec:
     """One replica's scheduler: ``batch`` sequences at most, ``chunk`` tokens per step (None:
     whole prompts in steps of their own, up to ``prefill_tokens`` prompt tokens), ``kv_pages``
     pages of ``page_tokens`` tokens, and whether a request's whole cache is reserved when it
-    is admitted (``whole_request``)."""
+    is admitted (``whole_request``); the host time a scheduled step adds (``step_cpu_s``)
+    and the decode steps run per scheduling (``scheduler_steps``)."""
 
     batch: int
     chunk: int | None
@@ -53,10 +61,16 @@ class EngineSpec:
     kv_pages: int
     page_tokens: int
     whole_request: bool
+    step_cpu_s: float = 0.0
+    scheduler_steps: int = 1
 
     def __post_init__(self) -> None:
         if self.batch < 1 or self.kv_pages < 1 or self.page_tokens < 1:
             raise ConfigError(f"engine: {self} needs a batch, pages and page size of at least 1")
+        if self.scheduler_steps < 1 or not self.step_cpu_s >= 0:
+            raise ConfigError(
+                f"engine: {self} needs scheduler_steps of at least 1 and step_cpu_s of at least 0"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +239,23 @@ def _plan(s: _State, spec: EngineSpec, osl: np.ndarray) -> tuple[list, dict]:
     return dec, chunks
 
 
+def _next_step(
+    s: _State, spec: EngineSpec, osl: np.ndarray, burst: int
+) -> tuple[list, dict, float, int]:
+    """The next step's decodes and prompt tokens, the host time it adds and the decode steps
+    still to run without scheduling after it. Inside a multi-step burst the running
+    sequences decode with nothing admitted and no host time; at a scheduling point the
+    scheduler plans (:func:`_plan`) and, when it plans decodes only, starts a burst of
+    ``scheduler_steps`` steps."""
+    if burst > 0:
+        dec = _decoding(s)
+        if dec:
+            return dec, {}, 0.0, burst - 1
+    dec, chunks = _plan(s, spec, osl)
+    burst = spec.scheduler_steps - 1 if dec and not chunks else 0
+    return dec, chunks, spec.step_cpu_s if (dec or chunks) else 0.0, burst
+
+
 def _price(s: _State, dec: list, chunks: dict, price: StepPricer) -> Step:
     if dec:
         context = float(np.mean([s.isl[i] + s.gen[i] for i in dec]))
@@ -281,7 +312,7 @@ def simulate_engine(
     first = np.array(arrival_s, dtype=float) if prefilled else np.full(n, np.nan)
     finished = np.full(n, np.nan)
     t = busy = energy = page_s = 0.0
-    nxt = finished_count = preemptions = steps = 0
+    nxt = finished_count = preemptions = steps = burst = 0
     while finished_count < n:
         while nxt < n and arrival_s[nxt] <= t:
             s.waiting.append(nxt)
@@ -291,7 +322,7 @@ def simulate_engine(
             continue
         s.now = t
         preemptions += _grow_decodes(s, spec, osl)
-        dec, chunks = _plan(s, spec, osl)
+        dec, chunks, host_s, burst = _next_step(s, spec, osl, burst)
         if not dec and not chunks:  # wait for a token on its way or the next arrival
             later = [s.ready[i] for i in s.running if s.ready[i] > t]
             later += [float(arrival_s[nxt])] if nxt < n else []
@@ -303,15 +334,16 @@ def simulate_engine(
             if np.isnan(admitted[i]):
                 admitted[i] = t
         step = _price(s, dec, chunks, price)
-        busy += step.duration_s
+        held = step.duration_s + host_s
+        busy += held
         energy += step.energy_j
-        page_s += (spec.kv_pages - s.free) * step.duration_s
-        outs = {i: t + step.duration_s for i in dec}
+        page_s += (spec.kv_pages - s.free) * held
+        outs = {i: t + held for i in dec}
         for i in chunks:
             s.done[i] += chunks[i]
             if s.done[i] >= s.prompt[i]:
-                outs[i] = t + step.latency_s
-        t += step.duration_s
+                outs[i] = t + step.latency_s + host_s
+        t += held
         steps += 1
         for i, out in outs.items():
             s.ready[i] = out
