@@ -173,6 +173,14 @@ def _spec(
     )
 
 
+@lru_cache(maxsize=16)
+def _pricer(model: Model, acc: Accelerator, pool: Layout, ctx: ServeContext) -> PoolPricer:
+    """The step prices of ``pool``'s replicas, shared by the runs of the same model, design,
+    pool and context (a step's price depends on nothing else), so that runs at other rates
+    or seeds of one layout price each grid point once."""
+    return PoolPricer(model, acc, pool, ctx)
+
+
 def _run_pool(
     arr: Arrivals, osl: np.ndarray, replicas: int, spec: EngineSpec, pricer, prefilled: bool
 ) -> tuple[list[EngineRun], list[np.ndarray]]:
@@ -235,7 +243,7 @@ def _prefill_pool(
     prompts = max(prefill_batches(budget // int(np.max(arrivals.input_tokens))))
     workspace = point.memory[1].workspace_bytes
     spec = _spec(model, acc, pre, workspace, ctx, batch=prompts, chunk=None)
-    pricer = PoolPricer(model, acc, pre, ctx)
+    pricer = _pricer(model, acc, pre, ctx)
     ones = np.ones(len(arrivals), np.int64)
     runs, routes = _run_pool(arrivals, ones, pre.d, spec, pricer, False)
     return runs, _gather(runs, routes, "admitted_s"), _gather(runs, routes, "first_token_s")
@@ -276,7 +284,7 @@ def simulate_load(
         batch=lay.batch,
         chunk=lay.chunk if lay.prefill is None else None,
     )
-    decode_pricer = PoolPricer(model, acc, dec, ctx)
+    decode_pricer = _pricer(model, acc, dec, ctx)
     if lay.prefill is None:
         runs, routes = _run_pool(
             arrivals, arrivals.output_tokens, dec.d, decode_spec, decode_pricer, False
@@ -329,7 +337,7 @@ def pool_times(
         dec = lay.decode
         workspace = point.memory[0].workspace_bytes
         spec = _spec(model, acc, dec, workspace, ctx, batch=lay.batch, chunk=None)
-        pricer = PoolPricer(model, acc, dec, ctx)
+        pricer = _pricer(model, acc, dec, ctx)
         runs, routes = _run_pool(arrivals, arrivals.output_tokens, dec.d, spec, pricer, True)
         done = _gather(runs, routes, "finished_s")
     a = arrivals.arrival_s

@@ -137,7 +137,10 @@ class _State:
 
 def _decoding(s: _State) -> list[int]:
     """The running requests whose prompt is prefilled and last token out: they decode."""
-    return [i for i in s.running if s.done[i] >= s.prompt[i] and s.ready[i] <= s.now]
+    if not s.running:
+        return []
+    r = np.array(s.running, np.int64)
+    return r[(s.done[r] >= s.prompt[r]) & (s.ready[r] <= s.now)].tolist()
 
 
 def _pages(tokens: float, page: int) -> int:
@@ -171,14 +174,14 @@ def _grow_decodes(s: _State, spec: EngineSpec, osl: np.ndarray) -> int:
         return 0
     preempted = 0
     while True:
-        dec = _decoding(s)
-        need = {i: _pages(s.isl[i] + s.gen[i], spec.page_tokens) - s.pages[i] for i in dec}
-        total = sum(max(0, int(n)) for n in need.values())
-        if total <= s.free or len(s.running) <= 1:
-            for i, n in need.items():
-                if n > 0 and s.free >= n:
+        dec = np.array(_decoding(s), np.int64)
+        need = -(-(s.isl[dec] + s.gen[dec]) // spec.page_tokens) - s.pages[dec]
+        short = need > 0
+        if int(np.sum(need[short])) <= s.free or len(s.running) <= 1:
+            for i, n in zip(dec[short].tolist(), need[short].tolist(), strict=True):
+                if s.free >= n:
                     s.pages[i] += n
-                    s.free -= int(n)
+                    s.free -= n
             return preempted
         _preempt(s)
         preempted += 1
@@ -195,10 +198,11 @@ def _plan(s: _State, spec: EngineSpec, osl: np.ndarray) -> tuple[list, dict]:
         budget, dec = spec.prefill_tokens, []
     else:
         budget = max(0, spec.chunk - len(dec))
-        for i in s.running:
-            left = int(s.prompt[i] - s.done[i])
-            if left <= 0 or budget <= 0:
-                continue
+        running = np.array(s.running, np.int64)
+        lefts = s.prompt[running] - s.done[running]
+        for i, left in zip(running[lefts > 0].tolist(), lefts[lefts > 0].tolist(), strict=True):
+            if budget <= 0:
+                break
             take = min(left, budget)
             extra = _admit_pages(s, spec, osl, i, take)
             if extra > s.free:
@@ -258,13 +262,41 @@ def _next_step(
 
 def _price(s: _State, dec: list, chunks: dict, price: StepPricer) -> Step:
     if dec:
-        context = float(np.mean([s.isl[i] + s.gen[i] for i in dec]))
+        d = np.array(dec, np.int64)
+        context = float(np.mean(s.isl[d] + s.gen[d]))
     if not chunks:
         return price.decode(len(dec), context)
     tokens = sum(chunks.values())
     if not dec and all(s.done[i] == 0 and chunks[i] == s.prompt[i] for i in chunks):
         return price.prefill(len(chunks), tokens / len(chunks))
     return price.mixed(len(dec), context if dec else 0.0, tokens, len(chunks))
+
+
+def _tokens_out(
+    s: _State,
+    idx: np.ndarray,
+    out_s: np.ndarray,
+    osl: np.ndarray,
+    first: np.ndarray,
+    finished: np.ndarray,
+) -> int:
+    """Requests ``idx`` each put out a token at ``out_s``: the first token's time where it
+    is one, the finished ones out of the running set with their pages freed; how many
+    finished."""
+    s.ready[idx] = out_s
+    s.gen[idx] += 1
+    fresh = np.isnan(first[idx])
+    first[idx[fresh]] = out_s[fresh]
+    done = s.gen[idx] >= osl[idx]
+    if not done.any():
+        return 0
+    gone = idx[done]
+    finished[gone] = out_s[done]
+    leaving = set(gone.tolist())
+    s.running = [i for i in s.running if i not in leaving]
+    s.free += int(np.sum(s.pages[gone]))
+    s.pages[gone] = 0
+    return len(gone)
 
 
 def simulate_engine(
@@ -330,30 +362,22 @@ def simulate_engine(
                 raise Infeasible("engine: requests wait with no step able to run them")
             t = min(later)
             continue
-        for i in (*dec, *chunks):
-            if np.isnan(admitted[i]):
-                admitted[i] = t
+        stepped = np.array([*dec, *chunks], np.int64)
+        admitted[stepped[np.isnan(admitted[stepped])]] = t
         step = _price(s, dec, chunks, price)
         held = step.duration_s + host_s
         busy += held
         energy += step.energy_j
         page_s += (spec.kv_pages - s.free) * held
-        outs = {i: t + held for i in dec}
+        outs, out_s = list(dec), [t + held] * len(dec)
         for i in chunks:
             s.done[i] += chunks[i]
             if s.done[i] >= s.prompt[i]:
-                outs[i] = t + step.latency_s + host_s
+                outs.append(i)
+                out_s.append(t + step.latency_s + host_s)
         t += held
         steps += 1
-        for i, out in outs.items():
-            s.ready[i] = out
-            s.gen[i] += 1
-            if np.isnan(first[i]):
-                first[i] = out
-            if s.gen[i] >= osl[i]:
-                finished[i] = out
-                finished_count += 1
-                s.running.remove(i)
-                s.free += int(s.pages[i])
-                s.pages[i] = 0
+        finished_count += _tokens_out(
+            s, np.array(outs, np.int64), np.array(out_s), osl, first, finished
+        )
     return EngineRun(admitted, first, finished, busy, energy, page_s, preemptions, steps)

@@ -11,10 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from arch_space import Cluster, preset
+from phaze import serving_load_price
 from phaze.cli import cli
-from phaze.serving import ServeContext, evaluate_layout
+from phaze.serving import ServeContext, evaluate_layout, pass_cost
 from phaze.serving_arrivals import generate, read_trace
-from phaze.serving_load import simulate_load
+from phaze.serving_load import _pricer, simulate_load
 from phaze_common.errors import ConfigError
 from placement import parse_serving
 from placement.serving_sim import EngineSpec, Step, simulate_engine
@@ -98,6 +99,31 @@ def test_the_engines_host_time_and_scheduler_steps_reach_the_simulation():
     # a prompt arriving while others decode (one in flight on average: the p90, not the
     # p50, which mostly finds the engine idle) waits for the end of ten decode steps
     assert runs["vllm-0.6"].ttft_s[1] > 2 * runs["sglang-0.3"].ttft_s[1]
+
+
+def test_steps_are_priced_once_per_grid_point_and_shared_by_runs_of_one_layout(monkeypatch):
+    priced = []
+
+    def counting(*args):
+        priced.append(args[3])
+        return pass_cost(*args)
+
+    monkeypatch.setattr(serving_load_price, "pass_cost", counting)
+    model, acc = get_model("llama2-7b"), preset("h100")
+    lay = parse_serving(_ONE.format(b=64, c=2048))
+    ctx = ServeContext(Cluster(devices=1), RequestBatch.of(512, 128))
+    point = evaluate_layout("m", model, acc, lay, ctx)
+    _pricer.cache_clear()
+    first = simulate_load(model, point, ctx, generate(8.0, 1000, 512, 128, seed=3))
+    # thousands of steps, a few dozen passes priced by the op model
+    assert first.requests == 1000 and 0 < len(priced) < 100
+    # the same layout again prices no new pass, and at another rate only the grid points
+    # its batches and contexts reach that the first run did not
+    n = len(priced)
+    simulate_load(model, point, ctx, generate(8.0, 1000, 512, 128, seed=3))
+    assert len(priced) == n and _pricer.cache_info().hits == 1
+    simulate_load(model, point, ctx, generate(4.0, 1000, 512, 128, seed=3))
+    assert len(priced) - n <= n // 4 and _pricer.cache_info().hits == 2
 
 
 def test_on_demand_paging_preempts_when_the_cache_fills_and_whole_request_does_not():
