@@ -66,7 +66,10 @@ class SmallBatch:
 @dataclass(frozen=True, slots=True)
 class EngineProfile:
     """One engine (see the module docstring); ``kernel_gaps_s`` is the wait before each
-    kernel of a step with and without CUDA graphs (the measured figures)."""
+    kernel of a step with and without CUDA graphs (the measured figures); ``step_cpu_s``
+    the host time each scheduled step adds to the GPU's (0: the engine overlaps it, or it
+    is not measured) and ``scheduler_steps`` the decode steps run per scheduling (vLLM's
+    multi-step scheduling), both used by the simulation under load."""
 
     name: str
     label: str
@@ -85,6 +88,8 @@ class EngineProfile:
     small_batch: Mapping[str, SmallBatch]
     one_shot: Mapping[str, Mapping[str, Any]]
     kernel_gaps_s: tuple[float, float]
+    step_cpu_s: float = 0.0
+    scheduler_steps: int = 1
 
     @property
     def kernel_gap_s(self) -> float:
@@ -197,6 +202,8 @@ def _profile(name: str, data: Mapping[str, Any], sources: Mapping[str, str], gap
         ),
         one_shot=MappingProxyType(dict(data.get("one_shot", {}))),
         kernel_gaps_s=gaps,
+        step_cpu_s=sched.get("step_cpu_s", 0.0),
+        scheduler_steps=sched.get("scheduler_steps", 1),
     )
     choices = (
         ("source", profile.source, tuple(sources)),
@@ -210,12 +217,23 @@ def _profile(name: str, data: Mapping[str, Any], sources: Mapping[str, str], gap
     ]
     if not isinstance(profile.cuda_graphs, bool):
         problems.append(f"cuda_graphs = {profile.cuda_graphs!r} must be true or false")
+    if not (
+        isinstance(profile.step_cpu_s, int | float)
+        and not isinstance(profile.step_cpu_s, bool)
+        and 0 <= profile.step_cpu_s < 1
+    ):
+        problems.append(f"scheduler.step_cpu_s = {profile.step_cpu_s!r} must be seconds in [0, 1)")
+    if profile.step_cpu_s and sched.get("step_cpu_source") not in sources:
+        problems.append(
+            f"scheduler.step_cpu_source = {sched.get('step_cpu_source')!r} is not a [sources] key"
+        )
     if not isinstance(profile.chunked_prefill, bool):
         problems.append(
             f"scheduler.chunked_prefill = {profile.chunked_prefill!r} must be true or false"
         )
     for key, v in (
         ("scheduler.max_num_seqs", profile.max_num_seqs),
+        ("scheduler.scheduler_steps", profile.scheduler_steps),
         *(("scheduler.chunk_tokens", c) for c in profile.chunk_tokens),
         *(("scheduler.batch_sizes", b) for b in profile.batch_sizes),
         *(

@@ -35,6 +35,7 @@ from arch_space import Accelerator, static_power_w
 from arch_space.accelerator import host_share
 from phaze.serving import ServeContext, ServingPoint, layout_context, pool_kv_capacity
 from phaze.serving_arrivals import Arrivals
+from phaze.serving_engines import engine_profile
 from phaze.serving_load_price import PoolPricer
 from phaze.serving_policies import kv_admission_policy
 from phaze_common.errors import ConfigError
@@ -157,15 +158,27 @@ class LoadResult:
 def _spec(
     model: Model, acc: Accelerator, pool: Layout, workspace: int, ctx: ServeContext, **kw: Any
 ) -> EngineSpec:
-    """The scheduler of a replica of ``pool``: its KV pages as the steady state sizes them."""
+    """The scheduler of a replica of ``pool``: its KV pages as the steady state sizes them,
+    the host time per scheduled step and the steps per scheduling of ``ctx``'s engine."""
     cap = pool_kv_capacity(model, acc, pool, workspace, ctx)
+    engine = None if ctx.engine is None else engine_profile(ctx.engine)
     return EngineSpec(
         kv_pages=max(1, cap.pages),
         page_tokens=cap.page_tokens,
         prefill_tokens=ctx.token_budget,
         whole_request=kv_admission_policy(ctx.kv_admission).whole_request,
+        step_cpu_s=0.0 if engine is None else engine.step_cpu_s,
+        scheduler_steps=1 if engine is None else engine.scheduler_steps,
         **kw,
     )
+
+
+@lru_cache(maxsize=16)
+def _pricer(model: Model, acc: Accelerator, pool: Layout, ctx: ServeContext) -> PoolPricer:
+    """The step prices of ``pool``'s replicas, shared by the runs of the same model, design,
+    pool and context (a step's price depends on nothing else), so that runs at other rates
+    or seeds of one layout price each grid point once."""
+    return PoolPricer(model, acc, pool, ctx)
 
 
 def _run_pool(
@@ -230,7 +243,7 @@ def _prefill_pool(
     prompts = max(prefill_batches(budget // int(np.max(arrivals.input_tokens))))
     workspace = point.memory[1].workspace_bytes
     spec = _spec(model, acc, pre, workspace, ctx, batch=prompts, chunk=None)
-    pricer = PoolPricer(model, acc, pre, ctx)
+    pricer = _pricer(model, acc, pre, ctx)
     ones = np.ones(len(arrivals), np.int64)
     runs, routes = _run_pool(arrivals, ones, pre.d, spec, pricer, False)
     return runs, _gather(runs, routes, "admitted_s"), _gather(runs, routes, "first_token_s")
@@ -271,7 +284,7 @@ def simulate_load(
         batch=lay.batch,
         chunk=lay.chunk if lay.prefill is None else None,
     )
-    decode_pricer = PoolPricer(model, acc, dec, ctx)
+    decode_pricer = _pricer(model, acc, dec, ctx)
     if lay.prefill is None:
         runs, routes = _run_pool(
             arrivals, arrivals.output_tokens, dec.d, decode_spec, decode_pricer, False
@@ -324,7 +337,7 @@ def pool_times(
         dec = lay.decode
         workspace = point.memory[0].workspace_bytes
         spec = _spec(model, acc, dec, workspace, ctx, batch=lay.batch, chunk=None)
-        pricer = PoolPricer(model, acc, dec, ctx)
+        pricer = _pricer(model, acc, dec, ctx)
         runs, routes = _run_pool(arrivals, arrivals.output_tokens, dec.d, spec, pricer, True)
         done = _gather(runs, routes, "finished_s")
     a = arrivals.arrival_s

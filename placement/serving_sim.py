@@ -21,7 +21,14 @@ The scheduler, as vLLM's runs an engine:
   (TensorRT-LLM's GUARANTEED_NO_EVICT); ``on-demand``, pages come as its tokens do (vLLM's
   paging), and when a decode step finds no free page the newest running request is preempted:
   its pages freed and the request sent back to the head of the queue, to prefill its prompt
-  and the tokens it had generated again (vLLM's recompute preemption).
+  and the tokens it had generated again (vLLM's recompute preemption);
+* **the host's share of a step**: a scheduler that does not overlap its CPU work (batch
+  scheduling, input preparation, sampling's output handling) with the GPU adds
+  ``step_cpu_s`` to every step it schedules;
+* **multi-step scheduling** (vLLM 0.6's ``--num-scheduler-steps k``): the scheduler runs and
+  admits waiting prompts once every ``scheduler_steps`` decode steps; between those the
+  running sequences decode with no scheduling, so its CPU time is spent once per ``k`` steps
+  and a prompt arriving during the ``k`` steps waits for their end.
 
 A step's time comes from a :class:`StepPricer` (the op model's passes, priced by the caller).
 """
@@ -45,7 +52,8 @@ class EngineSpec:
     """One replica's scheduler: ``batch`` sequences at most, ``chunk`` tokens per step (None:
     whole prompts in steps of their own, up to ``prefill_tokens`` prompt tokens), ``kv_pages``
     pages of ``page_tokens`` tokens, and whether a request's whole cache is reserved when it
-    is admitted (``whole_request``)."""
+    is admitted (``whole_request``); the host time a scheduled step adds (``step_cpu_s``)
+    and the decode steps run per scheduling (``scheduler_steps``)."""
 
     batch: int
     chunk: int | None
@@ -53,10 +61,16 @@ class EngineSpec:
     kv_pages: int
     page_tokens: int
     whole_request: bool
+    step_cpu_s: float = 0.0
+    scheduler_steps: int = 1
 
     def __post_init__(self) -> None:
         if self.batch < 1 or self.kv_pages < 1 or self.page_tokens < 1:
             raise ConfigError(f"engine: {self} needs a batch, pages and page size of at least 1")
+        if self.scheduler_steps < 1 or not self.step_cpu_s >= 0:
+            raise ConfigError(
+                f"engine: {self} needs scheduler_steps of at least 1 and step_cpu_s of at least 0"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +137,10 @@ class _State:
 
 def _decoding(s: _State) -> list[int]:
     """The running requests whose prompt is prefilled and last token out: they decode."""
-    return [i for i in s.running if s.done[i] >= s.prompt[i] and s.ready[i] <= s.now]
+    if not s.running:
+        return []
+    r = np.array(s.running, np.int64)
+    return r[(s.done[r] >= s.prompt[r]) & (s.ready[r] <= s.now)].tolist()
 
 
 def _pages(tokens: float, page: int) -> int:
@@ -157,14 +174,14 @@ def _grow_decodes(s: _State, spec: EngineSpec, osl: np.ndarray) -> int:
         return 0
     preempted = 0
     while True:
-        dec = _decoding(s)
-        need = {i: _pages(s.isl[i] + s.gen[i], spec.page_tokens) - s.pages[i] for i in dec}
-        total = sum(max(0, int(n)) for n in need.values())
-        if total <= s.free or len(s.running) <= 1:
-            for i, n in need.items():
-                if n > 0 and s.free >= n:
+        dec = np.array(_decoding(s), np.int64)
+        need = -(-(s.isl[dec] + s.gen[dec]) // spec.page_tokens) - s.pages[dec]
+        short = need > 0
+        if int(np.sum(need[short])) <= s.free or len(s.running) <= 1:
+            for i, n in zip(dec[short].tolist(), need[short].tolist(), strict=True):
+                if s.free >= n:
                     s.pages[i] += n
-                    s.free -= int(n)
+                    s.free -= n
             return preempted
         _preempt(s)
         preempted += 1
@@ -181,10 +198,11 @@ def _plan(s: _State, spec: EngineSpec, osl: np.ndarray) -> tuple[list, dict]:
         budget, dec = spec.prefill_tokens, []
     else:
         budget = max(0, spec.chunk - len(dec))
-        for i in s.running:
-            left = int(s.prompt[i] - s.done[i])
-            if left <= 0 or budget <= 0:
-                continue
+        running = np.array(s.running, np.int64)
+        lefts = s.prompt[running] - s.done[running]
+        for i, left in zip(running[lefts > 0].tolist(), lefts[lefts > 0].tolist(), strict=True):
+            if budget <= 0:
+                break
             take = min(left, budget)
             extra = _admit_pages(s, spec, osl, i, take)
             if extra > s.free:
@@ -225,15 +243,60 @@ def _plan(s: _State, spec: EngineSpec, osl: np.ndarray) -> tuple[list, dict]:
     return dec, chunks
 
 
+def _next_step(
+    s: _State, spec: EngineSpec, osl: np.ndarray, burst: int
+) -> tuple[list, dict, float, int]:
+    """The next step's decodes and prompt tokens, the host time it adds and the decode steps
+    still to run without scheduling after it. Inside a multi-step burst the running
+    sequences decode with nothing admitted and no host time; at a scheduling point the
+    scheduler plans (:func:`_plan`) and, when it plans decodes only, starts a burst of
+    ``scheduler_steps`` steps."""
+    if burst > 0:
+        dec = _decoding(s)
+        if dec:
+            return dec, {}, 0.0, burst - 1
+    dec, chunks = _plan(s, spec, osl)
+    burst = spec.scheduler_steps - 1 if dec and not chunks else 0
+    return dec, chunks, spec.step_cpu_s if (dec or chunks) else 0.0, burst
+
+
 def _price(s: _State, dec: list, chunks: dict, price: StepPricer) -> Step:
     if dec:
-        context = float(np.mean([s.isl[i] + s.gen[i] for i in dec]))
+        d = np.array(dec, np.int64)
+        context = float(np.mean(s.isl[d] + s.gen[d]))
     if not chunks:
         return price.decode(len(dec), context)
     tokens = sum(chunks.values())
     if not dec and all(s.done[i] == 0 and chunks[i] == s.prompt[i] for i in chunks):
         return price.prefill(len(chunks), tokens / len(chunks))
     return price.mixed(len(dec), context if dec else 0.0, tokens, len(chunks))
+
+
+def _tokens_out(
+    s: _State,
+    idx: np.ndarray,
+    out_s: np.ndarray,
+    osl: np.ndarray,
+    first: np.ndarray,
+    finished: np.ndarray,
+) -> int:
+    """Requests ``idx`` each put out a token at ``out_s``: the first token's time where it
+    is one, the finished ones out of the running set with their pages freed; how many
+    finished."""
+    s.ready[idx] = out_s
+    s.gen[idx] += 1
+    fresh = np.isnan(first[idx])
+    first[idx[fresh]] = out_s[fresh]
+    done = s.gen[idx] >= osl[idx]
+    if not done.any():
+        return 0
+    gone = idx[done]
+    finished[gone] = out_s[done]
+    leaving = set(gone.tolist())
+    s.running = [i for i in s.running if i not in leaving]
+    s.free += int(np.sum(s.pages[gone]))
+    s.pages[gone] = 0
+    return len(gone)
 
 
 def simulate_engine(
@@ -281,7 +344,7 @@ def simulate_engine(
     first = np.array(arrival_s, dtype=float) if prefilled else np.full(n, np.nan)
     finished = np.full(n, np.nan)
     t = busy = energy = page_s = 0.0
-    nxt = finished_count = preemptions = steps = 0
+    nxt = finished_count = preemptions = steps = burst = 0
     while finished_count < n:
         while nxt < n and arrival_s[nxt] <= t:
             s.waiting.append(nxt)
@@ -291,7 +354,7 @@ def simulate_engine(
             continue
         s.now = t
         preemptions += _grow_decodes(s, spec, osl)
-        dec, chunks = _plan(s, spec, osl)
+        dec, chunks, host_s, burst = _next_step(s, spec, osl, burst)
         if not dec and not chunks:  # wait for a token on its way or the next arrival
             later = [s.ready[i] for i in s.running if s.ready[i] > t]
             later += [float(arrival_s[nxt])] if nxt < n else []
@@ -299,29 +362,22 @@ def simulate_engine(
                 raise Infeasible("engine: requests wait with no step able to run them")
             t = min(later)
             continue
-        for i in (*dec, *chunks):
-            if np.isnan(admitted[i]):
-                admitted[i] = t
+        stepped = np.array([*dec, *chunks], np.int64)
+        admitted[stepped[np.isnan(admitted[stepped])]] = t
         step = _price(s, dec, chunks, price)
-        busy += step.duration_s
+        held = step.duration_s + host_s
+        busy += held
         energy += step.energy_j
-        page_s += (spec.kv_pages - s.free) * step.duration_s
-        outs = {i: t + step.duration_s for i in dec}
+        page_s += (spec.kv_pages - s.free) * held
+        outs, out_s = list(dec), [t + held] * len(dec)
         for i in chunks:
             s.done[i] += chunks[i]
             if s.done[i] >= s.prompt[i]:
-                outs[i] = t + step.latency_s
-        t += step.duration_s
+                outs.append(i)
+                out_s.append(t + step.latency_s + host_s)
+        t += held
         steps += 1
-        for i, out in outs.items():
-            s.ready[i] = out
-            s.gen[i] += 1
-            if np.isnan(first[i]):
-                first[i] = out
-            if s.gen[i] >= osl[i]:
-                finished[i] = out
-                finished_count += 1
-                s.running.remove(i)
-                s.free += int(s.pages[i])
-                s.pages[i] = 0
+        finished_count += _tokens_out(
+            s, np.array(outs, np.int64), np.array(out_s), osl, first, finished
+        )
     return EngineRun(admitted, first, finished, busy, energy, page_s, preemptions, steps)

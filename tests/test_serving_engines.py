@@ -81,6 +81,37 @@ def test_a_damaged_profile_names_every_problem():
         assert text in str(e.value)
 
 
+def test_an_engine_without_an_overlapped_scheduler_adds_its_measured_host_time_per_step():
+    # SGLang 0.4 overlaps its scheduler's host work with the GPU; 0.3 and vLLM 0.6 do not,
+    # and vLLM 0.6 schedules once per ten decode steps (--num-scheduler-steps 10)
+    assert engine_profile("sglang").step_cpu_s == 0
+    old, multi = engine_profile("sglang-0.3"), engine_profile("vllm-0.6")
+    assert old.step_cpu_s == multi.step_cpu_s == pytest.approx(4e-3)
+    assert old.scheduler_steps == 1 and multi.scheduler_steps == 10
+    bad = {
+        "label": "x",
+        "version": "1",
+        "source": "s",
+        "cuda_graphs": True,
+        "all_reduce": "custom",
+        "scheduler": {
+            "batching": "continuous",
+            "max_num_seqs": 8,
+            "chunked_prefill": False,
+            "chunk_tokens": [8192],
+            "kv_admission": "on-demand",
+            "preemption": "recompute",
+            "step_cpu_s": 4e-3,
+            "step_cpu_source": "nowhere",
+            "scheduler_steps": 0,
+        },
+    }
+    with pytest.raises(ConfigError) as e:
+        _profile("x", bad, {"s": "a source"}, (1e-6, 3e-6))
+    assert "step_cpu_source = 'nowhere'" in str(e.value)
+    assert "scheduler_steps = 0" in str(e.value)
+
+
 def _decode(engine: str | None, batch: int, devices: int = 1, model: str = "llama2-7b"):
     ctx = ServeContext(Cluster(devices=devices), RequestBatch.of(5, 200), engine=engine)
     lay = parse_serving(f"t={devices},p=1,d=1,ep=1,batch={batch},chunk=off,batching=static")

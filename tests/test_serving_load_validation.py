@@ -9,6 +9,7 @@ from importlib import resources
 
 import pytest
 
+from phaze.serving_engines import engine_profile
 from phaze.serving_lengths import length_distributions
 from phaze.serving_load_validation import (
     MEASURES,
@@ -57,8 +58,10 @@ def test_the_shipped_runs_have_every_setting_and_at_least_twelve_held_out_points
         assert r.published_requests >= r.simulated_requests >= 2
         assert r.citation and r.file and r.preset in ("h100", "a100")
         # each run is priced under the profile of the engine it ran
-        label = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
-        assert r.engine.startswith(label[r.engine_profile])
+        profile = engine_profile(r.engine_profile)
+        assert r.engine.startswith(profile.label)
+        if r.source == "sglang-vs-vllm060":  # the profile of the version that ran
+            assert f"v{profile.version.split(' ')[0]}" in r.engine
         assert all(k in MEASURES and 0 < v < 1000 for k, v in r.measured)
     # MLPerf's Server logs and a table at 4 and 8 requests/s, two engines on each model
     engines = {r.engine.split(" ")[0] for r in runs}
