@@ -4,11 +4,14 @@ and a serving layout's passes priced only once its memory fits."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import pickle
 
 import pytest
 
 from arch_space import Cluster, preset
+from ilp.problem import Problem
 from phaze import pipeline, serving
 from phaze.knob_search import evaluate_best_knobs, time_lower_bound_s
 from phaze.pipeline import Context, evaluate
@@ -116,3 +119,23 @@ def test_a_serving_layout_that_does_not_fit_prices_no_pass(monkeypatch, layout, 
         serving.evaluate_layout(
             "m", get_model("llama2-7b"), preset("h100"), parse_serving(layout), ctx
         )
+
+
+def test_a_scheduling_problem_hashes_its_fields_once_and_not_across_processes():
+    """The solvers' caches look a problem up many times: its hash is worked out once; a
+    pickled copy (another process, other string hashes) works its own out again."""
+    p = Problem(
+        ("A",),
+        (2,),
+        1,
+        True,
+        (((1,), (1,)), ((2,), (2,))),
+        (1.0, 2.0),
+        (0.5, 1.0),
+        (True,) * 2,
+        ((0, 1),),
+    )
+    assert p._hash is None
+    assert hash(p) == hash(dataclasses.replace(p)) and p._hash is not None
+    copy = pickle.loads(pickle.dumps(p))
+    assert copy == p and copy._hash is None and hash(copy) == hash(p)
