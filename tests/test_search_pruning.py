@@ -16,10 +16,12 @@ from phaze import pipeline, serving
 from phaze.knob_search import evaluate_best_knobs, time_lower_bound_s
 from phaze.pipeline import Context, evaluate
 from phaze.serving import ServeContext
-from phaze_common.errors import Infeasible
+from phaze_common.errors import ConfigError, Infeasible
 from placement import Layout, parse_serving
 from workloads import get_model, resolve_model
-from workloads.serving import RequestBatch
+from workloads.build import valid_tp_widths
+from workloads.serving import RequestBatch, ServingPass
+from workloads.serving_ops import check_serving
 
 MOE = "mixtral-8x7b"
 _CTX = Context(
@@ -139,3 +141,19 @@ def test_a_scheduling_problem_hashes_its_fields_once_and_not_across_processes():
     assert hash(p) == hash(dataclasses.replace(p)) and p._hash is not None
     copy = pickle.loads(pickle.dumps(p))
     assert copy == p and copy._hash is None and hash(copy) == hash(p)
+
+
+@pytest.mark.parametrize("name", ["llama2-7b", "mixtral-8x7b", "gpt2-xl"])
+def test_serving_refuses_exactly_the_widths_megatron_refuses(name):
+    """check_serving asks only the width given (a search asks it of every layout), and
+    accepts and refuses the same widths as the list of valid ones."""
+    model = get_model(name)
+    valid = set(valid_tp_widths(model))
+    probe = ServingPass.prefill(1, 1)
+    for tp in (*range(-1, model.heads + 3), 2.0, True, "2"):
+        try:
+            check_serving(model, probe, tp)
+        except ConfigError as e:
+            assert tp not in valid and f"tp = {tp!r} must be one of" in str(e)
+        else:
+            assert tp in valid
