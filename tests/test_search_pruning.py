@@ -68,7 +68,7 @@ def test_the_knob_search_finds_the_pair_brute_force_finds(alone):
     assert found == best[2]
 
 
-@pytest.mark.parametrize("scale", [0.5, 0.99, 1.0, 1.0 + 1e-12, 1.01, 2.0])
+@pytest.mark.parametrize("scale", [0.99, 1.0, 1.0 + 1e-12, 1.01])
 def test_a_pair_asked_to_beat_a_time_is_the_full_evaluation_or_says_it_cannot(alone, scale):
     """Faster than ``beat_s``: the full evaluation itself; else an infeasible Evaluation."""
     model, acc = resolve_model(MOE), preset("h100")
