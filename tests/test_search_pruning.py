@@ -12,7 +12,7 @@ import pytest
 
 from arch_space import Cluster, preset
 from ilp.problem import Problem
-from phaze import pipeline, serving
+from phaze import pipeline, serving, serving_policies
 from phaze.knob_search import evaluate_best_knobs, time_lower_bound_s
 from phaze.pipeline import Context, evaluate
 from phaze.serving import ServeContext
@@ -116,7 +116,7 @@ def test_a_serving_layout_that_does_not_fit_prices_no_pass(monkeypatch, layout, 
     def priced(*args):
         pytest.fail("a pass was priced")
 
-    monkeypatch.setattr(serving, "pass_cost", priced)
+    monkeypatch.setattr(serving_policies, "pass_cost", priced)
     with pytest.raises(Infeasible, match=reason):
         serving.evaluate_layout(
             "m", get_model("llama2-7b"), preset("h100"), parse_serving(layout), ctx
