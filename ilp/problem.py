@@ -21,6 +21,7 @@ of the further kinds, held in either mode.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -78,6 +79,21 @@ class Problem:
     parallel_s: tuple[float, ...]
     can_parallel: tuple[bool, ...]
     edges: tuple[tuple[int, int], ...]
+    # the hash of the fields, worked out once: the solvers' caches look a problem up many
+    # times, and hashing its tuples (thousands of ops) each time cost 5 % of a large search
+    # (not pickled: string hashes differ between processes)
+    _hash: int | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.init)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash(self._fields()))
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return type(self), self._fields()
 
     @property
     def n(self) -> int:

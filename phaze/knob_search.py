@@ -6,15 +6,19 @@ mode, scheduling layers for it (the costly step). Here each
 open (micro-batch, recompute) pair first gets a lower bound on its time with no schedule
 (:func:`time_lower_bound_s`); pairs are evaluated in the order of their
 bounds, and those whose bound cannot beat the best so far are skipped, which changes no
-result. Micro-batch sizes divide the global batch, so ``d * mbs`` always does too. Under a
-strategy that leaves the micro-batch or recompute mode open, every pair is evaluated (the
-bound covers the search's layouts, not every layout a strategy may name), and the micro-batch
-sizes are those that ``d * mbs`` divides the batch with for the strategy's ``d``.
+result; a pair evaluated after the first is asked only for a placement faster than the best
+so far, so its widths whose bounds are slower are not scheduled either. Micro-batch sizes
+divide the global batch, so ``d * mbs`` always does too. Under a strategy that fixes a
+layout field (not just the precision) and leaves the micro-batch or recompute mode open,
+every pair is evaluated in full (the bound covers the search's layouts, not every layout a
+strategy may name), and the micro-batch sizes are those that ``d * mbs`` divides the batch
+with for the strategy's ``d``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from arch_space import Accelerator
@@ -86,12 +90,15 @@ def evaluate_best_knobs(
     if not grid:  # the strategy's own check names d and mbs
         grid = [knobs(micro_batches[0], rc) for rc in recomputes]
     bounds = sorted((time_lower_bound_s(model, acc, k, ctx), i, k) for i, k in enumerate(grid))
+    # a strategy fixing no layout field (a precision at most) asks for the search itself
+    searched = asked.open == Layout.searching().open and asked.split is None
     best: Evaluation | None = None
     first: Evaluation | None = None
     for bound, _, point in bounds:
-        if strategy is None and best is not None and bound >= best.placement.breakdown.iteration_s:
+        beat_s = math.inf if best is None else best.placement.breakdown.iteration_s
+        if searched and bound >= beat_s:
             break
-        ev = evaluate(workload, model, acc, point, ctx)
+        ev = evaluate(workload, model, acc, point, ctx, beat_s if searched else math.inf)
         first = first or ev
         if ev.feasible and (
             best is None

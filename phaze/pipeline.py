@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
@@ -337,17 +338,20 @@ def _best_widths(
     hbm: Hbm,
     timing_acc: Accelerator,
     ctx: Context,
-) -> tuple[dict[Key, Variant], Placement | None]:
+    beat_s: float = math.inf,
+) -> tuple[dict[Key, Variant], Placement | None, bool]:
     """The variants that can hold the fastest placement over ``keys`` (width, sequence
-    parallelism), and that placement, Megatron's interleaved layouts included (None when no
-    ``v = 1`` placement fits: an interleaved layout holds at least the activations of the
-    ``v = 1`` one with the same degrees).
+    parallelism), that placement, Megatron's interleaved layouts included, and whether any
+    key fits (None when no ``v = 1`` placement fits: an interleaved layout holds at least
+    the activations of the ``v = 1`` one with the same degrees). With ``beat_s``, only a
+    placement faster than it is asked for: None when there is none (the keys that fit then
+    left unscheduled where their bounds show it).
 
-    The widest key that fits (:func:`width_fits`) is scheduled first (a key with sequence
-    parallelism off is dropped with its width's when it holds at least the same bytes).
-    Then, best first on lower-bound graphs (no schedule, the real graphs' bytes:
-    :func:`phaze.lower_bounds.bound_graph`), one search over those of the keys not yet
-    scheduled names the key that could beat the best ``v = 1`` placement so far, which is
+    The keys that fit (:func:`width_fits`, widest first; a key with sequence parallelism off
+    is dropped with its width's when it holds at least the same bytes) are scheduled best
+    first on lower-bound graphs (no schedule, the real graphs' bytes:
+    :func:`phaze.lower_bounds.bound_graph`): one search over those not yet scheduled names
+    the key that could beat the best ``v = 1`` placement so far (and ``beat_s``), which is
     scheduled next, until that search is slower or finds nothing that fits. Then the
     interleaved layouts of the keys scheduled compete, and a key left out is scheduled when
     its cheapest interleaved layout that may fit (:func:`placement.interleave.interleaved_floor`)
@@ -372,53 +376,64 @@ def _best_widths(
         )
         return variants[key].graph
 
+    def limit(best: Placement | None) -> float:
+        return min(math.inf if best is None else best.breakdown.iteration_s, beat_s)
+
+    fits = _fitting_keys(model, setup, keys, hbm, ctx)
+    if not fits:
+        return {}, None, False
+    bounds = {
+        (t, sp): bound_graph(model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.device)
+        for t, sp in fits
+    }
+    variants: dict[Key, Variant] = {}
+    best: Placement | None = None
+    while bounds:
+        try:
+            could = place(problem(tuple(bounds.values())), limit_s=limit(best) * (1 + _BOUND_SLACK))
+        except Infeasible:
+            break
+        alone = plain((schedule((could.layout.t, could.layout.sp)),))
+        if alone is not None and alone.breakdown.iteration_s < limit(best):
+            best = alone
+    if best is None and beat_s == math.inf:
+        return variants, None, True
+    if len(variants) > 1 and best is not None:
+        best = place(problem(tuple(variants[k].graph for k in sorted(variants, key=_sp_first))))
+    if variants:
+        best = (
+            best_interleaved(problem(tuple(v.graph for v in variants.values())), limit(best))
+            or best
+        )
+    while bounds:
+        graphs = tuple(bounds.values())
+        floor = interleaved_floor(problem(graphs), limit(best) * (1 + _BOUND_SLACK))
+        if floor is None:
+            break
+        graph = schedule((graphs[floor[1]].tp, graphs[floor[1]].sequence_parallel))
+        best = best_interleaved(problem((graph,)), limit(best)) or best
+    if best is not None and best.breakdown.iteration_s >= beat_s:
+        best = None
+    return variants, best, True
+
+
+def _fitting_keys(
+    model: Model, setup: TrainingSetup, keys: tuple[Key, ...], hbm: Hbm, ctx: Context
+) -> tuple[Key, ...]:
+    """The widest key that fits (asked of its bytes alone: cached) and the narrower ones,
+    less those with sp off holding at least the bytes of a key that does not fit."""
     order = sorted(keys, reverse=True)
-    while order:  # the widest key that fits first (asked of its bytes alone: cached)
+    while order:
         key = order.pop(0)
         if width_fits(model, _with_sp(setup, key[1]), key[0], hbm, ctx):
-            break
+            return (key, *order)
         off = (key[0], False)
         if off in order and _more_bytes(
             _memory_graph(model, _with_sp(setup, False), key[0]),
             _memory_graph(model, _with_sp(setup, key[1]), key[0]),
         ):
             order.remove(off)  # needs more bytes than a graph that does not fit
-    else:
-        return {}, None
-    bounds = {
-        (t, sp): bound_graph(model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.device)
-        for t, sp in order
-    }
-    variants: dict[Key, Variant] = {}
-    best = plain((schedule(key),))
-    while bounds and best is not None:
-        limit = best.breakdown.iteration_s * (1 + _BOUND_SLACK)
-        try:
-            could = place(problem(tuple(bounds.values())), limit_s=limit)
-        except Infeasible:
-            break
-        alone = plain((schedule((could.layout.t, could.layout.sp)),))
-        if alone is not None and alone.breakdown.iteration_s < best.breakdown.iteration_s:
-            best = alone
-    if best is None:
-        return variants, None
-    if len(variants) > 1:
-        best = place(problem(tuple(variants[k].graph for k in sorted(variants, key=_sp_first))))
-    best = (
-        best_interleaved(
-            problem(tuple(v.graph for v in variants.values())), best.breakdown.iteration_s
-        )
-        or best
-    )
-    while bounds:
-        graphs = tuple(bounds.values())
-        floor = interleaved_floor(problem(graphs), best.breakdown.iteration_s * (1 + _BOUND_SLACK))
-        if floor is None:
-            break
-        graph = schedule((graphs[floor[1]].tp, graphs[floor[1]].sequence_parallel))
-        woven = best_interleaved(problem((graph,)), best.breakdown.iteration_s)
-        best = woven or best
-    return variants, best
+    return ()
 
 
 def _sp_first(key: Key) -> tuple[int, bool]:
@@ -445,9 +460,16 @@ _RULED: Final = {"p": 1, "v": 1, "zero": 0}
 
 
 def evaluate(
-    workload: str, model: Model, acc: Accelerator, knobs: Layout, ctx: Context
+    workload: str,
+    model: Model,
+    acc: Accelerator,
+    knobs: Layout,
+    ctx: Context,
+    beat_s: float = math.inf,
 ) -> Evaluation:
     """Evaluate one point: the best placement keeping what ``knobs`` fixes, and its score.
+    With ``beat_s``, a search (``knobs`` fixing no layout field) with no placement faster
+    than ``beat_s`` s per batch says so (infeasible), scheduling no width its bounds rule out.
 
     ``knobs`` fixes the micro-batch size and recompute mode at least. Fixing nothing more
     (or sequence parallelism too) asks for the search; fixing any other field asks for the
@@ -511,7 +533,7 @@ def evaluate(
     if given:
         found = _given(model, setup, keys, acc, ctx, knobs)
     else:
-        found = _searched(model, setup, keys, acc, ctx)
+        found = _searched(model, setup, keys, acc, ctx, beat_s)
     if isinstance(found, str):
         return Evaluation(workload, acc, knobs, None, None, found)
     variant, placement, defaults = found
@@ -547,18 +569,25 @@ def evaluate(
 
 
 def _searched(
-    model: Model, setup: TrainingSetup, keys: tuple[Key, ...], acc: Accelerator, ctx: Context
+    model: Model,
+    setup: TrainingSetup,
+    keys: tuple[Key, ...],
+    acc: Accelerator,
+    ctx: Context,
+    beat_s: float,
 ) -> tuple[Variant, Placement, str] | str:
     """The search's placement over ``keys`` (its variant and what it chose for sequence
-    parallelism when ``ctx`` searches it), or why none fits."""
+    parallelism when ``ctx`` searches it), or why none fits (or none beats ``beat_s``)."""
     hbm, timing_acc = device_hbm(acc, ctx), timing_design(acc)
-    variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
-    if found is None and runnable_zero_stages(ctx.zero_fallback, setup.profile):
+    variants, found, fits = _best_widths(model, setup, keys, hbm, timing_acc, ctx, beat_s)
+    if not fits and runnable_zero_stages(ctx.zero_fallback, setup.profile):
         # only the wider sharding may fit
         ctx = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
-        variants, found = _best_widths(model, setup, keys, hbm, timing_acc, ctx)
-    if found is None:
+        variants, found, fits = _best_widths(model, setup, keys, hbm, timing_acc, ctx, beat_s)
+    if not fits:
         return _why_not(model, setup, keys, hbm, ctx)
+    if found is None:
+        return f"no placement faster than {beat_s} s per batch"
     # sequence parallelism searched: say what it chose
     defaults = f"sp={'on' if found.layout.sp else 'off'}" if ctx.sequence_parallel is None else ""
     return variants[found.layout.t, found.layout.sp], found, defaults

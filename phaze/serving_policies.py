@@ -49,6 +49,7 @@ from placement.serving_engine import (
     EngineResult,
     Lengths,
     PassCost,
+    check_chunk_budget,
     chunked,
     disaggregated,
     mixed,
@@ -133,19 +134,26 @@ PREEMPTION: Final[Mapping[str, Preemption]] = MappingProxyType(
 
 # ---- batching ----------------------------------------------------------------------------
 
-#: A batching policy's pricing: (model, accelerator, layout, context, admission, the decode
-#: micro-batch's pass and its cost) -> the engine's steady state and each pool's memory.
+#: A batching policy's memory: (model, accelerator, layout, context, admission, the decode
+#: micro-batch's pass) -> each pool's memory; raises Infeasible where it does not fit, before
+#: any pass is priced (a search then prices no pass of a layout that cannot run).
+Sizer = Callable[
+    [Model, Accelerator, ServingLayout, ServeContext, KvAdmission, ServingPass],
+    tuple[PoolMemory, ...],
+]
+#: A batching policy's pricing: (model, accelerator, layout, context, the decode micro-batch's
+#: pass and its cost) -> the engine's steady state.
 Pricer = Callable[
-    [Model, Accelerator, ServingLayout, ServeContext, KvAdmission, ServingPass, PassCost],
-    tuple[EngineResult, tuple[PoolMemory, ...]],
+    [Model, Accelerator, ServingLayout, ServeContext, ServingPass, PassCost], EngineResult
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class BatchingPolicy:
-    """A named batching policy and its pricing (:data:`Pricer`)."""
+    """A named batching policy, its memory (:data:`Sizer`) and its pricing (:data:`Pricer`)."""
 
     name: str
+    memory: Sizer
     price: Pricer
 
 
@@ -158,63 +166,72 @@ def _longest_prompt(ctx: ServeContext) -> int:
     return max(i for i, _, _ in ctx.requests.lengths)
 
 
-def _static(model, acc, layout, ctx, admission, decode_pass, decode):
-    """A batch of prompts prefilled together, then decoded to its end; the device holds the
-    batch's whole cache at its longest (an engine without paging)."""
+def _static(model, acc, layout, ctx, decode_pass, decode):
+    """A batch of prompts prefilled together, then decoded to its end."""
+    prefill = prefill_cost(model, acc, layout.decode, layout.batch, ctx)
+    return static(decode, prefill, batch=layout.batch, **_common(layout, ctx))
+
+
+def _static_memory(model, acc, layout, ctx, admission, decode_pass):
+    """The device holds the batch's whole cache at its longest (an engine without paging)."""
     r, kw, dec, b = ctx.requests, ctx.requests.pass_formats(), layout.decode, layout.batch
-    prefill = prefill_cost(model, acc, dec, b, ctx)
-    engine = static(decode, prefill, batch=b, **_common(layout, ctx))
-    isl = _longest_prompt(ctx)
-    full = isl + max(o for _, o, _ in r.lengths) - 1
+    full = _longest_prompt(ctx) + max(o for _, o, _ in r.lengths) - 1
     passes = [decode_pass, *(ServingPass.prefill(b, i, **kw) for i, _, _ in r.lengths)]
     fraction = serving_settings().static_memory_fraction
-    return engine, (pool_memory(model, acc, dec, passes, b, full, ctx, fraction),)
+    return (pool_memory(model, acc, dec, passes, b, full, ctx, fraction),)
 
 
-def _continuous(model, acc, layout, ctx, admission, decode_pass, decode):
+def _continuous(model, acc, layout, ctx, decode_pass, decode):
     """Continuous batching with whole prompts prefilled in steps of their own."""
-    r, kw, dec, b = ctx.requests, ctx.requests.pass_formats(), layout.decode, layout.batch
+    dec, b = layout.decode, layout.batch
     k = prefill_batch(b, ctx.lengths)
     prefill = prefill_cost(model, acc, dec, k, ctx)
-    engine = prefill_first(
+    return prefill_first(
         decode, prefill, batch=b, prefill_prompts=k, stages=dec.p, **_common(layout, ctx)
     )
+
+
+def _continuous_memory(model, acc, layout, ctx, admission, decode_pass):
+    r, kw, dec, b = ctx.requests, ctx.requests.pass_formats(), layout.decode, layout.batch
+    k = prefill_batch(b, ctx.lengths)
     passes = [decode_pass, *(ServingPass.prefill(k, i, **kw) for i, _, _ in r.lengths)]
     in_flight = admission.in_flight_tokens(ctx.lengths)
-    return engine, (pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
+    return (pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
+
+
+def _chunk_passes(model: Model, layout: ServingLayout, ctx: ServeContext) -> list[ServingPass]:
+    """The two steps of a chunked-prefill layout: a micro-batch's decode tokens riding on a
+    chunk of the mean prompt tokens a step prefills, and on the first chunk (the budget the
+    decodes leave, at most a prompt)."""
+    lengths, micro = ctx.lengths, layout.batch // layout.decode.p
+    mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
+    first_tokens = max(1, min(layout.chunk - micro, _longest_prompt(ctx)))
+    return [chunk_pass(n, micro, ctx, model.max_positions) for n in (mean_tokens, first_tokens)]
 
 
 def _chunk_steps(
     model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext, decode: ServingPass
-) -> tuple[list[ServingPass], list[PassCost]]:
-    """The two steps of a chunked-prefill layout, as passes and as the engine prices them: a
-    micro-batch's ``decode`` tokens riding on a chunk of the mean prompt tokens a step
-    prefills, and on the first chunk (the budget the decodes leave, at most a prompt), each
-    with the decodes' KV-cache reads from HBM."""
-    lengths, dec = ctx.lengths, layout.decode
-    micro = layout.batch // dec.p
-    isl = _longest_prompt(ctx)
-    mean_tokens = max(1, round(micro * lengths.input_tokens / lengths.steps))
-    first_tokens = max(1, min(layout.chunk - micro, isl))
-    chunks = [chunk_pass(n, micro, ctx, model.max_positions) for n in (mean_tokens, first_tokens)]
+) -> list[PassCost]:
+    """The steps of :func:`_chunk_passes` as the engine prices them, each with the decodes'
+    KV-cache reads from HBM."""
+    dec = layout.decode
     sustained = acc.hbm_bandwidth_bytes_per_s * default_settings().hbm_efficiency
     kv = pass_kv_read_bytes(model, dec.t, decode)  # one device, every stage
     kv_j = dec.t * kv * tech_node(acc.node_nm).hbm_energy_pj_per_byte * 1e-12
-    steps = [
+    return [
         mixed(
             pass_cost(model, acc, dec, c, ctx), kv / dec.p / sustained, kv_j, dec.p, dec.t * dec.p
         )
-        for c in chunks
+        for c in _chunk_passes(model, layout, ctx)
     ]
-    return chunks, steps
 
 
-def _chunked(model, acc, layout, ctx, admission, decode_pass, decode):
+def _chunked(model, acc, layout, ctx, decode_pass, decode):
     """Chunked prefill: a token budget per step, the decodes first and a prompt's chunk in
     the rest, both through the same matmuls."""
-    chunks, steps = _chunk_steps(model, acc, layout, ctx, decode_pass)
+    steps = _chunk_steps(model, acc, layout, ctx, decode_pass)
     dec, b = layout.decode, layout.batch
-    engine = chunked(
+    return chunked(
         steps[0],
         steps[1],
         batch=b,
@@ -222,8 +239,15 @@ def _chunked(model, acc, layout, ctx, admission, decode_pass, decode):
         stages=dec.p,
         **_common(layout, ctx),
     )
+
+
+def _chunked_memory(model, acc, layout, ctx, admission, decode_pass):
+    """The engine's chunk budget checked first (as :func:`chunked` does), then the memory."""
+    dec, b = layout.decode, layout.batch
+    check_chunk_budget(layout.chunk, b, dec.p, ctx.lengths)
+    passes = [decode_pass, *_chunk_passes(model, layout, ctx)]
     in_flight = admission.in_flight_tokens(ctx.lengths)
-    return engine, (pool_memory(model, acc, dec, [decode_pass, *chunks], b, in_flight, ctx),)
+    return (pool_memory(model, acc, dec, passes, b, in_flight, ctx),)
 
 
 def _prompt_cache_bytes(model: Model, ctx: ServeContext) -> int:
@@ -262,15 +286,13 @@ def pair_transfer_s(model: Model, point: ServingPoint, ctx: ServeContext) -> flo
     return _prompt_transfer(model, point.design, point.layout, ctx, inter=True)[0]
 
 
-def _disaggregated(model, acc, layout, ctx, admission, decode_pass, decode):
+def _disaggregated(model, acc, layout, ctx, decode_pass, decode):
     """Separate prefill and decode pools, each request's KV cache sent between them."""
-    r, kw = ctx.requests, ctx.requests.pass_formats()
     dec, pre, b = layout.decode, layout.prefill, layout.batch
-    isl = _longest_prompt(ctx)
-    ks = prefill_batches(ctx.token_budget // isl)
+    ks = prefill_batches(ctx.token_budget // _longest_prompt(ctx))
     prefills = {k: prefill_cost(model, acc, pre, k, ctx) for k in ks}
     transfer_s, transfer_j = _prompt_transfer(model, acc, layout, ctx)
-    engine = disaggregated(
+    return disaggregated(
         decode,
         prefills,
         batch=b,
@@ -284,24 +306,30 @@ def _disaggregated(model, acc, layout, ctx, admission, decode_pass, decode):
         transfer_j=transfer_j,
         lengths=ctx.lengths,
     )
+
+
+def _disaggregated_memory(model, acc, layout, ctx, admission, decode_pass):
+    r, kw = ctx.requests, ctx.requests.pass_formats()
+    dec, pre, b = layout.decode, layout.prefill, layout.batch
+    isl = _longest_prompt(ctx)
+    ks = prefill_batches(ctx.token_budget // isl)
     micro = b // dec.p
     in_flight = admission.in_flight_tokens(ctx.lengths)
     prompts = [ServingPass.prefill(max(ks), i, **kw) for i, _, _ in r.lengths]
-    memory = (
+    return (
         pool_memory(model, acc, dec, [decode_pass], micro * dec.p, in_flight, ctx),
         pool_memory(model, acc, pre, prompts, max(ks), isl, ctx),
     )
-    return engine, memory
 
 
 BATCHING: Final[Mapping[str, BatchingPolicy]] = MappingProxyType(
     {
         p.name: p
         for p in (
-            BatchingPolicy("static", _static),
-            BatchingPolicy("continuous", _continuous),
-            BatchingPolicy("chunked", _chunked),
-            BatchingPolicy("disaggregated", _disaggregated),
+            BatchingPolicy("static", _static_memory, _static),
+            BatchingPolicy("continuous", _continuous_memory, _continuous),
+            BatchingPolicy("chunked", _chunked_memory, _chunked),
+            BatchingPolicy("disaggregated", _disaggregated_memory, _disaggregated),
         )
     }
 )
@@ -321,8 +349,11 @@ def price_layout(
     model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
 ) -> tuple[EngineResult, tuple[PoolMemory, ...]]:
     """The engine's steady state and each pool's memory under the layout's batching policy
-    and the context's KV admission."""
+    and the context's KV admission. The memory comes first: a layout that does not fit
+    raises Infeasible before any of its passes is priced (the costly step)."""
     admission = kv_admission_policy(ctx.kv_admission)
+    policy = batching_policy(layout)
     decode_pass = decode_step(layout.batch // layout.decode.p, ctx)
+    memory = policy.memory(model, acc, layout, ctx, admission, decode_pass)
     decode = pass_cost(model, acc, layout.decode, decode_pass, ctx)
-    return batching_policy(layout).price(model, acc, layout, ctx, admission, decode_pass, decode)
+    return policy.price(model, acc, layout, ctx, decode_pass, decode), memory

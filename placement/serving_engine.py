@@ -54,6 +54,7 @@ __all__ = [
     "mixed",
     "prefill_first",
     "chunked",
+    "check_chunk_budget",
     "static",
     "disaggregated",
     "prefill_batch",
@@ -216,6 +217,21 @@ def prefill_first(
     return EngineResult(ttft, tpot, rate, rate * lengths.output_tokens, (pool,), "engine")
 
 
+def check_chunk_budget(chunk_tokens: int, batch: int, stages: int, lengths: Lengths) -> None:
+    """Raise Infeasible when a budget of ``chunk_tokens`` per step cannot hold a micro-batch's
+    decodes and the prompt tokens that keep ``batch`` sequences in flight (:func:`chunked`;
+    no pass cost needed, so a search asks it before pricing any pass)."""
+    b = batch / stages
+    need = b * (1 + lengths.input_tokens / lengths.steps)
+    if chunk_tokens < need:
+        raise Infeasible(
+            f"chunk = {chunk_tokens} tokens cannot hold a step's {b:g} decodes and the "
+            f"{need - b:.0f} prompt tokens that keep {fmt_noun(batch, 'sequence')} in flight "
+            "(needs "
+            f"chunk >= {math.ceil(need)})"
+        )
+
+
 def chunked(
     step: PassCost,
     first_chunk: PassCost,
@@ -238,15 +254,8 @@ def chunked(
         The budget cannot hold the decodes and the prompt tokens that keep ``batch``
         sequences in flight.
     """
+    check_chunk_budget(chunk_tokens, batch, stages, lengths)
     b = batch / stages
-    need = b * (1 + lengths.input_tokens / lengths.steps)
-    if chunk_tokens < need:
-        raise Infeasible(
-            f"chunk = {chunk_tokens} tokens cannot hold a step's {b:g} decodes and the "
-            f"{need - b:.0f} prompt tokens that keep {fmt_noun(batch, 'sequence')} in flight "
-            "(needs "
-            f"chunk >= {math.ceil(need)})"
-        )
     round_s = stages * step.stage_s
     chunks = math.ceil(lengths.input_tokens / max(1.0, chunk_tokens - b))
     ttft = 0.5 * step.stage_s + (chunks - 1) * stages * first_chunk.stage_s

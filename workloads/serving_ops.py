@@ -41,6 +41,7 @@ from workloads.build import (
     DENSE_BLOCK_CLASS,
     EMBEDDING_CLASS,
     HEAD_CLASS,
+    tp_width_problems,
     valid_tp_widths,
 )
 from workloads.framework import apply_framework, framework_profile
@@ -68,8 +69,9 @@ def check_serving(model: Model, p: ServingPass, tp: int, ep: int = 1) -> None:
         problems.append(f"ep = {ep!r} must divide {what} ({model.experts})")
     if not model.causal:
         problems.append("causal = false: serving generates tokens with a causal decoder")
-    widths = valid_tp_widths(model)
-    if tp not in widths:
+    valid = tp in range(1, model.heads + 1) and not tp_width_problems(model, tp)
+    if not valid:  # (the valid widths worked out only for the message: a search asks often)
+        widths = valid_tp_widths(model)
         problems.append(
             f"tp = {tp!r} must be one of the widths that divide its heads and FFN widths and "
             f"divide (or are a multiple of) its kv_heads ({', '.join(map(str, widths))})"
@@ -220,9 +222,11 @@ def peak_live_bytes(graph: OpGraph, input_bytes: int) -> int:
     return peak
 
 
+@lru_cache(maxsize=4096)
 def pass_workspace_bytes(model: Model, p: ServingPass, tp: int, ep: int = 1) -> int:
     """The transient memory of a pass on one device: the most any of its layers' op graphs
-    holds at once (:func:`peak_live_bytes`), layers running one after another."""
+    holds at once (:func:`peak_live_bytes`), layers running one after another (cached by its
+    frozen arguments: a serving search asks it of every layout's passes)."""
     graph = serving_layer_graph(model, p, tp, ep)
     boundary = graph.edges[0].bytes
     return max(peak_live_bytes(pg.forward, boundary) for pg in graph.op_graphs.values())
