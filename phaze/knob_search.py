@@ -96,7 +96,7 @@ def evaluate_best_knobs(
     first: Evaluation | None = None
     for bound, _, point in bounds:
         beat_s = math.inf if best is None else best.placement.breakdown.iteration_s
-        if searched and bound >= beat_s:
+        if searched and best is not None and bound >= beat_s:
             break
         ev = evaluate(workload, model, acc, point, ctx, beat_s if searched else math.inf)
         first = first or ev

@@ -13,43 +13,41 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Final
 
-from arch_space import Accelerator, Cluster, embodied_kgco2e, static_power_w
+from arch_space import Accelerator, embodied_kgco2e, static_power_w
 from arch_space.formats import check_precision
 from arch_space.perf import default_settings
-from arch_space.perf.device import DeviceProfile, device_profile
-from ilp import LayerTiming, PassTiming, layer_timing
-from phaze.config import SolverSettings
+from arch_space.perf.device import device_profile
+from ilp import PassTiming
 from phaze.context import CP_DEGREES, Context, search_degrees
 from phaze.lower_bounds import (
     beyond_all_hbm,
-    bound_graph,
-    recompute_workspace_bytes,
-    stack_device,
 )
 from phaze.problem import Hbm, device_hbm, dp_bytes_per_parameter, placement_problem
 from phaze.scoring import Score, score_point, system_capex
+from phaze.widths import (
+    Key,
+    Variant,
+    best_widths,
+    why_no_width_fits,
+    width_fits,
+    width_variant,
+    with_sp,
+)
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_count
 from placement import (
     Layout,
     Placement,
-    PlacementProblem,
-    StageGraph,
-    place,
 )
-from placement.adapt import stage_graph
 from placement.energy import iteration_energy
-from placement.interleave import best_interleaved, interleaved_floor
 from placement.iteration import EnergyRates
 from placement.layout import FIELDS, ep_fits
 from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
     Model,
     TrainingSetup,
-    build_layer_graph,
     model_flops_per_sequence,
     valid_tp_widths,
 )
@@ -78,10 +76,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# Relative margin before a width's lower-bound placement time counts as slower than the best:
-# the bound and a schedule that meets it can differ by rounding (a few ulps) in floating point.
-_BOUND_SLACK: Final = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,74 +177,6 @@ def timing_design(acc: Accelerator) -> Accelerator:
     return dataclasses.replace(acc, name="", hbm_bytes=1 << 30)
 
 
-@dataclass(frozen=True, slots=True)
-class Variant:
-    """One TP width's stage graph, its dynamic energy per micro-batch, all layers, and the
-    timings of its distinct layer passes."""
-
-    graph: StageGraph
-    compute_j: float
-    memory_j: float
-    network_j: float
-    passes: tuple[PassTiming, ...]
-
-
-@lru_cache(maxsize=4096)
-def width_variant(
-    model: Model,
-    setup: TrainingSetup,
-    tp: int,
-    acc: Accelerator,
-    cluster: Cluster,
-    solver: SolverSettings,
-    device: DeviceProfile | None = None,
-) -> Variant:
-    """Layer schedules of every distinct layer at width ``tp`` -> a placement stage graph.
-
-    Cached by content: designs differing only in HBM capacity share it.
-    """
-    lg = build_layer_graph(model, setup, tp)
-    timings = layer_timing(
-        lg,
-        acc,
-        cluster,
-        solver=solver.name,
-        time_limit_s=solver.time_limit_s,
-        mip_gap=solver.mip_gap,
-        search_nodes=solver.search_nodes,
-        device=stack_device(device, acc, setup),
-    )
-    times = {
-        cid: (lt.forward.makespan_s, lt.backward.makespan_s, lt.recompute.makespan_s)
-        for cid, lt in timings.items()
-    }
-    sg = stage_graph(
-        lg,
-        times,
-        micro_batch=setup.micro_batch,
-        recompute=setup.recompute_mode,
-        sequence_parallel=setup.sequence_parallel,
-        tp_comm_s={
-            cid: lt.forward.comm_exposed_s + lt.backward.comm_exposed_s
-            for cid, lt in timings.items()
-        },
-        workspace_bytes=recompute_workspace_bytes(model, setup, lg),
-    )
-    parts = [0.0, 0.0, 0.0]
-    for layer in lg.layers:
-        devices = tp if layer.tensor_parallel else 1
-        for p in (q for c in layer.classes for q in _passes(timings[c])):
-            parts[0] += devices * p.compute_j
-            parts[1] += devices * p.memory_j
-            parts[2] += devices * p.network_j
-    passes = tuple(p for lt in timings.values() for p in _passes(lt))
-    return Variant(sg, *parts, passes)
-
-
-def _passes(lt: LayerTiming) -> tuple[PassTiming, PassTiming, PassTiming]:
-    return lt.forward, lt.backward, lt.recompute
-
-
 def _energy_rates(
     variant: Variant, acc: Accelerator, model: Model, setup: TrainingSetup, host_w_per_node: float
 ) -> EnergyRates:
@@ -281,179 +207,6 @@ def _energy_rates(
     )
 
 
-@lru_cache(maxsize=1024)
-def _memory_graph(model: Model, setup: TrainingSetup, tp: int) -> StageGraph:
-    """Width ``tp``'s stage graph with every layer time zero, for memory questions alone:
-    its bytes are those of every design's graph at this width (no schedule needed)."""
-    lg = build_layer_graph(model, setup, tp)
-    return stage_graph(
-        lg,
-        dict.fromkeys(lg.op_graphs, (0.0, 0.0, 0.0)),
-        micro_batch=setup.micro_batch,
-        recompute=setup.recompute_mode,
-        sequence_parallel=setup.sequence_parallel,
-        workspace_bytes=recompute_workspace_bytes(model, setup, lg),
-    )
-
-
-@lru_cache(maxsize=4096)
-def width_fits(model: Model, setup: TrainingSetup, tp: int, hbm: Hbm, ctx: Context) -> bool:
-    """Does some placement at width ``tp`` fit devices with ``hbm``?
-
-    Whether a placement fits depends on bytes, never on layer times, so the zero-time graph
-    of :func:`_memory_graph` answers for every design with this HBM, without a schedule.
-    """
-    try:
-        place(placement_problem((_memory_graph(model, setup, tp),), hbm, ctx, setup))
-    except Infeasible:
-        return False
-    return True
-
-
-def _with_sp(setup: TrainingSetup, sp: bool) -> TrainingSetup:
-    return dataclasses.replace(setup, sequence_parallel=sp)
-
-
-Key = tuple[int, bool]  # a stage graph's (tensor-parallel width, sequence parallelism)
-
-
-@lru_cache(maxsize=1024)
-def _why_not(
-    model: Model, setup: TrainingSetup, keys: tuple[Key, ...], hbm: Hbm, ctx: Context
-) -> str:
-    """The reason :func:`placement.place` gives when no (width, sp) fits (its reasons are
-    about bytes, so the zero-time graphs give the reason of every design's real graphs)."""
-    graphs = tuple(_memory_graph(model, _with_sp(setup, sp), t) for t, sp in keys)
-    try:
-        place(placement_problem(graphs, hbm, ctx, setup))
-    except Infeasible as e:
-        return e.reason
-    raise AssertionError("no width fits alone, yet one fits among them")
-
-
-def _best_widths(
-    model: Model,
-    setup: TrainingSetup,
-    keys: tuple[Key, ...],
-    hbm: Hbm,
-    timing_acc: Accelerator,
-    ctx: Context,
-    beat_s: float = math.inf,
-) -> tuple[dict[Key, Variant], Placement | None, bool]:
-    """The variants that can hold the fastest placement over ``keys`` (width, sequence
-    parallelism), that placement, Megatron's interleaved layouts included, and whether any
-    key fits (None when no ``v = 1`` placement fits: an interleaved layout holds at least
-    the activations of the ``v = 1`` one with the same degrees). With ``beat_s``, only a
-    placement faster than it is asked for: None when there is none (the keys that fit then
-    left unscheduled where their bounds show it).
-
-    The keys that fit (:func:`width_fits`, widest first; a key with sequence parallelism off
-    is dropped with its width's when it holds at least the same bytes) are scheduled best
-    first on lower-bound graphs (no schedule, the real graphs' bytes:
-    :func:`phaze.lower_bounds.bound_graph`): one search over those not yet scheduled names
-    the key that could beat the best ``v = 1`` placement so far (and ``beat_s``), which is
-    scheduled next, until that search is slower or finds nothing that fits. Then the
-    interleaved layouts of the keys scheduled compete, and a key left out is scheduled when
-    its cheapest interleaved layout that may fit (:func:`placement.interleave.interleaved_floor`)
-    could beat the best. Placement time never falls when layer times rise, so a key whose
-    bound is slower cannot win, and leaving it out changes no result.
-    """
-
-    def problem(graphs: tuple[StageGraph, ...]) -> PlacementProblem:
-        return placement_problem(graphs, hbm, ctx, setup)
-
-    def plain(graphs: tuple[StageGraph, ...]) -> Placement | None:
-        try:
-            return place(problem(graphs))
-        except Infeasible:
-            return None
-
-    def schedule(key: Key) -> StageGraph:
-        bounds.pop(key, None)
-        t, sp = key
-        variants[key] = width_variant(
-            model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.solver, ctx.device
-        )
-        return variants[key].graph
-
-    def limit(best: Placement | None) -> float:
-        return min(math.inf if best is None else best.breakdown.iteration_s, beat_s)
-
-    fits = _fitting_keys(model, setup, keys, hbm, ctx)
-    if not fits:
-        return {}, None, False
-    bounds = {
-        (t, sp): bound_graph(model, _with_sp(setup, sp), t, timing_acc, ctx.cluster, ctx.device)
-        for t, sp in fits
-    }
-    variants: dict[Key, Variant] = {}
-    best: Placement | None = None
-    while bounds:
-        try:
-            could = place(problem(tuple(bounds.values())), limit_s=limit(best) * (1 + _BOUND_SLACK))
-        except Infeasible:
-            break
-        alone = plain((schedule((could.layout.t, could.layout.sp)),))
-        if alone is not None and alone.breakdown.iteration_s < limit(best):
-            best = alone
-    if best is None and beat_s == math.inf:
-        return variants, None, True
-    if len(variants) > 1 and best is not None:
-        best = place(problem(tuple(variants[k].graph for k in sorted(variants, key=_sp_first))))
-    if variants:
-        best = (
-            best_interleaved(problem(tuple(v.graph for v in variants.values())), limit(best))
-            or best
-        )
-    while bounds:
-        graphs = tuple(bounds.values())
-        floor = interleaved_floor(problem(graphs), limit(best) * (1 + _BOUND_SLACK))
-        if floor is None:
-            break
-        graph = schedule((graphs[floor[1]].tp, graphs[floor[1]].sequence_parallel))
-        best = best_interleaved(problem((graph,)), limit(best)) or best
-    if best is not None and best.breakdown.iteration_s >= beat_s:
-        best = None
-    return variants, best, True
-
-
-def _fitting_keys(
-    model: Model, setup: TrainingSetup, keys: tuple[Key, ...], hbm: Hbm, ctx: Context
-) -> tuple[Key, ...]:
-    """The widest key that fits (asked of its bytes alone: cached) and the narrower ones,
-    less those with sp off holding at least the bytes of a key that does not fit."""
-    order = sorted(keys, reverse=True)
-    while order:
-        key = order.pop(0)
-        if width_fits(model, _with_sp(setup, key[1]), key[0], hbm, ctx):
-            return (key, *order)
-        off = (key[0], False)
-        if off in order and _more_bytes(
-            _memory_graph(model, _with_sp(setup, False), key[0]),
-            _memory_graph(model, _with_sp(setup, key[1]), key[0]),
-        ):
-            order.remove(off)  # needs more bytes than a graph that does not fit
-    return ()
-
-
-def _sp_first(key: Key) -> tuple[int, bool]:
-    """Graph order for :func:`placement.place`, whose ties go to the graph given first."""
-    return key[0], not key[1]
-
-
-def _more_bytes(a: StageGraph, b: StageGraph) -> bool:
-    """Does every layer of ``a`` hold at least the bytes of ``b``'s (same layers)? Then no
-    placement of ``a`` fits where none of ``b`` does (memory grows with each of them)."""
-    return len(a.layers) == len(b.layers) and all(
-        x.tensor_parallel == y.tensor_parallel
-        and x.parameters == y.parameters
-        and x.expert_parameters == y.expert_parameters
-        and x.stash_bytes >= y.stash_bytes
-        and x.workspace_bytes >= y.workspace_bytes
-        for x, y in zip(a.layers, b.layers, strict=True)
-    )
-
-
 _KNOB_FIELDS: Final = frozenset({"mbs", "recompute", "sp", "split", "precision"})
 # the layout fields a framework's rules read, with values every profile runs when open
 _RULED: Final = {"p": 1, "v": 1, "zero": 0}
@@ -480,9 +233,9 @@ def evaluate(
     Notes
     -----
     Layer schedules are the costly step, so in the search only the (width, sp) variants
-    whose placement fits the HBM are scheduled (:func:`width_fits`), and another than the
+    whose placement fits the HBM are scheduled (:func:`phaze.widths.width_fits`), and another than the
     widest only when its lower-bound placement could beat the best so far
-    (:func:`_best_widths`). Both are exact: the result is that of scheduling every variant
+    (:func:`phaze.widths.best_widths`). Both are exact: the result is that of scheduling every variant
     and searching them all at once. Megatron's interleaved layouts (``v >= 2``) of the
     variants kept then compete with that placement
     (:func:`placement.interleave.best_interleaved`). A strategy leaving sequence
@@ -541,6 +294,20 @@ def evaluate(
         placement = dataclasses.replace(
             placement, layout=dataclasses.replace(placement.layout, precision=knobs.precision)
         )
+    return _scored(workload, model, acc, knobs, ctx, setup, (variant, placement, defaults))
+
+
+def _scored(
+    workload: str,
+    model: Model,
+    acc: Accelerator,
+    knobs: Layout,
+    ctx: Context,
+    setup: TrainingSetup,
+    found: tuple[Variant, Placement, str],
+) -> Evaluation:
+    """The evaluation of a placement found: its iteration's energy and its score."""
+    variant, placement, defaults = found
     scoring = ctx.scoring.for_accelerator(acc.profile_name)
     energy = iteration_energy(
         placement,
@@ -579,13 +346,13 @@ def _searched(
     """The search's placement over ``keys`` (its variant and what it chose for sequence
     parallelism when ``ctx`` searches it), or why none fits (or none beats ``beat_s``)."""
     hbm, timing_acc = device_hbm(acc, ctx), timing_design(acc)
-    variants, found, fits = _best_widths(model, setup, keys, hbm, timing_acc, ctx, beat_s)
+    variants, found, fits = best_widths(model, setup, keys, hbm, timing_acc, ctx, beat_s)
     if not fits and runnable_zero_stages(ctx.zero_fallback, setup.profile):
         # only the wider sharding may fit
         ctx = dataclasses.replace(ctx, zero_stages=ctx.zero_fallback, zero_fallback=())
-        variants, found, fits = _best_widths(model, setup, keys, hbm, timing_acc, ctx, beat_s)
+        variants, found, fits = best_widths(model, setup, keys, hbm, timing_acc, ctx, beat_s)
     if not fits:
-        return _why_not(model, setup, keys, hbm, ctx)
+        return why_no_width_fits(model, setup, keys, hbm, ctx)
     if found is None:
         return f"no placement faster than {beat_s} s per batch"
     # sequence parallelism searched: say what it chose
@@ -607,7 +374,7 @@ def _given(
         keys = tuple(dict.fromkeys((t, sp and t > 1) for t, sp in keys))
     variants = {
         (t, sp): width_variant(
-            model, _with_sp(setup, sp), t, timing_design(acc), ctx.cluster, ctx.solver, ctx.device
+            model, with_sp(setup, sp), t, timing_design(acc), ctx.cluster, ctx.solver, ctx.device
         )
         for t, sp in keys
     }
