@@ -1,0 +1,58 @@
+"""Transformer Engine's per-tensor current scaling (``fp8-te-current``): each quantization is
+an amax pass over the high-precision tensor, a scale kernel and the cast, three kernels where
+delayed scaling (``fp8-te``) runs the cast alone."""
+
+from __future__ import annotations
+
+from workloads import TrainingSetup, build_layer_graph, get_model
+from workloads.build import BLOCK_CLASS
+from workloads.ops import OpKind
+from workloads.precision import recipe
+
+
+def _block(precision: str, model: str = "gpt3-175b", tp: int = 4):
+    setup = TrainingSetup(2048, 8, precision=precision, recompute="full")
+    return build_layer_graph(get_model(model), setup, tp).op_graphs[BLOCK_CLASS]
+
+
+def test_current_scaling_reads_each_quantized_tensor_twice_in_three_kernels():
+    delayed, current = _block("fp8-te"), _block("fp8-te-current")
+    for d, c in (
+        (delayed.forward, current.forward),
+        (delayed.backward, current.backward),
+        (delayed.recompute, current.recompute),
+    ):
+        casts = {o.name: o for o in d.ops if o.name.endswith(".cast")}
+        assert casts
+        index = {o.name: i for i, o in enumerate(c.ops)}
+        for name, cast in casts.items():
+            base = name[: -len(".cast")]
+            amax, scale = c.ops[index[base + ".amax"]], c.ops[index[base + ".scale"]]
+            assert c.ops[index[name]] == cast  # the cast itself is delayed scaling's
+            assert (amax.bytes_read, amax.elements) == (cast.bytes_read, cast.elements)
+            assert scale.elements == 1 and scale.bytes_read < 16
+            # amax -> scale -> cast, and whatever fed the cast now feeds the amax pass
+            i, j, k = index[base + ".amax"], index[base + ".scale"], index[name]
+            assert {(i, j), (j, k)} <= set(c.edges)
+            assert not [a for a, b in c.edges if b in (j, k) and a not in (i, j)]
+        # the same GEMMs, at the same bytes
+        gemms = [o for o in c.ops if o.kind is OpKind.MATMUL]
+        assert gemms == [o for o in d.ops if o.kind is OpKind.MATMUL]
+        assert len(c.ops) == len(d.ops) + 2 * len(casts)
+        assert all(a < b for a, b in c.edges)
+
+
+def test_current_scaling_s_weight_refresh_reads_the_weights_twice():
+    assert recipe("fp8-te").weight_refresh_bytes_per_parameter == 2 + 2
+    assert recipe("fp8-te-current").weight_refresh_bytes_per_parameter == 2 + 2 + 2
+
+
+def test_every_expert_quantizes_its_own_rows_under_current_scaling():
+    """NeMo's expert Linears quantize each expert's rows as a tensor of its own: an amax
+    pass and a scale kernel per expert GEMM input and output gradient."""
+    block = _block("fp8-te-current", "qwen3-30b-a3b", 1)
+    experts = get_model("qwen3-30b-a3b").experts
+    amax = [
+        o for o in block.forward.ops if o.name.startswith("expert") and o.name.endswith(".amax")
+    ]
+    assert len(amax) == 2 * experts  # FC1's input (gate and up share it) and FC2's
