@@ -4,6 +4,8 @@ delayed scaling (``fp8-te``) runs the cast alone."""
 
 from __future__ import annotations
 
+import pytest
+
 from workloads import TrainingSetup, build_layer_graph, get_model
 from workloads.build import BLOCK_CLASS
 from workloads.ops import OpKind
@@ -56,3 +58,29 @@ def test_every_expert_quantizes_its_own_rows_under_current_scaling():
         o for o in block.forward.ops if o.name.startswith("expert") and o.name.endswith(".amax")
     ]
     assert len(amax) == 2 * experts  # FC1's input (gate and up share it) and FC2's
+
+
+def test_a_stack_launching_experts_eagerly_pays_each_expert_kernel_s_launch():
+    """megatron-bridge-2025 launches the routed experts' kernels one per expert, eagerly:
+    each waits the eager launch beyond the cost model's issue overhead; no other op does."""
+    from arch_space import Cluster, preset
+    from arch_space.perf import op_costs
+    from workloads.framework import framework_profile
+
+    fw = framework_profile("megatron-bridge-2025")
+    assert fw.expert_launch_s == pytest.approx(3.25e-6 - 0.875e-6)
+    model = get_model("qwen3-30b-a3b")
+    setups = [
+        TrainingSetup(4096, 8, precision="fp8-te-current", expert_parallel=8, framework=name)
+        for name in ("megatron-core-2024", "megatron-bridge-2025")
+    ]
+    graphed, eager = (build_layer_graph(model, s, 1).op_graphs[BLOCK_CLASS] for s in setups)
+    for g, e in ((graphed.forward, eager.forward), (graphed.backward, eager.backward)):
+        experts = [i for i, o in enumerate(e.ops) if o.name.startswith("expert")]
+        assert experts and all(e.ops[i].launch_s == fw.expert_launch_s for i in experts)
+        assert all(o.launch_s == 0 for o in g.ops)
+        assert all(o.launch_s == 0 for i, o in enumerate(e.ops) if i not in experts)
+        acc, cluster = preset("b200"), Cluster(devices=8)
+        slow = op_costs(e, acc, cluster).parallel_latency_s
+        fast = op_costs(g, acc, cluster).parallel_latency_s
+        assert slow[experts] - fast[experts] == pytest.approx(fw.expert_launch_s)

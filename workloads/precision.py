@@ -28,7 +28,6 @@ the vector cores beside the tensor cores) and multiplies at the bf16 rate.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, replace
 from functools import cache
@@ -36,6 +35,7 @@ from importlib import resources
 from typing import Final
 
 from phaze_common.errors import ConfigError, unknown_name
+from workloads.moe_ops import ROUTED_EXPERT
 from workloads.ops import FORMATS, HALF_FORMATS, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
@@ -59,8 +59,6 @@ _SCALE_FLOPS: Final = 2
 # MTP module's head passes through a recipe (:mod:`workloads.mtp_ops`)
 _KEPT: Final = ("router", "logits")
 _USES: Final = ("training", "serving")
-#: a routed expert's GEMMs (workloads.moe_ops names them ``expert<e>.``)
-_ROUTED_EXPERT: Final = re.compile(r"expert\d+\.")
 _INT_KEYS: Final = (
     "weight_bytes",
     "grad_bytes",
@@ -330,7 +328,7 @@ def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
     inputs: dict[tuple, list[int]] = {}
     for i, op in enumerate(graph.ops):
         if lowered[i] and not op.name.endswith((".wgrad", ".dgrad")):
-            expert = _ROUTED_EXPERT.match(op.name)
+            expert = ROUTED_EXPERT.match(op.name)
             key = (preds.get(i, frozenset()), op.batch, op.m, op.k, expert and expert.group())
             inputs.setdefault(key, []).append(i)
     shared = {i: group for group in inputs.values() for i in group}
