@@ -407,8 +407,13 @@ def test_fp8_runs_are_held_out_rows_of_the_registry():
     assert len(fp8) >= 5 and {r.arch for r in fp8 if r.fitted} == {"b200"}
     assert not any(r.fitted for r in fp8 if model_kind(r) == "moe")
     assert {r.precision for r in REGISTRY.runs if r.arch == "v100"} == {"fp16"}
-    te = [r for r in fp8 if r.precision == "fp8-te"]
+    te = [r for r in fp8 if r.precision in ("fp8-te", "fp8-te-current")]
     assert len(te) >= 4 and {r.arch for r in te} == {"h100", "b200"}
+    # NeMo 25.09-26.04 (Megatron-Bridge) ran Transformer Engine's current scaling (FP8-CS),
+    # NeMo 24.x and MLPerf v4.0 its delayed scaling
+    for r in te:
+        current = r.framework == "megatron-bridge-2025"
+        assert r.precision == ("fp8-te-current" if current else "fp8-te"), r.id
     assert {(r.arch, r.precision) for r in fp8 if r not in te} == {("h800", "fp8-blockwise")}
 
 
@@ -460,10 +465,25 @@ def test_the_registry_holds_out_moe_and_blackwell_rows():
     ("run_id", "commit", "measured", "layout"),
     [
         ("nemo-2511-gb200-dsv3-bf16", "5776a6d90", 3139.0, (1, 4, 4, 64, 64, 1, "bf16")),
-        ("nemo-2509-h100-dsv3-fp8", "5776a6d90", 1297.0, (2, 8, 4, 64, 64, 1, "fp8-te")),
-        ("nemo-2509-b200-qwen3-235b-fp8", "5776a6d90", 4104.0, (1, 8, 2, 8, 8, 1, "fp8-te")),
-        ("nemo-2604-h100-qwen3-30b-fp8", "74695a06d", 8901.0, (1, 1, 1, 16, 16, 1, "fp8-te")),
-        ("nemo-2511-b200-llama3-405b-fp8", "5776a6d90", 661.0, (4, 8, 8, 2, 1, 2, "fp8-te")),
+        ("nemo-2509-h100-dsv3-fp8", "5776a6d90", 1297.0, (2, 8, 4, 64, 64, 1, "fp8-te-current")),
+        (
+            "nemo-2509-b200-qwen3-235b-fp8",
+            "5776a6d90",
+            4104.0,
+            (1, 8, 2, 8, 8, 1, "fp8-te-current"),
+        ),
+        (
+            "nemo-2604-h100-qwen3-30b-fp8",
+            "74695a06d",
+            8901.0,
+            (1, 1, 1, 16, 16, 1, "fp8-te-current"),
+        ),
+        (
+            "nemo-2511-b200-llama3-405b-fp8",
+            "5776a6d90",
+            661.0,
+            (4, 8, 8, 2, 1, 2, "fp8-te-current"),
+        ),
     ],
 )
 def test_nemo_bridge_rows_cite_their_edition_and_layout(run_id, commit, measured, layout):

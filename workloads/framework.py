@@ -100,6 +100,9 @@ class FrameworkProfile:
     ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
     ``zero_stages`` the ZeRO stages it runs; ``host_s_per_kernel`` the host's time to
     dispatch one kernel (0: none modelled), a pass taking at least its kernels times that;
+    ``expert_launch_s`` the launch time each routed expert's kernel waits beyond the cost
+    model's issue overhead, a stack launching the experts' kernels one per expert, eagerly
+    (0: as every other kernel; :func:`workloads.moe_ops.launched_per_expert`);
     ``cross_entropy`` the LM head's cross-entropy kernel (:data:`CROSS_ENTROPY_KERNELS`);
     ``activation`` the FFN activation's (:data:`ACTIVATION_KERNELS`); ``attention_unpad``:
     the stack gathers Q, K and V into unpadded copies before a fused attention kernel and
@@ -128,6 +131,7 @@ class FrameworkProfile:
     pipeline: str = "interleaved"
     zero_stages: tuple[int, ...] = _ZERO_STAGES
     host_s_per_kernel: float = 0.0
+    expert_launch_s: float = 0.0
     cross_entropy: str = "fused"
     activation: str = "fused"
     attention_unpad: bool = False
@@ -164,6 +168,7 @@ _KNOWN_KEYS: Final = frozenset(
         "pipeline",
         "zero_stages",
         "host_s_per_kernel",
+        "expert_launch_s",
         "cross_entropy",
         "activation",
         "attention_unpad",
@@ -235,7 +240,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
             f"{_DATA_FILE} [{name}]: zero_stages = {list(zeros)!r} must list ZeRO stages "
             "from 0, 1, 2, 3"
         )
-    numbers = {k: table.get(k, 0.0) for k in ("reduce_bytes_per_parameter", "host_s_per_kernel")}
+    zero_default = ("reduce_bytes_per_parameter", "host_s_per_kernel", "expert_launch_s")
+    numbers = {k: table.get(k, 0.0) for k in zero_default}
     numbers |= {k: table.get(k, 1.0) for k in ("p2p_sends", "p2p_gathers")}
     for key, v in numbers.items():
         least = 1 if key == "p2p_sends" else 0
@@ -257,6 +263,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         pipeline=pipeline,
         zero_stages=zeros,
         host_s_per_kernel=float(numbers["host_s_per_kernel"]),
+        expert_launch_s=float(numbers["expert_launch_s"]),
         cross_entropy=cross_entropy,
         activation=activation,
         attention_unpad=bool(unpad),

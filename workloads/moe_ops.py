@@ -45,13 +45,27 @@ stay the mean's; serving passes keep balanced routing).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Final
 
 from workloads._autodiff import Grad, Node, gemm
 from workloads.model import Model
-from workloads.ops import CoreType, Op, OpKind
+from workloads.ops import CoreType, Op, OpGraph, OpKind
 
-__all__ = ["INDEX_BYTES", "FP32_BYTES", "expert_tokens", "moe_nodes", "router_topk_flops"]
+__all__ = [
+    "INDEX_BYTES",
+    "FP32_BYTES",
+    "ROUTED_EXPERT",
+    "expert_tokens",
+    "launched_per_expert",
+    "moe_nodes",
+    "router_topk_flops",
+]
+
+#: a routed expert's ops (its GEMMs, activation and casts), named ``expert<e>.`` by moe_nodes
+ROUTED_EXPERT: Final = re.compile(r"expert\d+\.")
 
 INDEX_BYTES = 8  # int64 expert indices and sort keys (torch.topk, torch.argsort)
 FP32_BYTES = 4  # the load-balancing softmax runs in fp32 (router.py)
@@ -220,3 +234,15 @@ def moe_nodes(
         outs.append(ffn("shared.", src, T, shared * width))
     nodes.append(_combine(outs, model, T, p, bool(shared), aux_loss))
     return "combine"
+
+
+def launched_per_expert(graph: OpGraph, launch_s: float) -> OpGraph:
+    """``graph`` with every routed expert's op waiting ``launch_s`` of host launch beyond the
+    cost model's issue overhead: a stack that launches each expert's kernels eagerly, one
+    kernel per expert and step (:attr:`~workloads.framework.FrameworkProfile.expert_launch_s`)."""
+    if launch_s <= 0:
+        return graph
+    ops = tuple(
+        replace(op, launch_s=launch_s) if ROUTED_EXPERT.match(op.name) else op for op in graph.ops
+    )
+    return OpGraph(ops=ops, edges=graph.edges)

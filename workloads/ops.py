@@ -102,6 +102,8 @@ class Op:
     left (input) and right (weight) operand takes in device memory, their share of any scale
     (and zero point) included, where they differ from ``fmt``'s element (0: ``fmt``'s); a
     weight-only quantized GEMM reads int8 or int4 weights and runs at its bf16 rate.
+    ``launch_s`` is the host's launch time the op waits beyond the cost model's issue overhead
+    (0: none; an eagerly launched kernel where the issue overhead is a graphed one's).
     """
 
     name: str
@@ -124,6 +126,7 @@ class Op:
     fmt: str = "bf16"
     input_element_bytes: float = 0.0
     weight_element_bytes: float = 0.0
+    launch_s: float = 0.0
 
     @property
     def is_gemm(self) -> bool:

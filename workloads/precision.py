@@ -35,6 +35,7 @@ from importlib import resources
 from typing import Final
 
 from phaze_common.errors import ConfigError, unknown_name
+from workloads.moe_ops import ROUTED_EXPERT
 from workloads.ops import FORMATS, HALF_FORMATS, CoreType, Op, OpGraph, OpKind
 
 __all__ = [
@@ -49,6 +50,11 @@ DEFAULT_PRECISION: Final = "bf16"
 _DATA_FILE: Final = "precision_recipes.toml"
 _HIGH_BYTES: Final = 2  # bf16 operands of the GEMMs a recipe lowers
 _LOW_BYTES: Final = 1  # an fp8 element
+# current scaling's amax pass: an absolute value and a max per element; the fp32 amax it
+# writes, and the scale kernel's fp32 scale and inverse scale from it (a divide and a clamp)
+_AMAX_FLOPS_PER_ELEMENT: Final = 2
+_SCALE_BYTES: Final = 4
+_SCALE_FLOPS: Final = 2
 # MoE gating and the output head stay in high precision (dsv3-report Sec. 3.3.1); only an
 # MTP module's head passes through a recipe (:mod:`workloads.mtp_ops`)
 _KEPT: Final = ("router", "logits")
@@ -93,6 +99,7 @@ class Recipe:
     promotion_interval_elements: int
     use: str = "training"
     caches_weight_copies: bool = False
+    current_scaling: bool = False
     quantizes_head: bool = False
     weight_bits: int = 0
     weight_scale_group_elements: int = 0
@@ -157,7 +164,8 @@ class Recipe:
         one high-precision read, ``cast_copies`` low-precision writes (0 without a cache)."""
         if not (self.lowers_gemms and self.caches_weight_copies):
             return 0
-        return _HIGH_BYTES + self.cast_copies * _LOW_BYTES
+        reads = 2 if self.current_scaling else 1  # current scaling's amax pass reads it first
+        return reads * _HIGH_BYTES + self.cast_copies * _LOW_BYTES
 
 
 @cache
@@ -180,8 +188,10 @@ def _recipes() -> dict[str, Recipe]:
         bad = [k for k, v in serving.items() if not isinstance(v, int) or v < 0]
         problems += [f"{where}: {k} = {serving[k]!r} must be an integer >= 0" for k in bad]
         cache = row.get("caches_weight_copies", False)
+        current = row.get("current_scaling", False)
         head = row.get("quantizes_head", False)
-        for key, flag in (("caches_weight_copies", cache), ("quantizes_head", head)):
+        flags = (("caches_weight_copies", cache), ("current_scaling", current))
+        for key, flag in (*flags, ("quantizes_head", head)):
             if not isinstance(flag, bool):
                 problems.append(f"{where}: {key} = {flag!r} must be true or false")
         if not problems:
@@ -192,6 +202,7 @@ def _recipes() -> dict[str, Recipe]:
                 **{k: row[k] for k in _INT_KEYS},
                 use=row.get("use", "training"),
                 caches_weight_copies=cache,
+                current_scaling=current,
                 quantizes_head=head,
                 **serving,
             )
@@ -217,10 +228,13 @@ def _lowered(op: Op) -> bool:
     return op.kind is OpKind.MATMUL and not any(op.name.startswith(k) for k in _KEPT)
 
 
-def _cast(name: str, elements: int, k: int, r: Recipe) -> Op:
+def _cast(name: str, elements: int, k: int, r: Recipe) -> tuple[Op, ...]:
     """Quantize ``elements`` bf16 values (rows of ``k``): one read, ``cast_copies`` low
-    copies written at the recipe's input bytes (an fp8 byte; NVFP4's half byte and scales)."""
-    return Op(
+    copies written at the recipe's input bytes (an fp8 byte; NVFP4's half byte and scales).
+    Current scaling runs three kernels where delayed scaling runs one (Transformer Engine's
+    ``Float8CurrentScalingQuantizer::quantize_impl``): an amax reduction reading the tensor,
+    a one-thread kernel turning the amax into the scale, then the cast reading it again."""
+    cast = Op(
         name=f"{name}.cast",
         kind=OpKind.ELEMENTWISE,
         core=CoreType.VC,
@@ -229,6 +243,27 @@ def _cast(name: str, elements: int, k: int, r: Recipe) -> Op:
         bytes_written=round(r.cast_copies * r.input_element_bytes(k) * elements),
         elements=elements,
     )
+    if not r.current_scaling:
+        return (cast,)
+    amax = Op(
+        name=f"{name}.amax",
+        kind=OpKind.ELEMENTWISE,
+        core=CoreType.VC,
+        flops=_AMAX_FLOPS_PER_ELEMENT * elements,
+        bytes_read=_HIGH_BYTES * elements,
+        bytes_written=_SCALE_BYTES,
+        elements=elements,
+    )
+    scale = Op(
+        name=f"{name}.scale",
+        kind=OpKind.ELEMENTWISE,
+        core=CoreType.VC,
+        flops=_SCALE_FLOPS,
+        bytes_read=_SCALE_BYTES,
+        bytes_written=2 * _SCALE_BYTES,
+        elements=1,
+    )
+    return amax, scale, cast
 
 
 def _stored(op: Op, r: Recipe) -> Op:
@@ -288,16 +323,20 @@ def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
     for a, b in graph.edges:
         preds[b] = preds.get(b, frozenset()) | {a}
     # forward GEMMs reading the same input (Q, K and V; a gated MLP's gate and up) share
-    # one cast of it, as Transformer Engine's fused QKV and FC1 Linears do
+    # one cast of it, as Transformer Engine's fused QKV and FC1 Linears do; routed experts
+    # read rows of their own from the dispatched tensor, so each casts its own
     inputs: dict[tuple, list[int]] = {}
     for i, op in enumerate(graph.ops):
         if lowered[i] and not op.name.endswith((".wgrad", ".dgrad")):
-            inputs.setdefault((preds.get(i, frozenset()), op.batch, op.m, op.k), []).append(i)
+            expert = ROUTED_EXPERT.match(op.name)
+            key = (preds.get(i, frozenset()), op.batch, op.m, op.k, expert and expert.group())
+            inputs.setdefault(key, []).append(i)
     shared = {i: group for group in inputs.values() for i in group}
     # each cast goes just before its (first) GEMM, so the op order stays topological
     ops: list[Op] = []
     at: list[int] = []  # old index -> new index
-    casts: dict[int, int] = {}  # old GEMM index -> its cast's new index
+    casts: dict[int, tuple[int, int]] = {}  # old GEMM index -> its cast's first, last op
+    edges: set[tuple[int, int]] = set()
     for i, op in enumerate(graph.ops):
         group = shared.get(i, [i])
         if group[0] != i:
@@ -307,16 +346,19 @@ def apply_precision(graph: OpGraph, r: Recipe) -> OpGraph:
             # dgrad: the output gradient (its left operand)
             fprop = i in shared and r.casts_weights_per_micro_batch
             weights = sum(graph.ops[j].k * graph.ops[j].n for j in group) if fprop else 0
-            casts[i] = len(ops)
-            ops.append(_cast(op.name, op.batch * (op.m * op.k + weights), op.k, r))
+            chain = _cast(op.name, op.batch * (op.m * op.k + weights), op.k, r)
+            first = len(ops)
+            edges |= {(first + c, first + c + 1) for c in range(len(chain) - 1)}
+            casts[i] = (first, first + len(chain) - 1)
+            ops.extend(chain)
         at.append(len(ops))
         ops.append(_low(op, r) if lowered[i] else op)
-    edges = {(at[a], casts.get(b, at[b])) for a, b in graph.edges}
-    edges |= {(c, at[i]) for i, c in casts.items()}
+    edges |= {(at[a], casts[b][0] if b in casts else at[b]) for a, b in graph.edges}
+    edges |= {(c[1], at[i]) for i, c in casts.items()}
     index = {op.name: i for i, op in enumerate(graph.ops)}
     for i, op in enumerate(graph.ops):
         if lowered[i] and op.name.endswith(".wgrad"):
             d = index.get(op.name[: -len(".wgrad")] + ".dgrad")
             if d in casts:
-                edges.add((casts[d], at[i]))
+                edges.add((casts[d][1], at[i]))
     return OpGraph(ops=tuple(ops), edges=tuple(sorted(edges)))

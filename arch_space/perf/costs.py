@@ -40,8 +40,10 @@ The global buffer's bandwidth grows with its capacity (``glb_bytes_per_cycle_per
 ``arch_space/data/perf.toml``, from the A100's L2), and the whole chip's HBM bandwidth is
 available to an op on one core as well as on all, at the sustainable share
 ``hbm_efficiency`` of its peak. A preset's sustained rates (:mod:`arch_space.perf.device`)
-cap GEMMs at its measured share of the tensor-core peak and scale the cores' clock. Latency is ``max(compute, HBM, buffer) + issue overhead`` for
-core ops (double-buffered overlap) and the ring time for collectives. Energy is
+cap GEMMs at its measured share of the tensor-core peak and scale the cores' clock. Latency
+is ``max(compute, HBM, buffer) + issue overhead`` (plus the op's ``launch_s``, an eagerly
+launched kernel's wait) for core ops (double-buffered overlap) and the ring time for
+collectives. Energy is
 ``(1 + uncore) x (MACs x pJ/MAC + lane ops x pJ/op + buffer bytes x pJ/byte) + HBM bytes x
 pJ/byte + link bits x pJ/bit + static power x latency`` (all cores of the chip leak while any
 op runs; a further unit's operations count at its own pJ/op beside the MACs and lane ops).
@@ -124,7 +126,7 @@ _CORE_UNITS: Final = {
 }
 
 
-_KEY_WIDTH: Final = 17  # entries of an op_key
+_KEY_WIDTH: Final = 18  # entries of an op_key
 
 
 def op_key(op: Op) -> tuple[float, ...]:
@@ -151,6 +153,7 @@ def op_key(op: Op) -> tuple[float, ...]:
         FORMATS.index(op.fmt),
         op.input_element_bytes,
         op.weight_element_bytes,
+        op.launch_s,
     )
 
 
@@ -187,6 +190,7 @@ class _Work:
     hbm_bytes: np.ndarray
     network_s: np.ndarray
     network_pj: np.ndarray
+    launch_s: np.ndarray
 
 
 def _operand_bytes(
@@ -248,6 +252,7 @@ def _work(
         fmt,
         stated_in,
         stated_w,
+        launch_s,
     ) = a[:, 3:].T
     is_gemm = np.isin(kind, _GEMM_CODES)
     is_vector = np.isin(kind, _VECTOR_CODES)
@@ -322,6 +327,7 @@ def _work(
         hbm_bytes=hbm,
         network_s=ring.network_s,
         network_pj=ring.network_pj,
+        launch_s=launch_s,
     )
 
 
@@ -427,7 +433,8 @@ def _estimate(
     # the same tensor-core-seconds on one core
     share_s = w.network_s * device.collective_compute_share * acc.num_tc / tcs
     comm_s = np.where(w.is_share, share_s, w.network_s)
-    latency = np.where(w.is_core_op, stack.max(axis=0) + settings.issue_overhead_s, comm_s)
+    issue_s = settings.issue_overhead_s + w.launch_s
+    latency = np.where(w.is_core_op, stack.max(axis=0) + issue_s, comm_s)
     bound = np.where(w.is_core_op | w.is_coll, stack.argmax(axis=0), _NONE)
     # On-die work pays its uncore share (clock tree, control, on-chip network) on top, the
     # fraction the TDP-like power counts; HBM energy is off-die.
