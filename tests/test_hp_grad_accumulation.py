@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from phaze.problem import dp_bytes_per_parameter
 from workloads.catalog import get_model
 from workloads.op_graphs import block_pass_graphs
 from workloads.ops import OpKind
@@ -40,3 +41,10 @@ def test_fp32_main_grad_accumulates_in_the_gemm():
     n = _weight_elements(fused)
     wgrad_out = sum(op.bytes_written for op in fused.ops if op.name.endswith(".wgrad"))
     assert wgrad_out == 4 * n
+
+
+def test_bf16_optimizer_reduces_its_fp32_accumulators():
+    deepspeed = TrainingSetup(512, 1, precision="bf16", state_bytes_per_parameter=20)
+    megatron = TrainingSetup(512, 1, precision="bf16")
+    assert dp_bytes_per_parameter(deepspeed) == (4.0, 2.0)
+    assert dp_bytes_per_parameter(megatron) == (2.0, 2.0)

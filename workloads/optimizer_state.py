@@ -87,6 +87,15 @@ class OptimizerState:
         return self.grads == "bf16+fp32"
 
     @property
+    def reduced_grad_bytes(self) -> int:
+        """Bytes per gradient element the data-parallel reduction moves where the state fixes
+        it, else 0 (the framework's or the weights' format): DeepSpeed's BF16 optimizer
+        all-reduces its fp32 accumulators (``_bf16_reduce_grads`` reduces
+        ``get_grads_for_reduction()``, the flat fp32 gradients: microsoft/DeepSpeed 56c522386
+        deepspeed/runtime/pipe/engine.py l.250-267, runtime/bf16_optimizer.py l.402-404)."""
+        return PART_FORMATS["grads"]["fp32"] if self.accumulates_apart else 0
+
+    @property
     def optimizer_bytes_per_parameter(self) -> int:
         """The optimizer's own state (master copy and moments): what ZeRO stage 1 shards."""
         return self.master_bytes + self.moment_bytes
