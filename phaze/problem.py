@@ -35,10 +35,13 @@ def device_hbm(acc: Accelerator, ctx: Context) -> Hbm:
 def dp_bytes_per_parameter(setup: TrainingSetup) -> tuple[float, float]:
     """(gradient reduction, weight all-gather) bytes per parameter of the data-parallel
     collectives: the gradients reduce in the framework's format where it names one, else in
-    the weights' (Megatron-Core reduces in the parameters' dtype unless told fp32); the
+    the state's where it fixes one (DeepSpeed's BF16 optimizer: its fp32 accumulators), else
+    in the weights' (Megatron-Core reduces in the parameters' dtype unless told fp32); the
     updated weights gather in the weights' format."""
-    weights = float(setup.state_parts.weight_bytes)
-    return setup.profile.reduce_bytes_per_parameter or weights, weights
+    parts = setup.state_parts
+    weights = float(parts.weight_bytes)
+    grads = setup.profile.reduce_bytes_per_parameter or parts.reduced_grad_bytes or weights
+    return float(grads), weights
 
 
 def placement_problem(

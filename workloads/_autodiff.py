@@ -159,8 +159,12 @@ def sub_graph(nodes: list[Node], keep: set[str]) -> OpGraph:
     return OpGraph(ops=tuple(n.op for n in kept), edges=edges)
 
 
-def backward_graph(nodes: list[Node], precision: int, tp: int) -> OpGraph:
-    """The backward OpGraph of a forward graph given as nodes in topological order."""
+def backward_graph(
+    nodes: list[Node], precision: int, tp: int, split_grads: bool = False
+) -> OpGraph:
+    """The backward OpGraph of a forward graph given as nodes in topological order;
+    ``split_grads``: weight gradients written at ``precision`` and accumulated into fp32
+    by a pass of their own (:func:`_hp_accumulate`), not in the GEMM."""
     ops: list[Op] = []
     deps: list[list[str]] = []
 
@@ -203,10 +207,12 @@ def backward_graph(nodes: list[Node], precision: int, tp: int) -> OpGraph:
             case Grad.GEMM:
                 if op.epilogue_flops:
                     sources = [emit(_epilogue_bwd(op, precision), sources)]
-                dgrad, wgrad = _gemm_grads(op, precision, weight=True)
+                dgrad, wgrad = _gemm_grads(op, precision, weight=not split_grads)
                 d = emit(dgrad, sources)
                 extra = [regathered(s) for s in node.inputs if s in gathered]
-                emit(wgrad, sources + extra)
+                w = emit(wgrad, sources + extra)
+                if split_grads:
+                    emit(_hp_accumulate(op, precision), [w])
                 produced = [[d] for _ in node.inputs]
             case Grad.BGEMM:
                 ga, gb = _gemm_grads(op, precision, weight=False)
@@ -261,6 +267,24 @@ def _gemm_grads(op: Op, precision: int, weight: bool) -> tuple[Op, Op]:
             n=n,
         )
     return dgrad, wgrad
+
+
+def _hp_accumulate(op: Op, precision: int) -> Op:
+    """DeepSpeed's BF16 optimizer after every backward pass (``update_hp_grads``): each
+    weight gradient of ``op`` (written afresh at ``precision``, the low-precision gradients
+    being cleared before the pass) cast to an fp32 copy and added into its fp32 accumulator,
+    ``hp_grad.add_(lp.grad.to(float32))``: the cast reads ``precision`` and writes 4 B, the
+    add reads 4 + 4 B and writes 4 B per element."""
+    n = op.batch * op.k * op.n
+    return Op(
+        name=f"{op.name}.wgrad.accumulate",
+        kind=OpKind.ELEMENTWISE,
+        core=CoreType.VC,
+        flops=n,
+        bytes_read=(precision + 2 * GRAD_BYTES) * n,
+        bytes_written=2 * GRAD_BYTES * n,
+        elements=n,
+    )
 
 
 def _epilogue_bwd(op: Op, precision: int) -> Op:

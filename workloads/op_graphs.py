@@ -96,9 +96,8 @@ AttentionCore = Callable[[list[Node], str, str], tuple[str, ...]]
 
 @dataclass(frozen=True, slots=True)
 class _Dims:
-    """Per-shard sizes of one micro-batch: ``tokens`` for GEMMs, ``local`` for the ops that
-    sequence parallelism splits; ``b`` sequences of ``s`` tokens shape the training attention
-    core. ``training`` passes have the MoE auxiliary loss; inference passes do not."""
+    """Per-shard sizes of one micro-batch: ``tokens`` for GEMMs, ``local`` for ops sequence
+    parallelism splits, ``b`` x ``s`` for the attention core; ``training``: MoE auxiliary loss."""
 
     b: int
     s: int
@@ -112,6 +111,7 @@ class _Dims:
     ep: int = 1  # expert-parallel ranks sharing the routed experts (a rank holds 1/ep of them)
     unpad: bool = False  # the stack copies Q, K, V unpadded around a fused core (training)
     fused_activation: bool = True  # a non-gated FFN's activation in FC1's epilogue
+    split_grads: bool = False  # weight gradients accumulated into fp32 in a pass of their own
 
     @classmethod
     def of(cls, setup: TrainingSetup, tp: int) -> _Dims:
@@ -131,6 +131,7 @@ class _Dims:
             ep=setup.expert_parallel,
             unpad=fw.attention_unpad and fw.fused_attention,
             fused_activation=fw.activation == "fused",
+            split_grads=setup.state_parts.accumulates_apart,
         )
 
 
@@ -144,7 +145,7 @@ def _pass_graphs(
 ) -> PassGraphs:
     """Forward, backward and recompute graphs; ``recompute`` None = the whole forward."""
     forward = forward_graph(nodes)
-    backward = backward_graph(nodes, d.p, d.t)
+    backward = backward_graph(nodes, d.p, d.t, d.split_grads)
     if recompute is None:
         again = forward
     else:

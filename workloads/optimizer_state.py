@@ -75,6 +75,27 @@ class OptimizerState:
         return self.moment_count * PART_FORMATS["moments"][self.moments]
 
     @property
+    def accumulates_apart(self) -> bool:
+        """Are the micro-batches' weight gradients accumulated into fp32 by a pass of their
+        own after each backward pass? DeepSpeed's BF16 optimizer's ``bf16+fp32`` gradients
+        are: the backward pass writes bf16 gradients afresh and ``update_hp_grads`` casts and
+        adds them into the fp32 accumulators (the pipeline engine calls it after every
+        micro-batch's backward pass: microsoft/DeepSpeed 56c522386
+        deepspeed/runtime/pipe/engine.py l.746-760, runtime/bf16_optimizer.py l.383-399).
+        fp32 ``main_grad`` is accumulated in the weight-gradient GEMM (Megatron's
+        gradient-accumulation fusion) and bf16 gradients by autograd in place."""
+        return self.grads == "bf16+fp32"
+
+    @property
+    def reduced_grad_bytes(self) -> int:
+        """Bytes per gradient element the data-parallel reduction moves where the state fixes
+        it, else 0 (the framework's or the weights' format): DeepSpeed's BF16 optimizer
+        all-reduces its fp32 accumulators (``_bf16_reduce_grads`` reduces
+        ``get_grads_for_reduction()``, the flat fp32 gradients: microsoft/DeepSpeed 56c522386
+        deepspeed/runtime/pipe/engine.py l.250-267, runtime/bf16_optimizer.py l.402-404)."""
+        return PART_FORMATS["grads"]["fp32"] if self.accumulates_apart else 0
+
+    @property
     def optimizer_bytes_per_parameter(self) -> int:
         """The optimizer's own state (master copy and moments): what ZeRO stage 1 shards."""
         return self.master_bytes + self.moment_bytes
