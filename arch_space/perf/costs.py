@@ -263,26 +263,13 @@ def _work(
     )
     is_share &= is_coll
 
-    # fused attention: tiled like its GEMM shape, but only its compulsory bytes touch HBM
     is_attention = np.isin(kind, _ATTENTION_CODES)
     gi = np.flatnonzero(is_gemm | is_attention)
     shape = GemmShape(*(np.maximum(x[gi], 1.0) for x in (batch, m, k, n)))
-    input_element_bytes, weight_element_bytes = _operand_bytes(
-        fmt[gi], stated_in[gi], stated_w[gi], acc
+    operand_bytes = _operand_bytes(fmt[gi], stated_in[gi], stated_w[gi], acc)
+    hbm_read, hbm_write = _gemm_traffic(
+        shape, operand_bytes, is_attention[gi], reads[gi], writes[gi], acc, settings
     )
-    hbm_read, hbm_write = gemm_hbm_bytes(
-        shape,
-        acc.tc_rows,
-        acc.tc_cols,
-        acc.glb_bytes,
-        acc.bytes_per_element,
-        settings.accumulator_bytes,
-        input_element_bytes,
-        weight_element_bytes,
-    )
-    fused = is_attention[gi]
-    hbm_read = np.where(fused, reads[gi], hbm_read)
-    hbm_write = np.where(fused, writes[gi], hbm_write)
 
     # Vector ops: compulsory HBM bytes; extra passes re-read their rows from the buffer.
     passes = np.select(
@@ -318,7 +305,7 @@ def _work(
         gemm_index=gi,
         gemm=shape,
         gemm_hbm=(hbm_read, hbm_write),
-        gemm_operand_bytes=(input_element_bytes, weight_element_bytes),
+        gemm_operand_bytes=operand_bytes,
         work=work,
         taken=taken,
         fmt=fmt.astype(np.intp),
@@ -329,6 +316,21 @@ def _work(
         network_pj=ring.network_pj,
         launch_s=launch_s,
     )
+
+
+def _gemm_traffic(shape, operand_bytes, fused, reads, writes, acc, settings):
+    """HBM bytes read and written by each GEMM tile by tile (:func:`gemm_hbm_bytes`); a fused
+    attention op is tiled like its GEMM shape, but only its compulsory bytes touch HBM."""
+    hbm_read, hbm_write = gemm_hbm_bytes(
+        shape,
+        acc.tc_rows,
+        acc.tc_cols,
+        acc.glb_bytes,
+        acc.bytes_per_element,
+        settings.accumulator_bytes,
+        *operand_bytes,
+    )
+    return np.where(fused, reads, hbm_read), np.where(fused, writes, hbm_write)
 
 
 def _format_rates(
