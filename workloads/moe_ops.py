@@ -35,9 +35,17 @@ At ``ep > 1`` a rank runs ``E / ep`` experts on ``ep`` times the rows (:func:`ex
 the same FLOPs, ``1/ep`` of the expert weights to read and cast; training graphs take ``ep``
 from ``TrainingSetup.expert_parallel``.
 
+* ``dispatch.sort`` and ``combine.unsort`` (``sort_chunks_by_idxs``, the ``alltoall``
+  dispatcher's "permutation 2"): the all-to-all delivers a rank's tokens grouped by source
+  rank, so with several experts on the rank they are copied into expert order before the
+  experts (``T k h`` elements and their fp32 probabilities read and written) and back
+  after them; each backward is the inverse copy. Megatron-Core runs them whenever a rank
+  holds more than one expert (``num_local_experts > 1``: ``token_dispatcher.py`` at
+  core_v0.9.0 and core_r0.14.0); the ``flex`` dispatcher (DeepEP, HybridEP) permutes once,
+  after its fused dispatch, which ``dispatch`` stands for.
+
 Not modelled: the dispatcher's small all-gather of token counts over the expert-parallel
-group and the host synchronisation before the all-to-all; the chunk sort around the
-experts when a rank holds several of them. Routing is taken as balanced, what the auxiliary
+group and the host synchronisation before the all-to-all. Routing is taken as balanced, what the auxiliary
 loss aims for, unless the model states an ``expert_load_imbalance``: training passes then
 run the busiest rank's experts on that many times the mean copies (the all-to-all volumes
 stay the mean's; serving passes keep balanced routing).
@@ -205,6 +213,18 @@ def _combine(outs: list[str], model: Model, T: int, p: int, shared: bool, aux_lo
     return Node(forward, inputs, Grad.FUSED, backward=backward)
 
 
+def _chunk_sort(name: str, inputs: tuple[str, ...], model: Model, T: int, p: int) -> Node:
+    """A copy of the rank's ``T k`` routed rows (and their fp32 probabilities) into another
+    chunk order; its backward is the inverse copy of the gradients."""
+    rows, probs = T * model.top_k * model.hidden, FP32_BYTES * T * model.top_k
+    nbytes = p * rows + probs
+
+    def copy(suffix: str) -> Op:
+        return _op(name + suffix, OpKind.ELEMENTWISE, rows, 0, read=nbytes, written=nbytes)
+
+    return Node(copy(""), inputs, Grad.FUSED, backward=copy(".bwd"))
+
+
 def moe_nodes(
     nodes: list[Node],
     src: str,
@@ -215,20 +235,26 @@ def moe_nodes(
     aux_loss: bool = True,
     ep: int = 1,
     load: float = 1.0,
+    sort_chunks: bool = False,
 ) -> str:
     """Append an MoE block's router, dispatch, routed experts (each ``ffn`` on its tokens),
     the shared experts (one ``ffn`` of their total width on every token) and combine to
     ``nodes``; return the combine's name. ``T`` tokens per rank, ``p`` bytes per element;
     ``aux_loss``: the load-balancing loss (training only); ``ep``: the rank holds ``1/ep`` of
-    the routed experts and ``load`` the busiest rank's share of them (:func:`expert_tokens`)."""
+    the routed experts and ``load`` the busiest rank's share of them (:func:`expert_tokens`);
+    ``sort_chunks``: the ``alltoall`` dispatcher's chunk sort around a rank's several experts."""
     nodes += _router_nodes(src, model, T, p, aux_loss)
     nodes.append(_dispatch(src, model, T, p))
+    counts = expert_tokens(T, model, ep, load)
+    sort = sort_chunks and len(counts) > 1
+    if sort:
+        nodes.append(_chunk_sort("dispatch.sort", ("dispatch",), model, T, p))
     width = model.expert_width
-    outs = [
-        ffn(f"expert{e}.", "dispatch", n, width)
-        for e, n in enumerate(expert_tokens(T, model, ep, load))
-        if n
-    ]
+    into = "dispatch.sort" if sort else "dispatch"
+    outs = [ffn(f"expert{e}.", into, n, width) for e, n in enumerate(counts) if n]
+    if sort:
+        nodes.append(_chunk_sort("combine.unsort", tuple(outs), model, T, p))
+        outs = ["combine.unsort"]
     shared = model.shared_experts
     if shared:
         outs.append(ffn("shared.", src, T, shared * width))
