@@ -44,6 +44,14 @@ from ``TrainingSetup.expert_parallel``.
   core_v0.9.0 and core_r0.14.0); the ``flex`` dispatcher (DeepEP, HybridEP) permutes once,
   after its fused dispatch, which ``dispatch`` stands for.
 
+Under ``moe_permute_fusion`` (TransformerEngine's fused kernels, which Megatron-Core's
+``permute``, ``unpermute`` and ``sort_chunks_by_idxs`` call: ``moe_utils.py`` at
+core_r0.14.0) ``dispatch`` reads each token's row once and writes its ``k`` copies with their
+fp32 probabilities (and an int32 row map, ``T x E``, from the routing mask); the
+probabilities multiply the experts' activation, so ``combine`` only sums each token's ``k``
+rows back (reading ``T k h``, writing ``T h``); each backward is the other kernel on the
+gradients. The chunk sort copies the same bytes fused or not.
+
 Not modelled: the dispatcher's small all-gather of token counts over the expert-parallel
 group and the host synchronisation before the all-to-all. Routing is taken as balanced, what the auxiliary
 loss aims for, unless the model states an ``expert_load_imbalance``: training passes then
@@ -55,7 +63,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from workloads._autodiff import Grad, Node, gemm
@@ -65,6 +73,7 @@ from workloads.ops import CoreType, Op, OpGraph, OpKind
 __all__ = [
     "INDEX_BYTES",
     "FP32_BYTES",
+    "MoeKernels",
     "ROUTED_EXPERT",
     "expert_tokens",
     "launched_per_expert",
@@ -79,6 +88,20 @@ INDEX_BYTES = 8  # int64 expert indices and sort keys (torch.topk, torch.argsort
 FP32_BYTES = 4  # the load-balancing softmax runs in fp32 (router.py)
 _SOFTMAX_FLOPS = 7  # as the attention softmax: scale, mask, max, subtract, exp, sum, divide
 _SUM_FLOPS = 1  # one add per element reduced
+
+MASK_BYTES = 1  # the T x E boolean routing mask
+MAP_BYTES = 4  # TransformerEngine's int32 row map
+
+
+@dataclass(frozen=True, slots=True)
+class MoeKernels:
+    """How a stack permutes an MoE block's tokens: ``sort_chunks``, the ``alltoall``
+    dispatcher's chunk sort around a rank's several experts; ``fused``, TransformerEngine's
+    fused permutation kernels (``moe_permute_fusion``)."""
+
+    sort_chunks: bool = False
+    fused: bool = False
+
 
 #: ``ffn(prefix, src, tokens, width)`` adds an FFN's nodes and returns its output's name.
 Ffn = Callable[[str, str, int, int], str]
@@ -186,6 +209,57 @@ def _dispatch(src: str, model: Model, T: int, p: int) -> Node:
     )
 
 
+def _fused_dispatch(src: str, model: Model, T: int, p: int) -> Node:
+    """TransformerEngine's fused permute with probabilities: each row read once, its ``k``
+    copies and their probabilities written, through an int32 row map built from the mask;
+    backward, the fused unpermute of the gradients and of the probabilities' gradients."""
+    h, E, k = model.hidden, model.experts, model.top_k
+    rows, probs, rmap = T * k * h, FP32_BYTES * T * k, MAP_BYTES * T * E
+    forward = _op(
+        "dispatch",
+        OpKind.ELEMENTWISE,
+        rows,
+        0,
+        read=p * T * h + (MASK_BYTES + FP32_BYTES) * T * E,
+        written=p * rows + probs + rmap,
+    )
+    backward = _op(
+        "dispatch.bwd",
+        OpKind.ELEMENTWISE,
+        rows,
+        _SUM_FLOPS * rows,
+        read=p * rows + probs + rmap,
+        written=p * T * h + FP32_BYTES * T * E,
+    )
+    return Node(
+        forward, (src, "router.topk"), Grad.FUSED, nondiff=("router.topk",), backward=backward
+    )
+
+
+def _fused_combine(
+    outs: list[str], model: Model, T: int, p: int, shared: bool, aux_loss: bool
+) -> Node:
+    """TransformerEngine's fused unpermute: each token's ``k`` rows summed back (the
+    probabilities already multiplied the experts' activation), plus the shared experts'
+    output; backward, the fused permute of the output gradient."""
+    h, E, k = model.hidden, model.experts, model.top_k
+    rows, rmap = T * k * h, MAP_BYTES * T * E
+    extra = T * h if shared else 0
+    forward = _op(
+        "combine",
+        OpKind.ELEMENTWISE,
+        T * h,
+        (k - 1) * T * h + extra,
+        read=p * (rows + 2 * extra) + rmap,
+        written=p * (T * h + extra),
+    )
+    backward = _op(
+        "combine.bwd", OpKind.ELEMENTWISE, rows, 0, read=p * T * h + rmap, written=p * rows
+    )
+    inputs = (*outs, "router.topk", *(("router.aux_loss",) if aux_loss else ()))
+    return Node(forward, inputs, Grad.FUSED, backward=backward)
+
+
 def _combine(outs: list[str], model: Model, T: int, p: int, shared: bool, aux_loss: bool) -> Node:
     h, k = model.hidden, model.top_k
     rows = T * k * h
@@ -235,18 +309,18 @@ def moe_nodes(
     aux_loss: bool = True,
     ep: int = 1,
     load: float = 1.0,
-    sort_chunks: bool = False,
+    kernels: MoeKernels = MoeKernels(),
 ) -> str:
     """Append an MoE block's router, dispatch, routed experts (each ``ffn`` on its tokens),
     the shared experts (one ``ffn`` of their total width on every token) and combine to
     ``nodes``; return the combine's name. ``T`` tokens per rank, ``p`` bytes per element;
     ``aux_loss``: the load-balancing loss (training only); ``ep``: the rank holds ``1/ep`` of
     the routed experts and ``load`` the busiest rank's share of them (:func:`expert_tokens`);
-    ``sort_chunks``: the ``alltoall`` dispatcher's chunk sort around a rank's several experts."""
+    ``kernels``: the stack's permutation kernels."""
     nodes += _router_nodes(src, model, T, p, aux_loss)
-    nodes.append(_dispatch(src, model, T, p))
+    nodes.append((_fused_dispatch if kernels.fused else _dispatch)(src, model, T, p))
     counts = expert_tokens(T, model, ep, load)
-    sort = sort_chunks and len(counts) > 1
+    sort = kernels.sort_chunks and len(counts) > 1
     if sort:
         nodes.append(_chunk_sort("dispatch.sort", ("dispatch",), model, T, p))
     width = model.expert_width
@@ -258,7 +332,8 @@ def moe_nodes(
     shared = model.shared_experts
     if shared:
         outs.append(ffn("shared.", src, T, shared * width))
-    nodes.append(_combine(outs, model, T, p, bool(shared), aux_loss))
+    combine = _fused_combine if kernels.fused else _combine
+    nodes.append(combine(outs, model, T, p, bool(shared), aux_loss))
     return "combine"
 
 
