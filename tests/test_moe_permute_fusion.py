@@ -21,7 +21,7 @@ def _block(framework: str, ep: int = 8, model: str = "qwen3-30b-a3b"):
 def test_the_fused_permutation_reads_each_row_once_and_sums_the_copies_back():
     m = get_model("qwen3-30b-a3b")
     T, h, E, k, p = 4096, m.hidden, m.experts, m.top_k, 2
-    rows, rmap = T * k * h, MAP_BYTES * T * E
+    rows, rmap = T * k * h, MAP_BYTES * T * (2 * E + 1)
     block = _block(FUSED)
     f = {o.name: o for o in block.forward.ops}
     b = {o.name: o for o in block.backward.ops}

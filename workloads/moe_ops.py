@@ -47,7 +47,8 @@ from ``TrainingSetup.expert_parallel``.
 Under ``moe_permute_fusion`` (TransformerEngine's fused kernels, which Megatron-Core's
 ``permute``, ``unpermute`` and ``sort_chunks_by_idxs`` call: ``moe_utils.py`` at
 core_r0.14.0) ``dispatch`` reads each token's row once and writes its ``k`` copies with their
-fp32 probabilities (and an int32 row map, ``T x E``, from the routing mask); the
+fp32 probabilities (and an int32 row map of ``2 E + 1`` entries a token, built from
+the routing mask); the
 probabilities multiply the experts' activation, so ``combine`` only sums each token's ``k``
 rows back (reading ``T k h``, writing ``T h``); each backward is the other kernel on the
 gradients. The chunk sort copies the same bytes fused or not.
@@ -90,7 +91,7 @@ _SOFTMAX_FLOPS = 7  # as the attention softmax: scale, mask, max, subtract, exp,
 _SUM_FLOPS = 1  # one add per element reduced
 
 MASK_BYTES = 1  # the T x E boolean routing mask
-MAP_BYTES = 4  # TransformerEngine's int32 row map
+MAP_BYTES = 4  # TransformerEngine's int32 row map, 2 E + 1 entries a token (permutation.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +215,7 @@ def _fused_dispatch(src: str, model: Model, T: int, p: int) -> Node:
     copies and their probabilities written, through an int32 row map built from the mask;
     backward, the fused unpermute of the gradients and of the probabilities' gradients."""
     h, E, k = model.hidden, model.experts, model.top_k
-    rows, probs, rmap = T * k * h, FP32_BYTES * T * k, MAP_BYTES * T * E
+    rows, probs, rmap = T * k * h, FP32_BYTES * T * k, MAP_BYTES * T * (2 * E + 1)
     forward = _op(
         "dispatch",
         OpKind.ELEMENTWISE,
@@ -243,7 +244,7 @@ def _fused_combine(
     probabilities already multiplied the experts' activation), plus the shared experts'
     output; backward, the fused permute of the output gradient."""
     h, E, k = model.hidden, model.experts, model.top_k
-    rows, rmap = T * k * h, MAP_BYTES * T * E
+    rows, rmap = T * k * h, MAP_BYTES * T * (2 * E + 1)
     extra = T * h if shared else 0
     forward = _op(
         "combine",
