@@ -8,6 +8,7 @@ from arch_space import Cluster, preset
 from arch_space.perf import op_costs
 from workloads import TrainingSetup, build_layer_graph, get_model
 from workloads.build import BLOCK_CLASS
+from workloads.framework import framework_profile
 from workloads.moe_ops import FP32_BYTES, MAP_BYTES, MASK_BYTES
 
 FUSED = "megatron-core-2024:moe_permute_fusion=true"
@@ -49,3 +50,9 @@ def test_the_fused_permutation_moves_fewer_bytes_than_core_v0_9_s():
         assert op_costs(a, acc, cluster).parallel_latency_s.sum() < (
             op_costs(b, acc, cluster).parallel_latency_s.sum()
         )
+
+
+def test_megatron_bridge_runs_the_fused_permutation():
+    """Megatron-Bridge's Qwen3 MoE provider and DeepSeek-V3 recipe set moe_permute_fusion."""
+    assert framework_profile("megatron-bridge-2025").moe_permute_fusion
+    assert not framework_profile("megatron-core-2024").moe_permute_fusion
