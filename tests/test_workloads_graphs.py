@@ -177,9 +177,11 @@ def test_gelu_is_fused_into_fc1_and_kinds():
 def test_moe_block_structure():
     m = get_model("mixtral-8x7b")
     g = build("mixtral-8x7b", tp=2).op_graphs["block"].forward.to_networkx()
+    # the alltoall dispatcher's chunk sort stands between the permutation and the experts
+    assert g.has_edge("dispatch", "dispatch.sort") and g.has_edge("combine.unsort", "combine")
     for e in range(m.experts):
-        assert g.has_edge("dispatch", f"expert{e}.fc1.gate")
-        assert g.has_edge(f"expert{e}.fc2", "combine")
+        assert g.has_edge("dispatch.sort", f"expert{e}.fc1.gate")
+        assert g.has_edge(f"expert{e}.fc2", "combine.unsort")
         assert not nx.has_path(g, "expert0.fc2", f"expert{e}.fc1.gate") or e == 0
     assert nx.has_path(g, "router", "combine")
 

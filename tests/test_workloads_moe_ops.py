@@ -94,13 +94,15 @@ def test_moe_op_counts_and_order(shared):
     g = block(m)
     names = [op.name for op in g.forward.ops]
     moe = [n for n in names if n.startswith(("router", "dispatch", "combine"))]
-    assert moe == ["router", "router.topk", "router.aux_loss", "dispatch", "combine"]
+    # the alltoall dispatcher sorts the rank's rows by its (four) experts and back
+    sorts = ["dispatch.sort", "combine.unsort"]
+    assert moe == ["router", "router.topk", "router.aux_loss", "dispatch", *sorts, "combine"]
     experts = {n.split(".")[0] for n in names if n.startswith("expert")}
     assert experts == {f"expert{e}" for e in range(4)}
     assert ("shared.fc2" in names) == bool(shared)
     # one backward op per forward vector op; the router's GEMM gives dgrad and wgrad
     back = [op.name for op in g.backward.ops]
-    for n in ("router.topk", "router.aux_loss", "dispatch", "combine"):
+    for n in ("router.topk", "router.aux_loss", "dispatch", *sorts, "combine"):
         assert back.count(f"{n}.bwd") == 1
     assert {"router.dgrad", "router.wgrad"} <= set(back)
     fwd, bwd = g.forward.to_networkx(), g.backward.to_networkx()

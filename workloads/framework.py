@@ -113,6 +113,8 @@ class FrameworkProfile:
     ``ep_overlap``: the expert-parallel all-to-alls of one micro-batch run beside another's
     compute, which keeps ``1 - comm_sm_share`` of the SMs (:mod:`placement.ep_cp`);
     ``moe_dispatcher`` how the tokens reach the experts' ranks (:data:`MOE_DISPATCHERS`);
+    ``moe_permute_fusion``: the token permutation runs TransformerEngine's fused kernels
+    (:mod:`workloads.moe_ops`);
     ``recompute_dce``: a full recompute re-runs only the forward ops the backward pass reads
     (JAX's ``jax.checkpoint``), not the block's last GEMM, its collective and residual add
     (:func:`workloads.op_graphs.block_pass_graphs`); PyTorch's checkpoint re-runs them all.
@@ -140,6 +142,7 @@ class FrameworkProfile:
     ep_overlap: bool = False
     comm_sm_share: float = 0.0
     moe_dispatcher: str = "alltoall"
+    moe_permute_fusion: bool = False
     recompute_dce: bool = False
 
     @property
@@ -177,6 +180,7 @@ _KNOWN_KEYS: Final = frozenset(
         "ep_overlap",
         "comm_sm_share",
         "moe_dispatcher",
+        "moe_permute_fusion",
         "recompute_dce",
     }
 )
@@ -227,6 +231,8 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     _choice(name, "ep_overlap", ep_overlap, (False, True), problems)
     dispatcher = table.get("moe_dispatcher", "alltoall")
     _choice(name, "moe_dispatcher", dispatcher, MOE_DISPATCHERS, problems)
+    permute_fusion = table.get("moe_permute_fusion", False)
+    _choice(name, "moe_permute_fusion", permute_fusion, (False, True), problems)
     regather = table.get("regather_per_micro_batch", False)
     _choice(name, "regather_per_micro_batch", regather, (False, True), problems)
     dce = table.get("recompute_dce", False)
@@ -272,6 +278,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         ep_overlap=bool(ep_overlap),
         comm_sm_share=float(share) if isinstance(share, int | float) else 0.0,
         moe_dispatcher=dispatcher,
+        moe_permute_fusion=bool(permute_fusion),
         recompute_dce=bool(dce),
     )
 

@@ -35,9 +35,26 @@ At ``ep > 1`` a rank runs ``E / ep`` experts on ``ep`` times the rows (:func:`ex
 the same FLOPs, ``1/ep`` of the expert weights to read and cast; training graphs take ``ep``
 from ``TrainingSetup.expert_parallel``.
 
+* ``dispatch.sort`` and ``combine.unsort`` (``sort_chunks_by_idxs``, the ``alltoall``
+  dispatcher's "permutation 2"): the all-to-all delivers a rank's tokens grouped by source
+  rank, so with several experts on the rank they are copied into expert order before the
+  experts (``T k h`` elements and their fp32 probabilities read and written) and back
+  after them; each backward is the inverse copy. Megatron-Core runs them whenever a rank
+  holds more than one expert (``num_local_experts > 1``: ``token_dispatcher.py`` at
+  core_v0.9.0 and core_r0.14.0); the ``flex`` dispatcher (DeepEP, HybridEP) permutes once,
+  after its fused dispatch, which ``dispatch`` stands for.
+
+Under ``moe_permute_fusion`` (TransformerEngine's fused kernels, which Megatron-Core's
+``permute``, ``unpermute`` and ``sort_chunks_by_idxs`` call: ``moe_utils.py`` at
+core_r0.14.0) ``dispatch`` reads each token's row once and writes its ``k`` copies with their
+fp32 probabilities (and an int32 row map of ``2 E + 1`` entries a token, built from
+the routing mask); the
+probabilities multiply the experts' activation, so ``combine`` only sums each token's ``k``
+rows back (reading ``T k h``, writing ``T h``); each backward is the other kernel on the
+gradients. The chunk sort copies the same bytes fused or not.
+
 Not modelled: the dispatcher's small all-gather of token counts over the expert-parallel
-group and the host synchronisation before the all-to-all; the chunk sort around the
-experts when a rank holds several of them. Routing is taken as balanced, what the auxiliary
+group and the host synchronisation before the all-to-all. Routing is taken as balanced, what the auxiliary
 loss aims for, unless the model states an ``expert_load_imbalance``: training passes then
 run the busiest rank's experts on that many times the mean copies (the all-to-all volumes
 stay the mean's; serving passes keep balanced routing).
@@ -47,7 +64,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from workloads._autodiff import Grad, Node, gemm
@@ -57,6 +74,7 @@ from workloads.ops import CoreType, Op, OpGraph, OpKind
 __all__ = [
     "INDEX_BYTES",
     "FP32_BYTES",
+    "MoeKernels",
     "ROUTED_EXPERT",
     "expert_tokens",
     "launched_per_expert",
@@ -71,6 +89,20 @@ INDEX_BYTES = 8  # int64 expert indices and sort keys (torch.topk, torch.argsort
 FP32_BYTES = 4  # the load-balancing softmax runs in fp32 (router.py)
 _SOFTMAX_FLOPS = 7  # as the attention softmax: scale, mask, max, subtract, exp, sum, divide
 _SUM_FLOPS = 1  # one add per element reduced
+
+MASK_BYTES = 1  # the T x E boolean routing mask
+MAP_BYTES = 4  # TransformerEngine's int32 row map, 2 E + 1 entries a token (permutation.py)
+
+
+@dataclass(frozen=True, slots=True)
+class MoeKernels:
+    """How a stack permutes an MoE block's tokens: ``sort_chunks``, the ``alltoall``
+    dispatcher's chunk sort around a rank's several experts; ``fused``, TransformerEngine's
+    fused permutation kernels (``moe_permute_fusion``)."""
+
+    sort_chunks: bool = False
+    fused: bool = False
+
 
 #: ``ffn(prefix, src, tokens, width)`` adds an FFN's nodes and returns its output's name.
 Ffn = Callable[[str, str, int, int], str]
@@ -178,6 +210,57 @@ def _dispatch(src: str, model: Model, T: int, p: int) -> Node:
     )
 
 
+def _fused_dispatch(src: str, model: Model, T: int, p: int) -> Node:
+    """TransformerEngine's fused permute with probabilities: each row read once, its ``k``
+    copies and their probabilities written, through an int32 row map built from the mask;
+    backward, the fused unpermute of the gradients and of the probabilities' gradients."""
+    h, E, k = model.hidden, model.experts, model.top_k
+    rows, probs, rmap = T * k * h, FP32_BYTES * T * k, MAP_BYTES * T * (2 * E + 1)
+    forward = _op(
+        "dispatch",
+        OpKind.ELEMENTWISE,
+        rows,
+        0,
+        read=p * T * h + (MASK_BYTES + FP32_BYTES) * T * E,
+        written=p * rows + probs + rmap,
+    )
+    backward = _op(
+        "dispatch.bwd",
+        OpKind.ELEMENTWISE,
+        rows,
+        _SUM_FLOPS * rows,
+        read=p * rows + probs + rmap,
+        written=p * T * h + FP32_BYTES * T * E,
+    )
+    return Node(
+        forward, (src, "router.topk"), Grad.FUSED, nondiff=("router.topk",), backward=backward
+    )
+
+
+def _fused_combine(
+    outs: list[str], model: Model, T: int, p: int, shared: bool, aux_loss: bool
+) -> Node:
+    """TransformerEngine's fused unpermute: each token's ``k`` rows summed back (the
+    probabilities already multiplied the experts' activation), plus the shared experts'
+    output; backward, the fused permute of the output gradient."""
+    h, E, k = model.hidden, model.experts, model.top_k
+    rows, rmap = T * k * h, MAP_BYTES * T * (2 * E + 1)
+    extra = T * h if shared else 0
+    forward = _op(
+        "combine",
+        OpKind.ELEMENTWISE,
+        T * h,
+        (k - 1) * T * h + extra,
+        read=p * (rows + 2 * extra) + rmap,
+        written=p * (T * h + extra),
+    )
+    backward = _op(
+        "combine.bwd", OpKind.ELEMENTWISE, rows, 0, read=p * T * h + rmap, written=p * rows
+    )
+    inputs = (*outs, "router.topk", *(("router.aux_loss",) if aux_loss else ()))
+    return Node(forward, inputs, Grad.FUSED, backward=backward)
+
+
 def _combine(outs: list[str], model: Model, T: int, p: int, shared: bool, aux_loss: bool) -> Node:
     h, k = model.hidden, model.top_k
     rows = T * k * h
@@ -205,6 +288,18 @@ def _combine(outs: list[str], model: Model, T: int, p: int, shared: bool, aux_lo
     return Node(forward, inputs, Grad.FUSED, backward=backward)
 
 
+def _chunk_sort(name: str, inputs: tuple[str, ...], model: Model, T: int, p: int) -> Node:
+    """A copy of the rank's ``T k`` routed rows (and their fp32 probabilities) into another
+    chunk order; its backward is the inverse copy of the gradients."""
+    rows, probs = T * model.top_k * model.hidden, FP32_BYTES * T * model.top_k
+    nbytes = p * rows + probs
+
+    def copy(suffix: str) -> Op:
+        return _op(name + suffix, OpKind.ELEMENTWISE, rows, 0, read=nbytes, written=nbytes)
+
+    return Node(copy(""), inputs, Grad.FUSED, backward=copy(".bwd"))
+
+
 def moe_nodes(
     nodes: list[Node],
     src: str,
@@ -215,24 +310,31 @@ def moe_nodes(
     aux_loss: bool = True,
     ep: int = 1,
     load: float = 1.0,
+    kernels: MoeKernels = MoeKernels(),
 ) -> str:
     """Append an MoE block's router, dispatch, routed experts (each ``ffn`` on its tokens),
     the shared experts (one ``ffn`` of their total width on every token) and combine to
     ``nodes``; return the combine's name. ``T`` tokens per rank, ``p`` bytes per element;
     ``aux_loss``: the load-balancing loss (training only); ``ep``: the rank holds ``1/ep`` of
-    the routed experts and ``load`` the busiest rank's share of them (:func:`expert_tokens`)."""
+    the routed experts and ``load`` the busiest rank's share of them (:func:`expert_tokens`);
+    ``kernels``: the stack's permutation kernels."""
     nodes += _router_nodes(src, model, T, p, aux_loss)
-    nodes.append(_dispatch(src, model, T, p))
+    nodes.append((_fused_dispatch if kernels.fused else _dispatch)(src, model, T, p))
+    counts = expert_tokens(T, model, ep, load)
+    sort = kernels.sort_chunks and len(counts) > 1
+    if sort:
+        nodes.append(_chunk_sort("dispatch.sort", ("dispatch",), model, T, p))
     width = model.expert_width
-    outs = [
-        ffn(f"expert{e}.", "dispatch", n, width)
-        for e, n in enumerate(expert_tokens(T, model, ep, load))
-        if n
-    ]
+    into = "dispatch.sort" if sort else "dispatch"
+    outs = [ffn(f"expert{e}.", into, n, width) for e, n in enumerate(counts) if n]
+    if sort:
+        nodes.append(_chunk_sort("combine.unsort", tuple(outs), model, T, p))
+        outs = ["combine.unsort"]
     shared = model.shared_experts
     if shared:
         outs.append(ffn("shared.", src, T, shared * width))
-    nodes.append(_combine(outs, model, T, p, bool(shared), aux_loss))
+    combine = _fused_combine if kernels.fused else _combine
+    nodes.append(combine(outs, model, T, p, bool(shared), aux_loss))
     return "combine"
 
 

@@ -53,7 +53,7 @@ from workloads.attention_ops import (
 )
 from workloads.layer_graph import PassGraphs
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
-from workloads.moe_ops import moe_nodes
+from workloads.moe_ops import MoeKernels, moe_nodes
 from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
 from workloads.recompute_modules import op_groups
 from workloads.remat_dce import partially_evaluated
@@ -109,6 +109,7 @@ class _Dims:
     flash: bool
     training: bool = True
     ep: int = 1  # expert-parallel ranks sharing the routed experts (a rank holds 1/ep of them)
+    moe: MoeKernels = MoeKernels()  # the stack's token permutation kernels
     unpad: bool = False  # the stack copies Q, K, V unpadded around a fused core (training)
     fused_activation: bool = True  # a non-gated FFN's activation in FC1's epilogue
     split_grads: bool = False  # weight gradients accumulated into fp32 in a pass of their own
@@ -129,6 +130,7 @@ class _Dims:
             sp,
             fw.fused_attention,
             ep=setup.expert_parallel,
+            moe=MoeKernels(fw.moe_dispatcher == "alltoall", fw.moe_permute_fusion),
             unpad=fw.attention_unpad and fw.fused_attention,
             fused_activation=fw.activation == "fused",
             split_grads=setup.state_parts.accumulates_apart,
@@ -359,9 +361,7 @@ def _ffn_or_moe(nodes: list[Node], x: str, model: Model, d: _Dims, dense: bool) 
             return _ffn(nodes, prefix, src, tokens, model, d, width)
 
         load = model.expert_load_imbalance if d.training else 1.0
-        return moe_nodes(
-            nodes, x, model, d.tokens, d.p, ffn, aux_loss=d.training, ep=d.ep, load=load
-        )
+        return moe_nodes(nodes, x, model, d.tokens, d.p, ffn, d.training, d.ep, load, d.moe)
     return _ffn(nodes, "", x, d.tokens, model, d, model.ffn_hidden)
 
 
