@@ -45,7 +45,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -105,6 +105,10 @@ _SCHEMA_SQL: Final = (
     + ")",
 )
 _PAIR_COLUMNS: Final = {c.name: c for c in PAIR_COLUMNS}
+_INSERT_POINT: Final = (
+    f"INSERT OR REPLACE INTO points ({', '.join(COLUMN_NAMES)}) "
+    f"VALUES ({', '.join('?' * len(COLUMN_NAMES))})"
+)
 
 
 def store_path(out_dir: str | Path) -> Path:
@@ -227,12 +231,18 @@ class Store:
         any JSON-able value (it is serialised with sorted keys).
         """
         row = _point_row(record)
-        sql = (
-            f"INSERT OR REPLACE INTO points ({', '.join(COLUMN_NAMES)}) "
-            f"VALUES ({', '.join('?' * len(COLUMN_NAMES))})"
-        )
         with self._transaction():
-            self._conn.execute(sql, row)
+            self._conn.execute(_INSERT_POINT, row)
+
+    def put_points(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Store many points (as :meth:`put_point` each) in one transaction: all of them or,
+        should it fail or be interrupted, none. One commit instead of one per point is what
+        makes storing a pruned round's many points cheap."""
+        rows = [_point_row(r) for r in records]
+        if not rows:
+            return
+        with self._transaction():
+            self._conn.executemany(_INSERT_POINT, rows)
 
     def put_design(self, record: Mapping[str, Any]) -> None:
         """Store one design (insert or replace by ``design_id``).
