@@ -30,8 +30,9 @@ fp8-te`` the default space's bf16+fp8 designs run fp8-te, its bf16 designs bf16
 ``--write-fingerprint FILE`` writes the sweep's fronts and best points
 (:func:`results.fingerprint.fingerprint`), ``--check FILE`` compares them with such a file
 and prints IDENTICAL or DIFFERENT (exit status 1): a speed change must leave a sampled sweep's
-results as they were (``benchmarks/data/sweep_500_fingerprint.json``: ``--designs 500``,
-written by main before the sweep's batched stores and pricing caches).
+results as they were (``benchmarks/data/sweep_500_fingerprint.json``: ``--designs 500``;
+``sweep_full_fingerprint.json``: the whole default space; both written by main before the
+sweep's batched stores of pruned points).
 
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--designs 50] [--jobs 2] [--search-nodes N]
 [--profile-designs 4] [--no-prune] [--space default] [--precision P ...] [--out DIR]
