@@ -1,7 +1,8 @@
 """The results store: one SQLite file per sweep directory, written point by point.
 
-Why SQLite: one file, no server, atomic transactions. Each point is committed in its own
-transaction as it completes, so a sweep killed at any instant (Ctrl-C or ``kill -9``) leaves
+Why SQLite: one file, no server, atomic transactions. Each evaluated point is committed in
+its own transaction as it completes (a sweep's pruned points in batches,
+:meth:`Store.put_points`), so a sweep killed at any instant (Ctrl-C or ``kill -9``) leaves
 every point either fully stored or absent, and a re-run skips :meth:`Store.done_keys`.
 The database runs in WAL mode with ``synchronous=NORMAL``: durable against a crash of the
 process (the case that matters here); a power cut may lose the last commits but never
@@ -119,8 +120,8 @@ def store_path(out_dir: str | Path) -> Path:
 class Store:
     """A sweep's results store. Open with :meth:`open` (read-write) or :func:`load` (read-only).
 
-    Thread-safe for one writer process: writes are serialised by a lock, and each write is its
-    own transaction. Records are flat dicts keyed by column names (see ``results.schema``).
+    Thread-safe for one writer process: writes are serialised by a lock, and each write (one
+    point, or a batch of them) is its own transaction. Records are flat dicts keyed by column names (see ``results.schema``).
     """
 
     def __init__(
