@@ -27,16 +27,26 @@ H100's size, whose target is about twice the default space's time). ``--precisio
 fp8-te`` the default space's bf16+fp8 designs run fp8-te, its bf16 designs bf16
 (:func:`phaze.sweep.planning.design_knobs`), the sweep choosing formats.
 
+``--write-fingerprint FILE`` writes the sweep's fronts and best points
+(:func:`results.fingerprint.fingerprint`), ``--check FILE`` compares them with such a file
+and prints IDENTICAL or DIFFERENT (exit status 1): a speed change must leave a sampled sweep's
+results as they were (``benchmarks/data/sweep_500_fingerprint.json``: ``--designs 500``;
+``sweep_full_fingerprint.json``: the whole default space; both written by main before the
+sweep's batched stores of pruned points).
+
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--designs 50] [--jobs 2] [--search-nodes N]
-[--profile-designs 4] [--no-prune] [--space default] [--precision P ...] [--out DIR]``.
+[--profile-designs 4] [--no-prune] [--space default] [--precision P ...] [--out DIR]
+[--write-fingerprint FILE | --check FILE]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
 import pstats
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -48,6 +58,7 @@ from arch_space import Accelerator, Space
 from phaze.config import SolverSettings, SweepConfig
 from phaze.sweep import run_sweep
 from phaze_common.errors import ConfigError
+from results.fingerprint import fingerprint
 from results.store import load
 
 TARGET_S = 30 * 60.0  # the whole default space within half an hour on this machine
@@ -182,6 +193,8 @@ def main() -> None:
     parser.add_argument(
         "--precision", action="append", default=None, help="precision recipe (repeatable)"
     )
+    parser.add_argument("--write-fingerprint", type=Path, default=None, help="write fronts")
+    parser.add_argument("--check", type=Path, default=None, help="compare fronts with a file")
     args = parser.parse_args()
     precision = tuple(args.precision or ("bf16",))
 
@@ -255,6 +268,19 @@ def main() -> None:
                 f"EXTRAPOLATED from worker CPU time alone (as if {jobs} cores were free, no "
                 f"parent work): {cpu_full_s:.0f} s = {cpu_full_s / 60:.1f} min"
             )
+
+        with load(out) as store:
+            found = fingerprint(store, cfg.objectives)
+        if args.write_fingerprint is not None:
+            args.write_fingerprint.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+            print(f"fronts and best points written to {args.write_fingerprint}")
+        if args.check is not None:
+            same = found == json.loads(args.check.read_text())
+            print(
+                f"fronts and best points against {args.check}: {'IDENTICAL' if same else 'DIFFERENT'}"
+            )
+            if not same:
+                sys.exit(1)
 
         if args.profile_designs > 0:
             few = designs[: args.profile_designs]

@@ -213,7 +213,9 @@ def _splits(sums: _Sums) -> Iterator[tuple[int, int, int]]:
 
 class _Sums:
     """Prefix sums of a chain graph's layers: work, parameters, stash, expert parameters,
-    tensor-parallel layers, and the bytes of the edge into each layer."""
+    tensor-parallel layers, and the bytes of the edge into each layer; and the graph's
+    sharded unit (:func:`placement.dp_comm.shard_unit`, asked once per graph, not per
+    layout priced)."""
 
     def __init__(self, g: StageGraph) -> None:
         self.work = np.cumsum([0.0, *(x.fwd_s + x.bwd_s + x.recompute_s for x in g.layers)])
@@ -228,6 +230,7 @@ class _Sums:
         self.total = float(self.work[-1])
         self.blocks = np.array([i for i, x in enumerate(g.layers) if x.kind == "block"])
         self.n = len(g.layers)
+        self.unit = shard_unit(g)
 
     def chunks(self, count: int, first: int = -1) -> tuple[np.ndarray, np.ndarray]:
         """First and past-the-end layer of each of ``count`` chunks: Megatron-LM's even split
@@ -298,7 +301,7 @@ def _priced(
     if pipeline_s(slowest, per(m, ds[-1]), p, v) >= limit_s:  # no degree can win
         return []
     first = np.full(ds.size, float((sums.held[hi] - sums.held[lo])[0::p].sum()))
-    fns = {z: tail_fn(problem, t, z, m, unit=shard_unit(g)) for z in problem.zero_stages}
+    fns = {z: tail_fn(problem, t, z, m, unit=sums.unit) for z in problem.zero_stages}
     # compute alone (no boundary messages) already too slow at these degrees
     least = np.min([fn(ds, first, slowest) for fn in fns.values()], axis=0)
     keep = pipeline_s(slowest, per(m, ds), p, v) + least < limit_s

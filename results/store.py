@@ -1,7 +1,8 @@
 """The results store: one SQLite file per sweep directory, written point by point.
 
-Why SQLite: one file, no server, atomic transactions. Each point is committed in its own
-transaction as it completes, so a sweep killed at any instant (Ctrl-C or ``kill -9``) leaves
+Why SQLite: one file, no server, atomic transactions. Each evaluated point is committed in
+its own transaction as it completes (a sweep's pruned points in batches,
+:meth:`Store.put_points`), so a sweep killed at any instant (Ctrl-C or ``kill -9``) leaves
 every point either fully stored or absent, and a re-run skips :meth:`Store.done_keys`.
 The database runs in WAL mode with ``synchronous=NORMAL``: durable against a crash of the
 process (the case that matters here); a power cut may lose the last commits but never
@@ -45,7 +46,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -105,6 +106,10 @@ _SCHEMA_SQL: Final = (
     + ")",
 )
 _PAIR_COLUMNS: Final = {c.name: c for c in PAIR_COLUMNS}
+_INSERT_POINT: Final = (
+    f"INSERT OR REPLACE INTO points ({', '.join(COLUMN_NAMES)}) "
+    f"VALUES ({', '.join('?' * len(COLUMN_NAMES))})"
+)
 
 
 def store_path(out_dir: str | Path) -> Path:
@@ -115,8 +120,8 @@ def store_path(out_dir: str | Path) -> Path:
 class Store:
     """A sweep's results store. Open with :meth:`open` (read-write) or :func:`load` (read-only).
 
-    Thread-safe for one writer process: writes are serialised by a lock, and each write is its
-    own transaction. Records are flat dicts keyed by column names (see ``results.schema``).
+    Thread-safe for one writer process: writes are serialised by a lock, and each write (one
+    point, or a batch of them) is its own transaction. Records are flat dicts keyed by column names (see ``results.schema``).
     """
 
     def __init__(
@@ -227,12 +232,18 @@ class Store:
         any JSON-able value (it is serialised with sorted keys).
         """
         row = _point_row(record)
-        sql = (
-            f"INSERT OR REPLACE INTO points ({', '.join(COLUMN_NAMES)}) "
-            f"VALUES ({', '.join('?' * len(COLUMN_NAMES))})"
-        )
         with self._transaction():
-            self._conn.execute(sql, row)
+            self._conn.execute(_INSERT_POINT, row)
+
+    def put_points(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Store many points (as :meth:`put_point` each) in one transaction: all of them or,
+        should it fail or be interrupted, none. One commit instead of one per point is what
+        makes storing a pruned round's many points cheap."""
+        rows = [_point_row(r) for r in records]
+        if not rows:
+            return
+        with self._transaction():
+            self._conn.executemany(_INSERT_POINT, rows)
 
     def put_design(self, record: Mapping[str, Any]) -> None:
         """Store one design (insert or replace by ``design_id``).

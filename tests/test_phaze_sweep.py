@@ -55,24 +55,28 @@ from workloads import Recompute, TrainingSetup, build_layer_graph
 def test_resume_after_interruption_gives_identical_points(
     clean_sweeps, tmp_path, monkeypatch, space, k
 ):
-    """Ctrl-C while committing the k-th point, then a re-run: every column as a clean run."""
+    """Ctrl-C while committing the k-th point (alone, or in a batch of pruned points), then
+    a re-run: every column as a clean run."""
     cfg, reference, ref_points = clean_sweeps[space]
-    real_put = Store.put_point
+    real_put, real_many = Store.put_point, Store.put_points
     calls = 0
 
-    def interrupted_put(self, record):
+    def interrupted_many(self, records):
         nonlocal calls
-        calls += 1
-        if calls == k:
+        records = list(records)
+        if calls < k <= calls + len(records):
             raise KeyboardInterrupt
-        real_put(self, record)
+        calls += len(records)
+        real_many(self, records)
 
-    monkeypatch.setattr(Store, "put_point", interrupted_put)
+    monkeypatch.setattr(Store, "put_point", lambda self, record: interrupted_many(self, [record]))
+    monkeypatch.setattr(Store, "put_points", interrupted_many)
     with pytest.raises(KeyboardInterrupt):
         sweeps.run(cfg, tmp_path)
     monkeypatch.setattr(Store, "put_point", real_put)
+    monkeypatch.setattr(Store, "put_points", real_many)
     stored = {p["key"] for p in sweeps.points(tmp_path)}
-    assert len(stored) == k - 1  # each point committed alone; the k-th not at all
+    assert len(stored) == calls < k  # the transaction holding the k-th point stored nothing
     real = [p for p in ref_points if p["workload"] != AGGREGATE_WORKLOAD]
     finished = {p["design_id"] for p in real} - {
         p["design_id"] for p in real if p["key"] not in stored

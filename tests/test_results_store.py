@@ -76,6 +76,24 @@ def test_numpy_values_enums_and_replace_by_key(tmp_path):
     s.close()
 
 
+def test_put_points_stores_what_put_point_does_in_one_transaction(tmp_path):
+    """A batch stores the rows one put_point each would; a bad record in it stores none."""
+    one, many = (
+        Store.open(tmp_path / "one", CONFIG, "h"),
+        Store.open(tmp_path / "many", CONFIG, "h"),
+    )
+    batch = [_point(i, tokens_per_s=float(i)) for i in range(5)] + [_point(2, tokens_per_s=9.0)]
+    for p in batch:
+        one.put_point(p)
+    many.put_points(batch)
+    assert many.points() == one.points() and len(many) == 5
+    with pytest.raises(ConfigError):
+        many.put_points([_point(7), {"key": "bad"}])
+    assert len(many) == 5
+    one.close()
+    many.close()
+
+
 def test_bad_records_report_every_problem_at_once(tmp_path):
     with Store.open(tmp_path, CONFIG, "h") as s:
         with pytest.raises(ConfigError) as e:

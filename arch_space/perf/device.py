@@ -78,13 +78,10 @@ class CollectiveCurve:
         A larger message never takes less time: each size's time is at least every smaller
         size's (the measurements are noisy by a few per cent where the curve is steep).
         """
-        sizes = np.asarray(self.size_bytes)
-        times = np.maximum.accumulate(sizes / np.asarray(self.busbw_bytes_per_s))
-        logs = np.log(sizes)
-        logbw = np.log(sizes / times)
+        logs, logbw, smallest, smallest_s = _log_table(self.size_bytes, self.busbw_bytes_per_s)
         s = np.maximum(nbytes, 1.0)
         bw = np.exp(np.interp(np.log(s), logs, logbw))
-        bw = np.where(s < sizes[0], s / times[0], bw)
+        bw = np.where(s < smallest, s / smallest_s, bw)
         bw = np.where(all_reduce, bw, np.minimum(bw, self.ring_busbw_bytes_per_s))
         return bw / self.line_rate_bytes_per_s
 
@@ -98,6 +95,21 @@ class CollectiveCurve:
         """
         b = np.asarray(nbytes, dtype=np.float64)
         return self.efficiency(self.devices * b, np.zeros(b.shape, dtype=bool))
+
+
+@lru_cache(maxsize=64)
+def _log_table(
+    size_bytes: tuple[float, ...], busbw_bytes_per_s: tuple[float, ...]
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """A curve's log sizes and log bandwidths (each size's time at least every smaller
+    size's), its smallest size and that size's time: computed once per curve, not on each of
+    the placement search's many collectives (read-only arrays)."""
+    sizes = np.asarray(size_bytes)
+    times = np.maximum.accumulate(sizes / np.asarray(busbw_bytes_per_s))
+    logs = np.log(sizes)
+    logbw = np.log(sizes / times)
+    logs.flags.writeable = logbw.flags.writeable = False
+    return logs, logbw, sizes[0], times[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,9 @@ from results.store import Store
 __all__ = ["Rounds", "round_ranges"]
 
 _FIRST_ROUND: Final = 8
+# Pruned points stored per transaction: one commit per point cost more than deciding them,
+# and a round's whole batch (up to ~10^6 records) would hold too much memory.
+_PRUNED_BATCH: Final = 4096
 
 
 _UNDECIDED, _KEEP, _PRUNED = range(3)
@@ -85,6 +88,7 @@ class Rounds:
         self._queue: deque[Task] = deque()
         self._cache: dict[tuple[str, int], Any] = {}  # (what, round) -> bounds, groups
         self._stored: list[list[tuple[int, list[float]]]] = [[] for _ in self._rounds]
+        self._pruned_records: list[dict[str, Any]] = []  # stored in batches (`_flush_pruned`)
         empty = np.empty((0, len(signs)))
         self._settled = [empty] * len(shared.workloads)  # front of the rounds before `_cur`
         self._live = list(self._settled)  # the same with round `_cur`'s points so far
@@ -169,12 +173,19 @@ class Rounds:
 
     # ------------------------------------------------------------------ internals
     def _advance(self) -> None:
-        """Settle each completed round and decide the next, as far as that goes."""
+        """Settle each completed round and decide the next, as far as that goes; then store
+        the points of the designs pruned meanwhile not stored yet."""
         while self._open == 0 and self._cur < len(self._rounds) - 1:
             self._settled = list(self._live)
             self._cur += 1
             self._next = 0
             self._decide(self._cur)
+        self._flush_pruned()
+
+    def _flush_pruned(self) -> None:
+        """Store the pruned designs' points held so far, in one transaction."""
+        self._store.put_points(self._pruned_records)
+        self._pruned_records.clear()
 
     def _decide(self, q: int) -> None:
         """Round ``q``: prune by the cheap bound; settle designs whose speculative tasks have
@@ -295,7 +306,9 @@ class Rounds:
         devices = self._shared.ctx.cluster.devices
         for name, _ in self._shared.workloads:
             for k in design_knobs(self._shared, self._order[i]):
-                self._store.put_point(pruned_record(self._order[i], name, k, devices))
+                self._pruned_records.append(pruned_record(self._order[i], name, k, devices))
+        if len(self._pruned_records) >= _PRUNED_BATCH:
+            self._flush_pruned()
         self.pruned += 1
         self._bar.skip(1)
 

@@ -121,8 +121,8 @@ def run_sweep(
     """Run (or resume) a sweep into ``out_dir``; returns counts and wall time.
 
     ``planned`` is ``plan(cfg)`` when the caller has checked the config already. Every
-    point is committed as it completes; Ctrl-C stops cleanly (KeyboardInterrupt propagates
-    after the finished points are stored).
+    evaluated point is committed as it completes (pruned points in batches); Ctrl-C stops
+    cleanly (KeyboardInterrupt propagates after the finished points are stored).
     """
     t0 = time.perf_counter()
     shared, designs = planned if planned is not None else plan(cfg)
