@@ -4,7 +4,7 @@ point of each objective, plus the point counts.
 
 Two stores with the same fingerprint name the same best designs and the same fronts, value
 for value. The front is the sweep's own (all objectives at once, as pruning keeps it:
-:mod:`phaze.sweep.fronts`), so it works for any number of objectives.
+:mod:`results.fronts`), so it works for any number of objectives.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from phaze.sweep.fronts import dominated
+from results.fronts import dominated
 from results.pareto import best, parse_objectives
 from results.schema import AGGREGATE_WORKLOAD
 from results.store import Store

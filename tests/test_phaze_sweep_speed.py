@@ -30,10 +30,10 @@ from ilp.timing import channels
 from phaze.config import SolverSettings, sweep_config_from_mapping
 from phaze.lower_bounds import pass_bound_s
 from phaze.sweep import run_sweep
-from phaze.sweep.fronts import dominated, front_add
 from phaze_common.errors import Infeasible
 from placement import Layout, place
 from placement.interleave import best_interleaved
+from results.fronts import dominated, front_add
 from results.store import load
 from workloads import build_layer_graph, resolve_model
 

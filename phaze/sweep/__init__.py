@@ -15,7 +15,7 @@ not depend on the executor, the number of workers or an interruption.
 
 The stages, one module each: :mod:`~phaze.sweep.planning` (config -> designs and shared
 context), :mod:`~phaze.sweep.tasks` (what a worker runs), :mod:`~phaze.sweep.records` (store
-records of points), :mod:`~phaze.sweep.optimistic` (the bounds), :mod:`~phaze.sweep.fronts`
+records of points), :mod:`~phaze.sweep.optimistic` (the bounds), :mod:`results.fronts`
 and :mod:`~phaze.sweep.rounds` (pruning rounds), :mod:`~phaze.sweep.aggregate` (rows over
 workloads) and :mod:`~phaze.sweep.run` (the driver).
 """

@@ -14,11 +14,11 @@ from arch_space import Accelerator
 from arch_space.tco import DeviceCapex
 from phaze.executors import Progress
 from phaze.pipeline import timing_design
-from phaze.sweep.fronts import dominated, front_add
 from phaze.sweep.optimistic import bound_columns
 from phaze.sweep.planning import Shared, design_knobs
 from phaze.sweep.records import pruned_record
 from phaze.sweep.tasks import Task, TaskResult
+from results.fronts import dominated, front_add
 from results.store import Store
 
 __all__ = ["Rounds", "round_ranges"]

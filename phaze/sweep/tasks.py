@@ -11,11 +11,11 @@ import numpy as np
 
 from arch_space import Accelerator
 from phaze.pipeline import evaluate
-from phaze.sweep.fronts import dominated
 from phaze.sweep.optimistic import tight_bound
 from phaze.sweep.planning import Shared, design_knobs, serve_formats
 from phaze.sweep.records import record_of
 from phaze.sweep.serve_tasks import serve_design_records
+from results.fronts import dominated
 
 __all__ = ["Task", "TaskResult", "run_task"]
 
