@@ -25,7 +25,7 @@ from importlib import resources
 from arch_space import Cluster, preset, preset_names
 from arch_space.perf.device import device_profile
 from ilp.serving import decode_hbm_bound_s, serving_pass_time
-from phaze.serving_engines import engine_profile
+from phaze.model.serving_engines import engine_profile
 from workloads import get_model
 from workloads.serving import RequestBatch, ServingPass
 from workloads.serving_costs import weight_bytes_per_device

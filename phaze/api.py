@@ -28,11 +28,11 @@ from phaze.config import (
     SweepConfig,
     sweep_config_from_mapping,
 )
-from phaze.knob_search import RECOMPUTES, evaluate_best_knobs
-from phaze.pipeline import Context, Evaluation
-from phaze.pipeline import evaluate as _evaluate
-from phaze.scoring import ScoringParams
-from phaze.serving import ServingPoint
+from phaze.model.knob_search import RECOMPUTES, evaluate_best_knobs
+from phaze.model.pipeline import Context, Evaluation
+from phaze.model.pipeline import evaluate as _evaluate
+from phaze.model.scoring import ScoringParams
+from phaze.model.serving import ServingPoint
 from phaze.sweep import run_sweep
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
@@ -43,9 +43,9 @@ from workloads import resolve_model
 from workloads.framework import DEFAULT_FRAMEWORK
 
 if TYPE_CHECKING:
-    from phaze.serving import ServeContext
-    from phaze.serving_arrivals import Arrivals
-    from phaze.serving_capacity import CapacityPlan
+    from phaze.model.serving import ServeContext
+    from phaze.model.serving_arrivals import Arrivals
+    from phaze.model.serving_capacity import CapacityPlan
 
 __all__ = ["search", "evaluate", "serve", "serve_capacity"]
 
@@ -243,7 +243,7 @@ def evaluate(
     shorthand for the parts ``optimizer_state`` names (``"master=fp32,moments=bf16"``: the
     formats of the master copy, moments and gradients, :mod:`workloads.optimizer_state`).
     ``micro_batch``, ``recompute`` and ``sequence_parallel`` left None (and not set by
-    ``strategy``) are searched (:mod:`phaze.knob_search`; sequence parallelism on or off at
+    ``strategy``) are searched (:mod:`phaze.model.knob_search`; sequence parallelism on or off at
     each tensor-parallel width ``t > 1``). ``precision`` names the precision recipe
     (:func:`workloads.precision.recipe_names`; bf16 unless it or ``strategy`` gives one); an
     accelerator without the recipe's GEMM format is a ConfigError naming the formats it has.
@@ -346,16 +346,16 @@ def serve(
     reserves a request's KV cache: ``"on-demand"`` (its mean length, vLLM) or
     ``"whole-request"`` (its whole prompt and output, TensorRT-LLM's GUARANTEED_NO_EVICT);
     None: the engine's, else serving.toml's default. ``engine`` names a serving engine's
-    profile (:mod:`phaze.serving_engines`: vllm, trtllm, sglang, gpt-fast, ...): its
+    profile (:mod:`phaze.model.serving_engines`: vllm, trtllm, sglang, gpt-fast, ...): its
     scheduler's rules are the search's defaults (batch sizes, chunk budgets, KV admission,
     static batching where it runs it) and its passes carry its all-reduce, its kernel gaps
     and its measured small-batch bandwidth; None: serving.toml's generic engine. The
     returned point's ``slo`` names the limits it misses
     when no layout meets them. A strategy that contradicts the model, the devices or
     ``disaggregate`` (a prefill pool with ``disaggregate=False``) is a ConfigError naming
-    every problem (:func:`phaze.serving_search.check_strategy`).
+    every problem (:func:`phaze.model.serving_search.check_strategy`).
     """
-    from phaze.serving_search import search as serve_search
+    from phaze.model.serving_search import search as serve_search
 
     layout, ctx = _serving_problem(
         cluster,
@@ -393,13 +393,13 @@ def serve_capacity(
     **kw: Any,
 ) -> CapacityPlan:
     """The fewest devices of ``accelerator`` serving ``arrivals`` (requests as they arrive,
-    :mod:`phaze.serving_arrivals`) with their p99 TTFT and TPOT within the limits (seconds)
+    :mod:`phaze.model.serving_arrivals`) with their p99 TTFT and TPOT within the limits (seconds)
     for the target share of requests, and the serving layout that does
-    (:func:`phaze.serving_capacity.plan_capacity`; docs/serving.md, "Capacity planning").
+    (:func:`phaze.model.serving_capacity.plan_capacity`; docs/serving.md, "Capacity planning").
     ``cluster`` gives the nodes and links (its device count is searched, up to
     ``max_devices``); ``kw`` are :func:`serve`'s options (lengths, strategy, objective,
     formats, mean limits, scoring)."""
-    from phaze.serving_capacity import plan_capacity
+    from phaze.model.serving_capacity import plan_capacity
 
     layout, ctx = _serving_problem(cluster, **kw)
     return plan_capacity(
@@ -437,8 +437,8 @@ def _serving_problem(
     engine: str | None = None,
 ) -> tuple[ServingLayout, ServeContext]:
     """The partial layout and the context :func:`serve`'s arguments give (its ConfigErrors)."""
-    from phaze.serving import ServeContext
-    from phaze.serving_engines import engine_profile
+    from phaze.model.serving import ServeContext
+    from phaze.model.serving_engines import engine_profile
     from workloads.serving import RequestBatch
 
     if (lengths is None) == (input_tokens is None or output_tokens is None):

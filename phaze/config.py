@@ -20,9 +20,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from ilp import DEFAULT_SEARCH_NODES, HEURISTIC, SCHEDULERS
-from phaze.run import parse_tokens
-from phaze.scoring import ScoringParams
+from ilp import SCHEDULERS
+from phaze.model.context import DEFAULT_SEQUENCE_PARALLEL, MICRO_BATCHES, SolverSettings
+from phaze.model.run import parse_tokens
+from phaze.model.scoring import ScoringParams
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
@@ -53,9 +54,6 @@ __all__ = [
 ]
 
 RECOMPUTE_MODES: Final = RECOMPUTE_WORDS
-#: Sequence parallelism where a run does not fix it: None searches it (on and off at each
-#: tensor-parallel width); the sweep file, :class:`phaze.context.Context` and the API share it.
-DEFAULT_SEQUENCE_PARALLEL: Final[bool | None] = None
 #: The objectives of a serving sweep when none are given.
 SERVE_OBJECTIVES: Final = (
     "tokens_per_s_per_device",
@@ -104,37 +102,6 @@ def tree_digest(dirs: tuple[tuple[str, Path], ...], excluded: tuple[str, ...] = 
 
 
 @dataclass(frozen=True, slots=True)
-class SolverSettings:
-    """The layer scheduler and its limits (recorded in the manifest).
-
-    ``name`` "list" (the default for sweeps) is the deterministic list schedule with local
-    search, no MIP: on the block graphs the bounds do not close it mostly matches the best
-    schedule of the branch and bound and the HiGHS MIP, and is otherwise close
-    (``benchmarks/bench_ilp.py`` measures it), in milliseconds, and its results never depend
-    on machine load. "highs", "cbc" or "gurobi" first run the exact branch and bound of
-    :mod:`ilp.branch` for ``search_nodes`` nodes, then the ILP of docs/scheduling.md, within
-    ``time_limit_s`` per independent part of a graph. ``search_nodes`` defaults to 0 for
-    "list" (``benchmarks/bench_sweep.py --search-nodes`` measures what a budget costs) and to
-    :data:`ilp.DEFAULT_SEARCH_NODES` for the solvers.
-    """
-
-    name: str = "list"
-    time_limit_s: float = 1.0
-    mip_gap: float = 1e-4
-    search_nodes: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.search_nodes is None:
-            nodes = 0 if self.name == HEURISTIC else DEFAULT_SEARCH_NODES
-            object.__setattr__(self, "search_nodes", nodes)
-
-
-#: The micro-batch sizes tried when none is given: an empty ``[sweep]``'s, the Python API's
-#: and ``phaze evaluate``'s search (those dividing the batch).
-MICRO_BATCHES: Final = (1, 2, 4)
-
-
-@dataclass(frozen=True, slots=True)
 class SweepConfig:
     """One sweep: workloads x designs x micro-batches x HBM sizes x recompute modes.
 
@@ -149,7 +116,7 @@ class SweepConfig:
     (:meth:`Model.context_problem`).
     ``ep`` and ``cp`` are the expert-
     and context-parallel degrees the placement search may choose from (empty: the search's
-    own, :func:`phaze.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
+    own, :func:`phaze.model.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
     then 2 and 3 when neither fits); ``sequence_parallel`` True or False fixes it (None:
     searched, on or off at each tensor-parallel width). ``precision`` lists the precision
     recipes (:mod:`workloads.precision`) each design runs, those whose GEMM format its tensor

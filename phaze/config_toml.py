@@ -19,7 +19,7 @@ from dataclasses import fields
 from typing import Any, Final
 
 from phaze.config import MODE_KEYS, MODES, SolverSettings, SweepConfig
-from phaze.scoring import ScoringParams
+from phaze.model.scoring import ScoringParams
 
 __all__ = ["SOURCES", "config_sources", "config_toml", "toml_value"]
 

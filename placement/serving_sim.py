@@ -86,7 +86,7 @@ class Step:
 
 
 class StepPricer(Protocol):
-    """The price of an engine step (the op model's passes, see :mod:`phaze.serving_load`)."""
+    """The price of an engine step (the op model's passes, see :mod:`phaze.model.serving_load`)."""
 
     def decode(self, seqs: int, context: float) -> Step:
         """``seqs`` decodes at a mean context of ``context`` tokens."""

@@ -4,8 +4,8 @@ iteration follow."""
 
 from arch_space import Cluster, preset
 from phaze.api import evaluate
-from phaze.context import Context
-from phaze.pipeline import training_setup
+from phaze.model.context import Context
+from phaze.model.pipeline import training_setup
 from placement import parse_strategy
 from workloads.catalog import get_model
 from workloads.framework import framework_profile, with_attention

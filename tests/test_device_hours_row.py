@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 
 from phaze.cli import cli
-from phaze.published_runs import (
+from phaze.validation.published_runs import (
     default_registry,
     load_registry,
     measured_iteration_s,
     metric_from_iteration_s,
 )
-from phaze.run_validation import evaluate_run
+from phaze.validation.runs import evaluate_run
 from phaze_common.errors import ConfigError
 
 REGISTRY = default_registry()

@@ -8,7 +8,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from phaze import api, knob_search
+from phaze import api
 from phaze.config import (
     _TOP_KEYS,
     MICRO_BATCHES,
@@ -16,6 +16,7 @@ from phaze.config import (
     SweepConfig,
     sweep_config_from_mapping,
 )
+from phaze.model import knob_search
 
 CLI_MD = Path(__file__).parents[1] / "docs" / "cli.md"
 _ROW = re.compile(r"^\| `(\w+)` \| `([^`]*)` \| (.*) \|$", re.M)

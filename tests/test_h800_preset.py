@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from arch_space.perf.device import device_profile
 from arch_space.presets import NVLINK_BYTES_PER_S, PUBLISHED, preset
 from phaze.cli import cli
-from phaze.published_runs import default_registry
+from phaze.validation.published_runs import default_registry
 
 
 def test_h800_differs_from_h100_only_in_nvlink():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from phaze.problem import dp_bytes_per_parameter
+from phaze.model.problem import dp_bytes_per_parameter
 from workloads.catalog import get_model
 from workloads.op_graphs import block_pass_graphs
 from workloads.ops import OpKind

@@ -9,10 +9,11 @@ import click
 import pytest
 
 from arch_space import Cluster
-from phaze import api, config, knob_search
+from phaze import api, config
 from phaze.cli._options import RecomputeMode
-from phaze.context import Context
-from phaze.problem import dp_bytes_per_parameter
+from phaze.model import knob_search
+from phaze.model.context import Context
+from phaze.model.problem import dp_bytes_per_parameter
 from phaze_common.errors import ConfigError
 from placement import layout
 from placement.layout import Layout

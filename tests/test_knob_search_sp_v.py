@@ -16,8 +16,8 @@ from splits import interleaved_splits
 import phaze
 from arch_space import Cluster, preset
 from phaze.config import sweep_config_from_mapping
-from phaze.knob_search import time_lower_bound_s
-from phaze.pipeline import Context, evaluate
+from phaze.model.knob_search import time_lower_bound_s
+from phaze.model.pipeline import Context, evaluate
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError, Infeasible
 from placement import Layout, PlacementProblem, evaluate_fixed, parse_strategy, place

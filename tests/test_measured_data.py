@@ -8,7 +8,7 @@ from importlib import resources
 
 import pytest
 
-from phaze.published_runs import default_registry
+from phaze.validation.published_runs import default_registry
 from workloads.framework import framework_names
 
 PRESETS = {"v100", "tpuv4", "a100", "h100", "b200"}  # the presets that are real chips

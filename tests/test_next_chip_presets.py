@@ -13,7 +13,7 @@ from arch_space.perf.device import _measured_as, device_profile, preset_profile
 from arch_space.power import reticle_mm2
 from arch_space.presets import NVLINK_BYTES_PER_S, PUBLISHED, preset
 from phaze.cli import cli
-from phaze.published_runs import default_registry
+from phaze.validation.published_runs import default_registry
 from phaze_common.errors import ConfigError
 
 _GIB = 2**30

@@ -11,7 +11,7 @@ from arch_space.perf import gemm_measurements, gemm_report
 from arch_space.perf.device import preset_profile
 from arch_space.presets import preset
 from phaze.cli.validate_cmd import report_validation
-from phaze.validation import ValidationRow
+from phaze.validation.rows import ValidationRow
 
 
 @pytest.mark.parametrize("args", [("validate", "--help"), ("validate", "gemm", "--help")])

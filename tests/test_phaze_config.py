@@ -86,10 +86,10 @@ def _copy_digest(root: Path) -> str:
 @pytest.mark.parametrize(
     "rel",
     [
-        "phaze/context.py",
-        "phaze/knob_search.py",
-        "phaze/run.py",
-        "phaze/pipeline.py",
+        "phaze/model/context.py",
+        "phaze/model/knob_search.py",
+        "phaze/model/run.py",
+        "phaze/model/pipeline.py",
         "phaze/sweep/run.py",
         "phaze/data/quick.toml",
         "phaze_common/units.py",

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from arch_space.system import host_w_per_node
 from phaze.cli import cli
 from phaze.config import sweep_config_from_mapping
-from phaze.run import parse_tokens
+from phaze.model.run import parse_tokens
 from phaze_common.errors import ConfigError
 
 BASE = ["evaluate", "--workload", "gpt3-1.3b", "--arch", "a100", "--devices", "8"]

@@ -189,7 +189,7 @@ def test_sweep_rejects_cp_not_dividing_the_sequence():
 
 
 def test_search_chooses_ep_for_moe_and_cp_only_for_long_sequences():
-    from phaze.pipeline import Context, search_degrees
+    from phaze.model.pipeline import Context, search_degrees
 
     ev = _mixtral_on_64_h100(recompute="selective")
     assert ev.feasible, ev.reason

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from arch_space.system import host_w_per_node
 from arch_space.tco import DeviceCapex
-from phaze.scoring import (
+from phaze.model.scoring import (
     SECONDS_PER_YEAR,
     BatchEnergy,
     ScoringParams,

@@ -14,9 +14,9 @@ import phaze
 from arch_space import Cluster, load_accelerator, preset, static_power_w
 from arch_space.tco import SECONDS_PER_YEAR, device_hour_cost
 from phaze.cli import cli
-from phaze.scoring import ScoringParams, electricity_usd, system_capex
-from phaze.serving import ServeContext, evaluate_layout
-from phaze.serving_search import candidates, search
+from phaze.model.scoring import ScoringParams, electricity_usd, system_capex
+from phaze.model.serving import ServeContext, evaluate_layout
+from phaze.model.serving_search import candidates, search
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
 from workloads import get_model
@@ -270,7 +270,7 @@ def test_a_strategy_contradicting_the_model_or_devices_is_one_error_line(
 
 
 def test_check_strategy_names_every_problem_at_once():
-    from phaze.serving_search import check_strategy
+    from phaze.model.serving_search import check_strategy
 
     ctx = _ctx(devices=8)
     with pytest.raises(ConfigError, match=r"p = 64 must be at most the 32 blocks; p=64 needs 64"):

@@ -218,7 +218,7 @@ def test_sweep_json_and_report(stored, tmp_path):
 
 def test_the_scoring_line_names_a_given_host_and_its_figures():
     from phaze.cli.sweep_cmd import _scoring_text
-    from phaze.scoring import ScoringParams
+    from phaze.model.scoring import ScoringParams
 
     line = _scoring_text(ScoringParams(host_profile="dgx-h100"))
     assert "host_profile=dgx-h100, host_w_per_node=" in line

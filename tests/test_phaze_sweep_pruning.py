@@ -18,9 +18,9 @@ from sweeps import OBJECTIVES
 
 from arch_space import Accelerator, Cluster, design_id
 from phaze.config import SolverSettings
-from phaze.pipeline import Context
-from phaze.pipeline import evaluate as evaluate_point
-from phaze.scoring import SECONDS_PER_YEAR, ScoringParams
+from phaze.model.pipeline import Context
+from phaze.model.pipeline import evaluate as evaluate_point
+from phaze.model.scoring import SECONDS_PER_YEAR, ScoringParams
 from phaze.sweep import Bound, bounds, plan, record_of, tight_bound
 from phaze.sweep import run as run_module
 from placement import Layout
@@ -255,7 +255,7 @@ def test_bounds_of_many_designs_are_each_design_s_bound_in_its_own_host():
     """The vectorised bounds of a round (presets beside new designs) equal each design's
     own bound, each priced in its own host server (an H100 in a DGX H100)."""
     from arch_space import preset
-    from phaze.scoring import system_capex
+    from phaze.model.scoring import system_capex
     from phaze.sweep.optimistic import bound_columns
 
     model = resolve_model("gpt3-125m")

@@ -21,14 +21,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from spaces import space_toml
 
-import phaze.pipeline as pipeline
+import phaze.model.pipeline as pipeline
 from arch_space import Accelerator, Cluster
 from ilp import costed_graph, layer_timing
 from ilp.listsched import lower_bound
 from ilp.problem import build_problem
 from ilp.timing import channels
 from phaze.config import SolverSettings, sweep_config_from_mapping
-from phaze.lower_bounds import pass_bound_s
+from phaze.model.lower_bounds import pass_bound_s
 from phaze.sweep import run_sweep
 from phaze_common.errors import Infeasible
 from placement import Layout, place

@@ -18,8 +18,8 @@ from arch_space.perf.device import device_profile, preset_profile
 from arch_space.power import unlimited_gemm_power_w
 from phaze.cli import cli
 from phaze.errors import ConfigError
-from phaze.pipeline import timing_design
-from phaze.published_runs import (
+from phaze.model.pipeline import timing_design
+from phaze.validation.published_runs import (
     METRICS,
     default_registry,
     flops_per_iteration,
@@ -27,7 +27,7 @@ from phaze.published_runs import (
     measured_iteration_s,
     metric_from_iteration_s,
 )
-from phaze.run_validation import (
+from phaze.validation.runs import (
     RunResult,
     Targets,
     evaluate_run,

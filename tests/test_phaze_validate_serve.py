@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from phaze.cli import cli
-from phaze.serving_validation import FORMATS_MODELLED, evaluate_row, load_points
+from phaze.validation.serving import FORMATS_MODELLED, evaluate_row, load_points
 
 
 def _validate() -> dict:

@@ -10,8 +10,12 @@ from click.testing import CliRunner
 
 from phaze.cli import cli
 from phaze.cli.validate_megatron_cmd import HELD_OUT_SUITE, TABLE5_SUITE, fit_models
-from phaze.published_runs import default_registry, flops_per_iteration, measured_iteration_s
-from phaze.validation import coordinate_fit, golden_min
+from phaze.validation.published_runs import (
+    default_registry,
+    flops_per_iteration,
+    measured_iteration_s,
+)
+from phaze.validation.rows import coordinate_fit, golden_min
 
 
 def _suite(name):

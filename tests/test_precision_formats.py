@@ -24,7 +24,13 @@ from phaze.sweep.planning import Shared, design_knobs
 from phaze_common.errors import ConfigError
 from phaze_common.units import fmt_percent
 from placement import Layout, parse_strategy
-from workloads import TrainingSetup, build_layer_graph, get_model
+from workloads import (
+    TrainingSetup,
+    build_layer_graph,
+    get_model,
+    model_flops_per_sequence,
+    resolve_model,
+)
 from workloads.memory import block_activation_bytes
 from workloads.ops import CoreType, Op, OpGraph, OpKind
 from workloads.precision import apply_precision, recipe, recipe_names
@@ -408,6 +414,8 @@ def test_mfu_says_which_peak_it_is_against(precision):
     args += ["--global-batch", "64", "--strategy", f"t=1,p=1,d=8,mbs=8,precision={precision}"]
     doc = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
     h100, flops = preset("h100"), doc["tflops_per_device"] * 1e12
+    per_sequence = model_flops_per_sequence(resolve_model("gpt3-1.3b"), doc["seq_len"])
+    assert flops == pytest.approx(64 * per_sequence / doc["iteration_s"] / 8)
     assert doc["mfu"] == pytest.approx(flops / h100.peak_flops)
     assert doc["mfu_fp8_peak"] == pytest.approx(flops / h100.peak_flops / h100.format_rate("fp8"))
     (row,) = [line for line in CliRunner().invoke(cli, args).output.splitlines() if "MFU" in line]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from arch_space import Cluster
-from phaze.context import Context
-from phaze.pipeline import training_setup
+from phaze.model.context import Context
+from phaze.model.pipeline import training_setup
 from placement import parse_strategy
 from workloads import TrainingSetup, build_layer_graph, get_model
 from workloads.build import BLOCK_CLASS

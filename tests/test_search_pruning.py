@@ -1,5 +1,5 @@
 """The searches skip work only where a bound proves it changes nothing: the knob search's
-pairs asked only to beat the best so far (:func:`phaze.pipeline.evaluate` with ``beat_s``),
+pairs asked only to beat the best so far (:func:`phaze.model.pipeline.evaluate` with ``beat_s``),
 and a serving layout's passes priced only once its memory fits."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 
 from arch_space import Cluster, preset
 from ilp.problem import Problem
-from phaze import pipeline, serving, serving_policies
-from phaze.knob_search import evaluate_best_knobs, time_lower_bound_s
-from phaze.pipeline import Context, evaluate
-from phaze.serving import ServeContext
+from phaze.model import pipeline, serving, serving_policies
+from phaze.model.knob_search import evaluate_best_knobs, time_lower_bound_s
+from phaze.model.pipeline import Context, evaluate
+from phaze.model.serving import ServeContext
 from phaze_common.errors import ConfigError, Infeasible
 from placement import Layout, parse_serving
 from workloads import get_model, resolve_model

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from arch_space import Cluster, preset
 from phaze.cli import cli
 from phaze.cli.serve_capacity import counting
-from phaze.serving import ServeContext
-from phaze.serving_capacity import device_counts
-from phaze.serving_search import ranked, search
+from phaze.model.serving import ServeContext
+from phaze.model.serving_capacity import device_counts
+from phaze.model.serving_search import ranked, search
 from placement import parse_serving
 from workloads import get_model
 from workloads.serving import RequestBatch
@@ -172,7 +172,7 @@ def test_p99_limits_replace_the_mean_limits_in_the_attainment_under_load():
 
 def test_the_python_api_plans_as_the_command_does():
     import phaze
-    from phaze.serving_arrivals import generate
+    from phaze.model.serving_arrivals import generate
 
     arrivals = generate(5.0, 300, 512, 128, seed=3)
     plan = phaze.serve_capacity(

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from arch_space import Cluster, preset
 from phaze.cli import cli
-from phaze.serving import ServeContext, evaluate_layout
-from phaze.serving_engines import _profile, engine_names, engine_profile
-from phaze.serving_validation import evaluate_row, load_points
+from phaze.model.serving import ServeContext, evaluate_layout
+from phaze.model.serving_engines import _profile, engine_names, engine_profile
+from phaze.validation.serving import evaluate_row, load_points
 from phaze_common.errors import ConfigError
 from placement import parse_serving
 from workloads import get_model
@@ -176,7 +176,7 @@ def test_a_chip_row_runs_at_its_presets_measured_rates():
     # the H200 row is the h100 preset with the H200's HBM: its sustained rates are the
     # H100's measured ones, not the generic profile of a design no one measured
     from arch_space.perf.device import device_profile
-    from phaze.serving_validation import _device
+    from phaze.validation.serving import _device
 
     row = next(r for r in load_points() if r.chip.startswith("h200") and not r.waiting)
     acc = _device(row)

@@ -8,9 +8,9 @@ import pytest
 
 import phaze
 from arch_space import Cluster, preset
-from phaze.serving import ServeContext, evaluate_layout
-from phaze.serving_engines import engine_profile
-from phaze.serving_validation import load_points
+from phaze.model.serving import ServeContext, evaluate_layout
+from phaze.model.serving_engines import engine_profile
+from phaze.validation.serving import load_points
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
 from workloads import get_model

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from phaze.cli import cli
-from phaze.serving_lengths import length_distributions, sample_lengths
+from phaze.model.serving_lengths import length_distributions, sample_lengths
 from phaze_common.errors import ConfigError
 
 _SERVE = (
@@ -103,7 +103,7 @@ def test_openorca_sides_are_exponentials_truncated_at_the_published_largest_leng
 
 
 def test_a_largest_length_is_refused_on_a_distribution_it_does_not_bound(monkeypatch):
-    from phaze import serving_lengths
+    from phaze.model import serving_lengths
 
     bad = '[x]\nkind = "lognormal"\ninput_mean = 10\ninput_median = 5\ninput_max = 100\n'
     bad += 'output_mean = 10\noutput_median = 5\nsource = "s"\n'

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from arch_space import Cluster, preset
-from phaze import serving_load_price
 from phaze.cli import cli
-from phaze.serving import ServeContext, evaluate_layout, pass_cost
-from phaze.serving_arrivals import generate, read_trace
-from phaze.serving_load import _pricer, simulate_load
+from phaze.model import serving_load_price
+from phaze.model.serving import ServeContext, evaluate_layout, pass_cost
+from phaze.model.serving_arrivals import generate, read_trace
+from phaze.model.serving_load import _pricer, simulate_load
 from phaze_common.errors import ConfigError
 from placement import parse_serving
 from placement.serving_sim import EngineSpec, Step, simulate_engine

@@ -9,9 +9,10 @@ from importlib import resources
 
 import pytest
 
-from phaze.serving_engines import engine_profile
-from phaze.serving_lengths import length_distributions
-from phaze.serving_load_validation import (
+from phaze.model.serving_engines import engine_profile
+from phaze.model.serving_lengths import length_distributions
+from phaze.validation.serving import FORMATS_MODELLED
+from phaze.validation.serving_load import (
     MEASURES,
     TARGETS_PCT,
     LoadPoint,
@@ -22,7 +23,6 @@ from phaze.serving_load_validation import (
     parse_runs,
     summarize,
 )
-from phaze.serving_validation import FORMATS_MODELLED
 from phaze_common.errors import ConfigError
 
 _TEXT = resources.files("phaze").joinpath("data", "serving_load_points.toml").read_text("utf-8")

@@ -16,7 +16,7 @@ from arch_space import Cluster, preset
 from arch_space.perf.gemm import GemmShape, gemm_hbm_bytes, gemm_terms
 from ilp.serving import serving_pass_time
 from phaze.cli import cli
-from phaze.serving_validation import load_points
+from phaze.validation.serving import load_points
 from placement import parse_serving
 from workloads import get_model
 from workloads.serving import ServingPass

@@ -1,4 +1,4 @@
-"""The engine policies are a registry selected by name (phaze.serving_policies): each
+"""The engine policies are a registry selected by name (phaze.model.serving_policies): each
 batching policy under each KV admission prices a layout exactly as the branches it replaced
 did (the figures below were printed by the code before the registry, commit d99c145)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from arch_space import Cluster, preset
-from phaze.serving import ServeContext, evaluate_layout
-from phaze.serving_policies import (
+from phaze.model.serving import ServeContext, evaluate_layout
+from phaze.model.serving_policies import (
     BATCHING,
     KV_ADMISSION,
     PREEMPTION,

@@ -137,7 +137,7 @@ def test_the_training_flash_kernel_executes_the_window_s_tiles():
 @pytest.mark.parametrize("window", [None, 4096])
 def test_serving_memory_fits_more_sequences_with_the_window(window):
     from arch_space import Cluster, preset
-    from phaze.serving import ServeContext, evaluate_layout
+    from phaze.model.serving import ServeContext, evaluate_layout
     from placement.serving_layout import parse_serving
     from workloads.serving import RequestBatch
 

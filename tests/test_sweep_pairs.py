@@ -16,8 +16,8 @@ import phaze
 from arch_space import Cluster
 from phaze.cli import cli
 from phaze.config import SERVE_OBJECTIVES, SweepConfig
-from phaze.serving_arrivals import Arrivals
-from phaze.serving_load import simulate_load
+from phaze.model.serving_arrivals import Arrivals
+from phaze.model.serving_load import simulate_load
 from phaze.sweep.pairs import PoolRun, arrivals_at, pair_records, pool_runs, split_point
 from phaze.sweep.planning import plan
 from phaze.sweep.serve_tasks import AtRate

@@ -138,7 +138,7 @@ def test_flash_is_priced_at_the_measured_attention_rate():
 
 
 def test_flash2_stacks_run_flashattention2_at_its_measured_rate():
-    from phaze.lower_bounds import stack_device
+    from phaze.model.lower_bounds import stack_device
 
     h100 = preset_profile("h100")
     assert framework_profile("fsdp2-2024").attention == "flash2"

@@ -96,7 +96,7 @@ class FrameworkProfile:
     frees the gathered weights after each backward pass and gathers them again for the next
     micro-batch (FSDP's ``SHARD_GRAD_OP``); ``reduce_bytes_per_parameter``: the
     bytes a gradient reduction moves per parameter (0: the weights' format,
-    :func:`phaze.problem.dp_bytes_per_parameter`);
+    :func:`phaze.model.problem.dp_bytes_per_parameter`);
     ``pipeline`` the most the stack's pipeline schedule does (:data:`PIPELINE_SCHEDULES`),
     ``zero_stages`` the ZeRO stages it runs; ``host_s_per_kernel`` the host's time to
     dispatch one kernel (0: none modelled), a pass taking at least its kernels times that;

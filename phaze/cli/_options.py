@@ -22,7 +22,7 @@ from phaze_common.limits import MAX_DEVICES
 
 if TYPE_CHECKING:
     from arch_space import Accelerator, Cluster
-    from phaze.scoring import ScoringParams
+    from phaze.model.scoring import ScoringParams
     from workloads import Model
 
 __all__ = [
@@ -106,9 +106,9 @@ class FiniteFloat(click.ParamType):
 
 
 def scoring_float(name: str, per_unit: float = 1.0) -> FiniteFloat:
-    """The option type of scoring number ``name`` in its range (:data:`phaze.scoring.RANGES`),
+    """The option type of scoring number ``name`` in its range (:data:`phaze.model.scoring.RANGES`),
     given in units of ``per_unit`` SI units (``SECONDS_PER_YEAR`` for a lifetime in years)."""
-    from phaze.scoring import RANGES
+    from phaze.model.scoring import RANGES
 
     lo, hi, lo_in, hi_in = RANGES[name]
     return FiniteFloat(lo / per_unit, hi / per_unit, lo_open=not lo_in, hi_open=not hi_in)
@@ -307,9 +307,9 @@ def scoring_options(training: bool) -> Callable:
 def scoring_of(kw: dict[str, Any], acc: Accelerator) -> ScoringParams:
     """The scoring settings the :func:`scoring_options` in ``kw`` give (taken out of it); a
     preset runs in its own host server unless ``--host`` says otherwise
-    (:meth:`~phaze.scoring.ScoringParams.for_accelerator`); a setting the command does not
-    offer keeps :class:`~phaze.scoring.ScoringParams`' default."""
-    from phaze.scoring import SECONDS_PER_YEAR, ScoringParams
+    (:meth:`~phaze.model.scoring.ScoringParams.for_accelerator`); a setting the command does not
+    offer keeps :class:`~phaze.model.scoring.ScoringParams`' default."""
+    from phaze.model.scoring import SECONDS_PER_YEAR, ScoringParams
 
     given = {
         k: kw.pop(k) for k in ("embodied_mode", "interest", "goodput", "volume_units") if k in kw

@@ -144,7 +144,7 @@ def list_cmd(
 
 def _published_runs() -> dict[str, int]:
     """Runs of the validation registry per preset (``phaze validate runs``)."""
-    from phaze.published_runs import default_registry
+    from phaze.validation.published_runs import default_registry
 
     return dict(Counter(r.arch for r in default_registry().runs))
 

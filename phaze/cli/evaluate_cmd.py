@@ -26,14 +26,14 @@ from phaze.cli._options import (
 from phaze.cli._render import echo_json, table
 from phaze.cli._stages import pipeline_stages, stage_table
 from phaze.executors.progress import ticking
-from phaze.run import RunAnswers, parse_tokens, run_answers
-from phaze.scoring import Score, ScoringParams
+from phaze.model.run import RunAnswers, parse_tokens, run_answers
+from phaze.model.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_noun, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from placement import Layout, Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
-from workloads import Model, model_flops_per_sequence, resolve_model
+from workloads import Model, resolve_model
 from workloads.framework import (
     DEFAULT_FRAMEWORK,
     framework_names,
@@ -179,13 +179,6 @@ def evaluate(
         tokens_source=source,
         params=scoring,
     )
-    tflops = (
-        global_batch
-        * model_flops_per_sequence(model, seq_len)
-        / ev.placement.breakdown.iteration_s
-        / devices
-        / 1e12
-    )
     doc = _document(
         ev,
         acc,
@@ -196,7 +189,7 @@ def evaluate(
         devices=devices,
         framework=framework,
         seq_len=seq_len,
-        tflops_per_device=tflops,
+        tflops_per_device=ev.model_flops_per_s_per_device / 1e12,
         precision=_precision_doc(ev, state_bytes, optimizer_state),
         searched=layout is None,
     )

@@ -15,8 +15,8 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.serve_load import load_document, print_load
 from phaze.executors.progress import Progress
-from phaze.serving_capacity import CapacityPlan, CapacityTry
-from phaze.serving_load import load_settings
+from phaze.model.serving_capacity import CapacityPlan, CapacityTry
+from phaze.model.serving_load import load_settings
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES
 from phaze_common.units import fmt_noun, fmt_quantity

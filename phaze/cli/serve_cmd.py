@@ -36,10 +36,10 @@ from phaze.cli.serve_load import (
     serve_under_load,
 )
 from phaze.executors.progress import ticking
-from phaze.run import parse_tokens
-from phaze.serving import OBJECTIVES, ServingPoint
-from phaze.serving_engines import engine_names, engine_profile
-from phaze.serving_load import load_settings
+from phaze.model.run import parse_tokens
+from phaze.model.serving import OBJECTIVES, ServingPoint
+from phaze.model.serving_engines import engine_names, engine_profile
+from phaze.model.serving_load import load_settings
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_noun, fmt_percent, fmt_quantity, fmt_time
 from workloads.serving import KV_ADMISSIONS, serving_settings

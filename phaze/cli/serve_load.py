@@ -13,11 +13,11 @@ from arch_space import Cluster
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
-from phaze.scoring import ScoringParams
-from phaze.serving import ServeContext, ServingPoint
-from phaze.serving_arrivals import Arrivals, generate, read_trace
-from phaze.serving_lengths import FIXED, check_name, length_distributions, sample_lengths
-from phaze.serving_load import LoadResult, load_settings, simulate_load
+from phaze.model.scoring import ScoringParams
+from phaze.model.serving import ServeContext, ServingPoint
+from phaze.model.serving_arrivals import Arrivals, generate, read_trace
+from phaze.model.serving_lengths import FIXED, check_name, length_distributions, sample_lengths
+from phaze.model.serving_load import LoadResult, load_settings, simulate_load
 from phaze_common.errors import ConfigError
 from phaze_common.units import fmt_count, fmt_noun, fmt_percent, fmt_quantity, fmt_time
 from workloads.catalog import resolve_model

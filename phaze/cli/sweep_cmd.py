@@ -33,8 +33,8 @@ from phaze.config import (
 )
 from phaze.config_toml import config_sources, config_toml
 from phaze.executors import EXECUTORS, check_executor, check_reachable
-from phaze.run import parse_tokens
-from phaze.scoring import ScoringParams
+from phaze.model.run import parse_tokens
+from phaze.model.scoring import ScoringParams
 from phaze.sweep import SweepResult, run_sweep
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError
@@ -461,7 +461,7 @@ def _sweep_keys(options: dict[str, Any]) -> dict[str, Any]:
 
 def _scoring_text(scoring: ScoringParams) -> str:
     """The scoring settings' line on stderr. The host server's terms left open are chosen
-    for each accelerator (:meth:`~phaze.scoring.ScoringParams.for_accelerator`: a preset's
+    for each accelerator (:meth:`~phaze.model.scoring.ScoringParams.for_accelerator`: a preset's
     own server, else a DGX A100) and say so, not None."""
     return "scoring defaults: " + ", ".join(
         f"{k}={'per accelerator' if v is None and k.startswith('host_') else v}"

@@ -1,6 +1,6 @@
 """``phaze validate``: published measurements beside the model's predictions.
 
-Every subcommand builds :class:`phaze.validation.ValidationRow` values (measured, predicted,
+Every subcommand builds :class:`phaze.validation.rows.ValidationRow` values (measured, predicted,
 source) and hands them to the one routine :func:`report_validation`, which prints the %
 errors with their mean and maximum and exits with status 3 when any error is outside the
 tolerance.
@@ -19,7 +19,7 @@ from arch_space.presets import preset
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
-from phaze.validation import ValidationRow
+from phaze.validation.rows import ValidationRow
 from phaze_common.units import fmt_column
 
 __all__ = [

@@ -25,8 +25,8 @@ from arch_space.tco import build_cost_usd, device_hour_cost
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import report_validation, tolerance_option
-from phaze.scoring import ScoringParams, system_capex
-from phaze.validation import ValidationRow
+from phaze.model.scoring import ScoringParams, system_capex
+from phaze.validation.rows import ValidationRow
 from phaze_common.units import fmt_column, fmt_noun
 
 __all__ = ["device_hour_usd", "cost"]

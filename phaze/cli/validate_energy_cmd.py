@@ -1,4 +1,4 @@
-"""``phaze validate energy``: the rows of :mod:`phaze.energy_validation` (power, GPU-hours,
+"""``phaze validate energy``: the rows of :mod:`phaze.validation.energy` (power, GPU-hours,
 energy and carbon of published training runs beside the model's) as tables or JSON."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import click
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import report_validation, tolerance_option
-from phaze.energy_validation import J_PER_KWH, energy_rows
+from phaze.validation.energy import J_PER_KWH, energy_rows
 from phaze_common.units import fmt_column
 
 __all__ = ["energy"]

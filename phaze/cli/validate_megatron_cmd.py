@@ -5,7 +5,7 @@ node, NVLink inside a node, InfiniBand between), sequence length 2048, with full
 recomputation and with selective recomputation plus sequence parallelism. The rows (and the
 held-out ones of ``--held-out``) are runs of the registry ``phaze/data/published_runs.toml``
 (suites ``megatron-table5`` and ``megatron-held-out``), predicted from first principles as
-``phaze validate runs`` predicts them (:func:`phaze.run_validation.predict_iteration_s`: the
+``phaze validate runs`` predicts them (:func:`phaze.validation.runs.predict_iteration_s`: the
 paper's fixed strategy on the A100 preset, on Selene's links), always under the overlap rules
 of ``megatron-2022``; the A100 preset's measured sustained rates
 (``arch_space/data/devices.toml``) price its GEMMs and collectives.
@@ -23,9 +23,9 @@ import click
 from arch_space.perf.device import DeviceProfile, preset_profile, profile_from_mapping
 from phaze.cli import NoFeasiblePoint
 from phaze.cli.validate_cmd import report_validation, tolerance_option
-from phaze.published_runs import PublishedRun, default_registry, measured_iteration_s
-from phaze.run_validation import predict_iteration_s
-from phaze.validation import FitResult, ValidationRow, fit_device
+from phaze.validation.published_runs import PublishedRun, default_registry, measured_iteration_s
+from phaze.validation.rows import FitResult, ValidationRow, fit_device
+from phaze.validation.runs import predict_iteration_s
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
 

@@ -1,7 +1,7 @@
 """``phaze validate runs``: the time model against the registry of published training runs.
 
 Every run of ``phaze/data/published_runs.toml`` (or ``--registry FILE``) is predicted at its
-published layout and compared in its publication's metric (:mod:`phaze.run_validation`);
+published layout and compared in its publication's metric (:mod:`phaze.validation.runs`);
 the table shows each row's error, then the mean and largest |error| of the fitted and the
 held-out rows, by GPU, by framework, by precision recipe and by model kind (dense or
 MoE). Exit status 3 when a target is missed.
@@ -17,8 +17,8 @@ import click
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import mean_max_text, pct_text, tolerance_option
-from phaze.published_runs import METRICS, PublishedRun, Registry, load_registry
-from phaze.run_validation import (
+from phaze.validation.published_runs import METRICS, PublishedRun, Registry, load_registry
+from phaze.validation.runs import (
     RunResult,
     Targets,
     evaluate_runs,

@@ -1,14 +1,14 @@
 """``phaze validate serve``: the serving model against published serving measurements.
 
 Every point of ``phaze/data/serving_points.toml`` is predicted at its published layout
-(:mod:`phaze.serving_validation`); the table shows each row's error, then the mean and
+(:mod:`phaze.validation.serving`); the table shows each row's error, then the mean and
 largest |error| of the fitted and held-out rows and by kind of point, and lists the rows
 that wait (a weight format not modelled, a dataset's lengths not collected). Each row runs
 under the engine profile it names (``phaze/data/serving_engines.toml``). Exit status 3 when
 the held-out mean or largest |error| misses its target.
 
 A second section, "under load", simulates each run of ``phaze/data/serving_load_points.toml``
-at its published request rate (:mod:`phaze.serving_load_validation`) and compares the
+at its published request rate (:mod:`phaze.validation.serving_load`) and compares the
 published TTFT, TPOT and end-to-end percentiles, with the p50 and the p99 points summarised
 apart against their own targets (reported, not part of the exit status).
 """
@@ -23,7 +23,7 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
 from phaze.cli.validate_cmd import mean_max_text, pct_text, tolerance_option
 from phaze.cli.validate_serve_load import load_section, print_load_section
-from phaze.serving_validation import RowResult, evaluate_rows, load_points, summarize
+from phaze.validation.serving import RowResult, evaluate_rows, load_points, summarize
 from phaze_common.units import fmt_quantity
 
 __all__ = ["serve"]

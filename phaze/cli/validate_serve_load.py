@@ -8,7 +8,7 @@ import click
 
 from phaze.cli._render import table
 from phaze.cli.validate_cmd import mean_max_text, pct_text
-from phaze.serving_load_validation import evaluate_points, load_points, summarize
+from phaze.validation.serving_load import evaluate_points, load_points, summarize
 from phaze_common.units import fmt_time
 
 __all__ = ["load_section", "print_load_section"]

@@ -3,7 +3,7 @@
 The cheap bound (:func:`bounds`) puts every device at peak FLOP/s (in the tensor cores'
 fastest format, at the least energy per MAC of any of them); the tight one
 (:func:`tight_bound`) at the throughput of :func:`iteration_lower_bound_s`, from lower
-bounds of layer passes (:mod:`phaze.lower_bounds`). Both charge the least energy any
+bounds of layer passes (:mod:`phaze.model.lower_bounds`). Both charge the least energy any
 placement could use; the sweep's rounds prune a design whose bound an evaluated point
 dominates.
 """
@@ -27,8 +27,8 @@ from arch_space import (
 )
 from arch_space.area import format_mac_pj, with_uncore
 from arch_space.tco import DeviceCapex, stack_capex
-from phaze.lower_bounds import pass_bound_s
-from phaze.pipeline import (
+from phaze.model.lower_bounds import pass_bound_s
+from phaze.model.pipeline import (
     Context,
     device_hbm,
     timing_design,
@@ -36,7 +36,7 @@ from phaze.pipeline import (
     variant_keys,
     width_fits,
 )
-from phaze.scoring import score_point, system_capex
+from phaze.model.scoring import score_point, system_capex
 from placement import Layout
 from placement.iteration import IterationEnergy
 from workloads import Model, TrainingSetup, build_layer_graph, model_flops_per_sequence
@@ -136,10 +136,10 @@ def _bound_fields(
 ) -> dict[str, Any]:
     """The fields of :class:`Bound` from the device's figures: floats, or numpy arrays of
     many designs' (the same operations in the same order, so the same values), all in the
-    host server of ``ctx.scoring`` (:meth:`~phaze.scoring.ScoringParams.for_accelerator`).
+    host server of ``ctx.scoring`` (:meth:`~phaze.model.scoring.ScoringParams.for_accelerator`).
 
     The optimistic inputs go through the pipeline's own scoring
-    (:func:`phaze.scoring.score_point`): every device does model FLOPs at ``peak_flops``
+    (:func:`phaze.model.scoring.score_point`): every device does model FLOPs at ``peak_flops``
     (the shortest iteration), and the iteration's energy terms
     (:class:`placement.iteration.IterationEnergy`) are only the MACs of those FLOPs, the
     devices' static power and the hosts' power over that iteration (the least energy), so
@@ -215,7 +215,7 @@ def iteration_lower_bound_s(
 
     Every tensor-parallel layer (every layer at ``t = 1``) holds its ``t`` devices for at
     least the lower bounds of its forward and backward passes
-    (:func:`phaze.lower_bounds.pass_bound_s`) per micro-batch, and a pipeline of ``p``
+    (:func:`phaze.model.lower_bounds.pass_bound_s`) per micro-batch, and a pipeline of ``p``
     stages with such layers, replicated ``d`` times, uses ``d p t <= N`` devices; so the
     largest stage load is at least W / p (W: the summed bounds of those layers, of which
     only the most numerous kind is counted, to save op costs) and the iteration, at least

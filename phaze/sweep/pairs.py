@@ -3,14 +3,14 @@
 A pair serves each request's prompt on one design's prefill pool and its decodes on another
 design's decode pool, the prompt's KV cache sent between their machines. Each design's
 pools are those of its best disaggregated layout at each batch of the sweep
-(:func:`phaze.serving_search.search` with a prefill pool required, under the sweep's mean
+(:func:`phaze.model.serving_search.search` with a prefill pool required, under the sweep's mean
 limits), so both pools are sized as the design itself would size them on the cluster.
 
 Every pool is simulated once, alone, under the sweep's arrivals (:func:`pool_runs`, in the
-workers; :func:`phaze.serving_load.pool_times`): a prefill pool gives each request's first
+workers; :func:`phaze.model.serving_load.pool_times`): a prefill pool gives each request's first
 token, a decode pool each request's last token with its KV cache there on arrival. A pair's
 requests then take (:func:`pair_record`) their first token from the prefill pool, the
-transfer across nodes (:func:`phaze.serving_policies.pair_transfer_s`), and the decode pool's time
+transfer across nodes (:func:`phaze.model.serving_policies.pair_transfer_s`), and the decode pool's time
 from its admission to its last token. The decode pool is simulated on the arrivals rather
 than on the prefill pool's completions: a pair's decode pool sees its requests shifted by
 the prefill latency, so the figures leave out how the prefill pool's queueing bunches them
@@ -31,11 +31,11 @@ import numpy as np
 
 from arch_space import Accelerator, design_id
 from phaze.executors import Progress, Runner
-from phaze.serving import ServeContext, ServingPoint
-from phaze.serving_arrivals import Arrivals, generate
-from phaze.serving_load import load_settings, pool_times
-from phaze.serving_policies import pair_transfer_s
-from phaze.serving_search import search
+from phaze.model.serving import ServeContext, ServingPoint
+from phaze.model.serving_arrivals import Arrivals, generate
+from phaze.model.serving_load import load_settings, pool_times
+from phaze.model.serving_policies import pair_transfer_s
+from phaze.model.serving_search import search
 from phaze.sweep.planning import Shared, serve_formats
 from phaze.sweep.serve_tasks import AtRate
 from phaze_common.errors import ConfigError, Infeasible

@@ -11,9 +11,9 @@ from typing import Final
 
 from arch_space import Accelerator, Cluster, load_space, preset
 from phaze.config import SweepConfig
-from phaze.pipeline import Context, training_setup
-from phaze.serving import ServeContext
-from phaze.serving_load import load_settings
+from phaze.model.pipeline import Context, training_setup
+from phaze.model.serving import ServeContext
+from phaze.model.serving_load import load_settings
 from phaze.sweep.records import point_key
 from phaze.sweep.serve_tasks import AtRate, serve_point_key
 from phaze_common.errors import ConfigError

@@ -14,7 +14,7 @@ from arch_space import Accelerator, design_id, device_cost_usd
 from arch_space.area import made_die_area_mm2
 from arch_space.power import headroom
 from ilp import Method, PassTiming
-from phaze.pipeline import Evaluation
+from phaze.model.pipeline import Evaluation
 from placement import Layout, Placement
 from workloads.precision import DEFAULT_PRECISION
 

@@ -13,7 +13,7 @@ import numpy as np
 from arch_space import Accelerator
 from arch_space.tco import DeviceCapex
 from phaze.executors import Progress
-from phaze.pipeline import timing_design
+from phaze.model.pipeline import timing_design
 from phaze.sweep.optimistic import bound_columns
 from phaze.sweep.planning import Shared, design_knobs
 from phaze.sweep.records import pruned_record

@@ -13,7 +13,7 @@ from arch_space import Accelerator, design_id
 from phaze import __version__
 from phaze.config import SweepConfig, model_digest
 from phaze.executors import Progress, Runner
-from phaze.scoring import FORMULAS, system_capex
+from phaze.model.scoring import FORMULAS, system_capex
 from phaze.sweep.aggregate import aggregate_records
 from phaze.sweep.optimistic import BOUNDED, fastest_flops
 from phaze.sweep.pairs import run_pairs

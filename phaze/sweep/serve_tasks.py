@@ -1,13 +1,13 @@
 """A serving sweep's unit of work and its records (``[sweep] mode = "serve"``).
 
 A task's worker serves its workload on each of its designs at each batch size of the sweep:
-the best serving layout at that batch (:func:`phaze.serving.search`: tensor, pipeline and
+the best serving layout at that batch (:func:`phaze.model.serving.search`: tensor, pipeline and
 expert parallelism, replicas, chunked prefill, disaggregated pools), meeting the latency
 limits when some layout does, else the one with the lowest TPOT (``meets_slo`` 0). One
 design's points over the batches are its throughput-latency curve.
 
 With a ``rate`` (:class:`AtRate`), each point's layout is also simulated under that many
-requests per second arriving (:func:`phaze.serving_load.simulate_load`): its p50 and p99
+requests per second arriving (:func:`phaze.model.serving_load.simulate_load`): its p50 and p99
 TTFT and TPOT, whether it is stable, its SLO attainment and goodput against the limits at
 the rate (the p99 limits when given, else the mean ones), and its cost per million output
 tokens at the rate; a point unstable or missing the limits there is
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from arch_space import Accelerator
-from phaze.serving import ServeContext, ServingPoint
-from phaze.serving_arrivals import generate
-from phaze.serving_load import load_settings, simulate_load
-from phaze.serving_search import search
+from phaze.model.serving import ServeContext, ServingPoint
+from phaze.model.serving_arrivals import generate
+from phaze.model.serving_load import load_settings, simulate_load
+from phaze.model.serving_search import search
 from phaze.sweep.records import design_columns, headroom_columns
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving

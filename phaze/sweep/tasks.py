@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from arch_space import Accelerator
-from phaze.pipeline import evaluate
+from phaze.model.pipeline import evaluate
 from phaze.sweep.optimistic import tight_bound
 from phaze.sweep.planning import Shared, design_knobs, serve_formats
 from phaze.sweep.records import record_of

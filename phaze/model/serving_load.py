@@ -2,11 +2,11 @@
 use, goodput and energy from a discrete-event simulation of its engines (docs/serving.md,
 "Serving under load").
 
-:func:`simulate_load` takes a priced serving point (:func:`phaze.serving.evaluate_layout`,
+:func:`simulate_load` takes a priced serving point (:func:`phaze.model.serving.evaluate_layout`,
 or the layout :func:`phaze.api.serve` chose) and requests as they arrive
-(:mod:`phaze.serving_arrivals`), routes them to the replicas in turn, and runs each
+(:mod:`phaze.model.serving_arrivals`), routes them to the replicas in turn, and runs each
 replica's scheduler (:func:`placement.serving_sim.simulate_engine`) with its steps priced by
-the op model (:class:`phaze.serving_load_price.PoolPricer`) and its KV cache the pages the
+the op model (:class:`phaze.model.serving_load_price.PoolPricer`) and its KV cache the pages the
 steady-state model gives a device. With separate pools, a request's prompt is prefilled in
 the prefill pool, its KV cache sent over the links (the steady state's transfer time), and
 its decodes run in the decode pool; TTFT is the prefill pool's first token.
@@ -33,11 +33,11 @@ import numpy as np
 
 from arch_space import Accelerator, static_power_w
 from arch_space.accelerator import host_share
-from phaze.serving import ServeContext, ServingPoint, layout_context, pool_kv_capacity
-from phaze.serving_arrivals import Arrivals
-from phaze.serving_engines import engine_profile
-from phaze.serving_load_price import PoolPricer
-from phaze.serving_policies import kv_admission_policy
+from phaze.model.serving import ServeContext, ServingPoint, layout_context, pool_kv_capacity
+from phaze.model.serving_arrivals import Arrivals
+from phaze.model.serving_engines import engine_profile
+from phaze.model.serving_load_price import PoolPricer
+from phaze.model.serving_policies import kv_admission_policy
 from phaze_common.errors import ConfigError
 from placement.layout import Layout
 from placement.serving_engine import prefill_batches

@@ -40,7 +40,7 @@ __all__ = [
 FIXED = "fixed"
 _KINDS = ("exponential", "lognormal", "quantiles")
 #: The lengths' generator is seeded with ``(seed, _STREAM)``: a stream of its own, independent
-#: of the arrival gaps' (:func:`phaze.serving_arrivals.generate`, seeded with ``seed``).
+#: of the arrival gaps' (:func:`phaze.model.serving_arrivals.generate`, seeded with ``seed``).
 _STREAM = 1
 
 

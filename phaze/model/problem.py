@@ -7,7 +7,7 @@ from __future__ import annotations
 from arch_space import Accelerator
 from arch_space.perf import default_settings
 from arch_space.perf.device import CollectiveCurve, device_profile
-from phaze.context import Context, search_degrees
+from phaze.model.context import Context, search_degrees
 from phaze_common.errors import ConfigError
 from placement import PlacementProblem, StageGraph
 from workloads import TrainingSetup

@@ -2,7 +2,7 @@
 under load").
 
 A simulated engine runs steps of any batch and context. Each is priced by the passes the
-steady-state model prices (:mod:`phaze.serving`: a decode step, a prefill of whole prompts,
+steady-state model prices (:mod:`phaze.model.serving`: a decode step, a prefill of whole prompts,
 a chunked-prefill step with decodes riding on its matmuls plus their KV-cache reads), at
 grid points of the batch, the tokens and the context (powers of two and 1.5 x powers of
 two), computed once each when first needed and interpolated linearly between: a step's time
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from arch_space import Accelerator
 from arch_space.perf import default_settings
 from arch_space.tech import tech_node
-from phaze.serving import ServeContext, chunk_pass, pass_cost
+from phaze.model.serving import ServeContext, chunk_pass, pass_cost
 from placement.layout import Layout
 from placement.serving_engine import PassCost, mixed
 from placement.serving_sim import Step

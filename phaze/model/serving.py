@@ -7,9 +7,9 @@ split into pipeline stages, with the expert-parallel token all-to-alls and the p
 priced by the cluster's links (:mod:`placement.network`); the memory of a device (weights,
 the largest pass's workspace, the paged KV cache of its sequences) against its capacity; the
 engine's steady state (:mod:`placement.serving_engine`); and the metrics
-(:mod:`phaze.serving_score`).
+(:mod:`phaze.model.serving_score`).
 
-:mod:`phaze.serving_search` searches the layouts a partial one leaves open.
+:mod:`phaze.model.serving_search` searches the layouts a partial one leaves open.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from arch_space.formats import check_precision
 from arch_space.perf import default_settings
 from arch_space.perf.device import DeviceProfile
 from ilp.serving import ServingPassTime, serving_device_profile, serving_pass_time
-from phaze.config import SolverSettings
-from phaze.pipeline import timing_design
-from phaze.scoring import ScoringParams
-from phaze.serving_engines import engine_profile
-from phaze.serving_score import ServingScore, serving_score
+from phaze.model.context import SolverSettings
+from phaze.model.pipeline import timing_design
+from phaze.model.scoring import ScoringParams
+from phaze.model.serving_engines import engine_profile
+from phaze.model.serving_score import ServingScore, serving_score
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_noun
 from placement import network as net
@@ -89,7 +89,7 @@ class ServeContext:
     tokens (tCDP), solver and scoring settings, an optional device profile, and how the
     engine's scheduler reserves a request's KV cache (``kv_admission``, one of
     ``KV_ADMISSIONS``; None: the default of ``workloads/data/serving.toml``), and the
-    serving engine's profile (``engine``, a name of :mod:`phaze.serving_engines`; None: the
+    serving engine's profile (``engine``, a name of :mod:`phaze.model.serving_engines`; None: the
     generic engine of ``workloads/data/serving.toml``): its scheduler's rules are the
     defaults of ``kv_admission``, ``batches`` and ``chunks``, and its passes are priced under
     it (:func:`pass_cost`)."""
@@ -248,7 +248,7 @@ def pass_cost(
     them, the device-seconds and the dynamic energy, the expert-parallel all-to-alls and the
     pipeline sends priced by the cluster's links. Under a named engine (``ctx.engine``) its
     all-reduce, its measured small-batch decode bandwidth and the wait before each of the
-    pass's kernels (:class:`~phaze.serving_engines.EngineProfile`)."""
+    pass's kernels (:class:`~phaze.model.serving_engines.EngineProfile`)."""
     t, stages, ep = pool.t, pool.p, pool.ep
     engine = None if ctx.engine is None else engine_profile(ctx.engine)
     device = ctx.device or (serving_device_profile(acc) if engine is None else engine.device(acc))
@@ -456,9 +456,9 @@ def evaluate_layout(
     ctx = layout_context(layout, ctx)
     check_weight_format(acc, ctx)
     check_layout(model, acc, layout, ctx)
-    # the layout's batching and KV admission policies (a registry: phaze.serving_policies,
+    # the layout's batching and KV admission policies (a registry: phaze.model.serving_policies,
     # which prices passes with this module's functions, hence the import here)
-    from phaze.serving_policies import price_layout
+    from phaze.model.serving_policies import price_layout
 
     engine, memory = price_layout(model, acc, layout, ctx)
     score = serving_score(

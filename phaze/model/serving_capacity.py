@@ -3,11 +3,11 @@ arriving at a rate within p99 latency limits (docs/serving.md, "Capacity plannin
 
 :func:`plan_capacity` tries device counts upward (:func:`device_counts`: powers of two up to
 a node, then whole nodes doubling). At each count the steady-state search
-(:func:`phaze.serving_search.ranked`) gives the best few layouts by the objective that meet
+(:func:`phaze.model.serving_search.ranked`) gives the best few layouts by the objective that meet
 the latency limits as mean limits and whose steady-state capacity reaches the rate (a
 layout serving fewer requests per second than arrive cannot be stable, so a count none of
 whose layouts reaches it is passed over without a simulation); each is simulated under the
-arrivals (:func:`phaze.serving_load.simulate_load`) in that order, and the first whose run
+arrivals (:func:`phaze.model.serving_load.simulate_load`) in that order, and the first whose run
 is stable with at least the target share of requests meeting both p99 limits (TTFT and
 TPOT each at most its limit) wins. At a given rate every stable layout completes the same
 tokens per second, so its cost per token is its devices' hours: the fewest devices is also
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from arch_space import Accelerator
-from phaze.serving import ServeContext, ServingPoint
-from phaze.serving_arrivals import Arrivals
-from phaze.serving_load import LoadResult, load_settings, simulate_load
-from phaze.serving_search import check_strategy_model, ranked
+from phaze.model.serving import ServeContext, ServingPoint
+from phaze.model.serving_arrivals import Arrivals
+from phaze.model.serving_load import LoadResult, load_settings, simulate_load
+from phaze.model.serving_search import check_strategy_model, ranked
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_count, fmt_percent
 from placement.serving_layout import ServingLayout
@@ -162,7 +162,7 @@ def plan_capacity(
     ------
     ConfigError
         No p99 limit is given, or ``layout`` contradicts the model or ``ctx`` whatever the
-        device count (:func:`phaze.serving_search.check_strategy_model`).
+        device count (:func:`phaze.model.serving_search.check_strategy_model`).
     """
     if all(x is None for x in p99_limits):
         raise ConfigError("serve --capacity: give a p99 TTFT or TPOT limit")

@@ -16,7 +16,7 @@
   and generated tokens prefilled again when it is readmitted); the simulation under load
   (:mod:`placement.serving_sim`) runs it.
 
-:func:`phaze.serving.evaluate_layout` looks its layout's policies up here; a new policy is a
+:func:`phaze.model.serving.evaluate_layout` looks its layout's policies up here; a new policy is a
 new entry, not a branch.
 """
 
@@ -31,7 +31,7 @@ from arch_space import Accelerator
 from arch_space.perf import default_settings
 from arch_space.tech import tech_node
 from ilp.serving import serving_device_profile
-from phaze.serving import (
+from phaze.model.serving import (
     PoolMemory,
     ServeContext,
     ServingPoint,

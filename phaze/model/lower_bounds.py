@@ -2,7 +2,7 @@
 
 A schedule is the costly step of an evaluation; these bounds are cheap and never above any
 schedule's makespan, so they answer "can this possibly win?" before a schedule is made:
-:func:`phaze.pipeline.evaluate` uses :func:`bound_graph` to leave out tensor-parallel
+:func:`phaze.model.pipeline.evaluate` uses :func:`bound_graph` to leave out tensor-parallel
 widths that cannot beat the best so far, and the sweep's pruning uses :func:`pass_bound_s`
 for its tight bound of a design (:mod:`phaze.sweep.optimistic`). :func:`beyond_all_hbm`
 answers "can it fit at all?": every byte of a model's weights (and, training, its state)

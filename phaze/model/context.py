@@ -11,11 +11,52 @@ from typing import Final
 
 from arch_space import Cluster
 from arch_space.perf.device import DeviceProfile
-from phaze.config import DEFAULT_SEQUENCE_PARALLEL, SolverSettings
-from phaze.scoring import ScoringParams
+from ilp import DEFAULT_SEARCH_NODES, HEURISTIC
+from phaze.model.scoring import ScoringParams
 from workloads.framework import DEFAULT_FRAMEWORK
 
-__all__ = ["Context", "CP_DEGREES", "search_degrees"]
+__all__ = [
+    "Context",
+    "CP_DEGREES",
+    "DEFAULT_SEQUENCE_PARALLEL",
+    "MICRO_BATCHES",
+    "SolverSettings",
+    "search_degrees",
+]
+
+#: Sequence parallelism where a run does not fix it: None searches it (on and off at each
+#: tensor-parallel width); the sweep file, :class:`phaze.model.context.Context` and the API share it.
+DEFAULT_SEQUENCE_PARALLEL: Final[bool | None] = None
+
+#: The micro-batch sizes tried when none is given: an empty ``[sweep]``'s, the Python API's
+#: and ``phaze evaluate``'s search (those dividing the batch).
+MICRO_BATCHES: Final = (1, 2, 4)
+
+
+@dataclass(frozen=True, slots=True)
+class SolverSettings:
+    """The layer scheduler and its limits (recorded in the manifest).
+
+    ``name`` "list" (the default for sweeps) is the deterministic list schedule with local
+    search, no MIP: on the block graphs the bounds do not close it mostly matches the best
+    schedule of the branch and bound and the HiGHS MIP, and is otherwise close
+    (``benchmarks/bench_ilp.py`` measures it), in milliseconds, and its results never depend
+    on machine load. "highs", "cbc" or "gurobi" first run the exact branch and bound of
+    :mod:`ilp.branch` for ``search_nodes`` nodes, then the ILP of docs/scheduling.md, within
+    ``time_limit_s`` per independent part of a graph. ``search_nodes`` defaults to 0 for
+    "list" (``benchmarks/bench_sweep.py --search-nodes`` measures what a budget costs) and to
+    :data:`ilp.DEFAULT_SEARCH_NODES` for the solvers.
+    """
+
+    name: str = "list"
+    time_limit_s: float = 1.0
+    mip_gap: float = 1e-4
+    search_nodes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.search_nodes is None:
+            nodes = 0 if self.name == HEURISTIC else DEFAULT_SEARCH_NODES
+            object.__setattr__(self, "search_nodes", nodes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 fitting a preset's unmeasured parameters to part of a validation table, honestly.
 
 The ``phaze validate`` commands render these rows; what they hold and how a preset is fitted
-is the model's, so the library (:mod:`phaze.run_validation`) uses them without the CLI.
+is the model's, so the library (:mod:`phaze.validation.runs`) uses them without the CLI.
 
 At most the parameters of :data:`arch_space.perf.device.FITTED_NAMES` are fitted, one value
 each for the whole preset (never per case), by coordinate descent with golden-section line

@@ -4,7 +4,7 @@ deterministic and cacheable by content.
 
 The orchestration lives here; the models live in their packages: ``workloads`` (graphs,
 FLOPs, memory), ``arch_space`` (area, cost, carbon, op costs), ``ilp`` (schedules),
-``placement`` (pipeline/data/tensor parallelism) and :mod:`phaze.scoring` (metrics).
+``placement`` (pipeline/data/tensor parallelism) and :mod:`phaze.model.scoring` (metrics).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from arch_space.formats import check_precision
 from arch_space.perf import default_settings
 from arch_space.perf.device import device_profile
 from ilp import PassTiming
-from phaze.context import CP_DEGREES, Context, search_degrees
-from phaze.lower_bounds import (
+from phaze.model.context import CP_DEGREES, Context, search_degrees
+from phaze.model.lower_bounds import (
     beyond_all_hbm,
 )
-from phaze.problem import Hbm, device_hbm, dp_bytes_per_parameter, placement_problem
-from phaze.scoring import Score, score_point, system_capex
-from phaze.widths import (
+from phaze.model.problem import Hbm, device_hbm, dp_bytes_per_parameter, placement_problem
+from phaze.model.scoring import Score, score_point, system_capex
+from phaze.model.widths import (
     Key,
     Variant,
     best_widths,
@@ -96,6 +96,13 @@ class Evaluation:
     @property
     def feasible(self) -> bool:
         return self.placement is not None
+
+    @property
+    def model_flops_per_s_per_device(self) -> float:
+        """Model FLOP/s each device achieves (forward and backward, no recompute): the
+        MFU numerator, ``mfu`` times the design's peak."""
+        assert self.score is not None, "an infeasible point achieves nothing"
+        return self.score.mfu * self.design.peak_flops
 
 
 def tp_widths(model: Model, ctx: Context) -> tuple[int, ...]:
@@ -233,9 +240,9 @@ def evaluate(
     Notes
     -----
     Layer schedules are the costly step, so in the search only the (width, sp) variants
-    whose placement fits the HBM are scheduled (:func:`phaze.widths.width_fits`), and another than the
+    whose placement fits the HBM are scheduled (:func:`phaze.model.widths.width_fits`), and another than the
     widest only when its lower-bound placement could beat the best so far
-    (:func:`phaze.widths.best_widths`). Both are exact: the result is that of scheduling every variant
+    (:func:`phaze.model.widths.best_widths`). Both are exact: the result is that of scheduling every variant
     and searching them all at once. Megatron's interleaved layouts (``v >= 2``) of the
     variants kept then compete with that placement
     (:func:`placement.interleave.best_interleaved`). A strategy leaving sequence

@@ -1,6 +1,6 @@
 """Whole-run answers: time, energy, power, carbon and cost of training on a token budget.
 
-From one scored iteration (:class:`phaze.scoring.Score`, with its energy terms) and the
+From one scored iteration (:class:`phaze.model.scoring.Score`, with its energy terms) and the
 budget it was scored for: the wall-clock time the job holds the machines (failure-free time
 over the goodput), device-hours, facility energy (IT energy x PUE) and the model-card
 accounting of it (device-hours x board TDP x PUE), average board power of an accelerator and
@@ -18,7 +18,7 @@ from typing import Final
 from arch_space import Accelerator, Cluster, embodied_kgco2e
 from arch_space.system import board_limit_w
 from arch_space.tco import COST_VIEWS
-from phaze.scoring import (
+from phaze.model.scoring import (
     Score,
     ScoringParams,
     embodied_parts_kgco2e,

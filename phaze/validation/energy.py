@@ -24,8 +24,8 @@ from arch_space._data import shipped_toml
 from arch_space.power import tdp_w
 from arch_space.system import board_limit_w
 from phaze.api import evaluate as api_evaluate
-from phaze.scoring import ScoringParams
-from phaze.validation import ValidationRow
+from phaze.model.scoring import ScoringParams
+from phaze.validation.rows import ValidationRow
 from phaze_common.errors import Infeasible
 
 __all__ = ["CALIBRATED_LIMITS", "J_PER_KWH", "EnergyValidation", "energy_rows"]

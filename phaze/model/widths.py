@@ -14,10 +14,9 @@ from typing import Final
 from arch_space import Accelerator, Cluster
 from arch_space.perf.device import DeviceProfile
 from ilp import LayerTiming, PassTiming, layer_timing
-from phaze.config import SolverSettings
-from phaze.context import Context
-from phaze.lower_bounds import bound_graph, recompute_workspace_bytes, stack_device
-from phaze.problem import Hbm, placement_problem
+from phaze.model.context import Context, SolverSettings
+from phaze.model.lower_bounds import bound_graph, recompute_workspace_bytes, stack_device
+from phaze.model.problem import Hbm, placement_problem
 from phaze_common.errors import Infeasible
 from placement import Placement, PlacementProblem, StageGraph, place
 from placement.adapt import stage_graph
@@ -178,7 +177,7 @@ def best_widths(
     The keys that fit (:func:`width_fits`, widest first; a key with sequence parallelism off
     is dropped with its width's when it holds at least the same bytes) are scheduled best
     first on lower-bound graphs (no schedule, the real graphs' bytes:
-    :func:`phaze.lower_bounds.bound_graph`): one search over those not yet scheduled names
+    :func:`phaze.model.lower_bounds.bound_graph`): one search over those not yet scheduled names
     the key that could beat the best ``v = 1`` placement so far (and ``beat_s``), which is
     scheduled next, until that search is slower or finds nothing that fits. Then the
     interleaved layouts of the keys scheduled compete, and a key left out is scheduled when

@@ -1,6 +1,6 @@
 """The training knobs a user left open, searched: micro-batch size and recompute mode.
 
-:func:`phaze.pipeline.evaluate` finds the best placement (t, p, d, ZeRO stage, v, and
+:func:`phaze.model.pipeline.evaluate` finds the best placement (t, p, d, ZeRO stage, v, and
 sequence parallelism when the context leaves it open) at one micro-batch size and recompute
 mode, scheduling layers for it (the costly step). Here each
 open (micro-batch, recompute) pair first gets a lower bound on its time with no schedule
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 
 from arch_space import Accelerator
 from arch_space.formats import check_precision
-from phaze.config import MICRO_BATCHES
-from phaze.lower_bounds import bound_graph
-from phaze.pipeline import (
+from phaze.model.context import MICRO_BATCHES
+from phaze.model.lower_bounds import bound_graph
+from phaze.model.pipeline import (
     Context,
     Evaluation,
     device_hbm,
@@ -110,9 +110,9 @@ def evaluate_best_knobs(
 
 
 def time_lower_bound_s(model: Model, acc: Accelerator, knobs: Layout, ctx: Context) -> float:
-    """A lower bound on the time per batch :func:`phaze.pipeline.evaluate` finds at ``knobs`` (inf when
+    """A lower bound on the time per batch :func:`phaze.model.pipeline.evaluate` finds at ``knobs`` (inf when
     nothing can fit), with no layer schedule: the search, interleaving included, over the
-    lower-bound graphs of every width (:func:`phaze.lower_bounds.bound_graph`) and every ZeRO
+    lower-bound graphs of every width (:func:`phaze.model.lower_bounds.bound_graph`) and every ZeRO
     stage ``ctx`` allows. Placement time never falls when layer times rise."""
     setup = training_setup(model, ctx, knobs, acc=acc)
     check_precision(acc, knobs.precision)

@@ -10,7 +10,7 @@ power is charged over the wall-clock time, so a layer that the HBM floor stretch
 schedule costs its static power for as long as it runs. The energy per output token is that
 power over the output tokens per second.
 
-Cost and carbon come from the scoring of training runs (:mod:`phaze.scoring`), for the job
+Cost and carbon come from the scoring of training runs (:mod:`phaze.model.scoring`), for the job
 of serving one million output tokens: the devices held for ``1e6 / tokens per second`` at
 their cost per device-hour (:func:`arch_space.tco.device_hour_cost`) plus the electricity;
 embodied carbon amortised over that share of their life plus the operational carbon. The
@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 
 from arch_space import Accelerator, embodied_kgco2e, static_power_w
 from arch_space.accelerator import host_share
-from phaze.scoring import ScoringParams, job_carbon, job_cost, system_capex
+from phaze.model.scoring import ScoringParams, job_carbon, job_cost, system_capex
 from placement.serving_engine import EngineResult
 
 __all__ = ["TokenEnergy", "ServingScore", "token_energy", "serving_score"]
@@ -113,7 +113,7 @@ def serving_score(
     params: ScoringParams,
 ) -> ServingScore:
     """Score a serving layout of ``devices`` accelerators ``acc`` in steady state, in its
-    host server (:meth:`~phaze.scoring.ScoringParams.for_accelerator`)."""
+    host server (:meth:`~phaze.model.scoring.ScoringParams.for_accelerator`)."""
     params = params.for_accelerator(acc.profile_name)
     nodes = host_share(devices, devices_per_node)
     energy = token_energy(engine, static_power_w(acc), params.host_w_per_node, nodes)

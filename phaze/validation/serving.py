@@ -2,7 +2,7 @@
 
 Each point of ``phaze/data/serving_points.toml`` (its sources at the top of the file,
 docs/sources_formats_serving.md) is evaluated at its published layout through
-:func:`phaze.serving.evaluate_layout`, and compared in its publication's metric:
+:func:`phaze.model.serving.evaluate_layout`, and compared in its publication's metric:
 
 * ``decode-batch1`` (gpt-fast): output tokens per second of one sequence, a 5-token prompt
   and gpt-fast's 200 new tokens, as a static batch of one (its tokens per second count the
@@ -35,9 +35,9 @@ from typing import Any, Final
 
 from arch_space import Accelerator, Cluster, preset
 from arch_space.perf.device import device_profile
-from phaze.serving import ServeContext, evaluate_layout
-from phaze.serving_engines import engine_profile
-from phaze.serving_search import search
+from phaze.model.serving import ServeContext, evaluate_layout
+from phaze.model.serving_engines import engine_profile
+from phaze.model.serving_search import search
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
 from workloads import get_model
@@ -80,7 +80,7 @@ _DATA = ("data", "serving_points.toml")
 @dataclass(frozen=True, slots=True)
 class ServingRow:
     """One published serving measurement: what ran (model, preset, GPUs, layout, lengths,
-    formats, the engine it was measured with: a profile of :mod:`phaze.serving_engines`)
+    formats, the engine it was measured with: a profile of :mod:`phaze.model.serving_engines`)
     and its metric (:data:`METRICS`) with the source it cites."""
 
     case: str

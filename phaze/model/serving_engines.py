@@ -4,8 +4,8 @@ of its steps (CUDA graphs or launched kernels), its tensor-parallel all-reduce, 
 scheduler's rules (batching, sequences in flight, chunked prefill and its budgets, KV
 admission, preemption) and its measured decode bandwidth at small batches per preset.
 
-A :class:`~phaze.serving.ServeContext` naming an engine takes its scheduler's rules as its
-defaults, and :func:`phaze.serving.pass_cost` prices each pass under it
+A :class:`~phaze.model.serving.ServeContext` naming an engine takes its scheduler's rules as its
+defaults, and :func:`phaze.model.serving.pass_cost` prices each pass under it
 (:meth:`EngineProfile.device`, :meth:`EngineProfile.design`, :meth:`EngineProfile.kernel_gap_s`).
 """
 

@@ -20,7 +20,7 @@ from arch_space import Accelerator, Cluster, preset
 from arch_space.perf.device import DeviceProfile, preset_profile
 from arch_space.power import limited_clock_fraction
 from phaze.api import evaluate
-from phaze.published_runs import (
+from phaze.validation.published_runs import (
     METRICS,
     PublishedRun,
     Registry,
@@ -28,7 +28,7 @@ from phaze.published_runs import (
     measured_iteration_s,
     metric_from_iteration_s,
 )
-from phaze.validation import FitResult, ValidationRow, fit_device
+from phaze.validation.rows import FitResult, ValidationRow, fit_device
 from phaze_common.errors import ConfigError
 from workloads import resolve_model
 

@@ -5,8 +5,8 @@ Each ``[[run]]`` of ``phaze/data/serving_load_points.toml`` is a published servi
 every setting the simulation of ``phaze serve --rate`` needs: model, GPUs, tensor and
 pipeline parallelism, replicas, the engine's batch and step token budget, formats, KV
 admission, the dataset's length distribution, Poisson arrivals at the published rate. The
-run's layout is priced by :func:`phaze.serving.evaluate_layout` and its engines simulated by
-:func:`phaze.serving_load.simulate_load`; each published percentile (TTFT, TPOT, end to end;
+run's layout is priced by :func:`phaze.model.serving.evaluate_layout` and its engines simulated by
+:func:`phaze.model.serving_load.simulate_load`; each published percentile (TTFT, TPOT, end to end;
 p50 and p99) is one point, compared with the simulated one. No parameter is fitted to these
 points, and the summary keeps the p50 and p99 points apart.
 """
@@ -23,12 +23,12 @@ from typing import Any, Final
 
 from arch_space import Cluster
 from arch_space.perf.device import device_profile
-from phaze.serving import ServeContext, evaluate_layout
-from phaze.serving_arrivals import Arrivals, generate
-from phaze.serving_engines import engine_names
-from phaze.serving_lengths import length_distributions, sample_lengths
-from phaze.serving_load import LoadResult, simulate_load
-from phaze.serving_validation import FORMATS_MODELLED, chip_device
+from phaze.model.serving import ServeContext, evaluate_layout
+from phaze.model.serving_arrivals import Arrivals, generate
+from phaze.model.serving_engines import engine_names
+from phaze.model.serving_lengths import length_distributions, sample_lengths
+from phaze.model.serving_load import LoadResult, simulate_load
+from phaze.validation.serving import FORMATS_MODELLED, chip_device
 from phaze_common.errors import ConfigError, Infeasible
 from placement import parse_serving
 from workloads import get_model
@@ -63,7 +63,7 @@ _FILE = "serving_load_points.toml"
 class LoadRun:
     """One published run under load: what ran, how requests came, its published percentiles
     (``measured``: ``(key, seconds)`` pairs, keys of :data:`MEASURES`) and the engine profile
-    its steps are priced under (:mod:`phaze.serving_engines`; None: the generic engine)."""
+    its steps are priced under (:mod:`phaze.model.serving_engines`; None: the generic engine)."""
 
     case: str
     source: str

@@ -4,7 +4,7 @@
 expert parallelism, replicas, batch, chunked prefill, a disaggregated split), the one that
 meets the TTFT and TPOT limits and maximises output tokens per second per device (or
 minimises $ per million tokens), each candidate priced by
-:func:`phaze.serving.evaluate_layout`. It skips, exactly, every candidate whose bound cannot
+:func:`phaze.model.serving.evaluate_layout`. It skips, exactly, every candidate whose bound cannot
 win: a decode step reads at least its weights and KV cache at the peak HBM bandwidth and
 runs at least its FLOPs at peak (so TPOT is at least that, and throughput at most the batch
 over it; both bounds grow with the batch), and costs at least its devices' hours at that
@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from typing import Final
 
 from arch_space import Accelerator
-from phaze.lower_bounds import beyond_all_hbm
-from phaze.scoring import job_cost, system_capex
-from phaze.serving import (
+from phaze.model.lower_bounds import beyond_all_hbm
+from phaze.model.scoring import job_cost, system_capex
+from phaze.model.serving import (
     OBJECTIVES,
     Objective,
     ServeContext,
