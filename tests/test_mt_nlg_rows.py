@@ -1,4 +1,5 @@
-"""MT-NLG's unstated micro-batch, read from the scaling of its three published iteration times.
+"""The MT-NLG rows: their unstated micro-batch, read from the scaling of the three published
+iteration times, and the stages DeepSpeed's pipeline module gives them.
 
 Smith et al. (2022) give 60.1, 50.2 and 44.4 s per iteration at global batch 1920 on 8-way
 tensor and 35-way pipeline parallelism at d = 8, 10 and 12, not the micro-batch. DeepSpeed's
@@ -11,7 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from arch_space import Cluster
+from phaze.api import evaluate
 from phaze.published_runs import default_registry, measured_iteration_s
+from phaze.run_validation import system_device
 from placement import parse_strategy
 
 CANDIDATES = (1, 2, 4, 8)
@@ -46,3 +50,29 @@ def test_mt_nlg_micro_batch_is_the_one_its_published_times_scale_with():
     assert abs(remainders[best]) < 1.0
     assert remainders[1] > 5.0
     assert all("micro_batch" in r.assumed for r in rows)
+
+
+def test_mt_nlg_stages_hold_three_blocks_each_as_type_transformer_splits():
+    """GPTModelPipe partitions by transformer layers (105 over 35 stages): the embedding joins
+    the first stage's three blocks, the head the last's (framework_facts.toml)."""
+    run = _mt_nlg_rows()[0]
+    acc, device = system_device(run.system)
+    cluster = Cluster(
+        devices=run.gpus,
+        devices_per_node=run.system.devices_per_node,
+        intra_node_bandwidth_bytes_per_s=run.system.intra_node_bandwidth_bytes_per_s,
+        inter_node_bandwidth_bytes_per_s=run.system.inter_node_bandwidth_bytes_per_s,
+    )
+    ev = evaluate(
+        run.model,
+        acc,
+        cluster,
+        seq_len=run.seq_len,
+        global_batch=run.global_batch,
+        strategy=run.strategy,
+        tokens_to_train=run.global_batch * run.seq_len,
+        framework=run.framework,
+        device=device,
+    )
+    sizes = [len(st.layers) for st in ev.placement.stages]
+    assert sizes == [4] + [3] * 33 + [4]
