@@ -14,8 +14,8 @@ import numpy as np
 
 from arch_space import Cluster
 from phaze.api import evaluate
-from phaze.published_runs import default_registry, measured_iteration_s
-from phaze.run_validation import system_device
+from phaze.validation.published_runs import default_registry, measured_iteration_s
+from phaze.validation.runs import system_device
 from placement import parse_strategy
 
 CANDIDATES = (1, 2, 4, 8)
