@@ -346,13 +346,18 @@ def batching_policy(layout: ServingLayout) -> BatchingPolicy:
 
 
 def price_layout(
-    model: Model, acc: Accelerator, layout: ServingLayout, ctx: ServeContext
+    model: Model,
+    acc: Accelerator,
+    layout: ServingLayout,
+    ctx: ServeContext,
+    policy: BatchingPolicy | None = None,
 ) -> tuple[EngineResult, tuple[PoolMemory, ...]]:
     """The engine's steady state and each pool's memory under the layout's batching policy
-    and the context's KV admission. The memory comes first: a layout that does not fit
-    raises Infeasible before any of its passes is priced (the costly step)."""
+    (or ``policy``, one not registered yet) and the context's KV admission. The memory
+    comes first: a layout that does not fit raises Infeasible before any of its passes is
+    priced (the costly step)."""
     admission = kv_admission_policy(ctx.kv_admission)
-    policy = batching_policy(layout)
+    policy = batching_policy(layout) if policy is None else policy
     decode_pass = decode_step(layout.batch // layout.decode.p, ctx)
     memory = policy.memory(model, acc, layout, ctx, admission, decode_pass)
     decode = pass_cost(model, acc, layout.decode, decode_pass, ctx)
