@@ -64,6 +64,7 @@ __all__ = [
     "job_carbon",
     "electricity_usd",
     "job_cost",
+    "job_footprint",
     "system_capex",
     "score_point",
 ]
@@ -426,6 +427,30 @@ def job_cost(
     )
 
 
+def job_footprint(
+    time_s: Any,
+    energy_j: Any,
+    *,
+    devices: int,
+    capex: DeviceCapex,
+    embodied_kgco2e_per_device: float,
+    params: ScoringParams,
+) -> tuple[JobCarbon, JobCost]:
+    """The carbon and the cost of a job holding ``devices`` for ``time_s`` and using
+    ``energy_j``: what a training run and a serving job are both charged."""
+    carbon = job_carbon(
+        time_to_train_s=time_s,
+        job_energy_j=energy_j,
+        devices=devices,
+        embodied_kgco2e_per_device=embodied_kgco2e_per_device,
+        params=params,
+    )
+    cost = job_cost(
+        time_to_train_s=time_s, job_energy_j=energy_j, devices=devices, capex=capex, params=params
+    )
+    return carbon, cost
+
+
 def score_point(
     *,
     iteration_s: float,
@@ -456,18 +481,12 @@ def score_point(
     batches = tokens_to_train / tokens_per_batch
     restart_w = devices * idle_w_per_device + energy.host_j / iteration_s
     job_energy_j = energy.total_j * batches + (time_to_train_s - training_s) * restart_w
-    carbon = job_carbon(
-        time_to_train_s=time_to_train_s,
-        job_energy_j=job_energy_j,
-        devices=devices,
-        embodied_kgco2e_per_device=embodied_kgco2e_per_device,
-        params=params,
-    )
-    cost = job_cost(
-        time_to_train_s=time_to_train_s,
-        job_energy_j=job_energy_j,
+    carbon, cost = job_footprint(
+        time_to_train_s,
+        job_energy_j,
         devices=devices,
         capex=capex,
+        embodied_kgco2e_per_device=embodied_kgco2e_per_device,
         params=params,
     )
     return Score(

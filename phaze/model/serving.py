@@ -348,18 +348,15 @@ def pool_kv_capacity(
 ) -> KvCapacity:
     """The KV pages a device of ``pool`` holds beside its weights and ``workspace_bytes``
     (``memory_fraction``: the engine's share of the memory, default vLLM's)."""
-    r = ctx.requests
     return kv_cache_capacity(
         model,
         pool.t,
         acc.hbm_bytes,
         workspace_bytes,
-        kv_format=r.kv_format,
-        precision_bytes=r.precision_bytes,
         ep=pool.ep,
         pp=pool.p,
         memory_fraction=memory_fraction,
-        weight_format=r.weight_format,
+        **ctx.requests.pass_formats(),
     )
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 
 from arch_space import Accelerator, embodied_kgco2e, static_power_w
 from arch_space.accelerator import host_share
-from phaze.model.scoring import ScoringParams, job_carbon, job_cost, system_capex
+from phaze.model.scoring import ScoringParams, job_footprint, system_capex
 from placement.serving_engine import EngineResult
 
 __all__ = ["TokenEnergy", "ServingScore", "token_energy", "serving_score"]
@@ -124,17 +124,11 @@ def serving_score(
     def job(tokens: float) -> tuple:
         seconds = tokens / rate
         joules = tokens * energy.total_j
-        cost = job_cost(
-            time_to_train_s=seconds,
-            job_energy_j=joules,
+        carbon, cost = job_footprint(
+            seconds,
+            joules,
             devices=devices,
             capex=capex,
-            params=params,
-        )
-        carbon = job_carbon(
-            time_to_train_s=seconds,
-            job_energy_j=joules,
-            devices=devices,
             embodied_kgco2e_per_device=board,
             params=params,
         )
