@@ -28,7 +28,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import numpy as np
 
@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 CostView = Literal["build", "buy"]
-COST_VIEWS: Final = ("build", "buy")
+COST_VIEWS: Final = get_args(CostView)
 # Julian year, the convention of ACT's lifetime figures
 SECONDS_PER_YEAR: Final = 365.25 * 24 * 3600
 _HOURS_PER_YEAR: Final = SECONDS_PER_YEAR / 3600.0

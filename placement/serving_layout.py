@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 Batching = Literal["continuous", "static"]
-BATCHING: Final = ("continuous", "static")
+BATCHING: Final = get_args(Batching)
 #: The fields of a pool's Layout that a serving layout sets; the others keep their defaults.
 POOL_FIELDS: Final = ("t", "p", "d", "ep")
 #: The engine's knobs (strategy keys of the decode section).

@@ -18,7 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from arch_space import Accelerator, Cluster
 from arch_space.formats import check_precision
@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 Objective = Literal["tokens_per_s_per_device", "usd_per_million_tokens"]
-OBJECTIVES: Final = ("tokens_per_s_per_device", "usd_per_million_tokens")
+OBJECTIVES: Final = get_args(Objective)
 
 
 @dataclass(frozen=True, slots=True)
