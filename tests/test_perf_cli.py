@@ -23,17 +23,19 @@ def test_help(args, cli_run):
 
 def test_measured_gemms_load_with_their_sources():
     cases = gemm_measurements()
-    presets = ("a100", "h100", "b200", "mi300x")
+    presets = ("a100", "h100", "b200", "mi300x", "v100")
     by_preset = {p: {(c.m, c.n, c.k) for c in cases if c.preset == p} for p in presets}
     assert by_preset["a100"] >= {(8192, 12288, 12288), (1024, 12288, 12288), (8192, 8192, 8192)}
     assert by_preset["h100"] >= {(8192, 8192, k) for k in (1024, 2048, 4096, 8192, 16384)}
     assert by_preset["b200"] >= {(4096, n, 4096) for n in (1024, 2048, 4096)}
     assert by_preset["mi300x"] >= {(4096, 4096, 4096)}
+    assert by_preset["v100"] >= {(4096, 4096, 4096), (8192, 8192, 8192)}
     cited = {
         "a100": "LLMCompass",
         "h100": "TileLang",
         "b200": "XLA kDefaultMatmulPTable",
         "mi300x": "XLA default matmul perf table gfx942",
+        "v100": "torch-performance-test-data",
     }
     for c in cases:
         assert cited[c.preset] in c.source, c
@@ -51,6 +53,16 @@ def test_measured_gemms_within_20_percent():
         # the sustained matmul rate caps every GEMM
         peak = preset(c.preset).peak_flops * preset_profile(c.preset).sustained_tensor_fraction
         assert 2 * c.m * c.k * c.n / predicted <= peak * (1 + 1e-12)
+
+
+def test_v100_best_shape_gemms_run_at_their_measured_rate():
+    # the V100's GEMM share is its own measurement, not [generic]'s mean of two later chips
+    cases = [c for c in gemm_measurements() if c.preset == "v100"]
+    assert cases
+    alone = preset_profile("v100").alone()
+    for c in cases:
+        predicted = gemm_report(preset("v100"), c.m, c.k, c.n, device=alone).latency_s
+        assert abs(predicted / c.measured_s - 1) < 0.03, c
 
 
 def test_validate_gemm_text(cli_run):
