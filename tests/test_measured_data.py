@@ -35,6 +35,7 @@ def test_gemm_rates_cover_every_preset():
         ("h100", 792.1e12, 0.801),
         ("b200", 1745.0e12, 0.776),
         ("mi300x", 668.4e12, 0.511),
+        ("v100", 112.28e12, 0.898),
     ],
 )
 def test_devices_toml_caps_are_measurements_of_formats_toml(preset, rate, fraction):
