@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from phaze_common.errors import ConfigError
+from phaze_common.split import even_counts
 from phaze_common.units import fmt_noun
 from placement.layout import LAYER_SYMBOLS, Layout, format_split
 from placement.types import StageGraph
@@ -32,7 +33,7 @@ def megatron_chunks(graph: StageGraph, chunks: int) -> tuple[tuple[int, ...], ..
             f"strategy: p * v = {chunks} model chunks but the model has {len(blocks)} blocks; "
             "each chunk needs at least one (or give the stages' layers with split=...)"
         )
-    sizes = [len(a) for a in np.array_split(np.arange(len(blocks)), chunks)]
+    sizes = even_counts(len(blocks), chunks)
     cuts = np.cumsum([0, *sizes])
     n = len(graph.layers)
     out = []

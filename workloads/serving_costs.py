@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from phaze_common.split import even_counts
 from workloads.attention_ops import attended_scores, attended_tokens
 from workloads.flops import attention_core_flops, block_forward_flops, embedding_forward_flops
 from workloads.model import Model, PositionKind, padded_vocab
@@ -101,9 +102,8 @@ def kv_cache_capacity(
 def stage_block_counts(model: Model, pp: int = 1) -> tuple[int, ...]:
     """Blocks on each of ``pp`` pipeline stages: as even as can be, the first stages taking
     one more when ``pp`` does not divide the blocks (vLLM's ``get_pp_indices`` gives its
-    extra layers to stages before the last, Megatron's even split needs none)."""
-    n, extra = divmod(model.layers, pp)
-    return tuple(n + (1 if i < extra else 0) for i in range(pp))
+    extra layers to stages before the last), the rule of training's default stage split."""
+    return even_counts(model.layers, pp)
 
 
 def stage_parameters(model: Model, tp: int, ep: int = 1, pp: int = 1) -> tuple[int, ...]:
