@@ -204,6 +204,9 @@ def _energy_rates(
         gradient_bytes_per_parameter=gradient_bytes,
         weight_bytes_per_parameter=weight_bytes,
         regather_per_micro_batch=setup.profile.regather_per_micro_batch,
+        p2p_sends=setup.profile.p2p_sends,
+        p2p_gathers=setup.profile.p2p_gathers,
+        ep_overlap=setup.profile.ep_overlap,
     )
 
 

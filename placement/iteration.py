@@ -168,7 +168,11 @@ class EnergyRates:
     data-parallel collectives move per parameter, as the time model prices them
     (:attr:`PlacementProblem.gradient_bytes_per_parameter`); ``regather_per_micro_batch``
     gathers ZeRO-2's weights for every micro-batch, as the time model does
-    (:attr:`PlacementProblem.regather_per_micro_batch`).
+    (:attr:`PlacementProblem.regather_per_micro_batch`); ``p2p_sends`` and ``p2p_gathers``
+    the sends and all-gathers of a boundary's tensor per micro-batch
+    (:attr:`PlacementProblem.p2p_sends`); ``ep_overlap`` whether the all-to-alls run beside
+    compute. They make the iteration's ledger of collectives
+    (:func:`placement.ledger.iteration_ledger`).
     """
 
     compute_j: float
@@ -187,6 +191,9 @@ class EnergyRates:
     gradient_bytes_per_parameter: float = 2.0
     weight_bytes_per_parameter: float = 2.0
     regather_per_micro_batch: bool = False
+    p2p_sends: float = 1.0
+    p2p_gathers: float = 1.0
+    ep_overlap: bool = False
 
 
 def state_split(
