@@ -30,7 +30,6 @@ from placement.pipelining import micro_batches_per_pipeline
 from placement.types import PlacementProblem, StageGraph
 
 __all__ = [
-    "WEIGHT_BYTES",
     "Collective",
     "DpTime",
     "dp_collectives",
@@ -43,7 +42,6 @@ __all__ = [
     "tail_fn",
 ]
 
-WEIGHT_BYTES = 2.0  # of the state bytes per parameter: fp16/bf16 weights
 _BUCKET_PARAMETERS = 40e6
 _BUCKET_PARAMETERS_PER_D = 1e6
 
@@ -289,8 +287,8 @@ class Collective:
 def dp_collectives(
     zero: int,
     micro_batches,
-    gradient_bytes_per_parameter: float = 2.0,
-    weight_bytes_per_parameter: float = WEIGHT_BYTES,
+    gradient_bytes_per_parameter: float,
+    weight_bytes_per_parameter: float,
     regather_per_micro_batch: bool = False,
 ):
     """The data-parallel collectives of one iteration of a pipeline running
@@ -309,9 +307,9 @@ def dp_collectives(
     The gradients move at ``gradient_bytes_per_parameter``, the weights at the weights'
     format, ``weight_bytes_per_parameter``.
 
-    >>> [(c.kind, c.count) for c in dp_collectives(2, 4)]
+    >>> [(c.kind, c.count) for c in dp_collectives(2, 4, 2.0, 2.0)]
     [('reduce_scatter', 4), ('all_gather', 1)]
-    >>> [(c.kind, c.count) for c in dp_collectives(2, 4, regather_per_micro_batch=True)]
+    >>> [(c.kind, c.count) for c in dp_collectives(2, 4, 2.0, 2.0, True)]
     [('reduce_scatter', 4), ('all_gather', 4)]
     """
     grads = gradient_bytes_per_parameter
