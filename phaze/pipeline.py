@@ -186,7 +186,9 @@ def _energy_rates(
     return EnergyRates(
         compute_j=variant.compute_j,
         memory_j=variant.memory_j,
-        network_j=variant.network_j,
+        # the op model's link energy is its tensor-parallel collectives': the ledger prices it
+        network_j=0.0,
+        tp_collectives=variant.tp_collectives,
         static_w_per_device=static_power_w(acc),
         intra_node_link_pj_per_bit=perf.intra_node_link_pj_per_bit,
         inter_node_link_pj_per_bit=perf.inter_node_link_pj_per_bit,

@@ -171,8 +171,10 @@ class EnergyRates:
     (:attr:`PlacementProblem.regather_per_micro_batch`); ``p2p_sends`` and ``p2p_gathers``
     the sends and all-gathers of a boundary's tensor per micro-batch
     (:attr:`PlacementProblem.p2p_sends`); ``ep_overlap`` whether the all-to-alls run beside
-    compute. They make the iteration's ledger of collectives
-    (:func:`placement.ledger.iteration_ledger`).
+    compute; ``tp_collectives`` the tensor-parallel collectives per micro-batch
+    (:func:`placement.adapt.tp_collectives`), whose link energy the ledger prices (then
+    ``network_j`` holds only what the op model moves besides them). They make the
+    iteration's ledger of collectives (:func:`placement.ledger.iteration_ledger`).
     """
 
     compute_j: float
@@ -194,6 +196,7 @@ class EnergyRates:
     p2p_sends: float = 1.0
     p2p_gathers: float = 1.0
     ep_overlap: bool = False
+    tp_collectives: tuple[tuple[str, float, int, int, int], ...] = ()
 
 
 def state_split(

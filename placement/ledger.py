@@ -5,6 +5,8 @@ the reports read.
 Each record holds what one run of it moves and how many runs the iteration has, over the
 whole job (all replicas, all micro-batches of the batch):
 
+* ``tp``: the tensor-parallel collectives of the layers' op graphs
+  (:func:`placement.adapt.tp_collectives`), on the tensor group's link, every micro-batch;
 * ``dp``: the data-parallel collectives :func:`placement.dp_comm.dp_collectives` decides
   (the ones the time model prices), over the ``d cp`` ranks holding the same weights, each
   of the ``t p d cp`` devices sending its shard; the routed experts' part over the ``d cp /
@@ -54,6 +56,7 @@ def iteration_ledger(
     lay = placement.layout
     links = lay.links(cluster)
     return (
+        *_tensor(rates, cluster, micro_batches),
         *dp_ledger(
             placement,
             rates.model_parameters,
@@ -100,6 +103,16 @@ def dp_ledger(
                     Collective(c.kind, "dp", group, nbytes, inter, c.count, devices, overlap)
                 )
     return out
+
+
+def _tensor(rates: EnergyRates, cluster: Cluster, micro_batches: int) -> list[Collective]:
+    """The tensor-parallel collectives of the layers' op graphs, every micro-batch of the
+    batch (scheduled inside the layer passes, which price their time)."""
+    return [
+        Collective(kind, "tp", group, nbytes, inter, runs * micro_batches, devices, "scheduled")
+        for kind, nbytes, group, devices, runs in rates.tp_collectives
+        for inter in (bool(cluster.spans_nodes(group)),)
+    ]
 
 
 def _pipeline(placement: Placement, rates: EnergyRates, links, micro_batches: int):

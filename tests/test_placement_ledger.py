@@ -163,3 +163,44 @@ def test_expert_and_context_records_time_as_ep_cp_prices_them():
     ring = Collective("ring_pass", "cp", 4, 2e6, True, 3, 4)
     ln = net.link(_CLUSTER, inter_node=True)
     assert collective_s(ring, _CLUSTER) == pytest.approx(3 * ring_s(2e6, 4, ln))
+
+
+@pytest.mark.parametrize(("t", "sp"), [(4, False), (8, True), (16, True)])
+def test_tensor_parallel_records_price_what_the_op_model_prices(t, sp):
+    """The tensor-parallel collectives the ledger records from a width's op graphs cost the
+    link energy the op model gives them (the same bytes on the same link, inside a node
+    and, at t = 16, across two), so the iteration's energy reads them from the ledger."""
+    import phaze.pipeline as pipeline
+    from arch_space.perf import default_settings
+    from arch_space.presets import preset
+    from phaze.config import SolverSettings
+    from phaze.context import Context
+    from workloads import resolve_model
+
+    cluster = Cluster(devices=32, devices_per_node=8)
+    ctx = Context(
+        cluster,
+        seq_len=512,
+        global_batch=8,
+        max_tp=16,
+        sequence_parallel=sp,
+        solver=SolverSettings("list"),
+    )
+    model = resolve_model("gpt3-350m")
+    setup = pipeline.training_setup(model, ctx, Layout.searching(mbs=1, recompute="none"))
+    variant = pipeline.width_variant(model, setup, t, preset("h100"), cluster, ctx.solver)
+    perf = default_settings()
+    rates = _rates(
+        intra_node_link_pj_per_bit=perf.intra_node_link_pj_per_bit,
+        inter_node_link_pj_per_bit=perf.inter_node_link_pj_per_bit,
+        tp_collectives=variant.tp_collectives,
+    )
+    pl = evaluate_fixed(
+        PlacementProblem((_chain(tp=t),), cluster, hbm_bytes=1e12, global_batch=8),
+        Layout(t=t, p=1, d=1),
+    )
+    ledger = iteration_ledger(pl, rates, cluster, 3)
+    tp = [c for c in ledger if c.parallel == "tp"]
+    assert tp and all(c.inter == (t > 8) for c in tp)
+    got = link_energy_j(tp, rates.intra_node_link_pj_per_bit, rates.inter_node_link_pj_per_bit)
+    assert got == pytest.approx(3 * variant.network_j, rel=1e-9)
