@@ -32,9 +32,12 @@ __all__ = [
     "KINDS",
     "KV_RING_PASSES",
     "Collective",
+    "LinkPrices",
+    "PricedCollective",
     "collective_s",
     "ledger_bytes",
     "link_energy_j",
+    "priced",
 ]
 
 Kind = Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send", "ring_pass"]
@@ -56,10 +59,12 @@ class Collective:
     the ``group`` ranks of the ``parallel`` dimension (``tp``, ``dp``, ``pp``, ``ep``,
     ``cp``, ``tied``), each of ``bytes``: a ring collective's full tensor, the dispatch
     bytes a device puts into an all-to-all, a send's message, a ring pass's chunk. ``inter``:
-    on the inter-node link (else the intra-node one); ``overlap`` how the schedule hides it
-    (``exposed``, ``bucketed``, ``prefetched``, ``beside_compute``); ``routed``: the
-    (network, NVLink) bytes a routed all-to-all sends per device, which replace the
-    closed form."""
+    on the inter-node link (else the intra-node one); ``overlap`` how the schedule runs it
+    (``exposed``, ``scheduled`` inside the layer passes, ``after_backward`` or
+    ``per_micro_batch`` for the data-parallel ones, ``beside_compute``); ``routed``: the
+    (network, NVLink) bytes a routed all-to-all sends per device, which replace the closed
+    form; ``stride``: how many ranks apart the group's members are (the NICs a ring across
+    nodes drives in each node, :func:`placement.network.members_per_node`)."""
 
     kind: Kind
     parallel: str
@@ -70,6 +75,7 @@ class Collective:
     devices: int
     overlap: str = "exposed"
     routed: tuple[float, float] | None = None
+    stride: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -117,19 +123,18 @@ def link_energy_j(ledger: Iterable[Collective], intra_pj_per_bit: float, inter_p
     return total
 
 
-def collective_s(
-    c: Collective, cluster: Cluster, curve: CollectiveCurve | None = None, per_node: int = 1
-) -> float:
+def collective_s(c: Collective, cluster: Cluster, curve: CollectiveCurve | None = None) -> float:
     """Seconds one device spends in ``c`` over the iteration, end to end (before any
     overlap hides it): ``count`` times one collective's latency plus its sent bytes over
     the link's rate. Ring collectives and sends run at the rates of the one link model
-    (:func:`placement.network.collective_link`, :func:`placement.network.measured_link`;
-    ``per_node`` members of the group in each node); all-to-alls and ring passes at the
+    (:func:`placement.network.collective_link`, :func:`placement.network.measured_link`);
+    all-to-alls and ring passes at the
     group's link, as :mod:`placement.ep_cp` prices them (a routed all-to-all's network and
     NVLink parts at once)."""
     if c.count == 0 or c.bytes <= 0 or c.group <= 1 and c.kind != "send":
         return 0.0
     if c.kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        per_node = net.members_per_node(cluster, c.stride, c.group)
         bw, lat = net.collective_link(
             cluster, curve, c.inter, c.bytes, c.kind == "all_reduce", c.group, per_node
         )
@@ -151,3 +156,39 @@ def collective_s(
         steps = c.group - 1 if c.kind == "ring_pass" else 1
         one = steps * lat + c.volume * c.bytes / bw
     return c.count * float(np.float64(one))
+
+
+@dataclass(frozen=True, slots=True)
+class PricedCollective:
+    """A ledger record with what it costs over the iteration: the bytes all its devices
+    send, its seconds end to end (:func:`collective_s`) and its link energy."""
+
+    collective: Collective
+    sent_bytes: float
+    time_s: float
+    energy_j: float
+
+
+@dataclass(frozen=True, slots=True)
+class LinkPrices:
+    """What prices a ledger: the cluster's links, the device's measured collective curve
+    inside a node (None: the line rates) and the links' energy per bit."""
+
+    cluster: Cluster
+    curve: CollectiveCurve | None
+    intra_pj_per_bit: float
+    inter_pj_per_bit: float
+
+
+def priced(ledger: Iterable[Collective], prices: LinkPrices) -> tuple[PricedCollective, ...]:
+    """Each record of ``ledger`` with its bytes, time and energy, all from the record."""
+    pj = (prices.intra_pj_per_bit, prices.inter_pj_per_bit)
+    return tuple(
+        PricedCollective(
+            c,
+            c.total_bytes,
+            collective_s(c, prices.cluster, prices.curve),
+            link_energy_j((c,), *pj),
+        )
+        for c in ledger
+    )

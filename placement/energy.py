@@ -9,7 +9,7 @@ volumes and links the time model prices, so time and energy see the same bytes.
 from __future__ import annotations
 
 from arch_space.accelerator import Cluster
-from placement.collectives import ledger_bytes, link_energy_j
+from placement.collectives import Collective, ledger_bytes, link_energy_j
 from placement.iteration import EnergyRates, IterationEnergy
 from placement.ledger import dp_ledger, iteration_ledger
 from placement.types import Placement
@@ -40,7 +40,11 @@ def dp_bytes(
 
 
 def iteration_energy(
-    placement: Placement, rates: EnergyRates, cluster: Cluster, micro_batches: int
+    placement: Placement,
+    rates: EnergyRates,
+    cluster: Cluster,
+    micro_batches: int,
+    ledger: tuple[Collective, ...] | None = None,
 ) -> IterationEnergy:
     """Energy of one iteration over all devices of ``cluster`` (docs/models.md).
 
@@ -50,9 +54,11 @@ def iteration_energy(
     power of every device over the whole iteration, split by the bottleneck device's timeline into the time it computes
     (``static_j``) and the time it waits (``idle_j``: bubble, exposed communication, optimizer
     step; a waiting device draws its idle power, the static power calibrated to P0 idle); the
-    hosts of every node over the whole iteration.
+    hosts of every node over the whole iteration. ``ledger``: the iteration's collectives if
+    already recorded (:func:`placement.ledger.iteration_ledger`).
     """
-    ledger = iteration_ledger(placement, rates, cluster, micro_batches)
+    if ledger is None:
+        ledger = iteration_ledger(placement, rates, cluster, micro_batches)
     link_j = link_energy_j(
         ledger, rates.intra_node_link_pj_per_bit, rates.inter_node_link_pj_per_bit
     )

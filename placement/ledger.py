@@ -31,6 +31,8 @@ pipeline's boundaries across nodes when the job spans them.
 
 from __future__ import annotations
 
+import dataclasses
+
 from arch_space.accelerator import Cluster
 from placement.collectives import A2A_PER_MOE_BLOCK, KV_RING_PASSES, Collective
 from placement.dp_comm import dp_collectives
@@ -99,9 +101,8 @@ def dp_ledger(
         for group, params in ((n, dense), (n_expert, expert)):
             if group > 1 and params > 0:
                 nbytes = c.bytes_per_parameter * params
-                out.append(
-                    Collective(c.kind, "dp", group, nbytes, inter, c.count, devices, overlap)
-                )
+                record = Collective(c.kind, "dp", group, nbytes, inter, c.count, devices, overlap)
+                out.append(dataclasses.replace(record, stride=lay.t))
     return out
 
 
@@ -149,7 +150,9 @@ def _expert(placement: Placement, rates: EnergyRates, cluster: Cluster, inter, m
         routed = (float(network), float(nvlink))
     overlap = "beside_compute" if rates.ep_overlap else "exposed"
     count = runs * micro_batches
-    return [Collective("all_to_all", "ep", ep, nbytes, inter, count, t * cp, overlap, routed)]
+    return [
+        Collective("all_to_all", "ep", ep, nbytes, inter, count, t * cp, overlap, routed, stride)
+    ]
 
 
 def _context(placement: Placement, rates: EnergyRates, inter: bool, micro_batches: int):
@@ -160,4 +163,5 @@ def _context(placement: Placement, rates: EnergyRates, inter: bool, micro_batche
     runs = passes_per_micro_batch(KV_RING_PASSES, repeats_attention_core(lay.recompute))
     chunk = rates.kv_bytes / cp
     count = runs * micro_batches
-    return [Collective("ring_pass", "cp", cp, chunk, inter, count, lay.t * cp, "beside_compute")]
+    ring = Collective("ring_pass", "cp", cp, chunk, inter, count, lay.t * cp, "beside_compute")
+    return [dataclasses.replace(ring, stride=lay.t)]

@@ -146,8 +146,7 @@ def test_dp_record_time_is_the_time_models():
     (ar,) = [c for c in iteration_ledger(pl, rates, cluster, 16) if c.parallel == "dp"]
     assert (ar.kind, ar.group, ar.inter) == ("all_reduce", 16, True)
     want = dp_time(problem, 1, 0, np.array([16]), np.array([params]), 16).unoverlapped_s[0]
-    per_node = int(net.members_per_node(cluster, 1, 16))
-    assert collective_s(ar, cluster, per_node=per_node) == pytest.approx(float(want))
+    assert collective_s(ar, cluster) == pytest.approx(float(want))
     # and its energy is the same record's bytes at the inter-node link's energy
     assert iteration_energy(pl, rates, cluster, 16).network_j == pytest.approx(
         ar.total_bytes * 10.0 * 8e-12
@@ -204,3 +203,26 @@ def test_tensor_parallel_records_price_what_the_op_model_prices(t, sp):
     assert tp and all(c.inter == (t > 8) for c in tp)
     got = link_energy_j(tp, rates.intra_node_link_pj_per_bit, rates.inter_node_link_pj_per_bit)
     assert got == pytest.approx(3 * variant.network_j, rel=1e-9)
+
+
+def test_evaluate_json_lists_the_ledger_its_energy_prices():
+    """``phaze evaluate --json``'s collectives are the records the energy priced: their link
+    energies sum to the network energy of the breakdown (the op model adds none)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from phaze.cli import cli
+
+    args = ["evaluate", "--workload", "gpt3-350m", "--arch", "h100", "--devices", "16"]
+    args += ["--global-batch", "16", "--seq-len", "512", "--strategy", "t=4,p=2,d=2", "--json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    rows = doc["collectives"]
+    assert {r["parallel"] for r in rows} >= {"tp", "dp", "pp"}
+    total = sum(r["energy_j"] for r in rows)
+    assert total == pytest.approx(doc["energy_breakdown"]["network_j"], rel=1e-9)
+    for r in rows:
+        c = Collective(**{k: r[k] for k in Collective.__slots__ if k != "routed"})
+        assert r["sent_bytes"] == pytest.approx(c.total_bytes)
