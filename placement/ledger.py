@@ -41,7 +41,7 @@ from placement.iteration import EnergyRates
 from placement.types import Placement
 from workloads.recompute_modules import repeats_attention_core, repeats_dispatch
 
-__all__ = ["dp_ledger", "iteration_ledger", "passes_per_micro_batch"]
+__all__ = ["dp_ledger", "iteration_ledger", "passes_per_micro_batch", "serving_ledger"]
 
 
 def passes_per_micro_batch(per_pass: dict[str, int], repeats: bool) -> int:
@@ -165,3 +165,35 @@ def _context(placement: Placement, rates: EnergyRates, inter: bool, micro_batche
     count = runs * micro_batches
     ring = Collective("ring_pass", "cp", cp, chunk, inter, count, lay.t * cp, "beside_compute")
     return [dataclasses.replace(ring, stride=lay.t)]
+
+
+def serving_ledger(
+    *,
+    t: int,
+    stages: int,
+    ep: int,
+    dispatch_bytes: float,
+    moe_blocks: int,
+    boundary_bytes: float,
+    inter: tuple[bool, bool, bool],
+) -> tuple[Collective, ...]:
+    """The collectives of one serving pass through a replica of ``t`` tensor ranks,
+    ``stages`` pipeline stages and ``ep`` expert ranks, besides the tensor-parallel ones
+    of the op graphs: a dispatch and a combine all-to-all of ``dispatch_bytes`` per device
+    in each of the ``moe_blocks``, on each of the ``t`` devices (vLLM's expert
+    parallelism); the activation of ``boundary_bytes`` across each of the ``stages - 1``
+    boundaries, ``1/t`` of it from each device and all-gathered over the next stage's
+    tensor group (Megatron's scatter/gather, as :func:`placement.network.boundary_link`
+    prices it). ``inter``: whether the (tensor, expert, pipeline) groups cross nodes."""
+    tp_inter, ep_inter, pp_inter = inter
+    out: list[Collective] = []
+    if ep > 1 and moe_blocks and dispatch_bytes > 0:
+        runs = 2 * moe_blocks
+        out.append(Collective("all_to_all", "ep", ep, dispatch_bytes, ep_inter, runs, t))
+    if stages > 1 and boundary_bytes > 0:
+        send = boundary_bytes / t
+        out.append(Collective("send", "pp", 2, send, pp_inter, stages - 1, t))
+        if t > 1:
+            gather = Collective("all_gather", "pp", t, boundary_bytes, tp_inter, stages - 1, t)
+            out.append(gather)
+    return tuple(out)

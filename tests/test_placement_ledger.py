@@ -226,3 +226,29 @@ def test_evaluate_json_lists_the_ledger_its_energy_prices():
     for r in rows:
         c = Collective(**{k: r[k] for k in Collective.__slots__ if k != "routed"})
         assert r["sent_bytes"] == pytest.approx(c.total_bytes)
+
+
+def test_a_serving_pass_records_its_sends_gathers_and_all_to_alls():
+    """One serving pass through 4 tensor ranks, 3 stages and 8 expert ranks: 1/t of the
+    activation from each device at each of the 2 boundaries (the whole activation across
+    them), all-gathered on the tensor group (3 more copies inside the node); a dispatch and
+    a combine per MoE block, 7/8 of each device's top-k copies leaving it. Before the
+    ledger, serving's energy left the all-gathers out."""
+    from placement.ledger import serving_ledger
+
+    ledger = serving_ledger(
+        t=4,
+        stages=3,
+        ep=8,
+        dispatch_bytes=80.0,
+        moe_blocks=5,
+        boundary_bytes=100.0,
+        inter=(False, True, True),
+    )
+    assert ledger_bytes(ledger, "ep") == pytest.approx(2 * 5 * 7 / 8 * 80.0 * 4)
+    sends = [c for c in ledger if c.kind == "send"]
+    gathers = [c for c in ledger if c.kind == "all_gather"]
+    assert ledger_bytes(sends) == pytest.approx(2 * 100.0) and sends[0].inter
+    assert ledger_bytes(gathers) == pytest.approx(2 * 3 * 100.0) and not gathers[0].inter
+    want = (2 * 5 * 7 / 8 * 80.0 * 4 * 10.0 + 200.0 * 10.0 + 600.0 * 1.0) * 8e-12
+    assert link_energy_j(ledger, 1.0, 10.0) == pytest.approx(want)
