@@ -252,3 +252,32 @@ def test_a_serving_pass_records_its_sends_gathers_and_all_to_alls():
     assert ledger_bytes(gathers) == pytest.approx(2 * 3 * 100.0) and not gathers[0].inter
     want = (2 * 5 * 7 / 8 * 80.0 * 4 * 10.0 + 200.0 * 10.0 + 600.0 * 1.0) * 8e-12
     assert link_energy_j(ledger, 1.0, 10.0) == pytest.approx(want)
+
+
+@pytest.mark.parametrize(
+    ("kind", "group"), [("all_reduce", 4), ("all_gather", 8), ("reduce_scatter", 16)]
+)
+def test_a_tensor_parallel_record_takes_the_op_models_time(kind, group):
+    """One run of a tensor-parallel record takes what the op cost model gives the same
+    collective op on an H100 (its measured curve inside a node, NIC sharing across
+    nodes): the two price through the one link model."""
+    from arch_space.perf import op_costs
+    from arch_space.perf.device import device_profile
+    from arch_space.presets import preset
+    from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
+
+    acc = preset("h100")
+    cluster = Cluster(devices=32, devices_per_node=8)
+    op = Op(
+        "c",
+        OpKind.COLLECTIVE,
+        CoreType.NOP,
+        collective=CollectiveKind(kind),
+        collective_bytes=3 << 20,
+        group=group,
+    )
+    table = op_costs(OpGraph((op,), ()), acc, cluster)
+    inter = bool(cluster.spans_nodes(group))
+    record = Collective(kind, "tp", group, float(3 << 20), inter, 1, group)
+    curve = device_profile(acc).intra_node
+    assert collective_s(record, cluster, curve) == pytest.approx(float(table.latency_s[0]))
