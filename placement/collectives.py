@@ -25,6 +25,7 @@ import numpy as np
 
 from arch_space.accelerator import Cluster
 from arch_space.perf.device import CollectiveCurve
+from arch_space.perf.multinode import bytes_sent_per_byte
 from placement import network as net
 
 __all__ = [
@@ -83,15 +84,9 @@ class Collective:
 
     @property
     def volume(self) -> float:
-        """Bytes each device sends per byte of :attr:`bytes` in one collective."""
-        n = max(self.group, 1)
-        if self.kind == "all_reduce":
-            return 2.0 * (n - 1) / n
-        if self.kind == "send":
-            return 1.0
-        if self.kind == "ring_pass":
-            return float(n - 1)
-        return (n - 1) / n
+        """Bytes each device sends per byte of :attr:`bytes` in one collective
+        (:func:`arch_space.perf.multinode.bytes_sent_per_byte`)."""
+        return float(bytes_sent_per_byte(self.kind, self.group))
 
     def sent_bytes(self) -> tuple[float, float]:
         """(intra-node, inter-node) bytes all its devices send over the iteration."""

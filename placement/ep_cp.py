@@ -67,6 +67,7 @@ from typing import Final
 import numpy as np
 
 from arch_space.accelerator import Cluster
+from arch_space.perf.multinode import bytes_sent_per_byte
 from phaze_common.errors import ConfigError
 from placement import network as net
 from placement.collectives import A2A_PER_MOE_BLOCK, KV_RING_PASSES
@@ -104,7 +105,7 @@ def _all_to_all(nbytes: np.ndarray, n: int, ln: net.Link) -> np.ndarray:
     bw, lat = ln
     if n <= 1:
         return np.zeros_like(nbytes)
-    return np.where(nbytes > 0, lat + (n - 1) / n * nbytes / bw, 0.0)
+    return np.where(nbytes > 0, lat + bytes_sent_per_byte("all_to_all", n) * nbytes / bw, 0.0)
 
 
 def a2a_bytes(nbytes, graph: StageGraph, ep: int, cp: int, cluster: Cluster, stride: int = 0):

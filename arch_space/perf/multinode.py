@@ -25,6 +25,7 @@ from arch_space.perf.device import CollectiveCurve
 from phaze_common.errors import ConfigError
 
 __all__ = [
+    "bytes_sent_per_byte",
     "collective_link",
     "measured_link",
     "members_per_node",
@@ -82,6 +83,27 @@ def nccl_ring_latency() -> tuple[float, float, float]:
     return tuple(float(v) for v in values)
 
 
+def bytes_sent_per_byte(kind: str, members):
+    """Bytes each of ``members`` ranks sends per byte of a collective's message, by the ring
+    and pairwise algorithms (Patarasuk & Yuan, JPDC 2009; Thakur et al., IJHPCA 2005): an
+    all-reduce ``2 (n - 1) / n`` of the tensor, a reduce-scatter, all-gather or all-to-all
+    ``(n - 1) / n``, a ring pass ``n - 1`` chunks, a send its message. Arrays broadcast.
+
+    >>> bytes_sent_per_byte("all_reduce", 4), bytes_sent_per_byte("all_to_all", 4)
+    (1.5, 0.75)
+    """
+    n = np.maximum(members, 1)
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if kind in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    if kind == "ring_pass":
+        return n - 1.0
+    if kind == "send":
+        return np.ones_like(n, dtype=np.float64)
+    raise ValueError(f"collective kind {kind!r} has no closed form")
+
+
 def _link(cluster: Cluster, inter_node: bool) -> tuple[float, float]:
     if inter_node:
         return cluster.inter_node_bandwidth_bytes_per_s, cluster.inter_node_latency_s
@@ -135,7 +157,9 @@ def collective_link(
     size = np.asarray(nbytes, dtype=np.float64)
     flags = np.broadcast_to(np.asarray(all_reduce, dtype=bool), size.shape)
     n = np.maximum(np.asarray(members, dtype=np.float64), 1.0)
-    volume = np.where(flags, 2.0, 1.0) * (n - 1) / n
+    volume = np.where(
+        flags, bytes_sent_per_byte("all_reduce", n), bytes_sent_per_byte("all_gather", n)
+    )
     bw, lat = _priced(cluster, curve, inter_node, size, flags, volume, per_node)
     inter = np.asarray(inter_node, dtype=bool)
     if np.any(inter & ~flags):

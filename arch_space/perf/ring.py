@@ -20,7 +20,7 @@ import numpy as np
 
 from arch_space.accelerator import Cluster
 from arch_space.perf.device import DeviceProfile
-from arch_space.perf.multinode import collective_link, members_per_node
+from arch_space.perf.multinode import bytes_sent_per_byte, collective_link, members_per_node
 from arch_space.perf.settings import PerfSettings
 
 __all__ = ["RingTerms", "ring_terms"]
@@ -56,14 +56,16 @@ def ring_terms(
     pj_per_bit = np.where(
         inter, settings.inter_node_link_pj_per_bit, settings.intra_node_link_pj_per_bit
     )
-    halves = np.where(all_reduce, 2.0, 1.0)
-    sent = np.where(is_coll & ~is_share, halves * (t - 1) / t * collective_bytes, 0.0)
+    volume = np.where(
+        all_reduce, bytes_sent_per_byte("all_reduce", t), bytes_sent_per_byte("all_gather", t)
+    )
+    sent = np.where(is_coll & ~is_share, volume * collective_bytes, 0.0)
     per_node = members_per_node(cluster, 1, t)
     bw, alpha = collective_link(
         cluster, device.intra_node, inter, collective_bytes, all_reduce, t, per_node
     )
     return RingTerms(
         sent_bytes=sent,
-        network_s=np.where(is_coll, alpha + halves * (t - 1) / t * collective_bytes / bw, 0.0),
+        network_s=np.where(is_coll, alpha + volume * collective_bytes / bw, 0.0),
         network_pj=sent * _BITS_PER_BYTE * pj_per_bit,
     )
