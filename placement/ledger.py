@@ -31,8 +31,6 @@ pipeline's boundaries across nodes when the job spans them.
 
 from __future__ import annotations
 
-import dataclasses
-
 from arch_space.accelerator import Cluster
 from placement.collectives import A2A_PER_MOE_BLOCK, KV_RING_PASSES, Collective
 from placement.dp_comm import dp_collectives
@@ -101,8 +99,11 @@ def dp_ledger(
         for group, params in ((n, dense), (n_expert, expert)):
             if group > 1 and params > 0:
                 nbytes = c.bytes_per_parameter * params
-                record = Collective(c.kind, "dp", group, nbytes, inter, c.count, devices, overlap)
-                out.append(dataclasses.replace(record, stride=lay.t))
+                out.append(
+                    Collective(
+                        c.kind, "dp", group, nbytes, inter, c.count, devices, overlap, None, lay.t
+                    )
+                )
     return out
 
 
@@ -163,8 +164,11 @@ def _context(placement: Placement, rates: EnergyRates, inter: bool, micro_batche
     runs = passes_per_micro_batch(KV_RING_PASSES, repeats_attention_core(lay.recompute))
     chunk = rates.kv_bytes / cp
     count = runs * micro_batches
-    ring = Collective("ring_pass", "cp", cp, chunk, inter, count, lay.t * cp, "beside_compute")
-    return [dataclasses.replace(ring, stride=lay.t)]
+    return [
+        Collective(
+            "ring_pass", "cp", cp, chunk, inter, count, lay.t * cp, "beside_compute", None, lay.t
+        )
+    ]
 
 
 def serving_ledger(

@@ -92,7 +92,7 @@ def bytes_sent_per_byte(kind: str, members):
     >>> bytes_sent_per_byte("all_reduce", 4), bytes_sent_per_byte("all_to_all", 4)
     (1.5, 0.75)
     """
-    n = np.maximum(members, 1)
+    n = np.maximum(members, 1) if isinstance(members, np.ndarray) else max(members, 1)
     if kind == "all_reduce":
         return 2.0 * (n - 1) / n
     if kind in ("reduce_scatter", "all_gather", "all_to_all"):
@@ -100,7 +100,7 @@ def bytes_sent_per_byte(kind: str, members):
     if kind == "ring_pass":
         return n - 1.0
     if kind == "send":
-        return np.ones_like(n, dtype=np.float64)
+        return n * 0 + 1.0
     raise ValueError(f"collective kind {kind!r} has no closed form")
 
 
