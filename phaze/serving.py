@@ -33,6 +33,7 @@ from phaze.serving_score import ServingScore, serving_score
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_noun
 from placement import network as net
+from placement.adapt import tp_collectives
 from placement.collectives import link_energy_j
 from placement.ep_cp import all_to_all_s
 from placement.layout import Layout
@@ -56,7 +57,7 @@ from workloads.serving_costs import (
     kv_cache_capacity,
     stage_block_counts,
 )
-from workloads.serving_ops import check_serving, pass_workspace_bytes
+from workloads.serving_ops import check_serving, pass_workspace_bytes, serving_layer_graph
 
 __all__ = [
     "Objective",
@@ -235,6 +236,12 @@ def _timed(
     )
 
 
+@lru_cache(maxsize=8192)
+def _tp_collectives(model: Model, p: ServingPass, t: int, ep: int):
+    """The tensor-parallel collectives of pass ``p``'s op graphs (for its ledger)."""
+    return tp_collectives(serving_layer_graph(model, p, t, ep))
+
+
 def pj_j(nbytes: float, inter_node: bool) -> float:
     """Joules of ``nbytes`` over a link (docs/models.md: pJ per bit)."""
     perf = default_settings()
@@ -263,7 +270,8 @@ def pass_cost(
     if engine is not None:  # the wait before each kernel of the step
         gaps = spt.stage_kernels(model, stages)
         per_stage = [s + n * engine.kernel_gap_s for s, n in zip(per_stage, gaps, strict=True)]
-    compute_j, memory_j, network_j = (t * x for x in spt.dynamic_j)
+    # the op graphs' link energy is their tensor-parallel collectives': the ledger's records
+    compute_j, memory_j = (t * x for x in spt.dynamic_j[:2])
     blocks = stage_block_counts(model, stages)
     # a dispatch and a combine all-to-all per MoE block (vLLM's expert parallelism: each
     # rank sends its tokens' top-k copies to the experts' ranks and back)
@@ -294,9 +302,10 @@ def pass_cost(
             bool(cl.spans_nodes(span)),
             bool(cl.spans_nodes(pool.devices)),
         ),
+        tp_collectives=_tp_collectives(model, p, t, ep),
     )
     perf = default_settings()
-    network_j += link_energy_j(
+    network_j = link_energy_j(
         ledger, perf.intra_node_link_pj_per_bit, perf.inter_node_link_pj_per_bit
     )
     return PassCost(

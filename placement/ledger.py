@@ -180,17 +180,21 @@ def serving_ledger(
     moe_blocks: int,
     boundary_bytes: float,
     inter: tuple[bool, bool, bool],
+    tp_collectives: tuple[tuple[str, float, int, int, int], ...] = (),
 ) -> tuple[Collective, ...]:
     """The collectives of one serving pass through a replica of ``t`` tensor ranks,
-    ``stages`` pipeline stages and ``ep`` expert ranks, besides the tensor-parallel ones
-    of the op graphs: a dispatch and a combine all-to-all of ``dispatch_bytes`` per device
+    ``stages`` pipeline stages and ``ep`` expert ranks: the ``tp_collectives`` of the pass's
+    op graphs (:func:`placement.adapt.tp_collectives`, run once each); a dispatch and a combine all-to-all of ``dispatch_bytes`` per device
     in each of the ``moe_blocks``, on each of the ``t`` devices (vLLM's expert
     parallelism); the activation of ``boundary_bytes`` across each of the ``stages - 1``
     boundaries, ``1/t`` of it from each device and all-gathered over the next stage's
     tensor group (Megatron's scatter/gather, as :func:`placement.network.boundary_link`
     prices it). ``inter``: whether the (tensor, expert, pipeline) groups cross nodes."""
     tp_inter, ep_inter, pp_inter = inter
-    out: list[Collective] = []
+    out = [
+        Collective(kind, "tp", group, nbytes, tp_inter, runs, devices, "scheduled")
+        for kind, nbytes, group, devices, runs in tp_collectives
+    ]
     if ep > 1 and moe_blocks and dispatch_bytes > 0:
         runs = 2 * moe_blocks
         out.append(Collective("all_to_all", "ep", ep, dispatch_bytes, ep_inter, runs, t))

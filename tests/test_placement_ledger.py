@@ -281,3 +281,35 @@ def test_a_tensor_parallel_record_takes_the_op_models_time(kind, group):
     record = Collective(kind, "tp", group, float(3 << 20), inter, 1, group)
     curve = device_profile(acc).intra_node
     assert collective_s(record, cluster, curve) == pytest.approx(float(table.latency_s[0]))
+
+
+@pytest.mark.parametrize(("name", "t", "ep"), [("llama2-7b", 4, 1), ("mixtral-8x7b", 8, 2)])
+def test_a_serving_pass_records_its_tensor_parallel_collectives(name, t, ep):
+    """A decode step's tensor-parallel collectives, read from its op graphs into the
+    serving ledger, cost the link energy the op model gives the pass on its t devices."""
+    from arch_space.perf import default_settings
+    from arch_space.presets import preset
+    from ilp.serving import serving_pass_time
+    from placement.adapt import tp_collectives
+    from placement.ledger import serving_ledger
+    from workloads import resolve_model
+    from workloads.serving import ServingPass
+    from workloads.serving_ops import serving_layer_graph
+
+    model, p = resolve_model(name), ServingPass(8, 1, 512)
+    cluster = Cluster(devices=16, devices_per_node=8)
+    spt = serving_pass_time(model, preset("h100"), cluster, p, t, ep=ep, solver="list")
+    ledger = serving_ledger(
+        t=t,
+        stages=1,
+        ep=1,
+        dispatch_bytes=0.0,
+        moe_blocks=0,
+        boundary_bytes=0.0,
+        inter=(False, False, False),
+        tp_collectives=tp_collectives(serving_layer_graph(model, p, t, ep)),
+    )
+    assert ledger and {c.parallel for c in ledger} == {"tp"}
+    perf = default_settings()
+    got = link_energy_j(ledger, perf.intra_node_link_pj_per_bit, perf.inter_node_link_pj_per_bit)
+    assert got == pytest.approx(t * spt.dynamic_j[2], rel=1e-9)
