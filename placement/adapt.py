@@ -6,13 +6,36 @@ found for each distinct layer (by ``class_id``); bytes and flags come from the l
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from phaze_common.errors import ConfigError
 from placement.types import RecomputeMode, StageEdge, StageGraph, StageLayer
 from workloads.layer_graph import LayerGraph
 
-__all__ = ["stage_graph"]
+__all__ = ["stage_graph", "tp_collectives"]
+
+# (kind, bytes, group, devices, runs per micro-batch) of the tensor-parallel collectives
+TpCollectives = tuple[tuple[str, float, int, int, int], ...]
+
+
+def tp_collectives(graph: LayerGraph) -> TpCollectives:
+    """The tensor-parallel collectives the op graphs of ``graph``'s layers run per
+    micro-batch (forward, backward and recompute passes of every class a layer runs), as
+    (kind, full-tensor bytes, group, devices running it, runs): what the iteration's ledger
+    records (:func:`placement.ledger.iteration_ledger`). A layer split over the tensor
+    ranks runs them on its ``tp`` devices."""
+    runs: Counter = Counter()
+    for layer in graph.layers:
+        devices = graph.tp if layer.tensor_parallel else 1
+        for cid in layer.classes:
+            passes = graph.op_graphs[cid]
+            for g in (passes.forward, passes.backward, passes.recompute):
+                for op in g.ops:
+                    if op.kind == "collective" and op.collective_bytes > 0 and op.group > 1:
+                        key = (str(op.collective), float(op.collective_bytes), op.group, devices)
+                        runs[key] += 1
+    return tuple((*key, n) for key, n in sorted(runs.items()))
 
 
 def stage_graph(

@@ -252,6 +252,7 @@ def phaze_costs(
     max_stages: int,
     zero_stages: tuple[int, ...] = (0,),
     optimizer_bytes_per_parameter: float = 12.0,
+    weight_bytes_per_parameter: float = 2.0,
     p2p_overlap: bool = False,
     tied_comm: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[SegmentCosts, StageFigures, tuple[MemoryLimit, ...]]:
@@ -290,7 +291,7 @@ def phaze_costs(
     gathered = la.params + tied_each
     largest = _chain_max(gathered, ch) if ch is not None else _largest(gathered, in_stage)
     held = stash + workspace
-    state = (state_bytes_per_parameter, optimizer_bytes_per_parameter)
+    state = (state_bytes_per_parameter, optimizer_bytes_per_parameter, weight_bytes_per_parameter)
     limits = tuple(
         _limit(params, sharded, stash, held, largest, ch, hbm_bytes, max_stages, state, z)
         for z in zero_stages
@@ -392,7 +393,7 @@ class MemoryLimit:
 
 def _limit(params, shards, stash, held, largest, ch, hbm_bytes, max_stages, state, zero):
     """``held`` is what a stage holds besides its parameters' state (stash and workspace)."""
-    replicated, sharded_bytes, gathered = zero_state(state[0], zero, state[1])
+    replicated, sharded_bytes, gathered = zero_state(state[0], zero, state[1], state[2])
     base = params * replicated + held
     if gathered:
         base += largest * gathered

@@ -30,8 +30,7 @@ from placement.pipelining import micro_batches_per_pipeline
 from placement.types import PlacementProblem, StageGraph
 
 __all__ = [
-    "WEIGHT_BYTES",
-    "Collective",
+    "DpCollective",
     "DpTime",
     "dp_collectives",
     "dp_terms",
@@ -43,7 +42,6 @@ __all__ = [
     "tail_fn",
 ]
 
-WEIGHT_BYTES = 2.0  # of the state bytes per parameter: fp16/bf16 weights
 _BUCKET_PARAMETERS = 40e6
 _BUCKET_PARAMETERS_PER_D = 1e6
 
@@ -148,7 +146,7 @@ def _step_s(problem: PlacementProblem, zero: int, params, expert, ep: int, n):
     )
 
 
-def _ring_s(problem: PlacementProblem, c: Collective, nbytes, passes, inter, n, per_node):
+def _ring_s(problem: PlacementProblem, c: DpCollective, nbytes, passes, inter, n, per_node):
     """(latency, seconds moving bytes) of one collective ``c`` of ``nbytes`` in ``passes``
     over the ``n`` data-parallel ranks, ``per_node`` of them in a node."""
     bw, lat = net.measured_link(
@@ -207,7 +205,7 @@ def dp_time(
     expert, share = _ring_share(n, ep, expert_params, params)
     per_node = net.members_per_node(cl, t, n)
 
-    def ring(c: Collective, what):
+    def ring(c: DpCollective, what):
         return _ring_s(
             problem, c, what * c.bytes_per_parameter, c.passes * share, inter, n, per_node
         )
@@ -264,11 +262,13 @@ def sharded_parameters(parameters, expert_parameters, ep: int):
 
 
 @dataclass(frozen=True, slots=True)
-class Collective:
+class DpCollective:
     """``count`` ring collectives of one iteration over the data-parallel group: an
     ``all_reduce`` (two passes of the ring), a ``reduce_scatter`` or an ``all_gather`` (one
     pass each) of the ``gradients`` or the ``weights``, at ``bytes_per_parameter``;
-    ``per_micro_batch`` when they run with every micro-batch (ZeRO-2/3)."""
+    ``per_micro_batch`` when they run with every micro-batch (ZeRO-2/3). The time model
+    prices these per rank; the iteration's ledger records them over the whole job
+    (:func:`placement.ledger.dp_ledger`)."""
 
     kind: str
     what: str
@@ -289,8 +289,8 @@ class Collective:
 def dp_collectives(
     zero: int,
     micro_batches,
-    gradient_bytes_per_parameter: float = 2.0,
-    weight_bytes_per_parameter: float = WEIGHT_BYTES,
+    gradient_bytes_per_parameter: float,
+    weight_bytes_per_parameter: float,
     regather_per_micro_batch: bool = False,
 ):
     """The data-parallel collectives of one iteration of a pipeline running
@@ -309,21 +309,21 @@ def dp_collectives(
     The gradients move at ``gradient_bytes_per_parameter``, the weights at the weights'
     format, ``weight_bytes_per_parameter``.
 
-    >>> [(c.kind, c.count) for c in dp_collectives(2, 4)]
+    >>> [(c.kind, c.count) for c in dp_collectives(2, 4, 2.0, 2.0)]
     [('reduce_scatter', 4), ('all_gather', 1)]
-    >>> [(c.kind, c.count) for c in dp_collectives(2, 4, regather_per_micro_batch=True)]
+    >>> [(c.kind, c.count) for c in dp_collectives(2, 4, 2.0, 2.0, True)]
     [('reduce_scatter', 4), ('all_gather', 4)]
     """
     grads = gradient_bytes_per_parameter
     if zero == 0:
-        return (Collective("all_reduce", "gradients", 1, grads),)
+        return (DpCollective("all_reduce", "gradients", 1, grads),)
     reductions = 1 if zero == 1 else micro_batches
     regather = zero == 2 and regather_per_micro_batch
     gathers = 2 * micro_batches if zero == 3 else micro_batches if regather else 1
     per_mb_gather = zero == 3 or regather
     return (
-        Collective("reduce_scatter", "gradients", reductions, grads, zero >= 2),
-        Collective("all_gather", "weights", gathers, weight_bytes_per_parameter, per_mb_gather),
+        DpCollective("reduce_scatter", "gradients", reductions, grads, zero >= 2),
+        DpCollective("all_gather", "weights", gathers, weight_bytes_per_parameter, per_mb_gather),
     )
 
 

@@ -67,8 +67,10 @@ from typing import Final
 import numpy as np
 
 from arch_space.accelerator import Cluster
+from arch_space.perf.multinode import bytes_sent_per_byte
 from phaze_common.errors import ConfigError
 from placement import network as net
+from placement.collectives import A2A_PER_MOE_BLOCK, KV_RING_PASSES
 from placement.types import PlacementProblem, StageEdge, StageGraph
 from workloads.recompute_modules import repeats_attention_core, repeats_dispatch
 
@@ -103,7 +105,7 @@ def _all_to_all(nbytes: np.ndarray, n: int, ln: net.Link) -> np.ndarray:
     bw, lat = ln
     if n <= 1:
         return np.zeros_like(nbytes)
-    return np.where(nbytes > 0, lat + (n - 1) / n * nbytes / bw, 0.0)
+    return np.where(nbytes > 0, lat + bytes_sent_per_byte("all_to_all", n) * nbytes / bw, 0.0)
 
 
 def a2a_bytes(nbytes, graph: StageGraph, ep: int, cp: int, cluster: Cluster, stride: int = 0):
@@ -215,14 +217,16 @@ def scaled_columns(
     ring = _ring(cols["kv_bytes"] / cp, cp, net.group_link(cluster, graph.tp * cp))
     fwd, bwd, rec = cols["fwd_s"] / cp, cols["bwd_s"] / cp, cols["recompute_s"] / cp
     none = np.zeros_like(fwd)
-    cp_f = np.maximum(ring - fwd, 0.0)
-    cp_b = np.maximum(2.0 * ring - bwd, 0.0)
-    cp_r = np.maximum(ring - rec, 0.0) if repeats_attention_core(graph.recompute) else none
-    ep_r = 2.0 * a2a if repeats_dispatch(graph.recompute) else none
-    ep_f = ep_b = 2.0 * a2a
-    if overlap is not None:  # the layer's forward and backward beside four all-to-alls
+    kv, runs = KV_RING_PASSES, A2A_PER_MOE_BLOCK  # per pass, as the ledger counts them
+    cp_f = np.maximum(kv["forward"] * ring - fwd, 0.0)
+    cp_b = np.maximum(kv["backward"] * ring - bwd, 0.0)
+    repeat_kv = repeats_attention_core(graph.recompute)
+    cp_r = np.maximum(kv["recompute"] * ring - rec, 0.0) if repeat_kv else none
+    ep_r = runs["recompute"] * a2a if repeats_dispatch(graph.recompute) else none
+    ep_f, ep_b = runs["forward"] * a2a, runs["backward"] * a2a
+    if overlap is not None:  # the layer's forward and backward beside their all-to-alls
         hidden = fwd + bwd
-        paired = np.maximum(4.0 * a2a, hidden / (1.0 - overlap))
+        paired = np.maximum(ep_f + ep_b, hidden / (1.0 - overlap))
         ep_f = ep_b = np.where(a2a > 0, paired - hidden, 0.0) / 2.0
     expert = cols["expert_parameters"] / ep
     return {

@@ -56,7 +56,7 @@ from dataclasses import astuple, dataclass, fields
 
 import numpy as np
 
-from placement.dp_comm import WEIGHT_BYTES, dp_time, shard_unit, sharded_parameters
+from placement.dp_comm import dp_time, shard_unit, sharded_parameters
 from placement.layout import Layout
 from placement.pipelining import bubble_s, dualpipe_bubble_s, pipeline_s
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
@@ -168,7 +168,13 @@ class EnergyRates:
     data-parallel collectives move per parameter, as the time model prices them
     (:attr:`PlacementProblem.gradient_bytes_per_parameter`); ``regather_per_micro_batch``
     gathers ZeRO-2's weights for every micro-batch, as the time model does
-    (:attr:`PlacementProblem.regather_per_micro_batch`).
+    (:attr:`PlacementProblem.regather_per_micro_batch`); ``p2p_sends`` and ``p2p_gathers``
+    the sends and all-gathers of a boundary's tensor per micro-batch
+    (:attr:`PlacementProblem.p2p_sends`); ``ep_overlap`` whether the all-to-alls run beside
+    compute; ``tp_collectives`` the tensor-parallel collectives per micro-batch
+    (:func:`placement.adapt.tp_collectives`), whose link energy the ledger prices (then
+    ``network_j`` holds only what the op model moves besides them). They make the
+    iteration's ledger of collectives (:func:`placement.ledger.iteration_ledger`).
     """
 
     compute_j: float
@@ -187,24 +193,34 @@ class EnergyRates:
     gradient_bytes_per_parameter: float = 2.0
     weight_bytes_per_parameter: float = 2.0
     regather_per_micro_batch: bool = False
+    p2p_sends: float = 1.0
+    p2p_gathers: float = 1.0
+    ep_overlap: bool = False
+    tp_collectives: tuple[tuple[str, float, int, int, int], ...] = ()
 
 
 def state_split(
-    state_bytes_per_parameter: float, optimizer_bytes_per_parameter: float = 12.0
+    state_bytes_per_parameter: float,
+    optimizer_bytes_per_parameter: float,
+    weight_bytes_per_parameter: float,
 ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer state) bytes per parameter; they sum to the input.
 
-    2-byte weights; the optimizer's own state (Adam: fp32 master weights and two moments,
-    12 B); the rest is gradients (4 B of fp32 main gradients in Megatron-LM; 6 B with
-    DeepSpeed's BF16 optimizer, which keeps bf16 gradients beside fp32 accumulators).
+    The weights in their format (:attr:`PlacementProblem.weight_bytes_per_parameter`: 2 B
+    for bf16); the optimizer's own state (Adam: fp32 master weights and two moments, 12 B);
+    the rest is gradients (4 B of fp32 main gradients in Megatron-LM; 6 B with DeepSpeed's
+    BF16 optimizer, which keeps bf16 gradients beside fp32 accumulators).
     """
-    weights = min(WEIGHT_BYTES, state_bytes_per_parameter)
+    weights = min(weight_bytes_per_parameter, state_bytes_per_parameter)
     optimizer = min(optimizer_bytes_per_parameter, state_bytes_per_parameter - weights)
     return weights, state_bytes_per_parameter - weights - optimizer, optimizer
 
 
 def zero_state(
-    state_bytes_per_parameter: float, zero: int, optimizer_bytes_per_parameter: float = 12.0
+    state_bytes_per_parameter: float,
+    zero: int,
+    optimizer_bytes_per_parameter: float,
+    weight_bytes_per_parameter: float,
 ) -> tuple[float, float, float]:
     """(replicated, sharded, gathered) bytes per parameter under ZeRO stage ``zero``.
 
@@ -215,7 +231,7 @@ def zero_state(
     largest layer (the layer running and the next one prefetched; Zhao et al., VLDB 2023).
     """
     weights, gradients, optimizer = state_split(
-        state_bytes_per_parameter, optimizer_bytes_per_parameter
+        state_bytes_per_parameter, optimizer_bytes_per_parameter, weight_bytes_per_parameter
     )
     sharded = (0.0, optimizer, gradients + optimizer, state_bytes_per_parameter)[zero]
     gathered = 2.0 * weights if zero == 3 else 0.0
@@ -246,8 +262,9 @@ def stage_memory(
     ``expert_parameters * ep / (d * cp)`` (:func:`sharded_parameters`).
     """
     state, opt = problem.state_bytes_per_parameter, problem.optimizer_bytes_per_parameter
-    weights, gradients, optimizer = state_split(state, opt)
-    _, _, gathered = zero_state(state, zero, opt)
+    weight = problem.weight_bytes_per_parameter
+    weights, gradients, optimizer = state_split(state, opt, weight)
+    _, _, gathered = zero_state(state, zero, opt, weight)
     shard = sharded_parameters(parameters, expert_parameters, ep) / (d * cp)
 
     def part(bytes_per_parameter: float, from_stage: int) -> float:

@@ -18,18 +18,23 @@ runs each collective and send at the bus bandwidth measured at its type and size
 included (:func:`measured_link`); across nodes the link's latency and bandwidth hold (a ring
 collective with ``k`` members in each node drives ``k`` NICs at the measured share of their
 line rate, :func:`arch_space.perf.multinode.nic_busbw_fraction`), but a transfer is never
-faster than the same one inside a node.
+faster than the same one inside a node. That link model lives in
+:mod:`arch_space.perf.multinode` (re-exported here), where the tensor-parallel collectives
+of the op cost model read it too.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
-
 from arch_space.accelerator import Cluster
 from arch_space.perf.device import CollectiveCurve
-from arch_space.perf.multinode import nccl_ring_latency, nic_busbw_fraction
+from arch_space.perf.multinode import (
+    collective_link,
+    measured_link,
+    members_per_node,
+    ring_latency_s,
+)
 
 __all__ = [
     "Link",
@@ -37,6 +42,7 @@ __all__ = [
     "group_link",
     "boundary_link",
     "measured_link",
+    "collective_link",
     "members_per_node",
     "ring_latency_s",
     "p2p_s",
@@ -60,74 +66,6 @@ def group_link(cluster: Cluster, span: int) -> Link:
     """Link of a group of ``span`` consecutive ranks (:class:`placement.layout.Groups`):
     across nodes when it spans them (:meth:`arch_space.Cluster.spans_nodes`)."""
     return link(cluster, inter_node=bool(cluster.spans_nodes(span)))
-
-
-def measured_link(
-    cluster: Cluster,
-    curve: CollectiveCurve | None,
-    inter_node: np.ndarray | bool,
-    nbytes: np.ndarray | float,
-    kind: Literal["all_reduce", "ring", "p2p"],
-    volume: np.ndarray | float = 1.0,
-    per_node: np.ndarray | int = 1,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(bandwidth, latency) arrays of a transfer of ``nbytes`` (a collective's full tensor,
-    or one send) of ``kind``: an all-reduce, another ring collective (reduce-scatter,
-    all-gather) or a point-to-point send.
-
-    Inside a node with a measured ``curve`` the bandwidth is the line rate times the measured
-    efficiency at that type and size and the latency is in it (zero); otherwise the link's.
-    Across nodes the bandwidth is lowered, where needed, so that the transfer takes at least
-    as long as inside the node (the measured small-message floor is the collective library's,
-    on any link); ``volume`` is the bytes each device sends per byte of ``nbytes``
-    (``2 (n - 1) / n`` for an all-reduce over ``n``), which that comparison needs. A ring
-    collective across nodes with ``per_node`` members in each node runs one ring per member's
-    NIC: ``per_node`` NIC shares at the measured fraction of their line rate
-    (:func:`arch_space.perf.multinode.nic_busbw_fraction`), at most the intra-node link.
-    """
-    inter = np.asarray(inter_node, dtype=bool)
-    size = np.asarray(nbytes, dtype=np.float64)
-    intra_bw, intra_lat = link(cluster, inter_node=False)
-    inter_bw, inter_lat = link(cluster, inter_node=True)
-    if kind != "p2p":
-        inter_bw = np.minimum(inter_bw * np.asarray(per_node) * nic_busbw_fraction(), intra_bw)
-    if curve is None:
-        return np.where(inter, inter_bw, intra_bw), np.where(inter, inter_lat, intra_lat)
-    if kind == "p2p":
-        eff = curve.p2p_efficiency(size)
-    else:
-        eff = curve.efficiency(size, np.full(size.shape, kind == "all_reduce"))
-    sent = np.asarray(volume) * size
-    # the inter-node bandwidth with which latency + sent / bandwidth >= the intra-node time
-    gap = np.maximum(sent / (intra_bw * eff) - inter_lat, 0.0)
-    floor_bw = np.where(gap > 0, sent / np.where(gap > 0, gap, 1.0), np.inf)
-    bw = np.where(inter, np.minimum(inter_bw, floor_bw), intra_bw * eff)
-    return bw, np.where(inter, inter_lat, 0.0)
-
-
-def ring_latency_s(members, per_node):
-    """Latency of one ring reduce-scatter or all-gather over ``members`` ranks with
-    ``per_node`` of them in each node: NCCL's own model of its Simple-protocol ring,
-    a base latency plus one hop latency per ring step, ``members - 1`` steps of which
-    ``nodes - 1`` cross the network (``ring_latency`` of
-    ``arch_space/data/measured_nccl_multinode.toml``). Arrays broadcast."""
-    base_s, nvlink_hop_s, net_hop_s = nccl_ring_latency()
-    members = np.asarray(members, dtype=np.float64)
-    nodes = np.ceil(members / np.maximum(per_node, 1))
-    steps = np.maximum(members - 1, 0)
-    net_steps = np.maximum(nodes - 1, 0)
-    return base_s + (steps - net_steps) * nvlink_hop_s + net_steps * net_hop_s
-
-
-def members_per_node(cluster: Cluster, stride, members):
-    """Members of a group of ``members`` ranks ``stride`` apart that share a node (at least
-    1): the NICs a ring over them drives in each node. Arrays broadcast.
-
-    >>> from arch_space import Cluster
-    >>> int(members_per_node(Cluster(devices=64, devices_per_node=8), 2, 32))
-    4
-    """
-    return np.clip(cluster.devices_per_node // np.maximum(stride, 1), 1, np.maximum(members, 1))
 
 
 def boundary_link(

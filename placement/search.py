@@ -145,6 +145,7 @@ def dp_tasks(
             max_stages=s_max,
             zero_stages=problem.zero_stages,
             optimizer_bytes_per_parameter=problem.optimizer_bytes_per_parameter,
+            weight_bytes_per_parameter=problem.weight_bytes_per_parameter,
             p2p_overlap=problem.overlaps_p2p(1),
             # the first and the last stage are as far apart as the stage boundaries
             tied_comm=lambda n: embedding_allreduce_s(
@@ -177,7 +178,10 @@ def dp_tasks(
             d_multiple=graph.ep,
             sharper=_prefix_bound(inputs) if la.is_chain else None,
             sharded=zero_state(
-                problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
+                problem.state_bytes_per_parameter,
+                zero,
+                problem.optimizer_bytes_per_parameter,
+                problem.weight_bytes_per_parameter,
             )[1]
             > 0,
         )
@@ -237,7 +241,10 @@ def _time_bound(b: _BoundInputs, first_params: float) -> Callable[[np.ndarray], 
     t, m = graph.tp, problem.global_batch // graph.micro_batch
     n_one = int((~la.tp).sum()) if t > 1 else 0
     replicated, sharded, _ = zero_state(
-        problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
+        problem.state_bytes_per_parameter,
+        zero,
+        problem.optimizer_bytes_per_parameter,
+        problem.weight_bytes_per_parameter,
     )
     params = float(la.params.sum())
     shards = shards / graph.cp  # what ZeRO shards over d
@@ -281,7 +288,10 @@ def _prefix_bound(b: _BoundInputs) -> Callable[..., np.ndarray]:
         n, t, m = work.size, graph.tp, problem.global_batch // graph.micro_batch
         n_one = int((~la.tp).sum()) if t > 1 else 0
         replicated, sharded, _ = zero_state(
-            problem.state_bytes_per_parameter, zero, problem.optimizer_bytes_per_parameter
+            problem.state_bytes_per_parameter,
+            zero,
+            problem.optimizer_bytes_per_parameter,
+            problem.weight_bytes_per_parameter,
         )
         j = np.arange(1, n + 1)[None, :]
         per = (devices // ds)[:, None]
@@ -421,7 +431,8 @@ def _why(
     # Sharded state may shrink to nothing: count only what the most sharded stage replicates.
     state = problem.state_bytes_per_parameter
     opt = problem.optimizer_bytes_per_parameter
-    unsharded = state - zero_state(state, max(problem.zero_stages), opt)[1]
+    weight = problem.weight_bytes_per_parameter
+    unsharded = state - zero_state(state, max(problem.zero_stages), opt, weight)[1]
     n = len(graph.layers)
     one_layer = [
         figures.mem_base[q] - costs.params[q] * (state - unsharded)

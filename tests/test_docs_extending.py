@@ -72,3 +72,15 @@ def test_the_chip_walk_through_runs_as_written(cli_run, tmp_path):
     chip.write_text(edited.replace('measured_as = "h100"', ""))
     refused = cli_run(*run, chip)
     assert refused.exit_code == 1 and "of preset h100" in refused.output
+
+
+def test_the_collective_walk_through_runs_as_written():
+    """The "A collective" toy runs as the page writes it, and its time is the link
+    model's: latency plus the bytes a device sends over the intra-node bandwidth, per run."""
+    section = TEXT.split("\n## A collective\n", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S)[1]
+    scope: dict[str, object] = {}
+    exec(code, scope)  # the page's own example
+    node = scope["node"]
+    one = node.intra_node_latency_s + 3 / 4 * 1e6 / node.intra_node_bandwidth_bytes_per_s
+    assert scope["seconds"] == pytest.approx(3 * one)

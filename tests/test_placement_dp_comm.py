@@ -81,7 +81,7 @@ def test_param_gather_overlap_exposes_one_bucket():
     d, params = np.array([8]), np.array([4e9])
     plain = _problem(zero_stages=(1,))
     core = dataclasses.replace(plain, param_gather_overlap=True)
-    (ag, *_) = [c for c in dp_collectives(1, 1) if c.what == "weights"]
+    (ag, *_) = [c for c in dp_collectives(1, 1, 2.0, 2.0) if c.what == "weights"]
     assert ag.kind == "all_gather" and not ag.per_micro_batch
     full, _ = dp_terms(plain, 8, 1, d, params, 8)
     part, _ = dp_terms(core, 8, 1, d, params, 8)
@@ -136,7 +136,7 @@ def test_ring_latency_across_nodes_is_nccls_model():
     big = Cluster(devices=512, devices_per_node=8)
     problem = dataclasses.replace(_problem(zero_stages=(1,)), cluster=big)
     comm, _ = dp_terms(problem, 1, 1, d, params, 512)
-    (rs, ag) = dp_collectives(1, 1)
+    (rs, ag) = dp_collectives(1, 1, 2.0, 2.0)
     assert rs.kind == "reduce_scatter" and ag.kind == "all_gather"
     assert float(comm[0]) >= 2 * float(ring_latency_s(512, 8))
 
@@ -220,12 +220,12 @@ def test_fsdp_zero2_gathers_the_weights_for_every_micro_batch():
     """FSDP's SHARD_GRAD_OP frees the gathered weights after each backward pass while
     gradients synchronise, so with gradient accumulation each micro-batch gathers them again
     (unit by unit, prefetched); DeepSpeed's ZeRO-2 gathers once per step."""
-    (rs, ag) = dp_collectives(2, 4, regather_per_micro_batch=True)
+    (rs, ag) = dp_collectives(2, 4, 2.0, 2.0, regather_per_micro_batch=True)
     assert (rs.count, ag.count, ag.per_micro_batch) == (4, 4, True)
-    (rs, ag) = dp_collectives(2, 4)
+    (rs, ag) = dp_collectives(2, 4, 2.0, 2.0)
     assert (rs.count, ag.count, ag.per_micro_batch) == (4, 1, False)
     # ZeRO-3 gathers before every forward and backward pass either way
-    assert dp_collectives(3, 4, regather_per_micro_batch=True) == dp_collectives(3, 4)
+    assert dp_collectives(3, 4, 2.0, 2.0, True) == dp_collectives(3, 4, 2.0, 2.0)
     d, params, unit = np.array([64]), np.array([32e9]), (1e9, 0.5)
     once = _problem(zero_stages=(2,), sharded_prefetch=True)
     every = dataclasses.replace(once, regather_per_micro_batch=True)

@@ -53,10 +53,10 @@ def _chain(n: int, *, t: int = 1, params: int = 10, stash: float = 5.0, nbytes: 
 
 
 def test_state_split_sums_to_the_state():
-    assert state_split(18.0) == (2.0, 4.0, 12.0)  # Adam: fp16 weights, fp32 grads, 12 B
-    assert state_split(14.0, 8.0) == (2.0, 4.0, 8.0)  # SGD with momentum
-    assert state_split(20.0) == (2.0, 6.0, 12.0)  # DeepSpeed BF16: bf16 + fp32 gradients
-    assert state_split(3.0) == (2.0, 0.0, 1.0)
+    assert state_split(18.0, 12.0, 2.0) == (2.0, 4.0, 12.0)  # Adam: fp16 weights, fp32 grads, 12 B
+    assert state_split(14.0, 8.0, 2.0) == (2.0, 4.0, 8.0)  # SGD with momentum
+    assert state_split(20.0, 12.0, 2.0) == (2.0, 6.0, 12.0)  # DeepSpeed BF16: bf16 + fp32 gradients
+    assert state_split(3.0, 12.0, 2.0) == (2.0, 0.0, 1.0)
 
 
 def test_interleaved_fixed_strategy_terms_by_hand():

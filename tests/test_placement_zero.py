@@ -47,12 +47,42 @@ def _problem(zero_stages: tuple[int, ...], hbm_bytes: float = 2000.0) -> Placeme
     )
 
 
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_the_weights_format_sets_what_zero_shards(zero):
+    """fp32 weights (4 B) with 4 B gradients and 12 B of Adam state: the weights' bytes are
+    the layout's format, not a fixed 2 B, in the memory of a fixed layout and the search
+    alike; stage 3 gathers two 4-byte layers."""
+    problem = dataclasses.replace(
+        _problem((zero,), hbm_bytes=1e9),
+        state_bytes_per_parameter=20.0,
+        weight_bytes_per_parameter=4.0,
+    )
+    assert (
+        zero_state(20.0, zero, 12.0, 4.0)
+        == (
+            (20.0, 0.0, 0.0),
+            (8.0, 12.0, 0.0),
+            (4.0, 16.0, 0.0),
+            (0.0, 20.0, 8.0),
+        )[zero]
+    )
+    fixed = evaluate_fixed(problem, Layout(d=4, zero=zero))
+    mem = fixed.memory_breakdown
+    params = 200
+    assert mem.weights_bytes == pytest.approx(params * 4.0 / (4 if zero == 3 else 1))
+    assert mem.gradients_bytes == pytest.approx(params * 4.0 / (4 if zero >= 2 else 1))
+    best = place(problem)
+    assert best.memory_breakdown.total_bytes == pytest.approx(
+        evaluate_fixed(problem, best.layout).memory_breakdown.total_bytes
+    )
+
+
 def test_zero_state_shards_optimizer_then_gradients_then_weights():
     # Adam in mixed precision: 2 B weights, 4 B fp32 gradients, 12 B optimizer state
-    assert zero_state(18.0, 0) == (18.0, 0.0, 0.0)
-    assert zero_state(18.0, 1) == (6.0, 12.0, 0.0)
-    assert zero_state(18.0, 2) == (2.0, 16.0, 0.0)
-    assert zero_state(18.0, 3) == (0.0, 18.0, 4.0)  # two gathered 2-byte layers
+    assert zero_state(18.0, 0, 12.0, 2.0) == (18.0, 0.0, 0.0)
+    assert zero_state(18.0, 1, 12.0, 2.0) == (6.0, 12.0, 0.0)
+    assert zero_state(18.0, 2, 12.0, 2.0) == (2.0, 16.0, 0.0)
+    assert zero_state(18.0, 3, 12.0, 2.0) == (0.0, 18.0, 4.0)  # two gathered 2-byte layers
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,12 @@
 Collectives on the tensor-parallel group of ``t`` devices run ring algorithms (Patarasuk &
 Yuan, JPDC 2009; Thakur, Rabenseifner & Gropp, IJHPCA 2005) with one latency term per
 collective, as in ``placement.network``: all-reduce ``alpha + 2(t-1)/t * bytes/bw``;
-reduce-scatter and all-gather ``alpha + (t-1)/t * bytes/bw``. Links are intra-node when the
-group fits in a node (:meth:`~arch_space.accelerator.Cluster.group_link`); inside a node, a
-preset with a measured collective curve (:mod:`arch_space.perf.device`) runs at the bus
-bandwidth measured at the collective's size (latency included).
+reduce-scatter and all-gather ``alpha + (t-1)/t * bytes/bw``. The rates are the one link
+model of every collective (:func:`arch_space.perf.multinode.collective_link`): intra-node
+when the group of ``t`` consecutive ranks fits in a node, where a preset with a measured
+collective curve (:mod:`arch_space.perf.device`) runs at the bus bandwidth measured at the
+collective's size (latency included); across nodes the ``t`` ranks' ring drives the NICs of
+the members in each node, never faster than inside it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from arch_space.accelerator import Cluster
 from arch_space.perf.device import DeviceProfile
+from arch_space.perf.multinode import bytes_sent_per_byte, collective_link, members_per_node
 from arch_space.perf.settings import PerfSettings
 
 __all__ = ["RingTerms", "ring_terms"]
@@ -49,22 +52,20 @@ def ring_terms(
     the all-reduces (two passes) and ``is_share`` the compute shares of collectives (timed
     like their collective but sending nothing)."""
     t = np.maximum(group, 1.0)
-    groups, which = np.unique(t, return_inverse=True)
-    links = np.array([cluster.group_link(int(x)) for x in groups]).reshape(len(groups), 2)
-    bw, alpha = links[which, 0], links[which, 1]
     inter = cluster.spans_nodes(t)
     pj_per_bit = np.where(
         inter, settings.inter_node_link_pj_per_bit, settings.intra_node_link_pj_per_bit
     )
-    halves = np.where(all_reduce, 2.0, 1.0)
-    sent = np.where(is_coll & ~is_share, halves * (t - 1) / t * collective_bytes, 0.0)
-    if device.intra_node is not None:
-        # measured bus bandwidth at the message's size inside a node; it includes latency
-        efficiency = device.intra_node.efficiency(collective_bytes, all_reduce)
-        bw = np.where(inter, bw, bw * efficiency)
-        alpha = np.where(inter, alpha, 0.0)
+    volume = np.where(
+        all_reduce, bytes_sent_per_byte("all_reduce", t), bytes_sent_per_byte("all_gather", t)
+    )
+    sent = np.where(is_coll & ~is_share, volume * collective_bytes, 0.0)
+    per_node = members_per_node(cluster, 1, t)
+    bw, alpha = collective_link(
+        cluster, device.intra_node, inter, collective_bytes, all_reduce, t, per_node
+    )
     return RingTerms(
         sent_bytes=sent,
-        network_s=np.where(is_coll, alpha + halves * (t - 1) / t * collective_bytes / bw, 0.0),
+        network_s=np.where(is_coll, alpha + volume * collective_bytes / bw, 0.0),
         network_pj=sent * _BITS_PER_BYTE * pj_per_bit,
     )

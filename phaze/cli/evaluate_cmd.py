@@ -12,6 +12,7 @@ from arch_space.power import headroom
 from arch_space.tco import COST_VIEWS
 from phaze.api import evaluate as api_evaluate
 from phaze.cli import NoFeasiblePoint
+from phaze.cli._collectives import collectives_doc, collectives_table
 from phaze.cli._options import (
     DEFAULT_SEQ_LEN,
     RecomputeMode,
@@ -282,6 +283,7 @@ def _document(
             "it_j": sc.energy_per_batch_j,
             "facility_overhead_j": sc.energy_per_batch_j * (scoring.pue - 1.0),
         },
+        "collectives": collectives_doc(ev.priced_collectives()),
         **dataclasses.asdict(run),
         "placement": json.loads(placement_summary(pl)),
         "pipeline_stages": pipeline_stages(pl),
@@ -307,6 +309,9 @@ def _echo_text(ev, doc: dict[str, object], run: RunAnswers, scoring: ScoringPara
     click.echo("")
     click.echo(table(*stage_table(pl)))
     click.echo("")
+    if ev.collectives:
+        click.echo(collectives_table(ev.priced_collectives()))
+        click.echo("")
     click.echo(_run_table(ev.score, run, scoring))
     click.echo("")
     click.echo(_cost_table(run))

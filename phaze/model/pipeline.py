@@ -41,9 +41,11 @@ from placement import (
     Layout,
     Placement,
 )
+from placement.collectives import Collective, LinkPrices, PricedCollective, priced
 from placement.energy import iteration_energy
 from placement.iteration import EnergyRates
 from placement.layout import FIELDS, ep_fits
+from placement.ledger import iteration_ledger
 from placement.partial import describe_defaults, evaluate_partial
 from workloads import (
     Model,
@@ -82,7 +84,9 @@ logger = logging.getLogger(__name__)
 class Evaluation:
     """The outcome of one (workload, design, knobs) point: a placement and its score, or
     the reason nothing fits. ``pass_timings`` are the layer passes scheduled at the
-    placement's width, one per distinct layer and pass (each says how exact it is)."""
+    placement's width, one per distinct layer and pass (each says how exact it is);
+    ``collectives`` the iteration's ledger of collectives, which the energy priced, and
+    ``link_prices`` what prices them (:meth:`priced_collectives`)."""
 
     workload: str
     design: Accelerator
@@ -92,6 +96,8 @@ class Evaluation:
     reason: str = ""
     pass_timings: tuple[PassTiming, ...] = ()
     defaults: str = ""  # the fields a partial strategy left open (or sp searched): their values
+    collectives: tuple[Collective, ...] = ()
+    link_prices: LinkPrices | None = None
 
     @property
     def feasible(self) -> bool:
@@ -103,6 +109,13 @@ class Evaluation:
         MFU numerator, ``mfu`` times the design's peak."""
         assert self.score is not None, "an infeasible point achieves nothing"
         return self.score.mfu * self.design.peak_flops
+
+    def priced_collectives(self) -> tuple[PricedCollective, ...]:
+        """Each collective of the iteration with its bytes, time and link energy (priced on
+        demand: a sweep never asks)."""
+        if self.link_prices is None:
+            return ()
+        return priced(self.collectives, self.link_prices)
 
 
 def tp_widths(model: Model, ctx: Context) -> tuple[int, ...]:
@@ -193,7 +206,9 @@ def _energy_rates(
     return EnergyRates(
         compute_j=variant.compute_j,
         memory_j=variant.memory_j,
-        network_j=variant.network_j,
+        # the op model's link energy is its tensor-parallel collectives': the ledger prices it
+        network_j=0.0,
+        tp_collectives=variant.tp_collectives,
         static_w_per_device=static_power_w(acc),
         intra_node_link_pj_per_bit=perf.intra_node_link_pj_per_bit,
         inter_node_link_pj_per_bit=perf.inter_node_link_pj_per_bit,
@@ -211,6 +226,9 @@ def _energy_rates(
         gradient_bytes_per_parameter=gradient_bytes,
         weight_bytes_per_parameter=weight_bytes,
         regather_per_micro_batch=setup.profile.regather_per_micro_batch,
+        p2p_sends=setup.profile.p2p_sends,
+        p2p_gathers=setup.profile.p2p_gathers,
+        ep_overlap=setup.profile.ep_overlap,
     )
 
 
@@ -316,11 +334,15 @@ def _scored(
     """The evaluation of a placement found: its iteration's energy and its score."""
     variant, placement, defaults = found
     scoring = ctx.scoring.for_accelerator(acc.profile_name)
+    rates = _energy_rates(variant, acc, model, setup, scoring.host_w_per_node)
+    micro_batches = setup.global_batch // setup.micro_batch
+    ledger = iteration_ledger(placement, rates, ctx.cluster, micro_batches)
     energy = iteration_energy(
         placement,
-        _energy_rates(variant, acc, model, setup, scoring.host_w_per_node),
+        rates,
         ctx.cluster,
-        setup.global_batch // setup.micro_batch,
+        micro_batches,
+        ledger,
     )
     tokens = setup.training_tokens(model.tokens_to_train)
     score = score_point(
@@ -337,8 +359,22 @@ def _scored(
         embodied_kgco2e_per_device=embodied_kgco2e(acc),
         params=scoring,
     )
+    prices = LinkPrices(
+        ctx.cluster,
+        (ctx.device or device_profile(acc)).intra_node,
+        rates.intra_node_link_pj_per_bit,
+        rates.inter_node_link_pj_per_bit,
+    )
     return Evaluation(
-        workload, acc, knobs, placement, score, pass_timings=variant.passes, defaults=defaults
+        workload,
+        acc,
+        knobs,
+        placement,
+        score,
+        pass_timings=variant.passes,
+        defaults=defaults,
+        collectives=ledger,
+        link_prices=prices,
     )
 
 

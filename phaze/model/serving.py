@@ -33,8 +33,11 @@ from phaze.model.serving_score import ServingScore, serving_score
 from phaze_common.errors import ConfigError, Infeasible
 from phaze_common.units import fmt_noun
 from placement import network as net
+from placement.adapt import tp_collectives
+from placement.collectives import link_energy_j
 from placement.ep_cp import all_to_all_s
 from placement.layout import Layout
+from placement.ledger import serving_ledger
 from placement.serving_engine import (
     EngineResult,
     Lengths,
@@ -54,7 +57,7 @@ from workloads.serving_costs import (
     kv_cache_capacity,
     stage_block_counts,
 )
-from workloads.serving_ops import check_serving, pass_workspace_bytes
+from workloads.serving_ops import check_serving, pass_workspace_bytes, serving_layer_graph
 
 __all__ = [
     "Objective",
@@ -233,6 +236,12 @@ def _timed(
     )
 
 
+@lru_cache(maxsize=8192)
+def _tp_collectives(model: Model, p: ServingPass, t: int, ep: int):
+    """The tensor-parallel collectives of pass ``p``'s op graphs (for its ledger)."""
+    return tp_collectives(serving_layer_graph(model, p, t, ep))
+
+
 def pj_j(nbytes: float, inter_node: bool) -> float:
     """Joules of ``nbytes`` over a link (docs/models.md: pJ per bit)."""
     perf = default_settings()
@@ -261,28 +270,44 @@ def pass_cost(
     if engine is not None:  # the wait before each kernel of the step
         gaps = spt.stage_kernels(model, stages)
         per_stage = [s + n * engine.kernel_gap_s for s, n in zip(per_stage, gaps, strict=True)]
-    compute_j, memory_j, network_j = (t * x for x in spt.dynamic_j)
+    # the op graphs' link energy is their tensor-parallel collectives': the ledger's records
+    compute_j, memory_j = (t * x for x in spt.dynamic_j[:2])
     blocks = stage_block_counts(model, stages)
+    # a dispatch and a combine all-to-all per MoE block (vLLM's expert parallelism: each
+    # rank sends its tokens' top-k copies to the experts' ranks and back)
+    per_device = model.top_k * p.tokens * model.hidden * p.precision_bytes
+    nbytes = p.tokens * model.hidden * p.precision_bytes
+    span = pool.groups.ep
     if ep > 1 and model.is_moe:
-        # a dispatch and a combine all-to-all per MoE block (vLLM's expert parallelism:
-        # each rank sends its tokens' top-k copies to the experts' ranks and back)
-        per_device = model.top_k * p.tokens * model.hidden * p.precision_bytes
-        span = pool.groups.ep
         a2a_s = 2 * all_to_all_s(per_device, ep, net.group_link(ctx.cluster, span))
         first = 1
         for i, n in enumerate(blocks):
             moe = sum(1 for b in range(first, first + n) if b > model.dense_layers)
             per_stage[i] += moe * a2a_s
             first += n
-        moe_blocks = model.layers - model.dense_layers
-        sent = 2 * (ep - 1) / ep * per_device * moe_blocks * t
-        network_j += pj_j(sent, bool(ctx.cluster.spans_nodes(span)))
     send_s = 0.0
     if stages > 1:
-        nbytes = p.tokens * model.hidden * p.precision_bytes
         link = net.boundary_link(ctx.cluster, pool.devices, t, False, device.intra_node, nbytes)
         send_s = net.p2p_s(nbytes, link)
-        network_j += pj_j((stages - 1) * nbytes, bool(ctx.cluster.spans_nodes(pool.devices)))
+    cl = ctx.cluster
+    ledger = serving_ledger(
+        t=t,
+        stages=stages,
+        ep=ep,
+        dispatch_bytes=per_device if model.is_moe else 0.0,
+        moe_blocks=model.layers - model.dense_layers,
+        boundary_bytes=nbytes,
+        inter=(
+            bool(cl.spans_nodes(t)),
+            bool(cl.spans_nodes(span)),
+            bool(cl.spans_nodes(pool.devices)),
+        ),
+        tp_collectives=_tp_collectives(model, p, t, ep),
+    )
+    perf = default_settings()
+    network_j = link_energy_j(
+        ledger, perf.intra_node_link_pj_per_bit, perf.inter_node_link_pj_per_bit
+    )
     return PassCost(
         stage_s=max(per_stage),
         latency_s=sum(per_stage) + (stages - 1) * send_s,

@@ -19,7 +19,7 @@ from phaze.model.lower_bounds import bound_graph, recompute_workspace_bytes, sta
 from phaze.model.problem import Hbm, placement_problem
 from phaze_common.errors import Infeasible
 from placement import Placement, PlacementProblem, StageGraph, place
-from placement.adapt import stage_graph
+from placement.adapt import TpCollectives, stage_graph, tp_collectives
 from placement.interleave import best_interleaved, interleaved_floor
 from workloads import Model, TrainingSetup, build_layer_graph
 
@@ -42,14 +42,16 @@ _BOUND_SLACK: Final = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class Variant:
-    """One TP width's stage graph, its dynamic energy per micro-batch, all layers, and the
-    timings of its distinct layer passes."""
+    """One TP width's stage graph, its dynamic energy per micro-batch, all layers, the
+    timings of its distinct layer passes and its tensor-parallel collectives per
+    micro-batch (:func:`placement.adapt.tp_collectives`, for the iteration's ledger)."""
 
     graph: StageGraph
     compute_j: float
     memory_j: float
     network_j: float
     passes: tuple[PassTiming, ...]
+    tp_collectives: TpCollectives = ()
 
 
 @lru_cache(maxsize=4096)
@@ -101,7 +103,7 @@ def width_variant(
             parts[1] += devices * p.memory_j
             parts[2] += devices * p.network_j
     passes = tuple(p for lt in timings.values() for p in layer_passes(lt))
-    return Variant(sg, *parts, passes)
+    return Variant(sg, *parts, passes, tp_collectives(lg))
 
 
 def layer_passes(lt: LayerTiming) -> tuple[PassTiming, PassTiming, PassTiming]:
