@@ -24,6 +24,7 @@ from ilp import SCHEDULERS
 from phaze.model.context import DEFAULT_SEQUENCE_PARALLEL, MICRO_BATCHES, SolverSettings
 from phaze.model.run import parse_tokens
 from phaze.model.scoring import ScoringParams
+from phaze.settings import SETTINGS
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
@@ -407,6 +408,12 @@ def sweep_config_from_mapping(
                 f"{source} [sweep]: {p}"
                 for v in vals
                 if (p := over_limit(key, v, limit)) is not None
+            ]
+        else:  # the range the settings' declaration gives (phaze.settings)
+            problems += [
+                f"{source} [sweep]: {p}"
+                for v in vals
+                if (p := SETTINGS[key].range_problem(v)) is not None
             ]
         kw[key] = vals if is_list else value
     for key in (

@@ -11,14 +11,9 @@ from arch_space import load_accelerator
 from phaze.api import serve as api_serve
 from phaze.api import serve_capacity
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._options import (
-    FiniteFloat,
-    cluster_of,
-    design_options,
-    scoring_of,
-    scoring_options,
-)
+from phaze.cli._options import cluster_of, design_options, scoring_of, scoring_options
 from phaze.cli._render import echo_json, table
+from phaze.cli._settings import setting_option
 from phaze.cli.serve_capacity import (
     CAPACITY_KEYS,
     capacity_document,
@@ -40,7 +35,6 @@ from phaze.model.run import parse_tokens
 from phaze.model.serving import OBJECTIVES, ServingPoint
 from phaze.model.serving_engines import engine_names, engine_profile
 from phaze.model.serving_load import load_settings
-from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_noun, fmt_percent, fmt_quantity, fmt_time
 from workloads.serving import KV_ADMISSIONS, serving_settings
 
@@ -51,26 +45,19 @@ __all__ = ["serve", "serving_document"]
 @design_options(
     "Accelerators serving (not with --capacity, which searches it).", devices_required=False
 )
-@click.option(
-    "--input-tokens",
-    type=click.IntRange(1, MAX_SEQ_LEN),
-    required=True,
-    help="Prompt tokens (ISL).",
+@setting_option("input_tokens", required=True, help="Prompt tokens (ISL).")
+@setting_option(
+    "output_tokens", required=True, help="Generated tokens per request (OSL), at least 2."
 )
-@click.option(
-    "--output-tokens",
-    type=click.IntRange(2, MAX_SEQ_LEN),
-    required=True,
-    help="Generated tokens per request (OSL), at least 2.",
-)
-@click.option(
-    "--batch",
-    type=click.IntRange(1, MAX_GLOBAL_BATCH),
+@setting_option(
+    "batches",
+    dest="batch",
+    many=False,
     help="Sequences in flight per replica [default: searched, powers of two up to vLLM's "
     "max_num_seqs].",
 )
-@click.option("--ttft-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Mean TTFT limit, ms.")
-@click.option("--tpot-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Mean TPOT limit, ms.")
+@setting_option("ttft_limit_s", help="Mean TTFT limit, ms.")
+@setting_option("tpot_limit_s", help="Mean TPOT limit, ms.")
 @click.option(
     "--strategy",
     default="",
@@ -112,9 +99,10 @@ __all__ = ["serve", "serving_document"]
     "(batching, batch sizes, chunked prefill, KV admission), all-reduce, kernel gaps and "
     "measured small-batch bandwidth [default: workloads/data/serving.toml's generic engine].",
 )
-@click.option(
-    "--weight-format",
-    type=click.Choice(tuple(serving_settings().weight_recipes)),
+@setting_option(
+    "weight_formats",
+    dest="weight_format",
+    many=False,
     help="Number format of the blocks' weights: fp8 and nvfp4 run their GEMMs on fp8 / fp4 "
     "tensor cores; int8 and int4 (weight-only, group 32) are read narrow and multiplied in "
     "bf16 [default: the strategy's weights=, else bf16].",

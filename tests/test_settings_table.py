@@ -1,0 +1,198 @@
+"""Every sweep, evaluate and serve setting is declared once (:mod:`phaze.settings`): the
+sweep file's keys and defaults, the two modes' sections, the command-line options of every
+command, the API's keywords, the model fields they fill, the store's columns and the point
+keys all agree with the declaration."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+
+import click
+import pytest
+
+from arch_space import Accelerator, Cluster
+from phaze import api
+from phaze.cli import cli
+from phaze.cli._options import FiniteFloat, RecomputeMode
+from phaze.config import SweepConfig, sweep_config_from_mapping
+from phaze.model.context import Context
+from phaze.model.serving import ServeContext
+from phaze.settings import SECTIONS, SETTINGS, flag_of, section_keys
+from phaze.sweep.records import point_key
+from phaze.sweep.serve_tasks import AtRate, serve_point_key
+from phaze_common.errors import ConfigError
+from phaze_common.sweep_modes import MODE_KEYS
+from placement import Layout, ServingLayout
+from results.schema import COLUMN_NAMES
+from workloads.serving import RequestBatch
+
+# the classes whose fields the settings fill, by the name the declaration gives them
+_FILLED = {
+    c.__name__: c
+    for c in (Accelerator, AtRate, Cluster, Context, Layout, RequestBatch, ServeContext)
+    + (ServingLayout, SweepConfig)
+}
+# fields named for a reader only: no class of these names holds a field of its own
+_NAMED_ONLY = {"Evaluation", "DesignSpace", "Objective", "PairSweep"}
+
+
+def test_the_keys_and_defaults_are_the_sweep_file_s():
+    empty = sweep_config_from_mapping({"sweep": {}}, "empty.toml")
+    fields = [
+        f.name for f in dataclasses.fields(SweepConfig) if f.name not in ("solver", "scoring")
+    ]
+    assert list(SETTINGS) == fields
+    assert {k: s.default for k, s in SETTINGS.items()} == {k: getattr(empty, k) for k in fields}
+
+
+def test_the_two_modes_sections_are_the_declared_ones():
+    assert SECTIONS == ("sweep", "training", "serving")
+    assert set(section_keys("training")) == set(MODE_KEYS["train"])
+    assert set(section_keys("serving")) == set(MODE_KEYS["serve"])
+
+
+@pytest.mark.parametrize("s", SETTINGS.values(), ids=list(SETTINGS))
+def test_each_setting_fills_a_real_field(s):
+    owner, name = s.fills.split(".")
+    if owner in _NAMED_ONLY:
+        return
+    assert name in {f.name for f in dataclasses.fields(_FILLED[owner])}, s.fills
+
+
+@pytest.mark.parametrize(
+    ("owner", "made"),
+    [(Context, Context(cluster=Cluster(devices=64))), (Cluster, Cluster(devices=64))],
+    ids=["Context", "Cluster"],
+)
+def test_the_model_s_defaults_are_the_declared_ones(owner, made):
+    declared = {
+        s.fills.split(".")[1]: s.default
+        for s in SETTINGS.values()
+        if s.fills.startswith(f"{owner.__name__}.") and not s.many
+    }
+    assert declared and {k: getattr(made, k) for k in declared} == declared
+
+
+# api.search's keywords that are no setting: where and how it runs, and the nested tables
+_SEARCH_ONLY = {"cluster", "executor", "out_dir", "jobs", "solver", "scoring", "progress"}
+
+
+def _defaults(f) -> dict[str, object]:
+    return {n: p.default for n, p in inspect.signature(f).parameters.items()}
+
+
+def test_api_search_takes_every_setting_with_its_default():
+    search = {k: v for k, v in _defaults(api.search).items() if k != "workloads"}
+    declared = {s.api_name: s for s in SETTINGS.values() if s.api_name and s.key != "workloads"}
+    assert set(search) - _SEARCH_ONLY == set(declared)
+    got = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in search.items()}
+    want = {k: s.default for k, s in declared.items() if k != "hbm_sizes"}
+    assert {k: got[k] for k in want} == want
+    assert Cluster(devices=64) == Cluster(devices=SETTINGS["devices"].default)
+
+
+def test_api_evaluate_and_serve_keep_the_declared_defaults():
+    evaluate, serve = _defaults(api.evaluate), _defaults(api.serve)
+    training = [k for k in section_keys("training") if k in evaluate and not SETTINGS[k].many]
+    assert len(training) >= 6
+    assert {k: evaluate[k] for k in training} == {k: SETTINGS[k].default for k in training}
+    serving = [k for k in section_keys("serving") if k in serve]
+    assert set(serving) >= {"input_tokens", "output_tokens", "ttft_limit_s", "disaggregate"}
+    for k in serving:  # None: the request lengths may come from ``lengths`` instead
+        assert serve[k] in (None, SETTINGS[k].default), k
+
+
+def _keywords(f) -> dict[str, object]:
+    params = inspect.signature(f).parameters.values()
+    return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
+
+
+def test_api_serve_and_its_problem_take_the_same_keywords():
+    assert _keywords(api.serve) == _keywords(api._serving_problem)
+
+
+def _commands() -> list[tuple[str, click.Command]]:
+    ctx = click.Context(cli)
+    found = [(n, cli.get_command(ctx, n)) for n in ("sweep", "serve", "evaluate", "schedule")]
+    workloads = cli.get_command(ctx, "workloads")
+    return [*found, ("workloads show", workloads.get_command(ctx, "show"))]
+
+
+# a flag of the same name that is another knob: evaluate's framework also takes changes to the
+# profile (NAME:key=value), serve's objective is what its layout search optimises
+_ANOTHER_KNOB = {("evaluate", "--framework"), ("serve", "--objective")}
+
+
+def _range(t: click.ParamType):
+    if isinstance(t, click.IntRange):
+        return (t.min, t.max)
+    if isinstance(t, FiniteFloat):
+        return (t.lo, t.hi, t.lo_open, t.hi_open)
+    if isinstance(t, click.Choice):
+        return tuple(t.choices)
+    return type(t)
+
+
+def _declared_range(s):
+    per = s.flag_per_unit
+    if s.kind == "int":
+        return (s.lo, s.hi)
+    if s.kind == "float":
+        return (s.lo * per, s.hi * per, s.lo_open, s.hi_open)
+    if s.kind == "recompute":
+        return RecomputeMode
+    return s.allowed() or click.types.StringParamType
+
+
+@pytest.mark.parametrize(("path", "cmd"), _commands(), ids=[p for p, _ in _commands()])
+def test_every_command_s_setting_options_are_the_declared_ones(path, cmd):
+    """An option with a setting's flag takes the declared range or names in the flag's
+    units; a sweep option that is no setting is one of the run's own."""
+    flags = {s.flag: s for s in SETTINGS.values() if s.flag}
+    seen = 0
+    for p in cmd.params:
+        s = next((flags[o] for o in p.opts if o in flags), None)
+        if s is None or s.kind == "bool" or (path, s.flag) in _ANOTHER_KNOB:
+            continue
+        seen += 1
+        assert _range(p.type) == _declared_range(s), (path, p.opts)
+    assert seen
+    if path == "sweep":
+        own = {"config", "out", "jobs", "executor", "address", "no_report", "as_json", "verbose"}
+        others = {p.name for p in cmd.params if flag_of(p.name) is None}
+        assert others == own | {"show_config"}
+
+
+@pytest.mark.parametrize(
+    "s", [s for s in SETTINGS.values() if s.kind in ("int", "float")], ids=lambda s: s.key
+)
+def test_a_sweep_file_takes_the_declared_range(s):
+    def accepts(value) -> bool:
+        try:
+            sweep_config_from_mapping({"sweep": {s.key: [value] if s.many else value}})
+        except ConfigError:
+            return False
+        return True
+
+    assert s.lo is not None
+    assert accepts(s.lo) is not s.lo_open
+    below = s.lo if s.lo_open else s.lo - (1 if s.kind == "int" else 1e-9)
+    assert not accepts(below)
+    if s.hi is not None and math.isfinite(s.hi):
+        assert accepts(s.hi) and not accepts(s.hi + (1 if s.kind == "int" else s.hi))
+
+
+def test_the_declared_columns_are_stored():
+    columns = {s.column for s in SETTINGS.values() if s.column}
+    assert columns and columns <= set(COLUMN_NAMES)
+
+
+def test_the_declared_key_labels_are_in_the_point_keys():
+    """A point's key holds every knob that tells two points of one design apart."""
+    training = point_key("w", "d", Layout(mbs=2, recompute="full", precision="fp8-te"))
+    ctx = ServeContext(Cluster(devices=8), RequestBatch.of(512, 64))
+    serving = serve_point_key("w", "d", 4, ctx, "fp8", AtRate(2.0, 100, 1, 0.5, 0.1))
+    labels = {s.key_label for s in SETTINGS.values() if s.key_label}
+    assert {label for label in labels if f"|{label}=" not in training + serving} == set()
