@@ -23,6 +23,7 @@ from phaze.cli.serve_capacity import (
     print_capacity,
     refuse_capacity,
 )
+from phaze.cli.serve_config import config_options, serve_config_toml
 from phaze.cli.serve_load import (
     LOAD_KEYS,
     load_arrivals,
@@ -117,6 +118,7 @@ __all__ = ["serve", "serving_document"]
 @load_options
 @capacity_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@config_options
 def serve(
     workload,
     arch,
@@ -134,6 +136,7 @@ def serve(
     weight_format,
     tokens_to_serve,
     as_json,
+    show_config,
     **kw,
 ):
     """TTFT, TPOT, throughput, memory, energy, cost and carbon of serving a model on one
@@ -153,6 +156,9 @@ def serve(
     meets the p99 limits for 99 % of the requests (exits 3 when none up to --max-devices
     does).
     """
+    if show_config:
+        click.echo(serve_config_toml(click.get_current_context()), nl=False)
+        return
     load = {k: kw.pop(k) for k in LOAD_KEYS}
     cap = {k: kw.pop(k) for k in CAPACITY_KEYS}
     check_capacity(cap, load, kw["devices"])
