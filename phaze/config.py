@@ -46,6 +46,7 @@ __all__ = [
     "SolverSettings",
     "SweepConfig",
     "load_sweep_config",
+    "unknown_keys",
     "MODEL_PACKAGES",
     "PRESENTATION",
     "model_digest",
@@ -220,7 +221,10 @@ def _nearest(key: str, known: tuple[str, ...]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _check(source: str, section: str, data: Mapping[str, Any], known: tuple[str, ...]) -> list[str]:
+def unknown_keys(
+    source: str, section: str, data: Mapping[str, Any], known: tuple[str, ...]
+) -> list[str]:
+    """A problem for each key of ``data`` not ``known``, naming the nearest known key."""
     return [
         f"{source} [{section}]: unknown key {k!r}{_nearest(k, known)}; known keys: {', '.join(known)}"
         for k in data
@@ -375,7 +379,7 @@ def sweep_config_from_mapping(
     With ``mode_keys``, a ``[sweep]`` table that names its ``mode`` may not hold the keys
     only the other mode uses (:data:`MODE_KEYS`), which would be ignored without a word.
     """
-    problems = _check(source, "top level", data, ("sweep", "solver", "scoring"))
+    problems = unknown_keys(source, "top level", data, ("sweep", "solver", "scoring"))
     tables = {}
     for name in ("sweep", "solver", "scoring"):
         table = data.get(name, {})
@@ -384,11 +388,13 @@ def sweep_config_from_mapping(
             table = {}
         tables[name] = dict(table)
     sweep, solver_d, scoring_d = tables["sweep"], tables["solver"], tables["scoring"]
-    problems += _check(source, "sweep", sweep, _TOP_KEYS)
+    problems += unknown_keys(source, "sweep", sweep, _TOP_KEYS)
     if mode_keys:
         problems += _mode_problems(source, sweep)
-    problems += _check(source, "solver", solver_d, tuple(f.name for f in fields(SolverSettings)))
-    problems += _check(source, "scoring", scoring_d, ScoringParams.field_names())
+    problems += unknown_keys(
+        source, "solver", solver_d, tuple(f.name for f in fields(SolverSettings))
+    )
+    problems += unknown_keys(source, "scoring", scoring_d, ScoringParams.field_names())
     kw: dict[str, Any] = {}
     for key, value in sweep.items():
         if key not in _RULES:

@@ -219,7 +219,7 @@ _TABLE: Final = (
        "Formats of the training state's parts, changed from the precision recipe's: "
        "master=fp32|none, moments=fp32|bf16|8bit, grads=fp32|bf16|bf16+fp32 "
        "(e.g. master=fp32,moments=bf16,grads=fp32: DeepSeek-V3's 14 B per parameter).",
-       "Context.optimizer_state", flag="--optimizer-state", api=""),
+       "Context.optimizer_state", flag="--optimizer-state"),
     _s("allow_context_extension", "training", "bool", False,
        "Let --seq-len exceed a rotary or ALiBi model's context (max_positions), for a run "
        "that extends it (RoPE scaling); a learned position table is refused still.",

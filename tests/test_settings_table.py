@@ -196,3 +196,21 @@ def test_the_declared_key_labels_are_in_the_point_keys():
     serving = serve_point_key("w", "d", 4, ctx, "fp8", AtRate(2.0, 100, 1, 0.5, 0.1))
     labels = {s.key_label for s in SETTINGS.values() if s.key_label}
     assert {label for label in labels if f"|{label}=" not in training + serving} == set()
+
+
+def test_api_search_passes_every_setting_to_the_sweep(monkeypatch):
+    """Each keyword reaches the sweep's configuration (the optimizer state once did not)."""
+    seen = []
+
+    class _Stop(Exception):
+        pass
+
+    def fake_run(cfg, *_a, **_k):
+        seen.append(cfg)
+        raise _Stop
+
+    monkeypatch.setattr(api, "run_sweep", fake_run)
+    given = {"optimizer_state": "moments=bf16", "seq_len": 1024, "batches": (8,), "seed": 3}
+    with pytest.raises(_Stop):
+        api.search(["gpt3-125m"], **given)
+    assert {k: getattr(seen[0], k) for k in given} == given

@@ -37,7 +37,7 @@ def option_type(s: Setting) -> click.ParamType | None:
 
 
 def setting_option(
-    key: str,
+    key: str | Setting,
     *,
     dest: str | None = None,
     help: str | None = None,
@@ -45,10 +45,11 @@ def setting_option(
     declared_default: bool = False,
     **click_kw: Any,
 ) -> Callable:
-    """The option of setting ``key``: a list when ``many`` (None: when the ``[sweep]`` key
-    is one), read as ``dest`` (None: :attr:`~phaze.settings.Setting.dest`), with ``help``
-    (None: the declared help) and, with ``declared_default``, the declared default shown."""
-    s = setting(key)
+    """The option of setting ``key`` (its name, or a :class:`~phaze.settings.Setting`): a
+    list when ``many`` (None: when the ``[sweep]`` key is one), read as ``dest`` (None:
+    :attr:`~phaze.settings.Setting.dest`), with ``help`` (None: the declared help) and,
+    with ``declared_default``, the declared default shown."""
+    s = setting(key) if isinstance(key, str) else key
     name = dest or s.dest
     text = s.help if help is None else help
     if s.kind == "bool":

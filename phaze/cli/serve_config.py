@@ -20,6 +20,7 @@ from typing import Any, Final
 import click
 from click.core import ParameterSource
 
+from phaze.config import unknown_keys
 from phaze.config_toml import toml_value
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
@@ -44,15 +45,13 @@ def _read_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     table or key is one error naming the nearest known one."""
     if value is None:
         return None
-    from phaze.config import _check
-
     data = read_toml(value, "serve config")
     known = tuple(_settings(ctx))
-    problems = _check(value.name, "top level", data, ("serve",))
+    problems = unknown_keys(value.name, "top level", data, ("serve",))
     table = data.get("serve", {})
     if not isinstance(table, Mapping):
         raise ConfigError(f"{value.name}: serve = {table!r} must be a table [serve]")
-    problems += _check(value.name, "serve", table, known)
+    problems += unknown_keys(value.name, "serve", table, known)
     if problems:
         raise ConfigError("; ".join(problems))
     ctx.default_map = {**(ctx.default_map or {}), **table}
