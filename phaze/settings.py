@@ -15,7 +15,9 @@ keywords, the store's columns and the point keys against it.
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
@@ -25,8 +27,10 @@ from workloads.framework import DEFAULT_FRAMEWORK
 from workloads.precision import DEFAULT_PRECISION
 
 __all__ = [
+    "MODE_SECTIONS",
     "SECTIONS",
     "Setting",
+    "merge_sections",
     "SETTINGS",
     "flag_of",
     "section_keys",
@@ -36,6 +40,8 @@ __all__ = [
 #: The sections of the settings: those both modes use, the training ones and the serving
 #: ones (:data:`phaze_common.sweep_modes.MODE_KEYS` lists the last two by mode).
 SECTIONS: Final = ("sweep", "training", "serving")
+#: The section of each mode's own settings.
+MODE_SECTIONS: Final = MappingProxyType({"train": "training", "serve": "serving"})
 _KINDS: Final = ("int", "float", "str", "bool", "tokens", "recompute")
 
 
@@ -297,3 +303,29 @@ def flag_of(dest: str) -> Setting | None:
 _BY_DEST: Final[MappingProxyType[str, Setting]] = MappingProxyType(
     {s.dest: s for s in _TABLE if s.flag is not None}
 )
+
+
+def merge_sections(
+    tables: Mapping[str, Mapping[str, Any]], source: str
+) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """A sweep file's settings as one table: ``[sweep]`` may hold any setting (as files
+    always have), ``[training]`` and ``[serving]`` only their own section's. Returns the
+    settings, the table each came from (for messages) and the problems: a key of another
+    section (naming it) or one given twice."""
+    merged = dict(tables.get("sweep", {}))
+    where = dict.fromkeys(merged, "sweep")
+    problems = []
+    for section in SECTIONS[1:]:
+        own = section_keys(section)
+        for key, value in tables.get(section, {}).items():
+            home = SETTINGS[key].section if key in SETTINGS else None
+            if key not in own:
+                close = difflib.get_close_matches(key, own, n=1, cutoff=0.5)
+                hint = f"did you mean {close[0]!r}?; " if close and not home else ""
+                hint += f"it belongs in [{home}]" if home else f"known keys: {', '.join(own)}"
+                problems.append(f"{source} [{section}]: {key!r} is not a {section} key ({hint})")
+            elif key in merged:
+                problems.append(f"{source} [{section}]: {key} is in [sweep] too; give it once")
+            else:
+                merged[key], where[key] = value, section
+    return merged, where, problems

@@ -214,3 +214,33 @@ def test_api_search_passes_every_setting_to_the_sweep(monkeypatch):
     with pytest.raises(_Stop):
         api.search(["gpt3-125m"], **given)
     assert {k: getattr(seen[0], k) for k in given} == given
+
+
+def test_a_file_may_give_the_two_modes_settings_in_their_own_tables():
+    flat = {"sweep": {"mode": "serve", "devices": 16, "input_tokens": 512, "batches": [8]}}
+    split = {"sweep": {"mode": "serve", "devices": 16}}
+    split["serving"] = {"input_tokens": 512, "batches": [8]}
+    assert sweep_config_from_mapping(split) == sweep_config_from_mapping(flat)
+    train = sweep_config_from_mapping({"training": {"seq_len": 4096}})
+    assert train == sweep_config_from_mapping({"sweep": {"seq_len": 4096}})
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"training": {"input_tokens": 8}}, "[training]: 'input_tokens' is not a training key "
+         "(it belongs in [serving])"),
+        ({"training": {"seq_lem": 8}}, "[training]: 'seq_lem' is not a training key (did you "
+         "mean 'seq_len'?; known keys: seq_len,"),
+        ({"sweep": {"seq_len": 8}, "training": {"seq_len": 8}}, "[training]: seq_len is in "
+         "[sweep] too; give it once"),
+        ({"serving": {"output_tokens": 1}}, "[serving]: output_tokens = 1 must be an integer >= 2"),
+        ({"serving": {"rate": 2e9}}, "[serving]: rate = 2000000000.0 must be in (0, 1e+09]"),
+        ({"sweep": {"mode": "train"}, "serving": {"rate": 1.0}}, "rate only apply to mode = "
+         "'serve'"),
+    ],
+)  # fmt: skip
+def test_a_key_in_the_wrong_table_is_named_with_its_table(data, message):
+    with pytest.raises(ConfigError) as e:
+        sweep_config_from_mapping(data, "f.toml")
+    assert f"f.toml {message}" in str(e.value) or message in str(e.value), str(e.value)
