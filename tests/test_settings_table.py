@@ -244,3 +244,22 @@ def test_a_key_in_the_wrong_table_is_named_with_its_table(data, message):
     with pytest.raises(ConfigError) as e:
         sweep_config_from_mapping(data, "f.toml")
     assert f"f.toml {message}" in str(e.value) or message in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize(("path", "cmd"), _commands(), ids=[p for p, _ in _commands()])
+def test_every_command_s_defaults_are_the_declared_ones(path, cmd):
+    """Where a command gives a setting's option a default, it is the declared one, or one of
+    the declared values where the command takes one (a sweep's options have none: the file's
+    value stands unless one is given)."""
+    flags = {s.flag: s for s in SETTINGS.values() if s.flag}
+    for p in cmd.params:
+        s = next((flags[o] for o in p.opts if o in flags), SETTINGS.get(p.name))
+        if s is None or (path, s.flag) == ("serve", "--objective"):
+            continue
+        default = None if p.default is getattr(click.core, "UNSET", None) else p.default
+        if path == "sweep":
+            assert default in (None, False), p.name
+        elif default is not None and s.many and not p.multiple:  # one point: one of them
+            assert default in s.default, (path, p.name)
+        elif default is not None and (s.kind != "bool" or p.name == s.key):
+            assert default == s.default, (path, p.name)
