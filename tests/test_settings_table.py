@@ -263,3 +263,11 @@ def test_every_command_s_defaults_are_the_declared_ones(path, cmd):
             assert default in s.default, (path, p.name)
         elif default is not None and (s.kind != "bool" or p.name == s.key):
             assert default == s.default, (path, p.name)
+
+
+def test_the_knob_search_tries_the_declared_micro_batches():
+    """``phaze evaluate``'s search and an empty ``[sweep]`` try the same sizes."""
+    from phaze.model import knob_search
+
+    tried = inspect.signature(knob_search.evaluate_best_knobs).parameters["micro_batches"]
+    assert tried.default == SETTINGS["micro_batches"].default
