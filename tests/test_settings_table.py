@@ -271,3 +271,17 @@ def test_the_knob_search_tries_the_declared_micro_batches():
 
     tried = inspect.signature(knob_search.evaluate_best_knobs).parameters["micro_batches"]
     assert tried.default == SETTINGS["micro_batches"].default
+
+
+def test_the_optimizer_state_is_a_training_key():
+    """Declared in the training section, it is refused in a serving sweep (it once was
+    silently ignored there and counted in the serving sweep's hash)."""
+    from click.testing import CliRunner
+
+    with pytest.raises(ConfigError, match="optimizer_state only apply to mode = 'train'"):
+        sweep_config_from_mapping({"sweep": {"mode": "serve", "optimizer_state": "moments=bf16"}})
+    args = ["sweep", "--mode", "serve", "--optimizer-state", "moments=bf16", "--show-config"]
+    refused = CliRunner().invoke(cli, args)
+    assert (
+        refused.exit_code == 1 and "--optimizer-state only apply to --mode train" in refused.output
+    )
