@@ -147,9 +147,13 @@ def search(
 
 #: :func:`search`'s arguments that are ``[sweep]`` keys of the same name (the settings'
 #: declaration, :mod:`phaze.settings`), as given ...
-_SEARCH_KEYS: Final = tuple(s.key for s in SETTINGS.values() if s.api_name == s.key and not s.many)
+_SEARCH_KEYS: Final = tuple(
+    s.key for s in SETTINGS.values() if s.in_file and s.api_name == s.key and not s.many
+)
 #: ... and as lists.
-_SEARCH_LISTS: Final = tuple(s.key for s in SETTINGS.values() if s.api_name == s.key and s.many)
+_SEARCH_LISTS: Final = tuple(
+    s.key for s in SETTINGS.values() if s.in_file and s.api_name == s.key and s.many
+)
 
 
 def _cluster_keys(cluster: Cluster) -> dict[str, Any]:

@@ -59,7 +59,9 @@ class Setting:
     sets it true; ``flag_per_unit`` is the flag's units per ``unit`` (1000: milliseconds
     for seconds). ``column`` is the store column recording it, ``key_label`` its label in a
     point's key (None: neither); ``api`` the :func:`phaze.api.search` keyword when it is
-    not ``key`` ("" for none: the ``cluster`` argument gives it).
+    not ``key`` ("" for none: the ``cluster`` argument gives it). ``in_file`` False: a
+    setting of one evaluation or serve only (its command's option, a keyword of
+    :func:`phaze.api.evaluate` or :func:`phaze.api.serve`), which no sweep file takes.
     """
 
     key: str
@@ -80,6 +82,7 @@ class Setting:
     column: str | None = None
     key_label: str | None = None
     api: str | None = None
+    in_file: bool = True
 
     def __post_init__(self) -> None:
         if self.section not in SECTIONS or self.kind not in _KINDS:
@@ -279,9 +282,43 @@ _TABLE: Final = (
        "Serving: also pair every design's prefill pool with every design's decode pool "
        "(Splitwise), simulated at --rate, and report the pairs' front.", "PairSweep.pairs",
        flag="--pairs"),
+    # one evaluation's or serve's own: no sweep file takes them
+    _s("state_bytes_per_parameter", "training", "int", None,
+       "Weights + gradients + optimizer state per parameter, a shorthand for the parts "
+       "--optimizer-state names: a sum they make, 6 to 20 for Adam [default 18: bf16 weights, "
+       "fp32 gradients, master copy and moments; 14: bf16 moments; 20: DeepSpeed's BF16 "
+       "optimizer].", "Context.state_bytes_per_parameter", unit="B", lo=1,
+       flag="--state-bytes", in_file=False),
+    _s("objective", "serving", "str", "tokens_per_s_per_device",
+       "What the search maximises (throughput per device) or minimises ($ per Mtoken).",
+       "ServeContext.objective", choices="phaze.model.serving:OBJECTIVES", flag="--objective",
+       in_file=False),
+    _s("kv_format", "serving", "str", "bf16", "KV-cache number format (bf16, fp16, fp8).",
+       "RequestBatch.kv_format", flag="--kv-format", in_file=False),
+    _s("kv_admission", "serving", "str", None,
+       "How the engine's scheduler reserves a request's KV cache: on-demand (vLLM's paging, "
+       "a sequence holds its prompt and half its output on average) or whole-request "
+       "(TensorRT-LLM's GUARANTEED_NO_EVICT, prompt and whole output) "
+       "[default: workloads/data/serving.toml's].", "ServeContext.kv_admission",
+       choices="workloads.serving:KV_ADMISSIONS", flag="--kv-admission", in_file=False),
+    _s("engine", "serving", "str", None,
+       "Serving engine profile (phaze/data/serving_engines.toml): its scheduler's rules "
+       "(batching, batch sizes, chunked prefill, KV admission), all-reduce, kernel gaps and "
+       "measured small-batch bandwidth [default: workloads/data/serving.toml's generic "
+       "engine].", "ServeContext.engine", choices="phaze.model.serving_engines:engine_names",
+       flag="--engine", in_file=False),
+    _s("tokens_to_serve", "serving", "tokens", None,
+       "Output tokens of the serving workload whose carbon and tCDP are given (2e9, 1B) "
+       "[default: 1e9].", "ServeContext.tokens_to_serve", unit="tokens", flag="--tokens",
+       in_file=False),
+    _s("burstiness", "serving", "float", None,
+       "Coefficient of variation of the gaps between arrivals (gamma distributed; 1 is "
+       "Poisson) [default: 1]; needs --rate.", "serving_arrivals.generate(cv)", **_POS,
+       hi=100, flag="--burstiness", in_file=False),
 )  # fmt: skip
 
-#: Every setting by its ``[sweep]`` key, in the order of :class:`~phaze.config.SweepConfig`.
+#: Every setting by its key: first the sweep file's, in the order of
+#: :class:`~phaze.config.SweepConfig`, then those of one evaluation or serve only.
 SETTINGS: Final = MappingProxyType({s.key: s for s in _TABLE})
 
 
@@ -291,8 +328,8 @@ def setting(key: str) -> Setting:
 
 
 def section_keys(section: str) -> tuple[str, ...]:
-    """The keys of ``section`` (:data:`SECTIONS`), in the table's order."""
-    return tuple(s.key for s in _TABLE if s.section == section)
+    """The sweep file's keys of ``section`` (:data:`SECTIONS`), in the table's order."""
+    return tuple(s.key for s in _TABLE if s.section == section and s.in_file)
 
 
 def flag_of(dest: str) -> Setting | None:

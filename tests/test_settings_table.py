@@ -6,8 +6,10 @@ keys all agree with the declaration."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import math
+import re
 
 import click
 import pytest
@@ -43,8 +45,10 @@ def test_the_keys_and_defaults_are_the_sweep_file_s():
     fields = [
         f.name for f in dataclasses.fields(SweepConfig) if f.name not in ("solver", "scoring")
     ]
-    assert list(SETTINGS) == fields
-    assert {k: s.default for k, s in SETTINGS.items()} == {k: getattr(empty, k) for k in fields}
+    in_file = {k: s for k, s in SETTINGS.items() if s.in_file}
+    assert list(in_file) == fields
+    assert {k: s.default for k, s in in_file.items()} == {k: getattr(empty, k) for k in fields}
+    assert list(SETTINGS)[: len(fields)] == fields  # the file's first, then the others
 
 
 def test_the_two_modes_sections_are_the_declared_ones():
@@ -55,6 +59,11 @@ def test_the_two_modes_sections_are_the_declared_ones():
 
 @pytest.mark.parametrize("s", SETTINGS.values(), ids=list(SETTINGS))
 def test_each_setting_fills_a_real_field(s):
+    if "(" in s.fills:  # a function's parameter: module.function(parameter)
+        module, function, parameter = re.match(r"(\w+)\.(\w+)\((\w+)\)$", s.fills).groups()
+        f = getattr(importlib.import_module(f"phaze.model.{module}"), function)
+        assert parameter in inspect.signature(f).parameters, s.fills
+        return
     owner, name = s.fills.split(".")
     if owner in _NAMED_ONLY:
         return
@@ -85,7 +94,11 @@ def _defaults(f) -> dict[str, object]:
 
 def test_api_search_takes_every_setting_with_its_default():
     search = {k: v for k, v in _defaults(api.search).items() if k != "workloads"}
-    declared = {s.api_name: s for s in SETTINGS.values() if s.api_name and s.key != "workloads"}
+    declared = {
+        s.api_name: s
+        for s in SETTINGS.values()
+        if s.in_file and s.api_name and s.key != "workloads"
+    }
     assert set(search) - _SEARCH_ONLY == set(declared)
     got = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in search.items()}
     want = {k: s.default for k, s in declared.items() if k != "hbm_sizes"}
@@ -95,11 +108,14 @@ def test_api_search_takes_every_setting_with_its_default():
 
 def test_api_evaluate_and_serve_keep_the_declared_defaults():
     evaluate, serve = _defaults(api.evaluate), _defaults(api.serve)
-    training = [k for k in section_keys("training") if k in evaluate and not SETTINGS[k].many]
-    assert len(training) >= 6
+    declared = {
+        section: [k for k, s in SETTINGS.items() if s.section == section] for section in SECTIONS
+    }
+    training = [k for k in declared["training"] if k in evaluate and not SETTINGS[k].many]
+    assert len(training) >= 7
     assert {k: evaluate[k] for k in training} == {k: SETTINGS[k].default for k in training}
-    serving = [k for k in section_keys("serving") if k in serve]
-    assert set(serving) >= {"input_tokens", "output_tokens", "ttft_limit_s", "disaggregate"}
+    serving = [k for k in declared["serving"] if k in serve]
+    assert set(serving) >= {"input_tokens", "ttft_limit_s", "disaggregate", "objective", "engine"}
     for k in serving:  # None: the request lengths may come from ``lengths`` instead
         assert serve[k] in (None, SETTINGS[k].default), k
 
@@ -120,9 +136,19 @@ def _commands() -> list[tuple[str, click.Command]]:
     return [*found, ("workloads show", workloads.get_command(ctx, "show"))]
 
 
-# a flag of the same name that is another knob: evaluate's framework also takes changes to the
-# profile (NAME:key=value), serve's objective is what its layout search optimises
-_ANOTHER_KNOB = {("evaluate", "--framework"), ("serve", "--objective")}
+# evaluate's framework also takes changes to the profile (NAME:key=value)
+_ANOTHER_KNOB = {("evaluate", "--framework")}
+
+
+def _setting_of(p: click.Parameter):
+    """The setting an option sets: by its parameter name, else by its flag where only one
+    setting has that flag (``--micro-batch`` read as ``micro_batch``)."""
+    if p.name is None:
+        return None
+    if (s := flag_of(p.name) or SETTINGS.get(p.name)) is not None:
+        return s
+    (s, *more) = [s for s in SETTINGS.values() if s.flag in p.opts] or [None]
+    return None if more else s
 
 
 def _range(t: click.ParamType):
@@ -150,10 +176,9 @@ def _declared_range(s):
 def test_every_command_s_setting_options_are_the_declared_ones(path, cmd):
     """An option with a setting's flag takes the declared range or names in the flag's
     units; a sweep option that is no setting is one of the run's own."""
-    flags = {s.flag: s for s in SETTINGS.values() if s.flag}
     seen = 0
     for p in cmd.params:
-        s = next((flags[o] for o in p.opts if o in flags), None)
+        s = _setting_of(p)
         if s is None or s.kind == "bool" or (path, s.flag) in _ANOTHER_KNOB:
             continue
         seen += 1
@@ -166,7 +191,9 @@ def test_every_command_s_setting_options_are_the_declared_ones(path, cmd):
 
 
 @pytest.mark.parametrize(
-    "s", [s for s in SETTINGS.values() if s.kind in ("int", "float")], ids=lambda s: s.key
+    "s",
+    [s for s in SETTINGS.values() if s.in_file and s.kind in ("int", "float")],
+    ids=lambda s: s.key,
 )
 def test_a_sweep_file_takes_the_declared_range(s):
     def accepts(value) -> bool:
@@ -251,10 +278,9 @@ def test_every_command_s_defaults_are_the_declared_ones(path, cmd):
     """Where a command gives a setting's option a default, it is the declared one, or one of
     the declared values where the command takes one (a sweep's options have none: the file's
     value stands unless one is given)."""
-    flags = {s.flag: s for s in SETTINGS.values() if s.flag}
     for p in cmd.params:
-        s = next((flags[o] for o in p.opts if o in flags), SETTINGS.get(p.name))
-        if s is None or (path, s.flag) == ("serve", "--objective"):
+        s = _setting_of(p)
+        if s is None:
             continue
         default = None if p.default is getattr(click.core, "UNSET", None) else p.default
         if path == "sweep":

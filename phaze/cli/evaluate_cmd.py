@@ -92,14 +92,7 @@ _J_PER_KWH = 3.6e6
     help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1,ep=1,cp=1 "
     "(keys left out are searched)",
 )
-@click.option(
-    "--state-bytes",
-    type=click.IntRange(min=1),
-    help="Weights + gradients + optimizer state per parameter, a shorthand for the parts "
-    "--optimizer-state names: a sum they make, 6 to 20 for Adam [default 18: bf16 weights, "
-    "fp32 gradients, master copy and moments; 14: bf16 moments; 20: DeepSpeed's BF16 "
-    "optimizer].",
-)
+@setting_option("state_bytes_per_parameter", dest="state_bytes")
 @optimizer_state_option
 @click.option(
     "--framework",

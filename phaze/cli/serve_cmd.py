@@ -33,11 +33,11 @@ from phaze.cli.serve_load import (
 )
 from phaze.executors.progress import ticking
 from phaze.model.run import parse_tokens
-from phaze.model.serving import OBJECTIVES, ServingPoint
-from phaze.model.serving_engines import engine_names, engine_profile
+from phaze.model.serving import ServingPoint
+from phaze.model.serving_engines import engine_profile
 from phaze.model.serving_load import load_settings
 from phaze_common.units import fmt_column, fmt_noun, fmt_percent, fmt_quantity, fmt_time
-from workloads.serving import KV_ADMISSIONS, serving_settings
+from workloads.serving import serving_settings
 
 __all__ = ["serve", "serving_document"]
 
@@ -65,13 +65,7 @@ __all__ = ["serve", "serving_document"]
     help="Fixed keys, the rest searched: t=8,p=1,d=1,ep=1,batch=64,chunk=2048|off,"
     "batching=continuous|static; two pools: prefill:t=4,d=1;decode:t=4,d=1,batch=64.",
 )
-@click.option(
-    "--objective",
-    type=click.Choice(OBJECTIVES),
-    default=OBJECTIVES[0],
-    show_default=True,
-    help="What the search maximises (throughput per device) or minimises ($ per Mtoken).",
-)
+@setting_option("objective", declared_default=True)
 @click.option(
     "--no-disaggregate",
     "disaggregate",
@@ -79,27 +73,9 @@ __all__ = ["serve", "serving_document"]
     default=True,
     help="Search one pool only (no separate prefill and decode pools).",
 )
-@click.option(
-    "--kv-format",
-    default="bf16",
-    show_default=True,
-    help="KV-cache number format (bf16, fp16, fp8).",
-)
-@click.option(
-    "--kv-admission",
-    type=click.Choice(KV_ADMISSIONS),
-    help="How the engine's scheduler reserves a request's KV cache: on-demand (vLLM's paging, "
-    "a sequence holds its prompt and half its output on average) or whole-request "
-    "(TensorRT-LLM's GUARANTEED_NO_EVICT, prompt and whole output) "
-    "[default: workloads/data/serving.toml's].",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(engine_names()),
-    help="Serving engine profile (phaze/data/serving_engines.toml): its scheduler's rules "
-    "(batching, batch sizes, chunked prefill, KV admission), all-reduce, kernel gaps and "
-    "measured small-batch bandwidth [default: workloads/data/serving.toml's generic engine].",
-)
+@setting_option("kv_format", declared_default=True)
+@setting_option("kv_admission")
+@setting_option("engine")
 @setting_option(
     "weight_formats",
     dest="weight_format",
@@ -108,12 +84,7 @@ __all__ = ["serve", "serving_document"]
     "tensor cores; int8 and int4 (weight-only, group 32) are read narrow and multiplied in "
     "bf16 [default: the strategy's weights=, else bf16].",
 )
-@click.option(
-    "--tokens",
-    "tokens_to_serve",
-    help="Output tokens of the serving workload whose carbon and tCDP are given (2e9, 1B) "
-    "[default: 1e9].",
-)
+@setting_option("tokens_to_serve")
 @scoring_options(training=False)
 @load_options
 @capacity_options

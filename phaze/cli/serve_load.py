@@ -11,7 +11,6 @@ import click
 
 from arch_space import Cluster
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
 from phaze.cli._settings import setting_option
 from phaze.model.scoring import ScoringParams
@@ -72,12 +71,7 @@ def load_options(f: Callable) -> Callable:
             help="Requests per second arriving (a Poisson process): simulate the chosen layout "
             "under load and give latency percentiles, not steady-state means.",
         ),
-        click.option(
-            "--burstiness",
-            type=FiniteFloat(0, 100, lo_open=True),
-            help="Coefficient of variation of the gaps between arrivals (gamma distributed; "
-            "1 is Poisson) [default: 1]; needs --rate.",
-        ),
+        setting_option("burstiness"),
         click.option(
             "--lengths",
             metavar="NAME",
