@@ -33,6 +33,7 @@ from phaze.model.pipeline import Context, Evaluation
 from phaze.model.pipeline import evaluate as _evaluate
 from phaze.model.scoring import ScoringParams
 from phaze.model.serving import ServingPoint
+from phaze.settings import SETTINGS
 from phaze.sweep import run_sweep
 from phaze_common.errors import ConfigError
 from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
@@ -95,6 +96,7 @@ def search(
     p99_ttft_limit_s: float | None = None,
     p99_tpot_limit_s: float | None = None,
     pairs: bool = False,
+    optimizer_state: str | None = None,
 ) -> list[dict[str, Any]]:
     """Sweep ``workloads`` x the designs of ``space`` x the knobs; return every stored point.
 
@@ -120,7 +122,8 @@ def search(
     prefill pool with every design's decode pool (read them with
     ``results.load(out_dir).pairs()``), as ``phaze sweep --rate R --pairs`` does.
     ``hbm_tbps`` replaces each space design's HBM bandwidth by each value (TB/s). Points
-    already in ``out_dir`` are reused; ``allow_context_extension`` as in :func:`evaluate`.
+    already in ``out_dir`` are reused; ``allow_context_extension`` and ``optimizer_state``
+    as in :func:`evaluate`.
     Each point is a flat dict with the columns of ``results.schema`` (CSV-ready).
     """
     args = dict(locals())  # the arguments, before any other name is bound
@@ -142,41 +145,14 @@ def search(
         return store.points()
 
 
-#: :func:`search`'s arguments that are ``[sweep]`` keys of the same name, as given ...
-_SEARCH_KEYS: Final = (
-    "space",
-    "seq_len",
-    "global_batch",
-    "prune",
-    "framework",
-    "mode",
-    "input_tokens",
-    "output_tokens",
-    "disaggregate",
-    "allow_context_extension",
-    "ttft_limit_s",
-    "tpot_limit_s",
-    "sequence_parallel",
-    "tokens_to_train",
-    "rate",
-    "requests",
-    "seed",
-    "p99_ttft_limit_s",
-    "p99_tpot_limit_s",
-    "pairs",
+#: :func:`search`'s arguments that are ``[sweep]`` keys of the same name (the settings'
+#: declaration, :mod:`phaze.settings`), as given ...
+_SEARCH_KEYS: Final = tuple(
+    s.key for s in SETTINGS.values() if s.in_file and s.api_name == s.key and not s.many
 )
 #: ... and as lists.
-_SEARCH_LISTS: Final = (
-    "workloads",
-    "micro_batches",
-    "objectives",
-    "zero",
-    "ep",
-    "cp",
-    "presets",
-    "batches",
-    "hbm_tbps",
-    "weight_formats",
+_SEARCH_LISTS: Final = tuple(
+    s.key for s in SETTINGS.values() if s.in_file and s.api_name == s.key and s.many
 )
 
 

@@ -24,6 +24,7 @@ from ilp import SCHEDULERS
 from phaze.model.context import DEFAULT_SEQUENCE_PARALLEL, MICRO_BATCHES, SolverSettings
 from phaze.model.run import parse_tokens
 from phaze.model.scoring import ScoringParams
+from phaze.settings import SECTIONS, SETTINGS, merge_sections
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
@@ -45,6 +46,7 @@ __all__ = [
     "SolverSettings",
     "SweepConfig",
     "load_sweep_config",
+    "unknown_keys",
     "MODEL_PACKAGES",
     "PRESENTATION",
     "model_digest",
@@ -212,6 +214,8 @@ _SERVE_LIMITS: Final = {
     "batches": MAX_GLOBAL_BATCH,
 }
 _TOP_KEYS: Final = tuple(f.name for f in fields(SweepConfig) if f.name not in ("solver", "scoring"))
+#: The tables of a sweep file.
+_TABLES: Final = (*SECTIONS, "solver", "scoring")
 
 
 def _nearest(key: str, known: tuple[str, ...]) -> str:
@@ -219,7 +223,10 @@ def _nearest(key: str, known: tuple[str, ...]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _check(source: str, section: str, data: Mapping[str, Any], known: tuple[str, ...]) -> list[str]:
+def unknown_keys(
+    source: str, section: str, data: Mapping[str, Any], known: tuple[str, ...]
+) -> list[str]:
+    """A problem for each key of ``data`` not ``known``, naming the nearest known key."""
     return [
         f"{source} [{section}]: unknown key {k!r}{_nearest(k, known)}; known keys: {', '.join(known)}"
         for k in data
@@ -369,25 +376,30 @@ _RULES: Final = MappingProxyType(
 def sweep_config_from_mapping(
     data: Mapping[str, Any], source: str = "config", *, mode_keys: bool = True
 ) -> SweepConfig:
-    """Validate a parsed TOML mapping (sections ``[sweep]``, ``[solver]``, ``[scoring]``).
+    """Validate a parsed TOML mapping (sections ``[sweep]``, ``[training]``, ``[serving]``,
+    ``[solver]``, ``[scoring]``; :func:`phaze.settings.merge_sections` reads the first three).
 
-    With ``mode_keys``, a ``[sweep]`` table that names its ``mode`` may not hold the keys
-    only the other mode uses (:data:`MODE_KEYS`), which would be ignored without a word.
+    With ``mode_keys``, a file that names its ``mode`` may not hold the keys only the other
+    mode uses (:data:`MODE_KEYS`), which would be ignored without a word.
     """
-    problems = _check(source, "top level", data, ("sweep", "solver", "scoring"))
+    problems = unknown_keys(source, "top level", data, _TABLES)
     tables = {}
-    for name in ("sweep", "solver", "scoring"):
+    for name in _TABLES:
         table = data.get(name, {})
         if not isinstance(table, Mapping):
             problems.append(f"{source}: {name} = {table!r} must be a table [{name}]")
             table = {}
         tables[name] = dict(table)
-    sweep, solver_d, scoring_d = tables["sweep"], tables["solver"], tables["scoring"]
-    problems += _check(source, "sweep", sweep, _TOP_KEYS)
+    problems += unknown_keys(source, "sweep", tables["sweep"], _TOP_KEYS)
+    sweep, where, merge_problems = merge_sections(tables, source)
+    problems += merge_problems
+    solver_d, scoring_d = tables["solver"], tables["scoring"]
     if mode_keys:
         problems += _mode_problems(source, sweep)
-    problems += _check(source, "solver", solver_d, tuple(f.name for f in fields(SolverSettings)))
-    problems += _check(source, "scoring", scoring_d, ScoringParams.field_names())
+    problems += unknown_keys(
+        source, "solver", solver_d, tuple(f.name for f in fields(SolverSettings))
+    )
+    problems += unknown_keys(source, "scoring", scoring_d, ScoringParams.field_names())
     kw: dict[str, Any] = {}
     for key, value in sweep.items():
         if key not in _RULES:
@@ -399,14 +411,20 @@ def sweep_config_from_mapping(
             and not vals
             and key not in ("hbm_gib", "hbm_tbps", "presets", "ep", "cp", "zero")
         ) or not all(ok(v) for v in vals):
-            problems.append(f"{source} [sweep]: {key} = {value!r} must be {allowed}")
+            problems.append(f"{source} [{where[key]}]: {key} = {value!r} must be {allowed}")
             continue
         limit = LIMITS.get(key) or _SERVE_LIMITS.get(key)
         if limit is not None:
             problems += [
-                f"{source} [sweep]: {p}"
+                f"{source} [{where[key]}]: {p}"
                 for v in vals
                 if (p := over_limit(key, v, limit)) is not None
+            ]
+        else:  # the range the settings' declaration gives (phaze.settings)
+            problems += [
+                f"{source} [{where[key]}]: {p}"
+                for v in vals
+                if (p := SETTINGS[key].range_problem(v)) is not None
             ]
         kw[key] = vals if is_list else value
     for key in (

@@ -1,13 +1,15 @@
 """A sweep's effective configuration written back as TOML (``phaze sweep --show-config``).
 
-Every key of ``[sweep]``, ``[solver]`` and ``[scoring]`` is written with its value and, in a
-trailing comment, where the value came from: ``default``, ``file`` (the configuration file,
+Every key of ``[sweep]`` (the settings both modes use), ``[training]``, ``[serving]``,
+``[solver]`` and ``[scoring]`` is written with its value and, in a trailing comment, where
+the value came from: ``default``, ``file`` (the configuration file,
 or the built-in quick sweep's) or ``flag`` (the command line). Read back as a sweep's
 configuration file, the text gives a :class:`~phaze.config.SweepConfig` with the same
 :meth:`~phaze.config.SweepConfig.config_hash`. Three kinds of key are written as comments,
 since the file must leave them out to mean the same: a key whose value is unset (None), a
 scoring value derived from the others when not given (the grid's intensity and price from
-``grid_region``), and a key only the other mode uses (which that file may not hold).
+``grid_region``), and the table of the mode the sweep does not run (which that file may not
+hold).
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from typing import Any, Final
 
-from phaze.config import MODE_KEYS, MODES, SolverSettings, SweepConfig
+from phaze.config import MODES, SolverSettings, SweepConfig
 from phaze.model.scoring import ScoringParams
+from phaze.settings import MODE_SECTIONS, section_keys
+from phaze.settings import SECTIONS as SETTING_SECTIONS
 
 __all__ = ["SOURCES", "config_sources", "config_toml", "toml_value"]
 
 #: Where a value can come from.
 SOURCES: Final = ("default", "file", "flag")
-_SECTIONS: Final = ("sweep", "solver", "scoring")
 
 
 def toml_value(value: Any) -> str:
@@ -54,9 +57,8 @@ def _float_text(x: float) -> str:
 
 
 def _section_values(cfg: SweepConfig) -> dict[str, dict[str, Any]]:
-    sweep = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in _SECTIONS}
     return {
-        "sweep": sweep,
+        **{s: {k: getattr(cfg, k) for k in section_keys(s)} for s in SETTING_SECTIONS},
         "solver": {f.name: getattr(cfg.solver, f.name) for f in fields(SolverSettings)},
         "scoring": {f.name: getattr(cfg.scoring, f.name) for f in fields(ScoringParams)},
     }
@@ -77,8 +79,10 @@ def config_sources(
     sources = {}
     for section, values in effective.items():
         table = file_data.get(section, {})
+        if section in SETTING_SECTIONS:  # a setting may be in [sweep] or its own table
+            table = {**file_data.get("sweep", {}), **table}
         for key, value in values.items():
-            if section == "sweep" and key in given:
+            if section in SETTING_SECTIONS and key in given:
                 source = "flag"
             elif key in table and value == filed[section][key]:
                 source = "file"
@@ -90,7 +94,7 @@ def config_sources(
 
 def _unset_default(section: str, key: str) -> bool:
     """Is the key's declared default None (unset, or derived from the others when left out)?"""
-    kind = {"sweep": SweepConfig, "solver": SolverSettings, "scoring": ScoringParams}[section]
+    kind = {"solver": SolverSettings, "scoring": ScoringParams}.get(section, SweepConfig)
     return next(f for f in fields(kind) if f.name == key).default is None
 
 
@@ -98,16 +102,17 @@ def config_toml(cfg: SweepConfig, sources: Mapping[str, str], header: Iterable[s
     """The TOML text of ``cfg``, each key followed by ``# <source>`` from ``sources``
     (:func:`config_sources`); ``header`` lines open it as comments."""
     (other,) = (m for m in MODES if m != cfg.mode)
+    unused = MODE_SECTIONS[other]
     lines = [f"# {h}" for h in header]
     for section, values in _section_values(cfg).items():
-        lines += ["", f"[{section}]"]
+        head = f"[{section}]"
+        lines += ["", f"# {head}  # only mode = {other!r} uses it" if section == unused else head]
         for key, value in values.items():
             source = sources.get(f"{section}.{key}", "default")
             if value is None:
                 lines.append(f"# {key} is unset  # {source}")
-            elif section == "sweep" and key in MODE_KEYS[other]:
-                note = f"{source}; only mode = {other!r} uses it"
-                lines.append(f"# {key} = {toml_value(value)}  # {note}")
+            elif section == unused:
+                lines.append(f"# {key} = {toml_value(value)}  # {source}")
             elif source == "default" and _unset_default(section, key):
                 lines.append(f"# {key} = {toml_value(value)}  # default, derived when left out")
             else:

@@ -28,6 +28,7 @@ MODE_KEYS: Final = MappingProxyType(
             "sequence_parallel",
             "framework",
             "tokens_to_train",
+            "optimizer_state",
             "allow_context_extension",
         ),
         "serve": (

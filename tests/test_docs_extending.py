@@ -1,6 +1,6 @@
 """docs/extending.md names real files: every backticked path and every relative link in it
 exists, so the page cannot point a contributor at a file that moved or was renamed; its
-walk-through of adding a chip runs as written."""
+walk-throughs of adding a chip and a knob run as written."""
 
 from __future__ import annotations
 
@@ -9,8 +9,13 @@ import re
 import tomllib
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 from doclinks import anchors
+
+from phaze.cli._settings import setting_option
+from phaze.settings import SETTINGS, Setting
 
 ROOT = Path(__file__).parents[1]
 DOC = ROOT / "docs" / "extending.md"
@@ -84,3 +89,27 @@ def test_the_collective_walk_through_runs_as_written():
     node = scope["node"]
     one = node.intra_node_latency_s + 3 / 4 * 1e6 / node.intra_node_bandwidth_bytes_per_s
     assert scope["seconds"] == pytest.approx(3 * one)
+
+
+def test_the_knob_walk_through_runs_as_written():
+    """The "A knob" row, as the page writes it, makes the option it promises: the flag read
+    as ``queue_ms``, in milliseconds, its range refused on the command line and in a sweep
+    file's terms, and the key's value in seconds."""
+    section = TEXT.split("\n## A knob\n", 1)[1].split("\n## ", 1)[0]
+    namespace: dict = {}
+    exec(re.search(r"```python\n(.*?)```", section, re.S)[1], namespace)
+    row = namespace["queue_limit"]
+    assert isinstance(row, Setting)
+    assert row.dest == "queue_ms" and row.key not in SETTINGS
+
+    @click.command()
+    @setting_option(row)
+    def toy(queue_ms):
+        click.echo(repr(row.from_flag(queue_ms)))
+
+    assert CliRunner().invoke(toy, ["--queue-ms", "250"]).output == "0.25\n"
+    refused = CliRunner().invoke(toy, ["--queue-ms", "0"])
+    assert refused.exit_code == 2 and "(0, 1e+09]" in refused.output
+    assert "(0, 1e+09]" in section and "`0.25` for `--queue-ms 250`" in section
+    assert row.range_problem(2e6) == "queue_limit_s = 2000000.0 must be in (0, 1e+06] (s)"
+    assert row.range_problem(0.25) is None

@@ -37,8 +37,8 @@ def _sources(text: str) -> dict[tuple[str, str], tuple[str, bool]]:
     """(section, key) -> (source, written as a comment?)."""
     section, out = "", {}
     for line in text.splitlines():
-        if line.startswith("["):
-            section = line.strip("[]")
+        if m := re.match(r"^(?:# )?\[(\w+)\]", line):  # "# [serving]": the other mode's
+            section = m[1]
         elif section and (m := _LINE.match(line)):
             out[(section, m[2])] = (m[4], m[1] is not None)
     return out
@@ -57,7 +57,8 @@ def test_the_quick_sweep_shown_reads_back_with_its_hash(tmp_path):
     sources = _sources(text)
     assert sources[("sweep", "devices")] == ("file", False)
     assert sources[("sweep", "presets")] == ("default", False)
-    assert sources[("sweep", "input_tokens")] == ("default", True)  # serving only
+    assert sources[("serving", "input_tokens")] == ("default", True)  # serving only
+    assert sources[("training", "seq_len")] == ("file", False)
     assert sources[("scoring", "pue")] == ("file", False)
     assert sources[("scoring", "grid_gco2e_per_kwh")] == ("default", True)  # derived
 
@@ -79,12 +80,13 @@ def test_flags_over_a_file_are_marked_and_read_back(tmp_path):
     )
     _round_trip(tmp_path, text)
     sources = _sources(text)
-    for key in ("devices", "prune", "recompute", "optimizer_state"):
-        assert sources[("sweep", key)] == ("flag", False), key
-    for key in ("workloads", "hbm_gib", "sequence_parallel", "tokens_to_train"):
-        assert sources[("sweep", key)] == ("file", False), key
+    for key in ("sweep.devices", "sweep.prune", "training.recompute", "training.optimizer_state"):
+        assert sources[tuple(key.split("."))] == ("flag", False), key
+    for key in ("sweep.workloads", "sweep.hbm_gib", "training.sequence_parallel"):
+        assert sources[tuple(key.split("."))] == ("file", False), key
+    assert sources[("training", "tokens_to_train")] == ("file", False)
     # a key of the other mode is shown, as a comment, and does not change the hash
-    assert sources[("sweep", "input_tokens")] == ("file", True)
+    assert sources[("serving", "input_tokens")] == ("file", True)
     assert sources[("solver", "time_limit_s")] == ("file", False)
     assert sources[("solver", "search_nodes")] == ("default", True)
     assert sources[("scoring", "host_w_per_node")] == ("default", True)
@@ -99,8 +101,8 @@ def test_a_serving_sweep_of_the_quick_config_reads_back(tmp_path):
     _round_trip(tmp_path, text)
     sources = _sources(text)
     assert sources[("sweep", "mode")] == ("flag", False)
-    assert sources[("sweep", "ttft_limit_s")] == ("flag", False)
-    assert sources[("sweep", "micro_batches")] == ("file", True)
+    assert sources[("serving", "ttft_limit_s")] == ("flag", False)
+    assert sources[("training", "micro_batches")] == ("file", True)
     assert sources[("sweep", "objectives")] == ("default", False)  # the serving ones
 
 

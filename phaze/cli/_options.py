@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
-from phaze_common.limits import MAX_DEVICES
+from phaze.cli._settings import setting_option
 
 if TYPE_CHECKING:
     from arch_space import Accelerator, Cluster
@@ -48,12 +48,7 @@ def default_seq_len(model: Model) -> int:
     return min(DEFAULT_SEQ_LEN, model.max_positions)
 
 
-context_extension_option: Final = click.option(
-    "--allow-context-extension",
-    is_flag=True,
-    help="Let --seq-len exceed a rotary or ALiBi model's context (max_positions), for a run "
-    "that extends it (RoPE scaling); a learned position table is refused still.",
-)
+context_extension_option: Final = setting_option("allow_context_extension")
 
 
 class RecomputeMode(click.ParamType):
@@ -134,18 +129,8 @@ def design_options(devices_help: str, devices_required: bool = True) -> Callable
             click.option(
                 "--arch", "arch", required=True, help="Accelerator preset name or TOML file."
             ),
-            click.option(
-                "--devices",
-                type=click.IntRange(1, MAX_DEVICES),
-                required=devices_required,
-                help=devices_help,
-            ),
-            click.option(
-                "--devices-per-node",
-                type=click.IntRange(1, MAX_DEVICES),
-                default=8,
-                show_default=True,
-            ),
+            setting_option("devices", required=devices_required, help=devices_help),
+            setting_option("devices_per_node", declared_default=True),
             click.option(
                 "--intra-node-gbps",
                 type=FiniteFloat(0, 1e6, lo_open=True),
@@ -327,10 +312,4 @@ def scoring_of(kw: dict[str, Any], acc: Accelerator) -> ScoringParams:
     ).for_accelerator(acc.profile_name)
 
 
-optimizer_state_option = click.option(
-    "--optimizer-state",
-    "optimizer_state",
-    help="Formats of the training state's parts, changed from the precision recipe's: "
-    "master=fp32|none, moments=fp32|bf16|8bit, grads=fp32|bf16|bf16+fp32 "
-    "(e.g. master=fp32,moments=bf16,grads=fp32: DeepSeek-V3's 14 B per parameter).",
-)
+optimizer_state_option: Final = setting_option("optimizer_state")

@@ -15,7 +15,6 @@ from phaze.cli import NoFeasiblePoint
 from phaze.cli._collectives import collectives_doc, collectives_table
 from phaze.cli._options import (
     DEFAULT_SEQ_LEN,
-    RecomputeMode,
     cluster_of,
     context_extension_option,
     default_seq_len,
@@ -25,12 +24,12 @@ from phaze.cli._options import (
     scoring_options,
 )
 from phaze.cli._render import echo_json, table
+from phaze.cli._settings import setting_option
 from phaze.cli._stages import pipeline_stages, stage_table
 from phaze.executors.progress import ticking
 from phaze.model.run import RunAnswers, parse_tokens, run_answers
 from phaze.model.scoring import Score, ScoringParams
 from phaze.sweep import placement_summary, schedule_exactness
-from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_noun, fmt_pair, fmt_percent, fmt_quantity, fmt_time
 from placement import Layout, Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
@@ -41,7 +40,7 @@ from workloads.framework import (
     framework_profile,
     search_exclusions,
 )
-from workloads.precision import recipe, recipe_names
+from workloads.precision import recipe
 from workloads.setup import TrainingSetup
 
 __all__ = ["evaluate"]
@@ -51,33 +50,27 @@ _J_PER_KWH = 3.6e6
 
 @click.command("evaluate")
 @design_options("Accelerators in the cluster.")
-@click.option(
-    "--global-batch",
-    type=click.IntRange(1, MAX_GLOBAL_BATCH),
-    required=True,
-    help="Sequences per iteration.",
-)
-@click.option(
-    "--seq-len",
-    type=click.IntRange(1, MAX_SEQ_LEN),
-    help="Tokens per sequence [default: 2048, or the model's context if shorter].",
+@setting_option("global_batch", required=True)
+@setting_option(
+    "seq_len", help="Tokens per sequence [default: 2048, or the model's context if shorter]."
 )
 @context_extension_option
-@click.option(
-    "--micro-batch",
-    type=click.IntRange(1, MAX_GLOBAL_BATCH),
+@setting_option(
+    "micro_batches",
+    dest="micro_batch",
+    many=False,
     help="With --strategy search [default: searched, 1, 2 or 4 dividing the batch].",
 )
-@click.option(
-    "--recompute",
-    type=RecomputeMode(),
+@setting_option(
+    "recompute",
+    many=False,
     help="With --strategy search: none, selective, full or modules:<groups joined by +> "
     "(core_attn, layernorm, mla_up_proj, mlp, moe, moe_act, shared_experts) "
     "[default: searched, none, selective or full].",
 )
-@click.option(
-    "--precision",
-    type=click.Choice(recipe_names()),
+@setting_option(
+    "precision",
+    many=False,
     help="Precision recipe: the blocks' GEMM format and the training state "
     "[default: bf16, or the strategy's precision=].",
 )
@@ -87,8 +80,7 @@ _J_PER_KWH = 3.6e6
     default=None,
     help="Sequence parallelism [default: searched, on or off at each width t > 1].",
 )
-@click.option(
-    "--tokens",
+@setting_option(
     "tokens_to_train",
     help="Tokens to train: 2e12, 2T, 300B (default: the model's published budget, else one "
     "iteration).",
@@ -101,14 +93,7 @@ _J_PER_KWH = 3.6e6
     help="'search', or fixed: t=8,p=8,d=1,mbs=1,v=3,recompute=full,sp=on,zero=1,ep=1,cp=1 "
     "(keys left out are searched)",
 )
-@click.option(
-    "--state-bytes",
-    type=click.IntRange(min=1),
-    help="Weights + gradients + optimizer state per parameter, a shorthand for the parts "
-    "--optimizer-state names: a sum they make, 6 to 20 for Adam [default 18: bf16 weights, "
-    "fp32 gradients, master copy and moments; 14: bf16 moments; 20: DeepSpeed's BF16 "
-    "optimizer].",
-)
+@setting_option("state_bytes_per_parameter", dest="state_bytes")
 @optimizer_state_option
 @click.option(
     "--framework",

@@ -11,14 +11,9 @@ from arch_space import load_accelerator
 from phaze.api import serve as api_serve
 from phaze.api import serve_capacity
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._options import (
-    FiniteFloat,
-    cluster_of,
-    design_options,
-    scoring_of,
-    scoring_options,
-)
+from phaze.cli._options import cluster_of, design_options, scoring_of, scoring_options
 from phaze.cli._render import echo_json, table
+from phaze.cli._settings import setting_option
 from phaze.cli.serve_capacity import (
     CAPACITY_KEYS,
     capacity_document,
@@ -28,6 +23,7 @@ from phaze.cli.serve_capacity import (
     print_capacity,
     refuse_capacity,
 )
+from phaze.cli.serve_config import config_options, serve_config_toml
 from phaze.cli.serve_load import (
     LOAD_KEYS,
     load_arrivals,
@@ -37,12 +33,11 @@ from phaze.cli.serve_load import (
 )
 from phaze.executors.progress import ticking
 from phaze.model.run import parse_tokens
-from phaze.model.serving import OBJECTIVES, ServingPoint
-from phaze.model.serving_engines import engine_names, engine_profile
+from phaze.model.serving import ServingPoint
+from phaze.model.serving_engines import engine_profile
 from phaze.model.serving_load import load_settings
-from phaze_common.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_column, fmt_noun, fmt_percent, fmt_quantity, fmt_time
-from workloads.serving import KV_ADMISSIONS, serving_settings
+from workloads.serving import serving_settings
 
 __all__ = ["serve", "serving_document"]
 
@@ -51,39 +46,26 @@ __all__ = ["serve", "serving_document"]
 @design_options(
     "Accelerators serving (not with --capacity, which searches it).", devices_required=False
 )
-@click.option(
-    "--input-tokens",
-    type=click.IntRange(1, MAX_SEQ_LEN),
-    required=True,
-    help="Prompt tokens (ISL).",
+@setting_option("input_tokens", required=True, help="Prompt tokens (ISL).")
+@setting_option(
+    "output_tokens", required=True, help="Generated tokens per request (OSL), at least 2."
 )
-@click.option(
-    "--output-tokens",
-    type=click.IntRange(2, MAX_SEQ_LEN),
-    required=True,
-    help="Generated tokens per request (OSL), at least 2.",
-)
-@click.option(
-    "--batch",
-    type=click.IntRange(1, MAX_GLOBAL_BATCH),
+@setting_option(
+    "batches",
+    dest="batch",
+    many=False,
     help="Sequences in flight per replica [default: searched, powers of two up to vLLM's "
     "max_num_seqs].",
 )
-@click.option("--ttft-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Mean TTFT limit, ms.")
-@click.option("--tpot-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Mean TPOT limit, ms.")
+@setting_option("ttft_limit_s", help="Mean TTFT limit, ms.")
+@setting_option("tpot_limit_s", help="Mean TPOT limit, ms.")
 @click.option(
     "--strategy",
     default="",
     help="Fixed keys, the rest searched: t=8,p=1,d=1,ep=1,batch=64,chunk=2048|off,"
     "batching=continuous|static; two pools: prefill:t=4,d=1;decode:t=4,d=1,batch=64.",
 )
-@click.option(
-    "--objective",
-    type=click.Choice(OBJECTIVES),
-    default=OBJECTIVES[0],
-    show_default=True,
-    help="What the search maximises (throughput per device) or minimises ($ per Mtoken).",
-)
+@setting_option("objective", declared_default=True)
 @click.option(
     "--no-disaggregate",
     "disaggregate",
@@ -91,44 +73,23 @@ __all__ = ["serve", "serving_document"]
     default=True,
     help="Search one pool only (no separate prefill and decode pools).",
 )
-@click.option(
-    "--kv-format",
-    default="bf16",
-    show_default=True,
-    help="KV-cache number format (bf16, fp16, fp8).",
-)
-@click.option(
-    "--kv-admission",
-    type=click.Choice(KV_ADMISSIONS),
-    help="How the engine's scheduler reserves a request's KV cache: on-demand (vLLM's paging, "
-    "a sequence holds its prompt and half its output on average) or whole-request "
-    "(TensorRT-LLM's GUARANTEED_NO_EVICT, prompt and whole output) "
-    "[default: workloads/data/serving.toml's].",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(engine_names()),
-    help="Serving engine profile (phaze/data/serving_engines.toml): its scheduler's rules "
-    "(batching, batch sizes, chunked prefill, KV admission), all-reduce, kernel gaps and "
-    "measured small-batch bandwidth [default: workloads/data/serving.toml's generic engine].",
-)
-@click.option(
-    "--weight-format",
-    type=click.Choice(tuple(serving_settings().weight_recipes)),
+@setting_option("kv_format", declared_default=True)
+@setting_option("kv_admission")
+@setting_option("engine")
+@setting_option(
+    "weight_formats",
+    dest="weight_format",
+    many=False,
     help="Number format of the blocks' weights: fp8 and nvfp4 run their GEMMs on fp8 / fp4 "
     "tensor cores; int8 and int4 (weight-only, group 32) are read narrow and multiplied in "
     "bf16 [default: the strategy's weights=, else bf16].",
 )
-@click.option(
-    "--tokens",
-    "tokens_to_serve",
-    help="Output tokens of the serving workload whose carbon and tCDP are given (2e9, 1B) "
-    "[default: 1e9].",
-)
+@setting_option("tokens_to_serve")
 @scoring_options(training=False)
 @load_options
 @capacity_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@config_options
 def serve(
     workload,
     arch,
@@ -146,6 +107,7 @@ def serve(
     weight_format,
     tokens_to_serve,
     as_json,
+    show_config,
     **kw,
 ):
     """TTFT, TPOT, throughput, memory, energy, cost and carbon of serving a model on one
@@ -165,6 +127,9 @@ def serve(
     meets the p99 limits for 99 % of the requests (exits 3 when none up to --max-devices
     does).
     """
+    if show_config:
+        click.echo(serve_config_toml(click.get_current_context()), nl=False)
+        return
     load = {k: kw.pop(k) for k in LOAD_KEYS}
     cap = {k: kw.pop(k) for k in CAPACITY_KEYS}
     check_capacity(cap, load, kw["devices"])

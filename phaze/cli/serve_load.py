@@ -11,8 +11,8 @@ import click
 
 from arch_space import Cluster
 from phaze.cli import NoFeasiblePoint
-from phaze.cli._options import FiniteFloat
 from phaze.cli._render import echo_json, table
+from phaze.cli._settings import setting_option
 from phaze.model.scoring import ScoringParams
 from phaze.model.serving import ServeContext, ServingPoint
 from phaze.model.serving_arrivals import Arrivals, generate, read_trace
@@ -66,18 +66,12 @@ def load_options(f: Callable) -> Callable:
     """``--rate``, ``--burstiness``, ``--lengths``, ``--trace``, ``--requests``, ``--seed``
     and the p99 latency limits."""
     options = [
-        click.option(
-            "--rate",
-            type=FiniteFloat(0, 1e9, lo_open=True),
+        setting_option(
+            "rate",
             help="Requests per second arriving (a Poisson process): simulate the chosen layout "
             "under load and give latency percentiles, not steady-state means.",
         ),
-        click.option(
-            "--burstiness",
-            type=FiniteFloat(0, 100, lo_open=True),
-            help="Coefficient of variation of the gaps between arrivals (gamma distributed; "
-            "1 is Poisson) [default: 1]; needs --rate.",
-        ),
+        setting_option("burstiness"),
         click.option(
             "--lengths",
             metavar="NAME",
@@ -92,26 +86,15 @@ def load_options(f: Callable) -> Callable:
             help="CSV of requests (arrival_s,input_tokens,output_tokens) to simulate instead "
             "of --rate.",
         ),
-        click.option(
-            "--requests",
-            type=click.IntRange(2, 1_000_000),
-            help="Requests simulated at --rate [default: 2000].",
-        ),
-        click.option(
-            "--seed",
-            type=click.IntRange(0, 2**63 - 1),
-            help="Seed of the arrivals at --rate [default: 0].",
-        ),
-        click.option(
-            "--p99-ttft-ms",
-            type=FiniteFloat(0, 1e9, lo_open=True),
+        setting_option("requests", help="Requests simulated at --rate [default: 2000]."),
+        setting_option("seed", help="Seed of the arrivals at --rate [default: 0]."),
+        setting_option(
+            "p99_ttft_limit_s",
             help="p99 TTFT limit under load, ms: SLO attainment counts the requests whose TTFT "
             "(and TPOT) is within the p99 limits; needs --rate or --trace.",
         ),
-        click.option(
-            "--p99-tpot-ms",
-            type=FiniteFloat(0, 1e9, lo_open=True),
-            help="p99 TPOT limit under load, ms (as --p99-ttft-ms).",
+        setting_option(
+            "p99_tpot_limit_s", help="p99 TPOT limit under load, ms (as --p99-ttft-ms)."
         ),
     ]
     for option in reversed(options):

@@ -14,13 +14,8 @@ from click.core import ParameterSource
 
 from phaze.cli import INTERRUPTED, NoFeasiblePoint
 from phaze.cli._files import cannot_write, check_parent
-from phaze.cli._options import (
-    FiniteFloat,
-    RecomputeMode,
-    context_extension_option,
-    optimizer_state_option,
-)
 from phaze.cli._render import echo_json, table
+from phaze.cli._settings import setting_options
 from phaze.config import (
     MODE_KEYS,
     MODES,
@@ -33,13 +28,12 @@ from phaze.config import (
 )
 from phaze.config_toml import config_sources, config_toml
 from phaze.executors import EXECUTORS, check_executor, check_reachable
-from phaze.model.run import parse_tokens
 from phaze.model.scoring import ScoringParams
+from phaze.settings import flag_of
 from phaze.sweep import SweepResult, run_sweep
 from phaze.sweep.planning import plan
 from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
-from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from phaze_common.units import fmt_noun
 from results.compare import comparison_text
 from results.display import fmt_values
@@ -48,23 +42,54 @@ from results.pareto import parse_objectives
 from results.schema import AGGREGATE_WORKLOAD, AT_RATE_COLUMNS, SERVE_COLUMNS
 from results.store import load
 from results.summary import by_workload, top_designs
-from workloads.framework import DEFAULT_FRAMEWORK, framework_names
-from workloads.precision import DEFAULT_PRECISION, recipe_names
-from workloads.serving import serving_settings
+from workloads.precision import DEFAULT_PRECISION
 
 __all__ = ["sweep"]
 
 logger = logging.getLogger(__name__)
 
 _TOP = 3
-# the [sweep] key each option sets, where the names differ (phaze.config.MODE_KEYS)
-_KEY_OF = {
-    "ttft_ms": "ttft_limit_s",
-    "tpot_ms": "tpot_limit_s",
-    "p99_ttft_ms": "p99_ttft_limit_s",
-    "p99_tpot_ms": "p99_tpot_limit_s",
-    "no_prune": "prune",
-}
+#: the settings ``phaze sweep`` offers as options, in the order of its help (each sets the
+#: ``[sweep]`` key of the same setting)
+_SWEEP_FLAGS = (
+    "workloads",
+    "space",
+    "devices",
+    "devices_per_node",
+    "seq_len",
+    "allow_context_extension",
+    "global_batch",
+    "micro_batches",
+    "hbm_gib",
+    "recompute",
+    "precision",
+    "zero",
+    "objectives",
+    "prune",
+    "framework",
+    "tokens_to_train",
+    "optimizer_state",
+    "mode",
+    "input_tokens",
+    "output_tokens",
+    "ttft_limit_s",
+    "tpot_limit_s",
+    "batches",
+    "weight_formats",
+    "rate",
+    "requests",
+    "seed",
+    "p99_ttft_limit_s",
+    "p99_tpot_limit_s",
+    "pairs",
+    "hbm_tbps",
+)
+
+
+def _key_of(name: str) -> str:
+    """The ``[sweep]`` key a command parameter sets (its own name if none)."""
+    s = flag_of(name)
+    return name if s is None else s.key
 
 
 def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
@@ -84,7 +109,7 @@ def _check_mode_options(ctx: click.Context, mode: str) -> None:
         p.opts[0]
         for p in ctx.command.params
         if p.name is not None
-        and _KEY_OF.get(p.name, p.name) in MODE_KEYS[other]
+        and _key_of(p.name) in MODE_KEYS[other]
         and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
     ]
     if given:
@@ -97,7 +122,7 @@ def _check_mode_options(ctx: click.Context, mode: str) -> None:
 def _config_text(ctx: click.Context, cfg: SweepConfig, from_file: SweepConfig, config) -> str:
     """``--show-config``: the effective configuration as TOML, each key's source beside it."""
     flags = [
-        _KEY_OF.get(p.name, p.name)
+        _key_of(p.name)
         for p in ctx.command.params
         if p.name is not None and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
     ]
@@ -230,137 +255,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
 
 @click.command("sweep")
 @click.argument("config", required=False, type=click.Path(path_type=Path))
-@click.option(
-    "--workload", "workloads", multiple=True, help="Workload name or config.json (repeatable)."
-)
-@click.option(
-    "--space", help="Design space: a shipped name (tiny, default, reticle) or a TOML file."
-)
-@click.option("--devices", type=click.IntRange(1, MAX_DEVICES), help="Accelerators in the cluster.")
-@click.option(
-    "--devices-per-node", type=click.IntRange(1, MAX_DEVICES), help="Accelerators per node."
-)
-@click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), help="Tokens per sequence.")
-@context_extension_option
-@click.option(
-    "--global-batch", type=click.IntRange(1, MAX_GLOBAL_BATCH), help="Sequences per iteration."
-)
-@click.option(
-    "--micro-batch",
-    "micro_batches",
-    type=click.IntRange(1, MAX_GLOBAL_BATCH),
-    multiple=True,
-    help="Micro-batch size (repeatable).",
-)
-@click.option(
-    "--hbm-gib",
-    "hbm_gib",
-    type=FiniteFloat(0, 1e6, lo_open=True),
-    multiple=True,
-    help="HBM per device in GiB for the space's designs (repeatable); presets keep their own.",
-)
-@click.option(
-    "--recompute",
-    type=RecomputeMode(),
-    multiple=True,
-    help="Recompute mode (repeatable): none, selective, full or modules:<groups joined by +>.",
-)
-@click.option(
-    "--precision",
-    type=click.Choice(recipe_names()),
-    multiple=True,
-    help="Precision recipe (repeatable): each design runs those its tensor cores have the "
-    "format for.",
-)
-@click.option(
-    "--zero",
-    type=click.IntRange(0, 3),
-    multiple=True,
-    help="ZeRO stage the search may choose (repeatable) [default: 0, 1; 2, 3 when neither fits].",
-)
-@click.option(
-    "--objective", "objectives", multiple=True, help="Metric to rank by, +max or -min (repeatable)."
-)
-@click.option("--no-prune", is_flag=True, help="Evaluate every design (no bound-based pruning).")
-@click.option(
-    "--framework",
-    type=click.Choice(framework_names()),
-    help=f"Overlap profile of the training framework [default: {DEFAULT_FRAMEWORK}].",
-)
-@click.option(
-    "--tokens",
-    "tokens_to_train",
-    help="Tokens to train every workload: 2e12, 2T, 300B [default: each model's published budget].",
-)
-@optimizer_state_option
-@click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    help="train (the training knobs) or serve (inference serving) [default: train].",
-)
-@click.option(
-    "--input-tokens", type=click.IntRange(1, MAX_SEQ_LEN), help="Serving: prompt tokens (ISL)."
-)
-@click.option(
-    "--output-tokens", type=click.IntRange(2, MAX_SEQ_LEN), help="Serving: tokens generated (OSL)."
-)
-@click.option("--ttft-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Serving: mean TTFT limit.")
-@click.option("--tpot-ms", type=FiniteFloat(0, 1e9, lo_open=True), help="Serving: mean TPOT limit.")
-@click.option(
-    "--batch",
-    "batches",
-    type=click.IntRange(1, MAX_GLOBAL_BATCH),
-    multiple=True,
-    help="Serving: sequences in flight per replica (repeatable) [default: 1, 4, 16, 64, 256].",
-)
-@click.option(
-    "--weight-format",
-    "weight_formats",
-    type=click.Choice(tuple(serving_settings().weight_recipes)),
-    multiple=True,
-    help="Serving: the blocks' weight format (repeatable): each design serves at those its "
-    "tensor cores run [default: bf16].",
-)
-@click.option(
-    "--rate",
-    type=FiniteFloat(0, 1e9, lo_open=True),
-    help="Serving: requests per second arriving (Poisson); every point's layout is also "
-    "simulated under it (p99 latencies, SLO attainment, cost per token at the rate).",
-)
-@click.option(
-    "--requests",
-    type=click.IntRange(2, 1_000_000),
-    help="Serving: requests simulated at --rate [default: 2000].",
-)
-@click.option(
-    "--seed",
-    type=click.IntRange(0, 2**63 - 1),
-    help="Serving: seed of the arrivals at --rate [default: 0].",
-)
-@click.option(
-    "--p99-ttft-ms",
-    type=FiniteFloat(0, 1e9, lo_open=True),
-    help="Serving: p99 TTFT limit at --rate, ms: a point meets the SLO there when 99 % of "
-    "its requests are within the p99 limits (as serve --capacity) [default: the mean limits].",
-)
-@click.option(
-    "--p99-tpot-ms",
-    type=FiniteFloat(0, 1e9, lo_open=True),
-    help="Serving: p99 TPOT limit at --rate, ms (as --p99-ttft-ms).",
-)
-@click.option(
-    "--pairs",
-    is_flag=True,
-    help="Serving: also pair every design's prefill pool with every design's decode pool "
-    "(Splitwise), simulated at --rate, and report the pairs' front.",
-)
-@click.option(
-    "--hbm-tbps",
-    "hbm_tbps",
-    type=FiniteFloat(0, 1e6, lo_open=True),
-    multiple=True,
-    help="HBM bandwidth in TB/s for the space's designs (repeatable); presets keep their own.",
-)
+@setting_options(*_SWEEP_FLAGS)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -439,24 +334,10 @@ def _serve_objectives(cfg: SweepConfig) -> SweepConfig:
 
 def _sweep_keys(options: dict[str, Any]) -> dict[str, Any]:
     """The ``[sweep]`` keys the command line's sweep options give, in the keys' names and
-    units (``--no-prune`` sets ``prune``, the millisecond limits the ``_s`` ones, ``--tokens``
-    a count); an option not given is None or empty, for :func:`_overridden` to leave out."""
-    keys = dict(options)
-    tokens, ttft_ms, tpot_ms, no_prune, p99_ttft_ms, p99_tpot_ms = (
-        keys.pop(k)
-        for k in ("tokens_to_train", "ttft_ms", "tpot_ms", "no_prune", "p99_ttft_ms", "p99_tpot_ms")
-    )
-    return {
-        **keys,
-        "pairs": True if keys["pairs"] else None,
-        "p99_ttft_limit_s": None if p99_ttft_ms is None else p99_ttft_ms / 1e3,
-        "p99_tpot_limit_s": None if p99_tpot_ms is None else p99_tpot_ms / 1e3,
-        "allow_context_extension": keys["allow_context_extension"] or None,
-        "prune": False if no_prune else None,
-        "tokens_to_train": None if tokens is None else parse_tokens(tokens),
-        "ttft_limit_s": None if ttft_ms is None else ttft_ms / 1e3,
-        "tpot_limit_s": None if tpot_ms is None else tpot_ms / 1e3,
-    }
+    units (:meth:`~phaze.settings.Setting.from_flag`: ``--no-prune`` sets ``prune``, the
+    millisecond limits the ``_s`` ones, ``--tokens`` a count); an option not given is None,
+    for :func:`_overridden` to leave out."""
+    return {_key_of(name): flag_of(name).from_flag(value) for name, value in options.items()}
 
 
 def _scoring_text(scoring: ScoringParams) -> str:

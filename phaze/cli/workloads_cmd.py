@@ -11,7 +11,8 @@ import click
 
 from phaze.cli._options import RecomputeMode, context_extension_option, default_seq_len
 from phaze.cli._render import echo_json, table
-from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze.cli._settings import setting_option
+from phaze_common.limits import MAX_DEVICES
 from phaze_common.units import fmt_bytes, fmt_quantity
 from workloads import (
     LayerGraph,
@@ -149,15 +150,12 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 
 @workloads.command("show")
 @click.argument("name")
-@click.option(
-    "--seq-len",
-    type=click.IntRange(1, MAX_SEQ_LEN),
-    help="Tokens per sequence [default: min(2048, context)].",
-)
+@setting_option("seq_len", help="Tokens per sequence [default: min(2048, context)].")
 @context_extension_option
-@click.option(
-    "--micro-batch",
-    type=click.IntRange(1, MAX_GLOBAL_BATCH),
+@setting_option(
+    "micro_batches",
+    dest="micro_batch",
+    many=False,
     default=1,
     show_default=True,
     help="Sequences per micro-batch.",
@@ -180,18 +178,10 @@ def _graph_doc(graph: LayerGraph) -> dict[str, Any]:
 @click.option(
     "--serve", is_flag=True, help="Show the serving workload (needs --input/--output-tokens)."
 )
-@click.option(
-    "--input-tokens", type=click.IntRange(1, MAX_SEQ_LEN), help="Prompt tokens (--serve)."
-)
-@click.option(
-    "--output-tokens", type=click.IntRange(1, MAX_SEQ_LEN), help="Generated tokens (--serve)."
-)
-@click.option(
-    "--batch",
-    type=click.IntRange(1, MAX_GLOBAL_BATCH),
-    default=1,
-    show_default=True,
-    help="Requests (--serve).",
+@setting_option("input_tokens", help="Prompt tokens (--serve).")
+@setting_option("output_tokens", help="Generated tokens (--serve).")
+@setting_option(
+    "batches", dest="batch", many=False, default=1, show_default=True, help="Requests (--serve)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def show_cmd(

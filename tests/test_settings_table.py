@@ -1,0 +1,313 @@
+"""Every sweep, evaluate and serve setting is declared once (:mod:`phaze.settings`): the
+sweep file's keys and defaults, the two modes' sections, the command-line options of every
+command, the API's keywords, the model fields they fill, the store's columns and the point
+keys all agree with the declaration."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import math
+import re
+
+import click
+import pytest
+
+from arch_space import Accelerator, Cluster
+from phaze import api
+from phaze.cli import cli
+from phaze.cli._options import FiniteFloat, RecomputeMode
+from phaze.config import SweepConfig, sweep_config_from_mapping
+from phaze.model.context import Context
+from phaze.model.serving import ServeContext
+from phaze.settings import SECTIONS, SETTINGS, flag_of, section_keys
+from phaze.sweep.records import point_key
+from phaze.sweep.serve_tasks import AtRate, serve_point_key
+from phaze_common.errors import ConfigError
+from phaze_common.sweep_modes import MODE_KEYS
+from placement import Layout, ServingLayout
+from results.schema import COLUMN_NAMES
+from workloads.serving import RequestBatch
+
+# the classes whose fields the settings fill, by the name the declaration gives them
+_FILLED = {
+    c.__name__: c
+    for c in (Accelerator, AtRate, Cluster, Context, Layout, RequestBatch, ServeContext)
+    + (ServingLayout, SweepConfig)
+}
+# fields named for a reader only: no class of these names holds a field of its own
+_NAMED_ONLY = {"Evaluation", "DesignSpace", "Objective", "PairSweep"}
+
+
+def test_the_keys_and_defaults_are_the_sweep_file_s():
+    empty = sweep_config_from_mapping({"sweep": {}}, "empty.toml")
+    fields = [
+        f.name for f in dataclasses.fields(SweepConfig) if f.name not in ("solver", "scoring")
+    ]
+    in_file = {k: s for k, s in SETTINGS.items() if s.in_file}
+    assert list(in_file) == fields
+    assert {k: s.default for k, s in in_file.items()} == {k: getattr(empty, k) for k in fields}
+    assert list(SETTINGS)[: len(fields)] == fields  # the file's first, then the others
+
+
+def test_the_two_modes_sections_are_the_declared_ones():
+    assert SECTIONS == ("sweep", "training", "serving")
+    assert set(section_keys("training")) == set(MODE_KEYS["train"])
+    assert set(section_keys("serving")) == set(MODE_KEYS["serve"])
+
+
+@pytest.mark.parametrize("s", SETTINGS.values(), ids=list(SETTINGS))
+def test_each_setting_fills_a_real_field(s):
+    if "(" in s.fills:  # a function's parameter: module.function(parameter)
+        module, function, parameter = re.match(r"(\w+)\.(\w+)\((\w+)\)$", s.fills).groups()
+        f = getattr(importlib.import_module(f"phaze.model.{module}"), function)
+        assert parameter in inspect.signature(f).parameters, s.fills
+        return
+    owner, name = s.fills.split(".")
+    if owner in _NAMED_ONLY:
+        return
+    assert name in {f.name for f in dataclasses.fields(_FILLED[owner])}, s.fills
+
+
+@pytest.mark.parametrize(
+    ("owner", "made"),
+    [(Context, Context(cluster=Cluster(devices=64))), (Cluster, Cluster(devices=64))],
+    ids=["Context", "Cluster"],
+)
+def test_the_model_s_defaults_are_the_declared_ones(owner, made):
+    declared = {
+        s.fills.split(".")[1]: s.default
+        for s in SETTINGS.values()
+        if s.fills.startswith(f"{owner.__name__}.") and not s.many
+    }
+    assert declared and {k: getattr(made, k) for k in declared} == declared
+
+
+# api.search's keywords that are no setting: where and how it runs, and the nested tables
+_SEARCH_ONLY = {"cluster", "executor", "out_dir", "jobs", "solver", "scoring", "progress"}
+
+
+def _defaults(f) -> dict[str, object]:
+    return {n: p.default for n, p in inspect.signature(f).parameters.items()}
+
+
+def test_api_search_takes_every_setting_with_its_default():
+    search = {k: v for k, v in _defaults(api.search).items() if k != "workloads"}
+    declared = {
+        s.api_name: s
+        for s in SETTINGS.values()
+        if s.in_file and s.api_name and s.key != "workloads"
+    }
+    assert set(search) - _SEARCH_ONLY == set(declared)
+    got = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in search.items()}
+    want = {k: s.default for k, s in declared.items() if k != "hbm_sizes"}
+    assert {k: got[k] for k in want} == want
+    assert Cluster(devices=64) == Cluster(devices=SETTINGS["devices"].default)
+
+
+def test_api_evaluate_and_serve_keep_the_declared_defaults():
+    evaluate, serve = _defaults(api.evaluate), _defaults(api.serve)
+    declared = {
+        section: [k for k, s in SETTINGS.items() if s.section == section] for section in SECTIONS
+    }
+    training = [k for k in declared["training"] if k in evaluate and not SETTINGS[k].many]
+    assert len(training) >= 7
+    assert {k: evaluate[k] for k in training} == {k: SETTINGS[k].default for k in training}
+    serving = [k for k in declared["serving"] if k in serve]
+    assert set(serving) >= {"input_tokens", "ttft_limit_s", "disaggregate", "objective", "engine"}
+    for k in serving:  # None: the request lengths may come from ``lengths`` instead
+        assert serve[k] in (None, SETTINGS[k].default), k
+
+
+def _keywords(f) -> dict[str, object]:
+    params = inspect.signature(f).parameters.values()
+    return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
+
+
+def test_api_serve_and_its_problem_take_the_same_keywords():
+    assert _keywords(api.serve) == _keywords(api._serving_problem)
+
+
+def _commands() -> list[tuple[str, click.Command]]:
+    ctx = click.Context(cli)
+    found = [(n, cli.get_command(ctx, n)) for n in ("sweep", "serve", "evaluate", "schedule")]
+    workloads = cli.get_command(ctx, "workloads")
+    return [*found, ("workloads show", workloads.get_command(ctx, "show"))]
+
+
+# evaluate's framework also takes changes to the profile (NAME:key=value)
+_ANOTHER_KNOB = {("evaluate", "--framework")}
+
+
+def _setting_of(p: click.Parameter):
+    """The setting an option sets: by its parameter name, else by its flag where only one
+    setting has that flag (``--micro-batch`` read as ``micro_batch``)."""
+    if p.name is None:
+        return None
+    if (s := flag_of(p.name) or SETTINGS.get(p.name)) is not None:
+        return s
+    (s, *more) = [s for s in SETTINGS.values() if s.flag in p.opts] or [None]
+    return None if more else s
+
+
+def _range(t: click.ParamType):
+    if isinstance(t, click.IntRange):
+        return (t.min, t.max)
+    if isinstance(t, FiniteFloat):
+        return (t.lo, t.hi, t.lo_open, t.hi_open)
+    if isinstance(t, click.Choice):
+        return tuple(t.choices)
+    return type(t)
+
+
+def _declared_range(s):
+    per = s.flag_per_unit
+    if s.kind == "int":
+        return (s.lo, s.hi)
+    if s.kind == "float":
+        return (s.lo * per, s.hi * per, s.lo_open, s.hi_open)
+    if s.kind == "recompute":
+        return RecomputeMode
+    return s.allowed() or click.types.StringParamType
+
+
+@pytest.mark.parametrize(("path", "cmd"), _commands(), ids=[p for p, _ in _commands()])
+def test_every_command_s_setting_options_are_the_declared_ones(path, cmd):
+    """An option with a setting's flag takes the declared range or names in the flag's
+    units; a sweep option that is no setting is one of the run's own."""
+    seen = 0
+    for p in cmd.params:
+        s = _setting_of(p)
+        if s is None or s.kind == "bool" or (path, s.flag) in _ANOTHER_KNOB:
+            continue
+        seen += 1
+        assert _range(p.type) == _declared_range(s), (path, p.opts)
+    assert seen
+    if path == "sweep":
+        own = {"config", "out", "jobs", "executor", "address", "no_report", "as_json", "verbose"}
+        others = {p.name for p in cmd.params if flag_of(p.name) is None}
+        assert others == own | {"show_config"}
+
+
+@pytest.mark.parametrize(
+    "s",
+    [s for s in SETTINGS.values() if s.in_file and s.kind in ("int", "float")],
+    ids=lambda s: s.key,
+)
+def test_a_sweep_file_takes_the_declared_range(s):
+    def accepts(value) -> bool:
+        try:
+            sweep_config_from_mapping({"sweep": {s.key: [value] if s.many else value}})
+        except ConfigError:
+            return False
+        return True
+
+    assert s.lo is not None
+    assert accepts(s.lo) is not s.lo_open
+    below = s.lo if s.lo_open else s.lo - (1 if s.kind == "int" else 1e-9)
+    assert not accepts(below)
+    if s.hi is not None and math.isfinite(s.hi):
+        assert accepts(s.hi) and not accepts(s.hi + (1 if s.kind == "int" else s.hi))
+
+
+def test_the_declared_columns_are_stored():
+    columns = {s.column for s in SETTINGS.values() if s.column}
+    assert columns and columns <= set(COLUMN_NAMES)
+
+
+def test_the_declared_key_labels_are_in_the_point_keys():
+    """A point's key holds every knob that tells two points of one design apart."""
+    training = point_key("w", "d", Layout(mbs=2, recompute="full", precision="fp8-te"))
+    ctx = ServeContext(Cluster(devices=8), RequestBatch.of(512, 64))
+    serving = serve_point_key("w", "d", 4, ctx, "fp8", AtRate(2.0, 100, 1, 0.5, 0.1))
+    labels = {s.key_label for s in SETTINGS.values() if s.key_label}
+    assert {label for label in labels if f"|{label}=" not in training + serving} == set()
+
+
+def test_api_search_passes_every_setting_to_the_sweep(monkeypatch):
+    """Each keyword reaches the sweep's configuration (the optimizer state once did not)."""
+    seen = []
+
+    class _Stop(Exception):
+        pass
+
+    def fake_run(cfg, *_a, **_k):
+        seen.append(cfg)
+        raise _Stop
+
+    monkeypatch.setattr(api, "run_sweep", fake_run)
+    given = {"optimizer_state": "moments=bf16", "seq_len": 1024, "batches": (8,), "seed": 3}
+    with pytest.raises(_Stop):
+        api.search(["gpt3-125m"], **given)
+    assert {k: getattr(seen[0], k) for k in given} == given
+
+
+def test_a_file_may_give_the_two_modes_settings_in_their_own_tables():
+    flat = {"sweep": {"mode": "serve", "devices": 16, "input_tokens": 512, "batches": [8]}}
+    split = {"sweep": {"mode": "serve", "devices": 16}}
+    split["serving"] = {"input_tokens": 512, "batches": [8]}
+    assert sweep_config_from_mapping(split) == sweep_config_from_mapping(flat)
+    train = sweep_config_from_mapping({"training": {"seq_len": 4096}})
+    assert train == sweep_config_from_mapping({"sweep": {"seq_len": 4096}})
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"training": {"input_tokens": 8}}, "[training]: 'input_tokens' is not a training key "
+         "(it belongs in [serving])"),
+        ({"training": {"seq_lem": 8}}, "[training]: 'seq_lem' is not a training key (did you "
+         "mean 'seq_len'?; known keys: seq_len,"),
+        ({"sweep": {"seq_len": 8}, "training": {"seq_len": 8}}, "[training]: seq_len is in "
+         "[sweep] too; give it once"),
+        ({"serving": {"output_tokens": 1}}, "[serving]: output_tokens = 1 must be an integer >= 2"),
+        ({"serving": {"rate": 2e9}}, "[serving]: rate = 2000000000.0 must be in (0, 1e+09]"),
+        ({"sweep": {"mode": "train"}, "serving": {"rate": 1.0}}, "rate only apply to mode = "
+         "'serve'"),
+    ],
+)  # fmt: skip
+def test_a_key_in_the_wrong_table_is_named_with_its_table(data, message):
+    with pytest.raises(ConfigError) as e:
+        sweep_config_from_mapping(data, "f.toml")
+    assert f"f.toml {message}" in str(e.value) or message in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize(("path", "cmd"), _commands(), ids=[p for p, _ in _commands()])
+def test_every_command_s_defaults_are_the_declared_ones(path, cmd):
+    """Where a command gives a setting's option a default, it is the declared one, or one of
+    the declared values where the command takes one (a sweep's options have none: the file's
+    value stands unless one is given)."""
+    for p in cmd.params:
+        s = _setting_of(p)
+        if s is None:
+            continue
+        default = None if p.default is getattr(click.core, "UNSET", None) else p.default
+        if path == "sweep":
+            assert default in (None, False), p.name
+        elif default is not None and s.many and not p.multiple:  # one point: one of them
+            assert default in s.default, (path, p.name)
+        elif default is not None and (s.kind != "bool" or p.name == s.key):
+            assert default == s.default, (path, p.name)
+
+
+def test_the_knob_search_tries_the_declared_micro_batches():
+    """``phaze evaluate``'s search and an empty ``[sweep]`` try the same sizes."""
+    from phaze.model import knob_search
+
+    tried = inspect.signature(knob_search.evaluate_best_knobs).parameters["micro_batches"]
+    assert tried.default == SETTINGS["micro_batches"].default
+
+
+def test_the_optimizer_state_is_a_training_key():
+    """Declared in the training section, it is refused in a serving sweep (it once was
+    silently ignored there and counted in the serving sweep's hash)."""
+    from click.testing import CliRunner
+
+    with pytest.raises(ConfigError, match="optimizer_state only apply to mode = 'train'"):
+        sweep_config_from_mapping({"sweep": {"mode": "serve", "optimizer_state": "moments=bf16"}})
+    args = ["sweep", "--mode", "serve", "--optimizer-state", "moments=bf16", "--show-config"]
+    refused = CliRunner().invoke(cli, args)
+    assert (
+        refused.exit_code == 1 and "--optimizer-state only apply to --mode train" in refused.output
+    )
