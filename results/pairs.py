@@ -13,7 +13,7 @@ from typing import Any, Final, TypeVar
 
 from results.pareto import pareto, rank
 
-__all__ = ["FRONT_AXES", "front", "cheapest", "single_points"]
+__all__ = ["FRONT_AXES", "meeting", "front", "cheapest", "single_points"]
 
 R = TypeVar("R", bound=Mapping[str, Any])
 
@@ -22,7 +22,8 @@ FRONT_AXES: Final = ("usd_per_million_tokens_at_rate", "tpot_p99_s")
 _OBJECTIVES: Final = [(m, "min") for m in FRONT_AXES]
 
 
-def _meeting(records: Sequence[R]) -> list[R]:
+def meeting(records: Sequence[R]) -> list[R]:
+    """The ``records`` (pairs, or points) that meet the SLO at the rate."""
     return [r for r in records if r.get("feasible_at_rate")]
 
 
@@ -43,13 +44,13 @@ def front(records: Sequence[R]) -> list[R]:
     >>> [r["key"] for r in front(rs)]
     ['a', 'b']
     """
-    return pareto(_meeting(records), _OBJECTIVES)
+    return pareto(meeting(records), _OBJECTIVES)
 
 
 def cheapest(records: Sequence[R]) -> R | None:
     """The record of least cost per million tokens at the rate among those meeting the SLO
     there (ties: lower p99 TPOT, then design and key), or None."""
-    ranked = rank(_meeting(records), _OBJECTIVES)
+    ranked = rank(meeting(records), _OBJECTIVES)
     return ranked[0] if ranked else None
 
 

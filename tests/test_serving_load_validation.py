@@ -170,3 +170,15 @@ def test_an_empty_group_has_no_mean():
         "max_abs_error_pct": None,
     }
     assert not summarize([])["within_target"]
+
+
+def test_the_mlperf_runs_are_priced_under_their_harness_without_cuda_graphs():
+    """NVIDIA's MLPerf v4.1 harness launches its engine's kernels from the host (its
+    use_graphs flag is a TODO it never reads), with 4096 tokens a step and no chunking."""
+    runs = [r for r in load_runs() if r.source == "mlperf-inf-v41"]
+    assert runs and {r.engine_profile for r in runs} == {"trtllm-mlperf"}
+    harness = engine_profile("trtllm-mlperf")
+    assert not harness.cuda_graphs and harness.kernel_gap_s == harness.kernel_gaps_s[1]
+    assert harness.kernel_gap_s > engine_profile("trtllm").kernel_gap_s
+    assert not harness.chunked_prefill and harness.kv_admission == "on-demand"
+    assert all(r.chunk_tokens == harness.token_budget == 4096 for r in runs)

@@ -238,6 +238,41 @@ def test_the_report_shows_the_rate_and_the_pairs_front(paired):
     assert "p99 TPOT &le; 30 ms" in rate_html and "goodput" in rate_html
 
 
+def test_export_and_pareto_give_the_stored_pairs_and_the_reports_front(paired):
+    _, d, _ = paired
+    out = str(d / "out")
+    with load(d / "out") as s:
+        stored = s.pairs()
+    r = CliRunner().invoke(cli, ["export", out, "--pairs", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["units"]["kv_transfer_s"] == "s"
+    assert doc["pairs"] == [{k: p[k] for k in PAIR_COLUMN_NAMES} for p in stored]
+    rows = CliRunner().invoke(cli, ["export", out, "--pairs", "--csv"]).output.splitlines()
+    assert rows[0].split(",") == list(PAIR_COLUMN_NAMES) and len(rows) == 1 + len(stored)
+    r = CliRunner().invoke(cli, ["export", out, "--pairs", "--csv", "--feasible-only"])
+    meeting = [p for p in stored if p["feasible_at_rate"]]
+    assert meeting and len(r.output.splitlines()) == 1 + len(meeting)
+    # pareto --pairs: the report's pair front (the same axes, the pairs meeting the SLO)
+    r = CliRunner().invoke(cli, ["pareto", out, "--pairs", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [o["metric"] for o in doc["objectives"]] == list(FRONT_AXES)
+    assert [p["key"] for p in doc["pairs"]] == [p["key"] for p in front(stored)]
+    text = CliRunner().invoke(cli, ["pareto", out, "--pairs"]).output
+    assert f"{len(front(stored))} of {len(stored)} prefill-decode pairs on the front" in text
+    assert "prefill pool" in text and stored[0]["decode_strategy"].split(",")[0] in text
+
+
+def test_export_and_pareto_of_pairs_refuse_a_sweep_without_pairs(tmp_path):
+    Store.open(tmp_path, {"config": {}}, "h").close()
+    for args in (["export", "--pairs", "--json"], ["pareto", "--pairs"]):
+        r = CliRunner().invoke(cli, [args[0], str(tmp_path), *args[1:]])
+        assert r.exit_code == 1 and "no prefill-decode pairs are stored" in r.output
+    r = CliRunner().invoke(cli, ["pareto", str(tmp_path), "--x", "tcdp"])
+    assert r.exit_code == 2 and "give --x and --y" in r.output
+
+
 def test_pairs_and_p99_limits_need_a_rate(tmp_path):
     path = _config(tmp_path)
     for extra, said in (
