@@ -47,12 +47,14 @@ from workloads.precision import DEFAULT_PRECISION, recipe_names
 from workloads.recompute_modules import RECOMPUTE_WORDS, recompute_problem
 
 __all__ = [
+    "DEFAULT_PRECISION",
     "ep_fits",
     "RecomputeMode",
     "RECOMPUTE_MODES",
     "ZERO_STAGES",
     "LAYER_SYMBOLS",
     "FIELDS",
+    "PLACED_FIELDS",
     "Layout",
     "Groups",
     "Links",
@@ -254,6 +256,9 @@ class Layout:
 # the fields a search may leave open (a precision is chosen, never searched)
 FIELDS: Final = frozenset(f.name for f in fields(Layout) if f.name not in ("open", "precision"))
 _DEFAULTS: Final = {f.name: f.default for f in fields(Layout)}
+#: the fields a placement chooses; a stage graph's layout fixes the others
+#: (:class:`placement.types.StageGraph`)
+PLACED_FIELDS: Final = frozenset({"p", "d", "v", "zero"})
 _PRINTED: Final = tuple(dict.fromkeys(_KEYS.values()))
 # a split left out is Megatron-LM's default: no search chooses it
 _NEVER_OPEN: Final = frozenset({"split"})

@@ -47,7 +47,7 @@ def _check_devices(problem: PlacementProblem, lay: Layout) -> None:
 
 
 def _knobs(g: StageGraph) -> dict[str, object]:
-    return {"t": g.tp, "mbs": g.micro_batch, "recompute": g.recompute, "sp": g.sequence_parallel}
+    return {k: getattr(g.layout, k) for k in ("t", "mbs", "recompute", "sp")}
 
 
 def _matching(
@@ -102,7 +102,7 @@ def completions(
                 else:
                     dps = candidate_degrees(m, 1, top).tolist()
                 out += [
-                    Layout(**_knobs(g), p=p, d=d, v=v, zero=z, ep=e, cp=cp, split=split)
+                    g.layout.completed(p=p, d=d, v=v, zero=z, ep=e, cp=cp, split=split)
                     for d in dps
                     for e in eps
                     if _ep_kept(lay, e, g.tp, d, cp)

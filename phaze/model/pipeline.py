@@ -297,10 +297,6 @@ def evaluate(
     if isinstance(found, str):
         return Evaluation(workload, acc, knobs, None, None, found)
     variant, placement, defaults = found
-    if placement.layout.precision != knobs.precision:  # the search lays out, the knobs choose
-        placement = dataclasses.replace(
-            placement, layout=dataclasses.replace(placement.layout, precision=knobs.precision)
-        )
     return _scored(workload, model, acc, knobs, ctx, setup, (variant, placement, defaults))
 
 
