@@ -215,8 +215,9 @@ def _energy_rates(
 
 
 _KNOB_FIELDS: Final = frozenset({"mbs", "recompute", "sp", "split", "precision"})
-# the layout fields a framework's rules read, with values every profile runs when open
-_RULED: Final = {"p": 1, "v": 1, "zero": 0}
+# the layout fields a framework's rules read; an open one holds its default, which every
+# profile runs
+_RULED: Final = ("p", "v", "zero")
 
 
 def evaluate(
@@ -278,7 +279,7 @@ def evaluate(
     if given:
         refused = layout_refusals(
             setup.profile,
-            **{f: getattr(knobs, f) if knobs.given(f) else d for f, d in _RULED.items()},
+            **{f: getattr(knobs, f) for f in _RULED},
         )
         if refused:
             raise ConfigError(f"strategy {knobs}: " + "; ".join(refused))
