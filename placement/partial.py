@@ -27,7 +27,7 @@ from placement.dp import candidate_degrees
 from placement.fixed import evaluate_fixed
 from placement.interleave import best_interleaved
 from placement.layout import FIELDS, ZERO_STAGES, Layout, ep_fits
-from placement.types import Placement, PlacementProblem, StageGraph
+from placement.types import VARIANT_FIELDS, Placement, PlacementProblem, StageGraph
 
 __all__ = ["completions", "evaluate_partial", "describe_defaults"]
 
@@ -47,7 +47,7 @@ def _check_devices(problem: PlacementProblem, lay: Layout) -> None:
 
 
 def _knobs(g: StageGraph) -> dict[str, object]:
-    return {k: getattr(g.layout, k) for k in ("t", "mbs", "recompute", "sp")}
+    return {k: getattr(g.layout, k) for k in VARIANT_FIELDS}
 
 
 def _matching(

@@ -32,6 +32,7 @@ __all__ = [
     "StageLayer",
     "StageEdge",
     "StageGraph",
+    "VARIANT_FIELDS",
     "PlacementProblem",
     "Stage",
     "Placement",
@@ -200,7 +201,9 @@ class StageGraph:
         if not (isinstance(self.experts, int) and self.experts >= 1):
             problems.append(f"{src}: experts = {self.experts!r} must be an integer >= 1")
         elif isinstance(lay, Layout) and self.experts % lay.ep:
-            problems.append(f"{src}: ep = {lay.ep} must divide the {self.experts} experts per block")
+            problems.append(
+                f"{src}: ep = {lay.ep} must divide the {self.experts} experts per block"
+            )
         if not self.layers:
             problems.append(f"{src}: layers is empty; a graph needs at least one layer")
         n = len(self.layers)
@@ -251,6 +254,9 @@ class StageGraph:
         )
 
 
+#: the layout fields that tell a problem's graphs apart (a graph varies over ``ep`` and ``cp``
+#: itself, :mod:`placement.ep_cp`); a layout is placed on the graph matching it on all of them
+VARIANT_FIELDS: Final = ("t", "mbs", "recompute", "sp", "precision")
 _PLACED: Final = sorted(PLACED_FIELDS)
 _BLANK: Final = {k: getattr(Layout(), k) for k in _PLACED}
 

@@ -14,6 +14,7 @@ from phaze_common.errors import ConfigError
 from placement import PlacementProblem, StageEdge, StageGraph, StageLayer, place
 from placement.adapt import stage_graph
 from placement.ep_cp import ep_cp_graph, graph_variants, variants
+from placement.fixed import evaluate_fixed
 from placement.interleave import best_interleaved
 from placement.layout import FIELDS, PLACED_FIELDS, Layout, parse_strategy
 from placement.partial import completions, evaluate_partial
@@ -120,7 +121,7 @@ def test_interleaving_keeps_the_graphs_layout():
 @pytest.mark.parametrize("strategy", ["p=2", "t=2,d=4", "t=1,p=4,v=2"])
 def test_partial_completions_keep_the_graphs_layout(strategy):
     problem = _problem()
-    asked = parse_strategy(strategy)
+    asked = parse_strategy(f"{strategy},precision=fp8-te")
     found = completions(problem, asked)
     assert found
     for lay in found:
@@ -160,3 +161,16 @@ def test_an_evaluated_placement_carries_the_precision_asked(strategy):
     )
     assert ev.placement is not None, ev.reason
     assert ev.placement.layout.precision == ev.knobs.precision == "fp8-te"
+
+
+def test_a_layout_is_placed_only_on_a_graph_of_its_precision():
+    """The figures of an fp8 graph are no bf16 layout's: a fixed or partial layout asking for
+    another recipe than the graphs' finds no graph, and says which it has."""
+    problem = _problem()
+    bf16 = parse_strategy("t=2,p=2,d=4,v=1,mbs=2,recompute=full,sp=on,zero=0,ep=1,cp=1")
+    with pytest.raises(ConfigError, match="no graph for t=2, .*precision=bf16 .*precision=fp8-te"):
+        evaluate_fixed(problem, bf16)
+    fp8 = dataclasses.replace(bf16, precision="fp8-te")
+    assert evaluate_fixed(problem, fp8).layout == fp8
+    assert completions(problem, parse_strategy("p=2,precision=fp8-te")) != []
+    assert completions(problem, parse_strategy("p=2")) == []  # bf16, as every layout not saying
