@@ -36,7 +36,7 @@ Examples
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, fields, replace
 from typing import Final
 
@@ -238,9 +238,18 @@ class Layout:
 
     def __str__(self) -> str:
         """The strategy string of the fixed fields (:func:`parse_strategy` reads it back)."""
+        return self.spelled((FIELDS | {"precision"}) - self.open)
+
+    def spelled(self, names: Set[str]) -> str:
+        """``key=value`` of each field of ``names`` in the strategy string's order, the one
+        way a layout is written: a split left out when None, a precision when bf16.
+
+        >>> Layout(t=2, sp=True, zero=1).spelled({"sp", "zero"})
+        'sp=on,zero=1'
+        """
         parts = []
         for name in _PRINTED:
-            if name in self.open or (name == "split" and self.split is None):
+            if name not in names or (name == "split" and self.split is None):
                 continue
             if name == "precision" and self.precision == DEFAULT_PRECISION:
                 continue

@@ -26,7 +26,7 @@ from phaze_common.units import fmt_noun
 from placement.dp import candidate_degrees
 from placement.fixed import evaluate_fixed
 from placement.interleave import best_interleaved
-from placement.layout import FIELDS, ZERO_STAGES, Layout, ep_fits
+from placement.layout import ZERO_STAGES, Layout, ep_fits
 from placement.types import VARIANT_FIELDS, Placement, PlacementProblem, StageGraph
 
 __all__ = ["completions", "evaluate_partial", "describe_defaults"]
@@ -221,4 +221,4 @@ def _cp_degrees(problem: PlacementProblem, lay: Layout) -> tuple[int, ...]:
 
 def describe_defaults(asked: Layout, chosen: Layout) -> str:
     """``"sp=on,zero=1"``: the values ``chosen`` gives the fields ``asked`` left open."""
-    return str(replace(chosen, open=chosen.open | (FIELDS - asked.open)))
+    return chosen.spelled(asked.open)

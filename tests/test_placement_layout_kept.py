@@ -17,7 +17,7 @@ from placement.ep_cp import ep_cp_graph, graph_variants, variants
 from placement.fixed import evaluate_fixed
 from placement.interleave import best_interleaved
 from placement.layout import FIELDS, PLACED_FIELDS, Layout, parse_strategy
-from placement.partial import completions, evaluate_partial
+from placement.partial import completions, describe_defaults, evaluate_partial
 from placement.synthetic import GptShape, gpt_stage_graph
 from workloads import TrainingSetup, build_layer_graph, get_model
 
@@ -161,6 +161,17 @@ def test_an_evaluated_placement_carries_the_precision_asked(strategy):
     )
     assert ev.placement is not None, ev.reason
     assert ev.placement.layout.precision == ev.knobs.precision == "fp8-te"
+    assert "precision" not in (ev.defaults or "")  # asked for, not a default used
+
+
+def test_the_defaults_used_are_the_fields_left_open():
+    problem = _problem()
+    asked = parse_strategy("t=2,p=2,precision=fp8-te")
+    pl = evaluate_partial(problem, asked)
+    said = describe_defaults(asked, pl.layout)
+    told = parse_strategy(f"{asked},{said}")  # the split is the placement's, not a default
+    assert dataclasses.replace(told, split=pl.layout.split) == pl.layout
+    assert {part.split("=")[0] for part in said.split(",")} == asked.open - {"split"}
 
 
 def test_a_layout_is_placed_only_on_a_graph_of_its_precision():
