@@ -185,7 +185,7 @@ class StageGraph:
 
     def __post_init__(self) -> None:
         lay = self.layout
-        src = f"stage graph (t={lay.t})" if isinstance(lay, Layout) else "stage graph"
+        src = f"stage graph (tp={lay.t})" if isinstance(lay, Layout) else "stage graph"
         problems = []
         if not isinstance(lay, Layout):
             problems.append(f"{src}: layout = {lay!r} must be a Layout")
