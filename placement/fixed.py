@@ -57,7 +57,7 @@ def _variant(problem: PlacementProblem, lay: Layout) -> StageGraph:
 
 
 def _variant_text(lay: Layout) -> str:
-    return ", ".join(f"{k}={getattr(lay, k)}" for k in VARIANT_FIELDS)
+    return lay.spelled(frozenset(VARIANT_FIELDS))
 
 
 def _ep_cp(problem: PlacementProblem, g: StageGraph, lay: Layout) -> StageGraph:
