@@ -23,7 +23,7 @@ Examples
 >>> from placement import Cluster, PlacementProblem, StageEdge, StageGraph, StageLayer, place
 >>> layers = tuple(StageLayer(f"b{i}", 1.0, 2.0, parameters=10, stash_bytes=5.0,
 ...                           tensor_parallel=False) for i in range(4))
->>> g = StageGraph(1, layers, tuple(StageEdge(i, i + 1, 0.0) for i in range(3)))
+>>> g = StageGraph(layers, tuple(StageEdge(i, i + 1, 0.0) for i in range(3)))
 >>> best = place(PlacementProblem((g,), Cluster(devices=1), hbm_bytes=1e9, global_batch=2))
 >>> best.layout.p, best.layout.d, best.breakdown.iteration_s  # 2 micro-batches x 4 x (1 + 2) s
 (1, 1, 24.0)

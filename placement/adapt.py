@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from phaze_common.errors import ConfigError
+from placement.layout import DEFAULT_PRECISION, Layout
 from placement.types import RecomputeMode, StageEdge, StageGraph, StageLayer
 from workloads.layer_graph import LayerGraph
 
@@ -45,13 +46,16 @@ def stage_graph(
     micro_batch: int,
     recompute: RecomputeMode,
     sequence_parallel: bool = False,
+    precision: str = DEFAULT_PRECISION,
     workspace_bytes: Mapping[str, float] | None = None,
     tp_comm_s: Mapping[str, float] | None = None,
 ) -> StageGraph:
     """``times_s[class_id] = (forward, backward, recompute)`` seconds per micro-batch;
     ``tp_comm_s[class_id]`` the exposed collectives of its forward and backward passes. A
     layer's times and collectives are the sums over its :attr:`~workloads.layer_graph.Layer.classes`
-    (its workspace the largest).
+    (its workspace the largest). The graph's :attr:`~placement.types.StageGraph.layout` holds
+    the width and the knobs given (``precision`` the recipe's name, :mod:`workloads.precision`),
+    which every placement of it keeps.
 
     Layer indices become positions in ``graph.layers`` (already topological).
     """
@@ -81,13 +85,17 @@ def stage_graph(
         for x in graph.layers
     )
     edges = tuple(StageEdge(index[e.src], index[e.dst], float(e.bytes)) for e in graph.edges)
+    layout = Layout(
+        t=graph.tp,
+        mbs=micro_batch,
+        recompute=str(recompute),  # a workloads.Recompute StrEnum becomes its value
+        sp=sequence_parallel,
+        precision=precision,
+    )
     return StageGraph(
-        tp=graph.tp,
         layers=layers,
         edges=edges,
-        micro_batch=micro_batch,
-        recompute=str(recompute),  # a workloads.Recompute StrEnum becomes its value
-        sequence_parallel=sequence_parallel,
+        layout=layout,
         experts=graph.experts,
         top_k=graph.top_k,
         expert_groups=graph.expert_groups,

@@ -117,7 +117,7 @@ def a2a_bytes(nbytes, graph: StageGraph, ep: int, cp: int, cluster: Cluster, str
     >>> from arch_space import Cluster
     >>> from placement.types import StageGraph, StageLayer
     >>> layer = StageLayer("b", 1.0, 2.0, parameters=1, stash_bytes=0.0)
-    >>> g = StageGraph(1, (layer,), (), experts=256, top_k=8, expert_groups=8, routed_groups=4)
+    >>> g = StageGraph((layer,), (), experts=256, top_k=8, expert_groups=8, routed_groups=4)
     >>> net_b, nvl_b = a2a_bytes(8.0, g, 64, 1, Cluster(devices=64, devices_per_node=8))
     >>> float(net_b), float(nvl_b)  # 4 of 8 copies cross, 7/8 of them; 7/8 forwarded
     (3.5, 7.0)
@@ -291,8 +291,7 @@ def ep_cp_graph(
             for x, row in zip(graph.layers, values, strict=True)
         ),
         edges=tuple(StageEdge(e.src, e.dst, e.bytes / cp) for e in graph.edges),
-        ep=ep,
-        cp=cp,
+        layout=replace(graph.layout, ep=ep, cp=cp),
     )
 
 

@@ -43,28 +43,21 @@ from placement.iteration import assemble, stage_memory
 from placement.layout import Layout, ep_fits
 from placement.pipelining import dualpipe_in_flight, in_flight
 from placement.search import gib
-from placement.types import Placement, PlacementProblem, Stage, StageGraph
+from placement.types import VARIANT_FIELDS, Placement, PlacementProblem, Stage, StageGraph
 
 __all__ = ["evaluate_fixed"]
 
 
 def _variant(problem: PlacementProblem, lay: Layout) -> StageGraph:
     for g in problem.graphs:
-        if (g.tp, g.micro_batch, g.recompute, g.sequence_parallel) == (
-            lay.t,
-            lay.mbs,
-            lay.recompute,
-            lay.sp,
-        ):
+        if all(getattr(g.layout, k) == getattr(lay, k) for k in VARIANT_FIELDS):
             return _ep_cp(problem, g, lay)
-    have = ", ".join(
-        f"(t={g.tp}, mbs={g.micro_batch}, recompute={g.recompute}, sp={g.sequence_parallel})"
-        for g in problem.graphs
-    )
-    raise ConfigError(
-        f"strategy: no graph for t={lay.t}, mbs={lay.mbs}, recompute={lay.recompute}, "
-        f"sp={lay.sp} (have {have})"
-    )
+    have = ", ".join(f"({_variant_text(g.layout)})" for g in problem.graphs)
+    raise ConfigError(f"strategy: no graph for {_variant_text(lay)} (have {have})")
+
+
+def _variant_text(lay: Layout) -> str:
+    return lay.spelled(frozenset(VARIANT_FIELDS))
 
 
 def _ep_cp(problem: PlacementProblem, g: StageGraph, lay: Layout) -> StageGraph:

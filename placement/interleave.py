@@ -109,22 +109,12 @@ def _cheapest(
 
 
 def _layout(g: StageGraph, key: _Key) -> Layout:
-    _, t, p, d, v, z, first = key
+    _, _, p, d, v, z, first = key  # the key's t is g's width
     split = None
     if first >= 0:
         lo, hi = _Sums(g).chunks(p * v, first)
         split = chunk_split(g, tuple(tuple(range(a, b)) for a, b in zip(lo, hi, strict=True)), v)
-    return Layout(
-        t=t,
-        p=p,
-        d=d,
-        v=v,
-        mbs=g.micro_batch,
-        recompute=g.recompute,
-        sp=g.sequence_parallel,
-        zero=z,
-        split=split,
-    )
+    return g.layout.completed(p=p, d=d, v=v, zero=z, split=split)
 
 
 def _memory_floor(

@@ -36,7 +36,7 @@ Examples
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, fields, replace
 from typing import Final
 
@@ -47,12 +47,14 @@ from workloads.precision import DEFAULT_PRECISION, recipe_names
 from workloads.recompute_modules import RECOMPUTE_WORDS, recompute_problem
 
 __all__ = [
+    "DEFAULT_PRECISION",
     "ep_fits",
     "RecomputeMode",
     "RECOMPUTE_MODES",
     "ZERO_STAGES",
     "LAYER_SYMBOLS",
     "FIELDS",
+    "PLACED_FIELDS",
     "Layout",
     "Groups",
     "Links",
@@ -236,9 +238,18 @@ class Layout:
 
     def __str__(self) -> str:
         """The strategy string of the fixed fields (:func:`parse_strategy` reads it back)."""
+        return self.spelled((FIELDS | {"precision"}) - self.open)
+
+    def spelled(self, names: Set[str]) -> str:
+        """``key=value`` of each field of ``names`` in the strategy string's order, the one
+        way a layout is written: a split left out when None, a precision when bf16.
+
+        >>> Layout(t=2, sp=True, zero=1).spelled({"sp", "zero"})
+        'sp=on,zero=1'
+        """
         parts = []
         for name in _PRINTED:
-            if name in self.open or (name == "split" and self.split is None):
+            if name not in names or (name == "split" and self.split is None):
                 continue
             if name == "precision" and self.precision == DEFAULT_PRECISION:
                 continue
@@ -254,6 +265,9 @@ class Layout:
 # the fields a search may leave open (a precision is chosen, never searched)
 FIELDS: Final = frozenset(f.name for f in fields(Layout) if f.name not in ("open", "precision"))
 _DEFAULTS: Final = {f.name: f.default for f in fields(Layout)}
+#: the fields a placement chooses; a stage graph's layout fixes the others
+#: (:class:`placement.types.StageGraph`)
+PLACED_FIELDS: Final = frozenset({"p", "d", "v", "zero"})
 _PRINTED: Final = tuple(dict.fromkeys(_KEYS.values()))
 # a split left out is Megatron-LM's default: no search chooses it
 _NEVER_OPEN: Final = frozenset({"split"})

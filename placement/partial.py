@@ -26,8 +26,8 @@ from phaze_common.units import fmt_noun
 from placement.dp import candidate_degrees
 from placement.fixed import evaluate_fixed
 from placement.interleave import best_interleaved
-from placement.layout import FIELDS, ZERO_STAGES, Layout, ep_fits
-from placement.types import Placement, PlacementProblem, StageGraph
+from placement.layout import ZERO_STAGES, Layout, ep_fits
+from placement.types import VARIANT_FIELDS, Placement, PlacementProblem, StageGraph
 
 __all__ = ["completions", "evaluate_partial", "describe_defaults"]
 
@@ -47,7 +47,7 @@ def _check_devices(problem: PlacementProblem, lay: Layout) -> None:
 
 
 def _knobs(g: StageGraph) -> dict[str, object]:
-    return {"t": g.tp, "mbs": g.micro_batch, "recompute": g.recompute, "sp": g.sequence_parallel}
+    return {k: getattr(g.layout, k) for k in VARIANT_FIELDS}
 
 
 def _matching(
@@ -102,7 +102,7 @@ def completions(
                 else:
                     dps = candidate_degrees(m, 1, top).tolist()
                 out += [
-                    Layout(**_knobs(g), p=p, d=d, v=v, zero=z, ep=e, cp=cp, split=split)
+                    g.layout.completed(p=p, d=d, v=v, zero=z, ep=e, cp=cp, split=split)
                     for d in dps
                     for e in eps
                     if _ep_kept(lay, e, g.tp, d, cp)
@@ -221,4 +221,4 @@ def _cp_degrees(problem: PlacementProblem, lay: Layout) -> tuple[int, ...]:
 
 def describe_defaults(asked: Layout, chosen: Layout) -> str:
     """``"sp=on,zero=1"``: the values ``chosen`` gives the fields ``asked`` left open."""
-    return str(replace(chosen, open=chosen.open | (FIELDS - asked.open)))
+    return chosen.spelled(asked.open)

@@ -43,7 +43,6 @@ from placement.dp_comm import embedding_allreduce_s, shard_unit, sharded_paramet
 from placement.dp_order import solve_many
 from placement.ep_cp import Variant, variants
 from placement.iteration import assemble, stage_memory, zero_state
-from placement.layout import Layout
 from placement.pipelining import in_flight, micro_batches_per_pipeline, pipeline_s
 from placement.types import Placement, PlacementProblem, Stage, StageGraph
 
@@ -507,17 +506,8 @@ def _placement(
                 **parts,
             )
         )
-    layout = Layout(
-        t=t,
-        p=p,
-        d=d,
-        mbs=graph.micro_batch,
-        recompute=graph.recompute,
-        sp=graph.sequence_parallel,
-        zero=zero,
-        ep=graph.ep,
-        cp=graph.cp,
-        split=chunk_split(graph, tuple(st.layers for st in stages)),
+    layout = graph.layout.completed(
+        p=p, d=d, v=1, zero=zero, split=chunk_split(graph, tuple(st.layers for st in stages))
     )
     return assemble(
         problem,

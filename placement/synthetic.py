@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from arch_space.accelerator import Cluster
 from placement import network as net
+from placement.layout import Layout
 from placement.types import RecomputeMode, StageEdge, StageGraph, StageLayer
 
 __all__ = ["GptShape", "GPT3_175B", "gpt_stage_graph"]
@@ -104,11 +105,5 @@ def gpt_stage_graph(
     )
     boundary = act / (t if sequence_parallel else 1)
     edges = tuple(StageEdge(i, i + 1, boundary) for i in range(len(layers) - 1))
-    return StageGraph(
-        tp=t,
-        layers=tuple(layers),
-        edges=edges,
-        micro_batch=micro_batch,
-        recompute=recompute,
-        sequence_parallel=sequence_parallel,
-    )
+    layout = Layout(t=t, mbs=micro_batch, recompute=recompute, sp=sequence_parallel)
+    return StageGraph(tuple(layers), edges, layout)

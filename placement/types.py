@@ -11,15 +11,14 @@ the cluster and the memory budget.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
 from arch_space.accelerator import Cluster
 from arch_space.perf.device import CollectiveCurve
 from phaze_common.errors import ConfigError
-from placement.layout import LAYER_SYMBOLS, ZERO_STAGES, Layout, RecomputeMode
-from workloads.recompute_modules import recompute_problem
+from placement.layout import LAYER_SYMBOLS, PLACED_FIELDS, ZERO_STAGES, Layout, RecomputeMode
 
 if TYPE_CHECKING:
     from placement.iteration import DeviceMemory, IterationTime
@@ -33,6 +32,7 @@ __all__ = [
     "StageLayer",
     "StageEdge",
     "StageGraph",
+    "VARIANT_FIELDS",
     "PlacementProblem",
     "Stage",
     "Placement",
@@ -160,46 +160,50 @@ class StageEdge:
 
 @dataclass(frozen=True, slots=True)
 class StageGraph:
-    """The layers of a model at tensor-parallel width ``tp``, in topological order.
+    """The layers of a model at one tensor-parallel width, in topological order.
 
-    Every edge goes from a lower to a higher index. The labels (``micro_batch``,
-    ``recompute``, ``sequence_parallel``) say which training setup the figures describe.
-    At ``tp = 1`` the ``tensor_parallel`` flags make no difference (every stage has 1 device).
-    ``experts`` counts the model's MoE experts per block (1: dense); ``ep`` and ``cp`` are
-    the expert- and context-parallel degrees the figures are for
-    (:func:`placement.ep_cp.ep_cp_graph` makes such a variant from one at ``ep = cp = 1``).
-    ``top_k`` is the experts a token is routed to; ``expert_groups`` and ``routed_groups``
-    its group-limited routing (0: none; :func:`placement.ep_cp.a2a_bytes`).
+    Every edge goes from a lower to a higher index. ``layout`` is the training setup the
+    figures describe: the width ``t``, micro-batch size, recompute mode, sequence
+    parallelism, expert- and context-parallel degrees and precision recipe. Its ``p``,
+    ``d``, ``v``, ``zero`` and ``split`` are a placement's to choose: they stay open, and a
+    placement's layout is this one completed with them (:meth:`Layout.completed`), so every
+    other field travels unchanged. At ``t = 1`` the ``tensor_parallel`` flags make no
+    difference (every stage has 1 device). ``experts`` counts the model's MoE experts per
+    block (1: dense); :func:`placement.ep_cp.ep_cp_graph` makes a variant at other ``ep``
+    and ``cp`` from one at ``ep = cp = 1``. ``top_k`` is the experts a token is routed to;
+    ``expert_groups`` and ``routed_groups`` its group-limited routing (0: none;
+    :func:`placement.ep_cp.a2a_bytes`).
     """
 
-    tp: int
     layers: tuple[StageLayer, ...]
     edges: tuple[StageEdge, ...]
-    micro_batch: int = 1
-    recompute: RecomputeMode = "none"
-    sequence_parallel: bool = False
+    layout: Layout = Layout()
     experts: int = 1
-    ep: int = 1
-    cp: int = 1
     top_k: int = 1
     expert_groups: int = 0
     routed_groups: int = 0
 
     def __post_init__(self) -> None:
+        lay = self.layout
+        src = f"stage graph (tp={lay.t})" if isinstance(lay, Layout) else "stage graph"
         problems = []
-        src = f"stage graph (tp={self.tp})"
-        for name in ("tp", "experts", "ep", "cp"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                problems.append(f"{src}: {name} = {value!r} must be an integer >= 1")
-        if isinstance(self.experts, int) and isinstance(self.ep, int) and self.experts % self.ep:
+        if not isinstance(lay, Layout):
+            problems.append(f"{src}: layout = {lay!r} must be a Layout")
+        elif lay.open != PLACED_FIELDS:
+            fixed = [f"{k} = {getattr(lay, k)}" for k in _PLACED if getattr(lay, k) != _BLANK[k]]
+            if fixed or lay.split is not None:
+                problems.append(
+                    f"{src}: layout {lay} fixes {', '.join(fixed) or 'a split'}; a placement "
+                    f"chooses {', '.join(_PLACED)} and the split"
+                )
+            else:  # a placement's fields hold their defaults: leave them open
+                object.__setattr__(self, "layout", replace(lay, open=PLACED_FIELDS))
+        if not (isinstance(self.experts, int) and self.experts >= 1):
+            problems.append(f"{src}: experts = {self.experts!r} must be an integer >= 1")
+        elif isinstance(lay, Layout) and self.experts % lay.ep:
             problems.append(
-                f"{src}: ep = {self.ep} must divide the {self.experts} experts per block"
+                f"{src}: ep = {lay.ep} must divide the {self.experts} experts per block"
             )
-        if not (isinstance(self.micro_batch, int) and self.micro_batch >= 1):
-            problems.append(f"{src}: micro_batch = {self.micro_batch!r} must be an integer >= 1")
-        if (why := recompute_problem(self.recompute)) is not None:
-            problems.append(f"{src}: {why}")
         if not self.layers:
             problems.append(f"{src}: layers is empty; a graph needs at least one layer")
         n = len(self.layers)
@@ -217,12 +221,44 @@ class StageGraph:
         _raise(problems)
 
     @property
+    def tp(self) -> int:
+        """The tensor-parallel width (the layout's ``t``)."""
+        return self.layout.t
+
+    @property
+    def micro_batch(self) -> int:
+        return self.layout.mbs
+
+    @property
+    def recompute(self) -> RecomputeMode:
+        return self.layout.recompute
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.layout.sp
+
+    @property
+    def ep(self) -> int:
+        return self.layout.ep
+
+    @property
+    def cp(self) -> int:
+        return self.layout.cp
+
+    @property
     def is_chain(self) -> bool:
         """True when the edges are exactly i -> i+1 for every consecutive pair of layers."""
         n = len(self.layers)
         return len(self.edges) == n - 1 and all(
             (e.src, e.dst) == (i, i + 1) for i, e in enumerate(sorted(self.edges, key=_key))
         )
+
+
+#: the layout fields that tell a problem's graphs apart (a graph varies over ``ep`` and ``cp``
+#: itself, :mod:`placement.ep_cp`); a layout is placed on the graph matching it on all of them
+VARIANT_FIELDS: Final = ("t", "mbs", "recompute", "sp", "precision")
+_PLACED: Final = sorted(PLACED_FIELDS)
+_BLANK: Final = {k: getattr(Layout(), k) for k in _PLACED}
 
 
 def _key(e: StageEdge) -> tuple[int, int]:

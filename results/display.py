@@ -20,7 +20,8 @@ __all__ = [
     "display_unit",
     "unit_of",
     "design_label",
-    "knob_label",
+    "DEFAULT_PRECISION",
+    "layout_label",
     "knob_columns",
     "point_label",
     "workload_title",
@@ -152,25 +153,40 @@ def design_label(p: Mapping[str, Any]) -> str:
     return ", ".join(parts) or str(p.get("design_id") or "?")
 
 
-def knob_label(p: Mapping[str, Any], *, placement: bool = True) -> str:
-    """The training knobs (and placement) of a point: ``mb 2, recompute full, TP2 PP4 DP8``."""
+#: the precision recipe a layout's label leaves out (``workloads.precision.DEFAULT_PRECISION``,
+#: which results does not import; a test checks they agree)
+DEFAULT_PRECISION: Final = "bf16"
+
+
+def layout_label(p: Mapping[str, Any]) -> str:
+    """A training point's layout in brief, the one way tables, plots and reports print it:
+    its degrees (none for a point without a placement), micro-batch size, recompute mode and
+    precision recipe (when not bf16). The strategy string of the ``placement`` column holds
+    the whole layout.
+
+    Examples
+    --------
+    >>> layout_label({"tp": 2, "pp": 4, "dp": 8, "micro_batch": 2, "recompute": "full"})
+    't2 p4 d8 mbs2 full'
+    >>> layout_label({"tp": None, "micro_batch": 1, "recompute": "none", "precision": "fp8-te"})
+    'mbs1 none fp8-te'
+    """
     parts = []
+    if p.get("tp") is not None:
+        parts.append(f"t{p['tp']} p{p.get('pp')} d{p.get('dp')}")
     if p.get("micro_batch") is not None:
-        parts.append(f"mb {p['micro_batch']}")
+        parts.append(f"mbs{p['micro_batch']}")
     if p.get("recompute") is not None:
-        parts.append(f"recompute {p['recompute']}")
-    if p.get("precision") not in (None, "bf16"):
-        parts.append(str(p["precision"]))  # the point's precision recipe, where not bf16
-    if placement and p.get("tp") is not None:
-        parts.append(f"TP{p['tp']} PP{p.get('pp')} DP{p.get('dp')}")
-    return ", ".join(parts)
+        parts.append(str(p["recompute"]))
+    if p.get("precision") not in (None, DEFAULT_PRECISION):
+        parts.append(str(p["precision"]))
+    return " ".join(parts)
 
 
 def knob_columns(points: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """(headers, one row of cells per point) of what distinguishes points of one design:
     a serving sweep's batch and serving layout (its strategy string, pools included), or a
-    training sweep's micro-batch, recompute mode and TP x PP x DP ('-' where a point has
-    none)."""
+    training sweep's layout (:func:`layout_label`; '-' where a point has none)."""
     if points and all(p.get("mode") == "serve" for p in points):
         rows = []
         for p in points:
@@ -178,19 +194,12 @@ def knob_columns(points: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[l
             batch = p.get("batch")
             rows.append(["-" if batch is None else str(batch), layout or "-"])
         return ["batch", "layout"], rows
-    return ["micro-batch", "recompute", "TPxPPxDP"], [
-        [
-            "-" if p.get("micro_batch") is None else str(p["micro_batch"]),
-            p.get("recompute") or "-",
-            f"{p['tp']}x{p['pp']}x{p['dp']}" if p.get("tp") is not None else "-",
-        ]
-        for p in points
-    ]
+    return ["layout"], [[layout_label(p) or "-"] for p in points]
 
 
 def point_label(p: Mapping[str, Any]) -> str:
     """Design and knobs of one point on one line."""
-    knobs = knob_label(p)
+    knobs = layout_label(p)
     return f"{design_label(p)} | {knobs}" if knobs else design_label(p)
 
 

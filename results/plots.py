@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from phaze_common.errors import ConfigError
 from phaze_common.units import fmt_quantity
-from results.display import design_label, fmt_value, knob_label, point_label, workload_title
+from results.display import design_label, fmt_value, layout_label, point_label, workload_title
 from results.pareto import ObjectiveSpec, best_per_design, pareto, parse_objectives, rank
 from results.schema import AGGREGATE_WORKLOAD, COLUMNS, ENERGY_TERM_COLUMNS, TIME_TERM_COLUMNS
 from results.summary import (
@@ -347,7 +347,7 @@ def breakdown_figure(
     for sub, (w, rows) in zip(subfigs, groups.items(), strict=True):
         sub.suptitle(workload_title(w), fontsize=12, x=0.01, ha="left")
         axes = sub.subplots(1, len(BREAKDOWNS), width_ratios=(1.25, 1, 1))
-        labels = [f"{label}\n{design_label(p)}\n{knob_label(p)}" for label, p in rows]
+        labels = [f"{label}\n{design_label(p)}\n{layout_label(p)}" for label, p in rows]
         for c, (ax, (title, unit, _, terms)) in enumerate(zip(axes, BREAKDOWNS, strict=True)):
             _stacked_barh(
                 ax, [p for _, p in rows], terms, labels if c == 0 else [""] * len(rows), unit

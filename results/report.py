@@ -25,6 +25,7 @@ from results.display import (
     area_headroom_text,
     design_label,
     fmt_value,
+    layout_label,
     power_headroom_text,
     unit_of,
     workload_title,
@@ -323,7 +324,7 @@ def _points_table(
     in people's units."""
     aggregate = workload == AGGREGATE_WORKLOAD
     cols = _metric_columns(workload, objectives)
-    head = [first[0], "design", *([] if aggregate else ["micro-batch, recompute; placement"])]
+    head = [first[0], "design", *([] if aggregate else ["layout"])]
     heads = [f"<th>{html.escape(h)}</th>" for h in head]
     heads += [
         (
@@ -337,7 +338,7 @@ def _points_table(
     for i, (label, p) in enumerate(zip(first[1], rows, strict=True)):
         cells = [f"<td>{html.escape(label)}</td>", f'<td class="design">{_design_cell(p)}</td>']
         if not aggregate:
-            cells.append(f"<td>{html.escape(_knobs(p))}<br>{_placement_cell(p)}</td>")
+            cells.append(f"<td>{_placement_cell(p)}</td>")
         for _, c in cols:
             cls = "num"
             if wins is not None and c in wins[i]:
@@ -365,12 +366,6 @@ def _metric_columns(workload: str, objectives: Sequence[str]) -> list[tuple[str,
     return [(headers.get(c, COLUMNS[c].label), c) for c in names]
 
 
-def _knobs(p: Mapping[str, Any]) -> str:
-    precision = p.get("precision")
-    extra = f", {precision}" if precision not in (None, "bf16") else ""
-    return f"{p.get('micro_batch', '-')}, {p.get('recompute', '-')}{extra}"
-
-
 def _design_cell(p: Mapping[str, Any]) -> str:
     return (
         f"{html.escape(design_label(p))}<br>"
@@ -380,11 +375,7 @@ def _design_cell(p: Mapping[str, Any]) -> str:
 
 
 def _placement_cell(p: Mapping[str, Any]) -> str:
-    short = (
-        f"TP{p.get('tp')} PP{p.get('pp')} DP{p.get('dp')}"
-        if p.get("tp") is not None
-        else "placement"
-    )
+    short = layout_label(p) or "placement"
     raw = p.get("placement")
     if not raw:
         return html.escape(short)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from phaze_common.units import fmt_percent, fmt_time
-from results.display import design_label, knob_label, workload_title
+from results.display import design_label, layout_label, workload_title
 from results.schema import COLUMNS, TIME_TERM_COLUMNS
 from results.summary import by_workload
 
@@ -69,7 +69,7 @@ def time_breakdown_html(feasible: Sequence[Mapping[str, Any]], top: int = 3) -> 
             )
             rows += (
                 f"<tr><td>{html.escape(design_label(p))}</td>"
-                f"<td>{html.escape(knob_label(p))}</td>"
+                f"<td>{html.escape(layout_label(p))}</td>"
                 f'<td class="num">{html.escape(fmt_time(total))}</td>{cells}</tr>'
             )
         shown += 1

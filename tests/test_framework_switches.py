@@ -107,8 +107,8 @@ def test_a_flex_dispatcher_crosses_the_network_once_per_node():
     assert (flex.expert_groups, flex.routed_groups) == (1, 1)
     layer = StageLayer("b", 1.0, 2.0, parameters=1, stash_bytes=0.0)
     routing = {"experts": m.experts, "top_k": m.top_k}
-    p = StageGraph(1, (layer,), (), **routing)
-    f = StageGraph(1, (layer,), (), **routing, expert_groups=1, routed_groups=1)
+    p = StageGraph((layer,), (), **routing)
+    f = StageGraph((layer,), (), **routing, expert_groups=1, routed_groups=1)
     net_plain, _ = a2a_bytes(8.0, p, 16, 1, cluster)
     net_flex, nvl_flex = a2a_bytes(8.0, f, 16, 1, cluster)
     # 15/16 of the 8 copies leave the device, all on the network; flex: 2 nodes reached, one

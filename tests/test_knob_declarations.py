@@ -80,3 +80,26 @@ def test_data_parallel_bytes_come_from_the_run(framework, want):
     setup = TrainingSetup(256, 8, micro_batch=1, framework=framework)
     assert setup.state_parts.weight_bytes == 2
     assert dp_bytes_per_parameter(setup) == want
+
+
+def _recompute_options(command: click.Command, path: str = "phaze"):
+    """(command path, option) of every ``--recompute`` under ``command``."""
+    ctx = click.Context(command)
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name == "recompute":
+            yield path, param
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            yield from _recompute_options(command.get_command(ctx, name), f"{path} {name}")
+
+
+def test_every_recompute_option_takes_and_names_the_declared_modes():
+    """The help texts are words, not the declaration: each names the modes it accepts."""
+    from phaze.cli import cli
+
+    spelled = f"{', '.join(RECOMPUTE_WORDS)} or modules:"
+    found = dict(_recompute_options(cli))
+    assert {"phaze evaluate", "phaze sweep"} <= set(found), sorted(found)
+    for path, opt in found.items():
+        assert spelled in (opt.help or ""), path
+        assert isinstance(opt.type, RecomputeMode), path

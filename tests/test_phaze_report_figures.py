@@ -15,7 +15,7 @@ import sweeps
 from reports import parse_html
 from spaces import space_toml
 
-from results.display import design_label, fmt_value, fmt_values
+from results.display import design_label, fmt_value, fmt_values, layout_label
 from results.pareto import parse_objectives
 from results.plots import BREAKDOWNS, breakdown_figure
 from results.report import render_report
@@ -100,7 +100,7 @@ def test_the_time_table_reads_the_stored_terms(sweep):
     by_label = {COLUMNS[c].label: c for c in TIME_TERM_COLUMNS}
     assert "bubble" in head
     for row in rows:
-        p = next(p for p in points if design_label(p) == row[0] and row[1].startswith("mb"))
+        p = next(p for p in points if (design_label(p), layout_label(p)) == tuple(row[:2]))
         assert row[2] == fmt_value("iteration_s", p["iteration_s"])
         for label, cell in zip(head[3:], row[3:], strict=True):
             assert cell.startswith(fmt_value(by_label[label], p[by_label[label]])), label

@@ -252,9 +252,6 @@ def test_pareto_columns_follow_the_sweep_mode():
     from results.display import knob_columns
 
     train = {"mode": "train", "micro_batch": 2, "recompute": "full", "tp": 2, "pp": 4, "dp": 8}
-    assert knob_columns([train]) == (
-        ["micro-batch", "recompute", "TPxPPxDP"],
-        [["2", "full", "2x4x8"]],
-    )
+    assert knob_columns([train]) == (["layout"], [["t2 p4 d8 mbs2 full"]])
     serve = {"mode": "serve", "batch": 64, "placement": json.dumps({"strategy": "t=2,batch=64"})}
     assert knob_columns([serve]) == (["batch", "layout"], [["64", "t=2,batch=64"]])

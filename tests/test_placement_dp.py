@@ -29,7 +29,7 @@ from placement import (
 )
 from placement import network as net
 from placement.dp_comm import exposed_reduction_parameters
-from placement.layout import parse_strategy
+from placement.layout import Layout, parse_strategy
 from placement.search import dp_tasks
 
 # --- brute force (independent of the DP code) -----------------------------------------------
@@ -335,7 +335,7 @@ def problems(draw, max_layers: int, chain: bool):
             for i in range(n)
         )
         edges = tuple(StageEdge(u, v, draw(ints(0, 8))) for u, v in edge_list)
-        graphs.append(StageGraph(t, layers, edges))
+        graphs.append(StageGraph(layers, edges, Layout(t=t)))
     per_node = draw(ints(1, 4))
     # a cluster is whole nodes, or part of one
     devices = draw(st.sampled_from([x for x in range(1, 9) if x <= per_node or x % per_node == 0]))
@@ -446,7 +446,7 @@ def test_overlapped_transfers_match_brute_force_dag(problem):
 
 
 def test_an_overlapped_reduction_exposes_one_bucket():
-    p = PlacementProblem((StageGraph(1, (StageLayer("l", 1, 1, 1, 0),), ()),), Cluster(8), 1, 1)
+    p = PlacementProblem((StageGraph((StageLayer("l", 1, 1, 1, 0),), ()),), Cluster(8), 1, 1)
     d = np.arange(1, 200)
     params = np.full(d.shape, 1e8)
     assert (exposed_reduction_parameters(p, d, params) == params).all()

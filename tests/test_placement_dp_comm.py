@@ -43,7 +43,7 @@ def test_prefetch_closed_form_is_the_timeline(units, comm, compute):
 
 def _problem(**kw) -> PlacementProblem:
     layer = StageLayer("b", fwd_s=1.0, bwd_s=2.0, parameters=10**9, stash_bytes=1.0)
-    graph = StageGraph(1, (layer,), ())
+    graph = StageGraph((layer,), ())
     cluster = Cluster(devices=64, devices_per_node=8)
     return PlacementProblem((graph,), cluster, hbm_bytes=8e10, global_batch=64, **kw)
 
@@ -95,7 +95,7 @@ def test_the_sharded_unit_is_the_largest_block():
         StageLayer("b0", 1.0, 2.0, 500, 1.0),
         StageLayer("b1", 1.5, 2.5, 600, 1.0),
     )
-    assert shard_unit(StageGraph(1, layers, ())) == (600.0, 4.0)
+    assert shard_unit(StageGraph(layers, ())) == (600.0, 4.0)
 
 
 def test_hidden_collectives_hold_their_compute_share():

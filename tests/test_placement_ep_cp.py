@@ -53,7 +53,7 @@ def _moe_graph(experts: int = 8, blocks: int = 4, recompute: str = "none") -> St
         StageLayer("head", 1e-4, 2e-4, parameters=100, stash_bytes=1e6, kind="head"),
     )
     edges = tuple(StageEdge(i, i + 1, 1e6) for i in range(len(layers) - 1))
-    return StageGraph(1, layers, edges, recompute=recompute, experts=experts)
+    return StageGraph(layers, edges, Layout(recompute=recompute), experts=experts)
 
 
 @settings(max_examples=40, deadline=None)
@@ -124,7 +124,7 @@ def test_a_variant_prices_what_its_graph_holds(rows, ep, cp, recompute, per_node
         for i, (fwd, rec, params, share, dispatch, kv, tpc, tied) in enumerate(rows)
     )
     edges = tuple(StageEdge(i, i + 1, 1e6 + i) for i in range(len(layers) - 1))
-    g = StageGraph(2, layers, edges, recompute=recompute, experts=8)
+    g = StageGraph(layers, edges, Layout(t=2, recompute=recompute), experts=8)
     cluster = Cluster(devices=64, devices_per_node=per_node)
     built = layer_arrays(ep_cp_graph(g, ep, cp, cluster))
     searched = layer_arrays(Variant.at(g, ep, cp, cluster))

@@ -45,7 +45,7 @@ def _moe_graph(tp: int = 2, experts: int = 8, sp: bool = True) -> StageGraph:
         StageLayer("head", 1e-4, 2e-4, parameters=100, stash_bytes=1e6, kind="head"),
     )
     edges = tuple(StageEdge(i, i + 1, 1e6) for i in range(len(layers) - 1))
-    return StageGraph(tp, layers, edges, experts=experts, sequence_parallel=sp)
+    return StageGraph(layers, edges, Layout(t=tp, sp=sp), experts=experts)
 
 
 def _lay(text: str, sp: bool = True) -> Layout:

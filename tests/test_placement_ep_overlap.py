@@ -46,7 +46,6 @@ def _graph(
     )
     edges = tuple(StageEdge(i, i + 1, 1e6) for i in range(len(layers) - 1))
     return StageGraph(
-        1,
         layers,
         edges,
         experts=64,

@@ -49,7 +49,7 @@ def _chain(n: int, *, t: int = 1, params: int = 10, stash: float = 5.0, nbytes: 
         )
         for i in range(n)
     )
-    return StageGraph(t, layers, tuple(StageEdge(i, i + 1, nbytes) for i in range(n - 1)))
+    return StageGraph(layers, tuple(StageEdge(i, i + 1, nbytes) for i in range(n - 1)), Layout(t=t))
 
 
 def test_state_split_sums_to_the_state():
@@ -141,7 +141,7 @@ from placement import Cluster, PlacementProblem, StageEdge, StageGraph, StageLay
 from placement import read_reference_instance, solve_reference
 ref = solve_reference(read_reference_instance(sys.argv[1]))
 layers = tuple(StageLayer(f"b{i}", 1.0, 2.0, parameters=10, stash_bytes=5.0) for i in range(6))
-g = StageGraph(1, layers, tuple(StageEdge(i, i + 1, 1.0) for i in range(5)))
+g = StageGraph(layers, tuple(StageEdge(i, i + 1, 1.0) for i in range(5)))
 pl = place(PlacementProblem((g,), Cluster(devices=10**9), hbm_bytes=1e9, global_batch=10**9))
 print(json.dumps([ref.data_parallel_degree, ref.final_time_per_batch, pl.layout.d, pl.breakdown.iteration_s]))
 """

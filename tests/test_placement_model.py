@@ -216,7 +216,7 @@ def _chain(n, t=1, f=1.0, b=2.0, r=0.0, params=10, stash=5.0, nbytes=0.0, tp=Non
         )
         for i in range(n)
     )
-    return StageGraph(t, layers, tuple(StageEdge(i, i + 1, nbytes) for i in range(n - 1)))
+    return StageGraph(layers, tuple(StageEdge(i, i + 1, nbytes) for i in range(n - 1)), Layout(t=t))
 
 
 def _problem(graphs, devices=1, hbm=1e12, batch=4, **netw):
@@ -256,7 +256,7 @@ def _small(draw):
     )
     edges = tuple(StageEdge(i, i + 1, draw(st.integers(0, 9))) for i in range(n - 1))
     return _problem(
-        [StageGraph(1, layers, edges)],
+        [StageGraph(layers, edges)],
         devices=draw(st.sampled_from([1, 2, 4, 6])),  # whole nodes of 2
         hbm=draw(st.integers(20, 80)),
         batch=draw(st.integers(1, 6)),
@@ -428,9 +428,8 @@ def test_optimizer_step_follows_the_pipeline_on_the_first_stage():
 
 def test_search_picks_the_recompute_variant_that_fits():
     heavy = _chain(4, stash=100.0, params=1)
-    light = dataclasses.replace(
-        _chain(4, r=1.0, stash=1.0, params=1), recompute="full"
-    )  # recompute costs time but frees memory
+    light = _chain(4, r=1.0, stash=1.0, params=1)  # recompute costs time but frees memory
+    light = dataclasses.replace(light, layout=dataclasses.replace(light.layout, recompute="full"))
     prob = _problem([heavy, light], devices=1, hbm=200.0, batch=2)
     got = place(prob)
     assert got.layout.recompute == "full"

@@ -104,7 +104,7 @@ def _chain(n: int, t: int, nbytes: float) -> StageGraph:
         StageLayer(f"b{i}", 1.0, 2.0, parameters=10, stash_bytes=1.0, tensor_parallel=t > 1)
         for i in range(n)
     )
-    return StageGraph(t, layers, tuple(StageEdge(i, i + 1, nbytes) for i in range(n - 1)))
+    return StageGraph(layers, tuple(StageEdge(i, i + 1, nbytes) for i in range(n - 1)), Layout(t=t))
 
 
 def _links(sends: float, gathers: float, t: int) -> tuple[PlacementProblem, float]:

@@ -21,7 +21,7 @@ _BW = 1e9  # bytes/s inside a node, no latency: a collective's time x _BW is its
 
 def _problem(n: int, batch: int, params: int, experts: float = 0.0) -> PlacementProblem:
     layer = StageLayer("b", 1.0, 2.0, parameters=params, stash_bytes=0.0, expert_parameters=experts)
-    graph = StageGraph(1, (layer,), (), experts=8)
+    graph = StageGraph((layer,), (), experts=8)
     cluster = Cluster(
         devices=n,
         devices_per_node=n,
@@ -126,7 +126,7 @@ def test_the_breakdown_sums_to_the_iteration(n, p, v, zero):
         for i in range(6)
     )
     edges = tuple(_edge(i) for i in range(5))
-    graph = StageGraph(1, layers, edges)
+    graph = StageGraph(layers, edges)
     cluster = Cluster(devices=16, devices_per_node=4)
     problem = PlacementProblem((graph,), cluster, hbm_bytes=1e18, global_batch=4 * p * n)
     if v > 1 and 6 % (p * v) or v > 1 and p < 2:

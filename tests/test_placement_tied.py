@@ -47,7 +47,7 @@ def _graph(tied: float) -> StageGraph:
         StageLayer("head", 1.0, 1.0, parameters=_HEAD, stash_bytes=10.0, kind="head",
                    tied_parameters=tied),
     )  # fmt: skip
-    return StageGraph(1, layers, tuple(StageEdge(i, i + 1, 0.0) for i in range(5)))
+    return StageGraph(layers, tuple(StageEdge(i, i + 1, 0.0) for i in range(5)))
 
 
 def _problem(tied: float, hbm_bytes: float = 1e9, **kw) -> PlacementProblem:

@@ -32,7 +32,7 @@ def _chain(n: int, params: int = 100) -> StageGraph:
         StageLayer(f"b{i}", 1.0, 2.0, parameters=params, stash_bytes=0.0, workspace_bytes=3.0)
         for i in range(n)
     )
-    return StageGraph(1, layers, tuple(StageEdge(i, i + 1, 0.0) for i in range(n - 1)))
+    return StageGraph(layers, tuple(StageEdge(i, i + 1, 0.0) for i in range(n - 1)))
 
 
 def _problem(zero_stages: tuple[int, ...], hbm_bytes: float = 2000.0) -> PlacementProblem:

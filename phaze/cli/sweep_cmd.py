@@ -36,7 +36,7 @@ from phaze_common.errors import ConfigError
 from phaze_common.files import read_toml
 from phaze_common.units import fmt_noun
 from results.compare import comparison_text
-from results.display import fmt_values
+from results.display import fmt_values, layout_label
 from results.pairs import FRONT_AXES, cheapest, front
 from results.pareto import parse_objectives
 from results.schema import AGGREGATE_WORKLOAD, AT_RATE_COLUMNS, SERVE_COLUMNS
@@ -170,12 +170,6 @@ def _banner(cfg: SweepConfig, out: Path) -> str:
     )
 
 
-def _precision_text(p) -> str:
-    """A point's precision recipe, where it is not bf16."""
-    precision = p.get("precision") or DEFAULT_PRECISION
-    return "" if precision == DEFAULT_PRECISION else f" {precision}"
-
-
 def _hbm_text(cfg: SweepConfig) -> str:
     """The HBM sizes of the banner: the space's own, or the given ones (never the presets')."""
     if not cfg.hbm_gib:
@@ -228,10 +222,7 @@ def _top_tables(out: Path, cfg: SweepConfig) -> list[str]:
                 elif p["mode"] == "serve":
                     knobs = json.loads(p["placement"])["strategy"]
                 else:
-                    knobs = (
-                        f"t{p['tp']} p{p['pp']} d{p['dp']} mbs{p['micro_batch']} {p['recompute']}"
-                        + _precision_text(p)
-                    )
+                    knobs = layout_label(p)
                 rows.append(
                     [
                         p["design_name"] or p["design_id"],

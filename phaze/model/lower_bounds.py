@@ -103,6 +103,7 @@ def bound_graph(
         micro_batch=setup.micro_batch,
         recompute=setup.recompute_mode,
         sequence_parallel=setup.sequence_parallel,
+        precision=setup.precision,
         workspace_bytes=recompute_workspace_bytes(model, setup, lg),
     )
 

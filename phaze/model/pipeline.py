@@ -233,8 +233,9 @@ def _energy_rates(
 
 
 _KNOB_FIELDS: Final = frozenset({"mbs", "recompute", "sp", "split", "precision"})
-# the layout fields a framework's rules read, with values every profile runs when open
-_RULED: Final = {"p": 1, "v": 1, "zero": 0}
+# the layout fields a framework's rules read; an open one holds its default, which every
+# profile runs
+_RULED: Final = ("p", "v", "zero")
 
 
 def evaluate(
@@ -296,7 +297,7 @@ def evaluate(
     if given:
         refused = layout_refusals(
             setup.profile,
-            **{f: getattr(knobs, f) if knobs.given(f) else d for f, d in _RULED.items()},
+            **{f: getattr(knobs, f) for f in _RULED},
         )
         if refused:
             raise ConfigError(f"strategy {knobs}: " + "; ".join(refused))
@@ -315,10 +316,6 @@ def evaluate(
     if isinstance(found, str):
         return Evaluation(workload, acc, knobs, None, None, found)
     variant, placement, defaults = found
-    if placement.layout.precision != knobs.precision:  # the search lays out, the knobs choose
-        placement = dataclasses.replace(
-            placement, layout=dataclasses.replace(placement.layout, precision=knobs.precision)
-        )
     return _scored(workload, model, acc, knobs, ctx, setup, (variant, placement, defaults))
 
 

@@ -89,6 +89,7 @@ def width_variant(
         micro_batch=setup.micro_batch,
         recompute=setup.recompute_mode,
         sequence_parallel=setup.sequence_parallel,
+        precision=setup.precision,
         tp_comm_s={
             cid: lt.forward.comm_exposed_s + lt.backward.comm_exposed_s
             for cid, lt in timings.items()
@@ -121,6 +122,7 @@ def memory_graph(model: Model, setup: TrainingSetup, tp: int) -> StageGraph:
         micro_batch=setup.micro_batch,
         recompute=setup.recompute_mode,
         sequence_parallel=setup.sequence_parallel,
+        precision=setup.precision,
         workspace_bytes=recompute_workspace_bytes(model, setup, lg),
     )
 
