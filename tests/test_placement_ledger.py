@@ -105,7 +105,7 @@ def _chain(tp: int = 1, blocks: int = 4, params: int = 1000) -> StageGraph:
         StageLayer(f"b{i}", 1e-3, 2e-3, parameters=params, stash_bytes=1e3) for i in range(blocks)
     )
     edges = tuple(StageEdge(i, i + 1, 1e6) for i in range(blocks - 1))
-    return StageGraph(tp, layers, edges)
+    return StageGraph(layers, edges, Layout(t=tp))
 
 
 def test_pipeline_sends_carry_one_tth_without_sequence_parallelism():
