@@ -161,6 +161,18 @@ def _chain_max(x: np.ndarray, ch: _Chain) -> np.ndarray:
     return np.where(ch.valid, run[::-1, ::-1], 0.0)
 
 
+def _chain_workspace(la: LayerArrays, ch: _Chain) -> np.ndarray:
+    """Each interval's backward workspace above its stash on the grid: a layer's workspace
+    less the stash of the interval's later layers, at its largest
+    (:func:`placement.iteration.backward_workspace`), as
+    ``max(workspace_i + P[i+1]) - P[b]`` over ``[a, b)`` with ``P`` the stash's prefix sums."""
+    if not la.workspace.any():
+        return np.zeros((ch.n + 1, ch.n + 1))
+    prefix = _prefix(la.stash)
+    ahead = _chain_max(la.workspace + prefix[1:], ch) - prefix[::-1][None, :]
+    return np.where(ch.valid, np.maximum(ahead, 0.0), 0.0)
+
+
 def _layout(max_s: np.ndarray, ch: _Chain | None) -> np.ndarray:
     """``max_s`` in the layout of :class:`SegmentCosts` (invalid grid cells 0)."""
     return np.where(ch.valid, max_s, 0).ravel() if ch is not None else max_s
@@ -363,7 +375,7 @@ def _stage_sums(la: LayerArrays, ch: _Chain | None, pairs, tied_each: np.ndarray
     if ch is not None:
         out = {k: _span(_prefix(x)) for k, x in columns.items()}
         out["later"] = ch.has_in  # every stage but a first one has a layer before it
-        out["workspace"] = _chain_max(la.workspace, ch)
+        out["workspace"] = _chain_workspace(la, ch)
         out["p2p"] = np.where(ch.has_in, latency + ch.cin / bandwidth, 0.0) + np.where(
             ch.has_out, latency + ch.cout / bandwidth, 0.0
         )
