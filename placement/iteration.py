@@ -36,7 +36,8 @@ optimizer step (Megatron-LM's ``_allreduce_word_embedding_grads`` in
 ``embedding_comm_exposed_s`` (:func:`embedding_allreduce_s`).
 
 Memory per device: weights, gradients and optimizer state of the device's parameters (the
-copy of tied weights included), the activations of the micro-batches in flight and the largest backward workspace. Under ZeRO
+copy of tied weights included), the activations of the micro-batches in flight and the largest backward workspace
+less the stash freed before it is live (:func:`backward_workspace`). Under ZeRO
 stage 1, 2 or 3 the optimizer state, then the gradients, then the weights are sharded over
 the ``d * cp`` ranks holding the same weights (:func:`zero_state`), the experts' over
 ``d * cp / ep``: divided here and nowhere else. The data-parallel collectives of each stage are :func:`placement.dp_comm.dp_time`.
