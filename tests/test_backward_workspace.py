@@ -47,7 +47,7 @@ def test_the_chain_grid_agrees_with_each_interval_by_hand():
 def test_maxtext_22b_fits_a_tpu_v4_at_its_published_layout():
     # MaxText's 22B on 64 TPU v4 chips (1xv4-128.sh: FSDP over all 64, per-device batch 16,
     # remat_policy=full): the output head's 2.8 GiB of logits are freed by its backward pass
-    # before the last block rebuilds its 5.6 GiB; holding both put it at 33.8 GiB of 32
+    # before the last block rebuilds its 4.5 GiB; holding both put it at 32.1 GiB of 32
     ev = phaze.evaluate(
         "maxtext-22b",
         preset("tpuv4"),
@@ -61,4 +61,4 @@ def test_maxtext_22b_fits_a_tpu_v4_at_its_published_layout():
     )
     memory = ev.placement.memory_breakdown
     assert memory.total_bytes <= preset("tpuv4").hbm_bytes
-    assert memory.workspace_bytes / 2**30 == pytest.approx(4.57, abs=0.01)
+    assert memory.workspace_bytes / 2**30 == pytest.approx(3.44, abs=0.01)
