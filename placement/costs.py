@@ -14,7 +14,8 @@ Two objectives:
   recompute and receives one message per boundary edge (the activation in the forward pass,
   its gradient in the backward pass); memory under 1F1B is
   ``weights/grads/optimizer + in_flight * stash + workspace``, with ``in_flight`` the number of
-  stages from this one to the end (Narayanan et al. SC21 §2.2; PipeDream-flush); a stage
+  stages from this one to the end (Narayanan et al. SC21 §2.2; PipeDream-flush) and the
+  workspace less the stash its later layers freed first (:func:`_chain_workspace`); a stage
   other than the first keeps a copy of the tied weights of its layers, and a first stage
   adds the all-reduce of the tied weights it does not hold to the iteration.
 * :func:`reference_costs` - the objective of the Phaze reference / Piper instance format
