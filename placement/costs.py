@@ -14,7 +14,8 @@ Two objectives:
   recompute and receives one message per boundary edge (the activation in the forward pass,
   its gradient in the backward pass); memory under 1F1B is
   ``weights/grads/optimizer + in_flight * stash + workspace``, with ``in_flight`` the number of
-  stages from this one to the end (Narayanan et al. SC21 §2.2; PipeDream-flush); a stage
+  stages from this one to the end (Narayanan et al. SC21 §2.2; PipeDream-flush) and the
+  workspace less the stash its later layers freed first (:func:`_chain_workspace`); a stage
   other than the first keeps a copy of the tied weights of its layers, and a first stage
   adds the all-reduce of the tied weights it does not hold to the iteration.
 * :func:`reference_costs` - the objective of the Phaze reference / Piper instance format
@@ -159,6 +160,18 @@ def _chain_max(x: np.ndarray, ch: _Chain) -> np.ndarray:
     run = np.maximum.accumulate(grid, axis=1)  # run[a, j] = max(x[a..j])
     run = np.concatenate((np.zeros((n + 1, 1)), run), axis=1)  # run[a, b] = max(x[a..b-1])
     return np.where(ch.valid, run[::-1, ::-1], 0.0)
+
+
+def _chain_workspace(la: LayerArrays, ch: _Chain) -> np.ndarray:
+    """Each interval's backward workspace above its stash on the grid: a layer's workspace
+    less the stash of the interval's later layers, at its largest
+    (:func:`placement.iteration.backward_workspace`), as
+    ``max(workspace_i + P[i+1]) - P[b]`` over ``[a, b)`` with ``P`` the stash's prefix sums."""
+    if not la.workspace.any():
+        return np.zeros((ch.n + 1, ch.n + 1))
+    prefix = _prefix(la.stash)
+    ahead = _chain_max(la.workspace + prefix[1:], ch) - prefix[::-1][None, :]
+    return np.where(ch.valid, np.maximum(ahead, 0.0), 0.0)
 
 
 def _layout(max_s: np.ndarray, ch: _Chain | None) -> np.ndarray:
@@ -364,7 +377,7 @@ def _stage_sums(la: LayerArrays, ch: _Chain | None, pairs, tied_each: np.ndarray
     if ch is not None:
         out = {k: _span(_prefix(x)) for k, x in columns.items()}
         out["later"] = ch.has_in  # every stage but a first one has a layer before it
-        out["workspace"] = _chain_max(la.workspace, ch)
+        out["workspace"] = _chain_workspace(la, ch)
         out["p2p"] = np.where(ch.has_in, latency + ch.cin / bandwidth, 0.0) + np.where(
             ch.has_out, latency + ch.cout / bandwidth, 0.0
         )

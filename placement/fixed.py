@@ -39,11 +39,18 @@ from placement import network as net
 from placement.chunks import layout_chunks
 from placement.dp_comm import embedding_allreduce_s
 from placement.ep_cp import ep_cp_graph
-from placement.iteration import assemble, stage_memory
+from placement.iteration import assemble, backward_workspace, stage_memory
 from placement.layout import Layout, ep_fits
 from placement.pipelining import dualpipe_in_flight, in_flight
 from placement.search import gib
-from placement.types import VARIANT_FIELDS, Placement, PlacementProblem, Stage, StageGraph
+from placement.types import (
+    VARIANT_FIELDS,
+    Placement,
+    PlacementProblem,
+    Stage,
+    StageGraph,
+    StageLayer,
+)
 
 __all__ = ["evaluate_fixed"]
 
@@ -216,18 +223,18 @@ def _stages(
     also on rank ``p - 1 - c``), in layer order.
 
     A rank's chunks share its in-flight count (DualPipe: each its own); its largest
-    workspace and (ZeRO-3) its largest gathered layer count once, on one of its chunks; a
+    workspace (:func:`_workspace`) and (ZeRO-3) its largest gathered layer count once, on one of its chunks; a
     chunk on a rank without the first chunk keeps a copy of the tied weights of its layers
     (DualPipe puts the embedding and the head on one rank, which shares them physically:
     dsv3-report Sec. 3.2.1).
     """
-    v = lay.v
+    v, chain = lay.v, graph.is_chain
     pos = {i: c for c, layers in enumerate(parts) for i in layers}
     crossing = [e for e in graph.edges if pos[e.src] != pos[e.dst]]
     stages = []
     for r, held in enumerate(_rank_chunks(problem, lay, per_pipeline)):
         mine = [c for c, _, _ in held]
-        ws = [max((graph.layers[i].workspace_bytes for i in parts[c]), default=0.0) for c in mine]
+        ws = [_workspace([graph.layers[i] for i in parts[c]], chain) for c in mine]
         top = int(np.argmax(ws))
         big = [
             max(
@@ -275,3 +282,13 @@ def _stages(
             )
     stages.sort(key=lambda st: min(st.layers) if st.layers else 0)
     return tuple(stages)
+
+
+def _workspace(layers: list[StageLayer], chain: bool) -> float:
+    """A chunk's backward workspace above its stash: on a chain, a layer's is live only after
+    the later layers' stashes are freed (:func:`placement.iteration.backward_workspace`);
+    on another graph, whose backward order is not fixed, the largest layer's."""
+    ws = [x.workspace_bytes for x in layers]
+    if not chain:
+        return max(ws, default=0.0)
+    return backward_workspace(ws, [x.stash_bytes for x in layers])

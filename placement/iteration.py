@@ -36,7 +36,8 @@ optimizer step (Megatron-LM's ``_allreduce_word_embedding_grads`` in
 ``embedding_comm_exposed_s`` (:func:`embedding_allreduce_s`).
 
 Memory per device: weights, gradients and optimizer state of the device's parameters (the
-copy of tied weights included), the activations of the micro-batches in flight and the largest backward workspace. Under ZeRO
+copy of tied weights included), the activations of the micro-batches in flight and the largest backward workspace
+less the stash freed before it is live (:func:`backward_workspace`). Under ZeRO
 stage 1, 2 or 3 the optimizer state, then the gradients, then the weights are sharded over
 the ``d * cp`` ranks holding the same weights (:func:`zero_state`), the experts' over
 ``d * cp / ep``: divided here and nowhere else. The data-parallel collectives of each stage are :func:`placement.dp_comm.dp_time`.
@@ -52,6 +53,7 @@ more than idle power (spinning collectives) would price ``tp_comm_exposed_s`` ap
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 
 import numpy as np
@@ -68,6 +70,7 @@ __all__ = [
     "EnergyRates",
     "state_split",
     "zero_state",
+    "backward_workspace",
     "stage_memory",
     "sharded_parameters",
     "assemble",
@@ -236,6 +239,23 @@ def zero_state(
     sharded = (0.0, optimizer, gradients + optimizer, state_bytes_per_parameter)[zero]
     gathered = 2.0 * weights if zero == 3 else 0.0
     return state_bytes_per_parameter - sharded, sharded, gathered
+
+
+def backward_workspace(workspace: Sequence[float], stash: Sequence[float]) -> float:
+    """The workspace a stage holds above its stashes at its peak, layers in execution order.
+
+    A layer's backward workspace (the activations its recompute rebuilds) is live only once
+    every later layer of the stage has run its backward pass for the same micro-batch and
+    freed that micro-batch's stash (autograd releases a node's saved tensors as its backward
+    runs; XLA's buffer liveness drops them after their last use): so it adds
+    ``max_i(workspace_i - sum_{j > i} stash_j)``, never below 0. A head whose logits stash
+    exceeds a block's workspace thus hides the block's workspace.
+    """
+    peak, later = 0.0, 0.0
+    for ws, st in zip(reversed(workspace), reversed(stash), strict=True):
+        peak = max(peak, ws - later)
+        later += st
+    return peak
 
 
 def stage_memory(
