@@ -381,13 +381,22 @@ def grouped_in_stream_order(graph: OpGraph, gemm_streams: int) -> OpGraph:
     phase: dict[str, list[int]] = {}  # an op's rest -> its index in each expert, in order
     for i, (_, rest) in where.items():
         phase.setdefault(rest, []).append(i)
-    edges = set(graph.edges)
-    for a, b in graph.edges:
-        if a in where and b in where and where[a][0] == where[b][0]:
-            edges.update((j, b) for j in phase[where[a][1]])
+    lag = {
+        rest: gemm_streams if graph.ops[ops[0]].kind is OpKind.MATMUL else 1
+        for rest, ops in phase.items()
+    }
+    # an expert's own edges become edges between its phases: the last `lag` ops of a phase
+    # end its chains and the first `lag` of the next start them, so these edges order every
+    # op of the one before every op of the other
+    inner = {(a, b) for a, b in graph.edges if a in where and b in where}
+    edges = set(graph.edges) - inner
     for ops in phase.values():
-        lag = gemm_streams if graph.ops[ops[0]].kind is OpKind.MATMUL else 1
-        edges.update(zip(ops, ops[lag:], strict=False))
+        edges.update(zip(ops, ops[lag[where[ops[0]][1]] :], strict=False))
+    for a, b in inner:
+        before, after = where[a][1], where[b][1]
+        edges.update(
+            (i, j) for i in phase[before][-lag[before] :] for j in phase[after][: lag[after]]
+        )
     return _in_topological_order(graph.ops, edges)
 
 
