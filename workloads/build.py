@@ -19,7 +19,7 @@ from workloads.memory import (
     kv_bytes,
 )
 from workloads.model import Model, padded_vocab
-from workloads.moe_ops import launched_per_expert
+from workloads.moe_ops import grouped_in_stream_order, launched_per_expert
 from workloads.mtp_ops import mtp_activation_bytes, mtp_head_pass_graphs
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
 from workloads.ops import OpGraph
@@ -229,6 +229,7 @@ def _framed_pass(graph: OpGraph, setup: TrainingSetup, block: bool) -> OpGraph:
     if block:
         graph = apply_precision(graph, setup.recipe)
         graph = launched_per_expert(graph, setup.profile.expert_launch_s)
+        graph = grouped_in_stream_order(graph, setup.profile.expert_gemm_streams)
     return apply_framework(graph, setup.profile)
 
 

@@ -103,6 +103,10 @@ class FrameworkProfile:
     ``expert_launch_s`` the launch time each routed expert's kernel waits beyond the cost
     model's issue overhead, a stack launching the experts' kernels one per expert, eagerly
     (0: as every other kernel; :func:`workloads.moe_ops.launched_per_expert`);
+    ``expert_gemm_streams``: the routed experts run as grouped modules in the order of one
+    CUDA stream, each op for all local experts before the next op, with this many expert
+    GEMMs at a time (0: each expert's ops independent of the others';
+    :func:`workloads.moe_ops.grouped_in_stream_order`);
     ``cross_entropy`` the LM head's cross-entropy kernel (:data:`CROSS_ENTROPY_KERNELS`);
     ``activation`` the FFN activation's (:data:`ACTIVATION_KERNELS`); ``attention_unpad``:
     the stack gathers Q, K and V into unpadded copies before a fused attention kernel and
@@ -134,6 +138,7 @@ class FrameworkProfile:
     zero_stages: tuple[int, ...] = _ZERO_STAGES
     host_s_per_kernel: float = 0.0
     expert_launch_s: float = 0.0
+    expert_gemm_streams: int = 0
     cross_entropy: str = "fused"
     activation: str = "fused"
     attention_unpad: bool = False
@@ -172,6 +177,7 @@ _KNOWN_KEYS: Final = frozenset(
         "zero_stages",
         "host_s_per_kernel",
         "expert_launch_s",
+        "expert_gemm_streams",
         "cross_entropy",
         "activation",
         "attention_unpad",
@@ -240,6 +246,11 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
     share = table.get("comm_sm_share", 0.0)
     if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share < 1):
         problems.append(f"{_DATA_FILE} [{name}]: comm_sm_share = {share!r} must be in [0, 1)")
+    streams = table.get("expert_gemm_streams", 0)
+    if not (isinstance(streams, int) and not isinstance(streams, bool) and 0 <= streams < 1e3):
+        problems.append(
+            f"{_DATA_FILE} [{name}]: expert_gemm_streams = {streams!r} must be an integer >= 0"
+        )
     zeros = tuple(table.get("zero_stages", _ZERO_STAGES))
     if not zeros or any(z not in _ZERO_STAGES or isinstance(z, bool) for z in zeros):
         problems.append(
@@ -270,6 +281,7 @@ def profile_from_mapping(name: str, table: Mapping[str, Any]) -> FrameworkProfil
         zero_stages=zeros,
         host_s_per_kernel=float(numbers["host_s_per_kernel"]),
         expert_launch_s=float(numbers["expert_launch_s"]),
+        expert_gemm_streams=streams if isinstance(streams, int) else 0,
         cross_entropy=cross_entropy,
         activation=activation,
         attention_unpad=bool(unpad),

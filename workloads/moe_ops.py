@@ -53,6 +53,17 @@ probabilities multiply the experts' activation, so ``combine`` only sums each to
 rows back (reading ``T k h``, writing ``T h``); each backward is the other kernel on the
 gradients. The chunk sort copies the same bytes fused or not.
 
+Stream order (``grouped_in_stream_order``): a stack running the routed experts as grouped
+modules (Megatron-Core's ``TEGroupedMLP``: one TransformerEngine ``GroupedLinear`` for FC1 of
+all local experts, the activation over all their rows, one for FC2) issues each op for every
+local expert before the next op, on one CUDA stream: the quantization of each expert's rows
+in turn (``split_quantize``; current scaling has no multi-tensor kernel), then the experts'
+GEMMs spread over a few compute streams (``nvte_multi_stream_cublas_gemm``), the main stream
+waiting for all of them. The op graph gives each expert its own chain, which a schedule would
+run side by side (one expert's casts beside another's GEMMs); under the stack's
+``expert_gemm_streams`` each op waits for the same op of the previous expert (of the expert
+``expert_gemm_streams`` back for a GEMM) and for the previous op of every expert.
+
 Not modelled: the dispatcher's small all-gather of token counts over the expert-parallel
 group and the host synchronisation before the all-to-all. Routing is taken as balanced, what the auxiliary
 loss aims for, unless the model states an ``expert_load_imbalance``: training passes then
@@ -62,6 +73,7 @@ stay the mean's; serving passes keep balanced routing).
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -77,6 +89,7 @@ __all__ = [
     "MoeKernels",
     "ROUTED_EXPERT",
     "expert_tokens",
+    "grouped_in_stream_order",
     "launched_per_expert",
     "moe_nodes",
     "router_topk_flops",
@@ -348,3 +361,64 @@ def launched_per_expert(graph: OpGraph, launch_s: float) -> OpGraph:
         replace(op, launch_s=launch_s) if ROUTED_EXPERT.match(op.name) else op for op in graph.ops
     )
     return OpGraph(ops=ops, edges=graph.edges)
+
+
+def grouped_in_stream_order(graph: OpGraph, gemm_streams: int) -> OpGraph:
+    """``graph`` with its routed experts' ops in the order a stack running them as grouped
+    modules issues them (module docstring): each op of an expert (``expert<e>.<op>``) after
+    the op before it of every expert, and after the same op of the previous expert (for a
+    GEMM, of the expert ``gemm_streams`` back: that many GEMMs run at once). 0 streams: the
+    graph itself, every expert's ops independent of the others'."""
+    if gemm_streams <= 0:
+        return graph
+    where: dict[int, tuple[str, str]] = {}  # op index -> (its expert's prefix, the op's rest)
+    for i, op in enumerate(graph.ops):
+        m = ROUTED_EXPERT.match(op.name)
+        if m:
+            where[i] = (m.group(), op.name[m.end() :])
+    if not where:
+        return graph
+    phase: dict[str, list[int]] = {}  # an op's rest -> its index in each expert, in order
+    for i, (_, rest) in where.items():
+        phase.setdefault(rest, []).append(i)
+    lag = {
+        rest: gemm_streams if graph.ops[ops[0]].kind is OpKind.MATMUL else 1
+        for rest, ops in phase.items()
+    }
+    # an expert's own edges become edges between its phases: the last `lag` ops of a phase
+    # end its chains and the first `lag` of the next start them, so these edges order every
+    # op of the one before every op of the other
+    inner = {(a, b) for a, b in graph.edges if a in where and b in where}
+    edges = set(graph.edges) - inner
+    for ops in phase.values():
+        edges.update(zip(ops, ops[lag[where[ops[0]][1]] :], strict=False))
+    for a, b in inner:
+        before, after = where[a][1], where[b][1]
+        edges.update(
+            (i, j) for i in phase[before][-lag[before] :] for j in phase[after][: lag[after]]
+        )
+    return _in_topological_order(graph.ops, edges)
+
+
+def _in_topological_order(ops: tuple[Op, ...], edges: set[tuple[int, int]]) -> OpGraph:
+    """The graph of ``ops`` and ``edges`` with its ops reordered so every edge points
+    forward, each op as early as its inputs allow (ties by its old place)."""
+    succ: list[list[int]] = [[] for _ in ops]
+    waiting = [0] * len(ops)
+    for a, b in edges:
+        succ[a].append(b)
+        waiting[b] += 1
+    ready = [i for i, w in enumerate(waiting) if not w]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in succ[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, j)
+    at = {old: new for new, old in enumerate(order)}
+    return OpGraph(
+        ops=tuple(ops[i] for i in order), edges=tuple(sorted((at[a], at[b]) for a, b in edges))
+    )

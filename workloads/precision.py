@@ -51,7 +51,7 @@ _DATA_FILE: Final = "precision_recipes.toml"
 _HIGH_BYTES: Final = 2  # bf16 operands of the GEMMs a recipe lowers
 _LOW_BYTES: Final = 1  # an fp8 element
 # current scaling's amax pass: an absolute value and a max per element; the fp32 amax it
-# writes, and the scale kernel's fp32 scale and inverse scale from it (a divide and a clamp)
+# writes (zeroed first by a memset of its 4 bytes: te-amax-reset), and the scale kernel's fp32 scale and inverse scale from it (a divide and a clamp)
 _AMAX_FLOPS_PER_ELEMENT: Final = 2
 _SCALE_BYTES: Final = 4
 _SCALE_FLOPS: Final = 2
@@ -231,9 +231,11 @@ def _lowered(op: Op) -> bool:
 def _cast(name: str, elements: int, k: int, r: Recipe) -> tuple[Op, ...]:
     """Quantize ``elements`` bf16 values (rows of ``k``): one read, ``cast_copies`` low
     copies written at the recipe's input bytes (an fp8 byte; NVFP4's half byte and scales).
-    Current scaling runs three kernels where delayed scaling runs one (Transformer Engine's
-    ``Float8CurrentScalingQuantizer::quantize_impl``): an amax reduction reading the tensor,
-    a one-thread kernel turning the amax into the scale, then the cast reading it again."""
+    Current scaling runs four kernels where delayed scaling runs one (Transformer Engine's
+    ``Float8CurrentScalingQuantizer::quantize_impl``): a reset of the fp32 amax (the
+    ``cudaMemsetAsync`` that ``launch_amax_kernel`` issues before its reduction), an amax
+    reduction reading the tensor, a one-thread kernel turning the amax into the scale, then
+    the cast reading it again."""
     cast = Op(
         name=f"{name}.cast",
         kind=OpKind.ELEMENTWISE,
@@ -263,7 +265,16 @@ def _cast(name: str, elements: int, k: int, r: Recipe) -> tuple[Op, ...]:
         bytes_written=2 * _SCALE_BYTES,
         elements=1,
     )
-    return amax, scale, cast
+    reset = Op(
+        name=f"{name}.reset",
+        kind=OpKind.ELEMENTWISE,
+        core=CoreType.VC,
+        flops=0,
+        bytes_read=0,
+        bytes_written=_SCALE_BYTES,
+        elements=1,
+    )
+    return reset, amax, scale, cast
 
 
 def _stored(op: Op, r: Recipe) -> Op:
