@@ -18,7 +18,12 @@ from arch_space import Accelerator, Cluster
 from phaze import api
 from phaze.cli import cli
 from phaze.cli._options import FiniteFloat, RecomputeMode
-from phaze.config import SweepConfig, sweep_config_from_mapping
+from phaze.config import (
+    ServingSettings,
+    SweepConfig,
+    TrainingSettings,
+    sweep_config_from_mapping,
+)
 from phaze.model.context import Context
 from phaze.model.serving import ServeContext
 from phaze.settings import SECTIONS, SETTINGS, flag_of, section_keys
@@ -42,13 +47,37 @@ _NAMED_ONLY = {"Evaluation", "DesignSpace", "Objective", "PairSweep"}
 
 def test_the_keys_and_defaults_are_the_sweep_file_s():
     empty = sweep_config_from_mapping({"sweep": {}}, "empty.toml")
-    fields = [
-        f.name for f in dataclasses.fields(SweepConfig) if f.name not in ("solver", "scoring")
-    ]
+    keys = [k for k in empty.as_dict() if k not in ("solver", "scoring")]
     in_file = {k: s for k, s in SETTINGS.items() if s.in_file}
-    assert list(in_file) == fields
-    assert {k: s.default for k, s in in_file.items()} == {k: getattr(empty, k) for k in fields}
-    assert list(SETTINGS)[: len(fields)] == fields  # the file's first, then the others
+    assert list(in_file) == keys
+    assert {k: s.default for k, s in in_file.items()} == {k: empty.value(k) for k in keys}
+    assert list(SETTINGS)[: len(keys)] == keys  # the file's first, then the others
+
+
+_RECORDS = {"sweep": SweepConfig, "training": TrainingSettings, "serving": ServingSettings}
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_each_section_is_a_record_of_the_declared_keys_and_defaults(section):
+    """The configuration's two modes' records hold their sections' keys, in the declared
+    order and with the declared defaults; the configuration itself the shared ones."""
+    own = [f for f in dataclasses.fields(_RECORDS[section]) if f.name not in _NESTED]
+    assert [f.name for f in own] == list(section_keys(section))
+    made = SweepConfig().section(section)
+    assert {f.name: getattr(made, f.name) for f in own} == {
+        k: SETTINGS[k].default for k in section_keys(section)
+    }
+
+
+_NESTED = {"training", "serving", "solver", "scoring"}
+
+
+def test_settings_given_by_key_land_in_their_sections():
+    cfg = SweepConfig.of(seq_len=4096, batches=(8,), devices=16)
+    assert (cfg.training.seq_len, cfg.serving.batches, cfg.devices) == (4096, (8,), 16)
+    assert cfg.with_settings(seq_len=2048) == SweepConfig.of(batches=(8,), devices=16)
+    with pytest.raises(TypeError):
+        cfg.with_settings(seq_lem=1)
 
 
 def test_the_two_modes_sections_are_the_declared_ones():
@@ -125,8 +154,15 @@ def _keywords(f) -> dict[str, object]:
     return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
 
 
-def test_api_serve_and_its_problem_take_the_same_keywords():
-    assert _keywords(api.serve) == _keywords(api._serving_problem)
+def test_api_serve_s_problem_takes_serve_s_keywords_from_its_signature():
+    """The serving problem's options are :func:`api.serve`'s keywords, read from its
+    signature (stated once), with its defaults; no other keyword is taken."""
+    assert dict(api._SERVE_KEYWORDS) == _keywords(api.serve)
+    assert set(inspect.signature(api._serving_problem).parameters) == {"cluster", "given"}
+    layout, ctx = api._serving_problem(Cluster(devices=8), input_tokens=64, output_tokens=8)
+    assert (ctx.objective, ctx.disaggregate) == (SETTINGS["objective"].default, True)
+    with pytest.raises(TypeError, match="input_tokenz"):
+        api._serving_problem(Cluster(devices=8), input_tokenz=64)
 
 
 def _commands() -> list[tuple[str, click.Command]]:
@@ -240,7 +276,7 @@ def test_api_search_passes_every_setting_to_the_sweep(monkeypatch):
     given = {"optimizer_state": "moments=bf16", "seq_len": 1024, "batches": (8,), "seed": 3}
     with pytest.raises(_Stop):
         api.search(["gpt3-125m"], **given)
-    assert {k: getattr(seen[0], k) for k in given} == given
+    assert {k: seen[0].value(k) for k in given} == given
 
 
 def test_a_file_may_give_the_two_modes_settings_in_their_own_tables():
