@@ -198,13 +198,14 @@ def _range(t: click.ParamType):
 
 
 def _declared_range(s):
-    per = s.flag_per_unit
     if s.kind == "int":
         return (s.lo, s.hi)
     if s.kind == "float":
-        return (s.lo * per, s.hi * per, s.lo_open, s.hi_open)
+        return (s.in_flag_units(s.lo), s.in_flag_units(s.hi), s.lo_open, s.hi_open)
     if s.kind == "recompute":
         return RecomputeMode
+    if s.kind == "path":
+        return click.Path
     return s.allowed() or click.types.StringParamType
 
 
@@ -323,6 +324,8 @@ def test_every_command_s_defaults_are_the_declared_ones(path, cmd):
             assert default in (None, False), p.name
         elif default is not None and s.many and not p.multiple:  # one point: one of them
             assert default in s.default, (path, p.name)
+        elif default is not None and s.kind == "float":
+            assert default == s.in_flag_units(s.default), (path, p.name)
         elif default is not None and (s.kind != "bool" or p.name == s.key):
             assert default == s.default, (path, p.name)
 
@@ -347,3 +350,66 @@ def test_the_optimizer_state_is_a_training_key():
     assert (
         refused.exit_code == 1 and "--optimizer-state only apply to --mode train" in refused.output
     )
+
+
+# the options of serve and evaluate that are not declared settings: where the design comes
+# from, the run's own output, the layout given whole, serve's capacity search (a mode of the
+# command) and the scoring table's (ranged by phaze.model.scoring.RANGES)
+_SCORING_OPTIONS = {
+    "grid_region", "grid_gco2e_per_kwh", "pue", "lifetime_years", "embodied_mode",
+    "usd_per_kwh", "cost_view", "interest", "goodput", "volume_units", "host_profile",
+}  # fmt: skip
+_UNDECLARED = {
+    "serve": {"arch", "strategy", "capacity", "as_json", "config", "show_config", "verbose"},
+    "evaluate": {"arch", "strategy", "as_json", "verbose"},
+}
+
+
+@pytest.mark.parametrize("path", sorted(_UNDECLARED))
+def test_every_other_option_of_serve_and_evaluate_is_a_declared_setting(path):
+    """A new option of serve or evaluate is declared in the table (or named here)."""
+    cmd = dict(_commands())[path]
+    others = {p.name for p in cmd.params if _setting_of(p) is None} - _SCORING_OPTIONS
+    assert others == _UNDECLARED[path]
+
+
+def test_the_cluster_s_link_options_are_given_in_gb_per_s():
+    from phaze.cli._options import cluster_of
+
+    kw = {"devices": 8, "devices_per_node": 4, "intra_node_gbps": 450.0, "inter_node_gbps": 50.0}
+    cluster = cluster_of(kw)
+    assert (cluster.intra_node_bandwidth_bytes_per_s, cluster.inter_node_bandwidth_bytes_per_s) == (
+        450e9,
+        50e9,
+    )
+    assert kw == {}
+    link = SETTINGS["intra_node_bandwidth_bytes_per_s"]
+    assert (link.dest, link.in_flag_units(link.default), link.range_text(1e-9)) == (
+        "intra_node_gbps",
+        300.0,
+        "(0, 1e+06]",
+    )
+
+
+@pytest.mark.parametrize("path", sorted(_UNDECLARED))
+def test_the_scoring_options_keep_the_scoring_defaults_and_ranges(path):
+    """The scoring options are the ``[scoring]`` table's (:class:`ScoringParams`, ranged by
+    its ``RANGES``): each default shown is the table's, in the option's units, and each
+    number's range is the one ``RANGES`` gives."""
+    from phaze.model.scoring import RANGES, SECONDS_PER_YEAR, ScoringParams
+
+    defaults, per = ScoringParams(), {"lifetime_years": SECONDS_PER_YEAR}
+    field = {"lifetime_years": "lifetime_s"}
+    options = [p for p in dict(_commands())[path].params if p.name in _SCORING_OPTIONS]
+    assert {p.name for p in options} >= _SCORING_OPTIONS - {"embodied_mode", "goodput"}
+    for p in options:
+        name = field.get(p.name, p.name)
+        if p.default is not None and p.default is not getattr(click.core, "UNSET", None):
+            value = getattr(defaults, name)
+            want = value if isinstance(value, str) else value / per.get(p.name, 1)
+            assert p.default == (pytest.approx(want) if isinstance(want, float) else want), p.name
+        if isinstance(p.type, FiniteFloat):
+            lo, hi, lo_in, hi_in = RANGES[name]
+            scale = per.get(p.name, 1)
+            assert (p.type.lo, p.type.hi) == (lo / scale, hi / scale), p.name
+            assert (p.type.lo_open, p.type.hi_open) == (not lo_in, not hi_in), p.name

@@ -74,10 +74,8 @@ _J_PER_KWH = 3.6e6
     help="Precision recipe: the blocks' GEMM format and the training state "
     "[default: bf16, or the strategy's precision=].",
 )
-@click.option(
-    "--sp/--no-sp",
+@setting_option(
     "sequence_parallel",
-    default=None,
     help="Sequence parallelism [default: searched, on or off at each width t > 1].",
 )
 @setting_option(
