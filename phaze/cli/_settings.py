@@ -3,8 +3,8 @@
 :func:`setting_option` makes a setting's option: its flag, the parameter name the command
 reads, the type checking the declared range or names, and the declared help; a command
 changes only what is its own (the help's wording, a single value where the sweep takes a
-list, ``required``, a default of its own), and ``declared_default=True`` gives the declared
-default.
+list, ``required``, a default of its own, a ``type`` reading more than the declared names),
+and ``declared_default=True`` gives the declared default.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def setting_option(
             default = s.in_flag_units(default)
         click_kw.update(default=default, show_default=True)
     many = s.many if many is None else many
-    return click.option(s.flag, name, type=option_type(s), multiple=many, help=text, **click_kw)
+    click_kw.setdefault("type", option_type(s))
+    return click.option(s.flag, name, multiple=many, help=text, **click_kw)
 
 
 def setting_options(*keys: str) -> Callable:
