@@ -90,7 +90,7 @@ def config(
     precision: tuple[str, ...] = ("bf16",),
 ) -> SweepConfig:
     """The benchmark's sweep (see the module docstring)."""
-    return SweepConfig(
+    return SweepConfig.of(
         precision=precision,
         workloads=("gpt3-175b",),
         space=space,
@@ -207,7 +207,7 @@ def main() -> None:
     every = tuple(Space.named(cfg.space).enumerate())
     designs = sample(every, args.designs)
     hbm = len(cfg.hbm_gib)
-    knobs = len(cfg.micro_batches) * len(cfg.recompute)
+    knobs = len(cfg.training.micro_batches) * len(cfg.training.recompute)
     print(
         f"space {cfg.space!r}: {len(every)} designs x {hbm} HBM sizes x {knobs} knob settings "
         f"= {len(every) * hbm * knobs} points for {cfg.workloads[0]} on {cfg.devices} devices"

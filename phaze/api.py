@@ -14,8 +14,10 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from arch_space import Accelerator, Cluster
@@ -333,26 +335,8 @@ def serve(
     """
     from phaze.model.serving_search import search as serve_search
 
-    layout, ctx = _serving_problem(
-        cluster,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        lengths=lengths,
-        batch=batch,
-        ttft_limit_s=ttft_limit_s,
-        tpot_limit_s=tpot_limit_s,
-        strategy=strategy,
-        objective=objective,
-        disaggregate=disaggregate,
-        kv_format=kv_format,
-        weight_format=weight_format,
-        tokens_to_serve=tokens_to_serve,
-        solver=solver,
-        scoring=scoring,
-        device=device,
-        kv_admission=kv_admission,
-        engine=engine,
-    )
+    given = locals()  # the arguments, before any other name is bound
+    layout, ctx = _serving_problem(cluster, **{k: given[k] for k in _SERVE_KEYWORDS})
     return serve_search(workload, resolve_model(workload), accelerator, layout, ctx)
 
 
@@ -391,38 +375,64 @@ def serve_capacity(
     )
 
 
-def _serving_problem(
-    cluster: Cluster,
-    *,
-    input_tokens: int | None = None,
-    output_tokens: int | None = None,
-    lengths: Sequence[tuple[int, int, float]] | None = None,
-    batch: int | None = None,
-    ttft_limit_s: float | None = None,
-    tpot_limit_s: float | None = None,
-    strategy: ServingLayout | str | None = None,
-    objective: str = "tokens_per_s_per_device",
-    disaggregate: bool = True,
-    kv_format: str = "bf16",
-    weight_format: str | None = None,
-    tokens_to_serve: float | None = None,
-    solver: SolverSettings | None = None,
-    scoring: ScoringParams | None = None,
-    device: DeviceProfile | None = None,
-    kv_admission: str | None = None,
-    engine: str | None = None,
-) -> tuple[ServingLayout, ServeContext]:
-    """The partial layout and the context :func:`serve`'s arguments give (its ConfigErrors)."""
+#: :func:`serve`'s keyword arguments and their defaults: the options of a serving problem
+#: (:func:`_serving_problem`), stated once in :func:`serve`'s signature.
+_SERVE_KEYWORDS: Final = MappingProxyType(
+    {
+        name: p.default
+        for name, p in inspect.signature(serve).parameters.items()
+        if p.kind is p.KEYWORD_ONLY
+    }
+)
+
+
+def _serving_problem(cluster: Cluster, **given: Any) -> tuple[ServingLayout, ServeContext]:
+    """The partial layout and the context :func:`serve`'s keyword arguments ``given`` give
+    (its ConfigErrors), the others at :func:`serve`'s defaults."""
     from phaze.model.serving import ServeContext
-    from phaze.model.serving_engines import engine_profile
     from workloads.serving import RequestBatch
 
+    unknown = sorted(set(given) - set(_SERVE_KEYWORDS))
+    if unknown:
+        raise TypeError(f"serve() got unexpected keyword arguments: {', '.join(unknown)}")
+    kw = {**_SERVE_KEYWORDS, **given}
+    lengths, input_tokens, output_tokens = kw["lengths"], kw["input_tokens"], kw["output_tokens"]
     if (lengths is None) == (input_tokens is None or output_tokens is None):
         raise ConfigError(
             "serve: give input_tokens and output_tokens, or lengths (a list of (input, "
             "output, weight)), not both"
         )
     mix = tuple(lengths) if lengths is not None else ((input_tokens, output_tokens, 1.0),)
+    layout = _serving_layout(kw)
+    requests = RequestBatch(
+        mix,  # type: ignore[arg-type]
+        kv_format=kw["kv_format"],
+        weight_format=layout.weights or "bf16",
+    )
+    ctx = ServeContext(
+        cluster=cluster,
+        requests=requests,
+        ttft_limit_s=kw["ttft_limit_s"],
+        tpot_limit_s=kw["tpot_limit_s"],
+        objective=kw["objective"],
+        disaggregate=kw["disaggregate"],
+        tokens_to_serve=kw["tokens_to_serve"],
+        solver=kw["solver"] or SolverSettings(),
+        scoring=kw["scoring"] or ScoringParams(),
+        device=kw["device"],
+        kv_admission=kw["kv_admission"],
+        engine=kw["engine"],
+    )
+    return layout, ctx
+
+
+def _serving_layout(kw: Mapping[str, Any]) -> ServingLayout:
+    """The partial serving layout of :func:`serve`'s ``strategy``, with what its
+    ``weight_format``, ``batch`` and ``engine`` fix (a ConfigError where they contradict
+    the strategy)."""
+    from phaze.model.serving_engines import engine_profile
+
+    strategy, weight_format, batch = kw["strategy"], kw["weight_format"], kw["batch"]
     layout = strategy if isinstance(strategy, ServingLayout) else parse_serving(strategy or "")
     if weight_format is not None:
         if layout.weights is not None and layout.weights != weight_format:
@@ -430,33 +440,14 @@ def _serving_problem(
                 f"strategy weights={layout.weights} conflicts with weight_format={weight_format}"
             )
         layout = dataclasses.replace(layout, weights=weight_format)
-    requests = RequestBatch(
-        mix,  # type: ignore[arg-type]
-        kv_format=kv_format,
-        weight_format=layout.weights or "bf16",
-    )
     if batch is not None:
         if layout.given("batch") and layout.batch != batch:
             raise ConfigError(f"strategy batch={layout.batch} conflicts with batch={batch}")
         layout = dataclasses.replace(layout, batch=batch, open=layout.open - {"batch"})
-    if engine is not None and not layout.given("batching"):
-        batching = engine_profile(engine).batching  # the engine's batching, unless given
+    if kw["engine"] is not None and not layout.given("batching"):
+        batching = engine_profile(kw["engine"]).batching  # the engine's batching, unless given
         layout = dataclasses.replace(layout, batching=batching, open=layout.open - {"batching"})
-    ctx = ServeContext(
-        cluster=cluster,
-        requests=requests,
-        ttft_limit_s=ttft_limit_s,
-        tpot_limit_s=tpot_limit_s,
-        objective=objective,  # type: ignore[arg-type]
-        disaggregate=disaggregate,
-        tokens_to_serve=tokens_to_serve,
-        solver=solver or SolverSettings(),
-        scoring=scoring or ScoringParams(),
-        device=device,
-        kv_admission=kv_admission,
-        engine=engine,
-    )
-    return layout, ctx
+    return layout
 
 
 def _check_limits(

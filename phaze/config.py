@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from ilp import SCHEDULERS
+from phaze.config_sections import ServingSettings, TrainingSettings
 from phaze.model.context import DEFAULT_SEQUENCE_PARALLEL, MICRO_BATCHES, SolverSettings
 from phaze.model.run import parse_tokens
 from phaze.model.scoring import ScoringParams
@@ -30,9 +31,9 @@ from phaze_common.files import read_toml
 from phaze_common.limits import LIMITS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, over_limit
 from phaze_common.sweep_modes import MODE_KEYS, MODES
 from placement.types import ZERO_STAGES
-from workloads.framework import DEFAULT_FRAMEWORK, framework_names
+from workloads.framework import framework_names
 from workloads.optimizer_state import OptimizerState, parse_optimizer_state
-from workloads.precision import DEFAULT_PRECISION, recipe_names
+from workloads.precision import recipe_names
 from workloads.recompute_modules import RECOMPUTE_WORDS, is_recompute_mode
 from workloads.serving import serving_settings
 
@@ -43,8 +44,11 @@ __all__ = [
     "SERVE_OBJECTIVES_AT_RATE",
     "RECOMPUTE_MODES",
     "DEFAULT_SEQUENCE_PARALLEL",
+    "MICRO_BATCHES",
+    "ServingSettings",
     "SolverSettings",
     "SweepConfig",
+    "TrainingSettings",
     "load_sweep_config",
     "unknown_keys",
     "MODEL_PACKAGES",
@@ -66,6 +70,8 @@ SERVE_OBJECTIVES: Final = (
 #: there first.
 SERVE_OBJECTIVES_AT_RATE: Final = ("usd_per_million_tokens_at_rate", *SERVE_OBJECTIVES)
 _GIB: Final = 1 << 30
+#: A sweep file's keys, in the declaration's order (:mod:`phaze.settings`).
+_FILE_KEYS: Final = tuple(k for k, s in SETTINGS.items() if s.in_file)
 #: The packages whose code and data decide a sweep's numbers: every file in them counts
 #: towards :func:`model_digest`, found by walking the installed package, so a module or data
 #: file added later counts without being listed.
@@ -105,38 +111,21 @@ def tree_digest(dirs: tuple[tuple[str, Path], ...], excluded: tuple[str, ...] = 
 
 @dataclass(frozen=True, slots=True)
 class SweepConfig:
-    """One sweep: workloads x designs x micro-batches x HBM sizes x recompute modes.
+    """One sweep: workloads x designs x the knobs of its mode.
+
+    The settings both modes use are fields of their own; each mode's knobs are a section,
+    ``training`` (:class:`~phaze.config_sections.TrainingSettings`, used when ``mode`` is
+    ``"train"``) and ``serving`` (:class:`~phaze.config_sections.ServingSettings`, when it is
+    ``"serve"``), as a sweep file's ``[training]`` and ``[serving]`` tables and the settings'
+    sections (:mod:`phaze.settings`). :meth:`of` and :meth:`with_settings` take every
+    setting by its key and put it in its section; :meth:`as_dict` gives them back as one
+    table (the store's manifest, :meth:`config_hash`).
 
     ``hbm_gib`` empty means each design keeps the HBM capacity of its space; otherwise every
-    design is evaluated with each capacity listed. ``global_batch`` is in sequences.
-    ``presets`` are real chips evaluated beside the space as reference points (never pruned,
-    marked in the plots; their own HBM is kept). ``framework`` is the overlap profile of the
-    training framework (:mod:`workloads.framework`). ``tokens_to_train`` is every workload's
-    token budget (None: each model's published budget). ``optimizer_state`` changes the
-    parts of the training state from each recipe's (:mod:`workloads.optimizer_state`).
-    ``allow_context_extension`` lets ``seq_len`` exceed a rotary or ALiBi model's context
-    (:meth:`Model.context_problem`).
-    ``ep`` and ``cp`` are the expert-
-    and context-parallel degrees the placement search may choose from (empty: the search's
-    own, :func:`phaze.model.pipeline.search_degrees`); ``zero`` the ZeRO stages (empty: 0 and 1,
-    then 2 and 3 when neither fits); ``sequence_parallel`` True or False fixes it (None:
-    searched, on or off at each tensor-parallel width). ``precision`` lists the precision
-    recipes (:mod:`workloads.precision`) each design runs, those whose GEMM format its tensor
-    cores have (:func:`phaze.sweep.planning.design_knobs`).
-
-    ``mode = "serve"`` sweeps inference serving instead (docs/serving.md): every design serves
-    each workload's requests of ``input_tokens`` in and ``output_tokens`` out at each of
-    ``batches`` (sequences in flight per replica), the serving layout searched under the
-    mean latency limits ``ttft_limit_s`` and ``tpot_limit_s`` (None: none), disaggregated
-    pools too unless ``disaggregate`` is false, at each of ``weight_formats`` (the blocks'
-    weights: bf16, fp8) a design's tensor cores run; the training knobs are unused. ``hbm_tbps``
-    (both modes) replaces each space design's HBM bandwidth by each value (TB/s), its stacks
-    derived again; presets keep theirs. A serving sweep's ``rate`` (requests/s) also simulates
-    each point's layout under that load: ``requests`` arrivals (None: the simulation's
-    default) drawn with ``seed`` (None: 0); ``p99_ttft_limit_s`` and ``p99_tpot_limit_s``
-    are the latency limits each request is held to there (None: the mean limits), as
-    ``phaze serve --capacity`` holds them. ``pairs`` also serves every prefill pool of one
-    design with every decode pool of another (:mod:`phaze.sweep.pairs`; needs a rate).
+    design is evaluated with each capacity listed. ``hbm_tbps`` likewise replaces each space
+    design's HBM bandwidth by each value (TB/s), its stacks derived again. ``presets`` are
+    real chips evaluated beside the space as reference points (never pruned, marked in the
+    plots; their own HBM is kept).
     """
 
     workloads: tuple[str, ...] = ("gpt3-1.3b", "llama2-7b")
@@ -147,47 +136,57 @@ class SweepConfig:
     inter_node_bandwidth_bytes_per_s: float = 25e9
     intra_node_latency_s: float = 2e-6
     inter_node_latency_s: float = 5e-6
-    seq_len: int = 2048
-    global_batch: int = 512
-    micro_batches: tuple[int, ...] = MICRO_BATCHES
     hbm_gib: tuple[float, ...] = ()
-    recompute: tuple[str, ...] = ("none", "full")
-    precision: tuple[str, ...] = (DEFAULT_PRECISION,)
-    ep: tuple[int, ...] = ()
-    cp: tuple[int, ...] = ()
-    zero: tuple[int, ...] = ()
-    sequence_parallel: bool | None = DEFAULT_SEQUENCE_PARALLEL
     objectives: tuple[str, ...] = ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp")
     presets: tuple[str, ...] = ("tpuv4", "a100", "h100")
     prune: bool = True
-    framework: str = DEFAULT_FRAMEWORK
-    tokens_to_train: int | None = None
-    optimizer_state: str | None = None
-    allow_context_extension: bool = False
     mode: str = "train"
-    input_tokens: int = 2048
-    output_tokens: int = 128
-    ttft_limit_s: float | None = None
-    tpot_limit_s: float | None = None
-    batches: tuple[int, ...] = (1, 4, 16, 64, 256)
-    disaggregate: bool = True
     hbm_tbps: tuple[float, ...] = ()
-    weight_formats: tuple[str, ...] = ("bf16",)
-    rate: float | None = None
-    requests: int | None = None
-    seed: int | None = None
-    p99_ttft_limit_s: float | None = None
-    p99_tpot_limit_s: float | None = None
-    pairs: bool = False
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+    serving: ServingSettings = field(default_factory=ServingSettings)
     solver: SolverSettings = field(default_factory=SolverSettings)
     scoring: ScoringParams = field(default_factory=ScoringParams)
+
+    @classmethod
+    def of(cls, **settings: Any) -> SweepConfig:
+        """The default configuration with ``settings`` (keys of any section, ``solver``,
+        ``scoring``) in their places."""
+        return cls().with_settings(**settings)
+
+    def with_settings(self, **settings: Any) -> SweepConfig:
+        """This configuration with ``settings`` (keys of any section, ``solver``,
+        ``scoring``) replaced, each in its section (:attr:`phaze.settings.Setting.section`);
+        an unknown key is a TypeError, as :func:`dataclasses.replace` gives."""
+        parts: dict[str, dict[str, Any]] = {"training": {}, "serving": {}}
+        own = {}
+        for key, value in settings.items():
+            section = SETTINGS[key].section if key in SETTINGS else "sweep"
+            (parts[section] if section in parts else own)[key] = value
+        return replace(
+            self,
+            **own,
+            training=replace(self.training, **parts["training"]),
+            serving=replace(self.serving, **parts["serving"]),
+        )
+
+    def section(self, name: str) -> Any:
+        """The record of a settings' section (:data:`phaze.settings.SECTIONS`): this
+        configuration for ``sweep``, else :attr:`training` or :attr:`serving`."""
+        return {"sweep": self, "training": self.training, "serving": self.serving}[name]
+
+    def value(self, key: str) -> Any:
+        """The value of the setting ``key``, in whichever section it is."""
+        return getattr(self.section(SETTINGS[key].section), key)
 
     @property
     def hbm_bytes(self) -> tuple[int, ...]:
         return tuple(int(round(g * _GIB)) for g in self.hbm_gib)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every setting by its key (the sections' flattened), with ``solver`` and
+        ``scoring`` as tables."""
+        values = {key: self.value(key) for key in _FILE_KEYS}
+        return {**values, "solver": asdict(self.solver), "scoring": asdict(self.scoring)}
 
     def config_hash(self) -> str:
         """A content hash of everything that changes results: the settings its mode uses
@@ -195,14 +194,15 @@ class SweepConfig:
         (:func:`model_digest`), not the output directory. The load keys count only with a
         rate (the p99 limits when given, pairing when on), so a sweep without them hashes as
         before they existed."""
+        values = self.as_dict()
         unused = {k for m in MODES if m != self.mode for k in MODE_KEYS[m]}
         unused |= {
             k
             for k in ("rate", "requests", "seed", "p99_ttft_limit_s", "p99_tpot_limit_s")
-            if getattr(self, k) is None
+            if values[k] is None
         }
-        unused |= {"pairs"} if not self.pairs else set()
-        settings = {k: v for k, v in self.as_dict().items() if k not in unused}
+        unused |= {"pairs"} if not values["pairs"] else set()
+        settings = {k: v for k, v in values.items() if k not in unused}
         text = json.dumps({**settings, "models": model_digest()}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -213,7 +213,7 @@ _SERVE_LIMITS: Final = {
     "output_tokens": MAX_SEQ_LEN,
     "batches": MAX_GLOBAL_BATCH,
 }
-_TOP_KEYS: Final = tuple(f.name for f in fields(SweepConfig) if f.name not in ("solver", "scoring"))
+_TOP_KEYS: Final = _FILE_KEYS
 #: The tables of a sweep file.
 _TABLES: Final = (*SECTIONS, "solver", "scoring")
 
@@ -461,7 +461,7 @@ def sweep_config_from_mapping(
     scoring = _scoring_from_mapping(scoring_d, source, problems)
     if problems:
         raise ConfigError("; ".join(problems))
-    return replace(SweepConfig(), **kw, solver=solver, scoring=scoring)
+    return SweepConfig.of(**kw, solver=solver, scoring=scoring)
 
 
 def _mode_problems(source: str, sweep: Mapping[str, Any]) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from phaze.config import MODES, SolverSettings, SweepConfig
 from phaze.model.scoring import ScoringParams
-from phaze.settings import MODE_SECTIONS, section_keys
+from phaze.settings import MODE_SECTIONS, SETTINGS, section_keys
 from phaze.settings import SECTIONS as SETTING_SECTIONS
 
 __all__ = ["SOURCES", "config_sources", "config_toml", "toml_value"]
@@ -58,7 +58,7 @@ def _float_text(x: float) -> str:
 
 def _section_values(cfg: SweepConfig) -> dict[str, dict[str, Any]]:
     return {
-        **{s: {k: getattr(cfg, k) for k in section_keys(s)} for s in SETTING_SECTIONS},
+        **{s: {k: getattr(cfg.section(s), k) for k in section_keys(s)} for s in SETTING_SECTIONS},
         "solver": {f.name: getattr(cfg.solver, f.name) for f in fields(SolverSettings)},
         "scoring": {f.name: getattr(cfg.scoring, f.name) for f in fields(ScoringParams)},
     }
@@ -94,7 +94,9 @@ def config_sources(
 
 def _unset_default(section: str, key: str) -> bool:
     """Is the key's declared default None (unset, or derived from the others when left out)?"""
-    kind = {"solver": SolverSettings, "scoring": ScoringParams}.get(section, SweepConfig)
+    if section in SETTING_SECTIONS:
+        return SETTINGS[key].default is None
+    kind = {"solver": SolverSettings, "scoring": ScoringParams}[section]
     return next(f for f in fields(kind) if f.name == key).default is None
 
 

@@ -1,8 +1,9 @@
 """Every sweep, evaluate and serve setting, declared once.
 
-A :class:`Setting` names one knob: its ``[sweep]`` key (also the
-:class:`~phaze.config.SweepConfig` field and, unless ``api`` says otherwise, the
-:func:`phaze.api.search` keyword), its section (shared by both modes, training or serving),
+A :class:`Setting` names one knob: its ``[sweep]`` key (also the field of its section's
+record, :class:`~phaze.config.SweepConfig` or its ``training`` or ``serving``, and, unless
+``api`` says otherwise, the :func:`phaze.api.search` keyword), its section (shared by both
+modes, training or serving),
 type, default (what an empty ``[sweep]`` table gets), allowed range, unit, help text, the
 field of the model it fills (``Context.seq_len``, ``Layout.mbs``, ...), its command-line
 flag, the store column it is recorded in and its label in a point's key.
@@ -42,7 +43,7 @@ __all__ = [
 SECTIONS: Final = ("sweep", "training", "serving")
 #: The section of each mode's own settings.
 MODE_SECTIONS: Final = MappingProxyType({"train": "training", "serve": "serving"})
-_KINDS: Final = ("int", "float", "str", "bool", "tokens", "recompute")
+_KINDS: Final = ("int", "float", "str", "bool", "tokens", "recompute", "path")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +51,15 @@ class Setting:
     """One knob.
 
     ``kind`` is ``int``, ``float``, ``str``, ``bool``, ``tokens`` (a count or text such as
-    "2T") or ``recompute`` (a recompute mode); ``many`` says the ``[sweep]`` key holds a list
+    "2T"), ``recompute`` (a recompute mode) or ``path`` (a file); ``many`` says the ``[sweep]`` key holds a list
     (each value swept). ``lo`` and ``hi`` bound a number in ``unit`` (an end left out when
     ``lo_open`` / ``hi_open``; None: unbounded). ``choices`` names where the allowed names are
     (``"module:name"``, read only when asked, so the table stays light).
     ``fills`` is the model field the value ends up in (``Class.field``). ``flag`` is the
-    command-line option (None: none); a ``--no-`` flag of a bool sets it false, any other
-    sets it true; ``flag_per_unit`` is the flag's units per ``unit`` (1000: milliseconds
-    for seconds). ``column`` is the store column recording it, ``key_label`` its label in a
+    command-line option (None: none); a ``--no-`` flag of a bool sets it false, a
+    ``--yes/--no`` pair true or false (unset: None), any other sets it true;
+    ``flag_per_unit`` is the flag's units per ``unit`` (1000: milliseconds for seconds,
+    1e-9: GB/s for B/s). ``column`` is the store column recording it, ``key_label`` its label in a
     point's key (None: neither); ``api`` the :func:`phaze.api.search` keyword when it is
     not ``key`` ("" for none: the ``cluster`` argument gives it). ``in_file`` False: a
     setting of one evaluation or serve only (its command's option, a keyword of
@@ -115,6 +117,12 @@ class Setting:
             value = value() if callable(value) else value
         return tuple(value)
 
+    def in_flag_units(self, value: float) -> float:
+        """``value`` (in :attr:`unit`) in the flag's units; a fraction ``flag_per_unit``
+        divides by its whole inverse, so that 300e9 B/s is 300.0 GB/s exactly."""
+        per = self.flag_per_unit
+        return value * per if per >= 1 else value / round(1 / per)
+
     def range_text(self, per_unit: float = 1.0) -> str:
         """The range, in units of ``1 / per_unit`` of :attr:`unit`: ``(0, 1e+06]``."""
         lo = -math.inf if self.lo is None else self.lo * per_unit
@@ -141,18 +149,24 @@ class Setting:
         if value is None or value == ():
             return None
         if self.kind == "bool":
+            if "/" in str(self.flag):
+                return value
             return (not str(self.flag).startswith("--no-")) if value else None
         if self.kind == "tokens":
             from phaze.model.run import parse_tokens
 
             return parse_tokens(value)
-        if self.flag_per_unit != 1:
+        if self.flag_per_unit > 1:
             return value / self.flag_per_unit
+        if self.flag_per_unit < 1:
+            return value * round(1 / self.flag_per_unit)
         return value
 
 
 _POS: Final = {"lo": 0, "lo_open": True}
 _SECONDS: Final = {**_POS, "hi": 1e6, "unit": "s", "flag_per_unit": 1e3}
+# a link's bandwidth, given in GB/s on the command line
+_GBPS: Final = {**_POS, "hi": 1e15, "flag_per_unit": 1e-9}
 
 
 def _s(key: str, section: str, kind: str, default: Any, help: str, fills: str, **kw) -> Setting:
@@ -171,11 +185,11 @@ _TABLE: Final = (
     _s("devices_per_node", "sweep", "int", 8, "Accelerators per node.",
        "Cluster.devices_per_node", lo=1, hi=MAX_DEVICES, flag="--devices-per-node", api=""),
     _s("intra_node_bandwidth_bytes_per_s", "sweep", "float", 300e9,
-       "Intra-node link bandwidth per device.", "Cluster.intra_node_bandwidth_bytes_per_s",
-       unit="B/s", **_POS, api=""),
+       "Intra-node link bandwidth per device, GB/s.", "Cluster.intra_node_bandwidth_bytes_per_s",
+       unit="B/s", **_GBPS, flag="--intra-node-gbps", api=""),
     _s("inter_node_bandwidth_bytes_per_s", "sweep", "float", 25e9,
-       "Inter-node link bandwidth per device.", "Cluster.inter_node_bandwidth_bytes_per_s",
-       unit="B/s", **_POS, api=""),
+       "Inter-node link bandwidth per device, GB/s.", "Cluster.inter_node_bandwidth_bytes_per_s",
+       unit="B/s", **_GBPS, flag="--inter-node-gbps", api=""),
     _s("intra_node_latency_s", "sweep", "float", 2e-6, "Intra-node link latency.",
        "Cluster.intra_node_latency_s", unit="s", lo=0, api=""),
     _s("inter_node_latency_s", "sweep", "float", 5e-6, "Inter-node link latency.",
@@ -209,7 +223,7 @@ _TABLE: Final = (
        "fits].", "Context.zero_stages", many=True, lo=0, hi=3, flag="--zero"),
     _s("sequence_parallel", "training", "bool", None,
        "Sequence parallelism: true or false fixes it; unset searches it.",
-       "Context.sequence_parallel"),
+       "Context.sequence_parallel", flag="--sp/--no-sp"),
     _s("objectives", "sweep", "str", ("tokens_per_s", "tco_usd", "total_kgco2e", "tcdp"),
        "Metric to rank by, +max or -min (repeatable).", "Objective.metric", many=True,
        flag="--objective"),
@@ -251,7 +265,8 @@ _TABLE: Final = (
        "ServingLayout.batch", many=True, lo=1, hi=MAX_GLOBAL_BATCH, flag="--batch",
        column="batch", key_label="batch"),
     _s("disaggregate", "serving", "bool", True,
-       "Serving: search separate prefill and decode pools too.", "ServeContext.disaggregate"),
+       "Serving: search separate prefill and decode pools too.", "ServeContext.disaggregate",
+       flag="--no-disaggregate"),
     _s("hbm_tbps", "sweep", "float", (),
        "HBM bandwidth in TB/s for the space's designs (repeatable); presets keep their own.",
        "Accelerator.hbm_bandwidth_bytes_per_s", unit="TB/s", many=True, **_POS, hi=1e6,
@@ -315,10 +330,20 @@ _TABLE: Final = (
        "Coefficient of variation of the gaps between arrivals (gamma distributed; 1 is "
        "Poisson) [default: 1]; needs --rate.", "serving_arrivals.generate(cv)", **_POS,
        hi=100, flag="--burstiness", in_file=False),
+    _s("lengths", "serving", "str", None,
+       "Request lengths at --rate: fixed (the input and output tokens) or a distribution "
+       "from published statistics.", "serving_lengths.sample_lengths(name)",
+       flag="--lengths", in_file=False),
+    _s("trace", "serving", "path", None,
+       "CSV of requests (arrival_s,input_tokens,output_tokens) to simulate instead of --rate.",
+       "serving_arrivals.read_trace(path)", flag="--trace", in_file=False),
+    _s("max_devices", "serving", "int", None, "Largest device count --capacity tries.",
+       "serving_capacity.plan_capacity(max_devices)", lo=1, hi=MAX_DEVICES,
+       flag="--max-devices", in_file=False),
 )  # fmt: skip
 
-#: Every setting by its key: first the sweep file's, in the order of
-#: :class:`~phaze.config.SweepConfig`, then those of one evaluation or serve only.
+#: Every setting by its key: first the sweep file's (the order of
+#: :meth:`~phaze.config.SweepConfig.as_dict`), then those of one evaluation or serve only.
 SETTINGS: Final = MappingProxyType({s.key: s for s in _TABLE})
 
 

@@ -221,7 +221,7 @@ def test_sweep_file_keys_of_the_other_mode_are_refused(cli_run, tmp_path):
     config.write_text('[sweep]\nworkloads = ["gpt3-125m"]\nbatches = [4]\n')
     from phaze.config import load_sweep_config
 
-    assert load_sweep_config(config).batches == (4,)
+    assert load_sweep_config(config).serving.batches == (4,)
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def test_cli_config_and_api_accept_exactly_the_declared_modes(accepts):
 def test_sequence_parallel_has_one_default():
     defaults = {
         "context": Context(cluster=Cluster(devices=8)).sequence_parallel,
-        "config": config.SweepConfig().sequence_parallel,
+        "config": config.SweepConfig().training.sequence_parallel,
         "api.search": inspect.signature(api.search).parameters["sequence_parallel"].default,
         "api.evaluate": inspect.signature(api.evaluate).parameters["sequence_parallel"].default,
     }

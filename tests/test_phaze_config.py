@@ -10,6 +10,8 @@ import phaze.config
 from phaze.config import (
     MODEL_PACKAGES,
     PRESENTATION,
+    SERVE_OBJECTIVES,
+    SweepConfig,
     load_sweep_config,
     model_digest,
     quick_sweep_config,
@@ -40,6 +42,31 @@ def test_hash_changes_with_the_models_code(monkeypatch):
     assert len(model_digest()) == 16 and model_digest() == model_digest()
     monkeypatch.setattr(phaze.config, "model_digest", lambda: "0" * 16)
     assert cfg.config_hash() != before
+
+
+def test_the_sections_keep_the_hash_of_the_flat_settings(monkeypatch):
+    """The hash is of every setting by its key, whichever section holds it: the values below
+    are those of the configuration when it was one flat record, so a sweep directory made
+    then still resumes (the models' code held fixed)."""
+    monkeypatch.setattr(phaze.config, "model_digest", lambda: "fixed")
+    quick = quick_sweep_config()
+    serve = quick.with_settings(mode="serve", objectives=SERVE_OBJECTIVES)
+    at_rate = quick.with_settings(mode="serve", rate=3.0, pairs=True, seed=4)
+    hashes = [c.config_hash() for c in (quick, serve, at_rate, SweepConfig())]
+    assert hashes == [
+        "0c3769284bae911d",
+        "f35680b9782b0ec0",
+        "146115f312d33715",
+        "1fa46f6af9c0d1c9",
+    ]
+
+
+def test_a_configuration_round_trips_through_its_settings():
+    cfg = quick_sweep_config().with_settings(mode="serve", rate=2.0, seq_len=4096)
+    settings = cfg.as_dict()
+    del settings["solver"], settings["scoring"]
+    assert SweepConfig.of(**settings, solver=cfg.solver, scoring=cfg.scoring) == cfg
+    assert (cfg.training.seq_len, cfg.serving.rate, cfg.mode) == (4096, 2.0, "serve")
 
 
 def test_the_model_digest_reads_every_model_file_and_no_cache(tmp_path):
@@ -190,7 +217,11 @@ def test_sizes_at_the_limits_are_accepted():
     cfg = sweep_config_from_mapping(
         {"sweep": {"devices": 10**6, "global_batch": 10**6, "micro_batches": [10**6]}}
     )
-    assert (cfg.devices, cfg.global_batch, cfg.micro_batches) == (10**6, 10**6, (10**6,))
+    assert (cfg.devices, cfg.training.global_batch, cfg.training.micro_batches) == (
+        10**6,
+        10**6,
+        (10**6,),
+    )
 
 
 def test_file_errors(tmp_path):

@@ -172,9 +172,15 @@ def test_tdp_accounted_runs_compare_the_power_limit_times_predicted_hours():
 
 
 def test_sweep_config_takes_a_token_budget():
-    assert sweep_config_from_mapping({"sweep": {"tokens_to_train": "2T"}}).tokens_to_train == 2e12
-    assert sweep_config_from_mapping({"sweep": {"tokens_to_train": 3e11}}).tokens_to_train == 3e11
-    assert sweep_config_from_mapping({}).tokens_to_train is None
+    assert (
+        sweep_config_from_mapping({"sweep": {"tokens_to_train": "2T"}}).training.tokens_to_train
+        == 2e12
+    )
+    assert (
+        sweep_config_from_mapping({"sweep": {"tokens_to_train": 3e11}}).training.tokens_to_train
+        == 3e11
+    )
+    assert sweep_config_from_mapping({}).training.tokens_to_train is None
     with pytest.raises(ConfigError, match=r"tokens_to_train = 'lots' must be a positive token"):
         sweep_config_from_mapping({"sweep": {"tokens_to_train": "lots"}})
 

@@ -154,8 +154,8 @@ def test_evaluate_json_shows_ep_and_cp(cli_run):
 
 def test_sweep_takes_ep_and_cp_lists():
     cfg = sweep_config_from_mapping({"sweep": {"ep": [1, 8], "cp": [1, 2]}})
-    assert (cfg.ep, cfg.cp) == ((1, 8), (1, 2))
-    assert sweep_config_from_mapping({"sweep": {}}).ep == ()
+    assert (cfg.training.ep, cfg.training.cp) == ((1, 8), (1, 2))
+    assert sweep_config_from_mapping({"sweep": {}}).training.ep == ()
     with pytest.raises(Exception, match="ep = \\[0\\] must be a list of expert-parallel"):
         sweep_config_from_mapping({"sweep": {"ep": [0]}})
 

@@ -255,8 +255,8 @@ def test_points_record_how_exact_their_layer_schedules_are(clean_sweeps):
     for p in feasible:
         acc, model = by_id[p["design_id"]], models[p["workload"]]
         setup = TrainingSetup(
-            seq_len=cfg.seq_len,
-            global_batch=cfg.global_batch,
+            seq_len=cfg.training.seq_len,
+            global_batch=cfg.training.global_batch,
             micro_batch=p["micro_batch"],
             recompute=Recompute(p["recompute"]),
             # as chosen
@@ -342,14 +342,20 @@ def test_the_api_search_takes_what_phaze_sweep_does(tmp_path, monkeypatch):
             sequence_parallel=False,
         )
     (cfg,) = seen
-    assert (cfg.framework, cfg.zero, cfg.ep, cfg.cp, cfg.presets) == (
+    assert (
+        cfg.training.framework,
+        cfg.training.zero,
+        cfg.training.ep,
+        cfg.training.cp,
+        cfg.presets,
+    ) == (
         "megatron-2022",
         (1, 3),
         (1,),
         (1, 2),
         ("a100",),
     )
-    assert (cfg.tokens_to_train, cfg.sequence_parallel) == (300 * 10**9, False)
+    assert (cfg.training.tokens_to_train, cfg.training.sequence_parallel) == (300 * 10**9, False)
     with pytest.raises(ConfigError) as e:
         phaze.search(["gpt3-125m"], out_dir=tmp_path, framework="fast", zero=[4], cp=[0])
     for field in ("framework = 'fast'", "zero = [4]", "cp = [0]"):

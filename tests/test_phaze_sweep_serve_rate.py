@@ -4,7 +4,6 @@ fronts rank the designs by the cost that meets the SLO there."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 
@@ -134,16 +133,16 @@ def test_requests_and_seed_need_a_rate(tmp_path):
 
 
 def test_the_config_hash_counts_the_load_only_with_a_rate():
-    serve = dataclasses.replace(SweepConfig(), mode="serve")
-    at = dataclasses.replace(serve, rate=10.0)
+    serve = SweepConfig.of(mode="serve")
+    at = serve.with_settings(rate=10.0)
     hashes = {
         serve.config_hash(),
         at.config_hash(),
-        dataclasses.replace(at, seed=1).config_hash(),
-        dataclasses.replace(at, requests=100).config_hash(),
-        dataclasses.replace(at, rate=20.0).config_hash(),
-        dataclasses.replace(at, p99_tpot_limit_s=0.05).config_hash(),
-        dataclasses.replace(at, pairs=True).config_hash(),
+        at.with_settings(seed=1).config_hash(),
+        at.with_settings(requests=100).config_hash(),
+        at.with_settings(rate=20.0).config_hash(),
+        at.with_settings(p99_tpot_limit_s=0.05).config_hash(),
+        at.with_settings(pairs=True).config_hash(),
     }
     assert len(hashes) == 7
     # without a rate, the hash is the one of the settings before the load keys existed

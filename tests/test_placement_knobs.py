@@ -155,7 +155,7 @@ def test_interleaving_finds_the_fastest_layout_under_the_incumbent(
 
 def test_the_sweep_zero_list_restricts_the_search():
     cfg = sweep_config_from_mapping({"sweep": {"zero": [3, 1]}})
-    assert cfg.zero == (3, 1)
+    assert cfg.training.zero == (3, 1)
     shared, _ = plan(cfg)
     assert shared.ctx.zero_stages == (1, 3) and shared.ctx.zero_fallback == ()
     default, _ = plan(sweep_config_from_mapping({}))

@@ -363,7 +363,7 @@ def test_sweep_config_lists_precisions():
     from phaze.config import sweep_config_from_mapping
 
     cfg = sweep_config_from_mapping({"sweep": {"precision": ["bf16", "fp8-te"]}}, "s.toml")
-    assert cfg.precision == ("bf16", "fp8-te")
+    assert cfg.training.precision == ("bf16", "fp8-te")
     with pytest.raises(ConfigError, match="precision"):
         sweep_config_from_mapping({"sweep": {"precision": ["fp9"]}}, "s.toml")
 

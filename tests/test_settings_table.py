@@ -18,7 +18,12 @@ from arch_space import Accelerator, Cluster
 from phaze import api
 from phaze.cli import cli
 from phaze.cli._options import FiniteFloat, RecomputeMode
-from phaze.config import SweepConfig, sweep_config_from_mapping
+from phaze.config import (
+    ServingSettings,
+    SweepConfig,
+    TrainingSettings,
+    sweep_config_from_mapping,
+)
 from phaze.model.context import Context
 from phaze.model.serving import ServeContext
 from phaze.settings import SECTIONS, SETTINGS, flag_of, section_keys
@@ -42,13 +47,37 @@ _NAMED_ONLY = {"Evaluation", "DesignSpace", "Objective", "PairSweep"}
 
 def test_the_keys_and_defaults_are_the_sweep_file_s():
     empty = sweep_config_from_mapping({"sweep": {}}, "empty.toml")
-    fields = [
-        f.name for f in dataclasses.fields(SweepConfig) if f.name not in ("solver", "scoring")
-    ]
+    keys = [k for k in empty.as_dict() if k not in ("solver", "scoring")]
     in_file = {k: s for k, s in SETTINGS.items() if s.in_file}
-    assert list(in_file) == fields
-    assert {k: s.default for k, s in in_file.items()} == {k: getattr(empty, k) for k in fields}
-    assert list(SETTINGS)[: len(fields)] == fields  # the file's first, then the others
+    assert list(in_file) == keys
+    assert {k: s.default for k, s in in_file.items()} == {k: empty.value(k) for k in keys}
+    assert list(SETTINGS)[: len(keys)] == keys  # the file's first, then the others
+
+
+_RECORDS = {"sweep": SweepConfig, "training": TrainingSettings, "serving": ServingSettings}
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_each_section_is_a_record_of_the_declared_keys_and_defaults(section):
+    """The configuration's two modes' records hold their sections' keys, in the declared
+    order and with the declared defaults; the configuration itself the shared ones."""
+    own = [f for f in dataclasses.fields(_RECORDS[section]) if f.name not in _NESTED]
+    assert [f.name for f in own] == list(section_keys(section))
+    made = SweepConfig().section(section)
+    assert {f.name: getattr(made, f.name) for f in own} == {
+        k: SETTINGS[k].default for k in section_keys(section)
+    }
+
+
+_NESTED = {"training", "serving", "solver", "scoring"}
+
+
+def test_settings_given_by_key_land_in_their_sections():
+    cfg = SweepConfig.of(seq_len=4096, batches=(8,), devices=16)
+    assert (cfg.training.seq_len, cfg.serving.batches, cfg.devices) == (4096, (8,), 16)
+    assert cfg.with_settings(seq_len=2048) == SweepConfig.of(batches=(8,), devices=16)
+    with pytest.raises(TypeError):
+        cfg.with_settings(seq_lem=1)
 
 
 def test_the_two_modes_sections_are_the_declared_ones():
@@ -125,8 +154,15 @@ def _keywords(f) -> dict[str, object]:
     return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
 
 
-def test_api_serve_and_its_problem_take_the_same_keywords():
-    assert _keywords(api.serve) == _keywords(api._serving_problem)
+def test_api_serve_s_problem_takes_serve_s_keywords_from_its_signature():
+    """The serving problem's options are :func:`api.serve`'s keywords, read from its
+    signature (stated once), with its defaults; no other keyword is taken."""
+    assert dict(api._SERVE_KEYWORDS) == _keywords(api.serve)
+    assert set(inspect.signature(api._serving_problem).parameters) == {"cluster", "given"}
+    layout, ctx = api._serving_problem(Cluster(devices=8), input_tokens=64, output_tokens=8)
+    assert (ctx.objective, ctx.disaggregate) == (SETTINGS["objective"].default, True)
+    with pytest.raises(TypeError, match="input_tokenz"):
+        api._serving_problem(Cluster(devices=8), input_tokenz=64)
 
 
 def _commands() -> list[tuple[str, click.Command]]:
@@ -162,13 +198,14 @@ def _range(t: click.ParamType):
 
 
 def _declared_range(s):
-    per = s.flag_per_unit
     if s.kind == "int":
         return (s.lo, s.hi)
     if s.kind == "float":
-        return (s.lo * per, s.hi * per, s.lo_open, s.hi_open)
+        return (s.in_flag_units(s.lo), s.in_flag_units(s.hi), s.lo_open, s.hi_open)
     if s.kind == "recompute":
         return RecomputeMode
+    if s.kind == "path":
+        return click.Path
     return s.allowed() or click.types.StringParamType
 
 
@@ -240,7 +277,7 @@ def test_api_search_passes_every_setting_to_the_sweep(monkeypatch):
     given = {"optimizer_state": "moments=bf16", "seq_len": 1024, "batches": (8,), "seed": 3}
     with pytest.raises(_Stop):
         api.search(["gpt3-125m"], **given)
-    assert {k: getattr(seen[0], k) for k in given} == given
+    assert {k: seen[0].value(k) for k in given} == given
 
 
 def test_a_file_may_give_the_two_modes_settings_in_their_own_tables():
@@ -287,6 +324,8 @@ def test_every_command_s_defaults_are_the_declared_ones(path, cmd):
             assert default in (None, False), p.name
         elif default is not None and s.many and not p.multiple:  # one point: one of them
             assert default in s.default, (path, p.name)
+        elif default is not None and s.kind == "float":
+            assert default == s.in_flag_units(s.default), (path, p.name)
         elif default is not None and (s.kind != "bool" or p.name == s.key):
             assert default == s.default, (path, p.name)
 
@@ -311,3 +350,66 @@ def test_the_optimizer_state_is_a_training_key():
     assert (
         refused.exit_code == 1 and "--optimizer-state only apply to --mode train" in refused.output
     )
+
+
+# the options of serve and evaluate that are not declared settings: where the design comes
+# from, the run's own output, the layout given whole, serve's capacity search (a mode of the
+# command) and the scoring table's (ranged by phaze.model.scoring.RANGES)
+_SCORING_OPTIONS = {
+    "grid_region", "grid_gco2e_per_kwh", "pue", "lifetime_years", "embodied_mode",
+    "usd_per_kwh", "cost_view", "interest", "goodput", "volume_units", "host_profile",
+}  # fmt: skip
+_UNDECLARED = {
+    "serve": {"arch", "strategy", "capacity", "as_json", "config", "show_config", "verbose"},
+    "evaluate": {"arch", "strategy", "as_json", "verbose"},
+}
+
+
+@pytest.mark.parametrize("path", sorted(_UNDECLARED))
+def test_every_other_option_of_serve_and_evaluate_is_a_declared_setting(path):
+    """A new option of serve or evaluate is declared in the table (or named here)."""
+    cmd = dict(_commands())[path]
+    others = {p.name for p in cmd.params if _setting_of(p) is None} - _SCORING_OPTIONS
+    assert others == _UNDECLARED[path]
+
+
+def test_the_cluster_s_link_options_are_given_in_gb_per_s():
+    from phaze.cli._options import cluster_of
+
+    kw = {"devices": 8, "devices_per_node": 4, "intra_node_gbps": 450.0, "inter_node_gbps": 50.0}
+    cluster = cluster_of(kw)
+    assert (cluster.intra_node_bandwidth_bytes_per_s, cluster.inter_node_bandwidth_bytes_per_s) == (
+        450e9,
+        50e9,
+    )
+    assert kw == {}
+    link = SETTINGS["intra_node_bandwidth_bytes_per_s"]
+    assert (link.dest, link.in_flag_units(link.default), link.range_text(1e-9)) == (
+        "intra_node_gbps",
+        300.0,
+        "(0, 1e+06]",
+    )
+
+
+@pytest.mark.parametrize("path", sorted(_UNDECLARED))
+def test_the_scoring_options_keep_the_scoring_defaults_and_ranges(path):
+    """The scoring options are the ``[scoring]`` table's (:class:`ScoringParams`, ranged by
+    its ``RANGES``): each default shown is the table's, in the option's units, and each
+    number's range is the one ``RANGES`` gives."""
+    from phaze.model.scoring import RANGES, SECONDS_PER_YEAR, ScoringParams
+
+    defaults, per = ScoringParams(), {"lifetime_years": SECONDS_PER_YEAR}
+    field = {"lifetime_years": "lifetime_s"}
+    options = [p for p in dict(_commands())[path].params if p.name in _SCORING_OPTIONS]
+    assert {p.name for p in options} >= _SCORING_OPTIONS - {"embodied_mode", "goodput"}
+    for p in options:
+        name = field.get(p.name, p.name)
+        if p.default is not None and p.default is not getattr(click.core, "UNSET", None):
+            value = getattr(defaults, name)
+            want = value if isinstance(value, str) else value / per.get(p.name, 1)
+            assert p.default == (pytest.approx(want) if isinstance(want, float) else want), p.name
+        if isinstance(p.type, FiniteFloat):
+            lo, hi, lo_in, hi_in = RANGES[name]
+            scale = per.get(p.name, 1)
+            assert (p.type.lo, p.type.hi) == (lo / scale, hi / scale), p.name
+            assert (p.type.lo_open, p.type.hi_open) == (not lo_in, not hi_in), p.name

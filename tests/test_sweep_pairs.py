@@ -329,7 +329,7 @@ def test_a_design_paired_with_itself_is_its_own_disaggregated_layout_under_load(
     """Pooled runs against the whole layout's simulation (the decode pool fed by the
     prefill pool's completions): TTFT is the same run; TPOT differs only by how the
     prefill pool's queueing shifts the decode pool's arrivals."""
-    cfg = SweepConfig(
+    cfg = SweepConfig.of(
         mode="serve", workloads=("gpt3-125m",), space="tiny", presets=("a100",), devices=4,
         devices_per_node=2, input_tokens=256, output_tokens=16, batches=(8,), rate=100.0,
         requests=200, objectives=SERVE_OBJECTIVES,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 
 from phaze.cli._settings import setting_option
+from phaze.settings import setting
 
 if TYPE_CHECKING:
     from arch_space import Accelerator, Cluster
@@ -131,20 +132,8 @@ def design_options(devices_help: str, devices_required: bool = True) -> Callable
             ),
             setting_option("devices", required=devices_required, help=devices_help),
             setting_option("devices_per_node", declared_default=True),
-            click.option(
-                "--intra-node-gbps",
-                type=FiniteFloat(0, 1e6, lo_open=True),
-                default=300.0,
-                show_default=True,
-                help="Intra-node link bandwidth per device, GB/s.",
-            ),
-            click.option(
-                "--inter-node-gbps",
-                type=FiniteFloat(0, 1e6, lo_open=True),
-                default=25.0,
-                show_default=True,
-                help="Inter-node link bandwidth per device, GB/s.",
-            ),
+            setting_option("intra_node_bandwidth_bytes_per_s", declared_default=True),
+            setting_option("inter_node_bandwidth_bytes_per_s", declared_default=True),
         ]
     )
 
@@ -153,11 +142,11 @@ def cluster_of(kw: dict[str, Any]) -> Cluster:
     """The cluster the :func:`design_options` in ``kw`` give (they are taken out of it)."""
     from arch_space import Cluster
 
+    links = ("intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s")
     return Cluster(
         devices=kw.pop("devices"),
         devices_per_node=kw.pop("devices_per_node"),
-        intra_node_bandwidth_bytes_per_s=kw.pop("intra_node_gbps") * 1e9,
-        inter_node_bandwidth_bytes_per_s=kw.pop("inter_node_gbps") * 1e9,
+        **{k: setting(k).from_flag(kw.pop(setting(k).dest)) for k in links},
     )
 
 

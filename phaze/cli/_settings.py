@@ -3,14 +3,15 @@
 :func:`setting_option` makes a setting's option: its flag, the parameter name the command
 reads, the type checking the declared range or names, and the declared help; a command
 changes only what is its own (the help's wording, a single value where the sweep takes a
-list, ``required``, a default of its own), and ``declared_default=True`` gives the declared
-default.
+list, ``required``, a default of its own, a ``type`` reading more than the declared names),
+and ``declared_default=True`` gives the declared default.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -27,12 +28,13 @@ def option_type(s: Setting) -> click.ParamType | None:
     if s.kind == "int":
         return click.IntRange(s.lo, s.hi)
     if s.kind == "float":
-        per = s.flag_per_unit
-        lo = -math.inf if s.lo is None else s.lo * per
-        hi = math.inf if s.hi is None else s.hi * per
+        lo = -math.inf if s.lo is None else s.in_flag_units(s.lo)
+        hi = math.inf if s.hi is None else s.in_flag_units(s.hi)
         return FiniteFloat(lo, hi, lo_open=s.lo_open, hi_open=s.hi_open)
     if s.kind == "recompute":
         return RecomputeMode()
+    if s.kind == "path":
+        return click.Path(path_type=Path)
     return click.Choice(s.allowed()) if s.choices else None
 
 
@@ -48,16 +50,22 @@ def setting_option(
     """The option of setting ``key`` (its name, or a :class:`~phaze.settings.Setting`): a
     list when ``many`` (None: when the ``[sweep]`` key is one), read as ``dest`` (None:
     :attr:`~phaze.settings.Setting.dest`), with ``help`` (None: the declared help) and,
-    with ``declared_default``, the declared default shown."""
+    with ``declared_default``, the declared default (in the flag's units) shown."""
     s = setting(key) if isinstance(key, str) else key
     name = dest or s.dest
     text = s.help if help is None else help
+    if s.kind == "bool" and "/" in str(s.flag):  # on, off or unset
+        return click.option(s.flag, name, default=None, help=text, **click_kw)
     if s.kind == "bool":
         return click.option(s.flag, name, is_flag=True, help=text, **click_kw)
     if declared_default:
-        click_kw.update(default=s.default, show_default=True)
+        default = s.default
+        if s.kind == "float" and default is not None:
+            default = s.in_flag_units(default)
+        click_kw.update(default=default, show_default=True)
     many = s.many if many is None else many
-    return click.option(s.flag, name, type=option_type(s), multiple=many, help=text, **click_kw)
+    click_kw.setdefault("type", option_type(s))
+    return click.option(s.flag, name, multiple=many, help=text, **click_kw)
 
 
 def setting_options(*keys: str) -> Callable:

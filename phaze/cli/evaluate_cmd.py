@@ -35,7 +35,6 @@ from placement import Layout, Placement, parse_strategy
 from results.display import area_headroom_text, power_headroom_text
 from workloads import Model, resolve_model
 from workloads.framework import (
-    DEFAULT_FRAMEWORK,
     framework_names,
     framework_profile,
     search_exclusions,
@@ -74,10 +73,8 @@ _J_PER_KWH = 3.6e6
     help="Precision recipe: the blocks' GEMM format and the training state "
     "[default: bf16, or the strategy's precision=].",
 )
-@click.option(
-    "--sp/--no-sp",
+@setting_option(
     "sequence_parallel",
-    default=None,
     help="Sequence parallelism [default: searched, on or off at each width t > 1].",
 )
 @setting_option(
@@ -95,10 +92,10 @@ _J_PER_KWH = 3.6e6
 )
 @setting_option("state_bytes_per_parameter", dest="state_bytes")
 @optimizer_state_option
-@click.option(
-    "--framework",
-    default=DEFAULT_FRAMEWORK,
-    show_default=True,
+@setting_option(
+    "framework",
+    type=None,  # a profile's name, or NAME:key=value,... changing its keys
+    declared_default=True,
     help=f"Overlap profile of the training framework ({', '.join(framework_names())}); "
     "NAME:key=value,... changes its keys (megatron-core-2024:ep_overlap=true).",
 )

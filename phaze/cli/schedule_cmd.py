@@ -15,8 +15,9 @@ from ilp.timing import pass_schedule
 from phaze.cli._files import cannot_write, check_writable
 from phaze.cli._options import FiniteFloat, context_extension_option, default_seq_len
 from phaze.cli._render import echo_json, table
+from phaze.cli._settings import setting_option
 from phaze_common.errors import ConfigError, unknown_name
-from phaze_common.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from phaze_common.limits import MAX_DEVICES
 from phaze_common.units import fmt_column, fmt_percent, fmt_quantity
 from results.gantt import draw_gantt, gantt_formats
 from workloads import TrainingSetup, build_layer_graph, resolve_model
@@ -87,15 +88,12 @@ def _check_gantt(path: Path) -> None:
     help="Which pass of the layer to schedule.",
 )
 @click.option("--layer", default="block", show_default=True, help="Distinct layer (class id).")
-@click.option(
-    "--seq-len",
-    type=click.IntRange(1, MAX_SEQ_LEN),
-    default=None,
-    help="Tokens per sequence [default: 2048, or the model's context if shorter].",
+@setting_option(
+    "seq_len", help="Tokens per sequence [default: 2048, or the model's context if shorter]."
 )
 @context_extension_option
-@click.option(
-    "--micro-batch", type=click.IntRange(1, MAX_GLOBAL_BATCH), default=1, show_default=True
+@setting_option(
+    "micro_batches", dest="micro_batch", many=False, help="", default=1, show_default=True
 )
 @click.option("--solver", type=click.Choice(SCHEDULERS), default="highs", show_default=True)
 @click.option(

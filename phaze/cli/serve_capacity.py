@@ -13,12 +13,13 @@ import click
 
 from phaze.cli import NoFeasiblePoint
 from phaze.cli._render import echo_json, table
+from phaze.cli._settings import setting_option
 from phaze.cli.serve_load import load_document, print_load
 from phaze.executors.progress import Progress
 from phaze.model.serving_capacity import CapacityPlan, CapacityTry
 from phaze.model.serving_load import load_settings
+from phaze.settings import setting
 from phaze_common.errors import ConfigError
-from phaze_common.limits import MAX_DEVICES
 from phaze_common.units import fmt_noun, fmt_quantity
 
 __all__ = [
@@ -38,10 +39,9 @@ _QUIET_S = 2.0  # s a plan runs before its progress line shows (a quick one stay
 
 def capacity_options(f: Callable) -> Callable:
     """``--capacity`` and ``--max-devices``."""
-    f = click.option(
-        "--max-devices",
-        type=click.IntRange(1, MAX_DEVICES),
-        help="Largest device count --capacity tries "
+    f = setting_option(
+        "max_devices",
+        help=f"{setting('max_devices').help[:-1]} "
         f"[default: {load_settings().capacity_max_devices}].",
     )(f)
     return click.option(

@@ -66,9 +66,9 @@ __all__ = ["serve", "serving_document"]
     "batching=continuous|static; two pools: prefill:t=4,d=1;decode:t=4,d=1,batch=64.",
 )
 @setting_option("objective", declared_default=True)
-@click.option(
-    "--no-disaggregate",
+@setting_option(
     "disaggregate",
+    dest="disaggregate",
     flag_value=False,
     default=True,
     help="Search one pool only (no separate prefill and decode pools).",

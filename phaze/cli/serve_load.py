@@ -4,7 +4,6 @@ requests (docs/serving.md, "Serving under load"): its options, the simulation an
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
@@ -72,20 +71,15 @@ def load_options(f: Callable) -> Callable:
             "under load and give latency percentiles, not steady-state means.",
         ),
         setting_option("burstiness"),
-        click.option(
-            "--lengths",
+        setting_option(
+            "lengths",
             metavar="NAME",
             help=f"Request lengths at --rate: {FIXED} (--input-tokens and --output-tokens, the "
             "default) or a distribution from published statistics ("
             + ", ".join(length_distributions())
             + "); needs --rate.",
         ),
-        click.option(
-            "--trace",
-            type=click.Path(path_type=Path),
-            help="CSV of requests (arrival_s,input_tokens,output_tokens) to simulate instead "
-            "of --rate.",
-        ),
+        setting_option("trace"),
         setting_option("requests", help="Requests simulated at --rate [default: 2000]."),
         setting_option("seed", help="Seed of the arrivals at --rate [default: 0]."),
         setting_option(

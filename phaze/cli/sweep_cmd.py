@@ -98,7 +98,7 @@ def _overridden(cfg: SweepConfig, **options) -> SweepConfig:
     for key in ("hbm_gib", "hbm_tbps"):
         if key in given:
             given[key] = tuple(float(x) for x in given[key])
-    return dataclasses.replace(cfg, **given)
+    return cfg.with_settings(**given)
 
 
 def _check_mode_options(ctx: click.Context, mode: str) -> None:
@@ -142,27 +142,30 @@ def _banner(cfg: SweepConfig, out: Path) -> str:
     if cfg.mode == "serve":
         limits = ", ".join(
             f"{n} <= {v * 1e3:g} ms"
-            for n, v in (("TTFT", cfg.ttft_limit_s), ("TPOT", cfg.tpot_limit_s))
+            for n, v in (("TTFT", cfg.serving.ttft_limit_s), ("TPOT", cfg.serving.tpot_limit_s))
             if v is not None
         )
         knobs = (
-            f"serving ISL {cfg.input_tokens} OSL {cfg.output_tokens}, batches "
-            f"{list(cfg.batches)}, limits {limits or 'none'}"
+            f"serving ISL {cfg.serving.input_tokens} OSL {cfg.serving.output_tokens}, batches "
+            f"{list(cfg.serving.batches)}, limits {limits or 'none'}"
         )
-        if cfg.weight_formats != ("bf16",):
-            knobs += f", weights {list(cfg.weight_formats)}"
-        if cfg.rate is not None:
+        if cfg.serving.weight_formats != ("bf16",):
+            knobs += f", weights {list(cfg.serving.weight_formats)}"
+        if cfg.serving.rate is not None:
             p99 = ", ".join(
                 f"p99 {n} <= {v * 1e3:g} ms"
-                for n, v in (("TTFT", cfg.p99_ttft_limit_s), ("TPOT", cfg.p99_tpot_limit_s))
+                for n, v in (
+                    ("TTFT", cfg.serving.p99_ttft_limit_s),
+                    ("TPOT", cfg.serving.p99_tpot_limit_s),
+                )
                 if v is not None
             )
-            knobs += f", at {cfg.rate:g} requests/s" + (f" ({p99})" if p99 else "")
-            knobs += ", prefill-decode pairs" if cfg.pairs else ""
+            knobs += f", at {cfg.serving.rate:g} requests/s" + (f" ({p99})" if p99 else "")
+            knobs += ", prefill-decode pairs" if cfg.serving.pairs else ""
     else:
-        knobs = f"micro-batches {list(cfg.micro_batches)}, recompute {list(cfg.recompute)}"
-        if cfg.precision != (DEFAULT_PRECISION,):
-            knobs += f", precision {list(cfg.precision)}"
+        knobs = f"micro-batches {list(cfg.training.micro_batches)}, recompute {list(cfg.training.recompute)}"
+        if cfg.training.precision != (DEFAULT_PRECISION,):
+            knobs += f", precision {list(cfg.training.precision)}"
     return (
         f"sweep: {', '.join(cfg.workloads)} on space {cfg.space!r}, "
         f"{fmt_noun(cfg.devices, 'device')} "
@@ -318,7 +321,7 @@ def _serve_objectives(cfg: SweepConfig) -> SweepConfig:
     the rate first when there is a rate and the config left the serving ones."""
     if _training_objectives(cfg):
         cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES)
-    if cfg.rate is not None and cfg.objectives == SERVE_OBJECTIVES:
+    if cfg.serving.rate is not None and cfg.objectives == SERVE_OBJECTIVES:
         cfg = dataclasses.replace(cfg, objectives=SERVE_OBJECTIVES_AT_RATE)
     return cfg
 
@@ -365,7 +368,7 @@ def _echo_outcome(
         click.echo(comparison_text(out))
     for line in _top_tables(out, cfg):
         click.echo(line)
-    if cfg.pairs:
+    if cfg.serving.pairs:
         click.echo(_pairs_text(out))
     if report_path is not None:
         click.echo(f"\nreport: {report_path}")

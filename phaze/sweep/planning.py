@@ -96,26 +96,29 @@ def _sweep_context(cfg: SweepConfig) -> Context:
     )
     ctx = Context(
         cluster=cluster,
-        seq_len=cfg.seq_len,
-        global_batch=cfg.global_batch,
-        sequence_parallel=cfg.sequence_parallel,
-        tokens_to_train=cfg.tokens_to_train,
-        optimizer_state=cfg.optimizer_state,
-        allow_context_extension=cfg.allow_context_extension,
+        seq_len=cfg.training.seq_len,
+        global_batch=cfg.training.global_batch,
+        sequence_parallel=cfg.training.sequence_parallel,
+        tokens_to_train=cfg.training.tokens_to_train,
+        optimizer_state=cfg.training.optimizer_state,
+        allow_context_extension=cfg.training.allow_context_extension,
         solver=cfg.solver,
         scoring=cfg.scoring,
-        framework=cfg.framework,
-        ep_degrees=cfg.ep or None,
-        cp_degrees=cfg.cp or None,
+        framework=cfg.training.framework,
+        ep_degrees=cfg.training.ep or None,
+        cp_degrees=cfg.training.cp or None,
     )
-    if cfg.zero:  # the stages listed, and no others
-        ctx = dataclasses.replace(ctx, zero_stages=tuple(sorted(set(cfg.zero))), zero_fallback=())
+    if cfg.training.zero:  # the stages listed, and no others
+        ctx = dataclasses.replace(
+            ctx, zero_stages=tuple(sorted(set(cfg.training.zero))), zero_fallback=()
+        )
     return ctx
 
 
 def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
     """Resolve a config into the shared context and the designs to evaluate (validated)."""
     problems = duplicate_problems(cfg)
+    train, serving = cfg.training, cfg.serving
     workloads = []
     for w in cfg.workloads:
         try:
@@ -132,15 +135,15 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         except ConfigError as e:
             problems.append(str(e))
         problems += [p for _, model in workloads for p in _serve_problems(model, cfg)]
-        if cfg.rate is None:
+        if serving.rate is None:
             problems += [
-                f"{k} = {getattr(cfg, k)!r} needs rate (requests/s) in [sweep] or --rate"
+                f"{k} = {cfg.value(k)!r} needs rate (requests/s) in [sweep] or --rate"
                 for k in ("requests", "seed", "p99_ttft_limit_s", "p99_tpot_limit_s")
-                if getattr(cfg, k) is not None
+                if cfg.value(k) is not None
             ]
-            if cfg.pairs:
+            if serving.pairs:
                 problems.append("pairs = true needs rate (requests/s) in [sweep] or --rate")
-        if cfg.pairs and not cfg.disaggregate:
+        if serving.pairs and not serving.disaggregate:
             problems.append(
                 "pairs = true needs disaggregate = true (a pair is a prefill pool and a "
                 "decode pool); drop one or the other"
@@ -149,12 +152,12 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         problems += _train_problems(cfg)
         knobs = tuple(
             Layout.searching(mbs=mb, recompute=rc, precision=pr)
-            for mb in cfg.micro_batches
-            for rc in cfg.recompute
-            for pr in cfg.precision
+            for mb in train.micro_batches
+            for rc in train.recompute
+            for pr in train.precision
         )
         for name, model in workloads:
-            if model.tokens_to_train is None and cfg.tokens_to_train is None:
+            if model.tokens_to_train is None and train.tokens_to_train is None:
                 problems.append(
                     f"workload {name!r} has no published token budget; set tokens_to_train in "
                     "[sweep] (or phaze sweep --tokens, phaze.search(tokens_to_train=...))"
@@ -191,18 +194,18 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
         ctx,
         tuple(objective_signs(cfg.objectives)),
         serve=serve,
-        batches=cfg.batches if serve else (),
+        batches=serving.batches if serve else (),
         format_sets=space.format_sets,
-        weight_formats=cfg.weight_formats,
+        weight_formats=serving.weight_formats,
         at_rate=_at_rate(cfg) if serve else None,
     )
     # a design runs the precisions, or serves at the weight formats, its tensor cores have
     # the format for (one with none is left out)
     if serve is not None:
         runs, what = (lambda a: serve_formats(shared, a)), "serves weight format"
-        asked = cfg.weight_formats
+        asked = serving.weight_formats
     else:
-        runs, what, asked = (lambda a: design_knobs(shared, a)), "runs precision", cfg.precision
+        runs, what, asked = (lambda a: design_knobs(shared, a)), "runs precision", train.precision
     designs = tuple(a for a in designs if runs(a))
     if not designs:
         raise ConfigError(
@@ -214,39 +217,40 @@ def plan(cfg: SweepConfig) -> tuple[Shared, tuple[Accelerator, ...]]:
 
 def _train_problems(cfg: SweepConfig) -> list[str]:
     """A training sweep's knobs that do not divide what they must."""
+    train = cfg.training
     problems = [
-        f"micro_batches: {mb} does not divide global_batch = {cfg.global_batch}"
-        for mb in cfg.micro_batches
-        if cfg.global_batch % mb
+        f"micro_batches: {mb} does not divide global_batch = {train.global_batch}"
+        for mb in train.micro_batches
+        if train.global_batch % mb
     ]
     return problems + [
-        f"cp: {c} must divide seq_len = {cfg.seq_len} (the context-parallel ranks split it)"
-        for c in cfg.cp
-        if cfg.seq_len % c
+        f"cp: {c} must divide seq_len = {train.seq_len} (the context-parallel ranks split it)"
+        for c in train.cp
+        if train.seq_len % c
     ]
 
 
 def _at_rate(cfg: SweepConfig) -> AtRate | None:
     """The serving sweep's load (None without a rate); ``requests`` by default the
     simulation's (``phaze/data/serving_load.toml``); the p99 limits when given."""
-    if cfg.rate is None:
+    if cfg.serving.rate is None:
         return None
     return AtRate(
-        cfg.rate,
-        cfg.requests or load_settings().requests,
-        cfg.seed or 0,
-        cfg.p99_ttft_limit_s,
-        cfg.p99_tpot_limit_s,
+        cfg.serving.rate,
+        cfg.serving.requests or load_settings().requests,
+        cfg.serving.seed or 0,
+        cfg.serving.p99_ttft_limit_s,
+        cfg.serving.p99_tpot_limit_s,
     )
 
 
 def _serve_context(cfg: SweepConfig, cluster: Cluster) -> ServeContext:
     return ServeContext(
         cluster=cluster,
-        requests=RequestBatch.of(cfg.input_tokens, cfg.output_tokens),
-        ttft_limit_s=cfg.ttft_limit_s,
-        tpot_limit_s=cfg.tpot_limit_s,
-        disaggregate=cfg.disaggregate,
+        requests=RequestBatch.of(cfg.serving.input_tokens, cfg.serving.output_tokens),
+        ttft_limit_s=cfg.serving.ttft_limit_s,
+        tpot_limit_s=cfg.serving.tpot_limit_s,
+        disaggregate=cfg.serving.disaggregate,
         solver=cfg.solver,
         scoring=cfg.scoring,
     )
@@ -255,12 +259,12 @@ def _serve_context(cfg: SweepConfig, cluster: Cluster) -> ServeContext:
 def _serve_problems(model: Model, cfg: SweepConfig) -> list[str]:
     """What would keep ``model`` from serving the sweep's requests (an encoder, a context
     beyond its positions), checked before any worker starts."""
-    context = cfg.input_tokens + cfg.output_tokens - 1
+    context = cfg.serving.input_tokens + cfg.serving.output_tokens - 1
     try:
         check_serving(model, ServingPass.decode(1, context), 1)
     except ConfigError as e:
         return [
-            f"workload {model.name!r} cannot serve ISL {cfg.input_tokens} + OSL {cfg.output_tokens}: {e}"
+            f"workload {model.name!r} cannot serve ISL {cfg.serving.input_tokens} + OSL {cfg.serving.output_tokens}: {e}"
         ]
     return []
 
@@ -286,7 +290,7 @@ def duplicate_problems(cfg: SweepConfig) -> list[str]:
     its work twice, and count the value twice in the all-workload rows)."""
     problems = []
     for name in _LISTS:
-        counts = Counter(getattr(cfg, name))
+        counts = Counter(cfg.value(name))
         problems += [
             f"{name} lists {v!r} {n} times: give each value once"
             for v, n in counts.items()

@@ -173,7 +173,7 @@ def run_sweep(
                 runner.run(fn, rounds.tasks(), on_result=rounds.on_result)
                 assert rounds.finished or rounds.queued, "the sweep's rounds stalled"
             bar.close()
-            if cfg.pairs:  # prefill-decode design pairs, once every design is stored
+            if cfg.serving.pairs:  # prefill-decode design pairs, once every design is stored
                 t_pairs = time.perf_counter()
                 run_pairs(
                     store, shared, order, runner, Progress(label="pair pools", enabled=progress)
