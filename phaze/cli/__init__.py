@@ -56,7 +56,9 @@ COMMANDS: Final = MappingProxyType(
         ),
         "export": (
             "phaze.cli.report_cmd:export",
-            "Export every stored point of the sweep in DIR (all columns, SI units).",
+            "Export every stored point of the sweep in DIR (all columns, SI units), or with "
+            "--pairs its prefill-decode design pairs (--feasible-only: those meeting the SLO at "
+            "the rate).",
         ),
         "workloads": (
             "phaze.cli.workloads_cmd:workloads",
