@@ -19,14 +19,14 @@ from workloads import CoreType, OpGraph, OpKind
 from workloads.ops import Op
 
 H100 = preset_profile("h100")
-SIZES = (1024, 2048, 4096)
+SIZES = (256, 512, 1024, 2048, 4096)
 
 
 def _rate(m, n, k):
     """The shipped table's TFLOP/s at a grid point (XLA's sm_90 table, as devices.toml lists it)."""
     table = H100.gemm_shapes
     i, j, c = (SIZES.index(x) for x in (m, n, k))
-    return table.rates_flops_per_s[(i * 3 + j) * 3 + c] / 1e12
+    return table.rates_flops_per_s[(i * len(SIZES) + j) * len(SIZES) + c] / 1e12
 
 
 def test_docstring_examples():
@@ -39,6 +39,8 @@ def test_shipped_h100_table_is_xlas_measurement():
     assert _rate(4096, 4096, 4096) == 783.3
     assert _rate(4096, 2048, 2048) == 716.1
     assert _rate(1024, 1024, 1024) == 236.3
+    assert _rate(256, 4096, 4096) == 412.0  # a decode step's GEMM at 256 sequences
+    assert _rate(4096, 4096, 256) == 392.2
     # the largest measured shape is within 1.2 % of the best-shape (mamf-finder) rate
     assert _rate(4096, 4096, 4096) / 792.1 == pytest.approx(1.0, abs=0.012)
     assert preset_profile("a100").gemm_shapes is None
@@ -66,8 +68,14 @@ def test_factor_stays_within_the_measured_range_and_holds_at_the_edges(m, n, k):
     grid = np.asarray(table.rates_flops_per_s) / table.rates_flops_per_s[-1]
     f = float(table.factor(m, n, k))
     assert grid.min() - 1e-12 <= f <= grid.max() + 1e-12
-    clamp = [min(max(x, 1024), 4096) for x in (m, n, k)]
+    clamp = [min(max(x, 256), 4096) for x in (m, n, k)]
     assert f == pytest.approx(float(table.factor(*clamp)), rel=1e-12)
+
+
+def test_gemms_below_1024_rows_lose_what_the_table_measured():
+    # held at the 1024 edge before the 256 and 512 rows: 0.60 of the best shape, not 0.53
+    assert float(H100.gemm_shapes.factor(256, 4096, 4096)) == pytest.approx(412.0 / 783.3)
+    assert float(H100.gemm_shapes.factor(128, 8192, 8192)) == pytest.approx(412.0 / 783.3)
 
 
 def test_halfway_in_log_is_the_mean_of_the_neighbours():
