@@ -132,22 +132,25 @@ def _plain(obj: Any) -> Any:
 
 
 def _measured_by_tables(measured: Mapping[str, Any], table: Mapping[str, Any], source: str) -> str:
-    """The preset whose shipped tables a file's measurement tables are: its ``measured_as``,
-    else its own name, else any preset's. A user's file takes a preset's measurements; its own
-    ship as a chip file (arch_space/data/chips/), so other tables are refused."""
+    """The preset whose shipped tables a file's measurement tables are, every one of them as
+    shipped: its ``measured_as``, else its own name's, else any preset's. A user's file takes a
+    preset's measurements whole; its own ship as a chip file (arch_space/data/chips/), so
+    other tables, or some of a preset's, are refused."""
     chips = shipped_chips()
     if MEASURED_AS in table:
         candidates = [table[MEASURED_AS]] if table[MEASURED_AS] else []
     else:
         candidates = [table.get("name"), *preset_names()]
     for name in candidates:
-        if name in chips and measured == {k: _plain(chips[name].get(k)) for k in measured}:
+        shipped = {k: v for k, v in chips.get(name, {}).items() if k in CHIP_TABLES}
+        if shipped and measured == _plain(shipped):
             return str(name)
     tables = ", ".join(f"[{k}]" for k in measured)
     raise ConfigError(
         f"{source}: its measurement tables ({tables}) are not those of "
         + (f"preset {candidates[0]}" if len(candidates) == 1 else "any shipped preset")
-        + "; a file takes a preset's measurements as shipped: drop the tables and set "
+        + "; a file takes all of a preset's measurement tables as shipped, or none: drop them "
+        "and set "
         f'{MEASURED_AS} to a preset (or "" for none), or ship the chip as '
         "arch_space/data/chips/<name>.toml"
     )

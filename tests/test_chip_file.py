@@ -96,6 +96,9 @@ def test_edited_measurement_tables_are_refused_naming_the_way_to_ship_them(cli_r
     msg = str(e.value)
     assert "mine.toml: its measurement tables ([devices], [harvest]" in msg
     assert "not those of any shipped preset" in msg and "arch_space/data/chips/" in msg
+    partial = preset_to_toml("h100").split("\n[price]\n")[0]  # without its price and peaks
+    with pytest.raises(ConfigError, match="all of a preset's measurement tables as shipped"):
+        accelerator_from_mapping(tomllib.loads(partial), "mine.toml")
     f = tmp_path / "mine.toml"
     f.write_text(text)
     r = cli_run("arch", "show", f)
