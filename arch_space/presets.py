@@ -19,7 +19,7 @@ from typing import Any
 from arch_space._data import shipped_chips
 from arch_space.accelerator import Accelerator
 from arch_space.accelerator_table import MEASURED_AS, accelerator_values
-from arch_space.formats import preset_format_rates
+from arch_space.formats import peak_format_rates
 from phaze_common.errors import ConfigError, unknown_name
 
 __all__ = ["preset", "preset_names", "PUBLISHED", "NVLINK_BYTES_PER_S"]
@@ -38,7 +38,7 @@ def _chip(name: str, chip: Mapping[str, Any]) -> Accelerator:
     acc = Accelerator(**values)
     if "formats" in table:
         return acc
-    return replace(acc, formats=preset_format_rates(name) or acc.formats)
+    return replace(acc, formats=peak_format_rates(chip.get("peak", ())) or acc.formats)
 
 
 _PRESETS: MappingProxyType[str, Accelerator] = MappingProxyType(

@@ -4,12 +4,14 @@ tables says which preset it is measured as (``measured_as``), or is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from arch_space import _data, presets
 from arch_space._data import CHIP_TABLES
 from arch_space.config import accelerator_from_mapping, accelerator_to_toml, preset_to_toml
 from arch_space.perf.device import device_profile, generic_profile
@@ -78,6 +80,21 @@ def test_every_preset_is_one_chip_file_holding_its_tables():
             not set(preset_names()) & set(raw) and not raw.get("peak") and not raw.get("price")
         ), (table, file)
     assert "profile" not in tomllib.loads((_CHIPS.parent / "system.toml").read_text())["host"]
+
+
+def test_shipping_a_preset_is_adding_its_file(tmp_path, monkeypatch):
+    """A file added to the chips folder is read as a preset, listed by its ``order``, its
+    formats from its own [[peak]] rows."""
+    chips = tmp_path / "data" / "chips"
+    chips.mkdir(parents=True)
+    for f in _CHIPS.glob("*.toml"):
+        (chips / f.name).write_text(f.read_text("utf-8"), "utf-8")
+    toy = preset_to_toml("h100").replace('name = "h100"', 'name = "toy"')
+    (chips / "toy.toml").write_text(toy.replace("\norder = 3 ", "\norder = 99 "), "utf-8")
+    monkeypatch.setattr(_data.importlib.resources, "files", lambda package: tmp_path)
+    found = _data.shipped_chips.__wrapped__()
+    assert list(found) == [*preset_names(), "toy"]
+    assert presets._chip("toy", found["toy"]) == dataclasses.replace(preset("h100"), name="toy")
 
 
 def test_a_copy_keeping_the_tables_is_measured_as_their_preset():
