@@ -1,7 +1,9 @@
 """Shared helpers for arch_space's TOML data: loading shipped files, checking keys and types.
 
 The shipped data files keep every number as ``{value = ..., source = "..."}``; user files and
-override mappings may give plain numbers. Every checker returns a list of problems (strings)
+override mappings may give plain numbers. Each preset is one file, ``data/chips/<name>.toml``:
+its per-chip tables are read from there and joined into the views of the files that hold the
+generic tables (:func:`shipped_toml`), so every reader sees one table per chip as before. Every checker returns a list of problems (strings)
 so callers can report all of them in one :class:`~phaze_common.errors.ConfigError`.
 """
 
@@ -24,6 +26,9 @@ from phaze_common.files import read_toml
 
 __all__ = [
     "shipped_toml",
+    "shipped_chips",
+    "chip_file_text",
+    "CHIP_TABLES",
     "read_toml",
     "unknown_keys",
     "plain_values",
@@ -36,11 +41,73 @@ __all__ = [
 ]
 
 
+_CHIPS = "chips"
+
+#: The tables of a chip file beside its ``[accelerator]`` that hold what was measured or
+#: published about the chip, and the data file whose view each joins: the sustained rates
+#: (``[devices]``, as devices.toml's ``[<name>]``), the core harvesting (``[harvest]``), the
+#: host server with the board power limit (``[host]``, with its ``profile`` name), the price
+#: (``[price] usd``) and the data sheet's tensor peaks (``[[peak]]``).
+CHIP_TABLES: Mapping[str, str] = MappingProxyType(
+    {
+        "devices": "devices.toml",
+        "harvest": "harvest.toml",
+        "host": "system.toml",
+        "price": "cost.toml",
+        "peak": "formats.toml",
+    }
+)
+
+
 @functools.cache
 def shipped_toml(name: str) -> Mapping[str, Any]:
-    """The parsed data file ``arch_space/data/<name>``, read-only and cached."""
+    """The parsed data file ``arch_space/data/<name>``, read-only and cached, with every
+    shipped chip's tables of that file (:data:`CHIP_TABLES`) in the place they had there."""
     text = importlib.resources.files("arch_space").joinpath("data", name).read_text("utf-8")
-    return _frozen(tomllib.loads(text))
+    data = tomllib.loads(text)
+    for chip, tables in shipped_chips().items():
+        for table, file in CHIP_TABLES.items():
+            if file == name and table in tables:
+                _join(data, table, chip, tables[table])
+    return _frozen(data)
+
+
+def _join(data: dict[str, Any], table: str, chip: str, value: Any) -> None:
+    """Put chip ``chip``'s table ``table`` where its data file kept it."""
+    if table == "devices":
+        data[chip] = value
+    elif table == "harvest":
+        data.setdefault("preset", {})[chip] = value
+    elif table == "host":
+        host = {k: v for k, v in value.items() if k != "profile"}
+        data["host"].setdefault("profile", {})[value["profile"]] = {**host, "preset": chip}
+    elif table == "price":
+        data.setdefault("price", {})[chip] = value["usd"]
+    else:
+        data.setdefault("peak", []).extend({"preset": chip, **row} for row in value)
+
+
+@functools.cache
+def shipped_chips() -> Mapping[str, Mapping[str, Any]]:
+    """Every chip file ``arch_space/data/chips/<name>.toml``, parsed and read-only, by name, in
+    the order of their ``order`` keys (then by name)."""
+    folder = importlib.resources.files("arch_space").joinpath("data", _CHIPS)
+    chips = {
+        f.name.removesuffix(".toml"): tomllib.loads(f.read_text("utf-8"))
+        for f in folder.iterdir()
+        if f.name.endswith(".toml")
+    }
+    order = sorted(chips, key=lambda n: (chips[n].get("order", math.inf), n))
+    return _frozen({n: chips[n] for n in order})
+
+
+def chip_file_text(name: str) -> str:
+    """The text of the shipped chip file of ``name``, its comments and sources included."""
+    return (
+        importlib.resources.files("arch_space")
+        .joinpath("data", _CHIPS, f"{name}.toml")
+        .read_text("utf-8")
+    )
 
 
 def _frozen(obj: Any) -> Any:

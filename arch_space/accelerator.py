@@ -175,9 +175,9 @@ class Accelerator:
     ``extra_units`` are further kinds of compute unit (see :class:`ComputeUnit`).
     ``formats`` are the number formats the tensor cores run, each with its MACs per cycle
     relative to bf16 (:mod:`arch_space.formats`); bf16 alone by default.
-    ``measured_as`` names the preset whose measured data stands for this chip's (its
-    sustained rates in ``devices.toml``, harvesting, host server, board power limit and
-    price): "" for none but its own name's (:attr:`profile_name`).
+    ``measured_as`` names the preset whose measured data stands for this chip's (the tables of
+    its chip file: sustained rates, harvesting, host server, board power limit and price): ""
+    for none but its own name's (:attr:`profile_name`).
     """
 
     num_tc: int

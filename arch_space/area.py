@@ -181,16 +181,16 @@ def die_area_mm2(acc: Accelerator, tech: TechNode | None = None) -> float:
 
 
 def harvest_cores(acc: Accelerator) -> tuple[int, int] | None:
-    """(physical, shipped) cores per die of a preset listed in ``data/harvest.toml`` (a chip
-    whose dies carry spare cores the product does not enable), else None."""
-    harvest = shipped_toml("harvest.toml")["preset"].get(acc.profile_name)
+    """(physical, shipped) cores per die of a preset whose chip file has a ``[harvest]`` table
+    (a chip whose dies carry spare cores the product does not enable), else None."""
+    harvest = shipped_toml("harvest.toml").get("preset", {}).get(acc.profile_name)
     if harvest is None:
         return None
     cores = int(harvest["physical_cores"]["value"])
     shipped = int(harvest["shipped_cores"]["value"])
     if shipped * acc.dies != acc.num_vc:
         raise ConfigError(
-            f"harvest.toml [preset.{acc.profile_name}]: shipped_cores = {shipped} per die x "
+            f"arch_space/data/chips/{acc.profile_name}.toml [harvest]: shipped_cores = {shipped} per die x "
             f"dies = {acc.dies} must equal num_vc = {acc.num_vc}"
         )
     return cores, shipped

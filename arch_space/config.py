@@ -22,12 +22,18 @@ File layout (sizes in MiB / GiB, rates in SI; ``accelerator_to_toml`` writes it)
     measured_as = "a100"     # optional: the preset whose measured data stands for this
                              # chip's (see below); "" for none
 
-A chip is one file: ``measured_as`` names the preset whose shipped measurements the chip
-takes, the sustained rates of ``devices.toml`` (GEMM tables, training clock, collective
-curves), its harvesting (``harvest.toml``), host server and board power limit
-(``system.toml``) and price (``cost.toml``), each with its source where it is shipped; the
-file's own fields (HBM among them) are modelled as written. ``phaze arch show NAME --toml``
-writes a preset so. The one rule for a file without the key: a chip with a preset's silicon
+A chip is one file. A shipped preset's file (``arch_space/data/chips/<name>.toml``, which
+``phaze arch show NAME --toml`` writes out) holds beside ``[accelerator]`` the figures it is
+checked against (``[published]``, and ``order``, its place in listings; both read as notes)
+and every table measured or published about it, each with its source: the sustained rates
+``[devices]`` (GEMM tables, training clock, collective curves), the core harvesting
+``[harvest]``, the host server and board power limit ``[host]``, the price ``[price]`` and the
+tensor peaks ``[[peak]]`` (whose formats the chip runs where ``formats`` is absent). Such a file
+given back is the preset (or, edited, a variant measured as it): its measurement tables must
+be those a preset ships (its ``measured_as``, else its name's, else any preset's), as a
+chip's own measurements ship as a chip file. A file without them names the preset whose
+measurements it takes with ``measured_as``; the file's own fields (HBM among them) are
+modelled as written. The one rule for a file with neither: a chip with a preset's silicon
 (cores, buffer, clock, node, element size, dies; not the HBM or formats) is measured as that
 preset when it bears the preset's name, and is refused otherwise (naming the preset), so that
 a variant never silently falls back to the generic profile; a chip with no preset's silicon
@@ -47,16 +53,27 @@ Clusters use the Cluster field names (SI units); only ``devices`` is required::
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
-from arch_space._data import read_toml, shipped_toml, toml_literal, unknown_keys
-from arch_space.accelerator import Accelerator, Cluster, accelerator_problems, cluster_problems
-from arch_space.bounds import bound_problem
+from arch_space._data import (
+    CHIP_TABLES,
+    chip_file_text,
+    read_toml,
+    shipped_chips,
+    toml_literal,
+    unknown_keys,
+)
+from arch_space.accelerator import Accelerator, Cluster, cluster_problems
+from arch_space.accelerator_table import (
+    ACCELERATOR_TOML_KEYS,
+    MEASURED_AS,
+    accelerator_to_toml,
+    accelerator_values,
+)
+from arch_space.formats import peak_format_rates
 from arch_space.presets import preset, preset_names
 from phaze_common.errors import ConfigError, unknown_name
 
@@ -72,82 +89,71 @@ __all__ = [
     "cluster_to_toml",
 ]
 
-_MIB = 2**20
-_GIB = 2**30
-
-#: TOML key -> (Accelerator field, bytes per unit or None for as-is), in file order.
-ACCELERATOR_TOML_KEYS: Mapping[str, tuple[str, int | None]] = MappingProxyType(
-    {
-        "name": ("name", None),
-        "num_tc": ("num_tc", None),
-        "tc_rows": ("tc_rows", None),
-        "tc_cols": ("tc_cols", None),
-        "num_vc": ("num_vc", None),
-        "vc_lanes": ("vc_lanes", None),
-        "glb_mib": ("glb_bytes", _MIB),
-        "hbm_gib": ("hbm_bytes", _GIB),
-        "hbm_bandwidth_bytes_per_s": ("hbm_bandwidth_bytes_per_s", None),
-        "clock_hz": ("clock_hz", None),
-        "node_nm": ("node_nm", None),
-        "bytes_per_element": ("bytes_per_element", None),
-        "hbm_stacks": ("hbm_stacks", None),
-        "dies": ("dies", None),
-    }
-)
-_MEASURED_AS = "measured_as"
-_MISSING = dataclasses.MISSING
-# The TOML keys of the fields without a default, in file order.
-_NO_DEFAULT = {f.name for f in fields(Accelerator) if f.default is _MISSING}
-_REQUIRED = tuple(k for k, (name, _) in ACCELERATOR_TOML_KEYS.items() if name in _NO_DEFAULT)
+_CHIP_KEYS = ("order", "published", *CHIP_TABLES)
 
 
 def accelerator_from_mapping(data: Mapping[str, Any], source: str = "accelerator") -> Accelerator:
-    """An Accelerator from ``{"accelerator": {...}}`` (the TOML layout), reporting every
-    unknown key (with the nearest known one), missing key, bad value and value outside its
-    physical range (:mod:`arch_space.bounds`) at once."""
-    problems = unknown_keys(source, data, ["accelerator"])
+    """An Accelerator from a chip file's mapping (the layout of the module docstring),
+    reporting every unknown key (with the nearest known one), missing key, bad value and value
+    outside its physical range (:mod:`arch_space.bounds`) at once."""
+    problems = unknown_keys(source, data, ["accelerator", *_CHIP_KEYS])
     table = data.get("accelerator")
     if not isinstance(table, Mapping):
         raise ConfigError("; ".join([*problems, f"{source}: needs an [accelerator] table"]))
     where = f"{source} [accelerator]"
-    problems += unknown_keys(where, table, (*ACCELERATOR_TOML_KEYS, "formats", _MEASURED_AS))
-    problems += [f"{where}: missing key {k!r}" for k in _REQUIRED if k not in table]
-    values = {f.name: f.default for f in fields(Accelerator)}
-    if "formats" in table:
-        values["formats"] = _formats(table["formats"])
-    for key, raw in table.items():
-        if key not in ACCELERATOR_TOML_KEYS:
-            continue
-        field_name, unit = ACCELERATOR_TOML_KEYS[key]
-        if unit is None:
-            values[field_name] = raw
-        elif not isinstance(raw, numbers.Real) or isinstance(raw, bool) or raw <= 0:
-            problems.append(f"{where}: {key} = {raw!r} must be a positive number")
-            values[field_name] = 1
-        elif (raw * unit) % 1:
-            problems.append(f"{where}: {key} = {raw!r} is not a whole number of bytes")
-            values[field_name] = 1
-        else:
-            values[field_name] = int(raw * unit)
-    for key in _REQUIRED:
-        if key not in table or values[ACCELERATOR_TOML_KEYS[key][0]] is _MISSING:
-            values[ACCELERATOR_TOML_KEYS[key][0]] = (
-                1  # a valid stand-in, so only real problems are listed
-            )
-    problems += accelerator_problems(values, where)
-    problems += _bound_problems(table, where)
-    of = table.get(_MEASURED_AS, "")
+    values, more = accelerator_values(table, where)
+    problems += more
+    of = table.get(MEASURED_AS, "")
     if of != "" and of not in preset_names():
         problems.append(
-            f"{where}: {_MEASURED_AS} = {of!r} must name a preset ({', '.join(preset_names())}) "
+            f"{where}: {MEASURED_AS} = {of!r} must name a preset ({', '.join(preset_names())}) "
             'or be "" for none'
         )
+    measured = {k: _plain(data[k]) for k in CHIP_TABLES if k in data}
+    if measured and not problems:
+        of = _measured_by_tables(measured, table, source)
+        if "formats" not in table and "peak" in measured:
+            values["formats"] = peak_format_rates(measured["peak"]) or values["formats"]
     if problems:
         raise ConfigError("; ".join(problems))
-    for f in ("hbm_bandwidth_bytes_per_s", "clock_hz"):
-        values[f] = float(values[f])
     acc = Accelerator(**values)
+    if measured:
+        return dataclasses.replace(acc, measured_as="" if acc == preset(of) else of)
     return dataclasses.replace(acc, measured_as=_measured_as(acc, table, where))
+
+
+def _plain(obj: Any) -> Any:
+    """Parsed TOML with read-only tables and tuples as plain dicts and lists, to compare."""
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _measured_by_tables(measured: Mapping[str, Any], table: Mapping[str, Any], source: str) -> str:
+    """The preset whose shipped tables a file's measurement tables are, every one of them as
+    shipped: its ``measured_as``, else its own name's, else any preset's. A user's file takes a
+    preset's measurements whole; its own ship as a chip file (arch_space/data/chips/), so
+    other tables, or some of a preset's, are refused."""
+    chips = shipped_chips()
+    if MEASURED_AS in table:
+        candidates = [table[MEASURED_AS]] if table[MEASURED_AS] else []
+    else:
+        candidates = [table.get("name"), *preset_names()]
+    for name in candidates:
+        shipped = {k: v for k, v in chips.get(name, {}).items() if k in CHIP_TABLES}
+        if shipped and measured == _plain(shipped):
+            return str(name)
+    tables = ", ".join(f"[{k}]" for k in measured)
+    raise ConfigError(
+        f"{source}: its measurement tables ({tables}) are not those of "
+        + (f"preset {candidates[0]}" if len(candidates) == 1 else "any shipped preset")
+        + "; a file takes all of a preset's measurement tables as shipped, or none: drop them "
+        "and set "
+        f'{MEASURED_AS} to a preset (or "" for none), or ship the chip as '
+        "arch_space/data/chips/<name>.toml"
+    )
 
 
 def _silicon(acc: Accelerator) -> Accelerator:
@@ -163,8 +169,8 @@ def _measured_as(acc: Accelerator, table: Mapping[str, Any], where: str) -> str:
     none); without one, its own name where that is a preset of the same silicon ("" where
     the file is that preset, which its name measures already); a chip with a preset's
     silicon under another name is refused (the rule in the module docstring)."""
-    if _MEASURED_AS in table:  # checked with the other fields
-        return str(table[_MEASURED_AS])
+    if MEASURED_AS in table:  # checked with the other fields
+        return str(table[MEASURED_AS])
     mine = _silicon(acc)
     same = [n for n in preset_names() if _silicon(preset(n)) == mine]
     if not same:
@@ -174,20 +180,9 @@ def _measured_as(acc: Accelerator, table: Mapping[str, Any], where: str) -> str:
     presets = ", ".join(same[:-1]) + " and " + same[-1] if len(same) > 1 else same[0]
     raise ConfigError(
         f"{where}: has the silicon (cores, buffer, clock, node, dies) of preset {presets} but "
-        f"is named {acc.name!r}; add {_MEASURED_AS} = {toml_literal(same[0])} to take its "
-        f'measured profiles, or {_MEASURED_AS} = "" to model it without them'
+        f"is named {acc.name!r}; add {MEASURED_AS} = {toml_literal(same[0])} to take its "
+        f'measured profiles, or {MEASURED_AS} = "" to model it without them'
     )
-
-
-def _bound_problems(table: Mapping[str, Any], where: str) -> list[str]:
-    """Every value of an ``[accelerator]`` table outside its physical range
-    (:mod:`arch_space.bounds`), the tensor-core formats' rates among them."""
-    checks = [(key, raw, None) for key, raw in table.items() if key in ACCELERATOR_TOML_KEYS]
-    formats = table.get("formats")
-    if isinstance(formats, Mapping):
-        checks += [("format_rate", r, f"formats.{f}") for f, r in formats.items()]
-    found = (bound_problem(where, "accelerator", k, v, name) for k, v, name in checks)
-    return [p for p in found if p]
 
 
 def accelerator_from_toml(path: str | Path) -> Accelerator:
@@ -195,81 +190,12 @@ def accelerator_from_toml(path: str | Path) -> Accelerator:
     return accelerator_from_mapping(read_toml(path), source=str(path))
 
 
-def accelerator_to_toml(acc: Accelerator) -> str:
-    """``acc`` as TOML text that :func:`accelerator_from_toml` reads back to an equal value."""
-    lines = ["[accelerator]"]
-    for key, (field_name, unit) in ACCELERATOR_TOML_KEYS.items():
-        v = getattr(acc, field_name)
-        if key == "dies" and v == 1:
-            continue  # the default: single-die files read as before
-        if unit is not None:
-            v = v // unit if v % unit == 0 else v / unit
-        lines.append(f"{key} = {toml_literal(v)}")
-    if acc.formats != Accelerator.__dataclass_fields__["formats"].default:
-        rates = ", ".join(f"{f} = {toml_literal(r)}" for f, r in acc.formats)
-        lines.append(f"formats = {{ {rates} }}")
-    if acc.measured_as:
-        lines.append(f"{_MEASURED_AS} = {toml_literal(acc.measured_as)}")
-    return "\n".join(lines) + "\n"
-
-
 def preset_to_toml(name: str) -> str:
-    """Preset ``name`` as one accelerator file: its fields, and ``measured_as`` naming the
-    shipped measurements it takes, each listed with its source in a comment. The file reads
-    back (:func:`accelerator_from_toml`) to a chip that evaluates as the preset does."""
-    acc = dataclasses.replace(preset(name), measured_as=name)
-    notes = [f"# Preset {name} as one file (phaze arch show {name} --toml)."]
-    notes += [f"# {_MEASURED_AS} = {toml_literal(name)} takes its shipped measurements:"]
-    notes += [f"#   {line}" for line in _measurement_sources(name)]
-    return "\n".join(notes) + "\n" + accelerator_to_toml(acc)
-
-
-def _measurement_sources(name: str) -> list[str]:
-    """One line per shipped measurement of preset ``name``: where it is and its source."""
-    from arch_space.system import datasheet_board_w, host_profile_for
-
-    devices = shipped_toml("devices.toml")
-    table = devices.get(name)
-    if table is None:
-        lines = ["devices.toml: no table; the generic GEMM share and the design clock"]
-    elif _MEASURED_AS in table:
-        lines = [f"devices.toml [{name}]: the table of [{table[_MEASURED_AS]}]"]
-    else:
-        fitted = table.get("fitted", {}).get("provenance")
-        lines = [f"devices.toml [{name}]" + (f": fitted to {fitted}" if fitted else "")]
-    harvest = shipped_toml("harvest.toml")["preset"].get(name)
-    if harvest is not None:
-        lines.append(f"harvest.toml [preset.{name}]: {harvest['physical_cores']['source']}")
-    board = datasheet_board_w(name)
-    if board is not None:
-        host = host_profile_for(name)
-        lines.append(f"system.toml [host.profile.{host}]: {board[0]:g} W, {board[1]}")
-    peaks = sorted(
-        {r["source"] for r in shipped_toml("formats.toml")["peak"] if r["preset"] == name}
-    )
-    if peaks:
-        lines.append(f"formats.toml [[peak]] of {name} (the formats below): {', '.join(peaks)}")
-    price = shipped_toml("cost.toml")["price"].get(name)
-    if price is not None:
-        lines.append(f"cost.toml [price] {name}: {price['value']:g} USD, {price['source']}")
-    return lines
-
-
-def _formats(raw: Any) -> Any:
-    """``{ bf16 = 1.0, fp8 = 2.0 }`` as (format, rate) pairs, bf16 first (anything else is
-    passed on for :func:`accelerator_problems` to name)."""
-    if not isinstance(raw, Mapping):
-        return raw
-    order = sorted(raw, key=lambda f: f != "bf16")
-    return tuple(
-        (
-            f,
-            float(raw[f])
-            if isinstance(raw[f], int | float) and not isinstance(raw[f], bool)
-            else raw[f],
-        )
-        for f in order
-    )
+    """Preset ``name``'s chip file as shipped: its fields and every table measured or
+    published about it, each with its source. It reads back (:func:`accelerator_from_toml`)
+    to the preset itself."""
+    preset(name)  # an unknown name suggests the nearest
+    return chip_file_text(name)
 
 
 def load_accelerator(spec: str) -> Accelerator:

@@ -234,7 +234,7 @@ def made_die(
     acc: Accelerator, params: CostParams | None = None, tech: TechNode | None = None
 ) -> tuple[float, float]:
     """(area mm2, yield) of one of the ``acc.dies`` identical dies made for ``acc``
-    (:func:`~arch_space.area.made_die_area_mm2`): a preset listed in ``harvest.toml`` sells
+    (:func:`~arch_space.area.made_die_area_mm2`): a preset with a ``[harvest]`` table sells
     when its shipped cores work (:func:`harvested_yield`); any other design is made as
     modelled (:func:`die_yield`)."""
     p = params or CostParams.default()

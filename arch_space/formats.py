@@ -9,7 +9,7 @@ a searched design from its space's format set and the format options (``data/for
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
@@ -28,6 +28,7 @@ __all__ = [
     "format_options",
     "format_set_rates",
     "preset_format_rates",
+    "peak_format_rates",
     "format_lane_factor",
     "format_problem",
     "format_set_problems",
@@ -86,9 +87,15 @@ def preset_format_rates(name: str) -> tuple[tuple[str, float], ...] | None:
     models that its data sheet lists as supported, the base first: bf16, or fp16 on a part
     without bf16 (the V100); None for a preset without peaks (where two sources disagree the
     first row counts)."""
+    return peak_format_rates([r for r in shipped_toml(_DATA_FILE)["peak"] if r["preset"] == name])
+
+
+def peak_format_rates(rows: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, float], ...] | None:
+    """(format, dense peak over the base peak) of one chip's ``[[peak]]`` rows, as
+    :func:`preset_format_rates`."""
     peaks: dict[str, float] = {}
-    for row in shipped_toml(_DATA_FILE)["peak"]:
-        if row["preset"] == name and row["supported"] and row["format"] in _TENSOR_FORMATS:
+    for row in rows:
+        if row["supported"] and row["format"] in _TENSOR_FORMATS:
             peaks.setdefault(row["format"], float(row["dense_ops_per_s"]))
     base = next((f for f in HALF_FORMATS if f in peaks), None)
     if base is None:

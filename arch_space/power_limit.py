@@ -1,9 +1,9 @@
 """A board's power limiter: a preset's draw never exceeds its board power limit (TDP).
 
 A real board holds its power at or below its limit by lowering its clock; the measured
-sustained rates of a preset (``arch_space/data/devices.toml``) already include that
+sustained rates of a preset (``[devices]`` of its chip file) already include that
 throttling, so its op times stand and only its op energy is held to ``limit x time``. The
-limit of a preset is the board power of the host server it ships in (``system.toml``);
+limit of a preset is the board power of the host server it ships in (its ``[host]``);
 designs that are not presets have none here (a design space clocks them down to its power
 budget instead, :mod:`arch_space.space`).
 """

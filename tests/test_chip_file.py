@@ -1,15 +1,18 @@
-"""A chip is one file: ``phaze arch show NAME --toml`` writes a preset with the measurements
-it takes (``measured_as``), and the file evaluates as the preset; a file with a preset's
-silicon under another name says which preset it is measured as, or is refused."""
+"""A chip is one file: ``phaze arch show NAME --toml`` writes a preset's chip file (its fields
+and every table measured about it), and the file evaluates as the preset; a file without the
+tables says which preset it is measured as (``measured_as``), or is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from arch_space import _data, presets
+from arch_space._data import CHIP_TABLES
 from arch_space.config import accelerator_from_mapping, accelerator_to_toml, preset_to_toml
 from arch_space.perf.device import device_profile, generic_profile
 from arch_space.presets import preset, preset_names
@@ -29,6 +32,7 @@ _EVALUATE = (
     "--json",
 )
 _FAST = ("h100", "h200", "v100", "tpuv5p")
+_CHIPS = Path(__file__).parents[1] / "arch_space" / "data" / "chips"
 
 
 def _precision(name: str) -> tuple[str, ...]:
@@ -51,16 +55,71 @@ def test_a_preset_written_as_one_file_evaluates_as_the_preset(name, cli_run, tmp
     assert json.loads(by_file.stdout) == json.loads(by_name.stdout)
 
 
-def test_the_file_names_the_measurements_it_takes_with_their_sources():
-    text = preset_to_toml("h200")
-    assert 'measured_as = "h200"' in text
-    assert "devices.toml [h200]: the table of [h100]" in text
-    assert "harvest.toml [preset.h200]: GH100 full die" in text
-    h100 = preset_to_toml("h100")
-    assert "system.toml [host.profile.dgx-h100]: 700 W" in h100
-    assert "cost.toml [price] h100: 27500 USD, Raymond James" in h100
-    acc = accelerator_from_mapping(tomllib.loads(text))
-    assert acc.measured_as == "h200" and device_profile(acc) == device_profile(preset("h200"))
+def test_the_file_holds_every_table_measured_about_the_chip_with_its_sources():
+    """``arch show --toml`` writes the chip's whole file (not a pointer): every table the
+    model reads about the chip, with its sources, and it reads back to the preset itself."""
+    text = preset_to_toml("h100")
+    assert text == (_CHIPS / "h100.toml").read_text("utf-8") and "measured_as" not in text
+    data = tomllib.loads(text)
+    assert set(CHIP_TABLES) <= set(data) and "[devices.gemm_shapes]" in text
+    assert "Raymond James" in text and "GH100 full die" in text  # price, harvest sources
+    assert data["host"]["device_board_w"]["value"] == 700.0
+    assert accelerator_from_mapping(data) == preset("h100")
+    h200 = tomllib.loads(preset_to_toml("h200"))
+    assert h200["devices"] == {"measured_as": "h100"}
+    assert device_profile(accelerator_from_mapping(h200)) == device_profile(preset("h200"))
+
+
+def test_every_preset_is_one_chip_file_holding_its_tables():
+    """Each preset's tables are read from its chip file alone: the shipped views of the
+    generic files hold no chip's table but through its chip file."""
+    assert sorted(f.stem for f in _CHIPS.glob("*.toml")) == sorted(preset_names())
+    for table, file in CHIP_TABLES.items():
+        raw = tomllib.loads((_CHIPS.parent / file).read_text("utf-8"))
+        assert (
+            not set(preset_names()) & set(raw) and not raw.get("peak") and not raw.get("price")
+        ), (table, file)
+    assert "profile" not in tomllib.loads((_CHIPS.parent / "system.toml").read_text())["host"]
+
+
+def test_shipping_a_preset_is_adding_its_file(tmp_path, monkeypatch):
+    """A file added to the chips folder is read as a preset, listed by its ``order``, its
+    formats from its own [[peak]] rows."""
+    chips = tmp_path / "data" / "chips"
+    chips.mkdir(parents=True)
+    for f in _CHIPS.glob("*.toml"):
+        (chips / f.name).write_text(f.read_text("utf-8"), "utf-8")
+    toy = preset_to_toml("h100").replace('name = "h100"', 'name = "toy"')
+    (chips / "toy.toml").write_text(toy.replace("\norder = 3 ", "\norder = 99 "), "utf-8")
+    monkeypatch.setattr(_data.importlib.resources, "files", lambda package: tmp_path)
+    found = _data.shipped_chips.__wrapped__()
+    assert list(found) == [*preset_names(), "toy"]
+    assert presets._chip("toy", found["toy"]) == dataclasses.replace(preset("h100"), name="toy")
+
+
+def test_a_copy_keeping_the_tables_is_measured_as_their_preset():
+    text = preset_to_toml("h100").replace('name = "h100"', 'name = "mine"')
+    acc = accelerator_from_mapping(tomllib.loads(text.replace("hbm_gib = 80", "hbm_gib = 96")))
+    assert acc.measured_as == "h100" and acc.hbm_bytes == 96 * 2**30
+    assert acc.formats == preset("h100").formats  # from its [[peak]] rows
+
+
+def test_edited_measurement_tables_are_refused_naming_the_way_to_ship_them(cli_run, tmp_path):
+    text = preset_to_toml("h100").replace(
+        "sustained_tensor_fraction = 0.801", "sustained_tensor_fraction = 0.9"
+    )
+    with pytest.raises(ConfigError) as e:
+        accelerator_from_mapping(tomllib.loads(text), "mine.toml")
+    msg = str(e.value)
+    assert "mine.toml: its measurement tables ([devices], [harvest]" in msg
+    assert "not those of any shipped preset" in msg and "arch_space/data/chips/" in msg
+    partial = preset_to_toml("h100").split("\n[price]\n")[0]  # without its price and peaks
+    with pytest.raises(ConfigError, match="all of a preset's measurement tables as shipped"):
+        accelerator_from_mapping(tomllib.loads(partial), "mine.toml")
+    f = tmp_path / "mine.toml"
+    f.write_text(text)
+    r = cli_run("arch", "show", f)
+    assert r.exit_code == 1 and r.output.startswith("Error: ") and r.output.count("\n") == 1
 
 
 def _variant(**table) -> str:

@@ -14,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 from doclinks import anchors
 
+from arch_space.config import accelerator_to_toml
+from arch_space.presets import preset
 from phaze.cli._settings import setting_option
 from phaze.settings import SETTINGS, Setting
 
@@ -51,10 +53,11 @@ def _chip_section() -> str:
 
 def test_the_chip_walk_through_runs_as_written(cli_run, tmp_path):
     """The "A chip" steps on their toy: the shell block's ``arch show --toml`` writes the
-    preset's file; the TOML block is that file with the lines marked ``# changed`` edited
-    (so the page cannot drift from the tool); the edited chip keeps the preset's measured
-    rates (its iteration is the preset's, HBM capacity aside) and without ``measured_as``
-    is refused, naming the preset."""
+    preset's chip file; the TOML block is its ``[accelerator]`` table with the lines marked
+    ``# changed`` edited (so the page cannot drift from the tool); the file so edited keeps
+    the preset's measured rates (its iteration is the preset's, HBM capacity aside); the
+    table alone (with the preset's formats) is refused, naming the preset, and runs as it
+    with ``measured_as``."""
     section = _chip_section()
     command = re.search(r"```bash\nphaze (.*) > (\S+)\n```", section)
     args, out = command[1].split(), tmp_path / command[2]
@@ -62,21 +65,34 @@ def test_the_chip_walk_through_runs_as_written(cli_run, tmp_path):
     assert shown.exit_code == 0, shown.output
     out.write_text(shown.stdout)
     edited = re.search(r"```toml\n(.*?)```", section, re.S)[1]
-    changed = {line.split()[0] for line in edited.splitlines() if line.endswith("# changed")}
+    changed = {
+        line.split()[0]: line.split("#")[0].strip()
+        for line in edited.splitlines()
+        if line.endswith("# changed")
+    }
     written, documented = (tomllib.loads(t)["accelerator"] for t in (shown.stdout, edited))
-    assert changed == {"name", "hbm_gib"}
+    assert set(changed) == {"name", "hbm_gib"} and set(tomllib.loads(edited)) == {"accelerator"}
     assert {k: v for k, v in written.items() if k not in changed} == {
         k: v for k, v in documented.items() if k not in changed
     }
+    whole = "".join(
+        changed.get(line.split(" ")[0], line) + "\n" for line in shown.stdout.splitlines()
+    )
     chip = tmp_path / "chip.toml"
-    chip.write_text(edited)
+    chip.write_text(whole)
     run = ("evaluate", "--workload", "gpt3-1.3b", "--devices", 8, "--global-batch", 16)
     run += ("--strategy", "t=2,p=1,d=4,mbs=2", "--json", "--arch")
-    mine, h100 = (json.loads(cli_run(*run, a).stdout) for a in (chip, written["measured_as"]))
+    mine, h100 = (json.loads(cli_run(*run, a).stdout) for a in (chip, written["name"]))
     assert mine["iteration_s"] == h100["iteration_s"]
-    chip.write_text(edited.replace('measured_as = "h100"', ""))
+    # the table alone, with the formats the [[peak]] rows gave
+    formats = next(x for x in accelerator_to_toml(preset("h100")).splitlines() if "formats" in x)
+    edited += formats + "\n"
+    chip.write_text(edited)
     refused = cli_run(*run, chip)
     assert refused.exit_code == 1 and "of preset h100" in refused.output
+    assert 'measured_as = "h100"' in refused.output
+    chip.write_text(edited + 'measured_as = "h100"\n')
+    assert json.loads(cli_run(*run, chip).stdout)["iteration_s"] == h100["iteration_s"]
 
 
 def test_the_collective_walk_through_runs_as_written():

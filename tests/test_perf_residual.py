@@ -1,13 +1,12 @@
 """The design residual: what the presets' fitted training clocks hold beyond their power."""
 
 import dataclasses
-import tomllib
-from importlib.resources import files
 
 import pytest
 
 import phaze
 from arch_space import Cluster
+from arch_space._data import shipped_toml
 from arch_space.area import area_mm2, tensor_load_power_w
 from arch_space.perf.device import device_profile, generic_profile, preset_profile
 from arch_space.perf.residual import (
@@ -20,7 +19,7 @@ from arch_space.power_limit import preset_board_limit_w
 from arch_space.presets import preset, preset_names
 from arch_space.tech import tech_node
 
-_STORED = tomllib.loads(files("arch_space").joinpath("data/devices.toml").read_text())
+_STORED = shipped_toml("devices.toml")  # with every chip file's [devices] table
 _FITTED = {
     name: table["fitted"]["sustained_clock_fraction"]
     for name, table in _STORED.items()

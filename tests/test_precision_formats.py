@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arch_space import Cluster, Space, area_mm2, preset
+from arch_space._data import shipped_toml
 from arch_space.area import area_breakdown_mm2, format_mac_pj, mac_pj
 from arch_space.formats import format_lane_factor, format_options, format_set_rates
 from arch_space.perf import op_costs
@@ -36,7 +37,7 @@ from workloads.ops import CoreType, Op, OpGraph, OpKind
 from workloads.precision import apply_precision, recipe, recipe_names
 
 ROOT = Path(__file__).resolve().parent.parent
-FORMATS = tomllib.loads((ROOT / "arch_space" / "data" / "formats.toml").read_text("utf-8"))
+FORMATS = shipped_toml("formats.toml")  # with every chip file's [[peak]] rows
 
 
 # -- recipes: memory against closed forms -------------------------------------------------

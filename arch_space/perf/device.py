@@ -1,6 +1,7 @@
 """What a real chip sustains beside its peaks: per-preset measurements for the op model.
 
-``arch_space/data/devices.toml`` holds, per preset, the sustained share of the tensor-core
+Each preset's chip file (``[devices]`` of ``arch_space/data/chips/<name>.toml``, read as the
+``[<name>]`` table of ``devices.toml`` beside its ``[generic]``) holds the sustained share of the tensor-core
 peak a GEMM reaches, the share of the chip's compute a collective holds while it runs beside
 other ops, the collective bus bandwidth measured at each message size inside one node (and
 an inference engine's own all-reduce where measured), and the parameters fitted where no
@@ -427,7 +428,7 @@ def preset_profile(name: str) -> DeviceProfile:
             sustained_clock_fraction=design_clock_residual(),
             board_limit_w=preset_board_limit_w(name),
         )
-    profile = profile_from_mapping(name, data[name], f"{_DATA_FILE} [{name}]")
+    profile = profile_from_mapping(name, data[name], f"arch_space/data/chips/{name}.toml [devices]")
     if _SHARE not in data[name]:  # no measured GEMM share: an unmeasured chip's GEMMs
         share = generic_profile().sustained_tensor_fraction
         profile = dataclasses.replace(profile, sustained_tensor_fraction=share)

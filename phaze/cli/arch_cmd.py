@@ -179,8 +179,8 @@ def _parse_gemm(
     "--toml",
     "as_toml",
     is_flag=True,
-    help="Instead, print the design as one accelerator file for --arch (a preset with the "
-    "shipped measurements it takes as measured_as, their sources in comments).",
+    help="Instead, print the design as one chip file for --arch (a preset's whole file: its "
+    "fields and every table measured about it, with their sources).",
 )
 @_tech_option
 @_cost_option

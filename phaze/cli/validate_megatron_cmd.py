@@ -8,7 +8,7 @@ held-out ones of ``--held-out``) are runs of the registry ``phaze/data/published
 ``phaze validate runs`` predicts them (:func:`phaze.validation.runs.predict_iteration_s`: the
 paper's fixed strategy on the A100 preset, on Selene's links), always under the overlap rules
 of ``megatron-2022``; the A100 preset's measured sustained rates
-(``arch_space/data/devices.toml``) price its GEMMs and collectives.
+(``[devices]`` of ``arch_space/data/chips/a100.toml``) price its GEMMs and collectives.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _print_fit(result: FitResult) -> None:
     click.echo(f"fitted to {', '.join(result.fit_cases)} (both recompute modes) of:")
     click.echo(f"  {_table5_source()}")
     click.echo(f"framework {FRAMEWORK}; RMS error {result.rms_error_pct:.2f}% on those rows")
-    click.echo("[a100.fitted]  # arch_space/data/devices.toml")
+    click.echo("[devices.fitted]  # arch_space/data/chips/a100.toml")
     for name, value in result.values.items():
         click.echo(f"{name} = {value:g}")
     click.echo(f'provenance = "{result.device.provenance}"')

@@ -157,8 +157,8 @@ def _fit(registry: Registry, arch: str, as_json: bool) -> None:
         [r.case, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}"] for r in rows
     ]
     click.echo(table(cells, ["run", "published", "predicted", "error %"]))
-    click.echo(f"RMS error {fit.rms_error_pct:.2f}%; for arch_space/data/devices.toml:")
-    click.echo(f"[{arch}.fitted]")
+    click.echo(f"RMS error {fit.rms_error_pct:.2f}%; for arch_space/data/chips/{arch}.toml:")
+    click.echo("[devices.fitted]")
     for k, v in values.items():
         click.echo(f"{k} = {v}")
     click.echo(f'provenance = "{fit.device.provenance}"')
@@ -188,7 +188,7 @@ _TARGETS = Targets()
     "fit_arch",
     metavar="PRESET",
     help="Fit PRESET's unmeasured parameters to its runs marked fitted and print them (the "
-    "data, the values and the devices.toml lines) instead of the validation.",
+    "data, the values and the chip file's lines) instead of the validation.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def runs(
