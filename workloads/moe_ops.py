@@ -363,6 +363,23 @@ def launched_per_expert(graph: OpGraph, launch_s: float) -> OpGraph:
     return OpGraph(ops=ops, edges=graph.edges)
 
 
+def waits_on_host_counts(graph: OpGraph) -> bool:
+    """Whether ``graph`` (a block's forward pass) holds the token dispatch: under a
+    dispatcher that reads the token counts on the host (DeepEP's and HybridEP's dispatch,
+    the ``flex`` dispatcher) the host waits there for the device before it can size the
+    experts' GEMMs, so the device has drained and the host keeps no lead over it."""
+    return any(op.name == "dispatch" for op in graph.ops)
+
+
+def host_bound(graph: OpGraph, host_s_per_kernel: float) -> OpGraph:
+    """``graph`` taking at least its kernels times ``host_s_per_kernel``: a pass whose
+    kernels a host with no lead issues one by one
+    (:attr:`~workloads.framework.FrameworkProfile.host_s_per_kernel`; 0: the graph itself)."""
+    if host_s_per_kernel <= 0:
+        return graph
+    return replace(graph, host_s=len(graph.ops) * host_s_per_kernel)
+
+
 def grouped_in_stream_order(graph: OpGraph, gemm_streams: int) -> OpGraph:
     """``graph`` with its routed experts' ops in the order a stack running them as grouped
     modules issues them (module docstring): each op of an expert (``expert<e>.<op>``) after
