@@ -236,7 +236,10 @@ def _pass_timing(
     device: DeviceProfile | None,
 ) -> PassTiming:
     costed = costed_graph(graph, acc, cluster, device)
-    return PassTiming.from_schedule(_schedule(costed, acc, options), costed)
+    timing = PassTiming.from_schedule(_schedule(costed, acc, options), costed)
+    if graph.host_s > timing.makespan_s:  # the device waits for the host's launches
+        return dataclasses.replace(timing, makespan_s=graph.host_s)
+    return timing
 
 
 def layer_timing(

@@ -19,7 +19,12 @@ from workloads.memory import (
     kv_bytes,
 )
 from workloads.model import Model, padded_vocab
-from workloads.moe_ops import grouped_in_stream_order, launched_per_expert
+from workloads.moe_ops import (
+    grouped_in_stream_order,
+    host_bound,
+    launched_per_expert,
+    waits_on_host_counts,
+)
 from workloads.mtp_ops import mtp_activation_bytes, mtp_head_pass_graphs
 from workloads.op_graphs import block_pass_graphs, embedding_pass_graphs, head_pass_graphs
 from workloads.ops import OpGraph
@@ -219,10 +224,15 @@ def _routing(model: Model, setup: TrainingSetup) -> dict[str, int]:
 
 def _framed(pg: PassGraphs, setup: TrainingSetup, block: bool) -> PassGraphs:
     """Each pass under the setup's framework profile (a block's GEMMs first in its recipe's
-    format: :mod:`workloads.precision`)."""
-    return PassGraphs(
-        *(_framed_pass(g, setup, block) for g in (pg.forward, pg.backward, pg.recompute))
-    )
+    format: :mod:`workloads.precision`). Under a ``flex`` dispatcher a layer whose forward
+    pass holds the token dispatch synchronises the host with the device every layer
+    (:func:`workloads.moe_ops.waits_on_host_counts`), so the host never regains a lead: each
+    of its passes takes at least its kernels' host time (:func:`workloads.moe_ops.host_bound`;
+    the backward pass follows a forward's synchronisation)."""
+    passes = [_framed_pass(g, setup, block) for g in (pg.forward, pg.backward, pg.recompute)]
+    if setup.profile.moe_dispatcher == "flex" and waits_on_host_counts(passes[0]):
+        passes = [host_bound(g, setup.profile.host_s_per_kernel) for g in passes]
+    return PassGraphs(*passes)
 
 
 def _framed_pass(graph: OpGraph, setup: TrainingSetup, block: bool) -> OpGraph:

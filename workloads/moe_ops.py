@@ -77,11 +77,14 @@ import heapq
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from workloads._autodiff import Grad, Node, gemm
 from workloads.model import Model
 from workloads.ops import CoreType, Op, OpGraph, OpKind
+
+if TYPE_CHECKING:
+    from workloads.framework import FrameworkProfile
 
 __all__ = [
     "INDEX_BYTES",
@@ -111,10 +114,31 @@ MAP_BYTES = 4  # TransformerEngine's int32 row map, 2 E + 1 entries a token (per
 class MoeKernels:
     """How a stack permutes an MoE block's tokens: ``sort_chunks``, the ``alltoall``
     dispatcher's chunk sort around a rank's several experts; ``fused``, TransformerEngine's
-    fused permutation kernels (``moe_permute_fusion``)."""
+    fused permutation kernels (``moe_permute_fusion``); ``fp8_padding``, the copies of the
+    rank's routed rows into and out of low-precision GEMM alignment around grouped experts
+    (``experts.pad``, ``experts.unpad``: Megatron-Core's ``TEGroupedMLP`` runs
+    TransformerEngine's ``Fp8Padding`` on the rows and their probabilities and
+    ``Fp8Unpadding`` on the output whenever a local expert's row count is not a multiple of
+    the alignment, as with dropless routing's varying counts)."""
 
     sort_chunks: bool = False
     fused: bool = False
+    fp8_padding: bool = False
+
+
+def stack_kernels(profile: FrameworkProfile, gemm_format: str) -> MoeKernels:
+    """The permutation kernels of a stack (``profile``) running GEMMs in ``gemm_format``:
+    the chunk sort under the ``alltoall`` dispatcher; the FP8 padding copies with grouped
+    experts (``expert_gemm_streams``, Megatron-Core's ``TEGroupedMLP``) in fp8 behind the
+    ``flex`` dispatcher, whose counts per expert vary (``MoEFlexTokenDispatcher`` refuses
+    ``moe_pad_expert_input_to_capacity``: Megatron-Core core_r0.14.0 ``token_dispatcher.py``)."""
+    return MoeKernels(
+        sort_chunks=profile.moe_dispatcher == "alltoall",
+        fused=profile.moe_permute_fusion,
+        fp8_padding=profile.moe_dispatcher == "flex"
+        and profile.expert_gemm_streams > 0
+        and gemm_format == "fp8",
+    )
 
 
 #: ``ffn(prefix, src, tokens, width)`` adds an FFN's nodes and returns its output's name.
@@ -339,7 +363,13 @@ def moe_nodes(
         nodes.append(_chunk_sort("dispatch.sort", ("dispatch",), model, T, p))
     width = model.expert_width
     into = "dispatch.sort" if sort else "dispatch"
+    if kernels.fp8_padding:
+        nodes.append(_chunk_sort("experts.pad", (into,), model, T, p))
+        into = "experts.pad"
     outs = [ffn(f"expert{e}.", into, n, width) for e, n in enumerate(counts) if n]
+    if kernels.fp8_padding:
+        nodes.append(_chunk_sort("experts.unpad", tuple(outs), model, T, p))
+        outs = ["experts.unpad"]
     if sort:
         nodes.append(_chunk_sort("combine.unsort", tuple(outs), model, T, p))
         outs = ["combine.unsort"]
@@ -361,6 +391,23 @@ def launched_per_expert(graph: OpGraph, launch_s: float) -> OpGraph:
         replace(op, launch_s=launch_s) if ROUTED_EXPERT.match(op.name) else op for op in graph.ops
     )
     return OpGraph(ops=ops, edges=graph.edges)
+
+
+def waits_on_host_counts(graph: OpGraph) -> bool:
+    """Whether ``graph`` (a block's forward pass) holds the token dispatch: under a
+    dispatcher that reads the token counts on the host (DeepEP's and HybridEP's dispatch,
+    the ``flex`` dispatcher) the host waits there for the device before it can size the
+    experts' GEMMs, so the device has drained and the host keeps no lead over it."""
+    return any(op.name == "dispatch" for op in graph.ops)
+
+
+def host_bound(graph: OpGraph, host_s_per_kernel: float) -> OpGraph:
+    """``graph`` taking at least its kernels times ``host_s_per_kernel``: a pass whose
+    kernels a host with no lead issues one by one
+    (:attr:`~workloads.framework.FrameworkProfile.host_s_per_kernel`; 0: the graph itself)."""
+    if host_s_per_kernel <= 0:
+        return graph
+    return replace(graph, host_s=len(graph.ops) * host_s_per_kernel)
 
 
 def grouped_in_stream_order(graph: OpGraph, gemm_streams: int) -> OpGraph:

@@ -53,7 +53,7 @@ from workloads.attention_ops import (
 )
 from workloads.layer_graph import PassGraphs
 from workloads.model import FfnKind, Model, NormKind, PositionKind, padded_vocab
-from workloads.moe_ops import MoeKernels, moe_nodes
+from workloads.moe_ops import MoeKernels, moe_nodes, stack_kernels
 from workloads.ops import CollectiveKind, CoreType, Op, OpGraph, OpKind
 from workloads.recompute_modules import op_groups
 from workloads.remat_dce import partially_evaluated
@@ -130,7 +130,7 @@ class _Dims:
             sp,
             fw.fused_attention,
             ep=setup.expert_parallel,
-            moe=MoeKernels(fw.moe_dispatcher == "alltoall", fw.moe_permute_fusion),
+            moe=stack_kernels(fw, setup.recipe.gemm_format),
             unpad=fw.attention_unpad and fw.fused_attention,
             fused_activation=fw.activation == "fused",
             split_grads=setup.state_parts.accumulates_apart,

@@ -141,10 +141,13 @@ class Op:
 
 @dataclass(frozen=True, slots=True)
 class OpGraph:
-    """An immutable DAG of ops; ``edges`` are (producer, consumer) indices into ``ops``."""
+    """An immutable DAG of ops; ``edges`` are (producer, consumer) indices into ``ops``.
+    ``host_s`` is the least time the pass takes because the host issues its kernels behind a
+    synchronisation that leaves it no lead over the device (0: the host runs ahead)."""
 
     ops: tuple[Op, ...]
     edges: tuple[tuple[int, int], ...]
+    host_s: float = 0.0
 
     def to_networkx(self) -> nx.DiGraph:
         """A frozen DiGraph: nodes are op names with attribute ``op`` (the Op)."""
