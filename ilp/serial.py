@@ -19,7 +19,7 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ilp.problem import PARALLEL, SINGLE, Problem
@@ -35,11 +35,14 @@ State = tuple[list[float], list[int], list[float], list[float], list[int]]
 
 @dataclass(frozen=True, slots=True)
 class _Rooms:
-    """The distinct rooms (packed, with guard bits) of the ops that hold a resource, and
-    each op's room class per mode (-1: it holds nothing)."""
+    """The distinct rooms (packed, with guard bits) of the ops that hold a resource, each
+    op's room class per mode (-1: it holds nothing), and, filled as usages come up, the room
+    classes a segment with a given packed usage has no room for (shared by every schedule
+    of the problem: the local search builds hundreds)."""
 
     rooms: tuple[int, ...]
     cls: tuple[tuple[int, ...], tuple[int, ...]]
+    unfit: dict[int, tuple[int, ...]] = field(default_factory=dict, compare=False)
 
 
 @lru_cache(maxsize=4096)
@@ -105,8 +108,7 @@ def place(
     st = structure(problem)
     preds, duration, loads, tail, guard = st.preds, st.duration, st.load, st.tail, st.guard
     rc = _room_classes(problem)
-    rooms, classes = rc.rooms, rc.cls
-    unfit: dict[int, tuple[int, ...]] = {}
+    rooms, classes, unfit = rc.rooms, rc.cls, rc.unfit
     if state is None:
         # usage on [times[k], times[k+1]); the last segment is idle
         times, use = [0.0], [0]
