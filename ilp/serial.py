@@ -128,10 +128,7 @@ def place(
             if finish[p] > est:
                 est = finish[p]
         if load:
-            r = classes[mode][i]
-            nt = len(times)
-            bits = fits[r]
-            gaps = ((1 << nt) - 1) ^ bits  # segments without room
+            bits = fits[classes[mode][i]]
             k = bisect_right(times, est) - 1
             while True:
                 free = bits >> k  # the first segment with room from k on (the idle one is)
@@ -139,8 +136,10 @@ def place(
                 c = times[k] if times[k] > est else est
                 end = c + d
                 m = bisect_left(times, end, k)  # the window is segments k..m-1
-                full = gaps >> k
-                stop = k + (full & -full).bit_length() - 1 if full else nt
+                # the first segment from k on without room: past the trailing ones of
+                # ``free`` from k (the segment after the last when every one has room)
+                free = bits >> k
+                stop = k + (free ^ (free + 1)).bit_length() - 1
                 if stop >= m:
                     break
                 k = stop + 1

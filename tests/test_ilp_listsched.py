@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ilp_oracle import brute_force, check_schedule, cores, dags, graph
 
 from ilp import Method, ScheduleStatus, solve_schedule
-from ilp.balance import balanced_modes
+from ilp.balance import _heads, _ones, _tails, _union, balanced_modes
 from ilp.listsched import (
     initial_schedule,
     justify,
@@ -335,3 +335,25 @@ def test_parallel_sgs_starts_what_a_scan_of_every_eligible_op_starts(drawn, tied
     if tied:
         rank = tuple(float(int(r * 3)) for r in rank)
     assert parallel_sgs(problem, modes, rank) == _plain_parallel_sgs(problem, modes, rank)
+
+
+@budget(200, deadline=None)
+@given(st.one_of(moded_problems(), _crowded_problems()), st.randoms(use_true_random=False))
+def test_balanced_modes_heads_and_tails_recomputed_where_durations_changed(drawn, rnd):
+    """The balanced modes recompute earliest starts only below the ops whose durations
+    changed, and tails only above them: both must equal a recomputation of every op."""
+    problem, _, _ = drawn
+    st_ = structure(problem)
+    n = problem.n
+    d = [problem.single_s[i] for i in range(n)]
+    head, _ = _heads(st_.preds, d, [0.0] * n, range(n))
+    tail = _tails(st_.succs, d, [0.0] * n, range(n - 1, -1, -1))
+    changed = [i for i in range(n) if rnd.random() < 0.3]
+    for i in changed:
+        d[i] = 0.0
+    assert _heads(st_.preds, d, head, _ones(_union(st_.desc, changed))) == _heads(
+        st_.preds, d, [0.0] * n, range(n)
+    )
+    assert _tails(st_.succs, d, tail, reversed(_ones(_union(st_.anc, changed)))) == _tails(
+        st_.succs, d, [0.0] * n, range(n - 1, -1, -1)
+    )
