@@ -80,6 +80,16 @@ def _sgs(
     The resource profile is a step function kept as breakpoints; placing an op scans it once, so
     a schedule costs O(n^2).
     """
+    return _placed(problem, tuple(modes), tuple(rank))
+
+
+@lru_cache(maxsize=64)
+def _placed(
+    problem: Problem, modes: tuple[int, ...], rank: tuple[float, ...]
+) -> tuple[tuple[float, ...], float]:
+    """:func:`_sgs`, by content: the starting schedules and their justifications ask for
+    the same list schedule many times (the serial and parallel SGS often agree, and a
+    justification's rounds come back to a schedule built before), each O(n^2)."""
     return place(problem, modes, placing_order(problem, rank))
 
 
