@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from operator import add
 from typing import TYPE_CHECKING
 
 from ilp.problem import PARALLEL, SINGLE, Problem
@@ -67,14 +68,13 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
     d = [s if problem.holds_core(i) else 0.0 for i, s in enumerate(single_s)]  # 0 once split
     modes = [SINGLE] * n
     paid = 0.0  # the split ops' summed time
-    head, path = _heads(st.preds, d, 0, [0.0] * n)
+    # Splitting ops changes the heads of their descendants only, and the tails of their
+    # ancestors: each step recomputes just those, by the same formulas in the same order.
+    head, path = _heads(st.preds, d, [0.0] * n, range(n))
+    sums: dict[int, tuple] = {}  # per move, :func:`_move_sums` until one of its ops splits
+    tail = _tails(st.succs, d, [0.0] * n, range(n - 1, -1, -1))
     estimate = max(further, path, *work)
     while True:
-        tail = [0.0] * n
-        for i in range(n - 1, -1, -1):
-            for q in st.succs[i]:
-                if d[q] + tail[q] > tail[i]:
-                    tail[i] = d[q] + tail[q]
         near = path * (1 - 1e-12)
         candidates = sorted(
             {
@@ -86,11 +86,13 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
         )
         tried = []
         for m in candidates:
-            ops = [i for i in moves[m] if modes[i] == SINGLE]
-            rest = [w - sum(per_unit[i][k] for i in ops) for k, w in enumerate(work)]
-            cost = paid + sum(parallel_s[i] for i in ops)
+            if m not in sums:
+                sums[m] = _move_sums(moves[m], modes, per_unit, parallel_s, d, cores)
+            ops, units, split_s, single = sums[m]
+            rest = [w - u for w, u in zip(work, units, strict=True)]
+            cost = paid + split_s
             # the longest path shortens by at most the ops' single-core times
-            floor = max(further, cost + max(path - sum(d[i] for i in ops), *rest))
+            floor = max(further, cost + max(path - single, *rest))
             tried.append((floor, cost, rest, ops))
         tried.sort(key=lambda t: t[0])
         chosen = None
@@ -100,34 +102,84 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
             trial = d[:]
             for i in ops:
                 trial[i] = 0.0
-            cost = max(further, cost + max(_heads(st.preds, trial, min(ops), head)[1], *rest))
+            span = _heads(st.preds, trial, head, _ones(_union(st.desc, ops)))[1]
+            cost = max(further, cost + max(span, *rest))
             if cost < estimate * (1 - 1e-12):
                 chosen, estimate = ops, cost
                 break
         if chosen is None:
             return tuple(modes), estimate
         for i in chosen:
+            for m in within[i]:
+                sums.pop(m, None)
             modes[i] = PARALLEL
             d[i] = 0.0
             paid += parallel_s[i]
             work = [w - u for w, u in zip(work, per_unit[i], strict=True)]
-        head, path = _heads(st.preds, d, min(chosen), head)
+        head, path = _heads(st.preds, d, head, _ones(_union(st.desc, chosen)))
+        tail = _tails(st.succs, d, tail, reversed(_ones(_union(st.anc, chosen))))
+
+
+def _move_sums(
+    move: Sequence[int],
+    modes: Sequence[int],
+    per_unit: Sequence[Sequence[float]],
+    parallel_s: Sequence[float],
+    d: Sequence[float],
+    cores: int,
+) -> tuple[list[int], list[float], float, float]:
+    """A move's ops not yet split, with their summed unit-seconds per unit of each core kind,
+    split times and current durations."""
+    ops = [i for i in move if modes[i] == SINGLE]
+    units = [sum(per_unit[i][k] for i in ops) for k in range(cores)]
+    return ops, units, sum(parallel_s[i] for i in ops), sum(d[i] for i in ops)
+
+
+def _union(sets: Sequence[int], ops: Iterable[int]) -> int:
+    """The union of the bitsets ``sets[i]`` of the ops ``ops``."""
+    u = 0
+    for i in ops:
+        u |= sets[i]
+    return u
+
+
+def _ones(bits: int) -> list[int]:
+    """The positions of the set bits of ``bits``, in increasing order."""
+    text = bin(bits)[:1:-1]  # bit k at index k
+    found = []
+    k = text.find("1")
+    while k >= 0:
+        found.append(k)
+        k = text.find("1", k + 1)
+    return found
 
 
 def _heads(
-    preds: Sequence[Sequence[int]], d: Sequence[float], first: int, head: Sequence[float]
+    preds: Sequence[Sequence[int]], d: Sequence[float], head: Sequence[float], redo: Iterable[int]
 ) -> tuple[list[float], float]:
-    """(earliest starts, longest path) under durations ``d``; ops before ``first`` keep
-    their ``head`` (``d`` changed only from ``first`` on)."""
-    head = [*head[:first], *[0.0] * (len(d) - first)]
-    span = 0.0
-    for j, x in enumerate(d):
-        if j >= first:
-            h = 0.0
-            for p in preds[j]:
-                if head[p] + d[p] > h:
-                    h = head[p] + d[p]
-            head[j] = h
-        if head[j] + x > span:
-            span = head[j] + x
-    return head, span
+    """(earliest starts, longest path) under durations ``d``: the ops ``redo`` (in
+    topological order) get their earliest starts anew, the others keep theirs from ``head``
+    (those ``d`` did not change below)."""
+    head = list(head)
+    for j in redo:
+        h = 0.0
+        for p in preds[j]:
+            if head[p] + d[p] > h:
+                h = head[p] + d[p]
+        head[j] = h
+    return head, max(0.0, max(map(add, head, d), default=0.0))
+
+
+def _tails(
+    succs: Sequence[Sequence[int]], d: Sequence[float], tail: Sequence[float], redo: Iterable[int]
+) -> list[float]:
+    """The least time after each op's finish to the end under durations ``d``: the ops
+    ``redo`` (in reverse topological order) anew, the others as in ``tail``."""
+    tail = list(tail)
+    for i in redo:
+        t = 0.0
+        for q in succs[i]:
+            if d[q] + tail[q] > t:
+                t = d[q] + tail[q]
+        tail[i] = t
+    return tail

@@ -80,6 +80,16 @@ def _sgs(
     The resource profile is a step function kept as breakpoints; placing an op scans it once, so
     a schedule costs O(n^2).
     """
+    return _placed(problem, tuple(modes), tuple(rank))
+
+
+@lru_cache(maxsize=64)
+def _placed(
+    problem: Problem, modes: tuple[int, ...], rank: tuple[float, ...]
+) -> tuple[tuple[float, ...], float]:
+    """:func:`_sgs`, by content: the starting schedules and their justifications ask for
+    the same list schedule many times (the serial and parallel SGS often agree, and a
+    justification's rounds come back to a schedule built before), each O(n^2)."""
     return place(problem, modes, placing_order(problem, rank))
 
 
@@ -101,22 +111,41 @@ def parallel_sgs(
     n = problem.n
     start = [0.0] * n
     missing = [len(p) for p in st.preds]
-    eligible = [(rank[i], i) for i in range(n) if not missing[i]]
+    # The eligible ops by room (ops of one room hold the same units), each a heap by rank.
+    # Within one instant the usage only grows, so once an op of some room does not fit,
+    # none of that room's later ones do: merging the rooms' heads in rank order, and
+    # dropping a room at its first op that does not fit, starts the ops a scan of every
+    # eligible op in rank order starts, without visiting the ones left waiting.
+    eligible: dict[int, list[tuple[float, int]]] = {}
+    waiting = 0
+    for i in range(n):
+        if not missing[i]:
+            eligible.setdefault(rooms[modes[i]][i], []).append((rank[i], i))
+            waiting += 1
+    for heap in eligible.values():
+        heapq.heapify(heap)
     running: list[tuple[float, int]] = []  # (finish, op), a heap
     use = 0  # packed usage (see :class:`Structure`)
     now = span = 0.0
-    while eligible or running:
-        eligible.sort()
-        waiting = []
-        for key in eligible:
+    while waiting or running:
+        heads = [(heap[0], room) for room, heap in eligible.items() if heap]
+        heapq.heapify(heads)
+        while heads:
+            key, room = heads[0]
+            if (room - use) & guard != guard:
+                heapq.heappop(heads)
+                continue
+            heap = eligible[room]
+            heapq.heappop(heap)
             i = key[1]
-            if (rooms[modes[i]][i] - use) & guard == guard:
-                use += loads[modes[i]][i]
-                start[i] = now
-                heapq.heappush(running, (now + duration[modes[i]][i], i))
+            use += loads[modes[i]][i]
+            start[i] = now
+            heapq.heappush(running, (now + duration[modes[i]][i], i))
+            waiting -= 1
+            if heap:
+                heapq.heapreplace(heads, (heap[0], room))
             else:
-                waiting.append(key)
-        eligible = waiting
+                heapq.heappop(heads)
         now = running[0][0]  # something runs: an idle chip fits every op
         span = now
         while running and running[0][0] <= now:
@@ -125,7 +154,8 @@ def parallel_sgs(
             for j in succs[i]:
                 missing[j] -= 1
                 if not missing[j]:
-                    eligible.append((rank[j], j))
+                    heapq.heappush(eligible.setdefault(rooms[modes[j]][j], []), (rank[j], j))
+                    waiting += 1
     return tuple(start), span
 
 

@@ -19,7 +19,7 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ilp.problem import PARALLEL, SINGLE, Problem
@@ -35,11 +35,14 @@ State = tuple[list[float], list[int], list[float], list[float], list[int]]
 
 @dataclass(frozen=True, slots=True)
 class _Rooms:
-    """The distinct rooms (packed, with guard bits) of the ops that hold a resource, and
-    each op's room class per mode (-1: it holds nothing)."""
+    """The distinct rooms (packed, with guard bits) of the ops that hold a resource, each
+    op's room class per mode (-1: it holds nothing), and, filled as usages come up, the room
+    classes a segment with a given packed usage has no room for (shared by every schedule
+    of the problem: the local search builds hundreds)."""
 
     rooms: tuple[int, ...]
     cls: tuple[tuple[int, ...], tuple[int, ...]]
+    unfit: dict[int, tuple[int, ...]] = field(default_factory=dict, compare=False)
 
 
 @lru_cache(maxsize=4096)
@@ -105,8 +108,7 @@ def place(
     st = structure(problem)
     preds, duration, loads, tail, guard = st.preds, st.duration, st.load, st.tail, st.guard
     rc = _room_classes(problem)
-    rooms, classes = rc.rooms, rc.cls
-    unfit: dict[int, tuple[int, ...]] = {}
+    rooms, classes, unfit = rc.rooms, rc.cls, rc.unfit
     if state is None:
         # usage on [times[k], times[k+1]); the last segment is idle
         times, use = [0.0], [0]
@@ -126,10 +128,7 @@ def place(
             if finish[p] > est:
                 est = finish[p]
         if load:
-            r = classes[mode][i]
-            nt = len(times)
-            bits = fits[r]
-            gaps = ((1 << nt) - 1) ^ bits  # segments without room
+            bits = fits[classes[mode][i]]
             k = bisect_right(times, est) - 1
             while True:
                 free = bits >> k  # the first segment with room from k on (the idle one is)
@@ -137,8 +136,10 @@ def place(
                 c = times[k] if times[k] > est else est
                 end = c + d
                 m = bisect_left(times, end, k)  # the window is segments k..m-1
-                full = gaps >> k
-                stop = k + (full & -full).bit_length() - 1 if full else nt
+                # the first segment from k on without room: past the trailing ones of
+                # ``free`` from k (the segment after the last when every one has room)
+                free = bits >> k
+                stop = k + (free ^ (free + 1)).bit_length() - 1
                 if stop >= m:
                     break
                 k = stop + 1

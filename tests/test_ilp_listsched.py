@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ilp_oracle import brute_force, check_schedule, cores, dags, graph
 
 from ilp import Method, ScheduleStatus, solve_schedule
-from ilp.balance import balanced_modes
+from ilp.balance import _heads, _ones, _tails, _union, balanced_modes
 from ilp.listsched import (
     initial_schedule,
     justify,
@@ -292,3 +292,68 @@ def test_serial_sgs_finds_the_starts_of_a_segment_by_segment_scan(drawn):
     problem, modes, rank = drawn
     order = placing_order(problem, rank)
     assert place(problem, modes, order) == _plain_place(problem, modes, order)
+
+
+def _plain_parallel_sgs(problem, modes, rank):
+    """The parallel SGS scanning every eligible op in rank order at each instant: the
+    reference the room-by-room merge of :func:`ilp.listsched.parallel_sgs` must match."""
+    st_ = structure(problem)
+    start = [0.0] * problem.n
+    missing = [len(p) for p in st_.preds]
+    eligible = [(rank[i], i) for i in range(problem.n) if not missing[i]]
+    running, use, now = [], 0, 0.0
+    while eligible or running:
+        waiting = []
+        for key in sorted(eligible):
+            i = key[1]
+            if (st_.room[modes[i]][i] - use) & st_.guard == st_.guard:
+                use += st_.load[modes[i]][i]
+                start[i] = now
+                running.append((now + st_.duration[modes[i]][i], i))
+            else:
+                waiting.append(key)
+        eligible = waiting
+        now = min(running)[0]
+        for f, i in sorted(running):
+            if f <= now:
+                running.remove((f, i))
+                use -= st_.load[modes[i]][i]
+                for j in st_.succs[i]:
+                    missing[j] -= 1
+                    if not missing[j]:
+                        eligible.append((rank[j], j))
+    return tuple(start), now
+
+
+@budget(200, deadline=None)
+@given(st.one_of(moded_problems(), _crowded_problems()), st.booleans())
+def test_parallel_sgs_starts_what_a_scan_of_every_eligible_op_starts(drawn, tied):
+    """The parallel SGS visits each room's eligible ops only up to the first that does not
+    fit; its starts must be those of a scan of every eligible op in rank order, ties (whole
+    ranks) broken by index alike."""
+    problem, modes, rank = drawn
+    if tied:
+        rank = tuple(float(int(r * 3)) for r in rank)
+    assert parallel_sgs(problem, modes, rank) == _plain_parallel_sgs(problem, modes, rank)
+
+
+@budget(200, deadline=None)
+@given(st.one_of(moded_problems(), _crowded_problems()), st.randoms(use_true_random=False))
+def test_balanced_modes_heads_and_tails_recomputed_where_durations_changed(drawn, rnd):
+    """The balanced modes recompute earliest starts only below the ops whose durations
+    changed, and tails only above them: both must equal a recomputation of every op."""
+    problem, _, _ = drawn
+    st_ = structure(problem)
+    n = problem.n
+    d = [problem.single_s[i] for i in range(n)]
+    head, _ = _heads(st_.preds, d, [0.0] * n, range(n))
+    tail = _tails(st_.succs, d, [0.0] * n, range(n - 1, -1, -1))
+    changed = [i for i in range(n) if rnd.random() < 0.3]
+    for i in changed:
+        d[i] = 0.0
+    assert _heads(st_.preds, d, head, _ones(_union(st_.desc, changed))) == _heads(
+        st_.preds, d, [0.0] * n, range(n)
+    )
+    assert _tails(st_.succs, d, tail, reversed(_ones(_union(st_.anc, changed)))) == _tails(
+        st_.succs, d, [0.0] * n, range(n - 1, -1, -1)
+    )
