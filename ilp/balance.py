@@ -54,17 +54,7 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
         ),
         default=0.0,
     )
-    alike: dict[tuple, list[int]] = {}
-    for i in range(n):
-        if problem.can_parallel[i]:
-            key = (problem.need[SINGLE][i], problem.need[PARALLEL][i], single_s[i], parallel_s[i])
-            alike.setdefault(key, []).append(i)
-    moves = [g for g in alike.values() if len(g) > 1]
-    moves += [[i] for i in range(n) if problem.can_parallel[i]]
-    within: list[list[int]] = [[] for _ in range(n)]  # the moves holding each op
-    for m, move in enumerate(moves):
-        for i in move:
-            within[i].append(m)
+    moves, within = _moves(problem)
     d = [s if problem.holds_core(i) else 0.0 for i, s in enumerate(single_s)]  # 0 once split
     modes = [SINGLE] * n
     paid = 0.0  # the split ops' summed time
@@ -118,6 +108,24 @@ def balanced_modes(problem: Problem, st: Structure) -> tuple[tuple[int, ...], fl
             work = [w - u for w, u in zip(work, per_unit[i], strict=True)]
         head, path = _heads(st.preds, d, head, _ones(_union(st.desc, chosen)))
         tail = _tails(st.succs, d, tail, reversed(_ones(_union(st.anc, chosen))))
+
+
+def _moves(problem: Problem) -> tuple[list[list[int]], list[list[int]]]:
+    """The moves of :func:`balanced_modes` (each group of identical parallel siblings, then
+    each op that may split alone) and, per op, the moves holding it."""
+    n, single_s, parallel_s = problem.n, problem.single_s, problem.parallel_s
+    alike: dict[tuple, list[int]] = {}
+    for i in range(n):
+        if problem.can_parallel[i]:
+            key = (problem.need[SINGLE][i], problem.need[PARALLEL][i], single_s[i], parallel_s[i])
+            alike.setdefault(key, []).append(i)
+    moves = [g for g in alike.values() if len(g) > 1]
+    moves += [[i] for i in range(n) if problem.can_parallel[i]]
+    within: list[list[int]] = [[] for _ in range(n)]
+    for m, move in enumerate(moves):
+        for i in move:
+            within[i].append(m)
+    return moves, within
 
 
 def _move_sums(
