@@ -174,6 +174,18 @@ def _chain_workspace(la: LayerArrays, ch: _Chain) -> np.ndarray:
     return np.where(ch.valid, np.maximum(ahead, 0.0), 0.0)
 
 
+def _stage_workspace(in_stage: np.ndarray, la: LayerArrays) -> np.ndarray:
+    """Each stage's backward workspace above its stash, its layers in index order (the
+    order they run forward; :func:`placement.iteration.backward_workspace`): a layer's
+    workspace less the stash of the stage's later layers, at its largest, never below 0."""
+    if not la.workspace.any():
+        return np.zeros(len(in_stage))
+    held = np.where(in_stage, la.stash[None, :], 0.0)
+    later = np.cumsum(held[:, ::-1], axis=1)[:, ::-1] - held
+    live = np.where(in_stage, la.workspace[None, :] - later, 0.0)
+    return np.maximum(live.max(axis=1, initial=0.0), 0.0)
+
+
 def _layout(max_s: np.ndarray, ch: _Chain | None) -> np.ndarray:
     """``max_s`` in the layout of :class:`SegmentCosts` (invalid grid cells 0)."""
     return np.where(ch.valid, max_s, 0).ravel() if ch is not None else max_s
@@ -387,7 +399,7 @@ def _stage_sums(la: LayerArrays, ch: _Chain | None, pairs, tied_each: np.ndarray
     m = in_stage.astype(np.float64)
     out = {k: m @ x for k, x in columns.items()}
     out["later"] = pairs.outer != pairs.full
-    out["workspace"] = np.where(in_stage, la.workspace[None, :], 0.0).max(axis=1, initial=0.0)
+    out["workspace"] = _stage_workspace(in_stage, la)
     crossing = in_stage[:, la.src] != in_stage[:, la.dst]
     out["p2p"] = crossing.astype(np.float64) @ (latency + la.nbytes / bandwidth)
     out["in_stage"] = in_stage

@@ -17,7 +17,7 @@ sum (including v times the boundary messages, priced by
 
 ``m'`` the micro-batches per pipeline (the interleaved-1F1B bubble is ``(p - 1) / v`` of a
 micro-batch's time, SC21 eq. 2). Memory on rank ``r`` holds its chunks' weights, gradients
-and optimizer state, the largest workspace, and the activations of the micro-batches in
+and optimizer state, its backward workspace, and the activations of the micro-batches in
 flight: ``p - r`` under 1F1B, and under interleaving
 ``min(2 (p - r - 1) + (v - 1) p + 1, m' v)`` chunk activations (Megatron-LM's warm-up count,
 ``megatron/core/pipeline_parallel/schedules.py``), each ``1/v`` of the rank's stash on average.
@@ -228,13 +228,13 @@ def _stages(
     (DualPipe puts the embedding and the head on one rank, which shares them physically:
     dsv3-report Sec. 3.2.1).
     """
-    v, chain = lay.v, graph.is_chain
+    v = lay.v
     pos = {i: c for c, layers in enumerate(parts) for i in layers}
     crossing = [e for e in graph.edges if pos[e.src] != pos[e.dst]]
     stages = []
     for r, held in enumerate(_rank_chunks(problem, lay, per_pipeline)):
         mine = [c for c, _, _ in held]
-        ws = [_workspace([graph.layers[i] for i in parts[c]], chain) for c in mine]
+        ws = [_workspace([graph.layers[i] for i in sorted(parts[c])]) for c in mine]
         top = int(np.argmax(ws))
         big = [
             max(
@@ -284,11 +284,8 @@ def _stages(
     return tuple(stages)
 
 
-def _workspace(layers: list[StageLayer], chain: bool) -> float:
-    """A chunk's backward workspace above its stash: on a chain, a layer's is live only after
-    the later layers' stashes are freed (:func:`placement.iteration.backward_workspace`);
-    on another graph, whose backward order is not fixed, the largest layer's."""
-    ws = [x.workspace_bytes for x in layers]
-    if not chain:
-        return max(ws, default=0.0)
-    return backward_workspace(ws, [x.stash_bytes for x in layers])
+def _workspace(layers: list[StageLayer]) -> float:
+    """A chunk's backward workspace above its stash, its layers in index (forward) order: a
+    layer's is live only after the later layers' stashes are freed
+    (:func:`placement.iteration.backward_workspace`)."""
+    return backward_workspace([x.workspace_bytes for x in layers], [x.stash_bytes for x in layers])

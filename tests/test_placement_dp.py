@@ -237,9 +237,17 @@ def _phaze_brute(problem: PlacementProblem) -> float:
                 copy = sum(x.tied_parameters for x in ls) if i else 0.0
                 copies += copy
                 params = sum(x.parameters for x in ls) + copy
+                # the stashes of the pos micro-batches in flight, and at the backward pass of
+                # a layer its workspace beside what the stage's later layers still hold
+                held = pos * sum(x.stash_bytes for x in ls)
                 fixed = (
-                    max(x.workspace_bytes for x in ls)
-                    + pos * sum(x.stash_bytes for x in ls)
+                    max(
+                        [held]
+                        + [
+                            held - sum(y.stash_bytes for y in ls[k + 1 :]) + x.workspace_bytes
+                            for k, x in enumerate(ls)
+                        ]
+                    )
                     # ZeRO-3: one layer (with its tied weights), prefetched
                     + max(x.parameters + x.tied_parameters for x in ls) * gather
                 )
