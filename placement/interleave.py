@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator
+from functools import lru_cache
 
 import numpy as np
 
@@ -166,24 +167,41 @@ def _groups(
     for gi, g in enumerate(problem.graphs):
         if not g.is_chain or problem.global_batch % g.micro_batch or (g.ep, g.cp) != (1, 1):
             continue
-        m = problem.global_batch // g.micro_batch
-        sums = _Sums(g)
-        every = candidate_degrees(m, 1, devices // g.tp)
-        for p, v, first in _splits(sums):
-            if g.tp * p > devices or pp not in (None, p):
+        sums, shapes = _shapes(g, problem.global_batch, devices, pp, dp)
+        for quick, p, v, first, ds in shapes:
+            if quick >= limit_s:
                 continue
-            ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
-            if dp is not None:
-                ds = ds[ds == dp]
-            if ds.size == 0 or pipeline_s(sums.total / p, per(m, ds[-1]), p, v) >= limit_s:
-                continue
-            lo, hi = sums.chunks(p * v, first)
-            slowest = (sums.work[hi] - sums.work[lo]).reshape(v, p).sum(axis=0).max()
-            bound = float(pipeline_s(slowest, per(m, ds[-1]), p, v))
+            bound = sums.bound(p, v, first, problem.global_batch // g.micro_batch, ds[-1])
             if bound < limit_s:
                 out.append((bound, gi, sums, p, v, first, ds))
     out.sort(key=lambda x: x[:2] + x[3:6])
     return out
+
+
+@lru_cache(maxsize=256)
+def _shapes(
+    g: StageGraph, global_batch: int, devices: int, pp: int | None, dp: int | None
+) -> tuple[_Sums, tuple[tuple, ...]]:
+    """Graph ``g``'s prefix sums and, for each of its interleaved splits (:func:`_splits`)
+    Megatron accepts on ``devices`` (at ``pp`` and ``dp`` when given), (its compute over
+    ``p`` at its most replicas, p, v, first, degrees): what :func:`_groups` compares with a
+    limit. Cached: the searches of one design's widths, and of its HBM siblings, ask the
+    same graphs again."""
+    m = global_batch // g.micro_batch
+    sums = _Sums(g)
+    every = candidate_degrees(m, 1, devices // g.tp)
+    out = []
+    for p, v, first in _splits(sums):
+        if g.tp * p > devices or pp not in (None, p):
+            continue
+        ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
+        if dp is not None:
+            ds = ds[ds == dp]
+        if ds.size == 0:
+            continue
+        ds.flags.writeable = False
+        out.append((pipeline_s(sums.total / p, per(m, ds[-1]), p, v), p, v, first, ds))
+    return sums, tuple(out)
 
 
 def _splits(sums: _Sums) -> Iterator[tuple[int, int, int]]:
@@ -221,11 +239,31 @@ class _Sums:
         self.blocks = np.array([i for i, x in enumerate(g.layers) if x.kind == "block"])
         self.n = len(g.layers)
         self.unit = shard_unit(g)
+        self._chunks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._bounds: dict[tuple[int, int, int, int, int], float] = {}
+
+    def bound(self, p: int, v: int, first: int, m: int, d: int) -> float:
+        """The time of the slowest rank's compute alone of the split (p, v, first) over
+        ``m`` micro-batches at ``d`` replicas (:func:`_groups`); computed once each."""
+        key = (p, v, first, m, d)
+        found = self._bounds.get(key)
+        if found is None:
+            lo, hi = self.chunks(p * v, first)
+            slowest = (self.work[hi] - self.work[lo]).reshape(v, p).sum(axis=0).max()
+            found = self._bounds[key] = float(pipeline_s(slowest, per(m, d), p, v))
+        return found
 
     def chunks(self, count: int, first: int = -1) -> tuple[np.ndarray, np.ndarray]:
         """First and past-the-end layer of each of ``count`` chunks: Megatron-LM's even split
         (:func:`placement.fixed.megatron_chunks`) when ``first`` is -1, else the uneven split
-        whose first chunk holds ``first`` blocks (:func:`uneven_sizes`)."""
+        whose first chunk holds ``first`` blocks (:func:`uneven_sizes`); computed once per
+        (count, first), read-only."""
+        found = self._chunks.get((count, first))
+        if found is None:
+            found = self._chunks[(count, first)] = self._split(count, first)
+        return found
+
+    def _split(self, count: int, first: int) -> tuple[np.ndarray, np.ndarray]:
         nb = self.blocks.size
         if first < 0:
             sizes = np.full(count, nb // count)
@@ -239,6 +277,8 @@ class _Sums:
         hi = np.empty(count, dtype=np.int64)
         hi[:-1] = lo[1:]
         hi[-1] = self.n
+        lo.flags.writeable = False
+        hi.flags.writeable = False
         return lo, hi
 
     def firsts(self, count: int) -> list[int]:
