@@ -84,9 +84,11 @@ def _cheapest(
     problem: PlacementProblem, limit_s: float, pp: int | None, dp: int | None
 ) -> Iterator[tuple[tuple, int]]:
     """(price key, graph index) of the layouts under ``limit_s`` whose memory floor fits,
-    cheapest first (:func:`best_interleaved`)."""
+    cheapest first (:func:`best_interleaved`). A split's memory floors are asked before it
+    is priced (they do not depend on its time): a split none of whose degrees and ZeRO
+    stages fits is not priced, and only the layouts that fit enter the queue, which leaves
+    the order of those that fit as it was."""
     groups = _groups(problem, limit_s, pp, dp)
-    sums_of = {gi: sums for _, gi, sums, *_ in groups}
     heap: list[tuple[tuple, int]] = []
     k = 0
     while True:
@@ -95,17 +97,30 @@ def _cheapest(
             key, gi = heapq.heappop(heap)
             if key[0] >= limit_s:
                 return
-            if _memory_floor(problem, problem.graphs[gi], sums_of[gi], key) <= problem.hbm_bytes:
-                yield key, gi
+            yield key, gi
             continue
         if bound >= limit_s:
             return
         _, gi, sums, p, v, first, ds = groups[k]
         k += 1
         g = problem.graphs[gi]
+        fits = {
+            (d, z)
+            for z in problem.zero_stages
+            for d, ok in zip(
+                ds.tolist(),
+                (
+                    _memory_floors(problem, g, sums, (p, v, first), ds, z) <= problem.hbm_bytes
+                ).tolist(),
+                strict=True,
+            )
+            if ok
+        }
+        if not fits:
+            continue
         m = problem.global_batch // g.micro_batch
         for key in _priced(problem, g, sums, (p, v, first), m, ds, limit_s):
-            if key[0] < limit_s:
+            if key[0] < limit_s and (key[3], key[5]) in fits:
                 heapq.heappush(heap, (key, gi))
 
 
@@ -118,18 +133,21 @@ def _layout(g: StageGraph, key: _Key) -> Layout:
     return g.layout.completed(p=p, d=d, v=v, zero=z, split=split)
 
 
-def _memory_floor(
+def _memory_floors(
     problem: PlacementProblem,
     g: StageGraph,
     sums: _Sums,
-    key: _Key,
-) -> float:
-    """A lower bound on the memory per device :func:`placement.fixed.evaluate_fixed` finds for
-    the layout ``key``: each rank's parameters, stash and experts summed over its chunks
-    (:func:`placement.iteration.stage_memory` is linear in them, and a rank's chunks share
-    its in-flight count), without the workspace and ZeRO-3's gathered layer."""
-    _, _, p, d, v, zero, first = key
-    per_pipeline = per(problem.global_batch // g.micro_batch, d)
+    shape: tuple[int, int, int],
+    ds: np.ndarray,
+    zero: int,
+) -> np.ndarray:
+    """Per degree of ``ds``, a lower bound on the memory per device
+    :func:`placement.fixed.evaluate_fixed` finds for the split ``shape`` = (p, v, first)
+    under ZeRO stage ``zero``: each rank's parameters, stash and experts summed over its
+    chunks (:func:`placement.iteration.stage_memory` is linear in them, and a rank's chunks
+    share its in-flight count), without the workspace and ZeRO-3's gathered layer."""
+    p, v, first = shape
+    per_pipeline = per(problem.global_batch // g.micro_batch, ds)[:, None]
     lo, hi = sums.chunks(p * v, first)
     params = (sums.held[hi] - sums.held[lo]).reshape(v, p).sum(axis=0)
     stash = (sums.stash[hi] - sums.stash[lo]).reshape(v, p).sum(axis=0)
@@ -141,13 +159,13 @@ def _memory_floor(
         stash_bytes=stash,
         in_flight=flight,
         workspace_bytes=0.0,
-        d=d,
+        d=ds[:, None],
         zero=zero,
         expert_parameters=experts,
         ep=g.ep,
         cp=g.cp,
     )
-    return float(np.max(mem.total_bytes))
+    return np.max(np.broadcast_to(mem.total_bytes, (ds.size, p)), axis=1)
 
 
 def _groups(

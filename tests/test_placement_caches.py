@@ -84,3 +84,19 @@ def test_interleaved_splits_are_worked_out_once_per_graph():
     assert [il.best_interleaved(p, np.inf) for p in problems] == found
     il._shapes.cache_clear()
     assert [il.interleaved_floor(p, np.inf) for p in problems] == floors
+
+
+def test_a_split_that_cannot_fit_is_not_priced(monkeypatch):
+    cluster = Cluster(devices=64, devices_per_node=8)
+    shape = GptShape(layers=24, hidden=2048, heads=16, vocab=32000, seq_len=2048)
+    graph = gpt_stage_graph(shape, 2, cluster, flops_per_s=1e14)
+    roomy = PlacementProblem((graph,), cluster, hbm_bytes=80e9, global_batch=128)
+    tiny = dataclasses.replace(roomy, hbm_bytes=1e6)  # no layout's memory floor fits
+    priced = []
+    real = il._priced
+    monkeypatch.setattr(il, "_priced", lambda *a: priced.append(a) or real(*a))
+    assert il.best_interleaved(tiny, np.inf) is None
+    assert il.interleaved_floor(tiny, np.inf) is None
+    assert priced == []
+    assert il.best_interleaved(roomy, np.inf) is not None
+    assert priced
