@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -145,7 +146,30 @@ def _memory_floors(
     :func:`placement.fixed.evaluate_fixed` finds for the split ``shape`` = (p, v, first)
     under ZeRO stage ``zero``: each rank's parameters, stash and experts summed over its
     chunks (:func:`placement.iteration.stage_memory` is linear in them, and a rank's chunks
-    share its in-flight count), without the workspace and ZeRO-3's gathered layer."""
+    share its in-flight count), without the workspace and ZeRO-3's gathered layer. Worked
+    out once per split, degrees, stage and state bytes (:meth:`_Sums.memo`): problems that
+    differ in HBM alone compare the same floors with their capacity."""
+    key = (
+        "floors",
+        shape,
+        ds.tobytes(),
+        zero,
+        problem.global_batch,
+        problem.state_bytes_per_parameter,
+        problem.optimizer_bytes_per_parameter,
+    )
+    return sums.memo(key, lambda: _floors(problem, g, sums, shape, ds, zero))
+
+
+def _floors(
+    problem: PlacementProblem,
+    g: StageGraph,
+    sums: _Sums,
+    shape: tuple[int, int, int],
+    ds: np.ndarray,
+    zero: int,
+) -> np.ndarray:
+    """:func:`_memory_floors` worked out."""
     p, v, first = shape
     per_pipeline = per(problem.global_batch // g.micro_batch, ds)[:, None]
     lo, hi = sums.chunks(p * v, first)
@@ -165,7 +189,9 @@ def _memory_floors(
         ep=g.ep,
         cp=g.cp,
     )
-    return np.max(np.broadcast_to(mem.total_bytes, (ds.size, p)), axis=1)
+    floors = np.max(np.broadcast_to(mem.total_bytes, (ds.size, p)), axis=1)
+    floors.flags.writeable = False
+    return floors
 
 
 def _groups(
@@ -258,17 +284,25 @@ class _Sums:
         self.n = len(g.layers)
         self.unit = shard_unit(g)
         self._chunks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        self._bounds: dict[tuple[int, int, int, int, int], float] = {}
+        self._memo: dict[tuple, Any] = {}
 
     def bound(self, p: int, v: int, first: int, m: int, d: int) -> float:
         """The time of the slowest rank's compute alone of the split (p, v, first) over
         ``m`` micro-batches at ``d`` replicas (:func:`_groups`); computed once each."""
-        key = (p, v, first, m, d)
-        found = self._bounds.get(key)
-        if found is None:
+
+        def bound() -> float:
             lo, hi = self.chunks(p * v, first)
             slowest = (self.work[hi] - self.work[lo]).reshape(v, p).sum(axis=0).max()
-            found = self._bounds[key] = float(pipeline_s(slowest, per(m, d), p, v))
+            return float(pipeline_s(slowest, per(m, d), p, v))
+
+        return self.memo(("bound", p, v, first, m, d), bound)
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, worked out once per ``key`` for this graph (which it must
+        name in full besides the graph: the figures asked of the graph's splits)."""
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = compute()
         return found
 
     def chunks(self, count: int, first: int = -1) -> tuple[np.ndarray, np.ndarray]:
