@@ -24,7 +24,7 @@ from placement.synthetic import GptShape, gpt_stage_graph
 
 def _problem(**kw) -> PlacementProblem:
     layer = StageLayer("b", fwd_s=1.0, bwd_s=2.0, parameters=10**9, stash_bytes=1.0)
-    graph = StageGraph(1, (layer,), ())
+    graph = StageGraph((layer,), ())
     cluster = Cluster(devices=512, devices_per_node=8)
     return PlacementProblem((graph,), cluster, hbm_bytes=8e10, global_batch=512, **kw)
 
