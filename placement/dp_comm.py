@@ -20,6 +20,7 @@ size and the NICs the group drives in each node.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,7 +47,7 @@ _BUCKET_PARAMETERS = 40e6
 _BUCKET_PARAMETERS_PER_D = 1e6
 
 
-def exposed_reduction_parameters(problem: PlacementProblem, d, params):
+def exposed_reduction_parameters(problem: PlacementProblem | DpRates, d, params):
     """The parameters whose gradient reduction is exposed: all of rank 0's, or with an
     overlapped reduction (``problem.dp_overlap``) only its last bucket, the others having
     been reduced beside the backward pass. Megatron-LM buckets ``max(40e6, 1e6 * d)``
@@ -146,7 +147,9 @@ def _step_s(problem: PlacementProblem, zero: int, params, expert, ep: int, n):
     )
 
 
-def _ring_s(problem: PlacementProblem, c: DpCollective, nbytes, passes, inter, n, per_node):
+def _ring_s(
+    problem: PlacementProblem | DpRates, c: DpCollective, nbytes, passes, inter, n, per_node
+):
     """(latency, seconds moving bytes) of one collective ``c`` of ``nbytes`` in ``passes``
     over the ``n`` data-parallel ranks, ``per_node`` of them in a node."""
     bw, lat = net.measured_link(
@@ -199,27 +202,85 @@ def dp_time(
     track them per stage): it prices all of rank 0's parameters on the longer ring, never
     less.
     """
-    cl = problem.cluster
+    rates = DpRates.of(problem)
+    exposed, overlapped, unoverlapped = _collectives_s(
+        rates, t, zero, d, params, m, cp, ep, expert_params, load_s, unit, report
+    )
+    n = d * cp
+    expert, _ = _ring_share(n, ep, expert_params, params)
+    return DpTime(
+        exposed_s=exposed,
+        overlapped_s=overlapped,
+        unoverlapped_s=unoverlapped,
+        step_s=_step_s(problem, zero, params, expert, ep, n),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DpRates:
+    """What the data-parallel collectives' time reads of a :class:`PlacementProblem`: its
+    cluster, collective curve and framework's overlap settings (not the HBM, not the
+    optimizer step), so problems that differ only there share :func:`tail_fn`'s cache."""
+
+    cluster: object
+    collectives: object
+    dp_overlap: bool
+    param_gather_overlap: bool
+    sharded_prefetch: bool
+    regather_per_micro_batch: bool
+    gradient_bytes_per_parameter: float
+    weight_bytes_per_parameter: float
+    collective_compute_share: float
+
+    @classmethod
+    def of(cls, problem: PlacementProblem) -> DpRates:
+        return cls(
+            problem.cluster,
+            problem.collectives,
+            problem.dp_overlap,
+            problem.param_gather_overlap,
+            problem.sharded_prefetch,
+            problem.regather_per_micro_batch,
+            problem.gradient_bytes_per_parameter,
+            problem.weight_bytes_per_parameter,
+            problem.collective_compute_share,
+        )
+
+
+def _collectives_s(
+    rates: DpRates,
+    t: int,
+    zero: int,
+    d: np.ndarray,
+    params: np.ndarray,
+    m: int,
+    cp: int,
+    ep: int,
+    expert_params: float | np.ndarray,
+    load_s: float | np.ndarray,
+    unit: tuple[float, float],
+    report: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(exposed, overlapped, unoverlapped) seconds of :func:`dp_time`'s collectives."""
+    cl = rates.cluster
     inter = cl.spans_nodes(t * cp * d)
     n = d * cp
-    expert, share = _ring_share(n, ep, expert_params, params)
+    _, share = _ring_share(n, ep, expert_params, params)
     per_node = net.members_per_node(cl, t, n)
 
     def ring(c: DpCollective, what):
-        return _ring_s(
-            problem, c, what * c.bytes_per_parameter, c.passes * share, inter, n, per_node
-        )
+        return _ring_s(rates, c, what * c.bytes_per_parameter, c.passes * share, inter, n, per_node)
 
     per_mb = micro_batches_per_pipeline(m, d)
     unit_params, unit_s = unit
-    prefetch = problem.sharded_prefetch and unit_params > 0
+    prefetch = rates.sharded_prefetch and unit_params > 0
     comm, total, edge, overlapped = 0.0, 0.0, 0.0, 0.0
     for c in dp_collectives(
         zero,
         per_mb,
-        problem.gradient_bytes_per_parameter,
-        problem.weight_bytes_per_parameter,
-        problem.regather_per_micro_batch,
+        rates.gradient_bytes_per_parameter,
+        rates.weight_bytes_per_parameter,
+        rates.regather_per_micro_batch,
     ):
         if prefetch and c.per_micro_batch:
             size = np.minimum(unit_params, params)
@@ -230,12 +291,12 @@ def dp_time(
             edge = edge + per_mb * moving  # the first gather, the last reduce-scatter
             continue
         if c.what == "weights":
-            what = bucket_parameters(n, params) if problem.param_gather_overlap else params
+            what = bucket_parameters(n, params) if rates.param_gather_overlap else params
         else:
-            what = exposed_reduction_parameters(problem, n, params)
+            what = exposed_reduction_parameters(rates, n, params)
         exposed = c.count * sum(ring(c, what))
         comm = comm + exposed
-        if report or problem.collective_compute_share:  # the buckets beside the compute
+        if report or rates.collective_compute_share:  # the buckets beside the compute
             overlapped = overlapped + np.maximum(c.count * sum(ring(c, params)) - exposed, 0.0)
     if prefetch:
         hidden = per_mb * np.maximum(np.asarray(load_s) - unit_s, 0.0)
@@ -244,13 +305,12 @@ def dp_time(
         overlapped = overlapped + np.maximum(total - exposed, 0.0)
     unoverlapped = comm + overlapped
     # a collective hidden behind compute still holds its share of the chip while it runs
-    comm = comm + problem.collective_compute_share * overlapped
+    comm = comm + rates.collective_compute_share * overlapped
     alone = n <= 1
-    return DpTime(
-        exposed_s=np.where(alone, 0.0, comm),
-        overlapped_s=np.where(alone, 0.0, overlapped),
-        unoverlapped_s=np.where(alone, 0.0, unoverlapped),
-        step_s=_step_s(problem, zero, params, expert, ep, n),
+    return (
+        np.where(alone, 0.0, comm),
+        np.where(alone, 0.0, overlapped),
+        np.where(alone, 0.0, unoverlapped),
     )
 
 
@@ -352,10 +412,48 @@ def tail_fn(
     parameters and the bottleneck's load per micro-batch (:func:`dp_terms`, every parameter
     on the dense ring, ``unit`` the sharded unit of :func:`shard_unit`). It never decreases
     with the parameters and falls by at most ``m / d`` times a rise of the load, so the
-    pipeline's time plus it never falls when the load rises."""
+    pipeline's time plus it never falls when the load rises.
+
+    The collectives' part is cached by its arguments' values (:func:`_exposed_s`): the
+    placement searches of one design's graphs, and of its HBM siblings, ask the same degrees
+    and parameters again and again; the load is part of the key only where it counts (with
+    prefetch)."""
+    rates = DpRates.of(problem)
+    fixed = (rates, t, zero, m, cp, unit)
 
     def tail(d: np.ndarray, params: np.ndarray, load_s: np.ndarray) -> np.ndarray:
-        comm, step = dp_terms(problem, t, zero, d, params, m, cp=cp, load_s=load_s, unit=unit)
-        return comm + step
+        load = _value_key(load_s) if rates.sharded_prefetch else None
+        comm = _exposed_s(fixed, _value_key(d), _value_key(params), load)
+        n = d * cp
+        expert, _ = _ring_share(n, 1, 0.0, params)
+        return comm + _step_s(problem, zero, params, expert, 1, n)
 
     return tail
+
+
+def _value_key(x) -> tuple:
+    """A hashable key holding an array's (or a number's) exact value, which
+    :func:`_from_key` turns back into the same array."""
+    if isinstance(x, np.ndarray):
+        return (x.shape, x.dtype.str, x.tobytes())
+    return ((), None, x)
+
+
+def _from_key(key: tuple):
+    shape, dtype, data = key
+    if dtype is None:
+        return data
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+@functools.lru_cache(maxsize=1 << 13)
+def _exposed_s(fixed: tuple, d: tuple, params: tuple, load: tuple | None) -> np.ndarray:
+    """The exposed collectives' seconds of :func:`tail_fn` (``fixed``: its rates, t, ZeRO
+    stage, micro-batches, cp and unit); the same values as :func:`dp_terms`' first term."""
+    rates, t, zero, m, cp, unit = fixed
+    load_s = 0.0 if load is None else _from_key(load)
+    exposed, _, _ = _collectives_s(
+        rates, t, zero, _from_key(d), _from_key(params), m, cp, 1, 0.0, load_s, unit, False
+    )
+    exposed.flags.writeable = False
+    return exposed

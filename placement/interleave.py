@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -83,9 +85,11 @@ def _cheapest(
     problem: PlacementProblem, limit_s: float, pp: int | None, dp: int | None
 ) -> Iterator[tuple[tuple, int]]:
     """(price key, graph index) of the layouts under ``limit_s`` whose memory floor fits,
-    cheapest first (:func:`best_interleaved`)."""
+    cheapest first (:func:`best_interleaved`). A split's memory floors are asked before it
+    is priced (they do not depend on its time): a split none of whose degrees and ZeRO
+    stages fits is not priced, and only the layouts that fit enter the queue, which leaves
+    the order of those that fit as it was."""
     groups = _groups(problem, limit_s, pp, dp)
-    sums_of = {gi: sums for _, gi, sums, *_ in groups}
     heap: list[tuple[tuple, int]] = []
     k = 0
     while True:
@@ -94,17 +98,30 @@ def _cheapest(
             key, gi = heapq.heappop(heap)
             if key[0] >= limit_s:
                 return
-            if _memory_floor(problem, problem.graphs[gi], sums_of[gi], key) <= problem.hbm_bytes:
-                yield key, gi
+            yield key, gi
             continue
         if bound >= limit_s:
             return
         _, gi, sums, p, v, first, ds = groups[k]
         k += 1
         g = problem.graphs[gi]
+        fits = {
+            (d, z)
+            for z in problem.zero_stages
+            for d, ok in zip(
+                ds.tolist(),
+                (
+                    _memory_floors(problem, g, sums, (p, v, first), ds, z) <= problem.hbm_bytes
+                ).tolist(),
+                strict=True,
+            )
+            if ok
+        }
+        if not fits:
+            continue
         m = problem.global_batch // g.micro_batch
         for key in _priced(problem, g, sums, (p, v, first), m, ds, limit_s):
-            if key[0] < limit_s:
+            if key[0] < limit_s and (key[3], key[5]) in fits:
                 heapq.heappush(heap, (key, gi))
 
 
@@ -117,18 +134,44 @@ def _layout(g: StageGraph, key: _Key) -> Layout:
     return g.layout.completed(p=p, d=d, v=v, zero=z, split=split)
 
 
-def _memory_floor(
+def _memory_floors(
     problem: PlacementProblem,
     g: StageGraph,
     sums: _Sums,
-    key: _Key,
-) -> float:
-    """A lower bound on the memory per device :func:`placement.fixed.evaluate_fixed` finds for
-    the layout ``key``: each rank's parameters, stash and experts summed over its chunks
-    (:func:`placement.iteration.stage_memory` is linear in them, and a rank's chunks share
-    its in-flight count), without the workspace and ZeRO-3's gathered layer."""
-    _, _, p, d, v, zero, first = key
-    per_pipeline = per(problem.global_batch // g.micro_batch, d)
+    shape: tuple[int, int, int],
+    ds: np.ndarray,
+    zero: int,
+) -> np.ndarray:
+    """Per degree of ``ds``, a lower bound on the memory per device
+    :func:`placement.fixed.evaluate_fixed` finds for the split ``shape`` = (p, v, first)
+    under ZeRO stage ``zero``: each rank's parameters, stash and experts summed over its
+    chunks (:func:`placement.iteration.stage_memory` is linear in them, and a rank's chunks
+    share its in-flight count), without the workspace and ZeRO-3's gathered layer. Worked
+    out once per split, degrees, stage and state bytes (:meth:`_Sums.memo`): problems that
+    differ in HBM alone compare the same floors with their capacity."""
+    key = (
+        "floors",
+        shape,
+        ds.tobytes(),
+        zero,
+        problem.global_batch,
+        problem.state_bytes_per_parameter,
+        problem.optimizer_bytes_per_parameter,
+    )
+    return sums.memo(key, lambda: _floors(problem, g, sums, shape, ds, zero))
+
+
+def _floors(
+    problem: PlacementProblem,
+    g: StageGraph,
+    sums: _Sums,
+    shape: tuple[int, int, int],
+    ds: np.ndarray,
+    zero: int,
+) -> np.ndarray:
+    """:func:`_memory_floors` worked out."""
+    p, v, first = shape
+    per_pipeline = per(problem.global_batch // g.micro_batch, ds)[:, None]
     lo, hi = sums.chunks(p * v, first)
     params = (sums.held[hi] - sums.held[lo]).reshape(v, p).sum(axis=0)
     stash = (sums.stash[hi] - sums.stash[lo]).reshape(v, p).sum(axis=0)
@@ -140,13 +183,15 @@ def _memory_floor(
         stash_bytes=stash,
         in_flight=flight,
         workspace_bytes=0.0,
-        d=d,
+        d=ds[:, None],
         zero=zero,
         expert_parameters=experts,
         ep=g.ep,
         cp=g.cp,
     )
-    return float(np.max(mem.total_bytes))
+    floors = np.max(np.broadcast_to(mem.total_bytes, (ds.size, p)), axis=1)
+    floors.flags.writeable = False
+    return floors
 
 
 def _groups(
@@ -166,24 +211,41 @@ def _groups(
     for gi, g in enumerate(problem.graphs):
         if not g.is_chain or problem.global_batch % g.micro_batch or (g.ep, g.cp) != (1, 1):
             continue
-        m = problem.global_batch // g.micro_batch
-        sums = _Sums(g)
-        every = candidate_degrees(m, 1, devices // g.tp)
-        for p, v, first in _splits(sums):
-            if g.tp * p > devices or pp not in (None, p):
+        sums, shapes = _shapes(g, problem.global_batch, devices, pp, dp)
+        for quick, p, v, first, ds in shapes:
+            if quick >= limit_s:
                 continue
-            ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
-            if dp is not None:
-                ds = ds[ds == dp]
-            if ds.size == 0 or pipeline_s(sums.total / p, per(m, ds[-1]), p, v) >= limit_s:
-                continue
-            lo, hi = sums.chunks(p * v, first)
-            slowest = (sums.work[hi] - sums.work[lo]).reshape(v, p).sum(axis=0).max()
-            bound = float(pipeline_s(slowest, per(m, ds[-1]), p, v))
+            bound = sums.bound(p, v, first, problem.global_batch // g.micro_batch, ds[-1])
             if bound < limit_s:
                 out.append((bound, gi, sums, p, v, first, ds))
     out.sort(key=lambda x: x[:2] + x[3:6])
     return out
+
+
+@lru_cache(maxsize=256)
+def _shapes(
+    g: StageGraph, global_batch: int, devices: int, pp: int | None, dp: int | None
+) -> tuple[_Sums, tuple[tuple, ...]]:
+    """Graph ``g``'s prefix sums and, for each of its interleaved splits (:func:`_splits`)
+    Megatron accepts on ``devices`` (at ``pp`` and ``dp`` when given), (its compute over
+    ``p`` at its most replicas, p, v, first, degrees): what :func:`_groups` compares with a
+    limit. Cached: the searches of one design's widths, and of its HBM siblings, ask the
+    same graphs again."""
+    m = global_batch // g.micro_batch
+    sums = _Sums(g)
+    every = candidate_degrees(m, 1, devices // g.tp)
+    out = []
+    for p, v, first in _splits(sums):
+        if g.tp * p > devices or pp not in (None, p):
+            continue
+        ds = every[(every * g.tp * p <= devices) & ((m // every) % p == 0)]
+        if dp is not None:
+            ds = ds[ds == dp]
+        if ds.size == 0:
+            continue
+        ds.flags.writeable = False
+        out.append((pipeline_s(sums.total / p, per(m, ds[-1]), p, v), p, v, first, ds))
+    return sums, tuple(out)
 
 
 def _splits(sums: _Sums) -> Iterator[tuple[int, int, int]]:
@@ -221,11 +283,39 @@ class _Sums:
         self.blocks = np.array([i for i, x in enumerate(g.layers) if x.kind == "block"])
         self.n = len(g.layers)
         self.unit = shard_unit(g)
+        self._chunks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._memo: dict[tuple, Any] = {}
+
+    def bound(self, p: int, v: int, first: int, m: int, d: int) -> float:
+        """The time of the slowest rank's compute alone of the split (p, v, first) over
+        ``m`` micro-batches at ``d`` replicas (:func:`_groups`); computed once each."""
+
+        def bound() -> float:
+            lo, hi = self.chunks(p * v, first)
+            slowest = (self.work[hi] - self.work[lo]).reshape(v, p).sum(axis=0).max()
+            return float(pipeline_s(slowest, per(m, d), p, v))
+
+        return self.memo(("bound", p, v, first, m, d), bound)
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, worked out once per ``key`` for this graph (which it must
+        name in full besides the graph: the figures asked of the graph's splits)."""
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = compute()
+        return found
 
     def chunks(self, count: int, first: int = -1) -> tuple[np.ndarray, np.ndarray]:
         """First and past-the-end layer of each of ``count`` chunks: Megatron-LM's even split
         (:func:`placement.fixed.megatron_chunks`) when ``first`` is -1, else the uneven split
-        whose first chunk holds ``first`` blocks (:func:`uneven_sizes`)."""
+        whose first chunk holds ``first`` blocks (:func:`uneven_sizes`); computed once per
+        (count, first), read-only."""
+        found = self._chunks.get((count, first))
+        if found is None:
+            found = self._chunks[(count, first)] = self._split(count, first)
+        return found
+
+    def _split(self, count: int, first: int) -> tuple[np.ndarray, np.ndarray]:
         nb = self.blocks.size
         if first < 0:
             sizes = np.full(count, nb // count)
@@ -239,6 +329,8 @@ class _Sums:
         hi = np.empty(count, dtype=np.int64)
         hi[:-1] = lo[1:]
         hi[-1] = self.n
+        lo.flags.writeable = False
+        hi.flags.writeable = False
         return lo, hi
 
     def firsts(self, count: int) -> list[int]:
