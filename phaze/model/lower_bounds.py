@@ -41,6 +41,7 @@ __all__ = [
     "pass_bound_s",
     "recompute_workspace_bytes",
     "stack_device",
+    "stage_knobs",
 ]
 
 
@@ -98,14 +99,18 @@ def bound_graph(
         for cid, passes in lg.op_graphs.items()
     }
     return stage_graph(
-        lg,
-        times,
-        micro_batch=setup.micro_batch,
-        recompute=setup.recompute_mode,
-        sequence_parallel=setup.sequence_parallel,
-        precision=setup.precision,
-        workspace_bytes=recompute_workspace_bytes(model, setup, lg),
+        lg, times, **stage_knobs(setup), workspace_bytes=recompute_workspace_bytes(model, setup, lg)
     )
+
+
+def stage_knobs(setup: TrainingSetup) -> dict[str, object]:
+    """The knobs of ``setup`` a stage graph's layout carries (``placement.adapt.stage_graph``)."""
+    return {
+        "micro_batch": setup.micro_batch,
+        "recompute": setup.recompute_mode,
+        "sequence_parallel": setup.sequence_parallel,
+        "precision": setup.precision,
+    }
 
 
 def recompute_workspace_bytes(

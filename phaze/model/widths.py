@@ -15,7 +15,12 @@ from arch_space import Accelerator, Cluster
 from arch_space.perf.device import DeviceProfile
 from ilp import LayerTiming, PassTiming, layer_timing
 from phaze.model.context import Context, SolverSettings
-from phaze.model.lower_bounds import bound_graph, recompute_workspace_bytes, stack_device
+from phaze.model.lower_bounds import (
+    bound_graph,
+    recompute_workspace_bytes,
+    stack_device,
+    stage_knobs,
+)
 from phaze.model.problem import Hbm, placement_problem
 from phaze_common.errors import Infeasible
 from placement import Placement, PlacementProblem, StageGraph, place
@@ -86,10 +91,7 @@ def width_variant(
     sg = stage_graph(
         lg,
         times,
-        micro_batch=setup.micro_batch,
-        recompute=setup.recompute_mode,
-        sequence_parallel=setup.sequence_parallel,
-        precision=setup.precision,
+        **stage_knobs(setup),
         tp_comm_s={
             cid: lt.forward.comm_exposed_s + lt.backward.comm_exposed_s
             for cid, lt in timings.items()
