@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from arch_space import Cluster
-from phaze.api import evaluate
 from phaze.validation.published_runs import default_registry, measured_iteration_s
-from phaze.validation.runs import system_device
+from phaze.validation.runs import evaluate_published
 from placement import parse_strategy
 
 CANDIDATES = (1, 2, 4, 8)
@@ -56,23 +54,6 @@ def test_mt_nlg_stages_hold_three_blocks_each_as_type_transformer_splits():
     """GPTModelPipe partitions by transformer layers (105 over 35 stages): the embedding joins
     the first stage's three blocks, the head the last's (framework_facts.toml)."""
     run = _mt_nlg_rows()[0]
-    acc, device = system_device(run.system)
-    cluster = Cluster(
-        devices=run.gpus,
-        devices_per_node=run.system.devices_per_node,
-        intra_node_bandwidth_bytes_per_s=run.system.intra_node_bandwidth_bytes_per_s,
-        inter_node_bandwidth_bytes_per_s=run.system.inter_node_bandwidth_bytes_per_s,
-    )
-    ev = evaluate(
-        run.model,
-        acc,
-        cluster,
-        seq_len=run.seq_len,
-        global_batch=run.global_batch,
-        strategy=run.strategy,
-        tokens_to_train=run.global_batch * run.seq_len,
-        framework=run.framework,
-        device=device,
-    )
+    ev = evaluate_published(run, run.framework)
     sizes = [len(st.layers) for st in ev.placement.stages]
     assert sizes == [4] + [3] * 33 + [4]

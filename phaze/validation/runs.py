@@ -20,6 +20,7 @@ from arch_space import Accelerator, Cluster, preset
 from arch_space.perf.device import DeviceProfile, preset_profile
 from arch_space.power import limited_clock_fraction
 from phaze.api import evaluate
+from phaze.model.pipeline import Evaluation
 from phaze.validation.published_runs import (
     METRICS,
     PublishedRun,
@@ -35,6 +36,7 @@ from workloads import resolve_model
 __all__ = [
     "RunResult",
     "Targets",
+    "evaluate_published",
     "evaluate_run",
     "evaluate_runs",
     "predict_iteration_s",
@@ -165,11 +167,11 @@ def system_device(
     return acc, base
 
 
-def predict_iteration_s(
+def evaluate_published(
     run: PublishedRun, framework: str, device: DeviceProfile | None = None
-) -> tuple[float | None, str]:
-    """The model's iteration time of ``run`` under ``framework`` (``device`` overrides the
-    preset's sustained rates), or None and the reason when the layout does not fit."""
+) -> Evaluation:
+    """``run`` evaluated in its published layout and system under ``framework`` (``device``
+    overrides the preset's sustained rates)."""
     acc, device = system_device(run.system, device)
     cluster = Cluster(
         devices=run.gpus,
@@ -178,7 +180,7 @@ def predict_iteration_s(
         inter_node_bandwidth_bytes_per_s=run.system.inter_node_bandwidth_bytes_per_s,
     )
     try:
-        ev = evaluate(
+        return evaluate(
             run.model,
             acc,
             cluster,
@@ -197,6 +199,14 @@ def predict_iteration_s(
         )
     except ConfigError as e:
         raise ConfigError(f"run {run.id}: {e}") from None
+
+
+def predict_iteration_s(
+    run: PublishedRun, framework: str, device: DeviceProfile | None = None
+) -> tuple[float | None, str]:
+    """The model's iteration time of ``run`` under ``framework`` (``device`` overrides the
+    preset's sustained rates), or None and the reason when the layout does not fit."""
+    ev = evaluate_published(run, framework, device)
     if ev.placement is None:
         return None, ev.reason
     return ev.placement.breakdown.iteration_s, ""
